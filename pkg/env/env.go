@@ -1,0 +1,189 @@
+// Package env defines what an environment (a task family) is to gauntlet: its spec (tools,
+// parameters, limits), how an episode of it is created from a seed, and how one step runs.
+//
+// Envs are pure and deterministic: an Episode's results depend only on its Config and the
+// actions it receives. Time inside an episode is the episode's virtual clock; faults come
+// from the faults.Injector in the Config. An Episode is used by one goroutine at a time;
+// Env values and the registry are safe for concurrent use.
+//
+// Bad agent input (unknown tool, malformed args, violated preconditions) is not a Go error:
+// it is an observation the agent can learn from, flagged in the step's Signals. A Go error
+// from Step means gauntlet itself failed (an infra error).
+package env
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// MaxArgsBytes bounds the size of one action's arguments; larger actions are refused as
+// invalid before they reach the env.
+const MaxArgsBytes = 64 << 10
+
+// Tool is one entry of an env's action space.
+type Tool struct {
+	// Name is what an action names, e.g. "inventory.get".
+	Name string `json:"name"`
+	// Service is the simulated service behind the tool; faults target services and tools.
+	Service     string `json:"service"`
+	Description string `json:"description"`
+	// Schema is the JSON Schema of the tool's arguments.
+	Schema json.RawMessage `json:"schema"`
+}
+
+// Param describes one env parameter.
+type Param struct {
+	Name        string `json:"name"`
+	Type        string `json:"type"` // "int", "float", "string"
+	Default     string `json:"default"`
+	Description string `json:"description"`
+}
+
+// Spec is what an env declares about itself.
+type Spec struct {
+	Name        string  `json:"name"`
+	Description string  `json:"description"`
+	Tools       []Tool  `json:"tools"`
+	Params      []Param `json:"params"`
+	// Services lists the simulated services, the targets fault plans draw from.
+	Services []string `json:"services"`
+	// DefaultMaxSteps truncates an episode when the request does not say.
+	DefaultMaxSteps uint32 `json:"default_max_steps"`
+}
+
+// Tool returns the named tool and whether it exists.
+func (s Spec) Tool(name string) (Tool, bool) {
+	for _, t := range s.Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Action is one tool call chosen by a policy.
+type Action struct {
+	Tool string          `json:"tool"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Config is everything an episode is made from.
+type Config struct {
+	Seed uint64
+	// Params is the env's parameters as JSON ("{}" or empty for defaults).
+	Params json.RawMessage
+	// MaxSteps truncates the episode; 0 means the env's default.
+	MaxSteps uint32
+	// Faults decides which faults fire on each simulated service call; nil injects none.
+	Faults *faults.Injector
+}
+
+// StepResult is what one step produced.
+type StepResult struct {
+	// Observation is canonical JSON: what the agent sees.
+	Observation json.RawMessage
+	// Diff is canonical JSON: the world-state changes the step caused (a JSON array).
+	Diff     json.RawMessage
+	Signals  *gauntletv1.Signals
+	Faults   []*gauntletv1.FaultFired
+	Metering *gauntletv1.Metering
+	// Terminated ends the episode by the task's rules; Truncated ends it from outside
+	// (step limit, deadline). Reason says which rule.
+	Terminated bool
+	Truncated  bool
+	Reason     gauntletv1.TerminationReason
+}
+
+// Done reports whether the episode is over.
+func (r StepResult) Done() bool { return r.Terminated || r.Truncated }
+
+// Episode is one running instance of an env.
+type Episode interface {
+	// Reset builds the world from the Config's seed and returns the first observation.
+	Reset() (json.RawMessage, error)
+	// Step applies one action. A non-nil error is an infra error; the episode is then dead.
+	Step(a Action) (StepResult, error)
+	// Now is the episode's virtual clock, since Reset.
+	Now() time.Duration
+}
+
+// Env is a task family.
+type Env interface {
+	Spec() Spec
+	// NewEpisode validates cfg (parameters name the bad field) and returns an episode
+	// ready for Reset.
+	NewEpisode(cfg Config) (Episode, error)
+}
+
+// Oracle is implemented by envs that ship a scripted good agent, used by the built-in
+// "oracle" policy. The returned Agent belongs to one episode.
+type Oracle interface {
+	Oracle(seed uint64) Agent
+}
+
+// Turn is what an agent sees before choosing its next action.
+type Turn struct {
+	Step        uint32
+	Observation json.RawMessage
+	// Reward is the scalar reward of the previous step (0 before the first).
+	Reward float64
+}
+
+// Agent chooses actions for one episode.
+type Agent interface {
+	Act(t Turn) (Action, error)
+}
+
+// ErrUnknownEnv is returned by Lookup for a name nobody registered.
+var ErrUnknownEnv = errors.New("unknown env")
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Env{}
+)
+
+// Register makes an env available by name. It panics on a duplicate name: that is a
+// programming error caught at init time, never at run time.
+func Register(e Env) {
+	mu.Lock()
+	defer mu.Unlock()
+	name := e.Spec().Name
+	if _, dup := registry[name]; dup {
+		panic("env: duplicate registration of " + name)
+	}
+	registry[name] = e
+}
+
+// Lookup returns the named env.
+func Lookup(name string) (Env, error) {
+	mu.RLock()
+	defer mu.RUnlock()
+	e, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownEnv, name, namesLocked())
+	}
+	return e, nil
+}
+
+// Names lists registered envs, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	return namesLocked()
+}
+
+func namesLocked() []string {
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
