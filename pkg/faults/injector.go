@@ -1,8 +1,8 @@
 package faults
 
 import (
-	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,13 +17,14 @@ const (
 	KindTruncate  = "truncate"
 )
 
-// Outcome is what the plan does to one simulated service call. The zero Outcome (with
-// Keep 1) leaves the call alone.
+// Outcome is what the plan does to one simulated service call. Call returns Keep 1 when no
+// truncation fired; an Outcome built by hand must set Keep too, since the zero Outcome's
+// Keep of 0 means "deliver nothing".
 type Outcome struct {
 	// Status, when non-zero, aborts the call with this HTTP-style status.
 	Status     uint32
 	RetryAfter time.Duration
-	// Latency is added to the call's virtual duration.
+	// Latency is added to the call's virtual duration, aborted or not.
 	Latency time.Duration
 	// Keep is the fraction of the response body delivered (1: all of it).
 	Keep float64
@@ -31,10 +32,15 @@ type Outcome struct {
 	Fired []*gauntletv1.FaultFired
 }
 
-// Truncate applies the outcome's body rewrite to body.
+// Truncate applies the outcome's body rewrite to body. An aborted call has no body to
+// rewrite, so it is returned unchanged. A Keep of 1 or more (or NaN) keeps everything and
+// one of 0 or less keeps nothing.
 func (o Outcome) Truncate(body []byte) []byte {
-	if o.Keep >= 1 || o.Status != 0 {
+	if o.Status != 0 || !(o.Keep < 1) {
 		return body
+	}
+	if o.Keep <= 0 {
+		return body[:0]
 	}
 	return body[:int(float64(len(body))*o.Keep)]
 }
@@ -44,11 +50,15 @@ func (o Outcome) Truncate(body []byte) []byte {
 // n): adding a rule or changing another rule's parameters never shifts a rule's stream.
 // An Injector belongs to one episode and is not safe for concurrent use.
 type Injector struct {
-	plan     *gauntletv1.FaultPlan
+	plan *gauntletv1.FaultPlan
+	// order lists rule indices in composition order: aborts, then delays, then body
+	// rewrites, each group in plan order.
+	order    []int
 	counters []uint64
 }
 
 // NewInjector validates plan and returns an injector over it. A nil plan injects nothing.
+// The injector keeps plan: do not modify it afterwards.
 func NewInjector(plan *gauntletv1.FaultPlan) (*Injector, error) {
 	if plan == nil {
 		plan = &gauntletv1.FaultPlan{Profile: "none"}
@@ -56,76 +66,125 @@ func NewInjector(plan *gauntletv1.FaultPlan) (*Injector, error) {
 	if err := ValidatePlan(plan); err != nil {
 		return nil, err
 	}
-	return &Injector{plan: plan, counters: make([]uint64, len(plan.Rules))}, nil
+	in := &Injector{
+		plan:     plan,
+		order:    make([]int, 0, len(plan.Rules)),
+		counters: make([]uint64, len(plan.Rules)),
+	}
+	for pass := range numPasses {
+		for i, r := range plan.Rules {
+			if passOf(r) == pass {
+				in.order = append(in.order, i)
+			}
+		}
+	}
+	return in, nil
 }
 
 // Plan returns the plan the injector evaluates.
 func (in *Injector) Plan() *gauntletv1.FaultPlan { return in.plan }
 
 // Call evaluates every rule matching (service, tool) for one call made at virtual time now.
-// Composition order is fixed: aborts (errors) first, then latency, then body rewrites; the
-// first abort that fires wins and later aborts are not drawn for this call.
+// Composition order is fixed: aborts (errors) first, then latency, then body rewrites. The
+// first abort that fires wins; truncation never applies to an aborted call. Every matching
+// rule advances its counter on every matching call, fired or shadowed, so one rule's
+// sequence never depends on another's.
 func (in *Injector) Call(service, tool string, now time.Duration) Outcome {
 	out := Outcome{Keep: 1}
 	if in == nil {
 		return out
 	}
-	for pass := 0; pass < 3; pass++ {
-		for i, r := range in.plan.Rules {
-			if passOf(r) != pass || !Matches(r.Target, service, tool) {
+	seed := in.plan.Seed
+	for _, i := range in.order {
+		r := in.plan.Rules[i]
+		if !Matches(r.Target, service, tool) {
+			continue
+		}
+		n := in.counters[i]
+		in.counters[i]++
+		switch s := r.Spec.(type) {
+		case *gauntletv1.FaultRule_HttpError:
+			if out.Status != 0 || !fires(seed, r, n) {
 				continue
 			}
-			if pass == 0 && out.Status != 0 {
+			out.Status = s.HttpError.Status
+			out.RetryAfter = time.Duration(s.HttpError.RetryAfterMs) * time.Millisecond
+			out.Fired = append(out.Fired, fired(r, KindHTTPError, service, tool, now,
+				"status="+strconv.FormatUint(uint64(s.HttpError.Status), 10)+
+					" retry_after_ms="+strconv.FormatUint(uint64(s.HttpError.RetryAfterMs), 10)))
+		case *gauntletv1.FaultRule_Latency:
+			if !fires(seed, r, n) {
 				continue
 			}
-			n := in.counters[i]
-			in.counters[i]++
-			if rng.Float64(in.plan.Seed, r.Id, n) >= r.Probability {
-				continue
+			ms := math.Max(0, s.Latency.MeanMs+normal(seed, r.Id, n)*s.Latency.JitterMs)
+			out.Latency += time.Duration(ms * float64(time.Millisecond))
+			out.Fired = append(out.Fired, fired(r, KindLatency, service, tool, now,
+				"latency_ms="+strconv.FormatFloat(ms, 'f', 1, 64)))
+		case *gauntletv1.FaultRule_Truncate:
+			if out.Status != 0 || !fires(seed, r, n) {
+				continue // an aborted call has no body to truncate
 			}
-			f := &gauntletv1.FaultFired{FaultId: r.Id, Target: service + "/" + tool, AtVirtualNs: int64(now)}
-			switch s := r.Spec.(type) {
-			case *gauntletv1.FaultRule_HttpError:
-				out.Status = s.HttpError.Status
-				out.RetryAfter = time.Duration(s.HttpError.RetryAfterMs) * time.Millisecond
-				f.Kind = KindHTTPError
-				f.Detail = fmt.Sprintf("status=%d retry_after_ms=%d", s.HttpError.Status, s.HttpError.RetryAfterMs)
-			case *gauntletv1.FaultRule_Latency:
-				// A second, independent draw (counter offset by the high bit) shapes the delay.
-				g := rng.New(in.plan.Seed, r.Id, n|1<<63)
-				ms := math.Max(0, s.Latency.MeanMs+g.NormFloat64()*s.Latency.JitterMs)
-				d := time.Duration(ms * float64(time.Millisecond))
-				out.Latency += d
-				f.Kind = KindLatency
-				f.Detail = fmt.Sprintf("latency_ms=%.1f", ms)
-			case *gauntletv1.FaultRule_Truncate:
-				if out.Status != 0 {
-					continue // nothing to truncate: the call was aborted
-				}
-				out.Keep = math.Min(out.Keep, s.Truncate.KeepFraction)
-				f.Kind = KindTruncate
-				f.Detail = fmt.Sprintf("keep_fraction=%.2f", s.Truncate.KeepFraction)
-			}
-			out.Fired = append(out.Fired, f)
+			out.Keep = math.Min(out.Keep, s.Truncate.KeepFraction)
+			out.Fired = append(out.Fired, fired(r, KindTruncate, service, tool, now,
+				"keep_fraction="+strconv.FormatFloat(s.Truncate.KeepFraction, 'f', 2, 64)))
 		}
 	}
 	return out
 }
 
-// passOf orders composition: 0 aborts, 1 delays, 2 body rewrites.
+// fires draws whether rule r fires on its n-th matching call. Draws lie in [0,1), so
+// probabilities 0 and 1 decide without drawing (a draw is a hash of the rule id).
+func fires(seed uint64, r *gauntletv1.FaultRule, n uint64) bool {
+	switch {
+	case r.Probability >= 1:
+		return true
+	case r.Probability <= 0:
+		return false
+	}
+	return rng.Float64(seed, r.Id, n) < r.Probability
+}
+
+// normal is a standard normal draw for the n-th call of rule id, by Box-Muller over two
+// uniform draws on counters that the firing draw never uses (n stays far below 2^62). It
+// allocates nothing, unlike a rand.Rand per call.
+func normal(seed uint64, id string, n uint64) float64 {
+	u1 := 1 - rng.Float64(seed, id, n|1<<63) // in (0,1]: log is finite
+	u2 := rng.Float64(seed, id, n|1<<62)
+	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+}
+
+func fired(r *gauntletv1.FaultRule, kind, service, tool string, now time.Duration, detail string) *gauntletv1.FaultFired {
+	return &gauntletv1.FaultFired{
+		FaultId:     r.Id,
+		Kind:        kind,
+		Target:      service + "/" + tool,
+		Detail:      detail,
+		AtVirtualNs: int64(now),
+	}
+}
+
+// Composition passes: aborts, delays, body rewrites.
+const (
+	passAbort = iota
+	passDelay
+	passRewrite
+	numPasses
+)
+
 func passOf(r *gauntletv1.FaultRule) int {
 	switch r.Spec.(type) {
 	case *gauntletv1.FaultRule_HttpError:
-		return 0
+		return passAbort
 	case *gauntletv1.FaultRule_Latency:
-		return 1
+		return passDelay
 	default:
-		return 2
+		return passRewrite
 	}
 }
 
 // Matches reports whether a rule target selects a call: "*" selects everything, a service
-// name ("payment") every tool of it, a tool name ("payment.pay") that tool alone.
+// name ("payment") or "payment.*" every tool of it, a tool name ("payment.pay") that tool
+// alone.
 func Matches(target, service, tool string) bool {
 	switch {
 	case target == "*", target == service, target == tool:

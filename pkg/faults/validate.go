@@ -3,17 +3,26 @@ package faults
 import (
 	"errors"
 	"fmt"
-	"math"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
+// maxLatencyMs bounds a latency rule's mean and jitter (one hour of virtual time): far
+// beyond any realistic fault, and far from overflowing a time.Duration.
+const maxLatencyMs = 3_600_000
+
 // ValidatePlan reports every problem of a plan at once, each naming the rule and field.
+// The range checks are written so NaN fails them. A plan that passes can be evaluated by an
+// Injector without panicking. A nil plan has no rules and is valid.
 func ValidatePlan(p *gauntletv1.FaultPlan) error {
 	var errs []error
 	seen := map[string]bool{}
 	for i, r := range p.GetRules() {
 		where := fmt.Sprintf("rules[%d]", i)
+		if r == nil {
+			errs = append(errs, fmt.Errorf("%s: missing rule", where))
+			continue
+		}
 		if r.Id == "" {
 			errs = append(errs, fmt.Errorf("%s.id: must not be empty", where))
 		} else if seen[r.Id] {
@@ -23,24 +32,31 @@ func ValidatePlan(p *gauntletv1.FaultPlan) error {
 		if r.Target == "" {
 			errs = append(errs, fmt.Errorf("%s.target: must not be empty", where))
 		}
-		if math.IsNaN(r.Probability) || r.Probability < 0 || r.Probability > 1 {
+		if !(r.Probability >= 0 && r.Probability <= 1) { // NaN fails both
 			errs = append(errs, fmt.Errorf("%s.probability: %v is outside [0,1]", where, r.Probability))
 		}
 		switch s := r.Spec.(type) {
 		case *gauntletv1.FaultRule_HttpError:
-			if st := s.HttpError.GetStatus(); st < 400 || st > 599 {
+			if s.HttpError == nil {
+				errs = append(errs, fmt.Errorf("%s.http_error: missing", where))
+			} else if st := s.HttpError.Status; st < 400 || st > 599 {
 				errs = append(errs, fmt.Errorf("%s.http_error.status: %d is not an HTTP error status (400-599)", where, st))
 			}
 		case *gauntletv1.FaultRule_Latency:
-			l := s.Latency
-			if !(l.GetMeanMs() >= 0) || math.IsInf(l.GetMeanMs(), 0) {
-				errs = append(errs, fmt.Errorf("%s.latency.mean_ms: %v must be a finite value >= 0", where, l.GetMeanMs()))
+			if s.Latency == nil {
+				errs = append(errs, fmt.Errorf("%s.latency: missing", where))
+				break
 			}
-			if !(l.GetJitterMs() >= 0) || math.IsInf(l.GetJitterMs(), 0) {
-				errs = append(errs, fmt.Errorf("%s.latency.jitter_ms: %v must be a finite value >= 0", where, l.GetJitterMs()))
+			if m := s.Latency.MeanMs; !(m >= 0 && m <= maxLatencyMs) {
+				errs = append(errs, fmt.Errorf("%s.latency.mean_ms: %v is outside [0,%d]", where, m, maxLatencyMs))
+			}
+			if j := s.Latency.JitterMs; !(j >= 0 && j <= maxLatencyMs) {
+				errs = append(errs, fmt.Errorf("%s.latency.jitter_ms: %v is outside [0,%d]", where, j, maxLatencyMs))
 			}
 		case *gauntletv1.FaultRule_Truncate:
-			if k := s.Truncate.GetKeepFraction(); !(k >= 0 && k < 1) {
+			if s.Truncate == nil {
+				errs = append(errs, fmt.Errorf("%s.truncate: missing", where))
+			} else if k := s.Truncate.KeepFraction; !(k >= 0 && k < 1) {
 				errs = append(errs, fmt.Errorf("%s.truncate.keep_fraction: %v is outside [0,1)", where, k))
 			}
 		case nil:

@@ -2093,8 +2093,10 @@ type RunProgress struct {
 	UpdatedAtUnixNano int64                  `protobuf:"varint,12,opt,name=updated_at_unix_nano,json=updatedAtUnixNano,proto3" json:"updated_at_unix_nano,omitempty"`
 	Env               string                 `protobuf:"bytes,13,opt,name=env,proto3" json:"env,omitempty"`
 	Label             string                 `protobuf:"bytes,14,opt,name=label,proto3" json:"label,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Why the scheduler refused the run (done is then true and nothing ran).
+	Error         string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunProgress) Reset() {
@@ -2221,6 +2223,13 @@ func (x *RunProgress) GetEnv() string {
 func (x *RunProgress) GetLabel() string {
 	if x != nil {
 		return x.Label
+	}
+	return ""
+}
+
+func (x *RunProgress) GetError() string {
+	if x != nil {
+		return x.Error
 	}
 	return ""
 }
@@ -2404,7 +2413,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\astarted\x18\x01 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedH\x00R\astarted\x12,\n" +
 	"\x04step\x18\x02 \x01(\v2\x16.gauntlet.v1.StepTakenH\x00R\x04step\x121\n" +
 	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedH\x00R\x05endedB\x06\n" +
-	"\x04body\"\xa9\x03\n" +
+	"\x04body\"\xbf\x03\n" +
 	"\vRunProgress\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bepisodes\x18\x02 \x01(\x04R\bepisodes\x12\x1a\n" +
@@ -2421,7 +2430,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x14started_at_unix_nano\x18\v \x01(\x03R\x11startedAtUnixNano\x12/\n" +
 	"\x14updated_at_unix_nano\x18\f \x01(\x03R\x11updatedAtUnixNano\x12\x10\n" +
 	"\x03env\x18\r \x01(\tR\x03env\x12\x14\n" +
-	"\x05label\x18\x0e \x01(\tR\x05label*\x8a\x02\n" +
+	"\x05label\x18\x0e \x01(\tR\x05label\x12\x14\n" +
+	"\x05error\x18\x0f \x01(\tR\x05error*\x8a\x02\n" +
 	"\x11TerminationReason\x12\"\n" +
 	"\x1eTERMINATION_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aTERMINATION_REASON_SUCCESS\x10\x01\x12\x1e\n" +

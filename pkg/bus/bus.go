@@ -1,0 +1,261 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// StreamConfig sizes the streams.
+type StreamConfig struct {
+	// EventsMaxAge is how long events stay replayable from the stream (ClickHouse keeps
+	// them longer).
+	EventsMaxAge time.Duration
+	// EventsMaxBytes caps the events stream; when full, publishes fail (back-pressure)
+	// rather than old, maybe unprojected events being dropped.
+	EventsMaxBytes int64
+	// DuplicateWindow is how long message ids are remembered. The server keeps every id of
+	// the window in memory, so at 100k events/s a long window costs gigabytes.
+	DuplicateWindow time.Duration
+	// Replicas for clustered NATS (1 for the embedded server).
+	Replicas int
+}
+
+// DefaultStreamConfig suits one machine.
+func DefaultStreamConfig() StreamConfig {
+	return StreamConfig{
+		EventsMaxAge:    24 * time.Hour,
+		EventsMaxBytes:  32 << 30,
+		DuplicateWindow: 30 * time.Second,
+		Replicas:        1,
+	}
+}
+
+// Bus is a NATS connection with JetStream.
+type Bus struct {
+	NC  *nats.Conn
+	JS  jetstream.JetStream
+	log *slog.Logger
+}
+
+// Connect opens a connection. url may be empty when opts include an in-process option.
+func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*Bus, error) {
+	all := append([]nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(64 << 20),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			log.Error("nats async error", "subject", subj, "err", err)
+		}),
+	}, opts...)
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	nc, err := nats.Connect(url, all...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(8192),
+		jetstream.WithPublishAsyncTimeout(30*time.Second),
+	)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream context: %w", err)
+	}
+	return &Bus{NC: nc, JS: js, log: log}, nil
+}
+
+// Close drains the connection: subscriptions finish what they hold, pending publishes are
+// flushed, then the connection closes.
+func (b *Bus) Close() error {
+	if b == nil || b.NC == nil {
+		return nil
+	}
+	if err := b.NC.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		b.NC.Close()
+		return fmt.Errorf("drain nats connection: %w", err)
+	}
+	for i := 0; i < 200 && !b.NC.IsClosed(); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.NC.Close()
+	return nil
+}
+
+// EnsureStreams creates or updates gauntlet's streams and KV buckets; safe to call from
+// every process at start.
+func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
+	if cfg.Replicas < 1 {
+		cfg.Replicas = 1
+	}
+	streams := []jetstream.StreamConfig{{
+		Name:        StreamCommands,
+		Description: "gauntlet commands: runs for the scheduler, episodes for workers",
+		Subjects:    []string{"gauntlet.cmd.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  2 * time.Minute,
+		Discard:     jetstream.DiscardNew,
+	}, {
+		Name:        StreamEvents,
+		Description: "gauntlet events: the source of truth ClickHouse projects",
+		Subjects:    []string{"gauntlet.ev.>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.EventsMaxAge,
+		MaxBytes:    cfg.EventsMaxBytes,
+		Duplicates:  cfg.DuplicateWindow,
+		Discard:     jetstream.DiscardNew,
+	}}
+	for _, sc := range streams {
+		if _, err := b.JS.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("create stream %s: %w", sc.Name, err)
+		}
+	}
+	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketRuns,
+		Description: "scheduler run state",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketRuns, err)
+	}
+	return nil
+}
+
+// EventSubject and MsgID return where an event goes and its de-duplication id.
+func EventSubject(ev *gauntletv1.Event) (subject, msgID string, err error) {
+	switch b := ev.Body.(type) {
+	case *gauntletv1.Event_Started:
+		id := b.Started.GetEpisode().GetEpisodeId()
+		return SubjectEvent(KindStarted, id), id + "/started", nil
+	case *gauntletv1.Event_Step:
+		id := b.Step.GetEpisodeId()
+		return SubjectEvent(KindStep, id), id + "/" + strconv.FormatUint(uint64(b.Step.GetStep()), 10) + "/step", nil
+	case *gauntletv1.Event_Ended:
+		id := b.Ended.GetEpisode().GetEpisodeId()
+		return SubjectEvent(KindEnded, id), id + "/ended", nil
+	}
+	return "", "", fmt.Errorf("event has no body")
+}
+
+// PublishEventAsync publishes an event to GAUNTLET_EVENTS without waiting for the ack. It
+// waits (up to stall) when too many publishes are pending rather than failing at once.
+func (b *Bus) PublishEventAsync(ev *gauntletv1.Event, stall time.Duration) (jetstream.PubAckFuture, error) {
+	subj, id, err := EventSubject(ev)
+	if err != nil {
+		return nil, err
+	}
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("marshal event %s: %w", id, err)
+	}
+	f, err := b.JS.PublishMsgAsync(&nats.Msg{Subject: subj, Data: data}, jetstream.WithMsgID(id), jetstream.WithStallWait(stall))
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", id, err)
+	}
+	return f, nil
+}
+
+// PublishEvent publishes an event and waits for the stream's ack, retrying transient
+// failures until ctx ends. The message id makes retries safe.
+func (b *Bus) PublishEvent(ctx context.Context, ev *gauntletv1.Event) error {
+	subj, id, err := EventSubject(ev)
+	if err != nil {
+		return err
+	}
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("marshal event %s: %w", id, err)
+	}
+	return b.publishRetry(ctx, subj, id, data)
+}
+
+// PublishCommand publishes a command message (run or episode assignment) and waits for
+// its ack, retrying until ctx ends.
+func (b *Bus) PublishCommand(ctx context.Context, subject, msgID string, m proto.Message) error {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("marshal command %s: %w", msgID, err)
+	}
+	return b.publishRetry(ctx, subject, msgID, data)
+}
+
+func (b *Bus) publishRetry(ctx context.Context, subj, id string, data []byte) error {
+	backoff := 50 * time.Millisecond
+	for {
+		_, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: subj, Data: data}, jetstream.WithMsgID(id))
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("publish %s: %w (last error: %v)", id, ctx.Err(), err)
+		}
+		b.log.Warn("publish failed; retrying", "msg_id", id, "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// requestAttemptTimeout bounds one try of a core request; a service that takes longer is
+// considered lost and the request is sent again.
+const requestAttemptTimeout = 10 * time.Second
+
+// Request sends a protobuf request over core NATS and decodes the reply into out,
+// retrying while no responder is there yet (a service still starting) until ctx ends.
+func (b *Bus) Request(ctx context.Context, subject string, in, out proto.Message) error {
+	data, err := proto.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("marshal request to %s: %w", subject, err)
+	}
+	backoff := 20 * time.Millisecond
+	for {
+		attempt, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		msg, err := b.NC.RequestWithContext(attempt, subject, data)
+		cancel()
+		if err == nil {
+			if err := proto.Unmarshal(msg.Data, out); err != nil {
+				return fmt.Errorf("decode reply from %s: %w", subject, err)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("request %s: %w (last error: %v)", subject, ctx.Err(), err)
+		}
+		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("request %s: %w", subject, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}

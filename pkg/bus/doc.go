@@ -1,0 +1,19 @@
+// Package bus owns gauntlet's NATS JetStream plumbing: the embedded server, the connection,
+// the streams and their subjects, and publishing with de-duplicating message ids.
+//
+// Layout (see docs/architecture.md):
+//
+//	GAUNTLET_CMD     work-queue  gauntlet.cmd.run                  RunRequested    -> scheduler
+//	                             gauntlet.cmd.episode.<run_id>     EpisodeAssigned -> workers
+//	GAUNTLET_EVENTS  limits      gauntlet.ev.<kind>.<episode_id>   Event           -> store, scheduler
+//	core request/reply           gauntlet.rpc.reward.score         ScoreRequest    -> reward
+//	                             gauntlet.rpc.faults.plan          PlanRequest     -> faults
+//	core publish                 gauntlet.progress.<run_id>        RunProgress     -> CLIs
+//
+// Every JetStream publish carries a message id derived from what it describes (episode,
+// step, kind), so a retried publish is dropped by the stream's duplicate window and a
+// re-run episode produces the same ids. Streams are created or updated idempotently by
+// EnsureStreams; each service creates its own durable consumers.
+//
+// A Bus is safe for concurrent use. The embedded Server is a lifecycle.Service.
+package bus

@@ -1,0 +1,60 @@
+package bus
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Stream names.
+const (
+	StreamCommands = "GAUNTLET_CMD"
+	StreamEvents   = "GAUNTLET_EVENTS"
+)
+
+// Subjects and subject prefixes.
+const (
+	SubjectRun           = "gauntlet.cmd.run"
+	SubjectEpisodePrefix = "gauntlet.cmd.episode."
+	SubjectEventsAll     = "gauntlet.ev.>"
+	SubjectEndedAll      = "gauntlet.ev.ended.>"
+	SubjectScore         = "gauntlet.rpc.reward.score"
+	SubjectPlan          = "gauntlet.rpc.faults.plan"
+	SubjectProgressAll   = "gauntlet.progress.>"
+)
+
+// Event kinds, the third token of an event subject.
+const (
+	KindStarted = "started"
+	KindStep    = "step"
+	KindEnded   = "ended"
+)
+
+// KV buckets.
+const (
+	BucketRuns = "gauntlet_runs"
+)
+
+// SubjectEpisode is where the scheduler assigns the episodes of a run.
+func SubjectEpisode(runID string) string { return SubjectEpisodePrefix + runID }
+
+// SubjectEvent is the subject of one episode's event of a kind.
+func SubjectEvent(kind, episodeID string) string { return "gauntlet.ev." + kind + "." + episodeID }
+
+// SubjectProgress is where the scheduler announces a run's progress.
+func SubjectProgress(runID string) string { return "gauntlet.progress." + runID }
+
+// ValidToken reports an error if s cannot be one token of a NATS subject: run and episode
+// ids become subject tokens, so they must be non-empty and free of '.', '*', '>' and
+// white space.
+func ValidToken(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s: must not be empty", field)
+	}
+	if len(s) > 128 {
+		return fmt.Errorf("%s: %d bytes is longer than 128", field, len(s))
+	}
+	if i := strings.IndexAny(s, ".*> \t\r\n"); i >= 0 {
+		return fmt.Errorf("%s: %q contains %q, which cannot appear in a NATS subject token", field, s, s[i])
+	}
+	return nil
+}

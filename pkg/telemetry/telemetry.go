@@ -1,0 +1,96 @@
+// Package telemetry sets up OpenTelemetry for a gauntlet process: a meter provider whose
+// instruments are served in Prometheus text format on /metrics, and a tracer provider whose
+// spans flow through ctx (exported to a JSON-lines file when one is configured).
+//
+// One Telemetry per process; its providers are safe for concurrent use. Instruments on hot
+// paths are counters and histograms created once at construction, never per call.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Telemetry holds the process's meter and tracer providers.
+type Telemetry struct {
+	Meters  *sdkmetric.MeterProvider
+	Tracers *sdktrace.TracerProvider
+	handler http.Handler
+	traceF  *os.File
+}
+
+// New builds the providers. traceFile, when set, receives every finished span as JSON.
+func New(service, traceFile string) (*Telemetry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	res := resource.NewSchemaless(semconv.ServiceName(service))
+	t := &Telemetry{
+		Meters:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
+		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if traceFile != "" {
+		f, err := os.Create(traceFile)
+		if err != nil {
+			return nil, fmt.Errorf("open trace file: %w", err)
+		}
+		te, err := stdouttrace.New(stdouttrace.WithWriter(f))
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("trace exporter: %w", err)
+		}
+		t.traceF = f
+		opts = append(opts, sdktrace.WithBatcher(te))
+	}
+	t.Tracers = sdktrace.NewTracerProvider(opts...)
+	otel.SetTracerProvider(t.Tracers)
+	otel.SetMeterProvider(t.Meters)
+	return t, nil
+}
+
+// Meter returns a named meter.
+func (t *Telemetry) Meter(name string) metric.Meter { return t.Meters.Meter(name) }
+
+// Tracer returns a named tracer.
+func (t *Telemetry) Tracer(name string) trace.Tracer { return t.Tracers.Tracer(name) }
+
+// Handler serves /metrics.
+func (t *Telemetry) Handler() http.Handler { return t.handler }
+
+// Shutdown flushes and stops both providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	err := errors.Join(t.Tracers.Shutdown(ctx), t.Meters.Shutdown(ctx))
+	if t.traceF != nil {
+		err = errors.Join(err, t.traceF.Close())
+	}
+	return err
+}
+
+// Must panics on an instrument construction error. Instrument creation fails only on an
+// invalid name, a programming error that tests catch.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(fmt.Sprintf("telemetry: %v", err))
+	}
+	return v
+}
