@@ -1,0 +1,163 @@
+package shop
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+)
+
+// oracle is the shop's scripted good agent. It knows only what the observations tell it:
+// it searches for the task's item, checks the stock of affordable candidates cheapest
+// first, orders qty units of the first with enough stock, pays, and ships. It honours
+// retry_after_ms by waiting before retrying, re-issues reads whose response was truncated,
+// and after a truncated write asks order.status what happened.
+type oracle struct {
+	started bool
+	task    resetObs
+	last    env.Action
+	// pending is the action to retry once a wait has passed.
+	pending *env.Action
+	cands   []hit
+	next    int
+	orderID string
+}
+
+// view is the union of the observation fields the oracle reads.
+type view struct {
+	OK           bool   `json:"ok"`
+	Truncated    bool   `json:"truncated"`
+	Status       uint32 `json:"status"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	Rule         string `json:"rule"`
+	Results      []hit  `json:"results"`
+	Stock        int64  `json:"stock"`
+	OrderID      string `json:"order_id"`
+	OrderStatus  string `json:"order_status"`
+}
+
+// Act chooses the next action from the previous one and its observation.
+func (o *oracle) Act(t env.Turn) (env.Action, error) {
+	if !o.started {
+		if err := json.Unmarshal(t.Observation, &o.task); err != nil || o.task.Item == "" || o.task.Qty < 1 {
+			return env.Action{}, fmt.Errorf("shop oracle: first observation is not a shop task: %.80s", t.Observation)
+		}
+		o.started = true
+		return o.search(), nil
+	}
+	var v view
+	if err := json.Unmarshal(t.Observation, &v); err != nil {
+		return o.do(o.last), nil // garbled: ask again
+	}
+	if o.pending != nil && o.last.Tool == "wait" {
+		a := *o.pending
+		o.pending = nil
+		return o.do(a), nil
+	}
+	switch {
+	case v.Truncated:
+		switch o.last.Tool {
+		case "payment.pay", "shipping.ship":
+			return o.call("order.status", map[string]any{"order_id": o.orderID}), nil
+		default: // a read, or an order.create: creating again is harmless, orders reserve nothing
+			return o.do(o.last), nil
+		}
+	case v.Status != 0:
+		if v.RetryAfterMs > 0 {
+			retry := o.last
+			o.pending = &retry
+			return o.call("wait", map[string]any{"ms": min(v.RetryAfterMs, MaxWaitMs)}), nil
+		}
+		return o.do(o.last), nil
+	}
+
+	switch o.last.Tool {
+	case "catalog.search":
+		o.candidates(v.Results)
+		return o.checkNext(), nil
+	case "inventory.get":
+		if v.OK && v.Stock >= o.task.Qty && o.next < len(o.cands) {
+			return o.call("order.create", map[string]any{"sku": o.cands[o.next].SKU, "qty": o.task.Qty}), nil
+		}
+		o.next++
+		return o.checkNext(), nil
+	case "order.create":
+		if !v.OK {
+			o.next++
+			return o.checkNext(), nil
+		}
+		o.orderID = v.OrderID
+		return o.pay(), nil
+	case "payment.pay":
+		switch {
+		case v.OK, v.Rule == RulePayOnce:
+			return o.ship(), nil
+		case v.Rule == RuleInventoryBeforePayment, v.Rule == RuleSufficientBalance:
+			o.next++
+			return o.checkNext(), nil
+		}
+		return o.checkNext(), nil
+	case "order.status":
+		switch v.OrderStatus {
+		case statusCreated:
+			return o.pay(), nil
+		case statusPaid, statusShipped:
+			return o.ship(), nil
+		}
+		return o.checkNext(), nil
+	case "shipping.ship":
+		if v.Rule == RuleShipBeforePayment {
+			return o.pay(), nil
+		}
+		return o.call("order.status", map[string]any{"order_id": o.orderID}), nil
+	}
+	return o.search(), nil
+}
+
+// candidates keeps the search results that name the task's item and whose qty fits both
+// budget and balance, cheapest first.
+func (o *oracle) candidates(results []hit) {
+	limit := min(o.task.Budget, o.task.Balance)
+	o.cands, o.next = o.cands[:0], 0
+	for _, h := range results {
+		if slices.Contains(strings.Fields(h.Name), o.task.Item) && h.Price*o.task.Qty <= limit {
+			o.cands = append(o.cands, h)
+		}
+	}
+	slices.SortStableFunc(o.cands, func(a, b hit) int {
+		return cmp.Or(cmp.Compare(a.Price, b.Price), cmp.Compare(a.SKU, b.SKU))
+	})
+}
+
+// checkNext reads the stock of the next candidate, or searches again when none is left.
+func (o *oracle) checkNext() env.Action {
+	if o.next < len(o.cands) {
+		return o.call("inventory.get", map[string]any{"sku": o.cands[o.next].SKU})
+	}
+	return o.search()
+}
+
+func (o *oracle) search() env.Action {
+	return o.call("catalog.search", map[string]any{"query": o.task.Item})
+}
+
+func (o *oracle) pay() env.Action {
+	return o.call("payment.pay", map[string]any{"order_id": o.orderID})
+}
+
+func (o *oracle) ship() env.Action {
+	return o.call("shipping.ship", map[string]any{"order_id": o.orderID})
+}
+
+func (o *oracle) call(tool string, a map[string]any) env.Action {
+	b, _ := json.Marshal(a) // strings and ints always encode
+	return o.do(env.Action{Tool: tool, Args: b})
+}
+
+func (o *oracle) do(a env.Action) env.Action {
+	o.last = a
+	return a
+}

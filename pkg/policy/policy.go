@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+)
+
+// Names of the built-in policies.
+const (
+	// Random names the policy that calls uniformly random tools with schema-shaped args.
+	Random = "random"
+	// Oracle names the policy that delegates to the env's scripted agent (env.Oracle).
+	Oracle = "oracle"
+)
+
+// Policy makes agents: whoever chooses the actions of an episode.
+type Policy interface {
+	// Name is the name the policy registers under.
+	Name() string
+	// NewAgent returns an agent for one episode of e, deterministic from seed.
+	NewAgent(e env.Env, seed uint64) (env.Agent, error)
+}
+
+// ErrUnknownPolicy is returned by Lookup for a name nobody registered.
+var ErrUnknownPolicy = errors.New("unknown policy")
+
+// ErrNoOracle is returned by the oracle policy for an env that ships no scripted agent.
+var ErrNoOracle = errors.New("env has no oracle")
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Policy{}
+)
+
+func init() {
+	Register(randomPolicy{})
+	Register(oraclePolicy{})
+}
+
+// Register makes a policy available by name. It panics on a duplicate name: that is a
+// programming error caught at init time, never at run time.
+func Register(p Policy) {
+	mu.Lock()
+	defer mu.Unlock()
+	name := p.Name()
+	if _, dup := registry[name]; dup {
+		panic("policy: duplicate registration of " + name)
+	}
+	registry[name] = p
+}
+
+// Lookup returns the named policy; its error lists the known names.
+func Lookup(name string) (Policy, error) {
+	mu.RLock()
+	defer mu.RUnlock()
+	p, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownPolicy, name, namesLocked())
+	}
+	return p, nil
+}
+
+// Names lists the registered policies, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	return namesLocked()
+}
+
+func namesLocked() []string {
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// oraclePolicy delegates to the env's scripted agent.
+type oraclePolicy struct{}
+
+func (oraclePolicy) Name() string { return Oracle }
+
+func (oraclePolicy) NewAgent(e env.Env, seed uint64) (env.Agent, error) {
+	o, ok := e.(env.Oracle)
+	if !ok {
+		return nil, fmt.Errorf("policy %s: %w: env %q", Oracle, ErrNoOracle, e.Spec().Name)
+	}
+	return o.Oracle(seed), nil
+}
