@@ -1,0 +1,51 @@
+# gauntlet: `make demo` runs the whole thing end to end; `make test` runs every test.
+SHELL := /bin/bash
+GO    ?= go
+GOBIN := $(shell $(GO) env GOPATH)/bin
+BIN   := bin/gauntlet
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+export PATH := $(GOBIN):$(PATH)
+
+.PHONY: help deps build test test-short lint proto proto-check demo up bench loadtest clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+deps: ## install what is missing (Debian packages, pinned Go tools); idempotent
+	@bash scripts/deps.sh
+
+build: ## build bin/gauntlet
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/gauntlet
+
+test: deps ## the whole suite against real NATS and ClickHouse (race detector on)
+	$(GO) vet ./... ./loadtest/...
+	$(GO) test -race -timeout 20m ./... ./loadtest/...
+
+test-short: ## unit tests only (no ClickHouse)
+	$(GO) test -short ./...
+
+lint: deps proto-check ## gofmt, go vet, staticcheck, generated code up to date
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./... ./loadtest/...
+	staticcheck ./... ./loadtest/...
+
+proto: deps ## regenerate proto/ Go code with pinned protoc and protoc-gen-go
+	protoc --go_out=. --go_opt=module=github.com/gauntlet-rl/gauntlet proto/gauntlet/v1/*.proto
+
+proto-check: proto ## fail when the committed generated code is stale
+	@git diff --exit-code -- proto/ || { echo "proto/: generated code is stale; run make proto and commit"; exit 1; }
+
+demo: deps build ## start the stack, run 20,000 shop episodes, print results, stop
+	$(BIN) demo $(DEMO_FLAGS)
+
+up: deps build ## run every service until Ctrl-C
+	$(BIN) up
+
+bench: deps ## Go micro-benchmarks of the hot paths
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+loadtest: deps build ## end-to-end throughput vs the ClickHouse ceiling (docs/benchmarks.md)
+	cd loadtest && $(GO) run ./cmd/pipeline -gauntlet ../$(BIN) $(LOADTEST_FLAGS)
+
+clean:
+	rm -rf bin .gauntlet

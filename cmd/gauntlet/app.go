@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
+	"github.com/gauntlet-rl/gauntlet/pkg/modules"
+	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	"github.com/gauntlet-rl/gauntlet/services/faults"
+	"github.com/gauntlet-rl/gauntlet/services/reward"
+	"github.com/gauntlet-rl/gauntlet/services/scheduler"
+	"github.com/gauntlet-rl/gauntlet/services/store"
+	"github.com/gauntlet-rl/gauntlet/services/worker"
+)
+
+// Module names. "all" is every service; the others are the pieces they stand on.
+const (
+	modNATS       = "nats"
+	modBus        = "bus"
+	modClickHouse = "clickhouse"
+	modHTTP       = "http"
+	modScheduler  = "scheduler"
+	modWorker     = "worker"
+	modFaults     = "faults"
+	modReward     = "reward"
+	modStore      = "store"
+	modAll        = "all"
+)
+
+// app wires gauntlet's modules for one process, like Loki's modules.go: each init function
+// builds one module from the config and from what its dependencies built.
+type app struct {
+	cfg config
+	log *slog.Logger
+	tel *telemetry.Telemetry
+	mgr *modules.Manager
+
+	nats  *bus.Server
+	bus   *bus.Bus            // the process's own connection (streams, demo client)
+	conns map[string]*bus.Bus // one connection per service module, as in split mode
+	ch   *chlocal.Server
+	http *http.Server
+}
+
+func newApp(cfg config, log *slog.Logger) (*app, error) {
+	tel, err := telemetry.New("gauntlet", cfg.TraceFile)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{cfg: cfg, log: log, tel: tel, mgr: modules.New(log, cfg.StopTimeout), conns: map[string]*bus.Bus{}}
+	m := a.mgr
+	m.Register(modNATS, a.initNATS)
+	m.Register(modBus, a.initBus, modNATS)
+	m.Register(modClickHouse, a.initClickHouse)
+	m.Register(modHTTP, a.initHTTP)
+	m.Register(modFaults, func() (lifecycle.Service, error) {
+		return faults.New(a.busFor(modFaults), tel.Meter("gauntlet/faults"), log.With("module", modFaults)), nil
+	}, modBus)
+	m.Register(modReward, func() (lifecycle.Service, error) {
+		return reward.New(cfg.Reward, a.busFor(modReward), tel.Meter("gauntlet/reward"), log.With("module", modReward)), nil
+	}, modBus)
+	m.Register(modScheduler, func() (lifecycle.Service, error) {
+		return scheduler.New(cfg.Scheduler, a.busFor(modScheduler), tel.Meter("gauntlet/scheduler"), log.With("module", modScheduler)), nil
+	}, modBus, modFaults)
+	m.Register(modWorker, func() (lifecycle.Service, error) {
+		return worker.New(cfg.Worker, a.busFor(modWorker), tel, log.With("module", modWorker)), nil
+	}, modBus, modReward)
+	m.Register(modStore, func() (lifecycle.Service, error) {
+		sc := cfg.Store
+		sc.Database = cfg.Database
+		sc.Addr = a.clickHouseAddr
+		return store.New(sc, a.busFor(modStore), tel.Meter("gauntlet/store"), log.With("module", modStore)), nil
+	}, modBus, modClickHouse)
+	m.RegisterVirtual(modAll, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
+	return a, nil
+}
+
+func (a *app) getBus() *bus.Bus { return a.bus }
+
+// busFor returns the connection of a service module, opened by the bus module's Starting.
+// Each service has its own connection even in one process, so no service's traffic queues
+// behind another's and the wiring is the same as in split mode.
+func (a *app) busFor(module string) func() *bus.Bus {
+	return func() *bus.Bus { return a.conns[module] }
+}
+
+var serviceModules = []string{modFaults, modReward, modScheduler, modWorker, modStore}
+
+func (a *app) clickHouseAddr() string {
+	if a.ch != nil {
+		return a.ch.Addr()
+	}
+	return a.cfg.ClickHouse
+}
+
+// natsURL is where outside clients reach this process's NATS.
+func (a *app) natsURL() string {
+	if a.nats != nil {
+		return a.nats.ClientURL()
+	}
+	return a.cfg.NATSURL
+}
+
+// run runs the targets until ctx ends or a module fails.
+func (a *app) run(ctx context.Context, targets []string) error {
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.tel.Shutdown(sctx)
+	}()
+	return a.mgr.Run(ctx, targets)
+}
+
+func (a *app) initNATS() (lifecycle.Service, error) {
+	if a.cfg.NATSURL != "" {
+		return lifecycle.Funcs{}, nil // an external cluster: nothing to run here
+	}
+	a.nats = bus.NewServer(bus.ServerConfig{
+		StoreDir: filepath.Join(a.cfg.DataDir, "jetstream"),
+		Port:     a.cfg.NATSPort,
+	}, a.log.With("module", modNATS))
+	return a.nats, nil
+}
+
+func (a *app) initBus() (lifecycle.Service, error) {
+	return lifecycle.Funcs{
+		OnStarting: func(ctx context.Context) error {
+			var err error
+			if a.bus, err = a.connect("gauntlet"); err != nil {
+				return err
+			}
+			if err := a.bus.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
+				return err
+			}
+			for _, m := range serviceModules {
+				if a.conns[m], err = a.connect("gauntlet-" + m); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		OnStopping: func(context.Context) error {
+			var errs []error
+			for _, b := range a.conns {
+				errs = append(errs, b.Close())
+			}
+			return errors.Join(append(errs, a.bus.Close())...)
+		},
+	}, nil
+}
+
+// connect opens a connection to this process's NATS (in-process when embedded).
+func (a *app) connect(name string) (*bus.Bus, error) {
+	if a.nats != nil {
+		return bus.Connect("", name, a.log, a.nats.ConnectOption())
+	}
+	return bus.Connect(a.cfg.NATSURL, name, a.log)
+}
+
+func (a *app) initClickHouse() (lifecycle.Service, error) {
+	if a.cfg.ClickHouse != "" {
+		return lifecycle.Funcs{}, nil
+	}
+	return lifecycle.Funcs{
+		OnStarting: func(ctx context.Context) error {
+			var err error
+			a.ch, err = chlocal.Start(ctx, chlocal.Options{
+				Dir:     filepath.Join(a.cfg.DataDir, "clickhouse"),
+				TCPPort: a.cfg.ClickHousePort,
+				Logger:  a.log.With("module", modClickHouse),
+			})
+			return err
+		},
+		OnStopping: func(ctx context.Context) error {
+			if a.ch == nil {
+				return nil
+			}
+			return a.ch.Stop(ctx)
+		},
+	}, nil
+}
+
+func (a *app) initHTTP() (lifecycle.Service, error) {
+	if a.cfg.HTTPAddr == "" {
+		return lifecycle.Funcs{}, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.tel.Handler())
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.mgr.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /modules", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.mgr.States())
+	})
+	a.http = &http.Server{Addr: a.cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	var ln net.Listener
+	return lifecycle.Funcs{
+		OnStarting: func(context.Context) error {
+			var err error
+			ln, err = net.Listen("tcp", a.cfg.HTTPAddr)
+			if err != nil {
+				return fmt.Errorf("--http %s: %w", a.cfg.HTTPAddr, err)
+			}
+			return nil
+		},
+		OnRunning: func(ctx context.Context) error {
+			errc := make(chan error, 1)
+			go func() { errc <- a.http.Serve(ln) }()
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-errc:
+				return fmt.Errorf("http server: %w", err)
+			}
+		},
+		OnStopping: func(ctx context.Context) error {
+			if err := a.http.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}, nil
+}
+
+// stack is what `gauntlet up` tells client commands (run, sql, episode) about where the
+// stack listens, in <data-dir>/stack.json.
+type stack struct {
+	NATSURL    string `json:"nats_url"`
+	ClickHouse string `json:"clickhouse"`
+	Database   string `json:"database"`
+	HTTP       string `json:"http"`
+	PID        int    `json:"pid"`
+}
+
+func stackPath(dataDir string) string { return filepath.Join(dataDir, "stack.json") }
+
+func writeStack(dataDir string, s stack) error {
+	b, _ := json.MarshalIndent(s, "", "  ")
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(stackPath(dataDir), append(b, '\n'), 0o644)
+}
+
+func readStack(dataDir string) (stack, error) {
+	var s stack
+	b, err := os.ReadFile(stackPath(dataDir))
+	if err != nil {
+		return s, fmt.Errorf("no running stack found (%w); start one with `gauntlet up` or pass --nats/--clickhouse", err)
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("read %s: %w", stackPath(dataDir), err)
+	}
+	return s, nil
+}

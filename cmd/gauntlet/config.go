@@ -1,0 +1,140 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gauntlet-rl/gauntlet/services/reward"
+	"github.com/gauntlet-rl/gauntlet/services/scheduler"
+	"github.com/gauntlet-rl/gauntlet/services/store"
+	"github.com/gauntlet-rl/gauntlet/services/worker"
+)
+
+// config is everything a serving gauntlet process is configured with. Flags own the
+// defaults; a YAML file (--config) may overlay them with the same names ("worker.concurrency:
+// 256"); flags given on the command line win over the file.
+type config struct {
+	DataDir        string
+	NATSURL        string
+	NATSPort       int
+	ClickHouse     string
+	ClickHousePort int
+	Database       string
+	HTTPAddr       string
+	LogLevel       string
+	TraceFile      string
+	StopTimeout    time.Duration
+
+	Worker    worker.Config
+	Scheduler scheduler.Config
+	Store     store.Config
+	Reward    reward.Config
+}
+
+// register declares every serving flag on fs.
+func (c *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.DataDir, "data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "directory for JetStream, the local ClickHouse and stack.json")
+	fs.StringVar(&c.NATSURL, "nats", "", "NATS URL of an existing cluster (empty: run NATS embedded)")
+	fs.IntVar(&c.NATSPort, "nats.port", 4222, "port the embedded NATS listens on for clients (-1: in-process only)")
+	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (empty: start Debian's clickhouse-server locally)")
+	fs.IntVar(&c.ClickHousePort, "clickhouse.port", 19000, "native port of the local ClickHouse (0: any free port)")
+	fs.StringVar(&c.Database, "clickhouse.database", "gauntlet", "ClickHouse database")
+	fs.StringVar(&c.HTTPAddr, "http", "127.0.0.1:9464", "address of /ready and /metrics (empty: off)")
+	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
+
+	fs.StringVar(&c.Worker.ID, "worker.id", "", "worker id in events (default: random)")
+	fs.IntVar(&c.Worker.Concurrency, "worker.concurrency", 512, "episodes a worker runs at once")
+	fs.IntVar(&c.Worker.ScoreBatch, "worker.score-batch", 512, "most steps in one score request")
+	fs.DurationVar(&c.Worker.AckWait, "worker.ack-wait", 30*time.Second, "lease on an assignment")
+	fs.IntVar(&c.Worker.MaxDeliver, "worker.max-deliver", 3, "attempts per episode before it is an infra error")
+
+	fs.Uint64Var(&c.Scheduler.MaxInFlight, "scheduler.max-in-flight", 20_000, "episodes in flight over all runs")
+	fs.Uint64Var(&c.Scheduler.AssignBatch, "scheduler.assign-batch", 512, "most episodes assigned per run per round")
+	fs.DurationVar(&c.Scheduler.ProgressEvery, "scheduler.progress-every", 250*time.Millisecond, "how often run progress is published")
+
+	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 50_000, "most events per ClickHouse insert")
+	fs.DurationVar(&c.Store.FlushEvery, "store.flush-every", time.Second, "longest wait of an event in a partial batch")
+	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 2*time.Minute, "lease on delivered events")
+
+	fs.IntVar(&c.Reward.Subscribers, "reward.subscribers", 2, "score handlers per reward instance")
+}
+
+// overlay applies a YAML file's keys to fs, skipping flags set on the command line. Unknown
+// keys are errors naming the key.
+func overlay(fs *flag.FlagSet, path string) error {
+	if path == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	flat := map[string]string{}
+	flatten("", doc, flat)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs []error
+	for _, k := range keys {
+		if fs.Lookup(k) == nil {
+			errs = append(errs, fmt.Errorf("--config %s: unknown key %q", path, k))
+			continue
+		}
+		if set[k] {
+			continue
+		}
+		if err := fs.Set(k, flat[k]); err != nil {
+			errs = append(errs, fmt.Errorf("--config %s: %s: %w", path, k, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func flatten(prefix string, v any, out map[string]string) {
+	if m, ok := v.(map[string]any); ok {
+		for k, sub := range m {
+			key := k
+			if prefix != "" {
+				key = prefix + "." + k
+			}
+			flatten(key, sub, out)
+		}
+		return
+	}
+	out[prefix] = fmt.Sprint(v)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// splitTargets parses --target=worker,reward.
+func splitTargets(s string) []string {
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}

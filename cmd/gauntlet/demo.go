@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// cmdDemo starts the whole stack in this process, runs one campaign through it, prints the
+// results and stops the stack: the end-to-end job of the README's quick start.
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", stderr)
+	var cfg config
+	cfg.register(fs)
+	var o runOpts
+	o.register(fs, 20_000)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if !explicit["log.level"] {
+		cfg.LogLevel = "warn" // the progress bar and summary are the demo's output
+	}
+	if o.label == "" {
+		o.label = "demo"
+	}
+	req, err := o.request()
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.LogLevel, stderr)
+	if err != nil {
+		return err
+	}
+	a, err := newApp(cfg, log)
+	if err != nil {
+		return err
+	}
+	stackCtx, stopStack := context.WithCancel(context.Background())
+	defer stopStack()
+	stackErr := make(chan error, 1)
+	go func() { stackErr <- a.run(stackCtx, []string{modAll}) }()
+
+	fmt.Fprintln(stdout, "starting gauntlet (embedded NATS, local ClickHouse, all services)…")
+	if !waitReady(ctx, a) {
+		stopStack()
+		if err := <-stackErr; err != nil {
+			return fmt.Errorf("stack did not start: %w", err)
+		}
+		return ctx.Err()
+	}
+	fmt.Fprintf(stdout, "up: nats %s, clickhouse %s, metrics http://%s/metrics\n\n", a.natsURL(), a.clickHouseAddr(), cfg.HTTPAddr)
+	runErr := runAndReport(ctx, a.getBus(), a.clickHouseAddr(), cfg.Database, req, stdout, stderr)
+	fmt.Fprintln(stdout, "\nstopping gauntlet…")
+	stopStack()
+	if err := <-stackErr; err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
+// waitReady waits until every module of a runs; false if ctx ended first or the stack
+// failed to start.
+func waitReady(ctx context.Context, a *app) bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if a.mgr.Ready() == nil {
+			return true
+		}
+		for _, st := range a.mgr.States() {
+			if st == "failed" {
+				return false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}

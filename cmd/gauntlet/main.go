@@ -1,0 +1,154 @@
+// Command gauntlet is the single binary of the gauntlet platform: every service as a
+// module (`up`, `serve`), the trainer-facing `run` and `demo`, and the analyst's `sql` and
+// `episode show`. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	// Envs and policies register themselves.
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+const usage = `gauntlet: RL training episodes in hostile sandboxes, recorded for SQL and replay.
+
+Usage:
+  gauntlet up [flags]                  run every service (embedded NATS, local ClickHouse)
+  gauntlet serve --target=a,b [flags]  run some modules (against --nats / --clickhouse)
+  gauntlet run [flags]                 submit a run of episodes and follow it
+  gauntlet demo [flags]                start the stack, run a campaign, print results, stop
+  gauntlet sql "SELECT ..."            query the trajectories (aligned table)
+  gauntlet episode show ID             every step of one episode
+  gauntlet version
+
+Run 'gauntlet <command> -h' for a command's flags.
+`
+
+// errUsage marks an error already explained to the user with the command's usage.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "gauntlet:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "up":
+		return cmdServe(ctx, "up", rest, stdout, stderr)
+	case "serve":
+		return cmdServe(ctx, "serve", rest, stdout, stderr)
+	case "run":
+		return cmdRun(ctx, rest, stdout, stderr)
+	case "demo":
+		return cmdDemo(ctx, rest, stdout, stderr)
+	case "sql":
+		return cmdSQL(ctx, rest, stdout, stderr)
+	case "episode":
+		return cmdEpisode(ctx, rest, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "gauntlet", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "gauntlet: unknown command %q\n\n%s", cmd, usage)
+	return errUsage
+}
+
+// newFlagSet returns a flag set whose errors name the bad flag and return errUsage.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gauntlet "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errUsage
+		}
+		return errUsage // the flag package already printed the bad flag and the usage
+	}
+	return nil
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log.level: %q is not one of debug, info, warn, error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// cmdServe runs modules until SIGINT/SIGTERM.
+func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet(name, stderr)
+	var cfg config
+	cfg.register(fs)
+	cfgFile := fs.String("config", "", "YAML file overlaying the flags (keys are flag names)")
+	target := "all"
+	if name == "serve" {
+		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, scheduler, worker, faults, reward, store")
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gauntlet %s: unexpected argument %q\n", name, fs.Arg(0))
+		return errUsage
+	}
+	if err := overlay(fs, *cfgFile); err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.LogLevel, stderr)
+	if err != nil {
+		return err
+	}
+	a, err := newApp(cfg, log)
+	if err != nil {
+		return err
+	}
+	targets := splitTargets(target)
+	if _, err := a.mgr.Order(targets); err != nil {
+		return fmt.Errorf("--target: %w", err)
+	}
+	go func() {
+		// Tell client commands where the stack is once it runs.
+		if !waitReady(ctx, a) {
+			return
+		}
+		st := stack{NATSURL: a.natsURL(), ClickHouse: a.clickHouseAddr(), Database: cfg.Database, HTTP: cfg.HTTPAddr, PID: os.Getpid()}
+		if err := writeStack(cfg.DataDir, st); err != nil {
+			log.Warn("write stack.json", "err", err)
+		}
+		fmt.Fprintf(stdout, "gauntlet is up: nats %s, clickhouse %s (database %s), http %s\n", st.NATSURL, st.ClickHouse, st.Database, st.HTTP)
+	}()
+	err = a.run(ctx, targets)
+	_ = os.Remove(stackPath(cfg.DataDir))
+	return err
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// runOpts are the flags that describe a run.
+type runOpts struct {
+	env, params, policies, profiles, label string
+	episodes, seed                         uint64
+	maxInFlight, maxSteps                  uint
+}
+
+func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
+	fs.StringVar(&o.env, "env", "shop", "env to run")
+	fs.StringVar(&o.params, "params", "{}", "env parameters as a JSON object")
+	fs.StringVar(&o.policies, "policies", "random=1,oracle=1", "policies and weights")
+	fs.StringVar(&o.profiles, "profiles", "baseline=60,stress=25,edge=15", "fault profiles and weights")
+	fs.Uint64Var(&o.episodes, "episodes", episodes, "episodes to run")
+	fs.Uint64Var(&o.seed, "seed", 1, "run seed: the same seed gives the same episodes")
+	fs.UintVar(&o.maxInFlight, "max-in-flight", campaign.DefaultMaxInFlight, "episodes of this run in flight at once")
+	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit per episode (0: the env's default)")
+	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
+}
+
+// request builds and validates the run request, naming the bad flag.
+func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
+	var errs []error
+	pol, err := campaign.ParseShares("--policies", o.policies)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	prof, err := campaign.ParseShares("--profiles", o.profiles)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if !json.Valid([]byte(o.params)) {
+		errs = append(errs, fmt.Errorf("--params: not valid JSON: %q", o.params))
+	}
+	if o.maxInFlight > 1<<31 || o.maxSteps > 1<<31 {
+		errs = append(errs, errors.New("--max-in-flight and --max-steps must fit in 32 bits"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	req := &gauntletv1.RunRequested{
+		RunId: campaign.NewRunID(), Env: o.env, ParamsJson: o.params, Policies: pol, Profiles: prof,
+		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
+		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label,
+	}
+	if err := campaign.Validate(req); err != nil {
+		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	return req, nil
+}
+
+// cmdRun submits a run to a running stack and follows it to the end.
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", stderr)
+	var o runOpts
+	o.register(fs, 1000)
+	dataDir := fs.String("data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "where `gauntlet up` left stack.json")
+	natsURL := fs.String("nats", "", "NATS URL (default: from stack.json)")
+	chAddr := fs.String("clickhouse", "", "ClickHouse address for the summary (default: from stack.json)")
+	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	req, err := o.request()
+	if err != nil {
+		return err
+	}
+	st, stErr := readStack(*dataDir)
+	if *natsURL == "" {
+		if stErr != nil {
+			return stErr
+		}
+		*natsURL = st.NATSURL
+	}
+	if *chAddr == "" {
+		*chAddr = st.ClickHouse
+	}
+	db := st.Database
+	if db == "" {
+		db = "gauntlet"
+	}
+	log, _ := newLogger("warn", stderr)
+	b, err := bus.Connect(*natsURL, "gauntlet-run", log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if !*wait {
+		if err := b.PublishCommand(ctx, bus.SubjectRun, req.RunId+"/run", req); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, req.RunId)
+		return nil
+	}
+	return runAndReport(ctx, b, *chAddr, db, req, stdout, stderr)
+}
+
+// runAndReport submits, follows, waits for ClickHouse to hold every episode, and prints the
+// summary and example queries.
+func runAndReport(ctx context.Context, b *bus.Bus, chAddr, db string, req *gauntletv1.RunRequested, stdout, stderr io.Writer) error {
+	fmt.Fprintf(stdout, "run %s: %d episodes of %s, policies %s, profiles %s\n", req.RunId, req.Episodes, req.Env,
+		campaign.FormatShares(req.Policies), campaign.FormatShares(req.Profiles))
+	t0 := time.Now()
+	final, err := follow(ctx, b, req, stderr)
+	if err != nil {
+		return err
+	}
+	if final.Error != "" {
+		return fmt.Errorf("run %s refused by the scheduler: %s", req.RunId, final.Error)
+	}
+	elapsed := time.Since(t0)
+	if chAddr == "" {
+		return nil
+	}
+	conn, err := trajectory.Connect(ctx, chAddr, db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := waitPersisted(ctx, conn, db, req.RunId, req.Episodes, final.Steps, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n%d episodes, %d steps in %.1fs (%.0f episodes/s, %.0f steps/s); all in ClickHouse after %.1fs\n\n",
+		final.Ended, final.Steps, elapsed.Seconds(), float64(final.Ended)/elapsed.Seconds(), float64(final.Steps)/elapsed.Seconds(),
+		time.Since(t0).Seconds())
+	return printSummary(ctx, conn, db, req.RunId, stdout)
+}
+
+// follow submits the run and renders its progress until it is done.
+func follow(ctx context.Context, b *bus.Bus, req *gauntletv1.RunRequested, stderr io.Writer) (*gauntletv1.RunProgress, error) {
+	ch := make(chan *nats.Msg, 64)
+	sub, err := b.NC.ChanSubscribe(bus.SubjectProgress(req.RunId), ch)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to progress: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := b.PublishCommand(ctx, bus.SubjectRun, req.RunId+"/run", req); err != nil {
+		return nil, err
+	}
+	kv, err := b.JS.KeyValue(ctx, bus.BucketRuns)
+	if err != nil {
+		return nil, fmt.Errorf("open run state: %w", err)
+	}
+	bar := newProgressBar(stderr)
+	poll := time.NewTicker(2 * time.Second)
+	defer poll.Stop()
+	for {
+		var p *gauntletv1.RunProgress
+		select {
+		case <-ctx.Done():
+			bar.finish()
+			return nil, fmt.Errorf("stopped following run %s (it goes on in the stack): %w", req.RunId, ctx.Err())
+		case m := <-ch:
+			p = &gauntletv1.RunProgress{}
+			if err := proto.Unmarshal(m.Data, p); err != nil {
+				continue
+			}
+		case <-poll.C:
+			// Progress is published on core NATS, which may drop under load; the KV
+			// state is authoritative.
+			p = progressFromKV(ctx, kv, req.RunId)
+			if p == nil {
+				continue
+			}
+		}
+		bar.update(p)
+		if p.Done {
+			bar.finish()
+			return p, nil
+		}
+	}
+}
+
+// waitPersisted polls ClickHouse until every episode and step of the run is there.
+func waitPersisted(ctx context.Context, conn driver.Conn, db, runID string, episodes, steps uint64, stderr io.Writer) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		eps, st, err := trajectory.RunCounts(ctx, conn, db, runID)
+		if err == nil && eps >= episodes && st >= steps {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ClickHouse holds %d/%d episodes and %d/%d steps of %s after 5 minutes (last error: %v)", eps, episodes, st, steps, runID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

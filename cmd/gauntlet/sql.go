@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+)
+
+// clientOpts locate ClickHouse for the analyst commands.
+type clientOpts struct {
+	dataDir, addr, db string
+}
+
+func (o *clientOpts) register(fs interface {
+	StringVar(*string, string, string, string)
+}) {
+	fs.StringVar(&o.dataDir, "data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "where `gauntlet up` left stack.json")
+	fs.StringVar(&o.addr, "clickhouse", "", "ClickHouse native address (default: from stack.json)")
+	fs.StringVar(&o.db, "database", "", "ClickHouse database (default: from stack.json, else gauntlet)")
+}
+
+func (o *clientOpts) connect(ctx context.Context) (driver.Conn, string, error) {
+	if o.addr == "" || o.db == "" {
+		st, err := readStack(o.dataDir)
+		if o.addr == "" {
+			if err != nil {
+				return nil, "", err
+			}
+			o.addr = st.ClickHouse
+		}
+		if o.db == "" {
+			o.db = st.Database
+		}
+	}
+	if o.db == "" {
+		o.db = "gauntlet"
+	}
+	conn, err := trajectory.Connect(ctx, o.addr, o.db)
+	return conn, o.db, err
+}
+
+// cmdSQL runs one query and prints an aligned table.
+func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sql", stderr)
+	var o clientOpts
+	o.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	query := strings.Join(fs.Args(), " ")
+	if query == "-" || query == "" {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return fmt.Errorf("read query from stdin: %w", err)
+		}
+		query = string(b)
+	}
+	if strings.TrimSpace(query) == "" {
+		fmt.Fprintln(stderr, `gauntlet sql: give a query: gauntlet sql "SELECT count() FROM steps"`)
+		return errUsage
+	}
+	conn, _, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cols, rows, err := trajectory.Query(ctx, conn, query)
+	if err != nil {
+		return err
+	}
+	printTable(stdout, cols, rows)
+	fmt.Fprintf(stdout, "(%d rows)\n", len(rows))
+	return nil
+}
+
+var episodeIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// cmdEpisode shows one episode step by step.
+func cmdEpisode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "show" {
+		fmt.Fprintln(stderr, "usage: gauntlet episode show [flags] EPISODE_ID")
+		return errUsage
+	}
+	fs := newFlagSet("episode show", stderr)
+	var o clientOpts
+	o.register(fs)
+	full := fs.Bool("full", false, "print whole observations instead of their first 160 characters")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: gauntlet episode show [flags] EPISODE_ID")
+		return errUsage
+	}
+	id := fs.Arg(0)
+	if !episodeIDRe.MatchString(id) {
+		return fmt.Errorf("episode id %q: only letters, digits, '-' and '_' are allowed", id)
+	}
+	conn, db, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, eps, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT env, policy, profile, seed, steps, reason, success, infra_error, round(total_reward, 3), faults_fired, round(virtual_time_ns/1e6, 1)
+		FROM %s.episodes FINAL WHERE episode_id = '%s'`, db, id))
+	if err != nil {
+		return err
+	}
+	_, steps, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT step, tool, args, round(reward, 3), round(r_task, 3), round(r_cost, 3), round(r_safety, 3), round(r_timeliness, 3), round(r_causal, 3),
+		fault_kinds, fault_details, violation_reasons, observation, state_diff, reason
+		FROM %s.steps FINAL WHERE episode_id = '%s' ORDER BY step`, db, id))
+	if err != nil {
+		return err
+	}
+	if len(eps) == 0 && len(steps) == 0 {
+		return fmt.Errorf("episode %s: not found in %s", id, db)
+	}
+	if len(eps) > 0 {
+		e := eps[0]
+		fmt.Fprintf(stdout, "episode %s  env %s  policy %s  profile %s  seed %s\n  %s steps, ended %s (success=%s infra_error=%s), reward %s, %s faults, %s ms virtual\n\n",
+			id, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9], e[10])
+	}
+	cut := func(s string) string {
+		if *full || utf8.RuneCountInString(s) <= 160 {
+			return s
+		}
+		return string([]rune(s)[:160]) + "…"
+	}
+	for _, s := range steps {
+		fmt.Fprintf(stdout, "step %s  %s %s\n", s[0], s[1], s[2])
+		fmt.Fprintf(stdout, "  reward %s = task %s, cost %s, safety %s, timeliness %s, causal %s\n", s[3], s[4], s[5], s[6], s[7], s[8])
+		if s[9] != "[]" {
+			fmt.Fprintf(stdout, "  faults %s %s\n", s[9], s[10])
+		}
+		if s[11] != "[]" {
+			fmt.Fprintf(stdout, "  causal %s\n", s[11])
+		}
+		fmt.Fprintf(stdout, "  obs    %s\n  diff   %s\n", cut(s[12]), cut(s[13]))
+		if s[14] != "" {
+			fmt.Fprintf(stdout, "  ended: %s\n", s[14])
+		}
+	}
+	return nil
+}
+
+// printTable prints rows aligned under their column names.
+func printTable(w io.Writer, cols []string, rows [][]string) {
+	width := make([]int, len(cols))
+	for i, c := range cols {
+		width[i] = utf8.RuneCountInString(c)
+	}
+	for _, r := range rows {
+		for i, v := range r {
+			if i < len(width) {
+				width[i] = max(width[i], utf8.RuneCountInString(v))
+			}
+		}
+	}
+	line := func(vals []string) {
+		var b strings.Builder
+		for i, v := range vals {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			b.WriteString(v)
+			if i < len(vals)-1 {
+				b.WriteString(strings.Repeat(" ", width[i]-utf8.RuneCountInString(v)))
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	line(cols)
+	seps := make([]string, len(cols))
+	for i := range cols {
+		seps[i] = strings.Repeat("-", width[i])
+	}
+	line(seps)
+	for _, r := range rows {
+		line(r)
+	}
+}
+
+// exampleQueries are printed after a run: three questions an analyst asks first.
+func exampleQueries(db, runID string) []string {
+	return []string{
+		fmt.Sprintf(`-- success rate and reward percentiles by policy and fault profile (D4)
+SELECT policy, profile, count() AS episodes, round(avg(success), 3) AS success_rate,
+       arrayMap(x -> round(x, 2), quantiles(0.5, 0.9, 0.99)(total_reward)) AS reward_p50_p90_p99
+FROM %s.episodes FINAL WHERE run_id = '%s' GROUP BY policy, profile ORDER BY policy, profile`, db, runID),
+		fmt.Sprintf(`-- which injected faults the agents met, and what the steps that met them earned
+SELECT kind, count() AS fired, round(avg(reward), 3) AS mean_step_reward
+FROM %s.steps FINAL ARRAY JOIN fault_kinds AS kind WHERE run_id = '%s' GROUP BY kind ORDER BY fired DESC`, db, runID),
+		fmt.Sprintf(`-- the causal feedback agents got most often (C3)
+SELECT policy, reason, count() AS times
+FROM %s.steps FINAL ARRAY JOIN violation_reasons AS reason WHERE run_id = '%s'
+GROUP BY policy, reason ORDER BY times DESC LIMIT 10`, db, runID),
+	}
+}
+
+// printSummary prints the per-policy, per-profile table of a run and example queries.
+func printSummary(ctx context.Context, conn driver.Conn, db, runID string, w io.Writer) error {
+	cols, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT policy, profile, count() AS episodes,
+		round(avg(success), 3) AS success_rate, round(avg(total_reward), 3) AS mean_reward, round(avg(steps), 1) AS mean_steps,
+		sum(faults_fired) AS faults, sum(infra_error) AS infra_errors
+		FROM %s.episodes FINAL WHERE run_id = '%s' GROUP BY policy, profile ORDER BY policy, profile`, db, runID))
+	if err != nil {
+		return err
+	}
+	printTable(w, cols, rows)
+	fmt.Fprintln(w, "\nTry these (gauntlet sql \"...\", or clickhouse-client --port N):")
+	for _, q := range exampleQueries(db, runID) {
+		fmt.Fprintf(w, "\n%s\n", q)
+	}
+	return nil
+}

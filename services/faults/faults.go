@@ -1,0 +1,126 @@
+// Package faults is the fault-injector service (B1, B3): it owns the catalogue and turns an
+// episode request into the fault plan the episode will meet. The scheduler asks for plans
+// in batches over NATS request/reply before assigning episodes, so every plan is fixed (and
+// recorded) before a worker sees the episode, and replay meets the same faults.
+//
+// Plans are pkg/faults's pure functions of (seed, profile, env services); the service adds
+// the profile mix, request validation and metrics. Handlers run on NATS subscription
+// goroutines; the service holds no mutable state.
+package faults
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// QueueGroup is the NATS queue group fault services share.
+const QueueGroup = "faults"
+
+// Service is the fault-injector service.
+type Service struct {
+	bus     func() *bus.Bus
+	log     *slog.Logger
+	sub     *nats.Subscription
+	planned metric.Int64Counter
+}
+
+// New allocates the service.
+func New(getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service {
+	return &Service{
+		bus: getBus, log: log,
+		planned: telemetry.Must(meter.Int64Counter("gauntlet_faults_plans_total", metric.WithDescription("Fault plans derived."))),
+	}
+}
+
+// Starting subscribes to the plan subject.
+func (s *Service) Starting(ctx context.Context) error {
+	nc := s.bus().NC
+	sub, err := nc.QueueSubscribe(bus.SubjectPlan, QueueGroup, s.handle)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", bus.SubjectPlan, err)
+	}
+	s.sub = sub
+	return nc.FlushTimeout(10 * time.Second)
+}
+
+// Running waits for the stop.
+func (s *Service) Running(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// Stopping drains the subscription.
+func (s *Service) Stopping(context.Context) error {
+	if s.sub != nil {
+		_ = s.sub.Drain()
+	}
+	return nil
+}
+
+func (s *Service) handle(m *nats.Msg) {
+	var req gauntletv1.PlanRequest
+	var reply *gauntletv1.PlanReply
+	if err := proto.Unmarshal(m.Data, &req); err != nil {
+		reply = &gauntletv1.PlanReply{Error: fmt.Sprintf("decode plan request: %v", err)}
+	} else if reply, err = s.Plan(&req); err != nil {
+		reply = &gauntletv1.PlanReply{Error: err.Error()}
+	}
+	data, err := proto.Marshal(reply)
+	if err != nil {
+		s.log.Error("marshal plan reply", "err", err)
+		return
+	}
+	if err := m.Respond(data); err != nil {
+		s.log.Warn("respond to plan request", "err", err)
+	}
+}
+
+// Plan derives the plan of every episode in the request, in order. The profile of an
+// episode is drawn from the mix with the episode's seed, so it is as reproducible as the
+// plan itself.
+func (s *Service) Plan(req *gauntletv1.PlanRequest) (*gauntletv1.PlanReply, error) {
+	mix := req.GetProfiles()
+	if len(mix) == 0 {
+		mix = plans.DefaultMix()
+	}
+	if err := plans.ValidateMix(mix); err != nil {
+		return nil, err
+	}
+	reply := &gauntletv1.PlanReply{Plans: make([]*gauntletv1.FaultPlan, len(req.Episodes))}
+	services := map[string][]string{}
+	for i, ep := range req.Episodes {
+		svcs, ok := services[ep.Env]
+		if !ok {
+			e, err := env.Lookup(ep.Env)
+			if err != nil {
+				return nil, fmt.Errorf("episodes[%d].env: %w", i, err)
+			}
+			svcs = e.Spec().Services
+			services[ep.Env] = svcs
+		}
+		profile, err := plans.ChooseProfile(rng.Derive(ep.Seed, "profile"), mix)
+		if err != nil {
+			return nil, fmt.Errorf("episodes[%d]: choose profile: %w", i, err)
+		}
+		p, err := plans.Plan(rng.Derive(ep.Seed, "faults"), profile, svcs)
+		if err != nil {
+			return nil, fmt.Errorf("episodes[%d]: plan: %w", i, err)
+		}
+		reply.Plans[i] = p
+	}
+	s.planned.Add(context.Background(), int64(len(req.Episodes)))
+	return reply, nil
+}

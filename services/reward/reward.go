@@ -1,0 +1,128 @@
+// Package reward is the reward service (C1, C2, C8): it scores every step outside the
+// sandbox, over NATS request/reply, so no agent or env can reach the scoring code or its
+// spec. Workers batch steps into one ScoreRequest; any number of reward instances share the
+// load through the queue group. Scoring itself is pkg/reward's pure function, so the same
+// step always gets the same score and a recorded trajectory can be re-scored.
+//
+// Handlers run on NATS subscription goroutines (Config.Subscribers of them); the spec cache
+// is safe for concurrent use. A request that cannot be decoded is answered with an error
+// reply, never dropped, so the worker fails the episode as an infra error instead of waiting.
+package reward
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	scoring "github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// QueueGroup is the NATS queue group reward instances share.
+const QueueGroup = "reward"
+
+// Config configures the service.
+type Config struct {
+	// Subscribers is how many subscriptions (handler goroutines) the instance runs.
+	Subscribers int
+}
+
+// Service is the reward service.
+type Service struct {
+	cfg   Config
+	bus   func() *bus.Bus
+	log   *slog.Logger
+	subs  []*nats.Subscription
+	specs sync.Map // env name -> scoring.Spec
+
+	scored   metric.Int64Counter
+	requests metric.Int64Counter
+}
+
+// New allocates the service; getBus returns the connected bus once its module started.
+func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service {
+	if cfg.Subscribers < 1 {
+		cfg.Subscribers = 1
+	}
+	return &Service{
+		cfg: cfg, bus: getBus, log: log,
+		scored:   telemetry.Must(meter.Int64Counter("gauntlet_reward_steps_scored_total", metric.WithDescription("Steps scored."))),
+		requests: telemetry.Must(meter.Int64Counter("gauntlet_reward_requests_total", metric.WithDescription("Score requests answered."))),
+	}
+}
+
+// Starting subscribes to the score subject.
+func (s *Service) Starting(ctx context.Context) error {
+	nc := s.bus().NC
+	for i := 0; i < s.cfg.Subscribers; i++ {
+		sub, err := nc.QueueSubscribe(bus.SubjectScore, QueueGroup, s.handle)
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", bus.SubjectScore, err)
+		}
+		// Batches from many workers may queue up behind a slow handler; never drop them.
+		if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
+			return fmt.Errorf("set pending limits: %w", err)
+		}
+		s.subs = append(s.subs, sub)
+	}
+	return nc.FlushTimeout(10 * time.Second)
+}
+
+// Running waits for the stop.
+func (s *Service) Running(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// Stopping drains the subscriptions so requests already received are answered.
+func (s *Service) Stopping(context.Context) error {
+	for _, sub := range s.subs {
+		_ = sub.Drain()
+	}
+	return nil
+}
+
+func (s *Service) handle(m *nats.Msg) {
+	reply := s.Score(m.Data)
+	data, err := proto.Marshal(reply)
+	if err != nil {
+		s.log.Error("marshal score reply", "err", err)
+		return
+	}
+	if err := m.Respond(data); err != nil {
+		s.log.Warn("respond to score request", "err", err)
+	}
+}
+
+// Score decodes a ScoreRequest and scores its steps in order.
+func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
+	var req gauntletv1.ScoreRequest
+	if err := proto.Unmarshal(data, &req); err != nil {
+		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err)}
+	}
+	reply := &gauntletv1.ScoreReply{Scores: make([]*gauntletv1.StepScored, len(req.Steps))}
+	for i, st := range req.Steps {
+		reply.Scores[i] = scoring.Score(s.spec(st.GetEnv()), st)
+	}
+	ctx := context.Background()
+	s.requests.Add(ctx, 1)
+	s.scored.Add(ctx, int64(len(req.Steps)))
+	return reply
+}
+
+func (s *Service) spec(env string) scoring.Spec {
+	if v, ok := s.specs.Load(env); ok {
+		return v.(scoring.Spec)
+	}
+	sp := scoring.SpecFor(env)
+	s.specs.Store(env, sp)
+	return sp
+}

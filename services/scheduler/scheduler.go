@@ -1,0 +1,456 @@
+// Package scheduler is gauntlet's admission and placement service (A8, E4). It takes run
+// requests from the GAUNTLET_CMD work queue, asks the faults service for the plans of the
+// next episodes, and assigns them to the shared worker queue while each run stays under
+// its in-flight cap and the scheduler under its global cap. It follows every run's ended
+// events to know what finished, publishes progress for CLIs, and keeps each run's state in
+// the gauntlet_runs KV bucket so a restarted scheduler continues where it stopped.
+//
+// Decisions (Admit) are pure functions of a Snapshot; this file is the plumbing. Leases and
+// retries are JetStream's: a worker holds an assignment until it acks (heartbeating with
+// InProgress), and an unacked assignment is redelivered after AckWait up to MaxDeliver
+// times. Assignment is idempotent: an episode's id, seed and message id derive from
+// (run, index), so re-assigning after a crash duplicates nothing downstream.
+//
+// One scheduler instance runs per deployment. Its run table is guarded by one mutex.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// Consumer names.
+const (
+	ConsumerRuns  = "scheduler"
+	ConsumerEnded = "scheduler-ended"
+)
+
+// Config configures the scheduler.
+type Config struct {
+	// MaxInFlight caps episodes in flight over all runs.
+	MaxInFlight uint64
+	// AssignBatch caps the episodes assigned in one round for one run.
+	AssignBatch uint64
+	// ProgressEvery is how often progress is published.
+	ProgressEvery time.Duration
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxInFlight < 1 {
+		errs = append(errs, errors.New("scheduler.max-in-flight: must be at least 1"))
+	}
+	if c.AssignBatch < 1 {
+		errs = append(errs, errors.New("scheduler.assign-batch: must be at least 1"))
+	}
+	if c.ProgressEvery <= 0 {
+		errs = append(errs, errors.New("scheduler.progress-every: must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Service is the scheduler.
+type Service struct {
+	cfg Config
+	bus func() *bus.Bus
+	log *slog.Logger
+
+	kv        jetstream.KeyValue
+	runsCons  jetstream.Consumer
+	endedCons jetstream.Consumer
+	wake      chan struct{}
+
+	mu   sync.Mutex
+	runs map[string]*run // runs not yet done
+
+	assigned metric.Int64Counter
+}
+
+// New allocates the scheduler.
+func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service {
+	return &Service{
+		cfg: cfg, bus: getBus, log: log,
+		wake: make(chan struct{}, 1),
+		runs: map[string]*run{},
+		assigned: telemetry.Must(meter.Int64Counter("gauntlet_scheduler_episodes_assigned_total",
+			metric.WithDescription("Episodes assigned to workers."))),
+	}
+}
+
+// Starting binds the KV bucket and consumers and reloads unfinished runs.
+func (s *Service) Starting(ctx context.Context) error {
+	if err := s.cfg.Validate(); err != nil {
+		return err
+	}
+	js := s.bus().JS
+	kv, err := js.KeyValue(ctx, bus.BucketRuns)
+	if err != nil {
+		return fmt.Errorf("open kv %s: %w", bus.BucketRuns, err)
+	}
+	s.kv = kv
+	if s.runsCons, err = js.CreateOrUpdateConsumer(ctx, bus.StreamCommands, jetstream.ConsumerConfig{
+		Durable: ConsumerRuns, FilterSubject: bus.SubjectRun,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+	}); err != nil {
+		return fmt.Errorf("create consumer %s: %w", ConsumerRuns, err)
+	}
+	if s.endedCons, err = js.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
+		Durable: ConsumerEnded, FilterSubject: bus.SubjectEndedAll,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 50_000,
+	}); err != nil {
+		return fmt.Errorf("create consumer %s: %w", ConsumerEnded, err)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("list runs: %w", err)
+	}
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			return fmt.Errorf("load run %s: %w", k, err)
+		}
+		r, err := decodeRun(e.Value())
+		if err != nil {
+			s.log.Error("skipping unreadable run state", "run_id", k, "err", err)
+			continue
+		}
+		if !r.done() {
+			s.runs[k] = r
+			s.log.Info("resuming run", "run_id", k, "assigned", r.Assigned, "ended", r.Ended.Count())
+		}
+	}
+	return nil
+}
+
+// Running runs the four loops: run intake, dispatch, ended tracking and progress.
+func (s *Service) Running(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.intakeLoop(ctx) })
+	g.Go(func() error { return s.dispatchLoop(ctx) })
+	g.Go(func() error { return s.endedLoop(ctx) })
+	g.Go(func() error { return s.progressLoop(ctx) })
+	err := g.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Stopping persists every run's latest state.
+func (s *Service) Stopping(ctx context.Context) error {
+	if s.kv == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for id, r := range s.runs {
+		if err := s.persistLocked(ctx, id, r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// intakeLoop accepts run requests. A run already known (a redelivered request) is
+// acknowledged and otherwise ignored; an invalid run is recorded with its error, so the
+// submitter learns why nothing runs.
+func (s *Service) intakeLoop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		batch, err := s.runsCons.Fetch(16, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("fetch run requests", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		for m := range batch.Messages() {
+			s.accept(ctx, m)
+		}
+	}
+	return nil
+}
+
+func (s *Service) accept(ctx context.Context, m jetstream.Msg) {
+	spec := &gauntletv1.RunRequested{}
+	if err := proto.Unmarshal(m.Data(), spec); err != nil {
+		s.log.Error("undecodable run request; dropping it", "err", err)
+		_ = m.Term()
+		return
+	}
+	if err := bus.ValidToken("run_id", spec.RunId); err != nil {
+		s.log.Error("run request without a usable id; dropping it", "err", err)
+		_ = m.Term()
+		return
+	}
+	if _, err := s.kv.Get(ctx, spec.RunId); err == nil {
+		_ = m.Ack() // already accepted once
+		return
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	r := &run{spec: spec, StartedAt: time.Now().UnixNano(), dirty: true}
+	r.Spec, _ = proto.Marshal(spec)
+	if err := campaign.Validate(spec); err != nil {
+		r.Error = err.Error()
+		s.log.Warn("refused run", "run_id", spec.RunId, "err", err)
+	} else {
+		s.log.Info("accepted run", "run_id", spec.RunId, "env", spec.Env, "episodes", spec.Episodes,
+			"policies", campaign.FormatShares(spec.Policies), "max_in_flight", spec.MaxInFlight)
+	}
+	s.mu.Lock()
+	err := s.persistLocked(ctx, spec.RunId, r)
+	if err == nil {
+		s.runs[spec.RunId] = r
+	}
+	p := r.progress()
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Warn("persist new run", "run_id", spec.RunId, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	s.publishProgress(p)
+	_ = m.Ack()
+	s.poke()
+}
+
+// dispatchLoop assigns episodes whenever there is room, checking every 50 ms and whenever
+// episodes end.
+func (s *Service) dispatchLoop(ctx context.Context) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-s.wake:
+		}
+		for _, id := range s.activeIDs() {
+			if err := s.dispatch(ctx, id); err != nil && ctx.Err() == nil {
+				s.log.Warn("dispatch", "run_id", id, "err", err)
+			}
+		}
+	}
+}
+
+func (s *Service) activeIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.runs))
+	for id := range s.runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// dispatch assigns the next admissible batch of one run.
+func (s *Service) dispatch(ctx context.Context, id string) error {
+	s.mu.Lock()
+	r, ok := s.runs[id]
+	if !ok || r.Error != "" {
+		s.mu.Unlock()
+		return nil
+	}
+	var global uint64
+	for _, o := range s.runs {
+		global += o.Assigned - min(o.Ended.Count(), o.Assigned)
+	}
+	n := Admit(Snapshot{
+		Episodes: r.spec.Episodes, Assigned: r.Assigned, Ended: r.Ended.Count(),
+		MaxInFlight: uint64(r.spec.MaxInFlight), GlobalInFlight: global, GlobalMax: s.cfg.MaxInFlight,
+		Batch: s.cfg.AssignBatch,
+	})
+	first, spec := r.Assigned, r.spec
+	s.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+
+	eps := make([]*gauntletv1.EpisodeRequested, n)
+	for i := range eps {
+		eps[i] = campaign.Episode(spec, first+uint64(i))
+	}
+	var plans gauntletv1.PlanReply
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.bus().Request(pctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: eps, Profiles: spec.Profiles}, &plans); err != nil {
+		return fmt.Errorf("plan episodes %d..%d: %w", first, first+n-1, err)
+	}
+	if plans.Error != "" || len(plans.Plans) != len(eps) {
+		s.mu.Lock()
+		r.Error = fmt.Sprintf("faults service cannot plan this run: %s", plans.Error)
+		r.dirty = true
+		s.mu.Unlock()
+		return errors.New(r.Error)
+	}
+	js := s.bus().JS
+	futures := make([]jetstream.PubAckFuture, 0, n)
+	for i, ep := range eps {
+		data, err := proto.Marshal(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plans.Plans[i]})
+		if err != nil {
+			return fmt.Errorf("marshal assignment %s: %w", ep.EpisodeId, err)
+		}
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: bus.SubjectEpisode(spec.RunId), Data: data},
+			jetstream.WithMsgID(ep.EpisodeId+"/assigned"), jetstream.WithStallWait(10*time.Second))
+		if err != nil {
+			return fmt.Errorf("assign %s: %w", ep.EpisodeId, err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			// Nothing is recorded as assigned; the next round re-publishes the batch and
+			// the stream drops the ids it already holds.
+			return fmt.Errorf("assign: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.assigned.Add(ctx, int64(n))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.Assigned = first + n
+	r.dirty = true
+	return s.persistLocked(ctx, id, r)
+}
+
+// endedLoop follows ended events, folds them into their runs, and acknowledges them only
+// after the runs' new state is persisted.
+func (s *Service) endedLoop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		batch, err := s.endedCons.Fetch(2000, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("fetch ended events", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		var msgs []jetstream.Msg
+		touched := map[string]bool{}
+		s.mu.Lock()
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+			var ev gauntletv1.Event
+			if err := proto.Unmarshal(m.Data(), &ev); err != nil || ev.GetEnded() == nil {
+				s.log.Error("undecodable ended event; skipping it", "subject", m.Subject(), "err", err)
+				continue
+			}
+			e := ev.GetEnded()
+			if r, ok := s.runs[e.GetEpisode().GetRunId()]; ok {
+				r.record(e)
+				touched[e.GetEpisode().GetRunId()] = true
+			}
+		}
+		var perr error
+		for id := range touched {
+			if err := s.persistLocked(ctx, id, s.runs[id]); err != nil {
+				perr = err
+			}
+		}
+		s.mu.Unlock()
+		if perr != nil {
+			s.log.Warn("persist runs; ended events will be redelivered", "err", perr)
+			continue
+		}
+		for _, m := range msgs {
+			_ = m.Ack()
+		}
+		if len(msgs) > 0 {
+			s.poke()
+		}
+	}
+	return nil
+}
+
+// progressLoop publishes the progress of changed runs and retires finished ones.
+func (s *Service) progressLoop(ctx context.Context) error {
+	tick := time.NewTicker(s.cfg.ProgressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		var changed []*gauntletv1.RunProgress
+		for id, r := range s.runs {
+			if !r.dirty {
+				continue
+			}
+			r.dirty = false
+			r.UpdatedAt = time.Now().UnixNano()
+			changed = append(changed, r.progress())
+			if r.done() {
+				if err := s.persistLocked(ctx, id, r); err == nil {
+					delete(s.runs, id)
+					s.log.Info("run done", "run_id", id, "ended", r.Ended.Count(), "succeeded", r.Succeeded, "error", r.Error)
+				}
+			}
+		}
+		s.mu.Unlock()
+		for _, p := range changed {
+			s.publishProgress(p)
+		}
+	}
+}
+
+func (s *Service) publishProgress(p *gauntletv1.RunProgress) {
+	data, err := proto.Marshal(p)
+	if err != nil {
+		return
+	}
+	_ = s.bus().NC.Publish(bus.SubjectProgress(p.RunId), data)
+}
+
+func (s *Service) persistLocked(ctx context.Context, id string, r *run) error {
+	b, err := r.encode()
+	if err != nil {
+		return fmt.Errorf("encode run %s: %w", id, err)
+	}
+	if _, err := s.kv.Put(ctx, id, b); err != nil {
+		return fmt.Errorf("persist run %s: %w", id, err)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,240 @@
+// Package store is the trajectory store (D1, D2, F3): it projects every event of
+// GAUNTLET_EVENTS into ClickHouse, in large batches, and acknowledges events only after
+// ClickHouse has them. The stream stays the source of truth; the tables can be rebuilt
+// from it by deleting the store's consumer.
+//
+// Exactness: inserts are idempotent (ReplacingMergeTree keyed by episode and step, see
+// pkg/trajectory), so a crash between insert and ack, or a re-run episode, duplicates
+// nothing that FINAL or the *_final views show. While ClickHouse is unreachable the store
+// keeps its batch, retries with backoff and holds its lease on the events (InProgress), so
+// nothing is lost and nothing piles up in memory beyond one batch in flight and one filling.
+//
+// One reader goroutine fills batches, one writer goroutine inserts them; several store
+// instances may share the consumer.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// ConsumerName is the durable consumer of the store.
+const ConsumerName = "store"
+
+// Config configures the store.
+type Config struct {
+	// Addr returns ClickHouse's native address (host:port) once known.
+	Addr     func() string
+	Database string
+	// BatchRows is the most events inserted at once.
+	BatchRows int
+	// FlushEvery bounds how long an event waits in a partial batch.
+	FlushEvery time.Duration
+	// AckWait is the lease on delivered events; it is renewed while ClickHouse is down.
+	AckWait time.Duration
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Database == "" {
+		errs = append(errs, errors.New("store.database: must not be empty"))
+	}
+	if c.BatchRows < 1 {
+		errs = append(errs, fmt.Errorf("store.batch-rows: %d must be at least 1", c.BatchRows))
+	}
+	if c.FlushEvery <= 0 {
+		errs = append(errs, errors.New("store.flush-every: must be positive"))
+	}
+	if c.AckWait < 10*time.Second {
+		errs = append(errs, fmt.Errorf("store.ack-wait: %v must be at least 10s", c.AckWait))
+	}
+	return errors.Join(errs...)
+}
+
+// Service is the trajectory store.
+type Service struct {
+	cfg    Config
+	bus    func() *bus.Bus
+	log    *slog.Logger
+	conn   driver.Conn
+	writer *trajectory.Writer
+	cons   jetstream.Consumer
+
+	rows     metric.Int64Counter
+	batches  metric.Int64Counter
+	failures metric.Int64Counter
+	latency  metric.Float64Histogram
+}
+
+// New allocates the store.
+func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service {
+	return &Service{
+		cfg: cfg, bus: getBus, log: log,
+		rows:     telemetry.Must(meter.Int64Counter("gauntlet_store_events_written_total", metric.WithDescription("Events projected into ClickHouse."))),
+		batches:  telemetry.Must(meter.Int64Counter("gauntlet_store_batches_total", metric.WithDescription("Batches inserted."))),
+		failures: telemetry.Must(meter.Int64Counter("gauntlet_store_insert_failures_total", metric.WithDescription("Failed insert attempts (retried)."))),
+		latency: telemetry.Must(meter.Float64Histogram("gauntlet_store_insert_seconds", metric.WithDescription("Insert time per batch."),
+			metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))),
+	}
+}
+
+// Starting connects to ClickHouse, migrates the schema and binds the consumer.
+func (s *Service) Starting(ctx context.Context) error {
+	if err := s.cfg.Validate(); err != nil {
+		return err
+	}
+	addr := s.cfg.Addr()
+	conn, err := trajectory.Connect(ctx, addr, s.cfg.Database)
+	if err != nil {
+		return fmt.Errorf("connect to clickhouse %s: %w", addr, err)
+	}
+	s.conn = conn
+	if err := trajectory.Migrate(ctx, conn, s.cfg.Database); err != nil {
+		return fmt.Errorf("migrate clickhouse schema: %w", err)
+	}
+	s.writer = trajectory.NewWriter(conn, s.cfg.Database)
+	s.cons, err = s.bus().JS.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "the ClickHouse projection",
+		FilterSubject: bus.SubjectEventsAll,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		MaxAckPending: 3 * s.cfg.BatchRows,
+	})
+	if err != nil {
+		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
+	}
+	return nil
+}
+
+// batch is a set of delivered events inserted and acknowledged together.
+type batch struct {
+	msgs   []jetstream.Msg
+	events []*gauntletv1.Event
+}
+
+// Running pipelines reading and writing until ctx ends, then writes what it holds.
+func (s *Service) Running(ctx context.Context) error {
+	it, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.BatchRows, 20_000)))
+	if err != nil {
+		return fmt.Errorf("pull from %s: %w", ConsumerName, err)
+	}
+	msgs := make(chan jetstream.Msg, 1024)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	go func() { <-ctx.Done(); it.Drain() }()
+
+	full := make(chan *batch, 1)
+	writeDone := make(chan struct{})
+	go func() {
+		defer close(writeDone)
+		for b := range full {
+			s.write(ctx, b)
+		}
+	}()
+
+	cur := &batch{}
+	timer := time.NewTimer(s.cfg.FlushEvery)
+	defer timer.Stop()
+	flush := func() {
+		if len(cur.msgs) > 0 {
+			full <- cur
+			cur = &batch{}
+		}
+		timer.Reset(s.cfg.FlushEvery)
+	}
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				flush()
+				close(full)
+				<-writeDone
+				return nil
+			}
+			var ev gauntletv1.Event
+			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+				s.log.Error("undecodable event; terminating it", "subject", m.Subject(), "err", err)
+				_ = m.Term()
+				continue
+			}
+			cur.msgs = append(cur.msgs, m)
+			cur.events = append(cur.events, &ev)
+			if len(cur.msgs) >= s.cfg.BatchRows {
+				flush()
+			}
+		case <-timer.C:
+			flush()
+		}
+	}
+}
+
+// write inserts a batch, retrying until it succeeds or the store stops, then acks it.
+func (s *Service) write(ctx context.Context, b *batch) {
+	backoff := 250 * time.Millisecond
+	lastBeat := time.Now()
+	for attempt := 1; ; attempt++ {
+		// A stopping store still gets a bounded chance to write what it holds.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		t0 := time.Now()
+		_, err := s.writer.Write(wctx, b.events)
+		cancel()
+		if err == nil {
+			s.latency.Record(ctx, time.Since(t0).Seconds())
+			break
+		}
+		s.failures.Add(ctx, 1)
+		if ctx.Err() != nil {
+			s.log.Warn("store stopping with an unwritten batch; its events will be redelivered", "events", len(b.msgs), "err", err)
+			return
+		}
+		s.log.Warn("insert failed; retrying", "attempt", attempt, "events", len(b.msgs), "backoff", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+		if time.Since(lastBeat) > s.cfg.AckWait/3 {
+			for _, m := range b.msgs {
+				_ = m.InProgress()
+			}
+			lastBeat = time.Now()
+		}
+	}
+	for _, m := range b.msgs {
+		_ = m.Ack()
+	}
+	s.rows.Add(ctx, int64(len(b.msgs)))
+	s.batches.Add(ctx, 1)
+}
+
+// Stopping closes the ClickHouse connection.
+func (s *Service) Stopping(context.Context) error {
+	if s.conn == nil {
+		return nil
+	}
+	return s.conn.Close()
+}

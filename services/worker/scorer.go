@@ -1,0 +1,128 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// scorer batches the score requests of all episodes running on this worker: each episode
+// waits for its own step's score, while the scorer sends whatever has queued up as one
+// ScoreRequest. Under load batches grow by themselves (no linger timer), so a lone episode
+// pays one round trip and a busy worker pays a fraction of one per step.
+type scorer struct {
+	bus      func() *bus.Bus
+	maxBatch int
+	inFlight chan struct{} // bounds concurrent requests
+	reqs     chan scoreCall
+	latency  metric.Float64Histogram
+	size     metric.Int64Histogram
+}
+
+type scoreCall struct {
+	step  *gauntletv1.StepTaken
+	reply chan scoreResult
+}
+
+type scoreResult struct {
+	score *gauntletv1.StepScored
+	err   error
+}
+
+func newScorer(getBus func() *bus.Bus, maxBatch, maxInFlight int, meter metric.Meter) *scorer {
+	return &scorer{
+		bus:      getBus,
+		maxBatch: maxBatch,
+		inFlight: make(chan struct{}, maxInFlight),
+		reqs:     make(chan scoreCall, 4*maxBatch),
+		latency: telemetry.Must(meter.Float64Histogram("gauntlet_worker_score_request_seconds",
+			metric.WithDescription("Round trip of one score request to the reward service."),
+			metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))),
+		size: telemetry.Must(meter.Int64Histogram("gauntlet_worker_score_batch_steps",
+			metric.WithDescription("Steps per score request."),
+			metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 128, 256, 512, 1024))),
+	}
+}
+
+// Score returns the reward service's score for one step.
+func (s *scorer) Score(ctx context.Context, st *gauntletv1.StepTaken, reply chan scoreResult) (*gauntletv1.StepScored, error) {
+	select {
+	case s.reqs <- scoreCall{step: st, reply: reply}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.score, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run batches calls until ctx ends.
+func (s *scorer) run(ctx context.Context) {
+	for {
+		var first scoreCall
+		select {
+		case first = <-s.reqs:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case s.inFlight <- struct{}{}:
+		case <-ctx.Done():
+			first.reply <- scoreResult{err: ctx.Err()}
+			return
+		}
+		batch := []scoreCall{first}
+	fill:
+		for len(batch) < s.maxBatch {
+			select {
+			case c := <-s.reqs:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		go func() {
+			defer func() { <-s.inFlight }()
+			s.send(ctx, batch)
+		}()
+	}
+}
+
+func (s *scorer) send(ctx context.Context, batch []scoreCall) {
+	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
+	for i, c := range batch {
+		req.Steps[i] = c.step
+	}
+	var reply gauntletv1.ScoreReply
+	// Bounded: a reward service missing for this long is an infra error for the episode.
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	err := s.bus().Request(rctx, bus.SubjectScore, req, &reply)
+	s.latency.Record(ctx, time.Since(t0).Seconds())
+	s.size.Record(ctx, int64(len(batch)))
+	switch {
+	case err != nil:
+	case reply.Error != "":
+		err = errors.New("reward service: " + reply.Error)
+	case len(reply.Scores) != len(batch):
+		err = fmt.Errorf("reward service returned %d scores for %d steps", len(reply.Scores), len(batch))
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.reply <- scoreResult{err: fmt.Errorf("score step: %w", err)}
+			continue
+		}
+		c.reply <- scoreResult{score: reply.Scores[i]}
+	}
+}
