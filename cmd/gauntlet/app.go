@@ -50,8 +50,8 @@ type app struct {
 	nats  *bus.Server
 	bus   *bus.Bus            // the process's own connection (streams, demo client)
 	conns map[string]*bus.Bus // one connection per service module, as in split mode
-	ch   *chlocal.Server
-	http *http.Server
+	ch    *chlocal.Server
+	http  *http.Server
 }
 
 func newApp(cfg config, log *slog.Logger) (*app, error) {
