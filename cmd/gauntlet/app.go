@@ -67,22 +67,25 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	m.Register(modHTTP, a.initHTTP)
 	m.Register(modFaults, func() (lifecycle.Service, error) {
 		return faults.New(a.busFor(modFaults), tel.Meter("gauntlet/faults"), log.With("module", modFaults)), nil
-	}, modBus)
+	}, modBus, modHTTP)
 	m.Register(modReward, func() (lifecycle.Service, error) {
 		return reward.New(cfg.Reward, a.busFor(modReward), tel.Meter("gauntlet/reward"), log.With("module", modReward)), nil
-	}, modBus)
+	}, modBus, modHTTP)
 	m.Register(modScheduler, func() (lifecycle.Service, error) {
 		return scheduler.New(cfg.Scheduler, a.busFor(modScheduler), tel.Meter("gauntlet/scheduler"), log.With("module", modScheduler)), nil
-	}, modBus, modFaults)
+	}, modBus, modHTTP)
 	m.Register(modWorker, func() (lifecycle.Service, error) {
-		return worker.New(cfg.Worker, a.busFor(modWorker), tel, log.With("module", modWorker)), nil
-	}, modBus, modReward)
+		return worker.New(cfg.Worker, a.busFor(modWorker), a.busFor(connWorkerRPC), tel, log.With("module", modWorker)), nil
+	}, modBus, modHTTP)
 	m.Register(modStore, func() (lifecycle.Service, error) {
 		sc := cfg.Store
 		sc.Database = cfg.Database
 		sc.Addr = a.clickHouseAddr
 		return store.New(sc, a.busFor(modStore), tel.Meter("gauntlet/store"), log.With("module", modStore)), nil
-	}, modBus, modClickHouse)
+	}, modBus, modClickHouse, modHTTP)
+	// Services depend on each other only through NATS (requests retry until a responder
+	// is there), so none is a module dependency of another; the order of "all" starts the
+	// responders (faults, reward) before their callers anyway.
 	m.RegisterVirtual(modAll, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
 	return a, nil
 }
@@ -96,7 +99,11 @@ func (a *app) busFor(module string) func() *bus.Bus {
 	return func() *bus.Bus { return a.conns[module] }
 }
 
-var serviceModules = []string{modFaults, modReward, modScheduler, modWorker, modStore}
+// connWorkerRPC is the worker's second connection, for score requests: on the connection
+// that carries its event publishes, a request would queue behind hundreds of publishes.
+const connWorkerRPC = "worker-rpc"
+
+var connNames = []string{modFaults, modReward, modScheduler, modWorker, connWorkerRPC, modStore}
 
 func (a *app) clickHouseAddr() string {
 	if a.ch != nil {
@@ -141,10 +148,12 @@ func (a *app) initBus() (lifecycle.Service, error) {
 			if a.bus, err = a.connect("gauntlet"); err != nil {
 				return err
 			}
-			if err := a.bus.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
+			sc := bus.DefaultStreamConfig()
+			sc.Replicas = a.cfg.Replicas
+			if err := a.bus.EnsureStreams(ctx, sc); err != nil {
 				return err
 			}
-			for _, m := range serviceModules {
+			for _, m := range connNames {
 				if a.conns[m], err = a.connect("gauntlet-" + m); err != nil {
 					return err
 				}
@@ -163,6 +172,9 @@ func (a *app) initBus() (lifecycle.Service, error) {
 
 // connect opens a connection to this process's NATS (in-process when embedded).
 func (a *app) connect(name string) (*bus.Bus, error) {
+	if a.nats != nil && os.Getenv("GAUNTLET_TCP") != "" {
+		return bus.Connect(a.nats.ClientURL(), name, a.log)
+	}
 	if a.nats != nil {
 		return bus.Connect("", name, a.log, a.nats.ConnectOption())
 	}

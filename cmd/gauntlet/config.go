@@ -24,6 +24,7 @@ type config struct {
 	DataDir        string
 	NATSURL        string
 	NATSPort       int
+	Replicas       int
 	ClickHouse     string
 	ClickHousePort int
 	Database       string
@@ -43,6 +44,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "directory for JetStream, the local ClickHouse and stack.json")
 	fs.StringVar(&c.NATSURL, "nats", "", "NATS URL of an existing cluster (empty: run NATS embedded)")
 	fs.IntVar(&c.NATSPort, "nats.port", 4222, "port the embedded NATS listens on for clients (-1: in-process only)")
+	fs.IntVar(&c.Replicas, "nats.replicas", 1, "replicas of gauntlet's streams and KV buckets (3 on a NATS cluster)")
 	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (empty: start Debian's clickhouse-server locally)")
 	fs.IntVar(&c.ClickHousePort, "clickhouse.port", 19000, "native port of the local ClickHouse (0: any free port)")
 	fs.StringVar(&c.Database, "clickhouse.database", "gauntlet", "ClickHouse database")
@@ -56,6 +58,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Worker.ScoreBatch, "worker.score-batch", 512, "most steps in one score request")
 	fs.DurationVar(&c.Worker.AckWait, "worker.ack-wait", 30*time.Second, "lease on an assignment")
 	fs.IntVar(&c.Worker.MaxDeliver, "worker.max-deliver", 3, "attempts per episode before it is an infra error")
+	fs.IntVar(&c.Worker.SegmentSteps, "worker.segment-steps", 32, "steps of an episode per StepsTaken event")
 
 	fs.Uint64Var(&c.Scheduler.MaxInFlight, "scheduler.max-in-flight", 20_000, "episodes in flight over all runs")
 	fs.Uint64Var(&c.Scheduler.AssignBatch, "scheduler.assign-batch", 512, "most episodes assigned per run per round")
@@ -63,7 +66,7 @@ func (c *config) register(fs *flag.FlagSet) {
 
 	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 50_000, "most events per ClickHouse insert")
 	fs.DurationVar(&c.Store.FlushEvery, "store.flush-every", time.Second, "longest wait of an event in a partial batch")
-	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 2*time.Minute, "lease on delivered events")
+	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 30*time.Second, "lease on delivered events (renewed while ClickHouse is down)")
 
 	fs.IntVar(&c.Reward.Subscribers, "reward.subscribers", 2, "score handlers per reward instance")
 }

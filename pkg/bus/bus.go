@@ -156,6 +156,14 @@ func EventSubject(ev *gauntletv1.Event) (subject, msgID string, err error) {
 	case *gauntletv1.Event_Step:
 		id := b.Step.GetEpisodeId()
 		return SubjectEvent(KindStep, id), id + "/" + strconv.FormatUint(uint64(b.Step.GetStep()), 10) + "/step", nil
+	case *gauntletv1.Event_Steps:
+		steps := b.Steps.GetSteps()
+		if len(steps) == 0 {
+			return "", "", fmt.Errorf("steps event without steps")
+		}
+		first, last := steps[0], steps[len(steps)-1]
+		id := first.GetEpisodeId()
+		return SubjectEvent(KindSteps, id), fmt.Sprintf("%s/steps/%d-%d", id, first.GetStep(), last.GetStep()), nil
 	case *gauntletv1.Event_Ended:
 		id := b.Ended.GetEpisode().GetEpisodeId()
 		return SubjectEvent(KindEnded, id), id + "/ended", nil

@@ -26,6 +26,7 @@ const (
 const (
 	KindStarted = "started"
 	KindStep    = "step"
+	KindSteps   = "steps"
 	KindEnded   = "ended"
 )
 

@@ -77,8 +77,9 @@ type Service struct {
 	endedCons jetstream.Consumer
 	wake      chan struct{}
 
-	mu   sync.Mutex
-	runs map[string]*run // runs not yet done
+	mu        sync.Mutex
+	runs      map[string]*run // runs not yet done
+	persistMu sync.Mutex      // serialises writes of run state to KV
 
 	assigned metric.Int64Counter
 }
@@ -158,15 +159,7 @@ func (s *Service) Stopping(ctx context.Context) error {
 	if s.kv == nil {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var errs []error
-	for id, r := range s.runs {
-		if err := s.persistLocked(ctx, id, r); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return s.persist(ctx, s.activeIDs()...)
 }
 
 func (s *Service) poke() {
@@ -225,18 +218,23 @@ func (s *Service) accept(ctx context.Context, m jetstream.Msg) {
 		s.log.Info("accepted run", "run_id", spec.RunId, "env", spec.Env, "episodes", spec.Episodes,
 			"policies", campaign.FormatShares(spec.Policies), "max_in_flight", spec.MaxInFlight)
 	}
-	s.mu.Lock()
-	err := s.persistLocked(ctx, spec.RunId, r)
+	b, err := r.encode()
 	if err == nil {
-		s.runs[spec.RunId] = r
+		_, err = s.kv.Create(ctx, spec.RunId, b)
 	}
-	p := r.progress()
-	s.mu.Unlock()
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		_ = m.Ack() // accepted by an earlier delivery whose ack was lost
+		return
+	}
 	if err != nil {
 		s.log.Warn("persist new run", "run_id", spec.RunId, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
+	s.mu.Lock()
+	s.runs[spec.RunId] = r
+	p := r.progress()
+	s.mu.Unlock()
 	s.publishProgress(p)
 	_ = m.Ack()
 	s.poke()
@@ -307,11 +305,12 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 		return fmt.Errorf("plan episodes %d..%d: %w", first, first+n-1, err)
 	}
 	if plans.Error != "" || len(plans.Plans) != len(eps) {
+		msg := fmt.Sprintf("faults service cannot plan this run: %s", plans.Error)
 		s.mu.Lock()
-		r.Error = fmt.Sprintf("faults service cannot plan this run: %s", plans.Error)
+		r.Error = msg
 		r.dirty = true
 		s.mu.Unlock()
-		return errors.New(r.Error)
+		return errors.New(msg)
 	}
 	js := s.bus().JS
 	futures := make([]jetstream.PubAckFuture, 0, n)
@@ -340,10 +339,10 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	}
 	s.assigned.Add(ctx, int64(n))
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	r.Assigned = first + n
 	r.dirty = true
-	return s.persistLocked(ctx, id, r)
+	s.mu.Unlock()
+	return s.persist(ctx, id)
 }
 
 // endedLoop follows ended events, folds them into their runs, and acknowledges them only
@@ -375,14 +374,12 @@ func (s *Service) endedLoop(ctx context.Context) error {
 				touched[e.GetEpisode().GetRunId()] = true
 			}
 		}
-		var perr error
-		for id := range touched {
-			if err := s.persistLocked(ctx, id, s.runs[id]); err != nil {
-				perr = err
-			}
-		}
 		s.mu.Unlock()
-		if perr != nil {
+		ids := make([]string, 0, len(touched))
+		for id := range touched {
+			ids = append(ids, id)
+		}
+		if perr := s.persist(ctx, ids...); perr != nil {
 			s.log.Warn("persist runs; ended events will be redelivered", "err", perr)
 			continue
 		}
@@ -408,6 +405,7 @@ func (s *Service) progressLoop(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		var changed []*gauntletv1.RunProgress
+		var finished []string
 		for id, r := range s.runs {
 			if !r.dirty {
 				continue
@@ -416,13 +414,19 @@ func (s *Service) progressLoop(ctx context.Context) error {
 			r.UpdatedAt = time.Now().UnixNano()
 			changed = append(changed, r.progress())
 			if r.done() {
-				if err := s.persistLocked(ctx, id, r); err == nil {
-					delete(s.runs, id)
-					s.log.Info("run done", "run_id", id, "ended", r.Ended.Count(), "succeeded", r.Succeeded, "error", r.Error)
-				}
+				finished = append(finished, id)
 			}
 		}
 		s.mu.Unlock()
+		if len(finished) > 0 && s.persist(ctx, finished...) == nil {
+			s.mu.Lock()
+			for _, id := range finished {
+				r := s.runs[id]
+				delete(s.runs, id)
+				s.log.Info("run done", "run_id", id, "ended", r.Ended.Count(), "succeeded", r.Succeeded, "error", r.Error)
+			}
+			s.mu.Unlock()
+		}
 		for _, p := range changed {
 			s.publishProgress(p)
 		}
@@ -437,13 +441,34 @@ func (s *Service) publishProgress(p *gauntletv1.RunProgress) {
 	_ = s.bus().NC.Publish(bus.SubjectProgress(p.RunId), data)
 }
 
-func (s *Service) persistLocked(ctx context.Context, id string, r *run) error {
-	b, err := r.encode()
-	if err != nil {
-		return fmt.Errorf("encode run %s: %w", id, err)
+// persist writes the current state of the given runs to KV. Writers take persistMu for
+// the whole encode-and-put, so a later state is never overwritten by an earlier one, and
+// s.mu only for the encoding, so no loop waits on KV while holding the run table.
+func (s *Service) persist(ctx context.Context, ids ...string) error {
+	s.persistMu.Lock()
+	defer s.persistMu.Unlock()
+	states := make([][]byte, len(ids))
+	s.mu.Lock()
+	for i, id := range ids {
+		r, ok := s.runs[id]
+		if !ok {
+			continue
+		}
+		b, err := r.encode()
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("encode run %s: %w", id, err)
+		}
+		states[i] = b
 	}
-	if _, err := s.kv.Put(ctx, id, b); err != nil {
-		return fmt.Errorf("persist run %s: %w", id, err)
+	s.mu.Unlock()
+	for i, id := range ids {
+		if states[i] == nil {
+			continue
+		}
+		if _, err := s.kv.Put(ctx, id, states[i]); err != nil {
+			return fmt.Errorf("persist run %s: %w", id, err)
+		}
 	}
 	return nil
 }

@@ -53,6 +53,9 @@ type Config struct {
 	// MaxDeliver is how many times an assignment is tried before the episode is recorded
 	// as an infra error.
 	MaxDeliver int
+	// SegmentSteps is how many steps of an episode go in one StepsTaken event; an episode
+	// also flushes its pending steps when it ends and when a second has passed.
+	SegmentSteps int
 }
 
 // Validate reports every problem at once.
@@ -69,6 +72,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxDeliver < 1 {
 		errs = append(errs, fmt.Errorf("worker.max-deliver: %d must be at least 1", c.MaxDeliver))
+	}
+	if c.SegmentSteps < 1 {
+		errs = append(errs, fmt.Errorf("worker.segment-steps: %d must be at least 1", c.SegmentSteps))
 	}
 	return errors.Join(errs...)
 }
@@ -88,8 +94,9 @@ type Service struct {
 	active   metric.Int64UpDownCounter
 }
 
-// New allocates a worker.
-func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog.Logger) *Service {
+// New allocates a worker. getBus carries its consumer and event publishes; getRPC its score
+// requests, so they never wait behind publishes.
+func New(cfg Config, getBus, getRPC func() *bus.Bus, tel *telemetry.Telemetry, log *slog.Logger) *Service {
 	if cfg.ID == "" {
 		cfg.ID = fmt.Sprintf("w-%08x", rng.Derive(uint64(time.Now().UnixNano()), "worker")>>32)
 	}
@@ -97,7 +104,7 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 	return &Service{
 		cfg: cfg, bus: getBus, log: log.With("worker_id", cfg.ID),
 		tracer:   tel.Tracer("gauntlet/worker"),
-		scorer:   newScorer(getBus, cfg.ScoreBatch, 4, m),
+		scorer:   newScorer(getRPC, cfg.ScoreBatch, 4, m),
 		steps:    telemetry.Must(m.Int64Counter("gauntlet_worker_steps_total", metric.WithDescription("Steps run."))),
 		episodes: telemetry.Must(m.Int64Counter("gauntlet_worker_episodes_total", metric.WithDescription("Episodes finished, by reason."))),
 		fired:    telemetry.Must(m.Int64Counter("gauntlet_worker_faults_fired_total", metric.WithDescription("Faults fired, by kind."))),
@@ -223,7 +230,7 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 		attribute.String("policy", req.Policy), attribute.String("profile", a.Plan.GetProfile())))
 	defer span.End()
 
-	pub := publisher{bus: w.bus(), stall: 10 * time.Second}
+	pub := publisher{bus: w.bus(), stall: 10 * time.Second, segment: w.cfg.SegmentSteps}
 	startedAt := time.Now()
 	ended := &gauntletv1.EpisodeEnded{
 		Episode: req, Profile: a.Plan.GetProfile(), Plan: a.Plan, WorkerId: w.cfg.ID,
@@ -287,7 +294,7 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 			return err
 		}
 		st.Score = score
-		if err := pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Step{Step: st}}); err != nil {
+		if err := pub.step(st); err != nil {
 			return err
 		}
 		w.steps.Add(ctx, 1)
@@ -337,6 +344,9 @@ func (w *Service) prepare(a *gauntletv1.EpisodeAssigned) (env.Episode, env.Agent
 
 func (w *Service) finish(ctx context.Context, pub *publisher, ended *gauntletv1.EpisodeEnded) error {
 	ended.EndedAtUnixNano = time.Now().UnixNano()
+	if err := pub.flush(); err != nil {
+		return err
+	}
 	if err := pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ended}}); err != nil {
 		return err
 	}
@@ -348,11 +358,39 @@ func (w *Service) finish(ctx context.Context, pub *publisher, ended *gauntletv1.
 }
 
 // publisher publishes one episode's events asynchronously and waits for all their acks
-// at the end, republishing (same message id, so no duplicate) any that failed.
+// at the end, republishing (same message id, so no duplicate) any that failed. Steps are
+// grouped into StepsTaken segments of up to segment steps.
 type publisher struct {
 	bus     *bus.Bus
 	stall   time.Duration
+	segment int
 	pending []jetstream.PubAckFuture
+
+	steps     []*gauntletv1.StepTaken
+	lastFlush time.Time
+}
+
+// step queues one step, publishing the segment when it is full or has waited a second.
+func (p *publisher) step(st *gauntletv1.StepTaken) error {
+	if len(p.steps) == 0 && p.lastFlush.IsZero() {
+		p.lastFlush = time.Now()
+	}
+	p.steps = append(p.steps, st)
+	if len(p.steps) >= p.segment || time.Since(p.lastFlush) > time.Second {
+		return p.flush()
+	}
+	return nil
+}
+
+// flush publishes the queued steps, if any, as one StepsTaken event.
+func (p *publisher) flush() error {
+	if len(p.steps) == 0 {
+		return nil
+	}
+	ev := &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: p.steps}}}
+	p.steps = nil
+	p.lastFlush = time.Now()
+	return p.event(ev)
 }
 
 func (p *publisher) event(ev *gauntletv1.Event) error {

@@ -1976,6 +1976,55 @@ func (x *EpisodeEnded) GetPlan() *FaultPlan {
 	return nil
 }
 
+// StepsTaken is a run of consecutive steps of one episode, published together.
+// Subject: gauntlet.ev.steps.<episode_id>; message id: <episode_id>/steps/<first>-<last>.
+// Workers publish an episode's steps in segments (every few steps, and at the end) rather
+// than one message per step: JetStream's cost is per message, and on a small machine one
+// message per step would cap the pipeline far below what ClickHouse can take.
+type StepsTaken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Steps         []*StepTaken           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepsTaken) Reset() {
+	*x = StepsTaken{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepsTaken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepsTaken) ProtoMessage() {}
+
+func (x *StepsTaken) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepsTaken.ProtoReflect.Descriptor instead.
+func (*StepsTaken) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StepsTaken) GetSteps() []*StepTaken {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 // Event is the envelope of everything on GAUNTLET_EVENTS; the subject repeats the kind.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1984,6 +2033,7 @@ type Event struct {
 	//	*Event_Started
 	//	*Event_Step
 	//	*Event_Ended
+	//	*Event_Steps
 	Body          isEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1991,7 +2041,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2053,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2066,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -2053,6 +2103,15 @@ func (x *Event) GetEnded() *EpisodeEnded {
 	return nil
 }
 
+func (x *Event) GetSteps() *StepsTaken {
+	if x != nil {
+		if x, ok := x.Body.(*Event_Steps); ok {
+			return x.Steps
+		}
+	}
+	return nil
+}
+
 type isEvent_Body interface {
 	isEvent_Body()
 }
@@ -2069,11 +2128,17 @@ type Event_Ended struct {
 	Ended *EpisodeEnded `protobuf:"bytes,3,opt,name=ended,proto3,oneof"`
 }
 
+type Event_Steps struct {
+	Steps *StepsTaken `protobuf:"bytes,4,opt,name=steps,proto3,oneof"`
+}
+
 func (*Event_Started) isEvent_Body() {}
 
 func (*Event_Step) isEvent_Body() {}
 
 func (*Event_Ended) isEvent_Body() {}
+
+func (*Event_Steps) isEvent_Body() {}
 
 // RunProgress is the scheduler's running account of a run, published on core NATS
 // (gauntlet.progress.<run_id>) and kept in the KV bucket gauntlet_runs.
@@ -2101,7 +2166,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2178,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2191,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -2408,11 +2473,15 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fvirtual_time_ns\x18\r \x01(\x03R\rvirtualTimeNs\x12/\n" +
 	"\x14started_at_unix_nano\x18\x0e \x01(\x03R\x11startedAtUnixNano\x12+\n" +
 	"\x12ended_at_unix_nano\x18\x0f \x01(\x03R\x0fendedAtUnixNano\x12*\n" +
-	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xa9\x01\n" +
+	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\":\n" +
+	"\n" +
+	"StepsTaken\x12,\n" +
+	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\xda\x01\n" +
 	"\x05Event\x127\n" +
 	"\astarted\x18\x01 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedH\x00R\astarted\x12,\n" +
 	"\x04step\x18\x02 \x01(\v2\x16.gauntlet.v1.StepTakenH\x00R\x04step\x121\n" +
-	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedH\x00R\x05endedB\x06\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedH\x00R\x05ended\x12/\n" +
+	"\x05steps\x18\x04 \x01(\v2\x17.gauntlet.v1.StepsTakenH\x00R\x05stepsB\x06\n" +
 	"\x04body\"\xbf\x03\n" +
 	"\vRunProgress\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
@@ -2454,7 +2523,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(TerminationReason)(0),   // 0: gauntlet.v1.TerminationReason
 	(*RunRequested)(nil),     // 1: gauntlet.v1.RunRequested
@@ -2480,8 +2549,9 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*ScoreReply)(nil),       // 21: gauntlet.v1.ScoreReply
 	(*EpisodeStarted)(nil),   // 22: gauntlet.v1.EpisodeStarted
 	(*EpisodeEnded)(nil),     // 23: gauntlet.v1.EpisodeEnded
-	(*Event)(nil),            // 24: gauntlet.v1.Event
-	(*RunProgress)(nil),      // 25: gauntlet.v1.RunProgress
+	(*StepsTaken)(nil),       // 24: gauntlet.v1.StepsTaken
+	(*Event)(nil),            // 25: gauntlet.v1.Event
+	(*RunProgress)(nil),      // 26: gauntlet.v1.RunProgress
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
@@ -2510,14 +2580,16 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	3,  // 23: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
 	0,  // 24: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
 	5,  // 25: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	22, // 26: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	17, // 27: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	23, // 28: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	17, // 26: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	22, // 27: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	17, // 28: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	23, // 29: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	24, // 30: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -2530,10 +2602,11 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		(*FaultRule_Latency)(nil),
 		(*FaultRule_Truncate)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24].OneofWrappers = []any{
 		(*Event_Started)(nil),
 		(*Event_Step)(nil),
 		(*Event_Ended)(nil),
+		(*Event_Steps)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2541,7 +2614,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

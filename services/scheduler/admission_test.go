@@ -1,0 +1,106 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+func TestAdmit(t *testing.T) {
+	base := Snapshot{Episodes: 100, MaxInFlight: 10, GlobalMax: 1000, Batch: 64}
+	cases := []struct {
+		name string
+		mod  func(*Snapshot)
+		want uint64
+	}{
+		{"fresh run fills its cap", func(*Snapshot) {}, 10},
+		{"room left under the cap", func(s *Snapshot) { s.Assigned, s.Ended = 20, 14 }, 4},
+		{"cap reached", func(s *Snapshot) { s.Assigned, s.Ended = 20, 10 }, 0},
+		{"never past the run's size", func(s *Snapshot) { s.Assigned, s.Ended = 97, 95 }, 3},
+		{"run fully assigned", func(s *Snapshot) { s.Assigned, s.Ended = 100, 90 }, 0},
+		{"global cap binds", func(s *Snapshot) { s.GlobalInFlight = 996 }, 4},
+		{"global cap reached", func(s *Snapshot) { s.GlobalInFlight = 1000 }, 0},
+		{"batch binds", func(s *Snapshot) { s.MaxInFlight = 500 }, 64},
+		{"duplicate ends never underflow", func(s *Snapshot) { s.Assigned, s.Ended = 5, 9 }, 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base
+			tc.mod(&s)
+			if got := Admit(s); got != tc.want {
+				t.Fatalf("Admit(%+v) = %d, want %d", s, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEndedSetStaysSmallAndDeduplicates(t *testing.T) {
+	var s endedSet
+	// Out of order within a window of 8, every index twice.
+	for base := uint64(0); base < 10_000; base += 8 {
+		for _, off := range []uint64{3, 1, 7, 0, 2, 6, 4, 5} {
+			if !s.Add(base + off) {
+				t.Fatalf("index %d reported as seen", base+off)
+			}
+			if s.Add(base + off) {
+				t.Fatalf("duplicate %d reported as new", base+off)
+			}
+			if len(s.above) > 8 {
+				t.Fatalf("%d stragglers kept, want at most the window", len(s.above))
+			}
+		}
+	}
+	if s.Count() != 10_000 || s.Low != 10_000 || len(s.above) != 0 {
+		t.Fatalf("count %d low %d above %d", s.Count(), s.Low, len(s.above))
+	}
+}
+
+func TestEndedSetRoundTrip(t *testing.T) {
+	var s endedSet
+	for _, i := range []uint64{0, 1, 2, 5, 9} {
+		s.Add(i)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"low":3,"above":[5,9]}` {
+		t.Fatalf("encoded %s", b)
+	}
+	var back endedSet
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Count() != 5 || back.Add(5) || !back.Add(3) {
+		t.Fatalf("decoded set differs: %+v", back)
+	}
+}
+
+func TestRunRecordIgnoresDuplicates(t *testing.T) {
+	r := &run{spec: &gauntletv1.RunRequested{RunId: "r1", Episodes: 2}}
+	end := func(i uint64, ok bool) *gauntletv1.EpisodeEnded {
+		return &gauntletv1.EpisodeEnded{Episode: &gauntletv1.EpisodeRequested{Index: i}, Steps: 3, Success: ok, TotalReward: 1.5, FaultsFired: 2}
+	}
+	r.record(end(0, true))
+	r.record(end(0, true)) // a re-run after a crash
+	r.record(end(1, false))
+	p := r.progress()
+	if p.Ended != 2 || p.Succeeded != 1 || p.Steps != 6 || p.FaultsFired != 4 || p.RewardSum != 3 || !p.Done {
+		t.Fatalf("progress = %+v", p)
+	}
+	r.Spec, _ = proto.Marshal(r.spec)
+	b, err := r.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeProgress(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(back, p) {
+		t.Fatalf("progress after a round trip through KV = %v, want %v", back, p)
+	}
+}
