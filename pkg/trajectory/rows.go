@@ -1,0 +1,313 @@
+package trajectory
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// The version column of every table. ReplacingMergeTree keeps, per key, the row with
+// the highest version, and among equal versions the one inserted last.
+//
+// The version comes from the event, never from the clock of the insert: the event log
+// is the truth and the tables are its projection, so a row must win because its fact
+// is newer, not because it happened to be delivered later. An insert-time version
+// would let a stale redelivery (or a rebuild from the stream) overwrite a newer row,
+// and would make two rebuilds of the projection differ.
+//
+//   - steps and faults: stepVersion, a constant. Copies of a StepTaken are the same
+//     fact: a redelivery is the same bytes, and a deterministic re-run differs only in
+//     host measurements (wall_ns, worker_id). Any copy is right, and a constant makes
+//     redelivered copies identical rows, so FINAL, GROUP BY and merges agree. (The
+//     event carries no attempt number; if re-runs could take different actions, an
+//     attempt field in StepTaken would be the version to use.)
+//   - episodes: the episode's ended_at_unix_nano. An episode retried after an infra
+//     error ends again, later: the later end is the one that counts, whatever the
+//     order in which the two EpisodeEnded events arrive.
+const stepVersion = 1
+
+// StepRow is one row of the steps table: one step of one episode, with its metering,
+// signals and reward vector. Times are DateTime, so RequestedAt has whole seconds.
+type StepRow struct {
+	RunID       string
+	EpisodeID   string
+	Step        uint32
+	RequestedAt time.Time
+	Env         string
+	Policy      string
+	Profile     string
+	WorkerID    string
+	Tool        string
+	Args        string // canonical JSON
+	Observation string // canonical JSON
+	StateDiff   string // canonical JSON
+	// Faults fired during the step, as parallel arrays (one entry per fault).
+	FaultIDs     []string
+	FaultKinds   []string
+	FaultTargets []string
+	FaultDetails []string
+	ToolCalls    uint32
+	Errors       uint32
+	VirtualNs    uint64
+	WallNs       uint64
+	BytesIn      uint32
+	BytesOut     uint32
+	Progress     float64
+	// InvalidAction and the other flags are UInt8 columns (18.16 has no Bool).
+	InvalidAction    bool
+	Success          bool
+	ViolationRules   []string
+	ViolationReasons []string
+	SafetyEvents     []string
+	Spend            float64
+	Terminated       bool
+	Truncated        bool
+	// Reason is the termination reason's short name ("success", "max_steps"), "" while
+	// the episode goes on.
+	Reason        string
+	VirtualTimeNs uint64
+	// Reward is the weighted total; RTask to RCausal are the (unweighted) values of
+	// the components of those names, 0 when the spec has no such component.
+	Reward      float64
+	RTask       float64
+	RCost       float64
+	RSafety     float64
+	RTimeliness float64
+	RCausal     float64
+	// RewardNames and RewardValues are the whole reward vector, in the spec's order.
+	RewardNames  []string
+	RewardValues []float64
+	RewardSpec   string
+	Version      uint64
+}
+
+// EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
+type EpisodeRow struct {
+	RunID       string
+	EpisodeID   string
+	Idx         uint64
+	Env         string
+	Params      string // canonical JSON
+	Seed        uint64
+	Policy      string
+	Profile     string
+	Plan        string // the FaultPlan as compact protojson with proto field names
+	WorkerID    string
+	RequestedAt time.Time
+	StartedAt   time.Time
+	EndedAt     time.Time
+	StartedAtNs uint64
+	EndedAtNs   uint64
+	Steps       uint32
+	Terminated  bool
+	Truncated   bool
+	Reason      string
+	InfraError  bool
+	Error       string
+	Success     bool
+	TotalReward float64
+	FaultsFired uint32
+	// VirtualTimeNs is the episode's virtual clock at its end.
+	VirtualTimeNs uint64
+	Version       uint64
+}
+
+// FaultRow is one row of the faults table: one fault that fired during a step.
+type FaultRow struct {
+	RunID       string
+	EpisodeID   string
+	Step        uint32
+	Seq         uint16 // index among the step's faults
+	RequestedAt time.Time
+	Profile     string
+	FaultID     string
+	Kind        string
+	Target      string
+	Detail      string
+	AtVirtualNs int64
+	Version     uint64
+}
+
+// newStepRow projects a StepTaken. Arrays are empty, not nil, when the event has no
+// entries, as ClickHouse returns them.
+func newStepRow(s *gauntletv1.StepTaken) StepRow {
+	r := StepRow{
+		RunID:         s.GetRunId(),
+		EpisodeID:     s.GetEpisodeId(),
+		Step:          s.GetStep(),
+		RequestedAt:   dateTime(s.GetRequestedAtUnixNano()),
+		Env:           s.GetEnv(),
+		Policy:        s.GetPolicy(),
+		Profile:       s.GetProfile(),
+		WorkerID:      s.GetWorkerId(),
+		Tool:          s.GetAction().GetTool(),
+		Args:          s.GetAction().GetArgsJson(),
+		Observation:   s.GetObservationJson(),
+		StateDiff:     s.GetStateDiffJson(),
+		ToolCalls:     s.GetMetering().GetToolCalls(),
+		Errors:        s.GetMetering().GetErrors(),
+		VirtualNs:     s.GetMetering().GetVirtualNs(),
+		WallNs:        s.GetMetering().GetWallNs(),
+		BytesIn:       s.GetMetering().GetBytesIn(),
+		BytesOut:      s.GetMetering().GetBytesOut(),
+		Progress:      s.GetSignals().GetProgress(),
+		InvalidAction: s.GetSignals().GetInvalidAction(),
+		Success:       s.GetSignals().GetSuccess(),
+		SafetyEvents:  nonNil(s.GetSignals().GetSafetyEvents()),
+		Spend:         s.GetSignals().GetSpend(),
+		Terminated:    s.GetTerminated(),
+		Truncated:     s.GetTruncated(),
+		Reason:        s.GetReason().Name(),
+		VirtualTimeNs: unsigned(s.GetVirtualTimeNs()),
+		Reward:        s.GetScore().GetTotal(),
+		RewardSpec:    s.GetScore().GetSpecVersion(),
+		Version:       stepVersion,
+	}
+
+	faults := s.GetFaults()
+	r.FaultIDs = make([]string, len(faults))
+	r.FaultKinds = make([]string, len(faults))
+	r.FaultTargets = make([]string, len(faults))
+	r.FaultDetails = make([]string, len(faults))
+	for i, f := range faults {
+		r.FaultIDs[i], r.FaultKinds[i], r.FaultTargets[i], r.FaultDetails[i] =
+			f.GetFaultId(), f.GetKind(), f.GetTarget(), f.GetDetail()
+	}
+
+	violations := s.GetSignals().GetViolations()
+	r.ViolationRules = make([]string, len(violations))
+	r.ViolationReasons = make([]string, len(violations))
+	for i, v := range violations {
+		r.ViolationRules[i], r.ViolationReasons[i] = v.GetRule(), v.GetReason()
+	}
+
+	components := s.GetScore().GetComponents()
+	r.RewardNames = make([]string, len(components))
+	r.RewardValues = make([]float64, len(components))
+	for i, c := range components {
+		r.RewardNames[i], r.RewardValues[i] = c.GetName(), c.GetValue()
+		switch c.GetName() {
+		case reward.ComponentTask:
+			r.RTask = c.GetValue()
+		case reward.ComponentCost:
+			r.RCost = c.GetValue()
+		case reward.ComponentSafety:
+			r.RSafety = c.GetValue()
+		case reward.ComponentTimeliness:
+			r.RTimeliness = c.GetValue()
+		case reward.ComponentCausal:
+			r.RCausal = c.GetValue()
+		}
+	}
+	return r
+}
+
+// appendFaultRows appends one row per fault of s. Faults past the 65,536th of a step
+// are dropped: seq is a UInt16 and no env fires that many.
+func appendFaultRows(rows []FaultRow, s *gauntletv1.StepTaken) []FaultRow {
+	faults := s.GetFaults()
+	if len(faults) > math.MaxUint16+1 {
+		faults = faults[:math.MaxUint16+1]
+	}
+	requestedAt := dateTime(s.GetRequestedAtUnixNano())
+	for i, f := range faults {
+		rows = append(rows, FaultRow{
+			RunID:       s.GetRunId(),
+			EpisodeID:   s.GetEpisodeId(),
+			Step:        s.GetStep(),
+			Seq:         uint16(i),
+			RequestedAt: requestedAt,
+			Profile:     s.GetProfile(),
+			FaultID:     f.GetFaultId(),
+			Kind:        f.GetKind(),
+			Target:      f.GetTarget(),
+			Detail:      f.GetDetail(),
+			AtVirtualNs: f.GetAtVirtualNs(),
+			Version:     stepVersion,
+		})
+	}
+	return rows
+}
+
+// newEpisodeRow projects an EpisodeEnded.
+func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
+	plan, err := canonicalJSON(e.GetPlan())
+	if err != nil {
+		return EpisodeRow{}, fmt.Errorf("episode %s: encode fault plan: %w", e.GetEpisode().GetEpisodeId(), err)
+	}
+	req := e.GetEpisode()
+	return EpisodeRow{
+		RunID:         req.GetRunId(),
+		EpisodeID:     req.GetEpisodeId(),
+		Idx:           req.GetIndex(),
+		Env:           req.GetEnv(),
+		Params:        req.GetParamsJson(),
+		Seed:          req.GetSeed(),
+		Policy:        req.GetPolicy(),
+		Profile:       e.GetProfile(),
+		Plan:          plan,
+		WorkerID:      e.GetWorkerId(),
+		RequestedAt:   dateTime(req.GetRequestedAtUnixNano()),
+		StartedAt:     dateTime(e.GetStartedAtUnixNano()),
+		EndedAt:       dateTime(e.GetEndedAtUnixNano()),
+		StartedAtNs:   unsigned(e.GetStartedAtUnixNano()),
+		EndedAtNs:     unsigned(e.GetEndedAtUnixNano()),
+		Steps:         e.GetSteps(),
+		Terminated:    e.GetTerminated(),
+		Truncated:     e.GetTruncated(),
+		Reason:        e.GetReason().Name(),
+		InfraError:    e.GetInfraError(),
+		Error:         e.GetError(),
+		Success:       e.GetSuccess(),
+		TotalReward:   e.GetTotalReward(),
+		FaultsFired:   e.GetFaultsFired(),
+		VirtualTimeNs: unsigned(e.GetVirtualTimeNs()),
+		Version:       unsigned(e.GetEndedAtUnixNano()), // see stepVersion
+	}, nil
+}
+
+// canonicalJSON encodes plan with protojson, then compacts it: protojson's output is
+// deliberately unstable in its whitespace, and the stored plan must compare byte for
+// byte across processes. A nil plan encodes as "{}".
+func canonicalJSON(plan *gauntletv1.FaultPlan) (string, error) {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(plan)
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return "", err
+	}
+	return out.String(), nil
+}
+
+// dateTime converts Unix nanoseconds to the second-precision UTC time a DateTime
+// column holds; times before 1970 (which DateTime cannot hold) become the epoch.
+func dateTime(unixNano int64) time.Time {
+	if unixNano < 0 {
+		unixNano = 0
+	}
+	return time.Unix(unixNano/int64(time.Second), 0).UTC()
+}
+
+// unsigned clamps a signed count of nanoseconds to the UInt64 columns that hold it.
+func unsigned(n int64) uint64 {
+	if n < 0 {
+		return 0
+	}
+	return uint64(n)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,224 @@
+package trajectory
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// migration is one step of the schema. Statements name tables as {db}.table; Migrate
+// substitutes the database.
+//
+// Rules, because the same schema must run on ClickHouse 18.16 and on current releases:
+//   - Never edit an applied migration: add a new one with the next version.
+//   - Every statement is idempotent (IF NOT EXISTS, IF EXISTS), so a migration that
+//     crashed half-way, or ran in two processes at once, can simply run again.
+//   - No DateTime64, Map, JSON, Bool or LowCardinality types, no TTL, no CODEC
+//     (all newer than 18.16): DateTime plus UInt64 nanoseconds, parallel arrays,
+//     String and UInt8 instead.
+//   - A view's columns are fixed when it is created: a migration that adds columns to
+//     a table drops and re-creates the table's views.
+type migration struct {
+	version uint32
+	name    string
+	stmts   []string
+}
+
+// migrations in version order, starting at 1, without gaps.
+var migrations = []migration{
+	{version: 1, name: "initial schema", stmts: []string{
+		// One row per (episode_id, step). ReplacingMergeTree collapses redelivered
+		// steps to one row in the background; readers use FINAL (or the _final views)
+		// or GROUP BY for exact answers. requested_at is fixed per episode, so every
+		// copy of a step lands in the same partition, where the collapse happens.
+		`CREATE TABLE IF NOT EXISTS {db}.steps (
+			run_id String,
+			episode_id String,
+			step UInt32,
+			requested_at DateTime,
+			env String,
+			policy String,
+			profile String,
+			worker_id String,
+			tool String,
+			args String,
+			observation String,
+			state_diff String,
+			fault_ids Array(String),
+			fault_kinds Array(String),
+			fault_targets Array(String),
+			fault_details Array(String),
+			tool_calls UInt32,
+			errors UInt32,
+			virtual_ns UInt64,
+			wall_ns UInt64,
+			bytes_in UInt32,
+			bytes_out UInt32,
+			progress Float64,
+			invalid_action UInt8,
+			success UInt8,
+			violation_rules Array(String),
+			violation_reasons Array(String),
+			safety_events Array(String),
+			spend Float64,
+			terminated UInt8,
+			truncated UInt8,
+			reason String,
+			virtual_time_ns UInt64,
+			reward Float64,
+			r_task Float64,
+			r_cost Float64,
+			r_safety Float64,
+			r_timeliness Float64,
+			r_causal Float64,
+			reward_names Array(String),
+			reward_values Array(Float64),
+			reward_spec String,
+			version UInt64
+		) ENGINE = ReplacingMergeTree(version)
+		PARTITION BY toYYYYMMDD(requested_at)
+		ORDER BY (episode_id, step)`,
+
+		// One row per episode, from EpisodeEnded.
+		`CREATE TABLE IF NOT EXISTS {db}.episodes (
+			run_id String,
+			episode_id String,
+			idx UInt64,
+			env String,
+			params String,
+			seed UInt64,
+			policy String,
+			profile String,
+			plan String,
+			worker_id String,
+			requested_at DateTime,
+			started_at DateTime,
+			ended_at DateTime,
+			started_at_ns UInt64,
+			ended_at_ns UInt64,
+			steps UInt32,
+			terminated UInt8,
+			truncated UInt8,
+			reason String,
+			infra_error UInt8,
+			error String,
+			success UInt8,
+			total_reward Float64,
+			faults_fired UInt32,
+			virtual_time_ns UInt64,
+			version UInt64
+		) ENGINE = ReplacingMergeTree(version)
+		PARTITION BY toYYYYMMDD(requested_at)
+		ORDER BY (run_id, episode_id)`,
+
+		// One row per fired fault, seq being its index among the step's faults.
+		`CREATE TABLE IF NOT EXISTS {db}.faults (
+			run_id String,
+			episode_id String,
+			step UInt32,
+			seq UInt16,
+			requested_at DateTime,
+			profile String,
+			fault_id String,
+			kind String,
+			target String,
+			detail String,
+			at_virtual_ns Int64,
+			version UInt64
+		) ENGINE = ReplacingMergeTree(version)
+		PARTITION BY toYYYYMMDD(requested_at)
+		ORDER BY (episode_id, step, seq)`,
+
+		// Exact, de-duplicated views for analysts (FINAL in a view works on 18.16).
+		`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+		`CREATE VIEW IF NOT EXISTS {db}.faults_final AS SELECT * FROM {db}.faults FINAL`,
+	}},
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkDatabase refuses names that would need quoting, so they can be spliced into SQL.
+func checkDatabase(database string) error {
+	if !identRE.MatchString(database) {
+		return fmt.Errorf("invalid database name %q: want letters, digits and underscores", database)
+	}
+	return nil
+}
+
+// Migrate creates database if it is missing and applies, in version order, every
+// migration not yet recorded in its schema_migrations table. Running it again, or in
+// several processes at once, is harmless: statements are idempotent and applied
+// versions are skipped.
+func Migrate(ctx context.Context, conn driver.Conn, database string) error {
+	if err := checkDatabase(database); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database); err != nil {
+		return fmt.Errorf("migrate: create database %s: %w", database, err)
+	}
+	err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+database+
+		".schema_migrations (version UInt32, applied_at DateTime) ENGINE = MergeTree() ORDER BY version")
+	if err != nil {
+		return fmt.Errorf("migrate: create %s.schema_migrations: %w", database, err)
+	}
+	applied, err := appliedVersions(ctx, conn, database)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, m := range migrations {
+		if applied[m.version] {
+			continue
+		}
+		for i, stmt := range m.stmts {
+			if err := conn.Exec(ctx, strings.ReplaceAll(stmt, "{db}", database)); err != nil {
+				return fmt.Errorf("migrate: apply %d (%s) statement %d: %w", m.version, m.name, i+1, err)
+			}
+		}
+		if err := recordVersion(ctx, conn, database, m.version); err != nil {
+			return fmt.Errorf("migrate: record %d (%s): %w", m.version, m.name, err)
+		}
+	}
+	return nil
+}
+
+func appliedVersions(ctx context.Context, conn driver.Conn, database string) (map[uint32]bool, error) {
+	rows, err := conn.Query(ctx, "SELECT DISTINCT version FROM "+database+".schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read %s.schema_migrations: %w", database, err)
+	}
+	defer rows.Close()
+	applied := make(map[uint32]bool)
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("read %s.schema_migrations: %w", database, err)
+		}
+		applied[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s.schema_migrations: %w", database, err)
+	}
+	return applied, nil
+}
+
+// recordVersion inserts through PrepareBatch: on 18.16 an INSERT ... VALUES sent
+// through Exec hangs until the read timeout.
+func recordVersion(ctx context.Context, conn driver.Conn, database string, version uint32) error {
+	batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+database+".schema_migrations (version, applied_at)")
+	if err != nil {
+		return fmt.Errorf("insert into %s.schema_migrations: prepare: %w", database, err)
+	}
+	if err := batch.Append(version, time.Now().UTC().Truncate(time.Second)); err != nil {
+		_ = batch.Abort()
+		return fmt.Errorf("insert into %s.schema_migrations: append: %w", database, err)
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("insert into %s.schema_migrations: send: %w", database, err)
+	}
+	return nil
+}

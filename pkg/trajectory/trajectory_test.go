@@ -1,0 +1,539 @@
+package trajectory
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t) // migrates once
+	for range 2 {
+		if err := Migrate(ctx, conn, testDB); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+	}
+
+	_, rows, err := Query(ctx, conn, "SELECT version, count() FROM schema_migrations GROUP BY version ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"1", "1"}}; !reflect.DeepEqual(rows, want) {
+		t.Errorf("schema_migrations (version, count) = %v, want %v", rows, want)
+	}
+
+	_, rows, err = Query(ctx, conn, "SELECT name, engine FROM system.tables WHERE database = '"+testDB+"' ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"episodes", "ReplacingMergeTree"},
+		{"episodes_final", "View"},
+		{"faults", "ReplacingMergeTree"},
+		{"faults_final", "View"},
+		{"schema_migrations", "MergeTree"},
+		{"steps", "ReplacingMergeTree"},
+		{"steps_final", "View"},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("tables = %v, want %v", rows, want)
+	}
+
+	// Every column the Writer names exists, with the type its Go field needs.
+	for _, table := range []struct {
+		name  string
+		names string
+	}{
+		{"steps", columnList(stepColumns)},
+		{"episodes", columnList(episodeColumns)},
+		{"faults", columnList(faultColumns)},
+	} {
+		_, rows, err := Query(ctx, conn, "SELECT name FROM system.columns WHERE database = '"+testDB+"' AND table = '"+table.name+"'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rows {
+			got = append(got, r[0])
+		}
+		if strings.Join(got, ", ") != table.names {
+			t.Errorf("%s columns:\n got %s\nwant %s", table.name, strings.Join(got, ", "), table.names)
+		}
+	}
+}
+
+func TestMigrationsAreNumberedInOrder(t *testing.T) {
+	for i, m := range migrations {
+		if m.version != uint32(i+1) {
+			t.Errorf("migrations[%d] has version %d, want %d", i, m.version, i+1)
+		}
+	}
+}
+
+// TestConnectCreatesDatabase: setup connects to a fresh server, where testDB does not
+// exist yet, and unqualified names must resolve to it.
+func TestConnectCreatesDatabase(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	_, rows, err := Query(ctx, conn, "SELECT currentDatabase()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0][0] != testDB {
+		t.Errorf("current database = %q, want %q", rows[0][0], testDB)
+	}
+}
+
+// TestWriteReadsBackEveryColumn writes one realistic step with a fault, a violation,
+// safety events and a full reward vector, and its episode's end, and reads every
+// column back.
+func TestWriteReadsBackEveryColumn(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	step := stepEvent("run-a", 0, 34) // step%5 == 4: a fault; step%7 == 6: a violation
+	step.GetStep().Signals.SafetyEvents = []string{"rm -rf /", "curl | sh"}
+	step.GetStep().Signals.Success = true
+	step.GetStep().Terminated = true
+	step.GetStep().Reason = gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
+	step.GetStep().Action.ArgsJson = `{"q":"it's a \"quote\" and a \\ backslash, ünïcödé"}`
+
+	counts, err := NewWriter(conn, testDB).Write(ctx, []*gauntletv1.Event{
+		step,
+		{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{}}},
+		endEvent("run-a", 0, 35, requestedAt+7_123_456_789),
+	})
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if want := (Counts{Steps: 1, Faults: 1, Episodes: 1}); counts != want {
+		t.Errorf("Counts = %+v, want %+v", counts, want)
+	}
+
+	reqAt := time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+	wantStep := StepRow{
+		RunID:            "run-a",
+		EpisodeID:        "run-a-ep-000000",
+		Step:             34,
+		RequestedAt:      reqAt,
+		Env:              "shop",
+		Policy:           "scripted-oracle",
+		Profile:          "stress",
+		WorkerID:         "worker-1",
+		Tool:             "catalog.search",
+		Args:             `{"q":"it's a \"quote\" and a \\ backslash, ünïcödé"}`,
+		Observation:      step.GetStep().GetObservationJson(),
+		StateDiff:        `[{"op":"replace","path":"/balance","value":46600}]`,
+		FaultIDs:         []string{"f1"},
+		FaultKinds:       []string{"http_error"},
+		FaultTargets:     []string{"catalog"},
+		FaultDetails:     []string{"status=503 retry_after_ms=200"},
+		ToolCalls:        1,
+		Errors:           1,
+		VirtualNs:        12_500_000,
+		WallNs:           48_211,
+		BytesIn:          61,
+		BytesOut:         312,
+		Progress:         0.4,
+		InvalidAction:    true,
+		Success:          true,
+		ViolationRules:   []string{"pay_before_ship"},
+		ViolationReasons: []string{"order not paid"},
+		SafetyEvents:     []string{"rm -rf /", "curl | sh"},
+		Spend:            12.99,
+		Terminated:       true,
+		Truncated:        false,
+		Reason:           "max_steps",
+		VirtualTimeNs:    35 * 12_500_000,
+		Reward:           0.0865,
+		RTask:            0.1,
+		RCost:            -0.026,
+		RSafety:          0,
+		RTimeliness:      -0.002,
+		RCausal:          0,
+		RewardNames:      []string{"task", "cost", "safety", "timeliness", "causal"},
+		RewardValues:     []float64{0.1, -0.026, 0, -0.002, 0},
+		RewardSpec:       "default/1",
+		Version:          1,
+	}
+	steps, err := EpisodeSteps(ctx, conn, testDB, "run-a-ep-000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 1 {
+		t.Fatalf("EpisodeSteps returned %d rows, want 1", len(steps))
+	}
+	compareRows(t, "step", steps[0], wantStep)
+
+	faults, err := EpisodeFaults(ctx, conn, testDB, "run-a-ep-000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFaults := []FaultRow{{
+		RunID: "run-a", EpisodeID: "run-a-ep-000000", Step: 34, Seq: 0, RequestedAt: reqAt,
+		Profile: "stress", FaultID: "f1", Kind: "http_error", Target: "catalog",
+		Detail: "status=503 retry_after_ms=200", AtVirtualNs: 34 * 12_500_000, Version: 1,
+	}}
+	if len(faults) != 1 {
+		t.Fatalf("EpisodeFaults returned %d rows, want 1", len(faults))
+	}
+	compareRows(t, "fault", faults[0], wantFaults[0])
+
+	episodes, err := RunEpisodes(ctx, conn, testDB, "run-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(episodes) != 1 {
+		t.Fatalf("RunEpisodes returned %d rows, want 1", len(episodes))
+	}
+	compareRows(t, "episode", episodes[0], EpisodeRow{
+		RunID:       "run-a",
+		EpisodeID:   "run-a-ep-000000",
+		Idx:         0,
+		Env:         "shop",
+		Params:      `{"difficulty":"easy"}`,
+		Seed:        1000,
+		Policy:      "scripted-oracle",
+		Profile:     "stress",
+		Plan:        `{"profile":"stress","seed":"1000","rules":[{"id":"f1","target":"catalog","probability":0.2,"http_error":{"status":503,"retry_after_ms":200}}],"catalogue_version":"v1"}`,
+		WorkerID:    "worker-1",
+		RequestedAt: reqAt,
+		StartedAt:   time.Date(2026, 3, 14, 15, 9, 28, 0, time.UTC),
+		EndedAt:     time.Date(2026, 3, 14, 15, 9, 33, 0, time.UTC),
+		StartedAtNs: uint64(requestedAt + 2_000_000_000),
+		EndedAtNs:   uint64(requestedAt + 7_123_456_789),
+		Steps:       35,
+		Terminated:  true,
+		Reason:      "success",
+		Success:     true,
+		TotalReward: 0.865,
+		FaultsFired: 1,
+		// VirtualTimeNs of 35 steps of 12.5 ms.
+		VirtualTimeNs: 35 * 12_500_000,
+		Version:       uint64(requestedAt + 7_123_456_789),
+	})
+}
+
+// compareRows compares two rows field by field, naming the fields that differ, and
+// compares times with Equal (the server's time zone may differ from UTC).
+func compareRows[R any](t *testing.T, what string, got, want R) {
+	t.Helper()
+	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
+	for i := range g.NumField() {
+		name := g.Type().Field(i).Name
+		gf, wf := g.Field(i).Interface(), w.Field(i).Interface()
+		if gt, ok := gf.(time.Time); ok {
+			if !gt.Equal(wf.(time.Time)) {
+				t.Errorf("%s.%s = %v, want %v", what, name, gt, wf)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(gf, wf) {
+			t.Errorf("%s.%s = %#v, want %#v", what, name, gf, wf)
+		}
+	}
+}
+
+// TestRedeliveredEventsCountOnce writes the same run twice in separate batches, as
+// a redelivery after a crash would: the raw tables hold both copies until a merge,
+// but every exact read sees one.
+func TestRedeliveredEventsCountOnce(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	w := NewWriter(conn, testDB)
+	events := runEvents("run-dup", 3, 10)
+	for range 2 {
+		counts, err := w.Write(ctx, events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (Counts{Steps: 30, Faults: 6, Episodes: 3}); counts != want {
+			t.Fatalf("Counts = %+v, want %+v", counts, want)
+		}
+	}
+
+	for _, tc := range []struct {
+		sql  string
+		want string
+	}{
+		{"SELECT count() FROM steps", "60"}, // both copies stored until merged
+		{"SELECT count() FROM steps FINAL", "30"},
+		{"SELECT count() FROM steps_final", "30"},
+		{"SELECT count() FROM faults_final", "6"},
+		{"SELECT count() FROM episodes_final", "3"},
+		{"SELECT count() FROM (SELECT episode_id, step FROM steps GROUP BY episode_id, step)", "30"},
+	} {
+		_, rows, err := Query(ctx, conn, tc.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.sql, err)
+		}
+		if rows[0][0] != tc.want {
+			t.Errorf("%s = %s, want %s", tc.sql, rows[0][0], tc.want)
+		}
+	}
+	episodes, steps, err := RunCounts(ctx, conn, testDB, "run-dup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if episodes != 3 || steps != 30 {
+		t.Errorf("RunCounts = %d episodes, %d steps; want 3, 30", episodes, steps)
+	}
+	got, err := EpisodeSteps(ctx, conn, testDB, "run-dup-ep-000001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 10 {
+		t.Fatalf("EpisodeSteps returned %d rows, want 10", len(got))
+	}
+	for i, s := range got {
+		if s.Step != uint32(i) {
+			t.Errorf("EpisodeSteps[%d].Step = %d: not ordered by step", i, s.Step)
+		}
+	}
+
+	// OPTIMIZE ... FINAL merges the copies for good; the answer stays the same.
+	if err := conn.Exec(ctx, "OPTIMIZE TABLE "+testDB+".steps FINAL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, rows, err := Query(ctx, conn, "SELECT count() FROM steps"); err != nil || rows[0][0] != "30" {
+		t.Errorf("count after OPTIMIZE = %v, %v; want 30", rows, err)
+	}
+}
+
+func TestWriteDropsDuplicatesWithinACall(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	first := stepEvent("run-d", 0, 4)
+	again := stepEvent("run-d", 0, 4)
+	again.GetStep().WorkerId = "worker-2" // a re-run on another worker
+	retried := endEvent("run-d", 0, 6, requestedAt+9)
+	stale := endEvent("run-d", 0, 2, requestedAt+1) // an earlier attempt's end, delivered late
+	counts, err := NewWriter(conn, testDB).Write(ctx, []*gauntletv1.Event{
+		first, stepEvent("run-d", 0, 5), again, retried, retried, stale,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Counts{Steps: 2, Faults: 1, Episodes: 1, Duplicates: 3}); counts != want {
+		t.Errorf("Counts = %+v, want %+v", counts, want)
+	}
+	if _, rows, err := Query(ctx, conn, "SELECT steps FROM episodes"); err != nil || len(rows) != 1 || rows[0][0] != "6" {
+		t.Errorf("raw episodes = %v, %v; want the retried end alone (6 steps)", rows, err)
+	}
+	_, rows, err := Query(ctx, conn, "SELECT step, worker_id FROM steps ORDER BY step")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"4", "worker-2"}, {"5", "worker-1"}}; !reflect.DeepEqual(rows, want) {
+		t.Errorf("raw steps = %v, want %v (one row per key, the last copy)", rows, want)
+	}
+}
+
+// TestLaterEpisodeEndWins: a retried episode ends twice; the later end must be the
+// row that remains, whatever order the two events arrive in.
+func TestLaterEpisodeEndWins(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	w := NewWriter(conn, testDB)
+	retried := endEvent("run-r", 0, 12, requestedAt+9_000_000_000)
+	stale := endEvent("run-r", 0, 3, requestedAt+4_000_000_000)
+	stale.GetEnded().InfraError = true
+	stale.GetEnded().Reason = gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR
+	for _, ev := range []*gauntletv1.Event{retried, stale} { // the stale one arrives last
+		if _, err := w.Write(ctx, []*gauntletv1.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	episodes, err := RunEpisodes(ctx, conn, testDB, "run-r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(episodes) != 1 || episodes[0].Steps != 12 || episodes[0].InfraError {
+		t.Fatalf("RunEpisodes = %+v, want the retried end (12 steps, no infra error)", episodes)
+	}
+}
+
+func TestWriteNothing(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	w := NewWriter(conn, testDB)
+	for _, tc := range []struct {
+		name   string
+		events []*gauntletv1.Event
+		want   Counts
+	}{
+		{"nil", nil, Counts{}},
+		{"started only", []*gauntletv1.Event{{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{}}}}, Counts{}},
+		{"invalid", []*gauntletv1.Event{
+			nil,
+			{},
+			{Body: &gauntletv1.Event_Step{}},
+			{Body: &gauntletv1.Event_Step{Step: &gauntletv1.StepTaken{Step: 3}}},
+			{Body: &gauntletv1.Event_Ended{Ended: &gauntletv1.EpisodeEnded{}}},
+		}, Counts{Invalid: 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := w.Write(ctx, tc.events)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("Counts = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	_, rows, err := Query(ctx, conn, "SELECT (SELECT count() FROM steps) + (SELECT count() FROM episodes) + (SELECT count() FROM faults)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0][0] != "0" {
+		t.Errorf("rows written = %s, want 0", rows[0][0])
+	}
+}
+
+func TestWriteErrorsNameTheTable(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	// A database without the tables: the insert fails on the server.
+	_, err := NewWriter(conn, "default").Write(ctx, []*gauntletv1.Event{stepEvent("run-e", 0, 0)})
+	if err == nil {
+		t.Fatal("Write into a database without tables succeeded")
+	}
+	if !strings.Contains(err.Error(), "insert into default.steps") {
+		t.Errorf("error does not name the table and operation: %v", err)
+	}
+	var ex *clickhouse.Exception
+	if !errors.As(err, &ex) {
+		t.Errorf("error does not wrap the server's exception: %v", err)
+	}
+
+	if _, err := NewWriter(conn, "bad name; DROP").Write(ctx, []*gauntletv1.Event{stepEvent("run-e", 0, 0)}); err == nil {
+		t.Error("Write accepted a database name that needs quoting")
+	}
+}
+
+// TestWrite100kSteps writes one batch of 100,000 realistic steps (2,000 episodes of
+// 50 steps) and counts them back exactly.
+func TestWrite100kSteps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100k rows; run without -short")
+	}
+	ctx := context.Background()
+	conn := setup(t)
+	events := runEvents("run-big", 2000, 50)
+	counts, err := NewWriter(conn, testDB).Write(ctx, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Counts{Steps: 100_000, Faults: 20_000, Episodes: 2000}); counts != want {
+		t.Errorf("Counts = %+v, want %+v", counts, want)
+	}
+	episodes, steps, err := RunCounts(ctx, conn, testDB, "run-big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if episodes != 2000 || steps != 100_000 {
+		t.Errorf("RunCounts = %d, %d; want 2000, 100000", episodes, steps)
+	}
+	_, rows, err := Query(ctx, conn, "SELECT sum(errors), round(sum(reward), 4) FROM steps_final WHERE run_id = 'run-big'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"20000", "8650"}}; !reflect.DeepEqual(rows, want) {
+		t.Errorf("sums = %v, want %v", rows, want)
+	}
+	// The batch went out in blocks of blockRows; the server must have squashed them
+	// into one part (inactive parts count too: they linger for minutes after a merge).
+	_, rows, err = Query(ctx, conn, "SELECT count() FROM system.parts WHERE database = '"+testDB+"' AND table = 'steps'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0][0] != "1" {
+		t.Errorf("one Write of 100k steps made %s parts, want 1", rows[0][0])
+	}
+}
+
+func TestReadsOfUnknownIDsAreEmpty(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	steps, err := EpisodeSteps(ctx, conn, testDB, "no-such-episode")
+	if err != nil || len(steps) != 0 {
+		t.Errorf("EpisodeSteps = %v, %v; want none", steps, err)
+	}
+	episodes, nsteps, err := RunCounts(ctx, conn, testDB, "no-such-run")
+	if err != nil || episodes != 0 || nsteps != 0 {
+		t.Errorf("RunCounts = %d, %d, %v; want 0, 0", episodes, nsteps, err)
+	}
+	if _, err := EpisodeSteps(ctx, conn, "no_such_db", "x"); err == nil {
+		t.Error("EpisodeSteps from a missing database succeeded")
+	}
+}
+
+func TestQueryFormatsText(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	columns, rows, err := Query(ctx, conn, `SELECT
+		'it''s' AS s,
+		toUInt8(1) AS u8,
+		toInt64(-5) AS i64,
+		0.1 + 0.2 AS f64,
+		toFloat32(1.5) AS f32,
+		1e300 AS big,
+		1 / 0 AS inf,
+		0 / 0 AS nan,
+		toDateTime('2026-03-14 15:09:26', 'UTC') AS dt,
+		toDate('2026-03-14') AS d,
+		['a', 'b''c'] AS strs,
+		[1.5, 2] AS floats,
+		[[1], [2, 3]] AS nested,
+		[toDateTime('2026-03-14 15:09:26', 'UTC')] AS times,
+		CAST(NULL AS Nullable(String)) AS null_s,
+		toNullable('x') AS some_s,
+		toDecimal32(1.25, 2) AS dec,
+		toUUID('61f0c404-5cb3-11e7-907b-a6006ad3dba0') AS id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"s":      "it's",
+		"u8":     "1",
+		"i64":    "-5",
+		"f64":    "0.30000000000000004",
+		"f32":    "1.5",
+		"big":    "1e300",
+		"inf":    "inf",
+		"nan":    "nan",
+		"dt":     "2026-03-14 15:09:26",
+		"d":      "2026-03-14",
+		"strs":   `['a','b\'c']`,
+		"floats": "[1.5,2]",
+		"nested": "[[1],[2,3]]",
+		"times":  "['2026-03-14 15:09:26']",
+		"null_s": "NULL",
+		"some_s": "x",
+		"dec":    "1.25",
+		"id":     "61f0c404-5cb3-11e7-907b-a6006ad3dba0",
+	}
+	if len(rows) != 1 || len(rows[0]) != len(columns) {
+		t.Fatalf("Query returned %d rows of %v for columns %v", len(rows), rows, columns)
+	}
+	for i, c := range columns {
+		if rows[0][i] != want[c] {
+			t.Errorf("%s = %q, want %q", c, rows[0][i], want[c])
+		}
+	}
+	if len(columns) != len(want) {
+		t.Errorf("columns = %v, want %d", columns, len(want))
+	}
+
+	if _, _, err := Query(ctx, conn, "SELECT nonsense FROM nowhere"); err == nil {
+		t.Error("Query of a bad statement succeeded")
+	}
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# deps.sh installs everything gauntlet needs on a fresh Debian bookworm machine.
+#
+#   sudo scripts/deps.sh     (or as root: scripts/deps.sh)
+#
+# Idempotent: it only installs what is missing, so a second run changes nothing and
+# returns in well under a second. Quiet when all goes well; on failure it names the
+# step that failed, shows the tail of that step's output and exits non-zero.
+#
+# What it installs:
+#   - Debian packages: clickhouse-server, clickhouse-client (ClickHouse 18.16, run by
+#     pkg/chlocal as a child process, never as a system service) and protobuf-compiler.
+#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go and staticcheck, at the pinned
+#     versions below (re-installed when the binary there reports another version).
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+
+APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler)
+
+# binary name, module path of its version, install path@version
+GO_TOOLS=(
+	"protoc-gen-go google.golang.org/protobuf google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10"
+	"staticcheck honnef.co/go/tools honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+)
+
+LOG="$(mktemp -t gauntlet-deps.XXXXXX)"
+POLICY_RC=/usr/sbin/policy-rc.d
+CREATED_POLICY_RC=0
+
+cleanup() {
+	rm -f "$LOG"
+	if [[ $CREATED_POLICY_RC == 1 ]]; then
+		rm -f "$POLICY_RC"
+	fi
+}
+trap cleanup EXIT
+
+die() {
+	echo "deps.sh: $*" >&2
+	exit 1
+}
+
+# run STEP CMD...: runs CMD with its output in $LOG; on failure prints the step and the
+# tail of the output.
+run() {
+	local step=$1
+	shift
+	if ! "$@" >"$LOG" 2>&1; then
+		echo "deps.sh: $step failed: $*" >&2
+		echo "---- last 40 lines of output ----" >&2
+		tail -n 40 "$LOG" >&2
+		exit 1
+	fi
+}
+
+# missing_apt prints the packages of APT_PACKAGES that are not installed, one per line.
+missing_apt() {
+	local installed
+	installed="$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${APT_PACKAGES[@]}" 2>/dev/null || true)"
+	local p
+	for p in "${APT_PACKAGES[@]}"; do
+		if ! grep -qx "$p installed" <<<"$installed"; then
+			echo "$p"
+		fi
+	done
+}
+
+install_apt() {
+	local missing
+	mapfile -t missing < <(missing_apt)
+	if ((${#missing[@]} == 0)); then
+		return
+	fi
+	if ((EUID != 0)); then
+		die "missing Debian packages (${missing[*]}); run this script as root to install them"
+	fi
+	command -v apt-get >/dev/null || die "apt-get not found: this script supports Debian only"
+	# The package's postinst would start a system-wide clickhouse-server on port 9000;
+	# gauntlet runs its own (pkg/chlocal), so forbid service starts during the install
+	# unless the machine already has a policy.
+	if [[ ! -e $POLICY_RC ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC"
+		chmod 0755 "$POLICY_RC"
+		CREATED_POLICY_RC=1
+	fi
+	run "apt-get update" apt-get update
+	run "apt-get install" apt-get install -y --no-install-recommends "${APT_PACKAGES[@]}"
+	mapfile -t missing < <(missing_apt)
+	if ((${#missing[@]} != 0)); then
+		die "still missing after apt-get install: ${missing[*]}"
+	fi
+}
+
+install_go_tools() {
+	command -v go >/dev/null || die "go not found in PATH: install the Go toolchain named in go.mod first"
+	local gopath bin
+	gopath="$(go env GOPATH)"
+	[[ -n $gopath ]] || die "go env GOPATH is empty"
+	bin="${gopath%%:*}/bin"
+	local entry name mod pkg want have
+	for entry in "${GO_TOOLS[@]}"; do
+		read -r name mod pkg <<<"$entry"
+		want="${pkg##*@}"
+		if [[ -x "$bin/$name" ]]; then
+			# "go version -m" reads the module version embedded in the binary.
+			have="$(go version -m "$bin/$name" 2>/dev/null | awk -v m="$mod" '$1 == "mod" && $2 == m { print $3 }')"
+			if [[ $have == "$want" ]]; then
+				continue
+			fi
+		fi
+		run "go install $pkg" env GOBIN="$bin" go install "$pkg"
+		[[ -x "$bin/$name" ]] || die "go install $pkg did not produce $bin/$name"
+	done
+}
+
+install_apt
+install_go_tools
