@@ -358,11 +358,15 @@ func (s *Service) endedLoop(ctx context.Context) error {
 			sleep(ctx, time.Second)
 			continue
 		}
+		// Collect first: the batch fills over up to FetchMaxWait, and the run table must
+		// not be locked meanwhile.
 		var msgs []jetstream.Msg
-		touched := map[string]bool{}
-		s.mu.Lock()
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
+		}
+		touched := map[string]bool{}
+		s.mu.Lock()
+		for _, m := range msgs {
 			var ev gauntletv1.Event
 			if err := proto.Unmarshal(m.Data(), &ev); err != nil || ev.GetEnded() == nil {
 				s.log.Error("undecodable ended event; skipping it", "subject", m.Subject(), "err", err)

@@ -99,9 +99,14 @@ func (s *scorer) run(ctx context.Context) {
 }
 
 func (s *scorer) send(ctx context.Context, batch []scoreCall) {
+	// The reward service scores from a step's signals and metering (pkg/reward); the
+	// observation and diff, the bulk of a step, stay here.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
 	for i, c := range batch {
-		req.Steps[i] = c.step
+		req.Steps[i] = &gauntletv1.StepTaken{
+			EpisodeId: c.step.EpisodeId, Step: c.step.Step, Env: c.step.Env,
+			Signals: c.step.Signals, Metering: c.step.Metering,
+		}
 	}
 	var reply gauntletv1.ScoreReply
 	// Bounded: a reward service missing for this long is an infra error for the episode.

@@ -247,8 +247,9 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 	if err != nil {
 		return fmt.Errorf("reset %s: %w", req.EpisodeId, err)
 	}
+	// The plan goes with the ended event (and into ClickHouse); started stays small.
 	if err := pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{
-		Episode: req, Plan: a.Plan, WorkerId: w.cfg.ID, StartedAtUnixNano: startedAt.UnixNano(),
+		Episode: req, WorkerId: w.cfg.ID, StartedAtUnixNano: startedAt.UnixNano(),
 		ObservationJson: string(obs), Attempt: attempt,
 	}}}); err != nil {
 		return err

@@ -1728,13 +1728,14 @@ func (x *ScoreReply) GetError() string {
 
 // EpisodeStarted records that a worker began an episode. Subject: gauntlet.ev.started.<episode_id>
 type EpisodeStarted struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Episode           *EpisodeRequested      `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
-	Plan              *FaultPlan             `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
-	WorkerId          string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	StartedAtUnixNano int64                  `protobuf:"varint,4,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
-	ObservationJson   string                 `protobuf:"bytes,5,opt,name=observation_json,json=observationJson,proto3" json:"observation_json,omitempty"`
-	Attempt           uint32                 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Episode *EpisodeRequested      `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
+	// Left empty by workers: the plan is recorded once, in EpisodeEnded.
+	Plan              *FaultPlan `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	WorkerId          string     `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	StartedAtUnixNano int64      `protobuf:"varint,4,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
+	ObservationJson   string     `protobuf:"bytes,5,opt,name=observation_json,json=observationJson,proto3" json:"observation_json,omitempty"`
+	Attempt           uint32     `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
