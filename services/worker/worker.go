@@ -150,9 +150,8 @@ func (w *Service) Running(ctx context.Context) error {
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			reply := make(chan scoreResult, 1)
 			for msg := range work {
-				w.handle(ctx, msg, reply)
+				w.handle(ctx, msg)
 			}
 		}()
 	}
@@ -180,7 +179,7 @@ func (w *Service) Stopping(context.Context) error { return nil }
 // errAbandoned marks an episode given up because the worker is stopping.
 var errAbandoned = errors.New("worker stopping")
 
-func (w *Service) handle(ctx context.Context, msg jetstream.Msg, reply chan scoreResult) {
+func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
 	var a gauntletv1.EpisodeAssigned
 	if err := proto.Unmarshal(msg.Data(), &a); err != nil || a.Episode == nil {
 		w.log.Error("undecodable assignment; terminating it", "subject", msg.Subject(), "err", err)
@@ -257,7 +256,7 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 
 	turn := env.Turn{Observation: obs}
 	lastBeat := time.Now()
-	reply := make(chan scoreResult, 1)
+	reply := make(chan scoreResult, 1) // this episode's score replies, reused every step
 	for step := uint32(0); ; step++ {
 		if ctx.Err() != nil {
 			return errAbandoned
