@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// corpus is the events the ceiling writes: what the workers of a real run would publish,
+// generated in this process before any timing.
+type corpus struct {
+	events   []*gauntletv1.Event
+	episodes int
+	steps    int
+	faults   int
+	// GenSeconds is how long generating took; StepsPerSec is the in-process rate of
+	// env + policy + faults + scoring + event building on one goroutine.
+	GenSeconds float64
+}
+
+// segmentSteps is the worker's default --worker.segment-steps.
+const segmentSteps = 32
+
+// generate runs episodes of the same kind of run the pipeline is given (shop, policyName,
+// the demo's default profile mix) until at least minSteps steps are recorded, building the
+// events exactly as services/worker does: started, StepsTaken segments of segmentSteps
+// steps each scored with pkg/reward, ended with the fault plan. Fault plans come from
+// pkg/faults as services/faults derives them.
+func generate(ctx context.Context, policyName string, minSteps int) (*corpus, error) {
+	req := &gauntletv1.RunRequested{
+		RunId: campaign.NewRunID(), Env: "shop", ParamsJson: "{}",
+		Policies: []*gauntletv1.Share{{Name: policyName, Weight: 1}},
+		Episodes: campaign.MaxEpisodes, Seed: 1, MaxInFlight: 10_000,
+		RequestedAtUnixNano: time.Now().UnixNano(), Label: "loadtest-ceiling",
+	}
+	// The demo's --profiles default.
+	mix, err := campaign.ParseShares("--profiles", "baseline=60,stress=25,edge=15")
+	if err != nil {
+		return nil, err
+	}
+	req.Profiles = mix
+	if err := campaign.Validate(req); err != nil {
+		return nil, fmt.Errorf("ceiling run: %w", err)
+	}
+	e, err := env.Lookup(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := policy.Lookup(policyName)
+	if err != nil {
+		return nil, err
+	}
+	spec := reward.SpecFor(req.Env)
+	services := e.Spec().Services
+	workerID := fmt.Sprintf("w-%08x", rng.Derive(uint64(req.RequestedAtUnixNano), "worker")>>32)
+
+	c := &corpus{}
+	t0 := time.Now()
+	for index := uint64(0); c.steps < minSteps; index++ {
+		if index%1000 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		ep := campaign.Episode(req, index)
+		// services/faults/faults.go: Service.Plan.
+		profile, err := faults.ChooseProfile(rng.Derive(ep.Seed, "profile"), req.Profiles)
+		if err != nil {
+			return nil, fmt.Errorf("choose profile: %w", err)
+		}
+		plan, err := faults.Plan(rng.Derive(ep.Seed, "faults"), profile, services)
+		if err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+		if err := c.play(e, pol, spec, workerID, ep, plan); err != nil {
+			return nil, err
+		}
+	}
+	c.GenSeconds = time.Since(t0).Seconds()
+	return c, nil
+}
+
+// play is services/worker's Service.play with the reward service replaced by a direct
+// call of the same pure function and the bus replaced by c.events.
+func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan) error {
+	inj, err := faults.NewInjector(plan)
+	if err != nil {
+		return fmt.Errorf("fault plan: %w", err)
+	}
+	episode, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps, Faults: inj})
+	if err != nil {
+		return fmt.Errorf("episode %s: %w", req.EpisodeId, err)
+	}
+	agent, err := pol.NewAgent(e, rng.Derive(req.Seed, "policy"))
+	if err != nil {
+		return fmt.Errorf("policy %s: %w", req.Policy, err)
+	}
+	startedAt := time.Now()
+	ended := &gauntletv1.EpisodeEnded{
+		Episode: req, Profile: plan.GetProfile(), Plan: plan, WorkerId: workerID,
+		StartedAtUnixNano: startedAt.UnixNano(),
+	}
+	obs, err := episode.Reset()
+	if err != nil {
+		return fmt.Errorf("reset %s: %w", req.EpisodeId, err)
+	}
+	c.events = append(c.events, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{
+		Episode: req, WorkerId: workerID, StartedAtUnixNano: startedAt.UnixNano(),
+		ObservationJson: string(obs), Attempt: 1,
+	}}})
+
+	var segment []*gauntletv1.StepTaken
+	flush := func() {
+		if len(segment) > 0 {
+			c.events = append(c.events, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: segment}}})
+			segment = nil
+		}
+	}
+	turn := env.Turn{Observation: obs}
+	for step := uint32(0); ; step++ {
+		act, err := agent.Act(turn)
+		if err != nil {
+			return fmt.Errorf("policy %s at step %d: %w", req.Policy, step, err)
+		}
+		t0 := time.Now()
+		res, err := episode.Step(act)
+		if err != nil {
+			return fmt.Errorf("step %d of %s: %w", step, req.EpisodeId, err)
+		}
+		if res.Metering == nil {
+			res.Metering = &gauntletv1.Metering{}
+		}
+		res.Metering.WallNs = uint64(time.Since(t0))
+		st := &gauntletv1.StepTaken{
+			EpisodeId: req.EpisodeId, Step: step, RunId: req.RunId, Env: req.Env, Policy: req.Policy,
+			Profile: plan.GetProfile(), Action: &gauntletv1.Action{Tool: act.Tool, ArgsJson: string(act.Args)},
+			ObservationJson: string(res.Observation), StateDiffJson: string(res.Diff), Faults: res.Faults,
+			Metering: res.Metering, Signals: res.Signals, Terminated: res.Terminated, Truncated: res.Truncated,
+			Reason: res.Reason, VirtualTimeNs: int64(episode.Now()), WorkerId: workerID,
+			RequestedAtUnixNano: req.RequestedAtUnixNano,
+		}
+		st.Score = reward.Score(spec, st)
+		segment = append(segment, st)
+		if len(segment) >= segmentSteps {
+			flush()
+		}
+		c.steps++
+		c.faults += len(res.Faults)
+		ended.Steps = step + 1
+		ended.TotalReward += st.Score.GetTotal()
+		ended.FaultsFired += uint32(len(res.Faults))
+		turn = env.Turn{Step: step + 1, Observation: res.Observation, Reward: st.Score.GetTotal()}
+		if res.Done() {
+			ended.Terminated, ended.Truncated, ended.Reason = res.Terminated, res.Truncated, res.Reason
+			ended.Success = res.Signals.GetSuccess()
+			break
+		}
+	}
+	ended.VirtualTimeNs = int64(episode.Now())
+	ended.EndedAtUnixNano = time.Now().UnixNano()
+	flush()
+	c.events = append(c.events, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ended}})
+	c.episodes++
+	return nil
+}
+
+// batches cuts the corpus into the store's batch shape: batchEvents events per Write.
+// A real store batch holds the interleaved events of thousands of episodes in flight, so
+// each batch's events are shuffled (with a fixed seed) instead of kept episode by episode.
+func (c *corpus) batches(batchEvents int) [][]*gauntletv1.Event {
+	var out [][]*gauntletv1.Event
+	r := rand.New(rand.NewPCG(1, 2))
+	for start := 0; start < len(c.events); start += batchEvents {
+		b := append([]*gauntletv1.Event(nil), c.events[start:min(start+batchEvents, len(c.events))]...)
+		r.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
+		out = append(out, b)
+	}
+	return out
+}
+
+// encodedBatch is one batch as the store receives it: protobuf messages off the stream.
+type encodedBatch [][]byte
+
+// encode marshals the corpus's batches and drops the decoded events. Holding half a
+// million decoded steps would give the ceiling's Writes a live heap (and so GC work)
+// many times what the store ever holds, which is one batch filling and one writing.
+func (c *corpus) encode(batchEvents int) ([]encodedBatch, error) {
+	var out []encodedBatch
+	for _, b := range c.batches(batchEvents) {
+		eb := make(encodedBatch, len(b))
+		for i, ev := range b {
+			var err error
+			if eb[i], err = proto.Marshal(ev); err != nil {
+				return nil, fmt.Errorf("marshal event: %w", err)
+			}
+		}
+		out = append(out, eb)
+	}
+	c.events = nil
+	return out, nil
+}
+
+// decode unmarshals one batch, as the store's reader does before a Write.
+func (b encodedBatch) decode() ([]*gauntletv1.Event, error) {
+	out := make([]*gauntletv1.Event, len(b))
+	for i, data := range b {
+		var ev gauntletv1.Event
+		if err := proto.Unmarshal(data, &ev); err != nil {
+			return nil, fmt.Errorf("unmarshal event: %w", err)
+		}
+		out[i] = &ev
+	}
+	return out, nil
+}
+
+// ceilingResult is one timed pass of the corpus through trajectory.Writer.
+type ceilingResult struct {
+	Database    string  `json:"database"`
+	Episodes    int     `json:"episodes"`
+	Events      int     `json:"events"`
+	Writes      int     `json:"writes"`
+	BatchEvents int     `json:"batch_events"`
+	StepRows    int     `json:"step_rows"`
+	FaultRows   int     `json:"fault_rows"`
+	EpisodeRows int     `json:"episode_rows"`
+	Seconds     float64 `json:"seconds"`
+	// StepRowsPerSec is the headline: step rows per second of Write.
+	StepRowsPerSec  float64   `json:"step_rows_per_sec"`
+	TotalRowsPerSec float64   `json:"total_rows_per_sec"`
+	WriteSeconds    []float64 `json:"write_seconds"`
+	Window          window    `json:"window"`
+}
+
+// measureCeiling writes every batch, in order, into a fresh database and times only the
+// Write calls (each batch is decoded, untimed, just before its Write, as the store does).
+func measureCeiling(ctx context.Context, addr, database string, batches []encodedBatch, episodes int, procs procSet) (ceilingResult, error) {
+	r := ceilingResult{Database: database, Episodes: episodes, Writes: len(batches)}
+	if len(batches) > 0 {
+		r.BatchEvents = len(batches[0])
+	}
+	conn, err := trajectory.Connect(ctx, addr, database)
+	if err != nil {
+		return r, err
+	}
+	defer conn.Close()
+	if err := trajectory.Migrate(ctx, conn, database); err != nil {
+		return r, err
+	}
+	w := trajectory.NewWriter(conn, database)
+	win := startWindow(procs)
+	var total time.Duration
+	for _, eb := range batches {
+		b, err := eb.decode()
+		if err != nil {
+			return r, err
+		}
+		t0 := time.Now()
+		n, err := w.Write(ctx, b)
+		d := time.Since(t0)
+		if err != nil {
+			return r, fmt.Errorf("ceiling: write %d events into %s: %w", len(b), database, err)
+		}
+		total += d
+		r.WriteSeconds = append(r.WriteSeconds, d.Seconds())
+		r.Events += len(b)
+		r.StepRows += n.Steps
+		r.FaultRows += n.Faults
+		r.EpisodeRows += n.Episodes
+	}
+	r.Window = win.end()
+	r.Seconds = total.Seconds()
+	r.StepRowsPerSec = float64(r.StepRows) / r.Seconds
+	r.TotalRowsPerSec = float64(r.StepRows+r.FaultRows+r.EpisodeRows) / r.Seconds
+	return r, nil
+}

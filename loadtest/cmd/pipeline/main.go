@@ -1,0 +1,491 @@
+// Command pipeline measures gauntlet end to end on this machine: how many steps per second
+// the whole stack (scheduler, workers, reward, faults, NATS JetStream, store) gets into
+// ClickHouse, next to how many rows of the same kind ClickHouse takes from the store's
+// writer alone, measured in the same run against the same server. The ratio of the two
+// is the pipeline's share of its store's ceiling.
+//
+// Each round does both, in alternating order (ceiling first in odd rounds, pipeline first
+// in even ones, so a machine getting busier or quieter over time does not favour either):
+//
+//   - ceiling: episodes are run in this process beforehand (shop, the chosen policy, the
+//     fault plans services/faults would give, every step scored by pkg/reward) and built
+//     into the events services/worker publishes; the timed part is only
+//     trajectory.Writer.Write of those events, in batches of the store's size, into a
+//     fresh database.
+//   - pipeline: `gauntlet demo` as a child process against the same ClickHouse; its
+//     summary line gives persisted steps/s, /proc/<pid>/status its memory over time.
+//
+// -memory-episodes runs one more, long demo to show whether memory grows with the run.
+// See loadtest/README.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop" // registers the shop env
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+)
+
+// options are the harness's flags.
+type options struct {
+	Gauntlet       string        `json:"gauntlet"`
+	Episodes       uint64        `json:"episodes"`
+	Rounds         int           `json:"rounds"`
+	Policy         string        `json:"policy"`
+	Out            string        `json:"out"`
+	RSSInterval    time.Duration `json:"rss_interval_ns"`
+	MemoryEpisodes uint64        `json:"memory_episodes"`
+	Timeout        time.Duration `json:"timeout_ns"`
+	MaxInFlight    uint          `json:"max_in_flight"`
+	CeilingSteps   int           `json:"ceiling_steps"`
+	BatchEvents    int           `json:"batch_events"`
+	PprofSeconds   int           `json:"pprof_seconds"`
+	KeepData       bool          `json:"keep_data"`
+	MaxRSSMB       int64         `json:"max_rss_mb"`
+}
+
+func (o *options) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.Gauntlet, "gauntlet", "../bin/gauntlet", "the gauntlet binary (`make build` makes bin/gauntlet)")
+	fs.Uint64Var(&o.Episodes, "episodes", 200_000, "episodes of each round's pipeline run")
+	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of ceiling + pipeline (0: none)")
+	fs.StringVar(&o.Policy, "policy", policy.Oracle, "policy of every episode")
+	fs.StringVar(&o.Out, "out", "", "JSON results (default results/pipeline-<timestamp>.json)")
+	fs.DurationVar(&o.RSSInterval, "rss-interval", time.Second, "how often the child's RSS is sampled")
+	fs.Uint64Var(&o.MemoryEpisodes, "memory-episodes", 0, "after the rounds, one pipeline run of this many episodes to watch memory (0: skip)")
+	fs.DurationVar(&o.Timeout, "timeout", 60*time.Minute, "bound on the whole harness; it stops itself (and its children) then")
+	fs.UintVar(&o.MaxInFlight, "max-in-flight", 10_000, "the demo's --max-in-flight")
+	fs.IntVar(&o.CeilingSteps, "ceiling-steps", 500_000, "step rows generated for (and written by) each ceiling measurement")
+	fs.IntVar(&o.BatchEvents, "batch-events", 50_000, "events per Write in the ceiling (the store's --store.batch-rows)")
+	fs.IntVar(&o.PprofSeconds, "pprof-seconds", 0, "after the rounds, one extra untimed pipeline run profiled for this many seconds (0: skip)")
+	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the ClickHouse databases and the temp dir")
+	fs.Int64Var(&o.MaxRSSMB, "max-rss-mb", defaultMaxRSSMB(), "stop a demo whose RSS passes this (default: half the machine's RAM; 0: no limit)")
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if o.Rounds < 0 {
+		errs = append(errs, fmt.Errorf("-rounds: %d is negative", o.Rounds))
+	}
+	if o.Episodes == 0 && (o.Rounds > 0 || o.PprofSeconds > 0) {
+		errs = append(errs, errors.New("-episodes: must be at least 1"))
+	}
+	if o.Rounds == 0 && o.MemoryEpisodes == 0 && o.PprofSeconds == 0 {
+		errs = append(errs, errors.New("nothing to do: -rounds, -memory-episodes and -pprof-seconds are all 0"))
+	}
+	if _, err := policy.Lookup(o.Policy); err != nil {
+		errs = append(errs, fmt.Errorf("-policy: %w", err))
+	}
+	if o.RSSInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("-rss-interval: %v is shorter than 10ms", o.RSSInterval))
+	}
+	if o.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("-timeout: %v must be positive", o.Timeout))
+	}
+	if o.MaxInFlight == 0 {
+		errs = append(errs, errors.New("-max-in-flight: must be at least 1"))
+	}
+	if o.CeilingSteps < 1 || o.BatchEvents < 1 {
+		errs = append(errs, errors.New("-ceiling-steps and -batch-events must be at least 1"))
+	}
+	if o.PprofSeconds < 0 {
+		errs = append(errs, fmt.Errorf("-pprof-seconds: %d is negative", o.PprofSeconds))
+	}
+	return errors.Join(errs...)
+}
+
+// results is the JSON the harness writes (after every round, so a stopped run keeps what
+// it measured).
+type results struct {
+	Command        []string        `json:"command"`
+	StartedAt      time.Time       `json:"started_at"`
+	FinishedAt     time.Time       `json:"finished_at,omitzero"`
+	Options        options         `json:"options"`
+	Machine        machine         `json:"machine"`
+	LoadStart      loadAvg         `json:"load_start"`
+	LoadEnd        loadAvg         `json:"load_end"`
+	ClickHouseAddr string          `json:"clickhouse_addr"`
+	Corpus         *corpusInfo     `json:"ceiling_corpus,omitempty"`
+	Rounds         []round         `json:"rounds"`
+	Summary        *summaryResult  `json:"summary,omitempty"`
+	Memory         *pipelineResult `json:"memory_run,omitempty"`
+	Profile        *pipelineResult `json:"profile_run,omitempty"`
+	Error          string          `json:"error,omitempty"`
+}
+
+// corpusInfo describes the ceiling's pre-generated events.
+type corpusInfo struct {
+	Episodes    int     `json:"episodes"`
+	Events      int     `json:"events"`
+	Steps       int     `json:"steps"`
+	Faults      int     `json:"faults"`
+	StepsPerEp  float64 `json:"steps_per_episode"`
+	GenSeconds  float64 `json:"generate_seconds"`
+	GenStepsSec float64 `json:"generate_steps_per_sec"`
+	// WarmupSeconds is the untimed first Write of one batch.
+	WarmupSeconds float64 `json:"warmup_write_seconds"`
+}
+
+type round struct {
+	N        int            `json:"round"`
+	Order    string         `json:"order"` // "ceiling,pipeline" or "pipeline,ceiling"
+	Ceiling  ceilingResult  `json:"ceiling"`
+	Pipeline pipelineResult `json:"pipeline"`
+	// Ratio is pipeline persisted steps/s over ceiling step rows/s.
+	Ratio float64 `json:"ratio"`
+}
+
+type summaryResult struct {
+	MedianCeilingStepRowsPerSec  float64 `json:"median_ceiling_step_rows_per_sec"`
+	MedianCeilingTotalRowsPerSec float64 `json:"median_ceiling_total_rows_per_sec"`
+	MedianPipelineStepsPerSec    float64 `json:"median_pipeline_persisted_steps_per_sec"`
+	RatioOfMedians               float64 `json:"ratio_of_medians"`
+	MedianRatio                  float64 `json:"median_ratio"`
+	Target                       float64 `json:"target_ratio"`
+	TargetMet                    bool    `json:"target_met"`
+	MedianPeakRSSKB              float64 `json:"median_peak_rss_kb"`
+}
+
+// targetRatio is the goal: the pipeline reaches half of its store's ceiling.
+const targetRatio = 0.5
+
+func main() {
+	// The same collector setting as cmd/gauntlet, whose store the ceiling stands in
+	// for; GOGC in the environment still wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
+	fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
+	var o options
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	bin, err := filepath.Abs(o.Gauntlet)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(bin); err != nil || fi.IsDir() {
+		return fmt.Errorf("gauntlet binary %s not found: run `make build` in the repository root first (or pass -gauntlet PATH)", bin)
+	}
+	o.Gauntlet = bin
+	started := time.Now()
+	if o.Out == "" {
+		o.Out = filepath.Join("results", "pipeline-"+started.Format("20060102-150405")+".json")
+	}
+	if err := os.MkdirAll(filepath.Dir(o.Out), 0o755); err != nil {
+		return err
+	}
+	stem := strings.TrimSuffix(o.Out, ".json")
+
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+
+	res := &results{Command: os.Args, StartedAt: started, Options: o, LoadStart: readLoadAvg()}
+	save := func() {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if werr := os.WriteFile(o.Out, append(b, '\n'), 0o644); werr != nil {
+			fmt.Fprintln(os.Stderr, "loadtest: write results:", werr)
+		}
+	}
+	defer func() {
+		res.FinishedAt = time.Now()
+		res.LoadEnd = readLoadAvg()
+		if err != nil {
+			res.Error = err.Error()
+			if ctx.Err() == context.DeadlineExceeded {
+				err = fmt.Errorf("stopped after -timeout %v: %w", o.Timeout, err)
+				res.Error = err.Error()
+			}
+		}
+		save()
+		fmt.Fprintf(stdout, "\nresults: %s\n", o.Out)
+	}()
+
+	tmp, err := os.MkdirTemp("", "gauntlet-loadtest-")
+	if err != nil {
+		return err
+	}
+	if !o.KeepData {
+		defer os.RemoveAll(tmp)
+	}
+
+	fmt.Fprintf(stdout, "starting ClickHouse in %s …\n", tmp)
+	ch, err := chlocal.Start(ctx, chlocal.Options{Dir: filepath.Join(tmp, "clickhouse")})
+	if errors.Is(err, chlocal.ErrNotInstalled) {
+		return errors.New("ClickHouse is not installed: run `scripts/deps.sh` as root (or `make deps`) in the repository root")
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		_ = ch.Stop(sctx)
+	}()
+	res.ClickHouseAddr = ch.Addr()
+	procs := procSet{ClickHouse: ch.Pid}
+	admin, err := trajectory.Connect(ctx, ch.Addr(), "default")
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	res.Machine = describeMachine(ctx, bin, admin)
+	m := res.Machine
+	fmt.Fprintf(stdout, "machine: %d × %s, %d MB RAM, kernel %s; gauntlet built with %s; ClickHouse %s at %s\n",
+		m.CPUs, m.CPUModel, m.MemTotalMB, m.Kernel, m.GauntletGo, m.ClickHouse, ch.Addr())
+	fmt.Fprintf(stdout, "load average at start: %s\n", res.LoadStart)
+	save()
+
+	drop := func(db string) {
+		if o.KeepData {
+			return
+		}
+		if err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
+			fmt.Fprintf(os.Stderr, "loadtest: drop database %s: %v\n", db, err)
+		}
+	}
+	pipeline := func(label, db string, episodes uint64, profileSeconds int) (pipelineResult, error) {
+		dataDir := filepath.Join(tmp, "data-"+label)
+		defer func() {
+			if !o.KeepData {
+				_ = os.RemoveAll(dataDir)
+			}
+		}()
+		po := pipelineOpts{
+			gauntlet: bin, dataDir: dataDir, chAddr: ch.Addr(), database: db, policy: o.Policy,
+			episodes: episodes, maxInFlight: o.MaxInFlight, rssInterval: o.RSSInterval,
+			logPath: stem + "-" + label + ".log", procs: procs, maxRSSKB: o.MaxRSSMB * 1024,
+		}
+		if profileSeconds > 0 {
+			po.profileSeconds, po.profileDelay, po.profilePath = profileSeconds, 5*time.Second, stem+"-"+label+".pprof"
+		}
+		fmt.Fprintf(stdout, "  pipeline: %s demo --episodes %d … (log %s)\n", filepath.Base(bin), episodes, po.logPath)
+		r, err := runPipeline(ctx, po)
+		drop(db)
+		return r, err
+	}
+
+	if o.Rounds > 0 {
+		fmt.Fprintf(stdout, "generating the ceiling's events (≥ %d steps of shop/%s, in process) …\n", o.CeilingSteps, o.Policy)
+		c, err := generate(ctx, o.Policy, o.CeilingSteps)
+		if err != nil {
+			return fmt.Errorf("generate ceiling events: %w", err)
+		}
+		res.Corpus = &corpusInfo{
+			Episodes: c.episodes, Events: len(c.events), Steps: c.steps, Faults: c.faults,
+			StepsPerEp: float64(c.steps) / float64(c.episodes), GenSeconds: c.GenSeconds,
+			GenStepsSec: float64(c.steps) / c.GenSeconds,
+		}
+		fmt.Fprintf(stdout, "  %d episodes, %d events, %d steps (%.1f per episode), %d faults in %.1fs (%.0f steps/s on one goroutine)\n",
+			c.episodes, len(c.events), c.steps, res.Corpus.StepsPerEp, c.faults, c.GenSeconds, res.Corpus.GenStepsSec)
+		batches, err := c.encode(o.BatchEvents)
+		if err != nil {
+			return err
+		}
+		// The first Writes of a fresh process are slower (its heap is faulted in page by
+		// page and the collector paces itself on a small heap); the store in a running
+		// pipeline is past that after a few batches, so one untimed batch warms up first.
+		wu, err := measureCeiling(ctx, ch.Addr(), "lt_warmup", batches[:1], 0, procs)
+		drop("lt_warmup")
+		if err != nil {
+			return fmt.Errorf("warm-up write: %w", err)
+		}
+		res.Corpus.WarmupSeconds = wu.Seconds
+		fmt.Fprintf(stdout, "  warm-up write (not counted): %d step rows in %.2fs\n", wu.StepRows, wu.Seconds)
+
+		for n := 1; n <= o.Rounds; n++ {
+			rd := round{N: n, Order: "ceiling,pipeline"}
+			if n%2 == 0 {
+				rd.Order = "pipeline,ceiling"
+			}
+			fmt.Fprintf(stdout, "\nround %d/%d (%s)\n", n, o.Rounds, rd.Order)
+			ceiling := func() error {
+				db := fmt.Sprintf("lt_ceiling_%d", n)
+				fmt.Fprintf(stdout, "  ceiling: %d events in %d writes into %s …\n", countEvents(batches), len(batches), db)
+				r, err := measureCeiling(ctx, ch.Addr(), db, batches, c.episodes, procs)
+				drop(db)
+				rd.Ceiling = r
+				return err
+			}
+			pipe := func() error {
+				r, err := pipeline(fmt.Sprintf("round%d", n), fmt.Sprintf("lt_%d", n), o.Episodes, 0)
+				rd.Pipeline = r
+				return err
+			}
+			steps := []func() error{ceiling, pipe}
+			if n%2 == 0 {
+				steps = []func() error{pipe, ceiling}
+			}
+			for _, step := range steps {
+				if err := step(); err != nil {
+					res.Rounds = append(res.Rounds, rd)
+					return fmt.Errorf("round %d: %w", n, err)
+				}
+			}
+			rd.Ratio = rd.Pipeline.StepsPerSec / rd.Ceiling.StepRowsPerSec
+			res.Rounds = append(res.Rounds, rd)
+			printRound(stdout, rd)
+			save()
+		}
+		res.Summary = summarize(res.Rounds)
+		printSummary(stdout, res.Rounds, res.Summary)
+		save()
+	}
+
+	if o.PprofSeconds > 0 {
+		fmt.Fprintf(stdout, "\nprofile run: %d episodes, CPU profile of %ds (not counted in the medians)\n", o.Episodes, o.PprofSeconds)
+		r, err := pipeline("profile", "lt_profile", o.Episodes, o.PprofSeconds)
+		res.Profile = &r
+		save()
+		if err != nil {
+			return fmt.Errorf("profile run: %w", err)
+		}
+		fmt.Fprintf(stdout, "  profile: %s (go tool pprof -top %s %s)\n", r.Profile, bin, r.Profile)
+	}
+
+	if o.MemoryEpisodes > 0 {
+		fmt.Fprintf(stdout, "\nmemory run: %d episodes\n", o.MemoryEpisodes)
+		r, err := pipeline("memory", "lt_memory", o.MemoryEpisodes, 0)
+		res.Memory = &r
+		save()
+		if err != nil {
+			return fmt.Errorf("memory run: %w", err)
+		}
+		printMemory(stdout, r)
+	}
+	fmt.Fprintf(stdout, "\nload average at end: %s\n", readLoadAvg())
+	return nil
+}
+
+func countEvents(batches []encodedBatch) int {
+	n := 0
+	for _, b := range batches {
+		n += len(b)
+	}
+	return n
+}
+
+func summarize(rounds []round) *summaryResult {
+	var ceil, total, pipe, ratio, peak []float64
+	for _, r := range rounds {
+		ceil = append(ceil, r.Ceiling.StepRowsPerSec)
+		total = append(total, r.Ceiling.TotalRowsPerSec)
+		pipe = append(pipe, r.Pipeline.StepsPerSec)
+		ratio = append(ratio, r.Ratio)
+		peak = append(peak, float64(r.Pipeline.PeakRSSKB))
+	}
+	s := &summaryResult{
+		MedianCeilingStepRowsPerSec:  median(ceil),
+		MedianCeilingTotalRowsPerSec: median(total),
+		MedianPipelineStepsPerSec:    median(pipe),
+		MedianRatio:                  median(ratio),
+		Target:                       targetRatio,
+		MedianPeakRSSKB:              median(peak),
+	}
+	s.RatioOfMedians = s.MedianPipelineStepsPerSec / s.MedianCeilingStepRowsPerSec
+	s.TargetMet = s.MedianRatio >= targetRatio
+	return s
+}
+
+// defaultMaxRSSMB is half of MemTotal, or 8 GiB if /proc/meminfo cannot be read.
+func defaultMaxRSSMB() int64 {
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if kb, err := parseStatusKB(b, "MemTotal"); err == nil {
+			return kb / 1024 / 2
+		}
+	}
+	return 8 << 10
+}
+
+func mb(kb int64) float64 { return float64(kb) / 1024 }
+
+func printRound(w io.Writer, r round) {
+	c, p := r.Ceiling, r.Pipeline
+	fmt.Fprintf(w, "  ceiling   %d step rows (+%d fault, %d episode rows) in %.2fs over %d writes: %.0f step rows/s, %.0f rows/s in all\n",
+		c.StepRows, c.FaultRows, c.EpisodeRows, c.Seconds, c.Writes, c.StepRowsPerSec, c.TotalRowsPerSec)
+	fmt.Fprintf(w, "            %s\n", c.Window)
+	fmt.Fprintf(w, "  pipeline  %d episodes, %d steps, all in ClickHouse after %.1fs: %.0f steps/s (run done after %.1fs: %.0f steps/s)\n",
+		p.Episodes, p.Steps, p.PersistedSeconds, p.StepsPerSec, p.RunSeconds, p.RunStepsPerSec)
+	fmt.Fprintf(w, "            RSS peak %.0f MB; at 25/50/75/100%%: %s; ClickHouse peak %.0f MB\n",
+		mb(p.PeakRSSKB), rssList(p.RSSAt), mb(p.PeakCHRSSKB))
+	fmt.Fprintf(w, "            %s\n", p.Window)
+	fmt.Fprintf(w, "  ratio     %.3f (pipeline / ceiling)\n", r.Ratio)
+}
+
+func rssList(s []rssSample) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = fmt.Sprintf("%.0f", mb(x.RSSKB))
+	}
+	return strings.Join(parts, "/") + " MB"
+}
+
+func printSummary(w io.Writer, rounds []round, s *summaryResult) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\torder\tceiling step rows/s\tceiling rows/s\tpipeline steps/s\tratio\tpeak RSS MB\tload start→end\tothers' cores\t")
+	for _, r := range rounds {
+		others := max(r.Ceiling.Window.OtherCores, r.Pipeline.Window.OtherCores)
+		first, last := r.Ceiling.Window, r.Pipeline.Window
+		if r.Order != "ceiling,pipeline" {
+			first, last = last, first
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.0f\t%.0f\t%.3f\t%.0f\t%.2f→%.2f\t≤%.2f\t\n", r.N, r.Order,
+			r.Ceiling.StepRowsPerSec, r.Ceiling.TotalRowsPerSec, r.Pipeline.StepsPerSec, r.Ratio,
+			mb(r.Pipeline.PeakRSSKB), first.LoadStart.One, last.LoadEnd.One, others)
+	}
+	fmt.Fprintf(tw, "median\t\t%.0f\t%.0f\t%.0f\t%.3f\t%.0f\t\t\t\n", s.MedianCeilingStepRowsPerSec,
+		s.MedianCeilingTotalRowsPerSec, s.MedianPipelineStepsPerSec, s.MedianRatio, s.MedianPeakRSSKB/1024)
+	tw.Flush()
+	verdict := "NOT met"
+	if s.TargetMet {
+		verdict = "met"
+	}
+	fmt.Fprintf(w, "\npipeline / ceiling: median of ratios %.3f, ratio of medians %.3f; target %.2f: %s\n",
+		s.MedianRatio, s.RatioOfMedians, s.Target, verdict)
+}
+
+func printMemory(w io.Writer, r pipelineResult) {
+	fmt.Fprintf(w, "  %d episodes, %d steps, all in ClickHouse after %.1fs: %.0f steps/s\n",
+		r.Episodes, r.Steps, r.PersistedSeconds, r.StepsPerSec)
+	fmt.Fprintf(w, "  %s\n", r.Window)
+	fracs := []float64{0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "% of run\tt (s)\tgauntlet RSS MB\tClickHouse RSS MB\t")
+	for i, s := range rssAt(r.RSS, fracs) {
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f\t\n", fracs[i]*100, s.Seconds, mb(s.RSSKB), mb(s.CHRSSKB))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  peak %.0f MB\n", mb(r.PeakRSSKB))
+}
