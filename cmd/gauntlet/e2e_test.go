@@ -188,7 +188,7 @@ func streamSteps(t *testing.T, b *bus.Bus, runID string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"gauntlet.ev.steps.>"},
+		FilterSubjects: []string{bus.SubjectEvent(bus.KindSteps, runID)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func main() {
 	// Memory is plentiful next to CPU on our machines, and the hot path allocates
 	// (protobuf, JSON): collect less often. GOGC in the environment still wins.
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
+		debug.SetGCPercent(200)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -147,26 +147,26 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 	return nil
 }
 
-// EventSubject and MsgID return where an event goes and its de-duplication id.
+// EventSubject returns where an event goes (its kind and run) and its de-duplication id
+// (its episode, step and kind).
 func EventSubject(ev *gauntletv1.Event) (subject, msgID string, err error) {
 	switch b := ev.Body.(type) {
 	case *gauntletv1.Event_Started:
-		id := b.Started.GetEpisode().GetEpisodeId()
-		return SubjectEvent(KindStarted, id), id + "/started", nil
+		e := b.Started.GetEpisode()
+		return SubjectEvent(KindStarted, e.GetRunId()), e.GetEpisodeId() + "/started", nil
 	case *gauntletv1.Event_Step:
-		id := b.Step.GetEpisodeId()
-		return SubjectEvent(KindStep, id), id + "/" + strconv.FormatUint(uint64(b.Step.GetStep()), 10) + "/step", nil
+		s := b.Step
+		return SubjectEvent(KindStep, s.GetRunId()), s.GetEpisodeId() + "/" + strconv.FormatUint(uint64(s.GetStep()), 10) + "/step", nil
 	case *gauntletv1.Event_Steps:
 		steps := b.Steps.GetSteps()
 		if len(steps) == 0 {
 			return "", "", fmt.Errorf("steps event without steps")
 		}
 		first, last := steps[0], steps[len(steps)-1]
-		id := first.GetEpisodeId()
-		return SubjectEvent(KindSteps, id), fmt.Sprintf("%s/steps/%d-%d", id, first.GetStep(), last.GetStep()), nil
+		return SubjectEvent(KindSteps, first.GetRunId()), fmt.Sprintf("%s/steps/%d-%d", first.GetEpisodeId(), first.GetStep(), last.GetStep()), nil
 	case *gauntletv1.Event_Ended:
-		id := b.Ended.GetEpisode().GetEpisodeId()
-		return SubjectEvent(KindEnded, id), id + "/ended", nil
+		e := b.Ended.GetEpisode()
+		return SubjectEvent(KindEnded, e.GetRunId()), e.GetEpisodeId() + "/ended", nil
 	}
 	return "", "", fmt.Errorf("event has no body")
 }

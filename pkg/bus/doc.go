@@ -5,7 +5,7 @@
 //
 //	GAUNTLET_CMD     work-queue  gauntlet.cmd.run                  RunRequested    -> scheduler
 //	                             gauntlet.cmd.episode.<run_id>     EpisodeAssigned -> workers
-//	GAUNTLET_EVENTS  limits      gauntlet.ev.<kind>.<episode_id>   Event           -> store, scheduler
+//	GAUNTLET_EVENTS  limits      gauntlet.ev.<kind>.<run_id>       Event           -> store, scheduler
 //	                             (kinds: started, steps, ended)
 //	core request/reply           gauntlet.rpc.reward.score         ScoreRequest    -> reward
 //	                             gauntlet.rpc.faults.plan          PlanRequest     -> faults

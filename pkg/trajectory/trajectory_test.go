@@ -1,7 +1,9 @@
 package trajectory
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -10,6 +12,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -535,5 +540,44 @@ func TestQueryFormatsText(t *testing.T) {
 
 	if _, _, err := Query(ctx, conn, "SELECT nonsense FROM nowhere"); err == nil {
 		t.Error("Query of a bad statement succeeded")
+	}
+}
+
+// The hand-written plan encoder must agree with protojson on every plan the faults
+// package makes, and stay valid JSON on any string.
+func TestCanonicalJSONMatchesProtojson(t *testing.T) {
+	for _, profile := range faults.Profiles() {
+		for seed := uint64(0); seed < 300; seed++ {
+			plan, err := faults.Plan(seed, profile, []string{"catalog", "inventory", "orders", "payment", "shipping"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := canonicalJSON(plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pj, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			if err := json.Compact(&want, pj); err != nil {
+				t.Fatal(err)
+			}
+			if got != want.String() {
+				t.Fatalf("%s/%d:\n got %s\nwant %s", profile, seed, got, want.String())
+			}
+		}
+	}
+	odd := &gauntletv1.FaultPlan{Profile: "a\"b\\c\n\x01<&>é\xff", Rules: []*gauntletv1.FaultRule{
+		{Id: "x", Target: "*", Probability: 1e-9, Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{}}},
+		{Id: "y", Target: "t", Probability: 0.5, Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: 0.25}}},
+	}}
+	got, err := canonicalJSON(odd)
+	if err != nil || !json.Valid([]byte(got)) {
+		t.Fatalf("canonicalJSON(odd) = %s, %v: not valid JSON", got, err)
+	}
+	if s, _ := canonicalJSON(nil); s != "{}" {
+		t.Fatalf("nil plan = %s", s)
 	}
 }

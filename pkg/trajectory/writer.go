@@ -54,10 +54,18 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		return n, nil
 	}
 
+	nSteps := 0 // sized up front: a StepsTaken segment holds many steps
+	for _, ev := range events {
+		if seg := ev.GetSteps(); seg != nil {
+			nSteps += len(seg.GetSteps())
+		} else if ev.GetStep() != nil {
+			nSteps++
+		}
+	}
 	var (
-		steps      = make([]StepRow, 0, len(events))
-		stepEvents = make([]*gauntletv1.StepTaken, 0, len(events))
-		stepAt     = make(map[stepKey]int, len(events))
+		steps      = make([]StepRow, 0, nSteps)
+		stepEvents = make([]*gauntletv1.StepTaken, 0, nSteps)
+		stepAt     = make(map[stepKey]int, nSteps)
 		episodes   []EpisodeRow
 		episodeAt  = make(map[string]int)
 	)
@@ -117,7 +125,11 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	}
 
 	// Faults are derived from the kept steps, so duplicates drop out with them.
-	var faults []FaultRow
+	nFaults := 0
+	for _, st := range stepEvents {
+		nFaults += len(st.GetFaults())
+	}
+	faults := make([]FaultRow, 0, nFaults)
 	for _, s := range stepEvents {
 		faults = appendFaultRows(faults, s)
 	}
