@@ -54,7 +54,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 
 	fs.StringVar(&c.Worker.ID, "worker.id", "", "worker id in events (default: random)")
-	fs.IntVar(&c.Worker.Concurrency, "worker.concurrency", 512, "episodes a worker runs at once")
+	fs.IntVar(&c.Worker.Concurrency, "worker.concurrency", 256, "episodes a worker runs at once")
 	fs.IntVar(&c.Worker.ScoreBatch, "worker.score-batch", 512, "most steps in one score request")
 	fs.DurationVar(&c.Worker.AckWait, "worker.ack-wait", 30*time.Second, "lease on an assignment")
 	fs.IntVar(&c.Worker.MaxDeliver, "worker.max-deliver", 3, "attempts per episode before it is an infra error")
