@@ -14,12 +14,10 @@ package env
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/registry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -144,46 +142,14 @@ type Agent interface {
 // ErrUnknownEnv is returned by Lookup for a name nobody registered.
 var ErrUnknownEnv = errors.New("unknown env")
 
-var (
-	mu       sync.RWMutex
-	registry = map[string]Env{}
-)
+var registered = registry.New[Env]("env", ErrUnknownEnv)
 
 // Register makes an env available by name. It panics on a duplicate name: that is a
 // programming error caught at init time, never at run time.
-func Register(e Env) {
-	mu.Lock()
-	defer mu.Unlock()
-	name := e.Spec().Name
-	if _, dup := registry[name]; dup {
-		panic("env: duplicate registration of " + name)
-	}
-	registry[name] = e
-}
+func Register(e Env) { registered.Register(e.Spec().Name, e) }
 
-// Lookup returns the named env.
-func Lookup(name string) (Env, error) {
-	mu.RLock()
-	defer mu.RUnlock()
-	e, ok := registry[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownEnv, name, namesLocked())
-	}
-	return e, nil
-}
+// Lookup returns the named env; its error lists the known names.
+func Lookup(name string) (Env, error) { return registered.Lookup(name) }
 
-// Names lists registered envs, sorted.
-func Names() []string {
-	mu.RLock()
-	defer mu.RUnlock()
-	return namesLocked()
-}
-
-func namesLocked() []string {
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+// Names lists the registered envs, sorted.
+func Names() []string { return registered.Names() }

@@ -3,10 +3,9 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"sort"
-	"sync"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/registry"
 )
 
 // Names of the built-in policies.
@@ -31,10 +30,7 @@ var ErrUnknownPolicy = errors.New("unknown policy")
 // ErrNoOracle is returned by the oracle policy for an env that ships no scripted agent.
 var ErrNoOracle = errors.New("env has no oracle")
 
-var (
-	mu       sync.RWMutex
-	registry = map[string]Policy{}
-)
+var registered = registry.New[Policy]("policy", ErrUnknownPolicy)
 
 func init() {
 	Register(randomPolicy{})
@@ -43,42 +39,13 @@ func init() {
 
 // Register makes a policy available by name. It panics on a duplicate name: that is a
 // programming error caught at init time, never at run time.
-func Register(p Policy) {
-	mu.Lock()
-	defer mu.Unlock()
-	name := p.Name()
-	if _, dup := registry[name]; dup {
-		panic("policy: duplicate registration of " + name)
-	}
-	registry[name] = p
-}
+func Register(p Policy) { registered.Register(p.Name(), p) }
 
 // Lookup returns the named policy; its error lists the known names.
-func Lookup(name string) (Policy, error) {
-	mu.RLock()
-	defer mu.RUnlock()
-	p, ok := registry[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownPolicy, name, namesLocked())
-	}
-	return p, nil
-}
+func Lookup(name string) (Policy, error) { return registered.Lookup(name) }
 
 // Names lists the registered policies, sorted.
-func Names() []string {
-	mu.RLock()
-	defer mu.RUnlock()
-	return namesLocked()
-}
-
-func namesLocked() []string {
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func Names() []string { return registered.Names() }
 
 // oraclePolicy delegates to the env's scripted agent.
 type oraclePolicy struct{}

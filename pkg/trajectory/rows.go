@@ -5,8 +5,8 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
 	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -285,12 +285,12 @@ func canonicalJSON(plan *gauntletv1.FaultPlan) (string, error) {
 			b = append(b, ',')
 		}
 		n++
-		b = appendJSONString(b, name)
+		b = canonjson.AppendString(b, name)
 		b = append(b, ':')
 	}
 	if plan.GetProfile() != "" {
 		field("profile")
-		b = appendJSONString(b, plan.GetProfile())
+		b = canonjson.AppendString(b, plan.GetProfile())
 	}
 	if plan.GetSeed() != 0 {
 		field("seed")
@@ -314,7 +314,7 @@ func canonicalJSON(plan *gauntletv1.FaultPlan) (string, error) {
 	}
 	if plan.GetCatalogueVersion() != "" {
 		field("catalogue_version")
-		b = appendJSONString(b, plan.GetCatalogueVersion())
+		b = canonjson.AppendString(b, plan.GetCatalogueVersion())
 	}
 	b = append(b, '}')
 	return string(b), nil
@@ -328,21 +328,21 @@ func appendRule(b []byte, r *gauntletv1.FaultRule) ([]byte, error) {
 			b = append(b, ',')
 		}
 		n++
-		b = appendJSONString(b, name)
+		b = canonjson.AppendString(b, name)
 		b = append(b, ':')
 	}
 	if r.GetId() != "" {
 		field("id")
-		b = appendJSONString(b, r.GetId())
+		b = canonjson.AppendString(b, r.GetId())
 	}
 	if r.GetTarget() != "" {
 		field("target")
-		b = appendJSONString(b, r.GetTarget())
+		b = canonjson.AppendString(b, r.GetTarget())
 	}
 	if p := r.GetProbability(); p != 0 {
 		field("probability")
 		var err error
-		if b, err = appendJSONFloat(b, p); err != nil {
+		if b, err = canonjson.AppendFloat(b, p); err != nil {
 			return nil, fmt.Errorf("rule %s: probability: %w", r.GetId(), err)
 		}
 	}
@@ -369,7 +369,7 @@ func appendRule(b []byte, r *gauntletv1.FaultRule) ([]byte, error) {
 		m := 0
 		if v := s.Latency.GetMeanMs(); v != 0 {
 			b = append(b, `"mean_ms":`...)
-			if b, err = appendJSONFloat(b, v); err != nil {
+			if b, err = canonjson.AppendFloat(b, v); err != nil {
 				return nil, err
 			}
 			m++
@@ -379,7 +379,7 @@ func appendRule(b []byte, r *gauntletv1.FaultRule) ([]byte, error) {
 				b = append(b, ',')
 			}
 			b = append(b, `"jitter_ms":`...)
-			if b, err = appendJSONFloat(b, v); err != nil {
+			if b, err = canonjson.AppendFloat(b, v); err != nil {
 				return nil, err
 			}
 		}
@@ -389,72 +389,13 @@ func appendRule(b []byte, r *gauntletv1.FaultRule) ([]byte, error) {
 		b = append(b, '{')
 		if v := s.Truncate.GetKeepFraction(); v != 0 {
 			b = append(b, `"keep_fraction":`...)
-			if b, err = appendJSONFloat(b, v); err != nil {
+			if b, err = canonjson.AppendFloat(b, v); err != nil {
 				return nil, err
 			}
 		}
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
-}
-
-// appendJSONFloat formats like protojson: shortest round-trip digits, exponent form only
-// below 1e-6 or from 1e21 on.
-func appendJSONFloat(b []byte, f float64) ([]byte, error) {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil, fmt.Errorf("%v cannot be stored as JSON", f)
-	}
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	start := len(b)
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' { // "1e-07" -> "1e-7", as protojson and JavaScript write it
-		if n := len(b); n-start >= 4 && b[n-2] == '0' && (b[n-3] == '-' || b[n-3] == '+') {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b, nil
-}
-
-// appendJSONString quotes s, escaping what JSON requires and nothing else.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			b = append(b, c)
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }
 
 // dateTime converts Unix nanoseconds to the second-precision UTC time a DateTime
