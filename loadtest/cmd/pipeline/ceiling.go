@@ -129,27 +129,11 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 	}
 	turn := env.Turn{Observation: obs}
 	for step := uint32(0); ; step++ {
-		act, err := agent.Act(turn)
+		act, res, err := env.PlayStep(agent, episode, req, turn)
 		if err != nil {
-			return fmt.Errorf("policy %s at step %d: %w", req.Policy, step, err)
+			return err
 		}
-		t0 := time.Now()
-		res, err := episode.Step(act)
-		if err != nil {
-			return fmt.Errorf("step %d of %s: %w", step, req.EpisodeId, err)
-		}
-		if res.Metering == nil {
-			res.Metering = &gauntletv1.Metering{}
-		}
-		res.Metering.WallNs = uint64(time.Since(t0))
-		st := &gauntletv1.StepTaken{
-			EpisodeId: req.EpisodeId, Step: step, RunId: req.RunId, Env: req.Env, Policy: req.Policy,
-			Profile: plan.GetProfile(), Action: &gauntletv1.Action{Tool: act.Tool, ArgsJson: string(act.Args)},
-			ObservationJson: string(res.Observation), StateDiffJson: string(res.Diff), Faults: res.Faults,
-			Metering: res.Metering, Signals: res.Signals, Terminated: res.Terminated, Truncated: res.Truncated,
-			Reason: res.Reason, VirtualTimeNs: int64(episode.Now()), WorkerId: workerID,
-			RequestedAtUnixNano: req.RequestedAtUnixNano,
-		}
+		st := env.StepEvent(req, plan.GetProfile(), workerID, step, act, res, episode.Now())
 		st.Score = reward.Score(spec, st)
 		segment = append(segment, st)
 		if len(segment) >= segmentSteps {

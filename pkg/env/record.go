@@ -1,0 +1,41 @@
+package env
+
+import (
+	"fmt"
+	"time"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// PlayStep asks the agent for its next action and applies it to the episode, measuring the
+// step's wall time into its metering. Errors name the policy or the step; the episode is
+// dead after one.
+func PlayStep(agent Agent, ep Episode, req *gauntletv1.EpisodeRequested, turn Turn) (Action, StepResult, error) {
+	act, err := agent.Act(turn)
+	if err != nil {
+		return act, StepResult{}, fmt.Errorf("policy %s at step %d: %w", req.GetPolicy(), turn.Step, err)
+	}
+	t0 := time.Now()
+	res, err := ep.Step(act)
+	if err != nil {
+		return act, res, fmt.Errorf("step %d of %s: %w", turn.Step, req.GetEpisodeId(), err)
+	}
+	if res.Metering == nil {
+		res.Metering = &gauntletv1.Metering{}
+	}
+	res.Metering.WallNs = uint64(time.Since(t0))
+	return act, res, nil
+}
+
+// StepEvent records one played step as the StepTaken event workers publish (without its
+// score, which the reward service adds).
+func StepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step uint32, act Action, res StepResult, now time.Duration) *gauntletv1.StepTaken {
+	return &gauntletv1.StepTaken{
+		EpisodeId: req.EpisodeId, Step: step, RunId: req.RunId, Env: req.Env, Policy: req.Policy,
+		Profile: profile, Action: &gauntletv1.Action{Tool: act.Tool, ArgsJson: string(act.Args)},
+		ObservationJson: string(res.Observation), StateDiffJson: string(res.Diff), Faults: res.Faults,
+		Metering: res.Metering, Signals: res.Signals, Terminated: res.Terminated, Truncated: res.Truncated,
+		Reason: res.Reason, VirtualTimeNs: int64(now), WorkerId: workerID,
+		RequestedAtUnixNano: req.RequestedAtUnixNano,
+	}
+}
