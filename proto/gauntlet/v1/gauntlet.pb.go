@@ -1294,8 +1294,9 @@ func (x *Signals) GetSafetyEvents() []string {
 	return nil
 }
 
-// StepTaken records one step as the worker saw it. Subject: gauntlet.ev.step.<episode_id>
-// Message id: <episode_id>/<step>/step.
+// StepTaken records one step as the worker saw it. Workers publish steps in StepsTaken
+// segments; a lone StepTaken event (subject gauntlet.ev.step.<run_id>, message id
+// <episode_id>/<step>/step) is also accepted by the store.
 type StepTaken struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	EpisodeId string                 `protobuf:"bytes,1,opt,name=episode_id,json=episodeId,proto3" json:"episode_id,omitempty"`
@@ -1726,7 +1727,7 @@ func (x *ScoreReply) GetError() string {
 	return ""
 }
 
-// EpisodeStarted records that a worker began an episode. Subject: gauntlet.ev.started.<episode_id>
+// EpisodeStarted records that a worker began an episode. Subject: gauntlet.ev.started.<run_id>
 type EpisodeStarted struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Episode *EpisodeRequested      `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
@@ -1812,7 +1813,7 @@ func (x *EpisodeStarted) GetAttempt() uint32 {
 	return 0
 }
 
-// EpisodeEnded records how an episode ended. Subject: gauntlet.ev.ended.<episode_id>
+// EpisodeEnded records how an episode ended. Subject: gauntlet.ev.ended.<run_id>
 type EpisodeEnded struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Episode           *EpisodeRequested      `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
@@ -1978,7 +1979,7 @@ func (x *EpisodeEnded) GetPlan() *FaultPlan {
 }
 
 // StepsTaken is a run of consecutive steps of one episode, published together.
-// Subject: gauntlet.ev.steps.<episode_id>; message id: <episode_id>/steps/<first>-<last>.
+// Subject: gauntlet.ev.steps.<run_id>; message id: <episode_id>/steps/<first>-<last>.
 // Workers publish an episode's steps in segments (every few steps, and at the end) rather
 // than one message per step: JetStream's cost is per message, and on a small machine one
 // message per step would cap the pipeline far below what ClickHouse can take.
