@@ -145,7 +145,7 @@ func runAndReport(ctx context.Context, b *bus.Bus, chAddr, db string, req *gaunt
 	fmt.Fprintf(stdout, "\n%d episodes, %d steps in %.1fs (%.0f episodes/s, %.0f steps/s); all in ClickHouse after %.1fs\n\n",
 		final.Ended, final.Steps, elapsed.Seconds(), float64(final.Ended)/elapsed.Seconds(), float64(final.Steps)/elapsed.Seconds(),
 		time.Since(t0).Seconds())
-	return printSummary(ctx, conn, db, req.RunId, stdout)
+	return printSummary(ctx, conn, chAddr, db, req.RunId, stdout)
 }
 
 // follow submits the run and renders its progress until it is done.

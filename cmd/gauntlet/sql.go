@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -206,7 +207,7 @@ GROUP BY policy, reason ORDER BY times DESC LIMIT 10`, db, runID),
 }
 
 // printSummary prints the per-policy, per-profile table of a run and example queries.
-func printSummary(ctx context.Context, conn driver.Conn, db, runID string, w io.Writer) error {
+func printSummary(ctx context.Context, conn driver.Conn, addr, db, runID string, w io.Writer) error {
 	cols, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT policy, profile, count() AS episodes,
 		round(avg(success), 3) AS success_rate, round(avg(total_reward), 3) AS mean_reward, round(avg(steps), 1) AS mean_steps,
 		sum(faults_fired) AS faults, sum(infra_error) AS infra_errors
@@ -215,7 +216,11 @@ func printSummary(ctx context.Context, conn driver.Conn, db, runID string, w io.
 		return err
 	}
 	printTable(w, cols, rows)
-	fmt.Fprintln(w, "\nTry these (gauntlet sql \"...\", or clickhouse-client --port N):")
+	client := "clickhouse-client"
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		client = fmt.Sprintf("clickhouse-client --host %s --port %s", host, port)
+	}
+	fmt.Fprintf(w, "\nTry these with gauntlet sql \"...\" (after the demo: start `gauntlet up` on the same data dir) or %s:\n", client)
 	for _, q := range exampleQueries(db, runID) {
 		fmt.Fprintf(w, "\n%s\n", q)
 	}
