@@ -31,11 +31,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(cfg.LogLevel, stderr)
-	if err != nil {
-		return err
-	}
-	a, err := newApp(cfg, log)
+	a, err := newAppLogging(cfg, stderr)
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,15 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// newAppLogging builds the app with a logger at cfg's level writing to w.
+func newAppLogging(cfg config, w io.Writer) (*app, error) {
+	log, err := newLogger(cfg.LogLevel, w)
+	if err != nil {
+		return nil, err
+	}
+	return newApp(cfg, log)
+}
+
 func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -131,14 +140,11 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 	if err := overlay(fs, *cfgFile); err != nil {
 		return err
 	}
-	log, err := newLogger(cfg.LogLevel, stderr)
+	a, err := newAppLogging(cfg, stderr)
 	if err != nil {
 		return err
 	}
-	a, err := newApp(cfg, log)
-	if err != nil {
-		return err
-	}
+	log := a.log
 	targets := splitTargets(target)
 	if _, err := a.mgr.Order(targets); err != nil {
 		return fmt.Errorf("--target: %w", err)

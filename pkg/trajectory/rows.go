@@ -277,125 +277,108 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 // cost about 40 % of Write. TestCanonicalJSONMatchesProtojson holds the two together. A
 // nil plan encodes as "{}".
 func canonicalJSON(plan *gauntletv1.FaultPlan) (string, error) {
-	b := make([]byte, 0, 256+160*len(plan.GetRules()))
-	b = append(b, '{')
-	n := 0
-	field := func(name string) {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = canonjson.AppendString(b, name)
-		b = append(b, ':')
+	w := &jsonObject{b: make([]byte, 0, 256+160*len(plan.GetRules()))}
+	w.open()
+	w.str("profile", plan.GetProfile())
+	if seed := plan.GetSeed(); seed != 0 {
+		w.key("seed")
+		w.b = strconv.AppendUint(append(w.b, '"'), seed, 10)
+		w.b = append(w.b, '"')
 	}
-	if plan.GetProfile() != "" {
-		field("profile")
-		b = canonjson.AppendString(b, plan.GetProfile())
-	}
-	if plan.GetSeed() != 0 {
-		field("seed")
-		b = append(b, '"')
-		b = strconv.AppendUint(b, plan.GetSeed(), 10)
-		b = append(b, '"')
-	}
-	if len(plan.GetRules()) > 0 {
-		field("rules")
-		b = append(b, '[')
-		for i, r := range plan.GetRules() {
+	if rules := plan.GetRules(); len(rules) > 0 {
+		w.key("rules")
+		w.b = append(w.b, '[')
+		for i, r := range rules {
 			if i > 0 {
-				b = append(b, ',')
+				w.b = append(w.b, ',')
 			}
-			var err error
-			if b, err = appendRule(b, r); err != nil {
-				return "", err
-			}
+			w.rule(r)
 		}
-		b = append(b, ']')
+		w.b = append(w.b, ']')
 	}
-	if plan.GetCatalogueVersion() != "" {
-		field("catalogue_version")
-		b = canonjson.AppendString(b, plan.GetCatalogueVersion())
+	w.str("catalogue_version", plan.GetCatalogueVersion())
+	w.close()
+	if w.err != nil {
+		return "", w.err
 	}
-	b = append(b, '}')
-	return string(b), nil
+	return string(w.b), nil
 }
 
-func appendRule(b []byte, r *gauntletv1.FaultRule) ([]byte, error) {
-	b = append(b, '{')
-	n := 0
-	field := func(name string) {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = canonjson.AppendString(b, name)
-		b = append(b, ':')
+// jsonObject writes JSON objects the way protojson does: keys in call order, zero values
+// left out. Nested objects share its buffer; each level keeps its own field count.
+type jsonObject struct {
+	b      []byte
+	counts []int // fields written so far, per open object
+	err    error
+}
+
+func (w *jsonObject) open() { w.b = append(w.b, '{'); w.counts = append(w.counts, 0) }
+
+func (w *jsonObject) close() { w.b = append(w.b, '}'); w.counts = w.counts[:len(w.counts)-1] }
+
+// key writes the separator and the key of the next field.
+func (w *jsonObject) key(name string) {
+	top := len(w.counts) - 1
+	if w.counts[top] > 0 {
+		w.b = append(w.b, ',')
 	}
-	if r.GetId() != "" {
-		field("id")
-		b = canonjson.AppendString(b, r.GetId())
+	w.counts[top]++
+	w.b = append(canonjson.AppendString(w.b, name), ':')
+}
+
+func (w *jsonObject) str(name, v string) {
+	if v != "" {
+		w.key(name)
+		w.b = canonjson.AppendString(w.b, v)
 	}
-	if r.GetTarget() != "" {
-		field("target")
-		b = canonjson.AppendString(b, r.GetTarget())
+}
+
+func (w *jsonObject) uint(name string, v uint32) {
+	if v != 0 {
+		w.key(name)
+		w.b = strconv.AppendUint(w.b, uint64(v), 10)
 	}
-	if p := r.GetProbability(); p != 0 {
-		field("probability")
-		var err error
-		if b, err = canonjson.AppendFloat(b, p); err != nil {
-			return nil, fmt.Errorf("rule %s: probability: %w", r.GetId(), err)
-		}
+}
+
+func (w *jsonObject) float(name string, v float64) {
+	if v == 0 || w.err != nil {
+		return
 	}
-	var err error
+	w.key(name)
+	b, err := canonjson.AppendFloat(w.b, v)
+	if err != nil {
+		w.err = fmt.Errorf("%s: %w", name, err)
+		return
+	}
+	w.b = b
+}
+
+// rule writes one FaultRule; its oneof is present even when empty, as in protojson.
+func (w *jsonObject) rule(r *gauntletv1.FaultRule) {
+	w.open()
+	w.str("id", r.GetId())
+	w.str("target", r.GetTarget())
+	w.float("probability", r.GetProbability())
 	switch s := r.GetSpec().(type) {
 	case *gauntletv1.FaultRule_HttpError:
-		field("http_error")
-		b = append(b, '{')
-		m := 0
-		if v := s.HttpError.GetStatus(); v != 0 {
-			b = append(append(b, `"status":`...), strconv.FormatUint(uint64(v), 10)...)
-			m++
-		}
-		if v := s.HttpError.GetRetryAfterMs(); v != 0 {
-			if m > 0 {
-				b = append(b, ',')
-			}
-			b = append(append(b, `"retry_after_ms":`...), strconv.FormatUint(uint64(v), 10)...)
-		}
-		b = append(b, '}')
+		w.key("http_error")
+		w.open()
+		w.uint("status", s.HttpError.GetStatus())
+		w.uint("retry_after_ms", s.HttpError.GetRetryAfterMs())
+		w.close()
 	case *gauntletv1.FaultRule_Latency:
-		field("latency")
-		b = append(b, '{')
-		m := 0
-		if v := s.Latency.GetMeanMs(); v != 0 {
-			b = append(b, `"mean_ms":`...)
-			if b, err = canonjson.AppendFloat(b, v); err != nil {
-				return nil, err
-			}
-			m++
-		}
-		if v := s.Latency.GetJitterMs(); v != 0 {
-			if m > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `"jitter_ms":`...)
-			if b, err = canonjson.AppendFloat(b, v); err != nil {
-				return nil, err
-			}
-		}
-		b = append(b, '}')
+		w.key("latency")
+		w.open()
+		w.float("mean_ms", s.Latency.GetMeanMs())
+		w.float("jitter_ms", s.Latency.GetJitterMs())
+		w.close()
 	case *gauntletv1.FaultRule_Truncate:
-		field("truncate")
-		b = append(b, '{')
-		if v := s.Truncate.GetKeepFraction(); v != 0 {
-			b = append(b, `"keep_fraction":`...)
-			if b, err = canonjson.AppendFloat(b, v); err != nil {
-				return nil, err
-			}
-		}
-		b = append(b, '}')
+		w.key("truncate")
+		w.open()
+		w.float("keep_fraction", s.Truncate.GetKeepFraction())
+		w.close()
 	}
-	return append(b, '}'), nil
+	w.close()
 }
 
 // dateTime converts Unix nanoseconds to the second-precision UTC time a DateTime

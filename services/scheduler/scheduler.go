@@ -174,13 +174,8 @@ func (s *Service) poke() {
 // submitter learns why nothing runs.
 func (s *Service) intakeLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
-		batch, err := s.runsCons.Fetch(16, jetstream.FetchMaxWait(500*time.Millisecond))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			s.log.Warn("fetch run requests", "err", err)
-			sleep(ctx, time.Second)
+		batch, ok := s.fetch(ctx, s.runsCons, 16, 500*time.Millisecond, "run requests")
+		if !ok {
 			continue
 		}
 		for m := range batch.Messages() {
@@ -349,13 +344,8 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 // after the runs' new state is persisted.
 func (s *Service) endedLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
-		batch, err := s.endedCons.Fetch(2000, jetstream.FetchMaxWait(200*time.Millisecond))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			s.log.Warn("fetch ended events", "err", err)
-			sleep(ctx, time.Second)
+		batch, ok := s.fetch(ctx, s.endedCons, 2000, 200*time.Millisecond, "ended events")
+		if !ok {
 			continue
 		}
 		// Collect first: the batch fills over up to FetchMaxWait, and the run table must
@@ -475,6 +465,20 @@ func (s *Service) persist(ctx context.Context, ids ...string) error {
 		}
 	}
 	return nil
+}
+
+// fetch pulls up to n messages, waiting at most wait; on a failure it logs, pauses a
+// second and reports false, so the caller's loop tries again (or ends with ctx).
+func (s *Service) fetch(ctx context.Context, cons jetstream.Consumer, n int, wait time.Duration, what string) (jetstream.MessageBatch, bool) {
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("fetch "+what, "err", err)
+			sleep(ctx, time.Second)
+		}
+		return nil, false
+	}
+	return batch, true
 }
 
 func sleep(ctx context.Context, d time.Duration) {
