@@ -10,8 +10,10 @@
 # What it installs:
 #   - Debian packages: clickhouse-server, clickhouse-client (ClickHouse 18.16, run by
 #     pkg/chlocal as a child process, never as a system service) and protobuf-compiler.
-#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go and staticcheck, at the pinned
-#     versions below (re-installed when the binary there reports another version).
+#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, staticcheck and the Temporal CLI
+#     (its `temporal server start-dev` is the dev server pkg/temporallocal runs; about 2.5
+#     minutes to build), at the pinned versions below (re-installed when the binary there
+#     reports another version).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -22,6 +24,7 @@ APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler)
 GO_TOOLS=(
 	"protoc-gen-go google.golang.org/protobuf google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10"
 	"staticcheck honnef.co/go/tools honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+	"temporal github.com/temporalio/cli github.com/temporalio/cli/cmd/temporal@v1.5.1"
 )
 
 LOG="$(mktemp -t gauntlet-deps.XXXXXX)"

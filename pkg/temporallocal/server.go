@@ -1,0 +1,527 @@
+package temporallocal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+)
+
+// Bounds of the process lifecycle.
+const (
+	// DefaultStartTimeout bounds how long Start waits for the frontend to answer.
+	DefaultStartTimeout = 60 * time.Second
+	// stopGrace is how long Stop waits after SIGTERM before it sends SIGKILL.
+	stopGrace = 10 * time.Second
+	// pollInterval is the pause between readiness probes.
+	pollInterval = 25 * time.Millisecond
+	// portAttempts is how often Start picks fresh ports when one was taken between
+	// picking it and the server binding it.
+	portAttempts = 3
+)
+
+// Files under Options.Dir.
+const (
+	dbFile  = "temporal.db"
+	pidFile = "temporal.pid"
+	logFile = "temporal.log"
+)
+
+// Namespace is the namespace the dev server creates and gauntlet uses.
+const Namespace = "default"
+
+// ErrNotInstalled is wrapped by Start's error when no temporal binary can be found.
+var ErrNotInstalled = errors.New("temporal CLI not found in PATH or $(go env GOPATH)/bin: run scripts/deps.sh")
+
+// fastFlags are the dev server settings DESIGN.md measured: the defaults poll the history
+// queues so slowly that every activity costs about 100 ms and timers stall for seconds.
+var fastFlags = []string{
+	"--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
+	"--dynamic-config-value", "history.timerProcessorMaxPollRPS=10000",
+	"--dynamic-config-value", "history.visibilityProcessorMaxPollRPS=10000",
+	"--dynamic-config-value", "history.outboundProcessorMaxPollRPS=10000",
+	"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+	"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+	"--sqlite-pragma", "journal_mode=wal",
+	"--sqlite-pragma", "synchronous=normal",
+}
+
+// Options configures Start.
+type Options struct {
+	// Dir holds the SQLite database, the log and the pid file. It is created when
+	// missing and kept on Stop. Required.
+	Dir string
+	// Port is the frontend (gRPC) port on 127.0.0.1; 0 picks a free one.
+	Port int
+	// UIPort is the Web UI port on 127.0.0.1; 0 picks a free one. Ignored when NoUI.
+	UIPort int
+	// NoUI runs the server headless.
+	NoUI bool
+	// Logger receives lifecycle messages; nil discards them.
+	Logger *slog.Logger
+	// StartTimeout bounds the wait for the frontend; 0 means DefaultStartTimeout.
+	StartTimeout time.Duration
+	// Binary is the temporal executable; empty finds it in PATH, then in
+	// $(go env GOPATH)/bin.
+	Binary string
+}
+
+// Server is a Temporal dev server process owned by this program.
+type Server struct {
+	dir          string
+	bin          string
+	port, uiPort int
+	httpPort     int
+	metricsPort  int
+	noUI         bool
+	log          *slog.Logger
+	startTimeout time.Duration
+
+	mu   sync.Mutex
+	proc *process
+}
+
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts a Temporal dev server with its database under opts.Dir and returns once
+// its frontend answers a health check. A server left running on the same Dir by a
+// crashed program is killed first.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("start temporal: Options.Dir is empty")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("start temporal: %w", err)
+	}
+	bin, err := FindBinary(opts.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("start temporal: %w", err)
+	}
+	s := &Server{dir: dir, bin: bin, noUI: opts.NoUI, log: opts.Logger, startTimeout: opts.StartTimeout}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.startTimeout <= 0 {
+		s.startTimeout = DefaultStartTimeout
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start temporal: %w", err)
+	}
+	if err := killLeftover(dir, s.log); err != nil {
+		return nil, fmt.Errorf("start temporal: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		ports, perr := choosePorts(opts.Port, opts.UIPort, 0, 0)
+		if perr != nil {
+			return nil, fmt.Errorf("start temporal: %w", perr)
+		}
+		s.port, s.uiPort, s.httpPort, s.metricsPort = ports[0], ports[1], ports[2], ports[3]
+		err = s.run(ctx)
+		var ee *exitError
+		if err == nil || attempt == portAttempts || !errors.As(err, &ee) || !ee.portInUse() {
+			break
+		}
+		s.log.Warn("temporal port taken, picking others", "port", s.port, "ui_port", s.uiPort)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start temporal in %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// Addr is the frontend's host:port, what SDK clients and `temporal --address` dial.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// UIURL is the Web UI's address, or "" when the server runs headless.
+func (s *Server) UIURL() string {
+	if s.noUI {
+		return ""
+	}
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.uiPort))
+}
+
+// Dir is the absolute directory holding the server's database and log.
+func (s *Server) Dir() string { return s.dir }
+
+// Pid is the server's process id, or 0 when it has exited.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() {
+		return 0
+	}
+	return s.proc.cmd.Process.Pid
+}
+
+// Done is closed when the current server process exits.
+func (s *Server) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc.done
+}
+
+// Stop shuts the server down: SIGTERM, then SIGKILL after 10 s or when ctx ends first.
+// The database is kept. Stopping a stopped server is a no-op.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil || p.exited() {
+		return nil
+	}
+	begin := time.Now()
+	if err := signal(p, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stop temporal: %w", err)
+	}
+	grace := time.NewTimer(stopGrace)
+	defer grace.Stop()
+	select {
+	case <-p.done:
+		s.log.Info("temporal stopped", "pid", p.cmd.Process.Pid, "took", time.Since(begin))
+		return nil
+	case <-grace.C:
+		s.log.Warn("temporal ignored SIGTERM, killing it", "pid", p.cmd.Process.Pid)
+	case <-ctx.Done():
+		s.log.Warn("temporal stop cancelled, killing it", "pid", p.cmd.Process.Pid, "err", ctx.Err())
+	}
+	return s.killLocked()
+}
+
+// Kill ends the server with SIGKILL, as a crash would, and waits until it is gone.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.killLocked()
+}
+
+// Restart stops the server if it runs and starts it again on the same Dir and ports.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.Stop(ctx); err != nil {
+		return fmt.Errorf("restart temporal: %w", err)
+	}
+	if err := s.run(ctx); err != nil {
+		return fmt.Errorf("restart temporal in %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+func (s *Server) killLocked() error {
+	p := s.proc
+	if p == nil || p.exited() {
+		return nil
+	}
+	if err := signal(p, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill temporal: %w", err)
+	}
+	<-p.done
+	return nil
+}
+
+// args is the command line of the dev server.
+func (s *Server) args() []string {
+	a := []string{"server", "start-dev",
+		"--ip", "127.0.0.1",
+		"--port", strconv.Itoa(s.port),
+		"--http-port", strconv.Itoa(s.httpPort),
+		"--metrics-port", strconv.Itoa(s.metricsPort),
+		"--db-filename", filepath.Join(s.dir, dbFile),
+		"--namespace", Namespace,
+		"--log-level", "warn",
+	}
+	if s.noUI {
+		a = append(a, "--headless")
+	} else {
+		a = append(a, "--ui-ip", "127.0.0.1", "--ui-port", strconv.Itoa(s.uiPort))
+	}
+	return append(a, fastFlags...)
+}
+
+// run starts the binary and waits until the frontend answers.
+func (s *Server) run(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	begin := time.Now()
+	logAt := fileSize(filepath.Join(s.dir, logFile))
+	p, err := s.spawn()
+	if err != nil {
+		return err
+	}
+	s.proc = p
+	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
+	defer cancel()
+	c, err := client.NewLazyClient(client.Options{
+		HostPort: s.Addr(), Namespace: Namespace, Logger: quietLogger{},
+	})
+	if err != nil {
+		_ = s.killLocked()
+		return fmt.Errorf("temporal client for %s: %w", s.Addr(), err)
+	}
+	defer c.Close()
+	var last error
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		_, last = c.CheckHealth(pctx, &client.CheckHealthRequest{})
+		if last == nil {
+			// The namespace is registered just after the frontend starts serving.
+			_, last = c.DescribeTaskQueue(pctx, "gauntlet-readiness", 1)
+		}
+		pcancel()
+		if last == nil {
+			s.log.Info("temporal ready", "addr", s.Addr(), "ui", s.UIURL(), "pid", p.cmd.Process.Pid, "took", time.Since(begin))
+			return nil
+		}
+		select {
+		case <-p.done:
+			return &exitError{status: p.err, tail: readTail(filepath.Join(s.dir, logFile), logAt)}
+		case <-ctx.Done():
+			_ = s.killLocked()
+			return fmt.Errorf("wait for temporal on %s: %w (last probe: %v)", s.Addr(), ctx.Err(), last)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+func (s *Server) spawn() (*process, error) {
+	out, err := os.OpenFile(filepath.Join(s.dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open temporal log: %w", err)
+	}
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Dir = s.dir
+	cmd.Stdout = out
+	cmd.Stderr = out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:   true,            // a terminal's Ctrl-C goes to us, not straight to the server
+		Pdeathsig: syscall.SIGKILL, // the server dies with the program that started it
+	}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("exec %s: %w", s.bin, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	pid := cmd.Process.Pid
+	pidPath := filepath.Join(s.dir, pidFile)
+	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		s.log.Warn("temporal pid file not written", "path", pidPath, "err", err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		out.Close()
+		if b, err := os.ReadFile(pidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(pid) {
+			os.Remove(pidPath)
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// FindBinary returns the temporal executable: explicit, else "temporal" in PATH, else
+// $(go env GOPATH)/bin/temporal (where scripts/deps.sh installs it), else $HOME/go/bin.
+func FindBinary(explicit string) (string, error) {
+	if explicit != "" {
+		path, err := exec.LookPath(explicit)
+		if err != nil {
+			return "", fmt.Errorf("%w (Options.Binary %q: %v)", ErrNotInstalled, explicit, err)
+		}
+		return path, nil
+	}
+	if path, err := exec.LookPath("temporal"); err == nil {
+		return path, nil
+	}
+	var dirs []string
+	if gp := os.Getenv("GOPATH"); gp != "" {
+		for _, d := range filepath.SplitList(gp) {
+			dirs = append(dirs, filepath.Join(d, "bin"))
+		}
+	}
+	if gb := os.Getenv("GOBIN"); gb != "" {
+		dirs = append(dirs, gb)
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		for _, d := range filepath.SplitList(strings.TrimSpace(string(out))) {
+			dirs = append(dirs, filepath.Join(d, "bin"))
+		}
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		dirs = append(dirs, filepath.Join(home, "go", "bin"))
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "temporal")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", ErrNotInstalled
+}
+
+// choosePorts returns the given ports, replacing zeros with distinct free ports of
+// 127.0.0.1. Listeners are held until every port is known so they differ.
+func choosePorts(ports ...int) ([]int, error) {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	out := make([]int, len(ports))
+	for i, p := range ports {
+		if p != 0 {
+			out[i] = p
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		held = append(held, l)
+		out[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return out, nil
+}
+
+// killLeftover kills the server recorded in dir's pid file if that process still runs
+// this dir's database.
+func killLeftover(dir string, log *slog.Logger) error {
+	pidPath := filepath.Join(dir, pidFile)
+	b, err := os.ReadFile(pidPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+	if err != nil || pid <= 0 {
+		log.Warn("ignoring malformed temporal pid file", "path", pidPath)
+		return os.Remove(pidPath)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err == nil && bytes.Contains(cmdline, []byte(filepath.Join(dir, dbFile))) {
+		log.Warn("killing temporal left over by an earlier run", "pid", pid, "dir", dir)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("kill leftover temporal pid %d: %w", pid, err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil || isZombie(stat) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("leftover temporal pid %d still alive 10s after SIGKILL", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if err := os.Remove(pidPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove pid file: %w", err)
+	}
+	return nil
+}
+
+func isZombie(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+func signal(p *process, sig syscall.Signal) error {
+	if p == nil || p.exited() {
+		return errors.New("server is not running")
+	}
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("send %v to pid %d: %w", sig, pid, err)
+	}
+	return nil
+}
+
+// exitError is returned when the server exits before it is ready.
+type exitError struct {
+	status error
+	tail   string
+}
+
+func (e *exitError) Error() string {
+	if e.tail == "" {
+		return fmt.Sprintf("temporal exited before it was ready (%v) and logged nothing", e.status)
+	}
+	return fmt.Sprintf("temporal exited before it was ready (%v); end of its log:\n%s", e.status, e.tail)
+}
+
+func (e *exitError) Unwrap() error { return e.status }
+
+func (e *exitError) portInUse() bool {
+	return strings.Contains(e.tail, "address already in use")
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// readTail returns at most the last 20 lines (and 4 KiB) of path after offset.
+func readTail(path string, offset int64) string {
+	const maxBytes, maxLines = 4096, 20
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	if fi.Size()-offset > maxBytes {
+		offset = fi.Size() - maxBytes
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return string(bytes.TrimSpace(bytes.Join(lines, []byte("\n"))))
+}
+
+// quietLogger drops the SDK client's own log lines during readiness probes.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

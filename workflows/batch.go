@@ -1,0 +1,228 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	"github.com/gauntlet-rl/gauntlet/services/scheduler"
+)
+
+// BatchInput is one batch: a run of Episodes episodes of one stage, submitted to the
+// scheduler as a RunRequested with the id RunID. The same input always makes the same
+// run: a retried activity finds the run already accepted and only waits for it.
+type BatchInput struct {
+	RunID       string `json:"run_id"`
+	Env         string `json:"env"`
+	ParamsJSON  string `json:"params_json"`
+	Policies    string `json:"policies"`
+	Profiles    string `json:"profiles"`
+	Episodes    uint64 `json:"episodes"`
+	Seed        uint64 `json:"seed"`
+	MaxInFlight uint32 `json:"max_in_flight"`
+	MaxSteps    uint32 `json:"max_steps"`
+	Label       string `json:"label,omitempty"`
+	// RequestedAtUnixNano is the workflow's time when it decided the batch (ClickHouse
+	// partitions by it); fixed in the input so retries submit the identical request.
+	RequestedAtUnixNano int64 `json:"requested_at_unix_nano"`
+}
+
+// BatchResult is what a finished batch reports, read from the scheduler's run state.
+type BatchResult struct {
+	RunID       string  `json:"run_id"`
+	Episodes    uint64  `json:"episodes"`
+	Succeeded   uint64  `json:"succeeded"`
+	InfraErrors uint64  `json:"infra_errors"`
+	Steps       uint64  `json:"steps"`
+	FaultsFired uint64  `json:"faults_fired"`
+	RewardSum   float64 `json:"reward_sum"`
+	// WallNs is the run's wall time in the scheduler, first acceptance to last ended event.
+	WallNs int64 `json:"wall_ns"`
+}
+
+// SuccessRate is Succeeded / Episodes (0 for none).
+func (r BatchResult) SuccessRate() float64 {
+	if r.Episodes == 0 {
+		return 0
+	}
+	return float64(r.Succeeded) / float64(r.Episodes)
+}
+
+// RewardMean is RewardSum / Episodes (0 for none).
+func (r BatchResult) RewardMean() float64 {
+	if r.Episodes == 0 {
+		return 0
+	}
+	return r.RewardSum / float64(r.Episodes)
+}
+
+// request builds the run request.
+func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
+	st := StageSpec{Env: in.Env, Policies: in.Policies, Profiles: in.Profiles, MaxSteps: in.MaxSteps}
+	req, err := st.runRequest(in.RunID, in.Seed, in.Episodes, in.MaxInFlight, in.RequestedAtUnixNano)
+	if err != nil {
+		return nil, err
+	}
+	req.ParamsJson = in.ParamsJSON
+	if req.ParamsJson == "" {
+		req.ParamsJson = "{}"
+	}
+	req.Label = in.Label
+	if err := campaign.Validate(req); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// Error types of non-retryable activity and workflow failures.
+const (
+	ErrTypeInvalidSpec = "InvalidSpec"
+	ErrTypeRunRefused  = "RunRefused"
+)
+
+// batchPoll is how often RunBatch reads the run's state while it runs.
+const batchPoll = 50 * time.Millisecond
+
+// RunBatch submits the batch's run to the scheduler over NATS (as `gauntlet run` does),
+// waits until every episode ended, heartbeating its progress, and returns the run's
+// statistics. It submits only when the scheduler does not know the run yet, and the
+// submission's message id is the run id, so neither a retry nor a restarted worker runs an
+// episode twice.
+func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, error) {
+	req, err := in.request()
+	if err != nil {
+		return BatchResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("batch %s: %v", in.RunID, err), ErrTypeInvalidSpec, err)
+	}
+	b := a.Bus()
+	if b == nil {
+		return BatchResult{}, errors.New("batch: not connected to NATS yet")
+	}
+	kv, err := b.JS.KeyValue(ctx, bus.BucketRuns)
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("batch %s: open run state: %w", in.RunID, err)
+	}
+	p, err := runProgress(ctx, kv, in.RunID)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	if p == nil {
+		if err := b.PublishCommand(ctx, bus.SubjectRun, req.RunId+"/run", req); err != nil {
+			return BatchResult{}, fmt.Errorf("batch %s: submit: %w", in.RunID, err)
+		}
+	}
+	tick := time.NewTicker(batchPoll)
+	defer tick.Stop()
+	for {
+		if p != nil {
+			activity.RecordHeartbeat(ctx, p.GetEnded())
+			if p.GetError() != "" {
+				return BatchResult{}, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("batch %s refused by the scheduler: %s", in.RunID, p.GetError()), ErrTypeRunRefused, nil)
+			}
+			if p.GetDone() {
+				return BatchResult{
+					RunID: in.RunID, Episodes: p.GetEnded(), Succeeded: p.GetSucceeded(),
+					InfraErrors: p.GetInfraErrors(), Steps: p.GetSteps(), FaultsFired: p.GetFaultsFired(),
+					RewardSum: p.GetRewardSum(), WallNs: p.GetUpdatedAtUnixNano() - p.GetStartedAtUnixNano(),
+				}, nil
+			}
+		} else {
+			activity.RecordHeartbeat(ctx, uint64(0))
+		}
+		select {
+		case <-ctx.Done():
+			return BatchResult{}, ctx.Err()
+		case <-tick.C:
+		}
+		if p, err = runProgress(ctx, kv, in.RunID); err != nil {
+			return BatchResult{}, err
+		}
+	}
+}
+
+// runProgress reads a run's progress from the scheduler's KV bucket; nil when the
+// scheduler has not accepted the run yet.
+func runProgress(ctx context.Context, kv jetstream.KeyValue, runID string) (*gauntletv1.RunProgress, error) {
+	e, err := kv.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("batch %s: read run state: %w", runID, err)
+	}
+	p, err := scheduler.DecodeProgress(e.Value())
+	if err != nil {
+		return nil, fmt.Errorf("batch %s: %w", runID, err)
+	}
+	return p, nil
+}
+
+// batchActivityOptions are the options of RunBatch: heartbeats let a dead worker's batch
+// move to another worker within seconds; the run itself goes on in the scheduler
+// meanwhile, and the retry only waits for it.
+func batchActivityOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * 24 * time.Hour,
+		HeartbeatTimeout:    10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        200 * time.Millisecond,
+			BackoffCoefficient:     2,
+			MaximumInterval:        10 * time.Second,
+			NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeRunRefused},
+		},
+	})
+}
+
+// BatchSpec is the input of the Batch workflow: N episodes of one stage-like spec.
+type BatchSpec struct {
+	Env         string         `json:"env"`
+	Params      map[string]any `json:"params,omitempty"`
+	Policies    string         `json:"policies"`
+	Profiles    string         `json:"profiles,omitempty"`
+	Episodes    uint64         `json:"episodes"`
+	Seed        uint64         `json:"seed,omitempty"`
+	MaxInFlight uint32         `json:"max_in_flight,omitempty"`
+	MaxSteps    uint32         `json:"max_steps,omitempty"`
+	Label       string         `json:"label,omitempty"`
+}
+
+// Batch runs spec.Episodes episodes of one spec through the scheduler and returns their
+// statistics. The run id derives from the workflow's id and first run id, so the batch is
+// one run however often its activity is retried.
+func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
+	st := StageSpec{Env: spec.Env, Params: spec.Params, Policies: spec.Policies, Profiles: spec.Profiles, MaxSteps: spec.MaxSteps}
+	if st.Profiles == "" {
+		st.Profiles = "baseline=1"
+	}
+	if spec.MaxInFlight == 0 {
+		spec.MaxInFlight = campaign.DefaultMaxInFlight
+	}
+	params, err := st.ParamsJSON()
+	if err != nil {
+		return BatchResult{}, temporal.NewNonRetryableApplicationError("params: "+err.Error(), ErrTypeInvalidSpec, nil)
+	}
+	in := BatchInput{
+		RunID: runPrefix(ctx, "b") + "-b0", Env: spec.Env, ParamsJSON: params, Policies: spec.Policies,
+		Profiles: st.Profiles, Episodes: spec.Episodes, Seed: spec.Seed, MaxInFlight: spec.MaxInFlight,
+		MaxSteps: spec.MaxSteps, Label: spec.Label, RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
+	}
+	if in.Label == "" {
+		in.Label = "batch " + workflow.GetInfo(ctx).WorkflowExecution.ID
+	}
+	if _, err := in.request(); err != nil {
+		return BatchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+	}
+	var res BatchResult
+	err = workflow.ExecuteActivity(batchActivityOptions(ctx), ActivityRunBatch, in).Get(ctx, &res)
+	return res, err
+}

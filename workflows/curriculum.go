@@ -1,0 +1,392 @@
+package workflows
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+)
+
+// Names under which workflows, activities, signals and queries are registered: what the
+// temporal CLI and the Web UI show, and what other SDKs call.
+const (
+	TaskQueue = "gauntlet"
+
+	WorkflowCurriculum = "Curriculum"
+	WorkflowBatch      = "Batch"
+	WorkflowEpisode    = "DurableEpisode"
+
+	ActivityRunBatch    = "RunBatch"
+	ActivityPlayEpisode = "PlayEpisode"
+
+	SignalPause  = "pause"
+	SignalResume = "resume"
+	SignalSkip   = "skip"
+	SignalAbort  = "abort"
+
+	QueryProgress = "progress"
+)
+
+// Curriculum statuses.
+const (
+	StatusRunning   = "running"
+	StatusPaused    = "paused"
+	StatusCompleted = "completed" // every stage promoted (or skipped)
+	StatusStopped   = "stopped"   // a stage spent its budget without promotion
+	StatusAborted   = "aborted"   // the abort signal
+)
+
+// Stage outcomes.
+const (
+	OutcomePromoted    = "promoted"
+	OutcomeNotPromoted = "not_promoted"
+	OutcomeSkipped     = "skipped"
+	OutcomeAborted     = "aborted"
+)
+
+// StageReport is what one stage did.
+type StageReport struct {
+	Index     int     `json:"index"`
+	Name      string  `json:"name"`
+	Outcome   string  `json:"outcome"`
+	Episodes  uint64  `json:"episodes"`
+	Succeeded uint64  `json:"succeeded"`
+	RewardSum float64 `json:"reward_sum"`
+	Batches   int     `json:"batches"`
+	// WindowValue is the promotion metric over the last window when the stage ended.
+	WindowValue float64 `json:"window_value"`
+	// RunPrefix is what every run id of the stage starts with ("<prefix>-s<index>-b").
+	RunPrefix string `json:"run_prefix"`
+}
+
+// CurriculumState is the curriculum's progress, carried across continue-as-new.
+type CurriculumState struct {
+	Prefix         string        `json:"prefix"`
+	Stage          int           `json:"stage"`
+	StageEpisodes  uint64        `json:"stage_episodes"`
+	StageSucceeded uint64        `json:"stage_succeeded"`
+	StageReward    float64       `json:"stage_reward"`
+	StageBatches   int           `json:"stage_batches"`
+	Window         []BatchResult `json:"window,omitempty"`
+	TotalEpisodes  uint64        `json:"total_episodes"`
+	Reports        []StageReport `json:"reports,omitempty"`
+	Paused         bool          `json:"paused,omitempty"`
+	Skip           bool          `json:"skip,omitempty"`
+	Abort          bool          `json:"abort,omitempty"`
+	Status         string        `json:"status"`
+	Executions     int           `json:"executions"`
+}
+
+// DriftValue is a drifting fault parameter and the value in force.
+type DriftValue struct {
+	Param string  `json:"param"`
+	Value float64 `json:"value"`
+}
+
+// Progress is the answer to the progress query and the curriculum's result.
+type Progress struct {
+	Name              string        `json:"name"`
+	Status            string        `json:"status"`
+	Stage             int           `json:"stage"`
+	StageName         string        `json:"stage_name"`
+	Stages            int           `json:"stages"`
+	StageEpisodes     uint64        `json:"stage_episodes"`
+	StageSuccessRate  float64       `json:"stage_success_rate"`
+	WindowEpisodes    uint64        `json:"window_episodes"`
+	WindowSuccessRate float64       `json:"window_success_rate"`
+	WindowRewardMean  float64       `json:"window_reward_mean"`
+	TotalEpisodes     uint64        `json:"total_episodes"`
+	Drift             []DriftValue  `json:"drift,omitempty"`
+	Reports           []StageReport `json:"reports"`
+	RunPrefix         string        `json:"run_prefix"`
+	// Executions counts this curriculum's workflow executions (continue-as-new).
+	Executions int `json:"executions"`
+}
+
+// runPrefix names a workflow's runs: kind and 12 hex digits of a hash of the workflow id
+// and its first run id. Stable across retries, replays, worker restarts and
+// continue-as-new; different for a new workflow that reuses an old id.
+func runPrefix(ctx workflow.Context, kind string) string {
+	info := workflow.GetInfo(ctx)
+	sum := sha256.Sum256([]byte(info.WorkflowExecution.ID + "/" + info.FirstRunID))
+	return kind + hex.EncodeToString(sum[:6])
+}
+
+// StageRunPrefix is what the run ids of stage i of a curriculum with prefix start with.
+func StageRunPrefix(prefix string, stage int) string { return fmt.Sprintf("%s-s%d-b", prefix, stage) }
+
+// Curriculum runs a curriculum: each stage in batches through the scheduler until its
+// promotion rule holds over the last window of episodes (next stage) or its budget is
+// spent (the curriculum stops). specJSON is the CurriculumSpec as JSON (unknown keys are
+// refused); state is nil on a fresh start and the carried progress after continue-as-new.
+//
+// Signals: pause and resume (take effect between batches), skip (ends the current stage
+// after its batch in flight, as skipped), abort (ends the curriculum likewise). Query:
+// progress. The result is the final Progress; an invalid spec fails the workflow at once
+// with a non-retryable InvalidSpec error naming every bad field.
+func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *CurriculumState) (Progress, error) {
+	spec, err := ParseSpecJSON(specJSON)
+	if err != nil {
+		return Progress{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+	}
+	if state == nil {
+		state = &CurriculumState{Prefix: runPrefix(ctx, "c"), Status: StatusRunning}
+	}
+	state.Executions++
+	c := &curriculum{spec: spec, st: state}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return c.progress(), nil }); err != nil {
+		return Progress{}, err
+	}
+	chans := signalChannels(ctx)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel := workflow.NewSelector(ctx)
+			for _, sc := range chans {
+				sel.AddReceive(sc.ch, func(ch workflow.ReceiveChannel, _ bool) {
+					ch.Receive(ctx, nil)
+					c.apply(sc.name)
+				})
+			}
+			sel.Select(ctx)
+		}
+	})
+	log := workflow.GetLogger(ctx)
+	ran := 0
+	for state.Stage < len(spec.Stages) {
+		if state.Paused && !state.Abort {
+			state.Status = StatusPaused
+			if err := workflow.Await(ctx, func() bool { return !state.Paused || state.Abort }); err != nil {
+				return c.progress(), err
+			}
+			state.Status = StatusRunning
+		}
+		if state.Abort {
+			c.closeStage(OutcomeAborted)
+			state.Status = StatusAborted
+			break
+		}
+		if state.Skip {
+			state.Skip = false
+			c.closeStage(OutcomeSkipped)
+			continue
+		}
+		in, err := c.nextBatch(workflow.Now(ctx).UnixNano())
+		if err != nil {
+			return c.progress(), temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+		}
+		var res BatchResult
+		if err := workflow.ExecuteActivity(batchActivityOptions(ctx), ActivityRunBatch, in).Get(ctx, &res); err != nil {
+			return c.progress(), fmt.Errorf("stage %d (%s) batch %s: %w", state.Stage, spec.Stages[state.Stage].Name, in.RunID, err)
+		}
+		ran++
+		c.fold(res)
+		log.Info("batch done", "stage", state.Stage, "run_id", res.RunID, "episodes", res.Episodes,
+			"stage_episodes", state.StageEpisodes, "window", c.windowValue())
+		switch {
+		case c.promotable():
+			c.closeStage(OutcomePromoted)
+		case state.StageEpisodes >= spec.Stages[state.Stage].Episodes.Max:
+			c.closeStage(OutcomeNotPromoted)
+			state.Status = StatusStopped
+		}
+		if state.Status == StatusStopped {
+			break
+		}
+		if state.Stage < len(spec.Stages) && (ran >= MaxBatchesPerExecution || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) {
+			// Signals already in the channels but not yet handled go with the state.
+			for _, sc := range chans {
+				for sc.ch.ReceiveAsync(nil) {
+					c.apply(sc.name)
+				}
+			}
+			return Progress{}, workflow.NewContinueAsNewError(ctx, WorkflowCurriculum, specJSON, state)
+		}
+	}
+	if state.Status == StatusRunning || state.Status == StatusPaused {
+		state.Status = StatusCompleted
+	}
+	return c.progress(), nil
+}
+
+type namedChannel struct {
+	name string
+	ch   workflow.ReceiveChannel
+}
+
+func signalChannels(ctx workflow.Context) []namedChannel {
+	var out []namedChannel
+	for _, n := range []string{SignalPause, SignalResume, SignalSkip, SignalAbort} {
+		out = append(out, namedChannel{n, workflow.GetSignalChannel(ctx, n)})
+	}
+	return out
+}
+
+// curriculum is the pure decision logic over the spec and the state.
+type curriculum struct {
+	spec CurriculumSpec
+	st   *CurriculumState
+}
+
+func (c *curriculum) apply(signal string) {
+	switch signal {
+	case SignalPause:
+		c.st.Paused = true
+	case SignalResume:
+		c.st.Paused = false
+	case SignalSkip:
+		c.st.Skip = true
+	case SignalAbort:
+		c.st.Abort = true
+	}
+}
+
+// nextBatch is the input of the stage's next batch.
+func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
+	s := c.st
+	st := c.spec.Stages[s.Stage]
+	params, err := st.ParamsJSON()
+	if err != nil {
+		return BatchInput{}, fmt.Errorf("stages[%d].%w", s.Stage, err)
+	}
+	n := min(st.Batch, st.Episodes.Max-s.StageEpisodes)
+	return BatchInput{
+		RunID:       fmt.Sprintf("%s%d", StageRunPrefix(s.Prefix, s.Stage), s.StageBatches),
+		Env:         st.Env,
+		ParamsJSON:  params,
+		Policies:    st.Policies,
+		Profiles:    st.Profiles,
+		Episodes:    n,
+		Seed:        rng.DeriveN(rng.DeriveN(c.spec.Seed, "curriculum-stage", uint64(s.Stage)), "batch", uint64(s.StageBatches)),
+		MaxInFlight: c.spec.MaxInFlight,
+		MaxSteps:    st.MaxSteps,
+		Label:       fmt.Sprintf("curriculum %s stage %d (%s)", c.spec.Name, s.Stage, st.Name),
+
+		RequestedAtUnixNano: now,
+	}, nil
+}
+
+// fold adds a finished batch to the stage.
+func (c *curriculum) fold(r BatchResult) {
+	s := c.st
+	s.StageEpisodes += r.Episodes
+	s.StageSucceeded += r.Succeeded
+	s.StageReward += r.RewardSum
+	s.StageBatches++
+	s.TotalEpisodes += r.Episodes
+	s.Window = append(s.Window, r)
+	window := c.spec.Stages[s.Stage].Promotion.Window
+	// Keep the fewest newest batches that cover the window.
+	for len(s.Window) > 1 && sumEpisodes(s.Window[1:]) >= window {
+		s.Window = s.Window[1:]
+	}
+}
+
+func sumEpisodes(rs []BatchResult) uint64 {
+	var n uint64
+	for _, r := range rs {
+		n += r.Episodes
+	}
+	return n
+}
+
+func (c *curriculum) window() BatchResult {
+	var w BatchResult
+	for _, r := range c.st.Window {
+		w.Episodes += r.Episodes
+		w.Succeeded += r.Succeeded
+		w.RewardSum += r.RewardSum
+	}
+	return w
+}
+
+// windowValue is the stage's promotion metric over its window.
+func (c *curriculum) windowValue() float64 {
+	if c.st.Stage >= len(c.spec.Stages) {
+		return 0
+	}
+	w := c.window()
+	if c.spec.Stages[c.st.Stage].Promotion.Metric == MetricRewardMean {
+		return w.RewardMean()
+	}
+	return w.SuccessRate()
+}
+
+// promotable reports whether the stage's rule holds: at least Min episodes ran, the
+// window is full, and the metric over it reaches the threshold.
+func (c *curriculum) promotable() bool {
+	st := c.spec.Stages[c.st.Stage]
+	return c.st.StageEpisodes >= st.Episodes.Min &&
+		c.window().Episodes >= st.Promotion.Window &&
+		c.windowValue() >= st.Promotion.Threshold
+}
+
+// closeStage records the current stage's report and moves to the next stage.
+func (c *curriculum) closeStage(outcome string) {
+	s := c.st
+	if s.Stage >= len(c.spec.Stages) {
+		return
+	}
+	s.Reports = append(s.Reports, StageReport{
+		Index: s.Stage, Name: c.spec.Stages[s.Stage].Name, Outcome: outcome,
+		Episodes: s.StageEpisodes, Succeeded: s.StageSucceeded, RewardSum: s.StageReward,
+		Batches: s.StageBatches, WindowValue: c.windowValue(), RunPrefix: StageRunPrefix(s.Prefix, s.Stage),
+	})
+	if outcome == OutcomePromoted || outcome == OutcomeSkipped {
+		s.Stage++
+		s.StageEpisodes, s.StageSucceeded, s.StageReward, s.StageBatches, s.Window = 0, 0, 0, 0, nil
+	}
+}
+
+func (c *curriculum) progress() Progress {
+	s := c.st
+	p := Progress{
+		Name: c.spec.Name, Status: s.Status, Stage: s.Stage, Stages: len(c.spec.Stages),
+		StageEpisodes: s.StageEpisodes, TotalEpisodes: s.TotalEpisodes,
+		Reports: append([]StageReport{}, s.Reports...), RunPrefix: s.Prefix, Executions: s.Executions,
+	}
+	if s.Status == StatusRunning && s.Paused {
+		p.Status = StatusPaused
+	}
+	if s.StageEpisodes > 0 {
+		p.StageSuccessRate = float64(s.StageSucceeded) / float64(s.StageEpisodes)
+	}
+	w := c.window()
+	p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean = w.Episodes, w.SuccessRate(), w.RewardMean()
+	if s.Stage < len(c.spec.Stages) {
+		p.StageName = c.spec.Stages[s.Stage].Name
+		p.Drift = c.driftInForce()
+	}
+	return p
+}
+
+// driftInForce is each drifting parameter's value at the stage's next episode.
+func (c *curriculum) driftInForce() []DriftValue {
+	st := c.spec.Stages[c.st.Stage]
+	var out []DriftValue
+	for _, d := range st.Drift {
+		out = append(out, DriftValue{Param: d.Param, Value: rampAt(d.From, d.To, c.st.StageEpisodes, st.Episodes.Max)})
+	}
+	return out
+}
+
+// rampAt is the linear ramp from→to at episode i of n (from at 0, to at n-1).
+func rampAt(from, to float64, i, n uint64) float64 {
+	if n <= 1 {
+		return from
+	}
+	i = min(i, n-1)
+	return from + (to-from)*float64(i)/float64(n-1)
+}
+
+// IsInvalidSpec reports whether err is a workflow or activity failure caused by an
+// invalid spec.
+func IsInvalidSpec(err error) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == ErrTypeInvalidSpec
+}

@@ -1,0 +1,264 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+)
+
+// fakeBatches stands in for the scheduler in workflow unit tests: a batch's successes are
+// its episodes times the rate its policy mix gives, and every call is recorded.
+type fakeBatches struct {
+	rate  map[string]float64 // by Policies string
+	calls []BatchInput
+}
+
+func (f *fakeBatches) run(_ context.Context, in BatchInput) (BatchResult, error) {
+	f.calls = append(f.calls, in)
+	ok := uint64(float64(in.Episodes) * f.rate[in.Policies])
+	return BatchResult{RunID: in.RunID, Episodes: in.Episodes, Succeeded: ok, RewardSum: float64(ok)}, nil
+}
+
+func newEnv(t *testing.T, f *fakeBatches) *testsuite.TestWorkflowEnvironment {
+	s := newSuite(t)
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(Curriculum, workflow.RegisterOptions{Name: WorkflowCurriculum})
+	env.RegisterActivityWithOptions(f.run, activity.RegisterOptions{Name: ActivityRunBatch})
+	return env
+}
+
+const threeStages = `
+name: t
+seed: 3
+stages:
+  - {name: a, env: shop, policies: %s, episodes: {min: 20, max: 60}, promotion: {metric: success_rate, threshold: 0.8, window: 20}}
+  - {name: b, env: shop, policies: %s, profiles: "baseline=1,stress=1", episodes: {min: 20, max: 60}, batch: 10, promotion: {metric: success_rate, threshold: 0.8, window: 20}}
+  - {name: c, env: shop, policies: %s, episodes: {min: 40, max: 80}, promotion: {metric: reward_mean, threshold: 0.5, window: 20}}
+`
+
+func specJSON(t *testing.T, yamlText string) json.RawMessage {
+	t.Helper()
+	s, err := LoadSpec(strings.NewReader(yamlText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func three(policy string) string {
+	return strings.ReplaceAll(threeStages, "%s", policy)
+}
+
+func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) Progress {
+	t.Helper()
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var p Progress
+	if err := env.GetWorkflowResult(&p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCurriculumPromotesThroughEveryStage(t *testing.T) {
+	f := &fakeBatches{rate: map[string]float64{"oracle=1": 1}}
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, three("oracle=1")), nil)
+	p := result(t, env)
+	if p.Status != StatusCompleted || len(p.Reports) != 3 {
+		t.Fatalf("status %s, %d reports; want completed, 3", p.Status, len(p.Reports))
+	}
+	// Stage a: one batch of 20 (window); b: two of 10; c: min 40 = two of 20.
+	want := []struct {
+		eps     uint64
+		batches int
+	}{{20, 1}, {20, 2}, {40, 2}}
+	for i, r := range p.Reports {
+		if r.Outcome != OutcomePromoted || r.Episodes != want[i].eps || r.Batches != want[i].batches {
+			t.Errorf("stage %d: %+v; want promoted after %d episodes in %d batches", i, r, want[i].eps, want[i].batches)
+		}
+	}
+	if p.TotalEpisodes != 80 || len(f.calls) != 5 {
+		t.Errorf("total %d episodes in %d batches; want 80 in 5", p.TotalEpisodes, len(f.calls))
+	}
+	// Run ids: deterministic per (workflow, stage, batch), distinct.
+	seen := map[string]bool{}
+	for _, c := range f.calls {
+		if seen[c.RunID] || !strings.HasPrefix(c.RunID, p.RunPrefix+"-s") {
+			t.Errorf("run id %s repeated or without prefix %s", c.RunID, p.RunPrefix)
+		}
+		seen[c.RunID] = true
+	}
+	if f.calls[1].RunID != p.RunPrefix+"-s1-b0" || f.calls[2].RunID != p.RunPrefix+"-s1-b1" {
+		t.Errorf("stage 1 run ids %s, %s", f.calls[1].RunID, f.calls[2].RunID)
+	}
+	if f.calls[1].Profiles != "baseline=1,stress=1" || f.calls[0].Profiles != "baseline=1" {
+		t.Errorf("profiles %q, %q", f.calls[0].Profiles, f.calls[1].Profiles)
+	}
+}
+
+func TestCurriculumStopsWhenBudgetSpent(t *testing.T) {
+	f := &fakeBatches{rate: map[string]float64{"random=1": 0.1}}
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, three("random=1")), nil)
+	p := result(t, env)
+	if p.Status != StatusStopped || len(p.Reports) != 1 || p.Stage != 0 {
+		t.Fatalf("got %+v; want stopped at stage 0 with one report", p)
+	}
+	r := p.Reports[0]
+	if r.Outcome != OutcomeNotPromoted || r.Episodes != 60 || r.Batches != 3 || r.Succeeded != 6 {
+		t.Errorf("report %+v; want not_promoted after 60 episodes, 3 batches, 6 successes", r)
+	}
+}
+
+func TestCurriculumWindowIsTheLastEpisodes(t *testing.T) {
+	// Success only in later batches: the window must forget the early failures.
+	s := newSuite(t)
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(Curriculum, workflow.RegisterOptions{Name: WorkflowCurriculum})
+	n := 0
+	env.RegisterActivityWithOptions(func(_ context.Context, in BatchInput) (BatchResult, error) {
+		n++
+		ok := uint64(0)
+		if n > 2 {
+			ok = in.Episodes
+		}
+		return BatchResult{RunID: in.RunID, Episodes: in.Episodes, Succeeded: ok}, nil
+	}, activity.RegisterOptions{Name: ActivityRunBatch})
+	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, `
+stages:
+  - {env: shop, policies: oracle=1, episodes: {min: 10, max: 100}, batch: 10, promotion: {metric: success_rate, threshold: 1, window: 20}}
+`), nil)
+	p := result(t, env)
+	if p.Status != StatusCompleted || p.Reports[0].Episodes != 40 || p.Reports[0].WindowValue != 1 {
+		t.Fatalf("got %+v; want promoted after 40 episodes (2 failing batches, then a full window)", p)
+	}
+}
+
+func TestCurriculumSignals(t *testing.T) {
+	f := &fakeBatches{rate: map[string]float64{"random=1": 0}}
+	env := newEnv(t, f)
+	// Every batch takes a minute of (test) time, so signals land between batches.
+	var progress []Progress
+	query := func() {
+		v, err := env.QueryWorkflow(QueryProgress)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var p Progress
+		if err := v.Get(&p); err != nil {
+			t.Error(err)
+		}
+		progress = append(progress, p)
+	}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPause, nil) }, time.Millisecond)
+	env.RegisterDelayedCallback(query, time.Hour)
+	env.RegisterDelayedCallback(func() {
+		if len(f.calls) != 1 {
+			t.Errorf("%d batches ran while paused; want 1 (the one in flight)", len(f.calls))
+		}
+		env.SignalWorkflow(SignalSkip, nil)
+		env.SignalWorkflow(SignalResume, nil)
+	}, 2*time.Hour)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalAbort, nil) }, 2*time.Hour+150*time.Second)
+	env.OnActivity(ActivityRunBatch, mock.Anything, mock.Anything).Return(f.run).After(time.Minute)
+	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, three("random=1")), nil)
+	p := result(t, env)
+	if len(progress) != 1 || progress[0].Status != StatusPaused || progress[0].Stage != 0 || progress[0].StageEpisodes != 20 {
+		t.Errorf("progress while paused: %+v", progress)
+	}
+	if p.Status != StatusAborted || len(p.Reports) != 2 || p.Reports[0].Outcome != OutcomeSkipped || p.Reports[1].Outcome != OutcomeAborted {
+		t.Fatalf("got %+v; want stage 0 skipped, stage 1 aborted", p)
+	}
+}
+
+func TestCurriculumContinuesAsNew(t *testing.T) {
+	f := &fakeBatches{rate: map[string]float64{"random=1": 0}}
+	env := newEnv(t, f)
+	spec := specJSON(t, `
+stages:
+  - {env: shop, policies: random=1, episodes: {min: 1, max: 250}, promotion: {metric: success_rate, threshold: 1, window: 1}}
+`)
+	env.ExecuteWorkflow(WorkflowCurriculum, spec, nil)
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v; want continue-as-new after %d batches", err, MaxBatchesPerExecution)
+	}
+	if len(f.calls) != MaxBatchesPerExecution {
+		t.Fatalf("%d batches before continue-as-new; want %d", len(f.calls), MaxBatchesPerExecution)
+	}
+	var gotSpec json.RawMessage
+	var state *CurriculumState
+	dc := converter.GetDefaultDataConverter()
+	if err := dc.FromPayloads(can.Input, &gotSpec, &state); err != nil {
+		t.Fatal(err)
+	}
+	if state.StageEpisodes != MaxBatchesPerExecution || state.StageBatches != MaxBatchesPerExecution {
+		t.Fatalf("carried state %+v", state)
+	}
+	env2 := newEnv(t, f)
+	env2.ExecuteWorkflow(WorkflowCurriculum, gotSpec, state)
+	p := result(t, env2)
+	if p.Status != StatusStopped || p.Reports[0].Episodes != 250 || p.Executions != 2 || len(f.calls) != 250 {
+		t.Fatalf("after continue-as-new: %+v, %d batches", p, len(f.calls))
+	}
+	if f.calls[249].RunID != state.Prefix+"-s0-b249" {
+		t.Errorf("last run id %s; want the carried prefix and batch 249", f.calls[249].RunID)
+	}
+}
+
+func TestCurriculumRefusesBadSpecBeforeAnyBatch(t *testing.T) {
+	f := &fakeBatches{}
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(WorkflowCurriculum, json.RawMessage(`{"stages":[{"env":"shop","policies":"oracle=1","episodes":{"max":10},"promotion":{"metric":"success_rate","threshold":0.5,"window":0}}],"colour":"red"}`), nil)
+	err := env.GetWorkflowError()
+	if !IsInvalidSpec(err) || !strings.Contains(err.Error(), `unknown field "colour"`) {
+		t.Fatalf("error %v; want InvalidSpec naming the unknown field", err)
+	}
+	env = newEnv(t, f)
+	env.ExecuteWorkflow(WorkflowCurriculum, json.RawMessage(`{"stages":[{"env":"shop","policies":"oracle=1","episodes":{"max":10},"promotion":{"metric":"success_rate","threshold":0.5,"window":0}}]}`), nil)
+	err = env.GetWorkflowError()
+	if !IsInvalidSpec(err) || !strings.Contains(err.Error(), "stages[0].promotion.window: must be > 0") {
+		t.Fatalf("error %v; want InvalidSpec naming stages[0].promotion.window", err)
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("%d batches ran for invalid specs", len(f.calls))
+	}
+}
+
+// newSuite is a test suite whose SDK logs go to t.Log only on warnings.
+func newSuite(t *testing.T) *testsuite.WorkflowTestSuite {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	return &s
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}

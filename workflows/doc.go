@@ -1,0 +1,19 @@
+// Package workflows is gauntlet's Temporal control plane (C1-C4 in FEATURES.md terms: see
+// README.md here): the Curriculum workflow (ordered stages run in batches, promotion by a
+// rule over the last window of episodes, drift of fault parameters over a stage, pause /
+// resume / skip / abort signals, a progress query, continue-as-new), the Batch workflow
+// (N episodes of one spec and their statistics) and the DurableEpisode workflow (one
+// episode whose step loop is a heartbeating activity that resumes on another worker).
+//
+// Workflows are deterministic: they read time only through workflow.Now, derive seeds and
+// run ids with pure functions of their input and of the workflow's id and first run id,
+// and never iterate maps. Activities do all I/O, over NATS only: a batch is one run the
+// scheduler accepts once (its id is deterministic and the scheduler keeps run state in
+// KV), so a retried activity or a restarted process never runs an episode twice. Steps
+// never go through Temporal: at training scale a Temporal event per step or per episode
+// would cost more than the episode (DESIGN.md).
+//
+// Errors: an invalid spec fails the workflow at once with a non-retryable application
+// error of type InvalidSpec whose message names every bad field; a run the scheduler
+// refuses fails it with RunRefused. Other activity errors are retried.
+package workflows

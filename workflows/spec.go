@@ -1,0 +1,312 @@
+package workflows
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// Promotion metrics.
+const (
+	MetricSuccessRate = "success_rate"
+	MetricRewardMean  = "reward_mean"
+)
+
+// Limits on a curriculum spec.
+const (
+	MaxStages = 1000
+	// MaxBatchesPerExecution bounds the batches one workflow execution runs before it
+	// continues as new, so its history stays small (about 10 events per batch).
+	MaxBatchesPerExecution = 200
+)
+
+// CurriculumSpec is a curriculum: ordered stages, each run in batches until its promotion
+// rule holds (next stage) or its episode budget is spent (the curriculum stops there).
+// It is read from YAML or JSON with unknown keys refused; field names are the YAML/JSON keys.
+type CurriculumSpec struct {
+	// Name is a free-form name, kept in reports.
+	Name string `json:"name,omitempty" yaml:"name"`
+	// Seed derives every batch's seed: the same spec and seed give the same episodes.
+	Seed uint64 `json:"seed,omitempty" yaml:"seed"`
+	// MaxInFlight caps the episodes of one batch in flight at once (default 2000).
+	MaxInFlight uint32 `json:"max_in_flight,omitempty" yaml:"max_in_flight"`
+	// Stages run in order.
+	Stages []StageSpec `json:"stages" yaml:"stages"`
+}
+
+// StageSpec is one stage of a curriculum.
+type StageSpec struct {
+	// Name names the stage in progress and reports (default "stage-<index>").
+	Name string `json:"name,omitempty" yaml:"name"`
+	// Env is the task family, e.g. "shop".
+	Env string `json:"env" yaml:"env"`
+	// Params are the env's parameters (a mapping; default: the env's defaults).
+	Params map[string]any `json:"params,omitempty" yaml:"params"`
+	// Policies is the policy mix, "oracle=3,random=1" as `gauntlet run --policies` takes it.
+	Policies string `json:"policies" yaml:"policies"`
+	// Profiles is the fault profile mix, "baseline=60,stress=40" (default: baseline only).
+	Profiles string `json:"profiles,omitempty" yaml:"profiles"`
+	// MaxSteps truncates each episode (0: the env's default).
+	MaxSteps uint32 `json:"max_steps,omitempty" yaml:"max_steps"`
+	// Episodes is the stage's budget.
+	Episodes Budget `json:"episodes" yaml:"episodes"`
+	// Batch is how many episodes run per batch (default: Promotion.Window). It must divide
+	// the window and both budget bounds, so "the last K episodes" is exact.
+	Batch uint64 `json:"batch,omitempty" yaml:"batch"`
+	// Promotion says when the stage is passed.
+	Promotion Promotion `json:"promotion" yaml:"promotion"`
+	// Drift ramps fault parameters over the stage's episodes.
+	Drift []DriftSpec `json:"drift,omitempty" yaml:"drift"`
+}
+
+// Budget bounds a stage's episodes: promotion is not considered before Min episodes ran,
+// and the curriculum stops at the stage when Max ran without promotion.
+type Budget struct {
+	Min uint64 `json:"min" yaml:"min"`
+	Max uint64 `json:"max" yaml:"max"`
+}
+
+// Promotion is a stage's rule: Metric over the stage's last Window episodes >= Threshold.
+type Promotion struct {
+	// Metric is "success_rate" (successful episodes / episodes) or "reward_mean" (mean of
+	// the episodes' total reward).
+	Metric    string  `json:"metric" yaml:"metric"`
+	Threshold float64 `json:"threshold" yaml:"threshold"`
+	Window    uint64  `json:"window" yaml:"window"`
+}
+
+// DriftSpec ramps one fault parameter linearly from From to To over the stage's Max
+// episodes; the value in force is recorded on every episode.
+type DriftSpec struct {
+	// Param names the fault parameter, as the faults service knows it.
+	Param string  `json:"param" yaml:"param"`
+	From  float64 `json:"from" yaml:"from"`
+	To    float64 `json:"to" yaml:"to"`
+}
+
+// LoadSpec reads a curriculum from YAML (JSON is YAML too), refusing unknown keys, and
+// validates it. Every error names its field, e.g. "stages[1].promotion.window: must be > 0".
+func LoadSpec(r io.Reader) (CurriculumSpec, error) {
+	var s CurriculumSpec
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil {
+		if errors.Is(err, io.EOF) {
+			return s, errors.New("curriculum spec: empty document")
+		}
+		return s, fmt.Errorf("curriculum spec: %s", yamlMessage(err))
+	}
+	s.Normalize()
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// ParseSpecJSON reads a curriculum from JSON, refusing unknown keys, and validates it.
+// Workflows call it on their input, so a spec started with the temporal CLI is checked as
+// strictly as one started with gauntlet.
+func ParseSpecJSON(b []byte) (CurriculumSpec, error) {
+	var s CurriculumSpec
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&s); err != nil {
+		return s, fmt.Errorf("curriculum spec: %w", err)
+	}
+	s.Params2Float()
+	s.Normalize()
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// Params2Float turns json.Number parameter values into float64 or int64, as YAML gives.
+func (s *CurriculumSpec) Params2Float() {
+	for i := range s.Stages {
+		for k, v := range s.Stages[i].Params {
+			if n, ok := v.(json.Number); ok {
+				if iv, err := n.Int64(); err == nil {
+					s.Stages[i].Params[k] = iv
+				} else if fv, err := n.Float64(); err == nil {
+					s.Stages[i].Params[k] = fv
+				}
+			}
+		}
+	}
+}
+
+// yamlMessage makes yaml.v3's type errors read as field errors.
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return strings.Join(te.Errors, "; ")
+	}
+	return err.Error()
+}
+
+// Normalize fills defaults: stage names, batch sizes, the baseline profile.
+func (s *CurriculumSpec) Normalize() {
+	if s.MaxInFlight == 0 {
+		s.MaxInFlight = campaign.DefaultMaxInFlight
+	}
+	for i := range s.Stages {
+		st := &s.Stages[i]
+		if st.Name == "" {
+			st.Name = fmt.Sprintf("stage-%d", i)
+		}
+		if st.Profiles == "" {
+			st.Profiles = "baseline=1"
+		}
+		if st.Batch == 0 {
+			st.Batch = st.Promotion.Window
+		}
+		if st.Episodes.Min == 0 {
+			st.Episodes.Min = st.Promotion.Window
+		}
+	}
+}
+
+// Validate reports every problem at once, each naming its field.
+func (s CurriculumSpec) Validate() error {
+	var errs []error
+	add := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	if len(s.Stages) == 0 {
+		add("stages", "at least one stage is needed")
+	}
+	if len(s.Stages) > MaxStages {
+		add("stages", "%d stages is more than %d", len(s.Stages), MaxStages)
+	}
+	names := map[string]int{}
+	for i, st := range s.Stages {
+		f := fmt.Sprintf("stages[%d]", i)
+		if j, dup := names[st.Name]; dup {
+			add(f+".name", "%q is also the name of stages[%d]", st.Name, j)
+		}
+		names[st.Name] = i
+		p := st.Promotion
+		switch p.Metric {
+		case MetricSuccessRate:
+			if p.Threshold < 0 || p.Threshold > 1 {
+				add(f+".promotion.threshold", "%v is outside [0, 1] for success_rate", p.Threshold)
+			}
+		case MetricRewardMean:
+			if math.IsNaN(p.Threshold) || math.IsInf(p.Threshold, 0) {
+				add(f+".promotion.threshold", "must be a finite number")
+			}
+		case "":
+			add(f+".promotion.metric", "missing: want success_rate or reward_mean")
+		default:
+			add(f+".promotion.metric", "%q is not one of success_rate, reward_mean", p.Metric)
+		}
+		if p.Window == 0 {
+			add(f+".promotion.window", "must be > 0")
+		}
+		b := st.Episodes
+		if b.Max == 0 {
+			add(f+".episodes.max", "must be > 0")
+		}
+		if b.Max > campaign.MaxEpisodes {
+			add(f+".episodes.max", "%d is more than %d", b.Max, campaign.MaxEpisodes)
+		}
+		if b.Min > b.Max && b.Max > 0 {
+			add(f+".episodes.min", "%d is more than episodes.max %d", b.Min, b.Max)
+		}
+		if p.Window > b.Max && b.Max > 0 {
+			add(f+".promotion.window", "%d is more than episodes.max %d: the stage could never be promoted", p.Window, b.Max)
+		}
+		if st.Batch > 0 && p.Window > 0 {
+			if p.Window%st.Batch != 0 {
+				add(f+".batch", "%d does not divide promotion.window %d", st.Batch, p.Window)
+			}
+			if b.Min%st.Batch != 0 {
+				add(f+".episodes.min", "%d is not a multiple of the batch size %d", b.Min, st.Batch)
+			}
+			if b.Max%st.Batch != 0 {
+				add(f+".episodes.max", "%d is not a multiple of the batch size %d", b.Max, st.Batch)
+			}
+		}
+		for j, d := range st.Drift {
+			df := fmt.Sprintf("%s.drift[%d]", f, j)
+			if d.Param == "" {
+				add(df+".param", "must not be empty")
+			}
+			if math.IsNaN(d.From) || math.IsInf(d.From, 0) {
+				add(df+".from", "must be a finite number")
+			}
+			if math.IsNaN(d.To) || math.IsInf(d.To, 0) {
+				add(df+".to", "must be a finite number")
+			}
+		}
+		// What the scheduler would refuse, refused now with the stage's field names.
+		req, err := st.runRequest("cvalidate-s0-b0", 1, st.Batch, s.MaxInFlight, 0)
+		if err != nil {
+			errs = append(errs, prefixErrors(f, err)...)
+			continue
+		}
+		if err := campaign.Validate(req); err != nil {
+			errs = append(errs, prefixErrors(f, err)...)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prefixErrors names each joined error's field under prefix.
+func prefixErrors(prefix string, err error) []error {
+	var out []error
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line != "" {
+			out = append(out, fmt.Errorf("%s.%s", prefix, line))
+		}
+	}
+	return out
+}
+
+// ParamsJSON is the stage's params as a JSON object (keys sorted, so stable).
+func (st StageSpec) ParamsJSON() (string, error) {
+	if len(st.Params) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(st.Params)
+	if err != nil {
+		return "", fmt.Errorf("params: %w", err)
+	}
+	return string(b), nil
+}
+
+// runRequest is the run one batch of the stage submits to the scheduler.
+func (st StageSpec) runRequest(runID string, seed, episodes uint64, maxInFlight uint32, requestedAt int64) (*gauntletv1.RunRequested, error) {
+	var errs []error
+	pol, err := campaign.ParseShares("policies", st.Policies)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	prof, err := campaign.ParseShares("profiles", st.Profiles)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	params, err := st.ParamsJSON()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &gauntletv1.RunRequested{
+		RunId: runID, Env: st.Env, ParamsJson: params, Policies: pol, Profiles: prof,
+		Episodes: episodes, Seed: seed, MaxInFlight: maxInFlight, MaxSteps: st.MaxSteps,
+		RequestedAtUnixNano: requestedAt,
+	}, nil
+}
