@@ -18,6 +18,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
+	"github.com/gauntlet-rl/gauntlet/services/curriculum"
 	"github.com/gauntlet-rl/gauntlet/services/faults"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
@@ -36,6 +38,8 @@ const (
 	modFaults     = "faults"
 	modReward     = "reward"
 	modStore      = "store"
+	modTemporal   = "temporal"
+	modCurriculum = "curriculum"
 	modAll        = "all"
 )
 
@@ -52,6 +56,8 @@ type app struct {
 	conns map[string]*bus.Bus // one connection per service module, as in split mode
 	ch    *chlocal.Server
 	http  *http.Server
+
+	temporal *temporallocal.Server // nil when --temporal names an external server
 }
 
 func newApp(cfg config, log *slog.Logger) (*app, error) {
@@ -83,10 +89,17 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		sc.Addr = a.clickHouseAddr
 		return store.New(sc, a.busFor(modStore), tel.Meter("gauntlet/store"), log.With("module", modStore)), nil
 	}, modBus, modClickHouse, modHTTP)
+	m.Register(modTemporal, a.initTemporal)
+	m.Register(modCurriculum, func() (lifecycle.Service, error) {
+		return curriculum.New(curriculum.Config{
+			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
+			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2,
+		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
+	}, modBus, modTemporal, modHTTP)
 	// Services depend on each other only through NATS (requests retry until a responder
 	// is there), so none is a module dependency of another; the order of "all" starts the
 	// responders (faults, reward) before their callers anyway.
-	m.RegisterVirtual(modAll, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
+	m.RegisterVirtual(modAll, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker, modCurriculum)
 	return a, nil
 }
 
@@ -103,7 +116,7 @@ func (a *app) busFor(module string) func() *bus.Bus {
 // that carries its event publishes, a request would queue behind hundreds of publishes.
 const connWorkerRPC = "worker-rpc"
 
-var connNames = []string{modFaults, modReward, modScheduler, modWorker, connWorkerRPC, modStore}
+var connNames = []string{modFaults, modReward, modScheduler, modWorker, connWorkerRPC, modStore, modCurriculum}
 
 func (a *app) clickHouseAddr() string {
 	if a.ch != nil {
@@ -204,6 +217,57 @@ func (a *app) initClickHouse() (lifecycle.Service, error) {
 	}, nil
 }
 
+// temporalAddr is where Temporal clients reach the frontend.
+func (a *app) temporalAddr() string {
+	if a.temporal != nil {
+		return a.temporal.Addr()
+	}
+	return a.cfg.Temporal
+}
+
+// temporalUI is the Web UI of the local dev server ("" for an external server).
+func (a *app) temporalUI() string {
+	if a.temporal != nil {
+		return a.temporal.UIURL()
+	}
+	return ""
+}
+
+// initTemporal starts the Temporal dev server (SQLite under the data dir, Web UI on)
+// unless --temporal names an existing server.
+func (a *app) initTemporal() (lifecycle.Service, error) {
+	if a.cfg.Temporal != "" {
+		return lifecycle.Funcs{}, nil
+	}
+	return lifecycle.Funcs{
+		OnStarting: func(ctx context.Context) error {
+			var err error
+			a.temporal, err = temporallocal.Start(ctx, temporallocal.Options{
+				Dir:    filepath.Join(a.cfg.DataDir, "temporal"),
+				Port:   a.cfg.TemporalPort,
+				UIPort: a.cfg.TemporalUIPort,
+				NoUI:   a.cfg.TemporalUIPort < 0,
+				Logger: a.log.With("module", modTemporal),
+			})
+			return err
+		},
+		OnRunning: func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-a.temporal.Done():
+				return fmt.Errorf("temporal dev server (pid exited) stopped unexpectedly; its log is %s", filepath.Join(a.temporal.Dir(), "temporal.log"))
+			}
+		},
+		OnStopping: func(ctx context.Context) error {
+			if a.temporal == nil {
+				return nil
+			}
+			return a.temporal.Stop(ctx)
+		},
+	}, nil
+}
+
 func (a *app) initHTTP() (lifecycle.Service, error) {
 	if a.cfg.HTTPAddr == "" {
 		return lifecycle.Funcs{}, nil
@@ -261,6 +325,8 @@ type stack struct {
 	ClickHouse string `json:"clickhouse"`
 	Database   string `json:"database"`
 	HTTP       string `json:"http"`
+	Temporal   string `json:"temporal,omitempty"`
+	TemporalUI string `json:"temporal_ui,omitempty"`
 	PID        int    `json:"pid"`
 }
 

@@ -33,6 +33,11 @@ type config struct {
 	TraceFile      string
 	StopTimeout    time.Duration
 
+	Temporal          string
+	TemporalPort      int
+	TemporalUIPort    int
+	TemporalNamespace string
+
 	Worker    worker.Config
 	Scheduler scheduler.Config
 	Store     store.Config
@@ -52,6 +57,10 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
+	fs.StringVar(&c.Temporal, "temporal", "", "Temporal frontend host:port of an existing server (empty: run the Temporal dev server locally)")
+	fs.IntVar(&c.TemporalPort, "temporal.port", 7233, "frontend port of the local Temporal dev server (0: any free port)")
+	fs.IntVar(&c.TemporalUIPort, "temporal.ui-port", 8233, "Web UI port of the local Temporal dev server (0: any free port, -1: no UI)")
+	fs.StringVar(&c.TemporalNamespace, "temporal.namespace", "default", "Temporal namespace of gauntlet's workflows")
 
 	fs.StringVar(&c.Worker.ID, "worker.id", "", "worker id in events (default: random)")
 	fs.IntVar(&c.Worker.Concurrency, "worker.concurrency", 256, "episodes a worker runs at once")

@@ -41,6 +41,8 @@ func testConfig(t *testing.T) config {
 	cfg.DataDir = t.TempDir()
 	cfg.NATSPort = -1
 	cfg.ClickHousePort = 0
+	cfg.TemporalPort = 0
+	cfg.TemporalUIPort = -1
 	cfg.HTTPAddr = ""
 	cfg.LogLevel = "warn"
 	cfg.Worker.Concurrency = 128
@@ -338,7 +340,8 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 	dir := t.TempDir()
 	natsPort, chPort := freePort(t), freePort(t)
 	args := []string{"up", "--data-dir", dir, "--nats.port", fmt.Sprint(natsPort), "--clickhouse.port", fmt.Sprint(chPort),
-		"--http", "", "--log.level", "warn", "--worker.concurrency", "128", "--store.batch-rows", "5000", "--store.flush-every", "200ms"}
+		"--http", "", "--log.level", "warn", "--worker.concurrency", "128", "--store.batch-rows", "5000", "--store.flush-every", "200ms",
+		"--temporal.port", fmt.Sprint(freePort(t)), "--temporal.ui-port", "-1"}
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, args...)
 		cmd.Stderr = testLogWriter{t}

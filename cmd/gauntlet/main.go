@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"syscall"
 
 	// Envs and policies register themselves.
@@ -29,6 +30,9 @@ Usage:
   gauntlet serve --target=a,b [flags]  run some modules (against --nats / --clickhouse)
   gauntlet run [flags]                 submit a run of episodes and follow it
   gauntlet demo [flags]                start the stack, run a campaign, print results, stop
+  gauntlet curriculum start -f FILE    start a curriculum workflow (prints its id)
+  gauntlet curriculum status|pause|resume|skip|abort ID
+  gauntlet batch start [flags]         run N episodes of one spec as a Temporal workflow
   gauntlet sql "SELECT ..."            query the trajectories (aligned table)
   gauntlet episode show ID             every step of one episode
   gauntlet version
@@ -73,6 +77,10 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdDemo(ctx, rest, stdout, stderr)
 	case "sql":
 		return cmdSQL(ctx, rest, stdout, stderr)
+	case "curriculum":
+		return cmdCurriculum(ctx, rest, stdout, stderr)
+	case "batch":
+		return cmdBatch(ctx, rest, stdout, stderr)
 	case "episode":
 		return cmdEpisode(ctx, rest, stdout, stderr)
 	case "version":
@@ -128,7 +136,7 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 	cfgFile := fs.String("config", "", "YAML file overlaying the flags (keys are flag names)")
 	target := "all"
 	if name == "serve" {
-		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, scheduler, worker, faults, reward, store")
+		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, scheduler, worker, faults, reward, store, curriculum (Temporal worker), temporal (dev server)")
 	}
 	if err := parse(fs, args); err != nil {
 		return err
@@ -146,7 +154,8 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 	}
 	log := a.log
 	targets := splitTargets(target)
-	if _, err := a.mgr.Order(targets); err != nil {
+	order, err := a.mgr.Order(targets)
+	if err != nil {
 		return fmt.Errorf("--target: %w", err)
 	}
 	go func() {
@@ -155,10 +164,16 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 			return
 		}
 		st := stack{NATSURL: a.natsURL(), ClickHouse: a.clickHouseAddr(), Database: cfg.Database, HTTP: cfg.HTTPAddr, PID: os.Getpid()}
+		if slices.Contains(order, modTemporal) {
+			st.Temporal, st.TemporalUI = a.temporalAddr(), a.temporalUI()
+		}
 		if err := writeStack(cfg.DataDir, st); err != nil {
 			log.Warn("write stack.json", "err", err)
 		}
 		fmt.Fprintf(stdout, "gauntlet is up: nats %s, clickhouse %s (database %s), http %s\n", st.NATSURL, st.ClickHouse, st.Database, st.HTTP)
+		if st.Temporal != "" {
+			fmt.Fprintf(stdout, "temporal %s (task queue gauntlet)%s\n", st.Temporal, uiHint(st.TemporalUI))
+		}
 	}()
 	err = a.run(ctx, targets)
 	_ = os.Remove(stackPath(cfg.DataDir))

@@ -252,7 +252,6 @@ func (s *Server) args() []string {
 		"--http-port", strconv.Itoa(s.httpPort),
 		"--metrics-port", strconv.Itoa(s.metricsPort),
 		"--db-filename", filepath.Join(s.dir, dbFile),
-		"--namespace", Namespace,
 		"--log-level", "warn",
 	}
 	if s.noUI {

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/gauntlet-rl/gauntlet/workflows"
+)
+
+const curriculumUsage = `Usage:
+  gauntlet curriculum start -f FILE [--id ID] [--wait]   start a curriculum; prints its workflow id
+  gauntlet curriculum status ID [--json]                 stage, episodes, success rate, drift in force
+  gauntlet curriculum pause ID | resume ID               hold or continue (between batches)
+  gauntlet curriculum skip ID                            end the current stage as skipped
+  gauntlet curriculum abort ID                           end the curriculum after the batch in flight
+  gauntlet curriculum validate -f FILE                   check a spec without starting anything
+
+Every subcommand takes --temporal HOST:PORT and --namespace (default: from the stack.json
+that 'gauntlet up' writes in --data-dir).
+`
+
+// temporalFlags are how client commands find Temporal.
+type temporalFlags struct {
+	addr, namespace, dataDir string
+}
+
+func (f *temporalFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "temporal", "", "Temporal frontend host:port (default: from stack.json)")
+	fs.StringVar(&f.namespace, "namespace", "default", "Temporal namespace")
+	fs.StringVar(&f.dataDir, "data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "where `gauntlet up` left stack.json")
+}
+
+func (f *temporalFlags) dial(ctx context.Context) (client.Client, error) {
+	addr := f.addr
+	if addr == "" {
+		st, err := readStack(f.dataDir)
+		if err != nil {
+			return nil, err
+		}
+		if st.Temporal == "" {
+			return nil, errors.New("the running stack has no Temporal (started without the curriculum module?); pass --temporal HOST:PORT")
+		}
+		addr = st.Temporal
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	log, _ := newLogger("error", io.Discard)
+	c, err := client.DialContext(dctx, client.Options{HostPort: addr, Namespace: f.namespace, Logger: sdkLogger{log}})
+	if err != nil {
+		return nil, fmt.Errorf("connect to temporal at %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+func cmdCurriculum(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, curriculumUsage)
+		return errUsage
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "start", "validate":
+		return curriculumStart(ctx, sub, rest, stdout, stderr)
+	case "status":
+		return curriculumStatus(ctx, rest, stdout, stderr)
+	case "pause", "resume", "skip", "abort":
+		return curriculumSignal(ctx, sub, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, curriculumUsage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "gauntlet curriculum: unknown subcommand %q\n\n%s", sub, curriculumUsage)
+	return errUsage
+}
+
+// loadSpecFile reads and validates a curriculum spec, naming the file in errors.
+func loadSpecFile(path string) (workflows.CurriculumSpec, error) {
+	if path == "" {
+		return workflows.CurriculumSpec{}, errors.New("-f: the curriculum spec file is required")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return workflows.CurriculumSpec{}, fmt.Errorf("-f: %w", err)
+	}
+	defer f.Close()
+	spec, err := workflows.LoadSpec(f)
+	if err != nil {
+		return spec, fmt.Errorf("invalid curriculum %s:\n  %s", path, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	return spec, nil
+}
+
+func curriculumStart(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("curriculum "+sub, stderr)
+	var tf temporalFlags
+	tf.register(fs)
+	file := fs.String("f", "", "curriculum spec, YAML or JSON")
+	id := fs.String("id", "", "workflow id (default: curriculum-<name>-<random>)")
+	wait := fs.Bool("wait", false, "follow the curriculum to its end and print its report")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	// Validation comes first: a bad spec is refused before anything is contacted.
+	spec, err := loadSpecFile(*file)
+	if err != nil {
+		return err
+	}
+	if sub == "validate" {
+		fmt.Fprintf(stdout, "%s: valid, %d stages\n", *file, len(spec.Stages))
+		return nil
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	if *id == "" {
+		name := spec.Name
+		if name == "" {
+			name = "unnamed"
+		}
+		*id = "curriculum-" + name + "-" + randomSuffix()
+	}
+	c, err := tf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: *id, TaskQueue: workflows.TaskQueue,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}, workflows.WorkflowCurriculum, json.RawMessage(raw))
+	if err != nil {
+		return fmt.Errorf("start curriculum %s: %w", *id, err)
+	}
+	fmt.Fprintln(stdout, run.GetID())
+	if !*wait {
+		return nil
+	}
+	var p workflows.Progress
+	if err := run.Get(ctx, &p); err != nil {
+		return fmt.Errorf("curriculum %s: %w", run.GetID(), err)
+	}
+	printProgress(stdout, run.GetID(), p)
+	return nil
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// oneID parses "ID [flags]" or "[flags] ID".
+func oneID(fs *flag.FlagSet, args []string, stderr io.Writer) (string, error) {
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := parse(fs, args); err != nil {
+		return "", err
+	}
+	if id == "" && fs.NArg() > 0 {
+		id = fs.Arg(0)
+	}
+	if id == "" {
+		fmt.Fprintf(stderr, "%s: the workflow id is required\n", fs.Name())
+		return "", errUsage
+	}
+	return id, nil
+}
+
+func curriculumStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("curriculum status", stderr)
+	var tf temporalFlags
+	tf.register(fs)
+	asJSON := fs.Bool("json", false, "print the progress as JSON")
+	id, err := oneID(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	c, err := tf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	p, closed, err := curriculumProgress(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
+	}
+	printProgress(stdout, id, p)
+	if closed != "" && p.Status == "" {
+		fmt.Fprintf(stdout, "workflow %s\n", closed)
+	}
+	return nil
+}
+
+// curriculumProgress asks a running curriculum for its progress, or reads a finished
+// one's result. closed is the workflow's closed status, "" while it runs.
+func curriculumProgress(ctx context.Context, c client.Client, id string) (workflows.Progress, string, error) {
+	var p workflows.Progress
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return p, "", fmt.Errorf("curriculum %s: %w", id, err)
+	}
+	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	if status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryProgress)
+		if err != nil {
+			return p, "", fmt.Errorf("query curriculum %s: %w", id, err)
+		}
+		return p, "", v.Get(&p)
+	}
+	closed := strings.ToLower(strings.TrimPrefix(status.String(), "WORKFLOW_EXECUTION_STATUS_"))
+	if status == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		if err := c.GetWorkflow(ctx, id, "").Get(ctx, &p); err != nil {
+			return p, closed, fmt.Errorf("curriculum %s result: %w", id, err)
+		}
+		return p, closed, nil
+	}
+	err = c.GetWorkflow(ctx, id, "").Get(ctx, &p)
+	return p, closed, fmt.Errorf("curriculum %s %s: %w", id, closed, err)
+}
+
+func printProgress(w io.Writer, id string, p workflows.Progress) {
+	fmt.Fprintf(w, "curriculum %s (%s): %s\n", id, p.Name, p.Status)
+	if p.Stage < p.Stages {
+		fmt.Fprintf(w, "stage %d/%d %s: %d episodes, success rate %.3f; last %d: success rate %.3f, reward mean %.3f\n",
+			p.Stage+1, p.Stages, p.StageName, p.StageEpisodes, p.StageSuccessRate, p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean)
+	}
+	for _, d := range p.Drift {
+		fmt.Fprintf(w, "drift %s = %g\n", d.Param, d.Value)
+	}
+	fmt.Fprintf(w, "%d episodes in all; runs %s-s<stage>-b<batch>\n", p.TotalEpisodes, p.RunPrefix)
+	if len(p.Reports) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STAGE\tNAME\tOUTCOME\tEPISODES\tSUCCESS\tREWARD MEAN\tWINDOW\tBATCHES")
+	for _, r := range p.Reports {
+		rate, mean := 0.0, 0.0
+		if r.Episodes > 0 {
+			rate, mean = float64(r.Succeeded)/float64(r.Episodes), r.RewardSum/float64(r.Episodes)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\n", r.Index+1, r.Name, r.Outcome, r.Episodes, rate, mean, r.WindowValue, r.Batches)
+	}
+	_ = tw.Flush()
+}
+
+func curriculumSignal(ctx context.Context, signal string, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("curriculum "+signal, stderr)
+	var tf temporalFlags
+	tf.register(fs)
+	id, err := oneID(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	c, err := tf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SignalWorkflow(ctx, id, "", signal, nil); err != nil {
+		return fmt.Errorf("%s curriculum %s: %w", signal, id, err)
+	}
+	fmt.Fprintf(stdout, "%s sent to %s (takes effect after the batch in flight)\n", signal, id)
+	return nil
+}
+
+// cmdBatch is `gauntlet batch start`: a Batch workflow of one run spec.
+func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "start" {
+		fmt.Fprint(stderr, "Usage: gauntlet batch start [--env shop --policies oracle=1 --episodes N ...] [--id ID] [--wait]\n")
+		return errUsage
+	}
+	fs := newFlagSet("batch start", stderr)
+	var tf temporalFlags
+	tf.register(fs)
+	var o runOpts
+	o.register(fs, 1000)
+	id := fs.String("id", "", "workflow id (default: batch-<random>)")
+	wait := fs.Bool("wait", true, "wait for the batch and print its statistics")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if _, err := o.request(); err != nil {
+		return err
+	}
+	var params map[string]any
+	if err := json.Unmarshal([]byte(o.params), &params); err != nil {
+		return fmt.Errorf("--params: want a JSON object: %w", err)
+	}
+	spec := workflows.BatchSpec{
+		Env: o.env, Params: params, Policies: o.policies, Profiles: o.profiles, Episodes: o.episodes,
+		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label,
+	}
+	if *id == "" {
+		*id = "batch-" + randomSuffix()
+	}
+	c, err := tf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: *id, TaskQueue: workflows.TaskQueue}, workflows.WorkflowBatch, spec)
+	if err != nil {
+		return fmt.Errorf("start batch %s: %w", *id, err)
+	}
+	fmt.Fprintln(stdout, run.GetID())
+	if !*wait {
+		return nil
+	}
+	var res workflows.BatchResult
+	if err := run.Get(ctx, &res); err != nil {
+		return fmt.Errorf("batch %s: %w", run.GetID(), err)
+	}
+	fmt.Fprintf(stdout, "run %s: %d episodes, success rate %.3f, reward mean %.3f, %d steps, %d faults fired, %d infra errors\n",
+		res.RunID, res.Episodes, res.SuccessRate(), res.RewardMean(), res.Steps, res.FaultsFired, res.InfraErrors)
+	return nil
+}
+
+// uiHint renders the Web UI address for `gauntlet up`'s banner.
+func uiHint(url string) string {
+	if url == "" {
+		return ""
+	}
+	return ", web ui " + url
+}
+
+// sdkLogger adapts slog for the SDK client of short-lived commands.
+type sdkLogger struct {
+	l interface{ Error(string, ...any) }
+}
+
+func (s sdkLogger) Debug(string, ...any)        {}
+func (s sdkLogger) Info(string, ...any)         {}
+func (s sdkLogger) Warn(string, ...any)         {}
+func (s sdkLogger) Error(msg string, kv ...any) { s.l.Error(msg, kv...) }

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"go.temporal.io/sdk/client"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
+	"github.com/gauntlet-rl/gauntlet/workflows"
+)
+
+// These tests run curricula on the real stack: the Temporal dev server started by the
+// same code `gauntlet up` uses, embedded NATS, every service, and a real ClickHouse.
+
+// testCurriculum is three small stages on shop: the oracle passes each, random passes
+// none (its success rate on shop is near zero).
+func testCurriculum(policy string) string {
+	return strings.ReplaceAll(`
+name: e2e-POLICY
+seed: 11
+max_in_flight: 200
+stages:
+  - name: calm
+    env: shop
+    policies: POLICY=1
+    profiles: baseline=1
+    episodes: {min: 40, max: 80}
+    batch: 20
+    promotion: {metric: success_rate, threshold: 0.8, window: 40}
+  - name: weather
+    env: shop
+    policies: POLICY=1
+    profiles: baseline=1,stress=1
+    episodes: {min: 40, max: 80}
+    batch: 20
+    promotion: {metric: success_rate, threshold: 0.6, window: 40}
+  - name: storm
+    env: shop
+    policies: POLICY=1
+    profiles: stress=1,edge=1
+    episodes: {min: 20, max: 60}
+    promotion: {metric: reward_mean, threshold: 0.0, window: 20}
+`, "POLICY", policy)
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func dialTemporal(t *testing.T, addr string) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(ctx, client.Options{HostPort: addr, Logger: sdkLogger{discardLogger()}})
+	if err != nil {
+		t.Fatalf("dial temporal %s: %v", addr, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func discardLogger() interface{ Error(string, ...any) } {
+	l, _ := newLogger("error", ioDiscard{})
+	return l
+}
+
+type ioDiscard struct{}
+
+func (ioDiscard) Write(p []byte) (int, error) { return len(p), nil }
+
+// gauntletCLI runs a client command in this process against the stack in dataDir.
+func gauntletCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := runMain(context.Background(), args, &out, &errb)
+	if err != nil {
+		return out.String(), fmt.Errorf("%w (stderr: %s)", err, errb.String())
+	}
+	return out.String(), nil
+}
+
+// stageCounts returns the episodes ClickHouse holds per stage of a curriculum, waiting
+// until they stop changing and match want (or a deadline passes).
+func stageCounts(t *testing.T, conn driver.Conn, db string, p workflows.Progress) []string {
+	t.Helper()
+	var got []string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got = got[:0]
+		ok := true
+		for _, r := range p.Reports {
+			n := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.episodes FINAL WHERE startsWith(run_id, '%s')`, db, r.RunPrefix))
+			got = append(got, n)
+			ok = ok && n == fmt.Sprint(r.Episodes)
+		}
+		if ok || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestCurriculumOnRealStack(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Worker.Concurrency = 64
+	s := startStack(t, cfg)
+	if err := writeStack(cfg.DataDir, stack{NATSURL: s.app.natsURL(), ClickHouse: s.app.clickHouseAddr(), Database: cfg.Database, Temporal: s.app.temporalAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	tc := dialTemporal(t, s.app.temporalAddr())
+	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
+
+	// A bad spec is refused before anything starts, naming the field.
+	bad := writeFile(t, "bad.yaml", strings.Replace(testCurriculum("oracle"), "window: 40}", "window: 0}", 1))
+	out, err := gauntletCLI(t, "curriculum", "start", "-f", bad, "--data-dir", cfg.DataDir)
+	if err == nil || !strings.Contains(err.Error(), "stages[0].promotion.window: must be > 0") {
+		t.Fatalf("bad spec: err %v, output %q; want an error naming stages[0].promotion.window", err, out)
+	}
+
+	// The oracle through gauntlet's CLI; random through the real temporal CLI with the
+	// spec as JSON, as a user without gauntlet would.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err = gauntletCLI(t, "curriculum", "start", "-f", writeFile(t, "oracle.yaml", testCurriculum("oracle")), "--data-dir", cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracleID := strings.TrimSpace(out)
+
+	spec, err := workflows.LoadSpec(strings.NewReader(testCurriculum("random")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(spec)
+	tbin, err := temporallocal.FindBinary("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	randomID := "curriculum-random-e2e"
+	cmd := exec.CommandContext(ctx, tbin, "workflow", "start", "--address", s.app.temporalAddr(),
+		"--task-queue", workflows.TaskQueue, "--type", workflows.WorkflowCurriculum,
+		"--workflow-id", randomID, "--input-file", writeFile(t, "random.json", string(raw)))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("temporal workflow start: %v\n%s", err, b)
+	}
+
+	// Progress is queryable while it runs.
+	waitFor(t, func() bool {
+		out, err := gauntletCLI(t, "curriculum", "status", oracleID, "--data-dir", cfg.DataDir)
+		return err == nil && strings.Contains(out, "episodes in all")
+	})
+
+	results := map[string]workflows.Progress{}
+	for _, id := range []string{oracleID, randomID} {
+		var p workflows.Progress
+		if err := tc.GetWorkflow(ctx, id, "").Get(ctx, &p); err != nil {
+			t.Fatalf("curriculum %s: %v", id, err)
+		}
+		results[id] = p
+	}
+	o, r := results[oracleID], results[randomID]
+	if o.Status != workflows.StatusCompleted || len(o.Reports) != 3 {
+		t.Errorf("oracle: %+v; want completed through 3 stages", o)
+	}
+	for _, rep := range o.Reports {
+		if rep.Outcome != workflows.OutcomePromoted {
+			t.Errorf("oracle stage %d: %+v; want promoted", rep.Index, rep)
+		}
+	}
+	if r.Status != workflows.StatusStopped || len(r.Reports) != 1 || r.Reports[0].Outcome != workflows.OutcomeNotPromoted || r.Reports[0].Episodes != 80 {
+		t.Errorf("random: %+v; want stopped at stage 1 after its 80-episode budget", r)
+	}
+	// ClickHouse holds exactly the episodes each stage reported.
+	for _, p := range []workflows.Progress{o, r} {
+		got := stageCounts(t, conn, cfg.Database, p)
+		for i, rep := range p.Reports {
+			if got[i] != fmt.Sprint(rep.Episodes) {
+				t.Errorf("%s stage %d: ClickHouse holds %s episodes, the workflow reported %d", p.Name, i, got[i], rep.Episodes)
+			}
+		}
+	}
+	out, err = gauntletCLI(t, "curriculum", "status", oracleID, "--data-dir", cfg.DataDir)
+	if err != nil || !strings.Contains(out, "completed") || !strings.Contains(out, "weather") {
+		t.Errorf("status of a finished curriculum: %v\n%s", err, out)
+	}
+	t.Logf("oracle: %d episodes; random: %d episodes\n%s", o.TotalEpisodes, r.TotalEpisodes, out)
+}
+
+// TestCurriculumSurvivesKill kills -9 the whole gauntlet process (Temporal dev server,
+// NATS, ClickHouse and the worker with it) after the first stage, starts it again on the
+// same data directory, and checks that the curriculum goes on from where it was: no stage
+// re-run, exact episode counts.
+func TestCurriculumSurvivesKill(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	natsPort, chPort, tPort := freePort(t), freePort(t), freePort(t)
+	args := []string{"up", "--data-dir", dir, "--nats.port", fmt.Sprint(natsPort), "--clickhouse.port", fmt.Sprint(chPort),
+		"--temporal.port", fmt.Sprint(tPort), "--temporal.ui-port", "-1",
+		"--http", "", "--log.level", "warn", "--worker.concurrency", "64", "--store.batch-rows", "5000", "--store.flush-every", "200ms"}
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		cmd.Stderr = testLogWriter{t}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { _, err := os.Stat(stackPath(dir)); return err == nil })
+		return cmd
+	}
+	cmd := start()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	spec := writeFile(t, "c.yaml", strings.ReplaceAll(testCurriculum("oracle"), "batch: 20", "batch: 10"))
+	out, err := gauntletCLI(t, "curriculum", "start", "-f", spec, "--data-dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	tc := dialTemporal(t, fmt.Sprintf("127.0.0.1:%d", tPort))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	progress := func() workflows.Progress {
+		v, err := tc.QueryWorkflow(ctx, id, "", workflows.QueryProgress)
+		if err != nil {
+			return workflows.Progress{}
+		}
+		var p workflows.Progress
+		_ = v.Get(&p)
+		return p
+	}
+	// Kill in the middle of stage 2, with stage 1 done.
+	waitFor(t, func() bool { p := progress(); return p.Stage == 1 && p.StageEpisodes >= 10 })
+	before := progress()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	_ = os.Remove(stackPath(dir))
+	cmd = start()
+
+	tc2 := dialTemporal(t, fmt.Sprintf("127.0.0.1:%d", tPort))
+	var p workflows.Progress
+	if err := tc2.GetWorkflow(ctx, id, "").Get(ctx, &p); err != nil {
+		t.Fatalf("curriculum after restart: %v", err)
+	}
+	if p.Status != workflows.StatusCompleted || len(p.Reports) != 3 {
+		t.Fatalf("after restart: %+v; want completed", p)
+	}
+	if p.Reports[0] != before.Reports[0] {
+		t.Errorf("stage 1 report changed across the kill: %+v, then %+v", before.Reports[0], p.Reports[0])
+	}
+	conn := connect(t, fmt.Sprintf("127.0.0.1:%d", chPort), "gauntlet")
+	got := stageCounts(t, conn, "gauntlet", p)
+	var total uint64
+	for i, rep := range p.Reports {
+		total += rep.Episodes
+		if got[i] != fmt.Sprint(rep.Episodes) {
+			t.Errorf("stage %d: ClickHouse holds %s episodes, the workflow reported %d", i, got[i], rep.Episodes)
+		}
+		runs := queryOne(t, conn, fmt.Sprintf(`SELECT uniqExact(run_id) FROM gauntlet.episodes FINAL WHERE startsWith(run_id, '%s')`, rep.RunPrefix))
+		if runs != fmt.Sprint(rep.Batches) {
+			t.Errorf("stage %d: %s runs in ClickHouse, %d batches reported", i, runs, rep.Batches)
+		}
+	}
+	if all := queryOne(t, conn, `SELECT count() FROM gauntlet.episodes FINAL`); all != fmt.Sprint(total) {
+		t.Errorf("ClickHouse holds %s episodes, the workflow reported %d in all", all, total)
+	}
+}

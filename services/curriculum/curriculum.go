@@ -1,0 +1,120 @@
+// Package curriculum is the Temporal worker module of gauntlet (C1-C4): it polls the
+// "gauntlet" task queue of a Temporal server and runs the Curriculum, Batch and
+// DurableEpisode workflows and their activities (package workflows). Like every service
+// it talks to the others only over NATS: its activities submit runs to the scheduler and
+// read their state from the scheduler's KV bucket.
+//
+// Lifecycle: Starting dials Temporal (a dead server fails the start with the address),
+// Running runs the worker until the context ends, Stopping stops it, letting activities
+// in flight finish for up to the stop timeout; an unfinished batch is retried by Temporal
+// on another worker, and since the run keeps going in the scheduler nothing is lost.
+//
+// Concurrency: one worker per Service; the SDK runs workflow tasks and activities on its
+// own goroutines.
+package curriculum
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/workflows"
+)
+
+// Config configures the worker.
+type Config struct {
+	// Address is the Temporal frontend, host:port; a func because the address of a
+	// locally started dev server is known only once it runs.
+	Address func() string
+	// Namespace is the Temporal namespace.
+	Namespace string
+	// WorkerID names this process in durable-episode events.
+	WorkerID string
+	// StopTimeout bounds how long activities in flight may finish on stop.
+	StopTimeout time.Duration
+}
+
+// Service is the Temporal worker.
+type Service struct {
+	cfg Config
+	bus func() *bus.Bus
+	log *slog.Logger
+
+	client client.Client
+	worker worker.Worker
+}
+
+// New allocates the service.
+func New(cfg Config, getBus func() *bus.Bus, log *slog.Logger) *Service {
+	return &Service{cfg: cfg, bus: getBus, log: log}
+}
+
+// Starting dials Temporal and registers the workflows and activities.
+func (s *Service) Starting(ctx context.Context) error {
+	addr := s.cfg.Address()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dctx, client.Options{
+		HostPort: addr, Namespace: s.cfg.Namespace,
+		Logger: sdklog.NewStructuredLogger(warnOnly(s.log)),
+	})
+	if err != nil {
+		return fmt.Errorf("dial temporal at %s (namespace %s): %w", addr, s.cfg.Namespace, err)
+	}
+	s.client = c
+	s.worker = worker.New(c, workflows.TaskQueue, worker.Options{
+		WorkerStopTimeout: s.cfg.StopTimeout,
+		Identity:          s.cfg.WorkerID,
+	})
+	workflows.Register(s.worker, &workflows.Activities{Bus: s.bus, WorkerID: s.cfg.WorkerID})
+	return nil
+}
+
+// Running polls the task queue until ctx ends.
+func (s *Service) Running(ctx context.Context) error {
+	if err := s.worker.Start(); err != nil {
+		return fmt.Errorf("start temporal worker on task queue %s: %w", workflows.TaskQueue, err)
+	}
+	s.log.Info("temporal worker polling", "task_queue", workflows.TaskQueue, "address", s.cfg.Address())
+	<-ctx.Done()
+	return nil
+}
+
+// Stopping stops the worker and closes the client.
+func (s *Service) Stopping(context.Context) error {
+	if s.worker != nil {
+		s.worker.Stop()
+	}
+	if s.client != nil {
+		s.client.Close()
+	}
+	return nil
+}
+
+// warnOnly keeps the SDK's chatty info logs (every poller start) out of gauntlet's log.
+func warnOnly(l *slog.Logger) *slog.Logger {
+	return slog.New(levelFilter{l.Handler(), slog.LevelWarn})
+}
+
+type levelFilter struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (f levelFilter) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= f.min && f.Handler.Enabled(ctx, l)
+}
+
+func (f levelFilter) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFilter{f.Handler.WithAttrs(a), f.min}
+}
+
+func (f levelFilter) WithGroup(n string) slog.Handler {
+	return levelFilter{f.Handler.WithGroup(n), f.min}
+}
