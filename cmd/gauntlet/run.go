@@ -17,6 +17,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -24,6 +25,7 @@ import (
 // runOpts are the flags that describe a run.
 type runOpts struct {
 	env, params, policies, profiles, label string
+	drift                                  string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
 }
@@ -38,6 +40,7 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.UintVar(&o.maxInFlight, "max-in-flight", campaign.DefaultMaxInFlight, "episodes of this run in flight at once")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit per episode (0: the env's default)")
 	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
+	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
 }
 
 // request builds and validates the run request, naming the bad flag.
@@ -51,6 +54,10 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	drift, err := faults.ParseDrift(o.drift, time.Now())
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--drift: %w", err))
+	}
 	if !json.Valid([]byte(o.params)) {
 		errs = append(errs, fmt.Errorf("--params: not valid JSON: %q", o.params))
 	}
@@ -63,7 +70,7 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	req := &gauntletv1.RunRequested{
 		RunId: campaign.NewRunID(), Env: o.env, ParamsJson: o.params, Policies: pol, Profiles: prof,
 		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
-		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label,
+		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
 	}
 	if err := campaign.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))

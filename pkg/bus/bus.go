@@ -144,6 +144,15 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketRuns, err)
 	}
+	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketDrift,
+		Description: "global fault drift; every revision kept as the change record",
+		History:     64, // JetStream's maximum
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketDrift, err)
+	}
 	return nil
 }
 

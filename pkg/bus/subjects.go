@@ -33,6 +33,11 @@ const (
 // KV buckets.
 const (
 	BucketRuns = "gauntlet_runs"
+	// BucketDrift holds the global fault drift (a DriftSet under key KeyDriftGlobal); its
+	// history is the record of every change (B6).
+	BucketDrift = "gauntlet_drift"
+	// KeyDriftGlobal is the key of the global DriftSet in BucketDrift.
+	KeyDriftGlobal = "global"
 )
 
 // SubjectEpisode is where the scheduler assigns the episodes of a run.

@@ -116,6 +116,9 @@ func Validate(r *gauntletv1.RunRequested) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := faults.ValidateDrift(r.GetDrift()); err != nil {
+		errs = append(errs, err)
+	}
 	if n := r.GetEpisodes(); n == 0 || n > MaxEpisodes {
 		add("episodes: %d is outside [1, %d]", n, MaxEpisodes)
 	}

@@ -109,7 +109,7 @@ var stepColumns = []column[StepRow]{
 	col("version", func(r *StepRow) *uint64 { return &r.Version }),
 }
 
-// episodeColumns is the episodes table, in the order of migration 1.
+// episodeColumns is the episodes table: migration 1's columns, then later ones.
 var episodeColumns = []column[EpisodeRow]{
 	col("run_id", func(r *EpisodeRow) *string { return &r.RunID }),
 	col("episode_id", func(r *EpisodeRow) *string { return &r.EpisodeID }),
@@ -137,6 +137,10 @@ var episodeColumns = []column[EpisodeRow]{
 	col("faults_fired", func(r *EpisodeRow) *uint32 { return &r.FaultsFired }),
 	col("virtual_time_ns", func(r *EpisodeRow) *uint64 { return &r.VirtualTimeNs }),
 	col("version", func(r *EpisodeRow) *uint64 { return &r.Version }),
+	// Migration 2.
+	col("drift_selectors", func(r *EpisodeRow) *[]string { return &r.DriftSelectors }),
+	col("drift_values", func(r *EpisodeRow) *[]float64 { return &r.DriftValues }),
+	col("drift_sources", func(r *EpisodeRow) *[]string { return &r.DriftSources }),
 }
 
 // faultColumns is the faults table, in the order of migration 1.

@@ -129,6 +129,10 @@ func endEvent(runID string, episode, steps int, endedAt int64) *gauntletv1.Event
 				Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: 503, RetryAfterMs: 200}},
 			}},
 			CatalogueVersion: "v1",
+			DriftValues: []*gauntletv1.DriftValue{
+				{Selector: "*.latency.mean_ms", Value: 250, Source: "global"},
+				{Selector: "catalog.http_503.probability", Value: 0.2, Source: "run"},
+			},
 		},
 	}}}
 }

@@ -115,6 +115,11 @@ type EpisodeRow struct {
 	// VirtualTimeNs is the episode's virtual clock at its end.
 	VirtualTimeNs uint64
 	Version       uint64
+	// DriftSelectors, DriftValues and DriftSources are the plan's drift_values as
+	// parallel arrays (B6).
+	DriftSelectors []string
+	DriftValues    []float64
+	DriftSources   []string
 }
 
 // FaultRow is one row of the faults table: one fault that fired during a step.
@@ -241,33 +246,41 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		return EpisodeRow{}, fmt.Errorf("episode %s: encode fault plan: %w", e.GetEpisode().GetEpisodeId(), err)
 	}
 	req := e.GetEpisode()
+	dv := e.GetPlan().GetDriftValues()
+	sels, vals, srcs := make([]string, len(dv)), make([]float64, len(dv)), make([]string, len(dv))
+	for i, v := range dv {
+		sels[i], vals[i], srcs[i] = v.GetSelector(), v.GetValue(), v.GetSource()
+	}
 	return EpisodeRow{
-		RunID:         req.GetRunId(),
-		EpisodeID:     req.GetEpisodeId(),
-		Idx:           req.GetIndex(),
-		Env:           req.GetEnv(),
-		Params:        req.GetParamsJson(),
-		Seed:          req.GetSeed(),
-		Policy:        req.GetPolicy(),
-		Profile:       e.GetProfile(),
-		Plan:          plan,
-		WorkerID:      e.GetWorkerId(),
-		RequestedAt:   dateTime(req.GetRequestedAtUnixNano()),
-		StartedAt:     dateTime(e.GetStartedAtUnixNano()),
-		EndedAt:       dateTime(e.GetEndedAtUnixNano()),
-		StartedAtNs:   unsigned(e.GetStartedAtUnixNano()),
-		EndedAtNs:     unsigned(e.GetEndedAtUnixNano()),
-		Steps:         e.GetSteps(),
-		Terminated:    e.GetTerminated(),
-		Truncated:     e.GetTruncated(),
-		Reason:        e.GetReason().Name(),
-		InfraError:    e.GetInfraError(),
-		Error:         e.GetError(),
-		Success:       e.GetSuccess(),
-		TotalReward:   e.GetTotalReward(),
-		FaultsFired:   e.GetFaultsFired(),
-		VirtualTimeNs: unsigned(e.GetVirtualTimeNs()),
-		Version:       unsigned(e.GetEndedAtUnixNano()), // see stepVersion
+		DriftSelectors: sels,
+		DriftValues:    vals,
+		DriftSources:   srcs,
+		RunID:          req.GetRunId(),
+		EpisodeID:      req.GetEpisodeId(),
+		Idx:            req.GetIndex(),
+		Env:            req.GetEnv(),
+		Params:         req.GetParamsJson(),
+		Seed:           req.GetSeed(),
+		Policy:         req.GetPolicy(),
+		Profile:        e.GetProfile(),
+		Plan:           plan,
+		WorkerID:       e.GetWorkerId(),
+		RequestedAt:    dateTime(req.GetRequestedAtUnixNano()),
+		StartedAt:      dateTime(e.GetStartedAtUnixNano()),
+		EndedAt:        dateTime(e.GetEndedAtUnixNano()),
+		StartedAtNs:    unsigned(e.GetStartedAtUnixNano()),
+		EndedAtNs:      unsigned(e.GetEndedAtUnixNano()),
+		Steps:          e.GetSteps(),
+		Terminated:     e.GetTerminated(),
+		Truncated:      e.GetTruncated(),
+		Reason:         e.GetReason().Name(),
+		InfraError:     e.GetInfraError(),
+		Error:          e.GetError(),
+		Success:        e.GetSuccess(),
+		TotalReward:    e.GetTotalReward(),
+		FaultsFired:    e.GetFaultsFired(),
+		VirtualTimeNs:  unsigned(e.GetVirtualTimeNs()),
+		Version:        unsigned(e.GetEndedAtUnixNano()), // see stepVersion
 	}, nil
 }
 
@@ -297,6 +310,21 @@ func canonicalJSON(plan *gauntletv1.FaultPlan) (string, error) {
 		w.b = append(w.b, ']')
 	}
 	w.str("catalogue_version", plan.GetCatalogueVersion())
+	if dv := plan.GetDriftValues(); len(dv) > 0 {
+		w.key("drift_values")
+		w.b = append(w.b, '[')
+		for i, v := range dv {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.open()
+			w.str("selector", v.GetSelector())
+			w.float("value", v.GetValue())
+			w.str("source", v.GetSource())
+			w.close()
+		}
+		w.b = append(w.b, ']')
+	}
 	w.close()
 	if w.err != nil {
 		return "", w.err

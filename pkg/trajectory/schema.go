@@ -25,8 +25,14 @@ import (
 type migration struct {
 	version uint32
 	name    string
+	// columns are added (in order, before stmts run) unless the table already has them:
+	// 18.16 has no ADD COLUMN IF NOT EXISTS, so Migrate checks system.columns itself.
+	columns []newColumn
 	stmts   []string
 }
+
+// newColumn is one column a migration adds to an existing table, at its end.
+type newColumn struct{ table, name, typ string }
 
 // migrations in version order, starting at 1, without gaps.
 var migrations = []migration{
@@ -138,6 +144,16 @@ var migrations = []migration{
 		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		`CREATE VIEW IF NOT EXISTS {db}.faults_final AS SELECT * FROM {db}.faults FINAL`,
 	}},
+	{version: 2, name: "episode drift values", columns: []newColumn{
+		// The drifted fault parameters in force for the episode (B6), as parallel arrays:
+		// drift_selectors[i] held drift_values[i], set by drift_sources[i] (run or global).
+		{"episodes", "drift_selectors", "Array(String)"},
+		{"episodes", "drift_values", "Array(Float64)"},
+		{"episodes", "drift_sources", "Array(String)"},
+	}, stmts: []string{
+		`DROP TABLE IF EXISTS {db}.episodes_final`,
+		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+	}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -174,6 +190,11 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 		if applied[m.version] {
 			continue
 		}
+		for _, c := range m.columns {
+			if err := addColumn(ctx, conn, database, c); err != nil {
+				return fmt.Errorf("migrate: apply %d (%s): %w", m.version, m.name, err)
+			}
+		}
 		for i, stmt := range m.stmts {
 			if err := conn.Exec(ctx, strings.ReplaceAll(stmt, "{db}", database)); err != nil {
 				return fmt.Errorf("migrate: apply %d (%s) statement %d: %w", m.version, m.name, i+1, err)
@@ -182,6 +203,32 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 		if err := recordVersion(ctx, conn, database, m.version); err != nil {
 			return fmt.Errorf("migrate: record %d (%s): %w", m.version, m.name, err)
 		}
+	}
+	return nil
+}
+
+// addColumn adds c unless its table already has a column of that name.
+func addColumn(ctx context.Context, conn driver.Conn, database string, c newColumn) error {
+	rows, err := conn.Query(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", database, c.table, c.name)
+	if err != nil {
+		return fmt.Errorf("look up column %s.%s: %w", c.table, c.name, err)
+	}
+	var n uint64
+	for rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return fmt.Errorf("look up column %s.%s: %w", c.table, c.name, err)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("look up column %s.%s: %w", c.table, c.name, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if err := conn.Exec(ctx, "ALTER TABLE "+database+"."+c.table+" ADD COLUMN "+c.name+" "+c.typ); err != nil {
+		return fmt.Errorf("add column %s.%s: %w", c.table, c.name, err)
 	}
 	return nil
 }

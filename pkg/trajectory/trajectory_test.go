@@ -31,7 +31,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := [][]string{{"1", "1"}}; !reflect.DeepEqual(rows, want) {
+	if want := [][]string{{"1", "1"}, {"2", "1"}}; !reflect.DeepEqual(rows, want) {
 		t.Errorf("schema_migrations (version, count) = %v, want %v", rows, want)
 	}
 
@@ -207,7 +207,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		Seed:        1000,
 		Policy:      "scripted-oracle",
 		Profile:     "stress",
-		Plan:        `{"profile":"stress","seed":"1000","rules":[{"id":"f1","target":"catalog","probability":0.2,"http_error":{"status":503,"retry_after_ms":200}}],"catalogue_version":"v1"}`,
+		Plan:        `{"profile":"stress","seed":"1000","rules":[{"id":"f1","target":"catalog","probability":0.2,"http_error":{"status":503,"retry_after_ms":200}}],"catalogue_version":"v1","drift_values":[{"selector":"*.latency.mean_ms","value":250,"source":"global"},{"selector":"catalog.http_503.probability","value":0.2,"source":"run"}]}`,
 		WorkerID:    "worker-1",
 		RequestedAt: reqAt,
 		StartedAt:   time.Date(2026, 3, 14, 15, 9, 28, 0, time.UTC),
@@ -221,8 +221,11 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		TotalReward: 0.865,
 		FaultsFired: 1,
 		// VirtualTimeNs of 35 steps of 12.5 ms.
-		VirtualTimeNs: 35 * 12_500_000,
-		Version:       uint64(requestedAt + 7_123_456_789),
+		VirtualTimeNs:  35 * 12_500_000,
+		Version:        uint64(requestedAt + 7_123_456_789),
+		DriftSelectors: []string{"*.latency.mean_ms", "catalog.http_503.probability"},
+		DriftValues:    []float64{250, 0.2},
+		DriftSources:   []string{"global", "run"},
 	})
 }
 
@@ -569,11 +572,37 @@ func TestCanonicalJSONMatchesProtojson(t *testing.T) {
 			}
 		}
 	}
+	// Drifted plans record their values too.
+	drifted, err := faults.Plan(5, faults.ProfileEdge, []string{"payment", "shipping"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := faults.ApplyDrift(drifted, []*gauntletv1.DriftValue{
+		{Selector: "*.latency.mean_ms", Value: 123.25, Source: "global"},
+		{Selector: "payment.http_503.probability", Value: 0, Source: "run"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := canonicalJSON(drifted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(drifted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := json.Compact(&want, pj); err != nil {
+		t.Fatal(err)
+	}
+	if got != want.String() {
+		t.Fatalf("drifted:\n got %s\nwant %s", got, want.String())
+	}
 	odd := &gauntletv1.FaultPlan{Profile: "a\"b\\c\n\x01<&>é\xff", Rules: []*gauntletv1.FaultRule{
 		{Id: "x", Target: "*", Probability: 1e-9, Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{}}},
 		{Id: "y", Target: "t", Probability: 0.5, Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: 0.25}}},
 	}}
-	got, err := canonicalJSON(odd)
+	got, err = canonicalJSON(odd)
 	if err != nil || !json.Valid([]byte(got)) {
 		t.Fatalf("canonicalJSON(odd) = %s, %v: not valid JSON", got, err)
 	}

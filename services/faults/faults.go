@@ -75,8 +75,17 @@ func (s *Service) handle(m *nats.Msg) {
 	var reply *gauntletv1.PlanReply
 	if err := proto.Unmarshal(m.Data, &req); err != nil {
 		reply = &gauntletv1.PlanReply{Error: fmt.Sprintf("decode plan request: %v", err)}
-	} else if reply, err = s.Plan(&req); err != nil {
-		reply = &gauntletv1.PlanReply{Error: err.Error()}
+	} else {
+		// One read of the global drift per batch: every episode of the batch, and every
+		// planner answering at the same moment, applies the same value.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		global, _, gerr := GlobalDrift(ctx, s.bus().JS)
+		cancel()
+		if gerr != nil {
+			reply = &gauntletv1.PlanReply{Error: gerr.Error()}
+		} else if reply, err = s.Plan(&req, global.GetDrift()); err != nil {
+			reply = &gauntletv1.PlanReply{Error: err.Error()}
+		}
 	}
 	data, err := proto.Marshal(reply)
 	if err != nil {
@@ -90,14 +99,24 @@ func (s *Service) handle(m *nats.Msg) {
 
 // Plan derives the plan of every episode in the request, in order. The profile of an
 // episode is drawn from the mix with the episode's seed, so it is as reproducible as the
-// plan itself.
-func (s *Service) Plan(req *gauntletv1.PlanRequest) (*gauntletv1.PlanReply, error) {
+// plan itself. Drift (B6) is applied on top: first the global schedules, then the run's
+// (req.drift), each evaluated at the episode's index or requested time, so a run's value
+// overrides a global one for the same selector. The values in force are recorded on the
+// plan. Drift changes numbers only: the plan's seed and rule ids, hence every random draw,
+// stay what they are without drift.
+func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) (*gauntletv1.PlanReply, error) {
 	mix := req.GetProfiles()
 	if len(mix) == 0 {
 		mix = plans.DefaultMix()
 	}
 	if err := plans.ValidateMix(mix); err != nil {
 		return nil, err
+	}
+	if err := plans.ValidateDrift(req.GetDrift()); err != nil {
+		return nil, err
+	}
+	if err := plans.ValidateDrift(global); err != nil {
+		return nil, fmt.Errorf("global %w", err)
 	}
 	reply := &gauntletv1.PlanReply{Plans: make([]*gauntletv1.FaultPlan, len(req.Episodes))}
 	services := map[string][]string{}
@@ -118,6 +137,14 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest) (*gauntletv1.PlanReply, erro
 		p, err := plans.Plan(rng.Derive(ep.Seed, "faults"), profile, svcs)
 		if err != nil {
 			return nil, fmt.Errorf("episodes[%d]: plan: %w", i, err)
+		}
+		if len(global)+len(req.GetDrift()) > 0 {
+			pos := plans.EpisodePosition(ep)
+			values := append(plans.DriftValues(global, pos, plans.DriftSourceGlobal),
+				plans.DriftValues(req.GetDrift(), pos, plans.DriftSourceRun)...)
+			if err := plans.ApplyDrift(p, values); err != nil {
+				return nil, fmt.Errorf("episodes[%d]: %w", i, err)
+			}
 		}
 		reply.Plans[i] = p
 	}

@@ -116,7 +116,9 @@ type RunRequested struct {
 	MaxSteps            uint32 `protobuf:"varint,9,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
 	RequestedAtUnixNano int64  `protobuf:"varint,10,opt,name=requested_at_unix_nano,json=requestedAtUnixNano,proto3" json:"requested_at_unix_nano,omitempty"`
 	// Free-form label shown in reports (e.g. "demo").
-	Label         string `protobuf:"bytes,11,opt,name=label,proto3" json:"label,omitempty"`
+	Label string `protobuf:"bytes,11,opt,name=label,proto3" json:"label,omitempty"`
+	// Fault parameters that follow a schedule over the run's episodes or wall time (B6).
+	Drift         []*Drift `protobuf:"bytes,12,rep,name=drift,proto3" json:"drift,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +228,13 @@ func (x *RunRequested) GetLabel() string {
 		return x.Label
 	}
 	return ""
+}
+
+func (x *RunRequested) GetDrift() []*Drift {
+	if x != nil {
+		return x.Drift
+	}
+	return nil
 }
 
 // Share is one named option with a relative weight.
@@ -454,8 +463,11 @@ type FaultPlan struct {
 	Rules   []*FaultRule           `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
 	// Version of the catalogue that produced the plan.
 	CatalogueVersion string `protobuf:"bytes,4,opt,name=catalogue_version,json=catalogueVersion,proto3" json:"catalogue_version,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Drifted parameter values in force when the plan was made, in the order applied:
+	// global first, then the run's, a later value for the same selector winning (B6).
+	DriftValues   []*DriftValue `protobuf:"bytes,5,rep,name=drift_values,json=driftValues,proto3" json:"drift_values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FaultPlan) Reset() {
@@ -514,6 +526,13 @@ func (x *FaultPlan) GetCatalogueVersion() string {
 		return x.CatalogueVersion
 	}
 	return ""
+}
+
+func (x *FaultPlan) GetDriftValues() []*DriftValue {
+	if x != nil {
+		return x.DriftValues
+	}
+	return nil
 }
 
 // FaultRule is one atomic fault: what it targets, how likely it fires, and what it does.
@@ -878,7 +897,9 @@ type PlanRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Episodes []*EpisodeRequested    `protobuf:"bytes,1,rep,name=episodes,proto3" json:"episodes,omitempty"`
 	// Profile mix; empty means the service's default (baseline 60, stress 25, edge 15).
-	Profiles      []*Share `protobuf:"bytes,2,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	Profiles []*Share `protobuf:"bytes,2,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	// The run's drift schedules, applied at each episode's index (B6).
+	Drift         []*Drift `protobuf:"bytes,3,rep,name=drift,proto3" json:"drift,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -923,6 +944,13 @@ func (x *PlanRequest) GetEpisodes() []*EpisodeRequested {
 func (x *PlanRequest) GetProfiles() []*Share {
 	if x != nil {
 		return x.Profiles
+	}
+	return nil
+}
+
+func (x *PlanRequest) GetDrift() []*Drift {
+	if x != nil {
+		return x.Drift
 	}
 	return nil
 }
@@ -2305,7 +2333,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\"\xf4\x02\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\"\x9e\x03\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -2319,7 +2347,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\tmax_steps\x18\t \x01(\rR\bmaxSteps\x123\n" +
 	"\x16requested_at_unix_nano\x18\n" +
 	" \x01(\x03R\x13requestedAtUnixNano\x12\x14\n" +
-	"\x05label\x18\v \x01(\tR\x05label\"3\n" +
+	"\x05label\x18\v \x01(\tR\x05label\x12(\n" +
+	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x8f\x02\n" +
@@ -2337,12 +2366,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
-	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\x94\x01\n" +
+	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xd0\x01\n" +
 	"\tFaultPlan\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12,\n" +
 	"\x05rules\x18\x03 \x03(\v2\x16.gauntlet.v1.FaultRuleR\x05rules\x12+\n" +
-	"\x11catalogue_version\x18\x04 \x01(\tR\x10catalogueVersion\"\x8c\x02\n" +
+	"\x11catalogue_version\x18\x04 \x01(\tR\x10catalogueVersion\x12:\n" +
+	"\fdrift_values\x18\x05 \x03(\v2\x17.gauntlet.v1.DriftValueR\vdriftValues\"\x8c\x02\n" +
 	"\tFaultRule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12 \n" +
@@ -2367,10 +2397,11 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\"\n" +
-	"\rat_virtual_ns\x18\x05 \x01(\x03R\vatVirtualNs\"x\n" +
+	"\rat_virtual_ns\x18\x05 \x01(\x03R\vatVirtualNs\"\xa2\x01\n" +
 	"\vPlanRequest\x129\n" +
 	"\bepisodes\x18\x01 \x03(\v2\x1d.gauntlet.v1.EpisodeRequestedR\bepisodes\x12.\n" +
-	"\bprofiles\x18\x02 \x03(\v2\x12.gauntlet.v1.ShareR\bprofiles\"O\n" +
+	"\bprofiles\x18\x02 \x03(\v2\x12.gauntlet.v1.ShareR\bprofiles\x12(\n" +
+	"\x05drift\x18\x03 \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\"O\n" +
 	"\tPlanReply\x12,\n" +
 	"\x05plans\x18\x01 \x03(\v2\x16.gauntlet.v1.FaultPlanR\x05plans\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"9\n" +
@@ -2554,44 +2585,49 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*StepsTaken)(nil),       // 24: gauntlet.v1.StepsTaken
 	(*Event)(nil),            // 25: gauntlet.v1.Event
 	(*RunProgress)(nil),      // 26: gauntlet.v1.RunProgress
+	(*Drift)(nil),            // 27: gauntlet.v1.Drift
+	(*DriftValue)(nil),       // 28: gauntlet.v1.DriftValue
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	2,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	3,  // 2: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 3: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	6,  // 4: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	7,  // 5: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	8,  // 6: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	9,  // 7: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	3,  // 8: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	2,  // 9: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	5,  // 10: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	15, // 11: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	13, // 12: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	10, // 13: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	14, // 14: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	16, // 15: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	0,  // 16: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	19, // 17: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	18, // 18: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	17, // 19: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	19, // 20: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	3,  // 21: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 22: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 23: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 24: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	5,  // 25: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	17, // 26: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	22, // 27: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	17, // 28: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	23, // 29: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	24, // 30: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	27, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	3,  // 3: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 4: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	6,  // 5: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	28, // 6: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	7,  // 7: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	8,  // 8: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	9,  // 9: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	3,  // 10: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	2,  // 11: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	27, // 12: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	5,  // 13: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	15, // 14: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	13, // 15: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	10, // 16: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	14, // 17: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	16, // 18: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	0,  // 19: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	19, // 20: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	18, // 21: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	17, // 22: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	19, // 23: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	3,  // 24: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 25: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 26: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	0,  // 27: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	5,  // 28: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	17, // 29: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	22, // 30: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	17, // 31: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	23, // 32: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	24, // 33: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -2599,6 +2635,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 	if File_proto_gauntlet_v1_gauntlet_proto != nil {
 		return
 	}
+	file_proto_gauntlet_v1_faults_proto_init()
 	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5].OneofWrappers = []any{
 		(*FaultRule_HttpError)(nil),
 		(*FaultRule_Latency)(nil),

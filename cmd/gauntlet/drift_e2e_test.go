@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	faultsvc "github.com/gauntlet-rl/gauntlet/services/faults"
+)
+
+// TestDriftFollowsLinearRampAcrossRun drives a run with a linear drift schedule through the
+// real pipeline (scheduler, faults service, workers, store, ClickHouse) and checks that
+// every episode's recorded drift value is the ramp's value at the episode's index, that the
+// plan the episode met carried it, and that a global drift set in the gauntlet_drift KV
+// bucket is applied to every episode and recorded as a change (B6).
+func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse; run without -short")
+	}
+	cfg := testConfig(t)
+	s := startStack(t, cfg)
+	b := s.app.getBus()
+	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// Global drift: every planner reads it from KV.
+	global, err := faults.ParseDrift("*.latency.jitter_ms=step(0:7)", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := faultsvc.SetGlobalDrift(ctx, b.JS, &gauntletv1.DriftSet{Drift: global, SetBy: t.Name()}); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 60
+	req := newRun(t, n, "random=1,oracle=1", 11)
+	req.Drift, err = faults.ParseDrift("*.http_503.probability=linear(0:0,59:0.59);*.latency.mean_ms=linear(0:10,59:600)", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runToEnd(t, b, conn, cfg.Database, req)
+
+	_, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT idx, arrayStringConcat(drift_selectors, ' '),
+		arrayStringConcat(arrayMap(x -> toString(x), drift_values), ' '), arrayStringConcat(drift_sources, ' '), plan
+		FROM %s.episodes_final WHERE run_id = '%s' ORDER BY idx`, cfg.Database, req.RunId))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != n {
+		t.Fatalf("%d episode rows, want %d", len(rows), n)
+	}
+	for _, r := range rows {
+		idx, _ := strconv.Atoi(r[0])
+		if want := "*.latency.jitter_ms *.http_503.probability *.latency.mean_ms"; r[1] != want {
+			t.Fatalf("episode %d: selectors %q, want %q", idx, r[1], want)
+		}
+		if want := "global run run"; r[3] != want {
+			t.Fatalf("episode %d: sources %q, want %q", idx, r[3], want)
+		}
+		vals := strings.Fields(r[2])
+		got := make([]float64, len(vals))
+		for i, v := range vals {
+			got[i], _ = strconv.ParseFloat(v, 64)
+		}
+		want := []float64{7, float64(idx) / 100, 10 + float64(idx)*590/59}
+		for i := range want {
+			if math.Abs(got[i]-want[i]) > 1e-9 {
+				t.Errorf("episode %d: drift value %d = %v, want %v (ramp)", idx, i, got[i], want[i])
+			}
+		}
+		// The plan the episode met holds the drifted numbers.
+		if !strings.Contains(r[4], `"jitter_ms":7`) {
+			t.Errorf("episode %d: plan has no drifted jitter: %s", idx, r[4])
+		}
+	}
+	hist, err := faultsvc.DriftHistory(ctx, b.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 1 || hist[0].Set.SetBy != t.Name() || faults.FormatDrift(hist[0].Set.Drift) != "*.latency.jitter_ms=step(0:7)" {
+		t.Fatalf("drift history = %v", hist)
+	}
+}

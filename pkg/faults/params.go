@@ -1,0 +1,126 @@
+package faults
+
+import (
+	"fmt"
+	"math"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// Param describes one typed parameter of a fault kind: its name as used in drift selectors
+// and specs, its unit, and the closed (or half-open) range a value must lie in.
+type Param struct {
+	// Name is the parameter's name in selectors ("mean_ms") and specs.
+	Name string
+	// Unit is what the number counts: "probability", "ms", "fraction", "status", ...
+	Unit string
+	// Min and Max bound the value; MaxOpen excludes Max itself.
+	Min, Max float64
+	MaxOpen  bool
+	// Integer requires a whole number.
+	Integer bool
+	// Doc says what the parameter does, for `gauntlet faults ls` and docs/faults.md.
+	Doc string
+
+	get func(r *gauntletv1.FaultRule) float64
+	set func(r *gauntletv1.FaultRule, v float64)
+}
+
+// Check reports why v is not a valid value of the parameter, or nil. NaN and infinities
+// are never valid.
+func (p Param) Check(v float64) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return fmt.Errorf("%v is not a finite number", v)
+	case v < p.Min:
+		return fmt.Errorf("%v is below the minimum %v %s", v, p.Min, p.Unit)
+	case p.MaxOpen && v >= p.Max:
+		return fmt.Errorf("%v is not below %v %s", v, p.Max, p.Unit)
+	case v > p.Max:
+		return fmt.Errorf("%v is above the maximum %v %s", v, p.Max, p.Unit)
+	case p.Integer && v != math.Trunc(v):
+		return fmt.Errorf("%v is not a whole number of %s", v, p.Unit)
+	}
+	return nil
+}
+
+// Get returns the parameter's value on rule r, which must be of the parameter's kind.
+func (p Param) Get(r *gauntletv1.FaultRule) float64 { return p.get(r) }
+
+// probabilityParam is shared by every kind: the chance the rule fires on a matching event.
+var probabilityParam = Param{
+	Name: "probability", Unit: "probability", Min: 0, Max: 1,
+	Doc: "chance that the fault fires on a matching call",
+	get: func(r *gauntletv1.FaultRule) float64 { return r.Probability },
+	set: func(r *gauntletv1.FaultRule, v float64) { r.Probability = v },
+}
+
+// kindParams lists the parameters of each fault kind recorded in FaultRule's spec oneof.
+var kindParams = map[string][]Param{
+	KindHTTPError: {
+		probabilityParam,
+		{
+			Name: "status", Unit: "status", Min: 400, Max: 599, Integer: true,
+			Doc: "HTTP status the call is answered with instead of running",
+			get: func(r *gauntletv1.FaultRule) float64 { return float64(r.GetHttpError().GetStatus()) },
+			set: func(r *gauntletv1.FaultRule, v float64) { r.GetHttpError().Status = uint32(v) },
+		},
+		{
+			Name: "retry_after_ms", Unit: "ms", Min: 0, Max: maxLatencyMs, Integer: true,
+			Doc: "Retry-After sent with the error (0: none)",
+			get: func(r *gauntletv1.FaultRule) float64 { return float64(r.GetHttpError().GetRetryAfterMs()) },
+			set: func(r *gauntletv1.FaultRule, v float64) { r.GetHttpError().RetryAfterMs = uint32(v) },
+		},
+	},
+	KindLatency: {
+		probabilityParam,
+		{
+			Name: "mean_ms", Unit: "ms", Min: 0, Max: maxLatencyMs,
+			Doc: "mean added latency; normally distributed, clamped at 0",
+			get: func(r *gauntletv1.FaultRule) float64 { return r.GetLatency().GetMeanMs() },
+			set: func(r *gauntletv1.FaultRule, v float64) { r.GetLatency().MeanMs = v },
+		},
+		{
+			Name: "jitter_ms", Unit: "ms", Min: 0, Max: maxLatencyMs,
+			Doc: "standard deviation of the added latency",
+			get: func(r *gauntletv1.FaultRule) float64 { return r.GetLatency().GetJitterMs() },
+			set: func(r *gauntletv1.FaultRule, v float64) { r.GetLatency().JitterMs = v },
+		},
+	},
+	KindTruncate: {
+		probabilityParam,
+		{
+			Name: "keep_fraction", Unit: "fraction", Min: 0, Max: 1, MaxOpen: true,
+			Doc: "fraction of the response body delivered",
+			get: func(r *gauntletv1.FaultRule) float64 { return r.GetTruncate().GetKeepFraction() },
+			set: func(r *gauntletv1.FaultRule, v float64) { r.GetTruncate().KeepFraction = v },
+		},
+	},
+}
+
+// kindOf names the kind of a rule's spec ("" for none).
+func kindOf(r *gauntletv1.FaultRule) string {
+	switch r.GetSpec().(type) {
+	case *gauntletv1.FaultRule_HttpError:
+		return KindHTTPError
+	case *gauntletv1.FaultRule_Latency:
+		return KindLatency
+	case *gauntletv1.FaultRule_Truncate:
+		return KindTruncate
+	}
+	return ""
+}
+
+// KindParams returns the parameters of a fault kind (KindHTTPError, KindLatency, ...), or
+// nil for an unknown kind. The caller must not modify the result.
+func KindParams(kind string) []Param { return kindParams[kind] }
+
+// findParam returns the parameter name of kind.
+func findParam(kind, name string) (Param, bool) {
+	for _, p := range kindParams[kind] {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Param{}, false
+}
