@@ -13,6 +13,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
 )
@@ -31,6 +32,11 @@ type BatchInput struct {
 	MaxInFlight uint32 `json:"max_in_flight"`
 	MaxSteps    uint32 `json:"max_steps"`
 	Label       string `json:"label,omitempty"`
+	// Ramps drift fault parameters linearly over the batch's episodes.
+	Ramps []Ramp `json:"ramps,omitempty"`
+	// DriftText is more drift in `gauntlet run --drift` form; wall-time schedules take
+	// RequestedAtUnixNano as their origin.
+	DriftText string `json:"drift_text,omitempty"`
 	// RequestedAtUnixNano is the workflow's time when it decided the batch (ClickHouse
 	// partitions by it); fixed in the input so retries submit the identical request.
 	RequestedAtUnixNano int64 `json:"requested_at_unix_nano"`
@@ -77,6 +83,14 @@ func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
 		req.ParamsJson = "{}"
 	}
 	req.Label = in.Label
+	req.Drift = rampsToDrift(in.Ramps, in.Episodes)
+	if in.DriftText != "" {
+		more, err := faults.ParseDrift(in.DriftText, time.Unix(0, in.RequestedAtUnixNano))
+		if err != nil {
+			return nil, err
+		}
+		req.Drift = append(req.Drift, more...)
+	}
 	if err := campaign.Validate(req); err != nil {
 		return nil, err
 	}
@@ -194,6 +208,8 @@ type BatchSpec struct {
 	MaxInFlight uint32         `json:"max_in_flight,omitempty"`
 	MaxSteps    uint32         `json:"max_steps,omitempty"`
 	Label       string         `json:"label,omitempty"`
+	// Drift is fault drift in `gauntlet run --drift` form.
+	Drift string `json:"drift,omitempty"`
 }
 
 // Batch runs spec.Episodes episodes of one spec through the scheduler and returns their
@@ -214,7 +230,7 @@ func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
 	in := BatchInput{
 		RunID: runPrefix(ctx, "b") + "-b0", Env: spec.Env, ParamsJSON: params, Policies: spec.Policies,
 		Profiles: st.Profiles, Episodes: spec.Episodes, Seed: spec.Seed, MaxInFlight: spec.MaxInFlight,
-		MaxSteps: spec.MaxSteps, Label: spec.Label, RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
+		MaxSteps: spec.MaxSteps, Label: spec.Label, DriftText: spec.Drift, RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
 	}
 	if in.Label == "" {
 		in.Label = "batch " + workflow.GetInfo(ctx).WorkflowExecution.ID

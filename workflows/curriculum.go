@@ -85,8 +85,8 @@ type CurriculumState struct {
 
 // DriftValue is a drifting fault parameter and the value in force.
 type DriftValue struct {
-	Param string  `json:"param"`
-	Value float64 `json:"value"`
+	Selector string  `json:"selector"`
+	Value    float64 `json:"value"`
 }
 
 // Progress is the answer to the progress query and the curriculum's result.
@@ -266,6 +266,7 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 		MaxInFlight: c.spec.MaxInFlight,
 		MaxSteps:    st.MaxSteps,
 		Label:       fmt.Sprintf("curriculum %s stage %d (%s)", c.spec.Name, s.Stage, st.Name),
+		Ramps:       batchRamps(st.Drift, s.StageEpisodes, n, st.Episodes.Max),
 
 		RequestedAtUnixNano: now,
 	}, nil
@@ -370,7 +371,7 @@ func (c *curriculum) driftInForce() []DriftValue {
 	st := c.spec.Stages[c.st.Stage]
 	var out []DriftValue
 	for _, d := range st.Drift {
-		out = append(out, DriftValue{Param: d.Param, Value: rampAt(d.From, d.To, c.st.StageEpisodes, st.Episodes.Max)})
+		out = append(out, DriftValue{Selector: d.Selector, Value: rampAt(d.From, d.To, c.st.StageEpisodes, st.Episodes.Max)})
 	}
 	return out
 }

@@ -262,3 +262,63 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
 }
+
+func TestCurriculumDriftRampsAcrossBatches(t *testing.T) {
+	f := &fakeBatches{rate: map[string]float64{"random=1": 0}}
+	env := newEnv(t, f)
+	var inForce []DriftValue
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryProgress)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var p Progress
+		_ = v.Get(&p)
+		inForce = p.Drift
+	}, 90*time.Second)
+	env.OnActivity(ActivityRunBatch, mock.Anything, mock.Anything).Return(f.run).After(time.Minute)
+	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, `
+stages:
+  - env: shop
+    policies: random=1
+    episodes: {min: 10, max: 41}
+    batch: 1
+    promotion: {metric: success_rate, threshold: 1, window: 1}
+    drift:
+      - {selector: "*.latency.mean_ms", from: 10, to: 500}
+`), nil)
+	p := result(t, env)
+	if p.Reports[0].Episodes != 41 || len(f.calls) != 41 {
+		t.Fatalf("%+v", p)
+	}
+	// Batch b holds stage episode b: the ramp's value there, 10 + 490*b/40.
+	for b, c := range f.calls {
+		want := 10 + 490*float64(b)/40
+		if len(c.Ramps) != 1 || c.Ramps[0].From != want || c.Ramps[0].To != want || c.Ramps[0].Selector != "*.latency.mean_ms" {
+			t.Fatalf("batch %d ramps %+v; want %v", b, c.Ramps, want)
+		}
+	}
+	// At 90 s one batch had finished: the value in force is stage episode 1's.
+	if len(inForce) != 1 || inForce[0].Value != 10+490.0/40 {
+		t.Errorf("drift in force %+v", inForce)
+	}
+}
+
+func TestBatchRampsAreContinuous(t *testing.T) {
+	d := []DriftSpec{{Selector: "*.latency.mean_ms", From: 10, To: 500}}
+	// A stage of 100 episodes in batches of 25: each batch's ends are the stage's values.
+	for b := uint64(0); b < 4; b++ {
+		r := batchRamps(d, b*25, 25, 100)[0]
+		if r.From != rampAt(10, 500, b*25, 100) || r.To != rampAt(10, 500, b*25+24, 100) {
+			t.Errorf("batch %d: %+v", b, r)
+		}
+	}
+	if v := rampAt(10, 500, 99, 100); v != 500 {
+		t.Errorf("last episode %v; want 500", v)
+	}
+	drift := stageDrift(d, 25, 25, 100)
+	if len(drift) != 1 || len(drift[0].Schedule.Points) != 2 || drift[0].Schedule.Points[1].At != 24 {
+		t.Errorf("schedule %v", drift)
+	}
+}

@@ -84,13 +84,15 @@ type Promotion struct {
 	Window    uint64  `json:"window" yaml:"window"`
 }
 
-// DriftSpec ramps one fault parameter linearly from From to To over the stage's Max
-// episodes; the value in force is recorded on every episode.
+// DriftSpec ramps one fault parameter linearly from From (the stage's first episode) to
+// To (its episodes.max-th episode); the faults service records the value in force on every
+// episode (ClickHouse episodes.drift_selectors / drift_values).
 type DriftSpec struct {
-	// Param names the fault parameter, as the faults service knows it.
-	Param string  `json:"param" yaml:"param"`
-	From  float64 `json:"from" yaml:"from"`
-	To    float64 `json:"to" yaml:"to"`
+	// Selector names the fault parameter: "<service|*>.<fault>.<param>", e.g.
+	// "*.latency.mean_ms" (docs/faults.md lists them).
+	Selector string  `json:"selector" yaml:"selector"`
+	From     float64 `json:"from" yaml:"from"`
+	To       float64 `json:"to" yaml:"to"`
 }
 
 // LoadSpec reads a curriculum from YAML (JSON is YAML too), refusing unknown keys, and
@@ -240,9 +242,6 @@ func (s CurriculumSpec) Validate() error {
 		}
 		for j, d := range st.Drift {
 			df := fmt.Sprintf("%s.drift[%d]", f, j)
-			if d.Param == "" {
-				add(df+".param", "must not be empty")
-			}
 			if math.IsNaN(d.From) || math.IsInf(d.From, 0) {
 				add(df+".from", "must be a finite number")
 			}
@@ -250,12 +249,14 @@ func (s CurriculumSpec) Validate() error {
 				add(df+".to", "must be a finite number")
 			}
 		}
-		// What the scheduler would refuse, refused now with the stage's field names.
+		// What the scheduler would refuse, refused now with the stage's field names; the
+		// drift is checked as a ramp over the whole stage (selectors, value ranges).
 		req, err := st.runRequest("cvalidate-s0-b0", 1, st.Batch, s.MaxInFlight, 0)
 		if err != nil {
 			errs = append(errs, prefixErrors(f, err)...)
 			continue
 		}
+		req.Drift = stageDrift(st.Drift, 0, max(b.Max, 1), max(b.Max, 1))
 		if err := campaign.Validate(req); err != nil {
 			errs = append(errs, prefixErrors(f, err)...)
 		}
@@ -284,6 +285,50 @@ func (st StageSpec) ParamsJSON() (string, error) {
 		return "", fmt.Errorf("params: %w", err)
 	}
 	return string(b), nil
+}
+
+// Ramp is a linear ramp of one fault parameter over a run's episodes: From at episode 0,
+// To at its last episode.
+type Ramp struct {
+	Selector string  `json:"selector"`
+	From     float64 `json:"from"`
+	To       float64 `json:"to"`
+}
+
+// batchRamps cuts the stage's ramps to the batch covering stage episodes
+// [offset, offset+n): the batch's episode j gets the stage's value at offset+j.
+func batchRamps(drift []DriftSpec, offset, n, stageMax uint64) []Ramp {
+	var out []Ramp
+	for _, d := range drift {
+		out = append(out, Ramp{
+			Selector: d.Selector,
+			From:     rampAt(d.From, d.To, offset, stageMax),
+			To:       rampAt(d.From, d.To, offset+n-1, stageMax),
+		})
+	}
+	return out
+}
+
+// stageDrift is the drift contract of a batch: each ramp as a schedule over the batch's
+// episode indices (linear through both ends; a one-episode batch holds its value).
+func stageDrift(drift []DriftSpec, offset, n, stageMax uint64) []*gauntletv1.Drift {
+	return rampsToDrift(batchRamps(drift, offset, n, stageMax), n)
+}
+
+func rampsToDrift(ramps []Ramp, n uint64) []*gauntletv1.Drift {
+	var out []*gauntletv1.Drift
+	for _, r := range ramps {
+		sched := &gauntletv1.DriftSchedule{Axis: gauntletv1.DriftAxis_DRIFT_AXIS_EPISODE}
+		if n <= 1 {
+			sched.Shape = gauntletv1.DriftShape_DRIFT_SHAPE_STEP
+			sched.Points = []*gauntletv1.DriftPoint{{At: 0, Value: r.From}}
+		} else {
+			sched.Shape = gauntletv1.DriftShape_DRIFT_SHAPE_LINEAR
+			sched.Points = []*gauntletv1.DriftPoint{{At: 0, Value: r.From}, {At: float64(n - 1), Value: r.To}}
+		}
+		out = append(out, &gauntletv1.Drift{Selector: r.Selector, Schedule: sched})
+	}
+	return out
 }
 
 // runRequest is the run one batch of the stage submits to the scheduler.

@@ -34,6 +34,8 @@ stages:
 			[]string{"stages[0].env:", "stages[0].policies[0]:", "stages[0].profile"}},
 		{"params", "stages:\n  - {env: shop, params: {products: -4}, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}\n",
 			[]string{"stages[0].params:"}},
+		{"drift", "stages:\n  - {env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}, drift: [{selector: '*.gravity.strength', from: 1, to: 2}, {selector: '*.latency.mean_ms', from: 10, to: -5}]}\n",
+			[]string{"stages[0].drift[0].selector:", "stages[0].drift[1].schedule.points[1].value:"}},
 		{"duplicate names", "stages:\n  - {name: a, env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}\n  - {name: a, env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}\n",
 			[]string{`stages[1].name: "a" is also the name of stages[0]`}},
 	} {

@@ -246,7 +246,7 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 			p.Stage+1, p.Stages, p.StageName, p.StageEpisodes, p.StageSuccessRate, p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean)
 	}
 	for _, d := range p.Drift {
-		fmt.Fprintf(w, "drift %s = %g\n", d.Param, d.Value)
+		fmt.Fprintf(w, "drift %s = %g\n", d.Selector, d.Value)
 	}
 	fmt.Fprintf(w, "%d episodes in all; runs %s-s<stage>-b<batch>\n", p.TotalEpisodes, p.RunPrefix)
 	if len(p.Reports) == 0 {
@@ -309,7 +309,7 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	spec := workflows.BatchSpec{
 		Env: o.env, Params: params, Policies: o.policies, Profiles: o.profiles, Episodes: o.episodes,
-		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label,
+		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label, Drift: o.drift,
 	}
 	if *id == "" {
 		*id = "batch-" + randomSuffix()

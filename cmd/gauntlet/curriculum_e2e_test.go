@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -45,6 +48,8 @@ stages:
     episodes: {min: 40, max: 80}
     batch: 20
     promotion: {metric: success_rate, threshold: 0.6, window: 40}
+    drift:
+      - {selector: "*.latency.mean_ms", from: 10, to: 500}
   - name: storm
     env: shop
     policies: POLICY=1
@@ -193,6 +198,25 @@ func TestCurriculumOnRealStack(t *testing.T) {
 			if got[i] != fmt.Sprint(rep.Episodes) {
 				t.Errorf("%s stage %d: ClickHouse holds %s episodes, the workflow reported %d", p.Name, i, got[i], rep.Episodes)
 			}
+		}
+	}
+	// Stage 2's latency ramp: every episode recorded the stage's value at its position,
+	// 10 ms at the stage's first episode to 500 ms at its 80th.
+	_, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT run_id, idx, drift_values[indexOf(drift_selectors, '*.latency.mean_ms')], drift_sources[1]
+		FROM %s.episodes FINAL WHERE startsWith(run_id, '%s') ORDER BY run_id, idx`, cfg.Database, o.Reports[1].RunPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != int(o.Reports[1].Episodes) {
+		t.Fatalf("%d stage-2 episodes with drift, want %d", len(rows), o.Reports[1].Episodes)
+	}
+	for _, row := range rows {
+		batch, _ := strconv.Atoi(strings.TrimPrefix(row[0], o.Reports[1].RunPrefix))
+		idx, _ := strconv.Atoi(row[1])
+		got, _ := strconv.ParseFloat(row[2], 64)
+		want := 10 + 490*float64(batch*20+idx)/79
+		if math.Abs(got-want) > 1e-6 || row[3] != "run" {
+			t.Errorf("%s episode %s: latency drift %s (%s), want %v (run)", row[0], row[1], row[2], row[3], want)
 		}
 	}
 	out, err = gauntletCLI(t, "curriculum", "status", oracleID, "--data-dir", cfg.DataDir)
