@@ -91,8 +91,10 @@ type DriftValue struct {
 
 // Progress is the answer to the progress query and the curriculum's result.
 type Progress struct {
-	Name              string        `json:"name"`
-	Status            string        `json:"status"`
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	// PauseRequested: a pause signal arrived and the batch in flight is finishing.
+	PauseRequested    bool          `json:"pause_requested,omitempty"`
 	Stage             int           `json:"stage"`
 	StageName         string        `json:"stage_name"`
 	Stages            int           `json:"stages"`
@@ -351,9 +353,7 @@ func (c *curriculum) progress() Progress {
 		StageEpisodes: s.StageEpisodes, TotalEpisodes: s.TotalEpisodes,
 		Reports: append([]StageReport{}, s.Reports...), RunPrefix: s.Prefix, Executions: s.Executions,
 	}
-	if s.Status == StatusRunning && s.Paused {
-		p.Status = StatusPaused
-	}
+	p.PauseRequested = s.Paused && s.Status == StatusRunning
 	if s.StageEpisodes > 0 {
 		p.StageSuccessRate = float64(s.StageSucceeded) / float64(s.StageEpisodes)
 	}

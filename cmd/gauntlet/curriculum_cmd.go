@@ -240,7 +240,11 @@ func curriculumProgress(ctx context.Context, c client.Client, id string) (workfl
 }
 
 func printProgress(w io.Writer, id string, p workflows.Progress) {
-	fmt.Fprintf(w, "curriculum %s (%s): %s\n", id, p.Name, p.Status)
+	status := p.Status
+	if p.PauseRequested {
+		status += " (pausing after the batch in flight)"
+	}
+	fmt.Fprintf(w, "curriculum %s (%s): %s\n", id, p.Name, status)
 	if p.Stage < p.Stages {
 		fmt.Fprintf(w, "stage %d/%d %s: %d episodes, success rate %.3f; last %d: success rate %.3f, reward mean %.3f\n",
 			p.Stage+1, p.Stages, p.StageName, p.StageEpisodes, p.StageSuccessRate, p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -16,7 +17,10 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
@@ -165,6 +169,42 @@ func TestCurriculumOnRealStack(t *testing.T) {
 		t.Fatalf("temporal workflow start: %v\n%s", err, b)
 	}
 
+	// A third curriculum is steered by signals: paused, then its first stage skipped,
+	// then aborted in its second.
+	sigSpec := strings.ReplaceAll(testCurriculum("random"), "max: 80}", "max: 2000}")
+	out, err = gauntletCLI(t, "curriculum", "start", "-f", writeFile(t, "signals.yaml", sigSpec), "--id", "curriculum-signals-e2e", "--data-dir", cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigID := strings.TrimSpace(out)
+	if _, err := gauntletCLI(t, "curriculum", "pause", sigID, "--data-dir", cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		out, err := gauntletCLI(t, "curriculum", "status", sigID, "--data-dir", cfg.DataDir)
+		return err == nil && strings.Contains(out, "): paused")
+	})
+	paused := curriculumQuery(t, tc, sigID)
+	time.Sleep(500 * time.Millisecond)
+	if again := curriculumQuery(t, tc, sigID); again.TotalEpisodes != paused.TotalEpisodes {
+		t.Errorf("paused curriculum ran on: %d then %d episodes", paused.TotalEpisodes, again.TotalEpisodes)
+	}
+	for _, sig := range []string{"skip", "resume"} {
+		if _, err := gauntletCLI(t, "curriculum", sig, sigID, "--data-dir", cfg.DataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { p := curriculumQuery(t, tc, sigID); return p.Stage == 1 && p.StageEpisodes >= 20 })
+	if _, err := gauntletCLI(t, "curriculum", "abort", sigID, "--data-dir", cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+
+	// A batch on its own.
+	out, err = gauntletCLI(t, "batch", "start", "--id", "batch-e2e", "--episodes", "30", "--policies", "oracle=1", "--profiles", "baseline=1", "--seed", "4", "--data-dir", cfg.DataDir)
+	if err != nil || !strings.Contains(out, ": 30 episodes, success rate 1.000") {
+		t.Fatalf("batch start: %v\n%s", err, out)
+	}
+
 	// Progress is queryable while it runs.
 	waitFor(t, func() bool {
 		out, err := gauntletCLI(t, "curriculum", "status", oracleID, "--data-dir", cfg.DataDir)
@@ -172,14 +212,17 @@ func TestCurriculumOnRealStack(t *testing.T) {
 	})
 
 	results := map[string]workflows.Progress{}
-	for _, id := range []string{oracleID, randomID} {
+	for _, id := range []string{oracleID, randomID, sigID} {
 		var p workflows.Progress
 		if err := tc.GetWorkflow(ctx, id, "").Get(ctx, &p); err != nil {
 			t.Fatalf("curriculum %s: %v", id, err)
 		}
 		results[id] = p
 	}
-	o, r := results[oracleID], results[randomID]
+	o, r, sg := results[oracleID], results[randomID], results[sigID]
+	if sg.Status != workflows.StatusAborted || len(sg.Reports) != 2 || sg.Reports[0].Outcome != workflows.OutcomeSkipped || sg.Reports[1].Outcome != workflows.OutcomeAborted {
+		t.Errorf("signalled curriculum: %+v; want stage 1 skipped, stage 2 aborted", sg)
+	}
 	if o.Status != workflows.StatusCompleted || len(o.Reports) != 3 {
 		t.Errorf("oracle: %+v; want completed through 3 stages", o)
 	}
@@ -192,7 +235,7 @@ func TestCurriculumOnRealStack(t *testing.T) {
 		t.Errorf("random: %+v; want stopped at stage 1 after its 80-episode budget", r)
 	}
 	// ClickHouse holds exactly the episodes each stage reported.
-	for _, p := range []workflows.Progress{o, r} {
+	for _, p := range []workflows.Progress{o, r, sg} {
 		got := stageCounts(t, conn, cfg.Database, p)
 		for i, rep := range p.Reports {
 			if got[i] != fmt.Sprint(rep.Episodes) {
@@ -224,6 +267,50 @@ func TestCurriculumOnRealStack(t *testing.T) {
 		t.Errorf("status of a finished curriculum: %v\n%s", err, out)
 	}
 	t.Logf("oracle: %d episodes; random: %d episodes\n%s", o.TotalEpisodes, r.TotalEpisodes, out)
+	if *updateHistories {
+		for name, id := range map[string]string{"curriculum-oracle": oracleID, "curriculum-random": randomID, "curriculum-signals": sigID, "batch": "batch-e2e"} {
+			saveHistory(t, tc, id, name)
+		}
+	}
+}
+
+var updateHistories = flag.Bool("update-histories", false, "record the e2e workflows' histories into workflows/testdata for the replay tests")
+
+// saveHistory writes a workflow's history as JSON where the replay test reads it.
+func saveHistory(t *testing.T, c client.Client, id, name string) {
+	t.Helper()
+	ctx := context.Background()
+	it := c.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &historypb.History{}
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, e)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("..", "..", "workflows", "testdata", name+".json")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %d events of %s in %s", len(h.Events), id, path)
+}
+
+func curriculumQuery(t *testing.T, c client.Client, id string) workflows.Progress {
+	t.Helper()
+	v, err := c.QueryWorkflow(context.Background(), id, "", workflows.QueryProgress)
+	if err != nil {
+		t.Fatalf("query %s: %v", id, err)
+	}
+	var p workflows.Progress
+	if err := v.Get(&p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestCurriculumSurvivesKill kills -9 the whole gauntlet process (Temporal dev server,
