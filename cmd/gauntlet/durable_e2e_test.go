@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	"github.com/gauntlet-rl/gauntlet/workflows"
+)
+
+// TestDurableEpisodeResumesOnAnotherWorker runs a long episode as a DurableEpisode
+// workflow on a worker process (`gauntlet serve --target=curriculum`), kills that process
+// with SIGKILL mid-episode, and lets a second worker take over: the episode resumes from
+// the last step its heartbeat recorded and ClickHouse ends up with every step exactly once.
+func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
+	bin := buildBinary(t)
+	cfg := testConfig(t)
+	cfg.NATSPort = freePort(t)
+	s := startStack(t, cfg, modStore, modFaults, modReward, modTemporal)
+	tc := dialTemporal(t, s.app.temporalAddr())
+
+	// Worker A: a separate process, the only worker at first.
+	a := exec.Command(bin, "serve", "--target", modCurriculum, "--nats", s.app.natsURL(), "--temporal", s.app.temporalAddr(),
+		"--http", "", "--log.level", "warn", "--data-dir", t.TempDir(), "--worker.id", "worker-a")
+	a.Stderr = testLogWriter{t}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Process.Kill(); _ = a.Wait() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	spec := workflows.EpisodeSpec{
+		Env: "shop", Policy: "random", Profile: "stress", Seed: 21, MaxSteps: 1500,
+		Params:           map[string]any{"max_invalid": 1000, "deadline_ms": 86_400_000},
+		HeartbeatTimeout: 2 * time.Second,
+	}
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "durable-e2e", TaskQueue: workflows.TaskQueue}, workflows.WorkflowEpisode, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kill worker A once its heartbeat says some steps are in the stream.
+	var at workflows.EpisodeCheckpoint
+	waitFor(t, func() bool {
+		d, err := tc.DescribeWorkflowExecution(ctx, run.GetID(), "")
+		if err != nil || len(d.PendingActivities) == 0 || d.PendingActivities[0].HeartbeatDetails == nil {
+			return false
+		}
+		p := d.PendingActivities[0].HeartbeatDetails.Payloads
+		return len(p) == 1 && json.Unmarshal(p[0].Data, &at) == nil && at.NextStep >= 50
+	})
+	if err := a.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Wait()
+
+	// Worker B, in this process.
+	w := worker.New(tc, workflows.TaskQueue, worker.Options{Identity: "worker-b"})
+	workflows.Register(w, &workflows.Activities{Bus: func() *bus.Bus { return s.app.getBus() }, WorkerID: "worker-b"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var res workflows.EpisodeResult
+	if err := run.Get(ctx, &res); err != nil {
+		t.Fatalf("durable episode: %v", err)
+	}
+	t.Logf("killed worker A at heartbeat step %d; result %+v", at.NextStep, res)
+	if res.Attempt < 2 || res.ResumedAt < at.NextStep || res.ResumedAt >= res.Steps {
+		t.Errorf("result %+v; want a later attempt resumed at or after step %d", res, at.NextStep)
+	}
+	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
+	q := fmt.Sprintf(`SELECT count(), uniqExact(step), max(step), uniqExact(worker_id) FROM %s.steps FINAL WHERE episode_id = '%s'`, cfg.Database, res.EpisodeID)
+	want := fmt.Sprintf("%d %d %d 2", res.Steps, res.Steps, res.Steps-1)
+	var got string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, rows, err := trajectory.Query(ctx, conn, q)
+		if err == nil && len(rows) == 1 {
+			got = fmt.Sprintf("%s %s %s %s", rows[0][0], rows[0][1], rows[0][2], rows[0][3])
+		}
+		if got == want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got != want {
+		t.Fatalf("steps in ClickHouse (count, distinct, max, workers) = %s; want %s", got, want)
+	}
+	if n := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.episodes FINAL WHERE episode_id = '%s' AND steps = %d`, cfg.Database, res.EpisodeID, res.Steps)); n != "1" {
+		t.Errorf("episode row: %s", n)
+	}
+	if *updateHistories {
+		saveHistory(t, tc, run.GetID(), "durable-episode")
+	}
+	_ = os.Remove(stackPath(cfg.DataDir))
+}
