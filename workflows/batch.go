@@ -51,7 +51,9 @@ type BatchResult struct {
 	Steps       uint64  `json:"steps"`
 	FaultsFired uint64  `json:"faults_fired"`
 	RewardSum   float64 `json:"reward_sum"`
-	// WallNs is the run's wall time in the scheduler, first acceptance to last ended event.
+	// WallNs is the batch's wall time as its activity saw it: from submitting the run (or,
+	// on a retry, from finding it submitted) to seeing it done. Time outside it is the
+	// control plane's (workflow tasks, activity dispatch).
 	WallNs int64 `json:"wall_ns"`
 }
 
@@ -103,8 +105,8 @@ const (
 	ErrTypeRunRefused  = "RunRefused"
 )
 
-// batchPoll is how often RunBatch reads the run's state while it runs.
-const batchPoll = 50 * time.Millisecond
+// batchPoll is how often RunBatch reads the run's state besides watching it.
+const batchPoll = time.Second
 
 // RunBatch submits the batch's run to the scheduler over NATS (as `gauntlet run` does),
 // waits until every episode ended, heartbeating its progress, and returns the run's
@@ -117,6 +119,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 		return BatchResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("batch %s: %v", in.RunID, err), ErrTypeInvalidSpec, err)
 	}
+	t0 := time.Now()
 	b := a.Bus()
 	if b == nil {
 		return BatchResult{}, errors.New("batch: not connected to NATS yet")
@@ -125,6 +128,13 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("batch %s: open run state: %w", in.RunID, err)
 	}
+	// Watch the run's state: the scheduler rewrites it as episodes end, and the watch
+	// tells the moment the run is done (no polling delay between batches).
+	w, err := kv.Watch(ctx, in.RunID)
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("batch %s: watch run state: %w", in.RunID, err)
+	}
+	defer w.Stop()
 	p, err := runProgress(ctx, kv, in.RunID)
 	if err != nil {
 		return BatchResult{}, err
@@ -134,8 +144,10 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 			return BatchResult{}, fmt.Errorf("batch %s: submit: %w", in.RunID, err)
 		}
 	}
-	tick := time.NewTicker(batchPoll)
-	defer tick.Stop()
+	// A slow poll backs the watch up (a watch recreates its consumer after a NATS
+	// reconnect and may miss nothing but take a while).
+	poll := time.NewTicker(batchPoll)
+	defer poll.Stop()
 	for {
 		if p != nil {
 			activity.RecordHeartbeat(ctx, p.GetEnded())
@@ -147,7 +159,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 				return BatchResult{
 					RunID: in.RunID, Episodes: p.GetEnded(), Succeeded: p.GetSucceeded(),
 					InfraErrors: p.GetInfraErrors(), Steps: p.GetSteps(), FaultsFired: p.GetFaultsFired(),
-					RewardSum: p.GetRewardSum(), WallNs: p.GetUpdatedAtUnixNano() - p.GetStartedAtUnixNano(),
+					RewardSum: p.GetRewardSum(), WallNs: int64(time.Since(t0)),
 				}, nil
 			}
 		} else {
@@ -156,10 +168,22 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 		select {
 		case <-ctx.Done():
 			return BatchResult{}, ctx.Err()
-		case <-tick.C:
-		}
-		if p, err = runProgress(ctx, kv, in.RunID); err != nil {
-			return BatchResult{}, err
+		case e, ok := <-w.Updates():
+			if !ok {
+				return BatchResult{}, fmt.Errorf("batch %s: run state watch closed", in.RunID)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // the end of the initial values, or a delete
+			}
+			np, err := scheduler.DecodeProgress(e.Value())
+			if err != nil {
+				return BatchResult{}, fmt.Errorf("batch %s: %w", in.RunID, err)
+			}
+			p = np
+		case <-poll.C:
+			if p, err = runProgress(ctx, kv, in.RunID); err != nil {
+				return BatchResult{}, err
+			}
 		}
 	}
 }

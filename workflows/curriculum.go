@@ -59,6 +59,9 @@ type StageReport struct {
 	Succeeded uint64  `json:"succeeded"`
 	RewardSum float64 `json:"reward_sum"`
 	Batches   int     `json:"batches"`
+	// RunWallNs is the stage's time in runs: the sum of its batches' wall times
+	// (BatchResult.WallNs, submission to completion).
+	RunWallNs int64 `json:"run_wall_ns"`
 	// WindowValue is the promotion metric over the last window when the stage ended.
 	WindowValue float64 `json:"window_value"`
 	// RunPrefix is what every run id of the stage starts with ("<prefix>-s<index>-b").
@@ -73,6 +76,7 @@ type CurriculumState struct {
 	StageSucceeded uint64        `json:"stage_succeeded"`
 	StageReward    float64       `json:"stage_reward"`
 	StageBatches   int           `json:"stage_batches"`
+	StageRunWallNs int64         `json:"stage_run_wall_ns"`
 	Window         []BatchResult `json:"window,omitempty"`
 	TotalEpisodes  uint64        `json:"total_episodes"`
 	Reports        []StageReport `json:"reports,omitempty"`
@@ -281,6 +285,7 @@ func (c *curriculum) fold(r BatchResult) {
 	s.StageSucceeded += r.Succeeded
 	s.StageReward += r.RewardSum
 	s.StageBatches++
+	s.StageRunWallNs += r.WallNs
 	s.TotalEpisodes += r.Episodes
 	s.Window = append(s.Window, r)
 	window := c.spec.Stages[s.Stage].Promotion.Window
@@ -338,11 +343,11 @@ func (c *curriculum) closeStage(outcome string) {
 	s.Reports = append(s.Reports, StageReport{
 		Index: s.Stage, Name: c.spec.Stages[s.Stage].Name, Outcome: outcome,
 		Episodes: s.StageEpisodes, Succeeded: s.StageSucceeded, RewardSum: s.StageReward,
-		Batches: s.StageBatches, WindowValue: c.windowValue(), RunPrefix: StageRunPrefix(s.Prefix, s.Stage),
+		Batches: s.StageBatches, RunWallNs: s.StageRunWallNs, WindowValue: c.windowValue(), RunPrefix: StageRunPrefix(s.Prefix, s.Stage),
 	})
 	if outcome == OutcomePromoted || outcome == OutcomeSkipped {
 		s.Stage++
-		s.StageEpisodes, s.StageSucceeded, s.StageReward, s.StageBatches, s.Window = 0, 0, 0, 0, nil
+		s.StageEpisodes, s.StageSucceeded, s.StageReward, s.StageBatches, s.StageRunWallNs, s.Window = 0, 0, 0, 0, 0, nil
 	}
 }
 

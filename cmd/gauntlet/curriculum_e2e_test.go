@@ -72,7 +72,7 @@ func writeFile(t *testing.T, name, text string) string {
 	return p
 }
 
-func dialTemporal(t *testing.T, addr string) client.Client {
+func dialTemporal(t testing.TB, addr string) client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

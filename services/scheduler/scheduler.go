@@ -174,7 +174,10 @@ func (s *Service) poke() {
 // submitter learns why nothing runs.
 func (s *Service) intakeLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
-		batch, ok := s.fetch(ctx, s.runsCons, 16, 500*time.Millisecond, "run requests")
+		// One at a time: a Fetch returns only when it has all n messages or its wait is
+		// over, so asking for 16 held a lone run request up to 500 ms (a curriculum's
+		// every batch paid it).
+		batch, ok := s.fetch(ctx, s.runsCons, 1, 500*time.Millisecond, "run requests")
 		if !ok {
 			continue
 		}
