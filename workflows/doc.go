@@ -1,9 +1,10 @@
-// Package workflows is gauntlet's Temporal control plane (C1-C4 in FEATURES.md terms: see
-// README.md here): the Curriculum workflow (ordered stages run in batches, promotion by a
-// rule over the last window of episodes, drift of fault parameters over a stage, pause /
-// resume / skip / abort signals, a progress query, continue-as-new), the Batch workflow
-// (N episodes of one spec and their statistics) and the DurableEpisode workflow (one
-// episode whose step loop is a heartbeating activity that resumes on another worker).
+// Package workflows is gauntlet's Temporal control plane (F2; E2 curricula, E1 durable
+// episodes, B5 drift; see README.md here and docs/curriculum.md): the Curriculum workflow
+// (ordered stages run in batches, promotion by a rule over the last window of episodes,
+// drift of fault parameters over a stage, pause / resume / skip / abort signals, a progress
+// query, continue-as-new), the Batch workflow (N episodes of one spec and their
+// statistics) and the DurableEpisode workflow (one episode whose step loop is a
+// heartbeating activity that resumes on another worker).
 //
 // Workflows are deterministic: they read time only through workflow.Now, derive seeds and
 // run ids with pure functions of their input and of the workflow's id and first run id,
@@ -12,6 +13,9 @@
 // KV), so a retried activity or a restarted process never runs an episode twice. Steps
 // never go through Temporal: at training scale a Temporal event per step or per episode
 // would cost more than the episode (DESIGN.md).
+//
+// Concurrency: Activities is safe for concurrent use; workflow functions run under the
+// SDK's deterministic scheduler.
 //
 // Errors: an invalid spec fails the workflow at once with a non-retryable application
 // error of type InvalidSpec whose message names every bad field; a run the scheduler

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -148,11 +149,18 @@ func (s *CurriculumSpec) Params2Float() {
 	}
 }
 
+// unknownField matches yaml.v3's message for a key KnownFields refuses.
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
 // yamlMessage makes yaml.v3's type errors read as field errors.
 func yamlMessage(err error) string {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		return strings.Join(te.Errors, "; ")
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			msgs[i] = unknownField.ReplaceAllString(m, `unknown key "$1"`)
+		}
+		return strings.Join(msgs, "; ")
 	}
 	return err.Error()
 }
@@ -251,7 +259,7 @@ func (s CurriculumSpec) Validate() error {
 		}
 		// What the scheduler would refuse, refused now with the stage's field names; the
 		// drift is checked as a ramp over the whole stage (selectors, value ranges).
-		req, err := st.runRequest("cvalidate-s0-b0", 1, st.Batch, s.MaxInFlight, 0)
+		req, err := st.runRequest("cvalidate-s0-b0", 1, max(st.Batch, 1), s.MaxInFlight, 0)
 		if err != nil {
 			errs = append(errs, prefixErrors(f, err)...)
 			continue

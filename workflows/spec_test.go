@@ -10,9 +10,9 @@ func TestLoadSpecNamesEveryBadField(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown key", "stages: []\ncolour: red\n", []string{"field colour not found"}},
+		{"unknown key", "stages: []\ncolour: red\n", []string{`line 2: unknown key "colour"`}},
 		{"unknown stage key", "stages:\n  - {env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}, speed: 3}\n",
-			[]string{"field speed not found"}},
+			[]string{`unknown key "speed"`}},
 		{"no stages", "name: x\n", []string{"stages: at least one stage is needed"}},
 		{"empty", "", []string{"empty document"}},
 		{"bad types", "stages:\n  - {env: shop, episodes: {max: lots}}\n", []string{"cannot unmarshal !!str `lots`"}},
