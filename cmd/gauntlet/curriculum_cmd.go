@@ -216,11 +216,11 @@ func curriculumStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 // one's result. closed is the workflow's closed status, "" while it runs.
 func curriculumProgress(ctx context.Context, c client.Client, id string) (workflows.Progress, string, error) {
 	var p workflows.Progress
-	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	desc, err := c.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return p, "", fmt.Errorf("curriculum %s: %w", id, err)
 	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	status := desc.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 	if status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryProgress)
 		if err != nil {

@@ -52,8 +52,12 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	// Kill worker A once its heartbeat says some steps are in the stream.
 	var at workflows.EpisodeCheckpoint
 	waitFor(t, func() bool {
-		d, err := tc.DescribeWorkflowExecution(ctx, run.GetID(), "")
-		if err != nil || len(d.PendingActivities) == 0 || d.PendingActivities[0].HeartbeatDetails == nil {
+		desc, err := tc.DescribeWorkflow(ctx, run.GetID(), "")
+		if err != nil {
+			return false
+		}
+		d := desc.RawResponse
+		if len(d.PendingActivities) == 0 || d.PendingActivities[0].HeartbeatDetails == nil {
 			return false
 		}
 		p := d.PendingActivities[0].HeartbeatDetails.Payloads

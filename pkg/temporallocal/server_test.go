@@ -39,11 +39,11 @@ func TestStartRestartKeepsWorkflows(t *testing.T) {
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.DescribeWorkflowExecution(ctx, "kept", "")
+	d, err := c.DescribeWorkflow(ctx, "kept", "")
 	if err != nil {
 		t.Fatalf("workflow lost across a restart: %v", err)
 	}
-	if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		t.Errorf("status %v after restart; want running", st)
 	}
 	if srv.UIURL() != "" {
