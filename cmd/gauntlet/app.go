@@ -40,6 +40,7 @@ const (
 	modStore      = "store"
 	modTemporal   = "temporal"
 	modCurriculum = "curriculum"
+	modPipeline   = "pipeline"
 	modAll        = "all"
 )
 
@@ -99,7 +100,10 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	// Services depend on each other only through NATS (requests retry until a responder
 	// is there), so none is a module dependency of another; the order of "all" starts the
 	// responders (faults, reward) before their callers anyway.
-	m.RegisterVirtual(modAll, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker, modCurriculum)
+	// "pipeline" is the data plane (what `gauntlet demo` needs); "all" adds the Temporal
+	// control plane.
+	m.RegisterVirtual(modPipeline, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
+	m.RegisterVirtual(modAll, modPipeline, modCurriculum)
 	return a, nil
 }
 

@@ -45,7 +45,7 @@ func BenchmarkCurriculumOverhead(b *testing.B) {
 	cfg.Worker.Concurrency = 256
 	cfg.Store.BatchRows = 50_000
 	cfg.Store.FlushEvery = time.Second
-	s := startStack(b, cfg)
+	s := startStack(b, cfg, modAll)
 	tc := dialTemporal(b, s.app.temporalAddr())
 	bb := s.app.getBus()
 	stage := func(name string, eps uint64) string {

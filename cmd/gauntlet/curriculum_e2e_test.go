@@ -128,7 +128,7 @@ func stageCounts(t *testing.T, conn driver.Conn, db string, p workflows.Progress
 func TestCurriculumOnRealStack(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Worker.Concurrency = 64
-	s := startStack(t, cfg)
+	s := startStack(t, cfg, modAll)
 	if err := writeStack(cfg.DataDir, stack{NATSURL: s.app.natsURL(), ClickHouse: s.app.clickHouseAddr(), Database: cfg.Database, Temporal: s.app.temporalAddr()}); err != nil {
 		t.Fatal(err)
 	}

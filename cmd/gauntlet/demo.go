@@ -38,7 +38,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	stackCtx, stopStack := context.WithCancel(context.Background())
 	defer stopStack()
 	stackErr := make(chan error, 1)
-	go func() { stackErr <- a.run(stackCtx, []string{modAll}) }()
+	// The data plane only: a demo needs no Temporal (and must not take its ports).
+	go func() { stackErr <- a.run(stackCtx, []string{modPipeline}) }()
 
 	fmt.Fprintln(stdout, "starting gauntlet (embedded NATS, local ClickHouse, all services)…")
 	if !waitReady(ctx, a) {

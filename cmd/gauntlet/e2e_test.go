@@ -60,7 +60,7 @@ type testStack struct {
 func startStack(t testing.TB, cfg config, targets ...string) *testStack {
 	t.Helper()
 	if len(targets) == 0 {
-		targets = []string{modAll}
+		targets = []string{modPipeline}
 	}
 	log := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	a, err := newApp(cfg, log)
