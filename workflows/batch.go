@@ -211,7 +211,7 @@ func runProgress(ctx context.Context, kv jetstream.KeyValue, runID string) (*gau
 func batchActivityOptions(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * 24 * time.Hour,
-		HeartbeatTimeout:    10 * time.Second,
+		HeartbeatTimeout:    5 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        200 * time.Millisecond,
 			BackoffCoefficient:     2,
