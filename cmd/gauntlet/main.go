@@ -31,6 +31,7 @@ Usage:
   gauntlet demo [flags]                start the stack, run a campaign, print results, stop
   gauntlet sql "SELECT ..."            query the trajectories (aligned table)
   gauntlet episode show ID             every step of one episode
+  gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet version
 
 Run 'gauntlet <command> -h' for a command's flags.
@@ -75,6 +76,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdSQL(ctx, rest, stdout, stderr)
 	case "episode":
 		return cmdEpisode(ctx, rest, stdout, stderr)
+	case "faults":
+		return cmdFaults(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gauntlet", version)
 		return nil

@@ -158,7 +158,7 @@ var kinds = []KindInfo{
 		Params: []Param{num("bytes_per_sec", "bytes/s", 1, maxRate, false, 0, "body throughput")}},
 	// Resources (applied through cgroup knobs and the sandbox clock by the runtimes).
 	{Name: KindMemoryLeak, Layer: LayerResource, Pass: PassAmbient, Doc: "memory available to the sandbox shrinks steadily, as if a neighbour leaked",
-		Params: []Param{num("mb_per_min", "MiB/min", 0, 1e6, false, 0, "leak rate"), num("limit_mb", "MiB", 1, 1e7, false, 0, "memory limit the leak starts from")}},
+		Params: []Param{num("mb_per_min", "MiB/min", 0, 1e6, false, 0, "leak rate"), num("limit_mb", "MiB", 1, 1e7, false, 1024, "memory limit the leak starts from")}},
 	{Name: KindCPUThrottle, Layer: LayerResource, Pass: PassAmbient, Doc: "caps the sandbox's CPU share (cgroup cpu.max)",
 		Params: []Param{num("cpu_fraction", "fraction", 0.01, 64, false, 0, "CPUs the sandbox may use (0.5: half of one)")}},
 	{Name: KindClockSkew, Layer: LayerResource, Pass: PassAmbient, Doc: "skews the sandbox clock",
