@@ -17,8 +17,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/fromlog"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
-	faultsvc "github.com/gauntlet-rl/gauntlet/services/faults"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	faultsvc "github.com/gauntlet-rl/gauntlet/services/faults"
 )
 
 const faultsUsage = `Usage:
