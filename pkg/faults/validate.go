@@ -16,8 +16,14 @@ const maxLatencyMs = 3_600_000
 // Injector without panicking. A nil plan has no rules and is valid.
 func ValidatePlan(p *gauntletv1.FaultPlan) error {
 	var errs []error
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(p.GetRules()))
 	for i, r := range p.GetRules() {
+		// Formatting the location costs more than checking a valid rule: do it only for
+		// rules with a problem (NewInjector validates every plan on the worker's hot path).
+		if r != nil && ruleLooksValid(r, seen) {
+			seen[r.Id] = true
+			continue
+		}
 		where := fmt.Sprintf("rules[%d]", i)
 		if r == nil {
 			errs = append(errs, fmt.Errorf("%s: missing rule", where))
@@ -64,4 +70,21 @@ func ValidatePlan(p *gauntletv1.FaultPlan) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ruleLooksValid is the fast path of ValidatePlan: true when r passes every check below.
+func ruleLooksValid(r *gauntletv1.FaultRule, seen map[string]bool) bool {
+	if r.Id == "" || seen[r.Id] || r.Target == "" || !(r.Probability >= 0 && r.Probability <= 1) {
+		return false
+	}
+	switch s := r.Spec.(type) {
+	case *gauntletv1.FaultRule_HttpError:
+		return s.HttpError != nil && s.HttpError.Status >= 400 && s.HttpError.Status <= 599
+	case *gauntletv1.FaultRule_Latency:
+		return s.Latency != nil && s.Latency.MeanMs >= 0 && s.Latency.MeanMs <= maxLatencyMs &&
+			s.Latency.JitterMs >= 0 && s.Latency.JitterMs <= maxLatencyMs
+	case *gauntletv1.FaultRule_Truncate:
+		return s.Truncate != nil && s.Truncate.KeepFraction >= 0 && s.Truncate.KeepFraction < 1
+	}
+	return false
 }

@@ -4,8 +4,9 @@
 // recorded) before a worker sees the episode, and replay meets the same faults.
 //
 // Plans are pkg/faults's pure functions of (seed, profile, env services); the service adds
-// the profile mix, request validation and metrics. Handlers run on NATS subscription
-// goroutines; the service holds no mutable state.
+// the profile mix, request validation, drift (B6: the run's schedules from the request and
+// the global ones from the gauntlet_drift KV bucket, read once per batch) and metrics.
+// Handlers run on NATS subscription goroutines; the service holds no mutable state.
 package faults
 
 import (
