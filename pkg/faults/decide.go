@@ -256,6 +256,18 @@ func AmbientRules(rules []Rule) []Rule {
 	return out
 }
 
+// Forget drops the state of stream key (its counters and loss bursts), for a stream that
+// has ended, such as a closed connection, so a long-lived boundary does not accumulate
+// state. A key must not be reused after Forget: its draws would start over.
+func (d *Decider) Forget(key string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	delete(d.state, key)
+	d.mu.Unlock()
+}
+
 // Decide evaluates every rule matching ev as the next event of stream key.
 func (d *Decider) Decide(key string, ev Event) Decision {
 	out := Decision{Keep: 1, WriteKeep: 1}

@@ -223,6 +223,7 @@ func (w *Conn) Close() error {
 		if w.timer != nil {
 			w.timer.Stop()
 		}
+		w.d.Forget(w.key) // connection keys are never reused
 		err = w.Conn.Close()
 	})
 	return err
