@@ -35,6 +35,7 @@ Usage:
   gauntlet batch start [flags]         run N episodes of one spec as a Temporal workflow
   gauntlet sql "SELECT ..."            query the trajectories (aligned table)
   gauntlet episode show ID             every step of one episode
+  gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet version
 
 Run 'gauntlet <command> -h' for a command's flags.
@@ -83,6 +84,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdBatch(ctx, rest, stdout, stderr)
 	case "episode":
 		return cmdEpisode(ctx, rest, stdout, stderr)
+	case "faults":
+		return cmdFaults(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gauntlet", version)
 		return nil

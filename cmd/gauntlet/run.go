@@ -25,7 +25,7 @@ import (
 // runOpts are the flags that describe a run.
 type runOpts struct {
 	env, params, policies, profiles, label string
-	drift                                  string
+	drift, profileFiles                    string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
 }
@@ -40,6 +40,7 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.UintVar(&o.maxInFlight, "max-in-flight", campaign.DefaultMaxInFlight, "episodes of this run in flight at once")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit per episode (0: the env's default)")
 	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
+	fs.StringVar(&o.profileFiles, "profile-files", "", "comma-separated YAML fault profiles that --profiles may name by their names (docs/faults.md)")
 	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
 }
 
@@ -53,6 +54,23 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	prof, err := campaign.ParseShares("--profiles", o.profiles)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	var custom []*gauntletv1.CustomProfile
+	for _, path := range strings.Split(o.profileFiles, ",") {
+		if path = strings.TrimSpace(path); path == "" {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--profile-files: %w", err))
+			continue
+		}
+		spec, _, err := faults.ParseSpec(data)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--profile-files: %s: %w", path, err))
+			continue
+		}
+		custom = append(custom, &gauntletv1.CustomProfile{Name: spec.Name, SpecYaml: string(data)})
 	}
 	drift, err := faults.ParseDrift(o.drift, time.Now())
 	if err != nil {
@@ -71,6 +89,7 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		RunId: campaign.NewRunID(), Env: o.env, ParamsJson: o.params, Policies: pol, Profiles: prof,
 		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
+		CustomProfiles: custom,
 	}
 	if err := campaign.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))

@@ -111,8 +111,12 @@ func Validate(r *gauntletv1.RunRequested) error {
 	if len(r.GetPolicies()) > 0 && total == 0 {
 		add("policies: weights add up to zero")
 	}
+	custom, err := faults.CompileCustomProfiles(r.GetCustomProfiles())
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if len(r.GetProfiles()) > 0 {
-		if err := faults.ValidateMix(r.GetProfiles()); err != nil {
+		if err := faults.ValidateMix(r.GetProfiles(), custom.Names()...); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,6 +1,9 @@
-// Package faults owns gauntlet's fault spectrum (B1, B3): the catalogue of faults, the
-// profiles that mix them (baseline, stress, edge), the derivation of an episode's fault plan,
-// and the Injector that evaluates a plan against the episode's simulated service calls.
+// Package faults owns gauntlet's fault spectrum (B1-B6): the catalogue of faults, the
+// profiles that mix them (baseline, stress, edge and user-defined YAML profiles), the
+// derivation of an episode's fault plan, drift of fault parameters over episodes or time,
+// the Injector that evaluates a plan against the episode's simulated service calls, and the
+// Decider that evaluates rules at real boundaries (subpackages faultnet and faultfs apply
+// it to connections, HTTP and files; fromlog derives profiles from logs).
 //
 // # What it owns
 //
@@ -14,6 +17,14 @@
 //     two services (same ids, bigger numbers); an edge plan is the baseline plan plus three
 //     or more rare faults (new ids).
 //   - The Injector: which rules fire on a call and what that does to it (Outcome).
+//   - Kinds: the full catalogue of fault kinds (network, storage, service, resource), each
+//     with typed parameters (Param: unit, range, default) and a composition pass.
+//   - Specs: user-defined profiles in strict YAML (ParseSpec), compiled to Rules with
+//     targets by service, tool, host, path, method and operation, checked against an SLA.
+//   - The Decider: the typed decision API for real boundaries; Decide(key, event) returns
+//     what the faults do to one event (Decision), composed abort > delay > rewrite.
+//   - Drift: selectors "<service|*>.<fault>.<param>", schedules (step, linear, piecewise)
+//     over the episode index or wall time, ApplyDrift recording the values on the plan.
 //
 // # Determinism
 //
@@ -27,8 +38,8 @@
 //
 // # Errors
 //
-// Plan, ChooseProfile, ValidateMix and ValidatePlan report bad input as errors that name the
-// offending field ("profiles[1].name: ...", "rules[3].probability: ..."), every problem at
+// Plan, ChooseProfile, ValidateMix, ValidatePlan, ValidateDrift, ParseDrift and ParseSpec
+// report bad input as errors that name the offending field ("profiles[1].name: ...", "rules[3].probability: ..."), every problem at
 // once where several can occur. Unknown profile names wrap ErrUnknownProfile. Nothing in the
 // package panics on any input.
 //
@@ -36,5 +47,6 @@
 //
 // The package-level functions are pure and safe for concurrent use. An Injector belongs to
 // one episode and is not safe for concurrent use; the plan it evaluates must not be modified
-// while it is in use.
+// while it is in use. A Decider is safe for concurrent use; its draws are keyed per stream,
+// so concurrent streams do not perturb each other.
 package faults

@@ -19,6 +19,10 @@ type Param struct {
 	MaxOpen  bool
 	// Integer requires a whole number.
 	Integer bool
+	// Text marks a parameter whose value is a string (a header name), not a number.
+	Text bool
+	// Default is the value a spec that omits the parameter gets (numbers only).
+	Default float64
 	// Doc says what the parameter does, for `gauntlet faults ls` and docs/faults.md.
 	Doc string
 

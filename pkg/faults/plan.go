@@ -29,6 +29,8 @@ func Plan(seed uint64, profile string, services []string) (*gauntletv1.FaultPlan
 		return nil, fmt.Errorf("plan: %w", err)
 	}
 
+	// A rule's numbers come from a generator keyed by (seed, "plan", layer, rule id), so
+	// they never depend on which other rules or services exist.
 	baseSeed := rng.Derive(seed, "plan", ProfileBaseline)
 	stressSeed := rng.Derive(seed, "plan", ProfileStress)
 	edgeSeed := rng.Derive(seed, "plan", ProfileEdge)
@@ -42,7 +44,15 @@ func Plan(seed uint64, profile string, services []string) (*gauntletv1.FaultPlan
 		edge = chooseEdge(edgeSeed, len(svcs))
 	}
 
-	plan := &gauntletv1.FaultPlan{Profile: profile, Seed: seed, CatalogueVersion: CatalogueVersion}
+	plan := &gauntletv1.FaultPlan{Profile: profile, Seed: seed, CatalogueVersion: CatalogueVersion,
+		Rules: make([]*gauntletv1.FaultRule, 0, len(svcs)*len(catalogue))}
+	// One generator, reseeded per rule to exactly the stream rng.New would give it.
+	pcg := &rand.PCG{}
+	g := rand.New(pcg)
+	ruleRand := func(layerSeed uint64, id string) *rand.Rand {
+		rng.Reseed(pcg, layerSeed, id, 0)
+		return g
+	}
 	for si, svc := range svcs {
 		for fi, f := range catalogue {
 			id := svc + "." + f.name
@@ -63,12 +73,6 @@ func Plan(seed uint64, profile string, services []string) (*gauntletv1.FaultPlan
 		}
 	}
 	return plan, nil
-}
-
-// ruleRand is the generator of one rule's numbers, keyed by (seed, "plan", layer, rule id):
-// a rule's numbers never depend on which other rules or services exist.
-func ruleRand(layerSeed uint64, id string) *rand.Rand {
-	return rng.New(layerSeed, id, 0)
 }
 
 // choiceRand is the generator of a layer's structural choices. "choice" has no dot, so it

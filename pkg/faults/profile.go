@@ -44,8 +44,9 @@ func DefaultMix() []*gauntletv1.Share {
 
 // ValidateMix reports every problem of a profile mix at once, each naming its field:
 // missing entries, unknown or duplicate names, and a total weight of zero. An empty mix is
-// valid: it stands for DefaultMix.
-func ValidateMix(mix []*gauntletv1.Share) error {
+// valid: it stands for DefaultMix. Names in custom (a run's user-defined profiles) are
+// known beside the built-in ones.
+func ValidateMix(mix []*gauntletv1.Share, custom ...string) error {
 	var errs []error
 	var total uint64
 	for i, s := range mix {
@@ -54,8 +55,8 @@ func ValidateMix(mix []*gauntletv1.Share) error {
 			continue
 		}
 		total += uint64(s.Weight)
-		if !isProfile(s.Name) {
-			errs = append(errs, fmt.Errorf("profiles[%d].name: %w", i, unknownProfile(s.Name)))
+		if !isProfile(s.Name) && !containsString(custom, s.Name) {
+			errs = append(errs, fmt.Errorf("profiles[%d].name: %w", i, unknownProfile(s.Name, custom...)))
 			continue
 		}
 		// Mixes hold a handful of entries: a quadratic scan beats allocating a set.
@@ -74,12 +75,13 @@ func ValidateMix(mix []*gauntletv1.Share) error {
 
 // ChooseProfile draws an episode's profile from mix, with probability proportional to each
 // entry's weight; an empty mix means DefaultMix. The choice is keyed by (seed, "profile"),
-// so the same seed and mix always choose the same profile.
-func ChooseProfile(seed uint64, mix []*gauntletv1.Share) (string, error) {
+// so the same seed and mix always choose the same profile. custom names the run's
+// user-defined profiles, which the mix may name.
+func ChooseProfile(seed uint64, mix []*gauntletv1.Share, custom ...string) (string, error) {
 	if len(mix) == 0 {
 		mix = DefaultMix()
 	}
-	if err := ValidateMix(mix); err != nil {
+	if err := ValidateMix(mix, custom...); err != nil {
 		return "", fmt.Errorf("choose profile: %w", err)
 	}
 	var total uint64
@@ -107,6 +109,10 @@ func isProfile(name string) bool {
 	return false
 }
 
-func unknownProfile(name string) error {
-	return fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(profiles, ", "))
+func unknownProfile(name string, custom ...string) error {
+	known := strings.Join(profiles, ", ")
+	if len(custom) > 0 {
+		known += "; the run's own: " + strings.Join(custom, ", ")
+	}
+	return fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, known)
 }

@@ -16,8 +16,32 @@ const maxLatencyMs = 3_600_000
 // Injector without panicking. A nil plan has no rules and is valid.
 func ValidatePlan(p *gauntletv1.FaultPlan) error {
 	var errs []error
-	seen := map[string]bool{}
-	for i, r := range p.GetRules() {
+	rules := p.GetRules()
+	// NewInjector validates every plan on the worker's hot path: small plans (all of the
+	// catalogue's) find duplicate ids by scanning, which allocates nothing; big ones use a
+	// set. Formatting a location is left to rules with a problem.
+	var seen map[string]bool
+	if len(rules) > 64 {
+		seen = make(map[string]bool, len(rules))
+	}
+	dup := func(i int, id string) bool {
+		if seen != nil {
+			return seen[id]
+		}
+		for _, q := range rules[:i] {
+			if q != nil && q.Id == id {
+				return true
+			}
+		}
+		return false
+	}
+	for i, r := range rules {
+		if r != nil && !dup(i, r.Id) && ruleLooksValid(r) {
+			if seen != nil {
+				seen[r.Id] = true
+			}
+			continue
+		}
 		where := fmt.Sprintf("rules[%d]", i)
 		if r == nil {
 			errs = append(errs, fmt.Errorf("%s: missing rule", where))
@@ -25,10 +49,12 @@ func ValidatePlan(p *gauntletv1.FaultPlan) error {
 		}
 		if r.Id == "" {
 			errs = append(errs, fmt.Errorf("%s.id: must not be empty", where))
-		} else if seen[r.Id] {
+		} else if dup(i, r.Id) {
 			errs = append(errs, fmt.Errorf("%s.id: duplicate id %q", where, r.Id))
 		}
-		seen[r.Id] = true
+		if seen != nil {
+			seen[r.Id] = true
+		}
 		if r.Target == "" {
 			errs = append(errs, fmt.Errorf("%s.target: must not be empty", where))
 		}
@@ -64,4 +90,21 @@ func ValidatePlan(p *gauntletv1.FaultPlan) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ruleLooksValid is the fast path of ValidatePlan: true when r passes every check below.
+func ruleLooksValid(r *gauntletv1.FaultRule) bool {
+	if r.Id == "" || r.Target == "" || !(r.Probability >= 0 && r.Probability <= 1) {
+		return false
+	}
+	switch s := r.Spec.(type) {
+	case *gauntletv1.FaultRule_HttpError:
+		return s.HttpError != nil && s.HttpError.Status >= 400 && s.HttpError.Status <= 599
+	case *gauntletv1.FaultRule_Latency:
+		return s.Latency != nil && s.Latency.MeanMs >= 0 && s.Latency.MeanMs <= maxLatencyMs &&
+			s.Latency.JitterMs >= 0 && s.Latency.JitterMs <= maxLatencyMs
+	case *gauntletv1.FaultRule_Truncate:
+		return s.Truncate != nil && s.Truncate.KeepFraction >= 0 && s.Truncate.KeepFraction < 1
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -96,4 +97,17 @@ func FuzzValidatePlan(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestValidateBigPlanFindsDuplicates covers the set used for plans of more than 64 rules.
+func TestValidateBigPlanFindsDuplicates(t *testing.T) {
+	var rules []*gauntletv1.FaultRule
+	for i := range 70 {
+		rules = append(rules, httpRule(fmt.Sprintf("r%d", i), "*", 0.1, 503, 0))
+	}
+	if err := faults.ValidatePlan(&gauntletv1.FaultPlan{Rules: rules}); err != nil {
+		t.Fatal(err)
+	}
+	rules = append(rules, httpRule("r3", "*", 0.1, 503, 0), httpRule("r71", "*", 2, 503, 0))
+	wantErrs(t, faults.ValidatePlan(&gauntletv1.FaultPlan{Rules: rules}), `rules[70].id: duplicate id "r3"`, "rules[71].probability: 2 is outside [0,1]")
 }

@@ -8,8 +8,6 @@
 package rng
 
 import (
-	"encoding/binary"
-	"hash/fnv"
 	"math/rand/v2"
 )
 
@@ -17,16 +15,27 @@ import (
 // across processes and versions of Go; it is how child seeds (episode seeds from a run
 // seed, component seeds from an episode seed) are made.
 func Derive(seed uint64, labels ...string) uint64 {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], seed)
-	h.Write(b[:])
-	for _, l := range labels {
-		h.Write([]byte{0}) // separator: ("ab","c") must differ from ("a","bc")
-		h.Write([]byte(l))
+	// FNV-1a over the seed's 8 little-endian bytes, then each label after a 0 separator
+	// (so ("ab","c") differs from ("a","bc")), written out so that it allocates nothing:
+	// fault evaluation derives a seed per draw. Identical to hash/fnv's New64a.
+	h := uint64(fnvOffset)
+	for i := 0; i < 8; i++ {
+		h = (h ^ (seed >> (8 * i) & 0xff)) * fnvPrime
 	}
-	return mix(h.Sum64())
+	for _, l := range labels {
+		h *= fnvPrime // the separator byte 0: xor with 0 is a no-op
+		for i := 0; i < len(l); i++ {
+			h = (h ^ uint64(l[i])) * fnvPrime
+		}
+	}
+	return mix(h)
 }
+
+// FNV-1a 64-bit parameters.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
 
 // DeriveN is Derive with a numeric label, for indices and counters.
 func DeriveN(seed uint64, label string, n uint64) uint64 {
@@ -37,6 +46,14 @@ func DeriveN(seed uint64, label string, n uint64) uint64 {
 func New(seed uint64, component string, counter uint64) *rand.Rand {
 	s := DeriveN(seed, component, counter)
 	return rand.New(rand.NewPCG(s, mix(s^0x94d049bb133111eb)))
+}
+
+// Reseed resets p to the state New(seed, component, counter) starts from, so a caller
+// that needs many short keyed streams can reuse one generator instead of allocating one
+// per stream. rand.New(p) then draws exactly what New's generator draws.
+func Reseed(p *rand.PCG, seed uint64, component string, counter uint64) {
+	s := DeriveN(seed, component, counter)
+	p.Seed(s, mix(s^0x94d049bb133111eb))
 }
 
 // Float64 returns the single uniform draw in [0,1) keyed by (seed, component, counter),

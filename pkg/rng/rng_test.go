@@ -1,7 +1,10 @@
 package rng
 
 import (
+	"encoding/binary"
+	"hash/fnv"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -53,6 +56,42 @@ func TestNewMatchesForSameKey(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		if a.Uint64() != b.Uint64() {
 			t.Fatal("same key, different stream")
+		}
+	}
+}
+
+// TestDeriveMatchesHashFNV: the allocation-free Derive is FNV-1a as hash/fnv computes it.
+func TestDeriveMatchesHashFNV(t *testing.T) {
+	ref := func(seed uint64, labels ...string) uint64 {
+		h := fnv.New64a()
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], seed)
+		h.Write(b[:])
+		for _, l := range labels {
+			h.Write([]byte{0})
+			h.Write([]byte(l))
+		}
+		return mix(h.Sum64())
+	}
+	for seed := uint64(0); seed < 2000; seed++ {
+		labels := []string{"plan", "payment.http_503\x00conn/7", string(rune('a' + seed%26))}[:seed%4]
+		if got, want := Derive(seed*0x9e3779b97f4a7c15, labels...), ref(seed*0x9e3779b97f4a7c15, labels...); got != want {
+			t.Fatalf("Derive(%d, %q) = %d, hash/fnv gives %d", seed, labels, got, want)
+		}
+	}
+}
+
+// TestReseedMatchesNew: a reseeded generator draws what New's draws.
+func TestReseedMatchesNew(t *testing.T) {
+	p := &rand.PCG{}
+	g := rand.New(p)
+	for c := uint64(0); c < 100; c++ {
+		Reseed(p, 42, "payment.latency", c)
+		want := New(42, "payment.latency", c)
+		for i := range 20 {
+			if a, b := g.Uint64(), want.Uint64(); a != b {
+				t.Fatalf("counter %d draw %d: %d, want %d", c, i, a, b)
+			}
 		}
 	}
 }

@@ -4,8 +4,9 @@
 // recorded) before a worker sees the episode, and replay meets the same faults.
 //
 // Plans are pkg/faults's pure functions of (seed, profile, env services); the service adds
-// the profile mix, request validation and metrics. Handlers run on NATS subscription
-// goroutines; the service holds no mutable state.
+// the profile mix, request validation, drift (B6: the run's schedules from the request and
+// the global ones from the gauntlet_drift KV bucket, read once per batch) and metrics.
+// Handlers run on NATS subscription goroutines; the service holds no mutable state.
 package faults
 
 import (
@@ -99,17 +100,22 @@ func (s *Service) handle(m *nats.Msg) {
 
 // Plan derives the plan of every episode in the request, in order. The profile of an
 // episode is drawn from the mix with the episode's seed, so it is as reproducible as the
-// plan itself. Drift (B6) is applied on top: first the global schedules, then the run's
+// plan itself. The mix may name the run's user-defined profiles (req.custom_profiles),
+// whose plans come from their YAML specs. Drift (B6) is applied on top: first the global schedules, then the run's
 // (req.drift), each evaluated at the episode's index or requested time, so a run's value
 // overrides a global one for the same selector. The values in force are recorded on the
 // plan. Drift changes numbers only: the plan's seed and rule ids, hence every random draw,
 // stay what they are without drift.
 func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) (*gauntletv1.PlanReply, error) {
+	custom, err := plans.CompileCustomProfiles(req.GetCustomProfiles())
+	if err != nil {
+		return nil, err
+	}
 	mix := req.GetProfiles()
 	if len(mix) == 0 {
 		mix = plans.DefaultMix()
 	}
-	if err := plans.ValidateMix(mix); err != nil {
+	if err := plans.ValidateMix(mix, custom.Names()...); err != nil {
 		return nil, err
 	}
 	if err := plans.ValidateDrift(req.GetDrift()); err != nil {
@@ -130,11 +136,16 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 			svcs = e.Spec().Services
 			services[ep.Env] = svcs
 		}
-		profile, err := plans.ChooseProfile(rng.Derive(ep.Seed, "profile"), mix)
+		profile, err := plans.ChooseProfile(rng.Derive(ep.Seed, "profile"), mix, custom.Names()...)
 		if err != nil {
 			return nil, fmt.Errorf("episodes[%d]: choose profile: %w", i, err)
 		}
-		p, err := plans.Plan(rng.Derive(ep.Seed, "faults"), profile, svcs)
+		var p *gauntletv1.FaultPlan
+		if _, own := custom[profile]; own {
+			p, err = custom.Plan(rng.Derive(ep.Seed, "faults"), profile, svcs)
+		} else {
+			p, err = plans.Plan(rng.Derive(ep.Seed, "faults"), profile, svcs)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("episodes[%d]: plan: %w", i, err)
 		}

@@ -299,7 +299,7 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	var plans gauntletv1.PlanReply
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.bus().Request(pctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: eps, Profiles: spec.Profiles, Drift: spec.Drift}, &plans); err != nil {
+	if err := s.bus().Request(pctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: eps, Profiles: spec.Profiles, Drift: spec.Drift, CustomProfiles: spec.CustomProfiles}, &plans); err != nil {
 		return fmt.Errorf("plan episodes %d..%d: %w", first, first+n-1, err)
 	}
 	if plans.Error != "" || len(plans.Plans) != len(eps) {

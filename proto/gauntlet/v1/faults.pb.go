@@ -435,6 +435,62 @@ func (x *DriftSet) GetSetAtUnixNano() int64 {
 	return 0
 }
 
+// CustomProfile is a user-defined fault profile (B3) carried by a run: its YAML text, as
+// `gauntlet faults validate` reads it (see docs/faults.md). A run's profile mix may name it
+// beside the built-in profiles.
+type CustomProfile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Must equal the spec's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SpecYaml      string `protobuf:"bytes,2,opt,name=spec_yaml,json=specYaml,proto3" json:"spec_yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CustomProfile) Reset() {
+	*x = CustomProfile{}
+	mi := &file_proto_gauntlet_v1_faults_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CustomProfile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CustomProfile) ProtoMessage() {}
+
+func (x *CustomProfile) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_faults_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CustomProfile.ProtoReflect.Descriptor instead.
+func (*CustomProfile) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_faults_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CustomProfile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CustomProfile) GetSpecYaml() string {
+	if x != nil {
+		return x.SpecYaml
+	}
+	return ""
+}
+
 var File_proto_gauntlet_v1_faults_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_faults_proto_rawDesc = "" +
@@ -460,7 +516,10 @@ const file_proto_gauntlet_v1_faults_proto_rawDesc = "" +
 	"\bDriftSet\x12(\n" +
 	"\x05drift\x18\x01 \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12\x15\n" +
 	"\x06set_by\x18\x02 \x01(\tR\x05setBy\x12'\n" +
-	"\x10set_at_unix_nano\x18\x03 \x01(\x03R\rsetAtUnixNano*=\n" +
+	"\x10set_at_unix_nano\x18\x03 \x01(\x03R\rsetAtUnixNano\"@\n" +
+	"\rCustomProfile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tspec_yaml\x18\x02 \x01(\tR\bspecYaml*=\n" +
 	"\tDriftAxis\x12\x16\n" +
 	"\x12DRIFT_AXIS_EPISODE\x10\x00\x12\x18\n" +
 	"\x14DRIFT_AXIS_WALL_TIME\x10\x01*U\n" +
@@ -483,7 +542,7 @@ func file_proto_gauntlet_v1_faults_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_faults_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_gauntlet_v1_faults_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_proto_gauntlet_v1_faults_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_proto_gauntlet_v1_faults_proto_goTypes = []any{
 	(DriftAxis)(0),        // 0: gauntlet.v1.DriftAxis
 	(DriftShape)(0),       // 1: gauntlet.v1.DriftShape
@@ -492,6 +551,7 @@ var file_proto_gauntlet_v1_faults_proto_goTypes = []any{
 	(*DriftPoint)(nil),    // 4: gauntlet.v1.DriftPoint
 	(*DriftValue)(nil),    // 5: gauntlet.v1.DriftValue
 	(*DriftSet)(nil),      // 6: gauntlet.v1.DriftSet
+	(*CustomProfile)(nil), // 7: gauntlet.v1.CustomProfile
 }
 var file_proto_gauntlet_v1_faults_proto_depIdxs = []int32{
 	3, // 0: gauntlet.v1.Drift.schedule:type_name -> gauntlet.v1.DriftSchedule
@@ -517,7 +577,7 @@ func file_proto_gauntlet_v1_faults_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_faults_proto_rawDesc), len(file_proto_gauntlet_v1_faults_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -118,9 +118,11 @@ type RunRequested struct {
 	// Free-form label shown in reports (e.g. "demo").
 	Label string `protobuf:"bytes,11,opt,name=label,proto3" json:"label,omitempty"`
 	// Fault parameters that follow a schedule over the run's episodes or wall time (B6).
-	Drift         []*Drift `protobuf:"bytes,12,rep,name=drift,proto3" json:"drift,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Drift []*Drift `protobuf:"bytes,12,rep,name=drift,proto3" json:"drift,omitempty"`
+	// User-defined fault profiles the profile mix may name (B3).
+	CustomProfiles []*CustomProfile `protobuf:"bytes,13,rep,name=custom_profiles,json=customProfiles,proto3" json:"custom_profiles,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunRequested) Reset() {
@@ -233,6 +235,13 @@ func (x *RunRequested) GetLabel() string {
 func (x *RunRequested) GetDrift() []*Drift {
 	if x != nil {
 		return x.Drift
+	}
+	return nil
+}
+
+func (x *RunRequested) GetCustomProfiles() []*CustomProfile {
+	if x != nil {
+		return x.CustomProfiles
 	}
 	return nil
 }
@@ -899,9 +908,11 @@ type PlanRequest struct {
 	// Profile mix; empty means the service's default (baseline 60, stress 25, edge 15).
 	Profiles []*Share `protobuf:"bytes,2,rep,name=profiles,proto3" json:"profiles,omitempty"`
 	// The run's drift schedules, applied at each episode's index (B6).
-	Drift         []*Drift `protobuf:"bytes,3,rep,name=drift,proto3" json:"drift,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Drift []*Drift `protobuf:"bytes,3,rep,name=drift,proto3" json:"drift,omitempty"`
+	// The run's user-defined profiles, which profiles may name (B3).
+	CustomProfiles []*CustomProfile `protobuf:"bytes,4,rep,name=custom_profiles,json=customProfiles,proto3" json:"custom_profiles,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PlanRequest) Reset() {
@@ -951,6 +962,13 @@ func (x *PlanRequest) GetProfiles() []*Share {
 func (x *PlanRequest) GetDrift() []*Drift {
 	if x != nil {
 		return x.Drift
+	}
+	return nil
+}
+
+func (x *PlanRequest) GetCustomProfiles() []*CustomProfile {
+	if x != nil {
+		return x.CustomProfiles
 	}
 	return nil
 }
@@ -2333,7 +2351,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\"\x9e\x03\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\"\xe3\x03\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -2348,7 +2366,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x16requested_at_unix_nano\x18\n" +
 	" \x01(\x03R\x13requestedAtUnixNano\x12\x14\n" +
 	"\x05label\x18\v \x01(\tR\x05label\x12(\n" +
-	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\"3\n" +
+	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
+	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x8f\x02\n" +
@@ -2397,11 +2416,12 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\"\n" +
-	"\rat_virtual_ns\x18\x05 \x01(\x03R\vatVirtualNs\"\xa2\x01\n" +
+	"\rat_virtual_ns\x18\x05 \x01(\x03R\vatVirtualNs\"\xe7\x01\n" +
 	"\vPlanRequest\x129\n" +
 	"\bepisodes\x18\x01 \x03(\v2\x1d.gauntlet.v1.EpisodeRequestedR\bepisodes\x12.\n" +
 	"\bprofiles\x18\x02 \x03(\v2\x12.gauntlet.v1.ShareR\bprofiles\x12(\n" +
-	"\x05drift\x18\x03 \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\"O\n" +
+	"\x05drift\x18\x03 \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
+	"\x0fcustom_profiles\x18\x04 \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\"O\n" +
 	"\tPlanReply\x12,\n" +
 	"\x05plans\x18\x01 \x03(\v2\x16.gauntlet.v1.FaultPlanR\x05plans\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"9\n" +
@@ -2586,48 +2606,51 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*Event)(nil),            // 25: gauntlet.v1.Event
 	(*RunProgress)(nil),      // 26: gauntlet.v1.RunProgress
 	(*Drift)(nil),            // 27: gauntlet.v1.Drift
-	(*DriftValue)(nil),       // 28: gauntlet.v1.DriftValue
+	(*CustomProfile)(nil),    // 28: gauntlet.v1.CustomProfile
+	(*DriftValue)(nil),       // 29: gauntlet.v1.DriftValue
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	2,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
 	27, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	3,  // 3: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 4: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	6,  // 5: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	28, // 6: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
-	7,  // 7: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	8,  // 8: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	9,  // 9: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	3,  // 10: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	2,  // 11: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	27, // 12: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	5,  // 13: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	15, // 14: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	13, // 15: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	10, // 16: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	14, // 17: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	16, // 18: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	0,  // 19: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	19, // 20: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	18, // 21: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	17, // 22: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	19, // 23: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	3,  // 24: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 25: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 26: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 27: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	5,  // 28: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	17, // 29: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	22, // 30: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	17, // 31: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	23, // 32: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	24, // 33: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	28, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	3,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	6,  // 6: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	29, // 7: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	7,  // 8: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	8,  // 9: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	9,  // 10: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	3,  // 11: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	2,  // 12: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	27, // 13: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	28, // 14: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	5,  // 15: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	15, // 16: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	13, // 17: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	10, // 18: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	14, // 19: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	16, // 20: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	0,  // 21: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	19, // 22: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	18, // 23: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	17, // 24: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	19, // 25: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	3,  // 26: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 27: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 28: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	0,  // 29: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	5,  // 30: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	17, // 31: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	22, // 32: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	17, // 33: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	23, // 34: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	24, // 35: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }

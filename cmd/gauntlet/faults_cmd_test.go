@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := runMain(context.Background(), args, &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+func TestFaultsLsListsEveryLayer(t *testing.T) {
+	out, err := runCLI(t, "faults", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"packet_loss", "burst_len=[1,1e+06]packets", "disk_full", "header_garbled", "clock_skew", "http_error", "retry_after_ms=[0,3.6e+06]ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("faults ls does not show %q", want)
+		}
+	}
+}
+
+func TestFaultsPlanIsDeterministic(t *testing.T) {
+	a, err := runCLI(t, "faults", "plan", "--env", "shop", "--seed", "9", "--profile", "stress", "--calls", "40")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := runCLI(t, "faults", "plan", "--env", "shop", "--seed", "9", "--profile", "stress", "--calls", "40")
+	c, _ := runCLI(t, "faults", "plan", "--env", "shop", "--seed", "10", "--profile", "stress", "--calls", "40")
+	if a != b || a == c || !strings.Contains(a, "payment.http_503") {
+		t.Fatalf("plans: same seed equal %v, different seeds differ %v:\n%s", a == b, a != c, a)
+	}
+	out, err := runCLI(t, "faults", "plan", "--profile", filepath.Join("..", "..", "pkg", "faults", "testdata", "profiles", "flaky-payments.yaml"), "--calls", "30")
+	if err != nil || !strings.Contains(out, "pay-429") || !strings.Contains(out, "retry_after_ms=2000") {
+		t.Fatalf("plan of a YAML profile: %v\n%s", err, out)
+	}
+}
+
+func TestFaultsValidateAndFromLog(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: x\nfaults:\n  - {id: a, kind: packet_loss, params: {rate: 1.5}}\n  - {id: b, kind: teleport}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "faults", "validate", filepath.Join("..", "..", "pkg", "faults", "testdata", "profiles", "full-disk.yaml"), bad)
+	if err == nil || !strings.Contains(out, "ok  ") || !strings.Contains(out, "faults[0].params.rate: 1.5 is above the maximum 1") ||
+		!strings.Contains(out, `faults[1].kind: unknown fault "teleport"`) {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+
+	logs := filepath.Join("..", "..", "pkg", "faults", "fromlog", "testdata", "logs")
+	profile := filepath.Join(dir, "p.yaml")
+	var args []string
+	for _, n := range []string{"nginx-access.log", "nginx-error.log", "app.jsonl", "go-panic.log", "java-trace.log", "python-trace.log", "free-text.log"} {
+		args = append(args, filepath.Join(logs, n))
+	}
+	if out, err := runCLI(t, append([]string{"faults", "from-log", "--name", "from-all", "-o", profile}, args...)...); err != nil {
+		t.Fatalf("from-log: %v\n%s", err, out)
+	}
+	got, _ := os.ReadFile(profile)
+	want, _ := os.ReadFile(filepath.Join("..", "..", "pkg", "faults", "fromlog", "testdata", "golden", "all.yaml"))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("from-log output differs from the golden profile:\n%s", got)
+	}
+	if out, err := runCLI(t, "faults", "validate", profile); err != nil {
+		t.Fatalf("the derived profile does not validate: %v\n%s", err, out)
+	}
+}
+
+func TestFaultsBadCommandLines(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"faults"}, "gauntlet faults ls"},
+		{[]string{"faults", "explode"}, `unknown subcommand "explode"`},
+		{[]string{"faults", "plan", "--profile", "chaos"}, `unknown profile "chaos"`},
+		{[]string{"faults", "plan", "--drift", "*.latency.mean_ms=linear(0:-1,5:3)"}, "-1 is below the minimum 0 ms"},
+		{[]string{"faults", "validate"}, "give one or more YAML profile files"},
+		{[]string{"faults", "from-log"}, "give one or more log files"},
+		{[]string{"faults", "drift", "set"}, "gauntlet faults drift: show | history | set"},
+		{[]string{"run", "--drift", "*.chaos.mean_ms=step(0:1)"}, `--drift: drift[0].selector: "*.chaos.mean_ms": unknown fault "chaos"`},
+	} {
+		out, err := runCLI(t, tc.args...)
+		if err == nil {
+			t.Errorf("%v accepted", tc.args)
+			continue
+		}
+		if msg := err.Error() + "\n" + out; !strings.Contains(msg, tc.want) {
+			t.Errorf("%v: %q does not say %q", tc.args, msg, tc.want)
+		}
+	}
+}

@@ -1,0 +1,254 @@
+// Package faultnet applies gauntlet's network and service faults (B1, B2) to real traffic
+// between a sandbox and the services it may reach: a net.Conn and net.Listener wrapper
+// (latency, loss as retransmission delay, bandwidth cap, reset after N bytes or ms,
+// black-holed connections), a Resolver (NXDOMAIN, SERVFAIL, lookup timeout) and an HTTP
+// proxy (HTTP errors with Retry-After, truncated or garbled bodies and headers, broken
+// gzip, slow bodies, plus the network faults above).
+//
+// Every decision comes from a faults.Decider, so which fault meets which event is a pure
+// function of (seed, rule id, stream key, event count): a replay with the same seed meets
+// the same faults. Streams are keyed so that concurrent streams do not perturb each other:
+// a wrapped connection uses the key it was given (Listener: "conn/<n>" by accept order),
+// the proxy uses "http/<host>", the resolver "dns/<host>". Every fired fault is reported
+// to an optional OnFire callback, to be recorded as a step event.
+//
+// Sleeps honour contexts and connection closes; nothing here spawns goroutines that
+// outlive the call or connection that started them.
+package faultnet
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+)
+
+// OnFire receives the faults that fired on an event, with the stream key.
+type OnFire func(key string, ev faults.Event, fired []faults.Fired)
+
+// Conn is a net.Conn whose writes meet the decider's network faults. Its connection-level
+// decision (made when wrapped, as an OpConnect event) may reset it after some bytes or some
+// time, black-hole it (timeout) or cap its bandwidth; each write is then an OpWrite event
+// that may add latency or lose the write (costing the RTO, as TCP's retransmission does).
+type Conn struct {
+	net.Conn
+	d      *faults.Decider
+	key    string
+	ev     faults.Event
+	onFire OnFire
+
+	mu         sync.Mutex
+	passed     int64 // bytes read plus written
+	resetAfter int64 // -1: no byte-count reset
+	bps        float64
+	hole       bool // black-holed: swallow writes, block reads
+	reset      bool
+	closed     chan struct{}
+	closeOnce  sync.Once
+	timer      *time.Timer
+}
+
+// WrapConn wraps c. ev describes the connection (Host, Service; Layer and Op are set
+// here). A nil decider passes everything through.
+func WrapConn(c net.Conn, d *faults.Decider, key string, ev faults.Event, onFire OnFire) *Conn {
+	ev.Layer, ev.Op = faults.LayerNetwork, faults.OpConnect
+	w := &Conn{Conn: c, d: d, key: key, ev: ev, onFire: onFire, resetAfter: -1, closed: make(chan struct{})}
+	dec := d.Decide(key, ev)
+	w.report(ev, dec)
+	w.bps = dec.BytesPerSec
+	if dec.Delay > 0 {
+		time.Sleep(dec.Delay)
+	}
+	switch dec.Abort {
+	case faults.KindReset:
+		if dec.ResetAfter > 0 {
+			w.timer = time.AfterFunc(dec.ResetAfter, func() { w.doReset() })
+		}
+		if dec.ResetAfterBytes > 0 || dec.ResetAfter == 0 {
+			w.resetAfter = dec.ResetAfterBytes
+		}
+	case faults.KindTimeout:
+		w.hole = true
+		if dec.Hold > 0 {
+			w.timer = time.AfterFunc(dec.Hold, func() { _ = w.Close() })
+		}
+	case faults.KindPacketLoss:
+		time.Sleep(dec.RTO) // the SYN was lost: the handshake pays one RTO
+	}
+	return w
+}
+
+func (w *Conn) report(ev faults.Event, dec faults.Decision) {
+	if w.onFire != nil && len(dec.Fired) > 0 {
+		w.onFire(w.key, ev, dec.Fired)
+	}
+}
+
+// ErrReset is returned by a Conn the fault layer reset; it wraps syscall.ECONNRESET.
+var ErrReset = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+
+// doReset aborts the connection with a TCP RST (SO_LINGER 0), so the peer sees
+// ECONNRESET rather than an orderly end.
+func (w *Conn) doReset() {
+	w.mu.Lock()
+	w.reset = true
+	w.mu.Unlock()
+	if tc, ok := w.Conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = w.Close()
+}
+
+// budget returns how many of n bytes may pass before a byte-count reset, and whether the
+// connection is already reset.
+func (w *Conn) budget(n int) (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.reset {
+		return 0, true
+	}
+	if w.resetAfter < 0 {
+		return n, false
+	}
+	left := w.resetAfter - w.passed
+	if left <= 0 {
+		return 0, true
+	}
+	return int(min(int64(n), left)), false
+}
+
+func (w *Conn) count(n int) (resetNow bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.passed += int64(n)
+	return w.resetAfter >= 0 && w.passed >= w.resetAfter
+}
+
+// Read reads from the connection. A black-holed connection delivers nothing: it discards
+// what arrives and returns only the underlying error (a deadline, a close), so a client
+// waits for an answer that never comes.
+func (w *Conn) Read(p []byte) (int, error) {
+	if w.hole {
+		for {
+			if _, err := w.Conn.Read(p); err != nil {
+				return 0, err
+			}
+		}
+	}
+	k, isReset := w.budget(len(p))
+	if isReset {
+		w.doReset()
+		return 0, ErrReset
+	}
+	n, err := w.Conn.Read(p[:k])
+	if n > 0 && w.count(n) {
+		defer w.doReset()
+	}
+	w.throttle(n)
+	if err != nil && w.isReset() {
+		return n, ErrReset
+	}
+	return n, err
+}
+
+// Write writes to the connection as one OpWrite event: latency and loss delay it, the
+// bandwidth cap paces it, a byte-count reset cuts it.
+func (w *Conn) Write(p []byte) (int, error) {
+	if w.hole {
+		return len(p), nil // swallowed: nobody answers
+	}
+	ev := w.ev
+	ev.Op = faults.OpWrite
+	dec := w.d.Decide(w.key, ev)
+	w.report(ev, dec)
+	wait := dec.Delay
+	if dec.Abort == faults.KindPacketLoss {
+		wait += dec.RTO
+	}
+	if wait > 0 && !w.sleep(wait) {
+		return 0, net.ErrClosed
+	}
+	k, isReset := w.budget(len(p))
+	if isReset {
+		w.doReset()
+		return 0, ErrReset
+	}
+	n, err := w.Conn.Write(p[:k])
+	w.throttle(n)
+	if n > 0 && w.count(n) {
+		w.doReset()
+		if err == nil && n < len(p) {
+			err = ErrReset
+		}
+	}
+	if err != nil && w.isReset() {
+		return n, ErrReset
+	}
+	return n, err
+}
+
+func (w *Conn) isReset() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reset
+}
+
+func (w *Conn) throttle(n int) {
+	if w.bps > 0 && n > 0 {
+		w.sleep(time.Duration(float64(n) / w.bps * float64(time.Second)))
+	}
+}
+
+// sleep waits d unless the connection closes first; it reports whether it slept fully.
+func (w *Conn) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.closed:
+		return false
+	}
+}
+
+// Close closes the connection and stops its fault timers.
+func (w *Conn) Close() error {
+	var err error
+	w.closeOnce.Do(func() {
+		close(w.closed)
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.d.Forget(w.key) // connection keys are never reused
+		err = w.Conn.Close()
+	})
+	return err
+}
+
+// Listener wraps accepted connections in Conn, keyed "conn/<n>" by accept order.
+type Listener struct {
+	net.Listener
+	D      *faults.Decider
+	Event  faults.Event
+	OnFire OnFire
+
+	mu sync.Mutex
+	n  uint64
+}
+
+// Accept accepts and wraps the next connection.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	key := "conn/" + strconv.FormatUint(l.n, 10)
+	l.n++
+	l.mu.Unlock()
+	return WrapConn(c, l.D, key, l.Event, l.OnFire), nil
+}

@@ -1,0 +1,328 @@
+package faultnet_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultnet"
+)
+
+func decider(t *testing.T, spec string) *faults.Decider {
+	t.Helper()
+	_, rules, err := faults.ParseSpec([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return faults.NewDecider(42, rules)
+}
+
+// upstream is a real loopback HTTP service, like one a sandboxed agent may call.
+func upstream(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", "req-1")
+		_, _ = io.WriteString(w, `{"items":[`+strings.Repeat(`{"sku":"sku-00001","qty":1},`, 60)+`{"sku":"last"}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	kinds []string
+}
+
+func (r *recorder) fire(_ string, _ faults.Event, fired []faults.Fired) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range fired {
+		r.kinds = append(r.kinds, f.Kind)
+	}
+}
+
+func (r *recorder) saw(kind string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range r.kinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// proxied starts the proxy in front of a real upstream and returns a client whose
+// requests go to the proxy (reverse-proxy mode), plus the proxy's base URL.
+func proxied(t *testing.T, spec string) (*http.Client, string, *recorder) {
+	t.Helper()
+	up := upstream(t)
+	u, _ := url.Parse(up.URL)
+	rec := &recorder{}
+	p := &faultnet.Proxy{D: decider(t, spec), OnFire: rec.fire, Default: u, Services: map[string]string{"127.0.0.1": "shop"}}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	return &http.Client{Timeout: 5 * time.Second}, front.URL, rec
+}
+
+const header = "name: test\nfaults:\n"
+
+func TestProxy429ReachesClientWithRetryAfter(t *testing.T) {
+	c, base, rec := proxied(t, header+`
+  - id: rate-limit
+    kind: http_error
+    probability: 1
+    match: {paths: ["/v1/*"], methods: [POST]}
+    params: {status: 429, retry_after_ms: 2500}
+`)
+	resp, err := c.Post(base+"/v1/orders", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" {
+		t.Fatalf("status %d Retry-After %q, want 429 and 3 (2.5 s rounded up)", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if !rec.saw(faults.KindHTTPError) {
+		t.Fatal("the fired 429 was not reported")
+	}
+	// The match is by path and method: a GET, or another path, passes.
+	for _, req := range []struct{ method, path string }{{"GET", "/v1/orders"}, {"POST", "/v2/orders"}} {
+		r, _ := http.NewRequest(req.method, base+req.path, strings.NewReader(`{}`))
+		resp, err := c.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s %s: status %d, want 200", req.method, req.path, resp.StatusCode)
+		}
+	}
+}
+
+func TestProxyResetReachesClient(t *testing.T) {
+	c, base, _ := proxied(t, header+"  - {id: rst, kind: reset, params: {after_bytes: 0}}\n")
+	_, err := c.Get(base + "/v1/items")
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("error %v is not a connection reset", err)
+	}
+	// A reset part-way through the response: the client gets a broken response.
+	c, base, _ = proxied(t, header+"  - {id: rst, kind: reset, params: {after_bytes: 60}}\n")
+	if _, err = c.Get(base + "/v1/items"); err == nil {
+		t.Fatal("a request reset after 60 bytes of response succeeded")
+	}
+}
+
+func TestProxyBodyRewrites(t *testing.T) {
+	t.Run("truncate", func(t *testing.T) {
+		c, base, _ := proxied(t, header+"  - {id: cut, kind: truncate, params: {keep_fraction: 0.3}}\n")
+		resp, err := c.Get(base + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if !errors.Is(err, io.ErrUnexpectedEOF) || len(b) == 0 || int64(len(b)) >= resp.ContentLength {
+			t.Fatalf("read %d of %d bytes, err %v: want a cut body and unexpected EOF", len(b), resp.ContentLength, err)
+		}
+	})
+	t.Run("broken gzip", func(t *testing.T) {
+		c, base, _ := proxied(t, header+"  - {id: gz, kind: broken_gzip}\n")
+		resp, err := c.Get(base + "/x") // the client asks for gzip and decodes it itself
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.ReadAll(resp.Body); err == nil {
+			t.Fatal("a broken gzip body decoded without error")
+		}
+	})
+	t.Run("headers", func(t *testing.T) {
+		c, base, _ := proxied(t, header+`
+  - {id: h1, kind: header_missing, params: {header: X-Request-Id}}
+  - {id: h2, kind: header_garbled, params: {header: Content-Type}}
+`)
+		resp, err := c.Get(base + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Header.Get("X-Request-Id") != "" {
+			t.Fatal("X-Request-Id survived header_missing")
+		}
+		if ct := resp.Header.Get("Content-Type"); ct == "" {
+			t.Fatal("Content-Type missing, want garbled")
+		} else if _, _, err := mime.ParseMediaType(ct); err == nil {
+			t.Fatalf("Content-Type %q still parses", ct)
+		}
+	})
+	t.Run("slow body", func(t *testing.T) {
+		c, base, _ := proxied(t, header+"  - {id: slow, kind: slow_body, params: {bytes_per_sec: 8000}}\n")
+		start := time.Now()
+		resp, err := c.Get(base + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ~1.7 kB at 8 kB/s: at least 150 ms, paced in 50 ms chunks.
+		if min := time.Duration(float64(len(b)-400) / 8000 * float64(time.Second)); time.Since(start) < min {
+			t.Fatalf("%d bytes in %v: faster than the cap allows (%v)", len(b), time.Since(start), min)
+		}
+	})
+}
+
+func TestProxyLatencyAndTimeout(t *testing.T) {
+	c, base, _ := proxied(t, header+"  - {id: slow, kind: latency, params: {mean_ms: 120}}\n")
+	start := time.Now()
+	resp, err := c.Get(base + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if d := time.Since(start); d < 120*time.Millisecond {
+		t.Fatalf("answered in %v, want >= 120 ms", d)
+	}
+	c, base, _ = proxied(t, header+"  - {id: hang, kind: timeout, params: {hold_ms: 5000}}\n")
+	c.Timeout = 200 * time.Millisecond
+	start = time.Now()
+	_, err = c.Get(base + "/x")
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("err = %v, want a client timeout", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+}
+
+func TestResolverFailures(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		kind  string
+		check func(*net.DNSError) bool
+	}{
+		{"dns_nxdomain", func(e *net.DNSError) bool { return e.IsNotFound }},
+		{"dns_servfail", func(e *net.DNSError) bool { return e.IsTemporary && !e.IsNotFound }},
+		{"dns_timeout", func(e *net.DNSError) bool { return e.IsTimeout }},
+	} {
+		params := ""
+		if tc.kind == "dns_timeout" {
+			params = ", params: {after_ms: 10}"
+		}
+		r := &faultnet.Resolver{D: decider(t, header+"  - {id: d, kind: "+tc.kind+", match: {hosts: [\"*.internal\"]}"+params+"}\n"),
+			Lookup: func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }}
+		_, err := r.LookupHost(ctx, "pay.internal")
+		var de *net.DNSError
+		if !errors.As(err, &de) || !tc.check(de) {
+			t.Errorf("%s: err = %#v", tc.kind, err)
+		}
+		if addrs, err := r.LookupHost(ctx, "example.org"); err != nil || addrs[0] != "127.0.0.1" {
+			t.Errorf("%s: an unmatched host failed: %v", tc.kind, err)
+		}
+	}
+	// Through the proxy, the upstream lookup fails and the client sees 502 naming it.
+	rec := &recorder{}
+	p := &faultnet.Proxy{D: decider(t, header+"  - {id: d, kind: dns_nxdomain, match: {ops: [lookup]}}\n"), OnFire: rec.fire,
+		Default: &url.URL{Scheme: "http", Host: "payments.invalid:80"}}
+	front := httptest.NewServer(p)
+	defer front.Close()
+	resp, err := http.Get(front.URL + "/pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !bytes.Contains(b, []byte("no such host")) || !rec.saw(faults.KindDNSNXDomain) {
+		t.Fatalf("status %d body %q", resp.StatusCode, b)
+	}
+}
+
+// echoServer accepts through a fault Listener and echoes.
+func echoServer(t *testing.T, spec string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &faultnet.Listener{Listener: ln, D: decider(t, spec)}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := fl.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestConnResetAfterBytesReachesPeer(t *testing.T) {
+	addr := echoServer(t, header+"  - {id: rst, kind: reset, params: {after_bytes: 1000}}\n")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 256)
+	var got int
+	var rerr error
+	for i := 0; i < 40 && rerr == nil; i++ {
+		if _, err := c.Write(bytes.Repeat([]byte("x"), 256)); err != nil {
+			rerr = err
+			break
+		}
+		var n int
+		n, rerr = io.ReadFull(c, buf)
+		got += n
+	}
+	if !errors.Is(rerr, syscall.ECONNRESET) && !errors.Is(rerr, syscall.EPIPE) {
+		t.Fatalf("after %d echoed bytes err = %v, want ECONNRESET", got, rerr)
+	}
+	if got > 1000 {
+		t.Fatalf("%d bytes echoed, the reset was due after 1000 through the server", got)
+	}
+}
+
+func TestConnLatencyAndBandwidth(t *testing.T) {
+	addr := echoServer(t, header+`
+  - {id: lat, kind: latency, params: {mean_ms: 30}}
+  - {id: bw, kind: bandwidth, params: {bytes_per_sec: 20000}}
+`)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	msg := bytes.Repeat([]byte("y"), 4000)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, len(msg))); err != nil {
+		t.Fatal(err)
+	}
+	// 4000 bytes read and written at 20 kB/s by the server, plus 30 ms latency.
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("echo took %v, want >= 200 ms under the caps", d)
+	}
+}

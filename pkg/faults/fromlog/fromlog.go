@@ -1,0 +1,496 @@
+// Package fromlog turns real error logs into a gauntlet fault profile (B5): nginx access
+// and error logs, JSON logs, Go, Java and Python stack traces, and free-text lines such as
+// "PaymentService timeout after 30s". It reports the fault kinds it found, their estimated
+// rates and burstiness, and the entries it could not map.
+//
+// Entries: a log line opens an entry when it starts with a timestamp, an IP address (an
+// access log), '{' (a JSON log) or "panic:"; any other line continues the entry before it
+// (stack frames, "Caused by:", a Python traceback), so a trace is one entry.
+//
+// Rates are estimated per request: the denominator is the number of request records seen
+// (access-log lines and JSON entries with a status), or the number of entries when there
+// are none. Burstiness is the mean length of runs of consecutive entries of the same fault
+// within a file (1: isolated events).
+package fromlog
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+)
+
+// Input is one log file.
+type Input struct {
+	Name string
+	Data []byte
+}
+
+// Finding is one fault kind (and status, for HTTP errors) found in the logs.
+type Finding struct {
+	Kind   string
+	Status int // http_error only
+	// Count is how many entries showed it; Rate is Count per request (see the package doc).
+	Count int
+	Rate  float64
+	// BurstLen is the mean run length of consecutive occurrences.
+	BurstLen float64
+	// Services it was seen on (sorted), when the logs named one.
+	Services []string
+	// Params are the parameters estimated from the evidence (retry_after_ms, hold_ms,
+	// mean_ms, jitter_ms, offset_ms).
+	Params map[string]float64
+	// Examples are up to three "file:line" sources.
+	Examples []string
+}
+
+// ID is the fault id the profile gives the finding.
+func (f Finding) ID() string {
+	if f.Kind == faults.KindHTTPError {
+		return "http-" + strconv.Itoa(f.Status)
+	}
+	return strings.ReplaceAll(f.Kind, "_", "-")
+}
+
+// Unmapped is an entry that looked like a problem but matched no fault.
+type Unmapped struct {
+	Source string // file:line
+	Text   string // first line, trimmed to 160 bytes
+}
+
+// Result is what Analyze found.
+type Result struct {
+	Inputs   []string
+	Lines    int
+	Entries  int
+	Requests int
+	Findings []Finding
+	Unmapped []Unmapped
+}
+
+type entry struct {
+	file  string
+	line  int
+	lines []string
+}
+
+func (e entry) text() string { return strings.Join(e.lines, "\n") }
+
+var (
+	startRE  = regexp.MustCompile(`^(\[?\d{4}[-/]\d{2}[-/]\d{2}|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3} |[0-9a-fA-F:]+:[0-9a-fA-F:]* - |\{|panic: )`)
+	accessRE = regexp.MustCompile(`^(\S+) \S+ \S+ \[[^\]]+\] "(\S+) (\S+)[^"]*" (\d{3}) (?:\d+|-)(.*)$`)
+	rtRE     = regexp.MustCompile(`(?:^| )(?:rt|request_time)=([0-9.]+)`)
+	apiSvcRE = regexp.MustCompile(`^/api/v\d+/([a-z]+)`)
+	svcRE    = regexp.MustCompile(`\b([A-Z][a-z]+)Service\b`)
+	hostRE   = regexp.MustCompile(`\b([a-z][a-z0-9-]*)\.internal\b`)
+	httpRE   = regexp.MustCompile(`\bHTTP (\d{3})\b`)
+	retryRE  = regexp.MustCompile(`Retry-After:\s*(\d+)`)
+	afterRE  = regexp.MustCompile(`(?i)(?:after|timeout=)\s*(\d+(?:\.\d+)?)\s*(ms|s)\b`)
+	slowRE   = regexp.MustCompile(`(?i)slow response:\s*(\d+(?:\.\d+)?)\s*ms`)
+	skewRE   = regexp.MustCompile(`(?i)clock skew.*?(\d+(?:\.\d+)?)s (ahead|behind)`)
+	severeRE = regexp.MustCompile(`(?i)\b(error|crit|fatal|panic|exception|fail(ed|ure)?|warn(ing)?)\b|Traceback`)
+)
+
+// rule maps entry text to a fault kind; the first matching rule wins, so the specific
+// come before the general.
+type rule struct {
+	kind string
+	re   *regexp.Regexp
+}
+
+var rules = []rule{
+	{faults.KindDNSServFail, regexp.MustCompile(`(?i)server failure|SERVFAIL|server misbehaving`)},
+	{faults.KindDNSNXDomain, regexp.MustCompile(`(?i)no such host|UnknownHostException|host not found|Name or service not known|NXDOMAIN|could not be resolved`)},
+	{faults.KindDiskFull, regexp.MustCompile(`(?i)no space left on device|ENOSPC|Errno 28\b`)},
+	{faults.KindTooManyFiles, regexp.MustCompile(`(?i)too many open files|EMFILE|Errno 24\b`)},
+	{faults.KindReadOnly, regexp.MustCompile(`(?i)read-only file system|EROFS|Errno 30\b`)},
+	{faults.KindMemoryLeak, regexp.MustCompile(`OutOfMemoryError|MemoryError|(?i)out of memory|cannot allocate memory`)},
+	{faults.KindBrokenGzip, regexp.MustCompile(`(?i)gzip: invalid header|not in gzip format|incorrect header check|gzip: .*checksum`)},
+	{faults.KindReset, regexp.MustCompile(`(?i)connection reset|ECONNRESET|connection refused|ECONNREFUSED|ConnectionResetError`)},
+	{faults.KindTimeout, regexp.MustCompile(`(?i)timed out|timeout|deadline exceeded`)},
+	{faults.KindTruncate, regexp.MustCompile(`(?i)prematurely closed|unexpected EOF|IncompleteRead|ChunkedEncodingError`)},
+	{faults.KindClockSkew, regexp.MustCompile(`(?i)clock skew`)},
+	{faults.KindLatency, slowRE},
+	{faults.KindHTTPError, regexp.MustCompile(`\bHTTP [45]\d\d\b|^panic: `)},
+}
+
+// Analyze reads every input and returns what it found.
+func Analyze(inputs []Input) (*Result, error) {
+	res := &Result{}
+	acc := map[string]*acc{}
+	var entries []entry
+	for _, in := range inputs {
+		res.Inputs = append(res.Inputs, in.Name)
+		es, n, err := split(in)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", in.Name, err)
+		}
+		res.Lines += n
+		entries = append(entries, es...)
+	}
+	res.Entries = len(entries)
+	var okLatency []float64
+	prev := map[string]string{} // file -> key of the previous entry's finding
+	for _, e := range entries {
+		key, req := classify(e, acc, &okLatency)
+		if req {
+			res.Requests++
+		}
+		if key == "" {
+			if first := e.lines[0]; severeRE.MatchString(e.text()) && !isBenign(e) {
+				res.Unmapped = append(res.Unmapped, Unmapped{Source: fmt.Sprintf("%s:%d", e.file, e.line), Text: clip(first, 160)})
+			}
+		} else if prev[e.file] != key {
+			acc[key].runs++
+		}
+		prev[e.file] = key
+	}
+	denom := res.Requests
+	if denom == 0 {
+		denom = res.Entries
+	}
+	for _, a := range acc {
+		f := a.f
+		f.Rate = math.Min(1, round4(float64(f.Count)/float64(max(1, denom))))
+		f.BurstLen = round2(float64(f.Count) / float64(max(1, a.runs)))
+		f.Services = sortedKeys(a.services)
+		f.Params = a.params()
+		res.Findings = append(res.Findings, f)
+	}
+	// Latency of successful requests, when the logs carry it, is the baseline latency.
+	if len(okLatency) > 1 {
+		m, sd := meanSD(okLatency)
+		res.Findings = append(res.Findings, Finding{Kind: faults.KindLatency, Count: len(okLatency), Rate: 1, BurstLen: 0,
+			Params: map[string]float64{"mean_ms": round1(m), "jitter_ms": round1(sd)}, Examples: []string{"successful requests"}})
+	}
+	order := map[string]int{}
+	for i, k := range faults.KindNames() {
+		order[k] = i
+	}
+	sort.Slice(res.Findings, func(i, j int) bool {
+		a, b := res.Findings[i], res.Findings[j]
+		if a.Kind != b.Kind {
+			return order[a.Kind] < order[b.Kind]
+		}
+		if a.Status != b.Status {
+			return a.Status < b.Status
+		}
+		return a.Count > b.Count
+	})
+	// Two latency findings (slow responses and the baseline) need distinct ids.
+	return res, nil
+}
+
+// isBenign reports entries that mention a severity word but are routine (a JSON info
+// line, an nginx notice).
+func isBenign(e entry) bool {
+	t := e.lines[0]
+	return strings.Contains(t, `"level": "info"`) || strings.Contains(t, `"level":"info"`) || strings.Contains(t, "[notice]") || strings.Contains(t, " INFO ")
+}
+
+// split reads an input into entries.
+func split(in Input) ([]entry, int, error) {
+	var out []entry
+	sc := bufio.NewScanner(bytes.NewReader(in.Data))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimRight(sc.Text(), "\r")
+		if strings.TrimSpace(line) == "" && len(out) == 0 {
+			continue
+		}
+		if startRE.MatchString(line) || len(out) == 0 {
+			out = append(out, entry{file: in.Name, line: n, lines: []string{line}})
+			continue
+		}
+		last := &out[len(out)-1]
+		last.lines = append(last.lines, line)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, n, err
+	}
+	return out, n, nil
+}
+
+type acc struct {
+	f        Finding
+	runs     int
+	services map[string]bool
+	samples  map[string][]float64
+}
+
+func (a *acc) params() map[string]float64 {
+	out := map[string]float64{}
+	for name, xs := range a.samples {
+		switch name {
+		case "latency_ms":
+			m, sd := meanSD(xs)
+			out["mean_ms"], out["jitter_ms"] = round1(m), round1(sd)
+		default:
+			out[name] = median(xs)
+		}
+	}
+	return out
+}
+
+// classify records an entry's fault (if any) and reports its finding key and whether it
+// is a request record.
+func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool) {
+	first := e.lines[0]
+	text := e.text()
+	status, service, isReq := 0, "", false
+	samples := map[string]float64{}
+	if m := accessRE.FindStringSubmatch(first); m != nil {
+		isReq = true
+		status, _ = strconv.Atoi(m[4])
+		if s := apiSvcRE.FindStringSubmatch(m[3]); s != nil {
+			service = strings.TrimSuffix(s[1], "s")
+		}
+		if rt := rtRE.FindStringSubmatch(m[5]); rt != nil {
+			v, _ := strconv.ParseFloat(rt[1], 64)
+			if status < 400 {
+				*okLatency = append(*okLatency, v*1000)
+			} else if status == 499 {
+				samples["hold_ms"] = math.Round(v * 1000)
+			}
+		}
+		text = "" // the access line's own text says nothing beyond its status
+	} else if strings.HasPrefix(first, "{") {
+		var j map[string]any
+		if json.Unmarshal([]byte(first), &j) == nil {
+			if s, ok := j["status"].(float64); ok {
+				isReq, status = true, int(s)
+			}
+			if up, ok := j["upstream"].(string); ok {
+				service = up
+			} else if sv, ok := j["service"].(string); ok && status >= 400 {
+				service = sv
+			}
+			if l, ok := j["latency_ms"].(float64); ok && status > 0 && status < 400 {
+				*okLatency = append(*okLatency, l)
+			}
+			if ra, ok := j["retry_after_s"].(float64); ok {
+				samples["retry_after_ms"] = ra * 1000
+			}
+			text = ""
+			for _, k := range []string{"error", "msg"} {
+				if s, ok := j[k].(string); ok {
+					text += s + "\n"
+				}
+			}
+			if status < 400 {
+				status = 0
+			}
+		}
+	}
+	if service == "" {
+		if m := svcRE.FindStringSubmatch(text); m != nil {
+			service = strings.ToLower(m[1])
+		} else if m := hostRE.FindStringSubmatch(text); m != nil {
+			service = m[1]
+		}
+	}
+	kind := ""
+	switch {
+	case status == 499:
+		kind = faults.KindTimeout // the client gave up waiting
+	case status >= 400:
+		kind = faults.KindHTTPError
+	default:
+		for _, r := range rules {
+			if r.re.MatchString(text) {
+				kind = r.kind
+				break
+			}
+		}
+	}
+	switch kind {
+	case "":
+		return "", isReq
+	case faults.KindHTTPError:
+		if status == 0 {
+			if m := httpRE.FindStringSubmatch(text); m != nil {
+				status, _ = strconv.Atoi(m[1])
+			} else {
+				status = 500 // a crash: the caller sees an internal error
+			}
+		}
+		if m := retryRE.FindStringSubmatch(text); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			samples["retry_after_ms"] = v * 1000
+		}
+	case faults.KindTimeout:
+		if m := afterRE.FindStringSubmatch(text); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			if m[2] == "s" {
+				v *= 1000
+			}
+			samples["hold_ms"] = v
+		}
+	case faults.KindLatency:
+		if m := slowRE.FindStringSubmatch(text); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			samples["latency_ms"] = v
+		}
+	case faults.KindClockSkew:
+		if m := skewRE.FindStringSubmatch(text); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			if m[2] == "behind" {
+				v = -v
+			}
+			samples["offset_ms"] = v * 1000
+		}
+	}
+	key := kind
+	if kind == faults.KindHTTPError {
+		key += "/" + strconv.Itoa(status)
+	}
+	a := accs[key]
+	if a == nil {
+		a = &acc{f: Finding{Kind: kind, Status: status}, services: map[string]bool{}, samples: map[string][]float64{}}
+		if kind == faults.KindLatency {
+			a.f.Kind = faults.KindLatency
+		}
+		accs[key] = a
+	}
+	a.f.Count++
+	if service != "" {
+		a.services[service] = true
+	}
+	for k, v := range samples {
+		a.samples[k] = append(a.samples[k], v)
+	}
+	if len(a.f.Examples) < 3 {
+		a.f.Examples = append(a.f.Examples, fmt.Sprintf("%s:%d", e.file, e.line))
+	}
+	return key, isReq
+}
+
+// WriteProfile writes the result as a fault profile (YAML, accepted by
+// faults.ParseSpec) named name, preceded by a comment block reporting the evidence and
+// every unmapped entry.
+func (r *Result) WriteProfile(w io.Writer, name string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# gauntlet faults from-log: %d file(s), %d lines, %d entries, %d requests\n", len(r.Inputs), r.Lines, r.Entries, r.Requests)
+	fmt.Fprintf(&b, "# rates are per request (per entry when no request was logged); burst = mean run of consecutive entries\n")
+	if len(r.Unmapped) == 0 {
+		b.WriteString("# unmapped: none\n")
+	} else {
+		fmt.Fprintf(&b, "# unmapped (%d entries that look like problems but match no fault):\n", len(r.Unmapped))
+		for _, u := range r.Unmapped {
+			fmt.Fprintf(&b, "#   %s: %s\n", u.Source, u.Text)
+		}
+	}
+	fmt.Fprintf(&b, "name: %s\n", name)
+	fmt.Fprintf(&b, "description: %s\n", strconv.Quote("derived from "+strings.Join(r.Inputs, ", ")))
+	if len(r.Findings) == 0 {
+		b.WriteString("faults: []\n")
+	} else {
+		b.WriteString("faults:\n")
+	}
+	ids := map[string]int{}
+	for _, f := range r.Findings {
+		id := f.ID()
+		if n := ids[id]; n > 0 {
+			id += "-" + strconv.Itoa(n+1)
+		}
+		ids[f.ID()]++
+		fmt.Fprintf(&b, "  # %d seen, rate %s, burst %s; e.g. %s\n", f.Count, fmtF(f.Rate), fmtF(f.BurstLen), strings.Join(f.Examples, ", "))
+		fmt.Fprintf(&b, "  - id: %s\n    kind: %s\n    probability: %s\n", id, f.Kind, fmtF(f.Rate))
+		if len(f.Services) > 0 {
+			fmt.Fprintf(&b, "    match: {services: [%s]}\n", strings.Join(f.Services, ", "))
+		}
+		params := profileParams(f)
+		if len(params) > 0 {
+			keys := sortedKeys(params)
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = k + ": " + fmtF(params[k])
+			}
+			fmt.Fprintf(&b, "    params: {%s}\n", strings.Join(parts, ", "))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// profileParams keeps the parameters the kind takes, with whole numbers where the kind
+// wants them.
+func profileParams(f Finding) map[string]float64 {
+	k, _ := faults.LookupKind(f.Kind)
+	out := map[string]float64{}
+	if f.Kind == faults.KindHTTPError {
+		out["status"] = float64(f.Status)
+	}
+	for name, v := range f.Params {
+		p, ok := k.Param(name)
+		if !ok {
+			continue
+		}
+		if p.Integer {
+			v = math.Round(v)
+		}
+		if p.Check(v) == nil {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func meanSD(xs []float64) (float64, float64) {
+	var m float64
+	for _, x := range xs {
+		m += x
+	}
+	m /= float64(len(xs))
+	var v float64
+	for _, x := range xs {
+		v += (x - m) * (x - m)
+	}
+	if len(xs) > 1 {
+		v /= float64(len(xs) - 1)
+	}
+	return m, math.Sqrt(v)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+func fmtF(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
