@@ -3,6 +3,7 @@
 package process_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -18,6 +19,12 @@ func open(t testing.TB, dir string) *process.Runtime {
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
+	// Whatever a failed test leaves is removed, so its mounts do not outlive it.
+	t.Cleanup(func() {
+		if rt, err := process.New(process.Config{StateDir: dir}); err == nil {
+			_ = rt.Purge(context.Background())
+		}
+	})
 	return rt
 }
 

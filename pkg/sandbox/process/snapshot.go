@@ -178,3 +178,31 @@ func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, 
 	}
 	return h, nil
 }
+
+// Purge destroys every sandbox and deletes every snapshot under the state directory,
+// including those of earlier runtime instances (operators' cleanup; tests' teardown).
+func (r *Runtime) Purge(ctx context.Context) error {
+	r.mu.Lock()
+	var ids, snaps []string
+	for id, rec := range r.known {
+		if !rec.Handle.Created.IsZero() {
+			ids = append(ids, id)
+		}
+	}
+	for id := range r.snapshots {
+		snaps = append(snaps, id)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := r.Destroy(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	for _, id := range snaps {
+		if err := r.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
