@@ -4,6 +4,10 @@ package process_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -30,4 +34,40 @@ func open(t testing.TB, dir string) *process.Runtime {
 
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T, dir string) sandbox.Runtime { return open(t, dir) })
+}
+
+// TestLongSnapshotChain takes a snapshot after each of 120 changes (an episode snapshotted
+// at every step) and restores the first and the last: the chain of layers is not bounded
+// by the legacy overlay options page.
+func TestLongSnapshotChain(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := rt.WorkspaceDir(ctx, h.ID)
+	var snaps []string
+	for i := range 120 {
+		if err := os.WriteFile(filepath.Join(ws, fmt.Sprintf("step%03d", i)), []byte(fmt.Sprint(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := rt.Snapshot(ctx, h.ID)
+		if err != nil {
+			t.Fatalf("snapshot %d: %v", i, err)
+		}
+		snaps = append(snaps, s.ID)
+	}
+	for _, c := range []struct {
+		snap  int
+		files string
+	}{{0, "1"}, {119, "120"}, {59, "60"}} {
+		if err := rt.Restore(ctx, h.ID, snaps[c.snap]); err != nil {
+			t.Fatalf("restore %d: %v", c.snap, err)
+		}
+		res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "ls | wc -l"}})
+		if err != nil || strings.TrimSpace(string(res.Stdout)) != c.files {
+			t.Fatalf("after restoring snapshot %d: %q %v, want %s files", c.snap, res.Stdout, err, c.files)
+		}
+	}
 }
