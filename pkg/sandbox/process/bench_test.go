@@ -151,6 +151,24 @@ func BenchmarkBaselineUnshare(b *testing.B) {
 	s.report(b)
 }
 
+// BenchmarkBaselineBwrap: the same command under bare bubblewrap with the runtime's
+// namespaces and a minimal root (no cgroup, no uid switch, no seccomp, no init script):
+// how much of an exec is bubblewrap itself.
+func BenchmarkBaselineBwrap(b *testing.B) {
+	args := []string{"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+		"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true"}
+	var s samples
+	for b.Loop() {
+		s.time(func() {
+			if out, err := exec.Command("bwrap", args...).CombinedOutput(); err != nil {
+				b.Fatalf("bwrap: %v %s", err, out)
+			}
+		})
+	}
+	s.report(b)
+}
+
 // BenchmarkBaselineForkExec: the same command with no isolation at all.
 func BenchmarkBaselineForkExec(b *testing.B) {
 	var s samples

@@ -180,7 +180,9 @@ func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, 
 }
 
 // Purge destroys every sandbox and deletes every snapshot under the state directory,
-// including those of earlier runtime instances (operators' cleanup; tests' teardown).
+// including those of earlier runtime instances (operators' cleanup; tests' teardown), and
+// removes the runtime's now empty cgroup and mount-point directories (made again on the
+// next Create).
 func (r *Runtime) Purge(ctx context.Context) error {
 	r.mu.Lock()
 	var ids, snaps []string
@@ -204,5 +206,10 @@ func (r *Runtime) Purge(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// The per-state-dir cgroup and mount point parents, now empty.
+	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
+		_ = os.Remove(d)
+	}
+	_ = os.Remove(r.runDir)
 	return errors.Join(errs...)
 }
