@@ -4,11 +4,14 @@ package process_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
@@ -69,5 +72,36 @@ func TestLongSnapshotChain(t *testing.T) {
 		if err != nil || strings.TrimSpace(string(res.Stdout)) != c.files {
 			t.Fatalf("after restoring snapshot %d: %q %v, want %s files", c.snap, res.Stdout, err, c.files)
 		}
+	}
+}
+
+// TestRecoverAfterHostReboot plays a host reboot: the workspace mount and the cgroup are
+// gone but the state files remain. Recover says ErrNotFound; Destroy cleans up.
+func TestRecoverAfterHostReboot(t *testing.T) {
+	dir := t.TempDir()
+	rt := open(t, dir)
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := rt.WorkspaceDir(ctx, h.ID)
+	rt.Close()
+	if err := unix.Unmount(ws, 0); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+	rt2 := open(t, dir)
+	hs, err := rt2.List(ctx)
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("list: %v %v", hs, err)
+	}
+	if err := rt2.Recover(ctx, hs[0]); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("recover without its mount: %v, want ErrNotFound", err)
+	}
+	if err := rt2.Destroy(ctx, h.ID); err != nil {
+		t.Fatalf("destroy the remains: %v", err)
+	}
+	if hs, _ := rt2.List(ctx); len(hs) != 0 {
+		t.Fatalf("list after destroy: %v", hs)
 	}
 }
