@@ -14,11 +14,12 @@
 #     (its `temporal server start-dev` is the dev server pkg/temporallocal runs; about 2.5
 #     minutes to build), at the pinned versions below (re-installed when the binary there
 #     reports another version).
+#   - bubblewrap and util-linux (setpriv): the process sandbox runtime (pkg/sandbox/process).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler)
+APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(
