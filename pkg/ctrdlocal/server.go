@@ -322,13 +322,11 @@ func (s *Server) config() string {
 		`version = 2`,
 		`root = ` + q(s.root()),
 		`state = ` + q(s.state()),
-		`oom_score = -500`,
 		`disabled_plugins = [` +
 			`"io.containerd.grpc.v1.cri", ` +
 			`"io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", ` +
 			`"io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", ` +
-			`"io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp", ` +
-			`"io.containerd.runtime.v1.linux"]`,
+			`"io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]`,
 		`[grpc]`,
 		`  address = ` + q(s.Address()),
 		`[ttrpc]`,
