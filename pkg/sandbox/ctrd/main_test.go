@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,8 +15,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 )
 
-// agentBinary is built once for the whole test binary.
-var agentBinary string
+// agentBinary and abuseBinary are built once for the whole test binary.
+var agentBinary, abuseBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gauntlet-agent")
@@ -27,6 +29,14 @@ func TestMain(m *testing.M) {
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "build agent:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	abuseBinary = filepath.Join(dir, "abuse")
+	cmd := exec.Command("go", "build", "-o", abuseBinary, "./testdata/abuse")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build abuse helper: %v: %s\n", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
