@@ -37,7 +37,7 @@ const (
 	DefaultNamespace   = "gauntlet"
 	DefaultSnapshotter = "overlayfs"
 	// DefaultCgroupParent is the cgroup (cgroupfs path) sandboxes are created under.
-	DefaultCgroupParent = "/gauntlet"
+	DefaultCgroupParent = "/gauntlet-containerd"
 	// MaxChain caps how many snapshots may sit on top of each other (overlayfs lower
 	// directories); Snapshot returns ErrLimit beyond it.
 	MaxChain = 64
