@@ -168,9 +168,12 @@ func BenchmarkContainerd(b *testing.B) {
 		}
 	})
 	b.Run("BaselineCp50MB", func(b *testing.B) {
-		// Copying the same workspace with cp -a on the same filesystem: the floor
-		// under a copy-based snapshot.
-		tmp := b.TempDir()
+		// Copying the same workspace with cp -a within the same filesystem (the
+		// daemon's root tmpfs): the floor under a copy-based snapshot.
+		tmp := filepath.Join(srv.Dir(), "root", "bench-cp")
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			b.Fatal(err)
+		}
 		dir, err := rt.WorkspaceDir(ctx, ws.ID)
 		if err != nil {
 			b.Fatal(err)
