@@ -66,6 +66,29 @@ func BenchmarkContainerd(b *testing.B) {
 		}
 	})
 
+	b.Run("WarmAcquire", func(b *testing.B) {
+		// A ready sandbox from the warm pool (package pool); release, reset and refill
+		// are outside the timer.
+		p := warmPool(b, rt, 2)
+		for b.Loop() {
+			l, err := p.Acquire(ctx, "ws")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if !l.Warm {
+				b.Fatal("acquire missed the pool")
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			waitPoolReady(b, p, 2)
+			b.StartTimer()
+		}
+		b.StopTimer()
+		_ = p.Stop(ctx)
+	})
+
 	h := mustCreate(b, rt, sandbox.Spec{})
 	b.Run("ExecRoundTrip", func(b *testing.B) {
 		for b.Loop() {
