@@ -25,7 +25,15 @@ import (
 type migration struct {
 	version uint32
 	name    string
-	stmts   []string
+	// addColumns run before stmts, each only when its column is missing: 18.16 has no
+	// ADD COLUMN IF NOT EXISTS.
+	addColumns []addColumn
+	stmts      []string
+}
+
+// addColumn adds one column to a table, after another column.
+type addColumn struct {
+	table, name, typ, after string
 }
 
 // migrations in version order, starting at 1, without gaps.
@@ -138,6 +146,21 @@ var migrations = []migration{
 		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		`CREATE VIEW IF NOT EXISTS {db}.faults_final AS SELECT * FROM {db}.faults FINAL`,
 	}},
+	// What a real sandbox measured around each step (A6); zero for sim steps.
+	{version: 2, name: "sandbox metering in steps",
+		addColumns: []addColumn{
+			{"steps", "cpu_user_ns", "UInt64", "bytes_out"},
+			{"steps", "cpu_system_ns", "UInt64", "cpu_user_ns"},
+			{"steps", "peak_memory_bytes", "UInt64", "cpu_system_ns"},
+			{"steps", "processes", "UInt32", "peak_memory_bytes"},
+			{"steps", "read_bytes", "UInt64", "processes"},
+			{"steps", "written_bytes", "UInt64", "read_bytes"},
+			{"steps", "runtime", "String", "written_bytes"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -173,6 +196,11 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 	for _, m := range migrations {
 		if applied[m.version] {
 			continue
+		}
+		for _, c := range m.addColumns {
+			if err := ensureColumn(ctx, conn, database, c); err != nil {
+				return fmt.Errorf("migrate: apply %d (%s): %w", m.version, m.name, err)
+			}
 		}
 		for i, stmt := range m.stmts {
 			if err := conn.Exec(ctx, strings.ReplaceAll(stmt, "{db}", database)); err != nil {
@@ -219,6 +247,25 @@ func recordVersion(ctx context.Context, conn driver.Conn, database string, versi
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert into %s.schema_migrations: send: %w", database, err)
+	}
+	return nil
+}
+
+// ensureColumn adds c unless its table already has it (a migration that crashed half-way
+// runs again).
+func ensureColumn(ctx context.Context, conn driver.Conn, database string, c addColumn) error {
+	var n uint64
+	err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
+		database, c.table, c.name).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("look up column %s.%s.%s: %w", database, c.table, c.name, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	stmt := fmt.Sprintf("ALTER TABLE %s.%s ADD COLUMN %s %s AFTER %s", database, c.table, c.name, c.typ, c.after)
+	if err := conn.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("add column %s.%s.%s: %w", database, c.table, c.name, err)
 	}
 	return nil
 }

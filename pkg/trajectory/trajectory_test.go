@@ -31,7 +31,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := [][]string{{"1", "1"}}; !reflect.DeepEqual(rows, want) {
+	if want := [][]string{{"1", "1"}, {"2", "1"}}; !reflect.DeepEqual(rows, want) {
 		t.Errorf("schema_migrations (version, count) = %v, want %v", rows, want)
 	}
 
@@ -109,6 +109,9 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 	step.GetStep().Terminated = true
 	step.GetStep().Reason = gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
 	step.GetStep().Action.ArgsJson = `{"q":"it's a \"quote\" and a \\ backslash, ünïcödé"}`
+	m := step.GetStep().Metering
+	m.CpuUserNs, m.CpuSystemNs, m.PeakMemoryBytes = 3_100_000, 1_200_000, 9_437_184
+	m.Processes, m.ReadBytes, m.WrittenBytes, m.Runtime = 3, 40_960, 512, "process"
 
 	counts, err := NewWriter(conn, testDB).Write(ctx, []*gauntletv1.Event{
 		step,
@@ -146,6 +149,13 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		WallNs:           48_211,
 		BytesIn:          61,
 		BytesOut:         312,
+		CPUUserNs:        3_100_000,
+		CPUSystemNs:      1_200_000,
+		PeakMemoryBytes:  9_437_184,
+		Processes:        3,
+		ReadBytes:        40_960,
+		WrittenBytes:     512,
+		Runtime:          "process",
 		Progress:         0.4,
 		InvalidAction:    true,
 		Success:          true,
