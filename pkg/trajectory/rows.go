@@ -57,9 +57,8 @@ type StepRow struct {
 	WallNs       uint64
 	BytesIn      uint32
 	BytesOut     uint32
-	// CPUUserNs to Runtime are measured by a real sandbox (migration 2); zero for sim.
-	CPUUserNs       uint64
-	CPUSystemNs     uint64
+	// CPUNs to Runtime are measured by a real sandbox (migration 2); zero for sim.
+	CPUNs           uint64
 	PeakMemoryBytes uint64
 	Processes       uint32
 	ReadBytes       uint64
@@ -163,8 +162,7 @@ func newStepRow(s *gauntletv1.StepTaken) StepRow {
 		WallNs:          s.GetMetering().GetWallNs(),
 		BytesIn:         s.GetMetering().GetBytesIn(),
 		BytesOut:        s.GetMetering().GetBytesOut(),
-		CPUUserNs:       s.GetMetering().GetCpuUserNs(),
-		CPUSystemNs:     s.GetMetering().GetCpuSystemNs(),
+		CPUNs:           s.GetMetering().GetCpuNs(),
 		PeakMemoryBytes: s.GetMetering().GetPeakMemoryBytes(),
 		Processes:       s.GetMetering().GetProcesses(),
 		ReadBytes:       s.GetMetering().GetReadBytes(),

@@ -149,9 +149,8 @@ var migrations = []migration{
 	// What a real sandbox measured around each step (A6); zero for sim steps.
 	{version: 2, name: "sandbox metering in steps",
 		addColumns: []addColumn{
-			{"steps", "cpu_user_ns", "UInt64", "bytes_out"},
-			{"steps", "cpu_system_ns", "UInt64", "cpu_user_ns"},
-			{"steps", "peak_memory_bytes", "UInt64", "cpu_system_ns"},
+			{"steps", "cpu_ns", "UInt64", "bytes_out"},
+			{"steps", "peak_memory_bytes", "UInt64", "cpu_ns"},
 			{"steps", "processes", "UInt32", "peak_memory_bytes"},
 			{"steps", "read_bytes", "UInt64", "processes"},
 			{"steps", "written_bytes", "UInt64", "read_bytes"},

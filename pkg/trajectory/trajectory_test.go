@@ -110,7 +110,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 	step.GetStep().Reason = gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
 	step.GetStep().Action.ArgsJson = `{"q":"it's a \"quote\" and a \\ backslash, ünïcödé"}`
 	m := step.GetStep().Metering
-	m.CpuUserNs, m.CpuSystemNs, m.PeakMemoryBytes = 3_100_000, 1_200_000, 9_437_184
+	m.CpuNs, m.PeakMemoryBytes = 4_300_000, 9_437_184
 	m.Processes, m.ReadBytes, m.WrittenBytes, m.Runtime = 3, 40_960, 512, "process"
 
 	counts, err := NewWriter(conn, testDB).Write(ctx, []*gauntletv1.Event{
@@ -149,8 +149,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		WallNs:           48_211,
 		BytesIn:          61,
 		BytesOut:         312,
-		CPUUserNs:        3_100_000,
-		CPUSystemNs:      1_200_000,
+		CPUNs:            4_300_000,
 		PeakMemoryBytes:  9_437_184,
 		Processes:        3,
 		ReadBytes:        40_960,

@@ -1043,19 +1043,18 @@ type Metering struct {
 	BytesIn   uint32                 `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
 	BytesOut  uint32                 `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
 	// The rest is measured by a real sandbox (process or containerd runtime) around the
-	// step's commands; zero for the sim runtime. CPU time of the step's processes, in user
-	// and kernel mode.
-	CpuUserNs   uint64 `protobuf:"varint,7,opt,name=cpu_user_ns,json=cpuUserNs,proto3" json:"cpu_user_ns,omitempty"`
-	CpuSystemNs uint64 `protobuf:"varint,8,opt,name=cpu_system_ns,json=cpuSystemNs,proto3" json:"cpu_system_ns,omitempty"`
+	// step's commands; zero for the sim runtime. User plus system CPU time of the step's
+	// processes.
+	CpuNs uint64 `protobuf:"varint,7,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
 	// Highest memory use of the sandbox seen during the step.
-	PeakMemoryBytes uint64 `protobuf:"varint,9,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3" json:"peak_memory_bytes,omitempty"`
+	PeakMemoryBytes uint64 `protobuf:"varint,8,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3" json:"peak_memory_bytes,omitempty"`
 	// Processes (and threads) the step started in the sandbox.
-	Processes uint32 `protobuf:"varint,10,opt,name=processes,proto3" json:"processes,omitempty"`
-	// Bytes the step's processes read and wrote (files and pipes, as the kernel counts them).
-	ReadBytes    uint64 `protobuf:"varint,11,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
-	WrittenBytes uint64 `protobuf:"varint,12,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
+	Processes uint32 `protobuf:"varint,9,opt,name=processes,proto3" json:"processes,omitempty"`
+	// Bytes the step's processes passed through read and write system calls (files, pipes).
+	ReadBytes    uint64 `protobuf:"varint,10,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WrittenBytes uint64 `protobuf:"varint,11,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
 	// The sandbox runtime that measured the step ("process", "containerd"; empty for sim).
-	Runtime       string `protobuf:"bytes,13,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Runtime       string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1132,16 +1131,9 @@ func (x *Metering) GetBytesOut() uint32 {
 	return 0
 }
 
-func (x *Metering) GetCpuUserNs() uint64 {
+func (x *Metering) GetCpuNs() uint64 {
 	if x != nil {
-		return x.CpuUserNs
-	}
-	return 0
-}
-
-func (x *Metering) GetCpuSystemNs() uint64 {
-	if x != nil {
-		return x.CpuSystemNs
+		return x.CpuNs
 	}
 	return 0
 }
@@ -2439,7 +2431,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"9\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1b\n" +
-	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\x9d\x03\n" +
+	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xf0\x02\n" +
 	"\bMetering\x12\x1d\n" +
 	"\n" +
 	"tool_calls\x18\x01 \x01(\rR\ttoolCalls\x12\x16\n" +
@@ -2448,16 +2440,15 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"virtual_ns\x18\x03 \x01(\x04R\tvirtualNs\x12\x17\n" +
 	"\awall_ns\x18\x04 \x01(\x04R\x06wallNs\x12\x19\n" +
 	"\bbytes_in\x18\x05 \x01(\rR\abytesIn\x12\x1b\n" +
-	"\tbytes_out\x18\x06 \x01(\rR\bbytesOut\x12\x1e\n" +
-	"\vcpu_user_ns\x18\a \x01(\x04R\tcpuUserNs\x12\"\n" +
-	"\rcpu_system_ns\x18\b \x01(\x04R\vcpuSystemNs\x12*\n" +
-	"\x11peak_memory_bytes\x18\t \x01(\x04R\x0fpeakMemoryBytes\x12\x1c\n" +
-	"\tprocesses\x18\n" +
-	" \x01(\rR\tprocesses\x12\x1d\n" +
+	"\tbytes_out\x18\x06 \x01(\rR\bbytesOut\x12\x15\n" +
+	"\x06cpu_ns\x18\a \x01(\x04R\x05cpuNs\x12*\n" +
+	"\x11peak_memory_bytes\x18\b \x01(\x04R\x0fpeakMemoryBytes\x12\x1c\n" +
+	"\tprocesses\x18\t \x01(\rR\tprocesses\x12\x1d\n" +
 	"\n" +
-	"read_bytes\x18\v \x01(\x04R\treadBytes\x12#\n" +
-	"\rwritten_bytes\x18\f \x01(\x04R\fwrittenBytes\x12\x18\n" +
-	"\aruntime\x18\r \x01(\tR\aruntime\"]\n" +
+	"read_bytes\x18\n" +
+	" \x01(\x04R\treadBytes\x12#\n" +
+	"\rwritten_bytes\x18\v \x01(\x04R\fwrittenBytes\x12\x18\n" +
+	"\aruntime\x18\f \x01(\tR\aruntime\"]\n" +
 	"\x0fCausalViolation\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
