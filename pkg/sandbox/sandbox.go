@@ -1,0 +1,206 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// WorkspacePath is where every runtime shows a sandbox's workspace inside the sandbox. Exec
+// requests with a relative Dir resolve against it, and it is the default working directory.
+const WorkspacePath = "/workspace"
+
+// Runtime creates, runs and destroys sandboxes. Implementations must be safe for concurrent
+// use. Every method that blocks takes ctx first and returns early with ctx.Err() wrapped
+// when it is cancelled (a cancelled Exec kills its command).
+type Runtime interface {
+	// Name is the runtime's registry name ("process", "containerd").
+	Name() string
+	// Create makes a sandbox from spec and returns its handle once it is ready for Exec.
+	// The spec is validated first (Spec.Validate plus runtime-specific checks); errors wrap
+	// ErrInvalid naming the field, ErrExists, ErrUnsupported or ErrUnavailable.
+	Create(ctx context.Context, spec Spec) (Handle, error)
+	// Exec runs one command in the sandbox and waits for it (see ExecRequest, ExecResult).
+	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
+	// Stats reports the sandbox's current resource use and its cumulative metering.
+	Stats(ctx context.Context, id string) (Stats, error)
+	// Destroy stops everything running in the sandbox and frees it. Its snapshots survive
+	// until DeleteSnapshot. Destroying an unknown id returns ErrNotFound.
+	Destroy(ctx context.Context, id string) error
+	// List returns the handles of every sandbox this runtime's state directory knows,
+	// including those created by a previous process (after a worker restart).
+	List(ctx context.Context) ([]Handle, error)
+	// Recover re-attaches a sandbox created by a previous runtime instance (a worker
+	// restart) so that Exec, Stats, Destroy and the optional abilities work on it again.
+	// Recovering a sandbox this instance already manages is a no-op. A sandbox whose
+	// resources vanished (host reboot) returns ErrNotFound; the caller should Destroy it
+	// to release what is left.
+	Recover(ctx context.Context, h Handle) error
+	// Close releases the runtime's own resources (connections, background goroutines). It
+	// does not destroy sandboxes. Calls after Close return ErrClosed.
+	Close() error
+}
+
+// Snapshotter is the optional ability to capture a sandbox's workspace and roll back to it
+// (A2). Snapshots capture the workspace only, not running processes.
+type Snapshotter interface {
+	// Snapshot captures the sandbox's workspace as it is now. It waits for running execs.
+	Snapshot(ctx context.Context, id string) (Snapshot, error)
+	// Restore replaces the sandbox's workspace with the snapshot's content. The snapshot may
+	// come from this sandbox or from another one made from the same Spec.Image; it stays
+	// usable afterwards. Processes left in the sandbox are stopped.
+	Restore(ctx context.Context, id string, snapshotID string) error
+	// DeleteSnapshot frees a snapshot. Sandboxes restored or forked from it are unaffected.
+	DeleteSnapshot(ctx context.Context, snapshotID string) error
+}
+
+// Forker is the optional ability to make a new sandbox whose workspace starts as a snapshot
+// (A2: branch an episode at a step, or verify a final state in a fresh sandbox).
+type Forker interface {
+	// Fork creates a new sandbox with the Spec of the snapshot's source sandbox (limits,
+	// image, env, network) and the snapshot's workspace. The source sandbox may already be
+	// destroyed. The new sandbox is independent: writes in one never show in the other.
+	Fork(ctx context.Context, snapshotID string) (Handle, error)
+}
+
+// WorkspaceDirer is the optional ability to reach a sandbox's workspace from the host, so
+// that file tools need no exec round trip. The returned directory is the live workspace;
+// callers must confine their own path resolution to it (package tools does, with openat2
+// RESOLVE_BENEATH), because the sandbox can plant symlinks there.
+type WorkspaceDirer interface {
+	// WorkspaceDir returns the host path of the sandbox's workspace root.
+	WorkspaceDir(ctx context.Context, id string) (string, error)
+}
+
+// Handle identifies a sandbox and carries what a runtime needs to find it again after a
+// restart. Handles are JSON-serialisable; the worker may store them.
+type Handle struct {
+	// ID is unique within the runtime's state directory.
+	ID string `json:"id"`
+	// Runtime is the Name of the runtime that made the sandbox.
+	Runtime string `json:"runtime"`
+	// Spec is the (defaulted) spec the sandbox was created from.
+	Spec Spec `json:"spec"`
+	// Created is when the sandbox became ready.
+	Created time.Time `json:"created"`
+	// State is the runtime's private state (paths, container ids); opaque to callers.
+	State json.RawMessage `json:"state,omitempty"`
+}
+
+// Snapshot describes a captured workspace.
+type Snapshot struct {
+	// ID names the snapshot for Restore, Fork and DeleteSnapshot.
+	ID string `json:"id"`
+	// Sandbox is the id of the sandbox it was taken from.
+	Sandbox string `json:"sandbox"`
+	// Created is when it was taken.
+	Created time.Time `json:"created"`
+}
+
+// ExecRequest is one command to run in a sandbox.
+type ExecRequest struct {
+	// Argv is the program and its arguments; Argv[0] is looked up in the sandbox's PATH
+	// when it has no slash. Required.
+	Argv []string
+	// Env adds KEY=VALUE entries to the sandbox's base environment (PATH, HOME, LANG, and
+	// Spec.Env); later entries win.
+	Env []string
+	// Dir is the working directory inside the sandbox; relative paths resolve against
+	// WorkspacePath; empty means WorkspacePath.
+	Dir string
+	// Stdin is fed to the command; nil means an empty stdin.
+	Stdin []byte
+	// Timeout bounds the command's wall time; zero means DefaultExecTimeout. When it
+	// expires every process the command started is killed and TimedOut is set.
+	Timeout time.Duration
+	// OutputLimit caps the bytes kept of stdout and of stderr, each; the rest is read and
+	// dropped and Truncated is set. Zero means DefaultOutputLimit.
+	OutputLimit int64
+}
+
+// Defaults for ExecRequest fields left zero.
+const (
+	DefaultExecTimeout = 30 * time.Second
+	DefaultOutputLimit = 1 << 20
+)
+
+// ExecResult is what a finished command produced and what the sandbox measured.
+type ExecResult struct {
+	// ExitCode is the command's exit status; 128+N when it was killed by signal N (as a
+	// shell reports it), including kills for timeout and memory.
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+	// Truncated is set when stdout or stderr exceeded OutputLimit.
+	Truncated bool
+	// TimedOut is set when the command was killed because Timeout expired.
+	TimedOut bool
+	// Events are safety-relevant things the sandbox saw during the command (limits hit,
+	// kills); the worker records them as safety events (C4).
+	Events []Event
+	// Metering is what the sandbox measured for this command (A6).
+	Metering Metering
+}
+
+// EventKind names a safety-relevant observation.
+type EventKind string
+
+// Event kinds runtimes report. Package tools adds its own for refused file access.
+const (
+	EventTimeout       EventKind = "timeout"        // killed at ExecRequest.Timeout
+	EventOOMKill       EventKind = "oom_kill"       // a process was killed at the memory limit
+	EventPidsLimit     EventKind = "pids_limit"     // a fork was refused at the pids limit
+	EventDiskFull      EventKind = "disk_full"      // the workspace reached its size limit
+	EventOutputCapped  EventKind = "output_capped"  // output beyond OutputLimit was dropped
+	EventCPUThrottled  EventKind = "cpu_throttled"  // the CPU quota throttled the sandbox
+	EventSyscallDenied EventKind = "syscall_denied" // the seccomp filter refused a syscall
+)
+
+// Event is one safety-relevant observation.
+type Event struct {
+	Kind EventKind `json:"kind"`
+	// Detail says what happened in words, e.g. "pids.max 64 reached 12 times".
+	Detail string `json:"detail"`
+}
+
+// Metering is what a sandbox measured, for one exec or cumulatively (Stats). Zero fields
+// mean "not measured by this runtime" only where the field's doc says so.
+type Metering struct {
+	// CPUTime is user+system CPU time of every process of the command.
+	CPUTime time.Duration `json:"cpu_ns"`
+	// PeakMemoryBytes is the highest memory use of the sandbox during the command (the
+	// maximum across execs in Stats).
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// WallTime is the command's wall-clock duration, from start to exit.
+	WallTime time.Duration `json:"wall_ns"`
+	// Processes counts processes (and threads) the command spawned, itself included.
+	Processes int64 `json:"processes"`
+	// BytesRead and BytesWritten count bytes passed through read/write system calls
+	// (files, pipes, sockets) by the command's processes.
+	BytesRead    int64 `json:"bytes_read"`
+	BytesWritten int64 `json:"bytes_written"`
+}
+
+// Add accumulates o into m: sums, and the maximum of peak memory.
+func (m *Metering) Add(o Metering) {
+	m.CPUTime += o.CPUTime
+	if o.PeakMemoryBytes > m.PeakMemoryBytes {
+		m.PeakMemoryBytes = o.PeakMemoryBytes
+	}
+	m.WallTime += o.WallTime
+	m.Processes += o.Processes
+	m.BytesRead += o.BytesRead
+	m.BytesWritten += o.BytesWritten
+}
+
+// Stats is a sandbox's current state and what it has used so far.
+type Stats struct {
+	// MemoryBytes and Pids are current use; WorkspaceBytes is the workspace's size.
+	MemoryBytes    int64 `json:"memory_bytes"`
+	Pids           int64 `json:"pids"`
+	WorkspaceBytes int64 `json:"workspace_bytes"`
+	// Execs counts commands run since the sandbox was created (or recovered).
+	Execs int64 `json:"execs"`
+	// Total is the cumulative metering of those commands.
+	Total Metering `json:"total"`
+}

@@ -1,0 +1,226 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// Spec describes the sandbox to create.
+type Spec struct {
+	// ID, when set, is the sandbox's id (letters, digits, '-', '_', at most 64); empty lets
+	// the runtime choose one.
+	ID string `json:"id,omitempty"`
+	// Template names the sandbox template (pools and metrics group by it); free text.
+	Template string `json:"template,omitempty"`
+	// Image is the root filesystem: an image reference for containerd; for process, ""
+	// or "host" (the host's /usr read-only). Runtimes reject images they cannot provide.
+	Image string `json:"image,omitempty"`
+	// Limits bound the sandbox's resources (A4).
+	Limits Limits `json:"limits"`
+	// Network is the network mode; empty means NetworkLoopback.
+	Network NetworkMode `json:"network,omitempty"`
+	// Env is added to every exec's environment (KEY=VALUE).
+	Env []string `json:"env,omitempty"`
+	// Workspace seeds the workspace with files before the sandbox is handed out.
+	Workspace []File `json:"workspace,omitempty"`
+	// Labels are free key/values a runtime stores with the sandbox (episode id, task).
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Limits are a sandbox's resource limits; zero fields take the Default* values.
+type Limits struct {
+	// MemoryBytes caps the sandbox's memory (RSS + page cache, no swap).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// Pids caps the number of processes and threads alive at once.
+	Pids int64 `json:"pids,omitempty"`
+	// CPUMillis caps CPU bandwidth in thousandths of a core (1000 = one core).
+	CPUMillis int64 `json:"cpu_millis,omitempty"`
+	// DiskBytes caps the workspace's size (its copy-on-write layer and snapshots of it).
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// OpenFiles caps open file descriptors per process (RLIMIT_NOFILE).
+	OpenFiles int64 `json:"open_files,omitempty"`
+}
+
+// Default limits.
+const (
+	DefaultMemoryBytes = 512 << 20
+	DefaultPids        = 256
+	DefaultCPUMillis   = 1000
+	DefaultDiskBytes   = 512 << 20
+	DefaultOpenFiles   = 1024
+)
+
+// NetworkMode is how a sandbox may use the network (A5).
+type NetworkMode string
+
+// Network modes. Only loopback exists today: a private network namespace whose only
+// interface is lo, so nothing leaves the sandbox.
+const (
+	NetworkLoopback NetworkMode = "loopback"
+)
+
+// File is one file seeded into the workspace.
+type File struct {
+	// Path is relative to the workspace root, slash-separated, without "..".
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+	// Mode is the permission bits; zero means 0644.
+	Mode fs.FileMode `json:"mode,omitempty"`
+}
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidID reports whether id is usable as a sandbox or snapshot id.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// WithDefaults returns the spec with zero limits and the network mode filled in.
+func (s Spec) WithDefaults() Spec {
+	if s.Limits.MemoryBytes == 0 {
+		s.Limits.MemoryBytes = DefaultMemoryBytes
+	}
+	if s.Limits.Pids == 0 {
+		s.Limits.Pids = DefaultPids
+	}
+	if s.Limits.CPUMillis == 0 {
+		s.Limits.CPUMillis = DefaultCPUMillis
+	}
+	if s.Limits.DiskBytes == 0 {
+		s.Limits.DiskBytes = DefaultDiskBytes
+	}
+	if s.Limits.OpenFiles == 0 {
+		s.Limits.OpenFiles = DefaultOpenFiles
+	}
+	if s.Network == "" {
+		s.Network = NetworkLoopback
+	}
+	return s
+}
+
+// Validate returns every problem of the spec at once, each wrapping ErrInvalid and naming
+// the field. It checks what every runtime needs; runtimes add their own checks.
+func (s Spec) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+	}
+	if s.ID != "" && !ValidID(s.ID) {
+		bad("id", "%q must be 1-64 letters, digits, '-' or '_', starting with a letter or digit", s.ID)
+	}
+	l := s.Limits
+	if l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < 4<<20) {
+		bad("limits.memory_bytes", "%d must be at least 4 MiB", l.MemoryBytes)
+	}
+	if l.Pids < 0 || (l.Pids > 0 && l.Pids < 8) {
+		bad("limits.pids", "%d must be at least 8", l.Pids)
+	}
+	if l.CPUMillis < 0 || (l.CPUMillis > 0 && l.CPUMillis < 10) {
+		bad("limits.cpu_millis", "%d must be at least 10", l.CPUMillis)
+	}
+	if l.DiskBytes < 0 || (l.DiskBytes > 0 && l.DiskBytes < 1<<20) {
+		bad("limits.disk_bytes", "%d must be at least 1 MiB", l.DiskBytes)
+	}
+	if l.OpenFiles < 0 || (l.OpenFiles > 0 && l.OpenFiles < 16) {
+		bad("limits.open_files", "%d must be at least 16", l.OpenFiles)
+	}
+	if s.Network != "" && s.Network != NetworkLoopback {
+		bad("network", "%q is not a known mode (want %q)", s.Network, NetworkLoopback)
+	}
+	for i, e := range s.Env {
+		if err := validEnv(e); err != nil {
+			bad(fmt.Sprintf("env[%d]", i), "%v", err)
+		}
+	}
+	seen := map[string]bool{}
+	for i, f := range s.Workspace {
+		p, err := CleanRelPath(f.Path)
+		if err != nil {
+			bad(fmt.Sprintf("workspace[%d].path", i), "%v", err)
+			continue
+		}
+		if seen[p] {
+			bad(fmt.Sprintf("workspace[%d].path", i), "%q appears twice", f.Path)
+		}
+		seen[p] = true
+		if f.Mode&^fs.ModePerm != 0 {
+			bad(fmt.Sprintf("workspace[%d].mode", i), "%v must be permission bits only", f.Mode)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the request's fields, each problem wrapping ErrInvalid.
+func (r ExecRequest) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+	}
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		bad("argv", "empty command")
+	}
+	for i, a := range r.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			bad(fmt.Sprintf("argv[%d]", i), "contains a NUL byte")
+		}
+	}
+	for i, e := range r.Env {
+		if err := validEnv(e); err != nil {
+			bad(fmt.Sprintf("env[%d]", i), "%v", err)
+		}
+	}
+	if strings.IndexByte(r.Dir, 0) >= 0 {
+		bad("dir", "contains a NUL byte")
+	}
+	if r.Timeout < 0 {
+		bad("timeout", "%v is negative", r.Timeout)
+	}
+	if r.OutputLimit < 0 {
+		bad("output_limit", "%d is negative", r.OutputLimit)
+	}
+	return errors.Join(errs...)
+}
+
+// ExecDir returns the absolute working directory inside the sandbox for dir.
+func ExecDir(dir string) string {
+	if dir == "" {
+		return WorkspacePath
+	}
+	if path.IsAbs(dir) {
+		return path.Clean(dir)
+	}
+	return path.Join(WorkspacePath, dir)
+}
+
+func validEnv(e string) error {
+	k, _, ok := strings.Cut(e, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not KEY=VALUE", e)
+	}
+	if strings.IndexByte(e, 0) >= 0 {
+		return fmt.Errorf("%q contains a NUL byte", k)
+	}
+	return nil
+}
+
+// CleanRelPath checks that p names something inside a workspace: relative, no ".."
+// component, no NUL. It returns the cleaned path ("." for the root).
+func CleanRelPath(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("empty path")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", errors.New("path contains a NUL byte")
+	}
+	if path.IsAbs(p) {
+		return "", fmt.Errorf("%q is absolute; paths are relative to the workspace", p)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%q leaves the workspace (\"..\")", p)
+		}
+	}
+	return path.Clean(p), nil
+}
