@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	// Envs and policies register themselves.
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 )
 
@@ -31,6 +32,8 @@ Usage:
   gauntlet demo [flags]                start the stack, run a campaign, print results, stop
   gauntlet sql "SELECT ..."            query the trajectories (aligned table)
   gauntlet episode show ID             every step of one episode
+  gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
+  gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
   gauntlet version
 
 Run 'gauntlet <command> -h' for a command's flags.
@@ -74,7 +77,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "sql":
 		return cmdSQL(ctx, rest, stdout, stderr)
 	case "episode":
-		return cmdEpisode(ctx, rest, stdout, stderr)
+		return cmdEpisodeAny(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gauntlet", version)
 		return nil

@@ -1,0 +1,217 @@
+package codefix
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// Name is the name the codefix env registers under.
+const Name = "codefix"
+
+// DefaultMaxSteps truncates a codefix episode when its Config does not set MaxSteps.
+const DefaultMaxSteps = 20
+
+// Template is the sandbox template codefix episodes ask for (pools group by it).
+const Template = "codefix-sh"
+
+// Tool names: the workspace tools, and submit, which ends the episode and asks for the
+// verdict.
+const (
+	ToolShellExec = "shell.exec"
+	ToolFSRead    = "fs.read"
+	ToolFSWrite   = "fs.write"
+	ToolFSList    = "fs.list"
+	ToolFSPatch   = "fs.patch"
+	ToolSubmit    = "submit"
+)
+
+// Services are the fault targets of codefix: every shell.exec calls "shell", every file
+// tool calls "fs".
+const (
+	ServiceShell = "shell"
+	ServiceFS    = "fs"
+)
+
+func init() { env.Register(New()) }
+
+// New returns the codefix env. The value is stateless; it is the env the package
+// registers under Name.
+func New() env.Env { return codefixEnv{} }
+
+type codefixEnv struct{}
+
+type toolDef struct {
+	name, service, desc, schema string
+}
+
+var toolDefs = []toolDef{
+	{ToolShellExec, ServiceShell, "Run a shell command (sh -c) in the workspace root; returns exit_code, stdout, stderr.",
+		`{"type":"object","properties":{"cmd":{"type":"string","maxLength":4096},"timeout_ms":{"type":"integer","minimum":1,"maximum":60000}},"required":["cmd"],"additionalProperties":false}`},
+	{ToolFSRead, ServiceFS, "Read a file of the workspace (path relative to its root).",
+		`{"type":"object","properties":{"path":{"type":"string","maxLength":256}},"required":["path"],"additionalProperties":false}`},
+	{ToolFSWrite, ServiceFS, "Create or replace a file of the workspace with content.",
+		`{"type":"object","properties":{"path":{"type":"string","maxLength":256},"content":{"type":"string","maxLength":65536}},"required":["path","content"],"additionalProperties":false}`},
+	{ToolFSList, ServiceFS, "List a directory of the workspace (\".\" for the root), recursively.",
+		`{"type":"object","properties":{"path":{"type":"string","maxLength":256}},"additionalProperties":false}`},
+	{ToolFSPatch, ServiceFS, "Replace the one occurrence of old with new in a file of the workspace.",
+		`{"type":"object","properties":{"path":{"type":"string","maxLength":256},"old":{"type":"string","maxLength":65536},"new":{"type":"string","maxLength":65536}},"required":["path","old","new"],"additionalProperties":false}`},
+	{ToolSubmit, "", "Declare the fix done: the episode ends and a verifier judges the workspace.",
+		`{"type":"object","properties":{},"additionalProperties":false}`},
+}
+
+var toolNames = func() []string {
+	out := make([]string, len(toolDefs))
+	for i, t := range toolDefs {
+		out[i] = t.name
+	}
+	return out
+}()
+
+// Spec describes codefix's tools, params and services. Each call returns a fresh copy.
+func (codefixEnv) Spec() env.Spec {
+	tools := make([]env.Tool, len(toolDefs))
+	for i, t := range toolDefs {
+		tools[i] = env.Tool{Name: t.name, Service: t.service, Description: t.desc, Schema: json.RawMessage(t.schema)}
+	}
+	ps := make([]env.Param, len(paramDefs))
+	for i, p := range paramDefs {
+		ps[i] = env.Param{Name: p.name, Type: "int", Default: strconv.FormatInt(p.def, 10),
+			Description: fmt.Sprintf("%s (%d..%d)", p.desc, p.min, p.max)}
+	}
+	return env.Spec{
+		Name: Name,
+		Description: "Fix a bug in a small shell project inside a real sandbox: the tests in " + TestPath +
+			" fail; make them pass without changing them, then submit. A verifier in a fresh sandbox " +
+			"restored from the final workspace runs the tests and hidden cases.",
+		Tools:           tools,
+		Params:          ps,
+		Services:        []string{ServiceFS, ServiceShell},
+		DefaultMaxSteps: DefaultMaxSteps,
+	}
+}
+
+// NewEpisode validates cfg and returns an episode ready for Reset. It needs
+// cfg.Sandboxes.
+func (codefixEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
+	p, err := parseParams(cfg.Params)
+	if err != nil {
+		return nil, fmt.Errorf("codefix: %w", err)
+	}
+	if cfg.Sandboxes == nil {
+		return nil, fmt.Errorf("codefix: %w", env.ErrNoSandbox)
+	}
+	maxSteps := cfg.MaxSteps
+	if maxSteps == 0 {
+		maxSteps = DefaultMaxSteps
+	}
+	return &episode{cfg: cfg, p: p, maxSteps: maxSteps, task: newTask(cfg.Seed, p.variant, p.cases)}, nil
+}
+
+// Oracle returns the scripted good agent: it knows the task of the seed.
+func (codefixEnv) Oracle(seed uint64) env.Agent { return &oracle{} }
+
+// params are codefix's validated parameters.
+type params struct {
+	variant     int
+	cases       int
+	execTimeout time.Duration
+	deadline    time.Duration
+	maxInvalid  int
+	memoryBytes int64
+}
+
+type paramDef struct {
+	name          string
+	def, min, max int64
+	desc          string
+	set           func(p *params, v int64)
+}
+
+var paramDefs = []paramDef{
+	{"variant", -1, -1, int64(len(variants) - 1), "bug variant (-1: chosen by the seed)",
+		func(p *params, v int64) { p.variant = int(v) }},
+	{"cases", 4, 2, 5, "visible test cases in " + TestPath,
+		func(p *params, v int64) { p.cases = int(v) }},
+	{"exec_timeout_ms", 10_000, 100, 60_000, "longest shell.exec the agent may ask for, in milliseconds",
+		func(p *params, v int64) { p.execTimeout = time.Duration(v) * time.Millisecond }},
+	{"deadline_ms", 600_000, 1000, 86_400_000, "virtual milliseconds the episode may take",
+		func(p *params, v int64) { p.deadline = time.Duration(v) * time.Millisecond }},
+	{"max_invalid", 5, 1, 1000, "invalid actions that terminate the episode",
+		func(p *params, v int64) { p.maxInvalid = int(v) }},
+	{"memory_mb", 128, 16, 4096, "memory limit of the sandbox, in MiB",
+		func(p *params, v int64) { p.memoryBytes = v << 20 }},
+}
+
+// parseParams decodes the params object strictly and reports every problem at once, each
+// naming its field.
+func parseParams(raw json.RawMessage) (params, error) {
+	var p params
+	for _, d := range paramDefs {
+		d.set(&p, d.def)
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return p, nil
+	}
+	if raw[0] != '{' {
+		return p, errors.New("params: want a JSON object")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return p, fmt.Errorf("params: malformed JSON: %w", err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var errs []error
+	for _, k := range keys {
+		i := slices.IndexFunc(paramDefs, func(d paramDef) bool { return d.name == k })
+		if i < 0 {
+			names := make([]string, len(paramDefs))
+			for j, d := range paramDefs {
+				names[j] = d.name
+			}
+			slices.Sort(names)
+			errs = append(errs, fmt.Errorf("params.%.40q: unknown parameter (known: %s)", k, strings.Join(names, ", ")))
+			continue
+		}
+		d := paramDefs[i]
+		var n int64
+		if err := json.Unmarshal(m[k], &n); err != nil {
+			errs = append(errs, fmt.Errorf("params.%s: want an integer, got %.40s", k, m[k]))
+			continue
+		}
+		if n < d.min || n > d.max {
+			errs = append(errs, fmt.Errorf("params.%s: %d is outside %d..%d", k, n, d.min, d.max))
+			continue
+		}
+		d.set(&p, n)
+	}
+	return p, errors.Join(errs...)
+}
+
+// sandboxSpec is the sandbox an episode of task t runs in: the project seeded into the
+// workspace, small limits.
+func sandboxSpec(t task, p params) sandbox.Spec {
+	files := make([]sandbox.File, 0, len(t.files))
+	for _, path := range t.paths() {
+		files = append(files, sandbox.File{Path: path, Data: []byte(t.files[path])})
+	}
+	return sandbox.Spec{
+		Template:  Template,
+		Limits:    sandbox.Limits{MemoryBytes: p.memoryBytes, Pids: 64, CPUMillis: 1000, DiskBytes: 64 << 20},
+		Workspace: files,
+		Labels:    map[string]string{"env": Name, "variant": t.v.name},
+	}
+}
