@@ -21,10 +21,10 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	"github.com/gauntlet-rl/gauntlet/services/worker"
 )
 
 // `gauntlet episode snapshot` and `gauntlet episode fork` (A2, D3) rebuild a recorded
@@ -59,14 +59,14 @@ type replayOpts struct {
 	client   clientOpts
 	step     int
 	maxSteps uint
-	sandbox  worker.SandboxConfig
+	sandbox  runtimes.Config
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
 	o.client.register(fs)
 	fs.IntVar(&o.step, "step", -1, "rebuild the state after this many steps (required)")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit of the rebuilt episode (0: the env's default, at least --step+1)")
-	fs.StringVar(&o.sandbox.Runtime, "sandbox.runtime", worker.RuntimeProcess, "sandbox runtime to rebuild in: process or containerd")
+	fs.StringVar(&o.sandbox.Runtime, "sandbox.runtime", runtimes.Process, "sandbox runtime to rebuild in: process or containerd")
 	fs.StringVar(&o.sandbox.Image, "sandbox.image", "", "root filesystem of the sandbox (containerd: an image reference)")
 	fs.StringVar(&o.sandbox.StateDir, "sandbox.state-dir", "", "state directory of the runtime (default: <data-dir>/sandbox-cli)")
 }
@@ -253,7 +253,7 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if sc.StateDir == "" {
 		sc.StateDir = filepath.Join(o.client.dataDir, "sandbox-cli")
 	}
-	sb, err := worker.OpenSandboxes(ctx, sc)
+	sb, err := runtimes.Open(ctx, sc)
 	if err != nil {
 		return nil, err
 	}

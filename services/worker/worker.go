@@ -34,6 +34,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -58,7 +59,7 @@ type Config struct {
 	// also flushes its pending steps when it ends and when a second has passed.
 	SegmentSteps int
 	// Sandbox chooses the runtime of envs that need real sandboxes (codefix).
-	Sandbox SandboxConfig
+	Sandbox runtimes.Config
 }
 
 // Validate reports every problem at once.
@@ -129,7 +130,7 @@ func (w *Service) Starting(ctx context.Context) error {
 	if err := w.cfg.Validate(); err != nil {
 		return err
 	}
-	sb, err := OpenSandboxes(ctx, w.cfg.Sandbox)
+	sb, err := runtimes.Open(ctx, w.cfg.Sandbox)
 	if err != nil {
 		return err
 	}

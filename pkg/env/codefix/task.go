@@ -263,3 +263,14 @@ func (t task) paths() []string {
 func protected(path string) bool {
 	return path == "tests" || strings.HasPrefix(path, "tests/")
 }
+
+// CandidateFixes returns the fs.patch arguments that fix each known kind of bug, in a
+// fixed order. Exactly one applies to a given task (the others find nothing to replace);
+// a tree search can try each in its own branch (see examples/branching-search).
+func CandidateFixes() []map[string]string {
+	out := make([]map[string]string, len(variants))
+	for i, v := range variants {
+		out[i] = map[string]string{"path": LibPath, "old": v.broken, "new": v.fixed}
+	}
+	return out
+}

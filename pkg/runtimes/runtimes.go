@@ -1,4 +1,9 @@
-package worker
+// Package runtimes opens a sandbox runtime by name (process, containerd) and lends its
+// sandboxes to envs as an env.Sandboxes. Workers use it for --sandbox.runtime; the CLI's
+// episode snapshot and fork use it to rebuild episodes locally.
+//
+// The returned Sandboxes is safe for concurrent use; whoever opened it closes its runtime.
+package runtimes
 
 import (
 	"context"
@@ -10,16 +15,16 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
-// Sandbox runtime names accepted by SandboxConfig.Runtime.
+// Runtime names accepted by Config.Runtime.
 const (
-	RuntimeNone       = ""
-	RuntimeProcess    = "process"
-	RuntimeContainerd = "containerd"
+	None       = ""
+	Process    = "process"
+	Containerd = "containerd"
 )
 
-// SandboxConfig chooses the sandbox runtime that envs needing real sandboxes (codefix)
-// run in. Pure envs (shop) never touch it.
-type SandboxConfig struct {
+// Config chooses the sandbox runtime that envs needing real sandboxes (codefix) run in.
+// Pure envs (shop) never touch it.
+type Config struct {
 	// Runtime is "process", "containerd", or empty for none (such envs' episodes then
 	// fail with env.ErrNoSandbox).
 	Runtime string
@@ -32,14 +37,14 @@ type SandboxConfig struct {
 }
 
 // Validate reports every problem at once.
-func (c SandboxConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	switch c.Runtime {
-	case RuntimeNone, RuntimeProcess, RuntimeContainerd:
+	case None, Process, Containerd:
 	default:
 		errs = append(errs, fmt.Errorf("sandbox.runtime: %q is not one of process, containerd (or empty for none)", c.Runtime))
 	}
-	if c.Runtime != RuntimeNone && c.StateDir == "" {
+	if c.Runtime != None && c.StateDir == "" {
 		errs = append(errs, errors.New("sandbox.state-dir: must be set when sandbox.runtime is"))
 	}
 	return errors.Join(errs...)
@@ -67,14 +72,14 @@ func (s *runtimeSandboxes) Release(ctx context.Context, id string) error {
 	return s.rt.Destroy(ctx, id)
 }
 
-// OpenSandboxes opens the configured runtime and returns the env.Sandboxes over it, or nil
+// Open opens the configured runtime and returns the env.Sandboxes over it, or nil
 // when no runtime is configured. The caller closes the runtime (Sandboxes.Runtime().Close)
 // when done.
-func OpenSandboxes(ctx context.Context, c SandboxConfig) (env.Sandboxes, error) {
+func Open(ctx context.Context, c Config) (env.Sandboxes, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if c.Runtime == RuntimeNone {
+	if c.Runtime == None {
 		return nil, nil
 	}
 	rt, err := openRuntime(ctx, c.Runtime, filepath.Clean(c.StateDir))
