@@ -65,13 +65,20 @@ func TestCodefixEndToEnd(t *testing.T) {
 				t.Errorf("random episodes (count, successes, errors) = %v: none may succeed", r)
 			}
 
-			// The sandbox's metering reached ClickHouse, per step.
+			// The sandbox's metering reached ClickHouse, per step: every command that ran to
+			// its end (not aborted by an injected fault, not killed at its timeout) was
+			// measured.
 			m := strings.Fields(queryOne(t, conn, fmt.Sprintf(`SELECT concat(toString(countIf(runtime != '%s')), ' ',
-				toString(countIf(tool = 'shell.exec' AND cpu_ns > 0 AND processes > 0 AND peak_memory_bytes > 0)), ' ',
-				toString(countIf(tool = 'shell.exec')), ' ', toString(sum(written_bytes) > 0))
-				FROM %s.steps FINAL WHERE run_id = '%s'`, rt, db, req.RunId)))
+				toString(countIf(ran AND cpu_ns > 0 AND processes > 0 AND peak_memory_bytes > 0)), ' ',
+				toString(countIf(ran)), ' ', toString(sum(written_bytes) > 0))
+				FROM (SELECT *, tool = 'shell.exec' AND position(observation, '"exit_code"') > 0 AND position(observation, '"timed_out"') = 0 AS ran
+				      FROM %s.steps FINAL WHERE run_id = '%s')`, rt, db, req.RunId)))
 			if m[0] != "0" || m[1] != m[2] || m[2] == "0" || m[3] != "1" {
-				t.Errorf("metering: %s steps of another runtime, %s of %s shell.exec steps fully metered, bytes written > 0: %s", m[0], m[1], m[2], m[3])
+				t.Errorf("metering: %s steps of another runtime, %s of %s shell commands fully metered, bytes written > 0: %s", m[0], m[1], m[2], m[3])
+				_, rows, _ := trajectory.Query(context.Background(), conn, fmt.Sprintf(`SELECT tool, cpu_ns, processes, peak_memory_bytes, read_bytes, written_bytes, substring(observation, 1, 120) FROM %s.steps FINAL WHERE run_id = '%s' AND tool = 'shell.exec'`, db, req.RunId))
+				for _, r := range rows {
+					t.Log(r)
+				}
 			}
 
 			// Rebuild an oracle episode: after 2 steps (read, patch) its library is fixed,

@@ -23,7 +23,7 @@ type Sandboxes interface {
 	Release(ctx context.Context, id string) error
 }
 
-// ErrNoSandbox is returned by NewEpisode of an env that needs real sandboxes when
+// ErrNoSandbox is returned by Reset of an episode that needs a real sandbox when
 // Config.Sandboxes is nil: the worker was started without a sandbox runtime.
 var ErrNoSandbox = errors.New("env needs a sandbox runtime, and none is configured (start the worker with --sandbox.runtime=process or containerd)")
 

@@ -55,7 +55,7 @@ type toolDef struct {
 
 var toolDefs = []toolDef{
 	{ToolShellExec, ServiceShell, "Run a shell command (sh -c) in the workspace root; returns exit_code, stdout, stderr.",
-		`{"type":"object","properties":{"cmd":{"type":"string","maxLength":4096},"timeout_ms":{"type":"integer","minimum":1,"maximum":60000}},"required":["cmd"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"cmd":{"type":"string","maxLength":4096},"timeout_ms":{"type":"integer","minimum":100,"maximum":60000}},"required":["cmd"],"additionalProperties":false}`},
 	{ToolFSRead, ServiceFS, "Read a file of the workspace (path relative to its root).",
 		`{"type":"object","properties":{"path":{"type":"string","maxLength":256}},"required":["path"],"additionalProperties":false}`},
 	{ToolFSWrite, ServiceFS, "Create or replace a file of the workspace with content.",
@@ -99,15 +99,13 @@ func (codefixEnv) Spec() env.Spec {
 	}
 }
 
-// NewEpisode validates cfg and returns an episode ready for Reset. It needs
-// cfg.Sandboxes.
+// NewEpisode validates cfg and returns an episode ready for Reset. Reset needs
+// cfg.Sandboxes; without it Reset fails with env.ErrNoSandbox (NewEpisode does not, so
+// params can be validated where no runtime runs).
 func (codefixEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 	p, err := parseParams(cfg.Params)
 	if err != nil {
 		return nil, fmt.Errorf("codefix: %w", err)
-	}
-	if cfg.Sandboxes == nil {
-		return nil, fmt.Errorf("codefix: %w", env.ErrNoSandbox)
 	}
 	maxSteps := cfg.MaxSteps
 	if maxSteps == 0 {

@@ -3,6 +3,7 @@ package codefix_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -199,8 +200,12 @@ func TestBadPathsAndBadActionsAreObservations(t *testing.T) {
 		!strings.Contains(err.Error(), "params.variant") || !strings.Contains(err.Error(), "params.\"nope\"") {
 		t.Errorf("bad params error = %v", err)
 	}
-	if _, err := codefix.New().NewEpisode(env.Config{}); err == nil || !strings.Contains(err.Error(), "sandbox runtime") {
-		t.Errorf("no sandboxes: error = %v", err)
+	noSandbox, err := codefix.New().NewEpisode(env.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noSandbox.Reset(); !errors.Is(err, env.ErrNoSandbox) {
+		t.Errorf("Reset without sandboxes: error = %v", err)
 	}
 }
 

@@ -85,6 +85,9 @@ type resetObs struct {
 // Reset gives the episode a fresh sandbox seeded with the task's project (releasing the
 // previous one, if any) and returns the task.
 func (e *episode) Reset() (json.RawMessage, error) {
+	if e.cfg.Sandboxes == nil {
+		return nil, fmt.Errorf("codefix: %w", env.ErrNoSandbox)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := e.release(ctx); err != nil {

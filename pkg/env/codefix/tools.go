@@ -28,6 +28,9 @@ type toolArgs struct {
 	New       *string `json:"new"`
 }
 
+// minExecTimeout is the shortest timeout a shell.exec gets, whatever it asks for.
+const minExecTimeout = 100 * time.Millisecond
+
 // maxOutput caps what a shell.exec returns of stdout and of stderr; fs.read caps a file.
 const maxOutput = 16 << 10
 
@@ -122,7 +125,8 @@ func (e *episode) runTool(ctx context.Context, t *toolDef, a toolArgs, o *outcom
 	if t.name == ToolShellExec {
 		timeout := e.p.execTimeout
 		if a.TimeoutMs > 0 {
-			timeout = min(timeout, time.Duration(a.TimeoutMs)*time.Millisecond)
+			// At least minExecTimeout: the runtime's sandbox setup counts against it.
+			timeout = min(timeout, max(minExecTimeout, time.Duration(a.TimeoutMs)*time.Millisecond))
 		}
 		r, err := e.exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", a.Cmd}, Timeout: timeout, OutputLimit: maxOutput})
 		if err != nil {

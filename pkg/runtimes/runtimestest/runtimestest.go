@@ -6,6 +6,8 @@ package runtimestest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -16,7 +18,15 @@ import (
 // state lives in t.TempDir().
 func Config(t testing.TB, name string) runtimes.Config {
 	t.Helper()
-	return runtimes.Config{Runtime: name, StateDir: t.TempDir()}
+	dir := t.TempDir()
+	// The sandbox user (not root) must reach its workspace below the state directory;
+	// t.TempDir makes the directory and its parent 0700.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatalf("runtimestest: %v", err)
+		}
+	}
+	return runtimes.Config{Runtime: name, StateDir: dir}
 }
 
 // Open opens the named runtime for the test and closes it at the end. Every sandbox the
