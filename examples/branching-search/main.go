@@ -45,6 +45,10 @@ func run(rtName, image, state string, seed uint64) (err error) {
 			return err
 		}
 		defer os.RemoveAll(state)
+		// The sandbox user must reach its workspace below the state directory.
+		if err := os.Chmod(state, 0o755); err != nil {
+			return err
+		}
 	}
 	sb, err := runtimes.Open(ctx, runtimes.Config{Runtime: rtName, Image: image, StateDir: state})
 	if err != nil {
