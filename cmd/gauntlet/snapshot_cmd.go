@@ -253,14 +253,14 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if sc.StateDir == "" {
 		sc.StateDir = filepath.Join(o.client.dataDir, "sandbox-cli")
 	}
-	sb, err := runtimes.Open(ctx, sc)
+	if sc.Runtime == runtimes.None {
+		return nil, fmt.Errorf("--sandbox.runtime: name the runtime to rebuild %s in (process or containerd)", id)
+	}
+	sb, err := runtimes.Open(ctx, sc, nil)
 	if err != nil {
 		return nil, err
 	}
-	closeRT := func() error { return nil }
-	if sb != nil {
-		closeRT = sb.Runtime().Close
-	}
+	closeRT := sb.Close
 	maxSteps := uint32(o.maxSteps)
 	if maxSteps == 0 {
 		maxSteps = max(e.Spec().DefaultMaxSteps, uint32(o.step)+1)

@@ -50,11 +50,14 @@ func run(rtName, image, state string, seed uint64) (err error) {
 			return err
 		}
 	}
-	sb, err := runtimes.Open(ctx, runtimes.Config{Runtime: rtName, Image: image, StateDir: state})
+	if rtName == runtimes.None {
+		return errors.New("--runtime: name one: process or containerd")
+	}
+	sb, err := runtimes.Open(ctx, runtimes.Config{Runtime: rtName, Image: image, StateDir: state}, nil)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, sb.Runtime().Close()) }()
+	defer func() { err = errors.Join(err, sb.Close()) }()
 
 	trunk, err := codefix.New().NewEpisode(env.Config{Seed: seed, Sandboxes: sb})
 	if err != nil {

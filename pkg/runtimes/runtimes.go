@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -50,41 +51,63 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// runtimeSandboxes lends sandboxes straight from a runtime: Acquire creates, Release
-// destroys.
-type runtimeSandboxes struct {
-	rt    sandbox.Runtime
-	image string
+// Sandboxes lends sandboxes straight from a runtime (env.Sandboxes): Acquire creates,
+// Release destroys. It owns the runtime and whatever the runtime needed started (a
+// containerd daemon); Close releases them.
+type Sandboxes struct {
+	rt      sandbox.Runtime
+	image   string
+	closers []func() error // in the order to run them
 }
 
-var _ env.Sandboxes = (*runtimeSandboxes)(nil)
+var _ env.Sandboxes = (*Sandboxes)(nil)
 
-func (s *runtimeSandboxes) Runtime() sandbox.Runtime { return s.rt }
+// Runtime is the runtime the sandboxes come from.
+func (s *Sandboxes) Runtime() sandbox.Runtime { return s.rt }
 
-func (s *runtimeSandboxes) Acquire(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
+// Acquire creates a sandbox from spec, with Config.Image when spec names none.
+func (s *Sandboxes) Acquire(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
 	if spec.Image == "" {
 		spec.Image = s.image
 	}
 	return s.rt.Create(ctx, spec)
 }
 
-func (s *runtimeSandboxes) Release(ctx context.Context, id string) error {
+// Release destroys the sandbox.
+func (s *Sandboxes) Release(ctx context.Context, id string) error {
 	return s.rt.Destroy(ctx, id)
 }
 
-// Open opens the configured runtime and returns the env.Sandboxes over it, or nil
-// when no runtime is configured. The caller closes the runtime (Sandboxes.Runtime().Close)
-// when done.
-func Open(ctx context.Context, c Config) (env.Sandboxes, error) {
+// Close closes the runtime (sandboxes still running stay, for Recover) and stops what Open
+// started for it.
+func (s *Sandboxes) Close() error {
+	errs := []error{s.rt.Close()}
+	for _, c := range s.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// Open opens the configured runtime, or returns nil when c names none. The caller
+// closes the result.
+func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	if c.Runtime == None {
 		return nil, nil
 	}
-	rt, err := openRuntime(ctx, c.Runtime, filepath.Clean(c.StateDir))
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Sandboxes{image: c.Image}
+	rt, err := s.openRuntime(ctx, c, filepath.Clean(c.StateDir), log)
 	if err != nil {
+		for _, c := range s.closers {
+			_ = c()
+		}
 		return nil, fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err)
 	}
-	return &runtimeSandboxes{rt: rt, image: c.Image}, nil
+	s.rt = rt
+	return s, nil
 }

@@ -94,8 +94,9 @@ type Service struct {
 	tracer trace.Tracer
 	scorer *scorer
 	cons   jetstream.Consumer
-	// sandboxes is nil when no sandbox runtime is configured.
+	// sandboxes is nil when no sandbox runtime is configured; runtimes owns it.
 	sandboxes env.Sandboxes
+	runtimes  *runtimes.Sandboxes
 
 	steps    metric.Int64Counter
 	episodes metric.Int64Counter
@@ -130,11 +131,13 @@ func (w *Service) Starting(ctx context.Context) error {
 	if err := w.cfg.Validate(); err != nil {
 		return err
 	}
-	sb, err := runtimes.Open(ctx, w.cfg.Sandbox)
+	sb, err := runtimes.Open(ctx, w.cfg.Sandbox, w.log.With("sandbox_runtime", w.cfg.Sandbox.Runtime))
 	if err != nil {
 		return err
 	}
-	w.sandboxes = sb
+	if sb != nil {
+		w.sandboxes, w.runtimes = sb, sb
+	}
 	cons, err := w.bus().JS.CreateOrUpdateConsumer(ctx, bus.StreamCommands, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "episode assignments, shared by every worker",
@@ -146,7 +149,7 @@ func (w *Service) Starting(ctx context.Context) error {
 	})
 	if err != nil {
 		if sb != nil {
-			_ = sb.Runtime().Close()
+			_ = sb.Close()
 		}
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
@@ -194,10 +197,10 @@ func (w *Service) Running(ctx context.Context) error {
 // Stopping closes the sandbox runtime, if any: Running returned after its episodes did,
 // and they released their sandboxes.
 func (w *Service) Stopping(context.Context) error {
-	if w.sandboxes == nil {
+	if w.runtimes == nil {
 		return nil
 	}
-	return w.sandboxes.Runtime().Close()
+	return w.runtimes.Close()
 }
 
 // errAbandoned marks an episode given up because the worker is stopping.

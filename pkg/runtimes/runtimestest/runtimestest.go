@@ -33,7 +33,7 @@ func Config(t testing.TB, name string) runtimes.Config {
 // test leaves behind is destroyed first.
 func Open(t testing.TB, name string) env.Sandboxes {
 	t.Helper()
-	sb, err := runtimes.Open(context.Background(), Config(t, name))
+	sb, err := runtimes.Open(context.Background(), Config(t, name), nil)
 	if err != nil {
 		t.Fatalf("runtimestest: open %s runtime: %v", name, err)
 	}
@@ -45,7 +45,7 @@ func Open(t testing.TB, name string) env.Sandboxes {
 				_ = rt.Destroy(ctx, h.ID)
 			}
 		}
-		if err := rt.Close(); err != nil {
+		if err := sb.Close(); err != nil {
 			t.Errorf("runtimestest: close %s runtime: %v", name, err)
 		}
 	})
