@@ -107,6 +107,9 @@ func TestOracleFixesEveryVariantAndRandomDoesNot(t *testing.T) {
 				t.Errorf("virtual time %d, tool calls %d", m.GetVirtualNs(), m.GetToolCalls())
 			}
 
+			if v%3 != 0 {
+				return // random on two variants is enough, and costs 20 commands each
+			}
 			rep := newEpisode(t, sb, uint64(1000+v), fmt.Sprintf(`{"variant":%d}`, v))
 			ragent, err := random.NewAgent(e, uint64(v))
 			if err != nil {
