@@ -9,14 +9,16 @@
 #
 # What it installs:
 #   - Debian packages: clickhouse-server, clickhouse-client (ClickHouse 18.16, run by
-#     pkg/chlocal as a child process, never as a system service) and protobuf-compiler.
+#     pkg/chlocal as a child process, never as a system service) and protobuf-compiler;
+#     containerd and runc (containerd 1.6, run by pkg/ctrdlocal / scripts/containerd.sh,
+#     never as a system service) and busybox-static (the containerd sandboxes' base image).
 #   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go and staticcheck, at the pinned
 #     versions below (re-installed when the binary there reports another version).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler)
+APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler containerd runc busybox-static)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(
@@ -76,9 +78,9 @@ install_apt() {
 		die "missing Debian packages (${missing[*]}); run this script as root to install them"
 	fi
 	command -v apt-get >/dev/null || die "apt-get not found: this script supports Debian only"
-	# The package's postinst would start a system-wide clickhouse-server on port 9000;
-	# gauntlet runs its own (pkg/chlocal), so forbid service starts during the install
-	# unless the machine already has a policy.
+	# The packages' postinsts would start a system-wide clickhouse-server on port 9000
+	# and a system containerd; gauntlet runs its own (pkg/chlocal, pkg/ctrdlocal), so
+	# forbid service starts during the install unless the machine already has a policy.
 	if [[ ! -e $POLICY_RC ]]; then
 		printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC"
 		chmod 0755 "$POLICY_RC"

@@ -1,0 +1,34 @@
+// Command gauntlet-agent is PID 1 of every containerd sandbox: it serves the
+// runtime's exec requests on the unix socket the runtime bind-mounts at
+// /run/gauntlet (package github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent).
+//
+// It must be built statically (CGO_ENABLED=0): the sandbox image has no C library.
+// Package ctrd builds it and packs it into the sandbox base image.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
+)
+
+func main() {
+	if len(os.Args) != 1 {
+		fmt.Fprintf(os.Stderr, "usage: %s (serves on %s/%s)\n", os.Args[0], agent.SocketDir, agent.SocketName)
+		os.Exit(2)
+	}
+	// Every thread counts against the sandbox's pids limit.
+	runtime.GOMAXPROCS(1)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := agent.NewServer().Serve(ctx, filepath.Join(agent.SocketDir, agent.SocketName)); err != nil {
+		fmt.Fprintln(os.Stderr, "gauntlet-agent:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,66 @@
+// Package ctrdtest starts a private containerd daemon for one test through
+// [ctrdlocal], the same launcher scripts/containerd.sh uses, and tears it down when
+// the test ends. A test that cannot start containerd fails with the reason; it never
+// skips.
+package ctrdtest
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
+)
+
+// RootTmpfsBytes is the size of the tmpfs that holds the test daemon's images and
+// snapshots, so nothing a test container writes reaches the host's disk.
+const RootTmpfsBytes = 1 << 30
+
+// Start starts containerd under a fresh short temporary directory (unix socket
+// paths are limited to 107 bytes, too short for t.TempDir under long test names)
+// and registers its cleanup: every task and container is purged, the daemon stopped
+// and the directory removed. It calls t.Fatal with the reason when the daemon cannot
+// start.
+func Start(t testing.TB) *ctrdlocal.Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gctrd")
+	if err != nil {
+		t.Fatalf("ctrdtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ctrdlocal.DefaultStartTimeout)
+	defer cancel()
+	srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{
+		Dir:            dir,
+		RootTmpfsBytes: RootTmpfsBytes,
+		Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("ctrdtest: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Purge(ctx); err != nil {
+			t.Errorf("ctrdtest: %v", err)
+		}
+		if err := srv.Stop(ctx); err != nil {
+			t.Errorf("ctrdtest: %v", err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("ctrdtest: %v", err)
+		}
+	})
+	return srv
+}
+
+// testWriter sends the launcher's log lines to t.Log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}

@@ -1,0 +1,482 @@
+package ctrdlocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+)
+
+// Bounds of the daemon's lifecycle.
+const (
+	// DefaultStartTimeout bounds how long Start waits for the daemon to answer.
+	DefaultStartTimeout = 30 * time.Second
+	// stopGrace is how long Stop waits after SIGTERM before it sends SIGKILL.
+	stopGrace = 10 * time.Second
+	// pollInterval is the pause between readiness probes.
+	pollInterval = 10 * time.Millisecond
+	// maxSocketPath is the longest unix socket path Linux accepts (sun_path less NUL).
+	maxSocketPath = 107
+)
+
+// ErrNotInstalled is wrapped by Start's error when containerd or runc is missing.
+var ErrNotInstalled = errors.New("containerd or runc not found in PATH, /usr/sbin or /usr/bin: run scripts/deps.sh")
+
+// Options configures Start.
+type Options struct {
+	// Dir holds everything the daemon writes: config.toml, root/ (content, metadata,
+	// snapshots), state/ (runtime state), containerd.sock, containerd.log and the pid
+	// file. It is created when missing. Required; the socket path under it must fit
+	// in 107 bytes.
+	Dir string
+	// RootTmpfsBytes, when positive, mounts a tmpfs of that size on Dir/root before
+	// the daemon starts (see the package doc). Needs root.
+	RootTmpfsBytes int64
+	// Binary is the containerd executable; empty finds it in PATH, /usr/sbin and
+	// /usr/bin.
+	Binary string
+	// Logger receives lifecycle messages; nil discards them.
+	Logger *slog.Logger
+	// StartTimeout bounds the wait for the daemon to answer; 0 means
+	// DefaultStartTimeout. The context given to Start can shorten it.
+	StartTimeout time.Duration
+}
+
+// Server is a containerd daemon owned by this program.
+type Server struct {
+	dir          string
+	bin          string
+	tmpfs        int64
+	log          *slog.Logger
+	startTimeout time.Duration
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when cmd has exited and been reaped
+	logFile *os.File
+}
+
+// Start starts containerd with its state under opts.Dir and returns once it answers
+// on its socket. A daemon left running on the same Dir by an earlier, crashed
+// program is killed first.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("start containerd: Options.Dir is empty")
+	}
+	if opts.RootTmpfsBytes < 0 {
+		return nil, fmt.Errorf("start containerd: Options.RootTmpfsBytes is %d: must not be negative", opts.RootTmpfsBytes)
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("start containerd: Options.Dir: %w", err)
+	}
+	if n := len(filepath.Join(dir, "containerd.sock.ttrpc")); n > maxSocketPath {
+		return nil, fmt.Errorf("start containerd: Options.Dir %q is too long: the socket path would be %d bytes, the limit is %d", dir, n, maxSocketPath)
+	}
+	bin, err := findBinary(opts.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
+	s := &Server{dir: dir, bin: bin, tmpfs: opts.RootTmpfsBytes, log: opts.Logger, startTimeout: opts.StartTimeout}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.startTimeout <= 0 {
+		s.startTimeout = DefaultStartTimeout
+	}
+	for _, d := range []string{dir, s.root(), s.state()} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("start containerd: %w", err)
+		}
+	}
+	if err := killLeftover(s.pidFile(), s.log); err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
+	if err := s.mountRoot(); err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
+	if err := os.WriteFile(s.configPath(), []byte(s.config()), 0o644); err != nil {
+		return nil, fmt.Errorf("start containerd: write config: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.runLocked(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Address is the path of the daemon's gRPC socket, for client.New.
+func (s *Server) Address() string { return filepath.Join(s.dir, "containerd.sock") }
+
+// Dir is the directory that holds all of the daemon's files.
+func (s *Server) Dir() string { return s.dir }
+
+// Pid is the daemon's process id, or 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || exited(s.done) {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Client connects a containerd client to the daemon in the given namespace.
+func (s *Server) Client(namespace string) (*client.Client, error) {
+	c, err := client.New(s.Address(), client.WithDefaultNamespace(namespace), client.WithTimeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", s.Address(), err)
+	}
+	return c, nil
+}
+
+// Purge kills and deletes every task and container, in every namespace, that the
+// daemon knows. Their shims outlive the daemon, so tests call it before Stop.
+func (s *Server) Purge(ctx context.Context) error {
+	c, err := s.Client("default")
+	if err != nil {
+		return fmt.Errorf("purge containerd: %w", err)
+	}
+	defer c.Close()
+	nss, err := c.NamespaceService().List(ctx)
+	if err != nil {
+		return fmt.Errorf("purge containerd: list namespaces: %w", err)
+	}
+	var errs []error
+	for _, ns := range nss {
+		nctx := namespaces.WithNamespace(ctx, ns)
+		cs, err := c.Containers(nctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list containers of %s: %w", ns, err))
+			continue
+		}
+		for _, ctr := range cs {
+			if task, err := ctr.Task(nctx, nil); err == nil {
+				_ = task.Kill(nctx, syscall.SIGKILL)
+				if _, err := task.Delete(nctx, client.WithProcessKill); err != nil {
+					errs = append(errs, fmt.Errorf("delete task %s/%s: %w", ns, ctr.ID(), err))
+				}
+			}
+			if err := ctr.Delete(nctx, client.WithSnapshotCleanup); err != nil {
+				errs = append(errs, fmt.Errorf("delete container %s/%s: %w", ns, ctr.ID(), err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("purge containerd: %w", err)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM, waits for the daemon to exit (SIGKILL after a grace period or
+// when ctx ends), then unmounts the root tmpfs if Start mounted one. Running
+// containers are not stopped: call Purge first.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.stopLocked(ctx)
+	if uerr := s.unmountRoot(); uerr != nil {
+		err = errors.Join(err, uerr)
+	}
+	return err
+}
+
+// Kill ends the daemon with SIGKILL and waits until it is reaped, keeping every
+// file and mount, as a crash would.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || exited(s.done) {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+	return nil
+}
+
+// Restart stops the daemon (SIGKILL if it does not stop in time) and starts it again
+// on the same state; containers keep running under their shims meanwhile.
+func (s *Server) Restart(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(ctx); err != nil {
+		return err
+	}
+	return s.runLocked(ctx)
+}
+
+func (s *Server) stopLocked(ctx context.Context) error {
+	if s.cmd == nil || exited(s.done) {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+		s.log.Warn("containerd did not stop in time; killing it", "pid", s.cmd.Process.Pid)
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.done
+	case <-ctx.Done():
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.done
+	}
+	_ = os.Remove(s.pidFile())
+	return nil
+}
+
+// runLocked spawns the daemon and waits until it answers.
+func (s *Server) runLocked(ctx context.Context) error {
+	logFile, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start containerd: open log: %w", err)
+	}
+	logAt, _ := logFile.Seek(0, 2)
+	cmd := exec.Command(s.bin, "--config", s.configPath())
+	cmd.Dir = s.dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	// The daemon dies with us; its own process group keeps a terminal's Ctrl-C from
+	// reaching it before we stop it in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// runc and the shim are found through PATH.
+	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":/usr/sbin:/usr/bin:/sbin:/bin")
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(done)
+	}()
+	s.cmd, s.done, s.logFile = cmd, done, logFile
+	if err := os.WriteFile(s.pidFile(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		s.log.Warn("write containerd pid file", "err", err)
+	}
+	began := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, s.startTimeout)
+	defer cancel()
+	if err := s.waitReady(wctx, done); err != nil {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		return fmt.Errorf("start containerd: %w; log tail:\n%s", err, readTail(s.logPath(), logAt))
+	}
+	s.log.Info("containerd ready", "pid", cmd.Process.Pid, "address", s.Address(), "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// waitReady polls the socket until a Version call succeeds.
+func (s *Server) waitReady(ctx context.Context, done <-chan struct{}) error {
+	var last error
+	for {
+		select {
+		case <-done:
+			return errors.New("containerd exited before it was ready")
+		case <-ctx.Done():
+			return fmt.Errorf("containerd not ready: %w (last probe: %v)", ctx.Err(), last)
+		default:
+		}
+		if _, err := os.Stat(s.Address()); err == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			c, err := client.New(s.Address(), client.WithTimeout(time.Second))
+			if err == nil {
+				_, err = c.Version(pctx)
+				c.Close()
+			}
+			cancel()
+			if err == nil {
+				return nil
+			}
+			last = err
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+func (s *Server) root() string       { return filepath.Join(s.dir, "root") }
+func (s *Server) state() string      { return filepath.Join(s.dir, "state") }
+func (s *Server) configPath() string { return filepath.Join(s.dir, "config.toml") }
+func (s *Server) logPath() string    { return filepath.Join(s.dir, "containerd.log") }
+func (s *Server) pidFile() string    { return filepath.Join(s.dir, "containerd.pid") }
+
+// config is the daemon's config.toml (config version 2, as containerd 1.6 reads it).
+// Plugins gauntlet does not use are disabled so the daemon starts in ~60 ms.
+func (s *Server) config() string {
+	q := strconv.Quote
+	return strings.Join([]string{
+		`version = 2`,
+		`root = ` + q(s.root()),
+		`state = ` + q(s.state()),
+		`disabled_plugins = [` +
+			`"io.containerd.grpc.v1.cri", ` +
+			`"io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", ` +
+			`"io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", ` +
+			`"io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]`,
+		`[grpc]`,
+		`  address = ` + q(s.Address()),
+		`[ttrpc]`,
+		`  address = ` + q(s.Address()+".ttrpc"),
+		`[debug]`,
+		`  address = ""`,
+		`  level = "warn"`,
+		`[metrics]`,
+		`  address = ""`,
+		`[plugins."io.containerd.internal.v1.opt"]`,
+		`  path = ` + q(filepath.Join(s.root(), "opt")),
+		``,
+	}, "\n")
+}
+
+// mountRoot mounts the root tmpfs when asked for and not mounted already (a Kill or
+// crash leaves it mounted for the next run).
+func (s *Server) mountRoot() error {
+	if s.tmpfs <= 0 {
+		return nil
+	}
+	mounted, err := isMountPoint(s.root())
+	if err != nil {
+		return err
+	}
+	if mounted {
+		return nil
+	}
+	data := "size=" + strconv.FormatInt(s.tmpfs, 10) + ",mode=0711"
+	if err := syscall.Mount("gauntlet-containerd", s.root(), "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, data); err != nil {
+		return fmt.Errorf("mount tmpfs on %s (Options.RootTmpfsBytes): %w", s.root(), err)
+	}
+	return nil
+}
+
+// unmountRoot detaches the root tmpfs if one is mounted. Detach, because a shim
+// that outlived the daemon may still hold a lower directory.
+func (s *Server) unmountRoot() error {
+	if s.tmpfs <= 0 {
+		return nil
+	}
+	mounted, err := isMountPoint(s.root())
+	if err != nil || !mounted {
+		return err
+	}
+	if err := syscall.Unmount(s.root(), syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount %s: %w", s.root(), err)
+	}
+	return nil
+}
+
+// isMountPoint tells whether path is listed as a mount point in /proc/self/mountinfo.
+func isMountPoint(path string) (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mountinfo: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == path {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func findBinary(explicit string) (string, error) {
+	if explicit != "" {
+		if _, err := os.Stat(explicit); err != nil {
+			return "", fmt.Errorf("Options.Binary: %w", err)
+		}
+		return explicit, nil
+	}
+	var found string
+	for _, name := range []string{"containerd", "runc", "containerd-shim-runc-v2"} {
+		p, err := lookPath(name)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, ErrNotInstalled)
+		}
+		if name == "containerd" {
+			found = p
+		}
+	}
+	return found, nil
+}
+
+func lookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range []string{"/usr/sbin", "/usr/bin", "/sbin"} {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", os.ErrNotExist
+}
+
+// killLeftover kills a daemon recorded in the pid file by a crashed earlier run, if
+// that process is still a containerd.
+func killLeftover(pidFile string, log *slog.Logger) error {
+	b, err := os.ReadFile(pidFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return os.Remove(pidFile)
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || strings.TrimSpace(string(comm)) != "containerd" {
+		return os.Remove(pidFile)
+	}
+	log.Warn("killing containerd left by an earlier run", "pid", pid)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 500; i++ {
+		if err := syscall.Kill(pid, 0); err != nil {
+			break
+		}
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && strings.HasPrefix(string(st[i:]), ") Z") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return os.Remove(pidFile)
+}
+
+// readTail returns up to the last 4 KiB the log gained since offset.
+func readTail(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return ""
+	}
+	b = b[offset:]
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+func exited(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"time"
+)
+
+// SocketName is the agent's socket file in the bind-mounted directory.
+const SocketName = "agent.sock"
+
+// SocketDir is where the runtime mounts the socket directory inside the sandbox.
+const SocketDir = "/run/gauntlet"
+
+// Ops a Request may name.
+const (
+	OpPing = "ping"
+	OpExec = "exec"
+)
+
+// Request is one command for the agent.
+type Request struct {
+	// Op is OpPing or OpExec.
+	Op string `json:"op"`
+	// Argv is the program and its arguments; Argv[0] without a slash is looked up in
+	// PATH from Env.
+	Argv []string `json:"argv,omitempty"`
+	// Env is the command's whole environment.
+	Env []string `json:"env,omitempty"`
+	// Dir is the absolute working directory.
+	Dir string `json:"dir,omitempty"`
+	// Stdin is written to the command's standard input, which is then closed.
+	Stdin []byte `json:"stdin,omitempty"`
+	// TimeoutNS bounds the command's wall time in nanoseconds; 0 means no bound.
+	TimeoutNS int64 `json:"timeout_ns,omitempty"`
+	// OutputLimit caps the bytes kept of stdout and of stderr, each; 0 means no cap.
+	OutputLimit int64 `json:"output_limit,omitempty"`
+}
+
+// Response is what a command produced and what the agent measured.
+type Response struct {
+	// Error is set when the agent could not run the request at all.
+	Error     string `json:"error,omitempty"`
+	ExitCode  int    `json:"exit_code"`
+	Stdout    []byte `json:"stdout,omitempty"`
+	Stderr    []byte `json:"stderr,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	TimedOut  bool   `json:"timed_out,omitempty"`
+	// WallNS is the command's wall time, start to exit.
+	WallNS int64 `json:"wall_ns"`
+	// CPUNS is the user+system CPU time of the processes reaped during the command.
+	CPUNS int64 `json:"cpu_ns"`
+	// Processes counts processes and threads created during the command.
+	Processes int64 `json:"processes"`
+	// BytesRead and BytesWritten count read/write system call bytes of the reaped
+	// processes (rchar and wchar).
+	BytesRead    int64 `json:"bytes_read"`
+	BytesWritten int64 `json:"bytes_written"`
+}
+
+// Call sends req to the agent listening at socketPath and waits for its response or
+// for ctx to end. Closing the connection (ctx cancelled) does not stop the command:
+// the caller does that separately if it wants to.
+func Call(ctx context.Context, socketPath string, req Request) (Response, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socketPath)
+	if err != nil {
+		return Response{}, fmt.Errorf("dial agent: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return Response{}, callErr(ctx, "send request", err)
+	}
+	var resp Response
+	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
+		return Response{}, callErr(ctx, "read response", err)
+	}
+	if resp.Error != "" {
+		return resp, fmt.Errorf("agent: %s", resp.Error)
+	}
+	return resp, nil
+}
+
+func callErr(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

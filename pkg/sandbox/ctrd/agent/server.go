@@ -1,0 +1,407 @@
+//go:build linux
+
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// drainGrace bounds how long output is still read after every process of a command
+// is gone (they are all killed, so the pipes normally close at once).
+const drainGrace = 100 * time.Millisecond
+
+// Server runs commands for the runtime. Create it with NewServer and call Serve.
+type Server struct {
+	mu      sync.Mutex // held around fork+register so the reaper cannot lose a pid
+	waiters map[int]chan syscall.WaitStatus
+}
+
+// NewServer returns a server.
+func NewServer() *Server {
+	return &Server{waiters: map[int]chan syscall.WaitStatus{}}
+}
+
+// Serve listens on socketPath (removing a stale socket first) and serves until ctx
+// ends. It also reaps every child of the process, so it must run in PID 1 or a
+// child subreaper, and nothing else in the process may wait for children.
+func (s *Server) Serve(ctx context.Context, socketPath string) error {
+	// The agent must not be readable or writable through /proc by the commands it
+	// runs as the same uid.
+	if err := setNotDumpable(); err != nil {
+		return err
+	}
+	_ = os.Remove(socketPath)
+	ln, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", socketPath, err)
+	}
+	defer ln.Close()
+	go s.reap(ctx)
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		go s.handle(conn)
+	}
+}
+
+func (s *Server) handle(conn net.Conn) {
+	defer conn.Close()
+	var req Request
+	if err := json.NewDecoder(conn).Decode(&req); err != nil {
+		_ = json.NewEncoder(conn).Encode(Response{Error: "decode request: " + err.Error()})
+		return
+	}
+	var resp Response
+	switch req.Op {
+	case OpPing:
+	case OpExec:
+		// The client sends nothing after its request: a read that returns means it
+		// hung up (its context ended), and the command is killed.
+		gone := make(chan struct{})
+		go func() {
+			var b [1]byte
+			_, _ = conn.Read(b[:])
+			close(gone)
+		}()
+		resp = s.exec(req, gone)
+	default:
+		resp.Error = fmt.Sprintf("op %q is not known", req.Op)
+	}
+	_ = json.NewEncoder(conn).Encode(resp)
+}
+
+// reap waits for every child of the process and hands the statuses of registered
+// commands to their waiters; orphans are reaped and dropped.
+func (s *Server) reap(ctx context.Context) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	defer signal.Stop(sigs)
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid > 0 {
+			s.mu.Lock()
+			ch, ok := s.waiters[pid]
+			delete(s.waiters, pid)
+			s.mu.Unlock()
+			if ok {
+				ch <- ws
+			}
+			continue
+		}
+		select {
+		case <-sigs:
+		case <-time.After(time.Second): // a lost SIGCHLD never strands a zombie for long
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// capped keeps the first limit bytes written to it and counts them all.
+type capped struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	limit int64
+	total int64
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += int64(len(p))
+	keep := int64(len(p))
+	if c.limit > 0 {
+		keep = min(keep, max(0, c.limit-int64(c.buf.Len())))
+	}
+	c.buf.Write(p[:keep])
+	return len(p), nil
+}
+
+func (c *capped) result() ([]byte, int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.buf.Bytes()), c.total, c.limit > 0 && c.total > c.limit
+}
+
+func (s *Server) exec(req Request, gone <-chan struct{}) Response {
+	if len(req.Argv) == 0 {
+		return Response{Error: "argv is empty"}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return Response{Error: "pipe: " + err.Error()}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return Response{Error: "pipe: " + err.Error()}
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return Response{Error: "pipe: " + err.Error()}
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+
+	lastPid0 := lastPid()
+	io0 := selfIO()
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru0)
+
+	prog, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return Response{ExitCode: 127, Stderr: []byte(fmt.Sprintf("%s: %v\n", req.Argv[0], err))}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   req.Env,
+		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	done := make(chan syscall.WaitStatus, 1)
+	began := time.Now()
+	s.mu.Lock()
+	pid, err := syscall.ForkExec(prog, req.Argv, attr)
+	if err == nil {
+		s.waiters[pid] = done
+	}
+	s.mu.Unlock()
+	if err == nil {
+		// Commands are the OOM killer's first choice, never the agent. Raising a
+		// score needs no privilege; the command has only just exec'd.
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte("1000"), 0)
+	}
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		code := 126
+		if errors.Is(err, syscall.ENOENT) {
+			code = 127
+		}
+		return Response{ExitCode: code, Stderr: []byte(fmt.Sprintf("%s: %v\n", req.Argv[0], err))}
+	}
+
+	stdout := &capped{limit: req.OutputLimit}
+	stderr := &capped{limit: req.OutputLimit}
+	var readers sync.WaitGroup
+	for _, p := range []struct {
+		r *os.File
+		w io.Writer
+	}{{outR, stdout}, {errR, stderr}} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			_, _ = io.Copy(p.w, p.r)
+		}()
+	}
+	var stdinWritten int64
+	var writer sync.WaitGroup
+	var closeIn sync.Once
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
+		n, _ := inW.Write(req.Stdin)
+		stdinWritten = int64(n)
+		closeIn.Do(func() { inW.Close() })
+	}()
+
+	var timeout <-chan time.Time
+	if req.TimeoutNS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutNS))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var ws syscall.WaitStatus
+	timedOut := false
+	select {
+	case ws = <-done:
+	case <-timeout:
+		timedOut = true
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		ws = <-done
+	case <-gone:
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		ws = <-done
+	}
+	wall := time.Since(began)
+	// Nothing survives a command: what it left in the background, in new sessions
+	// or process groups, is killed (kill(-1) from PID 1 reaches every process of the
+	// namespace but the agent) and reaped before the next command, so every command
+	// starts clean and its measurements are complete.
+	killOthers(5 * time.Second)
+	_ = outR.SetReadDeadline(time.Now().Add(drainGrace))
+	_ = errR.SetReadDeadline(time.Now().Add(drainGrace))
+	readers.Wait()
+	outR.Close()
+	errR.Close()
+	// A background process may hold stdin open without reading it: closing our end
+	// unblocks a pending write.
+	closeIn.Do(func() { inW.Close() })
+	writer.Wait()
+
+	var ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru1)
+	io1 := selfIO()
+	lastPid1 := lastPid()
+
+	out, outTotal, outTrunc := stdout.result()
+	errb, errTotal, errTrunc := stderr.result()
+	resp := Response{
+		Stdout:       out,
+		Stderr:       errb,
+		Truncated:    outTrunc || errTrunc,
+		TimedOut:     timedOut,
+		WallNS:       int64(wall),
+		CPUNS:        rusageNS(ru1) - rusageNS(ru0),
+		Processes:    max(0, lastPid1-lastPid0),
+		BytesRead:    max(0, io1.rchar-io0.rchar-outTotal-errTotal),
+		BytesWritten: max(0, io1.wchar-io0.wchar-stdinWritten),
+	}
+	switch {
+	case ws.Exited():
+		resp.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		resp.ExitCode = 128 + int(ws.Signal())
+	default:
+		resp.ExitCode = 128 + int(syscall.SIGKILL)
+	}
+	return resp
+}
+
+// killOthers kills every process in the sandbox but the agent, again and again (a
+// fork racing a kill is caught by the next round), until the agent is the only
+// process left and everything is reaped, or bound passes.
+func killOthers(bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return
+		}
+		others := 0
+		for _, e := range ents {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() {
+				others++
+			}
+		}
+		if others == 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func rusageNS(ru syscall.Rusage) int64 {
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// lastPid is the last pid the sandbox's pid namespace handed out.
+func lastPid() int64 {
+	b, err := os.ReadFile("/proc/sys/kernel/ns_last_pid")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+type ioCounters struct{ rchar, wchar int64 }
+
+// selfIO reads the agent's rchar and wchar, which include reaped children's.
+func selfIO() ioCounters {
+	var c ioCounters
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return c
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch k {
+		case "rchar":
+			c.rchar = n
+		case "wchar":
+			c.wchar = n
+		}
+	}
+	return c
+}
+
+func setNotDumpable() error {
+	const prSetDumpable = 4
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); errno != 0 {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", errno)
+	}
+	return nil
+}
+
+// lookPath finds name in the PATH of env, as a shell would.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New("command not found")
+}

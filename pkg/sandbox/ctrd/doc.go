@@ -1,0 +1,40 @@
+// Package ctrd is the containerd sandbox runtime (A1, A2, A4, A6): every sandbox is
+// a runc container created through containerd's Go client, whose PID 1 is gauntlet's
+// in-sandbox agent (package agent) serving execs over a unix socket bind-mounted from
+// the runtime's state directory.
+//
+// Isolation per sandbox: its own mount, pid, network (loopback only: runc brings up
+// lo in the new namespace and nothing else), uts and ipc namespaces; processes run as
+// uid 0 of the container with every capability dropped (bounding set included),
+// no_new_privs and containerd's default seccomp profile less ptrace and
+// process_vm_readv/writev; the default /dev (no /dev/mem); cgroup limits on memory,
+// pids and CPU (changeable while it runs: [Runtime.UpdateLimits]) and RLIMIT_NOFILE.
+// Every command the agent runs gets the highest OOM score (1000) while the agent
+// keeps 0, so a memory bomb kills the bomb, not the agent.
+//
+// Workspace and snapshots: the workspace is /workspace in the container's writable
+// overlayfs snapshot. [Runtime.Snapshot] freezes the container, copies that
+// snapshot's upper directory (the changes since its parent) into a new snapshot on
+// the same parent and commits it, held by a containerd lease named after the
+// snapshot; [Runtime.Restore] replaces the container by one whose rootfs is a fresh
+// active snapshot on top of the committed one (processes are stopped, as the
+// interface says); [Runtime.Fork] creates a new sandbox the same way. DeleteSnapshot
+// deletes the lease; containerd's garbage collector keeps a committed snapshot as
+// long as a sandbox or a later snapshot sits on top of it. Snapshot chains are capped
+// at MaxChain layers (ErrLimit beyond).
+//
+// Disk: the runtime does not enforce Limits.DiskBytes on its own. Run containerd
+// with its root on a size-limited tmpfs (ctrdlocal.Options.RootTmpfsBytes, as the
+// tests do): then what a sandbox writes is memory charged to its own memory cgroup,
+// so a disk fill ends at the memory limit and never touches the host's disk.
+//
+// State: sandboxes are containers labelled with the runtime's state key (a hash of
+// its state directory) in the runtime's containerd namespace; the handle of each,
+// the agent socket directory and snapshot metadata live in the state directory. A
+// new Runtime over the same state directory lists them (List) and re-attaches them
+// (Recover) after a worker restart.
+//
+// Concurrency: a Runtime is safe for concurrent use. Operations on one sandbox are
+// serialised (one exec at a time, which keeps per-exec metering exact); different
+// sandboxes proceed in parallel.
+package ctrd

@@ -1,0 +1,261 @@
+package ctrd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
+)
+
+// Exec implements sandbox.Runtime: the command runs through the sandbox's agent;
+// memory peak, OOM kills and pids-limit hits are read from the sandbox's cgroup
+// around it.
+func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+	}
+	b, err := r.get("exec", id)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	if b.gone {
+		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, sandbox.ErrNotFound)
+	}
+	if r.isClosed() {
+		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, sandbox.ErrClosed)
+	}
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = sandbox.DefaultExecTimeout
+	}
+	limit := req.OutputLimit
+	if limit == 0 {
+		limit = sandbox.DefaultOutputLimit
+	}
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, b.handle.Spec.Env...)
+	env = mergeEnv(append(env, req.Env...))
+
+	cg := r.cgroup(id)
+	before := cg.counters()
+	cg.resetPeak()
+	resp, err := agent.Call(ctx, r.socketPath(id), agent.Request{
+		Op:          agent.OpExec,
+		Argv:        req.Argv,
+		Env:         env,
+		Dir:         sandbox.ExecDir(req.Dir),
+		Stdin:       req.Stdin,
+		TimeoutNS:   int64(timeout),
+		OutputLimit: limit,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			// The agent kills the command when the connection drops; wait for that so
+			// the next exec starts clean.
+			r.waitIdle(id)
+			return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, ctx.Err())
+		}
+		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+	}
+	after := cg.counters()
+	res := sandbox.ExecResult{
+		ExitCode:  resp.ExitCode,
+		Stdout:    resp.Stdout,
+		Stderr:    resp.Stderr,
+		Truncated: resp.Truncated,
+		TimedOut:  resp.TimedOut,
+		Metering: sandbox.Metering{
+			CPUTime:         time.Duration(resp.CPUNS),
+			PeakMemoryBytes: cg.peak(),
+			WallTime:        time.Duration(resp.WallNS),
+			Processes:       resp.Processes,
+			BytesRead:       resp.BytesRead,
+			BytesWritten:    resp.BytesWritten,
+		},
+	}
+	if resp.TimedOut {
+		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventTimeout, Detail: fmt.Sprintf("killed after %v", timeout)})
+	}
+	if n := after.oomKills - before.oomKills; n > 0 {
+		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventOOMKill, Detail: fmt.Sprintf("%d process(es) killed at the memory limit of %d bytes", n, b.handle.Spec.Limits.MemoryBytes)})
+	}
+	if n := after.pidsMax - before.pidsMax; n > 0 {
+		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventPidsLimit, Detail: fmt.Sprintf("pids limit %d reached %d times", b.handle.Spec.Limits.Pids, n)})
+	}
+	if n := after.throttled - before.throttled; n > 0 {
+		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventCPUThrottled, Detail: fmt.Sprintf("CPU quota of %d millicores throttled %d periods", b.handle.Spec.Limits.CPUMillis, n)})
+	}
+	if resp.Truncated {
+		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventOutputCapped, Detail: fmt.Sprintf("output beyond %d bytes dropped", limit)})
+	}
+	b.statMu.Lock()
+	b.execs++
+	b.total.Add(res.Metering)
+	b.statMu.Unlock()
+	return res, nil
+}
+
+// waitIdle waits briefly until only the agent is left in the sandbox.
+func (r *Runtime) waitIdle(id string) {
+	cg := r.cgroup(id)
+	for i := 0; i < 1000 && cg.pids() > 1; i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// mergeEnv keeps the last entry of each key, in first-seen order.
+func mergeEnv(env []string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, e := range env {
+		k, _, _ := strings.Cut(e, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = e
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, e)
+	}
+	return out
+}
+
+// Stats implements sandbox.Runtime. Pids and MemoryBytes leave out nothing: the
+// agent is one process and a few MiB of them; Pids counts the sandbox's processes
+// without the agent.
+func (r *Runtime) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
+	b, err := r.get("stats", id)
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	cg := r.cgroup(id)
+	st := sandbox.Stats{MemoryBytes: cg.memory(), Pids: max(0, cg.pids()-1)}
+	b.op.Lock()
+	dir, err := r.workspaceDir(b)
+	b.op.Unlock()
+	if err == nil {
+		st.WorkspaceBytes = dirSize(dir)
+	}
+	b.statMu.Lock()
+	st.Execs, st.Total = b.execs, b.total
+	b.statMu.Unlock()
+	return st, nil
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// cgroupFiles reads a sandbox's cgroup from the host, v1 or v2.
+type cgroupFiles struct {
+	v2   bool
+	path string // cgroupfs path below the hierarchy root
+}
+
+type cgCounters struct {
+	oomKills, pidsMax, throttled int64
+}
+
+func (r *Runtime) cgroup(id string) cgroupFiles {
+	return cgroupFiles{v2: r.cgroupV2, path: r.cgroupPath(id)}
+}
+
+func (c cgroupFiles) file(controller, name string) string {
+	if c.v2 {
+		return filepath.Join("/sys/fs/cgroup", c.path, name)
+	}
+	return filepath.Join("/sys/fs/cgroup", controller, c.path, name)
+}
+
+func (c cgroupFiles) counters() cgCounters {
+	var k cgCounters
+	if c.v2 {
+		k.oomKills = keyed(c.file("", "memory.events"), "oom_kill")
+		k.throttled = keyed(c.file("", "cpu.stat"), "nr_throttled")
+	} else {
+		k.oomKills = keyed(c.file("memory", "memory.oom_control"), "oom_kill")
+		k.throttled = keyed(c.file("cpu", "cpu.stat"), "nr_throttled")
+	}
+	k.pidsMax = keyed(c.file("pids", "pids.events"), "max")
+	return k
+}
+
+// resetPeak restarts the memory high-water mark so peak() covers one exec.
+func (c cgroupFiles) resetPeak() {
+	if c.v2 {
+		_ = os.WriteFile(c.file("", "memory.peak"), []byte("0"), 0)
+		return
+	}
+	_ = os.WriteFile(c.file("memory", "memory.max_usage_in_bytes"), []byte("0"), 0)
+}
+
+func (c cgroupFiles) peak() int64 {
+	if c.v2 {
+		return single(c.file("", "memory.peak"))
+	}
+	return single(c.file("memory", "memory.max_usage_in_bytes"))
+}
+
+func (c cgroupFiles) memory() int64 {
+	if c.v2 {
+		return single(c.file("", "memory.current"))
+	}
+	return single(c.file("memory", "memory.usage_in_bytes"))
+}
+
+// pids counts the processes (not threads) in the cgroup.
+func (c cgroupFiles) pids() int64 {
+	b, err := os.ReadFile(c.file("pids", "cgroup.procs"))
+	if err != nil {
+		return 0
+	}
+	return int64(strings.Count(string(b), "\n"))
+}
+
+// single reads a file holding one number.
+func single(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// keyed reads the value of "key N" from a flat-keyed cgroup file.
+func keyed(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+var errChainTooLong = errors.New("snapshot chain too long")

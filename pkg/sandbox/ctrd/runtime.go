@@ -1,0 +1,723 @@
+package ctrd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
+)
+
+// Name is the runtime's registry name.
+const Name = "containerd"
+
+// Defaults for Options fields left empty.
+const (
+	DefaultNamespace   = "gauntlet"
+	DefaultSnapshotter = "overlayfs"
+	// DefaultCgroupParent is the cgroup (cgroupfs path) sandboxes are created under.
+	DefaultCgroupParent = "/gauntlet"
+	// MaxChain caps how many snapshots may sit on top of each other (overlayfs lower
+	// directories); Snapshot returns ErrLimit beyond it.
+	MaxChain = 64
+	// agentReadyTimeout bounds the wait for a new sandbox's agent to answer.
+	agentReadyTimeout = 10 * time.Second
+)
+
+// Labels the runtime puts on its containers.
+const (
+	labelState   = "gauntlet.dev/state"
+	labelSandbox = "gauntlet.dev/sandbox"
+)
+
+// Options configures New.
+type Options struct {
+	// Address is containerd's socket (ctrdlocal.Server.Address). Required.
+	Address string
+	// StateDir holds the runtime's files: handles, agent sockets, snapshot metadata.
+	// Runtimes over the same StateDir see the same sandboxes. Required.
+	StateDir string
+	// Namespace is the containerd namespace; empty means DefaultNamespace.
+	Namespace string
+	// Snapshotter must be an overlay-style snapshotter; empty means overlayfs.
+	Snapshotter string
+	// CgroupParent is the cgroupfs path sandboxes' cgroups go under; empty means
+	// DefaultCgroupParent.
+	CgroupParent string
+	// AgentBinary is a static gauntlet-agent binary for the base image; empty builds
+	// one from source with the Go toolchain (BuildAgent) into StateDir.
+	AgentBinary string
+	// Logger receives warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+// Runtime is the containerd sandbox runtime. Create it with New.
+type Runtime struct {
+	opts     Options
+	c        *client.Client
+	key      string // state key: labels, cgroups and snapshot names
+	cgroupV2 bool
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	boxes  map[string]*box
+	closed bool
+}
+
+// box is one sandbox this runtime manages.
+type box struct {
+	// op serialises exec, snapshot, restore and destroy of the sandbox.
+	op sync.Mutex
+
+	handle sandbox.Handle
+	st     boxState
+	task   client.Task
+	gone   bool // destroyed
+
+	statMu sync.Mutex
+	execs  int64
+	total  sandbox.Metering
+}
+
+// boxState is the runtime's private part of a Handle.
+type boxState struct {
+	// Parent is the committed snapshot the container's rootfs sits on.
+	Parent string `json:"parent"`
+	// Chain counts the snapshots between Parent and the image (0 on the image).
+	Chain int `json:"chain"`
+	// SnapshotKey is the container's active snapshot.
+	SnapshotKey string `json:"snapshot_key"`
+}
+
+// snapMeta is what the state directory keeps of a snapshot.
+type snapMeta struct {
+	Snapshot sandbox.Snapshot `json:"snapshot"`
+	// Name is the committed containerd snapshot.
+	Name string `json:"name"`
+	// Chain is the number of snapshots from the image up to and including this one.
+	Chain int `json:"chain"`
+	// Spec is the source sandbox's spec, for Fork.
+	Spec sandbox.Spec `json:"spec"`
+}
+
+var (
+	_ sandbox.Runtime        = (*Runtime)(nil)
+	_ sandbox.Snapshotter    = (*Runtime)(nil)
+	_ sandbox.Forker         = (*Runtime)(nil)
+	_ sandbox.WorkspaceDirer = (*Runtime)(nil)
+)
+
+// New connects to containerd, makes sure the base image is there (building the agent
+// if needed) and returns the runtime. It fails with ErrUnavailable when containerd
+// cannot be reached or the base image cannot be built.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	var errs []error
+	if opts.Address == "" {
+		errs = append(errs, fmt.Errorf("%w: Options.Address: empty (containerd's socket)", sandbox.ErrInvalid))
+	}
+	if opts.StateDir == "" {
+		errs = append(errs, fmt.Errorf("%w: Options.StateDir: empty", sandbox.ErrInvalid))
+	}
+	if opts.CgroupParent != "" && !strings.HasPrefix(opts.CgroupParent, "/") {
+		errs = append(errs, fmt.Errorf("%w: Options.CgroupParent: %q must be absolute", sandbox.ErrInvalid, opts.CgroupParent))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("new containerd runtime: %w", err)
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if opts.Snapshotter == "" {
+		opts.Snapshotter = DefaultSnapshotter
+	}
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = DefaultCgroupParent
+	}
+	dir, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("new containerd runtime: Options.StateDir: %w", err)
+	}
+	opts.StateDir = dir
+	for _, d := range []string{dir, filepath.Join(dir, "sandboxes"), filepath.Join(dir, "snapshots")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("new containerd runtime: %w", err)
+		}
+	}
+	r := &Runtime{opts: opts, key: stateKey(dir), log: opts.Logger, boxes: map[string]*box{}}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		r.cgroupV2 = true
+	}
+	c, err := client.New(opts.Address, client.WithDefaultNamespace(opts.Namespace), client.WithTimeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("new containerd runtime: %w: connect to %s: %v", sandbox.ErrUnavailable, opts.Address, err)
+	}
+	r.c = c
+	ctx = withNamespace(ctx, opts.Namespace)
+	if _, err := c.Version(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("new containerd runtime: %w: containerd at %s does not answer: %v", sandbox.ErrUnavailable, opts.Address, err)
+	}
+	bin := opts.AgentBinary
+	if bin == "" {
+		if bin, err = BuildAgent(ctx, dir); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("new containerd runtime: %w: %v", sandbox.ErrUnavailable, err)
+		}
+	}
+	if err := BuildBaseImage(ctx, c, opts.Snapshotter, bin); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("new containerd runtime: %w: %v", sandbox.ErrUnavailable, err)
+	}
+	return r, nil
+}
+
+// Name implements sandbox.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+// Close implements sandbox.Runtime: it drops the connection and leaves every
+// sandbox running for a later Recover.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	return r.c.Close()
+}
+
+func (r *Runtime) ctx(ctx context.Context) context.Context {
+	return withNamespace(ctx, r.opts.Namespace)
+}
+
+// get returns the live box with that id.
+func (r *Runtime) get(op, id string) (*box, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrClosed)
+	}
+	b, ok := r.boxes[id]
+	if !ok || b == nil {
+		return nil, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrNotFound)
+	}
+	return b, nil
+}
+
+func (r *Runtime) sandboxDir(id string) string {
+	return filepath.Join(r.opts.StateDir, "sandboxes", id)
+}
+func (r *Runtime) socketPath(id string) string {
+	return filepath.Join(r.sandboxDir(id), "sock", agent.SocketName)
+}
+func (r *Runtime) handlePath(id string) string { return filepath.Join(r.sandboxDir(id), "handle.json") }
+func (r *Runtime) snapPath(id string) string {
+	return filepath.Join(r.opts.StateDir, "snapshots", id+".json")
+}
+func (r *Runtime) cgroupPath(id string) string {
+	return r.opts.CgroupParent + "/" + r.key + "-" + id
+}
+func (r *Runtime) snapName(id string) string { return "gauntlet-" + r.key + "-" + id }
+func (r *Runtime) leaseID(id string) string  { return "gauntlet-" + r.key + "-" + id }
+
+// Create implements sandbox.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
+	if err := spec.Validate(); err != nil {
+		return sandbox.Handle{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	spec = spec.WithDefaults()
+	ctx = r.ctx(ctx)
+	parent, chain := "", 0
+	if spec.Image == "" {
+		spec.Image = BaseImage
+	}
+	img, err := r.c.GetImage(ctx, spec.Image)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return sandbox.Handle{}, fmt.Errorf("create sandbox: %w: image: %q is not in containerd namespace %s (import it first)", sandbox.ErrInvalid, spec.Image, r.opts.Namespace)
+		}
+		return sandbox.Handle{}, fmt.Errorf("create sandbox: image %s: %w", spec.Image, err)
+	}
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return sandbox.Handle{}, fmt.Errorf("create sandbox: image %s: %w", spec.Image, err)
+	}
+	parent = identity.ChainID(diffIDs).String()
+	return r.create(ctx, spec, parent, chain)
+}
+
+// create makes a sandbox whose rootfs is a new active snapshot on parent.
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, parent string, chain int) (sandbox.Handle, error) {
+	if spec.ID == "" {
+		spec.ID = "sb-" + randomID()
+	}
+	id := spec.ID
+	b := &box{}
+	b.op.Lock()
+	defer b.op.Unlock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, sandbox.ErrClosed)
+	}
+	if _, dup := r.boxes[id]; dup {
+		r.mu.Unlock()
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, sandbox.ErrExists)
+	}
+	r.boxes[id] = nil // reserved while being created
+	r.mu.Unlock()
+	ok := false
+	defer func() {
+		if !ok {
+			r.mu.Lock()
+			delete(r.boxes, id)
+			r.mu.Unlock()
+		}
+	}()
+	if _, err := r.c.LoadContainer(ctx, id); err == nil {
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, sandbox.ErrExists)
+	}
+	if err := os.MkdirAll(filepath.Join(r.sandboxDir(id), "sock"), 0o700); err != nil {
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	b.handle = sandbox.Handle{ID: id, Runtime: Name, Spec: spec}
+	b.st = boxState{Parent: parent, Chain: chain}
+	if err := r.start(ctx, b); err != nil {
+		_ = os.RemoveAll(r.sandboxDir(id))
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if err := r.seed(b, spec.Workspace); err != nil {
+		r.teardown(ctx, b)
+		_ = os.RemoveAll(r.sandboxDir(id))
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	b.handle.Created = time.Now().UTC()
+	if err := r.saveHandle(b); err != nil {
+		r.teardown(ctx, b)
+		_ = os.RemoveAll(r.sandboxDir(id))
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	r.mu.Lock()
+	r.boxes[id] = b
+	r.mu.Unlock()
+	ok = true
+	return b.handle, nil
+}
+
+// start prepares the rootfs snapshot on b.st.Parent, creates the container and its
+// task and waits until the agent answers.
+func (r *Runtime) start(ctx context.Context, b *box) error {
+	id := b.handle.ID
+	sn := r.c.SnapshotService(r.opts.Snapshotter)
+	lctx, done, err := r.c.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(10*time.Minute))
+	if err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	defer func() { _ = done(context.WithoutCancel(ctx)) }()
+	key := id + "-" + randomID()
+	if _, err := sn.Prepare(lctx, key, b.st.Parent, snapshots.WithLabels(map[string]string{labelState: r.key})); err != nil {
+		return fmt.Errorf("prepare rootfs on %s: %w", b.st.Parent, err)
+	}
+	b.st.SnapshotKey = key
+	ctr, err := r.c.NewContainer(lctx, id,
+		client.WithSnapshotter(r.opts.Snapshotter),
+		client.WithSnapshot(key),
+		client.WithImageName(b.handle.Spec.Image),
+		client.WithContainerLabels(map[string]string{labelState: r.key, labelSandbox: id}),
+		client.WithRuntime("io.containerd.runc.v2", nil),
+		client.WithNewSpec(r.specOpts(b)...),
+	)
+	if err != nil {
+		_ = sn.Remove(ctx, key)
+		if errdefs.IsAlreadyExists(err) {
+			return sandbox.ErrExists
+		}
+		return fmt.Errorf("new container: %w", err)
+	}
+	task, err := ctr.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
+		return fmt.Errorf("new task: %w", err)
+	}
+	if err := task.Start(ctx); err != nil {
+		_, _ = task.Delete(ctx, client.WithProcessKill)
+		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
+		return fmt.Errorf("start task: %w", err)
+	}
+	b.task = task
+	if err := r.waitAgent(ctx, id); err != nil {
+		r.teardown(ctx, b)
+		return err
+	}
+	return nil
+}
+
+// specOpts is the OCI spec of a sandbox's container (see the package doc).
+func (r *Runtime) specOpts(b *box) []oci.SpecOpts {
+	spec := b.handle.Spec
+	l := spec.Limits
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, spec.Env...)
+	period := uint64(100_000)
+	quota := l.CPUMillis * int64(period) / 1000
+	mem := l.MemoryBytes
+	pids := l.Pids
+	return []oci.SpecOpts{
+		oci.WithProcessArgs(AgentPath),
+		oci.WithProcessCwd("/"),
+		oci.WithEnv(env),
+		oci.WithHostname("sandbox"),
+		oci.WithCgroup(r.cgroupPath(b.handle.ID)),
+		oci.WithMounts([]specs.Mount{{
+			Destination: agent.SocketDir,
+			Type:        "bind",
+			Source:      filepath.Dir(r.socketPath(b.handle.ID)),
+			Options:     []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
+		}}),
+		oci.WithNoNewPrivileges,
+		func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+			s.Process.User = specs.User{UID: 0, GID: 0}
+			s.Process.Capabilities = &specs.LinuxCapabilities{}
+			s.Process.Rlimits = []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: uint64(l.OpenFiles), Soft: uint64(l.OpenFiles)}}
+			if s.Linux == nil {
+				s.Linux = &specs.Linux{}
+			}
+			s.Linux.Resources = &specs.LinuxResources{
+				Devices: s.Linux.Resources.Devices,
+				Memory:  &specs.LinuxMemory{Limit: &mem},
+				Pids:    &specs.LinuxPids{Limit: &pids},
+				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+			}
+			s.Linux.Seccomp = seccompProfile(s)
+			return nil
+		},
+	}
+}
+
+// waitAgent polls the sandbox's agent until it answers a ping.
+func (r *Runtime) waitAgent(ctx context.Context, id string) error {
+	deadline := time.Now().Add(agentReadyTimeout)
+	sock := r.socketPath(id)
+	var last error
+	for delay := 200 * time.Microsecond; time.Now().Before(deadline); delay = min(delay*2, 10*time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, last = agent.Call(pctx, sock, agent.Request{Op: agent.OpPing})
+			cancel()
+			if last == nil {
+				return nil
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(delay)
+	}
+	return fmt.Errorf("agent did not answer within %v (last error: %v)", agentReadyTimeout, last)
+}
+
+// teardown kills the sandbox's task and deletes its container and rootfs snapshot.
+func (r *Runtime) teardown(ctx context.Context, b *box) {
+	ctx = context.WithoutCancel(ctx)
+	ctr, err := r.c.LoadContainer(ctx, b.handle.ID)
+	if err != nil {
+		return
+	}
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		_ = task.Kill(ctx, syscall.SIGKILL)
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
+			r.log.Warn("delete sandbox task", "sandbox", b.handle.ID, "err", err)
+		}
+	}
+	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil {
+		r.log.Warn("delete sandbox container", "sandbox", b.handle.ID, "err", err)
+	}
+	b.task = nil
+}
+
+// seed writes the spec's workspace files through the container's root.
+func (r *Runtime) seed(b *box, files []sandbox.File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	root, err := r.workspaceDir(b)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		p, err := sandbox.CleanRelPath(f.Path)
+		if err != nil {
+			return fmt.Errorf("%w: workspace file %q: %v", sandbox.ErrInvalid, f.Path, err)
+		}
+		full := filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return fmt.Errorf("seed %s: %w", p, err)
+		}
+		mode := f.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := os.WriteFile(full, f.Data, mode); err != nil {
+			return fmt.Errorf("seed %s: %w", p, err)
+		}
+		if err := os.Chmod(full, mode); err != nil {
+			return fmt.Errorf("seed %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func (r *Runtime) saveHandle(b *box) error {
+	st, err := json.Marshal(b.st)
+	if err != nil {
+		return err
+	}
+	b.handle.State = st
+	data, err := json.Marshal(b.handle)
+	if err != nil {
+		return err
+	}
+	tmp := r.handlePath(b.handle.ID) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("save handle: %w", err)
+	}
+	if err := os.Rename(tmp, r.handlePath(b.handle.ID)); err != nil {
+		return fmt.Errorf("save handle: %w", err)
+	}
+	return nil
+}
+
+// Destroy implements sandbox.Runtime.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	b, err := r.get("destroy", id)
+	if err != nil {
+		return err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	if b.gone {
+		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrNotFound)
+	}
+	r.teardown(r.ctx(ctx), b)
+	b.gone = true
+	r.mu.Lock()
+	delete(r.boxes, id)
+	r.mu.Unlock()
+	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// List implements sandbox.Runtime: the containers labelled with this runtime's
+// state key, with the handles saved in the state directory.
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Handle, error) {
+	if r.isClosed() {
+		return nil, fmt.Errorf("list sandboxes: %w", sandbox.ErrClosed)
+	}
+	ctx = r.ctx(ctx)
+	ctrs, err := r.c.Containers(ctx, fmt.Sprintf("labels.%q==%s", labelState, r.key))
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var out []sandbox.Handle
+	for _, ctr := range ctrs {
+		h, err := r.loadHandle(ctr.ID())
+		if err != nil {
+			r.log.Warn("sandbox container without a readable handle", "sandbox", ctr.ID(), "err", err)
+			continue
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+func (r *Runtime) loadHandle(id string) (sandbox.Handle, error) {
+	var h sandbox.Handle
+	data, err := os.ReadFile(r.handlePath(id))
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return h, fmt.Errorf("decode handle of %s: %w", id, err)
+	}
+	return h, nil
+}
+
+// Recover implements sandbox.Runtime.
+func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
+	if !sandbox.ValidID(h.ID) {
+		return fmt.Errorf("recover: %w: handle id %q", sandbox.ErrInvalid, h.ID)
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("recover %s: %w", h.ID, sandbox.ErrClosed)
+	}
+	if _, ok := r.boxes[h.ID]; ok {
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	ctx = r.ctx(ctx)
+	ctr, err := r.c.LoadContainer(ctx, h.ID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return fmt.Errorf("recover %s: %w", h.ID, sandbox.ErrNotFound)
+		}
+		return fmt.Errorf("recover %s: %w", h.ID, err)
+	}
+	labels, err := ctr.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("recover %s: %w", h.ID, err)
+	}
+	if labels[labelState] != r.key {
+		return fmt.Errorf("recover %s: %w: the container belongs to another state directory", h.ID, sandbox.ErrNotFound)
+	}
+	saved, err := r.loadHandle(h.ID)
+	if err != nil {
+		return fmt.Errorf("recover %s: %w: %v", h.ID, sandbox.ErrNotFound, err)
+	}
+	b := &box{handle: saved}
+	if err := json.Unmarshal(saved.State, &b.st); err != nil {
+		return fmt.Errorf("recover %s: decode state: %w", h.ID, err)
+	}
+	task, err := ctr.Task(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("recover %s: %w: no running task: %v", h.ID, sandbox.ErrNotFound, err)
+	}
+	b.task = task
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing}); err != nil {
+		return fmt.Errorf("recover %s: %w: agent does not answer: %v", h.ID, sandbox.ErrNotFound, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.boxes[h.ID]; !ok {
+		r.boxes[h.ID] = b
+	}
+	return nil
+}
+
+func (r *Runtime) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// WorkspaceDir implements sandbox.WorkspaceDirer: the workspace seen through the
+// agent's root (/proc/PID/root), valid while the sandbox runs.
+func (r *Runtime) WorkspaceDir(ctx context.Context, id string) (string, error) {
+	b, err := r.get("workspace dir", id)
+	if err != nil {
+		return "", err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	return r.workspaceDir(b)
+}
+
+func (r *Runtime) workspaceDir(b *box) (string, error) {
+	if b.task == nil {
+		return "", fmt.Errorf("workspace of %s: %w: no running task", b.handle.ID, sandbox.ErrNotFound)
+	}
+	return fmt.Sprintf("/proc/%d/root%s", b.task.Pid(), sandbox.WorkspacePath), nil
+}
+
+// UpdateLimits changes the memory, pids and CPU limits of a running sandbox (A4)
+// through containerd's task update; OpenFiles and DiskBytes cannot change while it
+// runs and must be zero or unchanged.
+func (r *Runtime) UpdateLimits(ctx context.Context, id string, l sandbox.Limits) error {
+	b, err := r.get("update limits", id)
+	if err != nil {
+		return err
+	}
+	if err := (sandbox.Spec{Limits: l}).Validate(); err != nil {
+		return fmt.Errorf("update limits %s: %w", id, err)
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	cur := b.handle.Spec.Limits
+	if l.OpenFiles != 0 && l.OpenFiles != cur.OpenFiles {
+		return fmt.Errorf("update limits %s: %w: limits.open_files cannot change while the sandbox runs", id, sandbox.ErrUnsupported)
+	}
+	if l.DiskBytes != 0 && l.DiskBytes != cur.DiskBytes {
+		return fmt.Errorf("update limits %s: %w: limits.disk_bytes cannot change while the sandbox runs", id, sandbox.ErrUnsupported)
+	}
+	res := &specs.LinuxResources{}
+	if l.MemoryBytes != 0 {
+		m := l.MemoryBytes
+		res.Memory = &specs.LinuxMemory{Limit: &m}
+		cur.MemoryBytes = m
+	}
+	if l.Pids != 0 {
+		p := l.Pids
+		res.Pids = &specs.LinuxPids{Limit: &p}
+		cur.Pids = p
+	}
+	if l.CPUMillis != 0 {
+		period := uint64(100_000)
+		quota := l.CPUMillis * int64(period) / 1000
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+		cur.CPUMillis = l.CPUMillis
+	}
+	if err := b.task.Update(r.ctx(ctx), client.WithResources(res)); err != nil {
+		return fmt.Errorf("update limits %s: %w", id, err)
+	}
+	b.handle.Spec.Limits = cur
+	return r.saveHandle(b)
+}
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// seccompProfile is containerd's default profile without the calls that reach into
+// another process's memory.
+func seccompProfile(s *oci.Spec) *specs.LinuxSeccomp {
+	p := defaultSeccomp(s)
+	deny := map[string]bool{"ptrace": true, "process_vm_readv": true, "process_vm_writev": true}
+	for i := range p.Syscalls {
+		names := p.Syscalls[i].Names[:0]
+		for _, n := range p.Syscalls[i].Names {
+			if !deny[n] {
+				names = append(names, n)
+			}
+		}
+		p.Syscalls[i].Names = names
+	}
+	kept := p.Syscalls[:0]
+	for _, sc := range p.Syscalls {
+		if len(sc.Names) > 0 {
+			kept = append(kept, sc)
+		}
+	}
+	p.Syscalls = kept
+	return p
+}
