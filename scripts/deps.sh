@@ -14,11 +14,12 @@
 #     never as a system service) and busybox-static (the containerd sandboxes' base image).
 #   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go and staticcheck, at the pinned
 #     versions below (re-installed when the binary there reports another version).
+#   - bubblewrap and util-linux (setpriv): the process sandbox runtime (pkg/sandbox/process).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler containerd runc busybox-static)
+APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler containerd runc busybox-static bubblewrap util-linux)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(

@@ -72,6 +72,14 @@ type WorkspaceDirer interface {
 	WorkspaceDir(ctx context.Context, id string) (string, error)
 }
 
+// WorkspaceOwner is the optional ability to say which host ids own the sandbox user's
+// files in the directory WorkspaceDir returns; host-side tools give files they create to
+// these ids so the sandbox can change them.
+type WorkspaceOwner interface {
+	// WorkspaceOwner returns the host uid and gid of the sandbox user's files.
+	WorkspaceOwner(ctx context.Context, id string) (uid, gid int, err error)
+}
+
 // Handle identifies a sandbox and carries what a runtime needs to find it again after a
 // restart. Handles are JSON-serialisable; the worker may store them.
 type Handle struct {

@@ -267,7 +267,7 @@ func (s *suite) timeout(t *testing.T) {
 	rt := s.open(t, t.TempDir())
 	h := s.create(t, rt, sandbox.Spec{})
 	req := sh("echo started; sleep 60 & while :; do :; done")
-	req.Timeout = 300 * time.Millisecond
+	req.Timeout = 1500 * time.Millisecond
 	res := run(t, rt, h.ID, req)
 	if !res.TimedOut || !hasEvent(res, sandbox.EventTimeout) {
 		t.Fatalf("got TimedOut=%v events %v, want a timeout", res.TimedOut, res.Events)
@@ -451,8 +451,8 @@ func (s *suite) stats(t *testing.T) {
 	rt := s.open(t, t.TempDir())
 	h := s.create(t, rt, sandbox.Spec{})
 	var sum sandbox.Metering
-	for range 3 {
-		res := run(t, rt, h.ID, sh("head -c 100000 /dev/zero > f$$"))
+	for i := range 3 {
+		res := run(t, rt, h.ID, sh(fmt.Sprintf("head -c 100000 /dev/zero > f%d", i)))
 		sum.Add(res.Metering)
 	}
 	st, err := rt.Stats(ctx(t), h.ID)
@@ -519,7 +519,7 @@ func (s *suite) concurrent(t *testing.T) {
 	rt := s.open(t, t.TempDir())
 	const n = 4
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
+	errs := make(chan error, n*4)
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -704,6 +704,15 @@ func (s *suite) workspaceDirer(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "outside"), []byte("from-host"), 0o644); err != nil {
 		t.Fatalf("host write: %v", err)
+	}
+	if wo, ok := rt.(sandbox.WorkspaceOwner); ok {
+		uid, gid, err := wo.WorkspaceOwner(ctx(t), h.ID)
+		if err != nil {
+			t.Fatalf("workspace owner: %v", err)
+		}
+		if err := os.Chown(filepath.Join(dir, "outside"), uid, gid); err != nil {
+			t.Fatalf("chown: %v", err)
+		}
 	}
 	if got := ok(t, rt, h.ID, "cat outside; echo more >> outside"); got != "from-host" {
 		t.Fatalf("inside read of a host-written file: %q", got)

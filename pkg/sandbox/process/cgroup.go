@@ -1,0 +1,401 @@
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// cgroupVersion says which cgroup hierarchy a host uses for the controllers we need.
+type cgroupVersion int
+
+const (
+	cgroupV1 cgroupVersion = 1
+	cgroupV2 cgroupVersion = 2
+)
+
+func (v cgroupVersion) String() string { return "v" + strconv.Itoa(int(v)) }
+
+// cgroupHost knows where the controllers live on this host.
+type cgroupHost struct {
+	version cgroupVersion
+	// v1: controller name -> mount point; v2: "" -> the unified mount point.
+	mounts map[string]string
+}
+
+// v1Controllers are the controllers a sandbox needs on a v1 (or hybrid) host.
+var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct"}
+
+// detectCgroups reads /proc/self/mountinfo and decides between v1 and v2: v2 when
+// /sys/fs/cgroup is itself a cgroup2 mount (unified hierarchy), v1 otherwise, in which case
+// every controller of v1Controllers must be mounted.
+func detectCgroups() (*cgroupHost, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseCgroupMounts(f)
+}
+
+func parseCgroupMounts(r interface{ Read([]byte) (int, error) }) (*cgroupHost, error) {
+	v1 := map[string]string{}
+	var unified string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf := strings.Fields(pre)
+		qf := strings.Fields(post)
+		if len(pf) < 5 || len(qf) < 3 {
+			continue
+		}
+		mnt := pf[4]
+		switch qf[0] {
+		case "cgroup2":
+			if mnt == "/sys/fs/cgroup" {
+				unified = mnt
+			}
+		case "cgroup":
+			for _, o := range strings.Split(qf[2], ",") {
+				for _, c := range v1Controllers {
+					if o == c {
+						if _, seen := v1[c]; !seen {
+							v1[c] = mnt
+						}
+					}
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if unified != "" {
+		return &cgroupHost{version: cgroupV2, mounts: map[string]string{"": unified}}, nil
+	}
+	var missing []string
+	for _, c := range v1Controllers {
+		if v1[c] == "" {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: cgroup v1 controllers not mounted: %s (and /sys/fs/cgroup is not cgroup2)",
+			sandbox.ErrUnavailable, strings.Join(missing, ", "))
+	}
+	return &cgroupHost{version: cgroupV1, mounts: v1}, nil
+}
+
+// cgroup is one sandbox's cgroup: one directory per v1 hierarchy, or one v2 directory.
+type cgroup struct {
+	host *cgroupHost
+	rel  string // path below each mount, e.g. "gauntlet/ab12/sb1"
+}
+
+func (h *cgroupHost) cgroup(rel string) *cgroup { return &cgroup{host: h, rel: rel} }
+
+// dir returns the directory of controller c (v2 ignores c).
+func (g *cgroup) dir(c string) string {
+	if g.host.version == cgroupV2 {
+		return filepath.Join(g.host.mounts[""], g.rel)
+	}
+	return filepath.Join(g.host.mounts[c], g.rel)
+}
+
+// dirs returns the distinct directories of the cgroup (v1 controllers may share a mount).
+func (g *cgroup) dirs() []string {
+	if g.host.version == cgroupV2 {
+		return []string{g.dir("")}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range v1Controllers {
+		d := g.dir(c)
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// procsFiles are the cgroup.procs files a process writes its pid to in order to join.
+func (g *cgroup) procsFiles() []string {
+	var out []string
+	for _, d := range g.dirs() {
+		out = append(out, filepath.Join(d, "cgroup.procs"))
+	}
+	return out
+}
+
+// create makes the cgroup and applies limits. On v2 it enables the controllers on every
+// ancestor below the mount first.
+func (g *cgroup) create(l sandbox.Limits) error {
+	if g.host.version == cgroupV2 {
+		root := g.host.mounts[""]
+		parts := strings.Split(g.rel, "/")
+		cur := root
+		for _, p := range parts {
+			if err := writeFile(filepath.Join(cur, "cgroup.subtree_control"), "+memory +pids +cpu"); err != nil {
+				return fmt.Errorf("enable controllers in %s: %w", cur, err)
+			}
+			cur = filepath.Join(cur, p)
+			if err := os.Mkdir(cur, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return err
+			}
+		}
+	} else {
+		for _, d := range g.dirs() {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	return g.setLimits(l)
+}
+
+func (g *cgroup) setLimits(l sandbox.Limits) error {
+	const period = 100000 // µs
+	quota := l.CPUMillis * period / 1000
+	var errs []error
+	w := func(c, file, val string) {
+		if err := writeFile(filepath.Join(g.dir(c), file), val); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if g.host.version == cgroupV2 {
+		w("", "memory.max", strconv.FormatInt(l.MemoryBytes, 10))
+		if exists(filepath.Join(g.dir(""), "memory.swap.max")) {
+			w("", "memory.swap.max", "0")
+		}
+		w("", "pids.max", strconv.FormatInt(l.Pids, 10))
+		w("", "cpu.max", fmt.Sprintf("%d %d", quota, period))
+	} else {
+		w("memory", "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
+		if exists(filepath.Join(g.dir("memory"), "memory.memsw.limit_in_bytes")) {
+			w("memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
+		}
+		w("pids", "pids.max", strconv.FormatInt(l.Pids, 10))
+		w("cpu", "cpu.cfs_period_us", strconv.Itoa(period))
+		w("cpu", "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
+	}
+	return errors.Join(errs...)
+}
+
+// counters is a reading of the cgroup's cumulative counters.
+type counters struct {
+	cpu       time.Duration
+	peak      int64
+	oomKills  int64
+	pidsMax   int64 // forks refused at pids.max
+	throttled int64
+}
+
+// read reads the counters; missing files read as zero.
+func (g *cgroup) read() counters {
+	var c counters
+	if g.host.version == cgroupV2 {
+		d := g.dir("")
+		st := keyed(filepath.Join(d, "cpu.stat"))
+		c.cpu = time.Duration(st["usage_usec"]) * time.Microsecond
+		c.throttled = st["nr_throttled"]
+		c.peak = readInt(filepath.Join(d, "memory.peak"))
+		c.oomKills = keyed(filepath.Join(d, "memory.events"))["oom_kill"]
+		c.pidsMax = keyed(filepath.Join(d, "pids.events"))["max"]
+		return c
+	}
+	c.cpu = time.Duration(readInt(filepath.Join(g.dir("cpuacct"), "cpuacct.usage")))
+	c.throttled = keyed(filepath.Join(g.dir("cpu"), "cpu.stat"))["nr_throttled"]
+	c.peak = readInt(filepath.Join(g.dir("memory"), "memory.max_usage_in_bytes"))
+	c.oomKills = keyed(filepath.Join(g.dir("memory"), "memory.oom_control"))["oom_kill"]
+	c.pidsMax = keyed(filepath.Join(g.dir("pids"), "pids.events"))["max"]
+	return c
+}
+
+// peakTracker measures peak memory from a point in time.
+type peakTracker struct {
+	g *cgroup
+	f *os.File // v2: the memory.peak fd the reset applies to
+}
+
+// startPeak restarts peak-memory tracking from the current use. v1 resets by writing to
+// memory.max_usage_in_bytes; v2 (kernel 6.12+) resets memory.peak for the open file only,
+// so the tracker keeps that file. When no reset is possible the tracker reports the
+// cgroup's all-time peak.
+func (g *cgroup) startPeak() *peakTracker {
+	t := &peakTracker{g: g}
+	if g.host.version == cgroupV2 {
+		f, err := os.OpenFile(filepath.Join(g.dir(""), "memory.peak"), os.O_RDWR, 0)
+		if err == nil {
+			if _, err := f.WriteString("reset"); err == nil {
+				t.f = f
+			} else {
+				f.Close()
+			}
+		}
+		return t
+	}
+	_ = writeFile(filepath.Join(g.dir("memory"), "memory.max_usage_in_bytes"), "0")
+	return t
+}
+
+// peak returns the peak since startPeak and releases the tracker.
+func (t *peakTracker) peak() int64 {
+	if t.f != nil {
+		defer t.f.Close()
+		buf := make([]byte, 32)
+		n, _ := t.f.ReadAt(buf, 0)
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+		return v
+	}
+	return t.g.read().peak
+}
+
+func (g *cgroup) memory() int64 {
+	if g.host.version == cgroupV2 {
+		return readInt(filepath.Join(g.dir(""), "memory.current"))
+	}
+	return readInt(filepath.Join(g.dir("memory"), "memory.usage_in_bytes"))
+}
+
+func (g *cgroup) pids() int64 {
+	return readInt(filepath.Join(g.dir("pids"), "pids.current"))
+}
+
+// procs lists the pids in the cgroup.
+func (g *cgroup) procs() []int {
+	b, err := os.ReadFile(filepath.Join(g.dir("pids"), "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range bytes.Fields(b) {
+		if n, err := strconv.Atoi(string(f)); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// kill SIGKILLs every process in the cgroup and waits until it is empty or the deadline
+// passes. v2 uses cgroup.kill; v1 has no such file, so it freezes nothing and instead
+// kills repeatedly: a fork racing the kill is caught by the next round, and pids.max bounds
+// how many there can be.
+func (g *cgroup) kill(deadline time.Duration) error {
+	end := time.Now().Add(deadline)
+	if g.host.version == cgroupV2 {
+		_ = writeFile(filepath.Join(g.dir(""), "cgroup.kill"), "1")
+	}
+	for {
+		ps := g.procs()
+		if len(ps) == 0 {
+			// Killed processes leave cgroup.procs at exit but count in pids.current until
+			// reaped; wait briefly for that so Stats reads settle.
+			for i := 0; i < 200 && g.pids() > 0; i++ {
+				time.Sleep(time.Millisecond)
+			}
+			return nil
+		}
+		for _, p := range ps {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("cgroup %s: %d processes survive SIGKILL", g.rel, len(ps))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// remove kills what is left and removes the cgroup directories.
+func (g *cgroup) remove() error {
+	if err := g.kill(5 * time.Second); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range g.dirs() {
+		var err error
+		for range 50 { // a just-killed process may take a moment to leave
+			if err = unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
+				err = nil
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (g *cgroup) exists() bool {
+	for _, d := range g.dirs() {
+		if !exists(d) {
+			return false
+		}
+	}
+	return true
+}
+
+func writeFile(p, s string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func readInt(p string) int64 {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// keyed parses "key value" lines.
+func keyed(p string) map[string]int64 {
+	out := map[string]int64{}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out
+}

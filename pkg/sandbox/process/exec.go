@@ -1,0 +1,450 @@
+//go:build linux
+
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// baseEnv is every exec's environment before Spec.Env and ExecRequest.Env.
+var baseEnv = []string{
+	"PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+	"HOME=" + sandbox.WorkspacePath,
+	"LANG=C.UTF-8",
+	"USER=sandbox",
+	"TMPDIR=/tmp",
+}
+
+// innerScript runs as pid 1 of the sandbox's pid namespace (bwrap --as-pid-1: bwrap's own
+// init would exit before it is reaped, orphaning a zombie to the host's init). It reports
+// "s" on fd 4 as soon as the sandbox is set up (so a bwrap failure is told apart from a
+// failing command), runs the command with only fds 0-2 open (its own stderr goes to
+// /dev/null so that its "Killed" notices do not mix with the command's), then reports the
+// namespace's last pid (the command and its descendants are pids 2…last) and its own
+// /proc/self/io, which includes every reaped descendant. When it exits, the kernel kills
+// whatever is left in the namespace.
+const innerScript = `echo s >&4
+exec 9>&2 2>/dev/null
+"$@" 2>&9 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-
+rc=$?
+read p < /proc/sys/kernel/ns_last_pid
+echo "pids $p" >&4
+while read -r k v; do echo "$k $v"; done < /proc/self/io >&4
+exit $rc`
+
+// Exec implements sandbox.Runtime.
+func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+	}
+	b, err := r.lock("exec", id)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer b.mu.Unlock()
+	res, err := r.exec(ctx, b, req)
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+	}
+	b.execs++
+	b.total.Add(res.Metering)
+	return res, nil
+}
+
+func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if err := ctx.Err(); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = sandbox.DefaultExecTimeout
+	}
+	limit := req.OutputLimit
+	if limit == 0 {
+		limit = sandbox.DefaultOutputLimit
+	}
+	spec := b.rec.Handle.Spec
+
+	// fd 3: the seccomp program for bwrap; fd 4: the inner script's report.
+	secR, secW, err := os.Pipe()
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer secR.Close()
+	go func() {
+		_, _ = secW.Write(r.seccomp)
+		secW.Close()
+	}()
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer repR.Close()
+
+	// fd 5: bwrap's info (the host pid of the sandbox's init); fds 6…: /etc files.
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer infoR.Close()
+	files := []*os.File{secR, repW, infoW}
+	for _, name := range etcFiles {
+		f, err := os.Open(r.path("etc", name))
+		if err != nil {
+			return sandbox.ExecResult{}, fmt.Errorf("open /etc/%s: %w", name, err)
+		}
+		defer f.Close()
+		files = append(files, f)
+	}
+
+	stdout := &capped{limit: limit}
+	stderr := &capped{limit: limit}
+	cmd := exec.Command(r.sh, r.args(b, req, spec)...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Dir = "/"
+	cmd.Stdin = bytes.NewReader(req.Stdin)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second
+
+	before := b.cg.read()
+	peak := b.cg.startPeak()
+	var report []byte
+	var repWG sync.WaitGroup
+	repWG.Add(1)
+	go func() {
+		defer repWG.Done()
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(repR)
+		report = buf.Bytes()
+	}()
+
+	var initPid atomic.Int64
+	go func() {
+		var info struct {
+			ChildPid int64 `json:"child-pid"`
+		}
+		if json.NewDecoder(infoR).Decode(&info) == nil {
+			initPid.Store(info.ChildPid)
+		}
+		_, _ = io.Copy(io.Discard, infoR)
+	}()
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		repW.Close()
+		infoW.Close()
+		repWG.Wait()
+		return sandbox.ExecResult{}, fmt.Errorf("start: %w", err)
+	}
+	repW.Close()
+	infoW.Close()
+
+	// To stop a command, every process of the sandbox except bwrap (our child) and the
+	// sandbox's init (bwrap's child, the inner script) is killed, repeatedly until bwrap
+	// exits: the init then reports what it measured and exits, and bwrap reaps it, so no
+	// zombie is orphaned to the host's init (where it would count against the pids limit
+	// until reaped). If bwrap has not exited after two seconds everything is killed.
+	var finished atomic.Bool
+	var killing sync.Once
+	killAll := func() {
+		killing.Do(func() {
+			go func() {
+				outer := cmd.Process.Pid
+				deadline := time.Now().Add(2 * time.Second)
+				for !finished.Load() {
+					for _, p := range b.cg.procs() {
+						if p != outer && ppid(p) != outer {
+							_ = syscall.Kill(p, syscall.SIGKILL)
+						}
+					}
+					if time.Now().After(deadline) {
+						if p := initPid.Load(); p > 0 {
+							_ = syscall.Kill(int(p), syscall.SIGKILL)
+						}
+						_ = cmd.Process.Kill()
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+		})
+	}
+	var timedOut, cancelled atomic.Bool
+	timer := time.AfterFunc(timeout, func() {
+		timedOut.Store(true)
+		killAll()
+	})
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			cancelled.Store(true)
+			killAll()
+		case <-stop:
+		}
+	}()
+	waitErr := cmd.Wait()
+	finished.Store(true)
+	wall := time.Since(start)
+	timer.Stop()
+	close(stop)
+	// The pid namespace ended with its init, but make sure: nothing survives an exec.
+	killErr := b.cg.kill(5 * time.Second)
+	repWG.Wait()
+
+	if cancelled.Load() && !timedOut.Load() {
+		return sandbox.ExecResult{}, ctx.Err()
+	}
+	if killErr != nil {
+		return sandbox.ExecResult{}, killErr
+	}
+	code, err := exitCode(cmd, waitErr)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	rep := parseReport(report)
+	if !rep.started && !timedOut.Load() {
+		return sandbox.ExecResult{}, fmt.Errorf("%w: sandbox setup failed (exit %d): %s",
+			sandbox.ErrUnavailable, code, strings.TrimSpace(stderr.buf.String()))
+	}
+	after := b.cg.read()
+	res := sandbox.ExecResult{
+		ExitCode:  code,
+		Stdout:    stdout.bytes(),
+		Stderr:    stderr.bytes(),
+		Truncated: stdout.dropped > 0 || stderr.dropped > 0,
+		TimedOut:  timedOut.Load(),
+		Metering: sandbox.Metering{
+			CPUTime:         after.cpu - before.cpu,
+			PeakMemoryBytes: peak.peak(),
+			WallTime:        wall,
+			Processes:       rep.processes,
+			BytesRead:       rep.rchar,
+			BytesWritten:    rep.wchar,
+		},
+	}
+	ev := func(k sandbox.EventKind, format string, args ...any) {
+		res.Events = append(res.Events, sandbox.Event{Kind: k, Detail: fmt.Sprintf(format, args...)})
+	}
+	if res.TimedOut {
+		ev(sandbox.EventTimeout, "killed after %v", timeout)
+	}
+	if n := after.oomKills - before.oomKills; n > 0 {
+		ev(sandbox.EventOOMKill, "%d process(es) killed at the %d-byte memory limit", n, spec.Limits.MemoryBytes)
+	}
+	if n := after.pidsMax - before.pidsMax; n > 0 {
+		ev(sandbox.EventPidsLimit, "%d fork(s) refused at the limit of %d processes", n, spec.Limits.Pids)
+	}
+	if n := after.throttled - before.throttled; n > 0 {
+		ev(sandbox.EventCPUThrottled, "throttled in %d period(s) at %d millicores", n, spec.Limits.CPUMillis)
+	}
+	if res.Truncated {
+		ev(sandbox.EventOutputCapped, "dropped %d stdout and %d stderr bytes beyond %d", stdout.dropped, stderr.dropped, limit)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.volDir(b.rec.Volume), &st); err == nil && st.Bavail == 0 {
+		ev(sandbox.EventDiskFull, "workspace reached its %d-byte limit", spec.Limits.DiskBytes)
+	}
+	return res, nil
+}
+
+// args builds: sh -c <join cgroup, rlimits> -- setpriv ... bwrap ... -- sh -c inner argv...
+func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec) []string {
+	var outer strings.Builder
+	for _, f := range b.cg.procsFiles() {
+		fmt.Fprintf(&outer, "echo $$ > %s || exit 125\n", shQuote(f))
+	}
+	fmt.Fprintf(&outer, "ulimit -n %d || exit 125\nulimit -c 0\nexec \"$@\"\n", spec.Limits.OpenFiles)
+
+	a := []string{"-c", outer.String(), "gauntlet-sandbox",
+		r.cfg.Setpriv, "--reuid=" + strconv.Itoa(r.cfg.HostUID), "--regid=" + strconv.Itoa(r.cfg.HostGID),
+		"--clear-groups", "--",
+		r.cfg.Bwrap,
+		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+		"--uid", strconv.Itoa(SandboxUID), "--gid", strconv.Itoa(SandboxGID),
+		"--disable-userns", "--hostname", "sandbox",
+		"--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+		"--seccomp", "3", "--info-fd", "5",
+		"--clearenv",
+	}
+	env := map[string]string{}
+	var order []string
+	for _, list := range [][]string{baseEnv, spec.Env, req.Env} {
+		for _, e := range list {
+			k, v, _ := strings.Cut(e, "=")
+			if _, ok := env[k]; !ok {
+				order = append(order, k)
+			}
+			env[k] = v
+		}
+	}
+	for _, k := range order {
+		a = append(a, "--setenv", k, env[k])
+	}
+	a = append(a, r.rootfs...)
+	a = append(a,
+		"--size", strconv.FormatInt(spec.Limits.DiskBytes, 10), "--tmpfs", "/tmp",
+		"--bind", r.wsDir(b.rec.Handle.ID), sandbox.WorkspacePath,
+		"--remount-ro", "/",
+		"--chdir", sandbox.ExecDir(req.Dir),
+		"--", "/bin/sh", "-c", innerScript, "sh",
+	)
+	return append(a, req.Argv...)
+}
+
+// rootfsArgs binds the host's /usr read-only and mirrors the host's /bin, /lib… layout.
+func (r *Runtime) rootfsArgs() []string {
+	a := []string{"--ro-bind", "/usr", "/usr"}
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", t, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	a = append(a, "--dir", "/etc")
+	for _, f := range []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime", "/etc/ssl"} {
+		a = append(a, "--ro-bind-try", f, f)
+	}
+	for i, f := range etcFiles {
+		a = append(a, "--ro-bind-data", strconv.Itoa(6+i), "/etc/"+f)
+	}
+	return append(a, "--proc", "/proc", "--dev", "/dev")
+}
+
+// etcFiles are the synthetic /etc files, passed as fds 6, 7, … in this order.
+var etcFiles = []string{"passwd", "group", "hosts", "nsswitch.conf"}
+
+// writeEtc writes the sandbox's synthetic /etc files into the state directory.
+func (r *Runtime) writeEtc() error {
+	files := map[string]string{
+		"passwd":        fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", SandboxUID, SandboxGID, sandbox.WorkspacePath),
+		"group":         fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", SandboxGID),
+		"hosts":         "127.0.0.1 localhost sandbox\n::1 localhost\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(r.path("etc", name), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+	}
+	return nil
+}
+
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// exitCode turns the wait result into a shell-style exit code.
+func exitCode(cmd *exec.Cmd, waitErr error) (int, error) {
+	var ee *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &ee) && !errors.Is(waitErr, exec.ErrWaitDelay) {
+		return 0, fmt.Errorf("wait: %w", waitErr)
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok {
+		return cmd.ProcessState.ExitCode(), nil
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}
+
+type report struct {
+	started      bool
+	processes    int64
+	rchar, wchar int64
+}
+
+func parseReport(b []byte) report {
+	var rep report
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch strings.TrimSuffix(k, ":") {
+		case "s":
+			rep.started = true
+		case "pids":
+			rep.processes = max(n-1, 0)
+		case "rchar":
+			rep.rchar = n
+		case "wchar":
+			rep.wchar = n
+		}
+	}
+	return rep
+}
+
+// capped keeps the first limit bytes written and counts the rest.
+type capped struct {
+	mu      sync.Mutex
+	limit   int64
+	buf     bytes.Buffer
+	dropped int64
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.limit - int64(c.buf.Len())
+	if room >= int64(len(p)) {
+		c.buf.Write(p)
+		return len(p), nil
+	}
+	if room > 0 {
+		c.buf.Write(p[:room])
+	}
+	c.dropped += int64(len(p)) - max(room, 0)
+	return len(p), nil
+}
+
+func (c *capped) bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.buf.Bytes())
+}
+
+// ppid returns the parent pid of pid, or 0.
+func ppid(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …; comm may contain spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}

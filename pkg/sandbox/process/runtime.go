@@ -1,0 +1,720 @@
+//go:build linux
+
+package process
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// Name is the runtime's registry name.
+const Name = "process"
+
+// SandboxUID and SandboxGID are the ids processes see for themselves inside a sandbox.
+const (
+	SandboxUID = 1000
+	SandboxGID = 1000
+)
+
+// Config configures a Runtime. StateDir is required; the rest has defaults.
+type Config struct {
+	// StateDir holds sandbox and snapshot state and their mounts. A new Runtime over the
+	// same directory recovers what an earlier one left. Keep it on a local filesystem.
+	StateDir string
+	// RunDir holds the workspace mount points, which the unprivileged sandbox launcher
+	// must be able to reach: RunDir and its ancestors need search permission for others
+	// (o+x). Default /run/gauntlet-sandbox. Sandboxes of one StateDir live in a
+	// subdirectory named after it, so several runtimes may share a RunDir.
+	RunDir string
+	// CgroupParent is the cgroup (relative to each hierarchy's root) under which the
+	// runtime makes its sandboxes' cgroups; default "gauntlet". On cgroup v2 the runtime
+	// enables the memory, pids and cpu controllers along that path.
+	CgroupParent string
+	// HostUID and HostGID are the host ids sandboxed processes run as (mapped to
+	// SandboxUID/GID inside); default 100000. Use ids no host user owns.
+	HostUID, HostGID int
+	// Bwrap and Setpriv are the helper binaries; defaults are looked up in PATH.
+	Bwrap, Setpriv string
+	// Logger receives warnings about cleanup problems; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is the process runtime. See the package doc.
+type Runtime struct {
+	cfg     Config
+	cg      *cgroupHost
+	cgBase  string // cgroup path of this state dir's sandboxes
+	runDir  string // workspace mount points of this state dir's sandboxes
+	seccomp []byte
+	sh      string
+	rootfs  []string // bwrap arguments building the root filesystem
+
+	mu        sync.Mutex
+	closed    bool
+	active    map[string]*box        // sandboxes this instance manages
+	known     map[string]*boxRecord  // every sandbox record on disk
+	snapshots map[string]*snapRecord // every snapshot record on disk
+}
+
+// boxRecord is a sandbox's persisted state (sandboxes/<id>.json).
+type boxRecord struct {
+	Handle sandbox.Handle `json:"handle"`
+	// Volume is the id of the tmpfs holding the upper and work directories.
+	Volume string `json:"volume"`
+	// Chain lists the lower layers, top first, relative to the state directory.
+	Chain []string `json:"chain"`
+}
+
+// snapRecord is a snapshot's persisted state (snapshots/<id>.json).
+type snapRecord struct {
+	Snapshot sandbox.Snapshot `json:"snapshot"`
+	Spec     sandbox.Spec     `json:"spec"`
+	Chain    []string         `json:"chain"`
+}
+
+// box is a sandbox this instance manages.
+type box struct {
+	mu    sync.Mutex // serialises execs, snapshot, restore and destroy
+	rec   *boxRecord
+	cg    *cgroup
+	gone  bool
+	execs int64
+	total sandbox.Metering
+}
+
+// New checks the host and returns a Runtime over cfg.StateDir. Missing isolation features
+// are errors wrapping sandbox.ErrUnavailable that say what is missing.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.StateDir == "" {
+		return nil, fmt.Errorf("%w: state_dir: required", sandbox.ErrInvalid)
+	}
+	abs, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: state_dir: %v", sandbox.ErrInvalid, err)
+	}
+	cfg.StateDir = abs
+	if cfg.RunDir == "" {
+		cfg.RunDir = "/run/gauntlet-sandbox"
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "gauntlet"
+	}
+	if cfg.HostUID == 0 {
+		cfg.HostUID = 100000
+	}
+	if cfg.HostGID == 0 {
+		cfg.HostGID = 100000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (the runtime mounts overlayfs and tmpfs and manages cgroups)")
+	}
+	look := func(name, cur string) string {
+		if cur != "" {
+			return cur
+		}
+		p, err := exec.LookPath(name)
+		if err != nil {
+			missing = append(missing, name+" in PATH (scripts/deps.sh installs it)")
+		}
+		return p
+	}
+	cfg.Bwrap = look("bwrap", cfg.Bwrap)
+	cfg.Setpriv = look("setpriv", cfg.Setpriv)
+	sh := look("sh", "")
+	if b, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(b), "\toverlay\n") {
+		missing = append(missing, "overlayfs (modprobe overlay)")
+	}
+	if n := readInt("/proc/sys/user/max_user_namespaces"); n == 0 {
+		missing = append(missing, "user namespaces (user.max_user_namespaces is 0)")
+	}
+	cg, err := detectCgroups()
+	if err != nil {
+		missing = append(missing, err.Error())
+	}
+	prog, err := seccompProgram()
+	if err != nil {
+		missing = append(missing, err.Error())
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: process runtime needs %s", sandbox.ErrUnavailable, strings.Join(missing, "; "))
+	}
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	runDir := filepath.Join(cfg.RunDir, hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(runDir, 0o711); err != nil {
+		return nil, fmt.Errorf("%w: run dir: %v", sandbox.ErrUnavailable, err)
+	}
+	if err := searchable(runDir); err != nil {
+		return nil, fmt.Errorf("%w: run dir: %v", sandbox.ErrUnavailable, err)
+	}
+	r := &Runtime{
+		runDir:    runDir,
+		cfg:       cfg,
+		cg:        cg,
+		cgBase:    filepath.Join(cfg.CgroupParent, hex.EncodeToString(sum[:6])),
+		seccomp:   prog,
+		sh:        sh,
+		active:    map[string]*box{},
+		known:     map[string]*boxRecord{},
+		snapshots: map[string]*snapRecord{},
+	}
+	for _, d := range []string{"sandboxes", "snapshots", "vol", "empty", "etc"} {
+		if err := os.MkdirAll(filepath.Join(abs, d), 0o711); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
+	}
+	if err := r.writeEtc(); err != nil {
+		return nil, err
+	}
+	r.rootfs = r.rootfsArgs()
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// CgroupVersion reports which cgroup hierarchy the runtime detected ("v1" or "v2").
+func (r *Runtime) CgroupVersion() string { return r.cg.version.String() }
+
+// Name implements sandbox.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+// Close implements sandbox.Runtime: sandboxes stay, for a later Recover.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	r.active = map[string]*box{}
+	return nil
+}
+
+func (r *Runtime) path(rel ...string) string {
+	return filepath.Join(append([]string{r.cfg.StateDir}, rel...)...)
+}
+
+func (r *Runtime) wsDir(id string) string { return filepath.Join(r.runDir, id) }
+
+// searchable checks that others may search dir and every ancestor, as the unprivileged
+// launcher must reach the workspace mount points.
+func searchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (mode %v) is not searchable by others; the sandbox launcher runs unprivileged", d, fi.Mode().Perm())
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+func (r *Runtime) volDir(vol string) string { return r.path("vol", vol) }
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// load reads every record on disk into known and snapshots.
+func (r *Runtime) load() error {
+	for _, kind := range []string{"sandboxes", "snapshots"} {
+		ents, err := os.ReadDir(r.path(kind))
+		if err != nil {
+			return fmt.Errorf("load %s: %w", kind, err)
+		}
+		for _, e := range ents {
+			id, ok := strings.CutSuffix(e.Name(), ".json")
+			if !ok {
+				continue
+			}
+			b, err := os.ReadFile(r.path(kind, e.Name()))
+			if err != nil {
+				return fmt.Errorf("load %s/%s: %w", kind, e.Name(), err)
+			}
+			if kind == "sandboxes" {
+				var rec boxRecord
+				if err := json.Unmarshal(b, &rec); err != nil {
+					return fmt.Errorf("load sandboxes/%s: %w", e.Name(), err)
+				}
+				r.known[id] = &rec
+			} else {
+				var rec snapRecord
+				if err := json.Unmarshal(b, &rec); err != nil {
+					return fmt.Errorf("load snapshots/%s: %w", e.Name(), err)
+				}
+				r.snapshots[id] = &rec
+			}
+		}
+	}
+	return nil
+}
+
+// save writes a record atomically.
+func (r *Runtime) save(kind, id string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := r.path(kind, "."+id+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, r.path(kind, id+".json"))
+}
+
+// Create implements sandbox.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
+	if err := spec.Validate(); err != nil {
+		return sandbox.Handle{}, fmt.Errorf("create: %w", err)
+	}
+	if spec.Image != "" && spec.Image != "host" {
+		return sandbox.Handle{}, fmt.Errorf("create: %w: image: %q: the process runtime only offers \"host\"", sandbox.ErrInvalid, spec.Image)
+	}
+	return r.create(ctx, spec.WithDefaults(), nil, true)
+}
+
+// create makes a sandbox over the given lower layers; seed says whether to write
+// spec.Workspace into it.
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string, seed bool) (sandbox.Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return sandbox.Handle{}, fmt.Errorf("create: %w", err)
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return sandbox.Handle{}, fmt.Errorf("create: %w", sandbox.ErrClosed)
+	}
+	if spec.ID == "" {
+		spec.ID = newID()
+	}
+	if _, dup := r.known[spec.ID]; dup {
+		r.mu.Unlock()
+		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, sandbox.ErrExists)
+	}
+	rec := &boxRecord{
+		Handle: sandbox.Handle{ID: spec.ID, Runtime: Name, Spec: spec},
+		Volume: newID(),
+		Chain:  slices.Clone(chain),
+	}
+	// Reserve the id; the record is written once the sandbox is ready.
+	r.known[spec.ID] = rec
+	r.mu.Unlock()
+
+	b := &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, spec.ID))}
+	fail := func(err error) (sandbox.Handle, error) {
+		r.teardown(b)
+		r.mu.Lock()
+		delete(r.known, spec.ID)
+		r.mu.Unlock()
+		r.gc()
+		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	if err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes); err != nil {
+		return fail(err)
+	}
+	if err := r.mountWorkspace(rec); err != nil {
+		return fail(err)
+	}
+	if seed {
+		if err := r.seed(rec); err != nil {
+			return fail(err)
+		}
+	}
+	if err := b.cg.create(spec.Limits); err != nil {
+		return fail(fmt.Errorf("cgroup: %w", err))
+	}
+	rec.Handle.Created = time.Now().UTC()
+	rec.Handle.State, _ = json.Marshal(map[string]any{"volume": rec.Volume, "cgroup": b.cg.rel})
+	if err := r.save("sandboxes", spec.ID, rec); err != nil {
+		return fail(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return sandbox.Handle{}, fmt.Errorf("create: %w", sandbox.ErrClosed)
+	}
+	r.active[spec.ID] = b
+	return rec.Handle, nil
+}
+
+// mountVolume mounts a tmpfs of the given size for a sandbox's upper and work dirs.
+func (r *Runtime) mountVolume(vol string, size int64) error {
+	d := r.volDir(vol)
+	if err := os.Mkdir(d, 0o700); err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	inodes := max(size/4096, 16384)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", size, inodes)
+	if err := unix.Mount("gauntlet-ws", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount volume tmpfs: %w", err)
+	}
+	return nil
+}
+
+// mountWorkspace (re)creates empty upper and work dirs in the volume and mounts the
+// overlay at ws/<id> over rec.Chain.
+func (r *Runtime) mountWorkspace(rec *boxRecord) error {
+	vd := r.volDir(rec.Volume)
+	upper, work := filepath.Join(vd, "upper"), filepath.Join(vd, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chown(upper, r.cfg.HostUID, r.cfg.HostGID); err != nil {
+		return err
+	}
+	return r.mountOverlay(rec)
+}
+
+// mountOverlay mounts the workspace overlay over rec.Chain with the volume's upper and
+// work dirs.
+func (r *Runtime) mountOverlay(rec *boxRecord) error {
+	vd := r.volDir(rec.Volume)
+	upper, work := filepath.Join(vd, "upper"), filepath.Join(vd, "work")
+	lowers := make([]string, 0, len(rec.Chain)+1)
+	for _, l := range rec.Chain {
+		lowers = append(lowers, r.path(l))
+	}
+	lowers = append(lowers, r.path("empty"))
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=on,index=off,metacopy=off",
+		strings.Join(lowers, ":"), upper, work)
+	if len(opts) > 4000 {
+		return fmt.Errorf("%w: %d snapshot layers exceed the overlay mount options page", sandbox.ErrLimit, len(rec.Chain))
+	}
+	ws := r.wsDir(rec.Handle.ID)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("gauntlet-ws", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount workspace overlay: %w", err)
+	}
+	return nil
+}
+
+// seed writes spec.Workspace into the workspace, owned by the sandbox user.
+func (r *Runtime) seed(rec *boxRecord) error {
+	ws := r.wsDir(rec.Handle.ID)
+	for _, f := range rec.Handle.Spec.Workspace {
+		p, _ := sandbox.CleanRelPath(f.Path) // validated
+		full := filepath.Join(ws, filepath.FromSlash(p))
+		if err := r.mkdirOwned(ws, filepath.Dir(full)); err != nil {
+			return fmt.Errorf("seed %s: %w", f.Path, err)
+		}
+		mode := f.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := os.WriteFile(full, f.Data, mode); err != nil {
+			return fmt.Errorf("seed %s: %w", f.Path, err)
+		}
+		if err := os.Chmod(full, mode); err != nil {
+			return err
+		}
+		if err := os.Lchown(full, r.cfg.HostUID, r.cfg.HostGID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mkdirOwned creates dir and its missing parents below root, owned by the sandbox user.
+func (r *Runtime) mkdirOwned(root, dir string) error {
+	if dir == root {
+		return nil
+	}
+	if fi, err := os.Lstat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s exists and is not a directory", dir)
+		}
+		return nil
+	}
+	if err := r.mkdirOwned(root, filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return os.Lchown(dir, r.cfg.HostUID, r.cfg.HostGID)
+}
+
+// get returns the active sandbox id or ErrNotFound / ErrClosed.
+func (r *Runtime) get(op, id string) (*box, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrClosed)
+	}
+	b, ok := r.active[id]
+	if !ok {
+		return nil, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrNotFound)
+	}
+	return b, nil
+}
+
+// lock returns the active sandbox locked, or an error if it is gone.
+func (r *Runtime) lock(op, id string) (*box, error) {
+	b, err := r.get(op, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.gone {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrNotFound)
+	}
+	return b, nil
+}
+
+// Destroy implements sandbox.Runtime. Sandboxes left by an earlier instance can be
+// destroyed without Recover.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrClosed)
+	}
+	b, ok := r.active[id]
+	if !ok {
+		rec, known := r.known[id]
+		if !known || rec.Handle.Created.IsZero() {
+			r.mu.Unlock()
+			return fmt.Errorf("destroy %s: %w", id, sandbox.ErrNotFound)
+		}
+		b = &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, id))}
+		r.active[id] = b
+	}
+	r.mu.Unlock()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gone {
+		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrNotFound)
+	}
+	b.gone = true
+	err := r.teardown(b)
+	r.mu.Lock()
+	delete(r.active, id)
+	delete(r.known, id)
+	r.mu.Unlock()
+	if rerr := os.Remove(r.path("sandboxes", id+".json")); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	r.gc()
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// teardown kills the sandbox's processes, removes its cgroup and unmounts its workspace.
+// The volume stays when snapshots reference its layers (gc removes it later).
+func (r *Runtime) teardown(b *box) error {
+	var errs []error
+	if err := b.cg.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	ws := r.wsDir(b.rec.Handle.ID)
+	if err := unmount(ws); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	vd := r.volDir(b.rec.Volume)
+	for _, d := range []string{"upper", "work"} {
+		if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unmount unmounts p if it is a mount point; a busy mount is detached.
+func unmount(p string) error {
+	err := unix.Unmount(p, 0)
+	switch {
+	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+		return nil
+	case errors.Is(err, unix.EBUSY):
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+}
+
+// gc removes layers no sandbox or snapshot references, and volumes left with nothing.
+func (r *Runtime) gc() {
+	r.mu.Lock()
+	used := map[string]bool{}    // layer paths
+	liveVol := map[string]bool{} // volumes holding an upper dir
+	for _, rec := range r.known {
+		liveVol[rec.Volume] = true
+		for _, l := range rec.Chain {
+			used[l] = true
+		}
+	}
+	for _, s := range r.snapshots {
+		for _, l := range s.Chain {
+			used[l] = true
+		}
+	}
+	r.mu.Unlock()
+	vols, err := os.ReadDir(r.path("vol"))
+	if err != nil {
+		return
+	}
+	for _, v := range vols {
+		vol := v.Name()
+		vd := r.volDir(vol)
+		ents, _ := os.ReadDir(vd)
+		keep := liveVol[vol]
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "l-") {
+				continue
+			}
+			rel := filepath.Join("vol", vol, e.Name())
+			if used[rel] {
+				keep = true
+			} else if err := os.RemoveAll(filepath.Join(vd, e.Name())); err != nil {
+				r.cfg.Logger.Warn("sandbox gc: remove layer", "layer", rel, "err", err)
+			}
+		}
+		if keep {
+			continue
+		}
+		if err := unmount(vd); err != nil {
+			r.cfg.Logger.Warn("sandbox gc: unmount volume", "volume", vol, "err", err)
+			continue
+		}
+		if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
+		}
+	}
+}
+
+// List implements sandbox.Runtime.
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Handle, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("list: %w", sandbox.ErrClosed)
+	}
+	out := make([]sandbox.Handle, 0, len(r.known))
+	for _, rec := range r.known {
+		if !rec.Handle.Created.IsZero() {
+			out = append(out, rec.Handle)
+		}
+	}
+	slices.SortFunc(out, func(a, b sandbox.Handle) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// Recover implements sandbox.Runtime: it checks that the workspace mount and cgroup still
+// exist (recreating the cgroup if only it vanished) and manages the sandbox again.
+func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("recover %s: %w", h.ID, sandbox.ErrClosed)
+	}
+	if _, ok := r.active[h.ID]; ok {
+		r.mu.Unlock()
+		return nil
+	}
+	rec, ok := r.known[h.ID]
+	r.mu.Unlock()
+	if !ok || rec.Handle.Created.IsZero() {
+		return fmt.Errorf("recover %s: %w", h.ID, sandbox.ErrNotFound)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.wsDir(h.ID), &st); err != nil || st.Type != unix.OVERLAYFS_SUPER_MAGIC {
+		return fmt.Errorf("recover %s: workspace mount gone (host rebooted?): %w", h.ID, sandbox.ErrNotFound)
+	}
+	b := &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, h.ID))}
+	if !b.cg.exists() {
+		if err := b.cg.create(rec.Handle.Spec.Limits); err != nil {
+			return fmt.Errorf("recover %s: cgroup: %w", h.ID, err)
+		}
+	}
+	// A worker that died mid-exec may have left processes behind.
+	if err := b.cg.kill(5 * time.Second); err != nil {
+		return fmt.Errorf("recover %s: %w", h.ID, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.active[h.ID]; !ok {
+		r.active[h.ID] = b
+	}
+	return nil
+}
+
+// Stats implements sandbox.Runtime.
+func (r *Runtime) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
+	b, err := r.lock("stats", id)
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	defer b.mu.Unlock()
+	var st unix.Statfs_t
+	var used int64
+	if err := unix.Statfs(r.volDir(b.rec.Volume), &st); err == nil {
+		used = int64(st.Blocks-st.Bfree) * st.Bsize
+	}
+	return sandbox.Stats{
+		MemoryBytes:    b.cg.memory(),
+		Pids:           b.cg.pids(),
+		WorkspaceBytes: used,
+		Execs:          b.execs,
+		Total:          b.total,
+	}, nil
+}
+
+// WorkspaceDir implements sandbox.WorkspaceDirer. Files created there by the host should
+// be given to WorkspaceOwner's ids so the sandbox user can change them.
+func (r *Runtime) WorkspaceDir(ctx context.Context, id string) (string, error) {
+	if _, err := r.get("workspace dir", id); err != nil {
+		return "", err
+	}
+	return r.wsDir(id), nil
+}
+
+// WorkspaceOwner implements sandbox.WorkspaceOwner: the host uid and gid that own the
+// sandbox user's files.
+func (r *Runtime) WorkspaceOwner(ctx context.Context, id string) (uid, gid int, err error) {
+	if _, err := r.get("workspace owner", id); err != nil {
+		return 0, 0, err
+	}
+	return r.cfg.HostUID, r.cfg.HostGID, nil
+}

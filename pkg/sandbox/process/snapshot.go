@@ -1,0 +1,180 @@
+//go:build linux
+
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// Snapshot implements sandbox.Snapshotter. When the workspace changed since its layers
+// were last frozen, the upper layer becomes a new read-only layer (a rename, no copy) and
+// the overlay is remounted over it with a fresh upper layer; otherwise the snapshot shares
+// the current layers and nothing is remounted.
+func (r *Runtime) Snapshot(ctx context.Context, id string) (sandbox.Snapshot, error) {
+	b, err := r.lock("snapshot", id)
+	if err != nil {
+		return sandbox.Snapshot{}, err
+	}
+	defer b.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	rec := b.rec
+	upper := filepath.Join(r.volDir(rec.Volume), "upper")
+	ents, err := os.ReadDir(upper)
+	if err != nil {
+		return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	chain := rec.Chain
+	if len(ents) > 0 {
+		if err := b.cg.kill(5 * time.Second); err != nil {
+			return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		if err := unmount(r.wsDir(id)); err != nil {
+			return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		layer := filepath.Join("vol", rec.Volume, "l-"+newID())
+		if err := os.Rename(upper, r.path(layer)); err != nil {
+			return sandbox.Snapshot{}, r.remountAfterFailure(rec, fmt.Errorf("snapshot %s: freeze layer: %w", id, err))
+		}
+		chain = append([]string{layer}, rec.Chain...)
+		old := rec.Chain
+		rec.Chain = chain
+		if err := r.mountWorkspace(rec); err != nil {
+			// Put the layer back as the upper dir so nothing is lost.
+			rec.Chain = old
+			_ = os.Rename(r.path(layer), upper)
+			return sandbox.Snapshot{}, r.remountAfterFailure(rec, fmt.Errorf("snapshot %s: %w", id, err))
+		}
+		if err := r.save("sandboxes", id, rec); err != nil {
+			return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+	}
+	snap := &snapRecord{
+		Snapshot: sandbox.Snapshot{ID: "snap-" + newID(), Sandbox: id, Created: time.Now().UTC()},
+		Spec:     rec.Handle.Spec,
+		Chain:    slices.Clone(chain),
+	}
+	r.mu.Lock()
+	r.snapshots[snap.Snapshot.ID] = snap
+	r.mu.Unlock()
+	if err := r.save("snapshots", snap.Snapshot.ID, snap); err != nil {
+		r.mu.Lock()
+		delete(r.snapshots, snap.Snapshot.ID)
+		r.mu.Unlock()
+		return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	return snap.Snapshot, nil
+}
+
+// remountAfterFailure tries to leave the workspace mounted over rec.Chain after a failed
+// operation, and returns err.
+func (r *Runtime) remountAfterFailure(rec *boxRecord, err error) error {
+	if mErr := r.mountWorkspaceKeepUpper(rec); mErr != nil {
+		return errors.Join(err, fmt.Errorf("remount: %w", mErr))
+	}
+	return err
+}
+
+// mountWorkspaceKeepUpper mounts the overlay over rec.Chain keeping the upper dir's
+// content (it clears only the work dir).
+func (r *Runtime) mountWorkspaceKeepUpper(rec *boxRecord) error {
+	vd := r.volDir(rec.Volume)
+	if err := os.MkdirAll(filepath.Join(vd, "upper"), 0o755); err != nil {
+		return err
+	}
+	work := filepath.Join(vd, "work")
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return err
+	}
+	return r.mountOverlay(rec)
+}
+
+// Restore implements sandbox.Snapshotter: the workspace becomes the snapshot's layers
+// under a fresh, empty upper layer.
+func (r *Runtime) Restore(ctx context.Context, id, snapshotID string) error {
+	b, err := r.lock("restore", id)
+	if err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	r.mu.Lock()
+	snap, ok := r.snapshots[snapshotID]
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("restore %s from %s: %w", id, snapshotID, sandbox.ErrNotFound)
+	}
+	if err := b.cg.kill(5 * time.Second); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if err := unmount(r.wsDir(id)); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	old := b.rec.Chain
+	b.rec.Chain = slices.Clone(snap.Chain)
+	if err := r.mountWorkspace(b.rec); err != nil {
+		b.rec.Chain = old
+		return r.remountAfterFailure(b.rec, fmt.Errorf("restore %s: %w", id, err))
+	}
+	if err := r.save("sandboxes", id, b.rec); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if !slices.Equal(old, b.rec.Chain) {
+		r.gc()
+	}
+	return nil
+}
+
+// DeleteSnapshot implements sandbox.Snapshotter. Layers stay while a sandbox or another
+// snapshot uses them.
+func (r *Runtime) DeleteSnapshot(ctx context.Context, snapshotID string) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("delete snapshot %s: %w", snapshotID, sandbox.ErrClosed)
+	}
+	_, ok := r.snapshots[snapshotID]
+	delete(r.snapshots, snapshotID)
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("delete snapshot %s: %w", snapshotID, sandbox.ErrNotFound)
+	}
+	if err := os.Remove(r.path("snapshots", snapshotID+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete snapshot %s: %w", snapshotID, err)
+	}
+	r.gc()
+	return nil
+}
+
+// Fork implements sandbox.Forker: a new sandbox over the snapshot's layers, with the
+// source's spec (a new id, no seeding: the snapshot already holds the workspace).
+func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, error) {
+	r.mu.Lock()
+	snap, ok := r.snapshots[snapshotID]
+	r.mu.Unlock()
+	if !ok {
+		return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, sandbox.ErrNotFound)
+	}
+	spec := snap.Spec
+	spec.ID = ""
+	h, err := r.create(ctx, spec, snap.Chain, false)
+	if err != nil {
+		return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, err)
+	}
+	return h, nil
+}
