@@ -25,7 +25,7 @@ func TestCodefixEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")
 	}
-	for _, rt := range []string{runtimes.Process} {
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
 		t.Run(rt, func(t *testing.T) {
 			sc := sandboxConfig(t, rt)
 			ch := chtest.Start(t)
@@ -85,7 +85,8 @@ func TestCodefixEndToEnd(t *testing.T) {
 			// after 1 it is not.
 			oracleEp := queryOne(t, conn, fmt.Sprintf(`SELECT any(episode_id) FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle'`, db, req.RunId))
 			cli := []string{"--clickhouse", ch.Addr(), "--database", db, "--sandbox.runtime", rt,
-				"--sandbox.state-dir", sc.StateDir + "-cli", "--sandbox.image", sc.Image}
+				"--sandbox.state-dir", sc.StateDir + "-cli", "--sandbox.image", sc.Image,
+				"--sandbox.containerd", sc.Containerd, "--sandbox.agent", sc.AgentBinary}
 			for _, n := range []int{1, 2} {
 				out := filepath.Join(t.TempDir(), "ws")
 				var stdout, stderr bytes.Buffer

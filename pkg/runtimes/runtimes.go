@@ -35,6 +35,12 @@ type Config struct {
 	// StateDir is where the runtime keeps its state (sandboxes survive a worker restart
 	// there).
 	StateDir string
+	// Containerd is the socket of a running containerd (scripts/containerd.sh start
+	// prints it); empty starts a private one under StateDir, stopped by Close.
+	Containerd string
+	// AgentBinary is the static in-sandbox agent for the containerd base image; empty
+	// builds it from source with the Go toolchain.
+	AgentBinary string
 }
 
 // Validate reports every problem at once.
