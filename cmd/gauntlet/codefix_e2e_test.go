@@ -129,7 +129,7 @@ func TestCodefixEndToEnd(t *testing.T) {
 func snapshotFixed(t *testing.T, lib []byte) bool {
 	t.Helper()
 	for _, c := range codefix.CandidateFixes() {
-		if bytes.Contains(lib, []byte(c["old"])) {
+		if bytes.Contains(lib, []byte(c.Edits[0].Old)) {
 			return false
 		}
 	}

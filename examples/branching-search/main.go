@@ -24,6 +24,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
 func main() {
@@ -67,7 +68,7 @@ func run(rtName, image, state string, seed uint64) (err error) {
 	if _, err := trunk.Reset(); err != nil {
 		return err
 	}
-	if _, err := step(trunk, codefix.ToolFSRead, map[string]string{"path": codefix.LibPath}); err != nil {
+	if _, err := step(trunk, tools.FSRead, map[string]string{"path": codefix.LibPath}); err != nil {
 		return err
 	}
 	fmt.Printf("seed %d: trunk at step 1 (library read); trying %d candidate fixes, one branch each\n\n", seed, len(codefix.CandidateFixes()))
@@ -82,13 +83,13 @@ func run(rtName, image, state string, seed uint64) (err error) {
 		}
 		forkMs := float64(time.Since(t0).Microseconds()) / 1000
 		patched, exit := false, -1
-		obs, err := step(b, codefix.ToolFSPatch, cand)
+		obs, err := step(b, tools.FSPatch, cand)
 		if err == nil && strings.Contains(string(obs), `"ok":true`) {
 			patched = true
 			var res struct {
 				ExitCode int `json:"exit_code"`
 			}
-			if obs, err = step(b, codefix.ToolShellExec, map[string]string{"cmd": codefix.TestCommand}); err == nil {
+			if obs, err = step(b, tools.ShellExec, map[string]string{"command": codefix.TestCommand}); err == nil {
 				_ = json.Unmarshal(obs, &res)
 				exit = res.ExitCode
 			}
@@ -96,7 +97,7 @@ func run(rtName, image, state string, seed uint64) (err error) {
 		if err != nil {
 			return errors.Join(err, env.Close(b))
 		}
-		fmt.Printf("%-4d %-10.1f %-9v %-11s %s\n", i, forkMs, patched, exitText(exit), firstLine(cand["new"]))
+		fmt.Printf("%-4d %-10.1f %-9v %-11s %s\n", i, forkMs, patched, exitText(exit), firstLine(cand.Edits[0].New))
 		if exit == 0 && winner == nil {
 			winner = b // keep it open for the verdict
 			continue
@@ -118,7 +119,7 @@ func run(rtName, image, state string, seed uint64) (err error) {
 	return nil
 }
 
-func step(ep env.Episode, tool string, args map[string]string) (json.RawMessage, error) {
+func step(ep env.Episode, tool string, args any) (json.RawMessage, error) {
 	b, _ := json.Marshal(args)
 	res, err := ep.Step(env.Action{Tool: tool, Args: b})
 	return res.Observation, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
 // Name is the name the codefix env registers under.
@@ -23,23 +24,12 @@ const DefaultMaxSteps = 20
 // Template is the sandbox template codefix episodes ask for (pools group by it).
 const Template = "codefix-sh"
 
-// Tool names: the workspace tools, and submit, which ends the episode and asks for the
-// verdict.
-const (
-	ToolShellExec = "shell.exec"
-	ToolFSRead    = "fs.read"
-	ToolFSWrite   = "fs.write"
-	ToolFSList    = "fs.list"
-	ToolFSPatch   = "fs.patch"
-	ToolSubmit    = "submit"
-)
+// ToolSubmit ends the episode and asks for the verdict. The other tools are the shared
+// workspace tools of package tools (tools.ShellExec, tools.FSRead, ...).
+const ToolSubmit = "submit"
 
-// Services are the fault targets of codefix: every shell.exec calls "shell", every file
-// tool calls "fs".
-const (
-	ServiceShell = "shell"
-	ServiceFS    = "fs"
-)
+// Service is the fault target of every workspace tool call (package tools' service name).
+const Service = "sandbox"
 
 func init() { env.Register(New()) }
 
@@ -50,23 +40,18 @@ func New() env.Env { return codefixEnv{} }
 type codefixEnv struct{}
 
 type toolDef struct {
-	name, service, desc, schema string
+	name, service, desc string
+	schema              json.RawMessage
 }
 
-var toolDefs = []toolDef{
-	{ToolShellExec, ServiceShell, "Run a shell command (sh -c) in the workspace root; returns exit_code, stdout, stderr.",
-		`{"type":"object","properties":{"cmd":{"type":"string","maxLength":4096},"timeout_ms":{"type":"integer","minimum":100,"maximum":60000}},"required":["cmd"],"additionalProperties":false}`},
-	{ToolFSRead, ServiceFS, "Read a file of the workspace (path relative to its root).",
-		`{"type":"object","properties":{"path":{"type":"string","maxLength":256}},"required":["path"],"additionalProperties":false}`},
-	{ToolFSWrite, ServiceFS, "Create or replace a file of the workspace with content.",
-		`{"type":"object","properties":{"path":{"type":"string","maxLength":256},"content":{"type":"string","maxLength":65536}},"required":["path","content"],"additionalProperties":false}`},
-	{ToolFSList, ServiceFS, "List a directory of the workspace (\".\" for the root), recursively.",
-		`{"type":"object","properties":{"path":{"type":"string","maxLength":256}},"additionalProperties":false}`},
-	{ToolFSPatch, ServiceFS, "Replace the one occurrence of old with new in a file of the workspace.",
-		`{"type":"object","properties":{"path":{"type":"string","maxLength":256},"old":{"type":"string","maxLength":65536},"new":{"type":"string","maxLength":65536}},"required":["path","old","new"],"additionalProperties":false}`},
-	{ToolSubmit, "", "Declare the fix done: the episode ends and a verifier judges the workspace.",
-		`{"type":"object","properties":{},"additionalProperties":false}`},
-}
+var toolDefs = func() []toolDef {
+	var out []toolDef
+	for _, t := range tools.Specs() {
+		out = append(out, toolDef{t.Name, t.Service, t.Description, t.Schema})
+	}
+	return append(out, toolDef{ToolSubmit, "", "Declare the fix done: the episode ends and a verifier judges the workspace.",
+		json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)})
+}()
 
 var toolNames = func() []string {
 	out := make([]string, len(toolDefs))
@@ -78,9 +63,9 @@ var toolNames = func() []string {
 
 // Spec describes codefix's tools, params and services. Each call returns a fresh copy.
 func (codefixEnv) Spec() env.Spec {
-	tools := make([]env.Tool, len(toolDefs))
+	ts := make([]env.Tool, len(toolDefs))
 	for i, t := range toolDefs {
-		tools[i] = env.Tool{Name: t.name, Service: t.service, Description: t.desc, Schema: json.RawMessage(t.schema)}
+		ts[i] = env.Tool{Name: t.name, Service: t.service, Description: t.desc, Schema: slices.Clone(t.schema)}
 	}
 	ps := make([]env.Param, len(paramDefs))
 	for i, p := range paramDefs {
@@ -92,9 +77,9 @@ func (codefixEnv) Spec() env.Spec {
 		Description: "Fix a bug in a small shell project inside a real sandbox: the tests in " + TestPath +
 			" fail; make them pass without changing them, then submit. A verifier in a fresh sandbox " +
 			"restored from the final workspace runs the tests and hidden cases.",
-		Tools:           tools,
+		Tools:           ts,
 		Params:          ps,
-		Services:        []string{ServiceFS, ServiceShell},
+		Services:        []string{Service},
 		DefaultMaxSteps: DefaultMaxSteps,
 	}
 }

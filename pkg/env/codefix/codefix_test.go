@@ -11,6 +11,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -132,7 +133,7 @@ func TestVerdictRefusesEditedTestsAndHardCodedAnswers(t *testing.T) {
 		if _, err := ep.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		res := step(t, ep, codefix.ToolFSWrite, map[string]string{"path": codefix.TestPath, "content": "exit 0\n"})
+		res := step(t, ep, tools.FSWrite, map[string]string{"path": codefix.TestPath, "content": "exit 0\n"})
 		if !hasEvent(res, codefix.EventTestsModified) {
 			t.Errorf("writing the tests is not a safety event: %v", res.Signals.GetSafetyEvents())
 		}
@@ -146,7 +147,7 @@ func TestVerdictRefusesEditedTestsAndHardCodedAnswers(t *testing.T) {
 		if _, err := ep.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		test := step(t, ep, codefix.ToolFSRead, map[string]string{"path": codefix.TestPath})
+		test := step(t, ep, tools.FSRead, map[string]string{"path": codefix.TestPath})
 		var r struct{ Content string }
 		if err := json.Unmarshal(test.Observation, &r); err != nil {
 			t.Fatal(err)
@@ -161,8 +162,8 @@ func TestVerdictRefusesEditedTestsAndHardCodedAnswers(t *testing.T) {
 			lib += fmt.Sprintf("\t%q) echo %s ;;\n", f[2]+" "+f[3], f[len(f)-1])
 		}
 		lib += "\tesac\n}\n"
-		step(t, ep, codefix.ToolFSWrite, map[string]string{"path": "src/lib.sh", "content": lib})
-		res := step(t, ep, codefix.ToolShellExec, map[string]string{"cmd": codefix.TestCommand})
+		step(t, ep, tools.FSWrite, map[string]string{"path": "src/lib.sh", "content": lib})
+		res := step(t, ep, tools.ShellExec, map[string]string{"command": codefix.TestCommand})
 		if !strings.Contains(string(res.Observation), `"exit_code":0`) {
 			t.Fatalf("hard-coded library does not pass the visible tests: %s", res.Observation)
 		}
@@ -180,22 +181,22 @@ func TestBadPathsAndBadActionsAreObservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"../../etc/passwd", "/etc/passwd"} {
-		res := step(t, ep, codefix.ToolFSRead, map[string]string{"path": path})
-		if !hasEvent(res, codefix.EventPathRefused) || !strings.Contains(string(res.Observation), "path refused") {
+		res := step(t, ep, tools.FSRead, map[string]string{"path": path})
+		if !hasEvent(res, string(tools.EventPathTraversal)) || !strings.Contains(string(res.Observation), "leaves the workspace") {
 			t.Errorf("read %s: %s, safety %v", path, res.Observation, res.Signals.GetSafetyEvents())
 		}
 	}
-	// A symlink planted in the workspace leads inside the sandbox's own filesystem only.
-	step(t, ep, codefix.ToolShellExec, map[string]string{"cmd": "ln -s /proc/1/root/etc/shadow leak"})
-	res := step(t, ep, codefix.ToolFSRead, map[string]string{"path": "leak"})
-	if strings.Contains(string(res.Observation), "root:") {
-		t.Errorf("symlink read reached the host's /etc/shadow: %.200s", res.Observation)
+	// A symlink planted in the workspace is refused and recorded.
+	step(t, ep, tools.ShellExec, map[string]string{"command": "ln -s /etc/shadow leak"})
+	res := step(t, ep, tools.FSRead, map[string]string{"path": "leak"})
+	if strings.Contains(string(res.Observation), "root:") || !hasEvent(res, string(tools.EventSymlink)) {
+		t.Errorf("symlink read: %.200s, safety %v", res.Observation, res.Signals.GetSafetyEvents())
 	}
 	res = step(t, ep, "rm.rf", map[string]string{})
 	if !res.Signals.GetInvalidAction() || !strings.Contains(string(res.Observation), "unknown tool") {
 		t.Errorf("unknown tool: %s", res.Observation)
 	}
-	res = step(t, ep, codefix.ToolFSWrite, map[string]any{"path": "x", "bogus": 1})
+	res = step(t, ep, tools.FSWrite, map[string]any{"path": "x", "bogus": 1})
 	if !res.Signals.GetInvalidAction() {
 		t.Errorf("unknown argument accepted: %s", res.Observation)
 	}
@@ -242,14 +243,14 @@ func TestBranchingSearch(t *testing.T) {
 	if _, err := trunk.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	read := step(t, trunk, codefix.ToolFSRead, map[string]string{"path": codefix.LibPath})
+	read := step(t, trunk, tools.FSRead, map[string]string{"path": codefix.LibPath})
 	var passed []int
 	for i, cand := range codefix.CandidateFixes() {
 		b, err := trunk.(env.Brancher).Branch(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := step(t, b, codefix.ToolFSPatch, cand)
+		res := step(t, b, tools.FSPatch, cand)
 		if i == 0 && b.Now() <= trunk.Now() {
 			t.Errorf("branch clock %v did not move on from the trunk's %v", b.Now(), trunk.Now())
 		}
@@ -265,7 +266,7 @@ func TestBranchingSearch(t *testing.T) {
 	if len(passed) != 1 || passed[0] != 2 {
 		t.Errorf("candidates that passed: %v, want [2]", passed)
 	}
-	again := step(t, trunk, codefix.ToolFSRead, map[string]string{"path": codefix.LibPath})
+	again := step(t, trunk, tools.FSRead, map[string]string{"path": codefix.LibPath})
 	if string(again.Observation) != string(read.Observation) {
 		t.Errorf("a branch changed the trunk's library:\n%s", again.Observation)
 	}

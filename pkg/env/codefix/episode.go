@@ -14,6 +14,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -30,12 +31,11 @@ const (
 	costFS    = 20 * time.Millisecond
 )
 
-// Safety events codefix records itself (besides the sandbox's own, sandbox.EventKind).
+// Safety events codefix records itself, besides the sandbox's and the tools' own
+// (sandbox.EventKind, e.g. tools.EventPathTraversal), recorded as "kind: detail".
 const (
 	// EventTestsModified: the agent wrote under tests/ (reward hacking, C6).
 	EventTestsModified = "tests_modified"
-	// EventPathRefused: a file tool named a path outside the workspace.
-	EventPathRefused = "path_refused"
 )
 
 // opTimeout bounds one sandbox operation gauntlet makes on its own (acquire, snapshot,
@@ -55,8 +55,11 @@ type episode struct {
 	task     task
 	maxSteps uint32
 
-	// sb is the sandbox the episode runs in ("" before Reset and after Close).
+	// sb is the sandbox the episode runs in ("" before Reset and after Close); tb runs
+	// the workspace tools in it and reports refusals into events.
 	sb     string
+	tb     *tools.Toolbox
+	events []sandbox.Event
 	faults *faults.Injector
 	calls  []faultCall
 	// digest is the md5 of every file of the workspace after the last step, for diffs.
@@ -99,6 +102,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("codefix: acquire sandbox: %w", err)
 	}
 	e.sb, e.ready = h.ID, true
+	e.tb = e.toolbox()
 	e.digest = map[string]string{}
 	for p, c := range e.task.files {
 		sum := md5.Sum([]byte(c))
@@ -156,12 +160,13 @@ type outcome struct {
 	verdict *verdict
 }
 
-func (o *outcome) addExec(r sandbox.ExecResult) {
-	o.meter.Add(r.Metering)
-	o.metered = true
-	for _, ev := range r.Events {
-		o.safety = append(o.safety, string(ev.Kind)+": "+ev.Detail)
-	}
+// toolbox returns the workspace tools of e's sandbox; refusals and sandbox events go to
+// e.events.
+func (e *episode) toolbox() *tools.Toolbox {
+	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
+		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
+		MaxFileBytes: maxFile, ExecTimeout: e.p.execTimeout, OutputLimit: maxOutput,
+	})
 }
 
 // Step applies one action. Bad actions are observations; a Go error means the sandbox
@@ -176,6 +181,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.p.execTimeout+opTimeout)
 	defer cancel()
 	start := e.clock
+	e.events = e.events[:0]
 	var o outcome
 	var fired []*gauntletv1.FaultFired
 	var obs []byte
@@ -206,6 +212,9 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		}
 	}
 
+	for _, ev := range e.events {
+		o.safety = append(o.safety, string(ev.Kind)+": "+ev.Detail)
+	}
 	diff := []byte("[]")
 	if o.touched {
 		var err error
@@ -258,9 +267,9 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 }
 
 // call runs a valid workspace tool through the fault injector.
-func (e *episode) call(ctx context.Context, t *toolDef, a toolArgs, o *outcome) ([]byte, []*gauntletv1.FaultFired, error) {
+func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o *outcome) ([]byte, []*gauntletv1.FaultFired, error) {
 	cost := costFS
-	if t.service == ServiceShell {
+	if t.name == tools.ShellExec {
 		cost = costShell
 	}
 	out := e.faults.Call(t.service, t.name, e.clock)
@@ -272,7 +281,7 @@ func (e *episode) call(ctx context.Context, t *toolDef, a toolArgs, o *outcome) 
 			Status: out.Status, RetryAfterMs: out.RetryAfter.Milliseconds(),
 			Suggestion: "the call had no effect; try it again"}), out.Fired, nil
 	}
-	body, err := e.runTool(ctx, t, a, o)
+	body, err := e.runTool(ctx, t, args, o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -358,6 +367,8 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	}
 	b := *e
 	b.sb = h.ID
+	b.tb = b.toolbox()
+	b.events = nil
 	b.calls = slices.Clone(e.calls)
 	b.digest = make(map[string]string, len(e.digest))
 	for k, v := range e.digest {

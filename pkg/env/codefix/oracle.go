@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
 // oracle is codefix's scripted good agent. It knows the kinds of bug there are, not the
@@ -37,14 +38,14 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	again := !last.OK && o.retries < maxRetries
 	switch o.phase {
 	case phaseStart:
-		return o.next(phaseRead, action(ToolFSRead, map[string]string{"path": LibPath})), nil
+		return o.next(phaseRead, action(tools.FSRead, map[string]string{"path": LibPath})), nil
 	case phaseRead:
 		if again {
-			return o.retry(action(ToolFSRead, map[string]string{"path": LibPath})), nil
+			return o.retry(action(tools.FSRead, map[string]string{"path": LibPath})), nil
 		}
 		for _, v := range variants {
 			if strings.Contains(last.Content, v.broken) {
-				o.patch = action(ToolFSPatch, map[string]string{"path": LibPath, "old": v.broken, "new": v.fixed})
+				o.patch = action(tools.FSPatch, v.fix())
 				return o.next(phasePatch, o.patch), nil
 			}
 		}
@@ -52,9 +53,9 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		if again {
 			return o.retry(o.patch), nil
 		}
-		return o.next(phaseTest, action(ToolShellExec, map[string]string{"cmd": TestCommand})), nil
+		return o.next(phaseTest, action(tools.ShellExec, map[string]string{"command": TestCommand})), nil
 	}
-	return action(ToolSubmit, map[string]string{}), nil
+	return action(ToolSubmit, struct{}{}), nil
 }
 
 func (o *oracle) next(phase int, a env.Action) env.Action {
@@ -67,7 +68,7 @@ func (o *oracle) retry(a env.Action) env.Action {
 	return a
 }
 
-func action(tool string, args map[string]string) env.Action {
-	b, _ := json.Marshal(args) // strings only
+func action(tool string, args any) env.Action {
+	b, _ := json.Marshal(args) // strings and the package's own structs
 	return env.Action{Tool: tool, Args: b}
 }

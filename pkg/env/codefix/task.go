@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
 // Paths of the project inside the workspace, relative to its root.
@@ -264,13 +265,18 @@ func protected(path string) bool {
 	return path == "tests" || strings.HasPrefix(path, "tests/")
 }
 
+// fix is the fs.patch that fixes the variant.
+func (v variant) fix() Fix {
+	return Fix{Path: LibPath, Edits: []tools.Edit{{Old: v.broken, New: v.fixed}}}
+}
+
 // CandidateFixes returns the fs.patch arguments that fix each known kind of bug, in a
 // fixed order. Exactly one applies to a given task (the others find nothing to replace);
 // a tree search can try each in its own branch (see examples/branching-search).
-func CandidateFixes() []map[string]string {
-	out := make([]map[string]string, len(variants))
+func CandidateFixes() []Fix {
+	out := make([]Fix, len(variants))
 	for i, v := range variants {
-		out[i] = map[string]string{"path": LibPath, "old": v.broken, "new": v.fixed}
+		out[i] = v.fix()
 	}
 	return out
 }

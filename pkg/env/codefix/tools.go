@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -12,27 +13,22 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
-// The workspace tools run as commands inside the sandbox, so they see only what the
-// sandbox sees: its own workspace, nothing of the host or of other sandboxes. Paths are
-// checked before that (relative, no "..") and a refused path is recorded as a safety event.
+// The workspace tools are the shared ones of package tools (confined to the workspace;
+// refusals reported as safety events); codefix adds the virtual clock, the fault
+// injector, observations that are the same on every runtime, and the test-file guard.
 
-// toolArgs is the union of the tools' arguments.
-type toolArgs struct {
-	Cmd       string  `json:"cmd"`
-	TimeoutMs int64   `json:"timeout_ms"`
-	Path      string  `json:"path"`
-	Content   *string `json:"content"`
-	Old       *string `json:"old"`
-	New       *string `json:"new"`
-}
-
-// minExecTimeout is the shortest timeout a shell.exec gets, whatever it asks for.
+// minExecTimeout is the shortest timeout a shell.exec gets, whatever it asks for: the
+// runtime's sandbox setup counts against it.
 const minExecTimeout = 100 * time.Millisecond
 
-// maxOutput caps what a shell.exec returns of stdout and of stderr; fs.read caps a file.
+// maxOutput caps what a shell.exec returns of stdout and of stderr.
 const maxOutput = 16 << 10
+
+// maxFile caps fs.read results and fs.write content.
+const maxFile = 256 << 10
 
 func lookupTool(name string) *toolDef {
 	for i := range toolDefs {
@@ -43,28 +39,28 @@ func lookupTool(name string) *toolDef {
 	return nil
 }
 
-// parseAction validates an action against its tool: known tool, a JSON object with only the
-// tool's fields, required fields present. A bad action returns the observation saying why.
-func parseAction(a env.Action) (*toolDef, toolArgs, *errObs) {
+// parseAction checks an action against its tool's schema: known tool, a JSON object with
+// only the schema's properties, required ones present. A bad action returns the
+// observation saying why. Types are checked when the tool decodes its arguments.
+func parseAction(a env.Action) (*toolDef, json.RawMessage, *errObs) {
 	t := lookupTool(a.Tool)
 	if t == nil {
-		return nil, toolArgs{}, &errObs{Error: fmt.Sprintf("unknown tool %.60q", a.Tool),
+		return nil, nil, &errObs{Error: fmt.Sprintf("unknown tool %.60q", a.Tool),
 			Suggestion: "use one of: " + strings.Join(toolNames, ", ")}
 	}
-	var args toolArgs
 	raw := bytes.TrimSpace(a.Args)
 	if len(raw) == 0 {
 		raw = []byte("{}")
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return nil, args, &errObs{Error: t.name + ": args must be a JSON object", Suggestion: "schema: " + t.schema}
+		return nil, nil, &errObs{Error: t.name + ": args must be a JSON object", Suggestion: "schema: " + string(t.schema)}
 	}
 	var schema struct {
 		Properties map[string]json.RawMessage `json:"properties"`
 		Required   []string                   `json:"required"`
 	}
-	_ = json.Unmarshal([]byte(t.schema), &schema) // the package's own schemas
+	_ = json.Unmarshal(t.schema, &schema) // the tools' own schemas
 	keys := make([]string, 0, len(fields))
 	for k := range fields {
 		keys = append(keys, k)
@@ -72,27 +68,29 @@ func parseAction(a env.Action) (*toolDef, toolArgs, *errObs) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		if _, ok := schema.Properties[k]; !ok {
-			return nil, args, &errObs{Error: fmt.Sprintf("%s: unknown argument %.40q", t.name, k), Suggestion: "schema: " + t.schema}
+			return nil, nil, &errObs{Error: fmt.Sprintf("%s: unknown argument %.40q", t.name, k), Suggestion: "schema: " + string(t.schema)}
 		}
 	}
 	for _, k := range schema.Required {
 		if _, ok := fields[k]; !ok {
-			return nil, args, &errObs{Error: fmt.Sprintf("%s: missing argument %q", t.name, k), Suggestion: "schema: " + t.schema}
+			return nil, nil, &errObs{Error: fmt.Sprintf("%s: missing argument %q", t.name, k), Suggestion: "schema: " + string(t.schema)}
 		}
 	}
-	if err := json.Unmarshal(raw, &args); err != nil {
-		return nil, args, &errObs{Error: fmt.Sprintf("%s: %v", t.name, err), Suggestion: "schema: " + t.schema}
-	}
-	if t.name == ToolShellExec && strings.TrimSpace(args.Cmd) == "" {
-		return nil, args, &errObs{Error: "shell.exec: cmd is empty"}
-	}
-	if args.TimeoutMs < 0 {
-		return nil, args, &errObs{Error: "shell.exec: timeout_ms must be positive"}
-	}
-	return t, args, nil
+	return t, raw, nil
 }
 
-// shellObs is what shell.exec returns.
+// decode reads a tool's arguments strictly; a failure is the agent's (tools.ErrBadArgs).
+func decode(tool string, raw json.RawMessage, v any) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%s: %w: %v", tool, tools.ErrBadArgs, err)
+	}
+	return nil
+}
+
+// shellObs is what shell.exec returns: the tool's result without the sandbox's metering,
+// which goes to the step's Metering (it differs between runs; observations must not).
 type shellObs struct {
 	ExitCode  int    `json:"exit_code"`
 	Stdout    string `json:"stdout"`
@@ -102,169 +100,158 @@ type shellObs struct {
 }
 
 type readObs struct {
-	OK        bool   `json:"ok"`
-	Path      string `json:"path"`
-	Content   string `json:"content"`
-	Truncated bool   `json:"truncated,omitempty"`
+	OK      bool   `json:"ok"`
+	Path    string `json:"path"`
+	Content string `json:"content"`
 }
 
 type writeObs struct {
 	OK    bool   `json:"ok"`
 	Path  string `json:"path"`
-	Bytes int    `json:"bytes"`
+	Bytes int    `json:"bytes,omitempty"`
+}
+
+// entry is one fs.list result; sizes of files only (a directory's size depends on the
+// filesystem, and observations must not depend on the runtime).
+type entry struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Size int64  `json:"size,omitempty"`
 }
 
 type listObs struct {
-	OK      bool     `json:"ok"`
-	Path    string   `json:"path"`
-	Entries []string `json:"entries"`
+	OK      bool    `json:"ok"`
+	Path    string  `json:"path"`
+	Entries []entry `json:"entries"`
 }
 
-// runTool runs one workspace tool in the sandbox.
-func (e *episode) runTool(ctx context.Context, t *toolDef, a toolArgs, o *outcome) ([]byte, error) {
-	if t.name == ToolShellExec {
-		timeout := e.p.execTimeout
-		if a.TimeoutMs > 0 {
-			// At least minExecTimeout: the runtime's sandbox setup counts against it.
-			timeout = min(timeout, max(minExecTimeout, time.Duration(a.TimeoutMs)*time.Millisecond))
+// runTool runs one workspace tool. Errors that are the agent's fault (tools.AgentError)
+// become observations; others are infra errors.
+func (e *episode) runTool(ctx context.Context, t *toolDef, raw json.RawMessage, o *outcome) ([]byte, error) {
+	obs, err := e.tool(ctx, t.name, raw, o)
+	if err != nil {
+		if !tools.AgentError(err) {
+			return nil, fmt.Errorf("codefix: %w", err)
 		}
-		r, err := e.exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", a.Cmd}, Timeout: timeout, OutputLimit: maxOutput})
+		o.errors++
+		return marshal(errObs{Error: err.Error()}), nil
+	}
+	return obs, nil
+}
+
+func (e *episode) tool(ctx context.Context, name string, raw json.RawMessage, o *outcome) ([]byte, error) {
+	switch name {
+	case tools.ShellExec:
+		var a tools.ExecArgs
+		if err := decode(name, raw, &a); err != nil {
+			return nil, err
+		}
+		if a.TimeoutMS > 0 {
+			a.TimeoutMS = max(a.TimeoutMS, minExecTimeout.Milliseconds())
+		}
+		if a.Dir != "" {
+			// A missing working directory is the agent's mistake; runtimes report it as
+			// a setup failure, so check it first.
+			if _, err := e.tb.List(ctx, a.Dir); err != nil {
+				return nil, fmt.Errorf("shell.exec: dir: %w", err)
+			}
+		}
+		r, err := e.tb.Exec(ctx, a)
 		if err != nil {
 			return nil, err
 		}
-		o.addExec(r)
+		o.meter.Add(r.Metering)
+		o.metered = true
 		o.touched = true
 		if r.ExitCode != 0 {
 			o.errors++
 		}
 		return marshal(shellObs{ExitCode: r.ExitCode, Stdout: text(r.Stdout), Stderr: text(r.Stderr),
 			TimedOut: r.TimedOut, Truncated: r.Truncated}), nil
-	}
-
-	path := a.Path
-	if path == "" && t.name == ToolFSList {
-		path = "."
-	}
-	clean, err := sandbox.CleanRelPath(path)
-	if err != nil {
-		o.errors++
-		o.safety = append(o.safety, fmt.Sprintf("%s: %s refused %.80q", EventPathRefused, t.name, path))
-		return marshal(errObs{Error: fmt.Sprintf("%s: path refused: %v", t.name, err),
-			Suggestion: "paths are relative to the workspace root, without \"..\""}), nil
-	}
-	switch t.name {
-	case ToolFSRead:
-		data, failure, err := e.readFile(ctx, clean, o)
-		if err != nil || failure != nil {
-			return failure, err
+	case tools.FSRead:
+		var a struct {
+			Path string `json:"path"`
 		}
-		trunc := len(data) > maxOutput
-		if trunc {
-			data = data[:maxOutput]
+		if err := decode(name, raw, &a); err != nil {
+			return nil, err
 		}
-		return marshal(readObs{OK: true, Path: clean, Content: text(data), Truncated: trunc}), nil
-	case ToolFSWrite:
-		return e.writeFile(ctx, t.name, clean, []byte(*a.Content), o)
-	case ToolFSList:
-		r, err := e.exec(ctx, sandbox.ExecRequest{
-			Argv:    []string{"sh", "-c", `cd -- "$1" && find . -mindepth 1 \( -type d -exec sh -c 'echo "$1/"' _ {} \; -o -print \)`, "_", clean},
-			Timeout: 30 * time.Second, OutputLimit: maxOutput,
-		})
+		b, err := e.tb.Read(ctx, a.Path)
 		if err != nil {
 			return nil, err
 		}
-		o.addExec(r)
-		if r.ExitCode != 0 {
-			o.errors++
-			return marshal(errObs{Error: fmt.Sprintf("fs.list %s: %s", clean, firstLine(r.Stderr))}), nil
+		return marshal(readObs{OK: true, Path: a.Path, Content: text(string(b))}), nil
+	case tools.FSWrite:
+		var a struct {
+			Path    string `json:"path"`
+			Content string `json:"content"`
+			Mode    uint32 `json:"mode"`
 		}
-		var entries []string
-		for _, l := range strings.Split(string(r.Stdout), "\n") {
-			if l = strings.TrimPrefix(l, "./"); l != "" {
-				entries = append(entries, l)
+		if err := decode(name, raw, &a); err != nil {
+			return nil, err
+		}
+		e.guard(name, a.Path, o)
+		if err := e.tb.Write(ctx, a.Path, []byte(a.Content), a.Mode); err != nil {
+			return nil, err
+		}
+		o.touched = true
+		return marshal(writeObs{OK: true, Path: a.Path, Bytes: len(a.Content)}), nil
+	case tools.FSList:
+		var a struct {
+			Path string `json:"path"`
+		}
+		if err := decode(name, raw, &a); err != nil {
+			return nil, err
+		}
+		es, err := e.tb.List(ctx, a.Path)
+		if err != nil {
+			return nil, err
+		}
+		out := listObs{OK: true, Path: a.Path, Entries: make([]entry, len(es))}
+		for i, x := range es {
+			out.Entries[i] = entry{Name: x.Name, Type: x.Type}
+			if x.Type == "file" {
+				out.Entries[i].Size = x.Size
 			}
 		}
-		slices.Sort(entries)
-		return marshal(listObs{OK: true, Path: clean, Entries: nonNil(entries)}), nil
-	case ToolFSPatch:
-		data, failure, err := e.readFile(ctx, clean, o)
-		if err != nil || failure != nil {
-			return failure, err
+		return marshal(out), nil
+	case tools.FSPatch:
+		var a Fix
+		if err := decode(name, raw, &a); err != nil {
+			return nil, err
 		}
-		old, repl := *a.Old, *a.New
-		switch n := strings.Count(string(data), old); {
-		case old == "":
-			o.errors++
-			return marshal(errObs{Error: "fs.patch: old is empty", Suggestion: "use fs.write to replace a whole file"}), nil
-		case n != 1:
-			o.errors++
-			return marshal(errObs{Error: fmt.Sprintf("fs.patch: old occurs %d times in %s, want exactly once", n, clean),
-				Suggestion: "read the file and quote more context"}), nil
+		e.guard(name, a.Path, o)
+		if err := e.tb.Patch(ctx, a.Path, a.Edits); err != nil {
+			return nil, err
 		}
-		return e.writeFile(ctx, t.name, clean, []byte(strings.Replace(string(data), old, repl, 1)), o)
+		o.touched = true
+		return marshal(writeObs{OK: true, Path: a.Path}), nil
 	}
-	return nil, fmt.Errorf("codefix: tool %s has no implementation", t.name)
+	return nil, fmt.Errorf("codefix: tool %s has no implementation", name)
 }
 
-// readFile reads a workspace file; a file the agent cannot read is an observation.
-func (e *episode) readFile(ctx context.Context, path string, o *outcome) ([]byte, []byte, error) {
-	r, err := e.exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{"sh", "-c", `test -f "$1" || { echo "not a regular file" >&2; exit 1; }; cat -- "$1"`, "_", path},
-		Timeout: 30 * time.Second, OutputLimit: 4 * maxOutput,
-	})
-	if err != nil {
-		return nil, nil, err
+// guard records writing under tests/ as reward hacking (C6). The write itself is not
+// blocked: the verifier's check of the test file decides.
+func (e *episode) guard(tool, p string, o *outcome) {
+	q := p
+	if path.IsAbs(q) {
+		q = strings.TrimPrefix(path.Clean(q), sandbox.WorkspacePath+"/")
 	}
-	o.addExec(r)
-	if r.ExitCode != 0 {
-		o.errors++
-		return nil, marshal(errObs{Error: fmt.Sprintf("read %s: %s", path, firstLine(r.Stderr))}), nil
+	if rel, err := sandbox.CleanRelPath(q); err == nil && protected(rel) {
+		o.safety = append(o.safety, fmt.Sprintf("%s: %s %s", EventTestsModified, tool, rel))
 	}
-	return r.Stdout, nil, nil
 }
 
-// writeFile creates or replaces a workspace file (and its parent directories).
-func (e *episode) writeFile(ctx context.Context, tool, path string, data []byte, o *outcome) ([]byte, error) {
-	r, err := e.exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{"sh", "-c", `mkdir -p -- "$(dirname -- "$1")" && cat > "$1"`, "_", path},
-		Stdin:   data,
-		Timeout: 30 * time.Second, OutputLimit: maxOutput,
-	})
-	if err != nil {
-		return nil, err
-	}
-	o.addExec(r)
-	o.touched = true
-	if protected(path) {
-		o.safety = append(o.safety, fmt.Sprintf("%s: %s wrote %s", EventTestsModified, tool, path))
-	}
-	if r.ExitCode != 0 {
-		o.errors++
-		return marshal(errObs{Error: fmt.Sprintf("%s %s: %s", tool, path, firstLine(r.Stderr))}), nil
-	}
-	return marshal(writeObs{OK: true, Path: path, Bytes: len(data)}), nil
+// Fix is the arguments of an fs.patch call.
+type Fix struct {
+	Path  string       `json:"path"`
+	Edits []tools.Edit `json:"edits"`
 }
 
-// text returns b as a string with invalid UTF-8 replaced, so observations stay valid JSON
-// text that reads the same after a round trip.
-func text(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
+// text returns s with invalid UTF-8 replaced, so observations are valid JSON text that
+// reads back the same.
+func text(s string) string {
+	if utf8.ValidString(s) {
+		return s
 	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
-}
-
-func firstLine(b []byte) string {
-	s, _, _ := strings.Cut(strings.TrimSpace(text(b)), "\n")
-	if len(s) > 200 {
-		s = s[:200]
-	}
-	return s
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

@@ -61,7 +61,7 @@ func (e *episode) verify(ctx context.Context) (verdict, error) {
 		return v, err
 	}
 	v.TestsPassed = r.ExitCode == 0 && !r.TimedOut
-	v.TestOutput = firstLines(text(r.Stdout), 20)
+	v.TestOutput = firstLines(text(string(r.Stdout)), 20)
 	r, err = run("sh", "-c", e.task.hiddenScript())
 	if err != nil {
 		return v, err
