@@ -7,12 +7,12 @@
 // wrong operator, reversed comparison, off-by-one loop, swapped branches) and draws the
 // visible test cases and the verifier's hidden ones. The same seed gives the same project.
 //
-// The agent's tools are shell.exec and fs.read, fs.write, fs.list and fs.patch on the
-// workspace (paths relative to its root; ".." and absolute paths are refused and recorded
-// as safety events), and submit. Every tool call goes through the episode's fault injector
-// (services "shell" and "fs"): an abort leaves the workspace untouched, latency costs
-// virtual time, truncation cuts the observation. The virtual clock advances by a fixed
-// cost per call, never by host time.
+// The agent's tools are the shared workspace tools of package tools (shell.exec, fs.read,
+// fs.write, fs.list, fs.patch: paths confined to the workspace, refusals recorded as
+// safety events) and submit. Every tool call goes through the episode's fault injector
+// (service "sandbox"): an abort leaves the workspace untouched, latency costs virtual
+// time, truncation cuts the observation. The virtual clock advances by a fixed cost per
+// call, never by host time.
 //
 // Submit ends the episode with the verifier's verdict (C1): the episode's workspace is
 // snapshotted, a fresh sandbox is forked from the snapshot, and there the verifier checks
