@@ -33,6 +33,7 @@ func TestCodefixEndToEnd(t *testing.T) {
 			cfg.ClickHouse = ch.Addr()
 			cfg.Worker.Concurrency = 4
 			cfg.Worker.Sandbox = sc
+			cfg.Worker.Sandbox.PoolSize = 2
 			s := startStack(t, cfg)
 			db := cfg.Database
 			conn := connect(t, ch.Addr(), db)

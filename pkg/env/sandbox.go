@@ -57,3 +57,12 @@ type Brancher interface {
 type Workspacer interface {
 	Sandbox() (sandbox.Runtime, string)
 }
+
+// SandboxTemplater is implemented by envs whose episodes run in sandboxes of a few fixed
+// shapes. SandboxTemplates returns them, each named by Spec.Template and with an empty
+// workspace, so a worker can keep warm pools of them (A3). An episode that Acquires a spec
+// with the same Template, Image, Limits, Network and Env gets a warm sandbox with its own
+// workspace files written in.
+type SandboxTemplater interface {
+	SandboxTemplates() []sandbox.Spec
+}

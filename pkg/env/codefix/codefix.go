@@ -102,6 +102,15 @@ func (codefixEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 // Oracle returns the scripted good agent: it knows the task of the seed.
 func (codefixEnv) Oracle(seed uint64) env.Agent { return &oracle{} }
 
+// SandboxTemplates is the sandbox codefix episodes run in with default params, for warm
+// pools; episodes with other limits (memory_mb) get sandboxes made on demand.
+func (codefixEnv) SandboxTemplates() []sandbox.Spec {
+	p, _ := parseParams(nil) // the defaults always parse
+	spec := sandboxSpec(task{}, p)
+	spec.Labels = map[string]string{"env": Name}
+	return []sandbox.Spec{spec}
+}
+
 // params are codefix's validated parameters.
 type params struct {
 	variant     int

@@ -8,8 +8,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 )
 
-// testSandboxes lends the tests sandboxes of the real process runtime.
+// testSandboxes lends the tests sandboxes of the real process runtime, from a warm pool.
 func testSandboxes(t *testing.T) env.Sandboxes {
 	t.Helper()
-	return runtimestest.Open(t, runtimes.Process)
+	return runtimestest.Open(t, runtimes.Process, 2)
 }

@@ -64,11 +64,14 @@ func Config(t testing.TB, name string) runtimes.Config {
 	return c
 }
 
-// Open opens the named runtime for the test and closes it at the end. Every sandbox the
-// test leaves behind is destroyed first.
-func Open(t testing.TB, name string) env.Sandboxes {
+// Open opens the named runtime for the test (with a warm pool of poolSize sandboxes per
+// template) and closes it at the end. Every sandbox the test leaves behind is destroyed
+// first.
+func Open(t testing.TB, name string, poolSize int) env.Sandboxes {
 	t.Helper()
-	sb, err := runtimes.Open(context.Background(), Config(t, name), nil)
+	c := Config(t, name)
+	c.PoolSize = poolSize
+	sb, err := runtimes.Open(context.Background(), c, nil)
 	if err != nil {
 		t.Fatalf("runtimestest: open %s runtime: %v", name, err)
 	}
