@@ -82,7 +82,11 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		return scheduler.New(cfg.Scheduler, a.busFor(modScheduler), tel.Meter("gauntlet/scheduler"), log.With("module", modScheduler)), nil
 	}, modBus, modHTTP)
 	m.Register(modWorker, func() (lifecycle.Service, error) {
-		return worker.New(cfg.Worker, a.busFor(modWorker), a.busFor(connWorkerRPC), tel, log.With("module", modWorker)), nil
+		wc := cfg.Worker
+		if wc.Sandbox.StateDir == "" {
+			wc.Sandbox.StateDir = filepath.Join(cfg.DataDir, "sandbox")
+		}
+		return worker.New(wc, a.busFor(modWorker), a.busFor(connWorkerRPC), tel, log.With("module", modWorker)), nil
 	}, modBus, modHTTP)
 	m.Register(modStore, func() (lifecycle.Service, error) {
 		sc := cfg.Store

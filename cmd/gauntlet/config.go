@@ -68,6 +68,12 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Worker.AckWait, "worker.ack-wait", 30*time.Second, "lease on an assignment")
 	fs.IntVar(&c.Worker.MaxDeliver, "worker.max-deliver", 3, "attempts per episode before it is an infra error")
 	fs.IntVar(&c.Worker.SegmentSteps, "worker.segment-steps", 32, "steps of an episode per StepsTaken event")
+	fs.StringVar(&c.Worker.Sandbox.Runtime, "sandbox.runtime", "", "sandbox runtime of envs that run commands (codefix): process, containerd, or empty for none")
+	fs.StringVar(&c.Worker.Sandbox.Image, "sandbox.image", "", "root filesystem of sandboxes: a containerd image reference; for process empty (the host's, read-only)")
+	fs.StringVar(&c.Worker.Sandbox.StateDir, "sandbox.state-dir", "", "state directory of the sandbox runtime (default: <data-dir>/sandbox)")
+	fs.StringVar(&c.Worker.Sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (scripts/containerd.sh start; default: start a private one)")
+	fs.IntVar(&c.Worker.Sandbox.PoolSize, "sandbox.pool-size", 2, "warm sandboxes kept per sandbox template (0: create each on demand)")
+	fs.StringVar(&c.Worker.Sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd sandboxes (default: build it with the Go toolchain)")
 
 	fs.Uint64Var(&c.Scheduler.MaxInFlight, "scheduler.max-in-flight", 20_000, "episodes in flight over all runs")
 	fs.Uint64Var(&c.Scheduler.AssignBatch, "scheduler.assign-batch", 512, "most episodes assigned per run per round")

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	// Envs and policies register themselves.
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 )
 
@@ -35,6 +36,8 @@ Usage:
   gauntlet batch start [flags]         run N episodes of one spec as a Temporal workflow
   gauntlet sql "SELECT ..."            query the trajectories (aligned table)
   gauntlet episode show ID             every step of one episode
+  gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
+  gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet version
 
@@ -83,7 +86,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "batch":
 		return cmdBatch(ctx, rest, stdout, stderr)
 	case "episode":
-		return cmdEpisode(ctx, rest, stdout, stderr)
+		return cmdEpisodeAny(ctx, rest, stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
 	case "version":

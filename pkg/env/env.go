@@ -81,6 +81,9 @@ type Config struct {
 	MaxSteps uint32
 	// Faults decides which faults fire on each simulated service call; nil injects none.
 	Faults *faults.Injector
+	// Sandboxes lends real sandboxes to envs that need them (codefix); nil when the worker
+	// runs none. Such envs' NewEpisode then fails with ErrNoSandbox.
+	Sandboxes Sandboxes
 }
 
 // StepResult is what one step produced.

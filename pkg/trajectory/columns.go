@@ -62,7 +62,7 @@ func columnList[R any](cols []column[R]) string {
 	return strings.Join(names, ", ")
 }
 
-// stepColumns is the steps table, in the order of migration 1.
+// stepColumns is the steps table, in the order of migrations 1 and 2.
 var stepColumns = []column[StepRow]{
 	col("run_id", func(r *StepRow) *string { return &r.RunID }),
 	col("episode_id", func(r *StepRow) *string { return &r.EpisodeID }),
@@ -86,6 +86,12 @@ var stepColumns = []column[StepRow]{
 	col("wall_ns", func(r *StepRow) *uint64 { return &r.WallNs }),
 	col("bytes_in", func(r *StepRow) *uint32 { return &r.BytesIn }),
 	col("bytes_out", func(r *StepRow) *uint32 { return &r.BytesOut }),
+	col("cpu_ns", func(r *StepRow) *uint64 { return &r.CPUNs }),
+	col("peak_memory_bytes", func(r *StepRow) *uint64 { return &r.PeakMemoryBytes }),
+	col("processes", func(r *StepRow) *uint32 { return &r.Processes }),
+	col("read_bytes", func(r *StepRow) *uint64 { return &r.ReadBytes }),
+	col("written_bytes", func(r *StepRow) *uint64 { return &r.WrittenBytes }),
+	col("runtime", func(r *StepRow) *string { return &r.Runtime }),
 	col("progress", func(r *StepRow) *float64 { return &r.Progress }),
 	flag("invalid_action", func(r *StepRow) *bool { return &r.InvalidAction }),
 	flag("success", func(r *StepRow) *bool { return &r.Success }),

@@ -25,14 +25,16 @@ import (
 type migration struct {
 	version uint32
 	name    string
-	// columns are added (in order, before stmts run) unless the table already has them:
-	// 18.16 has no ADD COLUMN IF NOT EXISTS, so Migrate checks system.columns itself.
-	columns []newColumn
-	stmts   []string
+	// addColumns run before stmts, each only when its column is missing: 18.16 has no
+	// ADD COLUMN IF NOT EXISTS.
+	addColumns []addColumn
+	stmts      []string
 }
 
-// newColumn is one column a migration adds to an existing table, at its end.
-type newColumn struct{ table, name, typ string }
+// addColumn adds one column to a table, after another column.
+type addColumn struct {
+	table, name, typ, after string
+}
 
 // migrations in version order, starting at 1, without gaps.
 var migrations = []migration{
@@ -144,16 +146,30 @@ var migrations = []migration{
 		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		`CREATE VIEW IF NOT EXISTS {db}.faults_final AS SELECT * FROM {db}.faults FINAL`,
 	}},
-	{version: 2, name: "episode drift values", columns: []newColumn{
+	{version: 2, name: "episode drift values", addColumns: []addColumn{
 		// The drifted fault parameters in force for the episode (B6), as parallel arrays:
 		// drift_selectors[i] held drift_values[i], set by drift_sources[i] (run or global).
-		{"episodes", "drift_selectors", "Array(String)"},
-		{"episodes", "drift_values", "Array(Float64)"},
-		{"episodes", "drift_sources", "Array(String)"},
+		{"episodes", "drift_selectors", "Array(String)", "version"},
+		{"episodes", "drift_values", "Array(Float64)", "drift_selectors"},
+		{"episodes", "drift_sources", "Array(String)", "drift_values"},
 	}, stmts: []string{
 		`DROP TABLE IF EXISTS {db}.episodes_final`,
 		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 	}},
+	// What a real sandbox measured around each step (A6); zero for sim steps.
+	{version: 3, name: "sandbox metering in steps",
+		addColumns: []addColumn{
+			{"steps", "cpu_ns", "UInt64", "bytes_out"},
+			{"steps", "peak_memory_bytes", "UInt64", "cpu_ns"},
+			{"steps", "processes", "UInt32", "peak_memory_bytes"},
+			{"steps", "read_bytes", "UInt64", "processes"},
+			{"steps", "written_bytes", "UInt64", "read_bytes"},
+			{"steps", "runtime", "String", "written_bytes"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -190,8 +206,8 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 		if applied[m.version] {
 			continue
 		}
-		for _, c := range m.columns {
-			if err := addColumn(ctx, conn, database, c); err != nil {
+		for _, c := range m.addColumns {
+			if err := ensureColumn(ctx, conn, database, c); err != nil {
 				return fmt.Errorf("migrate: apply %d (%s): %w", m.version, m.name, err)
 			}
 		}
@@ -203,32 +219,6 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 		if err := recordVersion(ctx, conn, database, m.version); err != nil {
 			return fmt.Errorf("migrate: record %d (%s): %w", m.version, m.name, err)
 		}
-	}
-	return nil
-}
-
-// addColumn adds c unless its table already has a column of that name.
-func addColumn(ctx context.Context, conn driver.Conn, database string, c newColumn) error {
-	rows, err := conn.Query(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", database, c.table, c.name)
-	if err != nil {
-		return fmt.Errorf("look up column %s.%s: %w", c.table, c.name, err)
-	}
-	var n uint64
-	for rows.Next() {
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return fmt.Errorf("look up column %s.%s: %w", c.table, c.name, err)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("look up column %s.%s: %w", c.table, c.name, err)
-	}
-	if n > 0 {
-		return nil
-	}
-	if err := conn.Exec(ctx, "ALTER TABLE "+database+"."+c.table+" ADD COLUMN "+c.name+" "+c.typ); err != nil {
-		return fmt.Errorf("add column %s.%s: %w", c.table, c.name, err)
 	}
 	return nil
 }
@@ -266,6 +256,25 @@ func recordVersion(ctx context.Context, conn driver.Conn, database string, versi
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert into %s.schema_migrations: send: %w", database, err)
+	}
+	return nil
+}
+
+// ensureColumn adds c unless its table already has it (a migration that crashed half-way
+// runs again).
+func ensureColumn(ctx context.Context, conn driver.Conn, database string, c addColumn) error {
+	var n uint64
+	err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
+		database, c.table, c.name).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("look up column %s.%s.%s: %w", database, c.table, c.name, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	stmt := fmt.Sprintf("ALTER TABLE %s.%s ADD COLUMN %s %s AFTER %s", database, c.table, c.name, c.typ, c.after)
+	if err := conn.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("add column %s.%s.%s: %w", database, c.table, c.name, err)
 	}
 	return nil
 }

@@ -109,6 +109,9 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 	step.GetStep().Terminated = true
 	step.GetStep().Reason = gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
 	step.GetStep().Action.ArgsJson = `{"q":"it's a \"quote\" and a \\ backslash, ünïcödé"}`
+	m := step.GetStep().Metering
+	m.CpuNs, m.PeakMemoryBytes = 4_300_000, 9_437_184
+	m.Processes, m.ReadBytes, m.WrittenBytes, m.Runtime = 3, 40_960, 512, "process"
 
 	counts, err := NewWriter(conn, testDB).Write(ctx, []*gauntletv1.Event{
 		step,
@@ -146,6 +149,12 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		WallNs:           48_211,
 		BytesIn:          61,
 		BytesOut:         312,
+		CPUNs:            4_300_000,
+		PeakMemoryBytes:  9_437_184,
+		Processes:        3,
+		ReadBytes:        40_960,
+		WrittenBytes:     512,
+		Runtime:          "process",
 		Progress:         0.4,
 		InvalidAction:    true,
 		Success:          true,

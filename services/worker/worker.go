@@ -1,5 +1,6 @@
 // Package worker is the sandbox worker: it pulls assigned episodes from the GAUNTLET_CMD
-// work queue, runs each one in its sandbox (the sim runtime today), asks the reward service
+// work queue, runs each one in its sandbox (in-process sim envs, or a real sandbox from the
+// runtime of Config.Sandbox for envs such as codefix), asks the reward service
 // to score every step, and publishes the episode's events (started, every step, ended) to
 // GAUNTLET_EVENTS.
 //
@@ -33,6 +34,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -56,6 +58,8 @@ type Config struct {
 	// SegmentSteps is how many steps of an episode go in one StepsTaken event; an episode
 	// also flushes its pending steps when it ends and when a second has passed.
 	SegmentSteps int
+	// Sandbox chooses the runtime of envs that need real sandboxes (codefix).
+	Sandbox runtimes.Config
 }
 
 // Validate reports every problem at once.
@@ -76,6 +80,9 @@ func (c Config) Validate() error {
 	if c.SegmentSteps < 1 {
 		errs = append(errs, fmt.Errorf("worker.segment-steps: %d must be at least 1", c.SegmentSteps))
 	}
+	if err := c.Sandbox.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -87,6 +94,9 @@ type Service struct {
 	tracer trace.Tracer
 	scorer *scorer
 	cons   jetstream.Consumer
+	// sandboxes is nil when no sandbox runtime is configured; runtimes owns it.
+	sandboxes env.Sandboxes
+	runtimes  *runtimes.Sandboxes
 
 	steps    metric.Int64Counter
 	episodes metric.Int64Counter
@@ -115,10 +125,18 @@ func New(cfg Config, getBus, getRPC func() *bus.Bus, tel *telemetry.Telemetry, l
 // ID is the worker's id.
 func (w *Service) ID() string { return w.cfg.ID }
 
-// Starting creates (or binds to) the shared work-queue consumer.
+// Starting opens the sandbox runtime, if one is configured, and creates (or binds to) the
+// shared work-queue consumer.
 func (w *Service) Starting(ctx context.Context) error {
 	if err := w.cfg.Validate(); err != nil {
 		return err
+	}
+	sb, err := runtimes.Open(ctx, w.cfg.Sandbox, w.log.With("sandbox_runtime", w.cfg.Sandbox.Runtime))
+	if err != nil {
+		return err
+	}
+	if sb != nil {
+		w.sandboxes, w.runtimes = sb, sb
 	}
 	cons, err := w.bus().JS.CreateOrUpdateConsumer(ctx, bus.StreamCommands, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
@@ -130,6 +148,9 @@ func (w *Service) Starting(ctx context.Context) error {
 		MaxAckPending: 100_000,
 	})
 	if err != nil {
+		if sb != nil {
+			_ = sb.Close()
+		}
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.cons = cons
@@ -173,8 +194,14 @@ func (w *Service) Running(ctx context.Context) error {
 	return nil
 }
 
-// Stopping has nothing left to release: Running returned after its episodes did.
-func (w *Service) Stopping(context.Context) error { return nil }
+// Stopping closes the sandbox runtime, if any: Running returned after its episodes did,
+// and they released their sandboxes.
+func (w *Service) Stopping(context.Context) error {
+	if w.runtimes == nil {
+		return nil
+	}
+	return w.runtimes.Close()
+}
 
 // errAbandoned marks an episode given up because the worker is stopping.
 var errAbandoned = errors.New("worker stopping")
@@ -242,6 +269,11 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 		ended.Error = err.Error()
 		return w.finish(ctx, &pub, ended)
 	}
+	defer func() {
+		if err := env.Close(episode); err != nil {
+			w.log.Warn("close episode", "episode_id", req.EpisodeId, "err", err)
+		}
+	}()
 	obs, err := episode.Reset()
 	if err != nil {
 		return fmt.Errorf("reset %s: %w", req.EpisodeId, err)
@@ -311,7 +343,7 @@ func (w *Service) prepare(a *gauntletv1.EpisodeAssigned) (env.Episode, env.Agent
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}
 	params := json.RawMessage(req.ParamsJson)
-	episode, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: params, MaxSteps: req.MaxSteps, Faults: inj})
+	episode, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: params, MaxSteps: req.MaxSteps, Faults: inj, Sandboxes: w.sandboxes})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1081,13 +1081,26 @@ func (x *Action) GetArgsJson() string {
 
 // Metering is what the sandbox measured for one step (A6).
 type Metering struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToolCalls     uint32                 `protobuf:"varint,1,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	Errors        uint32                 `protobuf:"varint,2,opt,name=errors,proto3" json:"errors,omitempty"`
-	VirtualNs     uint64                 `protobuf:"varint,3,opt,name=virtual_ns,json=virtualNs,proto3" json:"virtual_ns,omitempty"`
-	WallNs        uint64                 `protobuf:"varint,4,opt,name=wall_ns,json=wallNs,proto3" json:"wall_ns,omitempty"`
-	BytesIn       uint32                 `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
-	BytesOut      uint32                 `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ToolCalls uint32                 `protobuf:"varint,1,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	Errors    uint32                 `protobuf:"varint,2,opt,name=errors,proto3" json:"errors,omitempty"`
+	VirtualNs uint64                 `protobuf:"varint,3,opt,name=virtual_ns,json=virtualNs,proto3" json:"virtual_ns,omitempty"`
+	WallNs    uint64                 `protobuf:"varint,4,opt,name=wall_ns,json=wallNs,proto3" json:"wall_ns,omitempty"`
+	BytesIn   uint32                 `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut  uint32                 `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	// The rest is measured by a real sandbox (process or containerd runtime) around the
+	// step's commands; zero for the sim runtime. User plus system CPU time of the step's
+	// processes.
+	CpuNs uint64 `protobuf:"varint,7,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
+	// Highest memory use of the sandbox seen during the step.
+	PeakMemoryBytes uint64 `protobuf:"varint,8,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3" json:"peak_memory_bytes,omitempty"`
+	// Processes (and threads) the step started in the sandbox.
+	Processes uint32 `protobuf:"varint,9,opt,name=processes,proto3" json:"processes,omitempty"`
+	// Bytes the step's processes passed through read and write system calls (files, pipes).
+	ReadBytes    uint64 `protobuf:"varint,10,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WrittenBytes uint64 `protobuf:"varint,11,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
+	// The sandbox runtime that measured the step ("process", "containerd"; empty for sim).
+	Runtime       string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1162,6 +1175,48 @@ func (x *Metering) GetBytesOut() uint32 {
 		return x.BytesOut
 	}
 	return 0
+}
+
+func (x *Metering) GetCpuNs() uint64 {
+	if x != nil {
+		return x.CpuNs
+	}
+	return 0
+}
+
+func (x *Metering) GetPeakMemoryBytes() uint64 {
+	if x != nil {
+		return x.PeakMemoryBytes
+	}
+	return 0
+}
+
+func (x *Metering) GetProcesses() uint32 {
+	if x != nil {
+		return x.Processes
+	}
+	return 0
+}
+
+func (x *Metering) GetReadBytes() uint64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *Metering) GetWrittenBytes() uint64 {
+	if x != nil {
+		return x.WrittenBytes
+	}
+	return 0
+}
+
+func (x *Metering) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
 }
 
 // CausalViolation is a structured negative signal (C3): which rule, why, what to do.
@@ -2427,7 +2482,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"9\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1b\n" +
-	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xb1\x01\n" +
+	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xf0\x02\n" +
 	"\bMetering\x12\x1d\n" +
 	"\n" +
 	"tool_calls\x18\x01 \x01(\rR\ttoolCalls\x12\x16\n" +
@@ -2436,7 +2491,15 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"virtual_ns\x18\x03 \x01(\x04R\tvirtualNs\x12\x17\n" +
 	"\awall_ns\x18\x04 \x01(\x04R\x06wallNs\x12\x19\n" +
 	"\bbytes_in\x18\x05 \x01(\rR\abytesIn\x12\x1b\n" +
-	"\tbytes_out\x18\x06 \x01(\rR\bbytesOut\"]\n" +
+	"\tbytes_out\x18\x06 \x01(\rR\bbytesOut\x12\x15\n" +
+	"\x06cpu_ns\x18\a \x01(\x04R\x05cpuNs\x12*\n" +
+	"\x11peak_memory_bytes\x18\b \x01(\x04R\x0fpeakMemoryBytes\x12\x1c\n" +
+	"\tprocesses\x18\t \x01(\rR\tprocesses\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\n" +
+	" \x01(\x04R\treadBytes\x12#\n" +
+	"\rwritten_bytes\x18\v \x01(\x04R\fwrittenBytes\x12\x18\n" +
+	"\aruntime\x18\f \x01(\tR\aruntime\"]\n" +
 	"\x0fCausalViolation\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +

@@ -1,0 +1,386 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// `gauntlet episode snapshot` and `gauntlet episode fork` (A2, D3) rebuild a recorded
+// episode at a step by replaying its recorded actions on a fresh episode of the same env,
+// seed, params and fault plan, in a sandbox of a local runtime. Envs are deterministic
+// given those and the actions, so the rebuilt state is the recorded one; the replay checks
+// every observation against the recording and says so.
+
+const snapshotUsage = `usage: gauntlet episode snapshot [flags] EPISODE_ID --step N [--out DIR]
+       gauntlet episode fork [flags] EPISODE_ID --step N [--policy oracle] [--branches K]
+
+Step N means the state after the first N steps (0: the initial state), which is what the
+agent saw before choosing action N. snapshot writes that workspace to --out; fork goes on
+from it with a policy, in K independent branches.
+`
+
+// cmdEpisodeAny routes `gauntlet episode SUB`.
+func cmdEpisodeAny(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "snapshot":
+			return cmdEpisodeSnapshot(ctx, args[1:], stdout, stderr)
+		case "fork":
+			return cmdEpisodeFork(ctx, args[1:], stdout, stderr)
+		}
+	}
+	return cmdEpisode(ctx, args, stdout, stderr)
+}
+
+// replayOpts are the flags shared by snapshot and fork.
+type replayOpts struct {
+	client   clientOpts
+	step     int
+	maxSteps uint
+	sandbox  runtimes.Config
+}
+
+func (o *replayOpts) register(fs *flag.FlagSet) {
+	o.client.register(fs)
+	fs.IntVar(&o.step, "step", -1, "rebuild the state after this many steps (required)")
+	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit of the rebuilt episode (0: the env's default, at least --step+1)")
+	fs.StringVar(&o.sandbox.Runtime, "sandbox.runtime", runtimes.Process, "sandbox runtime to rebuild in: process or containerd")
+	fs.StringVar(&o.sandbox.Image, "sandbox.image", "", "root filesystem of the sandbox (containerd: an image reference)")
+	fs.StringVar(&o.sandbox.StateDir, "sandbox.state-dir", "", "state directory of the runtime (default: <data-dir>/sandbox-cli)")
+	fs.StringVar(&o.sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (default: start a private one)")
+	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
+}
+
+// parseInterspersed parses flags that may come before or after the one positional
+// argument, as in `episode snapshot ID --step 3`.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// rebuilt is a recorded episode replayed up to a step.
+type rebuilt struct {
+	env     env.Env
+	ep      env.Episode
+	row     trajectory.EpisodeRow
+	steps   []trajectory.StepRow
+	turn    env.Turn
+	closeRT func() error
+}
+
+func (r *rebuilt) close() error {
+	return errors.Join(env.Close(r.ep), r.closeRT())
+}
+
+func cmdEpisodeSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("episode snapshot", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, snapshotUsage); fs.PrintDefaults() }
+	var o replayOpts
+	o.register(fs)
+	out := fs.String("out", "", "directory to write the workspace to (default: ./EPISODE_ID-stepN; must not exist)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	id, err := o.check(pos, stderr)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		*out = fmt.Sprintf("%s-step%d", id, o.step)
+	}
+	if _, err := os.Lstat(*out); err == nil {
+		return fmt.Errorf("--out %s: already exists; name a new directory", *out)
+	}
+	r, err := o.replay(ctx, id, stdout)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = r.close() }()
+	ws, ok := r.ep.(env.Workspacer)
+	if !ok {
+		return fmt.Errorf("episode %s: env %s keeps no workspace to snapshot (its state is replayed in memory; use fork)", id, r.row.Env)
+	}
+	rt, sb := ws.Sandbox()
+	n, err := exportWorkspace(ctx, rt, sb, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "workspace after step %d of %s: %d files written to %s\n", o.step, id, n, *out)
+	return nil
+}
+
+func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("episode fork", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, snapshotUsage); fs.PrintDefaults() }
+	var o replayOpts
+	o.register(fs)
+	pol := fs.String("policy", policy.Oracle, "policy that goes on from the step: "+strings.Join(policy.Names(), ", "))
+	branches := fs.Int("branches", 1, "independent branches to run from the step (each with its own policy seed)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	id, err := o.check(pos, stderr)
+	if err != nil {
+		return err
+	}
+	if *branches < 1 || *branches > 64 {
+		return fmt.Errorf("--branches: %d must be between 1 and 64", *branches)
+	}
+	p, err := policy.Lookup(*pol)
+	if err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	r, err := o.replay(ctx, id, stdout)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = r.close() }()
+	br, canBranch := r.ep.(env.Brancher)
+	if *branches > 1 && !canBranch {
+		return fmt.Errorf("--branches %d: env %s episodes cannot branch", *branches, r.row.Env)
+	}
+	spec := reward.SpecFor(r.row.Env)
+	for b := 0; b < *branches; b++ {
+		ep := r.ep
+		if canBranch && *branches > 1 {
+			if ep, err = br.Branch(ctx); err != nil {
+				return err
+			}
+		}
+		agent, err := p.NewAgent(r.env, rng.DeriveN(r.row.Seed, "fork/"+*pol, uint64(b)))
+		if err != nil {
+			return fmt.Errorf("--policy %s: %w", *pol, err)
+		}
+		fmt.Fprintf(stdout, "\nbranch %d: policy %s from step %d\n", b, *pol, o.step)
+		err = playOn(ep, agent, r, spec, stdout)
+		if ep != r.ep {
+			err = errors.Join(err, env.Close(ep))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check validates the positional id and --step.
+func (o *replayOpts) check(pos []string, stderr io.Writer) (string, error) {
+	if len(pos) != 1 || o.step < 0 {
+		fmt.Fprint(stderr, snapshotUsage)
+		return "", errUsage
+	}
+	if !episodeIDRe.MatchString(pos[0]) {
+		return "", fmt.Errorf("episode id %q: only letters, digits, '-' and '_' are allowed", pos[0])
+	}
+	return pos[0], nil
+}
+
+// replay loads episode id from ClickHouse and replays its first o.step steps on a fresh
+// episode in a sandbox of the local runtime.
+func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*rebuilt, error) {
+	conn, db, err := o.client.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	steps, err := trajectory.EpisodeSteps(ctx, conn, db, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("episode %s: no recorded steps in %s", id, db)
+	}
+	eps, err := trajectory.RunEpisodes(ctx, conn, db, steps[0].RunID)
+	if err != nil {
+		return nil, err
+	}
+	var row *trajectory.EpisodeRow
+	for i := range eps {
+		if eps[i].EpisodeID == id {
+			row = &eps[i]
+		}
+	}
+	if row == nil {
+		return nil, fmt.Errorf("episode %s: has not ended yet (no row in %s.episodes)", id, db)
+	}
+	if o.step > len(steps) {
+		return nil, fmt.Errorf("--step %d: episode %s has only %d steps", o.step, id, len(steps))
+	}
+	e, err := env.Lookup(row.Env)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: %w", id, err)
+	}
+	var plan gauntletv1.FaultPlan
+	if err := protojson.Unmarshal([]byte(row.Plan), &plan); err != nil {
+		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", id, err)
+	}
+	inj, err := faults.NewInjector(&plan)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", id, err)
+	}
+	sc := o.sandbox
+	if sc.StateDir == "" {
+		sc.StateDir = filepath.Join(o.client.dataDir, "sandbox-cli")
+	}
+	if sc.Runtime == runtimes.None {
+		return nil, fmt.Errorf("--sandbox.runtime: name the runtime to rebuild %s in (process or containerd)", id)
+	}
+	sb, err := runtimes.Open(ctx, sc, nil)
+	if err != nil {
+		return nil, err
+	}
+	closeRT := sb.Close
+	maxSteps := uint32(o.maxSteps)
+	if maxSteps == 0 {
+		maxSteps = max(e.Spec().DefaultMaxSteps, uint32(o.step)+1)
+	}
+	ep, err := e.NewEpisode(env.Config{Seed: row.Seed, Params: json.RawMessage(row.Params), MaxSteps: maxSteps, Faults: inj, Sandboxes: sb})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), closeRT())
+	}
+	r := &rebuilt{env: e, ep: ep, row: *row, steps: steps, closeRT: closeRT}
+	obs, err := ep.Reset()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("episode %s: reset: %w", id, err), r.close())
+	}
+	r.turn = env.Turn{Observation: obs}
+	differ := -1
+	for i := 0; i < o.step; i++ {
+		s := steps[i]
+		res, err := ep.Step(env.Action{Tool: s.Tool, Args: json.RawMessage(s.Args)})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("episode %s: replay step %d: %w", id, i, err), r.close())
+		}
+		if differ < 0 && !bytes.Equal(res.Observation, []byte(s.Observation)) {
+			differ = i
+		}
+		r.turn = env.Turn{Step: uint32(i + 1), Observation: res.Observation, Reward: s.Reward}
+		if res.Done() && i+1 < o.step {
+			return nil, errors.Join(fmt.Errorf("episode %s: replay ended at step %d (%s), before --step %d", id, i, res.Reason.Name(), o.step), r.close())
+		}
+	}
+	fmt.Fprintf(stdout, "episode %s (env %s, seed %d, policy %s): replayed %d of %d steps", id, row.Env, row.Seed, row.Policy, o.step, len(steps))
+	if differ >= 0 {
+		fmt.Fprintf(stdout, "; WARNING: step %d observed something else than recorded (a command whose output is not deterministic?)\n", differ)
+	} else {
+		fmt.Fprintln(stdout, "; every observation identical to the recording")
+	}
+	return r, nil
+}
+
+// playOn continues an episode with agent until it ends, printing each step.
+func playOn(ep env.Episode, agent env.Agent, r *rebuilt, spec reward.Spec, stdout io.Writer) error {
+	req := &gauntletv1.EpisodeRequested{EpisodeId: r.row.EpisodeID + "-fork", Env: r.row.Env, Policy: "fork", Seed: r.row.Seed}
+	turn := r.turn
+	var total float64
+	for {
+		act, res, err := env.PlayStep(agent, ep, req, turn)
+		if err != nil {
+			return err
+		}
+		st := env.StepEvent(req, r.row.Profile, "cli", turn.Step, act, res, ep.Now())
+		score := reward.Score(spec, st)
+		total += score.GetTotal()
+		fmt.Fprintf(stdout, "  step %d  %s %s\n    reward %.3f  obs %s\n", turn.Step, act.Tool, cut(string(act.Args), 100), score.GetTotal(), cut(string(res.Observation), 160))
+		turn = env.Turn{Step: turn.Step + 1, Observation: res.Observation, Reward: score.GetTotal()}
+		if res.Done() {
+			fmt.Fprintf(stdout, "  ended at step %d: %s, success=%v, reward from the fork %.3f\n", turn.Step-1, res.Reason.Name(), res.Signals.GetSuccess(), total)
+			return nil
+		}
+	}
+}
+
+func cut(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
+
+// exportWorkspace copies a sandbox's workspace to the host directory dir (created),
+// through a tar stream made inside the sandbox. Only regular files and directories are
+// written, and only below dir: the workspace is the agent's and may hold anything.
+func exportWorkspace(ctx context.Context, rt sandbox.Runtime, id, dir string) (int, error) {
+	res, err := rt.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"tar", "-cf", "-", "."}, OutputLimit: 256 << 20})
+	if err != nil {
+		return 0, fmt.Errorf("export workspace of sandbox %s: %w", id, err)
+	}
+	if res.ExitCode != 0 || res.Truncated {
+		return 0, fmt.Errorf("export workspace of sandbox %s: tar exited %d (truncated %v): %s", id, res.ExitCode, res.Truncated, cut(string(res.Stderr), 200))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("--out: %w", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, fmt.Errorf("--out: %w", err)
+	}
+	defer root.Close()
+	tr := tar.NewReader(bytes.NewReader(res.Stdout))
+	files := 0
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		}
+		if err != nil {
+			return files, fmt.Errorf("export workspace of sandbox %s: read tar: %w", id, err)
+		}
+		name, err := sandbox.CleanRelPath(strings.TrimPrefix(h.Name, "./"))
+		if err != nil || name == "." {
+			continue
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return files, fmt.Errorf("--out %s: %w", dir, err)
+			}
+		case tar.TypeReg:
+			if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+				return files, fmt.Errorf("--out %s: %w", dir, err)
+			}
+			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, os.FileMode(h.Mode)&0o755|0o600)
+			if err != nil {
+				return files, fmt.Errorf("--out %s: %w", dir, err)
+			}
+			_, err = io.Copy(f, tr)
+			if err = errors.Join(err, f.Close()); err != nil {
+				return files, fmt.Errorf("--out %s: %w", dir, err)
+			}
+			files++
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package codefix
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
+)
+
+// Name is the name the codefix env registers under.
+const Name = "codefix"
+
+// DefaultMaxSteps truncates a codefix episode when its Config does not set MaxSteps.
+const DefaultMaxSteps = 20
+
+// Template is the sandbox template codefix episodes ask for (pools group by it).
+const Template = "codefix-sh"
+
+// ToolSubmit ends the episode and asks for the verdict. The other tools are the shared
+// workspace tools of package tools (tools.ShellExec, tools.FSRead, ...).
+const ToolSubmit = "submit"
+
+// Service is the fault target of every workspace tool call (package tools' service name).
+const Service = "sandbox"
+
+func init() { env.Register(New()) }
+
+// New returns the codefix env. The value is stateless; it is the env the package
+// registers under Name.
+func New() env.Env { return codefixEnv{} }
+
+type codefixEnv struct{}
+
+type toolDef struct {
+	name, service, desc string
+	schema              json.RawMessage
+}
+
+var toolDefs = func() []toolDef {
+	var out []toolDef
+	for _, t := range tools.Specs() {
+		out = append(out, toolDef{t.Name, t.Service, t.Description, t.Schema})
+	}
+	return append(out, toolDef{ToolSubmit, "", "Declare the fix done: the episode ends and a verifier judges the workspace.",
+		json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)})
+}()
+
+var toolNames = func() []string {
+	out := make([]string, len(toolDefs))
+	for i, t := range toolDefs {
+		out[i] = t.name
+	}
+	return out
+}()
+
+// Spec describes codefix's tools, params and services. Each call returns a fresh copy.
+func (codefixEnv) Spec() env.Spec {
+	ts := make([]env.Tool, len(toolDefs))
+	for i, t := range toolDefs {
+		ts[i] = env.Tool{Name: t.name, Service: t.service, Description: t.desc, Schema: slices.Clone(t.schema)}
+	}
+	ps := make([]env.Param, len(paramDefs))
+	for i, p := range paramDefs {
+		ps[i] = env.Param{Name: p.name, Type: "int", Default: strconv.FormatInt(p.def, 10),
+			Description: fmt.Sprintf("%s (%d..%d)", p.desc, p.min, p.max)}
+	}
+	return env.Spec{
+		Name: Name,
+		Description: "Fix a bug in a small shell project inside a real sandbox: the tests in " + TestPath +
+			" fail; make them pass without changing them, then submit. A verifier in a fresh sandbox " +
+			"restored from the final workspace runs the tests and hidden cases.",
+		Tools:           ts,
+		Params:          ps,
+		Services:        []string{Service},
+		DefaultMaxSteps: DefaultMaxSteps,
+	}
+}
+
+// NewEpisode validates cfg and returns an episode ready for Reset. Reset needs
+// cfg.Sandboxes; without it Reset fails with env.ErrNoSandbox (NewEpisode does not, so
+// params can be validated where no runtime runs).
+func (codefixEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
+	p, err := parseParams(cfg.Params)
+	if err != nil {
+		return nil, fmt.Errorf("codefix: %w", err)
+	}
+	maxSteps := cfg.MaxSteps
+	if maxSteps == 0 {
+		maxSteps = DefaultMaxSteps
+	}
+	return &episode{cfg: cfg, p: p, maxSteps: maxSteps, task: newTask(cfg.Seed, p.variant, p.cases)}, nil
+}
+
+// Oracle returns the scripted good agent: it knows the task of the seed.
+func (codefixEnv) Oracle(seed uint64) env.Agent { return &oracle{} }
+
+// SandboxTemplates is the sandbox codefix episodes run in with default params, for warm
+// pools; episodes with other limits (memory_mb) get sandboxes made on demand.
+func (codefixEnv) SandboxTemplates() []sandbox.Spec {
+	p, _ := parseParams(nil) // the defaults always parse
+	spec := sandboxSpec(task{}, p)
+	spec.Labels = map[string]string{"env": Name}
+	return []sandbox.Spec{spec}
+}
+
+// params are codefix's validated parameters.
+type params struct {
+	variant     int
+	cases       int
+	execTimeout time.Duration
+	deadline    time.Duration
+	maxInvalid  int
+	memoryBytes int64
+}
+
+type paramDef struct {
+	name          string
+	def, min, max int64
+	desc          string
+	set           func(p *params, v int64)
+}
+
+var paramDefs = []paramDef{
+	{"variant", -1, -1, int64(len(variants) - 1), "bug variant (-1: chosen by the seed)",
+		func(p *params, v int64) { p.variant = int(v) }},
+	{"cases", 4, 2, 5, "visible test cases in " + TestPath,
+		func(p *params, v int64) { p.cases = int(v) }},
+	{"exec_timeout_ms", 10_000, 100, 60_000, "longest shell.exec the agent may ask for, in milliseconds",
+		func(p *params, v int64) { p.execTimeout = time.Duration(v) * time.Millisecond }},
+	{"deadline_ms", 600_000, 1000, 86_400_000, "virtual milliseconds the episode may take",
+		func(p *params, v int64) { p.deadline = time.Duration(v) * time.Millisecond }},
+	{"max_invalid", 5, 1, 1000, "invalid actions that terminate the episode",
+		func(p *params, v int64) { p.maxInvalid = int(v) }},
+	{"memory_mb", 128, 16, 4096, "memory limit of the sandbox, in MiB",
+		func(p *params, v int64) { p.memoryBytes = v << 20 }},
+}
+
+// parseParams decodes the params object strictly and reports every problem at once, each
+// naming its field.
+func parseParams(raw json.RawMessage) (params, error) {
+	var p params
+	for _, d := range paramDefs {
+		d.set(&p, d.def)
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return p, nil
+	}
+	if raw[0] != '{' {
+		return p, errors.New("params: want a JSON object")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return p, fmt.Errorf("params: malformed JSON: %w", err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var errs []error
+	for _, k := range keys {
+		i := slices.IndexFunc(paramDefs, func(d paramDef) bool { return d.name == k })
+		if i < 0 {
+			names := make([]string, len(paramDefs))
+			for j, d := range paramDefs {
+				names[j] = d.name
+			}
+			slices.Sort(names)
+			errs = append(errs, fmt.Errorf("params.%.40q: unknown parameter (known: %s)", k, strings.Join(names, ", ")))
+			continue
+		}
+		d := paramDefs[i]
+		var n int64
+		if err := json.Unmarshal(m[k], &n); err != nil {
+			errs = append(errs, fmt.Errorf("params.%s: want an integer, got %.40s", k, m[k]))
+			continue
+		}
+		if n < d.min || n > d.max {
+			errs = append(errs, fmt.Errorf("params.%s: %d is outside %d..%d", k, n, d.min, d.max))
+			continue
+		}
+		d.set(&p, n)
+	}
+	return p, errors.Join(errs...)
+}
+
+// sandboxSpec is the sandbox an episode of task t runs in: the project seeded into the
+// workspace, small limits.
+func sandboxSpec(t task, p params) sandbox.Spec {
+	files := make([]sandbox.File, 0, len(t.files))
+	for _, path := range t.paths() {
+		files = append(files, sandbox.File{Path: path, Data: []byte(t.files[path])})
+	}
+	return sandbox.Spec{
+		Template:  Template,
+		Limits:    sandbox.Limits{MemoryBytes: p.memoryBytes, Pids: 64, CPUMillis: 1000, DiskBytes: 64 << 20},
+		Workspace: files,
+		Labels:    map[string]string{"env": Name, "variant": t.v.name},
+	}
+}

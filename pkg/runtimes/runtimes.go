@@ -1,0 +1,227 @@
+// Package runtimes opens a sandbox runtime by name (process, containerd) and lends its
+// sandboxes to envs as an env.Sandboxes. Workers use it for --sandbox.runtime; the CLI's
+// episode snapshot and fork use it to rebuild episodes locally.
+//
+// The returned Sandboxes is safe for concurrent use; whoever opened it closes its runtime.
+package runtimes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/pool"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
+)
+
+// Runtime names accepted by Config.Runtime.
+const (
+	None       = ""
+	Process    = "process"
+	Containerd = "containerd"
+)
+
+// Config chooses the sandbox runtime that envs needing real sandboxes (codefix) run in.
+// Pure envs (shop) never touch it.
+type Config struct {
+	// Runtime is "process", "containerd", or empty for none (such envs' episodes then
+	// fail with env.ErrNoSandbox).
+	Runtime string
+	// Image is the root filesystem sandboxes get when an env does not name one: for
+	// containerd an image reference, for process "" or "host".
+	Image string
+	// StateDir is where the runtime keeps its state (sandboxes survive a worker restart
+	// there).
+	StateDir string
+	// Containerd is the socket of a running containerd (scripts/containerd.sh start
+	// prints it); empty starts a private one under StateDir, stopped by Close.
+	Containerd string
+	// AgentBinary is the static in-sandbox agent for the containerd base image; empty
+	// builds it from source with the Go toolchain.
+	AgentBinary string
+	// PoolSize is how many warm sandboxes to keep per template of the registered envs
+	// (env.SandboxTemplater); 0 creates every sandbox on demand.
+	PoolSize int
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Runtime {
+	case None, Process, Containerd:
+	default:
+		errs = append(errs, fmt.Errorf("sandbox.runtime: %q is not one of process, containerd (or empty for none)", c.Runtime))
+	}
+	if c.PoolSize < 0 || c.PoolSize > 1024 {
+		errs = append(errs, fmt.Errorf("sandbox.pool-size: %d must be between 0 and 1024", c.PoolSize))
+	}
+	if c.Runtime != None && c.StateDir == "" {
+		errs = append(errs, errors.New("sandbox.state-dir: must be set when sandbox.runtime is"))
+	}
+	return errors.Join(errs...)
+}
+
+// Sandboxes lends sandboxes from a runtime (env.Sandboxes): from a warm pool (package
+// pool) when the spec matches one of its templates, otherwise created on demand. Release
+// resets pooled sandboxes for the next episode and destroys the others (forks among them).
+// It owns the runtime, the pool and whatever the runtime needed started (a containerd
+// daemon); Close releases them.
+type Sandboxes struct {
+	rt      sandbox.Runtime
+	image   string
+	pool    *pool.Pool
+	tpl     map[string]sandbox.Spec // pool templates by name
+	closers []func() error          // run after the runtime's Close, in order
+
+	mu     sync.Mutex
+	leases map[string]*pool.Lease
+}
+
+var _ env.Sandboxes = (*Sandboxes)(nil)
+
+// Runtime is the runtime the sandboxes come from.
+func (s *Sandboxes) Runtime() sandbox.Runtime { return s.rt }
+
+// Acquire returns a sandbox made from spec, with Config.Image when spec names none: a warm
+// one of the pool, its workspace filled with spec.Workspace, when spec matches a template;
+// otherwise a new one.
+func (s *Sandboxes) Acquire(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
+	if spec.Image == "" {
+		spec.Image = s.image
+	}
+	if t, ok := s.tpl[spec.Template]; ok && s.pool != nil && sameShape(t, spec) {
+		return s.acquireWarm(ctx, spec)
+	}
+	return s.rt.Create(ctx, spec)
+}
+
+func (s *Sandboxes) acquireWarm(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
+	l, err := s.pool.Acquire(ctx, spec.Template)
+	if err != nil {
+		return sandbox.Handle{}, err
+	}
+	tb := tools.New(s.rt, l.Handle.ID, tools.Options{MaxFileBytes: 64 << 20})
+	for _, f := range spec.Workspace {
+		if err := tb.Write(ctx, f.Path, f.Data, uint32(f.Mode)); err != nil {
+			return sandbox.Handle{}, errors.Join(fmt.Errorf("seed workspace of %s: %w", l.Handle.ID, err), l.Discard(ctx))
+		}
+	}
+	s.mu.Lock()
+	s.leases[l.Handle.ID] = l
+	s.mu.Unlock()
+	return l.Handle, nil
+}
+
+// sameShape reports whether a sandbox of template t can serve spec: everything but the
+// workspace and labels is the same.
+func sameShape(t, spec sandbox.Spec) bool {
+	t, spec = t.WithDefaults(), spec.WithDefaults()
+	return t.Image == spec.Image && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env)
+}
+
+// Release gives a sandbox back: a pooled one is reset for the next episode, any other is
+// destroyed.
+func (s *Sandboxes) Release(ctx context.Context, id string) error {
+	s.mu.Lock()
+	l, ok := s.leases[id]
+	delete(s.leases, id)
+	s.mu.Unlock()
+	if ok {
+		return l.Release(ctx)
+	}
+	return s.rt.Destroy(ctx, id)
+}
+
+// Close stops the pool, closes the runtime (sandboxes still running stay, for Recover)
+// and stops what Open started for it.
+func (s *Sandboxes) Close() error {
+	var errs []error
+	if s.pool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		errs = append(errs, s.pool.Stop(ctx))
+		cancel()
+	}
+	errs = append(errs, s.rt.Close())
+	for _, c := range s.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// Open opens the configured runtime, and a warm pool when c.PoolSize asks for one, or
+// returns nil when c names no runtime. The caller closes the result.
+func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.Runtime == None {
+		return nil, nil
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Sandboxes{image: c.Image, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}}
+	rt, err := s.openRuntime(ctx, c, filepath.Clean(c.StateDir), log)
+	if err != nil {
+		for _, c := range s.closers {
+			_ = c()
+		}
+		return nil, fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err)
+	}
+	s.rt = rt
+	if c.PoolSize > 0 {
+		if err := s.openPool(ctx, c, log); err != nil {
+			return nil, errors.Join(fmt.Errorf("sandbox.pool-size %d: %w", c.PoolSize, err), s.Close())
+		}
+	}
+	return s, nil
+}
+
+// openPool starts a warm pool of every template the registered envs declare.
+func (s *Sandboxes) openPool(ctx context.Context, c Config, log *slog.Logger) error {
+	var tpls []pool.Template
+	for _, name := range env.Names() {
+		e, err := env.Lookup(name)
+		if err != nil {
+			continue
+		}
+		st, ok := e.(env.SandboxTemplater)
+		if !ok {
+			continue
+		}
+		for _, spec := range st.SandboxTemplates() {
+			if spec.Image == "" {
+				spec.Image = c.Image
+			}
+			if _, dup := s.tpl[spec.Template]; dup {
+				continue
+			}
+			s.tpl[spec.Template] = spec
+			tpls = append(tpls, pool.Template{Name: spec.Template, Spec: spec, Size: c.PoolSize})
+		}
+	}
+	if len(tpls) == 0 {
+		return nil
+	}
+	p, err := pool.New(pool.Config{Runtime: s.rt, Templates: tpls, LeaseTTL: leaseTTL, Logger: log})
+	if err != nil {
+		return err
+	}
+	// The pool outlives Open's ctx (a module's Starting context); Close stops it.
+	if err := p.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	s.pool = p
+	return nil
+}
+
+// leaseTTL is how long an episode may hold a pooled sandbox before the pool's reaper
+// takes it back (an episode that leaked it).
+const leaseTTL = time.Hour

@@ -1,0 +1,82 @@
+package runtimes_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
+)
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		c    runtimes.Config
+		want string // "" for valid
+	}{
+		{runtimes.Config{}, ""},
+		{runtimes.Config{Runtime: runtimes.Process, StateDir: "/x"}, ""},
+		{runtimes.Config{Runtime: runtimes.Containerd, StateDir: "/x"}, ""},
+		{runtimes.Config{Runtime: "docker", StateDir: "/x"}, `sandbox.runtime: "docker" is not one of`},
+		{runtimes.Config{Runtime: runtimes.Process}, "sandbox.state-dir: must be set"},
+	}
+	for _, tc := range cases {
+		err := tc.c.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.c, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: error %v, want %q", tc.c, err, tc.want)
+		}
+	}
+	if sb, err := runtimes.Open(context.Background(), runtimes.Config{}, nil); sb != nil || err != nil {
+		t.Errorf("Open with no runtime = %v, %v; want nil, nil", sb, err)
+	}
+}
+
+// TestPooledSandboxesStartClean: a sandbox from the warm pool gets exactly the files its
+// spec seeds, and what one episode left in it is gone for the next (A1, A3).
+func TestPooledSandboxesStartClean(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 1)
+	ctx := context.Background()
+	tpl := codefix.New().(env.SandboxTemplater).SandboxTemplates()[0]
+	spec := tpl
+	spec.Workspace = []sandbox.File{{Path: "a/seed.txt", Data: []byte("seed\n")}}
+	for round := 0; round < 2; round++ {
+		h, err := sb.Acquire(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := tools.New(sb.Runtime(), h.ID, tools.Options{})
+		if b, err := tb.Read(ctx, "a/seed.txt"); err != nil || string(b) != "seed\n" {
+			t.Fatalf("round %d: seeded file = %q, %v", round, b, err)
+		}
+		if _, err := tb.Read(ctx, "left-over"); !errors.Is(err, tools.ErrNotExist) {
+			t.Fatalf("round %d: the previous episode's file is still there (err %v)", round, err)
+		}
+		if err := tb.Write(ctx, "left-over", []byte("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Release(ctx, h.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A spec of another shape is made on demand and destroyed on release.
+	other := spec
+	other.Limits.MemoryBytes = 64 << 20
+	h, err := sb.Acquire(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Release(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Release(ctx, h.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("second release: %v, want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,91 @@
+// Package runtimestest gives tests a real sandbox runtime by name: a state directory in
+// t.TempDir(), and for containerd a private daemon (package ctrdtest, the launcher
+// scripts/containerd.sh uses) and the in-sandbox agent built once per test binary. When
+// the runtime cannot run on this machine the test fails saying why; it never skips.
+package runtimestest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal/ctrdtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
+)
+
+var agent struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// agentBinary builds the containerd agent once per test binary, into a directory that
+// outlives single tests (it is small and rebuilt by the next test binary anyway).
+func agentBinary(t testing.TB) string {
+	t.Helper()
+	agent.once.Do(func() {
+		dir, err := os.MkdirTemp("", "runtimestest-agent")
+		if err != nil {
+			agent.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		agent.path, agent.err = ctrd.BuildAgent(ctx, dir)
+	})
+	if agent.err != nil {
+		t.Fatalf("runtimestest: %v", agent.err)
+	}
+	return agent.path
+}
+
+// Config returns a runtimes.Config for the named runtime ("process", "containerd") whose
+// state lives in t.TempDir(); for containerd it starts the daemon for the test.
+func Config(t testing.TB, name string) runtimes.Config {
+	t.Helper()
+	dir := t.TempDir()
+	// The process runtime's sandbox user (not root) must reach its workspace below the
+	// state directory; t.TempDir makes the directory and its parent 0700.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatalf("runtimestest: %v", err)
+		}
+	}
+	c := runtimes.Config{Runtime: name, StateDir: dir}
+	if name == runtimes.Containerd {
+		c.Containerd = ctrdtest.Start(t).Address()
+		c.AgentBinary = agentBinary(t)
+	}
+	return c
+}
+
+// Open opens the named runtime for the test (with a warm pool of poolSize sandboxes per
+// template) and closes it at the end. Every sandbox the test leaves behind is destroyed
+// first.
+func Open(t testing.TB, name string, poolSize int) env.Sandboxes {
+	t.Helper()
+	c := Config(t, name)
+	c.PoolSize = poolSize
+	sb, err := runtimes.Open(context.Background(), c, nil)
+	if err != nil {
+		t.Fatalf("runtimestest: open %s runtime: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		rt := sb.Runtime()
+		if hs, err := rt.List(ctx); err == nil {
+			for _, h := range hs {
+				_ = rt.Destroy(ctx, h.ID)
+			}
+		}
+		if err := sb.Close(); err != nil {
+			t.Errorf("runtimestest: close %s runtime: %v", name, err)
+		}
+	})
+	return sb
+}
