@@ -3,6 +3,7 @@ module github.com/gauntlet-rl/gauntlet
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0

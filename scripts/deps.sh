@@ -10,8 +10,8 @@
 # What it installs:
 #   - Debian packages: clickhouse-server, clickhouse-client (ClickHouse 18.16, run by
 #     pkg/chlocal as a child process, never as a system service) and protobuf-compiler.
-#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go and staticcheck, at the pinned
-#     versions below (re-installed when the binary there reports another version).
+#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, protoc-gen-connect-go and
+#     staticcheck, at the pinned versions below (re-installed when the binary there reports another version).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -21,6 +21,7 @@ APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler)
 # binary name, module path of its version, install path@version
 GO_TOOLS=(
 	"protoc-gen-go google.golang.org/protobuf google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10"
+	"protoc-gen-connect-go connectrpc.com/connect connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1"
 	"staticcheck honnef.co/go/tools honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 )
 

@@ -1320,7 +1320,10 @@ type StepTaken struct {
 	WorkerId            string `protobuf:"bytes,17,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	RequestedAtUnixNano int64  `protobuf:"varint,18,opt,name=requested_at_unix_nano,json=requestedAtUnixNano,proto3" json:"requested_at_unix_nano,omitempty"`
 	// The reward service's verdict for this step, as returned to the agent.
-	Score         *StepScored `protobuf:"bytes,19,opt,name=score,proto3" json:"score,omitempty"`
+	Score *StepScored `protobuf:"bytes,19,opt,name=score,proto3" json:"score,omitempty"`
+	// What a trainer attached to the step over the env API (token ids, logprobs, policy
+	// version); stored in its own table (trainer_steps), joinable on (episode_id, step).
+	Trainer       *TrainerData `protobuf:"bytes,20,opt,name=trainer,proto3" json:"trainer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1484,6 +1487,13 @@ func (x *StepTaken) GetRequestedAtUnixNano() int64 {
 func (x *StepTaken) GetScore() *StepScored {
 	if x != nil {
 		return x.Score
+	}
+	return nil
+}
+
+func (x *StepTaken) GetTrainer() *TrainerData {
+	if x != nil {
+		return x.Trainer
 	}
 	return nil
 }
@@ -2305,7 +2315,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\"\xf4\x02\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1fproto/gauntlet/v1/trainer.proto\"\xf4\x02\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -2403,7 +2413,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06budget\x18\x06 \x01(\x01R\x06budget\x12.\n" +
 	"\x13deadline_virtual_ns\x18\a \x01(\x03R\x11deadlineVirtualNs\x12%\n" +
 	"\x0eprogress_delta\x18\b \x01(\x01R\rprogressDelta\x12#\n" +
-	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\xcc\x05\n" +
+	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\x80\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
@@ -2427,7 +2437,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fvirtual_time_ns\x18\x10 \x01(\x03R\rvirtualTimeNs\x12\x1b\n" +
 	"\tworker_id\x18\x11 \x01(\tR\bworkerId\x123\n" +
 	"\x16requested_at_unix_nano\x18\x12 \x01(\x03R\x13requestedAtUnixNano\x12-\n" +
-	"\x05score\x18\x13 \x01(\v2\x17.gauntlet.v1.StepScoredR\x05score\"S\n" +
+	"\x05score\x18\x13 \x01(\v2\x17.gauntlet.v1.StepScoredR\x05score\x122\n" +
+	"\atrainer\x18\x14 \x01(\v2\x18.gauntlet.v1.TrainerDataR\atrainer\"S\n" +
 	"\x0fRewardComponent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
@@ -2554,6 +2565,7 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*StepsTaken)(nil),       // 24: gauntlet.v1.StepsTaken
 	(*Event)(nil),            // 25: gauntlet.v1.Event
 	(*RunProgress)(nil),      // 26: gauntlet.v1.RunProgress
+	(*TrainerData)(nil),      // 27: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
@@ -2574,24 +2586,25 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	16, // 15: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
 	0,  // 16: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
 	19, // 17: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	18, // 18: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	17, // 19: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	19, // 20: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	3,  // 21: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 22: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 23: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 24: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	5,  // 25: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	17, // 26: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	22, // 27: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	17, // 28: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	23, // 29: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	24, // 30: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	27, // 18: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	18, // 19: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	17, // 20: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	19, // 21: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	3,  // 22: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 23: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 24: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	0,  // 25: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	5,  // 26: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	17, // 27: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	22, // 28: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	17, // 29: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	23, // 30: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	24, // 31: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -2599,6 +2612,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 	if File_proto_gauntlet_v1_gauntlet_proto != nil {
 		return
 	}
+	file_proto_gauntlet_v1_trainer_proto_init()
 	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5].OneofWrappers = []any{
 		(*FaultRule_HttpError)(nil),
 		(*FaultRule_Latency)(nil),
