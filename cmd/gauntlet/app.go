@@ -18,6 +18,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/faults"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
@@ -36,6 +37,7 @@ const (
 	modFaults     = "faults"
 	modReward     = "reward"
 	modStore      = "store"
+	modEnvAPI     = "envapi"
 	modAll        = "all"
 )
 
@@ -52,6 +54,8 @@ type app struct {
 	conns map[string]*bus.Bus // one connection per service module, as in split mode
 	ch    *chlocal.Server
 	http  *http.Server
+
+	envapi *envapi.Service
 }
 
 func newApp(cfg config, log *slog.Logger) (*app, error) {
@@ -83,10 +87,19 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		sc.Addr = a.clickHouseAddr
 		return store.New(sc, a.busFor(modStore), tel.Meter("gauntlet/store"), log.With("module", modStore)), nil
 	}, modBus, modClickHouse, modHTTP)
+	m.Register(modEnvAPI, func() (lifecycle.Service, error) {
+		if cfg.EnvAPI.Addr == "" {
+			return lifecycle.Funcs{}, nil // off
+		}
+		ec := cfg.EnvAPI
+		ec.DevTokenPath = filepath.Join(cfg.DataDir, "envapi-token")
+		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
+		return a.envapi, nil
+	}, modBus, modHTTP)
 	// Services depend on each other only through NATS (requests retry until a responder
 	// is there), so none is a module dependency of another; the order of "all" starts the
 	// responders (faults, reward) before their callers anyway.
-	m.RegisterVirtual(modAll, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
+	m.RegisterVirtual(modAll, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker, modEnvAPI)
 	return a, nil
 }
 
@@ -103,7 +116,7 @@ func (a *app) busFor(module string) func() *bus.Bus {
 // that carries its event publishes, a request would queue behind hundreds of publishes.
 const connWorkerRPC = "worker-rpc"
 
-var connNames = []string{modFaults, modReward, modScheduler, modWorker, connWorkerRPC, modStore}
+var connNames = []string{modFaults, modReward, modScheduler, modWorker, connWorkerRPC, modStore, modEnvAPI}
 
 func (a *app) clickHouseAddr() string {
 	if a.ch != nil {
@@ -261,6 +274,7 @@ type stack struct {
 	ClickHouse string `json:"clickhouse"`
 	Database   string `json:"database"`
 	HTTP       string `json:"http"`
+	EnvAPI     string `json:"envapi,omitempty"`
 	PID        int    `json:"pid"`
 }
 

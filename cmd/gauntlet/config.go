@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
 	"github.com/gauntlet-rl/gauntlet/services/store"
@@ -37,6 +38,7 @@ type config struct {
 	Scheduler scheduler.Config
 	Store     store.Config
 	Reward    reward.Config
+	EnvAPI    envapi.Config
 }
 
 // register declares every serving flag on fs.
@@ -69,6 +71,17 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 30*time.Second, "lease on delivered events (renewed while ClickHouse is down)")
 
 	fs.IntVar(&c.Reward.Subscribers, "reward.subscribers", 2, "score handlers per reward instance")
+
+	fs.StringVar(&c.EnvAPI.Addr, "envapi.addr", "127.0.0.1:9470", "address of the env API, gRPC and HTTP/JSON on one port (empty: off)")
+	fs.StringVar(&c.EnvAPI.TokensFile, "envapi.tokens", "", "YAML file of tenants and their API tokens (empty: tenant \"default\", token in <data-dir>/envapi-token)")
+	fs.IntVar(&c.EnvAPI.MaxEpisodes, "envapi.max-episodes", 1024, "live episodes per tenant unless its entry says otherwise")
+	fs.IntVar(&c.EnvAPI.ServerMaxEpisodes, "envapi.server-max-episodes", 16384, "live env API episodes over all tenants")
+	fs.DurationVar(&c.EnvAPI.StepTimeout, "envapi.step-timeout", 30*time.Second, "bound on one step (env and reward)")
+	fs.DurationVar(&c.EnvAPI.StartTimeout, "envapi.start-timeout", 30*time.Second, "bound on a Reset (fault plan and env start)")
+	fs.DurationVar(&c.EnvAPI.EpisodeTimeout, "envapi.episode-timeout", time.Hour, "wall time from Reset after which an episode is truncated (reason timeout)")
+	fs.DurationVar(&c.EnvAPI.IdleTimeout, "envapi.idle-timeout", 5*time.Minute, "an episode with no call for this long is reaped (truncated, reason timeout)")
+	fs.IntVar(&c.EnvAPI.SegmentSteps, "envapi.segment-steps", 32, "steps of an env API episode per StepsTaken event")
+	fs.IntVar(&c.EnvAPI.ScoreBatch, "envapi.score-batch", 512, "most steps in one score request of the env API")
 }
 
 // overlay applies a YAML file's keys to fs, skipping flags set on the command line. Unknown

@@ -42,6 +42,7 @@ func testConfig(t *testing.T) config {
 	cfg.NATSPort = -1
 	cfg.ClickHousePort = 0
 	cfg.HTTPAddr = ""
+	cfg.EnvAPI.Addr = "127.0.0.1:0"
 	cfg.LogLevel = "warn"
 	cfg.Worker.Concurrency = 128
 	cfg.Store.BatchRows = 5000

@@ -155,6 +155,9 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 			return
 		}
 		st := stack{NATSURL: a.natsURL(), ClickHouse: a.clickHouseAddr(), Database: cfg.Database, HTTP: cfg.HTTPAddr, PID: os.Getpid()}
+		if a.envapi != nil {
+			st.EnvAPI = a.envapi.Addr()
+		}
 		if err := writeStack(cfg.DataDir, st); err != nil {
 			log.Warn("write stack.json", "err", err)
 		}
