@@ -260,4 +260,3 @@ func envOr(v, def string) string {
 	}
 	return v
 }
-
