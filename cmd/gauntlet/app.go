@@ -17,6 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/faults"
@@ -59,6 +60,9 @@ type app struct {
 }
 
 func newApp(cfg config, log *slog.Logger) (*app, error) {
+	if err := httppolicy.Configure(cfg.PolicyHTTP); err != nil {
+		return nil, err
+	}
 	tel, err := telemetry.New("gauntlet", cfg.TraceFile)
 	if err != nil {
 		return nil, err

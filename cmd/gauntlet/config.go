@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
@@ -39,6 +40,8 @@ type config struct {
 	Store     store.Config
 	Reward    reward.Config
 	EnvAPI    envapi.Config
+
+	PolicyHTTP httppolicy.Config
 }
 
 // register declares every serving flag on fs.
@@ -82,6 +85,12 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.EnvAPI.IdleTimeout, "envapi.idle-timeout", 5*time.Minute, "an episode with no call for this long is reaped (truncated, reason timeout)")
 	fs.IntVar(&c.EnvAPI.SegmentSteps, "envapi.segment-steps", 32, "steps of an env API episode per StepsTaken event")
 	fs.IntVar(&c.EnvAPI.ScoreBatch, "envapi.score-batch", 512, "most steps in one score request of the env API")
+
+	fs.StringVar(&c.PolicyHTTP.URL, "policy.http.url", "", "OpenAI-compatible API base of the \"http\" policy, e.g. http://127.0.0.1:8000/v1")
+	fs.StringVar(&c.PolicyHTTP.Model, "policy.http.model", "", "model name the \"http\" policy sends")
+	fs.StringVar(&c.PolicyHTTP.APIKey, "policy.http.api-key", "", "bearer key for the \"http\" policy's endpoint")
+	fs.DurationVar(&c.PolicyHTTP.Timeout, "policy.http.timeout", 60*time.Second, "bound on one chat completion of the \"http\" policy (an infra error past it)")
+	fs.IntVar(&c.PolicyHTTP.MaxTokens, "policy.http.max-tokens", 0, "max_tokens of each completion (0: the server's default)")
 }
 
 // overlay applies a YAML file's keys to fs, skipping flags set on the command line. Unknown

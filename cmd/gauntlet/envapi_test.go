@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1/gauntletv1connect"
 )
@@ -48,6 +50,23 @@ func envAPIStack(t *testing.T) (*testStack, config) {
 	}
 	cfg.EnvAPI.TokensFile = tokens
 	cfg.EnvAPI.IdleTimeout = 2 * time.Second
+	// A stand-in for a model server (outside the product) for the "http" policy: it
+	// always searches the catalog.
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Tools []struct {
+				Function struct{ Name string } `json:"function"`
+			} `json:"tools"`
+		}
+		if r.URL.Path != "/v1/chat/completions" || json.NewDecoder(r.Body).Decode(&req) != nil || len(req.Tools) == 0 {
+			http.Error(w, "not a chat completion request", http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, `{"choices":[{"message":{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"catalog__search","arguments":"{\"query\":\"mug\"}"}}]}}]}`)
+	}))
+	t.Cleanup(model.Close)
+	cfg.PolicyHTTP.URL = model.URL + "/v1"
+	cfg.PolicyHTTP.Timeout = 5 * time.Second
 	return startStack(t, cfg), cfg
 }
 
@@ -446,6 +465,41 @@ func TestEnvAPI(t *testing.T) {
 		waitEpisodes(t, conn, cfg.Database, []string{r.Msg.EpisodeId})
 		if got := queryOne(t, conn, fmt.Sprintf(`SELECT concat(reason, ' ', toString(truncated)) FROM %s.episodes FINAL WHERE episode_id = '%s'`, cfg.Database, r.Msg.EpisodeId)); got != "timeout 1" {
 			t.Errorf("reaped episode row: %q", got)
+		}
+	})
+
+	t.Run("a model endpoint's episode and a trainer's are recorded alike", func(t *testing.T) {
+		req := newRun(t, 3, "http=1", 77)
+		req.MaxSteps = 3
+		req.Profiles = []*gauntletv1.Share{{Name: "stress", Weight: 1}}
+		runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
+		_, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT episode_id, toString(seed), profile, toString(steps), reason FROM %s.episodes FINAL WHERE run_id = '%s' ORDER BY episode_id LIMIT 1`, cfg.Database, req.RunId))
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("the http policy's episodes: %v %v", rows, err)
+		}
+		workerEp, seed, profile := rows[0][0], rows[0][1], rows[0][2]
+		if rows[0][3] != "3" || rows[0][4] != "max_steps" {
+			t.Fatalf("http policy episode: %v", rows[0])
+		}
+		// The same seed, profile and actions through the env API.
+		var sd uint64
+		fmt.Sscan(seed, &sd)
+		r, err := acme.Reset(ctx, connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", ParamsJson: "{}", Seed: sd, Profile: profile, MaxSteps: 3}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if _, err := acme.Step(ctx, connectrpc.NewRequest(&gauntletv1.StepRequest{EpisodeId: r.Msg.EpisodeId, Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: `{"query":"mug"}`}})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitEpisodes(t, conn, cfg.Database, []string{r.Msg.EpisodeId})
+		cols := "step, tool, args, observation, state_diff, fault_ids, fault_details, virtual_ns, progress, reward, reward_names, reward_values, terminated, truncated, reason"
+		traj := func(id string) string {
+			return queryOne(t, conn, fmt.Sprintf(`SELECT toString(groupArray(tuple(%s))) FROM (SELECT %s FROM %s.steps FINAL WHERE episode_id = '%s' ORDER BY step)`, cols, cols, cfg.Database, id))
+		}
+		if a, b := traj(workerEp), traj(r.Msg.EpisodeId); a != b || strings.Count(a, "catalog.search") != 3 {
+			t.Errorf("the same episode differs by who chose the actions:\nworker (http policy): %s\nenv API:              %s", a, b)
 		}
 	})
 
