@@ -534,4 +534,3 @@ func sign(x float64) float64 {
 	}
 	return 1
 }
-

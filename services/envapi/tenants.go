@@ -152,7 +152,7 @@ func (a auth) tenant(h interface{ Get(string) string }) (*Tenant, error) {
 		if v == "" {
 			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing Authorization: Bearer <token> header"))
 		}
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("Authorization header must be \"Bearer <token>\""))
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("the Authorization header must be \"Bearer <token>\""))
 	}
 	t := a.tokens.Lookup(strings.TrimSpace(tok))
 	if t == nil {
