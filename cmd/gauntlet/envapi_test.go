@@ -503,6 +503,28 @@ func TestEnvAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("REINFORCE example improves", func(t *testing.T) {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Fatalf("python3 is required for the example: %v", err)
+		}
+		cmd := exec.Command(py, filepath.Join("..", "..", "examples", "shop_reinforce.py"), "--iterations", "10", "--batch", "16")
+		cmd.Env = append(os.Environ(), "GAUNTLET_URL=http://"+addr, "GAUNTLET_TOKEN="+tokenAcme)
+		out, err := cmd.CombinedOutput()
+		t.Logf("examples/shop_reinforce.py:\n%s", out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r0, s0, r1, s1 float64
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if _, err := fmt.Sscanf(lines[len(lines)-1], "first iteration: return %f, success %f%%; last: return %f, success %f%%", &r0, &s0, &r1, &s1); err != nil {
+			t.Fatalf("read the summary line: %v", err)
+		}
+		if r1 <= r0 || s1 <= s0 {
+			t.Errorf("no improvement: return %v -> %v, success %v%% -> %v%%", r0, r1, s0, s1)
+		}
+	})
+
 	t.Run("python client", func(t *testing.T) {
 		py, err := exec.LookPath("python3")
 		if err != nil {
