@@ -30,7 +30,7 @@ import (
 // ClickHouse started by the same code `gauntlet up` uses.
 
 // testConfig is the flag defaults with test-friendly overrides.
-func testConfig(t *testing.T) config {
+func testConfig(t testing.TB) config {
 	t.Helper()
 	var cfg config
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -56,7 +56,7 @@ type testStack struct {
 }
 
 // startStack runs the given modules in this process until the test ends.
-func startStack(t *testing.T, cfg config, targets ...string) *testStack {
+func startStack(t testing.TB, cfg config, targets ...string) *testStack {
 	t.Helper()
 	if len(targets) == 0 {
 		targets = []string{modAll}
@@ -93,7 +93,7 @@ func startStack(t *testing.T, cfg config, targets ...string) *testStack {
 	return s
 }
 
-type testLogWriter struct{ t *testing.T }
+type testLogWriter struct{ t testing.TB }
 
 func (w testLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

@@ -31,7 +31,7 @@ const (
 
 // envAPIStack starts the whole stack with the env API on a free port and three tenants:
 // acme (quota 300), other, and small (quota 2).
-func envAPIStack(t *testing.T) (*testStack, config) {
+func envAPIStack(t testing.TB) (*testStack, config) {
 	t.Helper()
 	cfg := testConfig(t)
 	tokens := filepath.Join(t.TempDir(), "tenants.yaml")
@@ -556,3 +556,11 @@ func sign(x float64) float64 {
 	}
 	return 1
 }
+
+// gauntletv1connectClientJSON is a Connect client speaking JSON over HTTP/1.1.
+func gauntletv1connectClientJSON(addr, token string) gauntletv1connect.EnvServiceClient {
+	return gauntletv1connect.NewEnvServiceClient(http.DefaultClient, "http://"+addr,
+		connectrpc.WithProtoJSON(), connectrpc.WithInterceptors(bearer(token)))
+}
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
