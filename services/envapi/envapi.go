@@ -39,7 +39,6 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
-	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1/gauntletv1connect"
 )
 
@@ -212,7 +211,8 @@ func (s *Service) Running(ctx context.Context) error {
 }
 
 // Stopping stops accepting calls, lets calls and background steps in flight finish (up
-// to ctx), then ends every live episode as truncated so its events reach the stream.
+// to ctx), then ends every live episode as an infra error (not the policy's doing) so its
+// events reach the stream.
 func (s *Service) Stopping(ctx context.Context) error {
 	if s.srv == nil {
 		return nil
@@ -236,7 +236,7 @@ func (s *Service) Stopping(ctx context.Context) error {
 	for _, e := range eps {
 		e.mu.Lock()
 		s.endLocked(ctx, e, func(ctx context.Context) error {
-			return e.sess.Truncate(ctx, gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR, "env API stopping")
+			return e.sess.FinishInfra(ctx, errors.New("env API stopping"))
 		})
 		e.mu.Unlock()
 	}

@@ -412,6 +412,9 @@ func (s *Service) Close(ctx context.Context, req *connect.Request[gauntletv1.Clo
 			s.mu.Lock()
 			ts := s.ended[id]
 			s.mu.Unlock()
+			if ts == nil { // forgotten meanwhile
+				return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("episode_id: no episode %q", id))
+			}
 			return connect.NewResponse(&gauntletv1.CloseResponse{Steps: ts.steps, Reason: ts.reason}), nil
 		}
 		return nil, err
