@@ -16,6 +16,10 @@ import (
 	connectrpc "connectrpc.com/connect"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -49,7 +53,7 @@ func envAPIStack(t testing.TB) (*testStack, config) {
 		t.Fatal(err)
 	}
 	cfg.EnvAPI.TokensFile = tokens
-	cfg.EnvAPI.IdleTimeout = 2 * time.Second
+	cfg.EnvAPI.IdleTimeout = time.Minute // TestEnvAPIReapsIdleEpisodes tests the reaper
 	// A stand-in for a model server (outside the product) for the "http" policy: it
 	// always searches the catalog.
 	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -254,7 +258,7 @@ func TestEnvAPI(t *testing.T) {
 			steps[r.EpisodeId]++
 		}
 		// Round 0: StepBatch returning the first 64; Recv collects the rest.
-		b, err := acme.StepBatch(ctx, connectrpc.NewRequest(&gauntletv1.StepBatchRequest{Steps: batch(ids, 0).Steps, MinResults: 64}))
+		b, err := acme.StepBatch(ctx, connectrpc.NewRequest(&gauntletv1.StepBatchRequest{Steps: batch(ids, 0).Steps, MinResults: 64, Queue: "q1"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,8 +269,12 @@ func TestEnvAPI(t *testing.T) {
 		for _, r := range b.Msg.Results {
 			check(r)
 		}
+		// Another queue of the same tenant sees none of them.
+		if rv, err := acme.Recv(ctx, connectrpc.NewRequest(&gauntletv1.RecvRequest{MinResults: 1, TimeoutMs: 50, Queue: "q2"})); err != nil || len(rv.Msg.Results) != 0 {
+			t.Fatalf("Recv on another queue: %v, %v", rv, err)
+		}
 		for got < n {
-			rv, err := acme.Recv(ctx, connectrpc.NewRequest(&gauntletv1.RecvRequest{MinResults: uint32(n - got), TimeoutMs: 30_000}))
+			rv, err := acme.Recv(ctx, connectrpc.NewRequest(&gauntletv1.RecvRequest{MinResults: uint32(n - got), TimeoutMs: 30_000, Queue: "q1"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -452,22 +460,6 @@ func TestEnvAPI(t *testing.T) {
 		}
 	})
 
-	t.Run("idle episodes are reaped", func(t *testing.T) {
-		r, err := acme.Reset(ctx, connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: 1}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(3 * time.Second) // idle timeout 2 s
-		_, err = acme.Step(ctx, connectrpc.NewRequest(&gauntletv1.StepRequest{EpisodeId: r.Msg.EpisodeId, Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: "{}"}}))
-		if connectrpc.CodeOf(err) != connectrpc.CodeFailedPrecondition || !strings.Contains(err.Error(), "reaped") {
-			t.Errorf("step on a reaped episode: %v", err)
-		}
-		waitEpisodes(t, conn, cfg.Database, []string{r.Msg.EpisodeId})
-		if got := queryOne(t, conn, fmt.Sprintf(`SELECT concat(reason, ' ', toString(truncated)) FROM %s.episodes FINAL WHERE episode_id = '%s'`, cfg.Database, r.Msg.EpisodeId)); got != "timeout 1" {
-			t.Errorf("reaped episode row: %q", got)
-		}
-	})
-
 	t.Run("a model endpoint's episode and a trainer's are recorded alike", func(t *testing.T) {
 		req := newRun(t, 3, "http=1", 77)
 		req.MaxSteps = 3
@@ -564,3 +556,59 @@ func gauntletv1connectClientJSON(addr, token string) gauntletv1connect.EnvServic
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
+
+// TestEnvAPIReapsIdleEpisodes leaves an episode idle past the idle timeout: later calls
+// are told it was reaped, and its end (truncated, reason timeout) is in the event stream.
+func TestEnvAPIReapsIdleEpisodes(t *testing.T) {
+	cfg := testConfig(t)
+	tokens := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := writeFile(tokens, "tenants:\n  - name: acme\n    tokens: ["+tokenAcme+"]\n"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.EnvAPI.TokensFile = tokens
+	cfg.EnvAPI.IdleTimeout = 300 * time.Millisecond
+	s := startStack(t, cfg, modEnvAPI, modFaults, modReward)
+	ctx := context.Background()
+	acme := grpcClient(s.app.envapi.Addr(), tokenAcme)
+	r, err := acme.Reset(ctx, connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.Msg.EpisodeId
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := acme.Capacity(ctx, connectrpc.NewRequest(&gauntletv1.CapacityRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Msg.ActiveEpisodes == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle episode was not reaped within 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, err = acme.Step(ctx, connectrpc.NewRequest(&gauntletv1.StepRequest{EpisodeId: id, Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: "{}"}}))
+	if connectrpc.CodeOf(err) != connectrpc.CodeFailedPrecondition || !strings.Contains(err.Error(), "reaped") {
+		t.Errorf("step on a reaped episode: %v", err)
+	}
+	cons, err := s.app.getBus().JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.SubjectEvent(bus.KindEnded, "api-acme")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev gauntletv1.Event
+	if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+		t.Fatal(err)
+	}
+	e := ev.GetEnded()
+	if e.GetEpisode().GetEpisodeId() != id || !e.Truncated || e.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_TIMEOUT || !strings.Contains(e.Error, "reaped") || e.InfraError {
+		t.Errorf("ended event = %v", e)
+	}
+}

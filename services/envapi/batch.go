@@ -15,14 +15,22 @@ import (
 // maxBatch caps the steps of one batch call.
 const maxBatch = 4096
 
-// inbox holds a tenant's completed results nobody has collected yet (Send, and what
-// StepBatch or StepStream did not return), for Recv. changed is closed and replaced on
+// inbox is one result queue of a tenant: completed results nobody has collected yet
+// (Send, and what StepBatch or StepStream did not return), for Recv naming the queue. changed is closed and replaced on
 // every change, so any number of waiters wake.
 type inbox struct {
 	mu       sync.Mutex
 	results  []*gauntletv1.StepResult
 	inflight int
 	changed  chan struct{}
+	used     time.Time // last call naming the queue, for the reaper (guarded by Service.mu)
+}
+
+// idle reports whether the queue holds nothing and expects nothing.
+func (b *inbox) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight == 0 && len(b.results) == 0
 }
 
 func newInbox() *inbox { return &inbox{changed: make(chan struct{})} }
@@ -120,15 +128,24 @@ func (c *collector) handOff() []*gauntletv1.StepResult {
 	return out
 }
 
-func (s *Service) inbox(tenant string) *inbox {
+// maxQueueName bounds a result queue's name.
+const maxQueueName = 128
+
+// inbox returns the tenant's result queue of that name.
+func (s *Service) inbox(tenant, queue string) (*inbox, error) {
+	if len(queue) > maxQueueName {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("queue: %d bytes is longer than %d", len(queue), maxQueueName))
+	}
+	key := tenant + "\x00" + queue
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b, ok := s.inboxes[tenant]
+	b, ok := s.inboxes[key]
 	if !ok {
 		b = newInbox()
-		s.inboxes[tenant] = b
+		s.inboxes[key] = b
 	}
-	return b
+	b.used = time.Now()
+	return b, nil
 }
 
 // launch starts every step of reqs in the background (they outlive the call that sent
@@ -172,7 +189,10 @@ func stepError(err error) *gauntletv1.StepError {
 // StepBatch steps many episodes and returns once min_results are done.
 func (s *Service) StepBatch(ctx context.Context, req *connect.Request[gauntletv1.StepBatchRequest]) (*connect.Response[gauntletv1.StepBatchResponse], error) {
 	t := tenantOf(ctx)
-	box := s.inbox(t.Name)
+	box, err := s.inbox(t.Name, req.Msg.GetQueue())
+	if err != nil {
+		return nil, err
+	}
 	c := &collector{box: box, changed: make(chan struct{})}
 	n := len(req.Msg.GetSteps())
 	if err := s.launch(t, box, req.Msg.GetSteps(), c.put); err != nil {
@@ -211,7 +231,10 @@ wait:
 // Send queues steps; their results wait for Recv.
 func (s *Service) Send(ctx context.Context, req *connect.Request[gauntletv1.StepBatchRequest]) (*connect.Response[gauntletv1.SendResponse], error) {
 	t := tenantOf(ctx)
-	box := s.inbox(t.Name)
+	box, err := s.inbox(t.Name, req.Msg.GetQueue())
+	if err != nil {
+		return nil, err
+	}
 	c := &collector{box: box, handed: true}
 	if err := s.launch(t, box, req.Msg.GetSteps(), c.put); err != nil {
 		return nil, err
@@ -221,7 +244,10 @@ func (s *Service) Send(ctx context.Context, req *connect.Request[gauntletv1.Step
 
 // Recv returns completed results of earlier calls.
 func (s *Service) Recv(ctx context.Context, req *connect.Request[gauntletv1.RecvRequest]) (*connect.Response[gauntletv1.StepBatchResponse], error) {
-	box := s.inbox(tenantOf(ctx).Name)
+	box, err := s.inbox(tenantOf(ctx).Name, req.Msg.GetQueue())
+	if err != nil {
+		return nil, err
+	}
 	minN := max(int(req.Msg.GetMinResults()), 1)
 	timeout := 10 * time.Second
 	if ms := req.Msg.GetTimeoutMs(); ms > 0 {
@@ -235,7 +261,10 @@ func (s *Service) Recv(ctx context.Context, req *connect.Request[gauntletv1.Recv
 // sent when the stream breaks go to the inbox.
 func (s *Service) StepStream(ctx context.Context, req *connect.Request[gauntletv1.StepBatchRequest], stream *connect.ServerStream[gauntletv1.StepResult]) error {
 	t := tenantOf(ctx)
-	box := s.inbox(t.Name)
+	box, err := s.inbox(t.Name, req.Msg.GetQueue())
+	if err != nil {
+		return err
+	}
 	c := &collector{box: box, changed: make(chan struct{})}
 	n := len(req.Msg.GetSteps())
 	if err := s.launch(t, box, req.Msg.GetSteps(), c.put); err != nil {

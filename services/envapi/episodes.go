@@ -538,6 +538,11 @@ func (s *Service) reap(ctx context.Context) {
 				delete(s.snapshots, id)
 			}
 		}
+		for key, b := range s.inboxes {
+			if now.Sub(b.used) > tombstoneKeep && b.idle() {
+				delete(s.inboxes, key)
+			}
+		}
 		s.mu.Unlock()
 		for _, e := range eps {
 			idle := now.Sub(time.Unix(0, e.lastUsed.Load()))

@@ -175,14 +175,17 @@ class Client:
     def fork(self, snapshot_id):
         return self.call("Fork", {"snapshotId": snapshot_id})
 
-    def step_batch(self, steps, min_results=0, timeout_ms=0):
-        return self.call("StepBatch", {"steps": steps, "minResults": min_results, "timeoutMs": timeout_ms})
+    # queue names the caller's result queue: results a batch call does not return wait
+    # there for recv with the same queue. Use one per trainer process or vector env.
+    def step_batch(self, steps, min_results=0, timeout_ms=0, queue=""):
+        return self.call("StepBatch", {"steps": steps, "minResults": min_results, "timeoutMs": timeout_ms, "queue": queue})
 
-    def send(self, steps):
-        return self.call("Send", {"steps": steps})
+    def send(self, steps, queue=""):
+        return self.call("Send", {"steps": steps, "queue": queue})
 
-    def recv(self, min_results=1, max_results=0, timeout_ms=0):
-        return self.call("Recv", {"minResults": min_results, "maxResults": max_results, "timeoutMs": timeout_ms})
+    def recv(self, min_results=1, max_results=0, timeout_ms=0, queue=""):
+        return self.call("Recv", {"minResults": min_results, "maxResults": max_results, "timeoutMs": timeout_ms,
+                                  "queue": queue})
 
     def health(self):
         return self.call("Health")

@@ -169,6 +169,8 @@ class GauntletVectorEnv:
         self.client = client or Client(url, token)
         self.num_envs = num_envs
         self.envs = [GauntletEnv(env, client=self.client, **defaults) for _ in range(num_envs)]
+        self.queue = "venv-%016x" % random.getrandbits(64)  # this vector env's own result queue
+        self._sent = {}
 
     def reset(self, seed=None, options=None):
         obs, infos = [], []
@@ -197,6 +199,8 @@ class GauntletVectorEnv:
         return bodies, index
 
     def _take(self, index, result):
+        if result.get("episodeId") not in index:
+            raise error_for("internal", f"a result for episode {result.get('episodeId')!r}, not one of this vector env's")
         i = index[result["episodeId"]]
         err = result.get("error")
         if err:
@@ -213,7 +217,7 @@ class GauntletVectorEnv:
         obs, rew, term, trunc, infos = [None] * n, [None] * n, [None] * n, [None] * n, [None] * n
         if not bodies:
             return obs, rew, term, trunc, infos
-        results = self.client.step_batch(bodies).get("results", [])
+        results = self.client.step_batch(bodies, queue=self.queue).get("results", [])
         for r in results:
             i, out = self._take(index, r)
             obs[i], rew[i], term[i], trunc[i], infos[i] = out
@@ -221,14 +225,13 @@ class GauntletVectorEnv:
 
     def send(self, actions):
         bodies, index = self._bodies(actions)
-        self._sent = getattr(self, "_sent", {})
         self._sent.update(index)
         if bodies:
-            self.client.send(bodies)
+            self.client.send(bodies, queue=self.queue)
         return len(bodies)
 
     def recv(self, min_results=1, max_results=0, timeout_ms=0):
-        r = self.client.recv(min_results, max_results, timeout_ms)
+        r = self.client.recv(min_results, max_results, timeout_ms, queue=self.queue)
         out = []
         for res in r.get("results", []):
             i, o = self._take(self._sent, res)

@@ -1347,7 +1347,10 @@ type StepBatchRequest struct {
 	// StepBatch: return once this many results are ready (0: all).
 	MinResults uint32 `protobuf:"varint,2,opt,name=min_results,json=minResults,proto3" json:"min_results,omitempty"`
 	// StepBatch: return by this wall time even with fewer results (0: the step timeout).
-	TimeoutMs     uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The caller's result queue: results not returned by this call wait there for a Recv
+	// naming the same queue. Each trainer process (or vector env) should use its own.
+	Queue         string `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1401,6 +1404,13 @@ func (x *StepBatchRequest) GetTimeoutMs() uint32 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *StepBatchRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
 }
 
 type StepBatchResponse struct {
@@ -1507,7 +1517,9 @@ type RecvRequest struct {
 	// Return at most this many (0: all ready).
 	MaxResults uint32 `protobuf:"varint,2,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"`
 	// Return by this wall time even with fewer results (0: 10 s).
-	TimeoutMs     uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The queue to take results from (see StepBatchRequest.queue).
+	Queue         string `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1561,6 +1573,13 @@ func (x *RecvRequest) GetTimeoutMs() uint32 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *RecvRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
 }
 
 type HealthRequest struct {
@@ -1876,25 +1895,27 @@ const file_proto_gauntlet_v1_envapi_proto_rawDesc = "" +
 	"\x04step\x18\x02 \x01(\rR\x04step\".\n" +
 	"\vForkRequest\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
-	"snapshotId\"\x82\x01\n" +
+	"snapshotId\"\x98\x01\n" +
 	"\x10StepBatchRequest\x12.\n" +
 	"\x05steps\x18\x01 \x03(\v2\x18.gauntlet.v1.StepRequestR\x05steps\x12\x1f\n" +
 	"\vmin_results\x18\x02 \x01(\rR\n" +
 	"minResults\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"`\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\x12\x14\n" +
+	"\x05queue\x18\x04 \x01(\tR\x05queue\"`\n" +
 	"\x11StepBatchResponse\x121\n" +
 	"\aresults\x18\x01 \x03(\v2\x17.gauntlet.v1.StepResultR\aresults\x12\x18\n" +
 	"\apending\x18\x02 \x01(\rR\apending\"*\n" +
 	"\fSendResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\rR\baccepted\"n\n" +
+	"\baccepted\x18\x01 \x01(\rR\baccepted\"\x84\x01\n" +
 	"\vRecvRequest\x12\x1f\n" +
 	"\vmin_results\x18\x01 \x01(\rR\n" +
 	"minResults\x12\x1f\n" +
 	"\vmax_results\x18\x02 \x01(\rR\n" +
 	"maxResults\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"\x0f\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\x12\x14\n" +
+	"\x05queue\x18\x04 \x01(\tR\x05queue\"\x0f\n" +
 	"\rHealthRequest\"@\n" +
 	"\x0eHealthResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x16\n" +
