@@ -29,7 +29,7 @@ lint: deps proto-check ## gofmt, go vet, staticcheck, generated code up to date
 	$(GO) vet ./... ./loadtest/...
 	staticcheck ./... ./loadtest/...
 
-proto: deps ## regenerate proto/ Go code with pinned protoc and protoc-gen-go
+proto: deps ## regenerate proto/ Go code with pinned protoc, protoc-gen-go and protoc-gen-connect-go
 	protoc --go_out=. --go_opt=module=github.com/gauntlet-rl/gauntlet --connect-go_out=. --connect-go_opt=module=github.com/gauntlet-rl/gauntlet proto/gauntlet/v1/*.proto
 
 proto-check: proto ## fail when the committed generated code is stale
