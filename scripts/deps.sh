@@ -12,10 +12,10 @@
 #     pkg/chlocal as a child process, never as a system service) and protobuf-compiler;
 #     containerd and runc (containerd 1.6, run by pkg/ctrdlocal / scripts/containerd.sh,
 #     never as a system service) and busybox-static (the containerd sandboxes' base image).
-#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, staticcheck and the Temporal CLI
-#     (its `temporal server start-dev` is the dev server pkg/temporallocal runs; about 2.5
-#     minutes to build), at the pinned versions below (re-installed when the binary there
-#     reports another version).
+#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, protoc-gen-connect-go, staticcheck
+#     and the Temporal CLI (its `temporal server start-dev` is the dev server
+#     pkg/temporallocal runs; about 2.5 minutes to build), at the pinned versions below
+#     (re-installed when the binary there reports another version).
 #   - bubblewrap and util-linux (setpriv): the process sandbox runtime (pkg/sandbox/process).
 set -euo pipefail
 
@@ -26,6 +26,7 @@ APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap u
 # binary name, module path of its version, install path@version
 GO_TOOLS=(
 	"protoc-gen-go google.golang.org/protobuf google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10"
+	"protoc-gen-connect-go connectrpc.com/connect connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1"
 	"staticcheck honnef.co/go/tools honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 	"temporal github.com/temporalio/cli github.com/temporalio/cli/cmd/temporal@v1.5.1"
 )

@@ -17,9 +17,11 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
 	"github.com/gauntlet-rl/gauntlet/services/curriculum"
+	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/faults"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
@@ -41,6 +43,7 @@ const (
 	modTemporal   = "temporal"
 	modCurriculum = "curriculum"
 	modPipeline   = "pipeline"
+	modEnvAPI     = "envapi"
 	modAll        = "all"
 )
 
@@ -59,9 +62,13 @@ type app struct {
 	http  *http.Server
 
 	temporal *temporallocal.Server // nil when --temporal names an external server
+	envapi   *envapi.Service
 }
 
 func newApp(cfg config, log *slog.Logger) (*app, error) {
+	if err := httppolicy.Configure(cfg.PolicyHTTP); err != nil {
+		return nil, err
+	}
 	tel, err := telemetry.New("gauntlet", cfg.TraceFile)
 	if err != nil {
 		return nil, err
@@ -94,6 +101,15 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		sc.Addr = a.clickHouseAddr
 		return store.New(sc, a.busFor(modStore), tel.Meter("gauntlet/store"), log.With("module", modStore)), nil
 	}, modBus, modClickHouse, modHTTP)
+	m.Register(modEnvAPI, func() (lifecycle.Service, error) {
+		if cfg.EnvAPI.Addr == "" {
+			return lifecycle.Funcs{}, nil // off
+		}
+		ec := cfg.EnvAPI
+		ec.DevTokenPath = filepath.Join(cfg.DataDir, "envapi-token")
+		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
+		return a.envapi, nil
+	}, modBus, modHTTP)
 	m.Register(modTemporal, a.initTemporal)
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
@@ -105,9 +121,9 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	// is there), so none is a module dependency of another; the order of "all" starts the
 	// responders (faults, reward) before their callers anyway.
 	// "pipeline" is the data plane (what `gauntlet demo` needs); "all" adds the Temporal
-	// control plane.
+	// control plane and the env API for trainers.
 	m.RegisterVirtual(modPipeline, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
-	m.RegisterVirtual(modAll, modPipeline, modCurriculum)
+	m.RegisterVirtual(modAll, modPipeline, modCurriculum, modEnvAPI)
 	return a, nil
 }
 
@@ -124,7 +140,7 @@ func (a *app) busFor(module string) func() *bus.Bus {
 // that carries its event publishes, a request would queue behind hundreds of publishes.
 const connWorkerRPC = "worker-rpc"
 
-var connNames = []string{modFaults, modReward, modScheduler, modWorker, connWorkerRPC, modStore, modCurriculum}
+var connNames = []string{modFaults, modReward, modScheduler, modWorker, connWorkerRPC, modStore, modCurriculum, modEnvAPI}
 
 func (a *app) clickHouseAddr() string {
 	if a.ch != nil {
@@ -335,6 +351,7 @@ type stack struct {
 	HTTP       string `json:"http"`
 	Temporal   string `json:"temporal,omitempty"`
 	TemporalUI string `json:"temporal_ui,omitempty"`
+	EnvAPI     string `json:"envapi,omitempty"`
 	PID        int    `json:"pid"`
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
+	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
 	"github.com/gauntlet-rl/gauntlet/services/store"
@@ -42,6 +44,9 @@ type config struct {
 	Scheduler scheduler.Config
 	Store     store.Config
 	Reward    reward.Config
+	EnvAPI    envapi.Config
+
+	PolicyHTTP httppolicy.Config
 }
 
 // register declares every serving flag on fs.
@@ -84,6 +89,23 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 30*time.Second, "lease on delivered events (renewed while ClickHouse is down)")
 
 	fs.IntVar(&c.Reward.Subscribers, "reward.subscribers", 2, "score handlers per reward instance")
+
+	fs.StringVar(&c.EnvAPI.Addr, "envapi.addr", "127.0.0.1:9470", "address of the env API, gRPC and HTTP/JSON on one port (empty: off)")
+	fs.StringVar(&c.EnvAPI.TokensFile, "envapi.tokens", "", "YAML file of tenants and their API tokens (empty: tenant \"default\", token in <data-dir>/envapi-token)")
+	fs.IntVar(&c.EnvAPI.MaxEpisodes, "envapi.max-episodes", 1024, "live episodes per tenant unless its entry says otherwise")
+	fs.IntVar(&c.EnvAPI.ServerMaxEpisodes, "envapi.server-max-episodes", 16384, "live env API episodes over all tenants")
+	fs.DurationVar(&c.EnvAPI.StepTimeout, "envapi.step-timeout", 30*time.Second, "bound on one step (env and reward)")
+	fs.DurationVar(&c.EnvAPI.StartTimeout, "envapi.start-timeout", 30*time.Second, "bound on a Reset (fault plan and env start)")
+	fs.DurationVar(&c.EnvAPI.EpisodeTimeout, "envapi.episode-timeout", time.Hour, "wall time from Reset after which an episode is truncated (reason timeout)")
+	fs.DurationVar(&c.EnvAPI.IdleTimeout, "envapi.idle-timeout", 5*time.Minute, "an episode with no call for this long is reaped (truncated, reason timeout)")
+	fs.IntVar(&c.EnvAPI.SegmentSteps, "envapi.segment-steps", 32, "steps of an env API episode per StepsTaken event")
+	fs.IntVar(&c.EnvAPI.ScoreBatch, "envapi.score-batch", 512, "most steps in one score request of the env API")
+
+	fs.StringVar(&c.PolicyHTTP.URL, "policy.http.url", "", "OpenAI-compatible API base of the \"http\" policy, e.g. http://127.0.0.1:8000/v1")
+	fs.StringVar(&c.PolicyHTTP.Model, "policy.http.model", "", "model name the \"http\" policy sends")
+	fs.StringVar(&c.PolicyHTTP.APIKey, "policy.http.api-key", "", "bearer key for the \"http\" policy's endpoint")
+	fs.DurationVar(&c.PolicyHTTP.Timeout, "policy.http.timeout", 60*time.Second, "bound on one chat completion of the \"http\" policy (an infra error past it)")
+	fs.IntVar(&c.PolicyHTTP.MaxTokens, "policy.http.max-tokens", 0, "max_tokens of each completion (0: the server's default)")
 }
 
 // overlay applies a YAML file's keys to fs, skipping flags set on the command line. Unknown

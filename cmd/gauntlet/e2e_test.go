@@ -45,6 +45,7 @@ func testConfig(t testing.TB) config {
 	cfg.TemporalPort = 0
 	cfg.TemporalUIPort = -1
 	cfg.HTTPAddr = ""
+	cfg.EnvAPI.Addr = "127.0.0.1:0"
 	cfg.LogLevel = "warn"
 	cfg.Worker.Concurrency = 128
 	cfg.Store.BatchRows = 5000

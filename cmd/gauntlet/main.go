@@ -173,6 +173,9 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 		if slices.Contains(order, modTemporal) {
 			st.Temporal, st.TemporalUI = a.temporalAddr(), a.temporalUI()
 		}
+		if a.envapi != nil {
+			st.EnvAPI = a.envapi.Addr()
+		}
 		if err := writeStack(cfg.DataDir, st); err != nil {
 			log.Warn("write stack.json", "err", err)
 		}

@@ -7,24 +7,33 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// PlayStep asks the agent for its next action and applies it to the episode, measuring the
-// step's wall time into its metering. Errors name the policy or the step; the episode is
-// dead after one.
+// PlayStep asks the agent for its next action and applies it to the episode (ApplyStep).
+// Errors name the policy or the step; the episode is dead after one.
 func PlayStep(agent Agent, ep Episode, req *gauntletv1.EpisodeRequested, turn Turn) (Action, StepResult, error) {
 	act, err := agent.Act(turn)
 	if err != nil {
 		return act, StepResult{}, fmt.Errorf("policy %s at step %d: %w", req.GetPolicy(), turn.Step, err)
 	}
+	res, err := ApplyStep(ep, act)
+	if err != nil {
+		return act, res, fmt.Errorf("step %d of %s: %w", turn.Step, req.GetEpisodeId(), err)
+	}
+	return act, res, nil
+}
+
+// ApplyStep applies one action to the episode, measuring the step's wall time into its
+// metering. An error is an infra error; the episode is dead after one.
+func ApplyStep(ep Episode, act Action) (StepResult, error) {
 	t0 := time.Now()
 	res, err := ep.Step(act)
 	if err != nil {
-		return act, res, fmt.Errorf("step %d of %s: %w", turn.Step, req.GetEpisodeId(), err)
+		return res, err
 	}
 	if res.Metering == nil {
 		res.Metering = &gauntletv1.Metering{}
 	}
 	res.Metering.WallNs = uint64(time.Since(t0))
-	return act, res, nil
+	return res, nil
 }
 
 // StepEvent records one played step as the StepTaken event workers publish (without its

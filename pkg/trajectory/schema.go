@@ -170,6 +170,25 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.steps_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
 		}},
+	{version: 4, name: "trainer data of env API steps", stmts: []string{
+		// One row per (episode_id, step) a trainer attached data to (token ids,
+		// logprobs, policy version); large, so apart from steps. Join on
+		// (episode_id, step).
+		`CREATE TABLE IF NOT EXISTS {db}.trainer_steps (
+			run_id String,
+			episode_id String,
+			step UInt32,
+			requested_at DateTime,
+			policy_version String,
+			prompt_token_ids Array(UInt32),
+			completion_token_ids Array(UInt32),
+			logprobs Array(Float32),
+			version UInt64
+		) ENGINE = ReplacingMergeTree(version)
+		PARTITION BY toYYYYMMDD(requested_at)
+		ORDER BY (episode_id, step)`,
+		`CREATE VIEW IF NOT EXISTS {db}.trainer_steps_final AS SELECT * FROM {db}.trainer_steps FINAL`,
+	}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -47,6 +47,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"schema_migrations", "MergeTree"},
 		{"steps", "ReplacingMergeTree"},
 		{"steps_final", "View"},
+		{"trainer_steps", "ReplacingMergeTree"},
+		{"trainer_steps_final", "View"},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		t.Errorf("tables = %v, want %v", rows, want)
@@ -60,6 +62,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"steps", columnList(stepColumns)},
 		{"episodes", columnList(episodeColumns)},
 		{"faults", columnList(faultColumns)},
+		{"trainer_steps", columnList(trainerColumns)},
 	} {
 		_, rows, err := Query(ctx, conn, "SELECT name FROM system.columns WHERE database = '"+testDB+"' AND table = '"+table.name+"'")
 		if err != nil {

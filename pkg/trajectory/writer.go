@@ -19,8 +19,9 @@ type Writer struct {
 
 // Counts says what one Write did.
 type Counts struct {
-	// Steps, Faults and Episodes are the rows inserted into each table.
-	Steps, Faults, Episodes int
+	// Steps, Faults, Episodes and Trainer are the rows inserted into each table
+	// (Trainer: trainer_steps).
+	Steps, Faults, Episodes, Trainer int
 	// Duplicates is how many events were dropped because another event of the same
 	// call had the same key ((episode_id, step) for steps, episode_id for ends).
 	// Of those, the one kept is the one ReplacingMergeTree would keep: the highest
@@ -37,8 +38,8 @@ func NewWriter(conn driver.Conn, database string) *Writer {
 }
 
 // Write inserts the rows projected from events: one row per StepTaken (alone or in a
-// StepsTaken segment) into steps, one
-// per fired fault into faults, one per EpisodeEnded into episodes, each table in one
+// StepsTaken segment) into steps, one per step carrying trainer data into trainer_steps,
+// one per fired fault into faults, one per EpisodeEnded into episodes, each table in one
 // batch. EpisodeStarted events produce no rows. Within one call only one event per key
 // is kept (see Counts.Duplicates), so batches carry no duplicates; across calls
 // ReplacingMergeTree collapses them. An empty events is a no-op.
@@ -130,8 +131,10 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		nFaults += len(st.GetFaults())
 	}
 	faults := make([]FaultRow, 0, nFaults)
+	var trainer []TrainerRow
 	for _, s := range stepEvents {
 		faults = appendFaultRows(faults, s)
+		trainer = appendTrainerRow(trainer, s)
 	}
 
 	if err := insert(ctx, w.conn, w.database, "steps", stepColumns, steps); err != nil {
@@ -142,6 +145,10 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		return n, err
 	}
 	n.Faults = len(faults)
+	if err := insert(ctx, w.conn, w.database, "trainer_steps", trainerColumns, trainer); err != nil {
+		return n, err
+	}
+	n.Trainer = len(trainer)
 	if err := insert(ctx, w.conn, w.database, "episodes", episodeColumns, episodes); err != nil {
 		return n, err
 	}

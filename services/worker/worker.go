@@ -11,13 +11,15 @@
 // the stream and the store de-duplicate. Long episodes heartbeat with InProgress. On stop,
 // episodes in flight are abandoned and their assignments nak'ed for immediate redelivery.
 //
+// Each step takes the shared step path of pkg/play, the same as a trainer's step over the
+// env API, so a trajectory looks the same whoever chose its actions.
+//
 // Concurrency: Config.Concurrency episode goroutines share one consumer and one scorer;
 // each episode's env, agent and injector belong to its goroutine alone.
 package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,7 +33,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
@@ -92,7 +94,7 @@ type Service struct {
 	bus    func() *bus.Bus
 	log    *slog.Logger
 	tracer trace.Tracer
-	scorer *scorer
+	scorer *play.Scorer
 	cons   jetstream.Consumer
 	// sandboxes is nil when no sandbox runtime is configured; runtimes owns it.
 	sandboxes env.Sandboxes
@@ -114,7 +116,7 @@ func New(cfg Config, getBus, getRPC func() *bus.Bus, tel *telemetry.Telemetry, l
 	return &Service{
 		cfg: cfg, bus: getBus, log: log.With("worker_id", cfg.ID),
 		tracer:   tel.Tracer("gauntlet/worker"),
-		scorer:   newScorer(getRPC, cfg.ScoreBatch, 4, m),
+		scorer:   play.NewScorer(getRPC, cfg.ScoreBatch, 4, m, "gauntlet_worker"),
 		steps:    telemetry.Must(m.Int64Counter("gauntlet_worker_steps_total", metric.WithDescription("Steps run."))),
 		episodes: telemetry.Must(m.Int64Counter("gauntlet_worker_episodes_total", metric.WithDescription("Episodes finished, by reason."))),
 		fired:    telemetry.Must(m.Int64Counter("gauntlet_worker_faults_fired_total", metric.WithDescription("Faults fired, by kind."))),
@@ -159,7 +161,7 @@ func (w *Service) Starting(ctx context.Context) error {
 
 // Running pulls assignments and runs episodes until ctx ends.
 func (w *Service) Running(ctx context.Context) error {
-	go w.scorer.run(ctx)
+	go w.scorer.Run(ctx)
 	it, err := w.cons.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("pull from %s: %w", ConsumerName, err)
@@ -203,9 +205,6 @@ func (w *Service) Stopping(context.Context) error {
 	return w.runtimes.Close()
 }
 
-// errAbandoned marks an episode given up because the worker is stopping.
-var errAbandoned = errors.New("worker stopping")
-
 func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
 	var a gauntletv1.EpisodeAssigned
 	if err := proto.Unmarshal(msg.Data(), &a); err != nil || a.Episode == nil {
@@ -223,7 +222,7 @@ func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		_ = msg.Ack()
-	case ctx.Err() != nil || errors.Is(err, errAbandoned):
+	case ctx.Err() != nil || errors.Is(err, play.ErrAbandoned):
 		_ = msg.Nak()
 	case attempt < uint64(w.cfg.MaxDeliver):
 		w.log.Warn("episode failed; will retry", "episode_id", a.Episode.EpisodeId, "attempt", attempt, "err", err)
@@ -246,9 +245,10 @@ func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// play runs one episode to its end and publishes its events. A nil error means every event
-// is in the stream. Problems with the request itself (unknown env, bad params) are not
-// errors: the episode ends at once with the reason recorded.
+// play runs one episode to its end through the shared step path (pkg/play) and publishes
+// its events. A nil error means every event is in the stream. Problems with the request
+// itself (unknown env, bad params, a policy that cannot play the env) are not errors: the
+// episode ends at once with the reason recorded.
 func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.EpisodeAssigned, attempt uint32) error {
 	req := a.Episode
 	ctx, span := w.tracer.Start(ctx, "episode", trace.WithAttributes(
@@ -256,188 +256,70 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 		attribute.String("policy", req.Policy), attribute.String("profile", a.Plan.GetProfile())))
 	defer span.End()
 
-	pub := publisher{bus: w.bus(), stall: 10 * time.Second, segment: w.cfg.SegmentSteps}
-	startedAt := time.Now()
-	ended := &gauntletv1.EpisodeEnded{
-		Episode: req, Profile: a.Plan.GetProfile(), Plan: a.Plan, WorkerId: w.cfg.ID,
-		StartedAtUnixNano: startedAt.UnixNano(),
-	}
-	episode, agent, err := w.prepare(a)
-	if err != nil {
-		ended.Terminated = true
-		ended.Reason = gauntletv1.TerminationReason_TERMINATION_REASON_FAILURE
-		ended.Error = err.Error()
-		return w.finish(ctx, &pub, ended)
-	}
+	sess := play.NewSession(w.bus(), w.cfg.SegmentSteps, a, w.cfg.ID)
+	sess.Sandboxes = w.sandboxes
 	defer func() {
-		if err := env.Close(episode); err != nil {
+		if err := sess.Close(); err != nil {
 			w.log.Warn("close episode", "episode_id", req.EpisodeId, "err", err)
 		}
 	}()
-	obs, err := episode.Reset()
+	agent, err := w.prepare(sess)
 	if err != nil {
-		return fmt.Errorf("reset %s: %w", req.EpisodeId, err)
+		return w.finish(ctx, sess, sess.Fail(ctx, err))
 	}
-	// The plan goes with the ended event (and into ClickHouse); started stays small.
-	if err := pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{
-		Episode: req, WorkerId: w.cfg.ID, StartedAtUnixNano: startedAt.UnixNano(),
-		ObservationJson: string(obs), Attempt: attempt,
-	}}}); err != nil {
+	obs, err := sess.Reset(attempt)
+	if err != nil {
 		return err
 	}
-
 	turn := env.Turn{Observation: obs}
 	lastBeat := time.Now()
-	reply := make(chan scoreResult, 1) // this episode's score replies, reused every step
-	for step := uint32(0); ; step++ {
+	for !sess.Done() {
 		if ctx.Err() != nil {
-			return errAbandoned
+			return play.ErrAbandoned
 		}
 		if time.Since(lastBeat) > w.cfg.AckWait/3 {
 			_ = msg.InProgress()
 			lastBeat = time.Now()
 		}
-		act, res, err := env.PlayStep(agent, episode, req, turn)
+		act, err := agent.Act(turn)
 		if err != nil {
-			return err
+			return fmt.Errorf("policy %s at step %d: %w", req.GetPolicy(), turn.Step, err)
 		}
-		st := env.StepEvent(req, a.Plan.GetProfile(), w.cfg.ID, step, act, res, episode.Now())
-		score, err := w.scorer.Score(ctx, st, reply)
+		st, res, err := sess.Step(ctx, w.scorer, act, nil)
 		if err != nil {
-			if ctx.Err() != nil {
-				return errAbandoned
-			}
-			return err
-		}
-		st.Score = score
-		if err := pub.step(st); err != nil {
 			return err
 		}
 		w.steps.Add(ctx, 1)
 		for _, f := range res.Faults {
 			w.fired.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", f.Kind)))
 		}
-		ended.Steps = step + 1
-		ended.TotalReward += score.GetTotal()
-		ended.FaultsFired += uint32(len(res.Faults))
-		turn = env.Turn{Step: step + 1, Observation: res.Observation, Reward: score.GetTotal()}
-		if res.Done() {
-			ended.Terminated, ended.Truncated, ended.Reason = res.Terminated, res.Truncated, res.Reason
-			ended.Success = res.Signals.GetSuccess()
-			break
-		}
+		turn = env.Turn{Step: sess.Steps(), Observation: res.Observation, Reward: st.Score.GetTotal()}
 	}
-	ended.VirtualTimeNs = int64(episode.Now())
-	return w.finish(ctx, &pub, ended)
+	return w.finish(ctx, sess, sess.Finish(ctx))
 }
 
 // prepare builds the episode and its agent; its errors are the request's fault.
-func (w *Service) prepare(a *gauntletv1.EpisodeAssigned) (env.Episode, env.Agent, error) {
-	req := a.Episode
-	e, err := env.Lookup(req.Env)
+func (w *Service) prepare(sess *play.Session) (env.Agent, error) {
+	e, err := sess.Prepare()
 	if err != nil {
-		return nil, nil, fmt.Errorf("env: %w", err)
+		return nil, err
 	}
-	inj, err := faults.NewInjector(a.Plan)
+	p, err := policy.Lookup(sess.Req.Policy)
 	if err != nil {
-		return nil, nil, fmt.Errorf("fault plan: %w", err)
+		return nil, fmt.Errorf("policy: %w", err)
 	}
-	params := json.RawMessage(req.ParamsJson)
-	episode, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: params, MaxSteps: req.MaxSteps, Faults: inj, Sandboxes: w.sandboxes})
+	agent, err := p.NewAgent(e, rng.Derive(sess.Req.Seed, "policy"))
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("policy %s: %w", sess.Req.Policy, err)
 	}
-	p, err := policy.Lookup(req.Policy)
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: %w", err)
-	}
-	agent, err := p.NewAgent(e, rng.Derive(req.Seed, "policy"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy %s: %w", req.Policy, err)
-	}
-	return episode, agent, nil
+	return agent, nil
 }
 
-func (w *Service) finish(ctx context.Context, pub *publisher, ended *gauntletv1.EpisodeEnded) error {
-	ended.EndedAtUnixNano = time.Now().UnixNano()
-	if err := pub.flush(); err != nil {
-		return err
-	}
-	if err := pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ended}}); err != nil {
-		return err
-	}
-	if err := pub.wait(ctx); err != nil {
-		return err
-	}
-	w.episodes.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", ended.Reason.Name())))
-	return nil
-}
-
-// publisher publishes one episode's events asynchronously and waits for all their acks
-// at the end, republishing (same message id, so no duplicate) any that failed. Steps are
-// grouped into StepsTaken segments of up to segment steps.
-type publisher struct {
-	bus     *bus.Bus
-	stall   time.Duration
-	segment int
-	pending []jetstream.PubAckFuture
-
-	steps     []*gauntletv1.StepTaken
-	lastFlush time.Time
-}
-
-// step queues one step, publishing the segment when it is full or has waited a second.
-func (p *publisher) step(st *gauntletv1.StepTaken) error {
-	if len(p.steps) == 0 && p.lastFlush.IsZero() {
-		p.lastFlush = time.Now()
-	}
-	p.steps = append(p.steps, st)
-	if len(p.steps) >= p.segment || time.Since(p.lastFlush) > time.Second {
-		return p.flush()
-	}
-	return nil
-}
-
-// flush publishes the queued steps, if any, as one StepsTaken event.
-func (p *publisher) flush() error {
-	if len(p.steps) == 0 {
-		return nil
-	}
-	ev := &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: p.steps}}}
-	p.steps = nil
-	p.lastFlush = time.Now()
-	return p.event(ev)
-}
-
-func (p *publisher) event(ev *gauntletv1.Event) error {
-	f, err := p.bus.PublishEventAsync(ev, p.stall)
+// finish counts the ended episode once its events are all in the stream.
+func (w *Service) finish(ctx context.Context, sess *play.Session, err error) error {
 	if err != nil {
 		return err
 	}
-	p.pending = append(p.pending, f)
-	return nil
-}
-
-func (p *publisher) wait(ctx context.Context) error {
-	for _, f := range p.pending {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			m := f.Msg()
-			var ev gauntletv1.Event
-			if uerr := proto.Unmarshal(m.Data, &ev); uerr != nil {
-				return fmt.Errorf("republish after %v: %w", err, uerr)
-			}
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			perr := p.bus.PublishEvent(rctx, &ev)
-			cancel()
-			if perr != nil {
-				return fmt.Errorf("publish %s: %w (first error: %v)", m.Subject, perr, err)
-			}
-		case <-ctx.Done():
-			return errAbandoned
-		}
-	}
-	p.pending = p.pending[:0]
+	w.episodes.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", sess.Ended.Reason.Name())))
 	return nil
 }

@@ -1421,7 +1421,10 @@ type StepTaken struct {
 	WorkerId            string `protobuf:"bytes,17,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	RequestedAtUnixNano int64  `protobuf:"varint,18,opt,name=requested_at_unix_nano,json=requestedAtUnixNano,proto3" json:"requested_at_unix_nano,omitempty"`
 	// The reward service's verdict for this step, as returned to the agent.
-	Score         *StepScored `protobuf:"bytes,19,opt,name=score,proto3" json:"score,omitempty"`
+	Score *StepScored `protobuf:"bytes,19,opt,name=score,proto3" json:"score,omitempty"`
+	// What a trainer attached to the step over the env API (token ids, logprobs, policy
+	// version); stored in its own table (trainer_steps), joinable on (episode_id, step).
+	Trainer       *TrainerData `protobuf:"bytes,20,opt,name=trainer,proto3" json:"trainer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1585,6 +1588,13 @@ func (x *StepTaken) GetRequestedAtUnixNano() int64 {
 func (x *StepTaken) GetScore() *StepScored {
 	if x != nil {
 		return x.Score
+	}
+	return nil
+}
+
+func (x *StepTaken) GetTrainer() *TrainerData {
+	if x != nil {
+		return x.Trainer
 	}
 	return nil
 }
@@ -2406,7 +2416,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\"\xe3\x03\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\"\xe3\x03\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -2517,7 +2527,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06budget\x18\x06 \x01(\x01R\x06budget\x12.\n" +
 	"\x13deadline_virtual_ns\x18\a \x01(\x03R\x11deadlineVirtualNs\x12%\n" +
 	"\x0eprogress_delta\x18\b \x01(\x01R\rprogressDelta\x12#\n" +
-	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\xcc\x05\n" +
+	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\x80\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
@@ -2541,7 +2551,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fvirtual_time_ns\x18\x10 \x01(\x03R\rvirtualTimeNs\x12\x1b\n" +
 	"\tworker_id\x18\x11 \x01(\tR\bworkerId\x123\n" +
 	"\x16requested_at_unix_nano\x18\x12 \x01(\x03R\x13requestedAtUnixNano\x12-\n" +
-	"\x05score\x18\x13 \x01(\v2\x17.gauntlet.v1.StepScoredR\x05score\"S\n" +
+	"\x05score\x18\x13 \x01(\v2\x17.gauntlet.v1.StepScoredR\x05score\x122\n" +
+	"\atrainer\x18\x14 \x01(\v2\x18.gauntlet.v1.TrainerDataR\atrainer\"S\n" +
 	"\x0fRewardComponent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
@@ -2671,6 +2682,7 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*Drift)(nil),            // 27: gauntlet.v1.Drift
 	(*CustomProfile)(nil),    // 28: gauntlet.v1.CustomProfile
 	(*DriftValue)(nil),       // 29: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),      // 30: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
@@ -2696,24 +2708,25 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	16, // 20: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
 	0,  // 21: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
 	19, // 22: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	18, // 23: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	17, // 24: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	19, // 25: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	3,  // 26: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 27: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 28: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 29: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	5,  // 30: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	17, // 31: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	22, // 32: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	17, // 33: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	23, // 34: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	24, // 35: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	30, // 23: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	18, // 24: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	17, // 25: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	19, // 26: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	3,  // 27: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 28: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 29: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	0,  // 30: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	5,  // 31: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	17, // 32: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	22, // 33: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	17, // 34: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	23, // 35: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	24, // 36: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -2722,6 +2735,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		return
 	}
 	file_proto_gauntlet_v1_faults_proto_init()
+	file_proto_gauntlet_v1_trainer_proto_init()
 	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5].OneofWrappers = []any{
 		(*FaultRule_HttpError)(nil),
 		(*FaultRule_Latency)(nil),

@@ -1,4 +1,4 @@
-package worker
+package play
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// scorer batches the score requests of all episodes running on this worker: each episode
+// Scorer batches the score requests of all episodes running on this worker: each episode
 // waits for its own step's score, while the scorer sends whatever has queued up as one
 // ScoreRequest. Under load batches grow by themselves (no linger timer), so a lone episode
 // pays one round trip and a busy worker pays a fraction of one per step.
-type scorer struct {
+type Scorer struct {
 	bus      func() *bus.Bus
 	maxBatch int
 	inFlight chan struct{} // bounds concurrent requests
@@ -28,31 +28,34 @@ type scorer struct {
 
 type scoreCall struct {
 	step  *gauntletv1.StepTaken
-	reply chan scoreResult
+	reply chan ScoreResult
 }
 
-type scoreResult struct {
+// ScoreResult is the reply to one Score call.
+type ScoreResult struct {
 	score *gauntletv1.StepScored
 	err   error
 }
 
-func newScorer(getBus func() *bus.Bus, maxBatch, maxInFlight int, meter metric.Meter) *scorer {
-	return &scorer{
+// NewScorer allocates a scorer sending up to maxBatch steps per request and maxInFlight
+// requests at once; its metrics are named after prefix (e.g. "gauntlet_worker").
+func NewScorer(getBus func() *bus.Bus, maxBatch, maxInFlight int, meter metric.Meter, prefix string) *Scorer {
+	return &Scorer{
 		bus:      getBus,
 		maxBatch: maxBatch,
 		inFlight: make(chan struct{}, maxInFlight),
 		reqs:     make(chan scoreCall, 4*maxBatch),
-		latency: telemetry.Must(meter.Float64Histogram("gauntlet_worker_score_request_seconds",
+		latency: telemetry.Must(meter.Float64Histogram(prefix+"_score_request_seconds",
 			metric.WithDescription("Round trip of one score request to the reward service."),
 			metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))),
-		size: telemetry.Must(meter.Int64Histogram("gauntlet_worker_score_batch_steps",
+		size: telemetry.Must(meter.Int64Histogram(prefix+"_score_batch_steps",
 			metric.WithDescription("Steps per score request."),
 			metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 128, 256, 512, 1024))),
 	}
 }
 
 // Score returns the reward service's score for one step.
-func (s *scorer) Score(ctx context.Context, st *gauntletv1.StepTaken, reply chan scoreResult) (*gauntletv1.StepScored, error) {
+func (s *Scorer) Score(ctx context.Context, st *gauntletv1.StepTaken, reply chan ScoreResult) (*gauntletv1.StepScored, error) {
 	select {
 	case s.reqs <- scoreCall{step: st, reply: reply}:
 	case <-ctx.Done():
@@ -66,8 +69,8 @@ func (s *scorer) Score(ctx context.Context, st *gauntletv1.StepTaken, reply chan
 	}
 }
 
-// run batches calls until ctx ends.
-func (s *scorer) run(ctx context.Context) {
+// Run batches calls until ctx ends; Score calls wait for it.
+func (s *Scorer) Run(ctx context.Context) {
 	for {
 		var first scoreCall
 		select {
@@ -78,7 +81,7 @@ func (s *scorer) run(ctx context.Context) {
 		select {
 		case s.inFlight <- struct{}{}:
 		case <-ctx.Done():
-			first.reply <- scoreResult{err: ctx.Err()}
+			first.reply <- ScoreResult{err: ctx.Err()}
 			return
 		}
 		batch := []scoreCall{first}
@@ -98,7 +101,7 @@ func (s *scorer) run(ctx context.Context) {
 	}
 }
 
-func (s *scorer) send(ctx context.Context, batch []scoreCall) {
+func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	// The reward service scores from a step's signals and metering (pkg/reward); the
 	// observation and diff, the bulk of a step, stay here.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
@@ -125,9 +128,9 @@ func (s *scorer) send(ctx context.Context, batch []scoreCall) {
 	}
 	for i, c := range batch {
 		if err != nil {
-			c.reply <- scoreResult{err: fmt.Errorf("score step: %w", err)}
+			c.reply <- ScoreResult{err: fmt.Errorf("score step: %w", err)}
 			continue
 		}
-		c.reply <- scoreResult{score: reply.Scores[i]}
+		c.reply <- ScoreResult{score: reply.Scores[i]}
 	}
 }

@@ -1,0 +1,55 @@
+"""gauntlet_env: a standard-library-only Python client for gauntlet's env API.
+
+It speaks the Connect protocol's HTTP/JSON (one POST per call) to the envapi module of
+`gauntlet up` and offers:
+
+* ``Client``: every RPC of ``gauntlet.v1.EnvService`` as a method returning decoded JSON;
+* ``GauntletEnv``: a Gymnasium-style env, ``reset(seed=, options=) -> (obs, info)`` and
+  ``step(action) -> (obs, reward, terminated, truncated, info)``, usable as a context
+  manager;
+* ``GauntletVectorEnv``: many episodes stepped together over the batched RPCs
+  (StepBatch, and EnvPool-style ``send`` / ``recv``);
+* typed errors (``GauntletError`` and its subclasses), one per API error code.
+
+Semantics (no auto-reset, terminated vs truncated, infra errors to mask) are in
+docs/envapi.md. When gymnasium is importable, ``GauntletEnv`` subclasses ``gymnasium.Env``
+and ``gauntlet/Shop-v0`` is registered.
+"""
+
+from .client import (
+    AuthError,
+    Client,
+    ConflictError,
+    EpisodeOverError,
+    GauntletError,
+    InfraError,
+    InvalidArgumentError,
+    NotFoundError,
+    QuotaError,
+)
+from .env import GauntletEnv, GauntletVectorEnv, StepOutcome
+
+__all__ = [
+    "AuthError",
+    "Client",
+    "ConflictError",
+    "EpisodeOverError",
+    "GauntletEnv",
+    "GauntletError",
+    "GauntletVectorEnv",
+    "InfraError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "QuotaError",
+    "StepOutcome",
+]
+
+try:  # optional: register with gymnasium when it is installed
+    import gymnasium as _gym
+
+    try:
+        _gym.register(id="gauntlet/Shop-v0", entry_point="gauntlet_env.env:GauntletEnv", kwargs={"env": "shop"})
+    except Exception:  # already registered (module reloaded)
+        pass
+except ImportError:
+    pass

@@ -1,0 +1,138 @@
+"""Tests of gauntlet_env against a real gauntlet stack (started by the Go test
+TestEnvAPI in cmd/gauntlet, which sets GAUNTLET_URL, GAUNTLET_TOKEN and
+GAUNTLET_OTHER_TOKEN). They fail, never skip, without a server."""
+
+import os
+import unittest
+
+import gauntlet_env as g
+
+URL = os.environ.get("GAUNTLET_URL")
+TOKEN = os.environ.get("GAUNTLET_TOKEN")
+OTHER = os.environ.get("GAUNTLET_OTHER_TOKEN")
+
+
+def search(q="mug"):
+    return {"tool": "catalog.search", "args": {"query": q}}
+
+
+class EnvAPITest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not (URL and TOKEN and OTHER):
+            raise RuntimeError("GAUNTLET_URL, GAUNTLET_TOKEN and GAUNTLET_OTHER_TOKEN must name a running env API "
+                               "(run via go test ./cmd/gauntlet -run TestEnvAPI)")
+        cls.client = g.Client(URL, TOKEN)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+
+    def test_describe(self):
+        self.assertIn("shop", [e["name"] for e in self.client.list_envs()])
+        with g.GauntletEnv("shop", client=self.client) as env:
+            self.assertIn("catalog.search", env.tools)
+            names = [c["name"] for c in env.description["rewardComponents"]]
+            self.assertEqual(names, ["task", "cost", "safety", "timeliness", "causal"])
+
+    def test_full_episode_five_tuple(self):
+        with g.GauntletEnv("shop", client=self.client, max_steps=5, policy="py-test") as env:
+            obs, info = env.reset(seed=3, options={"profile": "baseline"})
+            self.assertIn("item", obs)
+            self.assertEqual(info["runId"], "api-acme")
+            n = 0
+            while True:
+                obs, reward, terminated, truncated, info = env.step(search(obs.get("item", "mug") if n == 0 else "mug"))
+                n += 1
+                self.assertIsInstance(reward, float)
+                self.assertEqual(set(info["reward_components"]), {"task", "cost", "safety", "timeliness", "causal"})
+                self.assertFalse(info["infra_error"])
+                if terminated or truncated:
+                    break
+            self.assertEqual(n, 5)
+            self.assertTrue(truncated)
+            self.assertEqual(info["reason"], "max_steps")
+            # No auto-reset: the next step says the episode is over.
+            with self.assertRaises(g.EpisodeOverError):
+                env.step(search())
+            obs, info = env.reset(seed=4)
+            env.step(search())
+
+    def test_bad_actions_keep_the_episode_usable(self):
+        with g.GauntletEnv("shop", client=self.client) as env:
+            env.reset(seed=5)
+            _, _, term, _, info = env.step({"tool": "no.such.tool", "args": {}})
+            self.assertTrue(info["signals"].get("invalidAction"))
+            self.assertFalse(term)
+            _, _, _, _, info = env.step({"tool": "catalog.search", "args": "{not json"})
+            self.assertTrue(info["signals"].get("invalidAction"))
+            _, _, _, _, info = env.step(search())
+            self.assertEqual(info["step"], 2)
+            with self.assertRaises(ValueError):
+                env.step("catalog.search")
+            with self.assertRaises(g.InvalidArgumentError) as cm:
+                self.client.call("Step", {"episodeId": env.episode_id})
+            self.assertIn("action", cm.exception.message)
+
+    def test_typed_errors(self):
+        with self.assertRaises(g.AuthError) as cm, g.Client(URL, "wrong-token-xxxxxxxxxxxxxxxx") as c:
+            c.list_envs()
+        self.assertEqual(cm.exception.status, 401)
+        with g.GauntletEnv("shop", client=self.client) as env:
+            env.reset(seed=6)
+            with self.assertRaises(g.NotFoundError) as cm, g.Client(URL, OTHER) as other:
+                other.step(env.episode_id, "catalog.search", {})
+            self.assertEqual(cm.exception.status, 404)
+        with self.assertRaises(g.InvalidArgumentError):
+            self.client.reset("shop", profile="apocalypse")
+
+    def test_context_manager_closes(self):
+        before = self.client.capacity().get("activeEpisodes", 0)
+        with g.GauntletEnv("shop", client=self.client) as env:
+            env.reset(seed=8)
+            self.assertEqual(self.client.capacity().get("activeEpisodes", 0), before + 1)
+            eid = env.episode_id
+        self.assertEqual(self.client.capacity().get("activeEpisodes", 0), before)
+        self.client.close_episode(eid)  # idempotent
+
+    def test_vector_env_256(self):
+        n = 256
+        with g.GauntletVectorEnv(n, "shop", client=self.client, max_steps=3) as venv:
+            obs, infos = venv.reset(seed=100)
+            self.assertEqual(len(obs), n)
+            obs, rew, term, trunc, infos = venv.step([search()] * n)
+            self.assertTrue(all(isinstance(r, float) for r in rew))
+            self.assertEqual({i["step"] for i in infos}, {0})
+            # EnvPool style: send everything, receive the first results as they complete.
+            self.assertEqual(venv.send([search()] * n), n)
+            got = {}
+            while len(got) < n:
+                for i, out in venv.recv(min_results=1):
+                    self.assertFalse(out.info["error"])
+                    got[i] = out
+            self.assertEqual({o.info["step"] for o in got.values()}, {1})
+            obs, rew, term, trunc, infos = venv.step([search()] * n)
+            self.assertTrue(all(trunc))
+            # A done sub-env is not auto-reset: stepping it fails for that item only.
+            obs, rew, term, trunc, infos = venv.step([search()] + [None] * (n - 1))
+            self.assertIsInstance(infos[0]["error"], g.EpisodeOverError)
+            venv.reset_at(0, seed=1)
+            obs, rew, term, trunc, infos = venv.step([search()] + [None] * (n - 1))
+            self.assertEqual(infos[0]["step"], 0)
+
+    def test_trainer_data_and_fork(self):
+        with g.GauntletEnv("shop", client=self.client) as env:
+            env.reset(seed=9)
+            env.step({"tool": "catalog.search", "args": {"query": "mug"},
+                      "trainer": {"completion_token_ids": [1, 2], "logprobs": [-0.1, -0.2], "policy_version": "py"}})
+            snap = env.snapshot()
+            a = env.step(search("lamp"))
+            with g.GauntletEnv("shop", client=self.client) as env2:
+                env2.fork(snap)
+                b = env2.step(search("lamp"))
+            self.assertEqual(a.obs, b.obs)
+            self.assertEqual(a.reward, b.reward)
+
+
+if __name__ == "__main__":
+    unittest.main()

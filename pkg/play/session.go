@@ -1,0 +1,285 @@
+// Package play owns the one path every step of every episode takes, whoever chooses its
+// actions (a built-in policy in a worker, a model endpoint, or a trainer over the env API):
+// the episode is built from its request and fault plan, reset, and each action is applied
+// to the env, timed, recorded as a StepTaken, scored by the reward service (Scorer, over
+// NATS request/reply) and published to GAUNTLET_EVENTS with the episode's started and ended
+// events, so the store projects it into ClickHouse. A trajectory therefore looks the same
+// whoever played it.
+//
+// Concurrency: a Session belongs to one goroutine at a time (callers serialise its
+// methods); a Scorer is shared by many sessions and is safe for concurrent use.
+package play
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// ErrAbandoned marks an episode given up because its context ended (the process stopping).
+var ErrAbandoned = errors.New("episode abandoned: context ended")
+
+// Session is one episode being played: its env episode, its events publisher and the
+// running totals of its EpisodeEnded.
+type Session struct {
+	// Req and Plan are what the episode was assigned.
+	Req  *gauntletv1.EpisodeRequested
+	Plan *gauntletv1.FaultPlan
+	// Env is the episode's env, known after Prepare.
+	Env env.Env
+	// Ended accumulates the episode's end: steps, reward, faults; Finish publishes it.
+	Ended *gauntletv1.EpisodeEnded
+	// Sandboxes lends real sandboxes to envs that need them (codefix); set it before
+	// Prepare. Nil when this process runs no sandbox runtime.
+	Sandboxes env.Sandboxes
+
+	workerID string
+	episode  env.Episode
+	pub      publisher
+	step     uint32
+	reply    chan ScoreResult
+	done     bool
+}
+
+// NewSession allocates the session of an assigned episode, played by workerID (a worker
+// id, or the env API's id), publishing steps in segments of up to segment steps.
+func NewSession(b *bus.Bus, segment int, a *gauntletv1.EpisodeAssigned, workerID string) *Session {
+	return &Session{
+		Req: a.Episode, Plan: a.Plan, workerID: workerID,
+		pub:   publisher{bus: b, stall: 10 * time.Second, segment: segment},
+		reply: make(chan ScoreResult, 1),
+		Ended: &gauntletv1.EpisodeEnded{
+			Episode: a.Episode, Profile: a.Plan.GetProfile(), Plan: a.Plan, WorkerId: workerID,
+			StartedAtUnixNano: time.Now().UnixNano(),
+		},
+	}
+}
+
+// Prepare builds the env episode from the request and the fault plan. Its errors are the
+// request's fault (unknown env, bad params, bad plan); Fail records them.
+func (s *Session) Prepare() (env.Env, error) {
+	e, err := env.Lookup(s.Req.Env)
+	if err != nil {
+		return nil, fmt.Errorf("env: %w", err)
+	}
+	inj, err := faults.NewInjector(s.Plan)
+	if err != nil {
+		return nil, fmt.Errorf("fault plan: %w", err)
+	}
+	ep, err := e.NewEpisode(env.Config{Seed: s.Req.Seed, Params: json.RawMessage(s.Req.ParamsJson), MaxSteps: s.Req.MaxSteps, Faults: inj, Sandboxes: s.Sandboxes})
+	if err != nil {
+		return nil, err
+	}
+	s.Env, s.episode = e, ep
+	return e, nil
+}
+
+// Reset resets the prepared episode and publishes its started event (attempt counts the
+// deliveries of a worker's assignment; 1 otherwise). Its errors are infra errors.
+func (s *Session) Reset(attempt uint32) (json.RawMessage, error) {
+	if s.episode == nil {
+		return nil, errors.New("reset before prepare")
+	}
+	obs, err := s.episode.Reset()
+	if err != nil {
+		return nil, fmt.Errorf("reset %s: %w", s.Req.EpisodeId, err)
+	}
+	// The plan goes with the ended event (and into ClickHouse); started stays small.
+	if err := s.pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{
+		Episode: s.Req, WorkerId: s.workerID, StartedAtUnixNano: s.Ended.StartedAtUnixNano,
+		ObservationJson: string(obs), Attempt: attempt,
+	}}}); err != nil {
+		return nil, err
+	}
+	return obs, nil
+}
+
+// Steps is how many steps the session has played.
+func (s *Session) Steps() uint32 { return s.step }
+
+// Done reports whether the episode reached its end (terminated or truncated by the env).
+func (s *Session) Done() bool { return s.done }
+
+// Step plays one action through the pipeline: the env applies it (its wall time metered),
+// the reward service scores it, and the scored step is queued for publishing. trainer,
+// when not nil, is the trainer's data for the step, recorded with it. A non-nil error is an
+// infra error (or ErrAbandoned when ctx ended); the episode must then be ended with Fail
+// or FinishInfra.
+func (s *Session) Step(ctx context.Context, scorer *Scorer, act env.Action, trainer *gauntletv1.TrainerData) (*gauntletv1.StepTaken, env.StepResult, error) {
+	if s.done {
+		return nil, env.StepResult{}, errors.New("step after the episode ended")
+	}
+	res, err := env.ApplyStep(s.episode, act)
+	if err != nil {
+		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
+	}
+	st := env.StepEvent(s.Req, s.Plan.GetProfile(), s.workerID, s.step, act, res, s.episode.Now())
+	st.Trainer = trainer
+	score, err := scorer.Score(ctx, st, s.reply)
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, res, ErrAbandoned
+		}
+		// The reply may still arrive on the reused channel; a fresh one keeps it away
+		// from the next step.
+		s.reply = make(chan ScoreResult, 1)
+		return nil, res, err
+	}
+	st.Score = score
+	if err := s.pub.step(st); err != nil {
+		return nil, res, err
+	}
+	s.step++
+	e := s.Ended
+	e.Steps = s.step
+	e.TotalReward += score.GetTotal()
+	e.FaultsFired += uint32(len(res.Faults))
+	if res.Done() {
+		s.done = true
+		e.Terminated, e.Truncated, e.Reason = res.Terminated, res.Truncated, res.Reason
+		e.Success = res.Signals.GetSuccess()
+	}
+	return st, res, nil
+}
+
+// Flush publishes the steps queued so far without waiting for their acks (a session
+// waiting on its trainer should not hold them back).
+func (s *Session) Flush() error { return s.pub.flush() }
+
+// Fail ends the episode at once as terminated by a failure of the request itself (bad env,
+// params or plan), recording err, and publishes the end.
+func (s *Session) Fail(ctx context.Context, err error) error {
+	s.Ended.Terminated = true
+	s.Ended.Reason = gauntletv1.TerminationReason_TERMINATION_REASON_FAILURE
+	s.Ended.Error = err.Error()
+	return s.Finish(ctx)
+}
+
+// Truncate ends a running episode from outside (a timeout, an idle reaper, a client's
+// close) with reason and a note of why, and publishes the end.
+func (s *Session) Truncate(ctx context.Context, reason gauntletv1.TerminationReason, why string) error {
+	s.Ended.Truncated = true
+	s.Ended.Reason = reason
+	s.Ended.Error = why
+	return s.Finish(ctx)
+}
+
+// FinishInfra ends the episode as an infra error (gauntlet failed, not the policy), so
+// trainers mask it rather than punish it, and publishes the end.
+func (s *Session) FinishInfra(ctx context.Context, err error) error {
+	s.Ended.Terminated = false
+	s.Ended.Truncated = true
+	s.Ended.Reason = gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR
+	s.Ended.InfraError = true
+	s.Ended.Error = err.Error()
+	return s.Finish(ctx)
+}
+
+// Finish publishes the pending steps and the ended event, then waits until the stream
+// has acked every event of the episode (republishing, under the same message id, any
+// publish that failed). A nil error means the whole episode is in the stream.
+func (s *Session) Finish(ctx context.Context) error {
+	s.done = true
+	if s.episode != nil {
+		s.Ended.VirtualTimeNs = int64(s.episode.Now())
+	}
+	s.Ended.EndedAtUnixNano = time.Now().UnixNano()
+	if err := s.pub.flush(); err != nil {
+		return err
+	}
+	if err := s.pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: s.Ended}}); err != nil {
+		return err
+	}
+	return s.pub.wait(ctx)
+}
+
+// Close releases what the env episode holds (a sandbox, for envs that use one). Call it
+// once the session is over, whether it finished or was abandoned; it is safe to call on a
+// session that never prepared and to call more than once.
+func (s *Session) Close() error {
+	ep := s.episode
+	s.episode = nil
+	if ep == nil {
+		return nil
+	}
+	return env.Close(ep)
+}
+
+// publisher publishes one episode's events asynchronously and waits for all their acks
+// at the end, republishing (same message id, so no duplicate) any that failed. Steps are
+// grouped into StepsTaken segments of up to segment steps.
+type publisher struct {
+	bus     *bus.Bus
+	stall   time.Duration
+	segment int
+	pending []jetstream.PubAckFuture
+
+	steps     []*gauntletv1.StepTaken
+	lastFlush time.Time
+}
+
+// step queues one step, publishing the segment when it is full or has waited a second.
+func (p *publisher) step(st *gauntletv1.StepTaken) error {
+	if len(p.steps) == 0 && p.lastFlush.IsZero() {
+		p.lastFlush = time.Now()
+	}
+	p.steps = append(p.steps, st)
+	if len(p.steps) >= p.segment || time.Since(p.lastFlush) > time.Second {
+		return p.flush()
+	}
+	return nil
+}
+
+// flush publishes the queued steps, if any, as one StepsTaken event.
+func (p *publisher) flush() error {
+	if len(p.steps) == 0 {
+		return nil
+	}
+	ev := &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: p.steps}}}
+	p.steps = nil
+	p.lastFlush = time.Now()
+	return p.event(ev)
+}
+
+func (p *publisher) event(ev *gauntletv1.Event) error {
+	f, err := p.bus.PublishEventAsync(ev, p.stall)
+	if err != nil {
+		return err
+	}
+	p.pending = append(p.pending, f)
+	return nil
+}
+
+func (p *publisher) wait(ctx context.Context) error {
+	for _, f := range p.pending {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			m := f.Msg()
+			var ev gauntletv1.Event
+			if uerr := proto.Unmarshal(m.Data, &ev); uerr != nil {
+				return fmt.Errorf("republish after %v: %w", err, uerr)
+			}
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			perr := p.bus.PublishEvent(rctx, &ev)
+			cancel()
+			if perr != nil {
+				return fmt.Errorf("publish %s: %w (first error: %v)", m.Subject, perr, err)
+			}
+		case <-ctx.Done():
+			return ErrAbandoned
+		}
+	}
+	p.pending = p.pending[:0]
+	return nil
+}

@@ -1,0 +1,247 @@
+// Package httppolicy is the "http" policy: gauntlet asks an OpenAI-compatible
+// chat-completions endpoint (vLLM, SGLang, llama.cpp's server and others serve one) to
+// choose each action, offering the env's tools as function schemas. The episode runs
+// in a worker through the same step path as any other (pkg/play), so a model's
+// trajectory is recorded exactly like a trainer's or a built-in policy's.
+//
+// Failures of the endpoint are infra errors, not the policy's moves: a timeout, a non-200
+// status, a body that is not a chat completion, or a reply without a tool call make Act
+// return an error, which the worker retries and finally records as an infra error. What
+// the model chose, however odd (an unknown tool, arguments that are not JSON), is played
+// as its action, and the env answers with an invalid-action observation it can learn from.
+//
+// Configure sets the endpoint for the process (flags --policy.http.*); an agent keeps the
+// conversation of one episode and belongs to one goroutine. The policy value and
+// Configure are safe for concurrent use.
+package httppolicy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+)
+
+// Name is the policy's registered name.
+const Name = "http"
+
+// Config says which endpoint to ask.
+type Config struct {
+	// URL is the API base, e.g. http://127.0.0.1:8000/v1; requests go to
+	// URL + "/chat/completions".
+	URL string
+	// Model is the "model" field of each request.
+	Model string
+	// APIKey, when set, is sent as "Authorization: Bearer <key>".
+	APIKey string
+	// Timeout bounds one completion request.
+	Timeout time.Duration
+	// MaxTokens and Temperature go into each request (0: the server's defaults).
+	MaxTokens   int
+	Temperature float64
+}
+
+// Validate reports every problem at once, naming the flag.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL != "" && !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
+		errs = append(errs, fmt.Errorf("policy.http.url: %q is not an http(s) URL", c.URL))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("policy.http.timeout: %v must be positive", c.Timeout))
+	}
+	if c.MaxTokens < 0 {
+		errs = append(errs, fmt.Errorf("policy.http.max-tokens: %d must not be negative", c.MaxTokens))
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	mu      sync.RWMutex
+	current Config
+)
+
+// Configure sets the endpoint every later agent uses.
+func Configure(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	mu.Lock()
+	current = c
+	mu.Unlock()
+	return nil
+}
+
+func init() { policy.Register(httpPolicy{}) }
+
+type httpPolicy struct{}
+
+func (httpPolicy) Name() string { return Name }
+
+// NewAgent makes an agent for one episode of e. seed is unused: the model is the source
+// of the actions.
+func (httpPolicy) NewAgent(e env.Env, _ uint64) (env.Agent, error) {
+	mu.RLock()
+	cfg := current
+	mu.RUnlock()
+	if cfg.URL == "" {
+		return nil, fmt.Errorf("policy %s: no endpoint configured (--policy.http.url)", Name)
+	}
+	return NewAgent(cfg, e.Spec())
+}
+
+// NewAgent makes an agent asking cfg's endpoint to play an episode of spec.
+func NewAgent(cfg Config, spec env.Spec) (env.Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("policy.http.url: must not be empty")
+	}
+	a := &agent{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, byFunc: map[string]string{}}
+	var names []string
+	for _, t := range spec.Tools {
+		fn := functionName(t.Name)
+		a.byFunc[fn] = t.Name
+		params := t.Schema
+		if len(params) == 0 {
+			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		a.tools = append(a.tools, toolDef{Type: "function", Function: functionDef{Name: fn, Description: t.Description, Parameters: params}})
+		names = append(names, t.Name)
+	}
+	a.messages = append(a.messages, message{Role: "system", Content: fmt.Sprintf(
+		"You act in the %q environment: %s Each turn, call exactly one of the tools (%s). "+
+			"Tool results are JSON observations; faults such as HTTP 429/503 with retry_after_ms can happen.",
+		spec.Name, spec.Description, strings.Join(names, ", "))})
+	return a, nil
+}
+
+// functionName maps a tool name to an OpenAI-valid function name ([A-Za-z0-9_-]).
+func functionName(tool string) string {
+	return strings.NewReplacer(".", "__", "/", "__", " ", "_").Replace(tool)
+}
+
+type agent struct {
+	cfg      Config
+	client   *http.Client
+	tools    []toolDef
+	byFunc   map[string]string
+	messages []message
+	lastCall string // id of the tool call whose result the next turn carries
+	calls    int
+}
+
+type toolDef struct {
+	Type     string      `json:"type"`
+	Function functionDef `json:"function"`
+}
+
+type functionDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+type message struct {
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type request struct {
+	Model       string    `json:"model"`
+	Messages    []message `json:"messages"`
+	Tools       []toolDef `json:"tools"`
+	ToolChoice  string    `json:"tool_choice"`
+	MaxTokens   int       `json:"max_tokens,omitempty"`
+	Temperature float64   `json:"temperature,omitempty"`
+}
+
+type completion struct {
+	Choices []struct {
+		Message message `json:"message"`
+	} `json:"choices"`
+}
+
+// Act sends the conversation so far (with the latest observation as the result of the
+// previous tool call, or as the first user message) and plays the tool call of the reply.
+func (a *agent) Act(t env.Turn) (env.Action, error) {
+	if a.lastCall == "" {
+		a.messages = append(a.messages, message{Role: "user", Content: string(t.Observation)})
+	} else {
+		a.messages = append(a.messages, message{Role: "tool", Content: string(t.Observation), ToolCallID: a.lastCall})
+	}
+	body, _ := json.Marshal(request{
+		Model: a.cfg.Model, Messages: a.messages, Tools: a.tools, ToolChoice: "required",
+		MaxTokens: a.cfg.MaxTokens, Temperature: a.cfg.Temperature,
+	})
+	req, err := http.NewRequest(http.MethodPost, strings.TrimRight(a.cfg.URL, "/")+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return env.Action{}, fmt.Errorf("policy %s: %w", Name, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if a.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+a.cfg.APIKey)
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		var te interface{ Timeout() bool }
+		if errors.As(err, &te) && te.Timeout() {
+			return env.Action{}, fmt.Errorf("policy %s: infra error: endpoint did not answer within %v: %w", Name, a.cfg.Timeout, err)
+		}
+		return env.Action{}, fmt.Errorf("policy %s: infra error: %w", Name, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return env.Action{}, fmt.Errorf("policy %s: infra error: read the reply: %w", Name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return env.Action{}, fmt.Errorf("policy %s: infra error: endpoint answered %d: %.200s", Name, resp.StatusCode, raw)
+	}
+	var c completion
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return env.Action{}, fmt.Errorf("policy %s: infra error: malformed reply (not a chat completion): %v: %.200s", Name, err, raw)
+	}
+	if len(c.Choices) == 0 {
+		return env.Action{}, fmt.Errorf("policy %s: infra error: malformed reply: no choices: %.200s", Name, raw)
+	}
+	msg := c.Choices[0].Message
+	if len(msg.ToolCalls) == 0 || msg.ToolCalls[0].Function.Name == "" {
+		return env.Action{}, fmt.Errorf("policy %s: infra error: malformed reply: no tool call (content %.100q)", Name, msg.Content)
+	}
+	call := msg.ToolCalls[0]
+	msg.ToolCalls = msg.ToolCalls[:1] // one action per turn; the rest are dropped
+	a.calls++
+	if call.ID == "" {
+		call.ID = fmt.Sprintf("call_%d", a.calls)
+		msg.ToolCalls[0].ID = call.ID
+	}
+	msg.Role = "assistant"
+	a.messages = append(a.messages, msg)
+	a.lastCall = call.ID
+	tool, ok := a.byFunc[call.Function.Name]
+	if !ok {
+		tool = call.Function.Name // the model's own invention: the env flags it invalid
+	}
+	return env.Action{Tool: tool, Args: json.RawMessage(call.Function.Arguments)}, nil
+}
