@@ -114,7 +114,7 @@ func TestEndpointFailuresAreInfraErrors(t *testing.T) {
 		sleep time.Duration
 		want  string
 	}{
-		{"timeout", 200, toolReply("catalog__search", "{}"), 500 * time.Millisecond, "did not answer within"},
+		{"timeout", 200, toolReply("catalog__search", "{}"), 3 * time.Second, "did not answer within"},
 		{"server error", 503, `overloaded`, 0, "answered 503"},
 		{"not JSON", 200, `<html>`, 0, "malformed reply"},
 		{"no choices", 200, `{"choices":[]}`, 0, "no choices"},
@@ -126,7 +126,8 @@ func TestEndpointFailuresAreInfraErrors(t *testing.T) {
 				return tc.code, tc.body
 			}})
 			defer srv.Close()
-			a, err := NewAgent(Config{URL: srv.URL + "/v1", APIKey: "k", Timeout: 100 * time.Millisecond}, shopSpec(t))
+			// Timeout well below the slow reply and well above a busy machine's latency.
+			a, err := NewAgent(Config{URL: srv.URL + "/v1", APIKey: "k", Timeout: time.Second}, shopSpec(t))
 			if err != nil {
 				t.Fatal(err)
 			}
