@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -24,7 +25,7 @@ import (
 // service (faults of the episode's plan apply), valid in every state of a shop episode.
 var benchAction = env.Action{Tool: "wallet.balance", Args: json.RawMessage(`{}`)}
 
-const benchEpisodes = 256
+const envapiBenchEpisodes = 256
 
 // BenchmarkEnvAPI measures, on one stack (env API, faults, reward; NATS embedded; no
 // store, so ClickHouse does not compete for the CPU), side by side:
@@ -39,7 +40,7 @@ const benchEpisodes = 256
 func BenchmarkEnvAPI(b *testing.B) {
 	cfg := testConfig(b)
 	tokens := b.TempDir() + "/tenants.yaml"
-	if err := writeFile(tokens, "tenants:\n  - name: bench\n    tokens: ["+tokenAcme+"]\n    max_episodes: 1024\n"); err != nil {
+	if err := os.WriteFile(tokens, []byte("tenants:\n  - name: bench\n    tokens: ["+tokenAcme+"]\n    max_episodes: 1024\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	cfg.EnvAPI.TokensFile = tokens
@@ -93,11 +94,11 @@ func BenchmarkEnvAPI(b *testing.B) {
 			}
 			return sess
 		}
-		sessions := make([]*play.Session, benchEpisodes)
+		sessions := make([]*play.Session, envapiBenchEpisodes)
 		for i := range sessions {
 			sessions[i] = newSession(i)
 		}
-		per := (b.N + benchEpisodes - 1) / benchEpisodes
+		per := (b.N + envapiBenchEpisodes - 1) / envapiBenchEpisodes
 		b.ResetTimer()
 		var wg sync.WaitGroup
 		for i := range sessions {
@@ -107,7 +108,7 @@ func BenchmarkEnvAPI(b *testing.B) {
 				for range per {
 					if sessions[i].Done() {
 						_ = sessions[i].Finish(ctx)
-						sessions[i] = newSession(i + benchEpisodes*int(sessions[i].Steps()+1))
+						sessions[i] = newSession(i + envapiBenchEpisodes*int(sessions[i].Steps()+1))
 					}
 					if _, _, err := sessions[i].Step(ctx, scorer, benchAction, nil); err != nil {
 						b.Error(err)
@@ -117,7 +118,7 @@ func BenchmarkEnvAPI(b *testing.B) {
 			}()
 		}
 		wg.Wait()
-		b.ReportMetric(float64(per*benchEpisodes)/b.Elapsed().Seconds(), "steps/s")
+		b.ReportMetric(float64(per*envapiBenchEpisodes)/b.Elapsed().Seconds(), "steps/s")
 	})
 
 	reset := func(b *testing.B) string {
@@ -186,7 +187,7 @@ func BenchmarkEnvAPI(b *testing.B) {
 	})
 
 	batched := func(b *testing.B, step func(*gauntletv1.StepBatchRequest) []*gauntletv1.StepResult) {
-		ids := make([]string, benchEpisodes)
+		ids := make([]string, envapiBenchEpisodes)
 		for i := range ids {
 			ids[i] = reset(b)
 		}

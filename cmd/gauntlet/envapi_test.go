@@ -555,14 +555,12 @@ func gauntletv1connectClientJSON(addr, token string) gauntletv1connect.EnvServic
 		connectrpc.WithProtoJSON(), connectrpc.WithInterceptors(bearer(token)))
 }
 
-func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
-
 // TestEnvAPIReapsIdleEpisodes leaves an episode idle past the idle timeout: later calls
 // are told it was reaped, and its end (truncated, reason timeout) is in the event stream.
 func TestEnvAPIReapsIdleEpisodes(t *testing.T) {
 	cfg := testConfig(t)
 	tokens := filepath.Join(t.TempDir(), "tenants.yaml")
-	if err := writeFile(tokens, "tenants:\n  - name: acme\n    tokens: ["+tokenAcme+"]\n"); err != nil {
+	if err := os.WriteFile(tokens, []byte("tenants:\n  - name: acme\n    tokens: ["+tokenAcme+"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg.EnvAPI.TokensFile = tokens
