@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -31,7 +32,14 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := [][]string{{"1", "1"}, {"2", "1"}}; !reflect.DeepEqual(rows, want) {
+	var wantVersions [][]string
+	for i, m := range migrations {
+		if m.version != uint32(i+1) {
+			t.Fatalf("migration %d (%s) has version %d: versions must run 1, 2, ... without gaps", i, m.name, m.version)
+		}
+		wantVersions = append(wantVersions, []string{fmt.Sprint(m.version), "1"})
+	}
+	if want := wantVersions; !reflect.DeepEqual(rows, want) {
 		t.Errorf("schema_migrations (version, count) = %v, want %v", rows, want)
 	}
 
