@@ -28,6 +28,10 @@ const drainGrace = 100 * time.Millisecond
 type Server struct {
 	mu      sync.Mutex // held around fork+register so the reaper cannot lose a pid
 	waiters map[int]chan syscall.WaitStatus
+	// execMu runs commands one at a time: each ends by killing every other process in
+	// the sandbox, so a command started while the previous one's cleanup runs (its caller
+	// hung up and sent the next at once) would be killed with the leftovers.
+	execMu sync.Mutex
 }
 
 // NewServer returns a server.
@@ -154,6 +158,8 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 	if len(req.Argv) == 0 {
 		return Response{Error: "argv is empty"}
 	}
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Response{Error: "pipe: " + err.Error()}
