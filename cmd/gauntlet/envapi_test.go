@@ -71,7 +71,7 @@ func envAPIStack(t testing.TB) (*testStack, config) {
 	t.Cleanup(model.Close)
 	cfg.PolicyHTTP.URL = model.URL + "/v1"
 	cfg.PolicyHTTP.Timeout = 5 * time.Second
-	return startStack(t, cfg), cfg
+	return startStack(t, cfg, modPipeline, modEnvAPI), cfg
 }
 
 // bearer is a client interceptor adding the tenant's token.
