@@ -25,6 +25,7 @@ func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
 		t.Skip("needs ClickHouse; run without -short")
 	}
 	cfg := testConfig(t)
+	cfg.NATSPort = freePort(t) // `gauntlet faults drift` connects from outside below
 	s := startStack(t, cfg)
 	b := s.app.getBus()
 	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
@@ -87,5 +88,22 @@ func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
 	}
 	if len(hist) != 1 || hist[0].Set.SetBy != t.Name() || faults.FormatDrift(hist[0].Set.Drift) != "*.latency.jitter_ms=step(0:7)" {
 		t.Fatalf("drift history = %v", hist)
+	}
+
+	// The CLI changes the global drift mid-run style and the change is recorded.
+	url := s.app.natsURL()
+	if out, err := runCLI(t, "faults", "drift", "--nats", url, "set", "*.latency.jitter_ms=step(0:9);payment.http_429.probability=linear(0:0,100:0.5)"); err != nil {
+		t.Fatalf("drift set: %v\n%s", err, out)
+	}
+	out, err := runCLI(t, "faults", "drift", "--nats", url, "show")
+	if err != nil || !strings.Contains(out, "revision 2: *.latency.jitter_ms=step(0:9);payment.http_429.probability=linear(0:0,100:0.5)") {
+		t.Fatalf("drift show: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, "faults", "drift", "--nats", url, "history")
+	if err != nil || strings.Count(out, "revision ") != 2 || !strings.Contains(out, "by "+t.Name()) {
+		t.Fatalf("drift history: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "faults", "drift", "--nats", url, "set", "*.latency.jitter_ms=step(0:-1)"); err == nil || !strings.Contains(out+err.Error(), "-1 is below the minimum 0 ms") {
+		t.Fatalf("an invalid drift was accepted: %v\n%s", err, out)
 	}
 }

@@ -77,6 +77,8 @@ func faultsLs(stdout io.Writer) error {
 
 func describeParam(p faults.Param) string {
 	switch {
+	case len(p.Choices) > 0:
+		return p.Name + "=" + strings.Join(p.Choices, "|")
 	case p.Text:
 		return p.Name + "=<" + p.Unit + ">"
 	case p.MaxOpen:

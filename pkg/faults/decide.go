@@ -349,7 +349,7 @@ func (d *Decider) Decide(key string, ev Event) Decision {
 		case KindLockContention:
 			out.Errno, out.Hold, detail = syscall.EWOULDBLOCK, ms(r.Num("wait_ms")), "EWOULDBLOCK "+ev.Path
 		case KindLatency, KindIOLatency:
-			v := math.Max(0, r.Num("mean_ms")+normal(d.seed, id, h.n)*r.Num("jitter_ms"))
+			v := latencyDraw(r, d.seed, id, h.n)
 			out.Delay += ms(v)
 			detail = "latency_ms=" + strconv.FormatFloat(v, 'f', 1, 64)
 		case KindBandwidth:
@@ -424,4 +424,22 @@ func minPositive(cur, v float64) float64 {
 		return v
 	}
 	return cur
+}
+
+// latencyDraw draws a latency rule's delay in ms for its n-th event: mean mean_ms and
+// standard deviation jitter_ms, shaped by the distribution parameter.
+func latencyDraw(r *Rule, seed uint64, id string, n uint64) float64 {
+	m, sd := r.Num("mean_ms"), r.Num("jitter_ms")
+	switch r.Text("distribution") {
+	case DistLognormal:
+		if m <= 0 {
+			return 0
+		}
+		s2 := math.Log1p(sd * sd / (m * m))
+		return math.Exp(math.Log(m) - s2/2 + math.Sqrt(s2)*normal(seed, id, n))
+	case DistUniform:
+		// Uniform on mean ± sd·√3 has standard deviation sd.
+		return math.Max(0, m+(2*rng.Float64(seed, id, n|1<<61)-1)*sd*math.Sqrt(3))
+	}
+	return math.Max(0, m+normal(seed, id, n)*sd)
 }

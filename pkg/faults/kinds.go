@@ -105,7 +105,16 @@ const (
 
 var (
 	pMeanMs   = num("mean_ms", "ms", 0, maxLatencyMs, false, 0, "mean added latency")
-	pJitterMs = num("jitter_ms", "ms", 0, maxLatencyMs, false, 0, "standard deviation of the added latency (normal, clamped at 0)")
+	pJitterMs = num("jitter_ms", "ms", 0, maxLatencyMs, false, 0, "standard deviation of the added latency")
+	pDist     = Param{Name: "distribution", Unit: "text", Text: true, Choices: []string{DistNormal, DistLognormal, DistUniform},
+		DefaultText: DistNormal, Doc: "shape of the latency: normal (clamped at 0), lognormal (long right tail) or uniform, all with mean mean_ms and standard deviation jitter_ms"}
+)
+
+// Latency distributions (the distribution parameter of latency and io_latency).
+const (
+	DistNormal    = "normal"
+	DistLognormal = "lognormal"
+	DistUniform   = "uniform"
 )
 
 // kinds is the catalogue of fault kinds (B1), in the order `gauntlet faults ls` prints.
@@ -117,7 +126,7 @@ var kinds = []KindInfo{
 			num("burst_len", "packets", 1, 1e6, false, 1, "mean length of a loss burst (1: independent losses)"),
 			num("rto_ms", "ms", 0, maxLatencyMs, false, 200, "delay a stream connection pays per lost write (retransmission)"),
 		}},
-	{Name: KindLatency, Layer: LayerNetwork, Pass: PassDelay, Doc: "adds latency, normally distributed around mean_ms with jitter_ms", Params: []Param{pMeanMs, pJitterMs}},
+	{Name: KindLatency, Layer: LayerNetwork, Pass: PassDelay, Doc: "adds latency with mean mean_ms and standard deviation jitter_ms", Params: []Param{pMeanMs, pJitterMs, pDist}},
 	{Name: KindBandwidth, Layer: LayerNetwork, Pass: PassDelay, Doc: "caps throughput",
 		Params: []Param{num("bytes_per_sec", "bytes/s", 1, maxRate, false, 0, "throughput cap")}},
 	{Name: KindReset, Layer: LayerNetwork, Pass: PassAbort, Doc: "resets the connection (TCP RST) after some bytes or some time",
@@ -132,7 +141,7 @@ var kinds = []KindInfo{
 	{Name: KindDNSTimeout, Layer: LayerNetwork, Pass: PassAbort, Doc: "name lookup times out",
 		Params: []Param{num("after_ms", "ms", 0, maxLatencyMs, false, 5000, "time before the lookup fails")}},
 	// Storage.
-	{Name: KindIOLatency, Layer: LayerStorage, Pass: PassDelay, Doc: "adds latency to file operations", Params: []Param{pMeanMs, pJitterMs}},
+	{Name: KindIOLatency, Layer: LayerStorage, Pass: PassDelay, Doc: "adds latency to file operations", Params: []Param{pMeanMs, pJitterMs, pDist}},
 	{Name: KindIOPSCap, Layer: LayerStorage, Pass: PassDelay, Doc: "caps file operations per second",
 		Params: []Param{num("iops", "ops/s", 1, 1e9, false, 0, "operations per second")}},
 	{Name: KindDiskFull, Layer: LayerStorage, Pass: PassAbort, Doc: "writes fail with ENOSPC (no space left on device)"},

@@ -21,6 +21,10 @@ type Param struct {
 	Integer bool
 	// Text marks a parameter whose value is a string (a header name), not a number.
 	Text bool
+	// Choices, when set, are the values a text parameter may take; DefaultText is the one
+	// a spec that omits it gets.
+	Choices     []string
+	DefaultText string
 	// Default is the value a spec that omits the parameter gets (numbers only).
 	Default float64
 	// Doc says what the parameter does, for `gauntlet faults ls` and docs/faults.md.

@@ -221,7 +221,11 @@ func (f FaultSpec) compile(where string) (Rule, []error) {
 		}
 		if p.Text {
 			sv, ok := v.(string)
-			if !ok || sv == "" || strings.ContainsAny(sv, " \t\r\n:") {
+			switch {
+			case len(p.Choices) > 0 && (!ok || !containsString(p.Choices, sv)):
+				add("%s.params.%s: %v is not one of %s", where, name, v, strings.Join(p.Choices, ", "))
+				continue
+			case !ok || sv == "" || strings.ContainsAny(sv, " \t\r\n:"):
 				add("%s.params.%s: want a header name, got %v", where, name, v)
 				continue
 			}
@@ -243,7 +247,9 @@ func (f FaultSpec) compile(where string) (Rule, []error) {
 		if _, set := f.Params[p.Name]; set {
 			continue
 		}
-		if p.Text {
+		if p.Text && p.DefaultText != "" {
+			r.texts[p.Name] = p.DefaultText
+		} else if p.Text {
 			add("%s.params.%s: required (%s)", where, p.Name, p.Doc)
 		} else if p.Check(p.Default) != nil {
 			add("%s.params.%s: required (%s, in %s)", where, p.Name, p.Doc, p.Unit)

@@ -232,3 +232,47 @@ func TestRulesFromPlanDecideLikeTheInjector(t *testing.T) {
 	}
 	_ = gauntletv1.FaultPlan{}
 }
+
+// TestLatencyDistributionsKeepDeclaredMoments: lognormal and uniform latency have the
+// declared mean and standard deviation; lognormal passes a KS test against its CDF at the
+// 0.1 % level, uniform stays within mean ± sd·√3.
+func TestLatencyDistributionsKeepDeclaredMoments(t *testing.T) {
+	const n, mean, sd = 100_000, 200.0, 80.0
+	for _, dist := range []string{"lognormal", "uniform"} {
+		d := specDecider(t, 4, "  - {id: lat, kind: latency, params: {mean_ms: 200, jitter_ms: 80, distribution: "+dist+"}}\n")
+		xs := make([]float64, n)
+		var m float64
+		for i := range xs {
+			xs[i] = float64(d.Decide("k", request).Delay) / float64(time.Millisecond)
+			m += xs[i]
+		}
+		m /= n
+		var v float64
+		for _, x := range xs {
+			v += (x - m) * (x - m)
+		}
+		s := math.Sqrt(v / (n - 1))
+		if math.Abs(m-mean) > 6*sd/math.Sqrt(n) || math.Abs(s-sd)/sd > 0.03 {
+			t.Errorf("%s: mean %.2f sd %.2f, want %v and %v", dist, m, s, mean, sd)
+		}
+		slices.Sort(xs)
+		switch dist {
+		case "lognormal":
+			s2 := math.Log1p(sd * sd / (mean * mean))
+			mu, sigma := math.Log(mean)-s2/2, math.Sqrt(s2)
+			var ks float64
+			for i, x := range xs {
+				c := 0.5 * math.Erfc(-(math.Log(x)-mu)/(sigma*math.Sqrt2))
+				ks = math.Max(ks, math.Max(math.Abs(c-float64(i)/n), math.Abs(float64(i+1)/n-c)))
+			}
+			if crit := 1.95 / math.Sqrt(n); ks > crit {
+				t.Errorf("lognormal: KS %.5f above %.5f", ks, crit)
+			}
+		case "uniform":
+			half := sd * math.Sqrt(3)
+			if xs[0] < mean-half-1e-6 || xs[n-1] > mean+half+1e-6 {
+				t.Errorf("uniform: range [%.2f, %.2f] outside mean ± %.2f", xs[0], xs[n-1], half)
+			}
+		}
+	}
+}

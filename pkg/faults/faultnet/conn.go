@@ -46,6 +46,7 @@ type Conn struct {
 	resetAfter int64 // -1: no byte-count reset
 	bps        float64
 	hole       bool // black-holed: swallow writes, block reads
+	pending    time.Duration
 	reset      bool
 	closed     chan struct{}
 	closeOnce  sync.Once
@@ -60,9 +61,9 @@ func WrapConn(c net.Conn, d *faults.Decider, key string, ev faults.Event, onFire
 	dec := d.Decide(key, ev)
 	w.report(ev, dec)
 	w.bps = dec.BytesPerSec
-	if dec.Delay > 0 {
-		time.Sleep(dec.Delay)
-	}
+	// The handshake's delay is paid by the first read or write, not here: WrapConn runs
+	// in accept loops, which must not stall behind one slow connection.
+	w.pending = dec.Delay
 	switch dec.Abort {
 	case faults.KindReset:
 		if dec.ResetAfter > 0 {
@@ -77,9 +78,19 @@ func WrapConn(c net.Conn, d *faults.Decider, key string, ev faults.Event, onFire
 			w.timer = time.AfterFunc(dec.Hold, func() { _ = w.Close() })
 		}
 	case faults.KindPacketLoss:
-		time.Sleep(dec.RTO) // the SYN was lost: the handshake pays one RTO
+		w.pending += dec.RTO // the SYN was lost: the handshake pays one RTO
 	}
 	return w
+}
+
+// handshake pays the connection's pending handshake delay once; it reports false when
+// the connection closed meanwhile.
+func (w *Conn) handshake() bool {
+	w.mu.Lock()
+	d := w.pending
+	w.pending = 0
+	w.mu.Unlock()
+	return d <= 0 || w.sleep(d)
 }
 
 func (w *Conn) report(ev faults.Event, dec faults.Decision) {
@@ -132,6 +143,9 @@ func (w *Conn) count(n int) (resetNow bool) {
 // what arrives and returns only the underlying error (a deadline, a close), so a client
 // waits for an answer that never comes.
 func (w *Conn) Read(p []byte) (int, error) {
+	if !w.handshake() {
+		return 0, net.ErrClosed
+	}
 	if w.hole {
 		for {
 			if _, err := w.Conn.Read(p); err != nil {
@@ -158,6 +172,9 @@ func (w *Conn) Read(p []byte) (int, error) {
 // Write writes to the connection as one OpWrite event: latency and loss delay it, the
 // bandwidth cap paces it, a byte-count reset cuts it.
 func (w *Conn) Write(p []byte) (int, error) {
+	if !w.handshake() {
+		return 0, net.ErrClosed
+	}
 	if w.hole {
 		return len(p), nil // swallowed: nobody answers
 	}

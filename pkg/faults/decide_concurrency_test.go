@@ -1,0 +1,53 @@
+package faults_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+)
+
+// TestDeciderConcurrentStreamsMatchSequential: streams decided from many goroutines at
+// once meet exactly the faults they meet one after another (run with -race).
+func TestDeciderConcurrentStreamsMatchSequential(t *testing.T) {
+	const yaml = `  - {id: e, kind: http_error, probability: 0.2, params: {status: 503}}
+  - {id: l, kind: latency, params: {mean_ms: 20, jitter_ms: 5}}
+  - {id: loss, kind: packet_loss, params: {rate: 0.05, burst_len: 3}}
+  - {id: cut, kind: truncate, probability: 0.1, params: {keep_fraction: 0.5}}
+`
+	const streams, events = 16, 300
+	trace := func(d *faults.Decider, key string) string {
+		var s string
+		for range events {
+			dec := d.Decide(key, request)
+			s += fmt.Sprintf("%s/%d/%d/%.2f;", dec.Abort, dec.Status, dec.Delay, dec.Keep)
+		}
+		return s
+	}
+	seq := specDecider(t, 99, yaml)
+	want := make([]string, streams)
+	for i := range want {
+		want[i] = trace(seq, fmt.Sprintf("conn/%d", i))
+	}
+	par := specDecider(t, 99, yaml)
+	got := make([]string, streams)
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = trace(par, fmt.Sprintf("conn/%d", i))
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("stream %d differs when decided concurrently", i)
+		}
+	}
+	par.Forget("conn/0")
+	if again := trace(par, "conn/0"); again != want[0] {
+		t.Fatal("a forgotten stream does not start over")
+	}
+}
