@@ -280,7 +280,7 @@ func (a *app) initTemporal() (lifecycle.Service, error) {
 			case <-ctx.Done():
 				return nil
 			case <-a.temporal.Done():
-				return fmt.Errorf("temporal dev server (pid exited) stopped unexpectedly; its log is %s", filepath.Join(a.temporal.Dir(), "temporal.log"))
+				return fmt.Errorf("temporal dev server exited unexpectedly; see its log %s", filepath.Join(a.temporal.Dir(), "temporal.log"))
 			}
 		},
 		OnStopping: func(ctx context.Context) error {

@@ -356,9 +356,15 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 		_ = v.Get(&p)
 		return p
 	}
-	// Kill in the middle of stage 2, with stage 1 done.
-	waitFor(t, func() bool { p := progress(); return p.Stage == 1 && p.StageEpisodes >= 10 })
-	before := progress()
+	// Kill after stage 1 is done, in stage 2 (or later, if the query missed stage 2).
+	var before workflows.Progress
+	waitFor(t, func() bool {
+		before = progress()
+		return before.Stage > 1 || (before.Stage == 1 && before.StageEpisodes >= 10)
+	})
+	if before.Status != workflows.StatusRunning {
+		t.Fatalf("curriculum %s before the kill; the test needs it running", before.Status)
+	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -41,27 +42,40 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	spec := workflows.EpisodeSpec{
-		Env: "shop", Policy: "random", Profile: "stress", Seed: 21, MaxSteps: 1500,
+		Env: "shop", Policy: "random", Profile: "stress", Seed: 21, MaxSteps: 3000,
 		Params:           map[string]any{"max_invalid": 1000, "deadline_ms": 86_400_000},
-		HeartbeatTimeout: 2 * time.Second,
+		HeartbeatTimeout: time.Second,
 	}
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "durable-e2e", TaskQueue: workflows.TaskQueue}, workflows.WorkflowEpisode, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Kill worker A once its heartbeat says some steps are in the stream.
+	// Kill worker A once a heartbeat from mid-episode has reached the server. The first
+	// heartbeat (step 1) goes out at once, later ones every 0.8 s (the SDK throttles them
+	// to 80 % of the timeout); if no later one comes within 3 s of the first, kill anyway
+	// rather than risk the episode finishing first.
 	var at workflows.EpisodeCheckpoint
+	var first time.Time
 	waitFor(t, func() bool {
 		desc, err := tc.DescribeWorkflow(ctx, run.GetID(), "")
 		if err != nil {
 			return false
 		}
 		d := desc.RawResponse
+		if d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			t.Fatalf("the episode finished before worker A could be killed: %v", d.GetWorkflowExecutionInfo().GetStatus())
+		}
 		if len(d.PendingActivities) == 0 || d.PendingActivities[0].HeartbeatDetails == nil {
 			return false
 		}
 		p := d.PendingActivities[0].HeartbeatDetails.Payloads
-		return len(p) == 1 && json.Unmarshal(p[0].Data, &at) == nil && at.NextStep >= 50
+		if len(p) != 1 || json.Unmarshal(p[0].Data, &at) != nil || at.NextStep < 1 {
+			return false
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		return at.NextStep >= 2 || time.Since(first) > 3*time.Second
 	})
 	if err := a.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
