@@ -19,7 +19,7 @@ set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler containerd runc busybox-static bubblewrap util-linux)
+APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux containerd runc busybox-static)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(

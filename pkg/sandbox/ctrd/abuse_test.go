@@ -52,7 +52,7 @@ func alive(t *testing.T, rt *ctrd.Runtime, id string) {
 func TestAbuseContained(t *testing.T) {
 	_, rt := start(t)
 	bystander := mustCreate(t, rt, sandbox.Spec{})
-	run(t, rt, bystander.ID, sh("echo mine > secret", 10*time.Second))
+	run(t, rt, bystander.ID, sh("echo secret-of-bystander > secret", 10*time.Second))
 	ctx := context.Background()
 
 	t.Run("ForkBomb", func(t *testing.T) {
@@ -167,6 +167,19 @@ func TestAbuseContained(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Everything reachable but the kernel views, /dev (busybox grep -r reads
+		// /dev/zero forever) and the image's read-only binaries is searched for the
+		// bystander's secret and id.
+		search := fmt.Sprintf(`for d in /* /.[!.]*; do
+		  case $d in /proc|/sys|/dev|/bin|/sbin|/usr) continue;; esac
+		  [ -e "$d" ] || continue
+		  grep -rl secret-of-bystander "$d" 2>/dev/null | head -5
+		  find "$d" -name '*%s*' 2>/dev/null | head -5
+		done; true`, bystander.ID)
+		res := run(t, rt, h.ID, sh(search, 60*time.Second))
+		if res.TimedOut || strings.TrimSpace(string(res.Stdout)) != "" {
+			t.Errorf("search for the bystander: timed out %v, found %q", res.TimedOut, res.Stdout)
+		}
 		// The bystander's workspace as the host sees it, tried from inside.
 		for _, script := range []string{
 			"cat " + filepath.Join(dir, "secret"),
@@ -174,7 +187,7 @@ func TestAbuseContained(t *testing.T) {
 			"ls /run/gauntlet/../../ 2>/dev/null | grep -c " + bystander.ID,
 		} {
 			res := run(t, rt, h.ID, sh(script, 10*time.Second))
-			if strings.Contains(string(res.Stdout), "mine") || (res.ExitCode == 0 && strings.TrimSpace(string(res.Stdout)) != "0") {
+			if strings.Contains(string(res.Stdout), "secret-of-bystander") || (res.ExitCode == 0 && strings.TrimSpace(string(res.Stdout)) != "0") {
 				t.Errorf("%q: exit %d stdout %q: reached the other sandbox", script, res.ExitCode, res.Stdout)
 			}
 		}
@@ -182,7 +195,7 @@ func TestAbuseContained(t *testing.T) {
 
 	// The bystander saw none of it.
 	res := run(t, rt, bystander.ID, sh("cat secret", 10*time.Second))
-	if string(res.Stdout) != "mine\n" {
+	if string(res.Stdout) != "secret-of-bystander\n" {
 		t.Fatalf("bystander's workspace after the abuse: %q", res.Stdout)
 	}
 }

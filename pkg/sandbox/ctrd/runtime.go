@@ -37,7 +37,7 @@ const (
 	DefaultNamespace   = "gauntlet"
 	DefaultSnapshotter = "overlayfs"
 	// DefaultCgroupParent is the cgroup (cgroupfs path) sandboxes are created under.
-	DefaultCgroupParent = "/gauntlet"
+	DefaultCgroupParent = "/gauntlet-containerd"
 	// MaxChain caps how many snapshots may sit on top of each other (overlayfs lower
 	// directories); Snapshot returns ErrLimit beyond it.
 	MaxChain = 64
@@ -332,6 +332,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, parent string, 
 // task and waits until the agent answers.
 func (r *Runtime) start(ctx context.Context, b *box) error {
 	id := b.handle.ID
+	t0 := time.Now()
 	sn := r.c.SnapshotService(r.opts.Snapshotter)
 	lctx, done, err := r.c.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(10*time.Minute))
 	if err != nil {
@@ -343,6 +344,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		return fmt.Errorf("prepare rootfs on %s: %w", b.st.Parent, err)
 	}
 	b.st.SnapshotKey = key
+	t1 := time.Now()
 	ctr, err := r.c.NewContainer(lctx, id,
 		client.WithSnapshotter(r.opts.Snapshotter),
 		client.WithSnapshot(key),
@@ -358,6 +360,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		}
 		return fmt.Errorf("new container: %w", err)
 	}
+	t2 := time.Now()
 	task, err := ctr.NewTask(ctx, cio.NullIO)
 	if err != nil {
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
@@ -369,10 +372,12 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		return fmt.Errorf("start task: %w", err)
 	}
 	b.task = task
+	t3 := time.Now()
 	if err := r.waitAgent(ctx, id); err != nil {
 		r.teardown(ctx, b)
 		return err
 	}
+	r.log.Debug("sandbox started", "sandbox", id, "snapshot", t1.Sub(t0), "container", t2.Sub(t1), "task", t3.Sub(t2), "agent", time.Since(t3))
 	return nil
 }
 

@@ -22,10 +22,7 @@ func runtime(t testing.TB) *process.Runtime {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
 	t.Cleanup(func() {
-		hs, _ := rt.List(context.Background())
-		for _, h := range hs {
-			_ = rt.Destroy(context.Background(), h.ID)
-		}
+		_ = rt.Purge(context.Background())
 		rt.Close()
 	})
 	return rt

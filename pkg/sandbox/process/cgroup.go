@@ -254,6 +254,14 @@ func (g *cgroup) startPeak() *peakTracker {
 	return t
 }
 
+// close releases the tracker without reading it.
+func (t *peakTracker) close() {
+	if t.f != nil {
+		t.f.Close()
+		t.f = nil
+	}
+}
+
 // peak returns the peak since startPeak and releases the tracker.
 func (t *peakTracker) peak() int64 {
 	if t.f != nil {

@@ -36,14 +36,20 @@ var baseEnv = []string{
 // innerScript runs as pid 1 of the sandbox's pid namespace (bwrap --as-pid-1: bwrap's own
 // init would exit before it is reaped, orphaning a zombie to the host's init). It reports
 // "s" on fd 4 as soon as the sandbox is set up (so a bwrap failure is told apart from a
-// failing command), runs the command with only fds 0-2 open (its own stderr goes to
-// /dev/null so that its "Killed" notices do not mix with the command's), then reports the
-// namespace's last pid (the command and its descendants are pids 2…last) and its own
-// /proc/self/io, which includes every reaped descendant. When it exits, the kernel kills
-// whatever is left in the namespace.
+// failing command) and waits on fd 5 until the runtime has read the cgroup's counters, so
+// that metering covers the command and not the sandbox's setup. It then reports its
+// /proc/self/io as a baseline, runs the command in a subshell with only fds 0-2 open (closed
+// by exec there, so the shell keeps no saved copies the command could inherit; the init's
+// own stderr goes to /dev/null so its "Killed" notices do not mix with the command's),
+// and reports the
+// namespace's last pid (the command and its descendants are pids 2…last) and its
+// /proc/self/io again, which now includes every reaped descendant. When it exits, the
+// kernel kills whatever is left in the namespace.
 const innerScript = `echo s >&4
+read a <&5
+while read -r k v; do echo "0$k $v"; done < /proc/self/io >&4
 exec 9>&2 2>/dev/null
-"$@" 2>&9 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-
+(exec 2>&9 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; exec "$@")
 rc=$?
 read p < /proc/sys/kernel/ns_last_pid
 echo "pids $p" >&4
@@ -99,13 +105,20 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	}
 	defer repR.Close()
 
-	// fd 5: bwrap's info (the host pid of the sandbox's init); fds 6…: /etc files.
+	// fd 6: bwrap's info (the host pid of the sandbox's init); fds 7…: /etc files.
 	infoR, infoW, err := os.Pipe()
 	if err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	defer infoR.Close()
-	files := []*os.File{secR, repW, infoW}
+	// fd 5: the go-ahead for the inner script, once the counters are read.
+	ackR, ackW, err := os.Pipe()
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer ackW.Close()
+	defer ackR.Close()
+	files := []*os.File{secR, repW, ackR, infoW}
 	for _, name := range etcFiles {
 		f, err := os.Open(r.path("etc", name))
 		if err != nil {
@@ -127,15 +140,30 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second
 
+	// The counters are read when the sandbox is set up and the command about to start;
+	// if it never gets that far, from the start of the exec.
 	before := b.cg.read()
 	peak := b.cg.startPeak()
+	var cmdStart time.Time
 	var report []byte
 	var repWG sync.WaitGroup
 	repWG.Add(1)
 	go func() {
 		defer repWG.Done()
 		var buf bytes.Buffer
-		_, _ = buf.ReadFrom(repR)
+		sc := bufio.NewScanner(repR)
+		for sc.Scan() {
+			if sc.Text() == "s" {
+				before = b.cg.read()
+				peak.close()
+				peak = b.cg.startPeak()
+				cmdStart = time.Now()
+				_, _ = ackW.WriteString("go\n")
+				ackW.Close()
+			}
+			buf.Write(sc.Bytes())
+			buf.WriteByte('\n')
+		}
 		report = buf.Bytes()
 	}()
 
@@ -159,6 +187,7 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	}
 	repW.Close()
 	infoW.Close()
+	ackR.Close()
 
 	// To stop a command, every process of the sandbox except bwrap (our child) and the
 	// sandbox's init (bwrap's child, the inner script) is killed, repeatedly until bwrap
@@ -206,7 +235,7 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	}()
 	waitErr := cmd.Wait()
 	finished.Store(true)
-	wall := time.Since(start)
+	end := time.Now()
 	timer.Stop()
 	close(stop)
 	// The pid namespace ended with its init, but make sure: nothing survives an exec.
@@ -229,6 +258,10 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 			sandbox.ErrUnavailable, code, strings.TrimSpace(stderr.buf.String()))
 	}
 	after := b.cg.read()
+	wall := end.Sub(start)
+	if !cmdStart.IsZero() {
+		wall = end.Sub(cmdStart)
+	}
 	res := sandbox.ExecResult{
 		ExitCode:  code,
 		Stdout:    stdout.bytes(),
@@ -285,7 +318,7 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec) []str
 		"--uid", strconv.Itoa(SandboxUID), "--gid", strconv.Itoa(SandboxGID),
 		"--disable-userns", "--hostname", "sandbox",
 		"--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
-		"--seccomp", "3", "--info-fd", "5",
+		"--seccomp", "3", "--info-fd", "6",
 		"--clearenv",
 	}
 	env := map[string]string{}
@@ -333,12 +366,12 @@ func (r *Runtime) rootfsArgs() []string {
 		a = append(a, "--ro-bind-try", f, f)
 	}
 	for i, f := range etcFiles {
-		a = append(a, "--ro-bind-data", strconv.Itoa(6+i), "/etc/"+f)
+		a = append(a, "--ro-bind-data", strconv.Itoa(7+i), "/etc/"+f)
 	}
 	return append(a, "--proc", "/proc", "--dev", "/dev")
 }
 
-// etcFiles are the synthetic /etc files, passed as fds 6, 7, … in this order.
+// etcFiles are the synthetic /etc files, passed as fds 7, 8, … in this order.
 var etcFiles = []string{"passwd", "group", "hosts", "nsswitch.conf"}
 
 // writeEtc writes the sandbox's synthetic /etc files into the state directory.
@@ -383,20 +416,24 @@ type report struct {
 
 func parseReport(b []byte) report {
 	var rep report
+	v := map[string]int64{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), " ")
-		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		switch strings.TrimSuffix(k, ":") {
-		case "s":
+		k, val, _ := strings.Cut(sc.Text(), " ")
+		n, _ := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+		v[strings.TrimSuffix(k, ":")] = n
+		if k == "s" {
 			rep.started = true
-		case "pids":
-			rep.processes = max(n-1, 0)
-		case "rchar":
-			rep.rchar = n
-		case "wchar":
-			rep.wchar = n
 		}
+	}
+	if p, ok := v["pids"]; ok {
+		rep.processes = max(p-1, 0)
+	}
+	if r, ok := v["rchar"]; ok {
+		rep.rchar = max(r-v["0rchar"], 0)
+	}
+	if w, ok := v["wchar"]; ok {
+		rep.wchar = max(w-v["0wchar"], 0)
 	}
 	return rep
 }

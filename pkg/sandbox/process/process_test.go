@@ -3,7 +3,15 @@
 package process_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
@@ -18,9 +26,82 @@ func open(t testing.TB, dir string) *process.Runtime {
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
+	// Whatever a failed test leaves is removed, so its mounts do not outlive it.
+	t.Cleanup(func() {
+		if rt, err := process.New(process.Config{StateDir: dir}); err == nil {
+			_ = rt.Purge(context.Background())
+		}
+	})
 	return rt
 }
 
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T, dir string) sandbox.Runtime { return open(t, dir) })
+}
+
+// TestLongSnapshotChain takes a snapshot after each of 120 changes (an episode snapshotted
+// at every step) and restores the first and the last: the chain of layers is not bounded
+// by the legacy overlay options page.
+func TestLongSnapshotChain(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := rt.WorkspaceDir(ctx, h.ID)
+	var snaps []string
+	for i := range 120 {
+		if err := os.WriteFile(filepath.Join(ws, fmt.Sprintf("step%03d", i)), []byte(fmt.Sprint(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := rt.Snapshot(ctx, h.ID)
+		if err != nil {
+			t.Fatalf("snapshot %d: %v", i, err)
+		}
+		snaps = append(snaps, s.ID)
+	}
+	for _, c := range []struct {
+		snap  int
+		files string
+	}{{0, "1"}, {119, "120"}, {59, "60"}} {
+		if err := rt.Restore(ctx, h.ID, snaps[c.snap]); err != nil {
+			t.Fatalf("restore %d: %v", c.snap, err)
+		}
+		res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "ls | wc -l"}})
+		if err != nil || strings.TrimSpace(string(res.Stdout)) != c.files {
+			t.Fatalf("after restoring snapshot %d: %q %v, want %s files", c.snap, res.Stdout, err, c.files)
+		}
+	}
+}
+
+// TestRecoverAfterHostReboot plays a host reboot: the workspace mount and the cgroup are
+// gone but the state files remain. Recover says ErrNotFound; Destroy cleans up.
+func TestRecoverAfterHostReboot(t *testing.T) {
+	dir := t.TempDir()
+	rt := open(t, dir)
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := rt.WorkspaceDir(ctx, h.ID)
+	rt.Close()
+	if err := unix.Unmount(ws, 0); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+	rt2 := open(t, dir)
+	hs, err := rt2.List(ctx)
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("list: %v %v", hs, err)
+	}
+	if err := rt2.Recover(ctx, hs[0]); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("recover without its mount: %v, want ErrNotFound", err)
+	}
+	if err := rt2.Destroy(ctx, h.ID); err != nil {
+		t.Fatalf("destroy the remains: %v", err)
+	}
+	if hs, _ := rt2.List(ctx); len(hs) != 0 {
+		t.Fatalf("list after destroy: %v", hs)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -159,6 +160,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: process runtime needs %s", sandbox.ErrUnavailable, strings.Join(missing, "; "))
+	}
+	if err := cloexecInherited(); err != nil {
+		return nil, fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	runDir := filepath.Join(cfg.RunDir, hex.EncodeToString(sum[:6]))
@@ -405,17 +409,70 @@ func (r *Runtime) mountOverlay(rec *boxRecord) error {
 		lowers = append(lowers, r.path(l))
 	}
 	lowers = append(lowers, r.path("empty"))
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=on,index=off,metacopy=off",
-		strings.Join(lowers, ":"), upper, work)
-	if len(opts) > 4000 {
-		return fmt.Errorf("%w: %d snapshot layers exceed the overlay mount options page", sandbox.ErrLimit, len(rec.Chain))
+	if len(lowers) > maxLayers {
+		return fmt.Errorf("%w: %d snapshot layers exceed overlayfs's %d", sandbox.ErrLimit, len(rec.Chain), maxLayers-1)
 	}
 	ws := r.wsDir(rec.Handle.ID)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return err
 	}
+	err := mountOverlayAPI(ws, lowers, upper, work)
+	if !errors.Is(err, errNoLowerdirPlus) {
+		return err
+	}
+	// Kernels before 6.8: every option in one string, which must fit a page.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s",
+		strings.Join(lowers, ":"), upper, work, overlayOpts)
+	if len(opts) > 4000 {
+		return fmt.Errorf("%w: %d snapshot layers exceed the overlay mount options page (kernel < 6.8)", sandbox.ErrLimit, len(rec.Chain))
+	}
 	if err := unix.Mount("gauntlet-ws", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount workspace overlay: %w", err)
+	}
+	return nil
+}
+
+// maxLayers is overlayfs's limit on lower layers (OVL_MAX_STACK).
+const maxLayers = 500
+
+// overlayOpts fixes the features whose on-disk traces (redirect xattrs) must be read the
+// same way when an upper layer later serves as a lower one.
+const overlayOpts = "redirect_dir=on,index=off,metacopy=off"
+
+var errNoLowerdirPlus = errors.New("overlayfs lowerdir+ not supported")
+
+// mountOverlayAPI mounts the overlay with the new mount API, adding lower layers one by
+// one ("lowerdir+", Linux 6.8+), so the chain is not bounded by a page of options. It
+// returns errNoLowerdirPlus when the kernel lacks the API or the key.
+func mountOverlayAPI(target string, lowers []string, upper, work string) error {
+	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("%w: fsopen: %v", errNoLowerdirPlus, err)
+	}
+	defer unix.Close(fd)
+	for i, l := range lowers {
+		if err := unix.FsconfigSetString(fd, "lowerdir+", l); err != nil {
+			if i == 0 {
+				return fmt.Errorf("%w: %v", errNoLowerdirPlus, err)
+			}
+			return fmt.Errorf("overlay lowerdir+ %s: %w", l, err)
+		}
+	}
+	for _, kv := range [][2]string{{"upperdir", upper}, {"workdir", work}, {"redirect_dir", "on"}, {"index", "off"}, {"metacopy", "off"}} {
+		if err := unix.FsconfigSetString(fd, kv[0], kv[1]); err != nil {
+			return fmt.Errorf("overlay %s: %w", kv[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fd); err != nil {
+		return fmt.Errorf("overlay create: %w", err)
+	}
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fmt.Errorf("overlay fsmount: %w", err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("overlay move_mount: %w", err)
 	}
 	return nil
 }
@@ -717,4 +774,24 @@ func (r *Runtime) WorkspaceOwner(ctx context.Context, id string) (uid, gid int, 
 		return 0, 0, err
 	}
 	return r.cfg.HostUID, r.cfg.HostGID, nil
+}
+
+// cloexecInherited marks every descriptor above stderr close-on-exec. Go opens its own
+// descriptors that way, but descriptors inherited from the worker's parent are not, and
+// bwrap passes whatever it inherits into the sandbox.
+func cloexecInherited() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC)
+		}
+	}
+	return nil
 }

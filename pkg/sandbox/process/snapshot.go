@@ -178,3 +178,38 @@ func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, 
 	}
 	return h, nil
 }
+
+// Purge destroys every sandbox and deletes every snapshot under the state directory,
+// including those of earlier runtime instances (operators' cleanup; tests' teardown), and
+// removes the runtime's now empty cgroup and mount-point directories (made again on the
+// next Create).
+func (r *Runtime) Purge(ctx context.Context) error {
+	r.mu.Lock()
+	var ids, snaps []string
+	for id, rec := range r.known {
+		if !rec.Handle.Created.IsZero() {
+			ids = append(ids, id)
+		}
+	}
+	for id := range r.snapshots {
+		snaps = append(snaps, id)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := r.Destroy(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	for _, id := range snaps {
+		if err := r.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	// The per-state-dir cgroup and mount point parents, now empty.
+	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
+		_ = os.Remove(d)
+	}
+	_ = os.Remove(r.runDir)
+	return errors.Join(errs...)
+}

@@ -346,6 +346,10 @@ func (s *suite) notRoot(t *testing.T) {
 	for k := range want {
 		t.Errorf("/proc/self/status has no %s line", k)
 	}
+	// Only stdin, stdout and stderr reach the command (ls opens the directory as 3).
+	if got := strings.Fields(ok(t, rt, h.ID, "ls /proc/self/fd")); !slices.Equal(got, []string{"0", "1", "2", "3"}) {
+		t.Errorf("open descriptors in the sandbox: %v, want 0 1 2 (and ls's own 3)", got)
+	}
 	res := run(t, rt, h.ID, sh("cat /dev/mem"))
 	if res.ExitCode == 0 {
 		t.Errorf("reading /dev/mem succeeded")
