@@ -53,7 +53,10 @@ func setup(t *testing.T, hostSide bool) *fixture {
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
-	t.Cleanup(func() { rt.Close() })
+	t.Cleanup(func() {
+		_ = rt.Purge(context.Background())
+		rt.Close()
+	})
 	h, err := rt.Create(context.Background(), sandbox.Spec{Workspace: []sandbox.File{
 		{Path: "src/main.go", Data: []byte("package main\n\nfunc add(a, b int) int { return a - b }\n")},
 	}})
