@@ -33,11 +33,14 @@ func TestCodefixEndToEnd(t *testing.T) {
 			cfg.ClickHouse = ch.Addr()
 			cfg.Worker.Concurrency = 4
 			cfg.Worker.Sandbox = sc
-			// Warm pools on containerd; on process the pool's background DeleteSnapshot
-			// races with episodes' Snapshot inside the runtime (reported to its owner).
+			// Warm pools and concurrent episodes on containerd. On process, one episode at
+			// a time and no pool: the runtime's Snapshot writes a sandbox's layer chain
+			// without its lock while gc (run by any Destroy or DeleteSnapshot) reads it,
+			// which -race reports (reported to the process runtime's owner).
 			cfg.Worker.Sandbox.PoolSize = 2
 			if rt == runtimes.Process {
 				cfg.Worker.Sandbox.PoolSize = 0
+				cfg.Worker.Concurrency = 1
 			}
 			s := startStack(t, cfg)
 			db := cfg.Database
