@@ -155,8 +155,10 @@ func (s *Sandboxes) Close() error {
 	return errors.Join(errs...)
 }
 
-// Open opens the configured runtime, and a warm pool when c.PoolSize asks for one, or
-// returns nil when c names no runtime. The caller closes the result.
+// Open opens the configured runtime, destroys the sandboxes an earlier process left in its
+// state directory, and starts a warm pool when c.PoolSize asks for one; it returns nil
+// when c names no runtime. One process at a time may use a state directory. The caller
+// closes the result.
 func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -176,12 +178,33 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 		return nil, fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err)
 	}
 	s.rt = rt
+	if err := s.reapLeftovers(ctx, log); err != nil {
+		return nil, errors.Join(fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err), s.Close())
+	}
 	if c.PoolSize > 0 {
 		if err := s.openPool(ctx, c, log); err != nil {
 			return nil, errors.Join(fmt.Errorf("sandbox.pool-size %d: %w", c.PoolSize, err), s.Close())
 		}
 	}
 	return s, nil
+}
+
+// reapLeftovers destroys the sandboxes a previous process left in the state directory (a
+// worker that crashed mid-episode): their episodes are redelivered and start again from
+// their seed in new sandboxes, so nothing in the old ones is needed.
+func (s *Sandboxes) reapLeftovers(ctx context.Context, log *slog.Logger) error {
+	hs, err := s.rt.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list leftover sandboxes: %w", err)
+	}
+	for _, h := range hs {
+		if err := s.rt.Destroy(ctx, h.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			log.Warn("destroy leftover sandbox", "sandbox", h.ID, "err", err)
+			continue
+		}
+		log.Info("destroyed a sandbox left by an earlier process", "sandbox", h.ID)
+	}
+	return nil
 }
 
 // openPool starts a warm pool of every template the registered envs declare.

@@ -80,3 +80,28 @@ func TestPooledSandboxesStartClean(t *testing.T) {
 		t.Errorf("second release: %v, want ErrNotFound", err)
 	}
 }
+
+// TestOpenReapsLeftovers: sandboxes a crashed worker left in the state directory are
+// destroyed by the next Open.
+func TestOpenReapsLeftovers(t *testing.T) {
+	ctx := context.Background()
+	c := runtimestest.Config(t, runtimes.Process)
+	first, err := runtimes.Open(ctx, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Acquire(ctx, sandbox.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil { // the sandbox stays, as after a crash
+		t.Fatal(err)
+	}
+	second, err := runtimes.Open(ctx, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if hs, err := second.Runtime().List(ctx); err != nil || len(hs) != 0 {
+		t.Errorf("after Open: %d sandboxes left (%v), want 0", len(hs), err)
+	}
+}

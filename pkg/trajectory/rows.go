@@ -57,14 +57,7 @@ type StepRow struct {
 	WallNs       uint64
 	BytesIn      uint32
 	BytesOut     uint32
-	// CPUNs to Runtime are measured by a real sandbox (migration 2); zero for sim.
-	CPUNs           uint64
-	PeakMemoryBytes uint64
-	Processes       uint32
-	ReadBytes       uint64
-	WrittenBytes    uint64
-	Runtime         string
-	Progress        float64
+	Progress     float64
 	// InvalidAction and the other flags are UInt8 columns (18.16 has no Bool).
 	InvalidAction    bool
 	Success          bool
@@ -91,6 +84,14 @@ type StepRow struct {
 	RewardValues []float64
 	RewardSpec   string
 	Version      uint64
+
+	// Measured by a real sandbox around the step's commands (migration 2); zero for sim.
+	CPUNs           uint64
+	PeakMemoryBytes uint64
+	Processes       uint32
+	ReadBytes       uint64
+	WrittenBytes    uint64
+	Runtime         string
 }
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
@@ -149,43 +150,40 @@ type FaultRow struct {
 // entries, as ClickHouse returns them.
 func newStepRow(s *gauntletv1.StepTaken) StepRow {
 	r := StepRow{
-		RunID:           s.GetRunId(),
-		EpisodeID:       s.GetEpisodeId(),
-		Step:            s.GetStep(),
-		RequestedAt:     dateTime(s.GetRequestedAtUnixNano()),
-		Env:             s.GetEnv(),
-		Policy:          s.GetPolicy(),
-		Profile:         s.GetProfile(),
-		WorkerID:        s.GetWorkerId(),
-		Tool:            s.GetAction().GetTool(),
-		Args:            s.GetAction().GetArgsJson(),
-		Observation:     s.GetObservationJson(),
-		StateDiff:       s.GetStateDiffJson(),
-		ToolCalls:       s.GetMetering().GetToolCalls(),
-		Errors:          s.GetMetering().GetErrors(),
-		VirtualNs:       s.GetMetering().GetVirtualNs(),
-		WallNs:          s.GetMetering().GetWallNs(),
-		BytesIn:         s.GetMetering().GetBytesIn(),
-		BytesOut:        s.GetMetering().GetBytesOut(),
-		CPUNs:           s.GetMetering().GetCpuNs(),
-		PeakMemoryBytes: s.GetMetering().GetPeakMemoryBytes(),
-		Processes:       s.GetMetering().GetProcesses(),
-		ReadBytes:       s.GetMetering().GetReadBytes(),
-		WrittenBytes:    s.GetMetering().GetWrittenBytes(),
-		Runtime:         s.GetMetering().GetRuntime(),
-		Progress:        s.GetSignals().GetProgress(),
-		InvalidAction:   s.GetSignals().GetInvalidAction(),
-		Success:         s.GetSignals().GetSuccess(),
-		SafetyEvents:    nonNil(s.GetSignals().GetSafetyEvents()),
-		Spend:           s.GetSignals().GetSpend(),
-		Terminated:      s.GetTerminated(),
-		Truncated:       s.GetTruncated(),
-		Reason:          s.GetReason().Name(),
-		VirtualTimeNs:   unsigned(s.GetVirtualTimeNs()),
-		Reward:          s.GetScore().GetTotal(),
-		RewardSpec:      s.GetScore().GetSpecVersion(),
-		Version:         stepVersion,
+		RunID:         s.GetRunId(),
+		EpisodeID:     s.GetEpisodeId(),
+		Step:          s.GetStep(),
+		RequestedAt:   dateTime(s.GetRequestedAtUnixNano()),
+		Env:           s.GetEnv(),
+		Policy:        s.GetPolicy(),
+		Profile:       s.GetProfile(),
+		WorkerID:      s.GetWorkerId(),
+		Tool:          s.GetAction().GetTool(),
+		Args:          s.GetAction().GetArgsJson(),
+		Observation:   s.GetObservationJson(),
+		StateDiff:     s.GetStateDiffJson(),
+		ToolCalls:     s.GetMetering().GetToolCalls(),
+		Errors:        s.GetMetering().GetErrors(),
+		VirtualNs:     s.GetMetering().GetVirtualNs(),
+		WallNs:        s.GetMetering().GetWallNs(),
+		BytesIn:       s.GetMetering().GetBytesIn(),
+		BytesOut:      s.GetMetering().GetBytesOut(),
+		Progress:      s.GetSignals().GetProgress(),
+		InvalidAction: s.GetSignals().GetInvalidAction(),
+		Success:       s.GetSignals().GetSuccess(),
+		SafetyEvents:  nonNil(s.GetSignals().GetSafetyEvents()),
+		Spend:         s.GetSignals().GetSpend(),
+		Terminated:    s.GetTerminated(),
+		Truncated:     s.GetTruncated(),
+		Reason:        s.GetReason().Name(),
+		VirtualTimeNs: unsigned(s.GetVirtualTimeNs()),
+		Reward:        s.GetScore().GetTotal(),
+		RewardSpec:    s.GetScore().GetSpecVersion(),
+		Version:       stepVersion,
 	}
+	m := s.GetMetering()
+	r.CPUNs, r.PeakMemoryBytes, r.Processes = m.GetCpuNs(), m.GetPeakMemoryBytes(), m.GetProcesses()
+	r.ReadBytes, r.WrittenBytes, r.Runtime = m.GetReadBytes(), m.GetWrittenBytes(), m.GetRuntime()
 
 	faults := s.GetFaults()
 	r.FaultIDs = make([]string, len(faults))

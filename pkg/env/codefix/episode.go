@@ -7,8 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -294,20 +298,9 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 // diff lists the files the step added, changed or removed, by comparing an md5 listing of
 // the workspace with the previous one.
 func (e *episode) diff(ctx context.Context) ([]byte, error) {
-	r, err := e.exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{"sh", "-c", "find . -type f -exec md5sum {} +"},
-		Timeout: 30 * time.Second,
-	})
+	now, err := e.listing(ctx)
 	if err != nil {
 		return nil, err
-	}
-	now := map[string]string{}
-	for _, line := range strings.Split(string(r.Stdout), "\n") {
-		sum, path, ok := strings.Cut(line, "  ")
-		if !ok {
-			continue
-		}
-		now[strings.TrimPrefix(path, "./")] = sum
 	}
 	type change struct {
 		Op   string `json:"op"`
@@ -333,6 +326,79 @@ func (e *episode) diff(ctx context.Context) ([]byte, error) {
 		return []byte("[]"), nil
 	}
 	return marshal(out), nil
+}
+
+// listing returns the md5 of every regular file of the workspace by path. It reads the
+// workspace from the host when the runtime can show it (no command to run), confined to it
+// by os.Root, skipping symlinks and special files; otherwise it runs find and md5sum in
+// the sandbox, which lists the same files.
+func (e *episode) listing(ctx context.Context) (map[string]string, error) {
+	rt := e.cfg.Sandboxes.Runtime()
+	if wd, ok := rt.(sandbox.WorkspaceDirer); ok {
+		dir, err := wd.WorkspaceDir(ctx, e.sb)
+		if err != nil {
+			return nil, fmt.Errorf("codefix: workspace of %s: %w", e.sb, err)
+		}
+		now, err := hostListing(dir)
+		if err != nil {
+			return nil, fmt.Errorf("codefix: list workspace of %s: %w", e.sb, err)
+		}
+		return now, nil
+	}
+	r, err := e.exec(ctx, sandbox.ExecRequest{
+		Argv:    []string{"sh", "-c", "find . -type f -exec md5sum {} +"},
+		Timeout: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	now := map[string]string{}
+	for _, line := range strings.Split(string(r.Stdout), "\n") {
+		sum, path, ok := strings.Cut(line, "  ")
+		if !ok {
+			continue
+		}
+		now[strings.TrimPrefix(path, "./")] = sum
+	}
+	return now, nil
+}
+
+// hostListing hashes the regular files below dir. The sandbox may change the tree while
+// it runs (between steps nothing runs there, but a process left in the background may),
+// so files that vanish are skipped and nothing is followed out of dir.
+func hostListing(dir string) (map[string]string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	now := map[string]string{}
+	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil // vanished or replaced since the walk saw it
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+			return nil
+		}
+		h := md5.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return err
+		}
+		now[p] = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+	return now, err
 }
 
 // exec runs one command in the episode's sandbox; an error is the runtime's failure.
