@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,8 +155,15 @@ func TestEnvAPI(t *testing.T) {
 
 	t.Run("full shop episode over gRPC, recorded with trainer data", func(t *testing.T) {
 		envs, err := acme.ListEnvs(ctx, connectrpc.NewRequest(&gauntletv1.ListEnvsRequest{}))
-		if err != nil || len(envs.Msg.Envs) == 0 || envs.Msg.Envs[0].Name != "shop" {
-			t.Fatalf("ListEnvs = %v, %v", envs, err)
+		if err != nil {
+			t.Fatalf("ListEnvs: %v", err)
+		}
+		var names []string
+		for _, e := range envs.Msg.Envs {
+			names = append(names, e.Name)
+		}
+		if !slices.Equal(names, env.Names()) {
+			t.Fatalf("ListEnvs = %v, want every registered env %v", names, env.Names())
 		}
 		desc, err := acme.DescribeEnv(ctx, connectrpc.NewRequest(&gauntletv1.DescribeEnvRequest{Env: "shop"}))
 		if err != nil {
