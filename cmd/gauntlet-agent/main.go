@@ -13,7 +13,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
 )
@@ -25,10 +27,36 @@ func main() {
 	}
 	// Every thread counts against the sandbox's pids limit.
 	runtime.GOMAXPROCS(1)
+	prewarmThreads(6)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := agent.NewServer().Serve(ctx, filepath.Join(agent.SocketDir, agent.SocketName)); err != nil {
 		fmt.Fprintln(os.Stderr, "gauntlet-agent:", err)
 		os.Exit(1)
 	}
+}
+
+// prewarmThreads makes the Go runtime start n OS threads now and keep them idle for later.
+// A command that fills the sandbox's pids limit (a fork bomb) leaves no room for a new
+// thread, and a Go program that cannot create one when a goroutine blocks in a system call
+// dies: the agent would die with the sandbox it is meant to clean up. Threads made at start,
+// while the limit has room, are parked by the runtime and reused instead.
+func prewarmThreads(n int) {
+	var started, done sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		started.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread() // this goroutine now owns a thread of its own
+			started.Done()
+			<-release
+			runtime.UnlockOSThread() // the thread goes back to the runtime's idle list
+		}()
+	}
+	started.Wait()
+	time.Sleep(time.Millisecond)
+	close(release)
+	done.Wait()
 }

@@ -105,3 +105,72 @@ func TestRecoverAfterHostReboot(t *testing.T) {
 		t.Fatalf("list after destroy: %v", hs)
 	}
 }
+
+// TestConcurrentSnapshotsAndCollection snapshots, forks and restores in several sandboxes
+// while others destroy sandboxes and delete snapshots (each of which collects unused
+// layers): no layer on its way into a chain is collected, and under -race no chain is
+// read while it is written.
+func TestConcurrentSnapshotsAndCollection(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	const workers, rounds = 4, 6
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			errs <- func() error {
+				h, err := rt.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					return err
+				}
+				defer rt.Destroy(ctx, h.ID)
+				ws, err := rt.WorkspaceDir(ctx, h.ID)
+				if err != nil {
+					return err
+				}
+				for i := range rounds {
+					want := fmt.Sprintf("w%d-r%d", w, i)
+					if err := os.WriteFile(filepath.Join(ws, "f"), []byte(want), 0o644); err != nil {
+						return err
+					}
+					s, err := rt.Snapshot(ctx, h.ID)
+					if err != nil {
+						return fmt.Errorf("snapshot: %w", err)
+					}
+					f, err := rt.Fork(ctx, s.ID)
+					if err != nil {
+						return fmt.Errorf("fork: %w", err)
+					}
+					fws, err := rt.WorkspaceDir(ctx, f.ID)
+					if err != nil {
+						return err
+					}
+					got, err := os.ReadFile(filepath.Join(fws, "f"))
+					if err != nil || string(got) != want {
+						return fmt.Errorf("fork of round %d reads %q, %v; want %q", i, got, err, want)
+					}
+					if err := rt.Destroy(ctx, f.ID); err != nil {
+						return fmt.Errorf("destroy fork: %w", err)
+					}
+					if err := os.WriteFile(filepath.Join(ws, "f"), []byte("changed"), 0o644); err != nil {
+						return err
+					}
+					if err := rt.Restore(ctx, h.ID, s.ID); err != nil {
+						return fmt.Errorf("restore: %w", err)
+					}
+					if got, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(got) != want {
+						return fmt.Errorf("restored round %d reads %q, %v; want %q", i, got, err, want)
+					}
+					if err := rt.DeleteSnapshot(ctx, s.ID); err != nil {
+						return fmt.Errorf("delete snapshot: %w", err)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

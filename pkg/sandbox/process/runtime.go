@@ -68,7 +68,12 @@ type Runtime struct {
 	sh      string
 	rootfs  []string // bwrap arguments building the root filesystem
 
-	mu        sync.Mutex
+	// layerMu is held by gc for its whole run and by Snapshot and Restore while a layer
+	// is on its way into a chain (renamed, or looked up, but not yet referenced), so gc
+	// never removes a layer that is about to be used. Order: layerMu before mu.
+	layerMu sync.Mutex
+
+	mu        sync.Mutex // guards the fields below and every record's Chain
 	closed    bool
 	active    map[string]*box        // sandboxes this instance manages
 	known     map[string]*boxRecord  // every sandbox record on disk
@@ -299,18 +304,24 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 	if spec.Image != "" && spec.Image != "host" {
 		return sandbox.Handle{}, fmt.Errorf("create: %w: image: %q: the process runtime only offers \"host\"", sandbox.ErrInvalid, spec.Image)
 	}
-	return r.create(ctx, spec.WithDefaults(), nil, true)
+	return r.create(ctx, spec.WithDefaults(), nil, "", true)
 }
 
 // create makes a sandbox over the given lower layers; seed says whether to write
-// spec.Workspace into it.
-func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string, seed bool) (sandbox.Handle, error) {
+// spec.Workspace into it. When the layers are a snapshot's, fromSnapshot names it: the
+// sandbox is registered (its chain visible to gc) only while the snapshot still exists,
+// so a concurrent DeleteSnapshot cannot collect the layers under it.
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string, fromSnapshot string, seed bool) (sandbox.Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create: %w", err)
 	}
+	// A gc that started before the record is registered must finish before the volume
+	// exists, or it would find an unknown volume and remove it.
+	r.layerMu.Lock()
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		r.layerMu.Unlock()
 		return sandbox.Handle{}, fmt.Errorf("create: %w", sandbox.ErrClosed)
 	}
 	if spec.ID == "" {
@@ -318,7 +329,13 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 	}
 	if _, dup := r.known[spec.ID]; dup {
 		r.mu.Unlock()
+		r.layerMu.Unlock()
 		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, sandbox.ErrExists)
+	}
+	if _, ok := r.snapshots[fromSnapshot]; fromSnapshot != "" && !ok {
+		r.mu.Unlock()
+		r.layerMu.Unlock()
+		return sandbox.Handle{}, fmt.Errorf("create from %s: %w", fromSnapshot, sandbox.ErrNotFound)
 	}
 	rec := &boxRecord{
 		Handle: sandbox.Handle{ID: spec.ID, Runtime: Name, Spec: spec},
@@ -338,7 +355,9 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		r.gc()
 		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
 	}
-	if err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes); err != nil {
+	err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes)
+	r.layerMu.Unlock()
+	if err != nil {
 		return fail(err)
 	}
 	if err := r.mountWorkspace(rec); err != nil {
@@ -633,6 +652,8 @@ func unmount(p string) error {
 
 // gc removes layers no sandbox or snapshot references, and volumes left with nothing.
 func (r *Runtime) gc() {
+	r.layerMu.Lock()
+	defer r.layerMu.Unlock()
 	r.mu.Lock()
 	used := map[string]bool{}    // layer paths
 	liveVol := map[string]bool{} // volumes holding an upper dir
@@ -679,6 +700,13 @@ func (r *Runtime) gc() {
 			r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
 		}
 	}
+}
+
+// setChain replaces rec's lower layers under mu, where gc reads them.
+func (r *Runtime) setChain(rec *boxRecord, chain []string) {
+	r.mu.Lock()
+	rec.Chain = chain
+	r.mu.Unlock()
 }
 
 // List implements sandbox.Runtime.

@@ -43,15 +43,20 @@ func (r *Runtime) Snapshot(ctx context.Context, id string) (sandbox.Snapshot, er
 			return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
 		}
 		layer := filepath.Join("vol", rec.Volume, "l-"+newID())
+		// Between the rename and the new chain the layer is referenced by nothing: keep
+		// gc out.
+		r.layerMu.Lock()
 		if err := os.Rename(upper, r.path(layer)); err != nil {
+			r.layerMu.Unlock()
 			return sandbox.Snapshot{}, r.remountAfterFailure(rec, fmt.Errorf("snapshot %s: freeze layer: %w", id, err))
 		}
 		chain = append([]string{layer}, rec.Chain...)
 		old := rec.Chain
-		rec.Chain = chain
+		r.setChain(rec, chain)
+		r.layerMu.Unlock()
 		if err := r.mountWorkspace(rec); err != nil {
 			// Put the layer back as the upper dir so nothing is lost.
-			rec.Chain = old
+			r.setChain(rec, old)
 			_ = os.Rename(r.path(layer), upper)
 			return sandbox.Snapshot{}, r.remountAfterFailure(rec, fmt.Errorf("snapshot %s: %w", id, err))
 		}
@@ -113,22 +118,29 @@ func (r *Runtime) Restore(ctx context.Context, id, snapshotID string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
+	// From the lookup until the sandbox's chain names the snapshot's layers, a concurrent
+	// DeleteSnapshot's gc must not remove them.
+	r.layerMu.Lock()
 	r.mu.Lock()
 	snap, ok := r.snapshots[snapshotID]
 	r.mu.Unlock()
 	if !ok {
+		r.layerMu.Unlock()
 		return fmt.Errorf("restore %s from %s: %w", id, snapshotID, sandbox.ErrNotFound)
 	}
 	if err := b.cg.kill(5 * time.Second); err != nil {
+		r.layerMu.Unlock()
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	if err := unmount(r.wsDir(id)); err != nil {
+		r.layerMu.Unlock()
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	old := b.rec.Chain
-	b.rec.Chain = slices.Clone(snap.Chain)
+	r.setChain(b.rec, slices.Clone(snap.Chain))
+	r.layerMu.Unlock()
 	if err := r.mountWorkspace(b.rec); err != nil {
-		b.rec.Chain = old
+		r.setChain(b.rec, old)
 		return r.remountAfterFailure(b.rec, fmt.Errorf("restore %s: %w", id, err))
 	}
 	if err := r.save("sandboxes", id, b.rec); err != nil {
@@ -172,7 +184,7 @@ func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, 
 	}
 	spec := snap.Spec
 	spec.ID = ""
-	h, err := r.create(ctx, spec, snap.Chain, false)
+	h, err := r.create(ctx, spec, snap.Chain, snapshotID, false)
 	if err != nil {
 		return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, err)
 	}
