@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 )
 
 // Bounds of the process lifecycle.
@@ -125,7 +126,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
-	if err := killLeftover(dir, s.log); err != nil {
+	owns := func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, configFile)) }
+	if err := childproc.KillLeftover(filepath.Join(dir, pidFile), "clickhouse", owns, s.log); err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
 
@@ -298,8 +300,8 @@ func (s *Server) run(ctx context.Context) error {
 
 func (s *Server) runLocked(ctx context.Context) error {
 	begin := time.Now()
-	errLogAt := fileSize(filepath.Join(s.dir, errorLog))
-	stdoutAt := fileSize(filepath.Join(s.dir, stdoutLog))
+	errLogAt := childproc.FileSize(filepath.Join(s.dir, errorLog))
+	stdoutAt := childproc.FileSize(filepath.Join(s.dir, stdoutLog))
 	p, err := s.spawn()
 	if err != nil {
 		return err
@@ -454,62 +456,6 @@ func choosePorts(tcp, http int) (int, int, error) {
 	return tcp, http, nil
 }
 
-// killLeftover kills the server recorded in dir's pid file, if that process still
-// runs this dir's config, and waits until it is gone.
-func killLeftover(dir string, log *slog.Logger) error {
-	pidPath := filepath.Join(dir, pidFile)
-	b, err := os.ReadFile(pidPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
-	if err != nil || pid <= 0 {
-		log.Warn("ignoring malformed clickhouse pid file", "path", pidPath)
-		return os.Remove(pidPath)
-	}
-	// The pid may have been reused since: only kill a process running our config.
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err == nil && bytes.Contains(cmdline, []byte(filepath.Join(dir, configFile))) {
-		log.Warn("killing clickhouse left over by an earlier run", "pid", pid, "dir", dir)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("kill leftover clickhouse pid %d: %w", pid, err)
-		}
-		if err := waitGone(pid, 10*time.Second); err != nil {
-			return err
-		}
-	}
-	if err := os.Remove(pidPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove pid file: %w", err)
-	}
-	return nil
-}
-
-// waitGone waits until pid has exited. A zombie counts as gone: it holds no ports,
-// files or locks, and its parent, not us, must reap it.
-func waitGone(pid int, bound time.Duration) error {
-	deadline := time.Now().Add(bound)
-	for {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || isZombie(stat) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("leftover clickhouse pid %d still alive %v after SIGKILL", pid, bound)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// isZombie reads the state field of /proc/<pid>/stat, which follows the
-// parenthesised command name.
-func isZombie(stat []byte) bool {
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
 // exitError is returned when the server exits before it is ready.
 type exitError struct {
 	status error
@@ -531,48 +477,11 @@ func (e *exitError) portInUse(port int) bool {
 		strings.Contains(e.tail, "127.0.0.1:"+strconv.Itoa(port))
 }
 
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
 // tailOf returns the last lines written to the error log since offset errAt, or
 // those of the stdout log when the server died before its logger was set up.
 func tailOf(errPath string, errAt int64, outPath string, outAt int64) string {
-	if t := readTail(errPath, errAt); t != "" {
+	if t := childproc.Tail(errPath, errAt); t != "" {
 		return t
 	}
-	return readTail(outPath, outAt)
-}
-
-// readTail returns at most the last 20 lines (and 4 KiB) of path after offset.
-func readTail(path string, offset int64) string {
-	const maxBytes, maxLines = 4096, 20
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	if fi.Size()-offset > maxBytes {
-		offset = fi.Size() - maxBytes
-	}
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return ""
-	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return ""
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
-	}
-	return string(bytes.TrimSpace(bytes.Join(lines, []byte("\n"))))
+	return childproc.Tail(outPath, outAt)
 }

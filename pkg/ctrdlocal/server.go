@@ -16,6 +16,8 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 )
 
 // Bounds of the daemon's lifecycle.
@@ -100,7 +102,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("start containerd: %w", err)
 		}
 	}
-	if err := killLeftover(s.pidFile(), s.log); err != nil {
+	owns := func(pid int) bool { return childproc.CommIs(pid, "containerd") }
+	if err := childproc.KillLeftover(s.pidFile(), "containerd", owns, s.log); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	if err := s.mountRoot(); err != nil {
@@ -274,7 +277,7 @@ func (s *Server) runLocked(ctx context.Context) error {
 	if err := s.waitReady(wctx, done); err != nil {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-done
-		return fmt.Errorf("start containerd: %w; log tail:\n%s", err, readTail(s.logPath(), logAt))
+		return fmt.Errorf("start containerd: %w; log tail:\n%s", err, childproc.Tail(s.logPath(), logAt))
 	}
 	s.log.Info("containerd ready", "pid", cmd.Process.Pid, "address", s.Address(), "took", time.Since(began).Round(time.Millisecond))
 	return nil
@@ -424,52 +427,6 @@ func lookPath(name string) (string, error) {
 		}
 	}
 	return "", os.ErrNotExist
-}
-
-// killLeftover kills a daemon recorded in the pid file by a crashed earlier run, if
-// that process is still a containerd.
-func killLeftover(pidFile string, log *slog.Logger) error {
-	b, err := os.ReadFile(pidFile)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return os.Remove(pidFile)
-	}
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil || strings.TrimSpace(string(comm)) != "containerd" {
-		return os.Remove(pidFile)
-	}
-	log.Warn("killing containerd left by an earlier run", "pid", pid)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 500; i++ {
-		if err := syscall.Kill(pid, 0); err != nil {
-			break
-		}
-		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if i := strings.LastIndexByte(string(st), ')'); i > 0 && strings.HasPrefix(string(st[i:]), ") Z") {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return os.Remove(pidFile)
-}
-
-// readTail returns up to the last 4 KiB the log gained since offset.
-func readTail(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < offset {
-		return ""
-	}
-	b = b[offset:]
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
 }
 
 func exited(done <-chan struct{}) bool {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 )
 
 // Bounds of the process lifecycle.
@@ -134,7 +135,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
-	if err := killLeftover(dir, s.log); err != nil {
+	owns := func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, dbFile)) }
+	if err := childproc.KillLeftover(filepath.Join(dir, pidFile), "temporal", owns, s.log); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
 	for attempt := 1; ; attempt++ {
@@ -267,7 +269,7 @@ func (s *Server) run(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	begin := time.Now()
-	logAt := fileSize(filepath.Join(s.dir, logFile))
+	logAt := childproc.FileSize(filepath.Join(s.dir, logFile))
 	p, err := s.spawn()
 	if err != nil {
 		return err
@@ -298,7 +300,7 @@ func (s *Server) run(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
-			return &exitError{status: p.err, tail: readTail(filepath.Join(s.dir, logFile), logAt)}
+			return &exitError{status: p.err, tail: childproc.Tail(filepath.Join(s.dir, logFile), logAt)}
 		case <-ctx.Done():
 			_ = s.killLocked()
 			return fmt.Errorf("wait for temporal on %s: %w (last probe: %v)", s.Addr(), ctx.Err(), last)
@@ -405,51 +407,6 @@ func choosePorts(ports ...int) ([]int, error) {
 	return out, nil
 }
 
-// killLeftover kills the server recorded in dir's pid file if that process still runs
-// this dir's database.
-func killLeftover(dir string, log *slog.Logger) error {
-	pidPath := filepath.Join(dir, pidFile)
-	b, err := os.ReadFile(pidPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
-	if err != nil || pid <= 0 {
-		log.Warn("ignoring malformed temporal pid file", "path", pidPath)
-		return os.Remove(pidPath)
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err == nil && bytes.Contains(cmdline, []byte(filepath.Join(dir, dbFile))) {
-		log.Warn("killing temporal left over by an earlier run", "pid", pid, "dir", dir)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("kill leftover temporal pid %d: %w", pid, err)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err != nil || isZombie(stat) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("leftover temporal pid %d still alive 10s after SIGKILL", pid)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if err := os.Remove(pidPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove pid file: %w", err)
-	}
-	return nil
-}
-
-func isZombie(stat []byte) bool {
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
 func signal(p *process, sig syscall.Signal) error {
 	if p == nil || p.exited() {
 		return errors.New("server is not running")
@@ -478,43 +435,6 @@ func (e *exitError) Unwrap() error { return e.status }
 
 func (e *exitError) portInUse() bool {
 	return strings.Contains(e.tail, "address already in use")
-}
-
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// readTail returns at most the last 20 lines (and 4 KiB) of path after offset.
-func readTail(path string, offset int64) string {
-	const maxBytes, maxLines = 4096, 20
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	if fi.Size()-offset > maxBytes {
-		offset = fi.Size() - maxBytes
-	}
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return ""
-	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return ""
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
-	}
-	return string(bytes.TrimSpace(bytes.Join(lines, []byte("\n"))))
 }
 
 // quietLogger drops the SDK client's own log lines during readiness probes.
