@@ -86,7 +86,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "batch":
 		return cmdBatch(ctx, rest, stdout, stderr)
 	case "episode":
-		return cmdEpisodeAny(ctx, rest, stdout, stderr)
+		return cmdEpisode(ctx, rest, stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
 	case "version":

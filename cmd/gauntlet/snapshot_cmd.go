@@ -41,17 +41,20 @@ agent saw before choosing action N. snapshot writes that workspace to --out; for
 from it with a policy, in K independent branches.
 `
 
-// cmdEpisodeAny routes `gauntlet episode SUB`.
-func cmdEpisodeAny(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// cmdEpisode routes `gauntlet episode show|snapshot|fork`.
+func cmdEpisode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
+		case "show":
+			return cmdEpisodeShow(ctx, args[1:], stdout, stderr)
 		case "snapshot":
 			return cmdEpisodeSnapshot(ctx, args[1:], stdout, stderr)
 		case "fork":
 			return cmdEpisodeFork(ctx, args[1:], stdout, stderr)
 		}
 	}
-	return cmdEpisode(ctx, args, stdout, stderr)
+	fmt.Fprintln(stderr, "usage: gauntlet episode show|snapshot|fork [flags] EPISODE_ID ...")
+	return errUsage
 }
 
 // replayOpts are the flags shared by snapshot and fork.

@@ -84,17 +84,13 @@ func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 var episodeIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// cmdEpisode shows one episode step by step.
-func cmdEpisode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "show" {
-		fmt.Fprintln(stderr, "usage: gauntlet episode show [flags] EPISODE_ID")
-		return errUsage
-	}
+// cmdEpisodeShow shows one episode step by step.
+func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("episode show", stderr)
 	var o clientOpts
 	o.register(fs)
 	full := fs.Bool("full", false, "print whole observations instead of their first 160 characters")
-	if err := parse(fs, args[1:]); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
