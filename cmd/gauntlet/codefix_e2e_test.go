@@ -33,15 +33,9 @@ func TestCodefixEndToEnd(t *testing.T) {
 			cfg.ClickHouse = ch.Addr()
 			cfg.Worker.Concurrency = 4
 			cfg.Worker.Sandbox = sc
-			// Warm pools and concurrent episodes on containerd. On process, one episode at
-			// a time and no pool: the runtime's Snapshot writes a sandbox's layer chain
-			// without its lock while gc (run by any Destroy or DeleteSnapshot) reads it,
-			// which -race reports (reported to the process runtime's owner).
+			// Warm pools and concurrent episodes on both runtimes: snapshots, forks and
+			// the pool's resets run side by side (under -race in CI).
 			cfg.Worker.Sandbox.PoolSize = 2
-			if rt == runtimes.Process {
-				cfg.Worker.Sandbox.PoolSize = 0
-				cfg.Worker.Concurrency = 1
-			}
 			s := startStack(t, cfg)
 			db := cfg.Database
 			conn := connect(t, ch.Addr(), db)

@@ -8,10 +8,9 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 )
 
-// testSandboxes lends the tests sandboxes of the real process runtime, made on demand.
-// (No warm pool: the pool's background DeleteSnapshot races with the episodes' Snapshot
-// inside the process runtime, which -race reports; pools are tested in pkg/runtimes.)
+// testSandboxes lends the tests sandboxes of the real process runtime from a warm pool of
+// two, so episodes' snapshots and forks meet the pool's background resets.
 func testSandboxes(t *testing.T) env.Sandboxes {
 	t.Helper()
-	return runtimestest.Open(t, runtimes.Process, 0)
+	return runtimestest.Open(t, runtimes.Process, 2)
 }
