@@ -1,7 +1,6 @@
 package chlocal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -70,23 +69,7 @@ type Server struct {
 	startTimeout time.Duration
 
 	mu   sync.Mutex
-	proc *process // the current or last process; nil only during Start
-}
-
-// process is one run of the server binary.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited and been reaped
-	err  error         // exit status, set before done is closed
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	proc *childproc.Process // the current or last process; nil only during Start
 }
 
 // Start starts a ClickHouse server with its state under opts.Dir and returns once it
@@ -173,24 +156,24 @@ func (s *Server) Dir() string { return s.dir }
 // Pid returns the process id of the current server process, or 0 when it has exited.
 func (s *Server) Pid() int {
 	p := s.current()
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		return 0
 	}
-	return p.cmd.Process.Pid
+	return p.Pid()
 }
 
 // Done returns a channel that is closed when the current server process exits. After
 // Restart a new channel is returned.
 func (s *Server) Done() <-chan struct{} {
-	return s.current().done
+	return s.current().Done()
 }
 
 // Wait blocks until the current server process exits and returns its exit status
 // (nil for a clean exit).
 func (s *Server) Wait() error {
 	p := s.current()
-	<-p.done
-	return p.err
+	<-p.Done()
+	return p.Err()
 }
 
 // Stop shuts the server down: SIGTERM, then SIGKILL if it has not exited after 15 s
@@ -204,26 +187,26 @@ func (s *Server) Stop(ctx context.Context) error {
 
 func (s *Server) stopLocked(ctx context.Context) error {
 	p := s.proc
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		return nil
 	}
 	begin := time.Now()
-	if err := signal(p, syscall.SIGCONT); err != nil { // a paused server cannot handle SIGTERM
+	if err := p.Signal(syscall.SIGCONT); err != nil { // a paused server cannot handle SIGTERM
 		return fmt.Errorf("stop clickhouse: %w", err)
 	}
-	if err := signal(p, syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stop clickhouse: %w", err)
 	}
 	grace := time.NewTimer(stopGrace)
 	defer grace.Stop()
 	select {
-	case <-p.done:
-		s.log.Info("clickhouse stopped", "pid", p.cmd.Process.Pid, "took", time.Since(begin))
+	case <-p.Done():
+		s.log.Info("clickhouse stopped", "pid", p.Pid(), "took", time.Since(begin))
 		return nil
 	case <-grace.C:
-		s.log.Warn("clickhouse ignored SIGTERM, killing it", "pid", p.cmd.Process.Pid, "grace", stopGrace)
+		s.log.Warn("clickhouse ignored SIGTERM, killing it", "pid", p.Pid(), "grace", stopGrace)
 	case <-ctx.Done():
-		s.log.Warn("clickhouse stop cancelled, killing it", "pid", p.cmd.Process.Pid, "err", ctx.Err())
+		s.log.Warn("clickhouse stop cancelled, killing it", "pid", p.Pid(), "err", ctx.Err())
 	}
 	return s.killLocked()
 }
@@ -239,13 +222,13 @@ func (s *Server) Kill() error {
 
 func (s *Server) killLocked() error {
 	p := s.proc
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		return nil
 	}
-	if err := signal(p, syscall.SIGKILL); err != nil {
+	if err := p.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill clickhouse: %w", err)
 	}
-	<-p.done
+	<-p.Done()
 	return nil
 }
 
@@ -254,7 +237,7 @@ func (s *Server) killLocked() error {
 func (s *Server) Pause() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := signal(s.proc, syscall.SIGSTOP); err != nil {
+	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("pause clickhouse: %w", err)
 	}
 	return nil
@@ -264,7 +247,7 @@ func (s *Server) Pause() error {
 func (s *Server) Resume() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := signal(s.proc, syscall.SIGCONT); err != nil {
+	if err := s.proc.Signal(syscall.SIGCONT); err != nil {
 		return fmt.Errorf("resume clickhouse: %w", err)
 	}
 	return nil
@@ -285,7 +268,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) current() *process {
+func (s *Server) current() *childproc.Process {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.proc
@@ -313,13 +296,13 @@ func (s *Server) runLocked(ctx context.Context) error {
 	var last error
 	for {
 		if last = ping(ctx, s.Addr()); last == nil {
-			s.log.Info("clickhouse ready", "addr", s.Addr(), "pid", p.cmd.Process.Pid, "dir", s.dir, "took", time.Since(begin))
+			s.log.Info("clickhouse ready", "addr", s.Addr(), "pid", p.Pid(), "dir", s.dir, "took", time.Since(begin))
 			return nil
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 			return &exitError{
-				status: p.err,
+				status: p.Err(),
 				tail:   tailOf(filepath.Join(s.dir, errorLog), errLogAt, filepath.Join(s.dir, stdoutLog), stdoutAt),
 			}
 		case <-ctx.Done():
@@ -332,53 +315,13 @@ func (s *Server) runLocked(ctx context.Context) error {
 
 // spawn starts the binary in its own process group, records its pid and reaps it in
 // the background.
-func (s *Server) spawn() (*process, error) {
-	out, err := os.OpenFile(filepath.Join(s.dir, stdoutLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open clickhouse stdout log: %w", err)
-	}
+func (s *Server) spawn() (*childproc.Process, error) {
 	args := append(append([]string{}, s.bin[1:]...), "--config-file="+filepath.Join(s.dir, configFile))
 	cmd := exec.Command(s.bin[0], args...)
 	cmd.Dir = s.dir
-	cmd.Stdout = out
-	cmd.Stderr = out
 	// Newer releases fork a watchdog parent by default; keep one process to signal.
 	cmd.Env = append(os.Environ(), "CLICKHOUSE_WATCHDOG_ENABLE=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true,            // a terminal's Ctrl-C goes to us, not straight to the server
-		Pdeathsig: syscall.SIGKILL, // the server dies with the program that started it
-	}
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("exec %s: %w", s.bin[0], err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	pid := cmd.Process.Pid
-	pidPath := filepath.Join(s.dir, pidFile)
-	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
-		s.log.Warn("clickhouse pid file not written", "path", pidPath, "err", err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		out.Close()
-		if b, err := os.ReadFile(pidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(pid) {
-			os.Remove(pidPath)
-		}
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// signal sends sig to the server's process group.
-func signal(p *process, sig syscall.Signal) error {
-	if p == nil || p.exited() {
-		return errors.New("server is not running")
-	}
-	pid := p.cmd.Process.Pid
-	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("send %v to pid %d: %w", sig, pid, err)
-	}
-	return nil
+	return childproc.Spawn(cmd, "clickhouse", filepath.Join(s.dir, stdoutLog), filepath.Join(s.dir, pidFile), s.log)
 }
 
 // ping reports whether the server answers SELECT 1 over the native protocol.

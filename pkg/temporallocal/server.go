@@ -1,7 +1,6 @@
 package temporallocal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -92,22 +91,7 @@ type Server struct {
 	startTimeout time.Duration
 
 	mu   sync.Mutex
-	proc *process
-}
-
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	proc *childproc.Process
 }
 
 // Start starts a Temporal dev server with its database under opts.Dir and returns once
@@ -176,17 +160,17 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.exited() {
+	if s.proc == nil || s.proc.Exited() {
 		return 0
 	}
-	return s.proc.cmd.Process.Pid
+	return s.proc.Pid()
 }
 
 // Done is closed when the current server process exits.
 func (s *Server) Done() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.proc.done
+	return s.proc.Done()
 }
 
 // Stop shuts the server down: SIGTERM, then SIGKILL after 10 s or when ctx ends first.
@@ -195,23 +179,23 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.proc
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		return nil
 	}
 	begin := time.Now()
-	if err := signal(p, syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stop temporal: %w", err)
 	}
 	grace := time.NewTimer(stopGrace)
 	defer grace.Stop()
 	select {
-	case <-p.done:
-		s.log.Info("temporal stopped", "pid", p.cmd.Process.Pid, "took", time.Since(begin))
+	case <-p.Done():
+		s.log.Info("temporal stopped", "pid", p.Pid(), "took", time.Since(begin))
 		return nil
 	case <-grace.C:
-		s.log.Warn("temporal ignored SIGTERM, killing it", "pid", p.cmd.Process.Pid)
+		s.log.Warn("temporal ignored SIGTERM, killing it", "pid", p.Pid())
 	case <-ctx.Done():
-		s.log.Warn("temporal stop cancelled, killing it", "pid", p.cmd.Process.Pid, "err", ctx.Err())
+		s.log.Warn("temporal stop cancelled, killing it", "pid", p.Pid(), "err", ctx.Err())
 	}
 	return s.killLocked()
 }
@@ -236,13 +220,13 @@ func (s *Server) Restart(ctx context.Context) error {
 
 func (s *Server) killLocked() error {
 	p := s.proc
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		return nil
 	}
-	if err := signal(p, syscall.SIGKILL); err != nil {
+	if err := p.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill temporal: %w", err)
 	}
-	<-p.done
+	<-p.Done()
 	return nil
 }
 
@@ -295,12 +279,12 @@ func (s *Server) run(ctx context.Context) error {
 		}
 		pcancel()
 		if last == nil {
-			s.log.Info("temporal ready", "addr", s.Addr(), "ui", s.UIURL(), "pid", p.cmd.Process.Pid, "took", time.Since(begin))
+			s.log.Info("temporal ready", "addr", s.Addr(), "ui", s.UIURL(), "pid", p.Pid(), "took", time.Since(begin))
 			return nil
 		}
 		select {
-		case <-p.done:
-			return &exitError{status: p.err, tail: childproc.Tail(filepath.Join(s.dir, logFile), logAt)}
+		case <-p.Done():
+			return &exitError{status: p.Err(), tail: childproc.Tail(filepath.Join(s.dir, logFile), logAt)}
 		case <-ctx.Done():
 			_ = s.killLocked()
 			return fmt.Errorf("wait for temporal on %s: %w (last probe: %v)", s.Addr(), ctx.Err(), last)
@@ -309,38 +293,10 @@ func (s *Server) run(ctx context.Context) error {
 	}
 }
 
-func (s *Server) spawn() (*process, error) {
-	out, err := os.OpenFile(filepath.Join(s.dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open temporal log: %w", err)
-	}
+func (s *Server) spawn() (*childproc.Process, error) {
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.Dir = s.dir
-	cmd.Stdout = out
-	cmd.Stderr = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true,            // a terminal's Ctrl-C goes to us, not straight to the server
-		Pdeathsig: syscall.SIGKILL, // the server dies with the program that started it
-	}
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("exec %s: %w", s.bin, err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	pid := cmd.Process.Pid
-	pidPath := filepath.Join(s.dir, pidFile)
-	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
-		s.log.Warn("temporal pid file not written", "path", pidPath, "err", err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		out.Close()
-		if b, err := os.ReadFile(pidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(pid) {
-			os.Remove(pidPath)
-		}
-		close(p.done)
-	}()
-	return p, nil
+	return childproc.Spawn(cmd, "temporal", filepath.Join(s.dir, logFile), filepath.Join(s.dir, pidFile), s.log)
 }
 
 // FindBinary returns the temporal executable: explicit, else "temporal" in PATH, else
@@ -405,17 +361,6 @@ func choosePorts(ports ...int) ([]int, error) {
 		out[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return out, nil
-}
-
-func signal(p *process, sig syscall.Signal) error {
-	if p == nil || p.exited() {
-		return errors.New("server is not running")
-	}
-	pid := p.cmd.Process.Pid
-	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("send %v to pid %d: %w", sig, pid, err)
-	}
-	return nil
 }
 
 // exitError is returned when the server exits before it is ready.
