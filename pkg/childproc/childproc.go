@@ -1,6 +1,6 @@
 // Package childproc holds what gauntlet's launchers of local servers (ClickHouse in
 // pkg/chlocal, containerd in pkg/ctrdlocal, the Temporal dev server in pkg/temporallocal)
-// share about the child processes they run: finding and killing a server left over by a
+// share about the child processes they run: spawning and signalling one, killing a server left over by a
 // crashed earlier run through its pid file, telling when a process is gone, and quoting
 // the tail of a server's log in an error.
 package childproc

@@ -156,3 +156,30 @@ func Lookup(name string) (Env, error) { return registered.Lookup(name) }
 
 // Names lists the registered envs, sorted.
 func Names() []string { return registered.Names() }
+
+// End is what decides whether a step ends its episode, by the rules every env applies in
+// the same order: the task's verdict (success, then failure), then the invalid-action
+// limit, then the episode's deadline on its virtual clock, then the step limit.
+type End struct {
+	Success, Failure    bool
+	Invalid, MaxInvalid int
+	Clock, Deadline     time.Duration
+	Step, MaxSteps      uint32
+}
+
+// Apply sets res's Terminated, Truncated and Reason from the first rule that holds; none
+// holding leaves the episode running.
+func (x End) Apply(res *StepResult) {
+	switch {
+	case x.Success:
+		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS
+	case x.Failure:
+		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_FAILURE
+	case x.Invalid >= x.MaxInvalid:
+		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_INVALID_ACTION_LIMIT
+	case x.Clock > x.Deadline:
+		res.Truncated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_TIMEOUT
+	case x.Step >= x.MaxSteps:
+		res.Truncated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
+	}
+}

@@ -254,18 +254,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			DeadlineVirtualNs: int64(e.p.deadline), SafetyEvents: o.safety,
 		},
 	}
-	switch {
-	case o.verdict != nil && success:
-		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS
-	case o.verdict != nil:
-		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_FAILURE
-	case e.invalid >= e.p.maxInvalid:
-		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_INVALID_ACTION_LIMIT
-	case e.clock > e.p.deadline:
-		res.Truncated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_TIMEOUT
-	case e.step >= e.maxSteps:
-		res.Truncated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
-	}
+	env.End{
+		Success: o.verdict != nil && success, Failure: o.verdict != nil,
+		Invalid: e.invalid, MaxInvalid: e.p.maxInvalid,
+		Clock: e.clock, Deadline: e.p.deadline,
+		Step: e.step, MaxSteps: e.maxSteps,
+	}.Apply(&res)
 	e.done, e.reason = res.Done(), res.Reason
 	return res, nil
 }

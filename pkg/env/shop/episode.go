@@ -179,18 +179,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			BytesOut:  uint32(len(obs)),
 		},
 	}
-	switch {
-	case s.success:
-		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS
-	case s.failure:
-		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_FAILURE
-	case e.invalid >= e.p.maxInvalid:
-		res.Terminated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_INVALID_ACTION_LIMIT
-	case e.clock > e.p.deadline:
-		res.Truncated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_TIMEOUT
-	case e.step >= e.maxSteps:
-		res.Truncated, res.Reason = true, gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
-	}
+	env.End{
+		Success: s.success, Failure: s.failure,
+		Invalid: e.invalid, MaxInvalid: e.p.maxInvalid,
+		Clock: e.clock, Deadline: e.p.deadline,
+		Step: e.step, MaxSteps: e.maxSteps,
+	}.Apply(&res)
 	e.done, e.reason = res.Done(), res.Reason
 	return res, nil
 }
