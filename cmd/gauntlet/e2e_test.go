@@ -192,7 +192,8 @@ func streamSteps(t *testing.T, b *bus.Bus, runID string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.SubjectEvent(bus.KindSteps, runID)},
+		// Steps ride on steps subjects and, in an episode's last segment, on its ended one.
+		FilterSubjects: []string{bus.SubjectEvent(bus.KindSteps, runID), bus.SubjectEvent(bus.KindEnded, runID)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -613,7 +613,7 @@ func TestEnvAPIReapsIdleEpisodes(t *testing.T) {
 	if err := proto.Unmarshal(m.Data(), &ev); err != nil {
 		t.Fatal(err)
 	}
-	e := ev.GetEnded()
+	e := ev.EpisodeEnd()
 	if e.GetEpisode().GetEpisodeId() != id || !e.Truncated || e.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_TIMEOUT || !strings.Contains(e.Error, "reaped") || e.InfraError {
 		t.Errorf("ended event = %v", e)
 	}

@@ -167,17 +167,31 @@ func EventSubject(ev *gauntletv1.Event) (subject, msgID string, err error) {
 		s := b.Step
 		return SubjectEvent(KindStep, s.GetRunId()), s.GetEpisodeId() + "/" + strconv.FormatUint(uint64(s.GetStep()), 10) + "/step", nil
 	case *gauntletv1.Event_Steps:
-		steps := b.Steps.GetSteps()
-		if len(steps) == 0 {
-			return "", "", fmt.Errorf("steps event without steps")
-		}
-		first, last := steps[0], steps[len(steps)-1]
-		return SubjectEvent(KindSteps, first.GetRunId()), fmt.Sprintf("%s/steps/%d-%d", first.GetEpisodeId(), first.GetStep(), last.GetStep()), nil
+		return segmentSubject(b.Steps)
 	case *gauntletv1.Event_Ended:
 		e := b.Ended.GetEpisode()
 		return SubjectEvent(KindEnded, e.GetRunId()), e.GetEpisodeId() + "/ended", nil
 	}
 	return "", "", fmt.Errorf("event has no body")
+}
+
+// segmentSubject places an episode segment: on the ended subject when it carries the
+// episode's end (the scheduler follows only those), on the steps subject otherwise.
+func segmentSubject(seg *gauntletv1.StepsTaken) (subject, msgID string, err error) {
+	steps, ended := seg.GetSteps(), seg.GetEnded()
+	if len(steps) == 0 {
+		if ended == nil {
+			return "", "", errors.New("steps event without steps or an end")
+		}
+		e := ended.GetEpisode()
+		return SubjectEvent(KindEnded, e.GetRunId()), e.GetEpisodeId() + "/ended", nil
+	}
+	first, last := steps[0], steps[len(steps)-1]
+	id := first.GetEpisodeId() + "/steps/" + strconv.FormatUint(uint64(first.GetStep()), 10) + "-" + strconv.FormatUint(uint64(last.GetStep()), 10)
+	if ended != nil {
+		return SubjectEvent(KindEnded, first.GetRunId()), id + "/ended", nil
+	}
+	return SubjectEvent(KindSteps, first.GetRunId()), id, nil
 }
 
 // PublishEventAsync publishes an event to GAUNTLET_EVENTS without waiting for the ack. It

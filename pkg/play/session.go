@@ -2,9 +2,9 @@
 // actions (a built-in policy in a worker, a model endpoint, or a trainer over the env API):
 // the episode is built from its request and fault plan, reset, and each action is applied
 // to the env, timed, recorded as a StepTaken, scored by the reward service (Scorer, over
-// NATS request/reply) and published to GAUNTLET_EVENTS with the episode's started and ended
-// events, so the store projects it into ClickHouse. A trajectory therefore looks the same
-// whoever played it.
+// NATS request/reply) and published to GAUNTLET_EVENTS in segments that carry the
+// episode's start (first segment) and end (last segment), so the store projects it into
+// ClickHouse. A trajectory therefore looks the same whoever played it.
 //
 // Concurrency: a Session belongs to one goroutine at a time (callers serialise its
 // methods); a Scorer is shared by many sessions and is safe for concurrent use.
@@ -45,7 +45,7 @@ type Session struct {
 
 	workerID string
 	episode  env.Episode
-	pub      publisher
+	pub      *publisher
 	step     uint32
 	reply    chan ScoreResult
 	done     bool
@@ -56,7 +56,7 @@ type Session struct {
 func NewSession(b *bus.Bus, segment int, a *gauntletv1.EpisodeAssigned, workerID string) *Session {
 	return &Session{
 		Req: a.Episode, Plan: a.Plan, workerID: workerID,
-		pub:   publisher{bus: b, stall: 10 * time.Second, segment: segment},
+		pub:   newPublisher(b, segment),
 		reply: make(chan ScoreResult, 1),
 		Ended: &gauntletv1.EpisodeEnded{
 			Episode: a.Episode, Profile: a.Plan.GetProfile(), Plan: a.Plan, WorkerId: workerID,
@@ -84,8 +84,9 @@ func (s *Session) Prepare() (env.Env, error) {
 	return e, nil
 }
 
-// Reset resets the prepared episode and publishes its started event (attempt counts the
-// deliveries of a worker's assignment; 1 otherwise). Its errors are infra errors.
+// Reset resets the prepared episode and records its start, which goes out with the first
+// segment of steps (attempt counts the deliveries of a worker's assignment; 1 otherwise).
+// Its errors are infra errors.
 func (s *Session) Reset(attempt uint32) (json.RawMessage, error) {
 	if s.episode == nil {
 		return nil, errors.New("reset before prepare")
@@ -94,13 +95,11 @@ func (s *Session) Reset(attempt uint32) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reset %s: %w", s.Req.EpisodeId, err)
 	}
-	// The plan goes with the ended event (and into ClickHouse); started stays small.
-	if err := s.pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{
+	// The plan goes with the end (and into ClickHouse); the start stays small.
+	s.pub.Start(&gauntletv1.EpisodeStarted{
 		Episode: s.Req, WorkerId: s.workerID, StartedAtUnixNano: s.Ended.StartedAtUnixNano,
 		ObservationJson: string(obs), Attempt: attempt,
-	}}}); err != nil {
-		return nil, err
-	}
+	})
 	return obs, nil
 }
 
@@ -136,7 +135,7 @@ func (s *Session) Step(ctx context.Context, scorer *Scorer, act env.Action, trai
 		return nil, res, err
 	}
 	st.Score = score
-	if err := s.pub.step(st); err != nil {
+	if err := s.pub.Step(st); err != nil {
 		return nil, res, err
 	}
 	s.step++
@@ -154,7 +153,7 @@ func (s *Session) Step(ctx context.Context, scorer *Scorer, act env.Action, trai
 
 // Flush publishes the steps queued so far without waiting for their acks (a session
 // waiting on its trainer should not hold them back).
-func (s *Session) Flush() error { return s.pub.flush() }
+func (s *Session) Flush() error { return s.pub.Flush() }
 
 // Fail ends the episode at once as terminated by a failure of the request itself (bad env,
 // params or plan), recording err, and publishes the end.
@@ -185,19 +184,17 @@ func (s *Session) FinishInfra(ctx context.Context, err error) error {
 	return s.Finish(ctx)
 }
 
-// Finish publishes the pending steps and the ended event, then waits until the stream
-// has acked every event of the episode (republishing, under the same message id, any
-// publish that failed). A nil error means the whole episode is in the stream.
+// Finish publishes the last segment (the pending steps and the episode's end), then waits
+// until the stream has acked every segment of the episode (republishing, under the same
+// message id, any publish that failed). A nil error means the whole episode is in the
+// stream.
 func (s *Session) Finish(ctx context.Context) error {
 	s.done = true
 	if s.episode != nil {
 		s.Ended.VirtualTimeNs = int64(s.episode.Now())
 	}
 	s.Ended.EndedAtUnixNano = time.Now().UnixNano()
-	if err := s.pub.flush(); err != nil {
-		return err
-	}
-	if err := s.pub.event(&gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: s.Ended}}); err != nil {
+	if err := s.pub.End(s.Ended); err != nil {
 		return err
 	}
 	return s.pub.wait(ctx)
@@ -215,40 +212,20 @@ func (s *Session) Close() error {
 	return env.Close(ep)
 }
 
-// publisher publishes one episode's events asynchronously and waits for all their acks
-// at the end, republishing (same message id, so no duplicate) any that failed. Steps are
-// grouped into StepsTaken segments of up to segment steps.
+// publisher publishes one episode's segments (cut by a Segmenter) asynchronously and
+// waits for all their acks at the end, republishing (same message id, so no duplicate)
+// any that failed.
 type publisher struct {
+	Segmenter
 	bus     *bus.Bus
 	stall   time.Duration
-	segment int
 	pending []jetstream.PubAckFuture
-
-	steps     []*gauntletv1.StepTaken
-	lastFlush time.Time
 }
 
-// step queues one step, publishing the segment when it is full or has waited a second.
-func (p *publisher) step(st *gauntletv1.StepTaken) error {
-	if len(p.steps) == 0 && p.lastFlush.IsZero() {
-		p.lastFlush = time.Now()
-	}
-	p.steps = append(p.steps, st)
-	if len(p.steps) >= p.segment || time.Since(p.lastFlush) > time.Second {
-		return p.flush()
-	}
-	return nil
-}
-
-// flush publishes the queued steps, if any, as one StepsTaken event.
-func (p *publisher) flush() error {
-	if len(p.steps) == 0 {
-		return nil
-	}
-	ev := &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: p.steps}}}
-	p.steps = nil
-	p.lastFlush = time.Now()
-	return p.event(ev)
+func newPublisher(b *bus.Bus, segment int) *publisher {
+	p := &publisher{bus: b, stall: 10 * time.Second}
+	p.Segmenter = Segmenter{Max: segment, Emit: p.event}
+	return p
 }
 
 func (p *publisher) event(ev *gauntletv1.Event) error {

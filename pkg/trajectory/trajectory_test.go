@@ -630,3 +630,74 @@ func TestCanonicalJSONMatchesProtojson(t *testing.T) {
 		t.Fatalf("nil plan = %s", s)
 	}
 }
+
+// TestSegmentsProjectLikeLoneEvents writes the same episodes once as lone events and once
+// as the segments workers publish (start, steps and end in one StepsTaken): the rows are
+// the same, so the second write only adds copies that FINAL collapses.
+func TestSegmentsProjectLikeLoneEvents(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	w := NewWriter(conn, testDB)
+	lone := runEvents("run-seg", 3, 10)
+	segs := map[string]*gauntletv1.StepsTaken{}
+	var order []string
+	segOf := func(id string) *gauntletv1.StepsTaken {
+		if segs[id] == nil {
+			segs[id] = &gauntletv1.StepsTaken{}
+			order = append(order, id)
+		}
+		return segs[id]
+	}
+	for _, ev := range lone {
+		switch b := ev.GetBody().(type) {
+		case *gauntletv1.Event_Step:
+			s := segOf(b.Step.GetEpisodeId())
+			s.Steps = append(s.Steps, b.Step)
+		case *gauntletv1.Event_Ended:
+			s := segOf(b.Ended.GetEpisode().GetEpisodeId())
+			s.Ended = b.Ended
+			s.Started = &gauntletv1.EpisodeStarted{Episode: b.Ended.GetEpisode()}
+		}
+	}
+	var segmented []*gauntletv1.Event
+	rows := 0
+	for _, id := range order {
+		ev := &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: segs[id]}}
+		segmented = append(segmented, ev)
+		rows += RowsOf(ev)
+	}
+	if len(segmented) != 3 || rows != 33 {
+		t.Fatalf("%d segments of %d rows, want 3 of 33 (10 steps and an end each)", len(segmented), rows)
+	}
+	want := Counts{Steps: 30, Faults: 6, Episodes: 3}
+	for name, events := range map[string][]*gauntletv1.Event{"lone": lone, "segments": segmented} {
+		got, err := w.Write(ctx, events)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got != want {
+			t.Errorf("%s: Counts = %+v, want %+v", name, got, want)
+		}
+	}
+	for sql, want := range map[string]string{
+		"SELECT count() FROM steps":          "60",
+		"SELECT count() FROM steps_final":    "30",
+		"SELECT count() FROM faults_final":   "6",
+		"SELECT count() FROM episodes_final": "3",
+		// Identical copies: one distinct row per step once every column is compared.
+		"SELECT count() FROM (SELECT DISTINCT * FROM steps)": "30",
+	} {
+		_, got, err := Query(ctx, conn, sql)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if got[0][0] != want {
+			t.Errorf("%s = %s, want %s", sql, got[0][0], want)
+		}
+	}
+	// An empty segment projects nothing and is counted invalid.
+	got, err := w.Write(ctx, []*gauntletv1.Event{{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{}}}})
+	if err != nil || got != (Counts{Invalid: 1}) {
+		t.Errorf("empty segment: Counts = %+v, %v; want 1 invalid", got, err)
+	}
+}

@@ -39,8 +39,8 @@ func NewWriter(conn driver.Conn, database string) *Writer {
 
 // Write inserts the rows projected from events: one row per StepTaken (alone or in a
 // StepsTaken segment) into steps, one per step carrying trainer data into trainer_steps,
-// one per fired fault into faults, one per EpisodeEnded into episodes, each table in one
-// batch. EpisodeStarted events produce no rows. Within one call only one event per key
+// one per fired fault into faults, one per EpisodeEnded (alone or ending a segment) into
+// episodes, each table in one batch. Episode starts produce no rows. Within one call only one event per key
 // is kept (see Counts.Duplicates), so batches carry no duplicates; across calls
 // ReplacingMergeTree collapses them. An empty events is a no-op.
 //
@@ -88,36 +88,48 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		steps = append(steps, row)
 		stepEvents = append(stepEvents, s)
 	}
+	addEpisode := func(e *gauntletv1.EpisodeEnded) error {
+		if e == nil || e.GetEpisode().GetEpisodeId() == "" {
+			n.Invalid++
+			return nil
+		}
+		row, err := newEpisodeRow(e)
+		if err != nil {
+			return fmt.Errorf("write trajectory: %w", err)
+		}
+		if i, dup := episodeAt[row.EpisodeID]; dup {
+			n.Duplicates++
+			if row.Version >= episodes[i].Version {
+				episodes[i] = row
+			}
+			return nil
+		}
+		episodeAt[row.EpisodeID] = len(episodes)
+		episodes = append(episodes, row)
+		return nil
+	}
 	for _, ev := range events {
 		switch body := ev.GetBody().(type) {
 		case *gauntletv1.Event_Step:
 			addStep(body.Step)
 		case *gauntletv1.Event_Steps:
-			if len(body.Steps.GetSteps()) == 0 {
+			seg := body.Steps
+			if len(seg.GetSteps()) == 0 && seg.GetEnded() == nil {
 				n.Invalid++
 			}
-			for _, st := range body.Steps.GetSteps() {
+			for _, st := range seg.GetSteps() {
 				addStep(st)
 			}
-		case *gauntletv1.Event_Ended:
-			e := body.Ended
-			if e == nil || e.GetEpisode().GetEpisodeId() == "" {
-				n.Invalid++
-				continue
-			}
-			row, err := newEpisodeRow(e)
-			if err != nil {
-				return n, fmt.Errorf("write trajectory: %w", err)
-			}
-			if i, dup := episodeAt[row.EpisodeID]; dup {
-				n.Duplicates++
-				if row.Version >= episodes[i].Version {
-					episodes[i] = row
+			// A segment's start makes no row, like a lone EpisodeStarted.
+			if seg.GetEnded() != nil {
+				if err := addEpisode(seg.GetEnded()); err != nil {
+					return n, err
 				}
-				continue
 			}
-			episodeAt[row.EpisodeID] = len(episodes)
-			episodes = append(episodes, row)
+		case *gauntletv1.Event_Ended:
+			if err := addEpisode(body.Ended); err != nil {
+				return n, err
+			}
 		case *gauntletv1.Event_Started:
 			// Starts stay in the stream: an episode's row comes from its end.
 		default:
@@ -154,6 +166,23 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	}
 	n.Episodes = len(episodes)
 	return n, nil
+}
+
+// RowsOf is how many step and episode rows an event projects to (its fault and trainer
+// rows not counted): the store sizes its batches by it, since one event may carry one row
+// or a whole episode.
+func RowsOf(ev *gauntletv1.Event) int {
+	switch b := ev.GetBody().(type) {
+	case *gauntletv1.Event_Step, *gauntletv1.Event_Ended:
+		return 1
+	case *gauntletv1.Event_Steps:
+		n := len(b.Steps.GetSteps())
+		if b.Steps.GetEnded() != nil {
+			n++
+		}
+		return n
+	}
+	return 0
 }
 
 // blockRows is how many rows go into one native block of a batch. The server squashes

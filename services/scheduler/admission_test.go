@@ -81,8 +81,22 @@ func TestEndedSetRoundTrip(t *testing.T) {
 
 func TestRunRecordIgnoresDuplicates(t *testing.T) {
 	r := &run{spec: &gauntletv1.RunRequested{RunId: "r1", Episodes: 2}}
-	end := func(i uint64, ok bool) *gauntletv1.EpisodeEnded {
-		return &gauntletv1.EpisodeEnded{Episode: &gauntletv1.EpisodeRequested{Index: i}, Steps: 3, Success: ok, TotalReward: 1.5, FaultsFired: 2}
+	end := func(i uint64, ok bool) *gauntletv1.EndedSummary {
+		e := &gauntletv1.EpisodeEnded{Episode: &gauntletv1.EpisodeRequested{Index: i, RunId: "r1"}, Steps: 3, Success: ok, TotalReward: 1.5, FaultsFired: 2}
+		// Alternate the two shapes an end arrives in: a lone event and a segment's end.
+		ev := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}}
+		if ok {
+			ev = &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Ended: e}}}
+		}
+		data, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := decodeEnded(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
 	}
 	r.record(end(0, true))
 	r.record(end(0, true)) // a re-run after a crash

@@ -343,6 +343,26 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	return s.persist(ctx, id)
 }
 
+// endedView decodes only what counting an episode needs: the steps and the fault plan of
+// an ended event (a lone EpisodeEnded or a segment ending an episode) are skipped unread.
+var endedView = proto.UnmarshalOptions{DiscardUnknown: true}
+
+// decodeEnded reads the end of an episode from an event on an ended subject.
+func decodeEnded(data []byte) (*gauntletv1.EndedSummary, error) {
+	var v gauntletv1.EndedView
+	if err := endedView.Unmarshal(data, &v); err != nil {
+		return nil, err
+	}
+	e := v.GetEnded()
+	if e == nil {
+		e = v.GetSteps().GetEnded()
+	}
+	if e == nil {
+		return nil, errors.New("no episode end in the event")
+	}
+	return e, nil
+}
+
 // endedLoop follows ended events, folds them into their runs, and acknowledges them only
 // after the runs' new state is persisted.
 func (s *Service) endedLoop(ctx context.Context) error {
@@ -360,12 +380,11 @@ func (s *Service) endedLoop(ctx context.Context) error {
 		touched := map[string]bool{}
 		s.mu.Lock()
 		for _, m := range msgs {
-			var ev gauntletv1.Event
-			if err := proto.Unmarshal(m.Data(), &ev); err != nil || ev.GetEnded() == nil {
+			e, err := decodeEnded(m.Data())
+			if err != nil {
 				s.log.Error("undecodable ended event; skipping it", "subject", m.Subject(), "err", err)
 				continue
 			}
-			e := ev.GetEnded()
 			if r, ok := s.runs[e.GetEpisode().GetRunId()]; ok {
 				r.record(e)
 				touched[e.GetEpisode().GetRunId()] = true

@@ -110,7 +110,7 @@ func (r *run) done() bool { return r.Error != "" || r.Ended.Count() >= r.spec.Ge
 
 // record folds one ended episode into the run; duplicates (a re-run after a crash) are
 // ignored.
-func (r *run) record(e *gauntletv1.EpisodeEnded) {
+func (r *run) record(e *gauntletv1.EndedSummary) {
 	if !r.Ended.Add(e.GetEpisode().GetIndex()) {
 		return
 	}

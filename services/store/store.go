@@ -39,7 +39,8 @@ type Config struct {
 	// Addr returns ClickHouse's native address (host:port) once known.
 	Addr     func() string
 	Database string
-	// BatchRows is the most events inserted at once.
+	// BatchRows is the most step and episode rows (trajectory.RowsOf) inserted at once; a
+	// batch closes at the first event that reaches it.
 	BatchRows int
 	// FlushEvery bounds how long an event waits in a partial batch.
 	FlushEvery time.Duration
@@ -74,7 +75,7 @@ type Service struct {
 	writer *trajectory.Writer
 	cons   jetstream.Consumer
 
-	rows     metric.Int64Counter
+	events   metric.Int64Counter
 	batches  metric.Int64Counter
 	failures metric.Int64Counter
 	latency  metric.Float64Histogram
@@ -84,7 +85,7 @@ type Service struct {
 func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service {
 	return &Service{
 		cfg: cfg, bus: getBus, log: log,
-		rows:     telemetry.Must(meter.Int64Counter("gauntlet_store_events_written_total", metric.WithDescription("Events projected into ClickHouse."))),
+		events:   telemetry.Must(meter.Int64Counter("gauntlet_store_events_written_total", metric.WithDescription("Events projected into ClickHouse."))),
 		batches:  telemetry.Must(meter.Int64Counter("gauntlet_store_batches_total", metric.WithDescription("Batches inserted."))),
 		failures: telemetry.Must(meter.Int64Counter("gauntlet_store_insert_failures_total", metric.WithDescription("Failed insert attempts (retried)."))),
 		latency: telemetry.Must(meter.Float64Histogram("gauntlet_store_insert_seconds", metric.WithDescription("Insert time per batch."),
@@ -113,6 +114,8 @@ func (s *Service) Starting(ctx context.Context) error {
 		FilterSubject: bus.SubjectEventsAll,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       s.cfg.AckWait,
+		// Every event carries at least one row, so the batch filling, the one queued and
+		// the one being written always fit.
 		MaxAckPending: 3 * s.cfg.BatchRows,
 	})
 	if err != nil {
@@ -125,6 +128,7 @@ func (s *Service) Starting(ctx context.Context) error {
 type batch struct {
 	msgs   []jetstream.Msg
 	events []*gauntletv1.Event
+	rows   int
 }
 
 // Running pipelines reading and writing until ctx ends, then writes what it holds.
@@ -182,7 +186,8 @@ func (s *Service) Running(ctx context.Context) error {
 			}
 			cur.msgs = append(cur.msgs, m)
 			cur.events = append(cur.events, &ev)
-			if len(cur.msgs) >= s.cfg.BatchRows {
+			cur.rows += trajectory.RowsOf(&ev)
+			if cur.rows >= s.cfg.BatchRows {
 				flush()
 			}
 		case <-timer.C:
@@ -227,7 +232,7 @@ func (s *Service) write(ctx context.Context, b *batch) {
 	for _, m := range b.msgs {
 		_ = m.Ack()
 	}
-	s.rows.Add(ctx, int64(len(b.msgs)))
+	s.events.Add(ctx, int64(len(b.msgs)))
 	s.batches.Add(ctx, 1)
 }
 

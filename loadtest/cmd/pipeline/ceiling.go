@@ -12,6 +12,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -36,8 +37,9 @@ const segmentSteps = 32
 
 // generate runs episodes of the same kind of run the pipeline is given (shop, policyName,
 // the demo's default profile mix) until at least minSteps steps are recorded, building the
-// events exactly as services/worker does: started, StepsTaken segments of segmentSteps
-// steps each scored with pkg/reward, ended with the fault plan. Fault plans come from
+// events exactly as services/worker does: StepsTaken segments of up to segmentSteps steps
+// each scored with pkg/reward, the first carrying the start and the last the end with the
+// fault plan (play.Segmenter). Fault plans come from
 // pkg/faults as services/faults derives them.
 func generate(ctx context.Context, policyName string, minSteps int) (*corpus, error) {
 	req := &gauntletv1.RunRequested{
@@ -92,7 +94,8 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 }
 
 // play is services/worker's Service.play with the reward service replaced by a direct
-// call of the same pure function and the bus replaced by c.events.
+// call of the same pure function and the bus replaced by c.events; the segments come
+// from the same play.Segmenter the worker publishes through.
 func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan) error {
 	inj, err := faults.NewInjector(plan)
 	if err != nil {
@@ -115,18 +118,14 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 	if err != nil {
 		return fmt.Errorf("reset %s: %w", req.EpisodeId, err)
 	}
-	c.events = append(c.events, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{
+	seg := play.Segmenter{Max: segmentSteps, Emit: func(ev *gauntletv1.Event) error {
+		c.events = append(c.events, ev)
+		return nil
+	}}
+	seg.Start(&gauntletv1.EpisodeStarted{
 		Episode: req, WorkerId: workerID, StartedAtUnixNano: startedAt.UnixNano(),
 		ObservationJson: string(obs), Attempt: 1,
-	}}})
-
-	var segment []*gauntletv1.StepTaken
-	flush := func() {
-		if len(segment) > 0 {
-			c.events = append(c.events, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: segment}}})
-			segment = nil
-		}
-	}
+	})
 	turn := env.Turn{Observation: obs}
 	for step := uint32(0); ; step++ {
 		act, res, err := env.PlayStep(agent, episode, req, turn)
@@ -135,9 +134,8 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 		}
 		st := env.StepEvent(req, plan.GetProfile(), workerID, step, act, res, episode.Now())
 		st.Score = reward.Score(spec, st)
-		segment = append(segment, st)
-		if len(segment) >= segmentSteps {
-			flush()
+		if err := seg.Step(st); err != nil {
+			return err
 		}
 		c.steps++
 		c.faults += len(res.Faults)
@@ -153,22 +151,36 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 	}
 	ended.VirtualTimeNs = int64(episode.Now())
 	ended.EndedAtUnixNano = time.Now().UnixNano()
-	flush()
-	c.events = append(c.events, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ended}})
+	if err := seg.End(ended); err != nil {
+		return err
+	}
 	c.episodes++
 	return nil
 }
 
-// batches cuts the corpus into the store's batch shape: batchEvents events per Write.
-// A real store batch holds the interleaved events of thousands of episodes in flight, so
-// each batch's events are shuffled (with a fixed seed) instead of kept episode by episode.
-func (c *corpus) batches(batchEvents int) [][]*gauntletv1.Event {
+// batches cuts the corpus into the store's batch shape: each batch closes at the first
+// event that brings it to batchRows step and episode rows (trajectory.RowsOf), as the
+// store's do. A real store batch holds the interleaved events of thousands of episodes in
+// flight, so each batch's events are shuffled (with a fixed seed) instead of kept episode
+// by episode.
+func (c *corpus) batches(batchRows int) [][]*gauntletv1.Event {
 	var out [][]*gauntletv1.Event
 	r := rand.New(rand.NewPCG(1, 2))
-	for start := 0; start < len(c.events); start += batchEvents {
-		b := append([]*gauntletv1.Event(nil), c.events[start:min(start+batchEvents, len(c.events))]...)
-		r.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
-		out = append(out, b)
+	var cur []*gauntletv1.Event
+	rows := 0
+	cut := func() {
+		r.Shuffle(len(cur), func(i, j int) { cur[i], cur[j] = cur[j], cur[i] })
+		out = append(out, cur)
+		cur, rows = nil, 0
+	}
+	for _, ev := range c.events {
+		cur = append(cur, ev)
+		if rows += trajectory.RowsOf(ev); rows >= batchRows {
+			cut()
+		}
+	}
+	if len(cur) > 0 {
+		cut()
 	}
 	return out
 }
@@ -179,9 +191,9 @@ type encodedBatch [][]byte
 // encode marshals the corpus's batches and drops the decoded events. Holding half a
 // million decoded steps would give the ceiling's Writes a live heap (and so GC work)
 // many times what the store ever holds, which is one batch filling and one writing.
-func (c *corpus) encode(batchEvents int) ([]encodedBatch, error) {
+func (c *corpus) encode(batchRows int) ([]encodedBatch, error) {
 	var out []encodedBatch
-	for _, b := range c.batches(batchEvents) {
+	for _, b := range c.batches(batchRows) {
 		eb := make(encodedBatch, len(b))
 		for i, ev := range b {
 			var err error
@@ -214,7 +226,7 @@ type ceilingResult struct {
 	Episodes    int     `json:"episodes"`
 	Events      int     `json:"events"`
 	Writes      int     `json:"writes"`
-	BatchEvents int     `json:"batch_events"`
+	BatchEvents int     `json:"batch_events"` // events in the first batch
 	StepRows    int     `json:"step_rows"`
 	FaultRows   int     `json:"fault_rows"`
 	EpisodeRows int     `json:"episode_rows"`

@@ -53,10 +53,13 @@ type options struct {
 	Timeout        time.Duration `json:"timeout_ns"`
 	MaxInFlight    uint          `json:"max_in_flight"`
 	CeilingSteps   int           `json:"ceiling_steps"`
-	BatchEvents    int           `json:"batch_events"`
+	BatchRows      int           `json:"batch_rows"`
 	PprofSeconds   int           `json:"pprof_seconds"`
 	KeepData       bool          `json:"keep_data"`
 	MaxRSSMB       int64         `json:"max_rss_mb"`
+	// DemoArgs are extra flags for every `gauntlet demo` the harness runs (white-space
+	// separated), e.g. "--store.flush-every 3s" or "--profiles edge=1".
+	DemoArgs string `json:"demo_args,omitempty"`
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -70,9 +73,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Timeout, "timeout", 60*time.Minute, "bound on the whole harness; it stops itself (and its children) then")
 	fs.UintVar(&o.MaxInFlight, "max-in-flight", 10_000, "the demo's --max-in-flight")
 	fs.IntVar(&o.CeilingSteps, "ceiling-steps", 500_000, "step rows generated for (and written by) each ceiling measurement")
-	fs.IntVar(&o.BatchEvents, "batch-events", 50_000, "events per Write in the ceiling (the store's --store.batch-rows)")
+	fs.IntVar(&o.BatchRows, "batch-rows", 100_000, "step and episode rows per Write in the ceiling (the store's --store.batch-rows)")
 	fs.IntVar(&o.PprofSeconds, "pprof-seconds", 0, "after the rounds, one extra untimed pipeline run profiled for this many seconds (0: skip)")
 	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the ClickHouse databases and the temp dir")
+	fs.StringVar(&o.DemoArgs, "demo-args", "", "extra flags for every `gauntlet demo`, white-space separated (e.g. \"--profiles edge=1\")")
 	fs.Int64Var(&o.MaxRSSMB, "max-rss-mb", defaultMaxRSSMB(), "stop a demo whose RSS passes this (default: half the machine's RAM; 0: no limit)")
 }
 
@@ -99,8 +103,8 @@ func (o *options) validate() error {
 	if o.MaxInFlight == 0 {
 		errs = append(errs, errors.New("-max-in-flight: must be at least 1"))
 	}
-	if o.CeilingSteps < 1 || o.BatchEvents < 1 {
-		errs = append(errs, errors.New("-ceiling-steps and -batch-events must be at least 1"))
+	if o.CeilingSteps < 1 || o.BatchRows < 1 {
+		errs = append(errs, errors.New("-ceiling-steps and -batch-rows must be at least 1"))
 	}
 	if o.PprofSeconds < 0 {
 		errs = append(errs, fmt.Errorf("-pprof-seconds: %d is negative", o.PprofSeconds))
@@ -286,6 +290,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 			gauntlet: bin, dataDir: dataDir, chAddr: ch.Addr(), database: db, policy: o.Policy,
 			episodes: episodes, maxInFlight: o.MaxInFlight, rssInterval: o.RSSInterval,
 			logPath: stem + "-" + label + ".log", procs: procs, maxRSSKB: o.MaxRSSMB * 1024,
+			extraArgs: strings.Fields(o.DemoArgs),
 		}
 		if profileSeconds > 0 {
 			po.profileSeconds, po.profileDelay, po.profilePath = profileSeconds, 5*time.Second, stem+"-"+label+".pprof"
@@ -309,7 +314,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		}
 		fmt.Fprintf(stdout, "  %d episodes, %d events, %d steps (%.1f per episode), %d faults in %.1fs (%.0f steps/s on one goroutine)\n",
 			c.episodes, len(c.events), c.steps, res.Corpus.StepsPerEp, c.faults, c.GenSeconds, res.Corpus.GenStepsSec)
-		batches, err := c.encode(o.BatchEvents)
+		batches, err := c.encode(o.BatchRows)
 		if err != nil {
 			return err
 		}

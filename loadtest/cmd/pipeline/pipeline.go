@@ -36,6 +36,8 @@ type pipelineOpts struct {
 	profileSeconds int
 	profileDelay   time.Duration
 	profilePath    string
+	// extraArgs are appended to the demo's command line.
+	extraArgs []string
 }
 
 // pipelineResult is what one run of the demo showed.
@@ -85,6 +87,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (pipelineResult, error) {
 		"--nats.port", "-1",
 		"--http", httpAddr,
 	}
+	args = append(args, o.extraArgs...)
 	r.Command = append([]string{o.gauntlet}, args...)
 
 	logf, err := os.Create(o.logPath)

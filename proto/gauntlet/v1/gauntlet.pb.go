@@ -2089,14 +2089,24 @@ func (x *EpisodeEnded) GetPlan() *FaultPlan {
 	return nil
 }
 
-// StepsTaken is a run of consecutive steps of one episode, published together.
-// Subject: gauntlet.ev.steps.<run_id>; message id: <episode_id>/steps/<first>-<last>.
-// Workers publish an episode's steps in segments (every few steps, and at the end) rather
-// than one message per step: JetStream's cost is per message, and on a small machine one
-// message per step would cap the pipeline far below what ClickHouse can take.
+// StepsTaken is a segment of one episode: a run of its consecutive steps, published
+// together, with the episode's start when it is the first segment and its end when it is
+// the last. Workers publish an episode in segments (every few steps, and at the end)
+// rather than one message per event: JetStream's cost is per message, and on a small
+// machine one message per step, or three per episode, would cap the pipeline far below
+// what ClickHouse can take. A short episode is one message.
+//
+// Subject: gauntlet.ev.ended.<run_id> when the segment carries the end (the scheduler
+// follows that subject), else gauntlet.ev.steps.<run_id>. Message id:
+// <episode_id>/steps/<first>-<last>, with "/ended" appended when it carries the end
+// (<episode_id>/ended for an end without steps).
 type StepsTaken struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         []*StepTaken           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Steps []*StepTaken           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Set on the episode's first segment.
+	Started *EpisodeStarted `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
+	// Set on the episode's last segment.
+	Ended         *EpisodeEnded `protobuf:"bytes,3,opt,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2134,6 +2144,20 @@ func (*StepsTaken) Descriptor() ([]byte, []int) {
 func (x *StepsTaken) GetSteps() []*StepTaken {
 	if x != nil {
 		return x.Steps
+	}
+	return nil
+}
+
+func (x *StepsTaken) GetStarted() *EpisodeStarted {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+func (x *StepsTaken) GetEnded() *EpisodeEnded {
+	if x != nil {
+		return x.Ended
 	}
 	return nil
 }
@@ -2253,6 +2277,283 @@ func (*Event_Ended) isEvent_Body() {}
 
 func (*Event_Steps) isEvent_Body() {}
 
+// EndedView is the part of an event on an ended subject that the scheduler reads. It is
+// wire-compatible with Event (same field numbers and types) but declares only what
+// counting an episode needs; decoded with DiscardUnknown, the steps and the fault plan of
+// the message are skipped unread. TestEndedViewMatchesEvent keeps the two in step.
+type EndedView struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*EndedView_Ended
+	//	*EndedView_Steps
+	Body          isEndedView_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndedView) Reset() {
+	*x = EndedView{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndedView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndedView) ProtoMessage() {}
+
+func (x *EndedView) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndedView.ProtoReflect.Descriptor instead.
+func (*EndedView) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EndedView) GetBody() isEndedView_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *EndedView) GetEnded() *EndedSummary {
+	if x != nil {
+		if x, ok := x.Body.(*EndedView_Ended); ok {
+			return x.Ended
+		}
+	}
+	return nil
+}
+
+func (x *EndedView) GetSteps() *SegmentEndView {
+	if x != nil {
+		if x, ok := x.Body.(*EndedView_Steps); ok {
+			return x.Steps
+		}
+	}
+	return nil
+}
+
+type isEndedView_Body interface {
+	isEndedView_Body()
+}
+
+type EndedView_Ended struct {
+	Ended *EndedSummary `protobuf:"bytes,3,opt,name=ended,proto3,oneof"`
+}
+
+type EndedView_Steps struct {
+	Steps *SegmentEndView `protobuf:"bytes,4,opt,name=steps,proto3,oneof"`
+}
+
+func (*EndedView_Ended) isEndedView_Body() {}
+
+func (*EndedView_Steps) isEndedView_Body() {}
+
+// SegmentEndView is StepsTaken seen by the scheduler: only its end.
+type SegmentEndView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ended         *EndedSummary          `protobuf:"bytes,3,opt,name=ended,proto3" json:"ended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentEndView) Reset() {
+	*x = SegmentEndView{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentEndView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentEndView) ProtoMessage() {}
+
+func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentEndView.ProtoReflect.Descriptor instead.
+func (*SegmentEndView) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SegmentEndView) GetEnded() *EndedSummary {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+// EndedSummary is EpisodeEnded seen by the scheduler.
+type EndedSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Episode       *EpisodeRef            `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
+	Steps         uint32                 `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`
+	InfraError    bool                   `protobuf:"varint,8,opt,name=infra_error,json=infraError,proto3" json:"infra_error,omitempty"`
+	Success       bool                   `protobuf:"varint,10,opt,name=success,proto3" json:"success,omitempty"`
+	TotalReward   float64                `protobuf:"fixed64,11,opt,name=total_reward,json=totalReward,proto3" json:"total_reward,omitempty"`
+	FaultsFired   uint32                 `protobuf:"varint,12,opt,name=faults_fired,json=faultsFired,proto3" json:"faults_fired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndedSummary) Reset() {
+	*x = EndedSummary{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndedSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndedSummary) ProtoMessage() {}
+
+func (x *EndedSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndedSummary.ProtoReflect.Descriptor instead.
+func (*EndedSummary) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *EndedSummary) GetEpisode() *EpisodeRef {
+	if x != nil {
+		return x.Episode
+	}
+	return nil
+}
+
+func (x *EndedSummary) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *EndedSummary) GetInfraError() bool {
+	if x != nil {
+		return x.InfraError
+	}
+	return false
+}
+
+func (x *EndedSummary) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *EndedSummary) GetTotalReward() float64 {
+	if x != nil {
+		return x.TotalReward
+	}
+	return 0
+}
+
+func (x *EndedSummary) GetFaultsFired() uint32 {
+	if x != nil {
+		return x.FaultsFired
+	}
+	return 0
+}
+
+// EpisodeRef is EpisodeRequested seen by the scheduler.
+type EpisodeRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EpisodeId     string                 `protobuf:"bytes,1,opt,name=episode_id,json=episodeId,proto3" json:"episode_id,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Index         uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpisodeRef) Reset() {
+	*x = EpisodeRef{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpisodeRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpisodeRef) ProtoMessage() {}
+
+func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpisodeRef.ProtoReflect.Descriptor instead.
+func (*EpisodeRef) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *EpisodeRef) GetEpisodeId() string {
+	if x != nil {
+		return x.EpisodeId
+	}
+	return ""
+}
+
+func (x *EpisodeRef) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *EpisodeRef) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 // RunProgress is the scheduler's running account of a run, published on core NATS
 // (gauntlet.progress.<run_id>) and kept in the KV bucket gauntlet_runs.
 type RunProgress struct {
@@ -2279,7 +2580,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2592,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2605,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -2600,16 +2901,39 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fvirtual_time_ns\x18\r \x01(\x03R\rvirtualTimeNs\x12/\n" +
 	"\x14started_at_unix_nano\x18\x0e \x01(\x03R\x11startedAtUnixNano\x12+\n" +
 	"\x12ended_at_unix_nano\x18\x0f \x01(\x03R\x0fendedAtUnixNano\x12*\n" +
-	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\":\n" +
+	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xa2\x01\n" +
 	"\n" +
 	"StepsTaken\x12,\n" +
-	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\xda\x01\n" +
+	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x125\n" +
+	"\astarted\x18\x02 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedR\astarted\x12/\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedR\x05ended\"\xda\x01\n" +
 	"\x05Event\x127\n" +
 	"\astarted\x18\x01 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedH\x00R\astarted\x12,\n" +
 	"\x04step\x18\x02 \x01(\v2\x16.gauntlet.v1.StepTakenH\x00R\x04step\x121\n" +
 	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedH\x00R\x05ended\x12/\n" +
 	"\x05steps\x18\x04 \x01(\v2\x17.gauntlet.v1.StepsTakenH\x00R\x05stepsB\x06\n" +
-	"\x04body\"\xbf\x03\n" +
+	"\x04body\"{\n" +
+	"\tEndedView\x121\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EndedSummaryH\x00R\x05ended\x123\n" +
+	"\x05steps\x18\x04 \x01(\v2\x1b.gauntlet.v1.SegmentEndViewH\x00R\x05stepsB\x06\n" +
+	"\x04body\"A\n" +
+	"\x0eSegmentEndView\x12/\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EndedSummaryR\x05ended\"\xd8\x01\n" +
+	"\fEndedSummary\x121\n" +
+	"\aepisode\x18\x01 \x01(\v2\x17.gauntlet.v1.EpisodeRefR\aepisode\x12\x14\n" +
+	"\x05steps\x18\x04 \x01(\rR\x05steps\x12\x1f\n" +
+	"\vinfra_error\x18\b \x01(\bR\n" +
+	"infraError\x12\x18\n" +
+	"\asuccess\x18\n" +
+	" \x01(\bR\asuccess\x12!\n" +
+	"\ftotal_reward\x18\v \x01(\x01R\vtotalReward\x12!\n" +
+	"\ffaults_fired\x18\f \x01(\rR\vfaultsFired\"X\n" +
+	"\n" +
+	"EpisodeRef\x12\x1d\n" +
+	"\n" +
+	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\xbf\x03\n" +
 	"\vRunProgress\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bepisodes\x18\x02 \x01(\x04R\bepisodes\x12\x1a\n" +
@@ -2650,7 +2974,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(TerminationReason)(0),   // 0: gauntlet.v1.TerminationReason
 	(*RunRequested)(nil),     // 1: gauntlet.v1.RunRequested
@@ -2678,28 +3002,32 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*EpisodeEnded)(nil),     // 23: gauntlet.v1.EpisodeEnded
 	(*StepsTaken)(nil),       // 24: gauntlet.v1.StepsTaken
 	(*Event)(nil),            // 25: gauntlet.v1.Event
-	(*RunProgress)(nil),      // 26: gauntlet.v1.RunProgress
-	(*Drift)(nil),            // 27: gauntlet.v1.Drift
-	(*CustomProfile)(nil),    // 28: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),       // 29: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),      // 30: gauntlet.v1.TrainerData
+	(*EndedView)(nil),        // 26: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),   // 27: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),     // 28: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),       // 29: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),      // 30: gauntlet.v1.RunProgress
+	(*Drift)(nil),            // 31: gauntlet.v1.Drift
+	(*CustomProfile)(nil),    // 32: gauntlet.v1.CustomProfile
+	(*DriftValue)(nil),       // 33: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),      // 34: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	2,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	27, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	28, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	31, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	32, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	3,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
 	5,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
 	6,  // 6: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	29, // 7: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	33, // 7: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
 	7,  // 8: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
 	8,  // 9: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
 	9,  // 10: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
 	3,  // 11: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
 	2,  // 12: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	27, // 13: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	28, // 14: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	31, // 13: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	32, // 14: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	5,  // 15: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
 	15, // 16: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
 	13, // 17: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
@@ -2708,7 +3036,7 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	16, // 20: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
 	0,  // 21: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
 	19, // 22: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	30, // 23: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	34, // 23: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
 	18, // 24: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
 	17, // 25: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
 	19, // 26: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
@@ -2718,15 +3046,21 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	0,  // 30: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
 	5,  // 31: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
 	17, // 32: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	22, // 33: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	17, // 34: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	23, // 35: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	24, // 36: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	22, // 33: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	23, // 34: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	22, // 35: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	17, // 36: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	23, // 37: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	24, // 38: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	28, // 39: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	27, // 40: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	28, // 41: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	29, // 42: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -2747,13 +3081,17 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		(*Event_Ended)(nil),
 		(*Event_Steps)(nil),
 	}
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25].OneofWrappers = []any{
+		(*EndedView_Ended)(nil),
+		(*EndedView_Steps)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,61 @@
+package play
+
+import (
+	"time"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// Segmenter cuts one episode's events into the StepsTaken segments that go on
+// GAUNTLET_EVENTS: up to Max consecutive steps each, the start riding on the first segment
+// and the end on the last, so an episode of at most Max steps is one message. A segment
+// also goes out once its first step has waited a second (a session waiting on its
+// trainer), and whenever Flush is called.
+//
+// The worker's publisher and the load-test harness's event generator both use it, so the
+// harness's ceiling is measured on exactly the events the pipeline publishes.
+type Segmenter struct {
+	// Max is the most steps in one segment.
+	Max int
+	// Emit receives each segment, wrapped in its Event.
+	Emit func(*gauntletv1.Event) error
+
+	started   *gauntletv1.EpisodeStarted // not yet emitted
+	steps     []*gauntletv1.StepTaken
+	lastFlush time.Time
+}
+
+// Start records the episode's start; it goes out with the first segment.
+func (g *Segmenter) Start(st *gauntletv1.EpisodeStarted) { g.started = st }
+
+// Step queues one step, emitting the segment when it is full or has waited a second.
+func (g *Segmenter) Step(st *gauntletv1.StepTaken) error {
+	if len(g.steps) == 0 && g.lastFlush.IsZero() {
+		g.lastFlush = time.Now()
+	}
+	g.steps = append(g.steps, st)
+	if len(g.steps) >= g.Max || time.Since(g.lastFlush) > time.Second {
+		return g.Flush()
+	}
+	return nil
+}
+
+// Flush emits the queued steps, if any, as one segment (with the start, if it has not gone
+// out yet). A start without steps waits for them or for the end.
+func (g *Segmenter) Flush() error {
+	if len(g.steps) == 0 {
+		return nil
+	}
+	return g.emit(nil)
+}
+
+// End emits the last segment: the queued steps, the start if it is still pending, and
+// the end.
+func (g *Segmenter) End(ended *gauntletv1.EpisodeEnded) error { return g.emit(ended) }
+
+func (g *Segmenter) emit(ended *gauntletv1.EpisodeEnded) error {
+	seg := &gauntletv1.StepsTaken{Steps: g.steps, Started: g.started, Ended: ended}
+	g.steps, g.started = nil, nil
+	g.lastFlush = time.Now()
+	return g.Emit(&gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: seg}})
+}

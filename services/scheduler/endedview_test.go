@@ -1,0 +1,77 @@
+package scheduler
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// TestEndedViewMatchesEvent checks that every field the scheduler's view declares has the
+// same number, name and kind in the message it stands for, so the view decodes the real
+// events; a field renumbered in one and not the other fails here. Message fields are
+// checked through the pairs: each view message is listed with the message it stands for.
+func TestEndedViewMatchesEvent(t *testing.T) {
+	pairs := []struct{ view, full proto.Message }{
+		{&gauntletv1.EndedView{}, &gauntletv1.Event{}},
+		{&gauntletv1.SegmentEndView{}, &gauntletv1.StepsTaken{}},
+		{&gauntletv1.EndedSummary{}, &gauntletv1.EpisodeEnded{}},
+		{&gauntletv1.EpisodeRef{}, &gauntletv1.EpisodeRequested{}},
+	}
+	for _, p := range pairs {
+		vd, fd := p.view.ProtoReflect().Descriptor(), p.full.ProtoReflect().Descriptor()
+		fields := vd.Fields()
+		for i := 0; i < fields.Len(); i++ {
+			v := fields.Get(i)
+			f := fd.Fields().ByNumber(v.Number())
+			if f == nil {
+				t.Errorf("%s.%s = %d: %s has no field %d", vd.Name(), v.Name(), v.Number(), fd.Name(), v.Number())
+				continue
+			}
+			if f.Name() != v.Name() || f.Kind() != v.Kind() || f.Cardinality() != v.Cardinality() {
+				t.Errorf("%s.%s (%v) differs from %s.%s (%v)", vd.Name(), v.Name(), v.Kind(), fd.Name(), f.Name(), f.Kind())
+			}
+		}
+	}
+}
+
+func TestDecodeEnded(t *testing.T) {
+	ended := &gauntletv1.EpisodeEnded{
+		Episode: &gauntletv1.EpisodeRequested{EpisodeId: "e1", RunId: "r1", Index: 7, Env: "shop"},
+		Steps:   2, InfraError: true, Success: true, TotalReward: 0.75, FaultsFired: 3,
+		Plan: &gauntletv1.FaultPlan{Profile: "edge"},
+	}
+	seg := &gauntletv1.StepsTaken{
+		Started: &gauntletv1.EpisodeStarted{Episode: ended.Episode},
+		Steps:   []*gauntletv1.StepTaken{{EpisodeId: "e1", RunId: "r1", Step: 0}, {EpisodeId: "e1", RunId: "r1", Step: 1}},
+		Ended:   ended,
+	}
+	for name, ev := range map[string]*gauntletv1.Event{
+		"lone end":    {Body: &gauntletv1.Event_Ended{Ended: ended}},
+		"segment end": {Body: &gauntletv1.Event_Steps{Steps: seg}},
+	} {
+		data, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeEnded(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := &gauntletv1.EndedSummary{
+			Episode: &gauntletv1.EpisodeRef{EpisodeId: "e1", RunId: "r1", Index: 7},
+			Steps:   2, InfraError: true, Success: true, TotalReward: 0.75, FaultsFired: 3,
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: decoded %v, want %v", name, got, want)
+		}
+	}
+	noEnd, _ := proto.Marshal(&gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: seg.Steps}}})
+	if _, err := decodeEnded(noEnd); err == nil {
+		t.Error("a segment without an end decoded as an end")
+	}
+	if _, err := decodeEnded([]byte{0xff, 0xff}); err == nil {
+		t.Error("garbage decoded as an end")
+	}
+}
