@@ -90,4 +90,3 @@ func TestConfigNamesBadFields(t *testing.T) {
 		}
 	}
 }
-
