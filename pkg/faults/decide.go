@@ -110,6 +110,11 @@ func (r *Rule) applies(ev Event) bool {
 	if (ev.Op == OpLookup) != dns {
 		return false
 	}
+	// A connection is reset, black-holed or capped once, when it opens: its writes meet
+	// only latency and loss.
+	if ev.Op == OpWrite && (k == KindReset || k == KindTimeout || k == KindBandwidth) {
+		return false
+	}
 	return ev.Layer == LayerNetwork || ev.Layer == LayerService
 }
 
