@@ -5,12 +5,18 @@
 // host forwards to it answers inside that network, while Accept and the forwarding run
 // in the host process.
 //
-// The technique: a goroutine locks its OS thread, moves that thread into the target
-// namespace with setns(2) (or a fresh one with unshare(2)), creates the socket there and
-// returns without unlocking. A socket belongs to the namespace it was created in for its
-// whole life, whichever thread later uses it; the thread, whose namespace no longer
-// matches the rest of the process, exits with its goroutine instead of going back to the
-// scheduler, so no other goroutine ever runs in the wrong namespace.
+// The technique: a goroutine locks its OS thread, remembers the thread's namespace, moves
+// the thread into the target namespace with setns(2) (or a fresh one with unshare(2)),
+// creates the socket there, moves the thread back and unlocks it. A socket belongs to the
+// namespace it was created in for its whole life, whichever thread later uses it, so
+// Accept and the forwarding run on any thread of the host process.
+//
+// The thread is restored rather than left to exit locked (the other common recipe)
+// because a thread's exit is a parent death for every child it forked with Pdeathsig: the
+// process runtime's launchers and the test daemons are started that way, from whatever
+// thread the Go scheduler had at hand, and would be killed with it. If the thread cannot
+// be restored its goroutine parks for good, keeping the thread off the scheduler and
+// alive: one leaked thread, never a goroutine running in the wrong namespace.
 package netns
 
 import (
@@ -23,12 +29,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// onThread runs fn on a fresh OS thread that never returns to the scheduler.
-func onThread(fn func() error) error {
+// inNetns runs fn on a locked OS thread moved into a network namespace by enter, then
+// moves the thread back to the namespace it had.
+func inNetns(enter func() error, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
-		errc <- fn()
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open own netns: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := enter(); err != nil {
+			runtime.UnlockOSThread() // the thread did not move
+			errc <- err
+			return
+		}
+		err = fn()
+		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr != nil {
+			errc <- errors.Join(err, fmt.Errorf("restore netns: %w", rerr))
+			select {} // never give the thread back, and never let it exit (see the package doc)
+		}
+		runtime.UnlockOSThread()
+		errc <- err
 	}()
 	return <-errc
 }
@@ -42,10 +67,12 @@ func Create(path string) error {
 		return fmt.Errorf("netns: %w", err)
 	}
 	f.Close()
-	err = onThread(func() error {
+	err = inNetns(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("unshare: %w", err)
 		}
+		return nil
+	}, func() error {
 		if err := loopbackUp(); err != nil {
 			return err
 		}
@@ -106,16 +133,18 @@ func Remove(path string) error {
 // named by nsPath: a pinned namespace or /proc/<pid>/ns/net.
 func Listen(nsPath, network, address string) (net.Listener, error) {
 	var l net.Listener
-	err := onThread(func() error {
+	err := inNetns(func() error {
 		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open: %w", err)
 		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("setns: %w", err)
 		}
+		return nil
+	}, func() error {
+		var err error
 		l, err = net.Listen(network, address)
 		return err
 	})

@@ -3,6 +3,7 @@ package svcnet_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -183,6 +184,9 @@ func runServiceFaults(t *testing.T, rt sandbox.Runtime, image string) {
 			t.Fatal(err)
 		}
 		return res, took
+	}
+	if _, err := rt.(sandbox.ServiceListener).ListenService(ctx, h.ID, 9999); !errors.Is(err, sandbox.ErrNotDeclared) {
+		t.Errorf("listen on an undeclared port: %v, want ErrNotDeclared", err)
 	}
 	g, rec := attach(42)
 
