@@ -3,6 +3,7 @@ package faults
 import (
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,6 +260,21 @@ func AmbientRules(rules []Rule) []Rule {
 		}
 	}
 	return out
+}
+
+// Clone returns an independent decider in the same state: from now on both make the
+// same decisions for the same events (a branched episode continues as its parent would).
+func (d *Decider) Clone() *Decider {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := &Decider{seed: d.seed, rules: d.rules, state: make(map[string]*keyState, len(d.state))}
+	for k, st := range d.state {
+		c.state[k] = &keyState{counters: slices.Clone(st.counters), bad: slices.Clone(st.bad)}
+	}
+	return c
 }
 
 // Forget drops the state of stream key (its counters and loss bursts), for a stream that
