@@ -105,7 +105,7 @@ func (codefixEnv) Oracle(seed uint64) env.Agent { return &oracle{} }
 // SandboxTemplates is the sandbox codefix episodes run in with default params, for warm
 // pools; episodes with other limits (memory_mb) get sandboxes made on demand.
 func (codefixEnv) SandboxTemplates() []sandbox.Spec {
-	p, _ := parseParams(nil) // the defaults always parse
+	p, _ := parseParams(nil)          // the defaults always parse
 	spec, _ := sandboxSpec(task{}, p) // without the docs service it cannot fail
 	spec.Labels = map[string]string{"env": Name}
 	return []sandbox.Spec{spec}
