@@ -376,8 +376,10 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 	if err := r.setupServices(spec); err != nil {
 		return fail(err)
 	}
-	rec.Handle.Created = time.Now().UTC()
-	rec.Handle.State, _ = json.Marshal(map[string]any{"volume": rec.Volume, "cgroup": b.cg.rel})
+	state, _ := json.Marshal(map[string]any{"volume": rec.Volume, "cgroup": b.cg.rel})
+	r.mu.Lock() // List reads records under mu
+	rec.Handle.Created, rec.Handle.State = time.Now().UTC(), state
+	r.mu.Unlock()
 	if err := r.save("sandboxes", spec.ID, rec); err != nil {
 		return fail(err)
 	}
