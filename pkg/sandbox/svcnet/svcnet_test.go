@@ -274,3 +274,54 @@ busybox wget -T 3 -q -O- http://10.0.0.1/ ; echo rc=$?`)
 	}
 	t.Logf("seed 7: %s; seed 8: %s", a, c)
 }
+
+// TestProcessServicesSurviveRestart: a process sandbox's services namespace outlives the
+// runtime that made it (a worker restart): a new runtime recovers the sandbox and its
+// services answer again; Destroy unpins the namespace.
+func TestProcessServicesSurviveRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	api, _, _ := upstreams(t)
+	rt, err := process.New(process.Config{StateDir: dir})
+	if err != nil {
+		t.Fatalf("process runtime unavailable: %v", err)
+	}
+	t.Cleanup(func() {
+		if rt, err := process.New(process.Config{StateDir: dir}); err == nil {
+			_ = rt.Purge(context.Background())
+		}
+	})
+	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "api", Port: 8080, Upstream: api}}})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	_ = rt.Close()
+
+	rt2, err := process.New(process.Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close()
+	if err := rt2.Recover(ctx, h); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	g, err := svcnet.Attach(ctx, rt2, h.ID, h.Spec.Services, svcnet.Options{})
+	if err != nil {
+		t.Fatalf("attach after recover: %v", err)
+	}
+	defer g.Close()
+	res, err := rt2.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", `busybox wget -q -O- "$API_URL/x" | wc -c`}})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != strconv.Itoa(bodyLen) {
+		t.Fatalf("service after recover: %v, %+v", err, res)
+	}
+	ns := dir + "/netns/" + h.ID
+	if _, err := os.Stat(ns); err != nil {
+		t.Fatalf("pinned namespace missing: %v", err)
+	}
+	if err := rt2.Destroy(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ns); !os.IsNotExist(err) {
+		t.Fatalf("namespace still pinned after Destroy: %v", err)
+	}
+}
