@@ -20,6 +20,7 @@
 package netns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -130,8 +131,12 @@ func Remove(path string) error {
 }
 
 // Listen listens on network and address (as net.Listen) inside the network namespace
-// named by nsPath: a pinned namespace or /proc/<pid>/ns/net.
+// named by nsPath: a pinned namespace or /proc/<pid>/ns/net. The address must be a
+// literal IP and port.
 func Listen(nsPath, network, address string) (net.Listener, error) {
+	if err := literal(address); err != nil {
+		return nil, err
+	}
 	var l net.Listener
 	err := inNetns(func() error {
 		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -152,4 +157,49 @@ func Listen(nsPath, network, address string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s in netns %s: %w", address, nsPath, err)
 	}
 	return l, nil
+}
+
+// Dial connects to address (as net.Dial) from inside the network namespace named by
+// nsPath: host code reaching a service as the sandbox sees it (health checks, tests,
+// benchmarks). The address must be a literal IP and port.
+func Dial(ctx context.Context, nsPath, network, address string) (net.Conn, error) {
+	if err := literal(address); err != nil {
+		return nil, err
+	}
+	var c net.Conn
+	err := inNetns(func() error {
+		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open: %w", err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("setns: %w", err)
+		}
+		return nil
+	}, func() error {
+		// The socket is made and connected on this thread (a literal address needs no
+		// lookup, which could run elsewhere).
+		var err error
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, address)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial %s in netns %s: %w", address, nsPath, err)
+	}
+	return c, nil
+}
+
+// literal checks that address needs no name lookup: a lookup may run on other threads,
+// in the host's namespace.
+func literal(address string) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("netns: address %q: %w", address, err)
+	}
+	if net.ParseIP(host) == nil {
+		return fmt.Errorf("netns: address %q: want a literal IP (a name lookup would run outside the namespace)", address)
+	}
+	return nil
 }
