@@ -3,6 +3,8 @@
 package netns_test
 
 import (
+	"context"
+	"io"
 	"net"
 	"path/filepath"
 	"testing"
@@ -44,6 +46,25 @@ func TestListenInsideOnly(t *testing.T) {
 		t.Fatalf("the host's own listener is unreachable (this goroutine's thread left in the netns?): %v", err)
 	}
 	c.Close()
+	// From inside, the same address reaches the namespace's listener.
+	go func() {
+		if c, err := inside.Accept(); err == nil {
+			_, _ = c.Write([]byte("in"))
+			c.Close()
+		}
+	}()
+	ic, err := netns.Dial(context.Background(), p, "tcp", host.Addr().String())
+	if err != nil {
+		t.Fatalf("dial inside: %v", err)
+	}
+	got, _ := io.ReadAll(ic)
+	ic.Close()
+	if string(got) != "in" {
+		t.Fatalf("dial inside reached %q, want the namespace's listener", got)
+	}
+	if _, err := netns.Dial(context.Background(), p, "tcp", "localhost:80"); err == nil {
+		t.Fatal("dial by name accepted (its lookup would run outside the namespace)")
+	}
 	if err := netns.Remove(p); err != nil {
 		t.Fatal(err)
 	}
