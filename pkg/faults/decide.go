@@ -3,6 +3,7 @@ package faults
 import (
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +109,11 @@ func (r *Rule) applies(ev Event) bool {
 	// Network kinds: name lookups meet only DNS faults, and DNS faults only lookups.
 	dns := k == KindDNSNXDomain || k == KindDNSServFail || k == KindDNSTimeout
 	if (ev.Op == OpLookup) != dns {
+		return false
+	}
+	// A connection is reset, black-holed or capped once, when it opens: its writes meet
+	// only latency and loss.
+	if ev.Op == OpWrite && (k == KindReset || k == KindTimeout || k == KindBandwidth) {
 		return false
 	}
 	return ev.Layer == LayerNetwork || ev.Layer == LayerService
@@ -254,6 +260,21 @@ func AmbientRules(rules []Rule) []Rule {
 		}
 	}
 	return out
+}
+
+// Clone returns an independent decider in the same state: from now on both make the
+// same decisions for the same events (a branched episode continues as its parent would).
+func (d *Decider) Clone() *Decider {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := &Decider{seed: d.seed, rules: d.rules, state: make(map[string]*keyState, len(d.state))}
+	for k, st := range d.state {
+		c.state[k] = &keyState{counters: slices.Clone(st.counters), bad: slices.Clone(st.bad)}
+	}
+	return c
 }
 
 // Forget drops the state of stream key (its counters and loss bursts), for a stream that

@@ -51,3 +51,30 @@ func TestDeciderConcurrentStreamsMatchSequential(t *testing.T) {
 		t.Fatal("a forgotten stream does not start over")
 	}
 }
+
+// TestDeciderCloneContinuesLikeItsParent: a clone taken mid-stream (a branched episode)
+// decides what the parent decides from there on, and each goes on without moving the
+// other.
+func TestDeciderCloneContinuesLikeItsParent(t *testing.T) {
+	const yaml = `  - {id: e, kind: http_error, probability: 0.3, params: {status: 503}}
+  - {id: loss, kind: packet_loss, params: {rate: 0.1, burst_len: 4}}
+`
+	trace := func(d *faults.Decider, n int) string {
+		var s string
+		for range n {
+			dec := d.Decide("http/docs", request)
+			s += fmt.Sprintf("%s/%d;", dec.Abort, dec.Status)
+		}
+		return s
+	}
+	d := specDecider(t, 5, yaml)
+	_ = trace(d, 37)
+	c := d.Clone()
+	want := trace(d, 200)
+	if got := trace(c, 200); got != want {
+		t.Fatal("the clone decides differently from its parent")
+	}
+	if trace(d, 50) != trace(c, 50) {
+		t.Fatal("parent and clone drift apart after both moved on")
+	}
+}

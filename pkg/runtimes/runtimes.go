@@ -120,10 +120,11 @@ func (s *Sandboxes) acquireWarm(ctx context.Context, spec sandbox.Spec) (sandbox
 }
 
 // sameShape reports whether a sandbox of template t can serve spec: everything but the
-// workspace and labels is the same.
+// workspace and labels is the same (services too: they shape the sandbox's network).
 func sameShape(t, spec sandbox.Spec) bool {
 	t, spec = t.WithDefaults(), spec.WithDefaults()
-	return t.Image == spec.Image && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env)
+	return t.Image == spec.Image && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env) &&
+		slices.Equal(t.Services, spec.Services)
 }
 
 // Release gives a sandbox back: a pooled one is reset for the next episode, any other is

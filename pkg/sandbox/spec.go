@@ -29,6 +29,9 @@ type Spec struct {
 	Workspace []File `json:"workspace,omitempty"`
 	// Labels are free key/values a runtime stores with the sandbox (episode id, task).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Services are the host services the sandbox may reach through a fault gateway
+	// (see Service; runtimes implementing ServiceListener support them).
+	Services []Service `json:"services,omitempty"`
 }
 
 // Limits are a sandbox's resource limits; zero fields take the Default* values.
@@ -134,6 +137,7 @@ func (s Spec) Validate() error {
 			bad(fmt.Sprintf("env[%d]", i), "%v", err)
 		}
 	}
+	errs = append(errs, validateServices(s.Services)...)
 	seen := map[string]bool{}
 	for i, f := range s.Workspace {
 		p, err := CleanRelPath(f.Path)

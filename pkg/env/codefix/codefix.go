@@ -79,7 +79,7 @@ func (codefixEnv) Spec() env.Spec {
 			"restored from the final workspace runs the tests and hidden cases.",
 		Tools:           ts,
 		Params:          ps,
-		Services:        []string{Service},
+		Services:        []string{DocsService, Service},
 		DefaultMaxSteps: DefaultMaxSteps,
 	}
 }
@@ -105,8 +105,8 @@ func (codefixEnv) Oracle(seed uint64) env.Agent { return &oracle{} }
 // SandboxTemplates is the sandbox codefix episodes run in with default params, for warm
 // pools; episodes with other limits (memory_mb) get sandboxes made on demand.
 func (codefixEnv) SandboxTemplates() []sandbox.Spec {
-	p, _ := parseParams(nil) // the defaults always parse
-	spec := sandboxSpec(task{}, p)
+	p, _ := parseParams(nil)          // the defaults always parse
+	spec, _ := sandboxSpec(task{}, p) // without the docs service it cannot fail
 	spec.Labels = map[string]string{"env": Name}
 	return []sandbox.Spec{spec}
 }
@@ -119,6 +119,7 @@ type params struct {
 	deadline    time.Duration
 	maxInvalid  int
 	memoryBytes int64
+	docs        bool
 }
 
 type paramDef struct {
@@ -141,6 +142,8 @@ var paramDefs = []paramDef{
 		func(p *params, v int64) { p.maxInvalid = int(v) }},
 	{"memory_mb", 128, 16, 4096, "memory limit of the sandbox, in MiB",
 		func(p *params, v int64) { p.memoryBytes = v << 20 }},
+	{"docs", 0, 0, 1, "1: the sandbox may reach the docs HTTP service at $DOCS_URL, through the fault gateway",
+		func(p *params, v int64) { p.docs = v == 1 }},
 }
 
 // parseParams decodes the params object strictly and reports every problem at once, each
@@ -194,16 +197,25 @@ func parseParams(raw json.RawMessage) (params, error) {
 }
 
 // sandboxSpec is the sandbox an episode of task t runs in: the project seeded into the
-// workspace, small limits.
-func sandboxSpec(t task, p params) sandbox.Spec {
+// workspace, small limits, and the docs service when asked for.
+func sandboxSpec(t task, p params) (sandbox.Spec, error) {
 	files := make([]sandbox.File, 0, len(t.files))
 	for _, path := range t.paths() {
 		files = append(files, sandbox.File{Path: path, Data: []byte(t.files[path])})
 	}
+	svcs, err := docsServices(p)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	tpl := Template
+	if p.docs {
+		tpl = DocsTemplate
+	}
 	return sandbox.Spec{
-		Template:  Template,
+		Template:  tpl,
 		Limits:    sandbox.Limits{MemoryBytes: p.memoryBytes, Pids: 64, CPUMillis: 1000, DiskBytes: 64 << 20},
 		Workspace: files,
 		Labels:    map[string]string{"env": Name, "variant": t.v.name},
-	}
+		Services:  svcs,
+	}, nil
 }

@@ -14,6 +14,10 @@
 // time, truncation cuts the observation. The virtual clock advances by a fixed cost per
 // call, never by host time.
 //
+// With param docs=1 the sandbox may also reach the docs HTTP service ($DOCS_URL) through
+// the fault gateway of package svcnet, under the episode's plan (service "docs"); the
+// faults the agent's requests meet are recorded on the step (see docs.go).
+//
 // Submit ends the episode with the verifier's verdict (C1): the episode's workspace is
 // snapshotted, a fresh sandbox is forked from the snapshot, and there the verifier checks
 // the test file byte for byte, runs the visible tests, and runs hidden cases whose script

@@ -66,6 +66,8 @@ type episode struct {
 	events []sandbox.Event
 	faults *faults.Injector
 	calls  []faultCall
+	// docs is the docs service's gateway (param docs=1; nil otherwise).
+	docs *docsGateway
 	// digest is the md5 of every file of the workspace after the last step, for diffs.
 	digest map[string]string
 
@@ -87,6 +89,8 @@ type resetObs struct {
 	Tools       []string `json:"tools"`
 	MaxSteps    uint32   `json:"max_steps"`
 	DeadlineMs  int64    `json:"deadline_ms"`
+	// DocsURL is the docs service (param docs=1), also in $DOCS_URL.
+	DocsURL string `json:"docs_url,omitempty"`
 }
 
 // Reset gives the episode a fresh sandbox seeded with the task's project (releasing the
@@ -101,21 +105,32 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, err
 	}
 	*e = episode{cfg: e.cfg, p: e.p, task: e.task, maxSteps: e.maxSteps, faults: e.cfg.Faults}
-	h, err := e.cfg.Sandboxes.Acquire(ctx, sandboxSpec(e.task, e.p))
+	spec, err := sandboxSpec(e.task, e.p)
+	if err != nil {
+		return nil, err
+	}
+	h, err := e.cfg.Sandboxes.Acquire(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("codefix: acquire sandbox: %w", err)
 	}
 	e.sb, e.ready = h.ID, true
+	if err := e.attachDocs(ctx, nil); err != nil {
+		return nil, errors.Join(err, e.release(ctx))
+	}
 	e.tb = e.toolbox()
 	e.digest = map[string]string{}
 	for p, c := range e.task.files {
 		sum := md5.Sum([]byte(c))
 		e.digest[p] = hex.EncodeToString(sum[:])
 	}
-	return json.Marshal(resetObs{
+	obs := resetObs{
 		Task: e.task.files[ReadmePath], Files: e.task.paths(), TestCommand: TestCommand,
 		Tools: toolNames, MaxSteps: e.maxSteps, DeadlineMs: e.p.deadline.Milliseconds(),
-	})
+	}
+	if e.p.docs {
+		obs.DocsURL = fmt.Sprintf("http://%s:%d", DocsService, DocsPort)
+	}
+	return json.Marshal(obs)
 }
 
 // Close releases the episode's sandbox. It is safe to call more than once.
@@ -131,6 +146,7 @@ func (e *episode) release(ctx context.Context) error {
 	}
 	id := e.sb
 	e.sb = ""
+	e.detachDocs()
 	if err := e.cfg.Sandboxes.Release(ctx, id); err != nil {
 		return fmt.Errorf("codefix: release sandbox %s: %w", id, err)
 	}
@@ -219,6 +235,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 	for _, ev := range e.events {
 		o.safety = append(o.safety, string(ev.Kind)+": "+ev.Detail)
 	}
+	fired = append(fired, e.docsFaults()...)
 	diff := []byte("[]")
 	if o.touched {
 		var err error
@@ -437,6 +454,13 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	if b.faults, err = replayInjector(e.cfg.Faults, e.calls); err != nil {
 		_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
 		return nil, err
+	}
+	if b.docs = nil; e.docs != nil {
+		// The branch's requests meet what this episode's would from here on.
+		if err := b.attachDocs(ctx, e.docs.d.Clone()); err != nil {
+			_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
+			return nil, err
+		}
 	}
 	return &b, nil
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // oracle is codefix's scripted good agent. It knows the kinds of bug there are, not the
-// episode's task: it reads the library, recognises the broken function, patches it, runs
+// episode's task: it reads the guide of the docs service when the episode has one (once,
+// whatever it meets), reads the library, recognises the broken function, patches it, runs
 // the tests once, and submits. A call aborted by an injected fault is repeated (a few
 // times at most); when it recognises no bug it submits the library as it is.
 type oracle struct {
@@ -20,6 +21,7 @@ type oracle struct {
 
 const (
 	phaseStart = iota
+	phaseDocs
 	phaseRead
 	phasePatch
 	phaseTest
@@ -33,11 +35,17 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	var last struct {
 		OK      bool   `json:"ok"`
 		Content string `json:"content"`
+		DocsURL string `json:"docs_url"`
 	}
 	_ = json.Unmarshal(t.Observation, &last) // a truncated or foreign observation leaves zeros
 	again := !last.OK && o.retries < maxRetries
 	switch o.phase {
 	case phaseStart:
+		if last.DocsURL != "" {
+			return o.next(phaseDocs, action(tools.ShellExec, map[string]string{"command": DocsCommand})), nil
+		}
+		return o.next(phaseRead, action(tools.FSRead, map[string]string{"path": LibPath})), nil
+	case phaseDocs:
 		return o.next(phaseRead, action(tools.FSRead, map[string]string{"path": LibPath})), nil
 	case phaseRead:
 		if again {

@@ -42,7 +42,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	if limit == 0 {
 		limit = sandbox.DefaultOutputLimit
 	}
-	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, b.handle.Spec.Env...)
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, append(sandbox.ServiceEnv(b.handle.Spec.Services), b.handle.Spec.Env...)...)
 	env = mergeEnv(append(env, req.Env...))
 
 	cg := r.cgroup(id)

@@ -344,6 +344,10 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		return fmt.Errorf("prepare rootfs on %s: %w", b.st.Parent, err)
 	}
 	b.st.SnapshotKey = key
+	if err := r.writeHosts(b.handle.Spec); err != nil {
+		_ = sn.Remove(ctx, key)
+		return err
+	}
 	t1 := time.Now()
 	ctr, err := r.c.NewContainer(lctx, id,
 		client.WithSnapshotter(r.opts.Snapshotter),
@@ -385,7 +389,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 func (r *Runtime) specOpts(b *box) []oci.SpecOpts {
 	spec := b.handle.Spec
 	l := spec.Limits
-	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, spec.Env...)
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, append(sandbox.ServiceEnv(spec.Services), spec.Env...)...)
 	period := uint64(100_000)
 	quota := l.CPUMillis * int64(period) / 1000
 	mem := l.MemoryBytes
@@ -396,12 +400,12 @@ func (r *Runtime) specOpts(b *box) []oci.SpecOpts {
 		oci.WithEnv(env),
 		oci.WithHostname("sandbox"),
 		oci.WithCgroup(r.cgroupPath(b.handle.ID)),
-		oci.WithMounts([]specs.Mount{{
+		oci.WithMounts(append([]specs.Mount{{
 			Destination: agent.SocketDir,
 			Type:        "bind",
 			Source:      filepath.Dir(r.socketPath(b.handle.ID)),
 			Options:     []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
-		}}),
+		}}, r.serviceMounts(spec)...)),
 		oci.WithNoNewPrivileges,
 		func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 			s.Process.User = specs.User{UID: 0, GID: 0}

@@ -24,6 +24,10 @@
 // process left. Sandboxes hold no processes between execs (each exec's pid namespace ends
 // with its command), so recovery only re-attaches mounts and cgroups.
 //
+// A sandbox that declares services (Spec.Services) keeps one network namespace for its
+// life instead, pinned under the state directory, which every exec joins and in which the
+// host listens for the services (ListenService; see services.go and package svcnet).
+//
 // A Runtime is safe for concurrent use; execs of one sandbox are serialised so that its
 // cgroup counters measure one command at a time. The runtime needs root, bubblewrap,
 // setpriv (util-linux), overlayfs, unprivileged user namespaces and the memory, pids and

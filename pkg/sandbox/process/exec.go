@@ -120,7 +120,7 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	defer ackR.Close()
 	files := []*os.File{secR, repW, ackR, infoW}
 	for _, name := range etcFiles {
-		f, err := os.Open(r.path("etc", name))
+		f, err := os.Open(r.etcFile(spec, name))
 		if err != nil {
 			return sandbox.ExecResult{}, fmt.Errorf("open /etc/%s: %w", name, err)
 		}
@@ -302,7 +302,7 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	return res, nil
 }
 
-// args builds: sh -c <join cgroup, rlimits> -- setpriv ... bwrap ... -- sh -c inner argv...
+// args builds: sh -c <join cgroup, rlimits> -- [nsenter --net=...] setpriv ... bwrap ... -- sh -c inner argv...
 func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec) []string {
 	var outer strings.Builder
 	for _, f := range b.cg.procsFiles() {
@@ -310,20 +310,23 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec) []str
 	}
 	fmt.Fprintf(&outer, "ulimit -n %d || exit 125\nulimit -c 0\nexec \"$@\"\n", spec.Limits.OpenFiles)
 
-	a := []string{"-c", outer.String(), "gauntlet-sandbox",
-		r.cfg.Setpriv, "--reuid=" + strconv.Itoa(r.cfg.HostUID), "--regid=" + strconv.Itoa(r.cfg.HostGID),
+	nsPrefix, bwrapNet := r.netArgs(spec)
+	a := append([]string{"-c", outer.String(), "gauntlet-sandbox"}, nsPrefix...)
+	a = append(a,
+		r.cfg.Setpriv, "--reuid="+strconv.Itoa(r.cfg.HostUID), "--regid="+strconv.Itoa(r.cfg.HostGID),
 		"--clear-groups", "--",
 		r.cfg.Bwrap,
-		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
 		"--uid", strconv.Itoa(SandboxUID), "--gid", strconv.Itoa(SandboxGID),
 		"--disable-userns", "--hostname", "sandbox",
 		"--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
 		"--seccomp", "3", "--info-fd", "6",
 		"--clearenv",
-	}
+	)
+	a = append(a, bwrapNet...)
 	env := map[string]string{}
 	var order []string
-	for _, list := range [][]string{baseEnv, spec.Env, req.Env} {
+	for _, list := range [][]string{baseEnv, sandbox.ServiceEnv(spec.Services), spec.Env, req.Env} {
 		for _, e := range list {
 			k, v, _ := strings.Cut(e, "=")
 			if _, ok := env[k]; !ok {

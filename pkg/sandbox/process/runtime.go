@@ -67,6 +67,7 @@ type Runtime struct {
 	seccomp []byte
 	sh      string
 	rootfs  []string // bwrap arguments building the root filesystem
+	nsenter string   // for sandboxes with services ("" when missing)
 
 	// layerMu is held by gc for its whole run and by Snapshot and Restore while a layer
 	// is on its way into a chain (renamed, or looked up, but not yet referenced), so gc
@@ -197,6 +198,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.rootfs = r.rootfsArgs()
+	r.nsenter = lookNsenter()
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -371,8 +373,13 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 	if err := b.cg.create(spec.Limits); err != nil {
 		return fail(fmt.Errorf("cgroup: %w", err))
 	}
-	rec.Handle.Created = time.Now().UTC()
-	rec.Handle.State, _ = json.Marshal(map[string]any{"volume": rec.Volume, "cgroup": b.cg.rel})
+	if err := r.setupServices(spec); err != nil {
+		return fail(err)
+	}
+	state, _ := json.Marshal(map[string]any{"volume": rec.Volume, "cgroup": b.cg.rel})
+	r.mu.Lock() // List reads records under mu
+	rec.Handle.Created, rec.Handle.State = time.Now().UTC(), state
+	r.mu.Unlock()
 	if err := r.save("sandboxes", spec.ID, rec); err != nil {
 		return fail(err)
 	}
@@ -618,6 +625,9 @@ func (r *Runtime) teardown(b *box) error {
 	if err := b.cg.remove(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.teardownServices(b.rec.Handle.ID); err != nil {
+		errs = append(errs, err)
+	}
 	ws := r.wsDir(b.rec.Handle.ID)
 	if err := unmount(ws); err != nil {
 		errs = append(errs, err)
@@ -755,6 +765,9 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	}
 	// A worker that died mid-exec may have left processes behind.
 	if err := b.cg.kill(5 * time.Second); err != nil {
+		return fmt.Errorf("recover %s: %w", h.ID, err)
+	}
+	if err := r.setupServices(rec.Handle.Spec); err != nil {
 		return fmt.Errorf("recover %s: %w", h.ID, err)
 	}
 	r.mu.Lock()

@@ -1,0 +1,115 @@
+//go:build linux
+
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
+)
+
+var _ sandbox.ServiceListener = (*Runtime)(nil)
+
+// A sandbox that declares services (Spec.Services) gets a network namespace of its own,
+// pinned under <StateDir>/netns/<id> for the sandbox's life, instead of bwrap's fresh one
+// per exec: the host process listens inside it (ListenService) and every exec joins it
+// (nsenter, as root, before dropping privileges). It holds lo alone, like bwrap's; it is
+// owned by the host's user namespace, so the sandbox (in a user namespace of its own,
+// without capabilities) can use it but not reconfigure it. Its /etc/hosts names the
+// services (<StateDir>/netns/<id>.hosts).
+
+func (r *Runtime) netnsPath(id string) string { return r.path("netns", id) }
+func (r *Runtime) hostsPath(id string) string { return r.path("netns", id+".hosts") }
+
+// setupServices creates the network namespace and hosts file of a sandbox with services;
+// it does nothing for one without.
+func (r *Runtime) setupServices(spec sandbox.Spec) error {
+	if len(spec.Services) == 0 {
+		return nil
+	}
+	if r.nsenter == "" {
+		return fmt.Errorf("%w: services: nsenter (util-linux) not found in PATH", sandbox.ErrUnavailable)
+	}
+	if err := os.MkdirAll(r.path("netns"), 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.WriteFile(r.hostsPath(spec.ID), []byte(sandbox.HostsFile(spec.Services)), 0o644); err != nil {
+		return fmt.Errorf("services: %w", err)
+	}
+	if netns.Pinned(r.netnsPath(spec.ID)) {
+		return nil // recovered: still there
+	}
+	_ = os.Remove(r.netnsPath(spec.ID))
+	if err := netns.Create(r.netnsPath(spec.ID)); err != nil {
+		return fmt.Errorf("services: %w", err)
+	}
+	return nil
+}
+
+// teardownServices unpins the sandbox's network namespace, if it has one.
+func (r *Runtime) teardownServices(id string) error {
+	err := netns.Remove(r.netnsPath(id))
+	if rerr := os.Remove(r.hostsPath(id)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// etcFile is the host file shown at /etc/<name> in the sandbox.
+func (r *Runtime) etcFile(spec sandbox.Spec, name string) string {
+	if name == "hosts" && len(spec.Services) > 0 {
+		return r.hostsPath(spec.ID)
+	}
+	return r.path("etc", name)
+}
+
+// netArgs are the launcher's network arguments: join the sandbox's pinned namespace
+// (services) or let bwrap make a fresh loopback-only one.
+func (r *Runtime) netArgs(spec sandbox.Spec) (prefix []string, bwrapNet []string) {
+	if len(spec.Services) > 0 {
+		return []string{r.nsenter, "--net=" + r.netnsPath(spec.ID), "--"}, nil
+	}
+	return nil, []string{"--unshare-net"}
+}
+
+// ListenService implements sandbox.ServiceListener: a listener on 127.0.0.1:port inside
+// the sandbox's network namespace.
+func (r *Runtime) ListenService(ctx context.Context, id string, port int) (net.Listener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	b, ok := r.active[id]
+	closed := r.closed
+	r.mu.Unlock()
+	switch {
+	case closed:
+		return nil, fmt.Errorf("listen %s: %w", id, sandbox.ErrClosed)
+	case !ok:
+		return nil, fmt.Errorf("listen %s: %w", id, sandbox.ErrNotFound)
+	}
+	if _, ok := sandbox.ServiceByPort(b.rec.Handle.Spec.Services, port); !ok {
+		return nil, fmt.Errorf("listen %s: %w: port %d: %w", id, sandbox.ErrInvalid, port, sandbox.ErrNotDeclared)
+	}
+	return netns.Listen(r.netnsPath(id), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+// lookNsenter finds nsenter; "" when missing (only sandboxes with services need it).
+func lookNsenter() string {
+	for _, p := range []string{"nsenter", "/usr/bin/nsenter", "/bin/nsenter"} {
+		if abs, err := exec.LookPath(p); err == nil {
+			if abs, err := filepath.Abs(abs); err == nil {
+				return abs
+			}
+		}
+	}
+	return ""
+}

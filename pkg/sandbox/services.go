@@ -1,0 +1,129 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Service is a host service a sandbox may reach (A1, A5, B2): the runtime makes it
+// answer inside the sandbox's loopback-only network at 127.0.0.1:Port, also reachable by
+// Name (an /etc/hosts entry inside the sandbox) and announced in the environment
+// (<NAME>_ADDR=name:port, and <NAME>_URL=http://name:port for HTTP services). Nothing
+// listens there until a gateway (package svcnet) is attached: the gateway forwards each
+// connection to Upstream from the host process, applying the episode's network and
+// service faults on the way. Nothing else outside the sandbox becomes reachable.
+type Service struct {
+	// Name is the service's host name inside the sandbox and its fault target
+	// (lower-case letters, digits and '-', starting with a letter, at most 32).
+	Name string `json:"name"`
+	// Port is the port the service answers on inside the sandbox (1-65535).
+	Port int `json:"port"`
+	// Upstream is where the host process forwards to: host:port, reached from the host's
+	// network (typically a service the env runs on the host's loopback).
+	Upstream string `json:"upstream"`
+	// Protocol is "http" (the default: requests pass through the fault proxy) or "tcp"
+	// (bytes pass through the fault connection layer).
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// Service protocols.
+const (
+	ProtocolHTTP = "http"
+	ProtocolTCP  = "tcp"
+)
+
+// ServiceListener is the optional ability to open a listening socket inside a sandbox's
+// network namespace while the listener itself lives in the caller's process, so Accept
+// and everything that follows run on the host side. Package svcnet uses it to attach a
+// sandbox's declared services.
+type ServiceListener interface {
+	// ListenService listens on 127.0.0.1:port inside the sandbox's network namespace. The
+	// port must be one the sandbox's Spec.Services declares. The caller closes the
+	// listener. A runtime whose sandbox changes network namespace (containerd's Restore
+	// restarts the task) leaves earlier listeners dead: listen again after it.
+	ListenService(ctx context.Context, id string, port int) (net.Listener, error)
+}
+
+var serviceNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// validateServices checks the services of a spec, each problem wrapping ErrInvalid.
+func validateServices(svcs []Service) []error {
+	var errs []error
+	names, ports := map[string]bool{}, map[int]bool{}
+	for i, s := range svcs {
+		f := fmt.Sprintf("services[%d]", i)
+		bad := func(field, format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%w: %s.%s: %s", ErrInvalid, f, field, fmt.Sprintf(format, args...)))
+		}
+		switch {
+		case !serviceNameRE.MatchString(s.Name):
+			bad("name", "%q must be 1-32 lower-case letters, digits or '-', starting with a letter", s.Name)
+		case s.Name == "localhost" || s.Name == "sandbox":
+			bad("name", "%q is reserved", s.Name)
+		case names[s.Name]:
+			bad("name", "%q appears twice", s.Name)
+		}
+		names[s.Name] = true
+		switch {
+		case s.Port < 1 || s.Port > 65535:
+			bad("port", "%d must be 1-65535", s.Port)
+		case ports[s.Port]:
+			bad("port", "%d is used by another service", s.Port)
+		}
+		ports[s.Port] = true
+		if host, port, err := net.SplitHostPort(s.Upstream); err != nil || host == "" {
+			bad("upstream", "%q must be host:port", s.Upstream)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			bad("upstream", "%q: port must be 1-65535", s.Upstream)
+		}
+		if s.Protocol != "" && s.Protocol != ProtocolHTTP && s.Protocol != ProtocolTCP {
+			bad("protocol", "%q is not %q or %q", s.Protocol, ProtocolHTTP, ProtocolTCP)
+		}
+	}
+	return errs
+}
+
+// ServiceByPort returns the declared service answering on port inside the sandbox.
+func ServiceByPort(svcs []Service, port int) (Service, bool) {
+	for _, s := range svcs {
+		if s.Port == port {
+			return s, true
+		}
+	}
+	return Service{}, false
+}
+
+// ServiceEnv returns the environment announcing the services: <NAME>_ADDR=name:port for
+// each, and <NAME>_URL=http://name:port for HTTP ones (NAME upper-cased, '-' as '_').
+func ServiceEnv(svcs []Service) []string {
+	var env []string
+	for _, s := range svcs {
+		k := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+		addr := net.JoinHostPort(s.Name, strconv.Itoa(s.Port))
+		env = append(env, k+"_ADDR="+addr)
+		if s.Protocol == "" || s.Protocol == ProtocolHTTP {
+			env = append(env, k+"_URL=http://"+addr)
+		}
+	}
+	return env
+}
+
+// HostsFile returns the /etc/hosts of a sandbox with these services: localhost, the
+// sandbox's own name and every service name on 127.0.0.1.
+func HostsFile(svcs []Service) string {
+	var b strings.Builder
+	b.WriteString("127.0.0.1 localhost sandbox")
+	for _, s := range svcs {
+		b.WriteString(" " + s.Name)
+	}
+	b.WriteString("\n::1 localhost\n")
+	return b.String()
+}
+
+// ErrNotDeclared is returned by ListenService for a port no declared service uses.
+var ErrNotDeclared = errors.New("no declared service on that port")

@@ -1,0 +1,49 @@
+package svcnet
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// Recorder collects the faults a gateway fires as step events (StepTaken.faults, the
+// faults table), for an env to take at the end of each step. Its OnFire method is an
+// Options.OnFire. Safe for concurrent use.
+type Recorder struct {
+	// Now gives the event's time on the episode's clock (nil: zero).
+	Now func() time.Duration
+
+	mu     sync.Mutex
+	events []*gauntletv1.FaultFired
+}
+
+// OnFire records fired faults; the target is the service, the detail says what fired and
+// on what (the request's method and path, or the connection's stream).
+func (r *Recorder) OnFire(key string, ev faults.Event, fired []faults.Fired) {
+	var at time.Duration
+	if r.Now != nil {
+		at = r.Now()
+	}
+	on := key
+	if ev.Method != "" {
+		on = ev.Method + " " + ev.Path
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range fired {
+		detail := strings.TrimSpace(f.Detail + " on " + on)
+		r.events = append(r.events, &gauntletv1.FaultFired{FaultId: f.RuleID, Kind: f.Kind, Target: ev.Service, Detail: detail, AtVirtualNs: int64(at)})
+	}
+}
+
+// Take returns the faults recorded since the last Take and forgets them.
+func (r *Recorder) Take() []*gauntletv1.FaultFired {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.events
+	r.events = nil
+	return out
+}

@@ -1,0 +1,218 @@
+// Package svcnet attaches a sandbox's declared services (sandbox.Spec.Services) for one
+// episode (A1, A5, B1-B4): for each service it opens a listener inside the sandbox's
+// network namespace (through the runtime's sandbox.ServiceListener) and forwards from the
+// host process to the service's upstream, through gauntlet's fault layer (package
+// faultnet) driven by the episode's faults.Decider. Every fault that fires is reported
+// (Options.OnFire; a Recorder turns them into step events).
+//
+// HTTP services go through a faultnet.Proxy, one decision per request keyed
+// "http/<service>" (the service name, whatever host the client wrote), so the network
+// kinds act per request there too: latency before the answer, a reset after N bytes of
+// the response, a timeout, a lost request costing one RTO, a bandwidth cap on the body;
+// and the service kinds rewrite or replace the answer. TCP services go through
+// faultnet.WrapConn, keyed "conn/<service>/<n>" by accept order: one decision when the
+// connection opens (reset after N bytes or ms, black hole, bandwidth, a lost SYN) and one
+// per write back to the sandbox (latency, loss).
+//
+// The gateway is strictly a reverse proxy to the declared upstream: absolute-form
+// requests (a client treating it as a forward proxy) and CONNECT are refused, so
+// attaching services opens no path to anywhere else.
+package svcnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultnet"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// Options configure a gateway.
+type Options struct {
+	// Decider decides the faults (nil: none; traffic passes through).
+	Decider *faults.Decider
+	// OnFire receives every fault that fires (optional).
+	OnFire faultnet.OnFire
+	// DialTimeout bounds connecting to an upstream (default 5 s).
+	DialTimeout time.Duration
+	// Logger receives serving errors (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Gateway forwards a sandbox's services for as long as it is open.
+type Gateway struct {
+	opt       Options
+	listeners []net.Listener
+	servers   []*http.Server
+	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{} // open TCP-service connections, closed by Close
+	closed bool
+}
+
+// Attach starts forwarding the services of sandbox id (the spec's Services) on rt,
+// which must implement sandbox.ServiceListener. Close stops it.
+func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandbox.Service, opt Options) (*Gateway, error) {
+	sl, ok := rt.(sandbox.ServiceListener)
+	if !ok {
+		return nil, fmt.Errorf("attach services to %s: %w: runtime %s cannot listen inside its sandboxes", id, sandbox.ErrUnsupported, rt.Name())
+	}
+	if opt.DialTimeout <= 0 {
+		opt.DialTimeout = 5 * time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	g := &Gateway{opt: opt, conns: map[net.Conn]struct{}{}}
+	for _, s := range services {
+		l, err := sl.ListenService(ctx, id, s.Port)
+		if err != nil {
+			_ = g.Close()
+			return nil, fmt.Errorf("attach service %s to %s: %w", s.Name, id, err)
+		}
+		g.listeners = append(g.listeners, l)
+		if s.Protocol == sandbox.ProtocolTCP {
+			g.wg.Add(1)
+			go g.serveTCP(l, s)
+			continue
+		}
+		srv := &http.Server{Handler: g.httpHandler(s), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
+		g.servers = append(g.servers, srv)
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				opt.Logger.Warn("service gateway stopped", "sandbox", id, "service", s.Name, "err", err)
+			}
+		}()
+	}
+	return g, nil
+}
+
+// httpHandler is the reverse proxy of one HTTP service.
+func (g *Gateway) httpHandler(s sandbox.Service) http.Handler {
+	up := &url.URL{Scheme: "http", Host: s.Upstream}
+	nd := &net.Dialer{Timeout: g.opt.DialTimeout}
+	p := &faultnet.Proxy{
+		D:         g.opt.Decider,
+		OnFire:    g.opt.OnFire,
+		Upstreams: map[string]*url.URL{s.Name: up},
+		Services:  map[string]string{s.Name: s.Name},
+		// A plain transport: the faults act once, in the proxy, not again on the
+		// upstream connection.
+		Transport: &http.Transport{DialContext: nd.DialContext, DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect || r.URL.IsAbs() || r.URL.Host != "" {
+			http.Error(w, "gauntlet gateway: "+s.Name+" is a service, not a proxy", http.StatusForbidden)
+			return
+		}
+		// Route and key by the service, whatever name or address the client used.
+		r.Host = s.Name
+		p.ServeHTTP(w, r)
+	})
+}
+
+// serveTCP accepts connections of a TCP service and forwards each to the upstream.
+func (g *Gateway) serveTCP(l net.Listener, s sandbox.Service) {
+	defer g.wg.Done()
+	for n := uint64(0); ; n++ {
+		c, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		key := "conn/" + s.Name + "/" + strconv.FormatUint(n, 10)
+		fc := faultnet.WrapConn(c, g.opt.Decider, key, faults.Event{Service: s.Name, Host: s.Name}, g.opt.OnFire)
+		if !g.track(fc, true) {
+			_ = fc.Close()
+			return
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer g.track(fc, false)
+			g.forward(fc, s)
+		}()
+	}
+}
+
+func (g *Gateway) track(c net.Conn, add bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if add {
+		if g.closed {
+			return false
+		}
+		g.conns[c] = struct{}{}
+	} else {
+		delete(g.conns, c)
+	}
+	return true
+}
+
+// forward copies between the sandbox's connection and a new upstream connection, passing
+// half-closes on, until both directions end (or one fails, which ends both).
+func (g *Gateway) forward(c *faultnet.Conn, s sandbox.Service) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", s.Upstream, g.opt.DialTimeout)
+	if err != nil {
+		g.opt.Logger.Debug("service upstream unreachable", "service", s.Name, "err", err)
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := io.Copy(up, c); err != nil {
+			_ = up.Close()
+			return
+		}
+		_ = up.(*net.TCPConn).CloseWrite()
+	}()
+	if _, err := io.Copy(c, up); err != nil {
+		_ = c.Close()
+	} else if tc, ok := c.Conn.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	<-done
+}
+
+// Close stops the listeners, ends open connections and waits for the forwarding to stop.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	conns := make([]net.Conn, 0, len(g.conns))
+	for c := range g.conns {
+		conns = append(conns, c)
+	}
+	g.mu.Unlock()
+	var errs []error
+	for _, srv := range g.servers {
+		_ = srv.Close() // closes its listener
+	}
+	for _, l := range g.listeners {
+		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	g.wg.Wait()
+	return errors.Join(errs...)
+}
