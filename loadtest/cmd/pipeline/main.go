@@ -60,6 +60,8 @@ type options struct {
 	// DemoArgs are extra flags for every `gauntlet demo` the harness runs (white-space
 	// separated), e.g. "--store.flush-every 3s" or "--profiles edge=1".
 	DemoArgs string `json:"demo_args,omitempty"`
+	// LiveHeapEvery samples the memory run's live heap (after a forced GC) that often.
+	LiveHeapEvery time.Duration `json:"live_heap_every_ns,omitempty"`
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -76,6 +78,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.BatchRows, "batch-rows", 100_000, "step and episode rows per Write in the ceiling (the store's --store.batch-rows)")
 	fs.IntVar(&o.PprofSeconds, "pprof-seconds", 0, "after the rounds, one extra untimed pipeline run profiled for this many seconds (0: skip)")
 	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the ClickHouse databases and the temp dir")
+	fs.DurationVar(&o.LiveHeapEvery, "live-heap-every", 30*time.Second, "in the memory run, sample the live heap (a forced GC, then /debug/pprof/heap) this often (0: never)")
 	fs.StringVar(&o.DemoArgs, "demo-args", "", "extra flags for every `gauntlet demo`, white-space separated (e.g. \"--profiles edge=1\")")
 	fs.Int64Var(&o.MaxRSSMB, "max-rss-mb", defaultMaxRSSMB(), "stop a demo whose RSS passes this (default: half the machine's RAM; 0: no limit)")
 }
@@ -292,6 +295,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 			logPath: stem + "-" + label + ".log", procs: procs, maxRSSKB: o.MaxRSSMB * 1024,
 			extraArgs: strings.Fields(o.DemoArgs),
 		}
+		if label == "memory" {
+			po.liveHeapEvery = o.LiveHeapEvery
+		}
 		if profileSeconds > 0 {
 			po.profileSeconds, po.profileDelay, po.profilePath = profileSeconds, 5*time.Second, stem+"-"+label+".pprof"
 		}
@@ -493,4 +499,25 @@ func printMemory(w io.Writer, r pipelineResult) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  peak %.0f MB\n", mb(r.PeakRSSKB))
+	printLiveHeap(w, r.LiveHeap)
+}
+
+// printLiveHeap shows about ten of the live-heap samples and the least-squares slope of
+// the live heap over episodes done, leaving out the first 10 % of the run (start-up).
+func printLiveHeap(w io.Writer, samples []heapSample) {
+	if len(samples) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "t (s)	episodes	live heap MB	heap held MB\t")
+	step := max(1, len(samples)/10)
+	for i, s := range samples {
+		if i%step == 0 || i == len(samples)-1 {
+			fmt.Fprintf(tw, "%.0f\t%d\t%.0f\t%.0f\t\n", s.Seconds, s.Episodes, float64(s.HeapAlloc)/(1<<20), float64(s.HeapSys)/(1<<20))
+		}
+	}
+	tw.Flush()
+	if slope, n, ok := liveHeapSlope(samples); ok {
+		fmt.Fprintf(w, "  live heap slope over %d samples past 10%% of the episodes: %+.1f MB per 100,000 episodes\n", n, slope*100_000/(1<<20))
+	}
 }

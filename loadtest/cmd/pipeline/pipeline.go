@@ -38,6 +38,8 @@ type pipelineOpts struct {
 	profilePath    string
 	// extraArgs are appended to the demo's command line.
 	extraArgs []string
+	// liveHeapEvery > 0 samples the child's live heap (after a forced GC) that often.
+	liveHeapEvery time.Duration
 }
 
 // pipelineResult is what one run of the demo showed.
@@ -61,6 +63,10 @@ type pipelineResult struct {
 	// StoppedAtRSSKB is set when the child was stopped for passing -max-rss-mb.
 	StoppedAtRSSKB int64  `json:"stopped_at_rss_kb,omitempty"`
 	Profile        string `json:"cpu_profile,omitempty"`
+	// LiveHeap is the child's heap after a forced collection, over the run (with
+	// -live-heap-every): what it still references, as opposed to RSS, which also holds
+	// the garbage GOGC lets pile up between collections.
+	LiveHeap []heapSample `json:"live_heap,omitempty"`
 }
 
 // rssFractions are the points of a run whose RSS the tables show.
@@ -143,6 +149,14 @@ func runPipeline(ctx context.Context, o pipelineOpts) (pipelineResult, error) {
 			}
 		}
 	}()
+	var live []heapSample
+	if o.liveHeapEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			live = sampleLiveHeap(ctx, stop, httpAddr, t0, o.liveHeapEvery)
+		}()
+	}
 	var profErr error
 	if o.profileSeconds > 0 {
 		wg.Add(1)
@@ -162,6 +176,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (pipelineResult, error) {
 	r.Window = win.endWith(childCPU)
 	r.WallSeconds = time.Since(t0).Seconds()
 	r.RSS = series
+	r.LiveHeap = live
 	r.PeakRSSKB = peakRSS(series)
 	for _, s := range series {
 		r.PeakCHRSSKB = max(r.PeakCHRSSKB, s.CHRSSKB)
