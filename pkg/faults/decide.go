@@ -3,6 +3,7 @@ package faults
 import (
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,4 +443,20 @@ func latencyDraw(r *Rule, seed uint64, id string, n uint64) float64 {
 		return math.Max(0, m+(2*rng.Float64(seed, id, n|1<<61)-1)*sd*math.Sqrt(3))
 	}
 	return math.Max(0, m+normal(seed, id, n)*sd)
+}
+
+// Clone returns a decider with the same seed and rules that has seen the same events: it
+// decides from now on exactly what d decides (for branching an episode). The two are
+// independent afterwards.
+func (d *Decider) Clone() *Decider {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := &Decider{seed: d.seed, rules: d.rules, state: make(map[string]*keyState, len(d.state))}
+	for k, st := range d.state {
+		out.state[k] = &keyState{counters: slices.Clone(st.counters), bad: slices.Clone(st.bad)}
+	}
+	return out
 }

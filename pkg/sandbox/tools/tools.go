@@ -19,10 +19,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"strings"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
@@ -64,6 +67,9 @@ type Options struct {
 	ExecTimeout time.Duration
 	// OutputLimit is shell.exec's per-stream output cap; default 64 KiB.
 	OutputLimit int64
+	// Storage, when set, applies storage faults to the fs tools' file operations (B1,
+	// B2): see storage.go for the events each tool makes. nil injects none.
+	Storage *faultfs.Gate
 }
 
 // Toolbox runs tool calls against one sandbox.
@@ -173,6 +179,9 @@ func (t *Toolbox) Read(ctx context.Context, p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := t.gateRead(ctx, "fs.read", rel); err != nil {
+		return nil, err
+	}
 	b, err := t.fs.read(ctx, rel, t.opts.MaxFileBytes)
 	return b, t.wrap("fs.read", p, err)
 }
@@ -196,7 +205,14 @@ func (t *Toolbox) Write(ctx context.Context, p string, data []byte, mode uint32)
 	if mode&^0o777 != 0 {
 		return fmt.Errorf("fs.write %s: %w: mode %o must be permission bits only", p, ErrBadArgs, mode)
 	}
-	return t.wrap("fs.write", p, t.fs.write(ctx, rel, data, mode))
+	keep, ferr := t.gateWrite(ctx, "fs.write", rel, len(data))
+	if keep == 0 && ferr != nil && !errors.Is(ferr, io.ErrShortWrite) {
+		return ferr
+	}
+	if err := t.wrap("fs.write", p, t.fs.write(ctx, rel, data[:keep], mode)); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // Entry is one fs.list result.
@@ -214,6 +230,11 @@ func (t *Toolbox) List(ctx context.Context, p string) ([]Entry, error) {
 	rel, err := t.rel("fs.list", p)
 	if err != nil {
 		return nil, err
+	}
+	if t.opts.Storage != nil {
+		if _, err := t.gate(ctx, "fs.list", faults.OpOpen, rel); err != nil {
+			return nil, err
+		}
 	}
 	es, err := t.fs.list(ctx, rel)
 	return es, t.wrap("fs.list", p, err)
