@@ -56,3 +56,13 @@ func (r *Runtime) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 	b.limits = next
 	return nil
 }
+
+// liveLimits returns the limits in force: those UpdateLimits last wrote, else spec's.
+func (b *box) liveLimits(spec sandbox.Limits) sandbox.Limits {
+	b.lmu.Lock()
+	defer b.lmu.Unlock()
+	if b.limits != (sandbox.Limits{}) {
+		return b.limits
+	}
+	return spec
+}
