@@ -81,6 +81,16 @@ type LimitUpdater interface {
 	UpdateLimits(ctx context.Context, id string, l Limits) error
 }
 
+// ClockSkewer is the optional ability to run commands on a skewed wall clock (the
+// clock_skew resource fault). ClockSkewEnv returns environment entries (for
+// ExecRequest.Env) under which a command's processes read the wall clock offset by offset
+// and running rate times as fast as the host's from their start. Monotonic clocks are left
+// alone, so timeouts and sleeps are not skewed. It fails with ErrUnavailable when the
+// runtime cannot do it on this host.
+type ClockSkewer interface {
+	ClockSkewEnv(offset time.Duration, rate float64) ([]string, error)
+}
+
 // WorkspaceOwner is the optional ability to say which host ids own the sandbox user's
 // files in the directory WorkspaceDir returns; host-side tools give files they create to
 // these ids so the sandbox can change them.

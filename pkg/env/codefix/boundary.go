@@ -19,7 +19,9 @@ import (
 // "sandbox/<tool>", detail "<op> <path>: <what>"). Resource faults are decided once per
 // episode (faults.ResourcesFor) and applied through the runtime's cgroup knobs
 // (sandbox.LimitUpdater) before every tool call: cpu_throttle as the CPU quota,
-// memory_leak as a memory limit shrinking with the episode's virtual time. They are
+// memory_leak as a memory limit shrinking with the episode's virtual time; clock_skew
+// through the runtime's sandbox.ClockSkewer in the environment of the agent's commands
+// (process: libfaketime; a runtime without it records the fault as not applied). They are
 // recorded on the episode's first step. Limits are put back before the verifier's
 // snapshot and before the sandbox goes back to its pool.
 
@@ -33,6 +35,28 @@ type boundary struct {
 	// applied: the limits last written (zero: the sandbox's own); base: the sandbox's own.
 	applied sandbox.Limits
 	base    sandbox.Limits
+	// skewNote is added to clock_skew's record when the runtime cannot apply it.
+	skewNote string
+}
+
+// skewed reports whether a clock_skew fault is in force.
+func (b *boundary) skewed() bool { return b.res.ClockOffset != 0 || b.res.ClockDriftPPM != 0 }
+
+// execEnv is the environment of the agent's commands under clock_skew: the wall clock
+// offset by the fault's offset plus the drift accumulated over the episode's virtual time
+// so far, running at the drifted rate within each command. Nil without the fault or when
+// the runtime cannot skew clocks (recorded on the first step).
+func (e *episode) execEnv() []string {
+	if !e.bnd.skewed() {
+		return nil
+	}
+	cs, ok := e.cfg.Sandboxes.Runtime().(sandbox.ClockSkewer)
+	if !ok || e.bnd.skewNote != "" {
+		return nil
+	}
+	off := e.bnd.res.ClockOffset + time.Duration(float64(e.clock)*e.bnd.res.ClockDriftPPM/1e6)
+	env, _ := cs.ClockSkewEnv(off, 1+e.bnd.res.ClockDriftPPM/1e6) // checked by initBoundary; nil at rate 0 (drift_ppm -1e6)
+	return env
 }
 
 // ambient reports whether a resource fault is in force.
@@ -51,6 +75,13 @@ func (e *episode) initBoundary() error {
 		if r.Kind.Layer == faults.LayerStorage {
 			e.bnd.decider = faults.NewDecider(seed, rules)
 			break
+		}
+	}
+	if e.bnd.skewed() {
+		if cs, ok := e.cfg.Sandboxes.Runtime().(sandbox.ClockSkewer); !ok {
+			e.bnd.skewNote = " (not applied: runtime " + e.cfg.Sandboxes.Runtime().Name() + " cannot skew clocks)"
+		} else if _, err := cs.ClockSkewEnv(0, 1); err != nil {
+			e.bnd.skewNote = " (not applied: " + err.Error() + ")"
 		}
 	}
 	if e.bnd.ambient() {
@@ -85,6 +116,9 @@ func (e *episode) ambientFired() []*gauntletv1.FaultFired {
 	out := make([]*gauntletv1.FaultFired, len(e.bnd.res.Fired))
 	for i, f := range e.bnd.res.Fired {
 		out[i] = &gauntletv1.FaultFired{FaultId: f.RuleID, Kind: f.Kind, Target: Service, Detail: f.Detail}
+		if f.Kind == faults.KindClockSkew {
+			out[i].Detail += e.bnd.skewNote
+		}
 	}
 	return out
 }

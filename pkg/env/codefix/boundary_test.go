@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
@@ -144,5 +146,66 @@ func TestCodefixUnderBoundaryFaults(t *testing.T) {
 	}
 	if len(records) == 2 && !slices.Equal(records[0], records[1]) {
 		t.Errorf("process and containerd met different faults:\n%s\n---\n%s", strings.Join(records[0], "\n"), strings.Join(records[1], "\n"))
+	}
+}
+
+// TestCodefixClockSkew (B1): under clock_skew the agent's commands read a wall clock an
+// hour ahead on the process runtime (libfaketime over the host's /usr), while gauntlet's
+// own commands and the host keep the real one; containerd's static busybox cannot be
+// skewed that way, and the record of the episode says the fault was not applied.
+func TestCodefixClockSkew(t *testing.T) {
+	const spec = "name: skewed\nfaults:\n  - {id: skew, kind: clock_skew, params: {offset_ms: 3600000, drift_ppm: 50}}\n"
+	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "skewed", SpecYaml: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cps.Plan(4, "skewed", codefix.New().Spec().Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
+		t.Run(rt, func(t *testing.T) {
+			sb := runtimestest.Open(t, rt, 0)
+			in, err := faults.NewInjector(plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep, err := codefix.New().NewEpisode(env.Config{Seed: 3, Sandboxes: sb, Faults: in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Close(ep) })
+			if _, err := ep.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			res := step(t, ep, tools.ShellExec, map[string]string{"command": "date +%s"})
+			host := time.Now().Unix()
+			var sh struct {
+				Stdout string `json:"stdout"`
+			}
+			if err := json.Unmarshal(res.Observation, &sh); err != nil {
+				t.Fatal(err)
+			}
+			got, err := strconv.ParseInt(strings.TrimSpace(sh.Stdout), 10, 64)
+			if err != nil {
+				t.Fatalf("date: %s", res.Observation)
+			}
+			if len(res.Faults) != 1 || res.Faults[0].Kind != "clock_skew" {
+				t.Fatalf("first step's faults: %v", res.Faults)
+			}
+			detail := res.Faults[0].Detail
+			skew := got - host
+			t.Logf("%s: sandbox clock - host clock = %d s; recorded %q", rt, skew, detail)
+			switch rt {
+			case runtimes.Process:
+				if skew < 3600-60 || skew > 3600+60 || strings.Contains(detail, "not applied") {
+					t.Fatalf("process: the agent's clock is %d s off the host's, want about 3600 (detail %q)", skew, detail)
+				}
+			default:
+				if skew < -60 || skew > 60 || !strings.Contains(detail, "not applied") {
+					t.Fatalf("%s: clock %d s off, detail %q: want the real clock and the fault recorded as not applied", rt, skew, detail)
+				}
+			}
+		})
 	}
 }

@@ -176,7 +176,7 @@ func (e *episode) toolbox() *tools.Toolbox {
 	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
 		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
 		MaxFileBytes: maxFile, ExecTimeout: e.p.execTimeout, OutputLimit: maxOutput,
-		Storage: e.gate(),
+		Storage: e.gate(), ExecEnv: e.execEnv,
 	})
 }
 

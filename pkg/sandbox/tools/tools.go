@@ -70,6 +70,9 @@ type Options struct {
 	// Storage, when set, applies storage faults to the fs tools' file operations (B1,
 	// B2): see storage.go for the events each tool makes. nil injects none.
 	Storage *faultfs.Gate
+	// ExecEnv, when set, is called at each shell.exec for KEY=VALUE entries added to the
+	// command's environment (e.g. sandbox.ClockSkewer's).
+	ExecEnv func() []string
 }
 
 // Toolbox runs tool calls against one sandbox.
@@ -154,8 +157,13 @@ func (t *Toolbox) Exec(ctx context.Context, a ExecArgs) (ExecResult, error) {
 	if a.TimeoutMS > 0 && time.Duration(a.TimeoutMS)*time.Millisecond < timeout {
 		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
 	}
+	var env []string
+	if t.opts.ExecEnv != nil {
+		env = t.opts.ExecEnv()
+	}
 	res, err := t.rt.Exec(ctx, t.id, sandbox.ExecRequest{
 		Argv:        []string{"sh", "-c", a.Command},
+		Env:         env,
 		Dir:         dir,
 		Stdin:       []byte(a.Stdin),
 		Timeout:     timeout,
