@@ -51,10 +51,17 @@ func TestCgroupFaults(t *testing.T) {
 			t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
 
 			// CPU: a busy loop for two seconds of wall time, at the sandbox's own quota
-			// and throttled. The machine is shared: the free loop may get much less than
-			// its core, hence a generous bound on the ratio.
-			busy := func() time.Duration {
-				r, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "while :; do :; done"}, Timeout: 2 * time.Second})
+			// and throttled. The machine is shared (2 cores, other builds): a free loop
+			// may get little more than the throttled one's share, so the pair is measured
+			// up to three times and one pair must show the throttled loop under half the
+			// free one's CPU; every throttled loop must stay within its quota (10 % of the
+			// wall time, with slack), which contention cannot break.
+			const wall = 2 * time.Second
+			busy := func(cpuMillis int64) time.Duration {
+				if err := lu.UpdateLimits(ctx, h.ID, sandbox.Limits{CPUMillis: cpuMillis}); err != nil {
+					t.Fatal(err)
+				}
+				r, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "while :; do :; done"}, Timeout: wall})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -63,15 +70,22 @@ func TestCgroupFaults(t *testing.T) {
 				}
 				return r.Metering.CPUTime
 			}
-			free := busy()
-			if err := lu.UpdateLimits(ctx, h.ID, sandbox.Limits{CPUMillis: int64(res.CPUFraction * 1000)}); err != nil {
-				t.Fatal(err)
+			quota := int64(res.CPUFraction * 1000)
+			best := 1.0
+			for trial := 0; trial < 3 && best >= 0.5; trial++ {
+				free, throttled := busy(1000), busy(quota)
+				ratio := float64(throttled) / float64(free)
+				best = min(best, ratio)
+				t.Logf("%s: busy loop CPU %v free, %v under cpu.max %q: ratio %.2f", name, free, throttled, res.CPUMax(), ratio)
+				if limit := time.Duration(float64(wall)*res.CPUFraction*1.5) + 50*time.Millisecond; throttled > limit {
+					t.Fatalf("cpu_throttle 0.1: the throttled loop used %v of CPU in %v, above its quota (%v with slack)", throttled, wall, limit)
+				}
 			}
-			throttled := busy()
-			ratio := float64(throttled) / float64(free)
-			t.Logf("%s: busy loop CPU %v free, %v under cpu.max %q: ratio %.2f", name, free, throttled, res.CPUMax(), ratio)
-			if free < 300*time.Millisecond || ratio > 0.5 {
-				t.Fatalf("cpu_throttle 0.1: CPU %v free vs %v throttled (ratio %.2f), want the throttled loop to get well under half", free, throttled, ratio)
+			if best >= 0.5 {
+				t.Fatalf("cpu_throttle 0.1: in no trial did the throttled loop get under half the free one's CPU (best ratio %.2f)", best)
+			}
+			if err := lu.UpdateLimits(ctx, h.ID, sandbox.Limits{CPUMillis: 1000}); err != nil {
+				t.Fatal(err)
 			}
 
 			// Memory: 40 MiB held by the shell fits the 96 MiB of step 0 and not the
