@@ -66,3 +66,9 @@ func (b *box) liveLimits(spec sandbox.Limits) sandbox.Limits {
 	}
 	return spec
 }
+
+// The optional abilities resource faults use.
+var (
+	_ sandbox.LimitUpdater = (*Runtime)(nil)
+	_ sandbox.ClockSkewer  = (*Runtime)(nil)
+)
