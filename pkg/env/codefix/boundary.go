@@ -123,25 +123,26 @@ func (e *episode) ambientFired() []*gauntletv1.FaultFired {
 	return out
 }
 
-// limitsNow are the limits the resource faults ask for at the episode's virtual time,
-// never above the sandbox's own.
-func (e *episode) limitsNow() sandbox.Limits {
+// limitsAt are the limits the resource faults ask for at virtual time at, never above
+// the sandbox's own.
+func (e *episode) limitsAt(at time.Duration) sandbox.Limits {
 	l := e.bnd.base
 	if f := e.bnd.res.CPUFraction; f > 0 {
 		l.CPUMillis = min(l.CPUMillis, max(10, int64(math.Round(f*1000))))
 	}
-	if m := e.bnd.res.MemoryMaxAt(e.clock); m > 0 {
+	if m := e.bnd.res.MemoryMaxAt(at); m > 0 {
 		l.MemoryBytes = min(l.MemoryBytes, m)
 	}
 	return sandbox.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis}
 }
 
-// applyResources writes the limits of this moment to the sandbox when they changed.
-func (e *episode) applyResources(ctx context.Context) error {
+// applyResources writes the limits of virtual time at (a call's start) to the sandbox
+// when they changed.
+func (e *episode) applyResources(ctx context.Context, at time.Duration) error {
 	if !e.bnd.ambient() {
 		return nil
 	}
-	want := e.limitsNow()
+	want := e.limitsAt(at)
 	if want == e.bnd.applied {
 		return nil
 	}

@@ -209,3 +209,53 @@ func TestCodefixClockSkew(t *testing.T) {
 		})
 	}
 }
+
+// TestCodefixMemoryLeakOverSteps (B1): memory_leak shrinks the sandbox's memory limit with
+// the episode's virtual time, step by step: the same 24 MiB allocation fits at step 0
+// (64 MiB) and is killed at step 1 (the leak of 6000 MiB a minute has taken the limit to
+// its 16 MiB floor after the first command's 500 virtual ms), on both runtimes.
+func TestCodefixMemoryLeakOverSteps(t *testing.T) {
+	const spec = "name: leaky\nfaults:\n  - {id: leak, kind: memory_leak, params: {limit_mb: 64, mb_per_min: 6000}}\n"
+	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "leaky", SpecYaml: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cps.Plan(4, "leaky", codefix.New().Spec().Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
+		t.Run(rt, func(t *testing.T) {
+			sb := runtimestest.Open(t, rt, 0)
+			in, err := faults.NewInjector(plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep, err := codefix.New().NewEpisode(env.Config{Seed: 3, Sandboxes: sb, Faults: in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Close(ep) })
+			if _, err := ep.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			alloc := `x=$(head -c 25165824 /dev/zero | tr '\0' a); echo ${#x}`
+			var outs []string
+			for i := 0; i < 2; i++ {
+				res := step(t, ep, tools.ShellExec, map[string]string{"command": alloc})
+				var sh struct {
+					ExitCode int    `json:"exit_code"`
+					Stdout   string `json:"stdout"`
+				}
+				if err := json.Unmarshal(res.Observation, &sh); err != nil {
+					t.Fatal(err)
+				}
+				outs = append(outs, fmt.Sprintf("step %d: exit %d %q (safety %v)", i, sh.ExitCode, sh.Stdout, res.Signals.SafetyEvents))
+			}
+			t.Logf("%s:\n%s", rt, strings.Join(outs, "\n"))
+			if !strings.Contains(outs[0], `exit 0 "25165824\n"`) || strings.Contains(outs[1], "exit 0") || !strings.Contains(outs[1], "oom_kill") {
+				t.Fatalf("want the allocation to fit at step 0 and be OOM-killed at step 1:\n%s", strings.Join(outs, "\n"))
+			}
+		})
+	}
+}

@@ -280,6 +280,7 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 	if t.name == tools.ShellExec {
 		cost = costShell
 	}
+	start := e.clock
 	out := e.faults.Call(t.service, t.name, e.clock)
 	e.calls = append(e.calls, faultCall{t.service, t.name, e.clock})
 	e.clock += cost + out.Latency
@@ -289,7 +290,7 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 			Status: out.Status, RetryAfterMs: out.RetryAfter.Milliseconds(),
 			Suggestion: "the call had no effect; try it again"}), out.Fired, nil
 	}
-	if err := e.applyResources(ctx); err != nil {
+	if err := e.applyResources(ctx, start); err != nil {
 		return nil, nil, err
 	}
 	e.bnd.tool, e.bnd.fired = t.name, nil
@@ -449,7 +450,7 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	// the faults' limits of this moment either way.
 	if b.bnd.ambient() {
 		b.bnd.applied = sandbox.Limits{MemoryBytes: -1}
-		if err := b.applyResources(ctx); err != nil {
+		if err := b.applyResources(ctx, b.clock); err != nil {
 			_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
 			return nil, err
 		}
