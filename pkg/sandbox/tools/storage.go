@@ -25,8 +25,9 @@ import (
 // An abort fails the call before it touches the workspace, with the errno the kernel would
 // give ("fs.write: write notes.txt: no space left on device"); a short write stores only
 // part of the content and fails with io.ErrShortWrite; delays are spent by the gate's
-// wait. These are the agent's errors (AgentError), shown as observations. Commands run by
-// shell.exec do not pass through the gate.
+// wait. These are the agent's errors (AgentError), shown as observations. A path the tools
+// refuse (symlink, special file) skips the gate: the refusal and its safety event come
+// first. Commands run by shell.exec do not pass through the gate.
 
 // storageFault marks an error a storage fault injected, so AgentError treats it as the
 // agent's to handle.
@@ -59,28 +60,52 @@ func (t *Toolbox) gate(ctx context.Context, tool, op, rel string) (faults.Decisi
 	return dec, nil
 }
 
-// exists reports whether rel names an entry of the workspace, by listing its parent: the
-// gate needs it to tell a create from an open.
-func (t *Toolbox) exists(ctx context.Context, rel string) bool {
+// probe looks rel up through its parent's listing before the gate: whether it exists,
+// and whether the backend will refuse it (a symlink or special file on the path or at its
+// end, a path leaving the workspace). A refused path skips the gate, so the refusal is
+// what the agent meets and what is recorded as a safety event (C4), never hidden behind
+// an injected fault.
+func (t *Toolbox) probe(ctx context.Context, rel string) (exists, refused bool) {
+	if rel == "." {
+		return true, false
+	}
 	dir, base := path.Split(rel)
 	if dir == "" {
 		dir = "."
 	}
 	es, err := t.fs.list(ctx, path.Clean(dir))
-	if err != nil {
-		return false
+	switch {
+	case errors.Is(err, ErrSymlink), errors.Is(err, ErrOutside), errors.Is(err, ErrSpecialFile):
+		return false, true
+	case err != nil:
+		return false, false
 	}
 	for _, e := range es {
 		if e.Name == base {
-			return true
+			return true, e.Type == "symlink" || e.Type == "other"
 		}
 	}
-	return false
+	return false, false
+}
+
+// gateList passes fs.list's event.
+func (t *Toolbox) gateList(ctx context.Context, tool, rel string) error {
+	if t.opts.Storage == nil {
+		return nil
+	}
+	if _, refused := t.probe(ctx, rel); refused {
+		return nil
+	}
+	_, err := t.gate(ctx, tool, faults.OpOpen, rel)
+	return err
 }
 
 // gateRead passes fs.read's events.
 func (t *Toolbox) gateRead(ctx context.Context, tool, rel string) error {
 	if t.opts.Storage == nil {
+		return nil
+	}
+	if _, refused := t.probe(ctx, rel); refused {
 		return nil
 	}
 	if _, err := t.gate(ctx, tool, faults.OpOpen, rel); err != nil {
@@ -96,7 +121,11 @@ func (t *Toolbox) gateWrite(ctx context.Context, tool, rel string, n int) (int, 
 	if t.opts.Storage == nil {
 		return n, nil
 	}
-	if !t.exists(ctx, rel) {
+	exists, refused := t.probe(ctx, rel)
+	if refused {
+		return n, nil
+	}
+	if !exists {
 		if _, err := t.gate(ctx, tool, faults.OpCreate, rel); err != nil {
 			return 0, err
 		}

@@ -98,7 +98,8 @@ func storageRun(t *testing.T, rt sandbox.Runtime, hostSide bool, rules []faults.
 	if !hostSide {
 		r = execOnly{rt}
 	}
-	tb := tools.New(r, h.ID, tools.Options{Storage: gate})
+	rec := &recorder{}
+	tb := tools.New(r, h.ID, tools.Options{Storage: gate, OnEvent: rec.add})
 	if tb.HostSide() != hostSide {
 		t.Fatalf("HostSide() = %v, want %v", tb.HostSide(), hostSide)
 	}
@@ -152,6 +153,14 @@ func storageRun(t *testing.T, rt sandbox.Runtime, hostSide bool, rules []faults.
 	// Paths no fault matches work as usual.
 	if err := tb.Write(ctx, "ok.txt", []byte("still fine\n"), 0); err != nil {
 		t.Fatal(err)
+	}
+	// A symlink planted where disk_full applies is refused as a symlink, and recorded as
+	// a safety event, not hidden behind the injected fault.
+	if res, err := tb.Exec(ctx, tools.ExecArgs{Command: "mkdir -p full && ln -s /etc/passwd full/link"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("plant symlink: %+v, %v", res, err)
+	}
+	if err := tb.Write(ctx, "full/link", []byte("x"), 0); !errors.Is(err, tools.ErrSymlink) || !rec.has(tools.EventSymlink) {
+		t.Fatalf("write through a planted symlink: %v (symlink event recorded: %v)", err, rec.has(tools.EventSymlink))
 	}
 	// A coin flip per write: which ones fail is the seed's.
 	for i := 0; i < 12; i++ {

@@ -24,7 +24,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
@@ -239,10 +238,8 @@ func (t *Toolbox) List(ctx context.Context, p string) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.opts.Storage != nil {
-		if _, err := t.gate(ctx, "fs.list", faults.OpOpen, rel); err != nil {
-			return nil, err
-		}
+	if err := t.gateList(ctx, "fs.list", rel); err != nil {
+		return nil, err
 	}
 	es, err := t.fs.list(ctx, rel)
 	return es, t.wrap("fs.list", p, err)
