@@ -22,7 +22,9 @@ set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux containerd runc busybox-static libfaketime)
+APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux containerd runc busybox-static)
+# libfaketime: clock_skew in process sandboxes (pkg/sandbox/process ClockSkewEnv).
+APT_PACKAGES+=(libfaketime)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(
