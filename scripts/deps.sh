@@ -23,6 +23,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux containerd runc busybox-static)
+
 # libfaketime: clock_skew in process sandboxes (pkg/sandbox/process ClockSkewEnv).
 APT_PACKAGES+=(libfaketime)
 
