@@ -17,11 +17,15 @@
 #     pkg/temporallocal runs; about 2.5 minutes to build), at the pinned versions below
 #     (re-installed when the binary there reports another version).
 #   - bubblewrap and util-linux (setpriv): the process sandbox runtime (pkg/sandbox/process).
+#   - libfaketime: the clock_skew fault in process sandboxes (LD_PRELOAD, docs/faults.md).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
 APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux containerd runc busybox-static)
+
+# libfaketime: clock_skew in process sandboxes (pkg/sandbox/process ClockSkewEnv).
+APT_PACKAGES+=(libfaketime)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(

@@ -115,6 +115,14 @@ func Validate(r *gauntletv1.RunRequested) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if e != nil {
+		// A profile must fit the env: storage and resource faults need a sandbox.
+		for _, name := range custom.Names() {
+			if _, err := custom.Plan(1, name, e.Spec().Services); err != nil {
+				add("custom_profiles (%s): %w", name, err)
+			}
+		}
+	}
 	if len(r.GetProfiles()) > 0 {
 		if err := faults.ValidateMix(r.GetProfiles(), custom.Names()...); err != nil {
 			errs = append(errs, err)

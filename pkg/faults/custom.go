@@ -28,7 +28,8 @@ func (c CustomProfiles) Names() []string {
 // CompileCustomProfiles parses and checks a run's user-defined profiles for a sim env:
 // each must be a valid spec (SLA included) whose name matches, not a built-in or duplicate
 // name, holding only faults the sim applies (http_error, latency, truncate) targeted by
-// services or tools. Errors name the profile ("custom_profiles[1]: faults[0].kind: ...").
+// services or tools, or storage and resource faults, which sandboxed envs apply at their
+// sandbox's boundaries (Plan puts them in the plan's boundary_spec). Errors name the profile ("custom_profiles[1]: faults[0].kind: ...").
 func CompileCustomProfiles(cps []*gauntletv1.CustomProfile) (CustomProfiles, error) {
 	out := CustomProfiles{}
 	var errs []error
@@ -52,6 +53,9 @@ func CompileCustomProfiles(cps []*gauntletv1.CustomProfile) (CustomProfiles, err
 			continue
 		}
 		for j, r := range rules {
+			if boundaryKind(r.Kind) {
+				continue // applied at a sandbox's boundaries; Plan checks the env has one
+			}
 			if !slices.Contains(simKinds, r.Kind.Name) {
 				errs = append(errs, fmt.Errorf("%s (%s): faults[%d].kind: %s cannot apply in a sim env, which applies %s", where, cp.Name, j, r.Kind.Name, strings.Join(simKinds, ", ")))
 			}
@@ -71,6 +75,8 @@ func CompileCustomProfiles(cps []*gauntletv1.CustomProfile) (CustomProfiles, err
 // fault becomes one rule per service it targets ("<service>.<fault id>"), or per tool
 // ("<tool>.<fault id>") when it names tools. The numbers are the profile's; the seed keys
 // the draws as for built-in plans. Services named by the profile must exist in the env.
+// Storage and resource faults go, unchanged, to the plan's boundary_spec, for envs with
+// service SandboxService only.
 func (c CustomProfiles) Plan(seed uint64, name string, services []string) (*gauntletv1.FaultPlan, error) {
 	rules, ok := c[name]
 	if !ok {
@@ -81,7 +87,15 @@ func (c CustomProfiles) Plan(seed uint64, name string, services []string) (*gaun
 		return nil, fmt.Errorf("plan: %w", err)
 	}
 	plan := &gauntletv1.FaultPlan{Profile: name, Seed: seed, CatalogueVersion: CatalogueVersion}
+	var boundary []Rule
 	for _, r := range rules {
+		if boundaryKind(r.Kind) {
+			if !slices.Contains(svcs, SandboxService) {
+				return nil, fmt.Errorf("plan: profile %s: fault %s: %s applies only in envs whose agents act in a real sandbox (service %q); this env has %s", name, r.ID, r.Kind.Name, SandboxService, strings.Join(svcs, ", "))
+			}
+			boundary = append(boundary, r)
+			continue
+		}
 		targets := r.Match.Tools
 		if len(targets) == 0 {
 			targets = r.Match.Services
@@ -109,6 +123,9 @@ func (c CustomProfiles) Plan(seed uint64, name string, services []string) (*gaun
 			}
 			plan.Rules = append(plan.Rules, pr)
 		}
+	}
+	if plan.BoundarySpec, err = BoundarySpec(name, boundary); err != nil {
+		return nil, fmt.Errorf("plan: profile %s: %w", name, err)
 	}
 	if err := ValidatePlan(plan); err != nil {
 		return nil, fmt.Errorf("plan: profile %s: %w", name, err)

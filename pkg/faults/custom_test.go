@@ -1,6 +1,8 @@
 package faults_test
 
 import (
+	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -61,8 +63,8 @@ func TestCustomProfilesRejected(t *testing.T) {
 	}{
 		{"name mismatch", []*gauntletv1.CustomProfile{{Name: "other", SpecYaml: flakyShop}}, `custom_profiles[0].name: "other" differs from the spec's name "flaky-shop"`},
 		{"duplicate", []*gauntletv1.CustomProfile{{Name: "flaky-shop", SpecYaml: flakyShop}, {Name: "flaky-shop", SpecYaml: flakyShop}}, `custom_profiles[1].name: duplicate profile "flaky-shop"`},
-		{"storage fault in sim", []*gauntletv1.CustomProfile{{Name: "d", SpecYaml: "name: d\nfaults:\n  - {id: f, kind: disk_full}\n"}},
-			"custom_profiles[0] (d): faults[0].kind: disk_full cannot apply in a sim env"},
+		{"network fault in sim", []*gauntletv1.CustomProfile{{Name: "d", SpecYaml: "name: d\nfaults:\n  - {id: f, kind: packet_loss, params: {rate: 0.1}}\n"}},
+			"custom_profiles[0] (d): faults[0].kind: packet_loss cannot apply in a sim env"},
 		{"host match in sim", []*gauntletv1.CustomProfile{{Name: "h", SpecYaml: "name: h\nfaults:\n  - {id: f, kind: latency, match: {hosts: [a]}}\n"}},
 			"custom_profiles[0] (h): faults[0].match: a sim env's calls have no host"},
 		{"bad spec", []*gauntletv1.CustomProfile{{Name: "b", SpecYaml: "name: b\nfaults:\n  - {id: f, kind: latency, params: {mean_ms: -1}}\n"}},
@@ -79,4 +81,89 @@ func TestCustomProfilesRejected(t *testing.T) {
 	c, _ := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "x", SpecYaml: "name: x\nfaults:\n  - {id: f, kind: latency, match: {services: [warehouse]}}\n"}})
 	_, err := c.Plan(1, "x", shopServices)
 	wantErrs(t, err, `unknown service "warehouse" (the env has catalog, inventory`)
+	// Storage faults compile, but only an env with a sandbox can apply them.
+	c, err = faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "d", SpecYaml: "name: d\nfaults:\n  - {id: f, kind: disk_full}\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Plan(1, "d", shopServices)
+	wantErrs(t, err, `fault f: disk_full applies only in envs whose agents act in a real sandbox (service "sandbox")`)
+}
+
+// A sandboxed env's plan carries a profile's storage and resource faults in boundary_spec;
+// the injector gives them back, and a Decider over them fires exactly what a Decider over
+// the profile's own rules fires.
+func TestBoundaryFaultsTravelInThePlan(t *testing.T) {
+	const spec = `name: disk-trouble
+faults:
+  - id: slow
+    kind: io_latency
+    probability: 0.5
+    match: {paths: ["/src/*"]}
+    params: {mean_ms: 30, jitter_ms: 5, distribution: lognormal}
+  - id: full
+    kind: disk_full
+    probability: 0.3
+    match: {ops: [write]}
+  - id: short
+    kind: short_write
+    params: {keep_fraction: 0.25}
+  - id: cpu
+    kind: cpu_throttle
+    params: {cpu_fraction: 0.2}
+  - id: five-xx
+    kind: http_error
+    probability: 0.1
+    params: {status: 503}
+`
+	_, want, err := faults.ParseSpec([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "disk-trouble", SpecYaml: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := c.Plan(7, "disk-trouble", []string{faults.SandboxService})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Rules) != 1 || plan.Rules[0].Id != "sandbox.five-xx" {
+		t.Fatalf("sim rules = %v, want only sandbox.five-xx", plan.Rules)
+	}
+	in, err := faults.NewInjector(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := in.BoundaryRules()
+	if len(got) != 4 {
+		t.Fatalf("boundary rules = %d, want 4 (io_latency, disk_full, short_write, cpu_throttle):\n%s", len(got), plan.BoundarySpec)
+	}
+	var boundary []faults.Rule
+	for _, r := range want {
+		if r.Kind.Name != "http_error" {
+			boundary = append(boundary, r)
+		}
+	}
+	a, b := faults.NewDecider(plan.Seed, boundary), faults.NewDecider(plan.Seed, got)
+	fired := 0
+	for i := 0; i < 2000; i++ {
+		op := []string{faults.OpOpen, faults.OpWrite, faults.OpRead, faults.OpCreate}[i%4]
+		key := fmt.Sprintf("fs/src/f%d", i%7)
+		ev := faults.Event{Layer: faults.LayerStorage, Op: op, Path: key[2:]}
+		da, db := a.Decide(key, ev), b.Decide(key, ev)
+		if !reflect.DeepEqual(da, db) {
+			t.Fatalf("event %d: %+v != %+v", i, da, db)
+		}
+		fired += len(da.Fired)
+	}
+	if fired == 0 {
+		t.Fatal("no fault fired in 2000 events")
+	}
+	if r1, r2 := faults.ResourcesFor(plan.Seed, boundary), faults.ResourcesFor(plan.Seed, got); r1.CPUMax() != "20000 100000" || r2.CPUMax() != r1.CPUMax() {
+		t.Fatalf("cpu.max %q and %q, want 20000 100000", r1.CPUMax(), r2.CPUMax())
+	}
+	// A plan whose boundary spec is broken is refused, naming the field.
+	plan.BoundarySpec = "name: x\nfaults:\n  - {id: f, kind: latency}\n"
+	wantErrs(t, faults.ValidatePlan(plan), "boundary_spec: faults[0].kind: latency is not a storage or resource fault")
 }

@@ -55,6 +55,8 @@ type Injector struct {
 	// rewrites, each group in plan order.
 	order    []int
 	counters []uint64
+	// boundary are the plan's storage and resource faults (boundary_spec).
+	boundary []Rule
 }
 
 // NewInjector validates plan and returns an injector over it. A nil plan injects nothing.
@@ -66,7 +68,12 @@ func NewInjector(plan *gauntletv1.FaultPlan) (*Injector, error) {
 	if err := ValidatePlan(plan); err != nil {
 		return nil, err
 	}
+	boundary, err := BoundaryRules(plan)
+	if err != nil {
+		return nil, err
+	}
 	in := &Injector{
+		boundary: boundary,
 		plan:     plan,
 		order:    make([]int, 0, len(plan.Rules)),
 		counters: make([]uint64, len(plan.Rules)),

@@ -89,6 +89,11 @@ func ValidatePlan(p *gauntletv1.FaultPlan) error {
 			errs = append(errs, fmt.Errorf("%s: no fault kind set (http_error, latency or truncate)", where))
 		}
 	}
+	if p.GetBoundarySpec() != "" {
+		if _, err := BoundaryRules(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -72,6 +72,25 @@ type WorkspaceDirer interface {
 	WorkspaceDir(ctx context.Context, id string) (string, error)
 }
 
+// LimitUpdater is the optional ability to change a running sandbox's memory, pids and CPU
+// limits (A4), e.g. to apply resource faults (B1: cpu_throttle, memory_leak) while an
+// episode runs. Zero fields keep their current value; OpenFiles and DiskBytes cannot
+// change. The change holds until the next update; a reset by a warm pool does not undo
+// it, so whoever changes limits puts them back before releasing the sandbox.
+type LimitUpdater interface {
+	UpdateLimits(ctx context.Context, id string, l Limits) error
+}
+
+// ClockSkewer is the optional ability to run commands on a skewed wall clock (the
+// clock_skew resource fault). ClockSkewEnv returns environment entries (for
+// ExecRequest.Env) under which a command's processes read the wall clock offset by offset
+// and running rate times as fast as the host's from their start. Monotonic clocks are left
+// alone, so timeouts and sleeps are not skewed. It fails with ErrUnavailable when the
+// runtime cannot do it on this host.
+type ClockSkewer interface {
+	ClockSkewEnv(offset time.Duration, rate float64) ([]string, error)
+}
+
 // WorkspaceOwner is the optional ability to say which host ids own the sandbox user's
 // files in the directory WorkspaceDir returns; host-side tools give files they create to
 // these ids so the sandbox can change them.

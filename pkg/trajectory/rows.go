@@ -336,6 +336,7 @@ func canonicalJSON(plan *gauntletv1.FaultPlan) (string, error) {
 		}
 		w.b = append(w.b, ']')
 	}
+	w.str("boundary_spec", plan.GetBoundarySpec())
 	w.close()
 	if w.err != nil {
 		return "", w.err

@@ -603,6 +603,9 @@ func TestCanonicalJSONMatchesProtojson(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// and so do the storage and resource faults of a sandboxed env's plan.
+	// (one line here: canonjson escapes control characters its own way, checked below).
+	drifted.BoundarySpec = `{name: bad-disk, faults: [{id: full, kind: disk_full, match: {paths: ["/notes.txt"]}}]}`
 	got, err := canonicalJSON(drifted)
 	if err != nil {
 		t.Fatal(err)
@@ -625,6 +628,16 @@ func TestCanonicalJSONMatchesProtojson(t *testing.T) {
 	got, err = canonicalJSON(odd)
 	if err != nil || !json.Valid([]byte(got)) {
 		t.Fatalf("canonicalJSON(odd) = %s, %v: not valid JSON", got, err)
+	}
+	// A multi-line boundary spec reads back exactly.
+	drifted.BoundarySpec = "name: bad-disk\nfaults:\n  - {id: full, kind: disk_full}\n"
+	got, err = canonicalJSON(drifted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back gauntletv1.FaultPlan
+	if err := protojson.Unmarshal([]byte(got), &back); err != nil || back.BoundarySpec != drifted.BoundarySpec {
+		t.Fatalf("boundary_spec read back as %q (%v), want %q", back.BoundarySpec, err, drifted.BoundarySpec)
 	}
 	if s, _ := canonicalJSON(nil); s != "{}" {
 		t.Fatalf("nil plan = %s", s)

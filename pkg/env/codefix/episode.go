@@ -68,6 +68,8 @@ type episode struct {
 	calls  []faultCall
 	// docs is the docs service's gateway (param docs=1; nil otherwise).
 	docs *docsGateway
+	// bnd: faults at the sandbox's boundaries (boundary.go).
+	bnd boundary
 	// digest is the md5 of every file of the workspace after the last step, for diffs.
 	digest map[string]string
 
@@ -114,6 +116,9 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("codefix: acquire sandbox: %w", err)
 	}
 	e.sb, e.ready = h.ID, true
+	if err := e.initBoundary(); err != nil {
+		return nil, errors.Join(err, e.release(ctx))
+	}
 	if err := e.attachDocs(ctx, nil); err != nil {
 		return nil, errors.Join(err, e.release(ctx))
 	}
@@ -144,13 +149,14 @@ func (e *episode) release(ctx context.Context) error {
 	if e.sb == "" {
 		return nil
 	}
+	lerr := e.restoreLimits(ctx)
 	id := e.sb
 	e.sb = ""
 	e.detachDocs()
 	if err := e.cfg.Sandboxes.Release(ctx, id); err != nil {
-		return fmt.Errorf("codefix: release sandbox %s: %w", id, err)
+		return errors.Join(lerr, fmt.Errorf("codefix: release sandbox %s: %w", id, err))
 	}
-	return nil
+	return lerr
 }
 
 // errObs is the observation of a call that failed.
@@ -186,6 +192,7 @@ func (e *episode) toolbox() *tools.Toolbox {
 	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
 		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
 		MaxFileBytes: maxFile, ExecTimeout: e.p.execTimeout, OutputLimit: maxOutput,
+		Storage: e.gate(), ExecEnv: e.execEnv,
 	})
 }
 
@@ -232,6 +239,9 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		}
 	}
 
+	if e.step == 0 {
+		fired = append(e.ambientFired(), fired...)
+	}
 	for _, ev := range e.events {
 		o.safety = append(o.safety, string(ev.Kind)+": "+ev.Detail)
 	}
@@ -287,6 +297,7 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 	if t.name == tools.ShellExec {
 		cost = costShell
 	}
+	start := e.clock
 	out := e.faults.Call(t.service, t.name, e.clock)
 	e.calls = append(e.calls, faultCall{t.service, t.name, e.clock})
 	e.clock += cost + out.Latency
@@ -296,6 +307,10 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 			Status: out.Status, RetryAfterMs: out.RetryAfter.Milliseconds(),
 			Suggestion: "the call had no effect; try it again"}), out.Fired, nil
 	}
+	if err := e.applyResources(ctx, start); err != nil {
+		return nil, nil, err
+	}
+	e.bnd.tool, e.bnd.fired = t.name, nil
 	body, err := e.runTool(ctx, t, args, o)
 	if err != nil {
 		return nil, nil, err
@@ -303,7 +318,7 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 	if out.Keep < 1 {
 		body = marshal(truncObs{Truncated: true, Body: string(out.Truncate(body))})
 	}
-	return body, out.Fired, nil
+	return body, append(out.Fired, e.bnd.fired...), nil
 }
 
 // diff lists the files the step added, changed or removed, by comparing an md5 listing of
@@ -444,7 +459,19 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	}
 	b := *e
 	b.sb = h.ID
+	b.bnd.decider = e.bnd.decider.Clone()
+	b.bnd.fired = nil
+	b.bnd.applied = sandbox.Limits{}
 	b.tb = b.toolbox()
+	// A fork starts with the spec's limits (process) or the source's (containerd): write
+	// the faults' limits of this moment either way.
+	if b.bnd.ambient() {
+		b.bnd.applied = sandbox.Limits{MemoryBytes: -1}
+		if err := b.applyResources(ctx, b.clock); err != nil {
+			_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
+			return nil, err
+		}
+	}
 	b.events = nil
 	b.calls = slices.Clone(e.calls)
 	b.digest = make(map[string]string, len(e.digest))

@@ -33,6 +33,10 @@ func (e *episode) verify(ctx context.Context) (verdict, error) {
 	if err != nil {
 		return v, err
 	}
+	// The verifier runs with the sandbox's own limits, not the episode's resource faults.
+	if err := e.restoreLimits(ctx); err != nil {
+		return v, err
+	}
 	s, err := snap.Snapshot(ctx, e.sb)
 	if err != nil {
 		return v, fmt.Errorf("codefix: verify: snapshot %s: %w", e.sb, err)

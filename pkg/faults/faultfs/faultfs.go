@@ -12,6 +12,7 @@
 package faultfs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,29 +60,11 @@ func (f *FS) resolve(op, name string) (string, error) {
 	return filepath.Join(f.root, filepath.FromSlash(clean)), nil
 }
 
-// decide evaluates the event of op on name: it sleeps the delay and returns the abort as
-// a PathError, and the decision for the caller's rewrites.
+// decide evaluates the event of op on name through the FS's gate: it sleeps the delay and
+// returns the abort as a PathError, and the decision for the caller's rewrites.
 func (f *FS) decide(op, name string) (faults.Decision, error) {
-	ev := faults.Event{Layer: faults.LayerStorage, Op: op, Path: "/" + filepath.ToSlash(filepath.Clean("/" + name))[1:]}
-	key := "fs" + ev.Path
-	dec := f.d.Decide(key, ev)
-	if f.onFire != nil && len(dec.Fired) > 0 {
-		f.onFire(key, ev, dec.Fired)
-	}
-	wait := dec.Delay
-	if dec.IOPS > 0 {
-		wait += time.Duration(float64(time.Second) / dec.IOPS)
-	}
-	if dec.Errno == syscall.EWOULDBLOCK {
-		wait += dec.Hold
-	}
-	if wait > 0 {
-		f.sleep(wait)
-	}
-	if dec.Errno != 0 {
-		return dec, &fs.PathError{Op: op, Path: name, Err: dec.Errno}
-	}
-	return dec, nil
+	g := Gate{d: f.d, onFire: f.onFire, wait: func(_ context.Context, d time.Duration) error { f.sleep(d); return nil }}
+	return g.Before(context.Background(), op, name)
 }
 
 // OpenFile opens name like os.OpenFile. Creating a file that does not exist is a create

@@ -186,9 +186,18 @@ func (g *cgroup) setLimits(l sandbox.Limits) error {
 		w("", "pids.max", strconv.FormatInt(l.Pids, 10))
 		w("", "cpu.max", fmt.Sprintf("%d %d", quota, period))
 	} else {
-		w("memory", "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
-		if exists(filepath.Join(g.dir("memory"), "memory.memsw.limit_in_bytes")) {
-			w("memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
+		// memory.memsw.limit_in_bytes must never be below memory.limit_in_bytes: when
+		// the limit rises (UpdateLimits), raise memsw first.
+		mem := strconv.FormatInt(l.MemoryBytes, 10)
+		memsw := exists(filepath.Join(g.dir("memory"), "memory.memsw.limit_in_bytes"))
+		if memsw && l.MemoryBytes > readInt(filepath.Join(g.dir("memory"), "memory.limit_in_bytes")) {
+			w("memory", "memory.memsw.limit_in_bytes", mem)
+			w("memory", "memory.limit_in_bytes", mem)
+		} else {
+			w("memory", "memory.limit_in_bytes", mem)
+			if memsw {
+				w("memory", "memory.memsw.limit_in_bytes", mem)
+			}
 		}
 		w("pids", "pids.max", strconv.FormatInt(l.Pids, 10))
 		w("cpu", "cpu.cfs_period_us", strconv.Itoa(period))

@@ -280,6 +280,7 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	ev := func(k sandbox.EventKind, format string, args ...any) {
 		res.Events = append(res.Events, sandbox.Event{Kind: k, Detail: fmt.Sprintf(format, args...)})
 	}
+	spec.Limits = b.liveLimits(spec.Limits) // as UpdateLimits last set them
 	if res.TimedOut {
 		ev(sandbox.EventTimeout, "killed after %v", timeout)
 	}

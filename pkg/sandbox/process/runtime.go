@@ -105,6 +105,10 @@ type box struct {
 	gone  bool
 	execs int64
 	total sandbox.Metering
+	// lmu guards limits, the limits UpdateLimits last wrote (zero: the Spec's). It is not
+	// mu, so limits can change while a command runs.
+	lmu    sync.Mutex
+	limits sandbox.Limits
 }
 
 // New checks the host and returns a Runtime over cfg.StateDir. Missing isolation features

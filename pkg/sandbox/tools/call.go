@@ -39,9 +39,12 @@ func Specs() []env.Tool {
 }
 
 // AgentError reports whether err is the agent's fault (a bad path, a refused file, a
-// patch that does not apply): the env shows it to the agent as an observation. Other
-// errors are infra errors.
+// patch that does not apply, an injected storage fault, a workspace that is full): the env
+// shows it to the agent as an observation. Other errors are infra errors.
 func AgentError(err error) bool {
+	if InjectedFault(err) || diskFull(err) {
+		return true
+	}
 	for _, e := range []error{ErrOutside, ErrSymlink, ErrSpecialFile, ErrNotExist, ErrIsDir, ErrNotDir, ErrTooLarge, ErrPatch, ErrBadArgs} {
 		if errors.Is(err, e) {
 			return true

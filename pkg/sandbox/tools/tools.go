@@ -19,10 +19,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"strings"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
@@ -64,6 +66,12 @@ type Options struct {
 	ExecTimeout time.Duration
 	// OutputLimit is shell.exec's per-stream output cap; default 64 KiB.
 	OutputLimit int64
+	// Storage, when set, applies storage faults to the fs tools' file operations (B1,
+	// B2): see storage.go for the events each tool makes. nil injects none.
+	Storage *faultfs.Gate
+	// ExecEnv, when set, is called at each shell.exec for KEY=VALUE entries added to the
+	// command's environment (e.g. sandbox.ClockSkewer's).
+	ExecEnv func() []string
 }
 
 // Toolbox runs tool calls against one sandbox.
@@ -148,8 +156,13 @@ func (t *Toolbox) Exec(ctx context.Context, a ExecArgs) (ExecResult, error) {
 	if a.TimeoutMS > 0 && time.Duration(a.TimeoutMS)*time.Millisecond < timeout {
 		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
 	}
+	var env []string
+	if t.opts.ExecEnv != nil {
+		env = t.opts.ExecEnv()
+	}
 	res, err := t.rt.Exec(ctx, t.id, sandbox.ExecRequest{
 		Argv:        []string{"sh", "-c", a.Command},
+		Env:         env,
 		Dir:         dir,
 		Stdin:       []byte(a.Stdin),
 		Timeout:     timeout,
@@ -171,6 +184,9 @@ func (t *Toolbox) Exec(ctx context.Context, a ExecArgs) (ExecResult, error) {
 func (t *Toolbox) Read(ctx context.Context, p string) ([]byte, error) {
 	rel, err := t.rel("fs.read", p)
 	if err != nil {
+		return nil, err
+	}
+	if err := t.gateRead(ctx, "fs.read", rel); err != nil {
 		return nil, err
 	}
 	b, err := t.fs.read(ctx, rel, t.opts.MaxFileBytes)
@@ -196,7 +212,14 @@ func (t *Toolbox) Write(ctx context.Context, p string, data []byte, mode uint32)
 	if mode&^0o777 != 0 {
 		return fmt.Errorf("fs.write %s: %w: mode %o must be permission bits only", p, ErrBadArgs, mode)
 	}
-	return t.wrap("fs.write", p, t.fs.write(ctx, rel, data, mode))
+	keep, ferr := t.gateWrite(ctx, "fs.write", rel, len(data))
+	if keep == 0 && ferr != nil && !errors.Is(ferr, io.ErrShortWrite) {
+		return ferr
+	}
+	if err := t.wrap("fs.write", p, t.fs.write(ctx, rel, data[:keep], mode)); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // Entry is one fs.list result.
@@ -213,6 +236,9 @@ type Entry struct {
 func (t *Toolbox) List(ctx context.Context, p string) ([]Entry, error) {
 	rel, err := t.rel("fs.list", p)
 	if err != nil {
+		return nil, err
+	}
+	if err := t.gateList(ctx, "fs.list", rel); err != nil {
 		return nil, err
 	}
 	es, err := t.fs.list(ctx, rel)

@@ -474,7 +474,11 @@ type FaultPlan struct {
 	CatalogueVersion string `protobuf:"bytes,4,opt,name=catalogue_version,json=catalogueVersion,proto3" json:"catalogue_version,omitempty"`
 	// Drifted parameter values in force when the plan was made, in the order applied:
 	// global first, then the run's, a later value for the same selector winning (B6).
-	DriftValues   []*DriftValue `protobuf:"bytes,5,rep,name=drift_values,json=driftValues,proto3" json:"drift_values,omitempty"`
+	DriftValues []*DriftValue `protobuf:"bytes,5,rep,name=drift_values,json=driftValues,proto3" json:"drift_values,omitempty"`
+	// Faults applied at a real sandbox's boundaries rather than on simulated calls (storage
+	// faults on the file tools, resource faults through cgroup knobs), as a profile spec in
+	// YAML (pkg/faults.Spec); empty when the plan has none (B1, B2).
+	BoundarySpec  string `protobuf:"bytes,6,opt,name=boundary_spec,json=boundarySpec,proto3" json:"boundary_spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -542,6 +546,13 @@ func (x *FaultPlan) GetDriftValues() []*DriftValue {
 		return x.DriftValues
 	}
 	return nil
+}
+
+func (x *FaultPlan) GetBoundarySpec() string {
+	if x != nil {
+		return x.BoundarySpec
+	}
+	return ""
 }
 
 // FaultRule is one atomic fault: what it targets, how likely it fires, and what it does.
@@ -2751,13 +2762,14 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
-	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xd0\x01\n" +
+	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xf5\x01\n" +
 	"\tFaultPlan\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12,\n" +
 	"\x05rules\x18\x03 \x03(\v2\x16.gauntlet.v1.FaultRuleR\x05rules\x12+\n" +
 	"\x11catalogue_version\x18\x04 \x01(\tR\x10catalogueVersion\x12:\n" +
-	"\fdrift_values\x18\x05 \x03(\v2\x17.gauntlet.v1.DriftValueR\vdriftValues\"\x8c\x02\n" +
+	"\fdrift_values\x18\x05 \x03(\v2\x17.gauntlet.v1.DriftValueR\vdriftValues\x12#\n" +
+	"\rboundary_spec\x18\x06 \x01(\tR\fboundarySpec\"\x8c\x02\n" +
 	"\tFaultRule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12 \n" +

@@ -1,0 +1,91 @@
+package faults
+
+import (
+	"fmt"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// SandboxService is the service name of envs whose agents act in a real sandbox (the
+// workspace tools of package tools, e.g. the codefix env). Only such envs apply storage
+// and resource faults: a user-defined profile holding them is refused for other envs.
+const SandboxService = "sandbox"
+
+// boundaryKinds are the kinds a sandboxed env applies at its sandbox's boundaries (B1,
+// B2): storage faults on the file tools, resource faults through cgroup knobs.
+func boundaryKind(k KindInfo) bool {
+	return k.Layer == LayerStorage || k.Layer == LayerResource
+}
+
+// specOf turns a compiled rule back into the spec entry it came from (its parameters at
+// their compiled values, defaults included).
+func specOf(r Rule) FaultSpec {
+	p := r.Probability
+	f := FaultSpec{ID: r.ID, Kind: r.Kind.Name, Probability: &p, Match: r.Match, Params: map[string]any{}}
+	for _, prm := range r.Kind.Params[1:] {
+		if prm.Text {
+			if v, ok := r.texts[prm.Name]; ok {
+				f.Params[prm.Name] = v
+			}
+		} else if v, ok := r.nums[prm.Name]; ok {
+			f.Params[prm.Name] = v
+		}
+	}
+	if len(f.Params) == 0 {
+		f.Params = nil
+	}
+	return f
+}
+
+// BoundarySpec encodes rules as the YAML spec a plan carries in boundary_spec (named
+// name). It returns "" for no rules.
+func BoundarySpec(name string, rules []Rule) (string, error) {
+	if len(rules) == 0 {
+		return "", nil
+	}
+	s := Spec{Name: name, Faults: make([]FaultSpec, len(rules))}
+	for i, r := range rules {
+		s.Faults[i] = specOf(r)
+	}
+	b, err := yaml.Marshal(&s)
+	if err != nil {
+		return "", fmt.Errorf("boundary spec: %w", err)
+	}
+	if _, err := s.Compile(); err != nil {
+		return "", fmt.Errorf("boundary spec: %w", err)
+	}
+	return string(b), nil
+}
+
+// BoundaryRules compiles a plan's boundary_spec: the storage and resource faults a
+// sandboxed env applies at its sandbox's boundaries (none for an empty spec). Give the
+// rules to a Decider with the plan's seed (NewDecider(plan.Seed, rules)) for per-event
+// faults, and to ResourcesFor for the ambient ones.
+func BoundaryRules(plan *gauntletv1.FaultPlan) ([]Rule, error) {
+	text := plan.GetBoundarySpec()
+	if text == "" {
+		return nil, nil
+	}
+	_, rules, err := ParseSpec([]byte(text))
+	if err != nil {
+		return nil, fmt.Errorf("boundary_spec: %w", err)
+	}
+	for i, r := range rules {
+		if !boundaryKind(r.Kind) {
+			return nil, fmt.Errorf("boundary_spec: faults[%d].kind: %s is not a storage or resource fault", i, r.Kind.Name)
+		}
+	}
+	return rules, nil
+}
+
+// BoundaryRules returns the storage and resource faults of the injector's plan (its
+// boundary_spec, checked by NewInjector).
+func (in *Injector) BoundaryRules() []Rule {
+	if in == nil {
+		return nil
+	}
+	return slices.Clone(in.boundary)
+}
