@@ -625,6 +625,9 @@ func (r *Runtime) teardown(b *box) error {
 	if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, err)
 	}
+	if err := os.RemoveAll(r.decoyDir(b.rec.Handle.ID)); err != nil {
+		errs = append(errs, err)
+	}
 	vd := r.volDir(b.rec.Volume)
 	for _, d := range []string{"upper", "work"} {
 		if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
