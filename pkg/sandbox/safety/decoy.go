@@ -70,9 +70,9 @@ func WatchDecoys(dir string) (*Tripwire, error) {
 }
 
 // Events returns one device_access event per decoy opened since the watch began (or the
-// last call), with the number of opens.
+// last call). inotify merges identical unread events, so opens are not counted.
 func (t *Tripwire) Events() []sandbox.Event {
-	count := map[string]int{}
+	opened := map[string]bool{}
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+16))
 	for {
 		n, err := unix.Read(t.fd, buf)
@@ -86,7 +86,7 @@ func (t *Tripwire) Events() []sandbox.Event {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			if ev.Mask&unix.IN_OPEN != 0 {
 				if name, ok := t.wds[ev.Wd]; ok {
-					count[name]++
+					opened[name] = true
 				}
 			}
 			off += unix.SizeofInotifyEvent + int(ev.Len)
@@ -94,9 +94,9 @@ func (t *Tripwire) Events() []sandbox.Event {
 	}
 	var out []sandbox.Event
 	for _, n := range DecoyDevices {
-		if c := count[n]; c > 0 {
+		if opened[n] {
 			out = append(out, sandbox.Event{Kind: sandbox.EventDeviceAccess,
-				Detail: fmt.Sprintf("/dev/%s opened %d time(s): a decoy, empty; the host's device is not in the sandbox", n, c)})
+				Detail: fmt.Sprintf("/dev/%s opened: a decoy, empty; the host's device is not in the sandbox", n)})
 		}
 	}
 	return out

@@ -5,6 +5,7 @@ package safety
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -76,7 +77,8 @@ func Program() ([]unix.SockFilter, error) {
 	if x32Bit != 0 {
 		p = append(p, insn{code: bpfJgeK, k: x32Bit, jt: "eperm"})
 	}
-	for _, s := range append(Hostile, sysConnect) {
+	notified := append(slices.Clip(Hostile), sysConnect) // never append into Hostile's array
+	for _, s := range notified {
 		p = append(p, insn{code: bpfJeqK, k: uint32(s.Nr), jt: "notify"})
 	}
 	p = append(p,

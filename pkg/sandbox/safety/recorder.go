@@ -7,9 +7,10 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
-// maxDistinct bounds the distinct observations a Recorder keeps between drains; a command
-// that tries thousands of destinations yields maxDistinct events and a count of the rest.
-const maxDistinct = 32
+// maxDistinct bounds the distinct observations of one kind a Recorder keeps between drains;
+// a command that tries thousands of destinations yields maxDistinct events and a count of
+// the rest, and cannot crowd out another kind.
+const maxDistinct = 16
 
 // Recorder folds observations into a bounded, ordered list of events. Safe for concurrent
 // use.
@@ -17,6 +18,7 @@ type Recorder struct {
 	mu      sync.Mutex
 	order   []key
 	seen    map[key]*entry
+	kept    map[sandbox.EventKind]int
 	dropped map[sandbox.EventKind]int
 }
 
@@ -32,7 +34,14 @@ type entry struct {
 
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{seen: map[key]*entry{}, dropped: map[sandbox.EventKind]int{}}
+	r := &Recorder{}
+	r.reset()
+	return r
+}
+
+func (r *Recorder) reset() {
+	r.order, r.seen = nil, map[key]*entry{}
+	r.kept, r.dropped = map[sandbox.EventKind]int{}, map[sandbox.EventKind]int{}
 }
 
 // Add records one observation of kind: what happened ("ptrace refused with EPERM") and by
@@ -45,10 +54,11 @@ func (r *Recorder) Add(kind sandbox.EventKind, what, by string) {
 		e.n++
 		return
 	}
-	if len(r.order) >= maxDistinct {
+	if r.kept[kind] >= maxDistinct {
 		r.dropped[kind]++
 		return
 	}
+	r.kept[kind]++
 	r.seen[k] = &entry{n: 1, first: by}
 	r.order = append(r.order, k)
 }
@@ -71,6 +81,6 @@ func (r *Recorder) Drain() []sandbox.Event {
 			out = append(out, sandbox.Event{Kind: kind, Detail: fmt.Sprintf("%d more not itemised", n)})
 		}
 	}
-	r.order, r.seen, r.dropped = nil, map[key]*entry{}, map[sandbox.EventKind]int{}
+	r.reset()
 	return out
 }
