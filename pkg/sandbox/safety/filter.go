@@ -64,7 +64,8 @@ func assemble(prog []insn) ([]unix.SockFilter, error) {
 
 // Program returns the notification filter: a foreign architecture kills the process (the
 // supervisor's names are for the native table only), x32 calls get EPERM, Hostile, connect
-// and sendto with a destination address go to the supervisor, the rest is allowed.
+// sendmsg, sendmmsg and sendto with a destination address go to the supervisor, the rest is
+// allowed.
 func Program() ([]unix.SockFilter, error) {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		return nil, fmt.Errorf("seccomp: GOARCH %s is not supported", runtime.GOARCH)
@@ -77,7 +78,7 @@ func Program() ([]unix.SockFilter, error) {
 	if x32Bit != 0 {
 		p = append(p, insn{code: bpfJgeK, k: x32Bit, jt: "eperm"})
 	}
-	notified := append(slices.Clip(Hostile), sysConnect) // never append into Hostile's array
+	notified := append(slices.Clip(Hostile), sysConnect, sysSendmsg, sysSendmmsg) // never append into Hostile's array
 	for _, s := range notified {
 		p = append(p, insn{code: bpfJeqK, k: uint32(s.Nr), jt: "notify"})
 	}

@@ -3,6 +3,7 @@
 package safety_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -46,9 +48,39 @@ func helper() {
 	fd, _ = syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
 	say("sendto-out", syscall.Sendto(fd, []byte("x"), 0, &syscall.SockaddrInet4{Port: 53, Addr: [4]byte{192, 0, 2, 53}}))
 	syscall.Close(fd)
+	fd, _ = syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
+	say("sendmsg-out", syscall.Sendmsg(fd, []byte("x"), nil, &syscall.SockaddrInet4{Port: 123, Addr: [4]byte{192, 0, 2, 123}}, 0))
+	say("sendmsg-lo", syscall.Sendmsg(fd, []byte("x"), nil, &syscall.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}}, 0))
+	say("sendmmsg-out", sendmmsg(fd, [4]byte{192, 0, 2, 7}, 5353))
+	syscall.Close(fd)
 	for range 3 {
 		_ = syscall.PtraceAttach(1)
 	}
+}
+
+// sendmmsg sends one datagram to addr:port with sendmmsg (no wrapper in syscall or unix).
+func sendmmsg(fd int, addr [4]byte, port uint16) error {
+	sa := unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: addr}
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], port)
+	buf := []byte("x")
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(1)
+	var m [1]struct {
+		hdr unix.Msghdr
+		n   uint32
+		_   [4]byte
+	}
+	m[0].hdr.Name = (*byte)(unsafe.Pointer(&sa))
+	m[0].hdr.Namelen = unix.SizeofSockaddrInet4
+	m[0].hdr.Iov = &iov
+	m[0].hdr.SetIovlen(1)
+	_, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&m[0])), 1, 0, 0, 0)
+	runtime.KeepAlive(&sa)
+	runtime.KeepAlive(buf)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // runSupervised runs the helper under the notification filter, started from a locked
@@ -96,6 +128,9 @@ func TestSupervisorRefusesAndRecords(t *testing.T) {
 		"connect-out6: network is unreachable",
 		"connect-lo: connection refused", // loopback continues into the kernel
 		"sendto-out: network is unreachable",
+		"sendmsg-out: network is unreachable",
+		"sendmsg-lo: <nil>", // a datagram to loopback is sent
+		"sendmmsg-out: network is unreachable",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("helper output %q lacks %q", out, want)
@@ -116,8 +151,10 @@ func TestSupervisorRefusesAndRecords(t *testing.T) {
 	has(sandbox.EventEgress, "connect to 192.0.2.1:80")
 	has(sandbox.EventEgress, "connect to [2001:db8::1]:443")
 	has(sandbox.EventEgress, "sendto to 192.0.2.53:53")
-	if len(events) != 5 {
-		t.Errorf("events %v: want five (loopback is not egress)", events)
+	has(sandbox.EventEgress, "sendmsg to 192.0.2.123:123")
+	has(sandbox.EventEgress, "sendmmsg to 192.0.2.7:5353")
+	if len(events) != 7 {
+		t.Errorf("events %v: want seven (loopback is not egress)", events)
 	}
 }
 

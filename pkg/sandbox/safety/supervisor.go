@@ -146,28 +146,56 @@ func (s *Supervisor) decide(n *seccompNotif) unix.Errno {
 		s.rec.Add(sandbox.EventSyscallDenied, name+" refused with EPERM", who(pid))
 		return unix.EPERM
 	}
+	// Destinations: (pointer, length) pairs of socket addresses in the caller's memory.
+	// Whatever cannot be read (the process made itself undumpable, or died) is left to
+	// the kernel: the sandbox's network namespace has no route out anyway.
 	var op string
-	var ptr, size uint64
+	var dsts [][2]uint64
 	switch uintptr(n.Data.Nr) {
 	case sysConnect.Nr:
-		op, ptr, size = "connect", n.Data.Args[1], n.Data.Args[2]
+		op, dsts = "connect", [][2]uint64{{n.Data.Args[1], n.Data.Args[2]}}
 	case sysSendto.Nr:
-		op, ptr, size = "sendto", n.Data.Args[4], n.Data.Args[5]
+		op, dsts = "sendto", [][2]uint64{{n.Data.Args[4], n.Data.Args[5]}}
+	case sysSendmsg.Nr, sysSendmmsg.Nr:
+		// struct msghdr starts with msg_name and msg_namelen; struct mmsghdr is a
+		// msghdr (56 bytes) and a length, 64 bytes in all. At most 8 of a vector are
+		// looked at.
+		op = "sendmsg"
+		count, stride := uint64(1), uint64(0)
+		if uintptr(n.Data.Nr) == sysSendmmsg.Nr {
+			op, count, stride = "sendmmsg", min(n.Data.Args[2], 8), 64
+		}
+		if count == 0 {
+			return 0
+		}
+		raw, ok := s.readMem(pid, n.ID, n.Data.Args[1], (count-1)*stride+16)
+		if !ok {
+			return 0
+		}
+		for i := uint64(0); i < count && int(i*stride+16) <= len(raw); i++ {
+			h := raw[i*stride:]
+			dsts = append(dsts, [2]uint64{binary.NativeEndian.Uint64(h), uint64(binary.NativeEndian.Uint32(h[8:]))})
+		}
 	default:
 		return 0
 	}
-	raw, ok := s.readMem(pid, n.ID, ptr, min(size, 128))
-	if !ok {
-		// Unreadable (the process made itself undumpable, or died): the kernel decides;
-		// the sandbox's network namespace has no route out anyway.
-		return 0
+	var errno unix.Errno
+	for _, d := range dsts {
+		if d[0] == 0 {
+			continue // connected socket: its connect was checked
+		}
+		raw, ok := s.readMem(pid, n.ID, d[0], min(d[1], 128))
+		if !ok {
+			continue
+		}
+		dst, ok := parseSockaddr(raw)
+		if !ok || dst.Addr().IsLoopback() || dst.Addr().IsUnspecified() {
+			continue
+		}
+		s.rec.Add(sandbox.EventEgress, fmt.Sprintf("%s to %s refused (no route out of the sandbox)", op, dst), who(pid))
+		errno = unix.ENETUNREACH
 	}
-	dst, ok := parseSockaddr(raw)
-	if !ok || dst.Addr().IsLoopback() || dst.Addr().IsUnspecified() {
-		return 0
-	}
-	s.rec.Add(sandbox.EventEgress, fmt.Sprintf("%s to %s refused (no route out of the sandbox)", op, dst), who(pid))
-	return unix.ENETUNREACH
+	return errno
 }
 
 // readMem reads the caller's argument memory, then checks the notification is still live

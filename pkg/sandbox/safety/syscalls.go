@@ -45,11 +45,14 @@ var Hostile = append([]Syscall{
 	{"open_by_handle_at", unix.SYS_OPEN_BY_HANDLE_AT},
 }, archHostile...)
 
-// Network calls the supervisor inspects: connect always, sendto only with a destination
-// address (the filter checks the pointer argument is non-null).
+// Network calls the supervisor inspects: connect, sendmsg and sendmmsg always (their
+// destination sits behind a pointer the filter cannot follow), sendto only with a
+// destination address (the filter checks the pointer argument is non-null).
 var (
-	sysConnect = Syscall{"connect", unix.SYS_CONNECT}
-	sysSendto  = Syscall{"sendto", unix.SYS_SENDTO}
+	sysConnect  = Syscall{"connect", unix.SYS_CONNECT}
+	sysSendto   = Syscall{"sendto", unix.SYS_SENDTO}
+	sysSendmsg  = Syscall{"sendmsg", unix.SYS_SENDMSG}
+	sysSendmmsg = Syscall{"sendmmsg", unix.SYS_SENDMMSG}
 )
 
 // HostileNames returns the names of Hostile, for OCI seccomp profiles.
