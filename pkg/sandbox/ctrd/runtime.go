@@ -627,8 +627,12 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	b.task = task
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing}); err != nil {
+	resp, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing})
+	if err != nil {
 		return fmt.Errorf("recover %s: %w: agent does not answer: %v", h.ID, sandbox.ErrNotFound, err)
+	}
+	if !resp.Supervised {
+		return fmt.Errorf("recover %s: %w: the sandbox's agent does not supervise system calls", h.ID, sandbox.ErrUnavailable)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
