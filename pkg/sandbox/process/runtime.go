@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
 // Name is the runtime's registry name.
@@ -161,6 +162,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	prog, err := seccompProgram()
 	if err != nil {
+		missing = append(missing, err.Error())
+	}
+	if err := safety.Probe(); err != nil {
 		missing = append(missing, err.Error())
 	}
 	if len(missing) > 0 {

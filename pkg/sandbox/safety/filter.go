@@ -124,3 +124,20 @@ func InstallFilter(allThreads bool) (int, error) {
 	}
 	return int(fd), nil
 }
+
+// Probe checks that this kernel accepts the notification filter, by installing it on a
+// throwaway thread (which then ends, taking the filter with it). Runtimes call it at
+// construction so that a host without user notification (Linux < 5.5) is refused up front
+// rather than at the first exec.
+func Probe() error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread and its filter end with this goroutine
+		fd, err := InstallFilter(false)
+		if err == nil {
+			unix.Close(fd)
+		}
+		done <- err
+	}()
+	return <-done
+}

@@ -158,6 +158,12 @@ func TestSupervisorRefusesAndRecords(t *testing.T) {
 	}
 }
 
+func TestProbe(t *testing.T) {
+	if err := safety.Probe(); err != nil {
+		t.Fatalf("this kernel must accept the notification filter: %v", err)
+	}
+}
+
 func TestFilterIsWellFormed(t *testing.T) {
 	prog, err := safety.Program()
 	if err != nil {
