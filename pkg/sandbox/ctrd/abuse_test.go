@@ -182,7 +182,7 @@ func TestAbuseContained(t *testing.T) {
 		if res.ExitCode == 0 {
 			t.Fatalf("the sandbox reached the host's loopback: stdout %q", res.Stdout)
 		}
-		if len(res.Events) != 0 {
+		if hasEvent(res, sandbox.EventEgress, "") {
 			t.Errorf("loopback connect recorded %v: loopback is not egress", res.Events)
 		}
 		// Anywhere else: TCP to two addresses, a UDP datagram by sendto. Each is refused with
@@ -238,9 +238,9 @@ func TestAbuseContained(t *testing.T) {
 		}
 	})
 
-	// The bystander saw none of it, and records nothing.
+	// The bystander saw none of it, and records none of the attacks.
 	res := run(t, rt, bystander.ID, sh("cat secret", 10*time.Second))
-	if string(res.Stdout) != "secret-of-bystander\n" || len(res.Events) != 0 {
+	if string(res.Stdout) != "secret-of-bystander\n" || hasEvent(res, sandbox.EventSyscallDenied, "") || hasEvent(res, sandbox.EventEgress, "") || hasEvent(res, sandbox.EventDeviceAccess, "") {
 		t.Fatalf("bystander's workspace after the abuse: %q events %v", res.Stdout, res.Events)
 	}
 }

@@ -130,7 +130,13 @@ func TestAbuse(t *testing.T) {
 				if !strings.Contains(string(res.Stdout), "Connection refused") {
 					t.Fatalf("loopback connect: %q, want it to reach the kernel (Connection refused)", res.Stdout)
 				}
-				if n := len(res.Events); n != 3 {
+				n := 0
+				for _, e := range res.Events {
+					if e.Kind == sandbox.EventEgress {
+						n++
+					}
+				}
+				if n != 3 {
 					t.Fatalf("events %v, want exactly the three egress attempts", res.Events)
 				}
 				return line
@@ -163,9 +169,10 @@ func TestAbuse(t *testing.T) {
 			}
 			for _, id := range []string{h.ID, victim.ID} {
 				r, err := rt.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo ok"}})
-				// The neighbour records nothing of the attack (the attacked sandbox may
-				// still report its full disk).
-				if err != nil || string(r.Stdout) != "ok\n" || (id == victim.ID && len(r.Events) != 0) {
+				// The neighbour records nothing of the attack (a CPU throttle of its own
+				// may show on a loaded host; the attacked sandbox may still report its
+				// full disk).
+				if err != nil || string(r.Stdout) != "ok\n" || (id == victim.ID && hasSafety(r)) {
 					t.Fatalf("sandbox %s after the attack: %q %v events %v", id, r.Stdout, err, r.Events)
 				}
 			}
@@ -211,4 +218,12 @@ func TestAbuse(t *testing.T) {
 		report = append(report, fmt.Sprintf("%-34s contained; events %v", "tools: traversal, symlink, device", kinds))
 	})
 	t.Logf("abuse report:\n%s", strings.Join(report, "\n"))
+}
+
+// hasSafety says whether res has an event of the kinds package safety records (refused
+// hostile calls, egress, decoy devices): they belong to the sandbox whose command made them.
+func hasSafety(res sandbox.ExecResult) bool {
+	return slices.ContainsFunc(res.Events, func(e sandbox.Event) bool {
+		return e.Kind == sandbox.EventSyscallDenied || e.Kind == sandbox.EventEgress || e.Kind == sandbox.EventDeviceAccess
+	})
 }
