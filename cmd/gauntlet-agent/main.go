@@ -27,7 +27,8 @@ func main() {
 	}
 	// Every thread counts against the sandbox's pids limit.
 	runtime.GOMAXPROCS(1)
-	prewarmThreads(6)
+	prewarmThreads(7) // one more than before: the seccomp supervisor holds one in poll
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := agent.NewServer().Serve(ctx, filepath.Join(agent.SocketDir, agent.SocketName)); err != nil {

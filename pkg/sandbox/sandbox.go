@@ -180,7 +180,9 @@ const (
 	EventDiskFull      EventKind = "disk_full"      // the workspace reached its size limit
 	EventOutputCapped  EventKind = "output_capped"  // output beyond OutputLimit was dropped
 	EventCPUThrottled  EventKind = "cpu_throttled"  // the CPU quota throttled the sandbox
-	EventSyscallDenied EventKind = "syscall_denied" // the seccomp filter refused a syscall
+	EventSyscallDenied EventKind = "syscall_denied" // the seccomp filter refused a hostile syscall (ptrace, mount, …)
+	EventEgress        EventKind = "network_egress" // a connection or datagram to a non-loopback address was refused
+	EventDeviceAccess  EventKind = "device_access"  // a decoy host device (/dev/mem, /dev/kmem, /dev/port) was opened
 )
 
 // Event is one safety-relevant observation.

@@ -37,6 +37,11 @@ func kinds(res sandbox.ExecResult) []sandbox.EventKind {
 }
 
 // alive fails t unless the sandbox still runs commands normally.
+// hasEvent says whether res has an event of kind whose detail contains what.
+func hasEvent(res sandbox.ExecResult, kind sandbox.EventKind, what string) bool {
+	return slices.ContainsFunc(res.Events, func(e sandbox.Event) bool { return e.Kind == kind && strings.Contains(e.Detail, what) })
+}
+
 func alive(t *testing.T, rt *ctrd.Runtime, id string) {
 	t.Helper()
 	res := run(t, rt, id, sh("echo alive", 10*time.Second))
@@ -116,11 +121,31 @@ func TestAbuseContained(t *testing.T) {
 
 	t.Run("DevMemAndMknod", func(t *testing.T) {
 		h := mustCreate(t, rt, sandbox.Spec{})
-		for _, script := range []string{"cat /dev/mem", "head -c 1 /dev/kmem", "mknod /tmp/mem c 1 1 && head -c 1 /tmp/mem", "test $(head -c 1 /proc/kcore | wc -c) -gt 0"} {
+		// /dev/mem, /dev/kmem and /dev/port are empty decoys: not a byte, and every
+		// open is a device_access event.
+		for _, dev := range []string{"mem", "kmem", "port"} {
+			res := run(t, rt, h.ID, sh(fmt.Sprintf("test $(head -c 1 /dev/%s | wc -c) -gt 0", dev), 10*time.Second))
+			if res.ExitCode == 0 {
+				t.Errorf("read a byte of /dev/%s", dev)
+			}
+			if !hasEvent(res, sandbox.EventDeviceAccess, "/dev/"+dev) {
+				t.Errorf("reading /dev/%s: events %v, want %s", dev, res.Events, sandbox.EventDeviceAccess)
+			}
+		}
+		for _, script := range []string{"mknod /tmp/mem c 1 1 && head -c 1 /tmp/mem", "test $(head -c 1 /proc/kcore | wc -c) -gt 0"} {
 			res := run(t, rt, h.ID, sh(script, 10*time.Second))
 			if res.ExitCode == 0 {
 				t.Errorf("%q succeeded: stdout %q", script, res.Stdout)
 			}
+		}
+		alive(t, rt, h.ID)
+	})
+
+	t.Run("Mount", func(t *testing.T) {
+		h := mustCreate(t, rt, sandbox.Spec{})
+		res := run(t, rt, h.ID, sh("mount -t tmpfs none /tmp", 10*time.Second))
+		if res.ExitCode == 0 || !hasEvent(res, sandbox.EventSyscallDenied, "mount refused") {
+			t.Errorf("mount: exit %d stderr %q events %v, want refused and a %s event", res.ExitCode, res.Stderr, res.Events, sandbox.EventSyscallDenied)
 		}
 		alive(t, rt, h.ID)
 	})
@@ -133,6 +158,11 @@ func TestAbuseContained(t *testing.T) {
 			res := run(t, rt, h.ID, sh(script, 10*time.Second))
 			if res.ExitCode == 0 || !strings.Contains(string(res.Stdout), "refused") {
 				t.Errorf("%q: exit %d stdout %q stderr %q, want refused", script, res.ExitCode, res.Stdout, res.Stderr)
+			}
+			// ptrace is a recorded hostile call; /proc/1/mem is refused by the kernel
+			// (the agent is not dumpable) and not recorded.
+			if strings.Contains(script, "ptrace") && !hasEvent(res, sandbox.EventSyscallDenied, "ptrace refused") {
+				t.Errorf("%q: events %v, want a %s event", script, res.Events, sandbox.EventSyscallDenied)
 			}
 		}
 		alive(t, rt, h.ID)
@@ -151,6 +181,21 @@ func TestAbuseContained(t *testing.T) {
 		res := run(t, rt, h.ID, sh(fmt.Sprintf("echo hi | nc -w 1 127.0.0.1 %d", port), 10*time.Second))
 		if res.ExitCode == 0 {
 			t.Fatalf("the sandbox reached the host's loopback: stdout %q", res.Stdout)
+		}
+		if hasEvent(res, sandbox.EventEgress, "") {
+			t.Errorf("loopback connect recorded %v: loopback is not egress", res.Events)
+		}
+		// Anywhere else: TCP to two addresses, a UDP datagram by sendto. Each is refused with
+		// ENETUNREACH and recorded with its destination.
+		copyInto(t, rt, h.ID, abuseBinary, "abuse")
+		res = run(t, rt, h.ID, sh("nc -w 1 1.1.1.1 80 </dev/null; nc -w 1 10.0.0.1 53 </dev/null; ./abuse sendto 8.8.8.8:53", 10*time.Second))
+		if res.ExitCode == 0 || !strings.Contains(string(res.Stdout)+string(res.Stderr), "unreachable") {
+			t.Errorf("egress: exit %d stdout %q stderr %q, want unreachable", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		for _, want := range []string{"connect to 1.1.1.1:80", "connect to 10.0.0.1:53", "sendto to 8.8.8.8:53"} {
+			if !hasEvent(res, sandbox.EventEgress, want) {
+				t.Errorf("egress: events %v, want %s %q", res.Events, sandbox.EventEgress, want)
+			}
 		}
 		res = run(t, rt, h.ID, sh("cat /proc/net/route; ip route 2>/dev/null", 10*time.Second))
 		for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")[1:] {
@@ -193,10 +238,10 @@ func TestAbuseContained(t *testing.T) {
 		}
 	})
 
-	// The bystander saw none of it.
+	// The bystander saw none of it, and records none of the attacks.
 	res := run(t, rt, bystander.ID, sh("cat secret", 10*time.Second))
-	if string(res.Stdout) != "secret-of-bystander\n" {
-		t.Fatalf("bystander's workspace after the abuse: %q", res.Stdout)
+	if string(res.Stdout) != "secret-of-bystander\n" || hasEvent(res, sandbox.EventSyscallDenied, "") || hasEvent(res, sandbox.EventEgress, "") || hasEvent(res, sandbox.EventDeviceAccess, "") {
+		t.Fatalf("bystander's workspace after the abuse: %q events %v", res.Stdout, res.Events)
 	}
 }
 

@@ -6,8 +6,10 @@
 // Isolation per sandbox: its own mount, pid, network (loopback only: runc brings up
 // lo in the new namespace and nothing else), uts and ipc namespaces; processes run as
 // uid 0 of the container with every capability dropped (bounding set included),
-// no_new_privs and containerd's default seccomp profile less ptrace and
-// process_vm_readv/writev; the default /dev (no /dev/mem); cgroup limits on memory,
+// no_new_privs, containerd's default seccomp profile with the hostile calls of package
+// safety left to the agent's notification filter (which refuses them with EPERM and
+// records them, as it records egress attempts); the default /dev plus empty decoys at
+// /dev/mem, /dev/kmem and /dev/port whose opens are recorded; cgroup limits on memory,
 // pids and CPU (changeable while it runs: [Runtime.UpdateLimits]) and RLIMIT_NOFILE.
 // Every command the agent runs gets the highest OOM score (1000) while the agent
 // keeps 0, so a memory bomb kills the bomb, not the agent.

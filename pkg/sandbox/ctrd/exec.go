@@ -13,6 +13,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
 // Exec implements sandbox.Runtime: the command runs through the sandbox's agent;
@@ -45,6 +46,11 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, append(sandbox.ServiceEnv(b.handle.Spec.Services), b.handle.Spec.Env...)...)
 	env = mergeEnv(append(env, req.Env...))
 
+	trip, err := safety.WatchDecoys(r.decoyDir(id))
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+	}
+	defer trip.Close()
 	cg := r.cgroup(id)
 	before := cg.counters()
 	cg.resetPeak()
@@ -97,6 +103,8 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	if resp.Truncated {
 		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventOutputCapped, Detail: fmt.Sprintf("output beyond %d bytes dropped", limit)})
 	}
+	res.Events = append(res.Events, resp.Events...)
+	res.Events = append(res.Events, trip.Events()...)
 	b.statMu.Lock()
 	b.execs++
 	b.total.Add(res.Metering)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
 // Name is the runtime's registry name.
@@ -304,6 +305,10 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, parent string, 
 	if err := os.MkdirAll(filepath.Join(r.sandboxDir(id), "sock"), 0o700); err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
+	if err := safety.CreateDecoys(r.decoyDir(id)); err != nil {
+		_ = os.RemoveAll(r.sandboxDir(id))
+		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
 	b.handle = sandbox.Handle{ID: id, Runtime: Name, Spec: spec}
 	b.st = boxState{Parent: parent, Chain: chain}
 	if err := r.start(ctx, b); err != nil {
@@ -405,7 +410,7 @@ func (r *Runtime) specOpts(b *box) []oci.SpecOpts {
 			Type:        "bind",
 			Source:      filepath.Dir(r.socketPath(b.handle.ID)),
 			Options:     []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
-		}}, r.serviceMounts(spec)...)),
+		}}, append(r.serviceMounts(spec), r.decoyMounts(b.handle.ID)...)...)),
 		oci.WithNoNewPrivileges,
 		func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 			s.Process.User = specs.User{UID: 0, GID: 0}
@@ -434,8 +439,13 @@ func (r *Runtime) waitAgent(ctx context.Context, id string) error {
 	for delay := 200 * time.Microsecond; time.Now().Before(deadline); delay = min(delay*2, 10*time.Millisecond) {
 		if _, err := os.Stat(sock); err == nil {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, last = agent.Call(pctx, sock, agent.Request{Op: agent.OpPing})
+			var resp agent.Response
+			resp, last = agent.Call(pctx, sock, agent.Request{Op: agent.OpPing})
 			cancel()
+			if last == nil && !resp.Supervised {
+				// The container's profile leaves the hostile calls to the agent's filter.
+				return fmt.Errorf("%w: the sandbox's agent does not supervise system calls (an old agent in the image?)", sandbox.ErrUnavailable)
+			}
 			if last == nil {
 				return nil
 			}
@@ -621,8 +631,12 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	b.task = task
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing}); err != nil {
+	resp, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing})
+	if err != nil {
 		return fmt.Errorf("recover %s: %w: agent does not answer: %v", h.ID, sandbox.ErrNotFound, err)
+	}
+	if !resp.Supervised {
+		return fmt.Errorf("recover %s: %w: the sandbox's agent does not supervise system calls", h.ID, sandbox.ErrUnavailable)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -707,26 +721,28 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// seccompProfile is containerd's default profile without the calls that reach into
-// another process's memory.
+// decoyDir holds the sandbox's decoy devices (package safety), outside the directory
+// bound into the sandbox.
+func (r *Runtime) decoyDir(id string) string { return filepath.Join(r.sandboxDir(id), "decoy") }
+
+// decoyMounts shows the decoys read-only at /dev/mem, /dev/kmem and /dev/port.
+func (r *Runtime) decoyMounts(id string) []specs.Mount {
+	var m []specs.Mount
+	for _, d := range safety.DecoyDevices {
+		m = append(m, specs.Mount{Destination: "/dev/" + d, Type: "bind", Source: filepath.Join(r.decoyDir(id), d),
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
+	return m
+}
+
+// seccompProfile is containerd's default profile with the hostile calls of package safety
+// allowed at this level, so that they reach the agent's notification filter, which
+// refuses them with EPERM and records them. Precedence decides: an ERRNO here would win
+// over the agent's USER_NOTIF and hide the attempt. The agent refuses to serve without its
+// filter (and the runtime refuses such an agent), and the sandbox holds no capability, so
+// allowing them here opens nothing.
 func seccompProfile(s *oci.Spec) *specs.LinuxSeccomp {
 	p := defaultSeccomp(s)
-	deny := map[string]bool{"ptrace": true, "process_vm_readv": true, "process_vm_writev": true}
-	for i := range p.Syscalls {
-		names := p.Syscalls[i].Names[:0]
-		for _, n := range p.Syscalls[i].Names {
-			if !deny[n] {
-				names = append(names, n)
-			}
-		}
-		p.Syscalls[i].Names = names
-	}
-	kept := p.Syscalls[:0]
-	for _, sc := range p.Syscalls {
-		if len(sc.Names) > 0 {
-			kept = append(kept, sc)
-		}
-	}
-	p.Syscalls = kept
+	p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{Names: safety.HostileNames(), Action: specs.ActAllow})
 	return p
 }

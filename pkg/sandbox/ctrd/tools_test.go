@@ -20,7 +20,8 @@ type execOnly struct{ sandbox.Runtime }
 // TestToolsOnContainerd runs the workspace tools (package tools) on containerd
 // sandboxes through both backends: host side through WorkspaceDir (/proc/PID/root)
 // and in-sandbox scripts run by busybox. Traversal and symlink escapes are refused
-// and reported; the host's files stay untouched.
+// and reported, as are a command's refused mount, /dev/mem read and egress; the host's
+// files stay untouched.
 func TestToolsOnContainerd(t *testing.T) {
 	_, rt := start(t)
 	ctx := context.Background()
@@ -72,10 +73,16 @@ func TestToolsOnContainerd(t *testing.T) {
 			if _, err := os.Stat("/tmp/planted-by-ctrd-test"); err == nil {
 				t.Fatal("a file was planted in the host's /tmp")
 			}
+			// shell.exec forwards the sandbox's own safety events (package safety).
+			if _, err := tb.Exec(ctx, tools.ExecArgs{Command: "mount -t tmpfs none /tmp; cat /dev/mem; nc -w 1 192.0.2.1 80 </dev/null; true"}); err != nil {
+				t.Fatalf("shell.exec: %v", err)
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			if !slices.Contains(events, tools.EventPathTraversal) || !slices.Contains(events, tools.EventSymlink) {
-				t.Fatalf("events %v, want %s and %s", events, tools.EventPathTraversal, tools.EventSymlink)
+			for _, k := range []sandbox.EventKind{tools.EventPathTraversal, tools.EventSymlink, sandbox.EventSyscallDenied, sandbox.EventDeviceAccess, sandbox.EventEgress} {
+				if !slices.Contains(events, k) {
+					t.Errorf("events %v, want %s", events, k)
+				}
 			}
 		})
 	}

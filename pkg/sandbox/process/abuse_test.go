@@ -20,10 +20,10 @@ import (
 
 // TestAbuse runs the attacks an agent might try (C4) against the process runtime. Each is
 // contained — the host and a neighbour sandbox are unharmed, the attacked sandbox still
-// works — and reported: the runtime's events, or the tools' safety events, name it. The
-// kernel refuses some attacks silently (no /dev/mem to open, EPERM from seccomp, no route
-// out); for those the test asserts the refusal the agent sees, and the report says the
-// runtime records no event of its own.
+// works — and reported: the runtime's events, or the tools' safety events, name it. Hostile
+// syscalls, egress and decoy devices are refused and recorded by package safety (the
+// refusal the command sees and the event are both asserted); for the rest the kernel's
+// refusal is asserted and the report says no event is recorded.
 func TestAbuse(t *testing.T) {
 	rt := open(t, t.TempDir())
 	ctx := context.Background()
@@ -57,6 +57,25 @@ func TestAbuse(t *testing.T) {
 				t.Fatalf("exit %d stdout %q stderr %q: want a failure saying %q", res.ExitCode, res.Stdout, res.Stderr, want)
 			}
 			return fmt.Sprintf("refused by the kernel (%q); no runtime event", want)
+		}
+	}
+	// refusedAndRecorded asserts the refusal the command saw and a named event of kind
+	// whose detail says what.
+	refusedAndRecorded := func(want string, kind sandbox.EventKind, what ...string) func(t *testing.T, res sandbox.ExecResult) string {
+		return func(t *testing.T, res sandbox.ExecResult) string {
+			t.Helper()
+			if res.ExitCode == 0 || !strings.Contains(string(res.Stdout)+string(res.Stderr), want) {
+				t.Fatalf("exit %d stdout %q stderr %q: want a failure saying %q", res.ExitCode, res.Stdout, res.Stderr, want)
+			}
+			var lines []string
+			for _, w := range what {
+				i := slices.IndexFunc(res.Events, func(e sandbox.Event) bool { return e.Kind == kind && strings.Contains(e.Detail, w) })
+				if i < 0 {
+					t.Fatalf("no %s event about %q; events %v", kind, w, res.Events)
+				}
+				lines = append(lines, res.Events[i].Detail)
+			}
+			return fmt.Sprintf("refused (%q); event %s: %s", want, kind, strings.Join(lines, "; "))
 		}
 	}
 	attacks := []attack{
@@ -93,21 +112,41 @@ func TestAbuse(t *testing.T) {
 				}
 				return hasEvent(t, res, sandbox.EventDiskFull)
 			}},
-		{"read /dev/mem", `cat /dev/mem > /dev/null`, 10 * time.Second, refused("No such file")},
-		{"raw disk, kernel memory", `for d in /dev/sda /dev/vda /dev/nvme0n1 /dev/kmsg /dev/port /proc/kcore; do cat $d > /dev/null && exit 0; done; exit 1`, 10 * time.Second,
+		{"read /dev/mem", `echo bytes=$(cat /dev/mem /dev/kmem /dev/port | wc -c); exit 1`, 10 * time.Second,
+			refusedAndRecorded("bytes=0", sandbox.EventDeviceAccess, "/dev/mem", "/dev/kmem", "/dev/port")},
+		{"raw disk, kernel memory", `for d in /dev/sda /dev/vda /dev/nvme0n1 /dev/kmsg /proc/kcore; do cat $d > /dev/null && exit 0; done; exit 1`, 10 * time.Second,
 			refused("No such file")},
 		{"ptrace", fmt.Sprintf(`perl -e '$r = syscall(%d, 0, 0, 0, 0); print "ptrace=$r $!\n"; exit($r < 0 ? 1 : 0)'`, unix.SYS_PTRACE),
-			10 * time.Second, refused("Operation not permitted")},
+			10 * time.Second, refusedAndRecorded("Operation not permitted", sandbox.EventSyscallDenied, "ptrace refused")},
 		{"see host processes", `n=$(ls /proc | grep -c '^[0-9]'); echo "pids=$n"; [ "$n" -le 10 ] && exit 1; exit 0`,
 			10 * time.Second, refused("pids=")},
-		{"network egress", `bash -c 'echo x > /dev/tcp/1.1.1.1/80' 2>&1; bash -c 'echo x > /dev/tcp/10.0.0.1/53' 2>&1; exit 1`,
-			10 * time.Second, refused("Network is unreachable")},
+		// TCP to two addresses, a UDP datagram (DNS) by sendto, and loopback, which is
+		// not egress: it reaches the kernel (nothing listens) and is not recorded.
+		{"network egress", `bash -c 'echo x > /dev/tcp/1.1.1.1/80' 2>&1; bash -c 'echo x > /dev/tcp/10.0.0.1/53' 2>&1
+			perl -e 'use Socket; socket(S, PF_INET, SOCK_DGRAM, 0); send(S, "x", 0, sockaddr_in(53, inet_aton("8.8.8.8"))) or print "udp: $!\n"'
+			bash -c 'echo x > /dev/tcp/127.0.0.1/1' 2>&1; exit 1`,
+			10 * time.Second, func(t *testing.T, res sandbox.ExecResult) string {
+				line := refusedAndRecorded("Network is unreachable", sandbox.EventEgress, "connect to 1.1.1.1:80", "connect to 10.0.0.1:53", "sendto to 8.8.8.8:53")(t, res)
+				if !strings.Contains(string(res.Stdout), "Connection refused") {
+					t.Fatalf("loopback connect: %q, want it to reach the kernel (Connection refused)", res.Stdout)
+				}
+				n := 0
+				for _, e := range res.Events {
+					if e.Kind == sandbox.EventEgress {
+						n++
+					}
+				}
+				if n != 3 {
+					t.Fatalf("events %v, want exactly the three egress attempts", res.Events)
+				}
+				return line
+			}},
 		{"escape by ..", `cat ../../../../../../etc/shadow`, 10 * time.Second, refused("No such file")},
 		{"escape by symlink", `ln -s /etc/shadow s && cat s`, 10 * time.Second, refused("No such file")},
 		{"read another sandbox's workspace", fmt.Sprintf(`ls %s 2>&1; cat %s/secret 2>&1; ls /run 2>&1; exit 1`, victimWS, victimWS),
 			10 * time.Second, refused("No such file")},
 		{"mount", fmt.Sprintf(`perl -e 'my ($s, $d, $t) = ("none", "/tmp", "tmpfs"); $r = syscall(%d, $s, $d, $t, 0, 0); print "mount=$r $!\n"; exit 1'`, unix.SYS_MOUNT),
-			10 * time.Second, refused("Operation not permitted")},
+			10 * time.Second, refusedAndRecorded("Operation not permitted", sandbox.EventSyscallDenied, "mount refused")},
 		{"become root", `id -u; su -c id 2>&1; exit 1`, 10 * time.Second, refused("1000")},
 	}
 	var report []string
@@ -130,8 +169,11 @@ func TestAbuse(t *testing.T) {
 			}
 			for _, id := range []string{h.ID, victim.ID} {
 				r, err := rt.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo ok"}})
-				if err != nil || string(r.Stdout) != "ok\n" {
-					t.Fatalf("sandbox %s after the attack: %q %v", id, r.Stdout, err)
+				// The neighbour records nothing of the attack (a CPU throttle of its own
+				// may show on a loaded host; the attacked sandbox may still report its
+				// full disk).
+				if err != nil || string(r.Stdout) != "ok\n" || (id == victim.ID && hasSafety(r)) {
+					t.Fatalf("sandbox %s after the attack: %q %v events %v", id, r.Stdout, err, r.Events)
 				}
 			}
 			if b, err := os.ReadFile(victimWS + "/secret"); err != nil || string(b) != "victim-secret" {
@@ -176,4 +218,12 @@ func TestAbuse(t *testing.T) {
 		report = append(report, fmt.Sprintf("%-34s contained; events %v", "tools: traversal, symlink, device", kinds))
 	})
 	t.Logf("abuse report:\n%s", strings.Join(report, "\n"))
+}
+
+// hasSafety says whether res has an event of the kinds package safety records (refused
+// hostile calls, egress, decoy devices): they belong to the sandbox whose command made them.
+func hasSafety(res sandbox.ExecResult) bool {
+	return slices.ContainsFunc(res.Events, func(e sandbox.Event) bool {
+		return e.Kind == sandbox.EventSyscallDenied || e.Kind == sandbox.EventEgress || e.Kind == sandbox.EventDeviceAccess
+	})
 }

@@ -3,7 +3,9 @@
 // Package process is the "process" sandbox runtime (A1, A2, A4, A6): every exec runs under
 // bubblewrap in fresh mount, pid, network (loopback only), uts, ipc, cgroup and user
 // namespaces, as an unprivileged host uid mapped to an unprivileged sandbox uid, with every
-// capability dropped, no_new_privs and a seccomp filter, inside the sandbox's cgroup
+// capability dropped, no_new_privs and seccomp filters (bwrap's, and a per-exec
+// notification filter of package safety that refuses and records hostile calls and egress
+// attempts), inside the sandbox's cgroup
 // (memory, pids and CPU limits; v1 and v2 hierarchies both supported and detected) and
 // rlimits.
 //
@@ -16,7 +18,8 @@
 // The root filesystem inside the sandbox is the host's /usr (read-only, with the usual
 // /bin, /lib symlinks or binds), a synthetic /etc (passwd, group, hosts, resolv.conf and
 // the host's ld.so and alternatives), a private /tmp, /proc and a minimal /dev (null,
-// zero, full, random, urandom, tty; no /dev/mem). Nothing else of the host is visible:
+// zero, full, random, urandom, tty; /dev/mem, /dev/kmem and /dev/port are empty decoys
+// whose opens are recorded, package safety). Nothing else of the host is visible:
 // not the state directory, not other sandboxes.
 //
 // State lives on disk under Config.StateDir (one JSON file per sandbox and per snapshot),

@@ -12,6 +12,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
 // baseEnv is every exec's environment before Spec.Env and ExecRequest.Env.
@@ -89,6 +92,19 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	}
 	spec := b.rec.Handle.Spec
 
+	// Decoy host devices, watched for the span of this exec (package safety).
+	decoys := r.decoyDir(b.rec.Handle.ID)
+	if err := safety.CreateDecoys(decoys); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	trip, err := safety.WatchDecoys(decoys)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer trip.Close()
+	rec := safety.NewRecorder()
+	var sup atomic.Pointer[safety.Supervisor]
+
 	// fd 3: the seccomp program for bwrap; fd 4: the inner script's report.
 	secR, secW, err := os.Pipe()
 	if err != nil {
@@ -154,6 +170,11 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 		sc := bufio.NewScanner(repR)
 		for sc.Scan() {
 			if sc.Text() == "s" {
+				// bwrap's set-up is done: from here on only the command can make a
+				// hostile call.
+				if s := sup.Load(); s != nil {
+					s.Arm()
+				}
 				before = b.cg.read()
 				peak.close()
 				peak = b.cg.startPeak()
@@ -178,8 +199,33 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 		_, _ = io.Copy(io.Discard, infoR)
 	}()
 
+	// The command is started from an OS thread of its own that carries the notification
+	// filter (package safety), so the launcher, bwrap, the sandbox's init and the command
+	// inherit it and this exec's supervisor sees only this exec. The thread is never given
+	// back (it ends with its goroutine) and lives until the command is reaped: Pdeathsig
+	// fires when the thread that started the child exits.
+	started := make(chan error, 1)
+	release := make(chan struct{})
+	defer close(release)
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	go func() {
+		runtime.LockOSThread()
+		fd, err := safety.InstallFilter(false)
+		if err == nil {
+			var s *safety.Supervisor
+			if s, err = safety.Supervise(fd, rec, false); err == nil {
+				sup.Store(s)
+				err = cmd.Start()
+			}
+		}
+		started <- err
+		<-release
+	}()
+	startErr := <-started
+	if s := sup.Load(); s != nil {
+		defer s.Close()
+	}
+	if err := startErr; err != nil {
 		repW.Close()
 		infoW.Close()
 		repWG.Wait()
@@ -300,6 +346,10 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	if err := unix.Statfs(r.volDir(b.rec.Volume), &st); err == nil && st.Bavail == 0 {
 		ev(sandbox.EventDiskFull, "workspace reached its %d-byte limit", spec.Limits.DiskBytes)
 	}
+	// Every process of the exec is gone: what the supervisor and the tripwire saw is final.
+	sup.Load().Close()
+	res.Events = append(res.Events, rec.Drain()...)
+	res.Events = append(res.Events, trip.Events()...)
 	return res, nil
 }
 
@@ -340,6 +390,9 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec) []str
 		a = append(a, "--setenv", k, env[k])
 	}
 	a = append(a, r.rootfs...)
+	for _, d := range safety.DecoyDevices {
+		a = append(a, "--ro-bind", filepath.Join(r.decoyDir(b.rec.Handle.ID), d), "/dev/"+d)
+	}
 	a = append(a,
 		"--size", strconv.FormatInt(spec.Limits.DiskBytes, 10), "--tmpfs", "/tmp",
 		"--bind", r.wsDir(b.rec.Handle.ID), sandbox.WorkspacePath,
@@ -374,6 +427,10 @@ func (r *Runtime) rootfsArgs() []string {
 	}
 	return append(a, "--proc", "/proc", "--dev", "/dev")
 }
+
+// decoyDir holds a sandbox's decoy devices (package safety), beside its workspace mount
+// point so that the unprivileged launcher can reach them ("." never occurs in an id).
+func (r *Runtime) decoyDir(id string) string { return filepath.Join(r.runDir, id+".decoy") }
 
 // etcFiles are the synthetic /etc files, passed as fds 7, 8, … in this order.
 var etcFiles = []string{"passwd", "group", "hosts", "nsswitch.conf"}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
 // Name is the runtime's registry name.
@@ -166,6 +167,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	prog, err := seccompProgram()
 	if err != nil {
+		missing = append(missing, err.Error())
+	}
+	if err := safety.Probe(); err != nil {
 		missing = append(missing, err.Error())
 	}
 	if len(missing) > 0 {
@@ -637,6 +641,9 @@ func (r *Runtime) teardown(b *box) error {
 		errs = append(errs, err)
 	}
 	if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(r.decoyDir(b.rec.Handle.ID)); err != nil {
 		errs = append(errs, err)
 	}
 	vd := r.volDir(b.rec.Volume)

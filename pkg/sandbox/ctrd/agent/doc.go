@@ -18,6 +18,11 @@
 //     (/proc/self/io, which the kernel credits with the I/O of reaped children, less
 //     the agent's own pipe traffic) and processes spawned (the pid namespace's last
 //     pid, which grows by one per process or thread);
+//   - supervising system calls: at start it installs the seccomp notification filter of
+//     package safety on all its threads, so every command inherits it; it answers
+//     hostile calls (ptrace, mount, …) with EPERM and egress attempts with ENETUNREACH,
+//     records them, and returns them with the command's [Response] (Events); a ping
+//     reports Supervised, and it refuses to serve if the filter cannot be installed;
 //   - its own safety: it raises every command's oom_score_adj to 1000 right after
 //     starting it (raising needs no privilege; lowering the agent's own would need
 //     CAP_SYS_RESOURCE), so the kernel's OOM killer picks commands, not the agent; it

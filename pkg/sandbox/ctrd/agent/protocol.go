@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
 // SocketName is the agent's socket file in the bind-mounted directory.
@@ -58,6 +60,13 @@ type Response struct {
 	// processes (rchar and wchar).
 	BytesRead    int64 `json:"bytes_read"`
 	BytesWritten int64 `json:"bytes_written"`
+	// Events are the hostile system calls and egress attempts the agent's seccomp
+	// supervisor refused during the command (package safety).
+	Events []sandbox.Event `json:"events,omitempty"`
+	// Supervised is set (on every response) when the agent holds the seccomp
+	// notification listener every command runs under; the runtime refuses an agent
+	// without it.
+	Supervised bool `json:"supervised,omitempty"`
 }
 
 // Call sends req to the agent listening at socketPath and waits for its response or

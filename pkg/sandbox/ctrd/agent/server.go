@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
 // drainGrace bounds how long output is still read after every process of a command
@@ -32,11 +34,16 @@ type Server struct {
 	// the sandbox, so a command started while the previous one's cleanup runs (its caller
 	// hung up and sent the next at once) would be killed with the leftovers.
 	execMu sync.Mutex
+	// rec collects what the seccomp supervisor refused; execs are serialised, so what
+	// it holds at the end of one belongs to that command.
+	rec *safety.Recorder
+	// supervised is set once the notification filter is installed (see Serve).
+	supervised bool
 }
 
 // NewServer returns a server.
 func NewServer() *Server {
-	return &Server{waiters: map[int]chan syscall.WaitStatus{}}
+	return &Server{waiters: map[int]chan syscall.WaitStatus{}, rec: safety.NewRecorder()}
 }
 
 // Serve listens on socketPath (removing a stale socket first) and serves until ctx
@@ -48,6 +55,21 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	if err := setNotDumpable(); err != nil {
 		return err
 	}
+	// Every thread of the agent, and so every command it starts, runs under the
+	// notification filter; the agent answers hostile calls with EPERM and records them
+	// (package safety). The agent itself makes none of those calls, so it never waits on
+	// its own supervisor. Without the filter the agent refuses to serve: the container's
+	// own profile leaves these calls to it.
+	fd, err := safety.InstallFilter(true)
+	if err != nil {
+		return err
+	}
+	sup, err := safety.Supervise(fd, s.rec, true)
+	if err != nil {
+		return err
+	}
+	defer sup.Close()
+	s.supervised = true
 	_ = os.Remove(socketPath)
 	ln, err := net.Listen("unix", socketPath)
 	if err != nil {
@@ -94,6 +116,7 @@ func (s *Server) handle(conn net.Conn) {
 	default:
 		resp.Error = fmt.Sprintf("op %q is not known", req.Op)
 	}
+	resp.Supervised = s.supervised
 	_ = json.NewEncoder(conn).Encode(resp)
 }
 
@@ -160,6 +183,7 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 	}
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
+	_ = s.rec.Drain() // nothing runs between commands; start from an empty record
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Response{Error: "pipe: " + err.Error()}
@@ -306,6 +330,8 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 		Processes:    max(0, lastPid1-lastPid0),
 		BytesRead:    max(0, io1.rchar-io0.rchar-outTotal-errTotal),
 		BytesWritten: max(0, io1.wchar-io0.wchar-stdinWritten),
+		// Every process of the command is reaped: what the supervisor refused is final.
+		Events: s.rec.Drain(),
 	}
 	switch {
 	case ws.Exited():

@@ -3,10 +3,12 @@
 //
 //	abuse ptrace PID     attach to PID with ptrace
 //	abuse procmem PID    open PID's memory through /proc for reading
+//	abuse sendto IP:PORT send a UDP datagram to IP:PORT with sendto
 package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"syscall"
@@ -16,6 +18,10 @@ func main() {
 	if len(os.Args) != 3 {
 		fmt.Fprintln(os.Stderr, "usage: abuse ptrace|procmem PID")
 		os.Exit(2)
+	}
+	if os.Args[1] == "sendto" {
+		report(sendto(os.Args[2]))
+		return
 	}
 	pid, err := strconv.Atoi(os.Args[2])
 	if err != nil {
@@ -35,9 +41,27 @@ func main() {
 		fmt.Fprintln(os.Stderr, "unknown attempt", os.Args[1])
 		os.Exit(2)
 	}
+	report(err)
+}
+
+func report(err error) {
 	if err != nil {
 		fmt.Println("refused:", err)
 		os.Exit(1)
 	}
 	fmt.Println("allowed")
+}
+
+func sendto(dst string) error {
+	ap, err := netip.ParseAddrPort(dst)
+	if err != nil || !ap.Addr().Is4() {
+		fmt.Fprintln(os.Stderr, "want IPv4:PORT:", dst)
+		os.Exit(2)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	return syscall.Sendto(fd, []byte("x"), 0, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()})
 }
