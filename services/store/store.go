@@ -142,7 +142,9 @@ type batch struct {
 
 // Running pipelines reading and writing until ctx ends, then writes what it holds.
 func (s *Service) Running(ctx context.Context) error {
-	it, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.BatchRows, 20_000)))
+	// The client buffers up to this many delivered messages ahead of the reader; an event
+	// may carry a whole episode, so a few thousand are seconds of traffic.
+	it, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.BatchRows, 4_000)))
 	if err != nil {
 		return fmt.Errorf("pull from %s: %w", ConsumerName, err)
 	}
