@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -183,6 +184,57 @@ func RowsOf(ev *gauntletv1.Event) int {
 		return n
 	}
 	return 0
+}
+
+// EncodedRows is RowsOf for an encoded Event, read off the wire without decoding it: the
+// store counts its batches with it while the events stay encoded until their Write. It
+// fails when data is not a well-formed Event at the levels it reads.
+func EncodedRows(data []byte) (int, error) {
+	rows := 0
+	err := scanFields(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch num {
+		case 2, 3: // step, ended
+			rows++
+		case 4: // steps: a segment
+			return scanFields(v, func(num protowire.Number, _ protowire.Type, _ []byte) error {
+				if num == 1 || num == 3 { // a step, the end
+					rows++
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("event: %w", err)
+	}
+	return rows, nil
+}
+
+// scanFields calls fn for every field of the encoded message data, with the contents of
+// length-delimited fields as v.
+func scanFields(data []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		data = data[n:]
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(data)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, data)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		data = data[n:]
+		if err := fn(num, typ, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // blockRows is how many rows go into one native block of a batch. The server squashes

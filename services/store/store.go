@@ -133,11 +133,12 @@ func (s *Service) Starting(ctx context.Context) error {
 	return nil
 }
 
-// batch is a set of delivered events inserted and acknowledged together.
+// batch is a set of delivered events inserted and acknowledged together. Its events stay
+// encoded (in msgs) until the writer takes the batch: decoded, a batch of whole episodes
+// takes about three times the memory, and only the batch being written needs that.
 type batch struct {
-	msgs   []jetstream.Msg
-	events []*gauntletv1.Event
-	rows   int
+	msgs []jetstream.Msg
+	rows int
 }
 
 // Running pipelines reading and writing until ctx ends, then writes what it holds.
@@ -198,16 +199,15 @@ func (s *Service) Running(ctx context.Context) error {
 				<-writeDone
 				return nil
 			}
-			var ev gauntletv1.Event
-			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+			rows, err := trajectory.EncodedRows(m.Data())
+			if err != nil {
 				s.log.Error("undecodable event; terminating it", "subject", m.Subject(), "err", err)
 				_ = m.Term()
 				continue
 			}
 			last = time.Now()
 			cur.msgs = append(cur.msgs, m)
-			cur.events = append(cur.events, &ev)
-			cur.rows += trajectory.RowsOf(&ev)
+			cur.rows += rows
 			if cur.rows >= s.cfg.BatchRows {
 				flush()
 			}
@@ -221,15 +221,36 @@ func (s *Service) Running(ctx context.Context) error {
 	}
 }
 
-// write inserts a batch, retrying until it succeeds or the store stops, then acks it.
+// decode decodes a batch's events, terminating (and dropping from the batch) any that
+// passed the reader's wire check but do not decode.
+func (s *Service) decode(b *batch) []*gauntletv1.Event {
+	events := make([]*gauntletv1.Event, 0, len(b.msgs))
+	kept := b.msgs[:0]
+	for _, m := range b.msgs {
+		ev := &gauntletv1.Event{}
+		if err := proto.Unmarshal(m.Data(), ev); err != nil {
+			s.log.Error("undecodable event; terminating it", "subject", m.Subject(), "err", err)
+			_ = m.Term()
+			continue
+		}
+		kept = append(kept, m)
+		events = append(events, ev)
+	}
+	b.msgs = kept
+	return events
+}
+
+// write decodes and inserts a batch, retrying until it succeeds or the store stops, then
+// acks it.
 func (s *Service) write(ctx context.Context, b *batch) {
+	events := s.decode(b)
 	backoff := 250 * time.Millisecond
 	lastBeat := time.Now()
 	for attempt := 1; ; attempt++ {
 		// A stopping store still gets a bounded chance to write what it holds.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		t0 := time.Now()
-		_, err := s.writer.Write(wctx, b.events)
+		_, err := s.writer.Write(wctx, events)
 		cancel()
 		if err == nil {
 			s.latency.Record(ctx, time.Since(t0).Seconds())

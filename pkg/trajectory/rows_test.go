@@ -1,0 +1,44 @@
+package trajectory
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// TestEncodedRowsMatchesRowsOf checks the wire count against the decoded one for every
+// shape an event takes, and that malformed data is refused.
+func TestEncodedRowsMatchesRowsOf(t *testing.T) {
+	req := &gauntletv1.EpisodeRequested{EpisodeId: "e1", RunId: "r1", Env: "shop"}
+	st := func(i uint32) *gauntletv1.StepTaken {
+		return &gauntletv1.StepTaken{EpisodeId: "e1", RunId: "r1", Step: i, ObservationJson: `{"ok":true}`,
+			Faults: []*gauntletv1.FaultFired{{FaultId: "f", Kind: "latency"}}}
+	}
+	end := &gauntletv1.EpisodeEnded{Episode: req, Steps: 3, Plan: &gauntletv1.FaultPlan{Profile: "edge"}}
+	events := []*gauntletv1.Event{
+		{},
+		{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{Episode: req}}},
+		{Body: &gauntletv1.Event_Step{Step: st(0)}},
+		{Body: &gauntletv1.Event_Ended{Ended: end}},
+		{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st(0), st(1)}}}},
+		{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Started: &gauntletv1.EpisodeStarted{Episode: req}, Steps: []*gauntletv1.StepTaken{st(0), st(1), st(2)}, Ended: end}}},
+		{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Ended: end}}},
+	}
+	for i, ev := range events {
+		data, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := EncodedRows(data)
+		if err != nil || got != RowsOf(ev) {
+			t.Errorf("event %d: EncodedRows = %d, %v; RowsOf = %d", i, got, err, RowsOf(ev))
+		}
+	}
+	for _, bad := range [][]byte{{0xff}, {0x22, 0x05, 0x0a}, {0x22, 0x02, 0x0a, 0x09}} {
+		if n, err := EncodedRows(bad); err == nil {
+			t.Errorf("EncodedRows(%x) = %d, want an error", bad, n)
+		}
+	}
+}
