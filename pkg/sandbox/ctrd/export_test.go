@@ -1,6 +1,10 @@
 package ctrd
 
-import "github.com/containerd/containerd/v2/pkg/oci"
+import (
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/oci"
+)
 
 // Phases is startPhases for the external tests.
 type Phases = startPhases
@@ -13,3 +17,9 @@ func SetPhaseHook(r *Runtime, f func(Phases)) { r.phaseHook = f }
 
 // SetNoAgentWait makes a start ready once the task runs, without waiting for the agent.
 func SetNoAgentWait(r *Runtime, on bool) { r.noAgent = on }
+
+// SetNoPrecompiledSeccomp makes crun compile the seccomp profile itself.
+func SetNoPrecompiledSeccomp(r *Runtime, on bool) { r.noBPFCache = on }
+
+// SetAgentPoll sets the longest pause between probes of a new sandbox's agent.
+func SetAgentPoll(r *Runtime, d time.Duration) { r.agentPoll = d }

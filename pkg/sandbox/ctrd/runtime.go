@@ -45,6 +45,8 @@ const (
 	MaxChain = 64
 	// agentReadyTimeout bounds the wait for a new sandbox's agent to answer.
 	agentReadyTimeout = 10 * time.Second
+	// agentPollMax is the longest pause between two probes of a new sandbox's agent.
+	agentPollMax = time.Millisecond
 	// DefaultSandboxesPerShim is Options.SandboxesPerShim's default.
 	DefaultSandboxesPerShim = 8
 	// crunSpecVersion is the OCI spec version given to crun.
@@ -103,12 +105,15 @@ type Runtime struct {
 
 	ociBinary string // absolute path of the OCI runtime; "" is the shim's default (runc)
 	shims     shimGroups
+	bpf       bpfCache // precompiled seccomp filters for crun (seccompbpf.go)
 
 	// test hooks (export_test.go): the cold-start breakdown benchmark changes the spec
 	// and reads the phase timings of each start.
-	specHook  func(*oci.Spec)
-	phaseHook func(startPhases)
-	noAgent   bool // ready = task started (for the "without the agent" comparison)
+	specHook   func(*oci.Spec)
+	phaseHook  func(startPhases)
+	noAgent    bool          // ready = task started (for the "without the agent" comparison)
+	noBPFCache bool          // let crun compile the profile (for the comparison)
+	agentPoll  time.Duration // longest pause between agent probes (agentPollMax)
 }
 
 // startPhases is how long each step of starting a sandbox took.
@@ -207,7 +212,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("new containerd runtime: %w", err)
 		}
 	}
-	r := &Runtime{opts: opts, key: stateKey(dir), log: opts.Logger, boxes: map[string]*box{}, ociBinary: ociBinary}
+	r := &Runtime{opts: opts, key: stateKey(dir), log: opts.Logger, boxes: map[string]*box{}, ociBinary: ociBinary, agentPoll: agentPollMax}
 	r.shims.init(r.key, opts.SandboxesPerShim)
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -534,13 +539,22 @@ func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 				s.Annotations = map[string]string{}
 			}
 			s.Annotations[shimGroupAnnotation] = shimGroup
+			if r.specHook != nil {
+				r.specHook(s)
+			}
 			if r.usesCrun() {
 				// crun 1.8 (Debian 12) refuses specs whose version is not 1.0.x; the spec
 				// uses nothing newer.
 				s.Version = crunSpecVersion
-			}
-			if r.specHook != nil {
-				r.specHook(s)
+				if s.Linux.Seccomp != nil && !r.noBPFCache {
+					data, err := r.bpf.get(s.Linux.Seccomp)
+					if err != nil {
+						return err
+					}
+					if data != "" {
+						s.Annotations[crunSeccompAnnotation] = data
+					}
+				}
 			}
 			return nil
 		},
@@ -552,7 +566,9 @@ func (r *Runtime) waitAgent(ctx context.Context, id string) error {
 	deadline := time.Now().Add(agentReadyTimeout)
 	sock := r.socketPath(id)
 	var last error
-	for delay := 200 * time.Microsecond; time.Now().Before(deadline); delay = min(delay*2, 10*time.Millisecond) {
+	// Poll often: the agent is usually up within a few milliseconds, and a longer step
+	// adds its overshoot to every cold start.
+	for delay := 200 * time.Microsecond; time.Now().Before(deadline); delay = min(delay*2, r.agentPoll) {
 		if _, err := os.Stat(sock); err == nil {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			_, last = agent.Call(pctx, sock, agent.Request{Op: agent.OpPing})
