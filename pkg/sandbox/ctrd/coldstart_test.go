@@ -3,6 +3,7 @@ package ctrd_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -29,7 +30,7 @@ type coldVariant struct {
 // each per round, in rotating order) against one daemon and reports the median cold
 // start of each and the median of each phase (docs/benchmarks.md):
 //
-//	go test -run '^$' -bench ColdStartBreakdown -benchtime 30x ./pkg/sandbox/ctrd/
+//	go test -run '^$' -bench ColdStartBreakdown -benchtime 20x -v ./pkg/sandbox/ctrd/
 func BenchmarkColdStartBreakdown(b *testing.B) {
 	srv, _ := start(b)
 	ctx := context.Background()
@@ -80,6 +81,23 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 			}
 			return d
 		}},
+	}
+	// GAUNTLET_COLDSTART_VARIANTS (comma-separated name prefixes) narrows the run, e.g.
+	// "before,after:,ctr" for a quick before/after pair with the ctr baseline.
+	if only := os.Getenv("GAUNTLET_COLDSTART_VARIANTS"); only != "" {
+		var keep []coldVariant
+		for _, v := range variants {
+			for _, p := range strings.Split(only, ",") {
+				if p != "" && strings.HasPrefix(v.name, p) {
+					keep = append(keep, v)
+					break
+				}
+			}
+		}
+		variants = keep
+		if len(variants) == 0 {
+			b.Fatalf("GAUNTLET_COLDSTART_VARIANTS=%q matches no variant", only)
+		}
 	}
 	type sample struct {
 		total time.Duration
@@ -135,7 +153,7 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 		return ds[len(ds)/2]
 	}
 	var report strings.Builder
-	fmt.Fprintf(&report, "\n%-27s %9s %9s %9s %9s %9s %9s %7s\n", "variant", "total", "snapshot", "container", "new_task", "start", "agent", "ratio")
+	fmt.Fprintf(&report, "\n%-27s %9s %9s %9s %9s %9s %9s %9s %7s\n", "variant", "total", "min", "snapshot", "container", "new_task", "start", "agent", "ratio")
 	base := time.Duration(0)
 	for i, v := range variants {
 		var tot, sn, ct, nt, st, ag []time.Duration
@@ -148,7 +166,7 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 		}
 		b.ReportMetric(float64(m.Microseconds())/1000, v.name+"-ms")
 		ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
-		fmt.Fprintf(&report, "%-27s %9s %9s %9s %9s %9s %9s %7.2f\n", v.name, ms(m), ms(med(sn)), ms(med(ct)), ms(med(nt)), ms(med(st)), ms(med(ag)), float64(m)/float64(base))
+		fmt.Fprintf(&report, "%-27s %9s %9s %9s %9s %9s %9s %9s %7.2f\n", v.name, ms(m), ms(tot[0]), ms(med(sn)), ms(med(ct)), ms(med(nt)), ms(med(st)), ms(med(ag)), float64(m)/float64(base))
 	}
 	b.Log(report.String())
 }
