@@ -11,7 +11,8 @@
 #   - Debian packages: clickhouse-server, clickhouse-client (ClickHouse 18.16, run by
 #     pkg/chlocal as a child process, never as a system service) and protobuf-compiler;
 #     containerd and runc (containerd 1.6, run by pkg/ctrdlocal / scripts/containerd.sh,
-#     never as a system service) and busybox-static (the containerd sandboxes' base image).
+#     never as a system service) and busybox-static (the containerd sandboxes' base image);
+#     crun, the OCI runtime the containerd sandboxes use when installed (faster starts).
 #   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, protoc-gen-connect-go, staticcheck
 #     and the Temporal CLI (its `temporal server start-dev` is the dev server
 #     pkg/temporallocal runs; about 2.5 minutes to build), at the pinned versions below
@@ -22,7 +23,7 @@ set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux containerd runc busybox-static)
+APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap util-linux containerd runc crun busybox-static)
 
 # libfaketime: clock_skew in process sandboxes (pkg/sandbox/process ClockSkewEnv).
 APT_PACKAGES+=(libfaketime)

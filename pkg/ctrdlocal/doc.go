@@ -21,6 +21,11 @@
 // left behind by a crashed run; the daemon also dies with the program that started
 // it (Linux parent-death signal).
 //
+// On a hybrid cgroup host whose cgroup2 hierarchy (/sys/fs/cgroup/unified) still
+// offers controllers, crun refuses to create containers; there the daemon runs in a
+// mount namespace of its own (inherited by its shims and their OCI runtime) without
+// that cgroup2 mount. The host's mounts are untouched; cgroup limits are v1 either way.
+//
 // Concurrency: every method of Server is safe for concurrent use.
 //
 // Errors: Start fails with an error wrapping [ErrNotInstalled] when containerd or

@@ -249,12 +249,27 @@ func (s *Server) runLocked(ctx context.Context) error {
 	}
 	logAt, _ := logFile.Seek(0, 2)
 	cmd := exec.Command(s.bin, "--config", s.configPath())
+	hide, err := unifiedHasControllers()
+	if err != nil {
+		logFile.Close()
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	if hide {
+		// A hybrid host whose cgroup2 hierarchy still holds controllers (here: hugetlb,
+		// which no v1 hierarchy binds): crun refuses to create containers there. The
+		// daemon, its shims and their OCI runtime get a mount namespace of their own
+		// without that cgroup2 mount, so they see a plain v1 host; limits are v1 anyway.
+		cmd = exec.Command("/bin/sh", "-c", `umount `+unifiedMount+` && exec "$0" "$@"`, s.bin, "--config", s.configPath())
+	}
 	cmd.Dir = s.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// The daemon dies with us; its own process group keeps a terminal's Ctrl-C from
 	// reaching it before we stop it in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if hide {
+		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS // Go makes it private (MS_REC|MS_PRIVATE)
+	}
 	// runc and the shim are found through PATH.
 	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":/usr/sbin:/usr/bin:/sbin:/bin")
 	if err := cmd.Start(); err != nil {
@@ -379,6 +394,40 @@ func (s *Server) unmountRoot() error {
 		return fmt.Errorf("unmount %s: %w", s.root(), err)
 	}
 	return nil
+}
+
+// unifiedMount is where hybrid cgroup hosts mount the cgroup2 hierarchy.
+const unifiedMount = "/sys/fs/cgroup/unified"
+
+// unifiedHasControllers tells whether this is a hybrid cgroup host (v1 controllers
+// plus a cgroup2 mount at /sys/fs/cgroup/unified) whose cgroup2 hierarchy offers
+// controllers: crun refuses to run containers on such a host ("cgroups in hybrid
+// mode not supported").
+func unifiedHasControllers() (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mountinfo: %w", err)
+	}
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		for i := 6; i+1 < len(f); i++ {
+			if f[i] == "-" {
+				if len(f) > 4 && f[4] == unifiedMount && f[i+1] == "cgroup2" {
+					found = true
+				}
+				break
+			}
+		}
+	}
+	if !found {
+		return false, nil
+	}
+	c, err := os.ReadFile(filepath.Join(unifiedMount, "cgroup.controllers"))
+	if err != nil {
+		return false, fmt.Errorf("read %s/cgroup.controllers: %w", unifiedMount, err)
+	}
+	return strings.TrimSpace(string(c)) != "", nil
 }
 
 // isMountPoint tells whether path is listed as a mount point in /proc/self/mountinfo.

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -33,6 +34,55 @@ func TestEndedViewMatchesEvent(t *testing.T) {
 				t.Errorf("%s.%s (%v) differs from %s.%s (%v)", vd.Name(), v.Name(), v.Kind(), fd.Name(), f.Name(), f.Kind())
 			}
 		}
+	}
+}
+
+// TestPassThroughViewsMatch checks the scheduler's pass-through messages against the
+// messages they stand for: same numbers and names, with bytes standing for an encoded
+// message; and that an assignment built from an encoded plan decodes as the original.
+func TestPassThroughViewsMatch(t *testing.T) {
+	for _, p := range []struct{ view, full proto.Message }{
+		{&gauntletv1.PlanReplyPassThrough{}, &gauntletv1.PlanReply{}},
+		{&gauntletv1.EpisodeAssignedPassThrough{}, &gauntletv1.EpisodeAssigned{}},
+	} {
+		vd, fd := p.view.ProtoReflect().Descriptor(), p.full.ProtoReflect().Descriptor()
+		if vd.Fields().Len() != fd.Fields().Len() {
+			t.Errorf("%s has %d fields, %s %d", vd.Name(), vd.Fields().Len(), fd.Name(), fd.Fields().Len())
+		}
+		for i := 0; i < vd.Fields().Len(); i++ {
+			v := vd.Fields().Get(i)
+			f := fd.Fields().ByNumber(v.Number())
+			if f == nil || f.Name() != v.Name() || f.Cardinality() != v.Cardinality() {
+				t.Errorf("%s.%s has no counterpart in %s", vd.Name(), v.Name(), fd.Name())
+				continue
+			}
+			encodedMessage := v.Kind() == protoreflect.BytesKind && f.Kind() == protoreflect.MessageKind
+			if f.Kind() != v.Kind() && !encodedMessage {
+				t.Errorf("%s.%s is %v, %s.%s %v", vd.Name(), v.Name(), v.Kind(), fd.Name(), f.Name(), f.Kind())
+			}
+		}
+	}
+
+	plan := &gauntletv1.FaultPlan{Profile: "edge", Seed: 42, Rules: []*gauntletv1.FaultRule{{Id: "r1", Kind: "latency", Probability: 0.5}}}
+	reply, err := proto.Marshal(&gauntletv1.PlanReply{Plans: []*gauntletv1.FaultPlan{plan}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw gauntletv1.PlanReplyPassThrough
+	if err := proto.Unmarshal(reply, &raw); err != nil || len(raw.Plans) != 1 {
+		t.Fatalf("pass-through reply: %v, %d plans", err, len(raw.Plans))
+	}
+	ep := &gauntletv1.EpisodeRequested{EpisodeId: "e1", RunId: "r1", Seed: 7}
+	data, err := proto.Marshal(&gauntletv1.EpisodeAssignedPassThrough{Episode: ep, Plan: raw.Plans[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got gauntletv1.EpisodeAssigned
+	if err := proto.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}); !proto.Equal(&got, want) {
+		t.Fatalf("assignment decoded as %v, want %v", &got, want)
 	}
 }
 

@@ -296,7 +296,8 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	for i := range eps {
 		eps[i] = campaign.Episode(spec, first+uint64(i))
 	}
-	var plans gauntletv1.PlanReply
+	// The plans stay encoded: the scheduler only forwards them (PlanReplyPassThrough).
+	var plans gauntletv1.PlanReplyPassThrough
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.bus().Request(pctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: eps, Profiles: spec.Profiles, Drift: spec.Drift, CustomProfiles: spec.CustomProfiles}, &plans); err != nil {
@@ -313,7 +314,7 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	js := s.bus().JS
 	futures := make([]jetstream.PubAckFuture, 0, n)
 	for i, ep := range eps {
-		data, err := proto.Marshal(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plans.Plans[i]})
+		data, err := proto.Marshal(&gauntletv1.EpisodeAssignedPassThrough{Episode: ep, Plan: plans.Plans[i]})
 		if err != nil {
 			return fmt.Errorf("marshal assignment %s: %w", ep.EpisodeId, err)
 		}

@@ -1,5 +1,6 @@
 // Package ctrd is the containerd sandbox runtime (A1, A2, A4, A6): every sandbox is
-// a runc container created through containerd's Go client, whose PID 1 is gauntlet's
+// an OCI container (crun when installed, else runc, behind containerd's runc v2 shim)
+// created through containerd's Go client, whose PID 1 is gauntlet's
 // in-sandbox agent (package agent) serving execs over a unix socket bind-mounted from
 // the runtime's state directory.
 //
@@ -35,6 +36,12 @@
 // the agent socket directory and snapshot metadata live in the state directory. A
 // new Runtime over the same state directory lists them (List) and re-attaches them
 // (Recover) after a worker restart.
+//
+// Cold start: sandboxes share shims (up to Options.SandboxesPerShim per
+// containerd-shim-runc-v2 process, through the shim's grouping annotation; see
+// shimgroup.go), and with crun the seccomp profile is compiled once in Go and handed
+// over precompiled (seccompbpf.go), so a start costs one shim "start" command, one
+// crun create and start, and the agent's own start.
 //
 // Concurrency: a Runtime is safe for concurrent use. Operations on one sandbox are
 // serialised (one exec at a time, which keeps per-exec metering exact); different

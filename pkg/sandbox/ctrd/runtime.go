@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/leases"
@@ -44,6 +46,12 @@ const (
 	MaxChain = 64
 	// agentReadyTimeout bounds the wait for a new sandbox's agent to answer.
 	agentReadyTimeout = 10 * time.Second
+	// agentPollMax is the longest pause between two probes of a new sandbox's agent.
+	agentPollMax = time.Millisecond
+	// DefaultSandboxesPerShim is Options.SandboxesPerShim's default.
+	DefaultSandboxesPerShim = 8
+	// crunSpecVersion is the OCI spec version given to crun.
+	crunSpecVersion = "1.0.2"
 )
 
 // Labels the runtime puts on its containers.
@@ -69,6 +77,17 @@ type Options struct {
 	// AgentBinary is a static gauntlet-agent binary for the base image; empty builds
 	// one from source with the Go toolchain (BuildAgent) into StateDir.
 	AgentBinary string
+	// OCIRuntime is the OCI runtime binary the runc v2 shim drives: "crun", "runc" or
+	// an absolute path. Empty means crun when it is installed (a container starts in
+	// about half the time: no Go runtime to start twice per container), else runc.
+	// Both get the same OCI spec, so isolation is the same.
+	OCIRuntime string
+	// SandboxesPerShim is how many sandboxes may share one containerd-shim-runc-v2
+	// process (the shim's grouping, as CRI groups a pod's containers): a sandbox that
+	// joins a running shim skips starting one. 0 means DefaultSandboxesPerShim; 1
+	// gives every sandbox its own shim. A shim that dies takes its sandboxes' tasks
+	// with it (they fail like a host crash would); it never runs inside a sandbox.
+	SandboxesPerShim int
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
 }
@@ -84,6 +103,23 @@ type Runtime struct {
 	mu     sync.Mutex
 	boxes  map[string]*box
 	closed bool
+
+	ociBinary string // absolute path of the OCI runtime; "" is the shim's default (runc)
+	shims     shimGroups
+	bpf       bpfCache // precompiled seccomp filters for crun (seccompbpf.go)
+
+	// test hooks (export_test.go): the cold-start breakdown benchmark changes the spec
+	// and reads the phase timings of each start.
+	specHook   func(*oci.Spec)
+	phaseHook  func(startPhases)
+	noAgent    bool          // ready = task started (for the "without the agent" comparison)
+	noBPFCache bool          // let crun compile the profile (for the comparison)
+	agentPoll  time.Duration // longest pause between agent probes (agentPollMax)
+}
+
+// startPhases is how long each step of starting a sandbox took.
+type startPhases struct {
+	Snapshot, Container, NewTask, Start, Agent time.Duration
 }
 
 // box is one sandbox this runtime manages.
@@ -109,6 +145,8 @@ type boxState struct {
 	Chain int `json:"chain"`
 	// SnapshotKey is the container's active snapshot.
 	SnapshotKey string `json:"snapshot_key"`
+	// ShimGroup is the shim group the sandbox's task runs in (see shimgroup.go).
+	ShimGroup string `json:"shim_group,omitempty"`
 }
 
 // snapMeta is what the state directory keeps of a snapshot.
@@ -143,6 +181,13 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.CgroupParent != "" && !strings.HasPrefix(opts.CgroupParent, "/") {
 		errs = append(errs, fmt.Errorf("%w: Options.CgroupParent: %q must be absolute", sandbox.ErrInvalid, opts.CgroupParent))
 	}
+	if opts.SandboxesPerShim < 0 {
+		errs = append(errs, fmt.Errorf("%w: Options.SandboxesPerShim: %d is negative", sandbox.ErrInvalid, opts.SandboxesPerShim))
+	}
+	ociBinary, err := findOCIRuntime(opts.OCIRuntime)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new containerd runtime: %w", err)
 	}
@@ -155,6 +200,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = DefaultCgroupParent
 	}
+	if opts.SandboxesPerShim == 0 {
+		opts.SandboxesPerShim = DefaultSandboxesPerShim
+	}
 	dir, err := filepath.Abs(opts.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("new containerd runtime: Options.StateDir: %w", err)
@@ -165,7 +213,8 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("new containerd runtime: %w", err)
 		}
 	}
-	r := &Runtime{opts: opts, key: stateKey(dir), log: opts.Logger, boxes: map[string]*box{}}
+	r := &Runtime{opts: opts, key: stateKey(dir), log: opts.Logger, boxes: map[string]*box{}, ociBinary: ociBinary, agentPoll: agentPollMax}
+	r.shims.init(r.key, opts.SandboxesPerShim)
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -353,16 +402,19 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		_ = sn.Remove(ctx, key)
 		return err
 	}
+	g := r.shims.join()
+	b.st.ShimGroup = g.id
 	t1 := time.Now()
 	ctr, err := r.c.NewContainer(lctx, id,
 		client.WithSnapshotter(r.opts.Snapshotter),
 		client.WithSnapshot(key),
 		client.WithImageName(b.handle.Spec.Image),
 		client.WithContainerLabels(map[string]string{labelState: r.key, labelSandbox: id}),
-		client.WithRuntime("io.containerd.runc.v2", nil),
-		client.WithNewSpec(r.specOpts(b)...),
+		client.WithRuntime("io.containerd.runc.v2", r.shimOptions()),
+		client.WithNewSpec(r.specOpts(b, g.id)...),
 	)
 	if err != nil {
+		r.shims.created(g, false)
 		_ = sn.Remove(ctx, key)
 		if errdefs.IsAlreadyExists(err) {
 			return sandbox.ErrExists
@@ -371,27 +423,93 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 	}
 	t2 := time.Now()
 	task, err := ctr.NewTask(ctx, cio.NullIO)
+	r.shims.created(g, err == nil)
 	if err != nil {
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
 		return fmt.Errorf("new task: %w", err)
 	}
+	t25 := time.Now()
 	if err := task.Start(ctx); err != nil {
+		r.shims.leave(b.st.ShimGroup)
 		_, _ = task.Delete(ctx, client.WithProcessKill)
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
 		return fmt.Errorf("start task: %w", err)
 	}
 	b.task = task
 	t3 := time.Now()
-	if err := r.waitAgent(ctx, id); err != nil {
-		r.teardown(ctx, b)
-		return err
+	if !r.noAgent {
+		if err := r.waitAgent(ctx, id); err != nil {
+			r.teardown(ctx, b)
+			return err
+		}
 	}
-	r.log.Debug("sandbox started", "sandbox", id, "snapshot", t1.Sub(t0), "container", t2.Sub(t1), "task", t3.Sub(t2), "agent", time.Since(t3))
+	ph := startPhases{Snapshot: t1.Sub(t0), Container: t2.Sub(t1), NewTask: t25.Sub(t2), Start: t3.Sub(t25), Agent: time.Since(t3)}
+	r.log.Debug("sandbox started", "sandbox", id, "snapshot", ph.Snapshot, "container", ph.Container, "new_task", ph.NewTask, "start_task", ph.Start, "agent", ph.Agent)
+	if r.phaseHook != nil {
+		r.phaseHook(ph)
+	}
 	return nil
 }
 
+// shimOptions are the runc v2 shim's options for the sandbox's task.
+func (r *Runtime) shimOptions() any {
+	if r.ociBinary == "" {
+		return nil
+	}
+	return &options.Options{BinaryName: r.ociBinary}
+}
+
+// usesCrun tells whether the shim drives crun.
+func (r *Runtime) usesCrun() bool { return filepath.Base(r.ociBinary) == "crun" }
+
+// OCIRuntime is the OCI runtime binary the sandboxes' shims drive.
+func (r *Runtime) OCIRuntime() string {
+	if r.ociBinary == "" {
+		return "runc"
+	}
+	return r.ociBinary
+}
+
+// findOCIRuntime resolves Options.OCIRuntime to an absolute path.
+func findOCIRuntime(name string) (string, error) {
+	look := func(n string) string {
+		if p, err := exec.LookPath(n); err == nil {
+			if abs, err := filepath.Abs(p); err == nil {
+				return abs
+			}
+		}
+		for _, d := range []string{"/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"} {
+			p := filepath.Join(d, n)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+				return p
+			}
+		}
+		return ""
+	}
+	switch {
+	case name == "":
+		if p := look("crun"); p != "" {
+			return p, nil
+		}
+		return "", nil // the shim's default: runc
+	case name == "crun" || name == "runc":
+		p := look(name)
+		if p == "" {
+			return "", fmt.Errorf("%w: Options.OCIRuntime: %s is not installed (scripts/deps.sh installs it)", sandbox.ErrUnavailable, name)
+		}
+		return p, nil
+	case filepath.IsAbs(name):
+		if st, err := os.Stat(name); err != nil || st.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%w: Options.OCIRuntime: %s is not an executable", sandbox.ErrInvalid, name)
+		}
+		return name, nil
+	default:
+		return "", fmt.Errorf("%w: Options.OCIRuntime: %q must be crun, runc or an absolute path", sandbox.ErrInvalid, name)
+	}
+}
+
 // specOpts is the OCI spec of a sandbox's container (see the package doc).
-func (r *Runtime) specOpts(b *box) []oci.SpecOpts {
+func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 	spec := b.handle.Spec
 	l := spec.Limits
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, append(sandbox.ServiceEnv(spec.Services), spec.Env...)...)
@@ -426,6 +544,27 @@ func (r *Runtime) specOpts(b *box) []oci.SpecOpts {
 				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
 			}
 			s.Linux.Seccomp = seccompProfile(s)
+			if s.Annotations == nil {
+				s.Annotations = map[string]string{}
+			}
+			s.Annotations[shimGroupAnnotation] = shimGroup
+			if r.specHook != nil {
+				r.specHook(s)
+			}
+			if r.usesCrun() {
+				// crun 1.8 (Debian 12) refuses specs whose version is not 1.0.x; the spec
+				// uses nothing newer.
+				s.Version = crunSpecVersion
+				if s.Linux.Seccomp != nil && !r.noBPFCache {
+					data, err := r.bpf.get(s.Linux.Seccomp)
+					if err != nil {
+						return err
+					}
+					if data != "" {
+						s.Annotations[crunSeccompAnnotation] = data
+					}
+				}
+			}
 			return nil
 		},
 	}
@@ -436,7 +575,9 @@ func (r *Runtime) waitAgent(ctx context.Context, id string) error {
 	deadline := time.Now().Add(agentReadyTimeout)
 	sock := r.socketPath(id)
 	var last error
-	for delay := 200 * time.Microsecond; time.Now().Before(deadline); delay = min(delay*2, 10*time.Millisecond) {
+	// Poll often: the agent is usually up within a few milliseconds, and a longer step
+	// adds its overshoot to every cold start.
+	for delay := 200 * time.Microsecond; time.Now().Before(deadline); delay = min(delay*2, r.agentPoll) {
 		if _, err := os.Stat(sock); err == nil {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			var resp agent.Response
@@ -466,6 +607,7 @@ func (r *Runtime) teardown(ctx context.Context, b *box) {
 		return
 	}
 	if task, err := ctr.Task(ctx, nil); err == nil {
+		r.shims.leave(b.st.ShimGroup)
 		_ = task.Kill(ctx, syscall.SIGKILL)
 		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
 			r.log.Warn("delete sandbox task", "sandbox", b.handle.ID, "err", err)

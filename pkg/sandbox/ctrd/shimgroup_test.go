@@ -1,0 +1,111 @@
+package ctrd
+
+import (
+	"testing"
+	"time"
+)
+
+func newGroups(max int) *shimGroups {
+	s := &shimGroups{}
+	s.init("k", max)
+	return s
+}
+
+func TestShimGroupsFillUpToTheCap(t *testing.T) {
+	s := newGroups(3)
+	var ids []string
+	for range 4 {
+		g := s.join()
+		s.created(g, true)
+		ids = append(ids, g.id)
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("the first three sandboxes should share a shim: %v", ids)
+	}
+	if ids[3] == ids[0] {
+		t.Fatalf("the fourth sandbox joined a full group: %v", ids)
+	}
+}
+
+func TestShimGroupsOneEachWhenMaxIsOne(t *testing.T) {
+	s := newGroups(1)
+	a := s.join()
+	s.created(a, true)
+	b := s.join()
+	s.created(b, true)
+	if a.id == b.id {
+		t.Fatalf("SandboxesPerShim 1 shared a shim: %s", a.id)
+	}
+}
+
+func TestShimGroupsAreNeverRejoinedOnceEmpty(t *testing.T) {
+	s := newGroups(8)
+	a := s.join()
+	s.created(a, true)
+	s.leave(a.id) // its last task: the shim exits
+	b := s.join()
+	s.created(b, true)
+	if a.id == b.id {
+		t.Fatalf("a new sandbox joined group %s after its last task was deleted", a.id)
+	}
+	if _, ok := s.byID[a.id]; ok {
+		t.Fatalf("empty sealed group %s is still tracked", a.id)
+	}
+}
+
+func TestShimGroupsFailedCreateSeals(t *testing.T) {
+	s := newGroups(8)
+	a := s.join()
+	s.created(a, true)
+	f := s.join()
+	s.created(f, false)
+	if f.id != a.id || !a.sealed {
+		t.Fatalf("a failed creation should seal its group (sealed=%v)", a.sealed)
+	}
+	b := s.join()
+	if b.id == a.id {
+		t.Fatal("a sandbox joined a sealed group")
+	}
+	s.created(b, true)
+	s.leave(a.id)
+	if _, ok := s.byID[a.id]; ok {
+		t.Fatal("sealed group not forgotten after its last task left")
+	}
+}
+
+func TestShimGroupsLastLeaveWaitsForPendingCreates(t *testing.T) {
+	s := newGroups(8)
+	a := s.join()
+	s.created(a, true)
+	p := s.join() // a task being created in the same shim
+	if p.id != a.id {
+		t.Fatal("expected the same group")
+	}
+	left := make(chan struct{})
+	go func() {
+		s.leave(a.id)
+		close(left)
+	}()
+	select {
+	case <-left:
+		t.Fatal("the group's last task left while another was being created in its shim")
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.created(p, true)
+	select {
+	case <-left:
+	case <-time.After(5 * time.Second):
+		t.Fatal("leave did not return after the pending creation ended")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.sealed || p.live != 1 {
+		t.Fatalf("group should stay open with one live task: sealed=%v live=%d", p.sealed, p.live)
+	}
+}
+
+func TestShimGroupsIgnoreUnknownGroups(t *testing.T) {
+	s := newGroups(8)
+	s.leave("recovered-from-an-earlier-runtime") // must not block or panic
+	s.leave("")
+}
