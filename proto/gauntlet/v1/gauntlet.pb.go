@@ -1037,6 +1037,116 @@ func (x *PlanReply) GetError() string {
 	return ""
 }
 
+// PlanReplyPassThrough is PlanReply as the scheduler reads it: each plan left encoded, so
+// it goes into the episode's assignment (EpisodeAssignedPassThrough) without being
+// decoded and encoded again. Wire-compatible with PlanReply (a message field and a bytes
+// field share their encoding); TestPassThroughViewsMatch keeps them in step.
+type PlanReplyPassThrough struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plans         [][]byte               `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanReplyPassThrough) Reset() {
+	*x = PlanReplyPassThrough{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanReplyPassThrough) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanReplyPassThrough) ProtoMessage() {}
+
+func (x *PlanReplyPassThrough) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanReplyPassThrough.ProtoReflect.Descriptor instead.
+func (*PlanReplyPassThrough) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PlanReplyPassThrough) GetPlans() [][]byte {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
+func (x *PlanReplyPassThrough) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// EpisodeAssignedPassThrough is EpisodeAssigned as the scheduler writes it, the plan
+// already encoded. Workers decode it as EpisodeAssigned.
+type EpisodeAssignedPassThrough struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Episode       *EpisodeRequested      `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
+	Plan          []byte                 `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpisodeAssignedPassThrough) Reset() {
+	*x = EpisodeAssignedPassThrough{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpisodeAssignedPassThrough) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpisodeAssignedPassThrough) ProtoMessage() {}
+
+func (x *EpisodeAssignedPassThrough) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpisodeAssignedPassThrough.ProtoReflect.Descriptor instead.
+func (*EpisodeAssignedPassThrough) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *EpisodeAssignedPassThrough) GetEpisode() *EpisodeRequested {
+	if x != nil {
+		return x.Episode
+	}
+	return nil
+}
+
+func (x *EpisodeAssignedPassThrough) GetPlan() []byte {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
 // Action is one tool call chosen by a policy.
 type Action struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1048,7 +1158,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1170,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1183,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{12}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Action) GetTool() string {
@@ -1118,7 +1228,7 @@ type Metering struct {
 
 func (x *Metering) Reset() {
 	*x = Metering{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1240,7 @@ func (x *Metering) String() string {
 func (*Metering) ProtoMessage() {}
 
 func (x *Metering) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1253,7 @@ func (x *Metering) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metering.ProtoReflect.Descriptor instead.
 func (*Metering) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{13}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Metering) GetToolCalls() uint32 {
@@ -1242,7 +1352,7 @@ type CausalViolation struct {
 
 func (x *CausalViolation) Reset() {
 	*x = CausalViolation{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1364,7 @@ func (x *CausalViolation) String() string {
 func (*CausalViolation) ProtoMessage() {}
 
 func (x *CausalViolation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1377,7 @@ func (x *CausalViolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CausalViolation.ProtoReflect.Descriptor instead.
 func (*CausalViolation) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{14}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CausalViolation) GetRule() string {
@@ -1315,7 +1425,7 @@ type Signals struct {
 
 func (x *Signals) Reset() {
 	*x = Signals{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1437,7 @@ func (x *Signals) String() string {
 func (*Signals) ProtoMessage() {}
 
 func (x *Signals) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1450,7 @@ func (x *Signals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signals.ProtoReflect.Descriptor instead.
 func (*Signals) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{15}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Signals) GetProgress() float64 {
@@ -1442,7 +1552,7 @@ type StepTaken struct {
 
 func (x *StepTaken) Reset() {
 	*x = StepTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1564,7 @@ func (x *StepTaken) String() string {
 func (*StepTaken) ProtoMessage() {}
 
 func (x *StepTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1577,7 @@ func (x *StepTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepTaken.ProtoReflect.Descriptor instead.
 func (*StepTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{16}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StepTaken) GetEpisodeId() string {
@@ -1623,7 +1733,7 @@ type RewardComponent struct {
 
 func (x *RewardComponent) Reset() {
 	*x = RewardComponent{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1745,7 @@ func (x *RewardComponent) String() string {
 func (*RewardComponent) ProtoMessage() {}
 
 func (x *RewardComponent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1758,7 @@ func (x *RewardComponent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewardComponent.ProtoReflect.Descriptor instead.
 func (*RewardComponent) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{17}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RewardComponent) GetName() string {
@@ -1687,7 +1797,7 @@ type StepScored struct {
 
 func (x *StepScored) Reset() {
 	*x = StepScored{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1809,7 @@ func (x *StepScored) String() string {
 func (*StepScored) ProtoMessage() {}
 
 func (x *StepScored) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1822,7 @@ func (x *StepScored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepScored.ProtoReflect.Descriptor instead.
 func (*StepScored) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{18}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StepScored) GetEpisodeId() string {
@@ -1761,7 +1871,7 @@ type ScoreRequest struct {
 
 func (x *ScoreRequest) Reset() {
 	*x = ScoreRequest{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1883,7 @@ func (x *ScoreRequest) String() string {
 func (*ScoreRequest) ProtoMessage() {}
 
 func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1896,7 @@ func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreRequest.ProtoReflect.Descriptor instead.
 func (*ScoreRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{19}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ScoreRequest) GetSteps() []*StepTaken {
@@ -1807,7 +1917,7 @@ type ScoreReply struct {
 
 func (x *ScoreReply) Reset() {
 	*x = ScoreReply{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1929,7 @@ func (x *ScoreReply) String() string {
 func (*ScoreReply) ProtoMessage() {}
 
 func (x *ScoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1942,7 @@ func (x *ScoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreReply.ProtoReflect.Descriptor instead.
 func (*ScoreReply) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{20}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ScoreReply) GetScores() []*StepScored {
@@ -1865,7 +1975,7 @@ type EpisodeStarted struct {
 
 func (x *EpisodeStarted) Reset() {
 	*x = EpisodeStarted{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +1987,7 @@ func (x *EpisodeStarted) String() string {
 func (*EpisodeStarted) ProtoMessage() {}
 
 func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2000,7 @@ func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeStarted.ProtoReflect.Descriptor instead.
 func (*EpisodeStarted) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{21}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EpisodeStarted) GetEpisode() *EpisodeRequested {
@@ -1960,7 +2070,7 @@ type EpisodeEnded struct {
 
 func (x *EpisodeEnded) Reset() {
 	*x = EpisodeEnded{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2082,7 @@ func (x *EpisodeEnded) String() string {
 func (*EpisodeEnded) ProtoMessage() {}
 
 func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2095,7 @@ func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeEnded.ProtoReflect.Descriptor instead.
 func (*EpisodeEnded) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{22}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EpisodeEnded) GetEpisode() *EpisodeRequested {
@@ -2124,7 +2234,7 @@ type StepsTaken struct {
 
 func (x *StepsTaken) Reset() {
 	*x = StepsTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2246,7 @@ func (x *StepsTaken) String() string {
 func (*StepsTaken) ProtoMessage() {}
 
 func (x *StepsTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2259,7 @@ func (x *StepsTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsTaken.ProtoReflect.Descriptor instead.
 func (*StepsTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StepsTaken) GetSteps() []*StepTaken {
@@ -2189,7 +2299,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2311,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2324,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -2305,7 +2415,7 @@ type EndedView struct {
 
 func (x *EndedView) Reset() {
 	*x = EndedView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2427,7 @@ func (x *EndedView) String() string {
 func (*EndedView) ProtoMessage() {}
 
 func (x *EndedView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2440,7 @@ func (x *EndedView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedView.ProtoReflect.Descriptor instead.
 func (*EndedView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EndedView) GetBody() isEndedView_Body {
@@ -2384,7 +2494,7 @@ type SegmentEndView struct {
 
 func (x *SegmentEndView) Reset() {
 	*x = SegmentEndView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2506,7 @@ func (x *SegmentEndView) String() string {
 func (*SegmentEndView) ProtoMessage() {}
 
 func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2519,7 @@ func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentEndView.ProtoReflect.Descriptor instead.
 func (*SegmentEndView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SegmentEndView) GetEnded() *EndedSummary {
@@ -2434,7 +2544,7 @@ type EndedSummary struct {
 
 func (x *EndedSummary) Reset() {
 	*x = EndedSummary{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2556,7 @@ func (x *EndedSummary) String() string {
 func (*EndedSummary) ProtoMessage() {}
 
 func (x *EndedSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2569,7 @@ func (x *EndedSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedSummary.ProtoReflect.Descriptor instead.
 func (*EndedSummary) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EndedSummary) GetEpisode() *EpisodeRef {
@@ -2516,7 +2626,7 @@ type EpisodeRef struct {
 
 func (x *EpisodeRef) Reset() {
 	*x = EpisodeRef{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2638,7 @@ func (x *EpisodeRef) String() string {
 func (*EpisodeRef) ProtoMessage() {}
 
 func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2651,7 @@ func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeRef.ProtoReflect.Descriptor instead.
 func (*EpisodeRef) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EpisodeRef) GetEpisodeId() string {
@@ -2591,7 +2701,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2713,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2726,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -2802,7 +2912,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fcustom_profiles\x18\x04 \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\"O\n" +
 	"\tPlanReply\x12,\n" +
 	"\x05plans\x18\x01 \x03(\v2\x16.gauntlet.v1.FaultPlanR\x05plans\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"9\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"B\n" +
+	"\x14PlanReplyPassThrough\x12\x14\n" +
+	"\x05plans\x18\x01 \x03(\fR\x05plans\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"i\n" +
+	"\x1aEpisodeAssignedPassThrough\x127\n" +
+	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12\x12\n" +
+	"\x04plan\x18\x02 \x01(\fR\x04plan\"9\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1b\n" +
 	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xf0\x02\n" +
@@ -2986,93 +3102,96 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
-	(TerminationReason)(0),   // 0: gauntlet.v1.TerminationReason
-	(*RunRequested)(nil),     // 1: gauntlet.v1.RunRequested
-	(*Share)(nil),            // 2: gauntlet.v1.Share
-	(*EpisodeRequested)(nil), // 3: gauntlet.v1.EpisodeRequested
-	(*EpisodeAssigned)(nil),  // 4: gauntlet.v1.EpisodeAssigned
-	(*FaultPlan)(nil),        // 5: gauntlet.v1.FaultPlan
-	(*FaultRule)(nil),        // 6: gauntlet.v1.FaultRule
-	(*HTTPErrorFault)(nil),   // 7: gauntlet.v1.HTTPErrorFault
-	(*LatencyFault)(nil),     // 8: gauntlet.v1.LatencyFault
-	(*TruncateFault)(nil),    // 9: gauntlet.v1.TruncateFault
-	(*FaultFired)(nil),       // 10: gauntlet.v1.FaultFired
-	(*PlanRequest)(nil),      // 11: gauntlet.v1.PlanRequest
-	(*PlanReply)(nil),        // 12: gauntlet.v1.PlanReply
-	(*Action)(nil),           // 13: gauntlet.v1.Action
-	(*Metering)(nil),         // 14: gauntlet.v1.Metering
-	(*CausalViolation)(nil),  // 15: gauntlet.v1.CausalViolation
-	(*Signals)(nil),          // 16: gauntlet.v1.Signals
-	(*StepTaken)(nil),        // 17: gauntlet.v1.StepTaken
-	(*RewardComponent)(nil),  // 18: gauntlet.v1.RewardComponent
-	(*StepScored)(nil),       // 19: gauntlet.v1.StepScored
-	(*ScoreRequest)(nil),     // 20: gauntlet.v1.ScoreRequest
-	(*ScoreReply)(nil),       // 21: gauntlet.v1.ScoreReply
-	(*EpisodeStarted)(nil),   // 22: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),     // 23: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),       // 24: gauntlet.v1.StepsTaken
-	(*Event)(nil),            // 25: gauntlet.v1.Event
-	(*EndedView)(nil),        // 26: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),   // 27: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),     // 28: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),       // 29: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),      // 30: gauntlet.v1.RunProgress
-	(*Drift)(nil),            // 31: gauntlet.v1.Drift
-	(*CustomProfile)(nil),    // 32: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),       // 33: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),      // 34: gauntlet.v1.TrainerData
+	(TerminationReason)(0),             // 0: gauntlet.v1.TerminationReason
+	(*RunRequested)(nil),               // 1: gauntlet.v1.RunRequested
+	(*Share)(nil),                      // 2: gauntlet.v1.Share
+	(*EpisodeRequested)(nil),           // 3: gauntlet.v1.EpisodeRequested
+	(*EpisodeAssigned)(nil),            // 4: gauntlet.v1.EpisodeAssigned
+	(*FaultPlan)(nil),                  // 5: gauntlet.v1.FaultPlan
+	(*FaultRule)(nil),                  // 6: gauntlet.v1.FaultRule
+	(*HTTPErrorFault)(nil),             // 7: gauntlet.v1.HTTPErrorFault
+	(*LatencyFault)(nil),               // 8: gauntlet.v1.LatencyFault
+	(*TruncateFault)(nil),              // 9: gauntlet.v1.TruncateFault
+	(*FaultFired)(nil),                 // 10: gauntlet.v1.FaultFired
+	(*PlanRequest)(nil),                // 11: gauntlet.v1.PlanRequest
+	(*PlanReply)(nil),                  // 12: gauntlet.v1.PlanReply
+	(*PlanReplyPassThrough)(nil),       // 13: gauntlet.v1.PlanReplyPassThrough
+	(*EpisodeAssignedPassThrough)(nil), // 14: gauntlet.v1.EpisodeAssignedPassThrough
+	(*Action)(nil),                     // 15: gauntlet.v1.Action
+	(*Metering)(nil),                   // 16: gauntlet.v1.Metering
+	(*CausalViolation)(nil),            // 17: gauntlet.v1.CausalViolation
+	(*Signals)(nil),                    // 18: gauntlet.v1.Signals
+	(*StepTaken)(nil),                  // 19: gauntlet.v1.StepTaken
+	(*RewardComponent)(nil),            // 20: gauntlet.v1.RewardComponent
+	(*StepScored)(nil),                 // 21: gauntlet.v1.StepScored
+	(*ScoreRequest)(nil),               // 22: gauntlet.v1.ScoreRequest
+	(*ScoreReply)(nil),                 // 23: gauntlet.v1.ScoreReply
+	(*EpisodeStarted)(nil),             // 24: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 25: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 26: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 27: gauntlet.v1.Event
+	(*EndedView)(nil),                  // 28: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 29: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 30: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 31: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 32: gauntlet.v1.RunProgress
+	(*Drift)(nil),                      // 33: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 34: gauntlet.v1.CustomProfile
+	(*DriftValue)(nil),                 // 35: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 36: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	2,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	31, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	32, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	33, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	34, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	3,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
 	5,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
 	6,  // 6: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	33, // 7: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	35, // 7: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
 	7,  // 8: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
 	8,  // 9: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
 	9,  // 10: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
 	3,  // 11: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
 	2,  // 12: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	31, // 13: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	32, // 14: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	33, // 13: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	34, // 14: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	5,  // 15: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	15, // 16: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	13, // 17: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	10, // 18: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	14, // 19: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	16, // 20: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	0,  // 21: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	19, // 22: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	34, // 23: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
-	18, // 24: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	17, // 25: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	19, // 26: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	3,  // 27: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 28: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 29: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 30: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	5,  // 31: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	17, // 32: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	22, // 33: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	23, // 34: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	22, // 35: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	17, // 36: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	23, // 37: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	24, // 38: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	28, // 39: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	27, // 40: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	28, // 41: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	29, // 42: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	3,  // 16: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
+	17, // 17: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	15, // 18: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	10, // 19: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	16, // 20: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	18, // 21: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	0,  // 22: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	21, // 23: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	36, // 24: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	20, // 25: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	19, // 26: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	21, // 27: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	3,  // 28: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 29: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 30: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	0,  // 31: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	5,  // 32: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	19, // 33: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	24, // 34: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	25, // 35: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	24, // 36: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	19, // 37: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	25, // 38: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	26, // 39: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	30, // 40: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	29, // 41: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	30, // 42: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	31, // 43: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -3087,13 +3206,13 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		(*FaultRule_Latency)(nil),
 		(*FaultRule_Truncate)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26].OneofWrappers = []any{
 		(*Event_Started)(nil),
 		(*Event_Step)(nil),
 		(*Event_Ended)(nil),
 		(*Event_Steps)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27].OneofWrappers = []any{
 		(*EndedView_Ended)(nil),
 		(*EndedView_Steps)(nil),
 	}
@@ -3103,7 +3222,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -63,7 +63,7 @@ func TestPassThroughViewsMatch(t *testing.T) {
 		}
 	}
 
-	plan := &gauntletv1.FaultPlan{Profile: "edge", Seed: 42, Rules: []*gauntletv1.FaultRule{{Id: "r1", Kind: "latency", Probability: 0.5}}}
+	plan := &gauntletv1.FaultPlan{Profile: "edge", Seed: 42, Rules: []*gauntletv1.FaultRule{{Id: "r1", Target: "payment", Probability: 0.5}}}
 	reply, err := proto.Marshal(&gauntletv1.PlanReply{Plans: []*gauntletv1.FaultPlan{plan}})
 	if err != nil {
 		t.Fatal(err)
