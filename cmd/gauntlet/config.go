@@ -84,7 +84,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Scheduler.AssignBatch, "scheduler.assign-batch", 512, "most episodes assigned per run per round")
 	fs.DurationVar(&c.Scheduler.ProgressEvery, "scheduler.progress-every", 250*time.Millisecond, "how often run progress is published")
 
-	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 100_000, "most step and episode rows per ClickHouse insert")
+	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 25_000, "most step and episode rows per ClickHouse insert")
 	fs.DurationVar(&c.Store.FlushEvery, "store.flush-every", 5*time.Second, "longest wait of an event in a partial batch")
 	fs.DurationVar(&c.Store.IdleFlush, "store.idle-flush", 250*time.Millisecond, "write a partial batch once no event arrived for this long (0: never)")
 	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 30*time.Second, "lease on delivered events (renewed while ClickHouse is down)")
