@@ -155,29 +155,9 @@ func TestCodefixUnderBoundaryFaults(t *testing.T) {
 // skewed that way, and the record of the episode says the fault was not applied.
 func TestCodefixClockSkew(t *testing.T) {
 	const spec = "name: skewed\nfaults:\n  - {id: skew, kind: clock_skew, params: {offset_ms: 3600000, drift_ppm: 50}}\n"
-	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "skewed", SpecYaml: spec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := cps.Plan(4, "skewed", codefix.New().Spec().Services)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
 		t.Run(rt, func(t *testing.T) {
-			sb := runtimestest.Open(t, rt, 0)
-			in, err := faults.NewInjector(plan)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ep, err := codefix.New().NewEpisode(env.Config{Seed: 3, Sandboxes: sb, Faults: in})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = env.Close(ep) })
-			if _, err := ep.Reset(); err != nil {
-				t.Fatal(err)
-			}
+			ep := resetUnderProfile(t, rt, "skewed", spec)
 			res := step(t, ep, tools.ShellExec, map[string]string{"command": "date +%s"})
 			host := time.Now().Unix()
 			var sh struct {
@@ -216,29 +196,9 @@ func TestCodefixClockSkew(t *testing.T) {
 // its 16 MiB floor after the first command's 500 virtual ms), on both runtimes.
 func TestCodefixMemoryLeakOverSteps(t *testing.T) {
 	const spec = "name: leaky\nfaults:\n  - {id: leak, kind: memory_leak, params: {limit_mb: 64, mb_per_min: 6000}}\n"
-	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "leaky", SpecYaml: spec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := cps.Plan(4, "leaky", codefix.New().Spec().Services)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
 		t.Run(rt, func(t *testing.T) {
-			sb := runtimestest.Open(t, rt, 0)
-			in, err := faults.NewInjector(plan)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ep, err := codefix.New().NewEpisode(env.Config{Seed: 3, Sandboxes: sb, Faults: in})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = env.Close(ep) })
-			if _, err := ep.Reset(); err != nil {
-				t.Fatal(err)
-			}
+			ep := resetUnderProfile(t, rt, "leaky", spec)
 			alloc := `x=$(head -c 25165824 /dev/zero | tr '\0' a); echo ${#x}`
 			var outs []string
 			for i := 0; i < 2; i++ {
@@ -258,4 +218,31 @@ func TestCodefixMemoryLeakOverSteps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resetUnderProfile starts a codefix episode (seed 3) on runtime rt under the one-profile
+// YAML spec named name (plan seed 4), reset and closed when the test ends.
+func resetUnderProfile(t *testing.T, rt, name, spec string) env.Episode {
+	t.Helper()
+	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: name, SpecYaml: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cps.Plan(4, name, codefix.New().Spec().Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := faults.NewInjector(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := codefix.New().NewEpisode(env.Config{Seed: 3, Sandboxes: runtimestest.Open(t, rt, 0), Faults: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close(ep) })
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	return ep
 }

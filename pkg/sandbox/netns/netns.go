@@ -130,15 +130,10 @@ func Remove(path string) error {
 	return nil
 }
 
-// Listen listens on network and address (as net.Listen) inside the network namespace
-// named by nsPath: a pinned namespace or /proc/<pid>/ns/net. The address must be a
-// literal IP and port.
-func Listen(nsPath, network, address string) (net.Listener, error) {
-	if err := literal(address); err != nil {
-		return nil, err
-	}
-	var l net.Listener
-	err := inNetns(func() error {
+// joiner returns the step that moves the calling thread into the network namespace named
+// by nsPath.
+func joiner(nsPath string) func() error {
+	return func() error {
 		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open: %w", err)
@@ -148,7 +143,18 @@ func Listen(nsPath, network, address string) (net.Listener, error) {
 			return fmt.Errorf("setns: %w", err)
 		}
 		return nil
-	}, func() error {
+	}
+}
+
+// Listen listens on network and address (as net.Listen) inside the network namespace
+// named by nsPath: a pinned namespace or /proc/<pid>/ns/net. The address must be a
+// literal IP and port.
+func Listen(nsPath, network, address string) (net.Listener, error) {
+	if err := literal(address); err != nil {
+		return nil, err
+	}
+	var l net.Listener
+	err := inNetns(joiner(nsPath), func() error {
 		var err error
 		l, err = net.Listen(network, address)
 		return err
@@ -167,17 +173,7 @@ func Dial(ctx context.Context, nsPath, network, address string) (net.Conn, error
 		return nil, err
 	}
 	var c net.Conn
-	err := inNetns(func() error {
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open: %w", err)
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("setns: %w", err)
-		}
-		return nil
-	}, func() error {
+	err := inNetns(joiner(nsPath), func() error {
 		// The socket is made and connected on this thread (a literal address needs no
 		// lookup, which could run elsewhere).
 		var err error
