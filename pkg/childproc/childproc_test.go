@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -108,5 +110,42 @@ func TestTailQuotesWhatTheLogGained(t *testing.T) {
 	}
 	if Tail(filepath.Join(t.TempDir(), "missing"), 0) != "" || FileSize("/nonexistent/x") != 0 {
 		t.Fatal("a missing log has an empty tail and size 0")
+	}
+}
+
+// TestChildOutlivesLockedThreadExits starts a child with Pdeathsig through StartLocked,
+// then ends many OS threads the way packages safety and netns do (a goroutine exits while
+// locked to its thread). The child must live on: the thread that forked it is not among
+// them.
+func TestChildOutlivesLockedThreadExits(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	waited, err := StartLocked(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		select { // nothing to wait for when the test saw the child die
+		case <-waited:
+		case <-time.After(5 * time.Second):
+		}
+	}()
+	for range 64 {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			close(done)
+		}()
+		<-done
+	}
+	time.Sleep(200 * time.Millisecond) // the kernel delivers Pdeathsig as a thread ends
+	select {
+	case err := <-waited:
+		t.Fatalf("the child died when unrelated threads ended: %v", err)
+	default:
+	}
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the child is gone: %v", err)
 	}
 }

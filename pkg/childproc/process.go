@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 )
@@ -30,7 +31,8 @@ func Spawn(cmd *exec.Cmd, name, logPath, pidFile string, log *slog.Logger) (*Pro
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	waited, err := StartLocked(cmd)
+	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("exec %s: %w", cmd.Path, err)
 	}
@@ -40,7 +42,7 @@ func Spawn(cmd *exec.Cmd, name, logPath, pidFile string, log *slog.Logger) (*Pro
 		log.Warn("pid file not written", "process", name, "path", pidFile, "err", err)
 	}
 	go func() {
-		p.err = cmd.Wait()
+		p.err = <-waited
 		out.Close()
 		if b, err := os.ReadFile(pidFile); err == nil && string(bytes.TrimSpace(b)) == pid {
 			os.Remove(pidFile)
@@ -48,6 +50,33 @@ func Spawn(cmd *exec.Cmd, name, logPath, pidFile string, log *slog.Logger) (*Pro
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// StartLocked starts cmd from an OS thread locked to one goroutine until cmd has exited,
+// and waits for it there; the returned channel gets Wait's result. Children started with
+// Pdeathsig need it: the kernel sends that signal when the thread that forked the child
+// ends, not when the process does, and Go ends a thread whose goroutine exits while locked
+// to it, which packages safety and netns do on purpose (a thread carrying a seccomp filter
+// or another namespace must not be reused). A server forked from whatever thread the
+// runtime had at hand was killed by such an unrelated exit (a ClickHouse under the
+// cmd/gauntlet tests, once the process runtime's supervisor threads came in).
+func StartLocked(cmd *exec.Cmd) (<-chan error, error) {
+	started := make(chan error, 1)
+	waited := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		waited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return waited, nil
 }
 
 // Pid is the process id.

@@ -272,13 +272,16 @@ func (s *Server) runLocked(ctx context.Context) error {
 	}
 	// runc and the shim are found through PATH.
 	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":/usr/sbin:/usr/bin:/sbin:/bin")
-	if err := cmd.Start(); err != nil {
+	// From a thread that outlives the daemon: Pdeathsig follows the forking thread
+	// (childproc.StartLocked).
+	waited, err := childproc.StartLocked(cmd)
+	if err != nil {
 		logFile.Close()
 		return fmt.Errorf("start containerd: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
-		_ = cmd.Wait()
+		<-waited
 		logFile.Close()
 		close(done)
 	}()
