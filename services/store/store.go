@@ -185,7 +185,7 @@ func (s *Service) Running(ctx context.Context) error {
 	// thousands of events a second, one check every half idle period is cheaper.
 	var idle <-chan time.Time
 	if s.cfg.IdleFlush > 0 {
-		tick := time.NewTicker(s.cfg.IdleFlush / 2)
+		tick := time.NewTicker(max(s.cfg.IdleFlush/2, time.Millisecond))
 		defer tick.Stop()
 		idle = tick.C
 	}
