@@ -196,9 +196,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 			return EpisodeResult{}, err
 		}
 		ev.Score = score
-		ended.Steps = step + 1
-		ended.TotalReward += score.GetTotal()
-		ended.FaultsFired += uint32(len(sr.Faults))
+		env.CountStep(ended, step, sr, score.GetTotal())
 		if step >= cp.NextStep {
 			// One step per event: the message id <episode>/steps/<n>-<n> is the same
 			// whichever attempt publishes it.
@@ -212,8 +210,6 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		}
 		turn = env.Turn{Step: step + 1, Observation: sr.Observation, Reward: score.GetTotal()}
 		if sr.Done() {
-			ended.Terminated, ended.Truncated, ended.Reason = sr.Terminated, sr.Truncated, sr.Reason
-			ended.Success = sr.Signals.GetSuccess()
 			break
 		}
 	}

@@ -48,3 +48,16 @@ func StepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step 
 		RequestedAtUnixNano: req.RequestedAtUnixNano,
 	}
 }
+
+// CountStep folds played step number step (its result and its reward) into the episode's
+// end record: the step count, the reward and fault totals, and, when the step ends the
+// episode, how it ended. Every path that plays episodes keeps its EpisodeEnded this way.
+func CountStep(e *gauntletv1.EpisodeEnded, step uint32, res StepResult, reward float64) {
+	e.Steps = step + 1
+	e.TotalReward += reward
+	e.FaultsFired += uint32(len(res.Faults))
+	if res.Done() {
+		e.Terminated, e.Truncated, e.Reason = res.Terminated, res.Truncated, res.Reason
+		e.Success = res.Signals.GetSuccess()
+	}
+}

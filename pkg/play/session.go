@@ -138,16 +138,9 @@ func (s *Session) Step(ctx context.Context, scorer *Scorer, act env.Action, trai
 	if err := s.pub.Step(st); err != nil {
 		return nil, res, err
 	}
+	env.CountStep(s.Ended, s.step, res, score.GetTotal())
 	s.step++
-	e := s.Ended
-	e.Steps = s.step
-	e.TotalReward += score.GetTotal()
-	e.FaultsFired += uint32(len(res.Faults))
-	if res.Done() {
-		s.done = true
-		e.Terminated, e.Truncated, e.Reason = res.Terminated, res.Truncated, res.Reason
-		e.Success = res.Signals.GetSuccess()
-	}
+	s.done = res.Done()
 	return st, res, nil
 }
 

@@ -139,13 +139,9 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 		}
 		c.steps++
 		c.faults += len(res.Faults)
-		ended.Steps = step + 1
-		ended.TotalReward += st.Score.GetTotal()
-		ended.FaultsFired += uint32(len(res.Faults))
+		env.CountStep(ended, step, res, st.Score.GetTotal())
 		turn = env.Turn{Step: step + 1, Observation: res.Observation, Reward: st.Score.GetTotal()}
 		if res.Done() {
-			ended.Terminated, ended.Truncated, ended.Reason = res.Terminated, res.Truncated, res.Reason
-			ended.Success = res.Signals.GetSuccess()
 			break
 		}
 	}

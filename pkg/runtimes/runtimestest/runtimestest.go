@@ -24,9 +24,10 @@ var agent struct {
 	err  error
 }
 
-// agentBinary builds the containerd agent once per test binary, into a directory that
-// outlives single tests (it is small and rebuilt by the next test binary anyway).
-func agentBinary(t testing.TB) string {
+// AgentBinary builds the containerd agent once per test binary, into a directory that
+// outlives single tests (it is small and rebuilt by the next test binary anyway), for
+// tests that open a containerd runtime themselves.
+func AgentBinary(t testing.TB) string {
 	t.Helper()
 	agent.once.Do(func() {
 		dir, err := os.MkdirTemp("", "runtimestest-agent")
@@ -59,7 +60,7 @@ func Config(t testing.TB, name string) runtimes.Config {
 	c := runtimes.Config{Runtime: name, StateDir: dir}
 	if name == runtimes.Containerd {
 		c.Containerd = ctrdtest.Start(t).Address()
-		c.AgentBinary = agentBinary(t)
+		c.AgentBinary = AgentBinary(t)
 	}
 	return c
 }

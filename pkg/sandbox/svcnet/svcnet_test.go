@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal/ctrdtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
@@ -23,27 +23,6 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
-
-var agentBinary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gauntlet-agent")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	agentBinary, err = ctrd.BuildAgent(ctx, dir)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "build agent:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 // The episode's faults: each path of the api service meets one kind; /flaky fails half
 // of the time, so seeds show in what it meets.
@@ -131,7 +110,7 @@ func TestContainerdServiceFaults(t *testing.T) {
 	srv := ctrdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: agentBinary})
+	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: runtimestest.AgentBinary(t)})
 	if err != nil {
 		t.Fatalf("open containerd runtime: %v", err)
 	}
