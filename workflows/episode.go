@@ -247,7 +247,12 @@ func prepareEpisode(req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan
 	if err != nil {
 		return nil, nil, fmt.Errorf("env: %w", err)
 	}
-	inj, err := faults.NewInjector(plan)
+	// Curriculum stages name built-in profiles only, so a compact plan names no template.
+	full, err := faults.Expand(plan, e.Spec().Services, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fault plan: %w", err)
+	}
+	inj, err := faults.NewInjector(full)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}

@@ -86,7 +86,7 @@ func BenchmarkEnvAPI(b *testing.B) {
 				b.Fatalf("plan: %v %s", err, reply.Error)
 			}
 			sess := play.NewSession(busConn(), 32, &gauntletv1.EpisodeAssigned{Episode: req, Plan: reply.Plans[0]}, "bench")
-			if _, err := sess.Prepare(); err != nil {
+			if _, err := sess.Prepare(ctx); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := sess.Reset(1); err != nil {

@@ -134,16 +134,8 @@ func faultsPlan(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--drift: %w", err)
 	}
 	fmt.Fprintf(stdout, "env %s, episode seed %d, profile %s, plan seed %d, catalogue %s\n", *envName, *seed, plan.Profile, plan.Seed, plan.CatalogueVersion)
-	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tTARGET\tPROBABILITY\tEFFECT")
-	for _, r := range plan.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%g\t%s\n", r.Id, r.Target, r.Probability, effect(r))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := printPlan(stdout, plan); err != nil {
 		return err
-	}
-	for _, v := range plan.DriftValues {
-		fmt.Fprintf(stdout, "drift %s = %g (%s)\n", v.Selector, v.Value, v.Source)
 	}
 	if *calls > 0 {
 		in, err := faults.NewInjector(plan)
@@ -156,6 +148,25 @@ func faultsPlan(args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stdout, "call %d %s: %s %s\n", i, svc, f.FaultId, f.Detail)
 			}
 		}
+	}
+	return nil
+}
+
+// printPlan prints a plan's rules as a table, then its drift values and boundary spec.
+func printPlan(stdout io.Writer, plan *gauntletv1.FaultPlan) error {
+	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tTARGET\tPROBABILITY\tEFFECT")
+	for _, r := range plan.Rules {
+		fmt.Fprintf(tw, "%s\t%s\t%g\t%s\n", r.Id, r.Target, r.Probability, effect(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, v := range plan.DriftValues {
+		fmt.Fprintf(stdout, "drift %s = %g (%s)\n", v.Selector, v.Value, v.Source)
+	}
+	if plan.BoundarySpec != "" {
+		fmt.Fprintf(stdout, "sandbox boundary faults:\n%s", plan.BoundarySpec)
 	}
 	return nil
 }

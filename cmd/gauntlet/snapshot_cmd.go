@@ -14,7 +14,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
@@ -246,11 +245,11 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", id, err)
 	}
-	var plan gauntletv1.FaultPlan
-	if err := protojson.Unmarshal([]byte(row.Plan), &plan); err != nil {
-		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", id, err)
+	plan, err := trajectory.EpisodePlan(ctx, conn, db, *row, e.Spec().Services)
+	if err != nil {
+		return nil, err
 	}
-	inj, err := faults.NewInjector(&plan)
+	inj, err := faults.NewInjector(plan)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", id, err)
 	}

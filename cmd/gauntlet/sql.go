@@ -12,6 +12,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
@@ -90,6 +91,7 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 	var o clientOpts
 	o.register(fs)
 	full := fs.Bool("full", false, "print whole observations instead of their first 160 characters")
+	showPlan := fs.Bool("plan", false, "print the fault plan the episode met, re-derived from its record and checked against its digest")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -124,6 +126,11 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 		e := eps[0]
 		fmt.Fprintf(stdout, "episode %s  env %s  policy %s  profile %s  seed %s\n  %s steps, ended %s (success=%s infra_error=%s), reward %s, %s faults, %s ms virtual\n\n",
 			id, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9], e[10])
+	}
+	if *showPlan {
+		if err := printEpisodePlan(ctx, conn, db, id, stdout); err != nil {
+			return err
+		}
 	}
 	cut := func(s string) string {
 		if *full || utf8.RuneCountInString(s) <= 160 {
@@ -220,5 +227,27 @@ func printSummary(ctx context.Context, conn driver.Conn, addr, db, runID string,
 	for _, q := range exampleQueries(db, runID) {
 		fmt.Fprintf(w, "\n%s\n", q)
 	}
+	return nil
+}
+
+// printEpisodePlan prints the whole fault plan of an ended episode (trajectory.EpisodePlan).
+func printEpisodePlan(ctx context.Context, conn driver.Conn, db, id string, stdout io.Writer) error {
+	row, err := trajectory.Episode(ctx, conn, db, id)
+	if err != nil {
+		return err
+	}
+	e, err := env.Lookup(row.Env)
+	if err != nil {
+		return fmt.Errorf("episode %s: %w", id, err)
+	}
+	plan, err := trajectory.EpisodePlan(ctx, conn, db, row, e.Spec().Services)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "fault plan: profile %s, plan seed %d, catalogue %s, digest %s\n", plan.Profile, plan.Seed, plan.CatalogueVersion, row.PlanDigest)
+	if err := printPlan(stdout, plan); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
 	return nil
 }

@@ -153,6 +153,15 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketDrift, err)
 	}
+	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketPlanTemplates,
+		Description: "templates of user-defined profiles' fault plans, by id (pkg/faults/templates)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketPlanTemplates, err)
+	}
 	return nil
 }
 

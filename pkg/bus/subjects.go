@@ -36,6 +36,9 @@ const (
 	// BucketDrift holds the global fault drift (a DriftSet under key KeyDriftGlobal); its
 	// history is the record of every change (B6).
 	BucketDrift = "gauntlet_drift"
+	// BucketPlanTemplates holds the templates of user-defined profiles' fault plans, keyed
+	// by template id; compact plans name them (pkg/faults/templates).
+	BucketPlanTemplates = "gauntlet_plan_templates"
 	// KeyDriftGlobal is the key of the global DriftSet in BucketDrift.
 	KeyDriftGlobal = "global"
 )

@@ -23,6 +23,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -42,6 +43,9 @@ type Session struct {
 	// Sandboxes lends real sandboxes to envs that need them (codefix); set it before
 	// Prepare. Nil when this process runs no sandbox runtime.
 	Sandboxes env.Sandboxes
+	// Templates finds the templates compact plans of user-defined profiles name; set it
+	// before Prepare. Nil only where every plan is built-in or whole.
+	Templates *templates.Store
 
 	workerID string
 	episode  env.Episode
@@ -65,14 +69,25 @@ func NewSession(b *bus.Bus, segment int, a *gauntletv1.EpisodeAssigned, workerID
 	}
 }
 
-// Prepare builds the env episode from the request and the fault plan. Its errors are the
-// request's fault (unknown env, bad params, bad plan); Fail records them.
-func (s *Session) Prepare() (env.Env, error) {
+// Prepare builds the env episode from the request and the fault plan, expanding a compact
+// plan (pkg/faults.Expand) first; Plan stays as assigned, compact, for the record. Its
+// errors are the request's fault (unknown env, bad params, bad plan, a template not found);
+// Fail records them.
+func (s *Session) Prepare(ctx context.Context) (env.Env, error) {
 	e, err := env.Lookup(s.Req.Env)
 	if err != nil {
 		return nil, fmt.Errorf("env: %w", err)
 	}
-	inj, err := faults.NewInjector(s.Plan)
+	var plan *gauntletv1.FaultPlan
+	if s.Templates != nil {
+		plan, err = s.Templates.Expand(ctx, s.Plan, e.Spec().Services)
+	} else {
+		plan, err = faults.Expand(s.Plan, e.Spec().Services, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fault plan: %w", err)
+	}
+	inj, err := faults.NewInjector(plan)
 	if err != nil {
 		return nil, fmt.Errorf("fault plan: %w", err)
 	}

@@ -147,6 +147,20 @@ var episodeColumns = []column[EpisodeRow]{
 	col("drift_selectors", func(r *EpisodeRow) *[]string { return &r.DriftSelectors }),
 	col("drift_values", func(r *EpisodeRow) *[]float64 { return &r.DriftValues }),
 	col("drift_sources", func(r *EpisodeRow) *[]string { return &r.DriftSources }),
+	// Migration 5.
+	col("plan_seed", func(r *EpisodeRow) *uint64 { return &r.PlanSeed }),
+	col("catalogue_version", func(r *EpisodeRow) *string { return &r.CatalogueVersion }),
+	col("plan_template", func(r *EpisodeRow) *string { return &r.PlanTemplate }),
+	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
+}
+
+// templateColumns is the plan_templates table of migration 5.
+var templateColumns = []column[TemplateRow]{
+	col("template", func(r *TemplateRow) *string { return &r.Template }),
+	col("profile", func(r *TemplateRow) *string { return &r.Profile }),
+	col("catalogue_version", func(r *TemplateRow) *string { return &r.CatalogueVersion }),
+	col("plan", func(r *TemplateRow) *string { return &r.Plan }),
+	col("version", func(r *TemplateRow) *uint64 { return &r.Version }),
 }
 
 // faultColumns is the faults table, in the order of migration 1.

@@ -13,6 +13,10 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // Connection settings. Compression is off: LZ4 works on 18.16 but brought no gain on
@@ -110,6 +114,55 @@ func RunEpisodes(ctx context.Context, conn driver.Conn, database, runID string) 
 		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
 	}
 	return rows, nil
+}
+
+// Episode returns the row of one ended episode, de-duplicated (FINAL).
+func Episode(ctx context.Context, conn driver.Conn, database, episodeID string) (EpisodeRow, error) {
+	rows, err := selectRows(ctx, conn, database, "episodes", episodeColumns, "WHERE episode_id = ?", episodeID)
+	if err != nil {
+		return EpisodeRow{}, fmt.Errorf("episode %s: %w", episodeID, err)
+	}
+	if len(rows) == 0 {
+		return EpisodeRow{}, fmt.Errorf("episode %s: has not ended yet (no row in %s.episodes)", episodeID, database)
+	}
+	return rows[0], nil
+}
+
+// EpisodePlan returns the whole fault plan an episode met, from its row: the plan itself
+// for rows that hold it, else re-derived from the recorded inputs (pkg/faults.Expand: a
+// built-in profile's from code, a user-defined one's from its row in plan_templates) and
+// checked against the recorded digest. services are the episode's env's (env.Spec).
+func EpisodePlan(ctx context.Context, conn driver.Conn, database string, row EpisodeRow, services []string) (*gauntletv1.FaultPlan, error) {
+	if row.Plan != "" {
+		var p gauntletv1.FaultPlan
+		if err := protojson.Unmarshal([]byte(row.Plan), &p); err != nil {
+			return nil, fmt.Errorf("episode %s: recorded fault plan: %w", row.EpisodeID, err)
+		}
+		return &p, nil
+	}
+	c := row.CompactPlan()
+	if c == nil {
+		return nil, fmt.Errorf("episode %s: no fault plan recorded (neither plan nor plan_digest)", row.EpisodeID)
+	}
+	var tmpl *gauntletv1.FaultPlan
+	if c.Template != "" {
+		rows, err := selectRows(ctx, conn, database, "plan_templates", templateColumns, "WHERE template = ?", c.Template)
+		if err != nil {
+			return nil, fmt.Errorf("episode %s: plan template %s: %w", row.EpisodeID, c.Template, err)
+		}
+		if len(rows) == 0 {
+			return nil, fmt.Errorf("episode %s: plan template %s: no row in %s.plan_templates", row.EpisodeID, c.Template, database)
+		}
+		tmpl = &gauntletv1.FaultPlan{}
+		if err := protojson.Unmarshal([]byte(rows[0].Plan), tmpl); err != nil {
+			return nil, fmt.Errorf("episode %s: plan template %s: %w", row.EpisodeID, c.Template, err)
+		}
+	}
+	p, err := faults.Expand(c, services, tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", row.EpisodeID, err)
+	}
+	return p, nil
 }
 
 // RunCounts returns how many distinct episodes have ended and how many distinct steps

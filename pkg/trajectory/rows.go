@@ -96,15 +96,17 @@ type StepRow struct {
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
 type EpisodeRow struct {
-	RunID       string
-	EpisodeID   string
-	Idx         uint64
-	Env         string
-	Params      string // canonical JSON
-	Seed        uint64
-	Policy      string
-	Profile     string
-	Plan        string // the FaultPlan as compact protojson with proto field names
+	RunID     string
+	EpisodeID string
+	Idx       uint64
+	Env       string
+	Params    string // canonical JSON
+	Seed      uint64
+	Policy    string
+	Profile   string
+	// Plan is a whole FaultPlan as compact protojson with proto field names; empty for
+	// a plan recorded by reference (the columns below, pkg/faults.Expand).
+	Plan        string
 	WorkerID    string
 	RequestedAt time.Time
 	StartedAt   time.Time
@@ -128,6 +130,35 @@ type EpisodeRow struct {
 	DriftSelectors []string
 	DriftValues    []float64
 	DriftSources   []string
+	// PlanSeed, CatalogueVersion, PlanTemplate and PlanDigest are the plan's inputs and
+	// digest; with Profile, the env's services and the drift values they re-derive it.
+	PlanSeed         uint64
+	CatalogueVersion string
+	PlanTemplate     string
+	PlanDigest       string
+}
+
+// TemplateRow is one row of plan_templates: a user-defined profile's plan template.
+type TemplateRow struct {
+	Template         string // its id
+	Profile          string
+	CatalogueVersion string
+	Plan             string // the template as a FaultPlan in canonical JSON
+	Version          uint64
+}
+
+// CompactPlan returns the compact plan the row records (nil when the row holds a whole
+// plan in Plan, or no plan), for pkg/faults.Expand.
+func (r EpisodeRow) CompactPlan() *gauntletv1.FaultPlan {
+	if r.Plan != "" || r.PlanDigest == "" {
+		return nil
+	}
+	p := &gauntletv1.FaultPlan{Profile: r.Profile, Seed: r.PlanSeed, CatalogueVersion: r.CatalogueVersion,
+		Digest: r.PlanDigest, Compact: true, Template: r.PlanTemplate}
+	for i, sel := range r.DriftSelectors {
+		p.DriftValues = append(p.DriftValues, &gauntletv1.DriftValue{Selector: sel, Value: r.DriftValues[i], Source: r.DriftSources[i]})
+	}
+	return p
 }
 
 // FaultRow is one row of the faults table: one fault that fired during a step.
@@ -252,9 +283,12 @@ func appendFaultRows(rows []FaultRow, s *gauntletv1.StepTaken) []FaultRow {
 
 // newEpisodeRow projects an EpisodeEnded.
 func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
-	plan, err := canonicalJSON(e.GetPlan())
-	if err != nil {
-		return EpisodeRow{}, fmt.Errorf("episode %s: encode fault plan: %w", e.GetEpisode().GetEpisodeId(), err)
+	var plan string
+	if p := e.GetPlan(); p != nil && !p.GetCompact() { // a whole plan, from an older worker
+		var err error
+		if plan, err = canonicalJSON(p); err != nil {
+			return EpisodeRow{}, fmt.Errorf("episode %s: encode fault plan: %w", e.GetEpisode().GetEpisodeId(), err)
+		}
 	}
 	req := e.GetEpisode()
 	dv := e.GetPlan().GetDriftValues()
@@ -263,35 +297,39 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		sels[i], vals[i], srcs[i] = v.GetSelector(), v.GetValue(), v.GetSource()
 	}
 	return EpisodeRow{
-		DriftSelectors: sels,
-		DriftValues:    vals,
-		DriftSources:   srcs,
-		RunID:          req.GetRunId(),
-		EpisodeID:      req.GetEpisodeId(),
-		Idx:            req.GetIndex(),
-		Env:            req.GetEnv(),
-		Params:         req.GetParamsJson(),
-		Seed:           req.GetSeed(),
-		Policy:         req.GetPolicy(),
-		Profile:        e.GetProfile(),
-		Plan:           plan,
-		WorkerID:       e.GetWorkerId(),
-		RequestedAt:    dateTime(req.GetRequestedAtUnixNano()),
-		StartedAt:      dateTime(e.GetStartedAtUnixNano()),
-		EndedAt:        dateTime(e.GetEndedAtUnixNano()),
-		StartedAtNs:    unsigned(e.GetStartedAtUnixNano()),
-		EndedAtNs:      unsigned(e.GetEndedAtUnixNano()),
-		Steps:          e.GetSteps(),
-		Terminated:     e.GetTerminated(),
-		Truncated:      e.GetTruncated(),
-		Reason:         e.GetReason().Name(),
-		InfraError:     e.GetInfraError(),
-		Error:          e.GetError(),
-		Success:        e.GetSuccess(),
-		TotalReward:    e.GetTotalReward(),
-		FaultsFired:    e.GetFaultsFired(),
-		VirtualTimeNs:  unsigned(e.GetVirtualTimeNs()),
-		Version:        unsigned(e.GetEndedAtUnixNano()), // see stepVersion
+		DriftSelectors:   sels,
+		DriftValues:      vals,
+		DriftSources:     srcs,
+		RunID:            req.GetRunId(),
+		EpisodeID:        req.GetEpisodeId(),
+		Idx:              req.GetIndex(),
+		Env:              req.GetEnv(),
+		Params:           req.GetParamsJson(),
+		Seed:             req.GetSeed(),
+		Policy:           req.GetPolicy(),
+		Profile:          e.GetProfile(),
+		Plan:             plan,
+		PlanSeed:         e.GetPlan().GetSeed(),
+		CatalogueVersion: e.GetPlan().GetCatalogueVersion(),
+		PlanTemplate:     e.GetPlan().GetTemplate(),
+		PlanDigest:       e.GetPlan().GetDigest(),
+		WorkerID:         e.GetWorkerId(),
+		RequestedAt:      dateTime(req.GetRequestedAtUnixNano()),
+		StartedAt:        dateTime(e.GetStartedAtUnixNano()),
+		EndedAt:          dateTime(e.GetEndedAtUnixNano()),
+		StartedAtNs:      unsigned(e.GetStartedAtUnixNano()),
+		EndedAtNs:        unsigned(e.GetEndedAtUnixNano()),
+		Steps:            e.GetSteps(),
+		Terminated:       e.GetTerminated(),
+		Truncated:        e.GetTruncated(),
+		Reason:           e.GetReason().Name(),
+		InfraError:       e.GetInfraError(),
+		Error:            e.GetError(),
+		Success:          e.GetSuccess(),
+		TotalReward:      e.GetTotalReward(),
+		FaultsFired:      e.GetFaultsFired(),
+		VirtualTimeNs:    unsigned(e.GetVirtualTimeNs()),
+		Version:          unsigned(e.GetEndedAtUnixNano()), // see stepVersion
 	}, nil
 }
 

@@ -189,6 +189,30 @@ var migrations = []migration{
 		ORDER BY (episode_id, step)`,
 		`CREATE VIEW IF NOT EXISTS {db}.trainer_steps_final AS SELECT * FROM {db}.trainer_steps FINAL`,
 	}},
+	// Plans recorded by reference (B3, B6): an episode's plan is its profile, plan seed,
+	// catalogue version, drift values and, for a user-defined profile, its template (one
+	// row in plan_templates, shared by every episode of the profile); plan_digest checks
+	// a re-derivation (pkg/faults.Expand). The plan column keeps whole plans of older rows.
+	{version: 5, name: "fault plans by reference",
+		addColumns: []addColumn{
+			{"episodes", "plan_seed", "UInt64", "drift_sources"},
+			{"episodes", "catalogue_version", "String", "plan_seed"},
+			{"episodes", "plan_template", "String", "catalogue_version"},
+			{"episodes", "plan_digest", "String", "plan_template"},
+		},
+		stmts: []string{
+			`CREATE TABLE IF NOT EXISTS {db}.plan_templates (
+				template String,
+				profile String,
+				catalogue_version String,
+				plan String,
+				version UInt64
+			) ENGINE = ReplacingMergeTree(version)
+			ORDER BY template`,
+			`CREATE VIEW IF NOT EXISTS {db}.plan_templates_final AS SELECT * FROM {db}.plan_templates FINAL`,
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

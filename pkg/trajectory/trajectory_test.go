@@ -52,6 +52,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"episodes_final", "View"},
 		{"faults", "ReplacingMergeTree"},
 		{"faults_final", "View"},
+		{"plan_templates", "ReplacingMergeTree"},
+		{"plan_templates_final", "View"},
 		{"schema_migrations", "MergeTree"},
 		{"steps", "ReplacingMergeTree"},
 		{"steps_final", "View"},
@@ -71,6 +73,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"episodes", columnList(episodeColumns)},
 		{"faults", columnList(faultColumns)},
 		{"trainer_steps", columnList(trainerColumns)},
+		{"plan_templates", columnList(templateColumns)},
 	} {
 		_, rows, err := Query(ctx, conn, "SELECT name FROM system.columns WHERE database = '"+testDB+"' AND table = '"+table.name+"'")
 		if err != nil {
@@ -241,11 +244,13 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		TotalReward: 0.865,
 		FaultsFired: 1,
 		// VirtualTimeNs of 35 steps of 12.5 ms.
-		VirtualTimeNs:  35 * 12_500_000,
-		Version:        uint64(requestedAt + 7_123_456_789),
-		DriftSelectors: []string{"*.latency.mean_ms", "catalog.http_503.probability"},
-		DriftValues:    []float64{250, 0.2},
-		DriftSources:   []string{"global", "run"},
+		VirtualTimeNs:    35 * 12_500_000,
+		Version:          uint64(requestedAt + 7_123_456_789),
+		DriftSelectors:   []string{"*.latency.mean_ms", "catalog.http_503.probability"},
+		DriftValues:      []float64{250, 0.2},
+		DriftSources:     []string{"global", "run"},
+		PlanSeed:         1000,
+		CatalogueVersion: "v1",
 	})
 }
 

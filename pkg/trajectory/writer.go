@@ -3,6 +3,8 @@ package trajectory
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -10,12 +12,29 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// Writer projects events into the steps, faults and episodes tables of one database.
-// It holds no state between calls and is safe for concurrent use.
+// Writer projects events into the steps, faults, episodes and plan_templates tables of
+// one database. Its only state between calls is the set of templates it has written; it
+// is safe for concurrent use.
 type Writer struct {
 	conn     driver.Conn
 	database string
 	err      error // a bad database name, reported by every Write
+
+	templates TemplateSource
+	written   sync.Map // template id → struct{}: in plan_templates already
+}
+
+// TemplateSource finds the templates compact plans name (pkg/faults/templates.Store).
+type TemplateSource interface {
+	Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, error)
+}
+
+// WithTemplates makes Write record the template of every user-defined profile's plan an
+// episode names, once, in plan_templates, before the episode's row. Without a source, a
+// batch holding such an episode fails.
+func (w *Writer) WithTemplates(src TemplateSource) *Writer {
+	w.templates = src
+	return w
 }
 
 // Counts says what one Write did.
@@ -162,11 +181,50 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		return n, err
 	}
 	n.Trainer = len(trainer)
+	// A template before the first episode naming it, so every recorded plan can be expanded.
+	tmpls, err := w.newTemplates(ctx, episodes)
+	if err != nil {
+		return n, err
+	}
+	if err := insert(ctx, w.conn, w.database, "plan_templates", templateColumns, tmpls); err != nil {
+		return n, err
+	}
+	for _, t := range tmpls {
+		w.written.Store(t.Template, struct{}{})
+	}
 	if err := insert(ctx, w.conn, w.database, "episodes", episodeColumns, episodes); err != nil {
 		return n, err
 	}
 	n.Episodes = len(episodes)
 	return n, nil
+}
+
+// newTemplates returns the rows of the templates episodes name that this Writer has not
+// written yet.
+func (w *Writer) newTemplates(ctx context.Context, episodes []EpisodeRow) ([]TemplateRow, error) {
+	var rows []TemplateRow
+	for i := range episodes {
+		id := episodes[i].PlanTemplate
+		if id == "" {
+			continue
+		}
+		if _, done := w.written.Load(id); done || slices.ContainsFunc(rows, func(r TemplateRow) bool { return r.Template == id }) {
+			continue
+		}
+		if w.templates == nil {
+			return nil, fmt.Errorf("write trajectory: episode %s: plan template %s: this writer has no template source", episodes[i].EpisodeID, id)
+		}
+		t, err := w.templates.Get(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("write trajectory: episode %s: %w", episodes[i].EpisodeID, err)
+		}
+		plan, err := canonicalJSON(t)
+		if err != nil {
+			return nil, fmt.Errorf("write trajectory: plan template %s: %w", id, err)
+		}
+		rows = append(rows, TemplateRow{Template: id, Profile: t.GetProfile(), CatalogueVersion: t.GetCatalogueVersion(), Plan: plan, Version: 1})
+	}
+	return rows, nil
 }
 
 // RowsOf is how many step and episode rows an event projects to (its fault and trainer

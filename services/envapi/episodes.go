@@ -273,7 +273,8 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		}
 	}
 	sess := play.NewSession(s.bus(), s.cfg.SegmentSteps, &gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, s.cfg.ID)
-	if _, err := sess.Prepare(); err != nil {
+	// The env API's plans name built-in profiles only: no template to find.
+	if _, err := sess.Prepare(sctx); err != nil {
 		_ = sess.Close()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}

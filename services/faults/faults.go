@@ -22,6 +22,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -36,6 +37,8 @@ type Service struct {
 	log     *slog.Logger
 	sub     *nats.Subscription
 	planned metric.Int64Counter
+	// templates is where user-defined profiles' plan templates go (set by Starting).
+	templates *templates.Store
 }
 
 // New allocates the service.
@@ -49,6 +52,7 @@ func New(getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service 
 // Starting subscribes to the plan subject.
 func (s *Service) Starting(ctx context.Context) error {
 	nc := s.bus().NC
+	s.templates = templates.New(s.bus().JS)
 	sub, err := nc.QueueSubscribe(bus.SubjectPlan, QueueGroup, s.handle)
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", bus.SubjectPlan, err)
@@ -74,6 +78,7 @@ func (s *Service) Stopping(context.Context) error {
 func (s *Service) handle(m *nats.Msg) {
 	var req gauntletv1.PlanRequest
 	var reply *gauntletv1.PlanReply
+	var tmpls map[string]*gauntletv1.FaultPlan
 	if err := proto.Unmarshal(m.Data, &req); err != nil {
 		reply = &gauntletv1.PlanReply{Error: fmt.Sprintf("decode plan request: %v", err)}
 	} else {
@@ -84,8 +89,18 @@ func (s *Service) handle(m *nats.Msg) {
 		cancel()
 		if gerr != nil {
 			reply = &gauntletv1.PlanReply{Error: gerr.Error()}
-		} else if reply, err = s.Plan(&req, global.GetDrift()); err != nil {
+		} else if reply, tmpls, err = s.Plan(&req, global.GetDrift()); err != nil {
 			reply = &gauntletv1.PlanReply{Error: err.Error()}
+		} else {
+			// Every template a plan names is findable before any worker sees the plan.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			for id, t := range tmpls {
+				if err := s.templates.Put(ctx, id, t); err != nil {
+					reply = &gauntletv1.PlanReply{Error: err.Error()}
+					break
+				}
+			}
+			cancel()
 		}
 	}
 	data, err := proto.Marshal(reply)
@@ -98,67 +113,90 @@ func (s *Service) handle(m *nats.Msg) {
 	}
 }
 
-// Plan derives the plan of every episode in the request, in order. The profile of an
-// episode is drawn from the mix with the episode's seed, so it is as reproducible as the
-// plan itself. The mix may name the run's user-defined profiles (req.custom_profiles),
-// whose plans come from their YAML specs. Drift (B6) is applied on top: first the global schedules, then the run's
-// (req.drift), each evaluated at the episode's index or requested time, so a run's value
-// overrides a global one for the same selector. The values in force are recorded on the
-// plan. Drift changes numbers only: the plan's seed and rule ids, hence every random draw,
-// stay what they are without drift.
-func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) (*gauntletv1.PlanReply, error) {
+// Plan derives the plan of every episode in the request, in order, and returns them
+// compact (pkg/faults.Compact: inputs, digest, template id) with the templates they name,
+// by id, which the caller must make findable (templates.Store.Put) before it hands the
+// plans out. The profile of an episode is drawn from the mix with the episode's seed, so
+// it is as reproducible as the plan itself. The mix may name the run's user-defined
+// profiles (req.custom_profiles), whose rules come from their YAML specs, the same for
+// every episode of the profile: the template. Drift (B6) is applied on top: first the
+// global schedules, then the run's (req.drift), each evaluated at the episode's index or
+// requested time, so a run's value overrides a global one for the same selector. The
+// values in force are recorded on the plan. Drift changes numbers only: the plan's seed
+// and rule ids, hence every random draw, stay what they are without drift.
+func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) (*gauntletv1.PlanReply, map[string]*gauntletv1.FaultPlan, error) {
 	custom, err := plans.CompileCustomProfiles(req.GetCustomProfiles())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mix := req.GetProfiles()
 	if len(mix) == 0 {
 		mix = plans.DefaultMix()
 	}
 	if err := plans.ValidateMix(mix, custom.Names()...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := plans.ValidateDrift(req.GetDrift()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := plans.ValidateDrift(global); err != nil {
-		return nil, fmt.Errorf("global %w", err)
+		return nil, nil, fmt.Errorf("global %w", err)
 	}
 	reply := &gauntletv1.PlanReply{Plans: make([]*gauntletv1.FaultPlan, len(req.Episodes))}
 	services := map[string][]string{}
+	type template struct {
+		id   string
+		plan *gauntletv1.FaultPlan
+	}
+	byProfile := map[[2]string]template{} // (env, profile) → template
+	used := map[string]*gauntletv1.FaultPlan{}
 	for i, ep := range req.Episodes {
 		svcs, ok := services[ep.Env]
 		if !ok {
 			e, err := env.Lookup(ep.Env)
 			if err != nil {
-				return nil, fmt.Errorf("episodes[%d].env: %w", i, err)
+				return nil, nil, fmt.Errorf("episodes[%d].env: %w", i, err)
 			}
 			svcs = e.Spec().Services
 			services[ep.Env] = svcs
 		}
 		profile, err := plans.ChooseProfile(rng.Derive(ep.Seed, "profile"), mix, custom.Names()...)
 		if err != nil {
-			return nil, fmt.Errorf("episodes[%d]: choose profile: %w", i, err)
+			return nil, nil, fmt.Errorf("episodes[%d]: choose profile: %w", i, err)
 		}
-		var p *gauntletv1.FaultPlan
+		ref := &gauntletv1.FaultPlan{Profile: profile, Seed: rng.Derive(ep.Seed, "faults"),
+			CatalogueVersion: plans.CatalogueVersion, Compact: true}
+		var tmpl *gauntletv1.FaultPlan
 		if _, own := custom[profile]; own {
-			p, err = custom.Plan(rng.Derive(ep.Seed, "faults"), profile, svcs)
-		} else {
-			p, err = plans.Plan(rng.Derive(ep.Seed, "faults"), profile, svcs)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("episodes[%d]: plan: %w", i, err)
+			t, ok := byProfile[[2]string{ep.Env, profile}]
+			if !ok {
+				full, err := custom.Plan(0, profile, svcs)
+				if err != nil {
+					return nil, nil, fmt.Errorf("episodes[%d]: plan: %w", i, err)
+				}
+				if t.plan, t.id, err = plans.NewTemplate(full); err != nil {
+					return nil, nil, fmt.Errorf("episodes[%d]: plan: %w", i, err)
+				}
+				byProfile[[2]string{ep.Env, profile}] = t
+			}
+			tmpl, ref.Template = t.plan, t.id
+			used[t.id] = t.plan
 		}
 		if len(global)+len(req.GetDrift()) > 0 {
 			pos := plans.EpisodePosition(ep)
-			values := append(plans.DriftValues(global, pos, plans.DriftSourceGlobal),
+			ref.DriftValues = append(plans.DriftValues(global, pos, plans.DriftSourceGlobal),
 				plans.DriftValues(req.GetDrift(), pos, plans.DriftSourceRun)...)
-			if err := plans.ApplyDrift(p, values); err != nil {
-				return nil, fmt.Errorf("episodes[%d]: %w", i, err)
-			}
 		}
-		reply.Plans[i] = p
+		full, err := plans.Derive(ref, svcs, tmpl)
+		if err != nil {
+			return nil, nil, fmt.Errorf("episodes[%d]: %w", i, err)
+		}
+		ref.DriftValues = full.DriftValues
+		if ref.Digest, err = plans.Digest(full); err != nil {
+			return nil, nil, fmt.Errorf("episodes[%d]: %w", i, err)
+		}
+		reply.Plans[i] = ref
 	}
 	s.planned.Add(context.Background(), int64(len(req.Episodes)))
-	return reply, nil
+	return reply, used, nil
 }

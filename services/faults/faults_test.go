@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -20,11 +23,11 @@ func newService() *Service {
 func TestPlanIsDeterministicPerEpisode(t *testing.T) {
 	eps := []*gauntletv1.EpisodeRequested{{EpisodeId: "a", Env: "shop", Seed: 1}, {EpisodeId: "b", Env: "shop", Seed: 2}}
 	s := newService()
-	r1, err := s.Plan(&gauntletv1.PlanRequest{Episodes: eps}, nil)
+	r1, _, err := s.Plan(&gauntletv1.PlanRequest{Episodes: eps}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, _ := s.Plan(&gauntletv1.PlanRequest{Episodes: []*gauntletv1.EpisodeRequested{eps[1], eps[0]}}, nil)
+	r2, _, _ := s.Plan(&gauntletv1.PlanRequest{Episodes: []*gauntletv1.EpisodeRequested{eps[1], eps[0]}}, nil)
 	if !proto.Equal(r1.Plans[0], r2.Plans[1]) || !proto.Equal(r1.Plans[1], r2.Plans[0]) {
 		t.Fatal("an episode's plan depends on what else is in the request")
 	}
@@ -45,8 +48,66 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 			Points: []*gauntletv1.DriftPoint{{At: 0, Value: 1}}}}}}, `drift[0].selector: "*.latency.mean": fault latency (kind latency) has no parameter "mean"`},
 	}
 	for _, tc := range cases {
-		if _, err := s.Plan(tc.req, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := s.Plan(tc.req, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Plan error = %v, want %q", err, tc.want)
 		}
+	}
+}
+
+// The service hands out compact plans; expanded with the templates it returns, each is
+// exactly the plan pkg/faults derives for the episode's seed, profile and drift.
+func TestPlansAreCompactAndExpandExactly(t *testing.T) {
+	const spec = "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 80, jitter_ms: 10}}\n"
+	req := &gauntletv1.PlanRequest{
+		Profiles:       []*gauntletv1.Share{{Name: "slow", Weight: 1}, {Name: plans.ProfileEdge, Weight: 1}},
+		CustomProfiles: []*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: spec}},
+		Drift: []*gauntletv1.Drift{{Selector: "*.latency.mean_ms", Schedule: &gauntletv1.DriftSchedule{
+			Shape: gauntletv1.DriftShape_DRIFT_SHAPE_LINEAR, Points: []*gauntletv1.DriftPoint{{At: 0, Value: 10}, {At: 100, Value: 210}}}}},
+	}
+	for i := range 40 {
+		req.Episodes = append(req.Episodes, &gauntletv1.EpisodeRequested{EpisodeId: fmt.Sprint(i), Env: "shop", Seed: uint64(1000 + i), Index: uint64(i)})
+	}
+	reply, tmpls, err := newService().Plan(req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tmpls) != 1 {
+		t.Fatalf("%d templates for one user-defined profile", len(tmpls))
+	}
+	custom, err := plans.CompileCustomProfiles(req.CustomProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := []string{"catalog", "inventory", "orders", "payment", "shipping"}
+	seen := map[string]int{}
+	for i, c := range reply.Plans {
+		if !c.Compact || len(c.Rules) > 0 {
+			t.Fatalf("plan %d is not compact: %v", i, c)
+		}
+		got, err := plans.Expand(c, svcs, tmpls[c.Template])
+		if err != nil {
+			t.Fatalf("plan %d: %v", i, err)
+		}
+		ep := req.Episodes[i]
+		var want *gauntletv1.FaultPlan
+		if c.Profile == "slow" {
+			want, err = custom.Plan(rng.Derive(ep.Seed, "faults"), "slow", svcs)
+		} else {
+			want, err = plans.Plan(rng.Derive(ep.Seed, "faults"), c.Profile, svcs)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := plans.ApplyDrift(want, plans.DriftValues(req.Drift, plans.EpisodePosition(ep), plans.DriftSourceRun)); err != nil {
+			t.Fatal(err)
+		}
+		want.Digest = c.Digest
+		if !proto.Equal(got, want) {
+			t.Fatalf("plan %d expanded to\n%v\nwant\n%v", i, got, want)
+		}
+		seen[c.Profile]++
+	}
+	if seen["slow"] == 0 || seen[plans.ProfileEdge] == 0 {
+		t.Fatalf("profiles drawn %v; the test needs both", seen)
 	}
 }

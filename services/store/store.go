@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -116,7 +117,8 @@ func (s *Service) Starting(ctx context.Context) error {
 	if err := trajectory.Migrate(ctx, conn, s.cfg.Database); err != nil {
 		return fmt.Errorf("migrate clickhouse schema: %w", err)
 	}
-	s.writer = trajectory.NewWriter(conn, s.cfg.Database)
+	// Compact plans of user-defined profiles name templates, recorded once each.
+	s.writer = trajectory.NewWriter(conn, s.cfg.Database).WithTemplates(templates.New(s.bus().JS))
 	s.cons, err = s.bus().JS.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "the ClickHouse projection",

@@ -33,6 +33,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -99,6 +100,8 @@ type Service struct {
 	// sandboxes is nil when no sandbox runtime is configured; runtimes owns it.
 	sandboxes env.Sandboxes
 	runtimes  *runtimes.Sandboxes
+	// templates finds the templates of user-defined profiles' compact plans.
+	templates *templates.Store
 
 	steps    metric.Int64Counter
 	episodes metric.Int64Counter
@@ -156,6 +159,7 @@ func (w *Service) Starting(ctx context.Context) error {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.cons = cons
+	w.templates = templates.New(w.bus().JS)
 	return nil
 }
 
@@ -258,12 +262,13 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 
 	sess := play.NewSession(w.bus(), w.cfg.SegmentSteps, a, w.cfg.ID)
 	sess.Sandboxes = w.sandboxes
+	sess.Templates = w.templates
 	defer func() {
 		if err := sess.Close(); err != nil {
 			w.log.Warn("close episode", "episode_id", req.EpisodeId, "err", err)
 		}
 	}()
-	agent, err := w.prepare(sess)
+	agent, err := w.prepare(ctx, sess)
 	if err != nil {
 		return w.finish(ctx, sess, sess.Fail(ctx, err))
 	}
@@ -299,8 +304,8 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 }
 
 // prepare builds the episode and its agent; its errors are the request's fault.
-func (w *Service) prepare(sess *play.Session) (env.Agent, error) {
-	e, err := sess.Prepare()
+func (w *Service) prepare(ctx context.Context, sess *play.Session) (env.Agent, error) {
+	e, err := sess.Prepare(ctx)
 	if err != nil {
 		return nil, err
 	}

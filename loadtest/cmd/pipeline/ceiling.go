@@ -39,8 +39,8 @@ const segmentSteps = 32
 // the demo's default profile mix) until at least minSteps steps are recorded, building the
 // events exactly as services/worker does: StepsTaken segments of up to segmentSteps steps
 // each scored with pkg/reward, the first carrying the start and the last the end with the
-// fault plan (play.Segmenter). Fault plans come from
-// pkg/faults as services/faults derives them.
+// fault plan (play.Segmenter). Fault plans come from pkg/faults as services/faults derives
+// them, and the ends carry them compact, as the worker does.
 func generate(ctx context.Context, policyName string, minSteps int) (*corpus, error) {
 	req := &gauntletv1.RunRequested{
 		RunId: campaign.NewRunID(), Env: "shop", ParamsJson: "{}",
@@ -85,7 +85,12 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
-		if err := c.play(e, pol, spec, workerID, ep, plan); err != nil {
+		// Recorded by reference, as the faults service hands plans out (faults.Compact).
+		ref, err := faults.Compact(plan, "")
+		if err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+		if err := c.play(e, pol, spec, workerID, ep, plan, ref); err != nil {
 			return nil, err
 		}
 	}
@@ -96,7 +101,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 // play is services/worker's Service.play with the reward service replaced by a direct
 // call of the same pure function and the bus replaced by c.events; the segments come
 // from the same play.Segmenter the worker publishes through.
-func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan) error {
+func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan, ref *gauntletv1.FaultPlan) error {
 	inj, err := faults.NewInjector(plan)
 	if err != nil {
 		return fmt.Errorf("fault plan: %w", err)
@@ -111,7 +116,7 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 	}
 	startedAt := time.Now()
 	ended := &gauntletv1.EpisodeEnded{
-		Episode: req, Profile: plan.GetProfile(), Plan: plan, WorkerId: workerID,
+		Episode: req, Profile: plan.GetProfile(), Plan: ref, WorkerId: workerID,
 		StartedAtUnixNano: startedAt.UnixNano(),
 	}
 	obs, err := episode.Reset()

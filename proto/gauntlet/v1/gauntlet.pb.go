@@ -478,7 +478,18 @@ type FaultPlan struct {
 	// Faults applied at a real sandbox's boundaries rather than on simulated calls (storage
 	// faults on the file tools, resource faults through cgroup knobs), as a profile spec in
 	// YAML (pkg/faults.Spec); empty when the plan has none (B1, B2).
-	BoundarySpec  string `protobuf:"bytes,6,opt,name=boundary_spec,json=boundarySpec,proto3" json:"boundary_spec,omitempty"`
+	BoundarySpec string `protobuf:"bytes,6,opt,name=boundary_spec,json=boundarySpec,proto3" json:"boundary_spec,omitempty"`
+	// Digest of the whole plan (pkg/faults.Digest: the deterministic encoding of every
+	// field above, drift applied), so a plan re-derived from its inputs can be checked.
+	Digest string `protobuf:"bytes,7,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Set when the plan travels and is recorded by reference: rules and boundary_spec are
+	// left out and pkg/faults.Expand re-derives them, from the built-in profile's code and
+	// the seed, or from the template named below, then applies drift_values (B3, B6).
+	Compact bool `protobuf:"varint,8,opt,name=compact,proto3" json:"compact,omitempty"`
+	// Id of the template of a user-defined profile's plan (its rules and boundary spec
+	// before drift, seed-independent), kept in the gauntlet_plan_templates KV bucket and
+	// the plan_templates table; empty for built-in profiles, whose rules follow from the seed.
+	Template      string `protobuf:"bytes,9,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +562,27 @@ func (x *FaultPlan) GetDriftValues() []*DriftValue {
 func (x *FaultPlan) GetBoundarySpec() string {
 	if x != nil {
 		return x.BoundarySpec
+	}
+	return ""
+}
+
+func (x *FaultPlan) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *FaultPlan) GetCompact() bool {
+	if x != nil {
+		return x.Compact
+	}
+	return false
+}
+
+func (x *FaultPlan) GetTemplate() string {
+	if x != nil {
+		return x.Template
 	}
 	return ""
 }
@@ -2872,14 +2904,17 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
-	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xf5\x01\n" +
+	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xc3\x02\n" +
 	"\tFaultPlan\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12,\n" +
 	"\x05rules\x18\x03 \x03(\v2\x16.gauntlet.v1.FaultRuleR\x05rules\x12+\n" +
 	"\x11catalogue_version\x18\x04 \x01(\tR\x10catalogueVersion\x12:\n" +
 	"\fdrift_values\x18\x05 \x03(\v2\x17.gauntlet.v1.DriftValueR\vdriftValues\x12#\n" +
-	"\rboundary_spec\x18\x06 \x01(\tR\fboundarySpec\"\x8c\x02\n" +
+	"\rboundary_spec\x18\x06 \x01(\tR\fboundarySpec\x12\x16\n" +
+	"\x06digest\x18\a \x01(\tR\x06digest\x12\x18\n" +
+	"\acompact\x18\b \x01(\bR\acompact\x12\x1a\n" +
+	"\btemplate\x18\t \x01(\tR\btemplate\"\x8c\x02\n" +
 	"\tFaultRule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12 \n" +

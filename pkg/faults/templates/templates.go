@@ -1,0 +1,131 @@
+// Package templates keeps the templates of user-defined profiles' fault plans (B3) where
+// every process can find them: the gauntlet_plan_templates KV bucket, keyed by template id
+// (pkg/faults.NewTemplate). The faults service puts a template before it hands out the
+// first compact plan naming it; workers, the env API and the store get it when a compact
+// plan names it (pkg/faults.Expand) and keep it in memory, since a run has few.
+//
+// A Store is safe for concurrent use.
+package templates
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// maxCached bounds the templates a Store keeps; past it the cache starts over. A template
+// is one per (user-defined profile, catalogue version), so this is far above real use.
+const maxCached = 4096
+
+// Store reads and writes plan templates in the KV bucket, through a cache.
+type Store struct {
+	js jetstream.JetStream
+
+	mu     sync.Mutex
+	kv     jetstream.KeyValue
+	cached map[string]*gauntletv1.FaultPlan // id → template, verified
+}
+
+// New returns a Store over js, whose bucket bus.EnsureStreams created.
+func New(js jetstream.JetStream) *Store {
+	return &Store{js: js, cached: make(map[string]*gauntletv1.FaultPlan)}
+}
+
+func (s *Store) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kv != nil {
+		return s.kv, nil
+	}
+	kv, err := s.js.KeyValue(ctx, bus.BucketPlanTemplates)
+	if err != nil {
+		return nil, fmt.Errorf("open kv bucket %s: %w", bus.BucketPlanTemplates, err)
+	}
+	s.kv = kv
+	return kv, nil
+}
+
+func (s *Store) lookup(id string) *gauntletv1.FaultPlan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cached[id]
+}
+
+func (s *Store) remember(id string, t *gauntletv1.FaultPlan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cached) >= maxCached {
+		clear(s.cached)
+	}
+	s.cached[id] = t
+}
+
+// Put stores template t under id, its faults.NewTemplate id, unless this Store already
+// holds it. Templates are content-addressed, so putting one twice, from any process, is
+// harmless.
+func (s *Store) Put(ctx context.Context, id string, t *gauntletv1.FaultPlan) error {
+	if s.lookup(id) != nil {
+		return nil
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("put plan template %s: %w", id, err)
+	}
+	kv, err := s.bucket(ctx)
+	if err != nil {
+		return fmt.Errorf("put plan template %s: %w", id, err)
+	}
+	if _, err := kv.Put(ctx, id, data); err != nil {
+		return fmt.Errorf("put plan template %s: %w", id, err)
+	}
+	s.remember(id, t)
+	return nil
+}
+
+// Get returns the template with the given id, from the cache or the bucket, checked
+// against its id.
+func (s *Store) Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, error) {
+	if t := s.lookup(id); t != nil {
+		return t, nil
+	}
+	kv, err := s.bucket(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("plan template %s: %w", id, err)
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("plan template %s: not in kv bucket %s (was it planned by this cluster's faults service?)", id, bus.BucketPlanTemplates)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plan template %s: %w", id, err)
+	}
+	t := &gauntletv1.FaultPlan{}
+	if err := proto.Unmarshal(e.Value(), t); err != nil {
+		return nil, fmt.Errorf("plan template %s: decode: %w", id, err)
+	}
+	if _, got, err := faults.NewTemplate(t); err != nil || got != id {
+		return nil, fmt.Errorf("plan template %s: content has id %s (%v)", id, got, err)
+	}
+	s.remember(id, t)
+	return t, nil
+}
+
+// Expand is faults.Expand with the template p names, if any, got from the Store.
+func (s *Store) Expand(ctx context.Context, p *gauntletv1.FaultPlan, services []string) (*gauntletv1.FaultPlan, error) {
+	var t *gauntletv1.FaultPlan
+	if p.GetCompact() && p.GetTemplate() != "" {
+		var err error
+		if t, err = s.Get(ctx, p.GetTemplate()); err != nil {
+			return nil, fmt.Errorf("expand plan: %w", err)
+		}
+	}
+	return faults.Expand(p, services, t)
+}
