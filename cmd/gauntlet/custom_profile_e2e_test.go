@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // TestCustomProfileRun submits a run whose mix names a user-defined YAML profile beside
@@ -43,10 +49,44 @@ func TestCustomProfileRun(t *testing.T) {
 	if nc+nb != 200 || nc < 120 || nc > 175 {
 		t.Fatalf("flaky-shop %d, baseline %d episodes: want 200 in about a 3:1 ratio", nc, nb)
 	}
-	if got := q("profile = 'flaky-shop' AND position(plan, '\"id\":\"payment.pay-429\"') > 0 AND position(plan, 'http_503') = 0"); got != custom {
-		t.Fatalf("%s of %d flaky-shop plans hold the profile's rules and only them", got, nc)
+	// Plans are recorded by reference: every flaky-shop episode names the profile's one
+	// template, whose row holds its rules; the built-in plans name none.
+	holds := fmt.Sprintf(`plan = '' AND plan_digest != '' AND plan_template IN (SELECT template FROM %s.plan_templates_final
+		WHERE profile = 'flaky-shop' AND position(plan, '"id":"payment.pay-429"') > 0 AND position(plan, 'http_503') = 0)`, cfg.Database)
+	if got := q("profile = 'flaky-shop' AND " + holds); got != custom {
+		t.Fatalf("%s of %d flaky-shop plans name a template holding the profile's rules and only them", got, nc)
+	}
+	if got := q("profile = 'baseline' AND plan_template = '' AND plan_digest != ''"); got != base {
+		t.Fatalf("%s of %d baseline plans are recorded by their inputs alone", got, nb)
+	}
+	if got := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.plan_templates_final`, cfg.Database)); got != "1" {
+		t.Fatalf("%s plan templates recorded, want 1", got)
+	}
+	// Each recorded plan re-derives, digest checked, to what the episode met.
+	eps, err := trajectory.RunEpisodes(context.Background(), conn, cfg.Database, req.RunId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range eps {
+		plan, err := trajectory.EpisodePlan(context.Background(), conn, cfg.Database, row, envServices(t, "shop"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Profile == "flaky-shop" && !slices.ContainsFunc(plan.Rules, func(r *gauntletv1.FaultRule) bool { return r.Id == "payment.pay-429" }) {
+			t.Fatalf("episode %s: re-derived plan lacks the profile's 429: %v", row.EpisodeID, plan)
+		}
 	}
 	if got := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.faults_final WHERE run_id = '%s' AND fault_id = 'payment.pay-429'`, cfg.Database, req.RunId)); got == "0" {
 		t.Fatal("the profile's 429 never fired in 150 episodes")
 	}
+}
+
+// envServices is the services of a registered env, which plans are derived over.
+func envServices(t *testing.T, name string) []string {
+	t.Helper()
+	e, err := env.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Spec().Services
 }

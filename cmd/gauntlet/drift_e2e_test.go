@@ -50,7 +50,7 @@ func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
 	runToEnd(t, b, conn, cfg.Database, req)
 
 	_, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT idx, arrayStringConcat(drift_selectors, ' '),
-		arrayStringConcat(arrayMap(x -> toString(x), drift_values), ' '), arrayStringConcat(drift_sources, ' '), plan
+		arrayStringConcat(arrayMap(x -> toString(x), drift_values), ' '), arrayStringConcat(drift_sources, ' '), episode_id
 		FROM %s.episodes_final WHERE run_id = '%s' ORDER BY idx`, cfg.Database, req.RunId))
 	if err != nil {
 		t.Fatal(err)
@@ -77,9 +77,20 @@ func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
 				t.Errorf("episode %d: drift value %d = %v, want %v (ramp)", idx, i, got[i], want[i])
 			}
 		}
-		// The plan the episode met holds the drifted numbers.
-		if !strings.Contains(r[4], `"jitter_ms":7`) {
-			t.Errorf("episode %d: plan has no drifted jitter: %s", idx, r[4])
+		// The plan the episode met, re-derived from its record (digest checked), holds
+		// the drifted numbers.
+		row, err := trajectory.Episode(ctx, conn, cfg.Database, r[4])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := trajectory.EpisodePlan(ctx, conn, cfg.Database, row, envServices(t, "shop"))
+		if err != nil {
+			t.Fatalf("episode %d: %v", idx, err)
+		}
+		for _, rule := range plan.Rules {
+			if l := rule.GetLatency(); strings.HasSuffix(rule.Id, ".latency") && l.GetJitterMs() != 7 {
+				t.Errorf("episode %d: rule %s has jitter %v, not the drifted 7", idx, rule.Id, l.JitterMs)
+			}
 		}
 	}
 	hist, err := faultsvc.DriftHistory(ctx, b.JS)
