@@ -1,0 +1,96 @@
+package templates
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// startBus starts an embedded JetStream with gauntlet's streams and buckets.
+func startBus(t *testing.T) *bus.Bus {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1}, log)
+	if err := srv.Starting(ctx); err != nil {
+		t.Fatalf("start embedded NATS: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Stopping(context.Background()) })
+	b, err := bus.Connect("", "templates-test", log, srv.ConnectOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A template put by one process (the faults service) expands plans in another (a
+// worker), and a bucket entry that is not the template its key names is refused.
+func TestTemplatesCrossProcesses(t *testing.T) {
+	ctx := context.Background()
+	b := startBus(t)
+	custom, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	services := []string{"a", "b"}
+	base, err := custom.Plan(0, "slow", services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, id, err := faults.NewTemplate(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := New(b.JS).Put(ctx, id, tmpl); err != nil {
+		t.Fatal(err)
+	}
+
+	full, err := custom.Plan(42, "slow", services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := faults.Compact(full, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := New(b.JS)
+	got, err := worker.Expand(ctx, ref, services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full.Digest = ref.Digest
+	if !proto.Equal(got, full) {
+		t.Fatalf("expanded %v, want %v", got, full)
+	}
+
+	if _, err := worker.Get(ctx, "0123456789abcdef0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "not in kv bucket gauntlet_plan_templates") {
+		t.Fatalf("unknown template: %v", err)
+	}
+	// Another template's bytes under this id: found, and refused.
+	other := proto.Clone(tmpl).(*gauntletv1.FaultPlan)
+	other.Rules[0].Probability = 0.5
+	data, _ := proto.Marshal(other)
+	kv, err := b.JS.KeyValue(ctx, bus.BucketPlanTemplates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const forged = "ffffffffffffffffffffffffffffffff"
+	if _, err := kv.Put(ctx, forged, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(b.JS).Get(ctx, forged); err == nil || !strings.Contains(err.Error(), "content has id") {
+		t.Fatalf("forged template: %v", err)
+	}
+}
