@@ -14,7 +14,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
