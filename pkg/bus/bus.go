@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -203,18 +204,67 @@ func segmentSubject(seg *gauntletv1.StepsTaken) (subject, msgID string, err erro
 	return SubjectEvent(KindSteps, first.GetRunId()), id, nil
 }
 
-// PublishEventAsync publishes an event to GAUNTLET_EVENTS without waiting for the ack. It
-// waits (up to stall) when too many publishes are pending rather than failing at once.
-func (b *Bus) PublishEventAsync(ev *gauntletv1.Event, stall time.Duration) (jetstream.PubAckFuture, error) {
+// HeaderEnded is the header of an event that carries an episode's end: the end's
+// EndedSummary, protobuf in unpadded base64. The scheduler's consumer of ended events is
+// headers-only, so it counts ends without receiving the steps the message carries.
+const HeaderEnded = "Gauntlet-Ended"
+
+// eventMsg encodes an event as the message that publishes it, with its de-duplication id.
+func eventMsg(ev *gauntletv1.Event) (*nats.Msg, string, error) {
 	subj, id, err := EventSubject(ev)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	data, err := proto.Marshal(ev)
 	if err != nil {
-		return nil, fmt.Errorf("marshal event %s: %w", id, err)
+		return nil, "", fmt.Errorf("marshal event %s: %w", id, err)
 	}
-	f, err := b.JS.PublishMsgAsync(&nats.Msg{Subject: subj, Data: data}, jetstream.WithMsgID(id), jetstream.WithStallWait(stall))
+	m := &nats.Msg{Subject: subj, Data: data}
+	if e := ev.EpisodeEnd(); e != nil {
+		sum, err := EndedHeader(e)
+		if err != nil {
+			return nil, "", fmt.Errorf("event %s: %w", id, err)
+		}
+		m.Header = nats.Header{HeaderEnded: []string{sum}}
+	}
+	return m, id, nil
+}
+
+// EndedHeader is the HeaderEnded value for an episode's end.
+func EndedHeader(e *gauntletv1.EpisodeEnded) (string, error) {
+	req := e.GetEpisode()
+	b, err := proto.Marshal(&gauntletv1.EndedSummary{
+		Episode: &gauntletv1.EpisodeRef{EpisodeId: req.GetEpisodeId(), RunId: req.GetRunId(), Index: req.GetIndex()},
+		Steps:   e.GetSteps(), InfraError: e.GetInfraError(), Success: e.GetSuccess(),
+		TotalReward: e.GetTotalReward(), FaultsFired: e.GetFaultsFired(),
+	})
+	if err != nil {
+		return "", fmt.Errorf("encode ended summary: %w", err)
+	}
+	return base64.RawStdEncoding.EncodeToString(b), nil
+}
+
+// DecodeEndedHeader reads a HeaderEnded value back.
+func DecodeEndedHeader(v string) (*gauntletv1.EndedSummary, error) {
+	b, err := base64.RawStdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("header %s: %w", HeaderEnded, err)
+	}
+	var sum gauntletv1.EndedSummary
+	if err := proto.Unmarshal(b, &sum); err != nil {
+		return nil, fmt.Errorf("header %s: %w", HeaderEnded, err)
+	}
+	return &sum, nil
+}
+
+// PublishEventAsync publishes an event to GAUNTLET_EVENTS without waiting for the ack. It
+// waits (up to stall) when too many publishes are pending rather than failing at once.
+func (b *Bus) PublishEventAsync(ev *gauntletv1.Event, stall time.Duration) (jetstream.PubAckFuture, error) {
+	m, id, err := eventMsg(ev)
+	if err != nil {
+		return nil, err
+	}
+	f, err := b.JS.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithStallWait(stall))
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", id, err)
 	}
@@ -224,15 +274,11 @@ func (b *Bus) PublishEventAsync(ev *gauntletv1.Event, stall time.Duration) (jets
 // PublishEvent publishes an event and waits for the stream's ack, retrying transient
 // failures until ctx ends. The message id makes retries safe.
 func (b *Bus) PublishEvent(ctx context.Context, ev *gauntletv1.Event) error {
-	subj, id, err := EventSubject(ev)
+	m, id, err := eventMsg(ev)
 	if err != nil {
 		return err
 	}
-	data, err := proto.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("marshal event %s: %w", id, err)
-	}
-	return b.publishRetry(ctx, subj, id, data)
+	return b.publishRetry(ctx, m, id)
 }
 
 // PublishCommand publishes a command message (run or episode assignment) and waits for
@@ -242,13 +288,13 @@ func (b *Bus) PublishCommand(ctx context.Context, subject, msgID string, m proto
 	if err != nil {
 		return fmt.Errorf("marshal command %s: %w", msgID, err)
 	}
-	return b.publishRetry(ctx, subject, msgID, data)
+	return b.publishRetry(ctx, &nats.Msg{Subject: subject, Data: data}, msgID)
 }
 
-func (b *Bus) publishRetry(ctx context.Context, subj, id string, data []byte) error {
+func (b *Bus) publishRetry(ctx context.Context, m *nats.Msg, id string) error {
 	backoff := 50 * time.Millisecond
 	for {
-		_, err := b.JS.PublishMsg(ctx, &nats.Msg{Subject: subj, Data: data}, jetstream.WithMsgID(id))
+		_, err := b.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
 		if err == nil {
 			return nil
 		}

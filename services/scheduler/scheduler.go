@@ -112,8 +112,10 @@ func (s *Service) Starting(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerRuns, err)
 	}
+	// Headers only: an end travels with the episode's last steps, and the scheduler needs
+	// only the summary in its header (bus.HeaderEnded), not the steps.
 	if s.endedCons, err = js.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
-		Durable: ConsumerEnded, FilterSubject: bus.SubjectEndedAll,
+		Durable: ConsumerEnded, FilterSubject: bus.SubjectEndedAll, HeadersOnly: true,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 50_000,
 	}); err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerEnded, err)
@@ -344,6 +346,31 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	return s.persist(ctx, id)
 }
 
+// endOf reads the end of an episode from a message of the headers-only ended consumer:
+// from its HeaderEnded, or, for an event published without it (by an older version), from
+// the stream's copy of the whole message.
+func (s *Service) endOf(ctx context.Context, m jetstream.Msg) (*gauntletv1.EndedSummary, error) {
+	if h := m.Headers().Get(bus.HeaderEnded); h != "" {
+		return bus.DecodeEndedHeader(h)
+	}
+	if len(m.Data()) > 0 {
+		return decodeEnded(m.Data())
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return nil, fmt.Errorf("no %s header, and no metadata to fetch the event by: %w", bus.HeaderEnded, err)
+	}
+	stream, err := s.bus().JS.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("no %s header; fetch the event: %w", bus.HeaderEnded, err)
+	}
+	raw, err := stream.GetMsg(ctx, md.Sequence.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("no %s header; fetch event %d: %w", bus.HeaderEnded, md.Sequence.Stream, err)
+	}
+	return decodeEnded(raw.Data)
+}
+
 // endedView decodes only what counting an episode needs: the steps and the fault plan of
 // an ended event (a lone EpisodeEnded or a segment ending an episode) are skipped unread.
 var endedView = proto.UnmarshalOptions{DiscardUnknown: true}
@@ -378,14 +405,18 @@ func (s *Service) endedLoop(ctx context.Context) error {
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
 		}
-		touched := map[string]bool{}
-		s.mu.Lock()
+		ends := make([]*gauntletv1.EndedSummary, 0, len(msgs))
 		for _, m := range msgs {
-			e, err := decodeEnded(m.Data())
+			e, err := s.endOf(ctx, m)
 			if err != nil {
 				s.log.Error("undecodable ended event; skipping it", "subject", m.Subject(), "err", err)
 				continue
 			}
+			ends = append(ends, e)
+		}
+		touched := map[string]bool{}
+		s.mu.Lock()
+		for _, e := range ends {
 			if r, ok := s.runs[e.GetEpisode().GetRunId()]; ok {
 				r.record(e)
 				touched[e.GetEpisode().GetRunId()] = true

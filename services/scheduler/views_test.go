@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -116,6 +117,28 @@ func TestDecodeEnded(t *testing.T) {
 		if !proto.Equal(got, want) {
 			t.Errorf("%s: decoded %v, want %v", name, got, want)
 		}
+	}
+	// The header the scheduler's headers-only consumer reads says the same.
+	h, err := bus.EndedHeader(ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := bus.DecodeEndedHeader(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &gauntletv1.EndedSummary{
+		Episode: &gauntletv1.EpisodeRef{EpisodeId: "e1", RunId: "r1", Index: 7},
+		Steps:   2, InfraError: true, Success: true, TotalReward: 0.75, FaultsFired: 3,
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("header decoded as %v, want %v", got, want)
+	}
+	if n := want.ProtoReflect().Descriptor().Fields().Len(); n != 6 {
+		t.Errorf("EndedSummary has %d fields; bus.EndedHeader and this test set 6", n)
+	}
+	if _, err := bus.DecodeEndedHeader("not base64!"); err == nil {
+		t.Error("a garbled header decoded")
 	}
 	noEnd, _ := proto.Marshal(&gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: seg.Steps}}})
 	if _, err := decodeEnded(noEnd); err == nil {

@@ -1,0 +1,81 @@
+package scheduler
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// The scheduler's ended consumer is headers-only on real JetStream: an end published by
+// the bus is counted from its header without the steps reaching the scheduler, and an end
+// published without the header (an older version's) is fetched from the stream.
+func TestEndsAreCountedFromHeaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1}, log)
+	if err := srv.Starting(ctx); err != nil {
+		t.Fatalf("start embedded NATS: %v", err)
+	}
+	defer func() { _ = srv.Stopping(context.Background()) }()
+	b, err := bus.Connect("", "scheduler-test", log, srv.ConnectOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	if err := b.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{MaxInFlight: 10, AssignBatch: 10, ProgressEvery: time.Second}, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
+	if err := s.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	end := func(i uint64) *gauntletv1.EpisodeEnded {
+		return &gauntletv1.EpisodeEnded{Episode: &gauntletv1.EpisodeRequested{EpisodeId: "e" + string(rune('0'+i)), RunId: "r1", Index: i},
+			Steps: 2, Success: i == 0, TotalReward: 0.5, FaultsFired: uint32(i)}
+	}
+	steps := []*gauntletv1.StepTaken{{EpisodeId: "e0", RunId: "r1", Step: 0, ObservationJson: `{"cart":["a","b"]}`}, {EpisodeId: "e0", RunId: "r1", Step: 1}}
+	if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: steps, Ended: end(0)}}}); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := proto.Marshal(&gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: end(1)}})
+	if _, err := b.JS.Publish(ctx, bus.SubjectEvent(bus.KindEnded, "r1"), old); err != nil {
+		t.Fatal(err)
+	}
+
+	batch, err := s.endedCons.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*gauntletv1.EndedSummary
+	for m := range batch.Messages() {
+		if len(m.Data()) != 0 {
+			t.Errorf("the scheduler received %d bytes of an ended event; its consumer is headers-only", len(m.Data()))
+		}
+		e, err := s.endOf(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d ends fetched, want 2", len(got))
+	}
+	for i, e := range got {
+		want := &gauntletv1.EndedSummary{Episode: &gauntletv1.EpisodeRef{EpisodeId: end(uint64(i)).Episode.EpisodeId, RunId: "r1", Index: uint64(i)},
+			Steps: 2, Success: i == 0, TotalReward: 0.5, FaultsFired: uint32(i)}
+		if !proto.Equal(e, want) {
+			t.Errorf("end %d read as %v, want %v", i, e, want)
+		}
+	}
+}
