@@ -29,8 +29,10 @@ lint: deps proto-check ## gofmt, go vet, staticcheck, generated code up to date
 	$(GO) vet ./... ./loadtest/...
 	staticcheck ./... ./loadtest/...
 
-proto: deps ## regenerate proto/ Go code with pinned protoc, protoc-gen-go and protoc-gen-connect-go
-	protoc --go_out=. --go_opt=module=github.com/gauntlet-rl/gauntlet --connect-go_out=. --connect-go_opt=module=github.com/gauntlet-rl/gauntlet proto/gauntlet/v1/*.proto
+proto: deps ## regenerate proto/ Go code with pinned protoc, protoc-gen-go, protoc-gen-connect-go and protoc-gen-go-vtproto
+	protoc --go_out=. --go_opt=module=github.com/gauntlet-rl/gauntlet --connect-go_out=. --connect-go_opt=module=github.com/gauntlet-rl/gauntlet \
+		--go-vtproto_out=. --go-vtproto_opt=module=github.com/gauntlet-rl/gauntlet,features=marshal+unmarshal+size+unmarshal_unsafe \
+		proto/gauntlet/v1/*.proto
 
 proto-check: proto ## fail when the committed generated code is stale
 	@git diff --exit-code -- proto/ || { echo "proto/: generated code is stale; run make proto and commit"; exit 1; }

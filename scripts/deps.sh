@@ -13,7 +13,7 @@
 #     containerd and runc (containerd 1.6, run by pkg/ctrdlocal / scripts/containerd.sh,
 #     never as a system service) and busybox-static (the containerd sandboxes' base image);
 #     crun, the OCI runtime the containerd sandboxes use when installed (faster starts).
-#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, protoc-gen-connect-go, staticcheck
+#   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, protoc-gen-connect-go, protoc-gen-go-vtproto, staticcheck
 #     and the Temporal CLI (its `temporal server start-dev` is the dev server
 #     pkg/temporallocal runs; about 2.5 minutes to build), at the pinned versions below
 #     (re-installed when the binary there reports another version).
@@ -32,6 +32,7 @@ APT_PACKAGES+=(libfaketime)
 GO_TOOLS=(
 	"protoc-gen-go google.golang.org/protobuf google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10"
 	"protoc-gen-connect-go connectrpc.com/connect connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1"
+	"protoc-gen-go-vtproto github.com/planetscale/vtprotobuf github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@v0.6.0"
 	"staticcheck honnef.co/go/tools honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 	"temporal github.com/temporalio/cli github.com/temporalio/cli/cmd/temporal@v1.5.1"
 )

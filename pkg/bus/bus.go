@@ -215,7 +215,7 @@ func eventMsg(ev *gauntletv1.Event) (*nats.Msg, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	data, err := proto.Marshal(ev)
+	data, err := gauntletv1.Marshal(ev)
 	if err != nil {
 		return nil, "", fmt.Errorf("marshal event %s: %w", id, err)
 	}
@@ -284,7 +284,7 @@ func (b *Bus) PublishEvent(ctx context.Context, ev *gauntletv1.Event) error {
 // PublishCommand publishes a command message (run or episode assignment) and waits for
 // its ack, retrying until ctx ends.
 func (b *Bus) PublishCommand(ctx context.Context, subject, msgID string, m proto.Message) error {
-	data, err := proto.Marshal(m)
+	data, err := gauntletv1.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("marshal command %s: %w", msgID, err)
 	}
@@ -317,7 +317,7 @@ const requestAttemptTimeout = 10 * time.Second
 // Request sends a protobuf request over core NATS and decodes the reply into out,
 // retrying while no responder is there yet (a service still starting) until ctx ends.
 func (b *Bus) Request(ctx context.Context, subject string, in, out proto.Message) error {
-	data, err := proto.Marshal(in)
+	data, err := gauntletv1.Marshal(in)
 	if err != nil {
 		return fmt.Errorf("marshal request to %s: %w", subject, err)
 	}
@@ -327,7 +327,7 @@ func (b *Bus) Request(ctx context.Context, subject string, in, out proto.Message
 		msg, err := b.NC.RequestWithContext(attempt, subject, data)
 		cancel()
 		if err == nil {
-			if err := proto.Unmarshal(msg.Data, out); err != nil {
+			if err := gauntletv1.Unmarshal(msg.Data, out); err != nil {
 				return fmt.Errorf("decode reply from %s: %w", subject, err)
 			}
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -190,7 +191,7 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		return n, err
 	}
 	for _, t := range tmpls {
-		w.written.Store(t.Template, struct{}{})
+		w.written.Store(strings.Clone(t.Template), struct{}{}) // not the batch's memory
 	}
 	if err := insert(ctx, w.conn, w.database, "episodes", episodeColumns, episodes); err != nil {
 		return n, err

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -79,7 +78,7 @@ func (s *Service) handle(m *nats.Msg) {
 	var req gauntletv1.PlanRequest
 	var reply *gauntletv1.PlanReply
 	var tmpls map[string]*gauntletv1.FaultPlan
-	if err := proto.Unmarshal(m.Data, &req); err != nil {
+	if err := gauntletv1.Unmarshal(m.Data, &req); err != nil {
 		reply = &gauntletv1.PlanReply{Error: fmt.Sprintf("decode plan request: %v", err)}
 	} else {
 		// One read of the global drift per batch: every episode of the batch, and every
@@ -103,7 +102,7 @@ func (s *Service) handle(m *nats.Msg) {
 			cancel()
 		}
 	}
-	data, err := proto.Marshal(reply)
+	data, err := gauntletv1.Marshal(reply)
 	if err != nil {
 		s.log.Error("marshal plan reply", "err", err)
 		return

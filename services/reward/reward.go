@@ -18,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	scoring "github.com/gauntlet-rl/gauntlet/pkg/reward"
@@ -92,7 +91,7 @@ func (s *Service) Stopping(context.Context) error {
 
 func (s *Service) handle(m *nats.Msg) {
 	reply := s.Score(m.Data)
-	data, err := proto.Marshal(reply)
+	data, err := gauntletv1.Marshal(reply)
 	if err != nil {
 		s.log.Error("marshal score reply", "err", err)
 		return
@@ -105,7 +104,7 @@ func (s *Service) handle(m *nats.Msg) {
 // Score decodes a ScoreRequest and scores its steps in order.
 func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 	var req gauntletv1.ScoreRequest
-	if err := proto.Unmarshal(data, &req); err != nil {
+	if err := gauntletv1.Unmarshal(data, &req); err != nil {
 		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err)}
 	}
 	reply := &gauntletv1.ScoreReply{Scores: make([]*gauntletv1.StepScored, len(req.Steps))}

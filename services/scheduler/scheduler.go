@@ -316,7 +316,7 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	js := s.bus().JS
 	futures := make([]jetstream.PubAckFuture, 0, n)
 	for i, ep := range eps {
-		data, err := proto.Marshal(&gauntletv1.EpisodeAssignedPassThrough{Episode: ep, Plan: plans.Plans[i]})
+		data, err := gauntletv1.Marshal(&gauntletv1.EpisodeAssignedPassThrough{Episode: ep, Plan: plans.Plans[i]})
 		if err != nil {
 			return fmt.Errorf("marshal assignment %s: %w", ep.EpisodeId, err)
 		}

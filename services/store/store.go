@@ -23,7 +23,6 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
@@ -230,7 +229,9 @@ func (s *Service) decode(b *batch) []*gauntletv1.Event {
 	kept := b.msgs[:0]
 	for _, m := range b.msgs {
 		ev := &gauntletv1.Event{}
-		if err := proto.Unmarshal(m.Data(), ev); err != nil {
+		// The event's strings share the message's memory: the batch holds its messages
+		// until their rows are written and acknowledged.
+		if err := gauntletv1.UnmarshalAliasing(m.Data(), ev); err != nil {
 			s.log.Error("undecodable event; terminating it", "subject", m.Subject(), "err", err)
 			_ = m.Term()
 			continue

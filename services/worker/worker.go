@@ -29,7 +29,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -211,7 +210,7 @@ func (w *Service) Stopping(context.Context) error {
 
 func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
 	var a gauntletv1.EpisodeAssigned
-	if err := proto.Unmarshal(msg.Data(), &a); err != nil || a.Episode == nil {
+	if err := gauntletv1.Unmarshal(msg.Data(), &a); err != nil || a.Episode == nil {
 		w.log.Error("undecodable assignment; terminating it", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
 		return
