@@ -323,7 +323,7 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	natsPort, chPort, tPort := freePort(t), freePort(t), freePort(t)
 	args := []string{"up", "--data-dir", dir, "--nats.port", fmt.Sprint(natsPort), "--clickhouse.port", fmt.Sprint(chPort),
 		"--temporal.port", fmt.Sprint(tPort), "--temporal.ui-port", "-1",
-		"--http", "", "--log.level", "warn", "--worker.concurrency", "64", "--store.batch-rows", "5000", "--store.flush-every", "200ms"}
+		"--http", "", "--envapi.addr", "127.0.0.1:0", "--log.level", "warn", "--worker.concurrency", "64", "--store.batch-rows", "5000", "--store.flush-every", "200ms"}
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, args...)
 		cmd.Stderr = testLogWriter{t}

@@ -343,7 +343,7 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 	dir := t.TempDir()
 	natsPort, chPort := freePort(t), freePort(t)
 	args := []string{"up", "--data-dir", dir, "--nats.port", fmt.Sprint(natsPort), "--clickhouse.port", fmt.Sprint(chPort),
-		"--http", "", "--log.level", "warn", "--worker.concurrency", "128", "--store.batch-rows", "5000", "--store.flush-every", "200ms",
+		"--http", "", "--envapi.addr", "127.0.0.1:0", "--log.level", "warn", "--worker.concurrency", "128", "--store.batch-rows", "5000", "--store.flush-every", "200ms",
 		"--temporal.port", fmt.Sprint(freePort(t)), "--temporal.ui-port", "-1"}
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, args...)
