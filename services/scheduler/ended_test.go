@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -22,19 +23,7 @@ func TestEndsAreCountedFromHeaders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1}, log)
-	if err := srv.Starting(ctx); err != nil {
-		t.Fatalf("start embedded NATS: %v", err)
-	}
-	defer func() { _ = srv.Stopping(context.Background()) }()
-	b, err := bus.Connect("", "scheduler-test", log, srv.ConnectOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = b.Close() }()
-	if err := b.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
-		t.Fatal(err)
-	}
+	b := bustest.Start(t)
 	s := New(Config{MaxInFlight: 10, AssignBatch: 10, ProgressEvery: time.Second}, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
 	if err := s.Starting(ctx); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -25,19 +26,7 @@ func TestIdleFlushWritesTheTail(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ch := chtest.Start(t)
 
-	srv := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1}, log)
-	if err := srv.Starting(ctx); err != nil {
-		t.Fatalf("start embedded NATS: %v", err)
-	}
-	defer func() { _ = srv.Stopping(context.Background()) }()
-	b, err := bus.Connect("", "store-test", log, srv.ConnectOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = b.Close() }()
-	if err := b.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
-		t.Fatal(err)
-	}
+	b := bustest.Start(t)
 
 	cfg := Config{Addr: ch.Addr, Database: "idle", BatchRows: 1_000_000, FlushEvery: time.Hour, IdleFlush: 100 * time.Millisecond, AckWait: 30 * time.Second}
 	if err := cfg.Validate(); err != nil {

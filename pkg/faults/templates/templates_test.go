@@ -2,44 +2,22 @@ package templates
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
-
-// startBus starts an embedded JetStream with gauntlet's streams and buckets.
-func startBus(t *testing.T) *bus.Bus {
-	t.Helper()
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1}, log)
-	if err := srv.Starting(ctx); err != nil {
-		t.Fatalf("start embedded NATS: %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Stopping(context.Background()) })
-	b, err := bus.Connect("", "templates-test", log, srv.ConnectOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	if err := b.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // A template put by one process (the faults service) expands plans in another (a
 // worker), and a bucket entry that is not the template its key names is refused.
 func TestTemplatesCrossProcesses(t *testing.T) {
 	ctx := context.Background()
-	b := startBus(t)
+	b := bustest.Start(t)
 	custom, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
 	if err != nil {
 		t.Fatal(err)
