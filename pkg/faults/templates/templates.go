@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,7 +66,7 @@ func (s *Store) remember(id string, t *gauntletv1.FaultPlan) {
 	if len(s.cached) >= maxCached {
 		clear(s.cached)
 	}
-	s.cached[id] = t
+	s.cached[strings.Clone(id)] = t // the id may share a message's memory
 }
 
 // Put stores template t under id, its faults.NewTemplate id, unless this Store already
