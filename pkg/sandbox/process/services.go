@@ -29,7 +29,7 @@ var _ sandbox.ServiceListener = (*Runtime)(nil)
 // name server at 127.0.0.53, which the host answers (ListenResolver): the service names
 // resolve there, where DNS faults apply (B1).
 
-func (r *Runtime) netnsPath(id string) string { return r.path("netns", id) }
+func (r *Runtime) netnsPath(id string) string    { return r.path("netns", id) }
 func (r *Runtime) nsswitchPath(id string) string { return r.path("netns", id+".nsswitch") }
 
 // setupServices creates the network namespace and nsswitch.conf of a sandbox with services;
