@@ -19,7 +19,9 @@ import (
 // which the sandbox reaches as http://docs:8080 ($DOCS_URL) through the fault gateway of
 // package svcnet (B1, B2, A5). The episode's fault plan has rules for it like for any
 // service (baseline latency on every call, rare 429/503/truncation, more under stress and
-// edge); the faults that fire on the agent's requests are recorded on the step.
+// edge); the faults that fire on the agent's requests are recorded on the step. The
+// sandbox resolves "docs" through the gateway's name server, where the plan's DNS faults
+// (from its boundary_spec) apply.
 const (
 	// DocsService is the service's name inside the sandbox and its fault target.
 	DocsService = "docs"
@@ -96,7 +98,16 @@ func (e *episode) attachDocs(ctx context.Context, d *faults.Decider) error {
 	}
 	if d == nil && e.cfg.Faults != nil {
 		plan := e.cfg.Faults.Plan()
-		d = faults.NewDecider(plan.GetSeed(), faults.RulesFromPlan(plan))
+		rules := faults.RulesFromPlan(plan)
+		// The plan's DNS faults (boundary_spec) meet the sandbox's lookups of "docs" at
+		// the gateway's name server; they act on lookups only, so the other rules' draws
+		// are the same with or without them.
+		for _, r := range e.cfg.Faults.BoundaryRules() {
+			if faults.IsDNSKind(r.Kind.Name) {
+				rules = append(rules, r)
+			}
+		}
+		d = faults.NewDecider(plan.GetSeed(), rules)
 	}
 	rec := &svcnet.Recorder{Now: e.Now}
 	gw, err := svcnet.Attach(ctx, e.cfg.Sandboxes.Runtime(), e.sb, svcs, svcnet.Options{Decider: d, OnFire: rec.OnFire})
