@@ -57,11 +57,21 @@ func BoundarySpec(name string, rules []Rule) (string, error) {
 	for i, r := range rules {
 		s.Faults[i] = specOf(r)
 	}
-	b, err := yaml.Marshal(&s)
-	if err != nil {
+	return encodeBoundarySpec(&s)
+}
+
+// encodeBoundarySpec checks s and encodes it as a boundary_spec.
+func encodeBoundarySpec(s *Spec) (string, error) {
+	if _, err := s.Compile(); err != nil {
 		return "", fmt.Errorf("boundary spec: %w", err)
 	}
-	if _, err := s.Compile(); err != nil {
+	for i, f := range s.Faults {
+		if k, _ := LookupKind(f.Kind); !boundaryKind(k) {
+			return "", fmt.Errorf("boundary spec: faults[%d].kind: %s is not a storage, resource or DNS fault", i, f.Kind)
+		}
+	}
+	b, err := yaml.Marshal(s)
+	if err != nil {
 		return "", fmt.Errorf("boundary spec: %w", err)
 	}
 	return string(b), nil

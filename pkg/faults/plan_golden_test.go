@@ -50,3 +50,92 @@ func TestBuiltinPlansGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxedPlansCarryBoundaryFaults: the built-in plans of a sandboxed env carry
+// storage and resource faults proportionate to the profile (B1, B3): baseline rare mild
+// IO latency only; stress one boundary family amplified, every family over the seeds;
+// edge one to three rare severe faults, every one over the seeds. Plans are valid,
+// deterministic and independent of the services' order; an env without a sandbox gets
+// none.
+func TestSandboxedPlansCarryBoundaryFaults(t *testing.T) {
+	codefix := []string{"docs", "sandbox"}
+	family := map[string]string{
+		"io_latency": "slow", "iops_cap": "slow",
+		"disk_full": "failing", "too_many_open_files": "failing", "short_write": "failing",
+		"cpu_throttle": "starved", "memory_leak": "starved",
+	}
+	families := map[string]int{}
+	severe := map[string]int{}
+	for seed := uint64(0); seed < 300; seed++ {
+		if p := mustPlan(t, seed, faults.ProfileEdge, shopServices); p.BoundarySpec != "" {
+			t.Fatalf("seed %d: shop plan with boundary faults: %s", seed, p.BoundarySpec)
+		}
+		for _, profile := range faults.Profiles() {
+			p := mustPlan(t, seed, profile, codefix)
+			if err := faults.ValidatePlan(p); err != nil {
+				t.Fatalf("seed %d %s: %v", seed, profile, err)
+			}
+			if q := mustPlan(t, seed, profile, []string{"sandbox", "docs"}); !proto.Equal(p, q) {
+				t.Fatalf("seed %d %s: plan depends on the order of services", seed, profile)
+			}
+			if _, err := faults.NewInjector(p); err != nil {
+				t.Fatalf("seed %d %s: injector: %v", seed, profile, err)
+			}
+			rules, err := faults.BoundaryRules(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]faults.Rule{}
+			for _, r := range rules {
+				got[r.Kind.Name] = r
+			}
+			lat, ok := got[faults.KindIOLatency]
+			if !ok {
+				t.Fatalf("seed %d %s: no io_latency: %s", seed, profile, p.BoundarySpec)
+			}
+			switch profile {
+			case faults.ProfileBaseline:
+				if len(rules) != 1 || lat.Probability < 0.02 || lat.Probability > 0.05 || lat.Num("mean_ms") > 10 {
+					t.Fatalf("seed %d baseline: want rare mild io_latency only: %s", seed, p.BoundarySpec)
+				}
+			case faults.ProfileStress:
+				amplified := map[string]bool{}
+				for k, r := range got {
+					if k != faults.KindIOLatency || r.Probability >= 0.3 {
+						amplified[family[k]] = true
+					}
+				}
+				if len(amplified) != 1 {
+					t.Fatalf("seed %d stress: %d families amplified: %s", seed, len(amplified), p.BoundarySpec)
+				}
+				for f := range amplified {
+					families[f]++
+				}
+			case faults.ProfileEdge:
+				n := 0
+				for k, r := range got {
+					if k == faults.KindIOLatency {
+						continue
+					}
+					n++
+					severe[k]++
+					if r.Kind.Layer == faults.LayerStorage && r.Probability > 0.05 {
+						t.Fatalf("seed %d edge: %s is not rare: %s", seed, k, p.BoundarySpec)
+					}
+				}
+				if n < 1 || n > 3 || lat.Probability > 0.05 {
+					t.Fatalf("seed %d edge: %d severe faults: %s", seed, n, p.BoundarySpec)
+				}
+			}
+		}
+	}
+	if len(families) != 3 {
+		t.Errorf("stress amplified only %v over 300 seeds", families)
+	}
+	for _, k := range []string{faults.KindDiskFull, faults.KindReadOnly, faults.KindInodes, faults.KindMemoryLeak} {
+		if severe[k] == 0 {
+			t.Errorf("edge never picked %s over 300 seeds (%v)", k, severe)
+		}
+	}
+	t.Logf("stress families %v, edge faults %v", families, severe)
+}
