@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,11 +24,17 @@ import (
 // (the client's own timeout decides how long it waits; over TCP the connection is held
 // for the fault's after_ms, then closed).
 //
-// One lookup is one event, keyed "dns/<name>" like Resolver's: a client's queries for
-// the same name from the same socket within Sticky (a glibc lookup's A and AAAA queries,
-// its retries) share the decision of the first one, so a lookup meets a fault whole, and
-// the fault is reported once. UDP queries are decided in the order they arrive, one at a
-// time, so a sequence of lookups meets the same faults under the same seed.
+// One lookup is one event, keyed "dns/<name>" like Resolver's lookups, so it meets a
+// fault whole and the fault is reported once. A lookup is what a client asks about one
+// name from one socket: its first query, the query that follows it at once from the
+// same socket about the same name with another id (glibc and busybox ask A, then AAAA),
+// and any query resending one of those ids (a retry after a SERVFAIL or a silence).
+// Source ports play no part beyond that, so a later lookup that happens to reuse a port
+// is a new one. Over TCP the same holds per connection. UDP
+// queries are handled one at a time in arrival order, so a sequence of lookups meets
+// the same faults under the same seed. A client that asks A and AAAA from two sockets
+// at once (Go's resolver) makes two lookups, which may meet the two draws in either
+// order.
 type DNSServer struct {
 	// D decides the faults (nil: none).
 	D *faults.Decider
@@ -38,23 +45,62 @@ type DNSServer struct {
 	Hosts map[string][]netip.Addr
 	// Services maps a name to the service its events carry (optional).
 	Services map[string]string
-	// Sticky is how long a lookup's decision holds for further queries of the same
-	// client socket and name (default 5 s).
-	Sticky time.Duration
 	// Logger receives serving errors (default slog.Default()).
 	Logger *slog.Logger
 
 	mu      sync.Mutex
-	lookups map[string]lookup
 	closers map[io.Closer]struct{}
 	closed  bool
 	wg      sync.WaitGroup
 }
 
-// lookup is a decision shared by the queries of one lookup.
+// lookups remembers a transport's recent lookups, to tell a lookup's further queries
+// from new lookups. It holds at most maxLookups, forgetting the oldest.
+type lookups struct {
+	byKey map[lookupKey]*lookup
+	order []lookupKey
+	// first is the lookup the previous query started (nil when it started none): the
+	// next query may be its companion.
+	first    *lookup
+	firstKey lookupKey
+}
+
+type lookupKey struct{ client, name string }
+
 type lookup struct {
-	dec     faults.Decision
-	expires time.Time
+	dec faults.Decision
+	ids []uint16
+}
+
+const maxLookups = 256
+
+// of returns the decision of the query with id from client about name: its lookup's,
+// or a new one from decide.
+func (ls *lookups) of(client, name string, id uint16, decide func() faults.Decision) faults.Decision {
+	k := lookupKey{client, name}
+	first, firstKey := ls.first, ls.firstKey
+	ls.first = nil
+	if l, ok := ls.byKey[k]; ok && slices.Contains(l.ids, id) {
+		return l.dec // a retry
+	}
+	if first != nil && firstKey == k && len(first.ids) == 1 {
+		first.ids = append(first.ids, id) // the lookup's other question
+		return first.dec
+	}
+	l := &lookup{dec: decide(), ids: []uint16{id}}
+	if ls.byKey == nil {
+		ls.byKey = map[lookupKey]*lookup{}
+	}
+	if _, ok := ls.byKey[k]; !ok {
+		ls.order = append(ls.order, k)
+		if len(ls.order) > maxLookups {
+			delete(ls.byKey, ls.order[0])
+			ls.order = ls.order[1:]
+		}
+	}
+	ls.byKey[k] = l
+	ls.first, ls.firstKey = l, k
+	return l.dec
 }
 
 // DNS message sizes: a classic UDP message (the answers here are far smaller), and the
@@ -74,6 +120,7 @@ func (s *DNSServer) ServePacket(pc net.PacketConn) error {
 	}
 	defer s.track(pc, false)
 	buf := make([]byte, dnsMaxQuery)
+	var ls lookups
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -86,7 +133,7 @@ func (s *DNSServer) ServePacket(pc net.PacketConn) error {
 			}
 			return err
 		}
-		resp, _, ok := s.answer(buf[:n], from.String())
+		resp, _, ok := s.answer(buf[:n], from.String(), &ls)
 		if !ok {
 			continue
 		}
@@ -133,6 +180,7 @@ func (s *DNSServer) Serve(l net.Listener) error {
 // serveConn answers the length-prefixed queries of one TCP connection.
 func (s *DNSServer) serveConn(c net.Conn) {
 	client := "tcp/" + c.RemoteAddr().String()
+	var ls lookups
 	var lenb [2]byte
 	for {
 		_ = c.SetDeadline(time.Now().Add(dnsTCPIdle))
@@ -143,7 +191,7 @@ func (s *DNSServer) serveConn(c net.Conn) {
 		if _, err := io.ReadFull(c, q); err != nil {
 			return
 		}
-		resp, hold, ok := s.answer(q, client)
+		resp, hold, ok := s.answer(q, client, &ls)
 		if !ok {
 			if hold > 0 {
 				// Keep the client waiting until the hold ends or it leaves.
@@ -159,10 +207,10 @@ func (s *DNSServer) serveConn(c net.Conn) {
 	}
 }
 
-// answer builds the reply to query q from client. ok is false when there is none to
-// send: a message that is no query, or a dns_timeout (hold: how long to keep a stream
-// client waiting).
-func (s *DNSServer) answer(q []byte, client string) (resp []byte, hold time.Duration, ok bool) {
+// answer builds the reply to query q from client, ls being the transport's lookups. ok
+// is false when there is none to send: a message that is no query, or a dns_timeout
+// (hold: how long to keep a stream client waiting).
+func (s *DNSServer) answer(q []byte, client string, ls *lookups) (resp []byte, hold time.Duration, ok bool) {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
 	if err != nil || h.Response {
@@ -180,7 +228,7 @@ func (s *DNSServer) answer(q []byte, client string) (resp []byte, hold time.Dura
 		return reply(h, &question, dnsmessage.RCodeRefused, nil), 0, true
 	}
 	name := strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
-	dec := s.decide(client, name)
+	dec := ls.of(client, name, h.ID, func() faults.Decision { return s.decide(name) })
 	switch dec.Abort {
 	case faults.KindDNSNXDomain:
 		return reply(h, &question, dnsmessage.RCodeNameError, nil), 0, true
@@ -196,36 +244,14 @@ func (s *DNSServer) answer(q []byte, client string) (resp []byte, hold time.Dura
 	return reply(h, &question, dnsmessage.RCodeSuccess, addrs), 0, true
 }
 
-// decide returns the decision of the lookup the query of client for name belongs to,
-// deciding (and reporting what fired) when it starts a new one.
-func (s *DNSServer) decide(client, name string) faults.Decision {
-	sticky := s.Sticky
-	if sticky <= 0 {
-		sticky = 5 * time.Second
-	}
-	now := time.Now()
-	k := client + "\x00" + name
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l, ok := s.lookups[k]; ok && now.Before(l.expires) {
-		return l.dec
-	}
+// decide decides a new lookup of name, reporting what fired.
+func (s *DNSServer) decide(name string) faults.Decision {
 	ev := faults.Event{Layer: faults.LayerNetwork, Op: faults.OpLookup, Host: name, Service: s.Services[name]}
 	key := "dns/" + name
-	// Decided under s.mu: lookups are decided in the order their first queries arrive.
 	dec := s.D.Decide(key, ev)
 	if s.OnFire != nil && len(dec.Fired) > 0 {
 		s.OnFire(key, ev, dec.Fired)
 	}
-	if s.lookups == nil {
-		s.lookups = map[string]lookup{}
-	}
-	for k2, l := range s.lookups {
-		if !now.Before(l.expires) {
-			delete(s.lookups, k2)
-		}
-	}
-	s.lookups[k] = lookup{dec: dec, expires: now.Add(sticky)}
 	return dec
 }
 
