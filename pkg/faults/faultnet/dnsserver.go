@@ -30,11 +30,10 @@ import (
 // same socket about the same name with another id (glibc and busybox ask A, then AAAA),
 // and any query resending one of those ids (a retry after a SERVFAIL or a silence).
 // Source ports play no part beyond that, so a later lookup that happens to reuse a port
-// is a new one. Over TCP the same holds per connection. UDP
-// queries are handled one at a time in arrival order, so a sequence of lookups meets
-// the same faults under the same seed. A client that asks A and AAAA from two sockets
-// at once (Go's resolver) makes two lookups, which may meet the two draws in either
-// order.
+// is a new one. Over TCP the same holds per connection. UDP queries are handled one at
+// a time in arrival order, so a sequence of lookups meets the same faults under the
+// same seed. A client that asks A and AAAA from two sockets at once (Go's resolver)
+// makes two lookups, which may meet the two draws in either order.
 type DNSServer struct {
 	// D decides the faults (nil: none).
 	D *faults.Decider
