@@ -139,15 +139,6 @@ func faultsPlan(args []string, stdout, stderr io.Writer) error {
 	for _, r := range plan.Rules {
 		fmt.Fprintf(tw, "%s\t%s\t%g\t%s\n", r.Id, r.Target, r.Probability, effect(r))
 	}
-	// A sandboxed env's storage, resource and DNS faults (boundary_spec, B1, B3): target
-	// "sandbox (boundary)"; an ambient fault's probability is per episode.
-	boundary, err := faults.BoundaryRules(plan)
-	if err != nil {
-		return err
-	}
-	for _, r := range boundary {
-		fmt.Fprintf(tw, "%s\t%s\t%g\t%s %s\n", r.ID, faults.SandboxService+" (boundary)", r.Probability, r.Kind.Name, ruleParams(r))
-	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -181,19 +172,6 @@ func effect(r *gauntletv1.FaultRule) string {
 	return "?"
 }
 
-// ruleParams lists a compiled rule's parameters as name=value.
-func ruleParams(r faults.Rule) string {
-	var ps []string
-	for _, p := range r.Kind.Params[1:] {
-		if p.Text {
-			ps = append(ps, p.Name+"="+r.Text(p.Name))
-		} else {
-			ps = append(ps, p.Name+"="+strconv.FormatFloat(r.Num(p.Name), 'g', -1, 64))
-		}
-	}
-	return strings.Join(ps, " ")
-}
-
 func planSpec(path string, seed uint64, services []string, calls int, stdout io.Writer) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -207,7 +185,15 @@ func planSpec(path string, seed uint64, services []string, calls int, stdout io.
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tKIND\tPASS\tPROBABILITY\tPARAMETERS")
 	for _, r := range rules {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%s\n", r.ID, r.Kind.Name, r.Kind.Pass, r.Probability, ruleParams(r))
+		var ps []string
+		for _, p := range r.Kind.Params[1:] {
+			if p.Text {
+				ps = append(ps, p.Name+"="+r.Text(p.Name))
+			} else {
+				ps = append(ps, p.Name+"="+strconv.FormatFloat(r.Num(p.Name), 'g', -1, 64))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%s\n", r.ID, r.Kind.Name, r.Kind.Pass, r.Probability, strings.Join(ps, " "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
