@@ -139,3 +139,16 @@ func TestSandboxedPlansCarryBoundaryFaults(t *testing.T) {
 	}
 	t.Logf("stress families %v, edge faults %v", families, severe)
 }
+
+// BenchmarkPlanSandboxed: deriving an edge plan of a sandboxed env (codefix's services),
+// boundary_spec included (its YAML encoding and check); compare BenchmarkPlan (shop).
+func BenchmarkPlanSandboxed(b *testing.B) {
+	b.ReportAllocs()
+	var seed uint64
+	for b.Loop() {
+		seed++
+		if _, err := faults.Plan(seed, faults.ProfileEdge, []string{"docs", "sandbox"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
