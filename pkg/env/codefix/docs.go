@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
@@ -84,6 +85,16 @@ type docsGateway struct {
 	d   *faults.Decider
 	rec *svcnet.Recorder
 	gw  *svcnet.Gateway
+	// clock is the episode's clock as the gateway's goroutines read it (rec.Now): the
+	// virtual time the running tool call started at, published by call before it runs.
+	clock *atomic.Int64
+}
+
+// publishClock makes the episode's clock the time the gateway stamps faults with.
+func (e *episode) publishClock() {
+	if e.docs != nil {
+		e.docs.clock.Store(int64(e.clock))
+	}
 }
 
 // attachDocs opens the gateway of e's sandbox with decider d (the episode's plan when
@@ -109,12 +120,14 @@ func (e *episode) attachDocs(ctx context.Context, d *faults.Decider) error {
 		}
 		d = faults.NewDecider(plan.GetSeed(), rules)
 	}
-	rec := &svcnet.Recorder{Now: e.Now}
+	clock := new(atomic.Int64)
+	clock.Store(int64(e.clock))
+	rec := &svcnet.Recorder{Now: func() time.Duration { return time.Duration(clock.Load()) }}
 	gw, err := svcnet.Attach(ctx, e.cfg.Sandboxes.Runtime(), e.sb, svcs, svcnet.Options{Decider: d, OnFire: rec.OnFire})
 	if err != nil {
 		return fmt.Errorf("codefix: docs service: %w", err)
 	}
-	e.docs = &docsGateway{d: d, rec: rec, gw: gw}
+	e.docs = &docsGateway{d: d, rec: rec, gw: gw, clock: clock}
 	return nil
 }
 
