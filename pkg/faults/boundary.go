@@ -14,10 +14,17 @@ import (
 // and resource faults: a user-defined profile holding them is refused for other envs.
 const SandboxService = "sandbox"
 
-// boundaryKinds are the kinds a sandboxed env applies at its sandbox's boundaries (B1,
-// B2): storage faults on the file tools, resource faults through cgroup knobs.
+// boundaryKind reports whether k is a kind only a sandboxed env applies, at its
+// sandbox's boundaries (B1, B2): storage faults on the file tools, resource faults
+// through cgroup knobs, DNS faults at the sandbox's name server (package svcnet).
 func boundaryKind(k KindInfo) bool {
-	return k.Layer == LayerStorage || k.Layer == LayerResource
+	return k.Layer == LayerStorage || k.Layer == LayerResource || IsDNSKind(k.Name)
+}
+
+// IsDNSKind reports whether kind is a DNS fault (dns_nxdomain, dns_servfail,
+// dns_timeout): it acts on name lookups only.
+func IsDNSKind(kind string) bool {
+	return kind == KindDNSNXDomain || kind == KindDNSServFail || kind == KindDNSTimeout
 }
 
 // specOf turns a compiled rule back into the spec entry it came from (its parameters at
@@ -50,17 +57,27 @@ func BoundarySpec(name string, rules []Rule) (string, error) {
 	for i, r := range rules {
 		s.Faults[i] = specOf(r)
 	}
-	b, err := yaml.Marshal(&s)
-	if err != nil {
+	return encodeBoundarySpec(&s)
+}
+
+// encodeBoundarySpec checks s and encodes it as a boundary_spec.
+func encodeBoundarySpec(s *Spec) (string, error) {
+	if _, err := s.Compile(); err != nil {
 		return "", fmt.Errorf("boundary spec: %w", err)
 	}
-	if _, err := s.Compile(); err != nil {
+	for i, f := range s.Faults {
+		if k, _ := LookupKind(f.Kind); !boundaryKind(k) {
+			return "", fmt.Errorf("boundary spec: faults[%d].kind: %s is not a storage, resource or DNS fault", i, f.Kind)
+		}
+	}
+	b, err := yaml.Marshal(s)
+	if err != nil {
 		return "", fmt.Errorf("boundary spec: %w", err)
 	}
 	return string(b), nil
 }
 
-// BoundaryRules compiles a plan's boundary_spec: the storage and resource faults a
+// BoundaryRules compiles a plan's boundary_spec: the storage, resource and DNS faults a
 // sandboxed env applies at its sandbox's boundaries (none for an empty spec). Give the
 // rules to a Decider with the plan's seed (NewDecider(plan.Seed, rules)) for per-event
 // faults, and to ResourcesFor for the ambient ones.
@@ -75,13 +92,13 @@ func BoundaryRules(plan *gauntletv1.FaultPlan) ([]Rule, error) {
 	}
 	for i, r := range rules {
 		if !boundaryKind(r.Kind) {
-			return nil, fmt.Errorf("boundary_spec: faults[%d].kind: %s is not a storage or resource fault", i, r.Kind.Name)
+			return nil, fmt.Errorf("boundary_spec: faults[%d].kind: %s is not a storage, resource or DNS fault", i, r.Kind.Name)
 		}
 	}
 	return rules, nil
 }
 
-// BoundaryRules returns the storage and resource faults of the injector's plan (its
+// BoundaryRules returns the storage, resource and DNS faults of the injector's plan (its
 // boundary_spec, checked by NewInjector).
 func (in *Injector) BoundaryRules() []Rule {
 	if in == nil {

@@ -28,8 +28,8 @@ func (c CustomProfiles) Names() []string {
 // CompileCustomProfiles parses and checks a run's user-defined profiles for a sim env:
 // each must be a valid spec (SLA included) whose name matches, not a built-in or duplicate
 // name, holding only faults the sim applies (http_error, latency, truncate) targeted by
-// services or tools, or storage and resource faults, which sandboxed envs apply at their
-// sandbox's boundaries (Plan puts them in the plan's boundary_spec). Errors name the profile ("custom_profiles[1]: faults[0].kind: ...").
+// services or tools, or storage, resource and DNS faults, which sandboxed envs apply at
+// their sandbox's boundaries (Plan puts them in the plan's boundary_spec). Errors name the profile ("custom_profiles[1]: faults[0].kind: ...").
 func CompileCustomProfiles(cps []*gauntletv1.CustomProfile) (CustomProfiles, error) {
 	out := CustomProfiles{}
 	var errs []error
@@ -75,7 +75,7 @@ func CompileCustomProfiles(cps []*gauntletv1.CustomProfile) (CustomProfiles, err
 // fault becomes one rule per service it targets ("<service>.<fault id>"), or per tool
 // ("<tool>.<fault id>") when it names tools. The numbers are the profile's; the seed keys
 // the draws as for built-in plans. Services named by the profile must exist in the env.
-// Storage and resource faults go, unchanged, to the plan's boundary_spec, for envs with
+// Storage, resource and DNS faults go, unchanged, to the plan's boundary_spec, for envs with
 // service SandboxService only.
 func (c CustomProfiles) Plan(seed uint64, name string, services []string) (*gauntletv1.FaultPlan, error) {
 	rules, ok := c[name]

@@ -88,6 +88,20 @@ func TestCustomProfilesRejected(t *testing.T) {
 	}
 	_, err = c.Plan(1, "d", shopServices)
 	wantErrs(t, err, `fault f: disk_full applies only in envs whose agents act in a real sandbox (service "sandbox")`)
+	// So do DNS faults (B1): the sim makes no lookups, a sandbox's name server does.
+	c, err = faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "n", SpecYaml: "name: n\nfaults:\n  - {id: f, kind: dns_nxdomain, match: {hosts: [docs]}}\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Plan(1, "n", shopServices)
+	wantErrs(t, err, `fault f: dns_nxdomain applies only in envs whose agents act in a real sandbox (service "sandbox")`)
+	plan, err := c.Plan(1, "n", []string{"sandbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules, err := faults.BoundaryRules(plan); err != nil || len(rules) != 1 || rules[0].Kind.Name != faults.KindDNSNXDomain {
+		t.Fatalf("dns fault in boundary_spec: %v %v", rules, err)
+	}
 }
 
 // A sandboxed env's plan carries a profile's storage and resource faults in boundary_spec;
@@ -165,5 +179,5 @@ faults:
 	}
 	// A plan whose boundary spec is broken is refused, naming the field.
 	plan.BoundarySpec = "name: x\nfaults:\n  - {id: f, kind: latency}\n"
-	wantErrs(t, faults.ValidatePlan(plan), "boundary_spec: faults[0].kind: latency is not a storage or resource fault")
+	wantErrs(t, faults.ValidatePlan(plan), "boundary_spec: faults[0].kind: latency is not a storage, resource or DNS fault")
 }

@@ -55,7 +55,7 @@ type Injector struct {
 	// rewrites, each group in plan order.
 	order    []int
 	counters []uint64
-	// boundary are the plan's storage and resource faults (boundary_spec).
+	// boundary are the plan's storage, resource and DNS faults (boundary_spec).
 	boundary []Rule
 }
 

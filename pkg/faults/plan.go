@@ -20,6 +20,15 @@ import (
 // (auth errors, 500s, latency spikes, severe truncation) spread over the services. Rules are
 // ordered by service name, then catalogue order. The plan depends on the set of services,
 // not on their order, and passes ValidatePlan.
+//
+// An env whose agents act in a real sandbox (service SandboxService) also gets storage
+// and resource faults in the plan's boundary_spec (B1, B3; see boundaryCatalogue): rare
+// mild IO latency at baseline, one boundary family amplified under stress (slow storage,
+// failing storage or a starved sandbox), one to three rare severe faults at the edge
+// (disk full, read-only filesystem, inode exhaustion, memory leak). Their numbers are
+// keyed like the rules' and their choices by a stream of their own, so the rules of
+// every plan, and the whole plan of an env without a sandbox, are the same as without
+// them.
 func Plan(seed uint64, profile string, services []string) (*gauntletv1.FaultPlan, error) {
 	if !isProfile(profile) {
 		return nil, fmt.Errorf("plan: profile: %w", unknownProfile(profile))
@@ -70,6 +79,11 @@ func Plan(seed uint64, profile string, services []string) (*gauntletv1.FaultPlan
 			}
 			r.Id, r.Target = id, svc
 			plan.Rules = append(plan.Rules, r)
+		}
+	}
+	if slices.Contains(svcs, SandboxService) {
+		if plan.BoundarySpec, err = planBoundary(profile, baseSeed, stressSeed, edgeSeed, ruleRand); err != nil {
+			return nil, err
 		}
 	}
 	return plan, nil

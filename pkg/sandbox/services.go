@@ -12,7 +12,7 @@ import (
 
 // Service is a host service a sandbox may reach (A1, A5, B2): the runtime makes it
 // answer inside the sandbox's loopback-only network at 127.0.0.1:Port, also reachable by
-// Name (an /etc/hosts entry inside the sandbox) and announced in the environment
+// Name (answered by the sandbox's name server, see ResolverListener) and announced in the environment
 // (<NAME>_ADDR=name:port, and <NAME>_URL=http://name:port for HTTP services). Nothing
 // listens there until a gateway (package svcnet) is attached: the gateway forwards each
 // connection to Upstream from the host process, applying the episode's network and
@@ -113,16 +113,11 @@ func ServiceEnv(svcs []Service) []string {
 	return env
 }
 
-// HostsFile returns the /etc/hosts of a sandbox with these services: localhost, the
-// sandbox's own name and every service name on 127.0.0.1.
-func HostsFile(svcs []Service) string {
-	var b strings.Builder
-	b.WriteString("127.0.0.1 localhost sandbox")
-	for _, s := range svcs {
-		b.WriteString(" " + s.Name)
-	}
-	b.WriteString("\n::1 localhost\n")
-	return b.String()
+// HostsFile returns the /etc/hosts of a sandbox with services: localhost and the
+// sandbox's own name on 127.0.0.1. The service names are not in it: they resolve through
+// the sandbox's name server (ResolvConf), where DNS faults apply (B1).
+func HostsFile() string {
+	return "127.0.0.1 localhost sandbox\n::1 localhost\n"
 }
 
 // ErrNotDeclared is returned by ListenService for a port no declared service uses.

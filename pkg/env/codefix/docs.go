@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
@@ -19,7 +20,9 @@ import (
 // which the sandbox reaches as http://docs:8080 ($DOCS_URL) through the fault gateway of
 // package svcnet (B1, B2, A5). The episode's fault plan has rules for it like for any
 // service (baseline latency on every call, rare 429/503/truncation, more under stress and
-// edge); the faults that fire on the agent's requests are recorded on the step.
+// edge); the faults that fire on the agent's requests are recorded on the step. The
+// sandbox resolves "docs" through the gateway's name server, where the plan's DNS faults
+// (from its boundary_spec) apply.
 const (
 	// DocsService is the service's name inside the sandbox and its fault target.
 	DocsService = "docs"
@@ -82,6 +85,16 @@ type docsGateway struct {
 	d   *faults.Decider
 	rec *svcnet.Recorder
 	gw  *svcnet.Gateway
+	// clock is the episode's clock as the gateway's goroutines read it (rec.Now): the
+	// virtual time the running tool call started at, published by call before it runs.
+	clock *atomic.Int64
+}
+
+// publishClock makes the episode's clock the time the gateway stamps faults with.
+func (e *episode) publishClock() {
+	if e.docs != nil {
+		e.docs.clock.Store(int64(e.clock))
+	}
 }
 
 // attachDocs opens the gateway of e's sandbox with decider d (the episode's plan when
@@ -96,14 +109,25 @@ func (e *episode) attachDocs(ctx context.Context, d *faults.Decider) error {
 	}
 	if d == nil && e.cfg.Faults != nil {
 		plan := e.cfg.Faults.Plan()
-		d = faults.NewDecider(plan.GetSeed(), faults.RulesFromPlan(plan))
+		rules := faults.RulesFromPlan(plan)
+		// The plan's DNS faults (boundary_spec) meet the sandbox's lookups of "docs" at
+		// the gateway's name server; they act on lookups only, so the other rules' draws
+		// are the same with or without them.
+		for _, r := range e.cfg.Faults.BoundaryRules() {
+			if faults.IsDNSKind(r.Kind.Name) {
+				rules = append(rules, r)
+			}
+		}
+		d = faults.NewDecider(plan.GetSeed(), rules)
 	}
-	rec := &svcnet.Recorder{Now: e.Now}
+	clock := new(atomic.Int64)
+	clock.Store(int64(e.clock))
+	rec := &svcnet.Recorder{Now: func() time.Duration { return time.Duration(clock.Load()) }}
 	gw, err := svcnet.Attach(ctx, e.cfg.Sandboxes.Runtime(), e.sb, svcs, svcnet.Options{Decider: d, OnFire: rec.OnFire})
 	if err != nil {
 		return fmt.Errorf("codefix: docs service: %w", err)
 	}
-	e.docs = &docsGateway{d: d, rec: rec, gw: gw}
+	e.docs = &docsGateway{d: d, rec: rec, gw: gw, clock: clock}
 	return nil
 }
 

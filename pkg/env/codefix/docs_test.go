@@ -116,3 +116,71 @@ func TestDocsServiceMeetsThePlansFaults(t *testing.T) {
 			len(steps), len(steps) > 0 && steps[len(steps)-1].Signals.GetSuccess())
 	}
 }
+
+// TestDocsServiceMeetsThePlansDNSFaults: a user-defined profile's DNS fault (in the
+// plan's boundary_spec) meets the agent's lookups of "docs" at the sandbox's name server
+// (B1): a SERVFAIL half of the time, seen by wget as a bad address and recorded on the
+// step; the same seed meets the same faults, the plan's other rules draw as before.
+func TestDocsServiceMeetsThePlansDNSFaults(t *testing.T) {
+	sb := testSandboxes(t)
+	custom, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "flaky-dns", SpecYaml: `name: flaky-dns
+faults:
+  - {id: dns, kind: dns_servfail, probability: 0.5, match: {services: [docs]}}
+  - {id: slow, kind: latency, match: {services: [docs]}, params: {mean_ms: 20, jitter_ms: 0}}
+`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := custom.Plan(5, "flaky-dns", codefix.New().Spec().Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan.GetBoundarySpec(), "dns_servfail") {
+		t.Fatalf("the DNS fault is not in the plan's boundary_spec: %v", plan)
+	}
+	trace := func() string {
+		in, err := faults.NewInjector(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := codefix.New().NewEpisode(env.Config{Seed: 4, Params: json.RawMessage(`{"docs":1}`), Sandboxes: sb, Faults: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Close(ep)
+		if _, err := ep.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for range 6 {
+			res := step(t, ep, tools.ShellExec, map[string]string{"command": codefix.DocsCommand + ` 2>&1 | head -c 200`})
+			var obs struct{ Stdout string }
+			_ = json.Unmarshal(res.Observation, &obs)
+			seen := "guide"
+			if !strings.Contains(obs.Stdout, "codefix guide") {
+				seen = strings.TrimSpace(obs.Stdout)
+			}
+			fmt.Fprintf(&b, "[%s |", seen)
+			for _, f := range res.Faults {
+				if f.Target == codefix.DocsService {
+					fmt.Fprintf(&b, " %s %s", f.FaultId, f.Kind)
+				}
+			}
+			b.WriteString("]\n")
+		}
+		return b.String()
+	}
+	first := trace()
+	t.Logf("seed 5:\n%s", first)
+	if !strings.Contains(first, "[wget: bad address 'docs:8080' | dns dns_servfail]") || !strings.Contains(first, "[guide | docs.slow latency]") {
+		t.Errorf("want a SERVFAIL (and no request) and a clean read, each with its recorded faults:\n%s", first)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(first), "\n") {
+		if strings.Contains(line, "bad address") != strings.Contains(line, "dns_servfail") {
+			t.Errorf("what the agent met and what was recorded differ: %s", line)
+		}
+	}
+	if again := trace(); again != first {
+		t.Errorf("same seed, other faults:\n%s\nvs\n%s", first, again)
+	}
+}

@@ -301,6 +301,7 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 	out := e.faults.Call(t.service, t.name, e.clock)
 	e.calls = append(e.calls, faultCall{t.service, t.name, e.clock})
 	e.clock += cost + out.Latency
+	e.publishClock() // the gateway stamps what the tool's traffic meets with this time
 	if out.Status != 0 {
 		o.errors++
 		return marshal(errObs{Error: fmt.Sprintf("%s failed: injected status %d", t.name, out.Status),

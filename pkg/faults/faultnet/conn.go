@@ -1,9 +1,9 @@
 // Package faultnet applies gauntlet's network and service faults (B1, B2) to real traffic
 // between a sandbox and the services it may reach: a net.Conn and net.Listener wrapper
 // (latency, loss as retransmission delay, bandwidth cap, reset after N bytes or ms,
-// black-holed connections), a Resolver (NXDOMAIN, SERVFAIL, lookup timeout) and an HTTP
-// proxy (HTTP errors with Retry-After, truncated or garbled bodies and headers, broken
-// gzip, slow bodies, plus the network faults above).
+// black-holed connections), a Resolver and a DNSServer (NXDOMAIN, SERVFAIL, lookup
+// timeout) and an HTTP proxy (HTTP errors with Retry-After, truncated or garbled bodies
+// and headers, broken gzip, slow bodies, plus the network faults above).
 //
 // Every decision comes from a faults.Decider, so which fault meets which event is a pure
 // function of (seed, rule id, stream key, event count): a replay with the same seed meets

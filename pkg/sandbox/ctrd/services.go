@@ -17,35 +17,47 @@ import (
 var _ sandbox.ServiceListener = (*Runtime)(nil)
 
 // Services (Spec.Services): the task's own network namespace (loopback only) is where the
-// host process listens (ListenService setns-es into /proc/<task pid>/ns/net); the
-// container gets an /etc/hosts naming the services (bound read-only from the sandbox's
-// state directory) and their <NAME>_ADDR / <NAME>_URL variables. Restore restarts the
+// host process listens (ListenService setns-es into /proc/<task pid>/ns/net), and where
+// the host answers the sandbox's name server at 127.0.0.53:53 (ListenResolver). The
+// container gets an /etc/hosts (localhost, sandbox), an /etc/nsswitch.conf (hosts: files
+// dns) and an /etc/resolv.conf naming that server, bound read-only from the sandbox's
+// state directory, so the service names resolve through DNS, where DNS faults apply
+// (B1); and the services' <NAME>_ADDR / <NAME>_URL variables. Restore restarts the
 // task in a new namespace: listeners from before it are dead, listen again.
 
-func (r *Runtime) hostsPath(id string) string { return filepath.Join(r.sandboxDir(id), "hosts") }
+// serviceEtc are the /etc files of a sandbox with services, by name.
+func serviceEtc() map[string]string {
+	return map[string]string{"hosts": sandbox.HostsFile(), "nsswitch.conf": sandbox.NsswitchConf(), "resolv.conf": sandbox.ResolvConf()}
+}
 
-// writeHosts writes the hosts file of a sandbox with services.
+// writeHosts writes the /etc files of a sandbox with services into its state directory.
 func (r *Runtime) writeHosts(spec sandbox.Spec) error {
 	if len(spec.Services) == 0 {
 		return nil
 	}
-	if err := os.WriteFile(r.hostsPath(spec.ID), []byte(sandbox.HostsFile(spec.Services)), 0o644); err != nil {
-		return fmt.Errorf("services: %w", err)
+	for name, body := range serviceEtc() {
+		if err := os.WriteFile(filepath.Join(r.sandboxDir(spec.ID), name), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("services: %w", err)
+		}
 	}
 	return nil
 }
 
-// serviceMounts is the hosts file's mount (none without services).
+// serviceMounts are the mounts of those files (none without services).
 func (r *Runtime) serviceMounts(spec sandbox.Spec) []specs.Mount {
 	if len(spec.Services) == 0 {
 		return nil
 	}
-	return []specs.Mount{{
-		Destination: "/etc/hosts",
-		Type:        "bind",
-		Source:      r.hostsPath(spec.ID),
-		Options:     []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
-	}}
+	var out []specs.Mount
+	for _, name := range []string{"hosts", "nsswitch.conf", "resolv.conf"} {
+		out = append(out, specs.Mount{
+			Destination: "/etc/" + name,
+			Type:        "bind",
+			Source:      filepath.Join(r.sandboxDir(spec.ID), name),
+			Options:     []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
+		})
+	}
+	return out
 }
 
 // ListenService implements sandbox.ServiceListener: a listener on 127.0.0.1:port inside
@@ -68,4 +80,38 @@ func (r *Runtime) ListenService(ctx context.Context, id string, port int) (net.L
 	}
 	ns := fmt.Sprintf("/proc/%d/ns/net", b.task.Pid())
 	return netns.Listen(ns, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+var _ sandbox.ResolverListener = (*Runtime)(nil)
+
+// ListenResolver implements sandbox.ResolverListener: the name server's UDP and TCP
+// sockets at 127.0.0.53:53 inside the network namespace of the sandbox's task.
+func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn, net.Listener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	b, err := r.get("listen resolver", id)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	if b.gone || b.task == nil {
+		return nil, nil, fmt.Errorf("listen resolver %s: %w", id, sandbox.ErrNotFound)
+	}
+	if len(b.handle.Spec.Services) == 0 {
+		return nil, nil, fmt.Errorf("listen resolver %s: %w: the sandbox declares no services", id, sandbox.ErrInvalid)
+	}
+	ns := fmt.Sprintf("/proc/%d/ns/net", b.task.Pid())
+	addr := net.JoinHostPort(sandbox.ResolverIP, strconv.Itoa(sandbox.ResolverPort))
+	pc, err := netns.ListenPacket(ns, "udp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := netns.Listen(ns, "tcp", addr)
+	if err != nil {
+		_ = pc.Close()
+		return nil, nil, err
+	}
+	return pc, l, nil
 }

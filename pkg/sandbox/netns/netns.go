@@ -199,3 +199,22 @@ func literal(address string) error {
 	}
 	return nil
 }
+
+// ListenPacket opens a packet socket on network and address (as net.ListenPacket, e.g.
+// "udp", "127.0.0.53:53") inside the network namespace named by nsPath. The address must
+// be a literal IP and port.
+func ListenPacket(nsPath, network, address string) (net.PacketConn, error) {
+	if err := literal(address); err != nil {
+		return nil, err
+	}
+	var pc net.PacketConn
+	err := inNetns(joiner(nsPath), func() error {
+		var err error
+		pc, err = net.ListenPacket(network, address)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s/%s in netns %s: %w", network, address, nsPath, err)
+	}
+	return pc, nil
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
 )
@@ -73,5 +74,58 @@ func TestListenInsideOnly(t *testing.T) {
 	}
 	if _, err := netns.Listen(p, "tcp", "127.0.0.1:0"); err == nil {
 		t.Fatal("listen in a removed namespace succeeded")
+	}
+}
+
+// TestListenPacketInside: a UDP socket made inside a namespace (the sandbox's name
+// server at 127.0.0.53:53) answers datagrams sent inside it, and the host's loopback
+// does not reach it.
+func TestListenPacketInside(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "ns")
+	if err := netns.Create(p); err != nil {
+		t.Fatalf("create (needs root): %v", err)
+	}
+	defer netns.Remove(p)
+	pc, err := netns.ListenPacket(p, "udp", "127.0.0.53:53")
+	if err != nil {
+		t.Fatalf("listen inside: %v", err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 16)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(append([]byte("re:"), buf[:n]...), from)
+		}
+	}()
+	ask := func(c net.Conn) (string, error) {
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte("hi")); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 16)
+		n, err := c.Read(buf)
+		return string(buf[:n]), err
+	}
+	c, err := netns.Dial(context.Background(), p, "udp", "127.0.0.53:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask(c); err != nil || got != "re:hi" {
+		t.Fatalf("inside: %q, %v", got, err)
+	}
+	hc, err := net.Dial("udp", "127.0.0.53:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask(hc); err == nil && got == "re:hi" {
+		t.Fatal("the host's loopback reached the namespace's socket")
+	}
+	if _, err := netns.ListenPacket(p, "udp", "localhost:53"); err == nil {
+		t.Fatal("listen by name accepted")
 	}
 }

@@ -433,15 +433,16 @@ func (r *Runtime) rootfsArgs() []string {
 func (r *Runtime) decoyDir(id string) string { return filepath.Join(r.runDir, id+".decoy") }
 
 // etcFiles are the synthetic /etc files, passed as fds 7, 8, … in this order.
-var etcFiles = []string{"passwd", "group", "hosts", "nsswitch.conf"}
+var etcFiles = []string{"passwd", "group", "hosts", "nsswitch.conf", "resolv.conf"}
 
 // writeEtc writes the sandbox's synthetic /etc files into the state directory.
 func (r *Runtime) writeEtc() error {
 	files := map[string]string{
 		"passwd":        fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", SandboxUID, SandboxGID, sandbox.WorkspacePath),
 		"group":         fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", SandboxGID),
-		"hosts":         "127.0.0.1 localhost sandbox\n::1 localhost\n",
-		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+		"hosts":         sandbox.HostsFile(),
+		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n", // with services: sandbox.NsswitchConf
+		"resolv.conf":   sandbox.ResolvConf(),
 	}
 	for name, body := range files {
 		if err := os.WriteFile(r.path("etc", name), []byte(body), 0o644); err != nil {

@@ -23,13 +23,16 @@ var _ sandbox.ServiceListener = (*Runtime)(nil)
 // per exec: the host process listens inside it (ListenService) and every exec joins it
 // (nsenter, as root, before dropping privileges). It holds lo alone, like bwrap's; it is
 // owned by the host's user namespace, so the sandbox (in a user namespace of its own,
-// without capabilities) can use it but not reconfigure it. Its /etc/hosts names the
-// services (<StateDir>/netns/<id>.hosts).
+// without capabilities) can use it but not reconfigure it, nor bind the name server's
+// port. Its /etc/nsswitch.conf (<StateDir>/netns/<id>.nsswitch) sends host lookups to
+// /etc/hosts and then DNS, and /etc/resolv.conf (every process sandbox's) names the
+// name server at 127.0.0.53, which the host answers (ListenResolver): the service names
+// resolve there, where DNS faults apply (B1).
 
-func (r *Runtime) netnsPath(id string) string { return r.path("netns", id) }
-func (r *Runtime) hostsPath(id string) string { return r.path("netns", id+".hosts") }
+func (r *Runtime) netnsPath(id string) string    { return r.path("netns", id) }
+func (r *Runtime) nsswitchPath(id string) string { return r.path("netns", id+".nsswitch") }
 
-// setupServices creates the network namespace and hosts file of a sandbox with services;
+// setupServices creates the network namespace and nsswitch.conf of a sandbox with services;
 // it does nothing for one without.
 func (r *Runtime) setupServices(spec sandbox.Spec) error {
 	if len(spec.Services) == 0 {
@@ -41,7 +44,7 @@ func (r *Runtime) setupServices(spec sandbox.Spec) error {
 	if err := os.MkdirAll(r.path("netns"), 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	if err := os.WriteFile(r.hostsPath(spec.ID), []byte(sandbox.HostsFile(spec.Services)), 0o644); err != nil {
+	if err := os.WriteFile(r.nsswitchPath(spec.ID), []byte(sandbox.NsswitchConf()), 0o644); err != nil {
 		return fmt.Errorf("services: %w", err)
 	}
 	if netns.Pinned(r.netnsPath(spec.ID)) {
@@ -57,7 +60,7 @@ func (r *Runtime) setupServices(spec sandbox.Spec) error {
 // teardownServices unpins the sandbox's network namespace, if it has one.
 func (r *Runtime) teardownServices(id string) error {
 	err := netns.Remove(r.netnsPath(id))
-	if rerr := os.Remove(r.hostsPath(id)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+	if rerr := os.Remove(r.nsswitchPath(id)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
 	return err
@@ -65,8 +68,8 @@ func (r *Runtime) teardownServices(id string) error {
 
 // etcFile is the host file shown at /etc/<name> in the sandbox.
 func (r *Runtime) etcFile(spec sandbox.Spec, name string) string {
-	if name == "hosts" && len(spec.Services) > 0 {
-		return r.hostsPath(spec.ID)
+	if name == "nsswitch.conf" && len(spec.Services) > 0 {
+		return r.nsswitchPath(spec.ID)
 	}
 	return r.path("etc", name)
 }
@@ -112,4 +115,37 @@ func lookNsenter() string {
 		}
 	}
 	return ""
+}
+
+var _ sandbox.ResolverListener = (*Runtime)(nil)
+
+// ListenResolver implements sandbox.ResolverListener: the name server's UDP and TCP
+// sockets at 127.0.0.53:53 inside the sandbox's network namespace.
+func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn, net.Listener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	r.mu.Lock()
+	b, ok := r.active[id]
+	closed := r.closed
+	r.mu.Unlock()
+	switch {
+	case closed:
+		return nil, nil, fmt.Errorf("listen resolver %s: %w", id, sandbox.ErrClosed)
+	case !ok:
+		return nil, nil, fmt.Errorf("listen resolver %s: %w", id, sandbox.ErrNotFound)
+	case len(b.rec.Handle.Spec.Services) == 0:
+		return nil, nil, fmt.Errorf("listen resolver %s: %w: the sandbox declares no services", id, sandbox.ErrInvalid)
+	}
+	addr := net.JoinHostPort(sandbox.ResolverIP, strconv.Itoa(sandbox.ResolverPort))
+	pc, err := netns.ListenPacket(r.netnsPath(id), "udp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := netns.Listen(r.netnsPath(id), "tcp", addr)
+	if err != nil {
+		_ = pc.Close()
+		return nil, nil, err
+	}
+	return pc, l, nil
 }

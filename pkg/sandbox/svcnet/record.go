@@ -20,14 +20,19 @@ type Recorder struct {
 	events []*gauntletv1.FaultFired
 }
 
-// OnFire records fired faults; the target is the service, the detail says what fired and
-// on what (the request's method and path, or the connection's stream).
+// OnFire records fired faults; the target is the service (for a name lookup, the name
+// looked up when it is no service's), the detail says what fired and on what (the
+// request's method and path, the connection's stream, or the lookup's "dns/<name>").
 func (r *Recorder) OnFire(key string, ev faults.Event, fired []faults.Fired) {
 	var at time.Duration
 	if r.Now != nil {
 		at = r.Now()
 	}
 	on := key
+	target := ev.Service
+	if target == "" {
+		target = ev.Host
+	}
 	if ev.Method != "" {
 		on = ev.Method + " " + ev.Path
 	}
@@ -35,7 +40,7 @@ func (r *Recorder) OnFire(key string, ev faults.Event, fired []faults.Fired) {
 	defer r.mu.Unlock()
 	for _, f := range fired {
 		detail := strings.TrimSpace(f.Detail + " on " + on)
-		r.events = append(r.events, &gauntletv1.FaultFired{FaultId: f.RuleID, Kind: f.Kind, Target: ev.Service, Detail: detail, AtVirtualNs: int64(at)})
+		r.events = append(r.events, &gauntletv1.FaultFired{FaultId: f.RuleID, Kind: f.Kind, Target: target, Detail: detail, AtVirtualNs: int64(at)})
 	}
 }
 

@@ -14,6 +14,13 @@
 // connection opens (reset after N bytes or ms, black hole, bandwidth, a lost SYN) and one
 // per write back to the sandbox (latency, loss).
 //
+// The sandbox's name server answers there too (B1): a faultnet.DNSServer on the
+// sandbox's 127.0.0.53:53 (UDP and TCP, opened through the runtime's
+// sandbox.ResolverListener) resolves the service names (and localhost, sandbox) to
+// 127.0.0.1 and every other name to NXDOMAIN, without recursion, unless the decider's
+// dns_nxdomain, dns_servfail or dns_timeout fires; one lookup is one event keyed
+// "dns/<name>", with Service set when the name is a service's.
+//
 // The gateway is strictly a reverse proxy to the declared upstream: absolute-form
 // requests (a client treating it as a forward proxy) and CONNECT are refused, so
 // attaching services opens no path to anywhere else.
@@ -27,6 +34,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"sync"
@@ -54,6 +62,7 @@ type Gateway struct {
 	opt       Options
 	listeners []net.Listener
 	servers   []*http.Server
+	dns       *faultnet.DNSServer
 	wg        sync.WaitGroup
 
 	mu     sync.Mutex
@@ -75,6 +84,11 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 		opt.Logger = slog.Default()
 	}
 	g := &Gateway{opt: opt, conns: map[net.Conn]struct{}{}}
+	if len(services) > 0 {
+		if err := g.serveDNS(ctx, rt, id, services); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range services {
 		l, err := sl.ListenService(ctx, id, s.Port)
 		if err != nil {
@@ -98,6 +112,36 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 		}()
 	}
 	return g, nil
+}
+
+// serveDNS starts the sandbox's name server.
+func (g *Gateway) serveDNS(ctx context.Context, rt sandbox.Runtime, id string, services []sandbox.Service) error {
+	rl, ok := rt.(sandbox.ResolverListener)
+	if !ok {
+		return fmt.Errorf("attach services to %s: %w: runtime %s cannot serve names inside its sandboxes", id, sandbox.ErrUnsupported, rt.Name())
+	}
+	pc, l, err := rl.ListenResolver(ctx, id)
+	if err != nil {
+		return fmt.Errorf("attach services to %s: name server: %w", id, err)
+	}
+	lo4, lo6 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")
+	hosts := map[string][]netip.Addr{"localhost": {lo4, lo6}, "sandbox": {lo4}}
+	names := map[string]string{}
+	for _, s := range services {
+		hosts[s.Name] = []netip.Addr{lo4}
+		names[s.Name] = s.Name
+	}
+	g.dns = &faultnet.DNSServer{D: g.opt.Decider, OnFire: g.opt.OnFire, Hosts: hosts, Services: names, Logger: g.opt.Logger}
+	for _, serve := range []func() error{func() error { return g.dns.ServePacket(pc) }, func() error { return g.dns.Serve(l) }} {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			if err := serve(); err != nil {
+				g.opt.Logger.Warn("sandbox name server stopped", "sandbox", id, "err", err)
+			}
+		}()
+	}
+	return nil
 }
 
 // httpHandler is the reverse proxy of one HTTP service.
@@ -202,6 +246,9 @@ func (g *Gateway) Close() error {
 	}
 	g.mu.Unlock()
 	var errs []error
+	if g.dns != nil {
+		_ = g.dns.Close() // closes its sockets
+	}
 	for _, srv := range g.servers {
 		_ = srv.Close() // closes its listener
 	}

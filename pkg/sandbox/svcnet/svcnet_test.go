@@ -104,6 +104,7 @@ func TestProcessServiceFaults(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
 	runServiceFaults(t, rt, "")
+	t.Run("dns", func(t *testing.T) { runDNSFaults(t, rt, "") })
 }
 
 func TestContainerdServiceFaults(t *testing.T) {
@@ -116,6 +117,7 @@ func TestContainerdServiceFaults(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = rt.Close() })
 	runServiceFaults(t, rt, "")
+	t.Run("dns", func(t *testing.T) { runDNSFaults(t, rt, "") })
 }
 
 // runServiceFaults is the proof on one runtime: commands run through shell.exec inside a
@@ -303,4 +305,125 @@ func TestProcessServicesSurviveRestart(t *testing.T) {
 	if _, err := os.Stat(ns); !os.IsNotExist(err) {
 		t.Fatalf("namespace still pinned after Destroy: %v", err)
 	}
+}
+
+// runDNSFaults is the proof of the sandbox's name server on one runtime (B1): commands
+// inside the sandbox resolve the docs service's name through it and meet NXDOMAIN,
+// SERVFAIL or a timeout when the rules say so and an answer when not; the faults are
+// recorded once per lookup; the same seed meets the same faults.
+func runDNSFaults(t *testing.T, rt sandbox.Runtime, image string) {
+	ctx := context.Background()
+	api, _, _ := upstreams(t)
+	h, err := rt.Create(ctx, sandbox.Spec{Image: image, Services: []sandbox.Service{{Name: "docs", Port: 8080, Upstream: api}}})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
+	tb := tools.New(rt, h.ID, tools.Options{})
+	sh := func(cmd string) (string, time.Duration) {
+		t.Helper()
+		args, _ := json.Marshal(tools.ExecArgs{Command: cmd, TimeoutMS: 20000})
+		start := time.Now()
+		out, err := tb.Call(ctx, "shell.exec", args)
+		if err != nil {
+			t.Fatalf("shell.exec %q: %v", cmd, err)
+		}
+		var res tools.ExecResult
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatal(err)
+		}
+		return res.Stdout + res.Stderr, time.Since(start)
+	}
+	// attach opens the gateway under the rules of spec (closing the one before: the name
+	// server's address is taken while it is open).
+	var g *svcnet.Gateway
+	t.Cleanup(func() {
+		if g != nil {
+			_ = g.Close()
+		}
+	})
+	attach := func(seed uint64, spec string) *svcnet.Recorder {
+		t.Helper()
+		if g != nil {
+			_ = g.Close()
+		}
+		var d *faults.Decider
+		if spec != "" {
+			_, rules, err := faults.ParseSpec([]byte("name: dns-test\nfaults:\n" + spec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d = faults.NewDecider(seed, rules)
+		}
+		rec := &svcnet.Recorder{}
+		var err error
+		if g, err = svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: d, OnFire: rec.OnFire}); err != nil {
+			t.Fatalf("attach: %v", err)
+		}
+		return rec
+	}
+	const lookup = `busybox nslookup -timeout=1 -retry=1 docs; busybox wget -q -O /dev/null "$DOCS_URL/x" && echo fetched; echo done`
+
+	// No fault: the name answers 127.0.0.1, the service is reached by it, an unknown
+	// name is NXDOMAIN (no recursion), nothing is recorded.
+	rec := attach(1, "")
+	out, _ := sh(lookup + `; busybox nslookup elsewhere.example`)
+	if !strings.Contains(out, "Address: 127.0.0.1") || !strings.Contains(out, "fetched") || !strings.Contains(out, "can't find elsewhere.example: NXDOMAIN") {
+		t.Fatalf("clean lookups: %s", out)
+	}
+	if ev := rec.Take(); len(ev) != 0 {
+		t.Fatalf("clean lookups recorded faults: %v", ev)
+	}
+
+	for _, tc := range []struct {
+		kind, want string
+		slow       bool
+	}{
+		{faults.KindDNSNXDomain, "can't find docs: NXDOMAIN", false},
+		{faults.KindDNSServFail, "can't find docs: SERVFAIL", false},
+		{faults.KindDNSTimeout, "timed out", true},
+	} {
+		rec := attach(1, "  - {id: dns, kind: "+tc.kind+", match: {services: [docs]}}\n")
+		out, took := sh(lookup + `; busybox nslookup localhost`)
+		t.Logf("%s: the lookups took %v", tc.kind, took)
+		if !strings.Contains(out, tc.want) || strings.Contains(out, "fetched") || !strings.Contains(out, "bad address 'docs:8080'") {
+			t.Errorf("%s: want %q and wget failing on the name, got %s", tc.kind, tc.want, out)
+		}
+		if !strings.Contains(out, "Address: ::1") {
+			t.Errorf("%s: localhost (no service) should still resolve: %s", tc.kind, out)
+		}
+		if tc.slow && took < time.Second {
+			t.Errorf("%s: the lookups took %v, want the client's timeout (at least 1 s)", tc.kind, took)
+		}
+		// One fault per lookup (nslookup's, wget's), on the service.
+		ev := rec.Take()
+		if len(ev) != 2 {
+			t.Errorf("%s: recorded %v, want 2 faults", tc.kind, ev)
+		}
+		for _, e := range ev {
+			if e.Kind != tc.kind || e.Target != "docs" || e.FaultId != "dns" || !strings.Contains(e.Detail, "dns/docs") {
+				t.Errorf("%s: recorded %v", tc.kind, e)
+			}
+		}
+	}
+
+	// Same seed, same faults; another seed, others: SERVFAIL half of the time.
+	flaky := func(seed uint64) (string, int) {
+		rec := attach(seed, "  - {id: flaky, kind: dns_servfail, probability: 0.5, match: {hosts: [docs]}}\n")
+		out, _ := sh(`for i in 0 1 2 3 4 5 6 7 8 9 10 11; do busybox wget -q -O /dev/null "$DOCS_URL/x" 2>/dev/null && printf ok, || printf fail,; done`)
+		return out, len(rec.Take())
+	}
+	a, na := flaky(7)
+	b, nb := flaky(7)
+	c, _ := flaky(8)
+	if a != b || na != nb {
+		t.Errorf("same seed, different faults: %s (%d recorded) vs %s (%d)", a, na, b, nb)
+	}
+	if a == c {
+		t.Errorf("seeds 7 and 8 met the same faults: %s", a)
+	}
+	if n := strings.Count(a, "fail"); n != na || n == 0 || n == 12 {
+		t.Errorf("seed 7: %s, %d faults recorded", a, na)
+	}
+	t.Logf("seed 7: %s; seed 8: %s", a, c)
 }
