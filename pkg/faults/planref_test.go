@@ -152,3 +152,37 @@ func TestDigestCoversEveryField(t *testing.T) {
 		t.Error("the reference fields change the digest")
 	}
 }
+
+// A sandboxed env's built-in plans carry boundary faults in their boundary spec; by
+// reference they come back whole.
+func TestCompactSandboxPlansExpand(t *testing.T) {
+	services := []string{"docs", faults.SandboxService}
+	withSpec := 0
+	for seed := uint64(1); seed <= 40; seed++ {
+		for _, profile := range []string{faults.ProfileBaseline, faults.ProfileStress, faults.ProfileEdge} {
+			full, err := faults.Plan(seed, profile, services)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if full.BoundarySpec != "" {
+				withSpec++
+			}
+			c, err := faults.Compact(full, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := faults.Expand(c, services, nil)
+			if err != nil {
+				t.Fatalf("seed %d %s: %v", seed, profile, err)
+			}
+			want := proto.Clone(full).(*gauntletv1.FaultPlan)
+			want.Digest = c.Digest
+			if !proto.Equal(got, want) {
+				t.Fatalf("seed %d %s: expanded\n%v\nwant\n%v", seed, profile, got, want)
+			}
+		}
+	}
+	if withSpec == 0 {
+		t.Fatal("no built-in sandbox plan carried boundary faults; the test needs some")
+	}
+}
