@@ -252,6 +252,7 @@ func prepareEpisode(req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}
+	faults.Seal(plan, full) // the end records the digest of the plan played
 	inj, err := faults.NewInjector(full)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)

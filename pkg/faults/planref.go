@@ -35,7 +35,10 @@ func Digest(p *gauntletv1.FaultPlan) (string, error) {
 		CatalogueVersion: p.GetCatalogueVersion(), DriftValues: p.GetDriftValues(),
 		BoundarySpec: p.GetBoundarySpec(),
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(view)
+	// The generated encoder (gauntletv1.Marshal) writes fields in number order with no
+	// maps involved, the same bytes as protobuf-go's deterministic mode
+	// (TestCodecMatchesProtobufGo), without reflection.
+	b, err := gauntletv1.Marshal(view)
 	if err != nil {
 		return "", fmt.Errorf("digest of plan: %w", err)
 	}
@@ -73,9 +76,12 @@ func Compact(full *gauntletv1.FaultPlan, template string) (*gauntletv1.FaultPlan
 	if template == "" && !isProfile(full.GetProfile()) {
 		return nil, fmt.Errorf("compact plan: profile %q is not built-in, so its plan needs a template", full.GetProfile())
 	}
-	d, err := Digest(full)
-	if err != nil {
-		return nil, err
+	d := full.GetDigest()
+	if d == "" {
+		var err error
+		if d, err = Digest(full); err != nil {
+			return nil, err
+		}
 	}
 	return &gauntletv1.FaultPlan{
 		Profile: full.GetProfile(), Seed: full.GetSeed(), CatalogueVersion: full.GetCatalogueVersion(),
@@ -83,9 +89,12 @@ func Compact(full *gauntletv1.FaultPlan, template string) (*gauntletv1.FaultPlan
 	}, nil
 }
 
-// Expand returns the whole plan of p. A plan that is not compact is returned as it is. A
-// compact one is re-derived (Derive) and the result's digest must be p's, so a catalogue
-// or profile that changed under a recorded plan is an error, never a silent difference.
+// Expand returns the whole plan of p, its Digest set. A plan that is not compact is
+// returned as it is. A compact one is re-derived (Derive); when p has a digest (a recorded
+// plan), the result's must be the same, so a catalogue or profile that changed under a
+// recorded plan is an error, never a silent difference. A compact plan as the faults
+// service hands it out has none yet: whoever plays it records the digest of the plan it
+// expanded (Seal), once, instead of the faults service deriving every plan twice.
 //
 // The returned plan may share its rules with template when no drift applies: treat it as
 // read-only (NewInjector and the envs do).
@@ -101,11 +110,22 @@ func Expand(p *gauntletv1.FaultPlan, services []string, template *gauntletv1.Fau
 	if err != nil {
 		return nil, err
 	}
-	if d != p.GetDigest() {
-		return nil, fmt.Errorf("expand plan: digest: re-derived %s, the plan says %s (profile %q, seed %d: did the catalogue or the profile change?)", d, p.GetDigest(), p.GetProfile(), p.GetSeed())
+	if want := p.GetDigest(); want != "" && d != want {
+		return nil, fmt.Errorf("expand plan: digest: re-derived %s, the plan says %s (profile %q, seed %d: did the catalogue or the profile change?)", d, want, p.GetProfile(), p.GetSeed())
 	}
 	full.Digest = d
 	return full, nil
+}
+
+// Seal records on p, a compact plan that has no digest yet, the digest of full, the plan
+// Expand made of it, and the drift values as applied, so the record of the episode checks
+// a later re-derivation. A plan
+// that is not compact, or already has a digest, is left as it is.
+func Seal(p, full *gauntletv1.FaultPlan) {
+	if p.GetCompact() && p.GetDigest() == "" {
+		p.Digest = full.GetDigest()
+		p.DriftValues = full.GetDriftValues() // as applied: whole numbers rounded
+	}
 }
 
 // Derive makes the whole plan from a compact plan's inputs (its digest is not used): a

@@ -186,3 +186,30 @@ func TestCompactSandboxPlansExpand(t *testing.T) {
 		t.Fatal("no built-in sandbox plan carried boundary faults; the test needs some")
 	}
 }
+
+// A plan as the faults service hands it out has no digest: expanding it computes one,
+// Seal records it (with the drift values as applied), and the sealed record then checks
+// every re-derivation.
+func TestSealRecordsTheDigestOfThePlanPlayed(t *testing.T) {
+	drift := []*gauntletv1.DriftValue{{Selector: "*.http_429.retry_after_ms", Value: 1234.6, Source: faults.DriftSourceRun}}
+	ref := &gauntletv1.FaultPlan{Profile: faults.ProfileBaseline, Seed: 99, CatalogueVersion: faults.CatalogueVersion, Compact: true, DriftValues: drift}
+	full, err := faults.Expand(ref, shopServices, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Digest == "" {
+		t.Fatal("expanded plan has no digest")
+	}
+	faults.Seal(ref, full)
+	if ref.Digest != full.Digest || ref.DriftValues[0].Value != 1235 {
+		t.Fatalf("sealed %v", ref)
+	}
+	again, err := faults.Expand(ref, shopServices, nil)
+	if err != nil || !proto.Equal(again, full) {
+		t.Fatalf("sealed plan re-derived to %v (%v), want %v", again, err, full)
+	}
+	ref.Seed++
+	if _, err := faults.Expand(ref, shopServices, nil); err == nil || !strings.Contains(err.Error(), "digest") {
+		t.Fatalf("a changed sealed plan expanded: %v", err)
+	}
+}

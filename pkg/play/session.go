@@ -87,6 +87,7 @@ func (s *Session) Prepare(ctx context.Context) (env.Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fault plan: %w", err)
 	}
+	faults.Seal(s.Plan, plan) // the end records the digest of the plan played
 	inj, err := faults.NewInjector(plan)
 	if err != nil {
 		return nil, fmt.Errorf("fault plan: %w", err)

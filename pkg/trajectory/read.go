@@ -142,7 +142,7 @@ func EpisodePlan(ctx context.Context, conn driver.Conn, database string, row Epi
 	}
 	c := row.CompactPlan()
 	if c == nil {
-		return nil, fmt.Errorf("episode %s: no fault plan recorded (neither plan nor plan_digest)", row.EpisodeID)
+		return nil, fmt.Errorf("episode %s: no fault plan recorded (neither plan nor catalogue_version)", row.EpisodeID)
 	}
 	var tmpl *gauntletv1.FaultPlan
 	if c.Template != "" {

@@ -148,9 +148,10 @@ type TemplateRow struct {
 }
 
 // CompactPlan returns the compact plan the row records (nil when the row holds a whole
-// plan in Plan, or no plan), for pkg/faults.Expand.
+// plan in Plan, or no plan), for pkg/faults.Expand. Its digest is empty when the episode
+// ended before its plan was expanded (a request that could not be played).
 func (r EpisodeRow) CompactPlan() *gauntletv1.FaultPlan {
-	if r.Plan != "" || r.PlanDigest == "" {
+	if r.Plan != "" || r.CatalogueVersion == "" {
 		return nil
 	}
 	p := &gauntletv1.FaultPlan{Profile: r.Profile, Seed: r.PlanSeed, CatalogueVersion: r.CatalogueVersion,

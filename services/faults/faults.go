@@ -1,11 +1,13 @@
 // Package faults is the fault-injector service (B1, B3): it owns the catalogue and turns an
 // episode request into the fault plan the episode will meet. The scheduler asks for plans
-// in batches over NATS request/reply before assigning episodes, so every plan is fixed (and
-// recorded) before a worker sees the episode, and replay meets the same faults.
+// in batches over NATS request/reply before assigning episodes, so every plan is fixed
+// before a worker sees the episode, and replay meets the same faults.
 //
-// Plans are pkg/faults's pure functions of (seed, profile, env services); the service adds
-// the profile mix, request validation, drift (B6: the run's schedules from the request and
-// the global ones from the gauntlet_drift KV bucket, read once per batch) and metrics.
+// Plans are pkg/faults's pure functions of (seed, profile, env services); the service
+// fixes their inputs and hands them out by reference (pkg/faults.Expand derives the rules
+// where the episode is played): the profile drawn from the mix, request validation, drift
+// (B6: the run's schedules from the request and the global ones from the gauntlet_drift KV
+// bucket, read once per batch), the templates of user-defined profiles, and metrics.
 // Handlers run on NATS subscription goroutines; the service holds no mutable state.
 package faults
 
@@ -112,10 +114,11 @@ func (s *Service) handle(m *nats.Msg) {
 	}
 }
 
-// Plan derives the plan of every episode in the request, in order, and returns them
-// compact (pkg/faults.Compact: inputs, digest, template id) with the templates they name,
-// by id, which the caller must make findable (templates.Store.Put) before it hands the
-// plans out. The profile of an episode is drawn from the mix with the episode's seed, so
+// Plan fixes the plan of every episode in the request, in order, and returns them compact
+// (their inputs and, for a user-defined profile, a template id; pkg/faults.Expand derives
+// the rules, and the digest, where the episode is played) with the templates they name, by
+// id, which the caller must make findable (templates.Store.Put) before it hands the plans
+// out. The profile of an episode is drawn from the mix with the episode's seed, so
 // it is as reproducible as the plan itself. The mix may name the run's user-defined
 // profiles (req.custom_profiles), whose rules come from their YAML specs, the same for
 // every episode of the profile: the template. Drift (B6) is applied on top: first the
@@ -165,7 +168,6 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 		}
 		ref := &gauntletv1.FaultPlan{Profile: profile, Seed: rng.Derive(ep.Seed, "faults"),
 			CatalogueVersion: plans.CatalogueVersion, Compact: true}
-		var tmpl *gauntletv1.FaultPlan
 		if _, own := custom[profile]; own {
 			t, ok := byProfile[[2]string{ep.Env, profile}]
 			if !ok {
@@ -178,7 +180,7 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 				}
 				byProfile[[2]string{ep.Env, profile}] = t
 			}
-			tmpl, ref.Template = t.plan, t.id
+			ref.Template = t.id
 			used[t.id] = t.plan
 		}
 		if len(global)+len(req.GetDrift()) > 0 {
@@ -186,14 +188,8 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 			ref.DriftValues = append(plans.DriftValues(global, pos, plans.DriftSourceGlobal),
 				plans.DriftValues(req.GetDrift(), pos, plans.DriftSourceRun)...)
 		}
-		full, err := plans.Derive(ref, svcs, tmpl)
-		if err != nil {
-			return nil, nil, fmt.Errorf("episodes[%d]: %w", i, err)
-		}
-		ref.DriftValues = full.DriftValues
-		if ref.Digest, err = plans.Digest(full); err != nil {
-			return nil, nil, fmt.Errorf("episodes[%d]: %w", i, err)
-		}
+		// Not derived here: whoever plays the episode derives the rules once
+		// (faults.Expand) and records the digest (faults.Seal).
 		reply.Plans[i] = ref
 	}
 	s.planned.Add(context.Background(), int64(len(req.Episodes)))
