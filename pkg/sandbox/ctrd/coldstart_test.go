@@ -69,6 +69,7 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 	}
 	prev := func(rt *ctrd.Runtime) {
 		ctrd.SetShimStart(rt, false)
+		ctrd.SetClientNewTask(rt, true)
 		ctrd.SetSpecHook(rt, noGOMAXPROCS)
 	}
 	variants := []coldVariant{
@@ -81,6 +82,7 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 		{name: "prev:crun-copies,shim-start", opts: prevOpts, setup: prev},
 		{name: "after,crun-copies", opts: ctrd.Options{OCIRuntime: crunCopy}},
 		{name: "after,shim-start-binary", opts: after, setup: func(rt *ctrd.Runtime) { ctrd.SetShimStart(rt, false) }},
+		{name: "after,client-newtask", opts: after, setup: func(rt *ctrd.Runtime) { ctrd.SetClientNewTask(rt, true) }},
 		{name: "after:crun,grouped", opts: after},
 		{name: "after,no-seccomp", opts: after, setup: noSeccomp},
 		{name: "after,no-agent", opts: after, setup: noAgent},

@@ -29,3 +29,6 @@ func SetShimStart(r *Runtime, on bool) { r.noShimStart = !on }
 
 // SandboxDir is the runtime's state directory of sandbox id.
 func SandboxDir(r *Runtime, id string) string { return r.sandboxDir(id) }
+
+// SetClientNewTask makes later starts create their task through the client's NewTask.
+func SetClientNewTask(r *Runtime, on bool) { r.clientNewTask = on }
