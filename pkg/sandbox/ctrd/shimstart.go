@@ -73,7 +73,7 @@ if [ -f "$dir/` + shimAddressFile + `" ]; then
 	fi
 fi
 out=$("$real" "$@") || exit $?
-printf '%s\n' "$out" >"$dir/` + shimStartedFile + `.tmp" && mv -f "$dir/` + shimStartedFile + `.tmp" "$dir/` + shimStartedFile + `"
+printf '%s\n' "$out" >"$dir/` + shimStartedFile + `"
 printf '%s' "$out"
 `
 }
@@ -84,9 +84,13 @@ func shellQuote(s string) string {
 }
 
 // installShimStart writes the script into the state directory and returns its path; ""
-// (and no error) when the real shim is not installed where the script could find it, and
-// the runtime then names the runc v2 shim as before.
+// (and no error) when sandboxes do not share shims (nothing to answer: the script would
+// only add a /bin/sh to every start) or the real shim is not installed where the script
+// could find it, and the runtime then names the runc v2 shim as before.
 func (r *Runtime) installShimStart() (string, error) {
+	if r.opts.SandboxesPerShim == 1 {
+		return "", nil
+	}
 	real := ""
 	for _, d := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin", "/usr/local/sbin", "/bin", "/sbin"} {
 		p := filepath.Join(d, "containerd-shim-runc-v2")
@@ -147,7 +151,8 @@ func (r *Runtime) armShimStart(id string, g *shimGroup) (bool, error) {
 	return true, nil
 }
 
-// learnShimAddress records, after a start through the real shim, the address it gave.
+// learnShimAddress records, after a start through the real shim, the address it gave
+// (the script wrote it before printing it, so it is complete once the task exists).
 func (r *Runtime) learnShimAddress(id string, g *shimGroup) {
 	b, err := os.ReadFile(filepath.Join(r.sandboxDir(id), shimStartedFile))
 	if err != nil {
