@@ -231,15 +231,20 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new containerd runtime: %w: connect to %s: %v", sandbox.ErrUnavailable, opts.Address, err)
 	}
-	if r.shimStart, err = r.installShimStart(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("new containerd runtime: %w", err)
-	}
 	r.c = c
 	ctx = withNamespace(ctx, opts.Namespace)
-	if _, err := c.Version(ctx); err != nil {
+	v, err := c.Version(ctx)
+	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("new containerd runtime: %w: containerd at %s does not answer: %v", sandbox.ErrUnavailable, opts.Address, err)
+	}
+	// The start script speaks containerd 1.x's shim start protocol (an address on
+	// stdout and in the bundle's "address" file); later daemons get the real shim.
+	if strings.HasPrefix(v.Version, "1.") || strings.HasPrefix(v.Version, "v1.") {
+		if r.shimStart, err = r.installShimStart(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("new containerd runtime: %w", err)
+		}
 	}
 	bin := opts.AgentBinary
 	if bin == "" {

@@ -30,7 +30,8 @@ import (
 //
 // A group's address is used only while the group has live tasks (shimgroup.go). Should its
 // shim have died anyway, containerd cannot connect, the task's creation fails, the group
-// is sealed, and start tries once more in a new group (through the real shim).
+// is sealed, and start tries once more in a new group (through the real shim). The script
+// speaks containerd 1.x's start protocol: New installs it only for a 1.x daemon.
 
 // shimStartName is the script's file name in the state directory's bin directory.
 const shimStartName = "containerd-shim-gauntlet-v2"
