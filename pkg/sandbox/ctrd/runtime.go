@@ -467,14 +467,32 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		return fmt.Errorf("new task: %w", err)
 	}
 	t25 := time.Now()
-	if err := task.Start(ctx); err != nil {
+	var err2 error
+	if task != nil {
+		err2 = task.Start(ctx)
+	} else {
+		_, err2 = r.c.TaskService().Start(ctx, &tasks.StartRequest{ContainerID: id})
+	}
+	if err2 != nil {
 		r.shims.leave(b.st.ShimGroup)
-		_, _ = task.Delete(ctx, client.WithProcessKill)
+		if task == nil {
+			task, _ = ctr.Task(ctx, nil)
+		}
+		if task != nil {
+			_, _ = task.Delete(ctx, client.WithProcessKill)
+		}
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
-		return fmt.Errorf("start task: %w", err)
+		return fmt.Errorf("start task: %w", err2)
+	}
+	t3 := time.Now()
+	if task == nil {
+		// The task's record, looked up while the agent starts (it is not needed before).
+		if task, err = ctr.Task(ctx, nil); err != nil {
+			r.teardown(ctx, b)
+			return fmt.Errorf("look up the started task: %w", err)
+		}
 	}
 	b.task = task
-	t3 := time.Now()
 	if !r.noAgent {
 		if err := r.waitAgent(ctx, id); err != nil {
 			r.teardown(ctx, b)
@@ -492,7 +510,9 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 // newTask creates ctr's task on the rootfs mounts Prepare returned, without standard I/O.
 // It is what the client's NewTask does for such a task, less its three round trips before
 // the create (the container record, with its OCI spec, twice, and the snapshot's mounts,
-// all known here): the create request, then the task's record.
+// all known here). It returns no client.Task: start starts the task by its id and looks
+// its record up while the agent starts. With the comparison hook it is the client's
+// NewTask, and the task it returns.
 func (r *Runtime) newTask(ctx context.Context, ctr client.Container, mounts []mount.Mount) (client.Task, error) {
 	if r.clientNewTask {
 		return ctr.NewTask(ctx, cio.NullIO)
@@ -504,7 +524,7 @@ func (r *Runtime) newTask(ctx context.Context, ctr client.Container, mounts []mo
 	if _, err := r.c.TaskService().Create(ctx, req); err != nil {
 		return nil, err // a gRPC status error: its text is containerd's reason
 	}
-	return ctr.Task(ctx, nil)
+	return nil, nil
 }
 
 // shimOptions are the runc v2 shim's options for the sandbox's task.
