@@ -149,3 +149,36 @@ func TestJoiningADeadShimStartsANewOne(t *testing.T) {
 		t.Fatalf("sandboxes after the retry have shims %d and %d, want one", pb, pc)
 	}
 }
+
+// TestGroupedSandboxesSurviveADaemonRestart restarts containerd under two sandboxes of one
+// shim, the second started by the start script: the daemon finds both tasks again from their
+// bundles (the script wrote the second's address file as the shim would have), and they
+// can still be updated through it and destroyed.
+func TestGroupedSandboxesSurviveADaemonRestart(t *testing.T) {
+	srv, rt := start(t)
+	a := mustCreate(t, rt, sandbox.Spec{})
+	b := mustCreate(t, rt, sandbox.Spec{})
+	if pa, pb := parentPid(t, rt, a.ID), parentPid(t, rt, b.ID); pa != pb {
+		t.Fatalf("sandboxes have shims %d and %d, want one", pa, pb)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if err := rt.UpdateLimits(ctx, id, sandbox.Limits{MemoryBytes: 300 << 20}); err != nil {
+			t.Fatalf("update %s through the restarted daemon: %v", id, err)
+		}
+		if res, err := rt.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec in %s: %+v %v", id, res, err)
+		}
+		if err := rt.Destroy(ctx, id); err != nil {
+			t.Fatalf("destroy %s: %v", id, err)
+		}
+	}
+	c := mustCreate(t, rt, sandbox.Spec{})
+	if res, err := rt.Exec(ctx, c.ID, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec in a sandbox created after the restart: %+v %v", res, err)
+	}
+}
