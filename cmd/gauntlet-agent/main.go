@@ -13,9 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
 )
@@ -25,39 +23,17 @@ func main() {
 		fmt.Fprintf(os.Stderr, "usage: %s (serves on %s/%s)\n", os.Args[0], agent.SocketDir, agent.SocketName)
 		os.Exit(2)
 	}
-	// Every thread counts against the sandbox's pids limit.
+	// Every thread counts against the sandbox's pids limit. The runtime also sets
+	// GOMAXPROCS=1 in the agent's environment, which makes this call free (no
+	// stop-the-world to change it).
 	runtime.GOMAXPROCS(1)
-	prewarmThreads(7) // one more than before: the seccomp supervisor holds one in poll
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := agent.NewServer().Serve(ctx, filepath.Join(agent.SocketDir, agent.SocketName)); err != nil {
+	srv := agent.NewServer()
+	srv.PrewarmThreads = 7 // one more than before the seccomp supervisor, which holds one in poll
+	if err := srv.Serve(ctx, filepath.Join(agent.SocketDir, agent.SocketName)); err != nil {
 		fmt.Fprintln(os.Stderr, "gauntlet-agent:", err)
 		os.Exit(1)
 	}
-}
-
-// prewarmThreads makes the Go runtime start n OS threads now and keep them idle for later.
-// A command that fills the sandbox's pids limit (a fork bomb) leaves no room for a new
-// thread, and a Go program that cannot create one when a goroutine blocks in a system call
-// dies: the agent would die with the sandbox it is meant to clean up. Threads made at start,
-// while the limit has room, are parked by the runtime and reused instead.
-func prewarmThreads(n int) {
-	var started, done sync.WaitGroup
-	release := make(chan struct{})
-	for range n {
-		started.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			runtime.LockOSThread() // this goroutine now owns a thread of its own
-			started.Done()
-			<-release
-			runtime.UnlockOSThread() // the thread goes back to the runtime's idle list
-		}()
-	}
-	started.Wait()
-	time.Sleep(time.Millisecond)
-	close(release)
-	done.Wait()
 }

@@ -21,10 +21,14 @@
 // left behind by a crashed run; the daemon also dies with the program that started
 // it (Linux parent-death signal).
 //
-// On a hybrid cgroup host whose cgroup2 hierarchy (/sys/fs/cgroup/unified) still
-// offers controllers, crun refuses to create containers; there the daemon runs in a
-// mount namespace of its own (inherited by its shims and their OCI runtime) without
-// that cgroup2 mount. The host's mounts are untouched; cgroup limits are v1 either way.
+// The daemon runs in a mount namespace of its own, inherited by its shims and their OCI
+// runtime; the host's mounts are untouched. In it, the OCI runtime binaries (crun, runc)
+// are bind-mounted read-only onto themselves, so that crun need not copy itself to a
+// read-only place on every call (its defence against a container overwriting it through
+// /proc/PID/exe; the read-only mount is the same defence, made once). On a hybrid cgroup
+// host whose cgroup2 hierarchy (/sys/fs/cgroup/unified) still offers controllers, crun
+// refuses to create containers; there the namespace also lacks that cgroup2 mount.
+// Cgroup limits are v1 either way.
 //
 // Concurrency: every method of Server is safe for concurrent use.
 //

@@ -248,28 +248,21 @@ func (s *Server) runLocked(ctx context.Context) error {
 		return fmt.Errorf("start containerd: open log: %w", err)
 	}
 	logAt, _ := logFile.Seek(0, 2)
-	cmd := exec.Command(s.bin, "--config", s.configPath())
 	hide, err := unifiedHasControllers()
 	if err != nil {
 		logFile.Close()
 		return fmt.Errorf("start containerd: %w", err)
 	}
-	if hide {
-		// A hybrid host whose cgroup2 hierarchy still holds controllers (here: hugetlb,
-		// which no v1 hierarchy binds): crun refuses to create containers there. The
-		// daemon, its shims and their OCI runtime get a mount namespace of their own
-		// without that cgroup2 mount, so they see a plain v1 host; limits are v1 anyway.
-		cmd = exec.Command("/bin/sh", "-c", `umount `+unifiedMount+` && exec "$0" "$@"`, s.bin, "--config", s.configPath())
-	}
+	// The daemon, its shims and their OCI runtime get a mount namespace of their own
+	// (see the package doc): the host's mounts are never touched.
+	cmd := exec.Command("/bin/sh", "-c", namespaceScript(hide, ociRuntimes()), s.bin, "--config", s.configPath())
 	cmd.Dir = s.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// The daemon dies with us; its own process group keeps a terminal's Ctrl-C from
 	// reaching it before we stop it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if hide {
-		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS // Go makes it private (MS_REC|MS_PRIVATE)
-	}
+	// Go makes the new mount namespace private (MS_REC|MS_PRIVATE).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
 	// runc and the shim are found through PATH.
 	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":/usr/sbin:/usr/bin:/sbin:/bin")
 	// From a thread that outlives the daemon: Pdeathsig follows the forking thread
@@ -397,6 +390,54 @@ func (s *Server) unmountRoot() error {
 		return fmt.Errorf("unmount %s: %w", s.root(), err)
 	}
 	return nil
+}
+
+// namespaceScript is the shell script that prepares the daemon's mount namespace and
+// execs the daemon ("$0" "$@"):
+//   - hide: unmount the cgroup2 hierarchy of a hybrid host, which crun refuses to run on;
+//   - every OCI runtime binary in ro is bind-mounted read-only onto itself. crun (like runc)
+//     refuses to run from a writable binary, which a container's process could overwrite
+//     through /proc/PID/exe while the runtime sets it up (CVE-2019-5736): on every call it
+//     bind-mounts its own executable read-only somewhere and re-executes itself from there,
+//     a second start of the binary (6-7 ms per call here, two calls per container start).
+//     A binary already on a read-only mount is what that copy would be, so crun runs it
+//     directly: the same protection, made once per daemon. runc 1.1 still copies itself (it
+//     also wants an environment variable set by its own re-exec). Failing to mount only
+//     costs that time: the script warns and goes on.
+func namespaceScript(hide bool, ro []string) string {
+	var b strings.Builder
+	if hide {
+		b.WriteString("umount " + unifiedMount + " || exit 1\n")
+	}
+	for _, p := range ro {
+		q := shellQuote(p)
+		fmt.Fprintf(&b, "mount --bind %s %s && mount -o remount,bind,ro %s || echo 'ctrdlocal: could not bind %s read-only (it will copy itself on every call)' >&2\n", q, q, q, strings.ReplaceAll(p, "'", ""))
+	}
+	b.WriteString(`exec "$0" "$@"`)
+	return b.String()
+}
+
+// ociRuntimes are the OCI runtime binaries installed (crun and runc), symlinks resolved.
+func ociRuntimes() []string {
+	var out []string
+	for _, name := range []string{"crun", "runc"} {
+		p, err := lookPath(name)
+		if err != nil {
+			continue
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // unifiedMount is where hybrid cgroup hosts mount the cgroup2 hierarchy.

@@ -3,7 +3,9 @@ package ctrdlocal_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,4 +109,46 @@ func waitExit(s *ctrdlocal.Server) <-chan struct{} {
 		close(ch)
 	}()
 	return ch
+}
+
+// TestOCIRuntimesReadOnlyInDaemonNamespace checks that the daemon's mount namespace shows
+// crun (and runc) on a read-only bind mount, so crun skips copying itself per call, and
+// that the host's mount table is left alone.
+func TestOCIRuntimesReadOnlyInDaemonNamespace(t *testing.T) {
+	srv := ctrdtest.Start(t)
+	mounts := func(pid string) map[string]string { // mount point -> per-mount options
+		b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 5 {
+				out[f[4]] = f[5]
+			}
+		}
+		return out
+	}
+	daemon, host := mounts(strconv.Itoa(srv.Pid())), mounts("self")
+	checked := 0
+	for _, name := range []string{"crun", "runc"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		if p, err = filepath.EvalSymlinks(p); err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		opts, ok := daemon[p]
+		if !ok || !strings.HasPrefix(opts, "ro") {
+			t.Errorf("%s in the daemon's mount namespace: mounted=%v options %q, want a read-only bind mount", p, ok, opts)
+		}
+		if _, ok := host[p]; ok {
+			t.Errorf("%s is a mount point in the host's namespace: the launcher must not touch the host's mounts", p)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("neither crun nor runc is installed (scripts/deps.sh installs both)")
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -49,7 +48,19 @@ type ServiceListener interface {
 	ListenService(ctx context.Context, id string, port int) (net.Listener, error)
 }
 
-var serviceNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+// validServiceName reports whether name is 1-32 lower-case ASCII letters, digits or '-',
+// starting with a letter (no regexp: see ValidID).
+func validServiceName(name string) bool {
+	if len(name) == 0 || len(name) > 32 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // validateServices checks the services of a spec, each problem wrapping ErrInvalid.
 func validateServices(svcs []Service) []error {
@@ -61,7 +72,7 @@ func validateServices(svcs []Service) []error {
 			errs = append(errs, fmt.Errorf("%w: %s.%s: %s", ErrInvalid, f, field, fmt.Sprintf(format, args...)))
 		}
 		switch {
-		case !serviceNameRE.MatchString(s.Name):
+		case !validServiceName(s.Name):
 			bad("name", "%q must be 1-32 lower-case letters, digits or '-', starting with a letter", s.Name)
 		case s.Name == "localhost" || s.Name == "sandbox":
 			bad("name", "%q is reserved", s.Name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -49,6 +50,28 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 	// 10 ms); the setup of "before" restores the old poll.
 	before := func(rt *ctrd.Runtime) { ctrd.SetAgentPoll(rt, 10*time.Millisecond) }
 	crunCompiles := func(rt *ctrd.Runtime) { ctrd.SetNoPrecompiledSeccomp(rt, true) }
+	// prev: the runtime as it was before the second round of cuts (docs/benchmarks.md):
+	// crun copying itself on every call (a copy of crun on a writable mount, as
+	// /usr/bin/crun was in containerd's namespace), containerd-shim-runc-v2 for every
+	// start, no GOMAXPROCS in the agent's environment, and, when
+	// GAUNTLET_COLDSTART_PREV_AGENT names one, the agent binary of that time (built from
+	// the older source; in an image of its own, in a containerd namespace of its own).
+	crunCopy := filepath.Join(b.TempDir(), "crun")
+	if err := copyExecutable("/usr/bin/crun", crunCopy); err != nil {
+		b.Fatalf("copy crun: %v", err)
+	}
+	noGOMAXPROCS := func(s *oci.Spec) {
+		s.Process.Env = slices.DeleteFunc(s.Process.Env, func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") })
+	}
+	prevOpts := ctrd.Options{OCIRuntime: crunCopy, AgentBinary: os.Getenv("GAUNTLET_COLDSTART_PREV_AGENT")}
+	if prevOpts.AgentBinary != "" {
+		prevOpts.Namespace = "gauntlet-prev"
+	}
+	prev := func(rt *ctrd.Runtime) {
+		ctrd.SetShimStart(rt, false)
+		ctrd.SetClientNewTask(rt, true)
+		ctrd.SetSpecHook(rt, noGOMAXPROCS)
+	}
 	variants := []coldVariant{
 		{name: "before:runc,shim-each", opts: runc1, setup: before},
 		{name: "runc,no-seccomp", opts: runc1, setup: func(rt *ctrd.Runtime) { before(rt); noSeccomp(rt) }},
@@ -56,6 +79,10 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 		{name: "runc,grouped-shim", opts: runcG, setup: before},
 		{name: "crun,shim-each", opts: crun1},
 		{name: "crun,grouped,crun-seccomp", opts: after, setup: crunCompiles},
+		{name: "prev:crun-copies,shim-start", opts: prevOpts, setup: prev},
+		{name: "after,crun-copies", opts: ctrd.Options{OCIRuntime: crunCopy}},
+		{name: "after,shim-start-binary", opts: after, setup: func(rt *ctrd.Runtime) { ctrd.SetShimStart(rt, false) }},
+		{name: "after,client-newtask", opts: after, setup: func(rt *ctrd.Runtime) { ctrd.SetClientNewTask(rt, true) }},
 		{name: "after:crun,grouped", opts: after},
 		{name: "after,no-seccomp", opts: after, setup: noSeccomp},
 		{name: "after,no-agent", opts: after, setup: noAgent},
@@ -171,13 +198,26 @@ func BenchmarkColdStartBreakdown(b *testing.B) {
 	b.Log(report.String())
 }
 
-// openWith is open with the OCI runtime and shim grouping of o.
+// copyExecutable copies the file src to dst, mode 0755.
+func copyExecutable(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
+}
+
+// openWith is open with the OCI runtime, shim grouping, namespace and agent binary of o.
 func openWith(t testing.TB, srv *ctrdlocal.Server, o ctrd.Options) *ctrd.Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: agentBinary,
-		OCIRuntime: o.OCIRuntime, SandboxesPerShim: o.SandboxesPerShim})
+	bin := agentBinary
+	if o.AgentBinary != "" {
+		bin = o.AgentBinary
+	}
+	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: bin,
+		OCIRuntime: o.OCIRuntime, SandboxesPerShim: o.SandboxesPerShim, Namespace: o.Namespace})
 	if err != nil {
 		t.Fatalf("open containerd runtime: %v", err)
 	}

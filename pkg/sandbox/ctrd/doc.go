@@ -39,9 +39,12 @@
 //
 // Cold start: sandboxes share shims (up to Options.SandboxesPerShim per
 // containerd-shim-runc-v2 process, through the shim's grouping annotation; see
-// shimgroup.go), and with crun the seccomp profile is compiled once in Go and handed
-// over precompiled (seccompbpf.go), so a start costs one shim "start" command, one
-// crun create and start, and the agent's own start.
+// shimgroup.go), a sandbox joining a running shim is started by a small script instead
+// of the shim binary's one-shot "start" command (shimstart.go), the task is created
+// with the snapshot's mounts in one round trip, and with crun the seccomp profile is
+// compiled once in Go and handed over precompiled (seccompbpf.go), so a start costs one
+// /bin/sh, one crun create and start (crun runs from a read-only mount and need not copy
+// itself: pkg/ctrdlocal), and the agent's own start.
 //
 // Concurrency: a Runtime is safe for concurrent use. Operations on one sandbox are
 // serialised (one exec at a time, which keeps per-exec metering exact); different

@@ -23,3 +23,12 @@ func SetNoPrecompiledSeccomp(r *Runtime, on bool) { r.noBPFCache = on }
 
 // SetAgentPoll sets the longest pause between probes of a new sandbox's agent.
 func SetAgentPoll(r *Runtime, d time.Duration) { r.agentPoll = d }
+
+// SetShimStart turns the shim start script (shimstart.go) on or off for later starts.
+func SetShimStart(r *Runtime, on bool) { r.noShimStart = !on }
+
+// SandboxDir is the runtime's state directory of sandbox id.
+func SandboxDir(r *Runtime, id string) string { return r.sandboxDir(id) }
+
+// SetClientNewTask makes later starts create their task through the client's NewTask.
+func SetClientNewTask(r *Runtime, on bool) { r.clientNewTask = on }

@@ -30,6 +30,9 @@ type shimGroup struct {
 	pending int  // tasks being created in the group
 	live    int  // tasks created and not yet being deleted
 	sealed  bool // the shim may be exiting: never join again
+	// address is the running shim's socket address, once a start through the real shim
+	// has told it (shimstart.go); "" until then.
+	address string
 }
 
 // shimGroups assigns sandboxes to shim groups. The zero value is not usable: call init.
@@ -105,5 +108,24 @@ func (s *shimGroups) forgetIfEmpty(g *shimGroup) {
 		if s.open == g {
 			s.open = nil
 		}
+	}
+}
+
+// address is g's shim address while new sandboxes may join g, else "".
+func (s *shimGroups) address(g *shimGroup) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g.sealed {
+		return ""
+	}
+	return g.address
+}
+
+// setAddress records g's shim address, learnt from the start of one of its tasks.
+func (s *shimGroups) setAddress(g *shimGroup, addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g.address == "" {
+		g.address = addr
 	}
 }

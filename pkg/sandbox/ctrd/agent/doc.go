@@ -26,9 +26,12 @@
 //   - its own safety: it raises every command's oom_score_adj to 1000 right after
 //     starting it (raising needs no privilege; lowering the agent's own would need
 //     CAP_SYS_RESOURCE), so the kernel's OOM killer picks commands, not the agent; it
-//     runs with GOMAXPROCS 1 so its threads take few of the sandbox's pids; and it is
-//     not dumpable, so a command running as the same uid cannot read or write its
-//     memory through /proc.
+//     runs with GOMAXPROCS 1 so its threads take few of the sandbox's pids, and starts
+//     the spare threads it may need later (Server.PrewarmThreads) while it answers the
+//     runtime's first ping, before any command runs (commands wait for them), so a fork
+//     bomb that fills the pids limit cannot leave it without a thread; and it is not
+//     dumpable, so a command running as the same uid cannot read or write its memory
+//     through /proc.
 //
 // Requests on one agent are served concurrently but the runtime sends one at a time
 // per sandbox, which keeps the per-command measurements exact. Errors inside the

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,11 +40,18 @@ type Server struct {
 	rec *safety.Recorder
 	// supervised is set once the notification filter is installed (see Serve).
 	supervised bool
+	// warm is closed once the prewarmed threads exist; commands wait for it.
+	warm chan struct{}
+
+	// PrewarmThreads is how many OS threads Serve has the Go runtime start and park for
+	// later, while it already answers pings (see prewarmThreads); commands start only once
+	// they exist. Set it before Serve.
+	PrewarmThreads int
 }
 
 // NewServer returns a server.
 func NewServer() *Server {
-	return &Server{waiters: map[int]chan syscall.WaitStatus{}, rec: safety.NewRecorder()}
+	return &Server{waiters: map[int]chan syscall.WaitStatus{}, rec: safety.NewRecorder(), warm: make(chan struct{})}
 }
 
 // Serve listens on socketPath (removing a stale socket first) and serves until ctx
@@ -76,6 +84,13 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 		return fmt.Errorf("listen on %s: %w", socketPath, err)
 	}
 	defer ln.Close()
+	// The threads are made after the filter is installed (each inherits it from the thread
+	// that creates it) and while the first ping is answered: a new sandbox is ready for
+	// the runtime without waiting for them, and its first command waits instead (exec).
+	go func() {
+		prewarmThreads(s.PrewarmThreads)
+		close(s.warm)
+	}()
 	go s.reap(ctx)
 	go func() {
 		<-ctx.Done()
@@ -183,6 +198,7 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 	}
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
+	<-s.warm
 	_ = s.rec.Drain() // nothing runs between commands; start from an empty record
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -342,6 +358,31 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 		resp.ExitCode = 128 + int(syscall.SIGKILL)
 	}
 	return resp
+}
+
+// prewarmThreads makes the Go runtime start n OS threads now and keep them idle for later.
+// A command that fills the sandbox's pids limit (a fork bomb) leaves no room for a new
+// thread, and a Go program that cannot create one when a goroutine blocks in a system call
+// dies: the agent would die with the sandbox it is meant to clean up. Threads made at start,
+// while the limit has room, are parked by the runtime and reused instead.
+func prewarmThreads(n int) {
+	var started, done sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		started.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread() // this goroutine now owns a thread of its own
+			started.Done()
+			<-release
+			runtime.UnlockOSThread() // the thread goes back to the runtime's idle list
+		}()
+	}
+	// Every goroutine holds a thread of its own at once: n threads exist.
+	started.Wait()
+	close(release)
+	done.Wait()
 }
 
 // killOthers kills every process in the sandbox but the agent, again and again (a
