@@ -120,9 +120,14 @@ func TestCodefixUnderBoundaryFaults(t *testing.T) {
 			if !r.Done() || !r.Signals.Success {
 				t.Fatalf("the oracle did not fix the bug under storage faults: %s", r.Observation)
 			}
-			kinds := map[string]int{}
+			kinds, shell := map[string]int{}, map[string]int{}
 			for i, s := range steps {
 				for _, f := range s.Faults {
+					if f.Target == "sandbox/"+tools.ShellExec {
+						// Only the process runtime applies storage faults to commands.
+						shell[f.Kind]++
+						continue
+					}
 					kinds[f.Kind]++
 					rec = append(rec, fmt.Sprintf("step %d %s %s %s %s @%d", i, f.FaultId, f.Kind, f.Target, f.Detail, f.AtVirtualNs))
 				}
@@ -136,11 +141,14 @@ func TestCodefixUnderBoundaryFaults(t *testing.T) {
 					t.Errorf("no %s recorded on any step: %v", k, kinds)
 				}
 			}
+			if want := rt == runtimes.Process; (shell[faults.KindIOLatency] > 0) != want {
+				t.Errorf("%s: storage faults on commands %v; want io_latency: %v", rt, shell, want)
+			}
 			first := steps[0].Faults
 			if len(first) < 2 || first[0].Kind != "cpu_throttle" || first[1].Kind != "memory_leak" {
 				t.Errorf("the first step does not start with the ambient faults: %v", first)
 			}
-			t.Logf("%s: %d steps, faults by kind %v\n%s", rt, len(steps), kinds, strings.Join(rec, "\n"))
+			t.Logf("%s: %d steps, faults by kind %v, on commands %v\n%s", rt, len(steps), kinds, shell, strings.Join(rec, "\n"))
 			records = append(records, rec)
 		})
 	}
