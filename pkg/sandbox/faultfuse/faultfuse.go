@@ -35,12 +35,17 @@
 // clock, inside the FUSE operation: the process waiting on the syscall is the one slowed.
 // A kill interrupts the wait.
 //
+// A layer is mounted for one command at a time (Begin, End): within a command every
+// change goes through it, so the kernel may cache entries and attributes for the whole
+// command; between commands the host-side file tools change the workspace directly and
+// nothing is mounted.
+//
 // Safety: the FUSE server runs as root in the host's mount namespace, so it never
 // resolves a path the sandbox could redirect: it reaches the workspace through a private
 // bind mount with MS_NOSYMFOLLOW (a symlink planted by the sandbox is never followed by
 // the server, only by the sandbox's own kernel view through readlink), mounted only while
-// a command runs (Begin/End), and files it creates are given to the calling process's
-// host uid and gid. The mount is allow_other (the sandbox's processes run as another
+// a command runs, and files it creates are given to the calling process's host uid and
+// gid. The mount is allow_other (the sandbox's processes run as another
 // user, in a user namespace) with default_permissions, so the kernel checks permissions
 // as it would on the real directory. The /dev/fuse descriptor is opened close-on-exec so
 // no other command inherits it.
@@ -51,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,12 +77,16 @@ var ErrClosed = errors.New("faultfuse: layer closed")
 // maxWrite is the largest FUSE read or write request (the kernel splits larger I/O).
 const maxWrite = 128 << 10
 
+// cacheTimeout is how long the kernel may trust entries and attributes: a mount lives for
+// one command, and every change during it goes through the layer, so for all of it.
+const cacheTimeout = time.Hour
+
 // Config says where a Layer lives.
 type Config struct {
 	// Workspace is the host directory the layer passes through to. Required.
 	Workspace string
-	// Mountpoint is an existing empty directory where the faulted view is mounted; the
-	// runtime binds it into the sandbox as its workspace. Required.
+	// Mountpoint is an existing empty directory where the faulted view is mounted while
+	// a command runs; the runtime binds it into the sandbox as its workspace. Required.
 	Mountpoint string
 	// Shadow is an existing empty directory, reachable by root only, where the layer
 	// binds Workspace (no symlinks followed) while a command runs. Required.
@@ -85,25 +95,31 @@ type Config struct {
 	Gate *faultfs.Gate
 }
 
-// Layer is a mounted faultfuse filesystem. Begin and End bracket each command; between
-// them the layer serves its operations, outside them it refuses them (EIO) so that nothing
-// can reach the workspace when no command runs. A Layer is safe for concurrent use.
+// Layer is a faultfuse filesystem over one workspace. Begin mounts it for a command and
+// End unmounts it once the command's processes are gone: a mount per command lets the
+// kernel cache entries and attributes for the whole command (the host-side file tools
+// change the workspace only between commands), and leaves nothing mounted, and nothing
+// that could reach the workspace, between commands. A Layer is safe for concurrent use.
 type Layer struct {
-	cfg    Config
-	server *fuse.Server
+	cfg Config
 
-	// mu: operations hold it shared while they touch the workspace; End takes it
-	// exclusively to close the layer.
+	// mu: operations hold it shared while they touch the workspace; Begin, End and Close
+	// take it exclusively.
 	mu     sync.RWMutex
 	open   bool
 	closed bool
+	server *fuse.Server
+	// sess lives from Begin to End: delays are spent against it, never against the
+	// kernel's interrupt of the request (see gate).
+	sess   context.Context
+	cancel context.CancelFunc
 	// handles counts open file handles, which hold descriptors under the shadow mount.
 	handles atomic.Int64
 }
 
-// Mount mounts a Layer at cfg.Mountpoint. It needs root and /dev/fuse; errors say which
-// step failed.
-func Mount(cfg Config) (*Layer, error) {
+// New checks cfg and that this host can mount FUSE (root, /dev/fuse) and returns a Layer,
+// not mounted yet.
+func New(cfg Config) (*Layer, error) {
 	switch {
 	case cfg.Workspace == "":
 		return nil, errors.New("faultfuse: config: workspace: required")
@@ -114,48 +130,23 @@ func Mount(cfg Config) (*Layer, error) {
 	case cfg.Gate == nil:
 		return nil, errors.New("faultfuse: config: gate: required")
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(cfg.Workspace, &st); err != nil {
-		return nil, fmt.Errorf("faultfuse: workspace: %w", err)
-	}
-	l := &Layer{cfg: cfg}
-	root := &node{LoopbackNode: &gofs.LoopbackNode{RootData: &gofs.LoopbackRoot{Path: cfg.Shadow, Dev: st.Dev}}, l: l}
-	root.RootData.RootNode = root
-	zero := time.Duration(0)
-	// No entry, attribute or negative caching: the host-side file tools change the
-	// workspace behind the kernel's back between commands.
-	opts := &gofs.Options{EntryTimeout: &zero, AttrTimeout: &zero, NegativeTimeout: &zero}
-	opts.MountOptions = fuse.MountOptions{
-		FsName: "gauntlet-faultfuse", Name: "gauntlet", MaxWrite: maxWrite,
-		EnableLocks: true, DisableXAttrs: true,
+	for _, d := range []string{cfg.Workspace, cfg.Mountpoint, cfg.Shadow} {
+		if st, err := os.Stat(d); err != nil {
+			return nil, fmt.Errorf("faultfuse: %w", err)
+		} else if !st.IsDir() {
+			return nil, fmt.Errorf("faultfuse: %s is not a directory", d)
+		}
 	}
 	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("faultfuse: open /dev/fuse: %w", err)
+		return nil, fmt.Errorf("faultfuse: open /dev/fuse (FUSE needs the fuse module and root): %w", err)
 	}
-	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions,max_read=%d", fd, maxWrite)
-	if err := unix.Mount("gauntlet-faultfuse", cfg.Mountpoint, "fuse.gauntlet", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("faultfuse: mount %s: %w", cfg.Mountpoint, err)
-	}
-	// The server takes the descriptor over ("/dev/fd/N" tells go-fuse it is mounted).
-	srv, err := fuse.NewServer(gofs.NewNodeFS(root, opts), "/dev/fd/"+strconv.Itoa(fd), &opts.MountOptions)
-	if err != nil {
-		_ = unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH)
-		unix.Close(fd)
-		return nil, fmt.Errorf("faultfuse: serve %s: %w", cfg.Mountpoint, err)
-	}
-	l.server = srv
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		_ = unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH)
-		return nil, fmt.Errorf("faultfuse: mount %s: %w", cfg.Mountpoint, err)
-	}
-	return l, nil
+	unix.Close(fd)
+	return &Layer{cfg: cfg}, nil
 }
 
-// Begin opens the layer for a command: it binds the workspace at the shadow directory
-// (MS_NOSYMFOLLOW) and lets operations through.
+// Begin mounts the layer for a command: it binds the workspace at the shadow directory
+// (MS_NOSYMFOLLOW), mounts the FUSE filesystem over it at the mount point and serves it.
 func (l *Layer) Begin() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -165,6 +156,10 @@ func (l *Layer) Begin() error {
 	if l.open {
 		return nil
 	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(l.cfg.Workspace, &st); err != nil {
+		return fmt.Errorf("faultfuse: workspace: %w", err)
+	}
 	if err := unix.Mount(l.cfg.Workspace, l.cfg.Shadow, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("faultfuse: bind workspace: %w", err)
 	}
@@ -172,49 +167,101 @@ func (l *Layer) Begin() error {
 		_ = unix.Unmount(l.cfg.Shadow, unix.MNT_DETACH)
 		return fmt.Errorf("faultfuse: bind workspace nosymfollow: %w", err)
 	}
-	l.open = true
+	srv, err := l.mount(st.Dev)
+	if err != nil {
+		_ = unix.Unmount(l.cfg.Shadow, unix.MNT_DETACH)
+		return err
+	}
+	l.server, l.open = srv, true
+	l.sess, l.cancel = context.WithCancel(context.Background())
 	return nil
 }
 
-// End closes the layer after a command (whose processes are all gone): it waits, up to
+// mount mounts the FUSE filesystem and starts its server.
+func (l *Layer) mount(dev uint64) (*fuse.Server, error) {
+	root := &node{LoopbackNode: &gofs.LoopbackNode{RootData: &gofs.LoopbackRoot{Path: l.cfg.Shadow, Dev: dev}}, l: l}
+	root.RootData.RootNode = root
+	timeout := cacheTimeout
+	opts := &gofs.Options{EntryTimeout: &timeout, AttrTimeout: &timeout, NegativeTimeout: &timeout}
+	opts.MountOptions = fuse.MountOptions{
+		FsName: "gauntlet-faultfuse", Name: "gauntlet", MaxWrite: maxWrite,
+		EnableLocks: true, DisableXAttrs: true,
+		// Small reads are the common case; copying them beats a pipe per splice.
+		DisableSplice: true,
+	}
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("faultfuse: open /dev/fuse: %w", err)
+	}
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions,max_read=%d", fd, maxWrite)
+	if err := unix.Mount("gauntlet-faultfuse", l.cfg.Mountpoint, "fuse.gauntlet", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("faultfuse: mount %s: %w", l.cfg.Mountpoint, err)
+	}
+	// The server takes the descriptor over ("/dev/fd/N" tells go-fuse it is mounted).
+	srv, err := fuse.NewServer(gofs.NewNodeFS(root, opts), "/dev/fd/"+strconv.Itoa(fd), &opts.MountOptions)
+	if err != nil {
+		_ = unix.Unmount(l.cfg.Mountpoint, unix.MNT_DETACH)
+		unix.Close(fd)
+		return nil, fmt.Errorf("faultfuse: serve %s: %w", l.cfg.Mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		_ = unix.Unmount(l.cfg.Mountpoint, unix.MNT_DETACH)
+		return nil, fmt.Errorf("faultfuse: mount %s: %w", l.cfg.Mountpoint, err)
+	}
+	return srv, nil
+}
+
+// End unmounts the layer after a command (whose processes are all gone): it waits, up to
 // two seconds, for the kernel to release the command's open files, refuses further
-// operations and unmounts the shadow bind, so the workspace can be remounted
-// (snapshots, restores) without the layer holding it.
+// operations, unmounts the FUSE filesystem and the shadow bind (lazily if still busy) and
+// waits for the server to stop, so the workspace can be remounted (snapshots, restores)
+// without the layer holding it.
 func (l *Layer) End() error {
+	l.mu.RLock()
+	cancel := l.cancel
+	l.mu.RUnlock()
+	if cancel != nil {
+		cancel() // ends the delays still being spent, so they let go of mu
+	}
 	deadline := time.Now().Add(2 * time.Second)
 	for l.handles.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if !l.open {
+		l.mu.Unlock()
 		return nil
 	}
 	l.open = false
-	if err := unix.Unmount(l.cfg.Shadow, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("faultfuse: unmount shadow: %w", err)
+	srv := l.server
+	l.server, l.sess, l.cancel = nil, nil, nil
+	var errs []error
+	for _, p := range []string{l.cfg.Mountpoint, l.cfg.Shadow} {
+		if err := unix.Unmount(p, 0); err != nil {
+			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				errs = append(errs, fmt.Errorf("faultfuse: unmount %s: %w", p, err))
+			}
+		}
 	}
-	return nil
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		errs = append(errs, errors.New("faultfuse: server did not stop within 5s of the unmount"))
+	}
+	return errors.Join(errs...)
 }
 
-// Close ends the layer and unmounts it (lazily if still busy) and waits for its server.
+// Close ends the layer; Begin fails after it.
 func (l *Layer) Close() error {
 	err := l.End()
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
-	if uerr := unix.Unmount(l.cfg.Mountpoint, 0); uerr != nil {
-		if uerr = unix.Unmount(l.cfg.Mountpoint, unix.MNT_DETACH); uerr != nil && !errors.Is(uerr, unix.EINVAL) {
-			return errors.Join(err, fmt.Errorf("faultfuse: unmount %s: %w", l.cfg.Mountpoint, uerr))
-		}
-	}
-	done := make(chan struct{})
-	go func() { l.server.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		err = errors.Join(err, errors.New("faultfuse: server did not stop within 5s"))
-	}
 	return err
 }
 
@@ -230,9 +277,14 @@ func (l *Layer) enter() bool {
 
 func (l *Layer) leave() { l.mu.RUnlock() }
 
-// gate passes one storage event; its error is the errno the operation fails with.
-func (l *Layer) gate(ctx context.Context, op, name string) (faults.Decision, syscall.Errno) {
-	dec, err := l.cfg.Gate.Before(ctx, op, name)
+// gate passes one storage event; its error is the errno the operation fails with. The
+// caller holds mu shared (enter). Delays are spent like a slow disk's, in uninterruptible
+// sleep: a signal to the waiting process (which makes the kernel send the request an
+// interrupt) does not cut them short, because an EINTR would make many programs retry the
+// call, a new event the same command without the signal would not make; a fatal signal
+// ends the wait for the process, and End ends the delay itself.
+func (l *Layer) gate(op, name string) (faults.Decision, syscall.Errno) {
+	dec, err := l.cfg.Gate.Before(l.sess, op, name)
 	if err == nil {
 		return dec, 0
 	}
@@ -241,8 +293,8 @@ func (l *Layer) gate(ctx context.Context, op, name string) (faults.Decision, sys
 	switch {
 	case errors.As(err, &pe) && errors.As(pe.Err, &en):
 		return dec, en
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return dec, syscall.EINTR // the kernel interrupted the request (the caller was killed)
+	case errors.Is(err, context.Canceled):
+		return dec, syscall.EINTR // End: the command is over
 	default:
 		return dec, syscall.EIO
 	}

@@ -93,7 +93,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	}
 	defer n.l.leave()
 	name := n.rel()
-	if _, errno := n.l.gate(ctx, faults.OpOpen, name); errno != 0 {
+	if _, errno := n.l.gate(faults.OpOpen, name); errno != 0 {
 		return nil, 0, errno
 	}
 	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
@@ -108,7 +108,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 		return nil, 0, syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpOpen, n.rel()); errno != 0 {
+	if _, errno := n.l.gate(faults.OpOpen, n.rel()); errno != 0 {
 		return nil, 0, errno
 	}
 	return n.LoopbackNode.OpendirHandle(ctx, flags)
@@ -120,10 +120,10 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	defer n.l.leave()
 	p := n.child(name)
-	if _, errno := n.l.gate(ctx, faults.OpCreate, p); errno != 0 {
+	if _, errno := n.l.gate(faults.OpCreate, p); errno != 0 {
 		return nil, nil, 0, errno
 	}
-	if _, errno := n.l.gate(ctx, faults.OpOpen, p); errno != 0 {
+	if _, errno := n.l.gate(faults.OpOpen, p); errno != 0 {
 		return nil, nil, 0, errno
 	}
 	ch, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
@@ -138,7 +138,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		return nil, syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpCreate, n.child(name)); errno != 0 {
+	if _, errno := n.l.gate(faults.OpCreate, n.child(name)); errno != 0 {
 		return nil, errno
 	}
 	return n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
@@ -149,7 +149,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpCreate, n.child(name)); errno != 0 {
+	if _, errno := n.l.gate(faults.OpCreate, n.child(name)); errno != 0 {
 		return nil, errno
 	}
 	return n.LoopbackNode.Symlink(ctx, target, name, out)
@@ -160,7 +160,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil, syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpCreate, n.child(name)); errno != 0 {
+	if _, errno := n.l.gate(faults.OpCreate, n.child(name)); errno != 0 {
 		return nil, errno
 	}
 	if t, ok := target.(*node); ok {
@@ -174,7 +174,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpMkdir, n.child(name)); errno != 0 {
+	if _, errno := n.l.gate(faults.OpMkdir, n.child(name)); errno != 0 {
 		return nil, errno
 	}
 	return n.LoopbackNode.Mkdir(ctx, name, mode, out)
@@ -185,7 +185,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpRemove, n.child(name)); errno != 0 {
+	if _, errno := n.l.gate(faults.OpRemove, n.child(name)); errno != 0 {
 		return errno
 	}
 	return n.LoopbackNode.Unlink(ctx, name)
@@ -196,7 +196,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpRemove, n.child(name)); errno != 0 {
+	if _, errno := n.l.gate(faults.OpRemove, n.child(name)); errno != 0 {
 		return errno
 	}
 	return n.LoopbackNode.Rmdir(ctx, name)
@@ -207,7 +207,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return syscall.EIO
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(ctx, faults.OpRename, n.child(name)); errno != 0 {
+	if _, errno := n.l.gate(faults.OpRename, n.child(name)); errno != 0 {
 		return errno
 	}
 	return n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
@@ -257,7 +257,11 @@ var (
 )
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if _, errno := f.l.gate(ctx, faults.OpRead, f.name); errno != 0 {
+	if !f.l.enter() {
+		return nil, syscall.EIO
+	}
+	defer f.l.leave()
+	if _, errno := f.l.gate(faults.OpRead, f.name); errno != 0 {
 		return nil, errno
 	}
 	return f.lf.Read(ctx, dest, off)
@@ -267,7 +271,11 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResul
 // caller sees write(2) return less), or fails with ENOSPC when it keeps nothing, as a
 // filling disk does.
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	dec, errno := f.l.gate(ctx, faults.OpWrite, f.name)
+	if !f.l.enter() {
+		return 0, syscall.EIO
+	}
+	defer f.l.leave()
+	dec, errno := f.l.gate(faults.OpWrite, f.name)
 	if errno != 0 {
 		return 0, errno
 	}
@@ -284,8 +292,12 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, sysca
 // Setlk takes a lock without waiting; lock_contention fails it with EWOULDBLOCK after
 // its wait.
 func (f *file) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	if !f.l.enter() {
+		return syscall.EIO
+	}
+	defer f.l.leave()
 	if lk.Typ != syscall.F_UNLCK {
-		if _, errno := f.l.gate(ctx, faults.OpLock, f.name); errno != 0 {
+		if _, errno := f.l.gate(faults.OpLock, f.name); errno != 0 {
 			return errno
 		}
 	}
@@ -295,8 +307,12 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 // Setlkw takes a lock, waiting for it; lock_contention makes it wait wait_ms first (as
 // if another process held it that long).
 func (f *file) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	if !f.l.enter() {
+		return syscall.EIO
+	}
+	defer f.l.leave()
 	if lk.Typ != syscall.F_UNLCK {
-		if _, errno := f.l.gate(ctx, faults.OpLock, f.name); errno != 0 && errno != syscall.EWOULDBLOCK {
+		if _, errno := f.l.gate(faults.OpLock, f.name); errno != 0 && errno != syscall.EWOULDBLOCK {
 			return errno
 		}
 	}

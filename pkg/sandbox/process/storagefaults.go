@@ -15,11 +15,11 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 )
 
-// Storage faults for commands (B1, B2): AttachStorageFaults mounts a faultfuse layer over
-// the sandbox's workspace at <run dir>/<id>.fuse; while it is attached, every exec binds
-// that mount (instead of the overlay) at sandbox.WorkspacePath and opens the layer for the
-// span of the command (faultfuse.Layer Begin/End), so each file operation of the command's
-// processes passes the gate. The host-side file tools keep using the overlay directly,
+// Storage faults for commands (B1, B2): AttachStorageFaults sets up a faultfuse layer over
+// the sandbox's workspace; while it is attached, every exec mounts it at
+// <run dir>/<id>.fuse for the span of the command (faultfuse.Layer Begin/End) and binds
+// that mount (instead of the overlay) at sandbox.WorkspacePath, so each file operation of
+// the command's processes passes the gate. The host-side file tools keep using the overlay directly,
 // behind their own gate.
 
 var _ sandbox.StorageFaulter = (*Runtime)(nil)
@@ -54,9 +54,16 @@ func (r *Runtime) AttachStorageFaults(ctx context.Context, id string, gate *faul
 	if err := os.Mkdir(shadow, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("attach storage faults %s: %w", id, err)
 	}
-	l, err := faultfuse.Mount(faultfuse.Config{Workspace: r.wsDir(id), Mountpoint: mnt, Shadow: shadow, Gate: gate})
+	l, err := faultfuse.New(faultfuse.Config{Workspace: r.wsDir(id), Mountpoint: mnt, Shadow: shadow, Gate: gate})
 	if err != nil {
 		return fmt.Errorf("attach storage faults %s: %w: %v", id, sandbox.ErrUnavailable, err)
+	}
+	// Mount once now, so a host that cannot is told here and not by the first command.
+	if err := l.Begin(); err != nil {
+		return fmt.Errorf("attach storage faults %s: %w: %v", id, sandbox.ErrUnavailable, err)
+	}
+	if err := l.End(); err != nil {
+		return fmt.Errorf("attach storage faults %s: %w", id, err)
 	}
 	b.fuse = l
 	return nil
