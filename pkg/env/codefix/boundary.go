@@ -31,7 +31,7 @@ type boundary struct {
 	// cmd collects the storage faults the agent's commands meet (shellfaults.go); nil
 	// when no layer is attached.
 	cmd *cmdFaults
-	res     faults.Resources
+	res faults.Resources
 	// tool is the tool being run, fired the storage faults fired during this step.
 	tool  string
 	fired []*gauntletv1.FaultFired
