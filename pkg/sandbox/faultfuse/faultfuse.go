@@ -277,6 +277,19 @@ func (l *Layer) enter() bool {
 
 func (l *Layer) leave() { l.mu.RUnlock() }
 
+// admit admits an operation (enter) and passes its event (gate); when the errno is 0 the
+// caller must leave.
+func (l *Layer) admit(op, name string) (faults.Decision, syscall.Errno) {
+	if !l.enter() {
+		return faults.Decision{}, syscall.EIO
+	}
+	dec, errno := l.gate(op, name)
+	if errno != 0 {
+		l.leave()
+	}
+	return dec, errno
+}
+
 // gate passes one storage event; its error is the errno the operation fails with. The
 // caller holds mu shared (enter). Delays are spent like a slow disk's, in uninterruptible
 // sleep: a signal to the waiting process (which makes the kernel send the request an

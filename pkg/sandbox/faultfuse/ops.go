@@ -88,14 +88,12 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // Gated operations: the event first, then the real operation.
 
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if !n.l.enter() {
-		return nil, 0, syscall.EIO
-	}
-	defer n.l.leave()
 	name := n.rel()
-	if _, errno := n.l.gate(faults.OpOpen, name); errno != 0 {
+	_, errno := n.l.admit(faults.OpOpen, name)
+	if errno != 0 {
 		return nil, 0, errno
 	}
+	defer n.l.leave()
 	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
 	if errno != 0 {
 		return nil, 0, errno
@@ -104,25 +102,21 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if !n.l.enter() {
-		return nil, 0, syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpOpen, n.rel()); errno != 0 {
+	_, errno := n.l.admit(faults.OpOpen, n.rel())
+	if errno != 0 {
 		return nil, 0, errno
 	}
+	defer n.l.leave()
 	return n.LoopbackNode.OpendirHandle(ctx, flags)
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	if !n.l.enter() {
-		return nil, nil, 0, syscall.EIO
-	}
-	defer n.l.leave()
 	p := n.child(name)
-	if _, errno := n.l.gate(faults.OpCreate, p); errno != 0 {
+	_, errno := n.l.admit(faults.OpCreate, p)
+	if errno != 0 {
 		return nil, nil, 0, errno
 	}
+	defer n.l.leave()
 	if _, errno := n.l.gate(faults.OpOpen, p); errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -134,35 +128,29 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !n.l.enter() {
-		return nil, syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpCreate, n.child(name)); errno != 0 {
+	_, errno := n.l.admit(faults.OpCreate, n.child(name))
+	if errno != 0 {
 		return nil, errno
 	}
+	defer n.l.leave()
 	return n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !n.l.enter() {
-		return nil, syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpCreate, n.child(name)); errno != 0 {
+	_, errno := n.l.admit(faults.OpCreate, n.child(name))
+	if errno != 0 {
 		return nil, errno
 	}
+	defer n.l.leave()
 	return n.LoopbackNode.Symlink(ctx, target, name, out)
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !n.l.enter() {
-		return nil, syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpCreate, n.child(name)); errno != 0 {
+	_, errno := n.l.admit(faults.OpCreate, n.child(name))
+	if errno != 0 {
 		return nil, errno
 	}
+	defer n.l.leave()
 	if t, ok := target.(*node); ok {
 		target = t.LoopbackNode
 	}
@@ -170,46 +158,38 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !n.l.enter() {
-		return nil, syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpMkdir, n.child(name)); errno != 0 {
+	_, errno := n.l.admit(faults.OpMkdir, n.child(name))
+	if errno != 0 {
 		return nil, errno
 	}
+	defer n.l.leave()
 	return n.LoopbackNode.Mkdir(ctx, name, mode, out)
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	if !n.l.enter() {
-		return syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpRemove, n.child(name)); errno != 0 {
+	_, errno := n.l.admit(faults.OpRemove, n.child(name))
+	if errno != 0 {
 		return errno
 	}
+	defer n.l.leave()
 	return n.LoopbackNode.Unlink(ctx, name)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	if !n.l.enter() {
-		return syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpRemove, n.child(name)); errno != 0 {
+	_, errno := n.l.admit(faults.OpRemove, n.child(name))
+	if errno != 0 {
 		return errno
 	}
+	defer n.l.leave()
 	return n.LoopbackNode.Rmdir(ctx, name)
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	if !n.l.enter() {
-		return syscall.EIO
-	}
-	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpRename, n.child(name)); errno != 0 {
+	_, errno := n.l.admit(faults.OpRename, n.child(name))
+	if errno != 0 {
 		return errno
 	}
+	defer n.l.leave()
 	return n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
 }
 
@@ -257,13 +237,11 @@ var (
 )
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if !f.l.enter() {
-		return nil, syscall.EIO
-	}
-	defer f.l.leave()
-	if _, errno := f.l.gate(faults.OpRead, f.name); errno != 0 {
+	_, errno := f.l.admit(faults.OpRead, f.name)
+	if errno != 0 {
 		return nil, errno
 	}
+	defer f.l.leave()
 	return f.lf.Read(ctx, dest, off)
 }
 
@@ -271,14 +249,11 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResul
 // caller sees write(2) return less), or fails with ENOSPC when it keeps nothing, as a
 // filling disk does.
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	if !f.l.enter() {
-		return 0, syscall.EIO
-	}
-	defer f.l.leave()
-	dec, errno := f.l.gate(faults.OpWrite, f.name)
+	dec, errno := f.l.admit(faults.OpWrite, f.name)
 	if errno != 0 {
 		return 0, errno
 	}
+	defer f.l.leave()
 	if dec.WriteKeep < 1 {
 		k := int(float64(len(data)) * dec.WriteKeep)
 		if k == 0 && len(data) > 0 {
