@@ -17,6 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/pool"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
@@ -206,5 +207,49 @@ func TestStorageFaultsSameSeedSameFaults(t *testing.T) {
 	}
 	if slices.Equal(traces[0], traces[2]) {
 		t.Errorf("seeds 7 and 8 fired the same faults: %q", traces[0])
+	}
+}
+
+// TestPoolReleaseDetachesStorageFaults: a sandbox going back to its pool leaves its
+// episode's storage-fault layer behind; the next lease's commands meet no fault.
+func TestPoolReleaseDetachesStorageFaults(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	p, err := pool.New(pool.Config{Runtime: rt, Templates: []pool.Template{{Name: "t", Size: 1}}, MaxSandboxes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	_, rules, err := faults.ParseSpec([]byte("name: ro\nfaults:\n  - {id: ro, kind: read_only}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.Acquire(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.AttachStorageFaults(ctx, l.Handle.ID, faultfs.NewGate(faults.NewDecider(1, rules), nil, nil)); err != nil {
+		t.Fatalf("attach (FUSE must mount here): %v", err)
+	}
+	if res := run(t, tools.New(rt, l.Handle.ID, tools.Options{}), "touch x"); !strings.Contains(res.Stderr, "Read-only file system") {
+		t.Fatalf("touch under read_only: %q", res.Stderr)
+	}
+	id := l.Handle.ID
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err = p.Acquire(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Handle.ID != id {
+		t.Fatalf("the pool handed out %s, not the released %s", l.Handle.ID, id)
+	}
+	if res := run(t, tools.New(rt, id, tools.Options{}), "touch x && grep -c ' fuse' /proc/self/mountinfo || true"); res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "0" {
+		t.Fatalf("after release: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
