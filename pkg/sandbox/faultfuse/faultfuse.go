@@ -32,8 +32,9 @@
 // programs fall back to reads and writes, which are gated.
 //
 // Delays (io_latency, iops_cap, lock_contention's wait) are spent for real, on the wall
-// clock, inside the FUSE operation: the process waiting on the syscall is the one slowed.
-// A kill interrupts the wait.
+// clock, inside the FUSE operation: the process waiting on the syscall is the one slowed,
+// as by a slow disk, uninterruptibly (a signal does not cut the delay short; a kill ends
+// the process's wait, and End the delay).
 //
 // A layer is mounted for one command at a time (Begin, End): within a command every
 // change goes through it, so the kernel may cache entries and attributes for the whole
