@@ -58,6 +58,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -84,14 +85,24 @@ const cacheTimeout = time.Hour
 
 // Config says where a Layer lives.
 type Config struct {
-	// Workspace is the host directory the layer passes through to. Required.
+	// Workspace is the host directory the layer passes through to. Required unless
+	// Source is set.
 	Workspace string
 	// Mountpoint is an existing empty directory where the faulted view is mounted while
-	// a command runs; the runtime binds it into the sandbox as its workspace. Required.
+	// a command runs; the runtime binds it into the sandbox as its workspace. With Enter
+	// set it is a path in that mount namespace (a container's /workspace). Required.
 	Mountpoint string
 	// Shadow is an existing empty directory, reachable by root only, where the layer
-	// binds Workspace (no symlinks followed) while a command runs. Required.
+	// binds Workspace (no symlinks followed) while a command runs. Required unless
+	// Source is set.
 	Shadow string
+	// Source, when set, replaces the Workspace bind at Shadow: at each Begin it returns
+	// the directory the server passes through to, which must follow no symlink either
+	// (a mount with MOUNT_ATTR_NOSYMFOLLOW), and the function End calls to let it go.
+	Source func() (dir string, release func() error, err error)
+	// Enter, when set, runs fn in the mount namespace Mountpoint lives in; nil runs it in
+	// the caller's. See InMountNamespace.
+	Enter func(fn func() error) error
 	// Gate decides every operation's faults. Required.
 	Gate *faultfs.Gate
 }
@@ -106,15 +117,16 @@ type Layer struct {
 
 	// mu: operations hold it shared while they touch the workspace; Begin, End and Close
 	// take it exclusively.
-	mu     sync.RWMutex
-	open   bool
-	closed bool
-	server *fuse.Server
+	mu      sync.RWMutex
+	open    bool
+	closed  bool
+	server  *fuse.Server
+	release func() error // lets the source go
 	// sess lives from Begin to End: delays are spent against it, never against the
 	// kernel's interrupt of the request (see gate).
 	sess   context.Context
 	cancel context.CancelFunc
-	// handles counts open file handles, which hold descriptors under the shadow mount.
+	// handles counts open file handles, which hold descriptors under the source.
 	handles atomic.Int64
 }
 
@@ -122,16 +134,23 @@ type Layer struct {
 // not mounted yet.
 func New(cfg Config) (*Layer, error) {
 	switch {
-	case cfg.Workspace == "":
+	case cfg.Source == nil && cfg.Workspace == "":
 		return nil, errors.New("faultfuse: config: workspace: required")
+	case cfg.Source == nil && cfg.Shadow == "":
+		return nil, errors.New("faultfuse: config: shadow: required")
 	case cfg.Mountpoint == "":
 		return nil, errors.New("faultfuse: config: mountpoint: required")
-	case cfg.Shadow == "":
-		return nil, errors.New("faultfuse: config: shadow: required")
 	case cfg.Gate == nil:
 		return nil, errors.New("faultfuse: config: gate: required")
 	}
-	for _, d := range []string{cfg.Workspace, cfg.Mountpoint, cfg.Shadow} {
+	var dirs []string
+	if cfg.Source == nil {
+		dirs = append(dirs, cfg.Workspace, cfg.Shadow)
+	}
+	if cfg.Enter == nil {
+		dirs = append(dirs, cfg.Mountpoint)
+	}
+	for _, d := range dirs {
 		if st, err := os.Stat(d); err != nil {
 			return nil, fmt.Errorf("faultfuse: %w", err)
 		} else if !st.IsDir() {
@@ -146,8 +165,50 @@ func New(cfg Config) (*Layer, error) {
 	return &Layer{cfg: cfg}, nil
 }
 
-// Begin mounts the layer for a command: it binds the workspace at the shadow directory
-// (MS_NOSYMFOLLOW), mounts the FUSE filesystem over it at the mount point and serves it.
+// InMountNamespace returns a Config.Enter that runs fn in the mount namespace of the
+// process pid returns (a container's init), on an OS thread of its own that leaves the
+// caller's filesystem context (unshare CLONE_FS) and is discarded afterwards.
+func InMountNamespace(pid func() (int, error)) func(fn func() error) error {
+	return func(fn func() error) error {
+		p, err := pid()
+		if err != nil {
+			return err
+		}
+		ns, err := unix.Open("/proc/"+strconv.Itoa(p)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("faultfuse: mount namespace of %d: %w", p, err)
+		}
+		defer unix.Close(ns)
+		done := make(chan error, 1)
+		go func() {
+			// The thread is never unlocked: it ends with the goroutine, so no other
+			// goroutine ever runs in the other namespace.
+			runtime.LockOSThread()
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				done <- fmt.Errorf("faultfuse: unshare fs: %w", err)
+				return
+			}
+			if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+				done <- fmt.Errorf("faultfuse: enter mount namespace of %d: %w", p, err)
+				return
+			}
+			done <- fn()
+		}()
+		return <-done
+	}
+}
+
+// in runs fn where the mount point lives.
+func (l *Layer) in(fn func() error) error {
+	if l.cfg.Enter == nil {
+		return fn()
+	}
+	return l.cfg.Enter(fn)
+}
+
+// Begin mounts the layer for a command: it makes the source (the workspace bound at the
+// shadow directory with MS_NOSYMFOLLOW, or Config.Source), mounts the FUSE filesystem
+// over it at the mount point and serves it.
 func (l *Layer) Begin() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -157,30 +218,50 @@ func (l *Layer) Begin() error {
 	if l.open {
 		return nil
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(l.cfg.Workspace, &st); err != nil {
-		return fmt.Errorf("faultfuse: workspace: %w", err)
-	}
-	if err := unix.Mount(l.cfg.Workspace, l.cfg.Shadow, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("faultfuse: bind workspace: %w", err)
-	}
-	if err := unix.Mount("", l.cfg.Shadow, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSYMFOLLOW|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		_ = unix.Unmount(l.cfg.Shadow, unix.MNT_DETACH)
-		return fmt.Errorf("faultfuse: bind workspace nosymfollow: %w", err)
-	}
-	srv, err := l.mount(st.Dev)
+	src, release, err := l.source()
 	if err != nil {
-		_ = unix.Unmount(l.cfg.Shadow, unix.MNT_DETACH)
 		return err
 	}
-	l.server, l.open = srv, true
+	var st syscall.Stat_t
+	if err := syscall.Stat(src, &st); err != nil {
+		return errors.Join(fmt.Errorf("faultfuse: source: %w", err), release())
+	}
+	srv, err := l.mount(src, st.Dev)
+	if err != nil {
+		return errors.Join(err, release())
+	}
+	l.server, l.release, l.open = srv, release, true
 	l.sess, l.cancel = context.WithCancel(context.Background())
 	return nil
 }
 
-// mount mounts the FUSE filesystem and starts its server.
-func (l *Layer) mount(dev uint64) (*fuse.Server, error) {
-	root := &node{LoopbackNode: &gofs.LoopbackNode{RootData: &gofs.LoopbackRoot{Path: l.cfg.Shadow, Dev: dev}}, l: l}
+// source makes the directory the server passes through to.
+func (l *Layer) source() (string, func() error, error) {
+	if l.cfg.Source != nil {
+		dir, release, err := l.cfg.Source()
+		if err != nil {
+			return "", nil, fmt.Errorf("faultfuse: source: %w", err)
+		}
+		return dir, release, nil
+	}
+	if err := unix.Mount(l.cfg.Workspace, l.cfg.Shadow, "", unix.MS_BIND, ""); err != nil {
+		return "", nil, fmt.Errorf("faultfuse: bind workspace: %w", err)
+	}
+	release := func() error {
+		if err := unix.Unmount(l.cfg.Shadow, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("faultfuse: unmount %s: %w", l.cfg.Shadow, err)
+		}
+		return nil
+	}
+	if err := unix.Mount("", l.cfg.Shadow, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSYMFOLLOW|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return "", nil, errors.Join(fmt.Errorf("faultfuse: bind workspace nosymfollow: %w", err), release())
+	}
+	return l.cfg.Shadow, release, nil
+}
+
+// mount mounts the FUSE filesystem over src and starts its server.
+func (l *Layer) mount(src string, dev uint64) (*fuse.Server, error) {
+	root := &node{LoopbackNode: &gofs.LoopbackNode{RootData: &gofs.LoopbackRoot{Path: src, Dev: dev}}, l: l}
 	root.RootData.RootNode = root
 	timeout := cacheTimeout
 	opts := &gofs.Options{EntryTimeout: &timeout, AttrTimeout: &timeout, NegativeTimeout: &timeout}
@@ -195,30 +276,44 @@ func (l *Layer) mount(dev uint64) (*fuse.Server, error) {
 		return nil, fmt.Errorf("faultfuse: open /dev/fuse: %w", err)
 	}
 	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions,max_read=%d", fd, maxWrite)
-	if err := unix.Mount("gauntlet-faultfuse", l.cfg.Mountpoint, "fuse.gauntlet", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+	if err := l.in(func() error {
+		return unix.Mount("gauntlet-faultfuse", l.cfg.Mountpoint, "fuse.gauntlet", unix.MS_NOSUID|unix.MS_NODEV, data)
+	}); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("faultfuse: mount %s: %w", l.cfg.Mountpoint, err)
 	}
 	// The server takes the descriptor over ("/dev/fd/N" tells go-fuse it is mounted).
 	srv, err := fuse.NewServer(gofs.NewNodeFS(root, opts), "/dev/fd/"+strconv.Itoa(fd), &opts.MountOptions)
 	if err != nil {
-		_ = unix.Unmount(l.cfg.Mountpoint, unix.MNT_DETACH)
+		_ = l.unmountPoint()
 		unix.Close(fd)
 		return nil, fmt.Errorf("faultfuse: serve %s: %w", l.cfg.Mountpoint, err)
 	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
-		_ = unix.Unmount(l.cfg.Mountpoint, unix.MNT_DETACH)
+		_ = l.unmountPoint()
 		return nil, fmt.Errorf("faultfuse: mount %s: %w", l.cfg.Mountpoint, err)
 	}
 	return srv, nil
 }
 
+// unmountPoint unmounts the FUSE filesystem, lazily when it is still busy.
+func (l *Layer) unmountPoint() error {
+	return l.in(func() error {
+		if err := unix.Unmount(l.cfg.Mountpoint, 0); err != nil {
+			if err := unix.Unmount(l.cfg.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("faultfuse: unmount %s: %w", l.cfg.Mountpoint, err)
+			}
+		}
+		return nil
+	})
+}
+
 // End unmounts the layer after a command (whose processes are all gone): it waits, up to
 // two seconds, for the kernel to release the command's open files, refuses further
-// operations, unmounts the FUSE filesystem and the shadow bind (lazily if still busy) and
-// waits for the server to stop, so the workspace can be remounted (snapshots, restores)
-// without the layer holding it.
+// operations, unmounts the FUSE filesystem (lazily if still busy), lets the source go
+// and waits for the server to stop, so the workspace can be remounted (snapshots,
+// restores) without the layer holding it.
 func (l *Layer) End() error {
 	l.mu.RLock()
 	cancel := l.cancel
@@ -236,16 +331,9 @@ func (l *Layer) End() error {
 		return nil
 	}
 	l.open = false
-	srv := l.server
-	l.server, l.sess, l.cancel = nil, nil, nil
-	var errs []error
-	for _, p := range []string{l.cfg.Mountpoint, l.cfg.Shadow} {
-		if err := unix.Unmount(p, 0); err != nil {
-			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				errs = append(errs, fmt.Errorf("faultfuse: unmount %s: %w", p, err))
-			}
-		}
-	}
+	srv, release := l.server, l.release
+	l.server, l.release, l.sess, l.cancel = nil, nil, nil, nil
+	errs := []error{l.unmountPoint(), release()}
 	l.mu.Unlock()
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()

@@ -223,6 +223,13 @@ func TestPoolReleaseDetachesStorageFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Stop(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for st, _ := p.Stats("t"); st.Ready < 1; st, _ = p.Stats("t") {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool made no ready sandbox in 30 s")
+		}
+		time.Sleep(time.Millisecond) // the pool fills itself
+	}
 	_, rules, err := faults.ParseSpec([]byte("name: ro\nfaults:\n  - {id: ro, kind: read_only}\n"))
 	if err != nil {
 		t.Fatal(err)
