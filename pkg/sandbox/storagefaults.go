@@ -8,7 +8,7 @@ import (
 
 // StorageFaulter is the optional ability to apply storage faults (B1, B2) to the file
 // operations of the commands a sandbox runs, through a filesystem layer between the
-// sandbox and its workspace (the process runtime: a FUSE passthrough, package faultfuse).
+// sandbox and its workspace (both runtimes: a FUSE passthrough, package faultfuse).
 // Every operation is decided by gate with the same ops and stream keys as the file tools'
 // own gate, so a seed gives the same faults to the same operations made either way; the
 // gate's onFire receives every fault that fires during a command, from the layer's own

@@ -14,7 +14,8 @@ import (
 )
 
 // Storage faults for the agent's commands (B1, B2): when the plan has storage faults and
-// the runtime is a sandbox.StorageFaulter (process), the episode attaches a second gate,
+// the runtime is a sandbox.StorageFaulter (process, containerd), the episode attaches a
+// second gate,
 // which the runtime's filesystem layer (package faultfuse) passes every file operation of
 // a shell.exec command through. Its Decider is the file tools' one as it was when the
 // episode began (same seed, rules, ops and stream keys), counting on its own: the n-th

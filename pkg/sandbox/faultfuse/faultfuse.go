@@ -42,11 +42,12 @@
 // nothing is mounted.
 //
 // Safety: the FUSE server runs as root in the host's mount namespace, so it never
-// resolves a path the sandbox could redirect: it reaches the workspace through a private
-// bind mount with MS_NOSYMFOLLOW (a symlink planted by the sandbox is never followed by
-// the server, only by the sandbox's own kernel view through readlink), mounted only while
-// a command runs, and files it creates are given to the calling process's host uid and
-// gid. The mount is allow_other (the sandbox's processes run as another
+// resolves a path the sandbox could redirect: it reaches the workspace through a mount
+// that follows no symlink (a private bind with MS_NOSYMFOLLOW, or the Config.Source a
+// runtime gives, such as a detached nosymfollow clone of a container's /workspace): a
+// symlink planted by the sandbox is never followed by the server, only by the sandbox's
+// own kernel view through readlink. That mount exists only while a command runs, and
+// files the server creates are given to the calling process's host uid and gid. The mount is allow_other (the sandbox's processes run as another
 // user, in a user namespace) with default_permissions, so the kernel checks permissions
 // as it would on the real directory. The /dev/fuse descriptor is opened close-on-exec so
 // no other command inherits it.
