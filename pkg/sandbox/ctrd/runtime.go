@@ -28,8 +28,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
-	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
