@@ -15,9 +15,8 @@ import (
 
 // Storage faults for the agent's commands (B1, B2): when the plan has storage faults and
 // the runtime is a sandbox.StorageFaulter (process, containerd), the episode attaches a
-// second gate,
-// which the runtime's filesystem layer (package faultfuse) passes every file operation of
-// a shell.exec command through. Its Decider is the file tools' one as it was when the
+// second gate, which the runtime's filesystem layer (package faultfuse) passes every file
+// operation of a shell.exec command through. Its Decider is the file tools' one as it was when the
 // episode began (same seed, rules, ops and stream keys), counting on its own: the n-th
 // operation of the agent's commands on a file meets what the n-th file-tool operation on
 // that file meets, and neither shifts the other's draws, so the file tools meet the same
