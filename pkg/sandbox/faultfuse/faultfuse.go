@@ -61,6 +61,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -122,6 +123,7 @@ type Layer struct {
 	open    bool
 	closed  bool
 	server  *fuse.Server
+	conn    string       // the FUSE connection's id (its device minor), for an abort
 	release func() error // lets the source go
 	// sess lives from Begin to End: delays are spent against it, never against the
 	// kernel's interrupt of the request (see gate).
@@ -231,6 +233,7 @@ func (l *Layer) Begin() error {
 	if err != nil {
 		return errors.Join(err, release())
 	}
+	l.conn = l.connID()
 	l.server, l.release, l.open = srv, release, true
 	l.sess, l.cancel = context.WithCancel(context.Background())
 	return nil
@@ -332,7 +335,7 @@ func (l *Layer) End() error {
 		return nil
 	}
 	l.open = false
-	srv, release := l.server, l.release
+	srv, release, conn := l.server, l.release, l.conn
 	l.server, l.release, l.sess, l.cancel = nil, nil, nil, nil
 	errs := []error{l.unmountPoint(), release()}
 	l.mu.Unlock()
@@ -340,10 +343,65 @@ func (l *Layer) End() error {
 	go func() { srv.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
-		errs = append(errs, errors.New("faultfuse: server did not stop within 5s of the unmount"))
+	case <-time.After(time.Second):
+		// A mount namespace made while the layer was mounted (another sandbox's, a
+		// container shim's) holds a copy of the mount, which keeps the connection alive:
+		// abort it, so the server stops and the copy fails with ENOTCONN.
+		if err := abort(conn); err != nil {
+			errs = append(errs, err)
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			errs = append(errs, errors.New("faultfuse: server did not stop within 5s of the abort"))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// connID returns the FUSE connection id of the layer's mount (the minor of its device,
+// as fusectl names it), read from the mount table where the mount point lives; "" when
+// not found.
+func (l *Layer) connID() string {
+	var id string
+	_ = l.in(func() error {
+		b, err := os.ReadFile("/proc/thread-self/mountinfo")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			_, post, ok := strings.Cut(line, " - ")
+			if !ok || len(f) < 5 || f[4] != l.cfg.Mountpoint || !strings.HasPrefix(post, "fuse.gauntlet ") {
+				continue
+			}
+			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+				id = minor // the last one is the top of the mount point
+			}
+		}
+		return nil
+	})
+	return id
+}
+
+// fusectl is where the fusectl filesystem lists FUSE connections.
+const fusectl = "/sys/fs/fuse/connections"
+
+// abort aborts FUSE connection id through fusectl, mounting fusectl when needed.
+func abort(id string) error {
+	if id == "" {
+		return errors.New("faultfuse: server did not stop after the unmount, and its connection is unknown")
+	}
+	p := fusectl + "/" + id + "/abort"
+	if _, err := os.Stat(p); err != nil {
+		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("faultfuse: mount fusectl to abort connection %s: %w", id, err)
+		}
+	}
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+		return fmt.Errorf("faultfuse: abort connection %s: %w", id, err)
+	}
+	return nil
 }
 
 // Close ends the layer; Begin fails after it.

@@ -4,6 +4,7 @@ package faultfuse_test
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,6 +172,32 @@ func TestLayerMountedOnlyDuringCommands(t *testing.T) {
 		b, err := os.ReadFile("/proc/self/mountinfo")
 		return err == nil && strings.Contains(string(b), " "+mnt+" ")
 	}
+	// held lists the test process's descriptors open on a file or directory of the
+	// workspace (by device and inode, whatever path they show after End's unmounts): the
+	// server's open files and directories, which must not outlive End.
+	held := func() []string {
+		in := map[[2]uint64]bool{}
+		_ = filepath.WalkDir(ws, func(p string, _ fs.DirEntry, err error) error {
+			var st unix.Stat_t
+			if err == nil && unix.Lstat(p, &st) == nil {
+				in[[2]uint64{st.Dev, st.Ino}] = true
+			}
+			return nil
+		})
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			var st unix.Stat_t
+			if unix.Stat("/proc/self/fd/"+e.Name(), &st) == nil && in[[2]uint64{st.Dev, st.Ino}] {
+				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+				out = append(out, e.Name()+" -> "+l)
+			}
+		}
+		return out
+	}
 	for i := range 2 {
 		if mounted() {
 			t.Fatalf("round %d: mounted before Begin", i)
@@ -181,7 +208,7 @@ func TestLayerMountedOnlyDuringCommands(t *testing.T) {
 		if !mounted() {
 			t.Fatalf("round %d: not mounted after Begin", i)
 		}
-		if out, err := sh(t, mnt, "printf "+strconv.Itoa(i)+" > x"); err != nil {
+		if out, err := sh(t, mnt, "printf "+strconv.Itoa(i)+" > x && ls >/dev/null && cat x >/dev/null"); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
 		if err := l.End(); err != nil {
@@ -196,6 +223,11 @@ func TestLayerMountedOnlyDuringCommands(t *testing.T) {
 		if ents, _ := os.ReadDir(shadow); len(ents) != 0 {
 			t.Fatalf("round %d: the shadow shows %v after End", i, ents)
 		}
+		// Nothing of the command's files or directories stays open in the server (an
+		// open descriptor would keep the workspace's mount alive).
+		if h := held(); len(h) != 0 {
+			t.Fatalf("round %d: the server still holds %v after End", i, h)
+		}
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -207,3 +239,50 @@ func TestLayerMountedOnlyDuringCommands(t *testing.T) {
 
 // stNoSymfollow is statfs's ST_NOSYMFOLLOW flag (Linux 5.10+).
 const stNoSymfollow = 0x2000
+
+// TestLayerEndsDespiteACopy: a mount namespace made while the layer is mounted (here by
+// unshare; in production another sandbox's or a container shim's) keeps a copy of the
+// mount after End's unmount; End aborts the connection so its server still stops, and
+// the copy fails instead of reaching the workspace.
+func TestLayerEndsDespiteACopy(t *testing.T) {
+	dir := t.TempDir()
+	ws, mnt, shadow := filepath.Join(dir, "ws"), filepath.Join(dir, "mnt"), filepath.Join(dir, "shadow")
+	for _, d := range []string{ws, mnt, shadow} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := faultfuse.New(faultfuse.Config{Workspace: ws, Mountpoint: mnt, Shadow: shadow, Gate: faultfs.NewGate(faults.NewDecider(1, nil), nil, nil)})
+	if err != nil {
+		t.Fatalf("FUSE unavailable here (needs root and /dev/fuse): %v", err)
+	}
+	defer l.Close()
+	if err := l.Begin(); err != nil {
+		t.Fatalf("FUSE cannot mount here: %v", err)
+	}
+	// The copy: a private mount namespace whose process waits, then lists the copy.
+	cp := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "read x; ls "+mnt+" 2>&1; true")
+	in, err := cp.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cp.Stdout = &out
+	if err := cp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Process.Kill()
+	time.Sleep(200 * time.Millisecond) // let unshare copy the mount table
+	start := time.Now()
+	if err := l.End(); err != nil {
+		t.Fatalf("End with a copy of the mount elsewhere: %v", err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("End took %v", d)
+	}
+	in.Close()
+	_ = cp.Wait()
+	if !strings.Contains(out.String(), "not connected") {
+		t.Errorf("the copy listed %q after End; want ENOTCONN", out.String())
+	}
+}

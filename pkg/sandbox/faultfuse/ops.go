@@ -101,13 +101,29 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	return n.l.wrap(fh, name), fl | fuse.FOPEN_DIRECT_IO, 0
 }
 
+// OpendirHandle reads the whole directory at once and holds no descriptor: a directory
+// stream left open when the command ends (its release is asynchronous) would otherwise
+// keep the source mounted after End.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	_, errno := n.l.admit(faults.OpOpen, n.rel())
 	if errno != 0 {
 		return nil, 0, errno
 	}
 	defer n.l.leave()
-	return n.LoopbackNode.OpendirHandle(ctx, flags)
+	ds, errno := n.LoopbackNode.Readdir(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	defer ds.Close()
+	var list []fuse.DirEntry
+	for ds.HasNext() {
+		e, errno := ds.Next()
+		if errno != 0 {
+			return nil, 0, errno
+		}
+		list = append(list, e)
+	}
+	return gofs.NewListDirStream(list).(gofs.FileHandle), 0, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
