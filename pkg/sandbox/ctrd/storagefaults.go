@@ -47,19 +47,12 @@ func (r *Runtime) AttachStorageFaults(ctx context.Context, id string, gate *faul
 		}
 		return int(b.task.Pid()), nil
 	})
-	l, err := faultfuse.New(faultfuse.Config{
+	l, err := faultfuse.Open(faultfuse.Config{
 		Mountpoint: sandbox.WorkspacePath, Enter: enter, Gate: gate,
 		Source: func() (string, func() error, error) { return workspaceClone(enter) },
 	})
 	if err != nil {
 		return fmt.Errorf("attach storage faults %s: %w: %v", id, sandbox.ErrUnavailable, err)
-	}
-	// Mount once now, so a host that cannot is told here and not by the first command.
-	if err := l.Begin(); err != nil {
-		return fmt.Errorf("attach storage faults %s: %w: %v", id, sandbox.ErrUnavailable, err)
-	}
-	if err := l.End(); err != nil {
-		return fmt.Errorf("attach storage faults %s: %w", id, err)
 	}
 	b.fuse = l
 	return nil

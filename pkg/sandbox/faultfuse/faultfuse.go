@@ -168,6 +168,22 @@ func New(cfg Config) (*Layer, error) {
 	return &Layer{cfg: cfg}, nil
 }
 
+// Open is New followed by one Begin and End, so that a host (or a sandbox) where the
+// layer cannot mount is told now, not by the first command.
+func Open(cfg Config) (*Layer, error) {
+	l, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Begin(); err != nil {
+		return nil, err
+	}
+	if err := l.End(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 // InMountNamespace returns a Config.Enter that runs fn in the mount namespace of the
 // process pid returns (a container's init), on an OS thread of its own that leaves the
 // caller's filesystem context (unshare CLONE_FS) and is discarded afterwards.

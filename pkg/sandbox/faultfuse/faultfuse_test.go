@@ -153,11 +153,12 @@ func TestLayerAppliesStorageFaults(t *testing.T) {
 	}
 }
 
-// TestLayerMountedOnlyDuringCommands: outside Begin/End nothing is mounted and nothing
-// reaches the workspace through the mount point; Begin and End can repeat.
-func TestLayerMountedOnlyDuringCommands(t *testing.T) {
+// plainLayer is a layer with no faults over a fresh workspace, not mounted yet, closed
+// when the test ends.
+func plainLayer(t *testing.T) (l *faultfuse.Layer, ws, mnt, shadow string) {
+	t.Helper()
 	dir := t.TempDir()
-	ws, mnt, shadow := filepath.Join(dir, "ws"), filepath.Join(dir, "mnt"), filepath.Join(dir, "shadow")
+	ws, mnt, shadow = filepath.Join(dir, "ws"), filepath.Join(dir, "mnt"), filepath.Join(dir, "shadow")
 	for _, d := range []string{ws, mnt, shadow} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -167,7 +168,14 @@ func TestLayerMountedOnlyDuringCommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FUSE unavailable here (needs root and /dev/fuse): %v", err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { _ = l.Close() })
+	return l, ws, mnt, shadow
+}
+
+// TestLayerMountedOnlyDuringCommands: outside Begin/End nothing is mounted and nothing
+// reaches the workspace through the mount point; Begin and End can repeat.
+func TestLayerMountedOnlyDuringCommands(t *testing.T) {
+	l, ws, mnt, shadow := plainLayer(t)
 	mounted := func() bool {
 		b, err := os.ReadFile("/proc/self/mountinfo")
 		return err == nil && strings.Contains(string(b), " "+mnt+" ")
@@ -245,18 +253,7 @@ const stNoSymfollow = 0x2000
 // mount after End's unmount; End aborts the connection so its server still stops, and
 // the copy fails instead of reaching the workspace.
 func TestLayerEndsDespiteACopy(t *testing.T) {
-	dir := t.TempDir()
-	ws, mnt, shadow := filepath.Join(dir, "ws"), filepath.Join(dir, "mnt"), filepath.Join(dir, "shadow")
-	for _, d := range []string{ws, mnt, shadow} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l, err := faultfuse.New(faultfuse.Config{Workspace: ws, Mountpoint: mnt, Shadow: shadow, Gate: faultfs.NewGate(faults.NewDecider(1, nil), nil, nil)})
-	if err != nil {
-		t.Fatalf("FUSE unavailable here (needs root and /dev/fuse): %v", err)
-	}
-	defer l.Close()
+	l, _, mnt, _ := plainLayer(t)
 	if err := l.Begin(); err != nil {
 		t.Fatalf("FUSE cannot mount here: %v", err)
 	}

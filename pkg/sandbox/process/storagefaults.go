@@ -54,16 +54,9 @@ func (r *Runtime) AttachStorageFaults(ctx context.Context, id string, gate *faul
 	if err := os.Mkdir(shadow, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("attach storage faults %s: %w", id, err)
 	}
-	l, err := faultfuse.New(faultfuse.Config{Workspace: r.wsDir(id), Mountpoint: mnt, Shadow: shadow, Gate: gate})
+	l, err := faultfuse.Open(faultfuse.Config{Workspace: r.wsDir(id), Mountpoint: mnt, Shadow: shadow, Gate: gate})
 	if err != nil {
 		return fmt.Errorf("attach storage faults %s: %w: %v", id, sandbox.ErrUnavailable, err)
-	}
-	// Mount once now, so a host that cannot is told here and not by the first command.
-	if err := l.Begin(); err != nil {
-		return fmt.Errorf("attach storage faults %s: %w: %v", id, sandbox.ErrUnavailable, err)
-	}
-	if err := l.End(); err != nil {
-		return fmt.Errorf("attach storage faults %s: %w", id, err)
 	}
 	b.fuse = l
 	return nil
