@@ -19,6 +19,8 @@
 #     (re-installed when the binary there reports another version).
 #   - bubblewrap and util-linux (setpriv): the process sandbox runtime (pkg/sandbox/process).
 #   - libfaketime: the clock_skew fault in process sandboxes (LD_PRELOAD, docs/faults.md).
+#   - the fuse kernel module loaded (/dev/fuse): storage faults in the commands of process
+#     sandboxes (pkg/sandbox/faultfuse mounts directly as root: no fusermount needed).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -129,3 +131,10 @@ install_go_tools() {
 
 install_apt
 install_go_tools
+
+# /dev/fuse for pkg/sandbox/faultfuse: load the module when the device is missing (a
+# kernel with FUSE built in already has it; a container without it fails the tests that
+# need it, saying so).
+if [[ ! -e /dev/fuse ]]; then
+	run "modprobe fuse" modprobe fuse
+fi

@@ -17,8 +17,9 @@ import (
 // user-defined profile of storage and resource faults through the whole pipeline into
 // ClickHouse, on the process runtime (pkg/env/codefix and pkg/sandbox/tools run the same
 // faults on containerd too): the plan carries the faults (episodes.plan's boundary_spec),
-// they fire on the agents' file tools and are recorded in the faults table like the
-// sim's, the ambient ones on step 0, and an episode rebuilt from its record with
+// they fire on the agents' file tools and on the files their commands touch (the process
+// runtime's FUSE layer) and are recorded in the faults table like the sim's, the ambient
+// ones on step 0, and an episode rebuilt from its record with
 // `gauntlet episode snapshot` meets the same faults and makes every observation again
 // (B1-B4).
 func TestCodefixUnderStorageProfile(t *testing.T) {
@@ -74,6 +75,11 @@ func TestCodefixUnderStorageProfile(t *testing.T) {
 	}
 	if got := q(`SELECT toString(count()) FROM %s.steps FINAL WHERE run_id = '%s' AND position(observation, 'read-only file system') > 0`); got == "0" {
 		t.Error("no agent observed a read-only file system")
+	}
+	// The agents' commands met storage faults too, through the process runtime's FUSE
+	// layer, recorded on the step that ran them (target sandbox/shell.exec).
+	if got := q(`SELECT toString(countIf(target = 'sandbox/shell.exec' AND kind = 'io_latency' AND position(detail, 'read /') = 1)) FROM %s.faults_final WHERE run_id = '%s'`); got == "0" {
+		t.Error("no io_latency recorded on a command's read")
 	}
 	// Rebuild an episode that met a storage fault: the replay meets the same faults.
 	ep := q(`SELECT any(episode_id) FROM %s.faults_final WHERE run_id = '%s' AND kind = 'read_only'`)

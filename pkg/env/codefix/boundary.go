@@ -28,7 +28,10 @@ import (
 // boundary is an episode's state for faults at its sandbox's boundaries.
 type boundary struct {
 	decider *faults.Decider // storage faults; nil when the plan has none
-	res     faults.Resources
+	// cmd collects the storage faults the agent's commands meet (shellfaults.go); nil
+	// when no layer is attached.
+	cmd *cmdFaults
+	res faults.Resources
 	// tool is the tool being run, fired the storage faults fired during this step.
 	tool  string
 	fired []*gauntletv1.FaultFired

@@ -119,6 +119,9 @@ func (e *episode) Reset() (json.RawMessage, error) {
 	if err := e.initBoundary(); err != nil {
 		return nil, errors.Join(err, e.release(ctx))
 	}
+	if err := e.attachShellFaults(ctx, e.bnd.decider.Clone()); err != nil {
+		return nil, errors.Join(err, e.release(ctx))
+	}
 	if err := e.attachDocs(ctx, nil); err != nil {
 		return nil, errors.Join(err, e.release(ctx))
 	}
@@ -149,7 +152,7 @@ func (e *episode) release(ctx context.Context) error {
 	if e.sb == "" {
 		return nil
 	}
-	lerr := e.restoreLimits(ctx)
+	lerr := errors.Join(e.restoreLimits(ctx), e.detachShellFaults(ctx))
 	id := e.sb
 	e.sb = ""
 	e.detachDocs()
@@ -464,6 +467,13 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	b.bnd.fired = nil
 	b.bnd.applied = sandbox.Limits{}
 	b.tb = b.toolbox()
+	if b.bnd.cmd != nil {
+		// The branch's commands meet what this episode's would from here on.
+		if err := b.attachShellFaults(ctx, e.bnd.cmd.d.Clone()); err != nil {
+			_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
+			return nil, err
+		}
+	}
 	// A fork starts with the spec's limits (process) or the source's (containerd): write
 	// the faults' limits of this moment either way.
 	if b.bnd.ambient() {

@@ -51,6 +51,18 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
 	}
 	defer trip.Close()
+	// The storage-fault layer, when attached, is the command's workspace for its span.
+	if b.fuse != nil {
+		if err := b.fuse.Begin(); err != nil {
+			return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+		}
+		defer func() {
+			r.waitIdle(id) // the layer closes once the command's processes are gone
+			if err := b.fuse.End(); err != nil {
+				r.log.Warn("close storage fault layer", "sandbox", id, "err", err)
+			}
+		}()
+	}
 	cg := r.cgroup(id)
 	before := cg.counters()
 	cg.resetPeak()

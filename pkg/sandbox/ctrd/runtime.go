@@ -32,6 +32,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
@@ -141,6 +142,10 @@ type box struct {
 	statMu sync.Mutex
 	execs  int64
 	total  sandbox.Metering
+
+	// fuse is the storage-fault layer commands see as their workspace (nil: none; see
+	// storagefaults.go). Guarded by op.
+	fuse *faultfuse.Layer
 }
 
 // boxState is the runtime's private part of a Handle.
@@ -681,6 +686,9 @@ func (r *Runtime) waitAgent(ctx context.Context, id string) error {
 // teardown kills the sandbox's task and deletes its container and rootfs snapshot.
 func (r *Runtime) teardown(ctx context.Context, b *box) {
 	ctx = context.WithoutCancel(ctx)
+	if err := b.detachFuse(); err != nil {
+		r.log.Warn("detach storage fault layer", "sandbox", b.handle.ID, "err", err)
+	}
 	ctr, err := r.c.LoadContainer(ctx, b.handle.ID)
 	if err != nil {
 		return

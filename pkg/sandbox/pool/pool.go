@@ -505,7 +505,14 @@ func (l *Lease) Release(ctx context.Context) error {
 		return metric.WithAttributes(attribute.String("template", l.Template), attribute.String("result", r))
 	}
 	if snap != "" && !stopped && !full {
-		err := p.snap.Restore(ctx, l.Handle.ID, snap)
+		// A reset sandbox never carries an episode's storage-fault layer (B1, B2).
+		var err error
+		if sf, ok := p.cfg.Runtime.(sandbox.StorageFaulter); ok {
+			err = sf.DetachStorageFaults(ctx, l.Handle.ID)
+		}
+		if err == nil {
+			err = p.snap.Restore(ctx, l.Handle.ID, snap)
+		}
 		if err == nil {
 			p.mu.Lock()
 			if !p.stopped {

@@ -102,6 +102,13 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 		return sandbox.ExecResult{}, err
 	}
 	defer trip.Close()
+	// The storage-fault layer, when attached, is the command's workspace; it closes
+	// (deferred) once every process of the command is gone.
+	ws, endFuse, err := r.beginFuse(b)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer endFuse()
 	rec := safety.NewRecorder()
 	var sup atomic.Pointer[safety.Supervisor]
 
@@ -146,7 +153,7 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 
 	stdout := &capped{limit: limit}
 	stderr := &capped{limit: limit}
-	cmd := exec.Command(r.sh, r.args(b, req, spec)...)
+	cmd := exec.Command(r.sh, r.args(b, req, spec, ws)...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	cmd.Stdin = bytes.NewReader(req.Stdin)
@@ -354,7 +361,10 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 }
 
 // args builds: sh -c <join cgroup, rlimits> -- [nsenter --net=...] setpriv ... bwrap ... -- sh -c inner argv...
-func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec) []string {
+//
+// ws is the host directory bound as the workspace: the overlay, or the storage-fault
+// layer's mount when one is attached.
+func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec, ws string) []string {
 	var outer strings.Builder
 	for _, f := range b.cg.procsFiles() {
 		fmt.Fprintf(&outer, "echo $$ > %s || exit 125\n", shQuote(f))
@@ -395,7 +405,7 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec) []str
 	}
 	a = append(a,
 		"--size", strconv.FormatInt(spec.Limits.DiskBytes, 10), "--tmpfs", "/tmp",
-		"--bind", r.wsDir(b.rec.Handle.ID), sandbox.WorkspacePath,
+		"--bind", ws, sandbox.WorkspacePath,
 		"--remount-ro", "/",
 		"--chdir", sandbox.ExecDir(req.Dir),
 		"--", "/bin/sh", "-c", innerScript, "sh",

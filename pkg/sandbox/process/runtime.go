@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
 
@@ -110,6 +111,9 @@ type box struct {
 	// mu, so limits can change while a command runs.
 	lmu    sync.Mutex
 	limits sandbox.Limits
+	// fuse is the storage-fault layer commands see as their workspace (nil: none; see
+	// storagefaults.go). Guarded by mu.
+	fuse *faultfuse.Layer
 }
 
 // New checks the host and returns a Runtime over cfg.StateDir. Missing isolation features
@@ -636,6 +640,9 @@ func (r *Runtime) teardown(b *box) error {
 	if err := r.teardownServices(b.rec.Handle.ID); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.detachFuse(b); err != nil {
+		errs = append(errs, err)
+	}
 	ws := r.wsDir(b.rec.Handle.ID)
 	if err := unmount(ws); err != nil {
 		errs = append(errs, err)
@@ -769,6 +776,11 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 		return fmt.Errorf("recover %s: workspace mount gone (host rebooted?): %w", h.ID, sandbox.ErrNotFound)
 	}
 	b := &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, h.ID))}
+	// A storage-fault layer served by a previous worker process is dead; its gate was
+	// that process's, so the caller attaches a new one if it wants.
+	if err := r.detachFuse(b); err != nil {
+		return fmt.Errorf("recover %s: %w", h.ID, err)
+	}
 	if !b.cg.exists() {
 		if err := b.cg.create(rec.Handle.Spec.Limits); err != nil {
 			return fmt.Errorf("recover %s: cgroup: %w", h.ID, err)
