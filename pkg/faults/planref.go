@@ -90,7 +90,7 @@ func Compact(full *gauntletv1.FaultPlan, template string) (*gauntletv1.FaultPlan
 }
 
 // Expand returns the whole plan of p, its Digest set. A plan that is not compact is
-// returned as it is. A compact one is re-derived (Derive); when p has a digest (a recorded
+// returned as it is. A compact one is re-derived (derive); when p has a digest (a recorded
 // plan), the result's must be the same, so a catalogue or profile that changed under a
 // recorded plan is an error, never a silent difference. A compact plan as the faults
 // service hands it out has none yet: whoever plays it records the digest of the plan it
@@ -102,7 +102,7 @@ func Expand(p *gauntletv1.FaultPlan, services []string, template *gauntletv1.Fau
 	if !p.GetCompact() {
 		return p, nil
 	}
-	full, err := Derive(p, services, template)
+	full, err := derive(p, services, template)
 	if err != nil {
 		return nil, err
 	}
@@ -128,12 +128,12 @@ func Seal(p, full *gauntletv1.FaultPlan) {
 	}
 }
 
-// Derive makes the whole plan from a compact plan's inputs (its digest is not used): a
+// derive makes the whole plan from a compact plan's inputs (its digest is not used): a
 // built-in profile's rules from the seed and services (the env's, as the faults service
 // used them), a user-defined profile's from template, which must be the template p names
 // (nil when it names none); then p's drift values are applied. The result's drift values
 // are the ones applied (whole numbers rounded), its digest unset.
-func Derive(p *gauntletv1.FaultPlan, services []string, template *gauntletv1.FaultPlan) (*gauntletv1.FaultPlan, error) {
+func derive(p *gauntletv1.FaultPlan, services []string, template *gauntletv1.FaultPlan) (*gauntletv1.FaultPlan, error) {
 	if v := p.GetCatalogueVersion(); v != CatalogueVersion {
 		return nil, fmt.Errorf("expand plan: catalogue_version: plan made by catalogue %q, this binary has %q", v, CatalogueVersion)
 	}
@@ -170,7 +170,3 @@ func Derive(p *gauntletv1.FaultPlan, services []string, template *gauntletv1.Fau
 	}
 	return full, nil
 }
-
-// IsBuiltinProfile reports whether name is one of the built-in profiles (baseline, stress,
-// edge), whose plans Expand derives from code.
-func IsBuiltinProfile(name string) bool { return isProfile(name) }
