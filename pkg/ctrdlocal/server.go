@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -376,20 +377,42 @@ func (s *Server) mountRoot() error {
 	return nil
 }
 
-// unmountRoot detaches the root tmpfs if one is mounted. Detach, because a shim
-// that outlived the daemon may still hold a lower directory.
+// unmountRoot detaches the root tmpfs, and every other mount left under the server's
+// directory in this mount namespace: a task's rootfs overlay or a second copy of the
+// tmpfs that propagated back from the daemon's namespace while sandboxes ran (seen as
+// a test's directory that could not be removed, "device or resource busy"). Detach,
+// because a shim that outlived the daemon may still hold a lower directory; deepest
+// first, and again while a pass finds more (stacked mounts show one at a time).
 func (s *Server) unmountRoot() error {
-	if s.tmpfs <= 0 {
-		return nil
+	for pass := 0; pass < 8; pass++ {
+		points, err := mountsUnder(s.dir)
+		if err != nil || len(points) == 0 {
+			return err
+		}
+		slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+		for _, p := range points {
+			if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+				return fmt.Errorf("unmount %s: %w", p, err)
+			}
+		}
 	}
-	mounted, err := isMountPoint(s.root())
-	if err != nil || !mounted {
-		return err
+	return fmt.Errorf("unmount under %s: mounts keep reappearing", s.dir)
+}
+
+// mountsUnder lists the mount points at or below dir in this mount namespace.
+func mountsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
-	if err := syscall.Unmount(s.root(), syscall.MNT_DETACH); err != nil {
-		return fmt.Errorf("unmount %s: %w", s.root(), err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
 	}
-	return nil
+	return out, nil
 }
 
 // namespaceScript is the shell script that prepares the daemon's mount namespace and
