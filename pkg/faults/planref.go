@@ -19,13 +19,14 @@ import (
 // do not depend on the seed, so every episode of a profile shares them: its template.
 // Carrying and recording the ~23 rules of every episode cost more than everything else
 // fault injection does (docs/benchmarks.md, "Fault cost in the pipeline"), so plans travel
-// and are recorded compact: inputs, the template's id for a user-defined profile, and the
-// digest of the whole plan. Expand re-derives the rules wherever they are needed (the
-// worker, the env API, a replay) and checks the digest, so a catalogue or profile that
-// changed under a recorded plan is an error, never a silent difference.
+// and are recorded compact: inputs, the template's id for a user-defined profile, and,
+// once the plan has been played, the digest of the whole plan (Seal). Expand derives the
+// rules wherever they are needed (the worker, the env API, a replay) and checks a recorded
+// digest, so a catalogue or profile that changed under a recorded plan is an error, never
+// a silent difference.
 
 // Digest returns the digest of a plan: SHA-256 over the deterministic protobuf encoding of
-// every field but digest, compact and template, as 32 hex digits. Two plans have the same
+// every field but digest, compact and template, its first 16 bytes as 32 hex digits. Two plans have the same
 // digest exactly when they carry the same faults with the same numbers.
 func Digest(p *gauntletv1.FaultPlan) (string, error) {
 	// Only the fields that say what the plan does; TestDigestCoversEveryField keeps
