@@ -233,7 +233,7 @@ func eventMsg(ev *gauntletv1.Event) (*nats.Msg, string, error) {
 // EndedHeader is the HeaderEnded value for an episode's end.
 func EndedHeader(e *gauntletv1.EpisodeEnded) (string, error) {
 	req := e.GetEpisode()
-	b, err := proto.Marshal(&gauntletv1.EndedSummary{
+	b, err := gauntletv1.Marshal(&gauntletv1.EndedSummary{
 		Episode: &gauntletv1.EpisodeRef{EpisodeId: req.GetEpisodeId(), RunId: req.GetRunId(), Index: req.GetIndex()},
 		Steps:   e.GetSteps(), InfraError: e.GetInfraError(), Success: e.GetSuccess(),
 		TotalReward: e.GetTotalReward(), FaultsFired: e.GetFaultsFired(),
@@ -251,7 +251,7 @@ func DecodeEndedHeader(v string) (*gauntletv1.EndedSummary, error) {
 		return nil, fmt.Errorf("header %s: %w", HeaderEnded, err)
 	}
 	var sum gauntletv1.EndedSummary
-	if err := proto.Unmarshal(b, &sum); err != nil {
+	if err := gauntletv1.Unmarshal(b, &sum); err != nil {
 		return nil, fmt.Errorf("header %s: %w", HeaderEnded, err)
 	}
 	return &sum, nil

@@ -150,8 +150,7 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 		id   string
 		plan *gauntletv1.FaultPlan
 	}
-	byProfile := map[[2]string]template{} // (env, profile) → template
-	used := map[string]*gauntletv1.FaultPlan{}
+	byProfile := map[[2]string]template{} // (env, profile) → template, of the episodes' profiles
 	for i, ep := range req.Episodes {
 		svcs, ok := services[ep.Env]
 		if !ok {
@@ -181,7 +180,6 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 				byProfile[[2]string{ep.Env, profile}] = t
 			}
 			ref.Template = t.id
-			used[t.id] = t.plan
 		}
 		if len(global)+len(req.GetDrift()) > 0 {
 			pos := plans.EpisodePosition(ep)
@@ -193,5 +191,9 @@ func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 		reply.Plans[i] = ref
 	}
 	s.planned.Add(context.Background(), int64(len(req.Episodes)))
+	used := make(map[string]*gauntletv1.FaultPlan, len(byProfile))
+	for _, t := range byProfile {
+		used[t.id] = t.plan
+	}
 	return reply, used, nil
 }

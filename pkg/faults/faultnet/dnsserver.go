@@ -123,14 +123,10 @@ func (s *DNSServer) ServePacket(pc net.PacketConn) error {
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
+			if stop, err := serveLoopErr(err); stop {
+				return err
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
+			continue
 		}
 		resp, _, ok := s.answer(buf[:n], from.String(), &ls)
 		if !ok {
@@ -140,6 +136,19 @@ func (s *DNSServer) ServePacket(pc net.PacketConn) error {
 			s.logger().Debug("dns reply", "to", from, "err", err)
 		}
 	}
+}
+
+// serveLoopErr sorts the error of a read or an accept in a serve loop: stop, returning
+// nil, once the socket is closed; go on after a timeout; stop with anything else.
+func serveLoopErr(err error) (stop bool, ret error) {
+	if errors.Is(err, net.ErrClosed) {
+		return true, nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false, nil
+	}
+	return true, err
 }
 
 // Serve answers the queries of the TCP connections accepted on l until l is closed.
@@ -153,14 +162,10 @@ func (s *DNSServer) Serve(l net.Listener) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
+			if stop, err := serveLoopErr(err); stop {
+				return err
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
+			continue
 		}
 		if !s.track(c, true) {
 			_ = c.Close()

@@ -89,15 +89,9 @@ func (r *Runtime) ListenService(ctx context.Context, id string, port int) (net.L
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	b, ok := r.active[id]
-	closed := r.closed
-	r.mu.Unlock()
-	switch {
-	case closed:
-		return nil, fmt.Errorf("listen %s: %w", id, sandbox.ErrClosed)
-	case !ok:
-		return nil, fmt.Errorf("listen %s: %w", id, sandbox.ErrNotFound)
+	b, err := r.get("listen", id)
+	if err != nil {
+		return nil, err
 	}
 	if _, ok := sandbox.ServiceByPort(b.rec.Handle.Spec.Services, port); !ok {
 		return nil, fmt.Errorf("listen %s: %w: port %d: %w", id, sandbox.ErrInvalid, port, sandbox.ErrNotDeclared)
@@ -125,16 +119,11 @@ func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	r.mu.Lock()
-	b, ok := r.active[id]
-	closed := r.closed
-	r.mu.Unlock()
-	switch {
-	case closed:
-		return nil, nil, fmt.Errorf("listen resolver %s: %w", id, sandbox.ErrClosed)
-	case !ok:
-		return nil, nil, fmt.Errorf("listen resolver %s: %w", id, sandbox.ErrNotFound)
-	case len(b.rec.Handle.Spec.Services) == 0:
+	b, err := r.get("listen resolver", id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(b.rec.Handle.Spec.Services) == 0 {
 		return nil, nil, fmt.Errorf("listen resolver %s: %w: the sandbox declares no services", id, sandbox.ErrInvalid)
 	}
 	addr := net.JoinHostPort(sandbox.ResolverIP, strconv.Itoa(sandbox.ResolverPort))
