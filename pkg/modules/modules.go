@@ -161,7 +161,13 @@ func (m *Manager) Run(ctx context.Context, targets []string) error {
 		wg.Add(1)
 		go func(mod *module) {
 			defer wg.Done()
-			if err := mod.service.Running(runCtx); err != nil {
+			err := mod.service.Running(runCtx)
+			if err == nil && runCtx.Err() == nil {
+				// A module that stops by itself leaves the others running without it
+				// (a worker that quietly stopped pulling left runs unfinished, forever).
+				err = errors.New("its run loop returned before the stop")
+			}
+			if err != nil {
 				m.setState(mod, StateFailed)
 				failed <- fmt.Errorf("module %s failed: %w", mod.name, err)
 			}

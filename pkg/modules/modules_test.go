@@ -124,3 +124,31 @@ func TestStartFailureStopsStarted(t *testing.T) {
 		t.Fatalf("events = %s", got)
 	}
 }
+
+// A module whose run loop ends by itself, without an error, while the others run is a
+// failure: the process stops and says which module, instead of running on without it.
+func TestRunLoopEndingEarlyIsAFailure(t *testing.T) {
+	m := newManager()
+	r := &recorder{}
+	m.Register("bus", r.module("bus", nil, nil))
+	m.Register("worker", func() (lifecycle.Service, error) {
+		return lifecycle.Funcs{
+			OnStarting: func(context.Context) error { r.add("start worker"); return nil },
+			OnRunning:  func(context.Context) error { return nil }, // quietly done
+			OnStopping: func(context.Context) error { r.add("stop worker"); return nil },
+		}, nil
+	}, "bus")
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background(), []string{"worker"}) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "module worker failed: its run loop returned before the stop") {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run kept going after the worker's run loop ended")
+	}
+	if got := strings.Join(r.events, ","); got != "start bus,start worker,stop worker,stop bus" {
+		t.Fatalf("events = %s", got)
+	}
+}

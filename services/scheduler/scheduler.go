@@ -144,12 +144,14 @@ func (s *Service) Starting(ctx context.Context) error {
 
 // Running runs the four loops: run intake, dispatch, ended tracking and progress.
 func (s *Service) Running(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.intakeLoop(ctx) })
-	g.Go(func() error { return s.dispatchLoop(ctx) })
-	g.Go(func() error { return s.endedLoop(ctx) })
-	g.Go(func() error { return s.progressLoop(ctx) })
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.intakeLoop(gctx) })
+	g.Go(func() error { return s.dispatchLoop(gctx) })
+	g.Go(func() error { return s.endedLoop(gctx) })
+	g.Go(func() error { return s.progressLoop(gctx) })
 	err := g.Wait()
+	// The group's context is cancelled once Wait returns, so the stop is read from ctx:
+	// a loop that failed while the scheduler was meant to run is the scheduler's failure.
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -146,22 +146,12 @@ type batch struct {
 func (s *Service) Running(ctx context.Context) error {
 	// The client buffers up to this many delivered messages ahead of the reader; an event
 	// may carry a whole episode, so a few thousand are seconds of traffic.
-	it, err := s.cons.Messages(jetstream.PullMaxMessages(min(s.cfg.BatchRows, 4_000)))
-	if err != nil {
-		return fmt.Errorf("pull from %s: %w", ConsumerName, err)
-	}
 	msgs := make(chan jetstream.Msg, 1024)
 	go func() {
 		defer close(msgs)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return
-			}
-			msgs <- m
-		}
+		bus.Pull(ctx, s.cons, s.log, func(m jetstream.Msg) { msgs <- m },
+			jetstream.PullMaxMessages(min(s.cfg.BatchRows, 4_000)))
 	}()
-	go func() { <-ctx.Done(); it.Drain() }()
 
 	full := make(chan *batch, 1)
 	writeDone := make(chan struct{})

@@ -165,12 +165,6 @@ func (w *Service) Starting(ctx context.Context) error {
 // Running pulls assignments and runs episodes until ctx ends.
 func (w *Service) Running(ctx context.Context) error {
 	go w.scorer.Run(ctx)
-	it, err := w.cons.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
-	if err != nil {
-		return fmt.Errorf("pull from %s: %w", ConsumerName, err)
-	}
-	go func() { <-ctx.Done(); it.Drain() }()
-
 	work := make(chan jetstream.Msg)
 	done := make(chan struct{})
 	for i := 0; i < w.cfg.Concurrency; i++ {
@@ -181,17 +175,13 @@ func (w *Service) Running(ctx context.Context) error {
 			}
 		}()
 	}
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			break // iterator drained after the stop
-		}
+	bus.Pull(ctx, w.cons, w.log, func(msg jetstream.Msg) {
 		if ctx.Err() != nil {
 			_ = msg.Nak() // prefetched but not started: give it back now
-			continue
+			return
 		}
 		work <- msg
-	}
+	}, jetstream.PullMaxMessages(w.cfg.Concurrency))
 	close(work)
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		<-done
