@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/metric"
@@ -93,4 +95,26 @@ func Must[T any](v T, err error) T {
 		panic(fmt.Sprintf("telemetry: %v", err))
 	}
 	return v
+}
+
+// Label hands out the measurement option of one attribute key per value, built once per
+// value: a hot path counting per value (a worker counts every fault fired by its kind)
+// would otherwise build and sort a new attribute set per call, about 2 % of the
+// pipeline's CPU. Use it only for keys with a small, bounded set of values. The zero
+// value is not usable; make one with NewLabel. It is safe for concurrent use.
+type Label struct {
+	key  attribute.Key
+	opts sync.Map // value → metric.MeasurementOption
+}
+
+// NewLabel returns the options of key.
+func NewLabel(key string) *Label { return &Label{key: attribute.Key(key)} }
+
+// Option returns the measurement option setting the key to value.
+func (l *Label) Option(value string) metric.MeasurementOption {
+	if o, ok := l.opts.Load(value); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o, _ := l.opts.LoadOrStore(value, metric.WithAttributeSet(attribute.NewSet(l.key.String(value))))
+	return o.(metric.MeasurementOption)
 }

@@ -88,11 +88,13 @@ func BenchmarkWriteSteps(b *testing.B) {
 	})
 	b.Run("insert=columns", func(b *testing.B) {
 		truncate(b)
+		sc := &scratch{} // as a Writer keeps it between Writes
 		for b.Loop() {
 			renumber(b)
-			if err := insert(ctx, conn, testDB, "steps", stepColumns, rows); err != nil {
+			if err := insert(ctx, conn, testDB, "steps", stepColumns, rows, sc); err != nil {
 				b.Fatal(err)
 			}
+			sc.release()
 		}
 		report(b)
 	})
@@ -116,11 +118,13 @@ func BenchmarkWriteSteps(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer lz4.Close()
+		sc := &scratch{}
 		for b.Loop() {
 			renumber(b)
-			if err := insert(ctx, lz4, testDB, "steps", stepColumns, rows); err != nil {
+			if err := insert(ctx, lz4, testDB, "steps", stepColumns, rows, sc); err != nil {
 				b.Fatal(err)
 			}
+			sc.release()
 		}
 		report(b)
 	})

@@ -13,8 +13,10 @@ import (
 type column[R any] struct {
 	name string
 	// values returns the column's values for rows, as the slice type clickhouse-go
-	// appends to a column of this ClickHouse type.
-	values func(rows []R) any
+	// appends to a column of this ClickHouse type, in buf (a slice an earlier call
+	// returned, or nil) when it is large enough. clickhouse-go copies what it appends,
+	// so the slice can serve the next block.
+	values func(rows []R, buf any) any
 	// field returns a pointer to the field of r, for Rows.Scan.
 	field func(r *R) any
 }
@@ -24,8 +26,8 @@ type column[R any] struct {
 func col[R, V any](name string, field func(*R) *V) column[R] {
 	return column[R]{
 		name: name,
-		values: func(rows []R) any {
-			out := make([]V, len(rows))
+		values: func(rows []R, buf any) any {
+			out := reuse[V](buf, len(rows))
 			for i := range rows {
 				out[i] = *field(&rows[i])
 			}
@@ -39,9 +41,10 @@ func col[R, V any](name string, field func(*R) *V) column[R] {
 func flag[R any](name string, field func(*R) *bool) column[R] {
 	return column[R]{
 		name: name,
-		values: func(rows []R) any {
-			out := make([]uint8, len(rows))
+		values: func(rows []R, buf any) any {
+			out := reuse[uint8](buf, len(rows))
 			for i := range rows {
+				out[i] = 0
 				if *field(&rows[i]) {
 					out[i] = 1
 				}
@@ -50,6 +53,15 @@ func flag[R any](name string, field func(*R) *bool) column[R] {
 		},
 		field: func(r *R) any { return field(r) }, // clickhouse-go scans UInt8 into *bool
 	}
+}
+
+// reuse returns buf as n values of V when it is such a slice with room for them, else a
+// new slice.
+func reuse[V any](buf any, n int) []V {
+	if b, ok := buf.([]V); ok && cap(b) >= n {
+		return b[:n]
+	}
+	return make([]V, n)
 }
 
 // columnList returns "a, b, c": the explicit column list every INSERT and SELECT

@@ -719,3 +719,62 @@ func TestSegmentsProjectLikeLoneEvents(t *testing.T) {
 		t.Errorf("empty segment: Counts = %+v, %v; want 1 invalid", got, err)
 	}
 }
+
+// A Writer keeps its row and column buffers from one Write to the next (scratch). Writes of
+// different sizes and contents through one Writer must still each read back as they were:
+// nothing of a larger, earlier batch may leak into a smaller, later one (flags set before
+// and clear now, arrays longer before, more rows before).
+func TestConsecutiveWritesKeepTheirOwnValues(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	w := NewWriter(conn, testDB)
+	// Big, then small with every flag and array flipped, then in between.
+	batches := []struct {
+		run             string
+		episodes, steps int
+		flip            bool
+	}{{"run-big", 30, 40, false}, {"run-small", 1, 3, true}, {"run-mid", 4, 25, false}}
+	for _, b := range batches {
+		events := runEvents(b.run, b.episodes, b.steps)
+		for _, ev := range events {
+			st := ev.GetStep()
+			if st == nil {
+				continue
+			}
+			if b.flip {
+				st.Signals.Success, st.Signals.InvalidAction, st.Terminated = false, false, false
+				st.Faults, st.Signals.Violations, st.Score.Components = nil, nil, st.Score.Components[:1]
+				st.ObservationJson = `{"ok":false}`
+			} else {
+				st.Signals.Success, st.Terminated = true, true
+			}
+		}
+		if _, err := w.Write(ctx, events); err != nil {
+			t.Fatalf("write %s: %v", b.run, err)
+		}
+		// What each step must read back as, from events that were never written.
+		want := map[string]StepRow{}
+		for _, ev := range events {
+			if st := ev.GetStep(); st != nil {
+				want[fmt.Sprintf("%s/%d", st.EpisodeId, st.Step)] = newStepRow(st)
+			}
+		}
+		defer func() {
+			got := 0
+			for e := range b.episodes {
+				id := fmt.Sprintf("%s-ep-%06d", b.run, e)
+				steps, err := EpisodeSteps(ctx, conn, testDB, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range steps {
+					compareRows(t, b.run+" step", s, want[fmt.Sprintf("%s/%d", id, s.Step)])
+					got++
+				}
+			}
+			if got != len(want) {
+				t.Errorf("%s: read back %d steps, want %d", b.run, got, len(want))
+			}
+		}()
+	}
+}

@@ -3,6 +3,7 @@ package trajectory
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,58 @@ type Writer struct {
 
 	templates TemplateSource
 	written   sync.Map // template id → struct{}: in plan_templates already
+	scratch   sync.Pool
+}
+
+// scratch is one Write's working memory, kept for the next: the rows of a batch and the
+// values of each column block. A store batch of 25,000 step rows takes about 15 MB of
+// StepRow alone, and on the VMs we measure on a page touched for the first time costs
+// about 10 µs: freshly allocated per Write, just copying the rows into that slice took
+// 2.7 % of the pipeline's CPU.
+type scratch struct {
+	steps      []StepRow
+	stepEvents []*gauntletv1.StepTaken
+	stepAt     map[stepKey]int
+	episodes   []EpisodeRow
+	episodeAt  map[string]int
+	faults     []FaultRow
+	trainer    []TrainerRow
+	// blocks holds, per table, the value slice of each column last appended.
+	blocks map[string][]any
+}
+
+// release drops every reference into the written events (their strings alias the
+// messages a store batch holds only until it is written) and keeps the capacity.
+func (sc *scratch) release() {
+	clear(sc.steps)
+	clear(sc.stepEvents)
+	clear(sc.stepAt)
+	clear(sc.episodes)
+	clear(sc.episodeAt)
+	clear(sc.faults)
+	clear(sc.trainer)
+	sc.steps, sc.stepEvents, sc.episodes = sc.steps[:0], sc.stepEvents[:0], sc.episodes[:0]
+	sc.faults, sc.trainer = sc.faults[:0], sc.trainer[:0]
+	for _, bufs := range sc.blocks {
+		for _, b := range bufs {
+			if b != nil {
+				reflect.ValueOf(b).Clear()
+			}
+		}
+	}
+}
+
+// buffers returns the column value slices of table, one per column.
+func (sc *scratch) buffers(table string, columns int) []any {
+	if sc.blocks == nil {
+		sc.blocks = make(map[string][]any)
+	}
+	b := sc.blocks[table]
+	if len(b) != columns {
+		b = make([]any, columns)
+		sc.blocks[table] = b
+	}
+	return b
 }
 
 // TemplateSource finds the templates compact plans name (pkg/faults/templates.Store).
@@ -84,13 +137,23 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 			nSteps++
 		}
 	}
+	sc, _ := w.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{stepAt: make(map[stepKey]int, nSteps), episodeAt: make(map[string]int)}
+	}
+	defer func() {
+		sc.release()
+		w.scratch.Put(sc)
+	}()
 	var (
-		steps      = make([]StepRow, 0, nSteps)
-		stepEvents = make([]*gauntletv1.StepTaken, 0, nSteps)
-		stepAt     = make(map[stepKey]int, nSteps)
-		episodes   []EpisodeRow
-		episodeAt  = make(map[string]int)
+		steps      = slices.Grow(sc.steps, nSteps)
+		stepEvents = slices.Grow(sc.stepEvents, nSteps)
+		stepAt     = sc.stepAt
+		episodes   = sc.episodes
+		episodeAt  = sc.episodeAt
 	)
+	// The slices are handed back to sc as they are, grown or not, once they are final.
+	defer func() { sc.steps, sc.stepEvents, sc.episodes = steps, stepEvents, episodes }()
 	addStep := func(s *gauntletv1.StepTaken) {
 		if s == nil || s.GetEpisodeId() == "" {
 			n.Invalid++
@@ -163,22 +226,23 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	for _, st := range stepEvents {
 		nFaults += len(st.GetFaults())
 	}
-	faults := make([]FaultRow, 0, nFaults)
-	var trainer []TrainerRow
+	faults := slices.Grow(sc.faults, nFaults)
+	trainer := sc.trainer
 	for _, s := range stepEvents {
 		faults = appendFaultRows(faults, s)
 		trainer = appendTrainerRow(trainer, s)
 	}
+	sc.faults, sc.trainer = faults, trainer
 
-	if err := insert(ctx, w.conn, w.database, "steps", stepColumns, steps); err != nil {
+	if err := insert(ctx, w.conn, w.database, "steps", stepColumns, steps, sc); err != nil {
 		return n, err
 	}
 	n.Steps = len(steps)
-	if err := insert(ctx, w.conn, w.database, "faults", faultColumns, faults); err != nil {
+	if err := insert(ctx, w.conn, w.database, "faults", faultColumns, faults, sc); err != nil {
 		return n, err
 	}
 	n.Faults = len(faults)
-	if err := insert(ctx, w.conn, w.database, "trainer_steps", trainerColumns, trainer); err != nil {
+	if err := insert(ctx, w.conn, w.database, "trainer_steps", trainerColumns, trainer, sc); err != nil {
 		return n, err
 	}
 	n.Trainer = len(trainer)
@@ -187,13 +251,13 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	if err != nil {
 		return n, err
 	}
-	if err := insert(ctx, w.conn, w.database, "plan_templates", templateColumns, tmpls); err != nil {
+	if err := insert(ctx, w.conn, w.database, "plan_templates", templateColumns, tmpls, sc); err != nil {
 		return n, err
 	}
 	for _, t := range tmpls {
 		w.written.Store(strings.Clone(t.Template), struct{}{}) // not the batch's memory
 	}
-	if err := insert(ctx, w.conn, w.database, "episodes", episodeColumns, episodes); err != nil {
+	if err := insert(ctx, w.conn, w.database, "episodes", episodeColumns, episodes, sc); err != nil {
 		return n, err
 	}
 	n.Episodes = len(episodes)
@@ -313,10 +377,11 @@ type stepKey struct {
 // The INSERT names its columns: that is the only insert that works on 18.16 (an
 // INSERT ... VALUES through Exec hangs there) and it keeps old writers working when
 // a migration adds columns.
-func insert[R any](ctx context.Context, conn driver.Conn, database, table string, cols []column[R], rows []R) error {
+func insert[R any](ctx context.Context, conn driver.Conn, database, table string, cols []column[R], rows []R, sc *scratch) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	bufs := sc.buffers(table, len(cols))
 	target := database + "." + table
 	batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+target+" ("+columnList(cols)+")")
 	if err != nil {
@@ -325,7 +390,8 @@ func insert[R any](ctx context.Context, conn driver.Conn, database, table string
 	for start := 0; start < len(rows); start += blockRows {
 		block := rows[start:min(start+blockRows, len(rows))]
 		for i, c := range cols {
-			if err := batch.Column(i).Append(c.values(block)); err != nil {
+			bufs[i] = c.values(block, bufs[i])
+			if err := batch.Column(i).Append(bufs[i]); err != nil {
 				_ = batch.Abort()
 				return fmt.Errorf("insert into %s: append column %s: %w", target, c.name, err)
 			}

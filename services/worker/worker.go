@@ -106,6 +106,8 @@ type Service struct {
 	episodes metric.Int64Counter
 	fired    metric.Int64Counter
 	active   metric.Int64UpDownCounter
+	// byKind and byReason label fired and episodes, built once per value.
+	byKind, byReason *telemetry.Label
 }
 
 // New allocates a worker. getBus carries its consumer and event publishes; getRPC its score
@@ -123,6 +125,8 @@ func New(cfg Config, getBus, getRPC func() *bus.Bus, tel *telemetry.Telemetry, l
 		episodes: telemetry.Must(m.Int64Counter("gauntlet_worker_episodes_total", metric.WithDescription("Episodes finished, by reason."))),
 		fired:    telemetry.Must(m.Int64Counter("gauntlet_worker_faults_fired_total", metric.WithDescription("Faults fired, by kind."))),
 		active:   telemetry.Must(m.Int64UpDownCounter("gauntlet_worker_active_episodes", metric.WithDescription("Episodes running now."))),
+		byKind:   telemetry.NewLabel("kind"),
+		byReason: telemetry.NewLabel("reason"),
 	}
 }
 
@@ -233,7 +237,7 @@ func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
 			_ = msg.Nak()
 			return
 		}
-		w.episodes.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "infra_error")))
+		w.episodes.Add(ctx, 1, w.byReason.Option("infra_error"))
 		_ = msg.Ack()
 	}
 }
@@ -285,7 +289,7 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 		}
 		w.steps.Add(ctx, 1)
 		for _, f := range res.Faults {
-			w.fired.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", f.Kind)))
+			w.fired.Add(ctx, 1, w.byKind.Option(f.Kind))
 		}
 		turn = env.Turn{Step: sess.Steps(), Observation: res.Observation, Reward: st.Score.GetTotal()}
 	}
@@ -314,6 +318,6 @@ func (w *Service) finish(ctx context.Context, sess *play.Session, err error) err
 	if err != nil {
 		return err
 	}
-	w.episodes.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", sess.Ended.Reason.Name())))
+	w.episodes.Add(ctx, 1, w.byReason.Option(sess.Ended.Reason.Name()))
 	return nil
 }
