@@ -24,7 +24,10 @@ type Writer struct {
 
 	templates TemplateSource
 	written   sync.Map // template id → struct{}: in plan_templates already
-	scratch   sync.Pool
+	// spare keeps up to two scratches between Writes. Not a sync.Pool: the collector
+	// empties those within two cycles, and at full speed a store's batches are further
+	// apart than that.
+	spare chan *scratch
 }
 
 // scratch is one Write's working memory, kept for the next: the rows of a batch and the
@@ -108,7 +111,7 @@ type Counts struct {
 
 // NewWriter returns a Writer inserting into database, whose tables Migrate created.
 func NewWriter(conn driver.Conn, database string) *Writer {
-	return &Writer{conn: conn, database: database, err: checkDatabase(database)}
+	return &Writer{conn: conn, database: database, err: checkDatabase(database), spare: make(chan *scratch, 2)}
 }
 
 // Write inserts the rows projected from events: one row per StepTaken (alone or in a
@@ -137,13 +140,18 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 			nSteps++
 		}
 	}
-	sc, _ := w.scratch.Get().(*scratch)
-	if sc == nil {
+	var sc *scratch
+	select {
+	case sc = <-w.spare:
+	default:
 		sc = &scratch{stepAt: make(map[stepKey]int, nSteps), episodeAt: make(map[string]int)}
 	}
 	defer func() {
 		sc.release()
-		w.scratch.Put(sc)
+		select {
+		case w.spare <- sc:
+		default:
+		}
 	}()
 	var (
 		steps      = slices.Grow(sc.steps, nSteps)
