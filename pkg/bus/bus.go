@@ -316,6 +316,9 @@ const requestAttemptTimeout = 10 * time.Second
 
 // Request sends a protobuf request over core NATS and decodes the reply into out,
 // retrying while no responder is there yet (a service still starting) until ctx ends.
+// out's strings and bytes share the reply's memory (the client gives every message its
+// own buffer, so nothing overwrites it): a worker scores every step this way, and
+// copying the names of each step's reward components was a measurable share of it.
 func (b *Bus) Request(ctx context.Context, subject string, in, out proto.Message) error {
 	data, err := gauntletv1.Marshal(in)
 	if err != nil {
@@ -327,7 +330,7 @@ func (b *Bus) Request(ctx context.Context, subject string, in, out proto.Message
 		msg, err := b.NC.RequestWithContext(attempt, subject, data)
 		cancel()
 		if err == nil {
-			if err := gauntletv1.Unmarshal(msg.Data, out); err != nil {
+			if err := gauntletv1.UnmarshalAliasing(msg.Data, out); err != nil {
 				return fmt.Errorf("decode reply from %s: %w", subject, err)
 			}
 			return nil

@@ -101,10 +101,11 @@ func (s *Service) handle(m *nats.Msg) {
 	}
 }
 
-// Score decodes a ScoreRequest and scores its steps in order.
+// Score decodes a ScoreRequest and scores its steps in order. The reply may share data's
+// memory (the request is decoded aliasing it): encode it before data changes.
 func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 	var req gauntletv1.ScoreRequest
-	if err := gauntletv1.Unmarshal(data, &req); err != nil {
+	if err := gauntletv1.UnmarshalAliasing(data, &req); err != nil {
 		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err)}
 	}
 	reply := &gauntletv1.ScoreReply{Scores: make([]*gauntletv1.StepScored, len(req.Steps))}
