@@ -49,8 +49,10 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		return o.search(), nil
 	}
 	var v view
-	if err := json.Unmarshal(t.Observation, &v); err != nil {
-		return o.do(o.last), nil // garbled: ask again
+	if !decodeView(t.Observation, &v) {
+		if err := json.Unmarshal(t.Observation, &v); err != nil {
+			return o.do(o.last), nil // garbled: ask again
+		}
 	}
 	if o.pending != nil && o.last.Tool == "wait" {
 		a := *o.pending
