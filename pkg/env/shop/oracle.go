@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -63,7 +64,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	case v.Truncated:
 		switch o.last.Tool {
 		case "payment.pay", "shipping.ship":
-			return o.call("order.status", map[string]any{"order_id": o.orderID}), nil
+			return o.call("order.status", str("order_id", o.orderID)), nil
 		default: // a read, or an order.create: creating again is harmless, orders reserve nothing
 			return o.do(o.last), nil
 		}
@@ -71,7 +72,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		if v.RetryAfterMs > 0 {
 			retry := o.last
 			o.pending = &retry
-			return o.call("wait", map[string]any{"ms": min(v.RetryAfterMs, MaxWaitMs)}), nil
+			return o.call("wait", num("ms", min(v.RetryAfterMs, MaxWaitMs))), nil
 		}
 		return o.do(o.last), nil
 	}
@@ -82,7 +83,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		return o.checkNext(), nil
 	case "inventory.get":
 		if v.OK && v.Stock >= o.task.Qty && o.next < len(o.cands) {
-			return o.call("order.create", map[string]any{"sku": o.cands[o.next].SKU, "qty": o.task.Qty}), nil
+			return o.call("order.create", num("qty", o.task.Qty), str("sku", o.cands[o.next].SKU)), nil
 		}
 		o.next++
 		return o.checkNext(), nil
@@ -114,7 +115,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		if v.Rule == RuleShipBeforePayment {
 			return o.pay(), nil
 		}
-		return o.call("order.status", map[string]any{"order_id": o.orderID}), nil
+		return o.call("order.status", str("order_id", o.orderID)), nil
 	}
 	return o.search(), nil
 }
@@ -137,26 +138,67 @@ func (o *oracle) candidates(results []hit) {
 // checkNext reads the stock of the next candidate, or searches again when none is left.
 func (o *oracle) checkNext() env.Action {
 	if o.next < len(o.cands) {
-		return o.call("inventory.get", map[string]any{"sku": o.cands[o.next].SKU})
+		return o.call("inventory.get", str("sku", o.cands[o.next].SKU))
 	}
 	return o.search()
 }
 
 func (o *oracle) search() env.Action {
-	return o.call("catalog.search", map[string]any{"query": o.task.Item})
+	return o.call("catalog.search", str("query", o.task.Item))
 }
 
 func (o *oracle) pay() env.Action {
-	return o.call("payment.pay", map[string]any{"order_id": o.orderID})
+	return o.call("payment.pay", str("order_id", o.orderID))
 }
 
 func (o *oracle) ship() env.Action {
-	return o.call("shipping.ship", map[string]any{"order_id": o.orderID})
+	return o.call("shipping.ship", str("order_id", o.orderID))
 }
 
-func (o *oracle) call(tool string, a map[string]any) env.Action {
-	b, _ := json.Marshal(a) // strings and ints always encode
-	return o.do(env.Action{Tool: tool, Args: b})
+// arg is one member of an action's arguments: a string, or an integer when isInt.
+type arg struct {
+	key   string
+	s     string
+	n     int64
+	isInt bool
+}
+
+func str(key, s string) arg       { return arg{key: key, s: s} }
+func num(key string, n int64) arg { return arg{key: key, n: n, isInt: true} }
+
+// call acts with args as a JSON object, byte for byte what json.Marshal makes of the
+// same members in a map (so args must come in key order), without its reflection and map.
+func (o *oracle) call(tool string, args ...arg) env.Action {
+	b := make([]byte, 0, 64)
+	b = append(b, '{')
+	for i, a := range args {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, a.key)
+		b = append(b, ':')
+		if a.isInt {
+			b = strconv.AppendInt(b, a.n, 10)
+		} else {
+			b = appendJSONString(b, a.s)
+		}
+	}
+	return o.do(env.Action{Tool: tool, Args: append(b, '}')})
+}
+
+// appendJSONString appends s quoted as json.Marshal quotes it: directly when it is
+// printable ASCII that needs no escape (HTML's <, > and & included, which encoding/json
+// escapes), through encoding/json otherwise.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func (o *oracle) do(a env.Action) env.Action {

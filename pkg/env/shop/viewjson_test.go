@@ -119,3 +119,31 @@ func BenchmarkDecodeView(b *testing.B) {
 		}
 	})
 }
+
+// The oracle's actions are byte for byte what json.Marshal made of their maps before
+// call built them by hand, for any string and integer.
+func FuzzOracleArgsMatchJSON(f *testing.F) {
+	for _, s := range []string{"", "usb-c cable", "ord-000017", `a"b`, `a\b`, "<&>", "é", "\x00\x1f", "\xff", "\u2028"} {
+		f.Add(s, int64(3))
+	}
+	f.Add("x", int64(-9223372036854775808))
+	f.Fuzz(func(t *testing.T, s string, n int64) {
+		o := &oracle{}
+		for _, c := range []struct {
+			got  env.Action
+			want map[string]any
+		}{
+			{o.call("t", str("order_id", s)), map[string]any{"order_id": s}},
+			{o.call("t", num("qty", n), str("sku", s)), map[string]any{"sku": s, "qty": n}},
+			{o.call("t", num("ms", n)), map[string]any{"ms": n}},
+		} {
+			want, err := json.Marshal(c.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(c.got.Args) != string(want) {
+				t.Fatalf("call made %s, json.Marshal %s", c.got.Args, want)
+			}
+		}
+	})
+}
