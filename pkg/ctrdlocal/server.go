@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
+	"github.com/gauntlet-rl/gauntlet/pkg/procfs"
 )
 
 // Bounds of the daemon's lifecycle.
@@ -399,11 +400,11 @@ func (s *Server) unmountRoot() error {
 	return fmt.Errorf("unmount under %s: mounts keep reappearing", s.dir)
 }
 
-// mountsUnder lists the mount points at or below dir in this mount namespace.
+// mountsUnder lists the mount points at or below dir in this thread's mount namespace.
 func mountsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := procfs.MountInfo()
 	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
+		return nil, err
 	}
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
@@ -471,9 +472,9 @@ const unifiedMount = "/sys/fs/cgroup/unified"
 // controllers: crun refuses to run containers on such a host ("cgroups in hybrid
 // mode not supported").
 func unifiedHasControllers() (bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := procfs.MountInfo()
 	if err != nil {
-		return false, fmt.Errorf("read mountinfo: %w", err)
+		return false, err
 	}
 	found := false
 	for _, line := range strings.Split(string(b), "\n") {
@@ -497,11 +498,11 @@ func unifiedHasControllers() (bool, error) {
 	return strings.TrimSpace(string(c)) != "", nil
 }
 
-// isMountPoint tells whether path is listed as a mount point in /proc/self/mountinfo.
+// isMountPoint tells whether path is a mount point in this thread's mount namespace.
 func isMountPoint(path string) (bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := procfs.MountInfo()
 	if err != nil {
-		return false, fmt.Errorf("read mountinfo: %w", err)
+		return false, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/procfs"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
@@ -37,16 +38,15 @@ type cgroupHost struct {
 // v1Controllers are the controllers a sandbox needs on a v1 (or hybrid) host.
 var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct"}
 
-// detectCgroups reads /proc/self/mountinfo and decides between v1 and v2: v2 when
-// /sys/fs/cgroup is itself a cgroup2 mount (unified hierarchy), v1 otherwise, in which case
-// every controller of v1Controllers must be mounted.
+// detectCgroups reads this thread's mount table (procfs.MountInfo) and decides between v1
+// and v2: v2 when /sys/fs/cgroup is itself a cgroup2 mount (unified hierarchy), v1
+// otherwise, in which case every controller of v1Controllers must be mounted.
 func detectCgroups() (*cgroupHost, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	b, err := procfs.MountInfo()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return parseCgroupMounts(f)
+	return parseCgroupMounts(bytes.NewReader(b))
 }
 
 func parseCgroupMounts(r interface{ Read([]byte) (int, error) }) (*cgroupHost, error) {

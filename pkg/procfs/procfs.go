@@ -1,0 +1,28 @@
+// Package procfs reads what /proc says about this process as the calling thread sees it.
+//
+// Go code that enters another namespace does so on a locked thread (faultfuse mounts its
+// layer inside a container's mount namespace that way). When that thread is the process's
+// main thread, the runtime neither reuses it nor lets it exit, so from then on
+// /proc/self, which is the main thread's view, describes the container, not the host:
+// the sandbox runtimes read "cgroup v1 controllers not mounted", containerd's local
+// server could not find (and so not detach) its own root tmpfs, and tests failed in a
+// row. /proc/thread-self is the view of the thread asking.
+package procfs
+
+import (
+	"fmt"
+	"os"
+)
+
+// MountInfoPath is the mount table of the calling thread's mount namespace.
+const MountInfoPath = "/proc/thread-self/mountinfo"
+
+// MountInfo returns the calling thread's mount table (see proc(5), mountinfo). Call it
+// from a goroutine that has not entered another mount namespace.
+func MountInfo() ([]byte, error) {
+	b, err := os.ReadFile(MountInfoPath)
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	return b, nil
+}
