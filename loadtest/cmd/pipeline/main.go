@@ -143,8 +143,10 @@ type corpusInfo struct {
 	StepsPerEp  float64 `json:"steps_per_episode"`
 	GenSeconds  float64 `json:"generate_seconds"`
 	GenStepsSec float64 `json:"generate_steps_per_sec"`
-	// WarmupSeconds is the untimed first Write of one batch.
-	WarmupSeconds float64 `json:"warmup_write_seconds"`
+	// WarmupSeconds is the untimed first pass over every batch, WarmupStepRowsPerSec its
+	// rate (for comparison with the rounds': how much a cold process loses).
+	WarmupSeconds        float64 `json:"warmup_write_seconds"`
+	WarmupStepRowsPerSec float64 `json:"warmup_step_rows_per_sec"`
 }
 
 type round struct {
@@ -328,16 +330,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		// The first Writes of a fresh process are slower (its heap is faulted in page by
-		// page and the collector paces itself on a small heap); the store in a running
-		// pipeline is past that after a few batches, so one untimed batch warms up first.
-		wu, err := measureCeiling(ctx, ch.Addr(), "lt_warmup", batches[:1], 0, procs)
+		// The first Writes of a fresh process are slower: its heap is faulted in page by
+		// page (~10 µs a page on these VMs) and the writer's buffers grow. The store of a
+		// running pipeline is long past that, so one whole untimed pass warms up first.
+		// One batch was not enough: in a first round the first half of the batches still
+		// took 2-3 times as long as the rest, and that round's ceiling came out at 44k
+		// step rows/s against 50-72k in the next four (docs/benchmarks.md).
+		wu, err := measureCeiling(ctx, ch.Addr(), "lt_warmup", batches, 0, procs)
 		drop("lt_warmup")
 		if err != nil {
-			return fmt.Errorf("warm-up write: %w", err)
+			return fmt.Errorf("warm-up pass: %w", err)
 		}
 		res.Corpus.WarmupSeconds = wu.Seconds
-		fmt.Fprintf(stdout, "  warm-up write (not counted): %d step rows in %.2fs\n", wu.StepRows, wu.Seconds)
+		res.Corpus.WarmupStepRowsPerSec = wu.StepRowsPerSec
+		fmt.Fprintf(stdout, "  warm-up pass (not counted): %d step rows in %.2fs (%.0f step rows/s)\n", wu.StepRows, wu.Seconds, wu.StepRowsPerSec)
 
 		for n := 1; n <= o.Rounds; n++ {
 			rd := round{N: n, Order: "ceiling,pipeline"}
