@@ -778,3 +778,34 @@ func TestConsecutiveWritesKeepTheirOwnValues(t *testing.T) {
 		}()
 	}
 }
+
+// A scratch released after a Write keeps no string of the batch anywhere in its
+// buffers, including past the length of a batch's last, shorter block.
+func TestScratchReleaseKeepsNothing(t *testing.T) {
+	sc := &scratch{}
+	rows := make([]StepRow, blockRows+3)
+	for i := range rows {
+		rows[i].Observation = "obs"
+	}
+	bufs := sc.buffers("steps", len(stepColumns))
+	for start := 0; start < len(rows); start += blockRows {
+		block := rows[start:min(start+blockRows, len(rows))]
+		for i, c := range stepColumns {
+			bufs[i] = c.values(block, bufs[i])
+		}
+	}
+	sc.release()
+	for i, c := range stepColumns {
+		if c.name != "observation" {
+			continue
+		}
+		obs := bufs[i].([]string)
+		for j, s := range obs[:cap(obs)] {
+			if s != "" {
+				t.Fatalf("observation buffer keeps %q at %d of %d after release", s, j, cap(obs))
+			}
+		}
+		return
+	}
+	t.Fatal("no observation column")
+}

@@ -62,7 +62,9 @@ func (sc *scratch) release() {
 	for _, bufs := range sc.blocks {
 		for _, b := range bufs {
 			if b != nil {
-				reflect.ValueOf(b).Clear()
+				// To its capacity: a batch's last block is shorter than the ones before.
+				v := reflect.ValueOf(b)
+				v.Slice(0, v.Cap()).Clear()
 			}
 		}
 	}
