@@ -112,25 +112,31 @@ func (s *scanner) object(member func(key string) bool) bool {
 		return false
 	}
 	s.i++
-	if s.next() == '}' {
-		s.i++
-		return true
-	}
-	for {
+	return s.items('}', func() bool {
 		start, end, ok := s.plain()
 		if !ok || s.next() != ':' {
 			return false
 		}
 		s.i++
-		s.ws()
-		if !member(string(s.b[start:end])) {
+		return member(string(s.b[start:end]))
+	})
+}
+
+// items walks the comma-separated items of an array or object whose opening bracket
+// has been read, through the closing one; item must consume one item.
+func (s *scanner) items(closing byte, item func() bool) bool {
+	if s.next() == closing {
+		s.i++
+		return true
+	}
+	for {
+		if !item() {
 			return false
 		}
 		switch s.next() {
 		case ',':
 			s.i++
-			s.ws()
-		case '}':
+		case closing:
 			s.i++
 			return true
 		default:
@@ -258,12 +264,7 @@ func (s *scanner) hits(dst *[]hit) bool {
 	}
 	s.i++
 	out := []hit{}
-	if s.next() == ']' {
-		s.i++
-		*dst = out
-		return true
-	}
-	for {
+	ok := s.items(']', func() bool {
 		var h hit
 		ok := s.object(func(key string) bool {
 			switch key {
@@ -278,21 +279,13 @@ func (s *scanner) hits(dst *[]hit) bool {
 			}
 			return !foldsTo(key, hitKeys) && s.skipValue(1)
 		})
-		if !ok {
-			return false
-		}
 		out = append(out, h)
-		switch s.next() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			*dst = out
-			return true
-		default:
-			return false
-		}
+		return ok
+	})
+	if ok {
+		*dst = out
 	}
+	return ok
 }
 
 // skipValue checks and skips any JSON value.
@@ -314,48 +307,16 @@ func (s *scanner) skipValue(depth int) bool {
 		return s.literal("null")
 	case c == '[':
 		s.i++
-		if s.next() == ']' {
-			s.i++
-			return true
-		}
-		for {
-			if !s.skipValue(depth + 1) {
-				return false
-			}
-			switch s.next() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return s.items(']', func() bool { return s.skipValue(depth + 1) })
 	case c == '{':
 		s.i++
-		if s.next() == '}' {
-			s.i++
-			return true
-		}
-		for {
+		return s.items('}', func() bool {
 			if !s.skipString() || s.next() != ':' {
 				return false
 			}
 			s.i++
-			if !s.skipValue(depth + 1) {
-				return false
-			}
-			switch s.next() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
+			return s.skipValue(depth + 1)
+		})
 	}
 	return false
 }
