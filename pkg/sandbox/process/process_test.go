@@ -4,6 +4,8 @@ package process_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -172,5 +174,59 @@ func TestConcurrentSnapshotsAndCollection(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// A runtime closed with no sandbox left removes its cgroup and mount-point parents
+// (every runtime over a throwaway state directory used to leave both behind), and one
+// closed with a sandbox kept for Recover keeps them.
+func TestCloseRemovesEmptyParents(t *testing.T) {
+	ctx := context.Background()
+	parents := func(dir string) []string {
+		sum := sha256.Sum256([]byte(dir))
+		id := hex.EncodeToString(sum[:6])
+		out := []string{filepath.Join("/run/gauntlet-sandbox", id)}
+		for _, h := range []string{"memory", "pids", "cpu", "cpuacct", ""} { // v1 hierarchies, or v2
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h, "gauntlet")); err == nil {
+				out = append(out, filepath.Join("/sys/fs/cgroup", h, "gauntlet", id))
+			}
+		}
+		return out
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+
+	dir := t.TempDir()
+	rt := open(t, dir)
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := 0
+	for _, p := range parents(dir) {
+		if exists(p) {
+			made++
+		}
+	}
+	if made < 2 {
+		t.Fatalf("expected the run dir and at least one cgroup among %v", parents(dir))
+	}
+	if err := rt.Destroy(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	for _, p := range parents(dir) {
+		if exists(p) {
+			t.Errorf("%s is still there after Close", p)
+		}
+	}
+
+	kept := t.TempDir()
+	rt = open(t, kept)
+	if _, err := rt.Create(ctx, sandbox.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	if p := parents(kept)[0]; !exists(p) {
+		t.Errorf("%s went with a sandbox still in it", p)
 	}
 }

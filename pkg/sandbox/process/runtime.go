@@ -223,13 +223,26 @@ func (r *Runtime) CgroupVersion() string { return r.cg.version.String() }
 // Name implements sandbox.Runtime.
 func (r *Runtime) Name() string { return Name }
 
-// Close implements sandbox.Runtime: sandboxes stay, for a later Recover.
+// Close implements sandbox.Runtime: sandboxes stay, for a later Recover. The runtime's
+// cgroup and mount-point parents go when they are empty, as after Purge: removing one
+// still in use fails and keeps it. Without that, every runtime over a throwaway state
+// directory (every test) left both behind; a test machine had 900 of each.
 func (r *Runtime) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
 	r.active = map[string]*box{}
+	r.removeEmptyParents()
 	return nil
+}
+
+// removeEmptyParents removes the per-state-dir cgroup and mount-point directories if
+// they are empty (made again on the next Create).
+func (r *Runtime) removeEmptyParents() {
+	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
+		_ = os.Remove(d)
+	}
+	_ = os.Remove(r.runDir)
 }
 
 func (r *Runtime) path(rel ...string) string {

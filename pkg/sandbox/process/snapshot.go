@@ -218,10 +218,6 @@ func (r *Runtime) Purge(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	// The per-state-dir cgroup and mount point parents, now empty.
-	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
-		_ = os.Remove(d)
-	}
-	_ = os.Remove(r.runDir)
+	r.removeEmptyParents() // now empty
 	return errors.Join(errs...)
 }
