@@ -402,15 +402,14 @@ func (s *Server) unmountRoot() error {
 
 // mountsUnder lists the mount points at or below dir in this thread's mount namespace.
 func mountsUnder(dir string) ([]string, error) {
-	b, err := procfs.MountInfo()
+	mounts, err := procfs.Mounts()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
+	for _, m := range mounts {
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			out = append(out, m.Point)
 		}
 	}
 	return out, nil
@@ -472,20 +471,14 @@ const unifiedMount = "/sys/fs/cgroup/unified"
 // controllers: crun refuses to run containers on such a host ("cgroups in hybrid
 // mode not supported").
 func unifiedHasControllers() (bool, error) {
-	b, err := procfs.MountInfo()
+	mounts, err := procfs.Mounts()
 	if err != nil {
 		return false, err
 	}
 	found := false
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		for i := 6; i+1 < len(f); i++ {
-			if f[i] == "-" {
-				if len(f) > 4 && f[4] == unifiedMount && f[i+1] == "cgroup2" {
-					found = true
-				}
-				break
-			}
+	for _, m := range mounts {
+		if m.Point == unifiedMount && m.FSType == "cgroup2" {
+			found = true
 		}
 	}
 	if !found {
@@ -500,13 +493,12 @@ func unifiedHasControllers() (bool, error) {
 
 // isMountPoint tells whether path is a mount point in this thread's mount namespace.
 func isMountPoint(path string) (bool, error) {
-	b, err := procfs.MountInfo()
+	mounts, err := procfs.Mounts()
 	if err != nil {
 		return false, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == path {
+	for _, m := range mounts {
+		if m.Point == path {
 			return true, nil
 		}
 	}

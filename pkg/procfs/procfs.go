@@ -12,6 +12,7 @@ package procfs
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
 // MountInfoPath is the mount table of the calling thread's mount namespace.
@@ -25,4 +26,41 @@ func MountInfo() ([]byte, error) {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
 	return b, nil
+}
+
+// Mount is one line of a mount table, the fields gauntlet reads. Paths are as the
+// kernel writes them (a space in one is "\040").
+type Mount struct {
+	// Device is the filesystem's "major:minor".
+	Device string
+	// Point is where it is mounted.
+	Point string
+	// FSType is its type ("tmpfs", "cgroup2", "fuse.gauntlet", ...).
+	FSType string
+}
+
+// Mounts returns the calling thread's mount table, parsed; see MountInfo.
+func Mounts() ([]Mount, error) {
+	b, err := MountInfo()
+	if err != nil {
+		return nil, err
+	}
+	return ParseMountInfo(b), nil
+}
+
+// ParseMountInfo parses a mount table in the format of /proc/PID/mountinfo, skipping
+// lines it cannot read.
+func ParseMountInfo(b []byte) []Mount {
+	var out []Mount
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		// id parent major:minor root point options [optional fields...] - type source super
+		for i := 6; i+1 < len(f); i++ {
+			if f[i] == "-" {
+				out = append(out, Mount{Device: f[2], Point: f[4], FSType: f[i+1]})
+				break
+			}
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package procfs
 import (
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,5 +57,23 @@ func TestMountInfoIsTheCallingThreadsView(t *testing.T) {
 	}
 	if strings.Contains(string(b), " "+dir+" ") {
 		t.Fatal("another goroutine sees the tmpfs mounted in a namespace it never entered")
+	}
+}
+
+// ParseMountInfo reads device, mount point and type across the optional fields, and skips
+// what is not a mount line.
+func TestParseMountInfo(t *testing.T) {
+	got := ParseMountInfo([]byte(`30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+40 30 0:37 / /sys/fs/cgroup/unified rw,relatime shared:9 master:1 - cgroup2 cgroup2 rw
+not a mount line
+88 26 0:61 / /tmp/ws rw,nosuid,nodev - fuse.gauntlet gauntlet rw,user_id=0
+`))
+	want := []Mount{
+		{Device: "0:27", Point: "/sys/fs/cgroup", FSType: "tmpfs"},
+		{Device: "0:37", Point: "/sys/fs/cgroup/unified", FSType: "cgroup2"},
+		{Device: "0:61", Point: "/tmp/ws", FSType: "fuse.gauntlet"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ParseMountInfo = %+v, want %+v", got, want)
 	}
 }

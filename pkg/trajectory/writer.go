@@ -148,13 +148,6 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	default:
 		sc = &scratch{stepAt: make(map[stepKey]int, nSteps), episodeAt: make(map[string]int)}
 	}
-	defer func() {
-		sc.release()
-		select {
-		case w.spare <- sc:
-		default:
-		}
-	}()
 	var (
 		steps      = slices.Grow(sc.steps, nSteps)
 		stepEvents = slices.Grow(sc.stepEvents, nSteps)
@@ -162,8 +155,15 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		episodes   = sc.episodes
 		episodeAt  = sc.episodeAt
 	)
-	// The slices are handed back to sc as they are, grown or not, once they are final.
-	defer func() { sc.steps, sc.stepEvents, sc.episodes = steps, stepEvents, episodes }()
+	defer func() {
+		// Back to sc as they ended up, grown or not, cleared, for the next Write.
+		sc.steps, sc.stepEvents, sc.episodes = steps, stepEvents, episodes
+		sc.release()
+		select {
+		case w.spare <- sc:
+		default:
+		}
+	}()
 	addStep := func(s *gauntletv1.StepTaken) {
 		if s == nil || s.GetEpisodeId() == "" {
 			n.Invalid++

@@ -146,93 +146,35 @@ func members(raw []byte) ([]member, error) {
 // action, without encoding/json's reflection. It gives up (ok false) on anything else,
 // including duplicate keys, and leaves that to encoding/json.
 func scanFlat(b []byte) (ms []member, ok bool) {
-	i := 1 // past '{'
-	ws := func() {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-			i++
-		}
-	}
-	plainString := func() (int, int, bool) {
-		if i >= len(b) || b[i] != '"' {
-			return 0, 0, false
-		}
-		start := i
-		for i++; i < len(b) && b[i] != '"'; i++ {
-			if c := b[i]; c < 0x20 || c >= 0x7f || c == '\\' {
-				return 0, 0, false
-			}
-		}
-		if i >= len(b) {
-			return 0, 0, false
-		}
-		i++
-		return start, i, true
-	}
-	ws()
-	if i < len(b) && b[i] == '}' {
-		i++
-		ws()
-		return nil, i == len(b)
-	}
-	for {
-		ws()
-		ks, ke, ok := plainString()
-		if !ok {
-			return nil, false
-		}
-		ws()
-		if i >= len(b) || b[i] != ':' {
-			return nil, false
-		}
-		i++
-		ws()
-		var vs, ve int
-		switch {
-		case i < len(b) && b[i] == '"':
-			if vs, ve, ok = plainString(); !ok {
-				return nil, false
-			}
-		case i < len(b) && (b[i] == '-' || b[i] >= '0' && b[i] <= '9'):
-			vs = i
-			if b[i] == '-' {
-				i++
-			}
-			digits := i
-			for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-				i++
-			}
-			if i == digits || b[digits] == '0' && i-digits > 1 {
-				return nil, false
-			}
-			ve = i
-		default:
-			return nil, false
-		}
-		key := string(b[ks+1 : ke-1])
+	s := scanner{b: b}
+	ok = s.object(func(key string) bool {
 		for _, m := range ms {
 			if m.key == key {
-				return nil, false
+				return false
 			}
 		}
-		ms = append(ms, member{key, b[vs:ve]})
-		ws()
-		if i >= len(b) {
-			return nil, false
-		}
-		if b[i] == '}' {
-			i++
-			ws()
-			if i != len(b) {
-				return nil, false
+		s.ws()
+		start := s.i
+		switch c := s.next(); {
+		case c == '"':
+			if _, _, ok := s.plain(); !ok {
+				return false
 			}
-			slices.SortFunc(ms, func(x, y member) int { return strings.Compare(x.key, y.key) })
-			return ms, true
+		case c == '-' || c >= '0' && c <= '9':
+			if _, ok := s.integer(); !ok {
+				return false
+			}
+		default:
+			return false
 		}
-		if b[i] != ',' {
-			return nil, false
-		}
-		i++
+		ms = append(ms, member{key, b[start:s.i]})
+		return true
+	})
+	if !ok || !s.end() {
+		return nil, false
 	}
+	slices.SortFunc(ms, func(x, y member) int { return strings.Compare(x.key, y.key) })
+	return ms, true
 }
 
 // parseString reads a JSON string value.

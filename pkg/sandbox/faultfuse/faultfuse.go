@@ -73,6 +73,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/procfs"
 )
 
 // ErrClosed is returned by Begin after Close.
@@ -381,17 +382,15 @@ func (l *Layer) End() error {
 func (l *Layer) connID() string {
 	var id string
 	_ = l.in(func() error {
-		b, err := os.ReadFile("/proc/thread-self/mountinfo")
+		mounts, err := procfs.Mounts() // this thread's: in the namespace l.in entered
 		if err != nil {
 			return err
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			_, post, ok := strings.Cut(line, " - ")
-			if !ok || len(f) < 5 || f[4] != l.cfg.Mountpoint || !strings.HasPrefix(post, "fuse.gauntlet ") {
+		for _, m := range mounts {
+			if m.Point != l.cfg.Mountpoint || m.FSType != "fuse.gauntlet" {
 				continue
 			}
-			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+			if _, minor, ok := strings.Cut(m.Device, ":"); ok {
 				id = minor // the last one is the top of the mount point
 			}
 		}
