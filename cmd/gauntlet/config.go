@@ -82,6 +82,7 @@ func (c *config) register(fs *flag.FlagSet) {
 
 	fs.Uint64Var(&c.Scheduler.MaxInFlight, "scheduler.max-in-flight", 20_000, "episodes in flight over all runs")
 	fs.Uint64Var(&c.Scheduler.AssignBatch, "scheduler.assign-batch", 512, "most episodes assigned per run per round")
+	fs.Uint64Var(&c.Scheduler.EpisodesPerAssignment, "scheduler.episodes-per-assignment", 16, "consecutive episodes per assignment message, leased and acked as one (1: one per message; lower it for long episodes)")
 	fs.DurationVar(&c.Scheduler.ProgressEvery, "scheduler.progress-every", 250*time.Millisecond, "how often run progress is published")
 
 	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 25_000, "most step and episode rows per ClickHouse insert")

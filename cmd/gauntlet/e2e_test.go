@@ -215,9 +215,11 @@ func streamSteps(t *testing.T, b *bus.Bus, runID string) int {
 			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
 				continue // junk some tests publish on purpose
 			}
-			for _, s := range ev.GetSteps().GetSteps() {
-				if s.GetRunId() == runID {
-					seen[s.EpisodeId+"/"+strconv.Itoa(int(s.Step))] = true
+			for _, ev := range ev.Events() {
+				for _, s := range ev.GetSteps().GetSteps() {
+					if s.GetRunId() == runID {
+						seen[s.EpisodeId+"/"+strconv.Itoa(int(s.Step))] = true
+					}
 				}
 			}
 		}

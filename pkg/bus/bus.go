@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -181,8 +182,45 @@ func EventSubject(ev *gauntletv1.Event) (subject, msgID string, err error) {
 	case *gauntletv1.Event_Ended:
 		e := b.Ended.GetEpisode()
 		return SubjectEvent(KindEnded, e.GetRunId()), e.GetEpisodeId() + "/ended", nil
+	case *gauntletv1.Event_Batch:
+		return batchSubject(b.Batch)
 	}
 	return "", "", fmt.Errorf("event has no body")
+}
+
+// batchSubject places a batch of one run's events: on the ended subject when any of them
+// carries an episode's end, on the steps subject otherwise. Its id joins the first and
+// last events' ids, so a re-published batch is a duplicate and a batch with other
+// contents is not.
+func batchSubject(b *gauntletv1.EventBatch) (subject, msgID string, err error) {
+	evs := b.GetEvents()
+	if len(evs) == 0 {
+		return "", "", errors.New("event batch: no events")
+	}
+	var run, first, last string
+	ended := false
+	for i, ev := range evs {
+		if _, nested := ev.GetBody().(*gauntletv1.Event_Batch); nested {
+			return "", "", fmt.Errorf("event batch: event %d is itself a batch", i)
+		}
+		subj, id, err := EventSubject(ev)
+		if err != nil {
+			return "", "", fmt.Errorf("event batch: event %d: %w", i, err)
+		}
+		r := subj[strings.LastIndexByte(subj, '.')+1:]
+		if i == 0 {
+			run, first = r, id
+		} else if r != run {
+			return "", "", fmt.Errorf("event batch: event %d is of run %q, the batch's first of %q", i, r, run)
+		}
+		last = id
+		ended = ended || ev.EpisodeEnd() != nil
+	}
+	kind := KindSteps
+	if ended {
+		kind = KindEnded
+	}
+	return SubjectEvent(kind, run), first + ".." + last, nil
 }
 
 // segmentSubject places an episode segment: on the ended subject when it carries the
@@ -205,8 +243,9 @@ func segmentSubject(seg *gauntletv1.StepsTaken) (subject, msgID string, err erro
 }
 
 // HeaderEnded is the header of an event that carries an episode's end: the end's
-// EndedSummary, protobuf in unpadded base64. The scheduler's consumer of ended events is
-// headers-only, so it counts ends without receiving the steps the message carries.
+// EndedSummary, protobuf in unpadded base64; a batch has one value per end it carries, in
+// order. The scheduler's consumer of ended events is headers-only, so it counts ends
+// without receiving the steps the message carries.
 const HeaderEnded = "Gauntlet-Ended"
 
 // eventMsg encodes an event as the message that publishes it, with its de-duplication id.
@@ -220,12 +259,19 @@ func eventMsg(ev *gauntletv1.Event) (*nats.Msg, string, error) {
 		return nil, "", fmt.Errorf("marshal event %s: %w", id, err)
 	}
 	m := &nats.Msg{Subject: subj, Data: data}
-	if e := ev.EpisodeEnd(); e != nil {
+	for _, ev := range ev.Events() {
+		e := ev.EpisodeEnd()
+		if e == nil {
+			continue
+		}
 		sum, err := EndedHeader(e)
 		if err != nil {
 			return nil, "", fmt.Errorf("event %s: %w", id, err)
 		}
-		m.Header = nats.Header{HeaderEnded: []string{sum}}
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header[HeaderEnded] = append(m.Header[HeaderEnded], sum)
 	}
 	return m, id, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,4 +65,57 @@ func BenchmarkPublishAsync(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkWorkQueueCycle measures one assignment's whole trip through the work queue:
+// an async publish with a message id, delivery to a pull consumer, and the ack that
+// removes it. One op is one episode; with batch=K an op is a K-th of a message carrying K
+// 200-byte episodes. It reports the process's CPU per op beside the wall time.
+func BenchmarkWorkQueueCycle(b *testing.B) {
+	for _, batch := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			_, bb := benchServer(b)
+			ctx := context.Background()
+			cons, err := bb.JS.CreateOrUpdateConsumer(ctx, StreamCommands, jetstream.ConsumerConfig{
+				Durable: "bench", FilterSubject: SubjectEpisodePrefix + ">",
+				AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 100_000,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs := (b.N + batch - 1) / batch
+			data := make([]byte, 200*batch)
+			done := make(chan struct{})
+			got := 0
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				_ = m.Ack()
+				got++
+				if got == msgs {
+					close(done)
+				}
+			}, jetstream.PullMaxMessages(64))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Stop()
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			for i := 0; i < msgs; i++ {
+				if _, err := bb.JS.PublishMsgAsync(&nats.Msg{Subject: SubjectEpisode("r1"), Data: data},
+					jetstream.WithMsgID(fmt.Sprintf("r1-%d/assigned", i)), jetstream.WithStallWait(10*time.Second)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			<-bb.JS.PublishAsyncComplete()
+			<-done
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

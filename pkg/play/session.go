@@ -46,6 +46,13 @@ type Session struct {
 	// Templates finds the templates compact plans of user-defined profiles name; set it
 	// before Prepare. Nil only where every plan is built-in or whole.
 	Templates *templates.Store
+	// Hold, set before Finish, keeps the episode's last segment (its end and the steps
+	// still pending) instead of publishing it: Finish leaves it in Held, for the caller to
+	// publish in one EventBatch with the other episodes of an assignment. Earlier
+	// segments are published as usual, so they are in the stream before Held is.
+	Hold bool
+	// Held is the last segment Finish kept, when Hold is set.
+	Held *gauntletv1.Event
 
 	workerID string
 	episode  env.Episode
@@ -196,13 +203,16 @@ func (s *Session) FinishInfra(ctx context.Context, err error) error {
 // Finish publishes the last segment (the pending steps and the episode's end), then waits
 // until the stream has acked every segment of the episode (republishing, under the same
 // message id, any publish that failed). A nil error means the whole episode is in the
-// stream.
+// stream, or, with Hold, all of it but Held.
 func (s *Session) Finish(ctx context.Context) error {
 	s.done = true
 	if s.episode != nil {
 		s.Ended.VirtualTimeNs = int64(s.episode.Now())
 	}
 	s.Ended.EndedAtUnixNano = time.Now().UnixNano()
+	if s.Hold {
+		s.pub.Emit = func(ev *gauntletv1.Event) error { s.Held = ev; return nil }
+	}
 	if err := s.pub.End(s.Ended); err != nil {
 		return err
 	}

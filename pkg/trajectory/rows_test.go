@@ -26,6 +26,15 @@ func TestEncodedRowsMatchesRowsOf(t *testing.T) {
 		{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Started: &gauntletv1.EpisodeStarted{Episode: req}, Steps: []*gauntletv1.StepTaken{st(0), st(1), st(2)}, Ended: end}}},
 		{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Ended: end}}},
 	}
+	batch := func(evs ...*gauntletv1.Event) *gauntletv1.Event {
+		return &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: evs}}}
+	}
+	events = append(events,
+		batch(events[1:]...),
+		batch(),
+		// A batch in a batch projects to nothing, on the wire as decoded.
+		batch(events[3], batch(events[5])),
+	)
 	for i, ev := range events {
 		data, err := proto.Marshal(ev)
 		if err != nil {

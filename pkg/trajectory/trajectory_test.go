@@ -687,8 +687,13 @@ func TestSegmentsProjectLikeLoneEvents(t *testing.T) {
 	if len(segmented) != 3 || rows != 33 {
 		t.Fatalf("%d segments of %d rows, want 3 of 33 (10 steps and an end each)", len(segmented), rows)
 	}
+	// And once as the batch a worker publishes for an assignment's episodes.
+	batched := []*gauntletv1.Event{{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: segmented}}}}
+	if r := RowsOf(batched[0]); r != rows {
+		t.Fatalf("the batch projects to %d rows, its segments to %d", r, rows)
+	}
 	want := Counts{Steps: 30, Faults: 6, Episodes: 3}
-	for name, events := range map[string][]*gauntletv1.Event{"lone": lone, "segments": segmented} {
+	for name, events := range map[string][]*gauntletv1.Event{"lone": lone, "segments": segmented, "batch": batched} {
 		got, err := w.Write(ctx, events)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -698,7 +703,7 @@ func TestSegmentsProjectLikeLoneEvents(t *testing.T) {
 		}
 	}
 	for sql, want := range map[string]string{
-		"SELECT count() FROM steps":          "60",
+		"SELECT count() FROM steps":          "90",
 		"SELECT count() FROM steps_final":    "30",
 		"SELECT count() FROM faults_final":   "6",
 		"SELECT count() FROM episodes_final": "3",
@@ -717,6 +722,12 @@ func TestSegmentsProjectLikeLoneEvents(t *testing.T) {
 	got, err := w.Write(ctx, []*gauntletv1.Event{{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{}}}})
 	if err != nil || got != (Counts{Invalid: 1}) {
 		t.Errorf("empty segment: Counts = %+v, %v; want 1 invalid", got, err)
+	}
+	// So does a batch nested in a batch, which no publisher makes.
+	nested := &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: batched}}}
+	got, err = w.Write(ctx, []*gauntletv1.Event{nested})
+	if err != nil || got != (Counts{Invalid: 1}) {
+		t.Errorf("nested batch: Counts = %+v, %v; want 1 invalid", got, err)
 	}
 }
 

@@ -133,6 +133,7 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	if len(events) == 0 {
 		return n, nil
 	}
+	events = flatten(events)
 
 	nSteps := 0 // sized up front: a StepsTaken segment holds many steps
 	for _, ev := range events {
@@ -302,9 +303,35 @@ func (w *Writer) newTemplates(ctx context.Context, episodes []EpisodeRow) ([]Tem
 	return rows, nil
 }
 
+// flatten replaces each EventBatch in events by the events it carries (one level: a batch
+// nested in a batch stays, and counts as invalid). Without batches it returns events.
+func flatten(events []*gauntletv1.Event) []*gauntletv1.Event {
+	n, batches := 0, false
+	for _, ev := range events {
+		if b := ev.GetBatch(); b != nil {
+			n += len(b.GetEvents())
+			batches = true
+		} else {
+			n++
+		}
+	}
+	if !batches {
+		return events
+	}
+	flat := make([]*gauntletv1.Event, 0, n)
+	for _, ev := range events {
+		if b := ev.GetBatch(); b != nil {
+			flat = append(flat, b.GetEvents()...)
+		} else {
+			flat = append(flat, ev)
+		}
+	}
+	return flat
+}
+
 // RowsOf is how many step and episode rows an event projects to (its fault and trainer
-// rows not counted): the store sizes its batches by it, since one event may carry one row
-// or a whole episode.
+// rows not counted): the store sizes its batches by it, since one event may carry one row,
+// a whole episode or a batch of episodes.
 func RowsOf(ev *gauntletv1.Event) int {
 	switch b := ev.GetBody().(type) {
 	case *gauntletv1.Event_Step, *gauntletv1.Event_Ended:
@@ -315,6 +342,14 @@ func RowsOf(ev *gauntletv1.Event) int {
 			n++
 		}
 		return n
+	case *gauntletv1.Event_Batch:
+		n := 0
+		for _, e := range b.Batch.GetEvents() {
+			if e.GetBatch() == nil { // a nested batch projects to nothing
+				n += RowsOf(e)
+			}
+		}
+		return n
 	}
 	return 0
 }
@@ -323,6 +358,16 @@ func RowsOf(ev *gauntletv1.Event) int {
 // store counts its batches with it while the events stay encoded until their Write. It
 // fails when data is not a well-formed Event at the levels it reads.
 func EncodedRows(data []byte) (int, error) {
+	rows, err := encodedRows(data, true)
+	if err != nil {
+		return 0, fmt.Errorf("event: %w", err)
+	}
+	return rows, nil
+}
+
+// encodedRows counts an encoded Event's rows; batch says whether a batch may be read
+// (a batch's events may not be batches themselves).
+func encodedRows(data []byte, batch bool) (int, error) {
 	rows := 0
 	err := scanFields(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		switch num {
@@ -335,13 +380,22 @@ func EncodedRows(data []byte) (int, error) {
 				}
 				return nil
 			})
+		case 5: // batch: its events
+			if !batch {
+				return nil
+			}
+			return scanFields(v, func(num protowire.Number, _ protowire.Type, ev []byte) error {
+				if num != 1 {
+					return nil
+				}
+				n, err := encodedRows(ev, false)
+				rows += n
+				return err
+			})
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("event: %w", err)
-	}
-	return rows, nil
+	return rows, err
 }
 
 // scanFields calls fn for every field of the encoded message data, with the contents of

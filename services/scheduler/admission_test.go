@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -116,5 +117,24 @@ func TestRunRecordIgnoresDuplicates(t *testing.T) {
 	}
 	if !proto.Equal(back, p) {
 		t.Fatalf("progress after a round trip through KV = %v, want %v", back, p)
+	}
+}
+
+func TestLotsCutAtMultiplesOfTheSize(t *testing.T) {
+	for _, c := range []struct {
+		first, n, size uint64
+		want           []lot
+	}{
+		{0, 40, 16, []lot{{0, 16}, {16, 16}, {32, 8}}},
+		{5, 30, 16, []lot{{5, 11}, {16, 16}, {32, 3}}},
+		// A round re-published after a failure, with more room: the same messages but
+		// for the last.
+		{5, 40, 16, []lot{{5, 11}, {16, 16}, {32, 13}}},
+		{7, 3, 1, []lot{{7, 1}, {8, 1}, {9, 1}}},
+		{3, 0, 16, nil},
+	} {
+		if got := lots(c.first, c.n, c.size); !slices.Equal(got, c.want) {
+			t.Errorf("lots(%d, %d, %d) = %v, want %v", c.first, c.n, c.size, got, c.want)
+		}
 	}
 }

@@ -18,13 +18,14 @@ import (
 
 // The scheduler's ended consumer is headers-only on real JetStream: an end published by
 // the bus is counted from its header without the steps reaching the scheduler, and an end
-// published without the header (an older version's) is fetched from the stream.
+// published without the header (an older version's) is fetched from the stream, and a
+// batch of ends (a worker's assignment of several episodes) counts every one of them.
 func TestEndsAreCountedFromHeaders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b := bustest.Start(t)
-	s := New(Config{MaxInFlight: 10, AssignBatch: 10, ProgressEvery: time.Second}, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
+	s := New(Config{MaxInFlight: 10, AssignBatch: 10, EpisodesPerAssignment: 4, ProgressEvery: time.Second}, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
 	if err := s.Starting(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,15 @@ func TestEndsAreCountedFromHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	batch, err := s.endedCons.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	lone := func(i uint64) *gauntletv1.Event {
+		return &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: end(i)}}
+	}
+	if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{
+		Events: []*gauntletv1.Event{lone(2), lone(3), lone(4)}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	batch, err := s.endedCons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +60,14 @@ func TestEndsAreCountedFromHeaders(t *testing.T) {
 		if len(m.Data()) != 0 {
 			t.Errorf("the scheduler received %d bytes of an ended event; its consumer is headers-only", len(m.Data()))
 		}
-		e, err := s.endOf(ctx, m)
+		es, err := s.endsOf(ctx, m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, e)
+		got = append(got, es...)
 	}
-	if len(got) != 2 {
-		t.Fatalf("%d ends fetched, want 2", len(got))
+	if len(got) != 5 {
+		t.Fatalf("%d ends fetched, want 5", len(got))
 	}
 	for i, e := range got {
 		want := &gauntletv1.EndedSummary{Episode: &gauntletv1.EpisodeRef{EpisodeId: end(uint64(i)).Episode.EpisodeId, RunId: "r1", Index: uint64(i)},

@@ -47,6 +47,9 @@ type Config struct {
 	MaxInFlight uint64
 	// AssignBatch caps the episodes assigned in one round for one run.
 	AssignBatch uint64
+	// EpisodesPerAssignment is how many consecutive episodes of a run go in one
+	// assignment message, leased and acked as one (1: one message per episode).
+	EpisodesPerAssignment uint64
 	// ProgressEvery is how often progress is published.
 	ProgressEvery time.Duration
 }
@@ -59,6 +62,9 @@ func (c Config) Validate() error {
 	}
 	if c.AssignBatch < 1 {
 		errs = append(errs, errors.New("scheduler.assign-batch: must be at least 1"))
+	}
+	if c.EpisodesPerAssignment < 1 {
+		errs = append(errs, errors.New("scheduler.episodes-per-assignment: must be at least 1"))
 	}
 	if c.ProgressEvery <= 0 {
 		errs = append(errs, errors.New("scheduler.progress-every: must be positive"))
@@ -316,16 +322,22 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 		return errors.New(msg)
 	}
 	js := s.bus().JS
-	futures := make([]jetstream.PubAckFuture, 0, n)
-	for i, ep := range eps {
-		data, err := gauntletv1.Marshal(&gauntletv1.EpisodeAssignedPassThrough{Episode: ep, Plan: plans.Plans[i]})
-		if err != nil {
-			return fmt.Errorf("marshal assignment %s: %w", ep.EpisodeId, err)
+	var futures []jetstream.PubAckFuture
+	for _, lot := range lots(first, n, s.cfg.EpisodesPerAssignment) {
+		a := &gauntletv1.AssignmentPassThrough{Episodes: make([]*gauntletv1.EpisodeAssignedPassThrough, lot.n)}
+		for i := range a.Episodes {
+			k := lot.first - first + uint64(i)
+			a.Episodes[i] = &gauntletv1.EpisodeAssignedPassThrough{Episode: eps[k], Plan: plans.Plans[k]}
 		}
-		f, err := js.PublishMsgAsync(&nats.Msg{Subject: bus.SubjectEpisode(spec.RunId), Data: data},
-			jetstream.WithMsgID(ep.EpisodeId+"/assigned"), jetstream.WithStallWait(10*time.Second))
+		data, err := gauntletv1.Marshal(a)
 		if err != nil {
-			return fmt.Errorf("assign %s: %w", ep.EpisodeId, err)
+			return fmt.Errorf("marshal assignment of episodes %d..%d: %w", lot.first, lot.first+lot.n-1, err)
+		}
+		id := assignmentID(a)
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: bus.SubjectEpisode(spec.RunId), Data: data},
+			jetstream.WithMsgID(id), jetstream.WithStallWait(10*time.Second))
+		if err != nil {
+			return fmt.Errorf("assign %s: %w", id, err)
 		}
 		futures = append(futures, f)
 	}
@@ -348,29 +360,69 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	return s.persist(ctx, id)
 }
 
-// endOf reads the end of an episode from a message of the headers-only ended consumer:
-// from its HeaderEnded, or, for an event published without it (by an older version), from
-// the stream's copy of the whole message.
-func (s *Service) endOf(ctx context.Context, m jetstream.Msg) (*gauntletv1.EndedSummary, error) {
-	if h := m.Headers().Get(bus.HeaderEnded); h != "" {
-		return bus.DecodeEndedHeader(h)
+// lot is a run of consecutive episode indices assigned in one message.
+type lot struct{ first, n uint64 }
+
+// lots cuts the indices [first, first+n) into assignments of up to size episodes, cut at
+// multiples of size, so a round re-published after a failure (same first, perhaps another
+// n) makes the same messages, with the same ids, for the stream to drop, but for the last.
+func lots(first, n, size uint64) []lot {
+	var out []lot
+	for end := first + n; first < end; {
+		next := min((first/size+1)*size, end)
+		out = append(out, lot{first, next - first})
+		first = next
 	}
-	if len(m.Data()) > 0 {
-		return decodeEnded(m.Data())
+	return out
+}
+
+// assignmentID is an assignment's de-duplication id: "<episode_id>/assigned" for one
+// episode, "<first_episode_id>..<last_episode_id>/assigned" for a lot.
+func assignmentID(a *gauntletv1.AssignmentPassThrough) string {
+	eps := a.GetEpisodes()
+	id := eps[0].GetEpisode().GetEpisodeId()
+	if len(eps) > 1 {
+		id += ".." + eps[len(eps)-1].GetEpisode().GetEpisodeId()
 	}
-	md, err := m.Metadata()
+	return id + "/assigned"
+}
+
+// endsOf reads the ends an event of the headers-only ended consumer carries: from its
+// HeaderEnded values (one per end; a batch carries several), or, for an event published
+// without them (by an older version), from the stream's copy of the whole message.
+func (s *Service) endsOf(ctx context.Context, m jetstream.Msg) ([]*gauntletv1.EndedSummary, error) {
+	if hs := m.Headers().Values(bus.HeaderEnded); len(hs) > 0 {
+		ends := make([]*gauntletv1.EndedSummary, len(hs))
+		for i, h := range hs {
+			e, err := bus.DecodeEndedHeader(h)
+			if err != nil {
+				return nil, err
+			}
+			ends[i] = e
+		}
+		return ends, nil
+	}
+	data := m.Data()
+	if len(data) == 0 {
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("no %s header, and no metadata to fetch the event by: %w", bus.HeaderEnded, err)
+		}
+		stream, err := s.bus().JS.Stream(ctx, bus.StreamEvents)
+		if err != nil {
+			return nil, fmt.Errorf("no %s header; fetch the event: %w", bus.HeaderEnded, err)
+		}
+		raw, err := stream.GetMsg(ctx, md.Sequence.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("no %s header; fetch event %d: %w", bus.HeaderEnded, md.Sequence.Stream, err)
+		}
+		data = raw.Data
+	}
+	e, err := decodeEnded(data)
 	if err != nil {
-		return nil, fmt.Errorf("no %s header, and no metadata to fetch the event by: %w", bus.HeaderEnded, err)
+		return nil, err
 	}
-	stream, err := s.bus().JS.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return nil, fmt.Errorf("no %s header; fetch the event: %w", bus.HeaderEnded, err)
-	}
-	raw, err := stream.GetMsg(ctx, md.Sequence.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("no %s header; fetch event %d: %w", bus.HeaderEnded, md.Sequence.Stream, err)
-	}
-	return decodeEnded(raw.Data)
+	return []*gauntletv1.EndedSummary{e}, nil
 }
 
 // endedView decodes only what counting an episode needs: the steps and the fault plan of
@@ -409,12 +461,12 @@ func (s *Service) endedLoop(ctx context.Context) error {
 		}
 		ends := make([]*gauntletv1.EndedSummary, 0, len(msgs))
 		for _, m := range msgs {
-			e, err := s.endOf(ctx, m)
+			es, err := s.endsOf(ctx, m)
 			if err != nil {
 				s.log.Error("undecodable ended event; skipping it", "subject", m.Subject(), "err", err)
 				continue
 			}
-			ends = append(ends, e)
+			ends = append(ends, es...)
 		}
 		touched := map[string]bool{}
 		s.mu.Lock()

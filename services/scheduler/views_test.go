@@ -45,6 +45,7 @@ func TestPassThroughViewsMatch(t *testing.T) {
 	for _, p := range []struct{ view, full proto.Message }{
 		{&gauntletv1.PlanReplyPassThrough{}, &gauntletv1.PlanReply{}},
 		{&gauntletv1.EpisodeAssignedPassThrough{}, &gauntletv1.EpisodeAssigned{}},
+		{&gauntletv1.AssignmentPassThrough{}, &gauntletv1.Assignment{}},
 	} {
 		vd, fd := p.view.ProtoReflect().Descriptor(), p.full.ProtoReflect().Descriptor()
 		if vd.Fields().Len() != fd.Fields().Len() {
@@ -74,16 +75,27 @@ func TestPassThroughViewsMatch(t *testing.T) {
 		t.Fatalf("pass-through reply: %v, %d plans", err, len(raw.Plans))
 	}
 	ep := &gauntletv1.EpisodeRequested{EpisodeId: "e1", RunId: "r1", Seed: 7}
-	data, err := proto.Marshal(&gauntletv1.EpisodeAssignedPassThrough{Episode: ep, Plan: raw.Plans[0]})
+	ep2 := &gauntletv1.EpisodeRequested{EpisodeId: "e2", RunId: "r1", Seed: 8}
+	data, err := proto.Marshal(&gauntletv1.AssignmentPassThrough{Episodes: []*gauntletv1.EpisodeAssignedPassThrough{
+		{Episode: ep, Plan: raw.Plans[0]}, {Episode: ep2, Plan: raw.Plans[0]}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got gauntletv1.EpisodeAssigned
+	var got gauntletv1.Assignment
 	if err := proto.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
-	if want := (&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}); !proto.Equal(&got, want) {
+	want := &gauntletv1.Assignment{Episodes: []*gauntletv1.EpisodeAssigned{{Episode: ep, Plan: plan}, {Episode: ep2, Plan: plan}}}
+	if !proto.Equal(&got, want) {
 		t.Fatalf("assignment decoded as %v, want %v", &got, want)
+	}
+	if id := assignmentID(&gauntletv1.AssignmentPassThrough{Episodes: []*gauntletv1.EpisodeAssignedPassThrough{{Episode: ep}}}); id != "e1/assigned" {
+		t.Errorf("id of a one-episode assignment: %q, want e1/assigned", id)
+	}
+	var pt gauntletv1.AssignmentPassThrough
+	_ = proto.Unmarshal(data, &pt)
+	if id := assignmentID(&pt); id != "e1..e2/assigned" {
+		t.Errorf("id of a lot: %q, want e1..e2/assigned", id)
 	}
 }
 

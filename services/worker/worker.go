@@ -1,21 +1,28 @@
-// Package worker is the sandbox worker: it pulls assigned episodes from the GAUNTLET_CMD
-// work queue, runs each one in its sandbox (in-process sim envs, or a real sandbox from the
-// runtime of Config.Sandbox for envs such as codefix), asks the reward service
-// to score every step, and publishes the episode's events (started, every step, ended) to
-// GAUNTLET_EVENTS.
+// Package worker is the sandbox worker: it pulls assignments (lots of consecutive
+// episodes of a run) from the GAUNTLET_CMD work queue, runs each episode in its sandbox
+// (in-process sim envs, or a real sandbox from the runtime of Config.Sandbox for envs such
+// as codefix), asks the reward service to score every step, and publishes the episodes'
+// events (started, every step, ended) to GAUNTLET_EVENTS.
 //
-// Delivery contract: an assignment is acked only after every event of its episode has been
-// acked by the stream. A worker that dies mid-episode leaves the assignment unacked, so
-// JetStream redelivers it (to any worker) after AckWait; the episode re-runs from its seed
-// and, being deterministic, republishes the same events with the same message ids, which
-// the stream and the store de-duplicate. Long episodes heartbeat with InProgress. On stop,
-// episodes in flight are abandoned and their assignments nak'ed for immediate redelivery.
+// Delivery contract: an assignment is acked only after every event of its episodes has
+// been acked by the stream. The last segment of each episode (its end, and for a short
+// episode all of it) is held until the assignment's last episode ends, and the lot's last
+// segments go out as one EventBatch: one stream message, one store delivery and one
+// scheduler delivery per assignment rather than per episode. A worker that dies
+// mid-assignment leaves it unacked, so JetStream redelivers it (to any worker) after
+// AckWait; its episodes re-run from their seeds and, being deterministic, republish the
+// same events, which the stream and the store de-duplicate. Running episodes heartbeat
+// their assignment with InProgress. An episode that fails has its whole assignment
+// retried (the others re-run harmlessly) until the last delivery, when the failed
+// episodes are recorded as infra errors beside the others' events. On stop, episodes in
+// flight are abandoned and their assignments nak'ed for immediate redelivery.
 //
 // Each step takes the shared step path of pkg/play, the same as a trainer's step over the
 // env API, so a trajectory looks the same whoever chose its actions.
 //
 // Concurrency: Config.Concurrency episode goroutines share one consumer and one scorer;
-// each episode's env, agent and injector belong to its goroutine alone.
+// each episode's env, agent and injector belong to its goroutine alone; an assignment's
+// bookkeeping (lot) is shared by its episodes under its mutex.
 package worker
 
 import (
@@ -23,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -166,26 +174,28 @@ func (w *Service) Starting(ctx context.Context) error {
 	return nil
 }
 
-// Running pulls assignments and runs episodes until ctx ends.
+// Running pulls assignments and runs their episodes until ctx ends.
 func (w *Service) Running(ctx context.Context) error {
 	go w.scorer.Run(ctx)
-	work := make(chan jetstream.Msg)
+	work := make(chan job)
 	done := make(chan struct{})
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			for msg := range work {
-				w.handle(ctx, msg)
+			for j := range work {
+				w.run(ctx, j)
 			}
 		}()
 	}
+	// A handful of assignments wait in the client beyond those running: their leases
+	// run meanwhile, so the prefetch stays near what the episode goroutines can start.
 	bus.Pull(ctx, w.cons, w.log, func(msg jetstream.Msg) {
 		if ctx.Err() != nil {
 			_ = msg.Nak() // prefetched but not started: give it back now
 			return
 		}
-		work <- msg
-	}, jetstream.PullMaxMessages(w.cfg.Concurrency))
+		w.dispatch(ctx, msg, work)
+	}, jetstream.PullMaxMessages(max(2, w.cfg.Concurrency/8)))
 	close(work)
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		<-done
@@ -202,9 +212,59 @@ func (w *Service) Stopping(context.Context) error {
 	return w.runtimes.Close()
 }
 
-func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
-	var a gauntletv1.EpisodeAssigned
-	if err := gauntletv1.Unmarshal(msg.Data(), &a); err != nil || a.Episode == nil {
+// job is one episode of an assignment, for an episode goroutine to run.
+type job struct {
+	lot *lot
+	i   int
+}
+
+// lot is an assignment being run: its episodes' outcomes, filled in as they end.
+type lot struct {
+	msg     jetstream.Msg
+	a       *gauntletv1.Assignment
+	attempt uint32
+
+	mu       sync.Mutex
+	left     int
+	held     []*gauntletv1.Event // each episode's last segment, held for the batch
+	errs     []error
+	lastBeat time.Time
+}
+
+// heartbeat renews the assignment's lease, at most once per every; the lot's episodes
+// share it.
+func (l *lot) heartbeat(every time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.lastBeat) > every {
+		_ = l.msg.InProgress()
+		l.lastBeat = time.Now()
+	}
+}
+
+// end records episode i's outcome and reports whether it was the lot's last.
+func (l *lot) end(i int, held *gauntletv1.Event, err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held[i], l.errs[i] = held, err
+	l.left--
+	return l.left == 0
+}
+
+// dispatch decodes an assignment and hands its episodes to the episode goroutines,
+// waiting for free ones (and renewing the lease meanwhile).
+func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- job) {
+	var a gauntletv1.Assignment
+	err := gauntletv1.Unmarshal(msg.Data(), &a)
+	if err == nil && len(a.Episodes) == 0 {
+		err = errors.New("no episodes")
+	}
+	for i, e := range a.Episodes {
+		if err == nil && e.GetEpisode() == nil {
+			err = fmt.Errorf("episodes[%d]: no episode", i)
+		}
+	}
+	if err != nil {
 		w.log.Error("undecodable assignment; terminating it", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
 		return
@@ -213,40 +273,98 @@ func (w *Service) handle(ctx context.Context, msg jetstream.Msg) {
 	if md, err := msg.Metadata(); err == nil {
 		attempt = md.NumDelivered
 	}
-	w.active.Add(ctx, 1)
-	defer w.active.Add(ctx, -1)
-	err := w.play(ctx, msg, &a, uint32(attempt))
-	switch {
-	case err == nil:
-		_ = msg.Ack()
-	case ctx.Err() != nil || errors.Is(err, play.ErrAbandoned):
-		_ = msg.Nak()
-	case attempt < uint64(w.cfg.MaxDeliver):
-		w.log.Warn("episode failed; will retry", "episode_id", a.Episode.EpisodeId, "attempt", attempt, "err", err)
-		_ = msg.NakWithDelay(time.Duration(attempt) * time.Second)
-	default:
-		w.log.Error("episode failed on its last attempt; recording an infra error", "episode_id", a.Episode.EpisodeId, "err", err)
-		ended := &gauntletv1.EpisodeEnded{
-			Episode: a.Episode, Profile: a.Plan.GetProfile(), Plan: a.Plan, WorkerId: w.cfg.ID,
-			Truncated: true, Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR,
-			InfraError: true, Error: err.Error(), EndedAtUnixNano: time.Now().UnixNano(),
+	l := &lot{msg: msg, a: &a, attempt: uint32(attempt), left: len(a.Episodes),
+		held: make([]*gauntletv1.Event, len(a.Episodes)), errs: make([]error, len(a.Episodes)), lastBeat: time.Now()}
+	beat := time.NewTicker(w.cfg.AckWait / 3)
+	defer beat.Stop()
+	for i := range a.Episodes {
+	send:
+		for {
+			select {
+			case work <- job{l, i}:
+				break send
+			case <-beat.C:
+				l.heartbeat(w.cfg.AckWait / 3)
+			case <-ctx.Done():
+				// Never started: abandoned, so the assignment goes back once its
+				// started episodes have stopped.
+				for ; i < len(a.Episodes); i++ {
+					if l.end(i, nil, play.ErrAbandoned) {
+						w.settle(ctx, l)
+					}
+				}
+				return
+			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if perr := w.bus().PublishEvent(pctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ended}}); perr != nil {
-			_ = msg.Nak()
-			return
-		}
-		w.episodes.Add(ctx, 1, w.byReason.Option("infra_error"))
-		_ = msg.Ack()
 	}
 }
 
-// play runs one episode to its end through the shared step path (pkg/play) and publishes
-// its events. A nil error means every event is in the stream. Problems with the request
-// itself (unknown env, bad params, a policy that cannot play the env) are not errors: the
-// episode ends at once with the reason recorded.
-func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.EpisodeAssigned, attempt uint32) error {
+// run plays one episode of a lot; the lot's last episode settles it.
+func (w *Service) run(ctx context.Context, j job) {
+	w.active.Add(ctx, 1)
+	held, err := w.play(ctx, j.lot, j.lot.a.Episodes[j.i])
+	w.active.Add(ctx, -1)
+	if j.lot.end(j.i, held, err) {
+		w.settle(ctx, j.lot)
+	}
+}
+
+// settle acks, retries or finishes an assignment whose episodes have all ended: every
+// episode played, their held segments are published as one batch and the assignment is
+// acked; an episode failed, the assignment is retried, or on its last delivery the
+// failures are recorded as infra errors with the others' events.
+func (w *Service) settle(ctx context.Context, l *lot) {
+	var events []*gauntletv1.Event
+	failed := 0
+	for i, err := range l.errs {
+		ep := l.a.Episodes[i]
+		switch {
+		case err == nil:
+			events = append(events, l.held[i])
+			continue
+		case ctx.Err() != nil || errors.Is(err, play.ErrAbandoned):
+			_ = l.msg.Nak()
+			return
+		}
+		failed++
+		if l.attempt < uint32(w.cfg.MaxDeliver) {
+			w.log.Warn("episode failed; will retry its assignment", "episode_id", ep.Episode.EpisodeId, "attempt", l.attempt, "err", err)
+			continue
+		}
+		w.log.Error("episode failed on its last attempt; recording an infra error", "episode_id", ep.Episode.EpisodeId, "err", err)
+		events = append(events, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: &gauntletv1.EpisodeEnded{
+			Episode: ep.Episode, Profile: ep.Plan.GetProfile(), Plan: ep.Plan, WorkerId: w.cfg.ID,
+			Truncated: true, Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR,
+			InfraError: true, Error: err.Error(), EndedAtUnixNano: time.Now().UnixNano(),
+		}}})
+	}
+	if failed > 0 && l.attempt < uint32(w.cfg.MaxDeliver) {
+		_ = l.msg.NakWithDelay(time.Duration(l.attempt) * time.Second)
+		return
+	}
+	ev := events[0]
+	if len(events) > 1 {
+		ev = &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: events}}}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := w.bus().PublishEvent(pctx, ev); err != nil {
+		w.log.Warn("publish an assignment's events; it will be retried", "err", err)
+		_ = l.msg.Nak()
+		return
+	}
+	for _, ev := range events {
+		w.episodes.Add(ctx, 1, w.byReason.Option(ev.EpisodeEnd().GetReason().Name()))
+	}
+	_ = l.msg.Ack()
+}
+
+// play runs one episode to its end through the shared step path (pkg/play), publishing
+// its events but the last segment, which it returns for the assignment's batch. A nil
+// error means every other event is in the stream. Problems with the request itself
+// (unknown env, bad params, a policy that cannot play the env) are not errors: the episode
+// ends at once with the reason recorded.
+func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigned) (*gauntletv1.Event, error) {
 	req := a.Episode
 	ctx, span := w.tracer.Start(ctx, "episode", trace.WithAttributes(
 		attribute.String("episode_id", req.EpisodeId), attribute.String("env", req.Env),
@@ -256,6 +374,7 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 	sess := play.NewSession(w.bus(), w.cfg.SegmentSteps, a, w.cfg.ID)
 	sess.Sandboxes = w.sandboxes
 	sess.Templates = w.templates
+	sess.Hold = true
 	defer func() {
 		if err := sess.Close(); err != nil {
 			w.log.Warn("close episode", "episode_id", req.EpisodeId, "err", err)
@@ -263,29 +382,30 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 	}()
 	agent, err := w.prepare(ctx, sess)
 	if err != nil {
-		return w.finish(ctx, sess, sess.Fail(ctx, err))
+		return sess.Held, sess.Fail(ctx, err)
 	}
-	obs, err := sess.Reset(attempt)
+	obs, err := sess.Reset(l.attempt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	turn := env.Turn{Observation: obs}
+	beatEvery := w.cfg.AckWait / 3
 	lastBeat := time.Now()
 	for !sess.Done() {
 		if ctx.Err() != nil {
-			return play.ErrAbandoned
+			return nil, play.ErrAbandoned
 		}
-		if time.Since(lastBeat) > w.cfg.AckWait/3 {
-			_ = msg.InProgress()
+		if time.Since(lastBeat) > beatEvery {
+			l.heartbeat(beatEvery)
 			lastBeat = time.Now()
 		}
 		act, err := agent.Act(turn)
 		if err != nil {
-			return fmt.Errorf("policy %s at step %d: %w", req.GetPolicy(), turn.Step, err)
+			return nil, fmt.Errorf("policy %s at step %d: %w", req.GetPolicy(), turn.Step, err)
 		}
 		st, res, err := sess.Step(ctx, w.scorer, act, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		w.steps.Add(ctx, 1)
 		for _, f := range res.Faults {
@@ -293,7 +413,10 @@ func (w *Service) play(ctx context.Context, msg jetstream.Msg, a *gauntletv1.Epi
 		}
 		turn = env.Turn{Step: sess.Steps(), Observation: res.Observation, Reward: st.Score.GetTotal()}
 	}
-	return w.finish(ctx, sess, sess.Finish(ctx))
+	if err := sess.Finish(ctx); err != nil {
+		return nil, err
+	}
+	return sess.Held, nil
 }
 
 // prepare builds the episode and its agent; its errors are the request's fault.
@@ -311,13 +434,4 @@ func (w *Service) prepare(ctx context.Context, sess *play.Session) (env.Agent, e
 		return nil, fmt.Errorf("policy %s: %w", sess.Req.Policy, err)
 	}
 	return agent, nil
-}
-
-// finish counts the ended episode once its events are all in the stream.
-func (w *Service) finish(ctx context.Context, sess *play.Session, err error) error {
-	if err != nil {
-		return err
-	}
-	w.episodes.Add(ctx, 1, w.byReason.Option(sess.Ended.Reason.Name()))
-	return nil
 }

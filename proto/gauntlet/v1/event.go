@@ -17,3 +17,11 @@ func (e *Event) EpisodeStart() *EpisodeStarted {
 	}
 	return e.GetSteps().GetStarted()
 }
+
+// Events is what e stands for event by event: the events of its batch, or e itself.
+func (e *Event) Events() []*Event {
+	if b := e.GetBatch(); b != nil {
+		return b.GetEvents()
+	}
+	return []*Event{e}
+}

@@ -464,6 +464,54 @@ func (x *EpisodeAssigned) GetPlan() *FaultPlan {
 	return nil
 }
 
+// Assignment is what the scheduler publishes on gauntlet.cmd.episode.<run_id>: a lot of
+// consecutive episodes of one run, leased, run and acknowledged as one message (the
+// scheduler's --scheduler.episodes-per-assignment; 1 gives one episode per message). A
+// worker acks it once every episode's events are in the stream.
+type Assignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Episodes      []*EpisodeAssigned     `protobuf:"bytes,1,rep,name=episodes,proto3" json:"episodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Assignment) Reset() {
+	*x = Assignment{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Assignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Assignment) ProtoMessage() {}
+
+func (x *Assignment) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
+func (*Assignment) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Assignment) GetEpisodes() []*EpisodeAssigned {
+	if x != nil {
+		return x.Episodes
+	}
+	return nil
+}
+
 // FaultPlan is every fault an episode may meet, derived from its seed and profile.
 type FaultPlan struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -496,7 +544,7 @@ type FaultPlan struct {
 
 func (x *FaultPlan) Reset() {
 	*x = FaultPlan{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +556,7 @@ func (x *FaultPlan) String() string {
 func (*FaultPlan) ProtoMessage() {}
 
 func (x *FaultPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +569,7 @@ func (x *FaultPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultPlan.ProtoReflect.Descriptor instead.
 func (*FaultPlan) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{4}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FaultPlan) GetProfile() string {
@@ -608,7 +656,7 @@ type FaultRule struct {
 
 func (x *FaultRule) Reset() {
 	*x = FaultRule{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +668,7 @@ func (x *FaultRule) String() string {
 func (*FaultRule) ProtoMessage() {}
 
 func (x *FaultRule) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +681,7 @@ func (x *FaultRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRule.ProtoReflect.Descriptor instead.
 func (*FaultRule) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{5}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FaultRule) GetId() string {
@@ -725,7 +773,7 @@ type HTTPErrorFault struct {
 
 func (x *HTTPErrorFault) Reset() {
 	*x = HTTPErrorFault{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +785,7 @@ func (x *HTTPErrorFault) String() string {
 func (*HTTPErrorFault) ProtoMessage() {}
 
 func (x *HTTPErrorFault) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +798,7 @@ func (x *HTTPErrorFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPErrorFault.ProtoReflect.Descriptor instead.
 func (*HTTPErrorFault) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{6}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HTTPErrorFault) GetStatus() uint32 {
@@ -778,7 +826,7 @@ type LatencyFault struct {
 
 func (x *LatencyFault) Reset() {
 	*x = LatencyFault{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +838,7 @@ func (x *LatencyFault) String() string {
 func (*LatencyFault) ProtoMessage() {}
 
 func (x *LatencyFault) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +851,7 @@ func (x *LatencyFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyFault.ProtoReflect.Descriptor instead.
 func (*LatencyFault) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{7}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LatencyFault) GetMeanMs() float64 {
@@ -830,7 +878,7 @@ type TruncateFault struct {
 
 func (x *TruncateFault) Reset() {
 	*x = TruncateFault{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +890,7 @@ func (x *TruncateFault) String() string {
 func (*TruncateFault) ProtoMessage() {}
 
 func (x *TruncateFault) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +903,7 @@ func (x *TruncateFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateFault.ProtoReflect.Descriptor instead.
 func (*TruncateFault) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{8}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TruncateFault) GetKeepFraction() float64 {
@@ -880,7 +928,7 @@ type FaultFired struct {
 
 func (x *FaultFired) Reset() {
 	*x = FaultFired{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +940,7 @@ func (x *FaultFired) String() string {
 func (*FaultFired) ProtoMessage() {}
 
 func (x *FaultFired) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +953,7 @@ func (x *FaultFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultFired.ProtoReflect.Descriptor instead.
 func (*FaultFired) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{9}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FaultFired) GetFaultId() string {
@@ -960,7 +1008,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1020,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1033,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{10}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlanRequest) GetEpisodes() []*EpisodeRequested {
@@ -1027,7 +1075,7 @@ type PlanReply struct {
 
 func (x *PlanReply) Reset() {
 	*x = PlanReply{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1087,7 @@ func (x *PlanReply) String() string {
 func (*PlanReply) ProtoMessage() {}
 
 func (x *PlanReply) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1100,7 @@ func (x *PlanReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanReply.ProtoReflect.Descriptor instead.
 func (*PlanReply) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{11}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlanReply) GetPlans() []*FaultPlan {
@@ -1083,7 +1131,7 @@ type PlanReplyPassThrough struct {
 
 func (x *PlanReplyPassThrough) Reset() {
 	*x = PlanReplyPassThrough{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1143,7 @@ func (x *PlanReplyPassThrough) String() string {
 func (*PlanReplyPassThrough) ProtoMessage() {}
 
 func (x *PlanReplyPassThrough) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1156,7 @@ func (x *PlanReplyPassThrough) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanReplyPassThrough.ProtoReflect.Descriptor instead.
 func (*PlanReplyPassThrough) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{12}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlanReplyPassThrough) GetPlans() [][]byte {
@@ -1137,7 +1185,7 @@ type EpisodeAssignedPassThrough struct {
 
 func (x *EpisodeAssignedPassThrough) Reset() {
 	*x = EpisodeAssignedPassThrough{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1197,7 @@ func (x *EpisodeAssignedPassThrough) String() string {
 func (*EpisodeAssignedPassThrough) ProtoMessage() {}
 
 func (x *EpisodeAssignedPassThrough) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1210,7 @@ func (x *EpisodeAssignedPassThrough) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeAssignedPassThrough.ProtoReflect.Descriptor instead.
 func (*EpisodeAssignedPassThrough) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{13}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EpisodeAssignedPassThrough) GetEpisode() *EpisodeRequested {
@@ -1179,6 +1227,52 @@ func (x *EpisodeAssignedPassThrough) GetPlan() []byte {
 	return nil
 }
 
+// AssignmentPassThrough is Assignment as the scheduler writes it, every plan already
+// encoded. Workers decode it as Assignment.
+type AssignmentPassThrough struct {
+	state         protoimpl.MessageState        `protogen:"open.v1"`
+	Episodes      []*EpisodeAssignedPassThrough `protobuf:"bytes,1,rep,name=episodes,proto3" json:"episodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignmentPassThrough) Reset() {
+	*x = AssignmentPassThrough{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignmentPassThrough) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignmentPassThrough) ProtoMessage() {}
+
+func (x *AssignmentPassThrough) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignmentPassThrough.ProtoReflect.Descriptor instead.
+func (*AssignmentPassThrough) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AssignmentPassThrough) GetEpisodes() []*EpisodeAssignedPassThrough {
+	if x != nil {
+		return x.Episodes
+	}
+	return nil
+}
+
 // Action is one tool call chosen by a policy.
 type Action struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1190,7 +1284,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1296,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1309,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{14}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Action) GetTool() string {
@@ -1260,7 +1354,7 @@ type Metering struct {
 
 func (x *Metering) Reset() {
 	*x = Metering{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1366,7 @@ func (x *Metering) String() string {
 func (*Metering) ProtoMessage() {}
 
 func (x *Metering) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1379,7 @@ func (x *Metering) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metering.ProtoReflect.Descriptor instead.
 func (*Metering) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{15}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Metering) GetToolCalls() uint32 {
@@ -1384,7 +1478,7 @@ type CausalViolation struct {
 
 func (x *CausalViolation) Reset() {
 	*x = CausalViolation{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1490,7 @@ func (x *CausalViolation) String() string {
 func (*CausalViolation) ProtoMessage() {}
 
 func (x *CausalViolation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1503,7 @@ func (x *CausalViolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CausalViolation.ProtoReflect.Descriptor instead.
 func (*CausalViolation) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{16}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CausalViolation) GetRule() string {
@@ -1457,7 +1551,7 @@ type Signals struct {
 
 func (x *Signals) Reset() {
 	*x = Signals{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1563,7 @@ func (x *Signals) String() string {
 func (*Signals) ProtoMessage() {}
 
 func (x *Signals) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1576,7 @@ func (x *Signals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signals.ProtoReflect.Descriptor instead.
 func (*Signals) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{17}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Signals) GetProgress() float64 {
@@ -1584,7 +1678,7 @@ type StepTaken struct {
 
 func (x *StepTaken) Reset() {
 	*x = StepTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1690,7 @@ func (x *StepTaken) String() string {
 func (*StepTaken) ProtoMessage() {}
 
 func (x *StepTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1703,7 @@ func (x *StepTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepTaken.ProtoReflect.Descriptor instead.
 func (*StepTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{18}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StepTaken) GetEpisodeId() string {
@@ -1765,7 +1859,7 @@ type RewardComponent struct {
 
 func (x *RewardComponent) Reset() {
 	*x = RewardComponent{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1871,7 @@ func (x *RewardComponent) String() string {
 func (*RewardComponent) ProtoMessage() {}
 
 func (x *RewardComponent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1884,7 @@ func (x *RewardComponent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewardComponent.ProtoReflect.Descriptor instead.
 func (*RewardComponent) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{19}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RewardComponent) GetName() string {
@@ -1829,7 +1923,7 @@ type StepScored struct {
 
 func (x *StepScored) Reset() {
 	*x = StepScored{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1935,7 @@ func (x *StepScored) String() string {
 func (*StepScored) ProtoMessage() {}
 
 func (x *StepScored) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1948,7 @@ func (x *StepScored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepScored.ProtoReflect.Descriptor instead.
 func (*StepScored) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{20}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StepScored) GetEpisodeId() string {
@@ -1903,7 +1997,7 @@ type ScoreRequest struct {
 
 func (x *ScoreRequest) Reset() {
 	*x = ScoreRequest{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2009,7 @@ func (x *ScoreRequest) String() string {
 func (*ScoreRequest) ProtoMessage() {}
 
 func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2022,7 @@ func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreRequest.ProtoReflect.Descriptor instead.
 func (*ScoreRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{21}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ScoreRequest) GetSteps() []*StepTaken {
@@ -1949,7 +2043,7 @@ type ScoreReply struct {
 
 func (x *ScoreReply) Reset() {
 	*x = ScoreReply{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2055,7 @@ func (x *ScoreReply) String() string {
 func (*ScoreReply) ProtoMessage() {}
 
 func (x *ScoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2068,7 @@ func (x *ScoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreReply.ProtoReflect.Descriptor instead.
 func (*ScoreReply) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{22}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ScoreReply) GetScores() []*StepScored {
@@ -2007,7 +2101,7 @@ type EpisodeStarted struct {
 
 func (x *EpisodeStarted) Reset() {
 	*x = EpisodeStarted{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2113,7 @@ func (x *EpisodeStarted) String() string {
 func (*EpisodeStarted) ProtoMessage() {}
 
 func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2126,7 @@ func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeStarted.ProtoReflect.Descriptor instead.
 func (*EpisodeStarted) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EpisodeStarted) GetEpisode() *EpisodeRequested {
@@ -2102,7 +2196,7 @@ type EpisodeEnded struct {
 
 func (x *EpisodeEnded) Reset() {
 	*x = EpisodeEnded{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2208,7 @@ func (x *EpisodeEnded) String() string {
 func (*EpisodeEnded) ProtoMessage() {}
 
 func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2221,7 @@ func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeEnded.ProtoReflect.Descriptor instead.
 func (*EpisodeEnded) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EpisodeEnded) GetEpisode() *EpisodeRequested {
@@ -2266,7 +2360,7 @@ type StepsTaken struct {
 
 func (x *StepsTaken) Reset() {
 	*x = StepsTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2372,7 @@ func (x *StepsTaken) String() string {
 func (*StepsTaken) ProtoMessage() {}
 
 func (x *StepsTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2385,7 @@ func (x *StepsTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsTaken.ProtoReflect.Descriptor instead.
 func (*StepsTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StepsTaken) GetSteps() []*StepTaken {
@@ -2324,6 +2418,7 @@ type Event struct {
 	//	*Event_Step
 	//	*Event_Ended
 	//	*Event_Steps
+	//	*Event_Batch
 	Body          isEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2331,7 +2426,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2438,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2451,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -2402,6 +2497,15 @@ func (x *Event) GetSteps() *StepsTaken {
 	return nil
 }
 
+func (x *Event) GetBatch() *EventBatch {
+	if x != nil {
+		if x, ok := x.Body.(*Event_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isEvent_Body interface {
 	isEvent_Body()
 }
@@ -2422,6 +2526,10 @@ type Event_Steps struct {
 	Steps *StepsTaken `protobuf:"bytes,4,opt,name=steps,proto3,oneof"`
 }
 
+type Event_Batch struct {
+	Batch *EventBatch `protobuf:"bytes,5,opt,name=batch,proto3,oneof"`
+}
+
 func (*Event_Started) isEvent_Body() {}
 
 func (*Event_Step) isEvent_Body() {}
@@ -2429,6 +2537,57 @@ func (*Event_Step) isEvent_Body() {}
 func (*Event_Ended) isEvent_Body() {}
 
 func (*Event_Steps) isEvent_Body() {}
+
+func (*Event_Batch) isEvent_Body() {}
+
+// EventBatch is several events in one message: a worker publishes the last segments of
+// an assignment's episodes together, so a lot of episodes costs the stream one message,
+// one store delivery and one scheduler delivery instead of one each. Its events are
+// those of one run; a batch never nests another. Message id: the first and last nested
+// events' ids joined by "..".
+type EventBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventBatch) Reset() {
+	*x = EventBatch{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventBatch) ProtoMessage() {}
+
+func (x *EventBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
+func (*EventBatch) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *EventBatch) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
 
 // EndedView is the part of an event on an ended subject that the scheduler reads. It is
 // wire-compatible with Event (same field numbers and types) but declares only what
@@ -2447,7 +2606,7 @@ type EndedView struct {
 
 func (x *EndedView) Reset() {
 	*x = EndedView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2618,7 @@ func (x *EndedView) String() string {
 func (*EndedView) ProtoMessage() {}
 
 func (x *EndedView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2631,7 @@ func (x *EndedView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedView.ProtoReflect.Descriptor instead.
 func (*EndedView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EndedView) GetBody() isEndedView_Body {
@@ -2526,7 +2685,7 @@ type SegmentEndView struct {
 
 func (x *SegmentEndView) Reset() {
 	*x = SegmentEndView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2697,7 @@ func (x *SegmentEndView) String() string {
 func (*SegmentEndView) ProtoMessage() {}
 
 func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2710,7 @@ func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentEndView.ProtoReflect.Descriptor instead.
 func (*SegmentEndView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SegmentEndView) GetEnded() *EndedSummary {
@@ -2576,7 +2735,7 @@ type EndedSummary struct {
 
 func (x *EndedSummary) Reset() {
 	*x = EndedSummary{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2747,7 @@ func (x *EndedSummary) String() string {
 func (*EndedSummary) ProtoMessage() {}
 
 func (x *EndedSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2760,7 @@ func (x *EndedSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedSummary.ProtoReflect.Descriptor instead.
 func (*EndedSummary) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EndedSummary) GetEpisode() *EpisodeRef {
@@ -2658,7 +2817,7 @@ type EpisodeRef struct {
 
 func (x *EpisodeRef) Reset() {
 	*x = EpisodeRef{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2829,7 @@ func (x *EpisodeRef) String() string {
 func (*EpisodeRef) ProtoMessage() {}
 
 func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2842,7 @@ func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeRef.ProtoReflect.Descriptor instead.
 func (*EpisodeRef) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EpisodeRef) GetEpisodeId() string {
@@ -2733,7 +2892,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2904,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2917,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -2904,7 +3063,10 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
-	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xc3\x02\n" +
+	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"F\n" +
+	"\n" +
+	"Assignment\x128\n" +
+	"\bepisodes\x18\x01 \x03(\v2\x1c.gauntlet.v1.EpisodeAssignedR\bepisodes\"\xc3\x02\n" +
 	"\tFaultPlan\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12,\n" +
@@ -2953,7 +3115,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"i\n" +
 	"\x1aEpisodeAssignedPassThrough\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12\x12\n" +
-	"\x04plan\x18\x02 \x01(\fR\x04plan\"9\n" +
+	"\x04plan\x18\x02 \x01(\fR\x04plan\"\\\n" +
+	"\x15AssignmentPassThrough\x12C\n" +
+	"\bepisodes\x18\x01 \x03(\v2'.gauntlet.v1.EpisodeAssignedPassThroughR\bepisodes\"9\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1b\n" +
 	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xf0\x02\n" +
@@ -3069,13 +3233,17 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"StepsTaken\x12,\n" +
 	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x125\n" +
 	"\astarted\x18\x02 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedR\astarted\x12/\n" +
-	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedR\x05ended\"\xda\x01\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedR\x05ended\"\x8b\x02\n" +
 	"\x05Event\x127\n" +
 	"\astarted\x18\x01 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedH\x00R\astarted\x12,\n" +
 	"\x04step\x18\x02 \x01(\v2\x16.gauntlet.v1.StepTakenH\x00R\x04step\x121\n" +
 	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedH\x00R\x05ended\x12/\n" +
-	"\x05steps\x18\x04 \x01(\v2\x17.gauntlet.v1.StepsTakenH\x00R\x05stepsB\x06\n" +
-	"\x04body\"{\n" +
+	"\x05steps\x18\x04 \x01(\v2\x17.gauntlet.v1.StepsTakenH\x00R\x05steps\x12/\n" +
+	"\x05batch\x18\x05 \x01(\v2\x17.gauntlet.v1.EventBatchH\x00R\x05batchB\x06\n" +
+	"\x04body\"8\n" +
+	"\n" +
+	"EventBatch\x12*\n" +
+	"\x06events\x18\x01 \x03(\v2\x12.gauntlet.v1.EventR\x06events\"{\n" +
 	"\tEndedView\x121\n" +
 	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EndedSummaryH\x00R\x05ended\x123\n" +
 	"\x05steps\x18\x04 \x01(\v2\x1b.gauntlet.v1.SegmentEndViewH\x00R\x05stepsB\x06\n" +
@@ -3137,96 +3305,103 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(TerminationReason)(0),             // 0: gauntlet.v1.TerminationReason
 	(*RunRequested)(nil),               // 1: gauntlet.v1.RunRequested
 	(*Share)(nil),                      // 2: gauntlet.v1.Share
 	(*EpisodeRequested)(nil),           // 3: gauntlet.v1.EpisodeRequested
 	(*EpisodeAssigned)(nil),            // 4: gauntlet.v1.EpisodeAssigned
-	(*FaultPlan)(nil),                  // 5: gauntlet.v1.FaultPlan
-	(*FaultRule)(nil),                  // 6: gauntlet.v1.FaultRule
-	(*HTTPErrorFault)(nil),             // 7: gauntlet.v1.HTTPErrorFault
-	(*LatencyFault)(nil),               // 8: gauntlet.v1.LatencyFault
-	(*TruncateFault)(nil),              // 9: gauntlet.v1.TruncateFault
-	(*FaultFired)(nil),                 // 10: gauntlet.v1.FaultFired
-	(*PlanRequest)(nil),                // 11: gauntlet.v1.PlanRequest
-	(*PlanReply)(nil),                  // 12: gauntlet.v1.PlanReply
-	(*PlanReplyPassThrough)(nil),       // 13: gauntlet.v1.PlanReplyPassThrough
-	(*EpisodeAssignedPassThrough)(nil), // 14: gauntlet.v1.EpisodeAssignedPassThrough
-	(*Action)(nil),                     // 15: gauntlet.v1.Action
-	(*Metering)(nil),                   // 16: gauntlet.v1.Metering
-	(*CausalViolation)(nil),            // 17: gauntlet.v1.CausalViolation
-	(*Signals)(nil),                    // 18: gauntlet.v1.Signals
-	(*StepTaken)(nil),                  // 19: gauntlet.v1.StepTaken
-	(*RewardComponent)(nil),            // 20: gauntlet.v1.RewardComponent
-	(*StepScored)(nil),                 // 21: gauntlet.v1.StepScored
-	(*ScoreRequest)(nil),               // 22: gauntlet.v1.ScoreRequest
-	(*ScoreReply)(nil),                 // 23: gauntlet.v1.ScoreReply
-	(*EpisodeStarted)(nil),             // 24: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),               // 25: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),                 // 26: gauntlet.v1.StepsTaken
-	(*Event)(nil),                      // 27: gauntlet.v1.Event
-	(*EndedView)(nil),                  // 28: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),             // 29: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),               // 30: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),                 // 31: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),                // 32: gauntlet.v1.RunProgress
-	(*Drift)(nil),                      // 33: gauntlet.v1.Drift
-	(*CustomProfile)(nil),              // 34: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),                 // 35: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 36: gauntlet.v1.TrainerData
+	(*Assignment)(nil),                 // 5: gauntlet.v1.Assignment
+	(*FaultPlan)(nil),                  // 6: gauntlet.v1.FaultPlan
+	(*FaultRule)(nil),                  // 7: gauntlet.v1.FaultRule
+	(*HTTPErrorFault)(nil),             // 8: gauntlet.v1.HTTPErrorFault
+	(*LatencyFault)(nil),               // 9: gauntlet.v1.LatencyFault
+	(*TruncateFault)(nil),              // 10: gauntlet.v1.TruncateFault
+	(*FaultFired)(nil),                 // 11: gauntlet.v1.FaultFired
+	(*PlanRequest)(nil),                // 12: gauntlet.v1.PlanRequest
+	(*PlanReply)(nil),                  // 13: gauntlet.v1.PlanReply
+	(*PlanReplyPassThrough)(nil),       // 14: gauntlet.v1.PlanReplyPassThrough
+	(*EpisodeAssignedPassThrough)(nil), // 15: gauntlet.v1.EpisodeAssignedPassThrough
+	(*AssignmentPassThrough)(nil),      // 16: gauntlet.v1.AssignmentPassThrough
+	(*Action)(nil),                     // 17: gauntlet.v1.Action
+	(*Metering)(nil),                   // 18: gauntlet.v1.Metering
+	(*CausalViolation)(nil),            // 19: gauntlet.v1.CausalViolation
+	(*Signals)(nil),                    // 20: gauntlet.v1.Signals
+	(*StepTaken)(nil),                  // 21: gauntlet.v1.StepTaken
+	(*RewardComponent)(nil),            // 22: gauntlet.v1.RewardComponent
+	(*StepScored)(nil),                 // 23: gauntlet.v1.StepScored
+	(*ScoreRequest)(nil),               // 24: gauntlet.v1.ScoreRequest
+	(*ScoreReply)(nil),                 // 25: gauntlet.v1.ScoreReply
+	(*EpisodeStarted)(nil),             // 26: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 27: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 28: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 29: gauntlet.v1.Event
+	(*EventBatch)(nil),                 // 30: gauntlet.v1.EventBatch
+	(*EndedView)(nil),                  // 31: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 32: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 33: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 34: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 35: gauntlet.v1.RunProgress
+	(*Drift)(nil),                      // 36: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 37: gauntlet.v1.CustomProfile
+	(*DriftValue)(nil),                 // 38: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 39: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	2,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	33, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	34, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	36, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	37, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	3,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	6,  // 6: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	35, // 7: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
-	7,  // 8: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	8,  // 9: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	9,  // 10: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	3,  // 11: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	2,  // 12: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	33, // 13: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	34, // 14: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	5,  // 15: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	3,  // 16: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
-	17, // 17: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	15, // 18: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	10, // 19: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	16, // 20: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	18, // 21: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	0,  // 22: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	21, // 23: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	36, // 24: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
-	20, // 25: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	19, // 26: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	21, // 27: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	3,  // 28: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 29: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 30: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 31: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	5,  // 32: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	19, // 33: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	24, // 34: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	25, // 35: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	24, // 36: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	19, // 37: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	25, // 38: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	26, // 39: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	30, // 40: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	29, // 41: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	30, // 42: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	31, // 43: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	6,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	4,  // 6: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
+	7,  // 7: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	38, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	8,  // 9: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	9,  // 10: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	10, // 11: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	3,  // 12: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	2,  // 13: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	36, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	37, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	6,  // 16: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	3,  // 17: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
+	15, // 18: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
+	19, // 19: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	17, // 20: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	11, // 21: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	18, // 22: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	20, // 23: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	0,  // 24: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	23, // 25: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	39, // 26: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	22, // 27: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	21, // 28: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	23, // 29: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	3,  // 30: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	6,  // 31: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 32: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	0,  // 33: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	6,  // 34: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	21, // 35: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	26, // 36: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	27, // 37: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	26, // 38: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	21, // 39: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	27, // 40: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	28, // 41: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	30, // 42: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	29, // 43: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	33, // 44: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	32, // 45: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	33, // 46: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	34, // 47: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -3236,18 +3411,19 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 	}
 	file_proto_gauntlet_v1_faults_proto_init()
 	file_proto_gauntlet_v1_trainer_proto_init()
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6].OneofWrappers = []any{
 		(*FaultRule_HttpError)(nil),
 		(*FaultRule_Latency)(nil),
 		(*FaultRule_Truncate)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28].OneofWrappers = []any{
 		(*Event_Started)(nil),
 		(*Event_Step)(nil),
 		(*Event_Ended)(nil),
 		(*Event_Steps)(nil),
+		(*Event_Batch)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30].OneofWrappers = []any{
 		(*EndedView_Ended)(nil),
 		(*EndedView_Steps)(nil),
 	}
@@ -3257,7 +3433,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

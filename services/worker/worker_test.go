@@ -1,0 +1,202 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
+	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	"github.com/gauntlet-rl/gauntlet/services/reward"
+)
+
+// brokenEnv is an env whose episodes cannot start (Reset fails: an infra error, as a
+// sandbox that cannot be created would be). resets counts the attempts.
+type brokenEnv struct{ resets *atomic.Int32 }
+
+func (e brokenEnv) Spec() env.Spec {
+	return env.Spec{Name: "broken-test", Services: []string{"svc"}, DefaultMaxSteps: 5,
+		Tools: []env.Tool{{Name: "svc.noop", Service: "svc", Schema: json.RawMessage(`{}`)}}}
+}
+
+func (e brokenEnv) NewEpisode(env.Config) (env.Episode, error) { return brokenEpisode(e), nil }
+
+type brokenEpisode struct{ resets *atomic.Int32 }
+
+func (b brokenEpisode) Reset() (json.RawMessage, error) {
+	b.resets.Add(1)
+	return nil, errors.New("sandbox unavailable")
+}
+func (brokenEpisode) Step(env.Action) (env.StepResult, error) { return env.StepResult{}, nil }
+func (brokenEpisode) Now() time.Duration                      { return 0 }
+
+var brokenResets atomic.Int32
+
+func init() { env.Register(brokenEnv{&brokenResets}) }
+
+// startWorker runs a reward service and a worker over a fresh bus until the test ends.
+func startWorker(t *testing.T, maxDeliver int) *bus.Bus {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	b := bustest.Start(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tel, err := telemetry.New("worker-test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() *bus.Bus { return b }
+	rw := reward.New(reward.Config{Subscribers: 1}, get, tel.Meter("reward"), log)
+	if err := rw.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Concurrency: 3, ScoreBatch: 64, AckWait: 2 * time.Second, MaxDeliver: maxDeliver, SegmentSteps: 32}, get, get, tel, log)
+	if err := w.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Running(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = rw.Stopping(context.Background())
+	})
+	return b
+}
+
+// assign publishes one assignment of the given run's episodes (plans left out: no faults).
+func assign(t *testing.T, b *bus.Bus, run *gauntletv1.RunRequested, envs ...string) {
+	t.Helper()
+	a := &gauntletv1.Assignment{}
+	for i, e := range envs {
+		ep := campaign.Episode(run, uint64(i))
+		if e != "shop" {
+			ep.Env, ep.Policy = e, "random" // only shop has an oracle
+		}
+		a.Episodes = append(a.Episodes, &gauntletv1.EpisodeAssigned{Episode: ep})
+	}
+	if err := b.PublishCommand(context.Background(), bus.SubjectEpisode(run.RunId), run.RunId+"/assigned", a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// endedMessages waits until the worker has settled the assignment (nothing pending or
+// unacked on its consumer), then returns every message on the run's ended subject.
+func endedMessages(t *testing.T, b *bus.Bus, runID string) []*gauntletv1.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		info, err := b.JS.Consumer(ctx, bus.StreamCommands, ConsumerName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, err := info.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Consumer > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("assignment not settled: %d pending, %d unacked", ci.NumPending, ci.NumAckPending)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.SubjectEvent(bus.KindEnded, runID)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*gauntletv1.Event
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
+		if errors.Is(err, nats.ErrTimeout) {
+			return out // all read
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev gauntletv1.Event
+		if err := gauntletv1.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, &ev)
+	}
+}
+
+func run(id string) *gauntletv1.RunRequested {
+	return &gauntletv1.RunRequested{RunId: id, Env: "shop", Seed: 11, Episodes: 3,
+		Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 1}}}
+}
+
+// An assignment of several episodes ends as one message: the batch of their last
+// segments, each episode's steps and end in it, and the assignment is acked.
+func TestAssignmentEndsAsOneBatch(t *testing.T) {
+	b := startWorker(t, 3)
+	r := run("rbatch")
+	assign(t, b, r, "shop", "shop", "shop")
+	msgs := endedMessages(t, b, r.RunId)
+	if len(msgs) != 1 || msgs[0].GetBatch() == nil {
+		t.Fatalf("%d messages on the ended subject (first %v), want one batch", len(msgs), msgs)
+	}
+	evs := msgs[0].Events()
+	if len(evs) != 3 {
+		t.Fatalf("the batch carries %d events, want 3", len(evs))
+	}
+	for i, ev := range evs {
+		end := ev.EpisodeEnd()
+		if end.GetEpisode().GetIndex() != uint64(i) || end.GetInfraError() || len(ev.GetSteps().GetSteps()) != int(end.GetSteps()) || end.GetSteps() == 0 {
+			t.Errorf("event %d: end %v with %d steps", i, end, len(ev.GetSteps().GetSteps()))
+		}
+	}
+}
+
+// An episode that fails has its whole assignment retried; on the last delivery it is
+// recorded as an infra error, in the same batch as the others' events, and nothing of
+// the failed attempts reached the stream.
+func TestFailedEpisodeRetriesItsAssignmentThenIsAnInfraError(t *testing.T) {
+	brokenResets.Store(0)
+	b := startWorker(t, 2)
+	r := run("rfail")
+	assign(t, b, r, "shop", "broken-test", "shop")
+	msgs := endedMessages(t, b, r.RunId)
+	if n := brokenResets.Load(); n != 2 {
+		t.Errorf("the broken episode was tried %d times, want 2 (max-deliver)", n)
+	}
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages on the ended subject, want one batch from the last delivery", len(msgs))
+	}
+	evs := msgs[0].Events()
+	if len(evs) != 3 {
+		t.Fatalf("the batch carries %d events, want 3", len(evs))
+	}
+	for i, ev := range evs {
+		end := ev.EpisodeEnd()
+		if end.GetEpisode().GetIndex() != uint64(i) {
+			t.Errorf("event %d is the end of episode %d", i, end.GetEpisode().GetIndex())
+		}
+		if infra := i == 1; end.GetInfraError() != infra {
+			t.Errorf("event %d: infra_error %v, want %v (%s)", i, end.GetInfraError(), infra, end.GetError())
+		}
+	}
+	if end := evs[1].EpisodeEnd(); end.GetReason() != gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR || !strings.Contains(end.GetError(), "sandbox unavailable") {
+		t.Errorf("infra error end: reason %v, error %q", end.GetReason(), end.GetError())
+	}
+}
