@@ -4,9 +4,9 @@
 // Layout (see docs/architecture.md):
 //
 //	GAUNTLET_CMD     work-queue  gauntlet.cmd.run                  RunRequested    -> scheduler
-//	                             gauntlet.cmd.episode.<run_id>     EpisodeAssigned -> workers
+//	                             gauntlet.cmd.episode.<run_id>     Assignment      -> workers
 //	GAUNTLET_EVENTS  limits      gauntlet.ev.<kind>.<run_id>       Event           -> store, scheduler
-//	                             (kinds: started, steps, ended)
+//	                             (kinds: started, steps, ended; an Event may be a batch)
 //	core request/reply           gauntlet.rpc.reward.score         ScoreRequest    -> reward
 //	                             gauntlet.rpc.faults.plan          PlanRequest     -> faults
 //	core publish                 gauntlet.progress.<run_id>        RunProgress     -> CLIs
