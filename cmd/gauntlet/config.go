@@ -85,7 +85,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Scheduler.EpisodesPerAssignment, "scheduler.episodes-per-assignment", 16, "consecutive episodes per assignment message, leased and acked as one (1: one per message; lower it for long episodes)")
 	fs.DurationVar(&c.Scheduler.ProgressEvery, "scheduler.progress-every", 250*time.Millisecond, "how often run progress is published")
 
-	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 50_000, "most step and episode rows per ClickHouse insert")
+	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 25_000, "most step and episode rows per ClickHouse insert")
 	fs.DurationVar(&c.Store.FlushEvery, "store.flush-every", 5*time.Second, "longest wait of an event in a partial batch")
 	fs.DurationVar(&c.Store.IdleFlush, "store.idle-flush", 250*time.Millisecond, "write a partial batch once no event arrived for this long (0: never)")
 	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 30*time.Second, "lease on delivered events (renewed while ClickHouse is down)")

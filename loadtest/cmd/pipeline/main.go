@@ -75,7 +75,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Timeout, "timeout", 60*time.Minute, "bound on the whole harness; it stops itself (and its children) then")
 	fs.UintVar(&o.MaxInFlight, "max-in-flight", 10_000, "the demo's --max-in-flight")
 	fs.IntVar(&o.CeilingSteps, "ceiling-steps", 500_000, "step rows generated for (and written by) each ceiling measurement")
-	fs.IntVar(&o.BatchRows, "batch-rows", 50_000, "step and episode rows per Write in the ceiling (the store's --store.batch-rows)")
+	fs.IntVar(&o.BatchRows, "batch-rows", 25_000, "step and episode rows per Write in the ceiling (the store's --store.batch-rows)")
 	fs.IntVar(&o.PprofSeconds, "pprof-seconds", 0, "after the rounds, one extra untimed pipeline run profiled for this many seconds (0: skip)")
 	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the ClickHouse databases and the temp dir")
 	fs.DurationVar(&o.LiveHeapEvery, "live-heap-every", 30*time.Second, "in the memory run, sample the live heap (a forced GC, then /debug/pprof/heap) this often (0: never)")
