@@ -276,16 +276,6 @@ func statusText(status uint32) string {
 	return fmt.Sprintf("http error %d", status)
 }
 
-// marshal encodes an observation. The values are the package's own structs of strings and
-// numbers, which always encode.
-func marshal(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return []byte(`{"ok":false,"error":"internal: observation did not encode"}`)
-	}
-	return b
-}
-
 // checkFeasible ends the episode as a failure when, after a payment, the task can no
 // longer be completed: the budget is overspent, or no paid order fulfils the task and no
 // matching sku with enough stock fits what is left of both budget and balance.
