@@ -119,3 +119,64 @@ func cpuTime() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkEventCycle measures one episode's events through GAUNTLET_EVENTS as the
+// pipeline moves them: an async publish with a message id and an ended header, delivery
+// to the store's consumer (whole messages) and to the scheduler's (headers only), and
+// both acks. One op is one episode of 4.7 kB (a shop episode's encoded events); with
+// batch=K an op is a K-th of a message carrying K episodes, as a worker's EventBatch does.
+// It reports the process's CPU per op beside the wall time.
+func BenchmarkEventCycle(b *testing.B) {
+	for _, batch := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			_, bb := benchServer(b)
+			ctx := context.Background()
+			msgs := (b.N + batch - 1) / batch
+			var dones []chan struct{}
+			for _, c := range []struct {
+				name, subject string
+				headersOnly   bool
+			}{{"store", "gauntlet.ev.>", false}, {"scheduler", SubjectEndedAll, true}} {
+				cons, err := bb.JS.CreateOrUpdateConsumer(ctx, StreamEvents, jetstream.ConsumerConfig{
+					Durable: c.name, FilterSubject: c.subject, HeadersOnly: c.headersOnly,
+					AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 100_000,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done, got := make(chan struct{}), 0
+				cc, err := cons.Consume(func(m jetstream.Msg) {
+					_ = m.Ack()
+					if got++; got == msgs {
+						close(done)
+					}
+				}, jetstream.PullMaxMessages(500))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cc.Stop()
+				dones = append(dones, done)
+			}
+			data := make([]byte, 4700*batch)
+			ends := make([]string, batch) // one EndedSummary header value per episode
+			for i := range ends {
+				ends[i] = "CiAKFnJhMmIzYzM3ZGJiZDgtMDAwMDAxMhIIcmEyYjNjMzcQBxgB"
+			}
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			for i := 0; i < msgs; i++ {
+				m := &nats.Msg{Subject: SubjectEvent(KindEnded, "r1"), Data: data, Header: nats.Header{HeaderEnded: ends}}
+				if _, err := bb.JS.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("r1-%d/ended", i)),
+					jetstream.WithStallWait(10*time.Second)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			<-bb.JS.PublishAsyncComplete()
+			for _, d := range dones {
+				<-d
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
