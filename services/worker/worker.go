@@ -304,6 +304,9 @@ func (w *Service) run(ctx context.Context, j job) {
 	w.active.Add(ctx, 1)
 	held, err := w.play(ctx, j.lot, j.lot.a.Episodes[j.i])
 	w.active.Add(ctx, -1)
+	if err == nil && held == nil {
+		err = errors.New("episode ended without its last segment") // never expected
+	}
 	if j.lot.end(j.i, held, err) {
 		w.settle(ctx, j.lot)
 	}
@@ -382,7 +385,8 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 	}()
 	agent, err := w.prepare(ctx, sess)
 	if err != nil {
-		return sess.Held, sess.Fail(ctx, err)
+		ferr := sess.Fail(ctx, err) // before reading Held, which Fail sets
+		return sess.Held, ferr
 	}
 	obs, err := sess.Reset(l.attempt)
 	if err != nil {

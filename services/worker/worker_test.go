@@ -200,3 +200,33 @@ func TestFailedEpisodeRetriesItsAssignmentThenIsAnInfraError(t *testing.T) {
 		t.Errorf("infra error end: reason %v, error %q", end.GetReason(), end.GetError())
 	}
 }
+
+// A request the worker cannot play (here: the oracle policy on an env without an oracle)
+// is not retried: it ends at once, terminated with reason failure and the error, in the
+// assignment's batch beside the other episodes.
+func TestRequestErrorEndsAtOnce(t *testing.T) {
+	brokenResets.Store(0)
+	b := startWorker(t, 3)
+	r := run("rreq")
+	a := &gauntletv1.Assignment{}
+	for i, e := range []string{"shop", "broken-test"} {
+		ep := campaign.Episode(r, uint64(i))
+		ep.Env = e // both with the oracle policy
+		a.Episodes = append(a.Episodes, &gauntletv1.EpisodeAssigned{Episode: ep})
+	}
+	if err := b.PublishCommand(context.Background(), bus.SubjectEpisode(r.RunId), r.RunId+"/assigned", a); err != nil {
+		t.Fatal(err)
+	}
+	msgs := endedMessages(t, b, r.RunId)
+	if len(msgs) != 1 || len(msgs[0].Events()) != 2 {
+		t.Fatalf("%d messages on the ended subject, want one batch of 2", len(msgs))
+	}
+	end := msgs[0].Events()[1].EpisodeEnd()
+	if end.GetInfraError() || !end.GetTerminated() || end.GetReason() != gauntletv1.TerminationReason_TERMINATION_REASON_FAILURE ||
+		!strings.Contains(end.GetError(), "oracle") {
+		t.Errorf("end of the unplayable episode: %v", end)
+	}
+	if n := brokenResets.Load(); n != 0 {
+		t.Errorf("the unplayable episode was reset %d times, want 0", n)
+	}
+}
