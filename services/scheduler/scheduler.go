@@ -365,7 +365,8 @@ type lot struct{ first, n uint64 }
 
 // lots cuts the indices [first, first+n) into assignments of up to size episodes, cut at
 // multiples of size, so a round re-published after a failure (same first, perhaps another
-// n) makes the same messages, with the same ids, for the stream to drop, but for the last.
+// n) makes the same messages, with the same ids, for the stream to drop; only its last
+// lot may differ.
 func lots(first, n, size uint64) []lot {
 	var out []lot
 	for end := first + n; first < end; {
