@@ -249,14 +249,18 @@ func segmentSubject(seg *gauntletv1.StepsTaken) (subject, msgID string, err erro
 const HeaderEnded = "Gauntlet-Ended"
 
 // eventMsg encodes an event as the message that publishes it, with its de-duplication id.
-func eventMsg(ev *gauntletv1.Event) (*nats.Msg, string, error) {
+func eventMsg(ev *gauntletv1.Event) (*nats.Msg, string, error) { return encodedEventMsg(ev, nil) }
+
+// encodedEventMsg is eventMsg for an event already encoded as data (nil: encode it here).
+func encodedEventMsg(ev *gauntletv1.Event, data []byte) (*nats.Msg, string, error) {
 	subj, id, err := EventSubject(ev)
 	if err != nil {
 		return nil, "", err
 	}
-	data, err := gauntletv1.Marshal(ev)
-	if err != nil {
-		return nil, "", fmt.Errorf("marshal event %s: %w", id, err)
+	if data == nil {
+		if data, err = gauntletv1.Marshal(ev); err != nil {
+			return nil, "", fmt.Errorf("marshal event %s: %w", id, err)
+		}
 	}
 	m := &nats.Msg{Subject: subj, Data: data}
 	for _, ev := range ev.Events() {
@@ -321,6 +325,22 @@ func (b *Bus) PublishEventAsync(ev *gauntletv1.Event, stall time.Duration) (jets
 // failures until ctx ends. The message id makes retries safe.
 func (b *Bus) PublishEvent(ctx context.Context, ev *gauntletv1.Event) error {
 	m, id, err := eventMsg(ev)
+	if err != nil {
+		return err
+	}
+	return b.publishRetry(ctx, m, id)
+}
+
+// PublishEncodedEvent is PublishEvent for an event already encoded: data must be the
+// encoding of ev (gauntletv1.Marshal, or gauntletv1.AppendBatch of its events' encodings),
+// which gives the subject, id and headers. A worker encodes each episode's last segment
+// when the episode ends, while its messages are fresh in the cache, and publishes its
+// assignment's batch without walking them again.
+func (b *Bus) PublishEncodedEvent(ctx context.Context, ev *gauntletv1.Event, data []byte) error {
+	if data == nil {
+		return errors.New("publish encoded event: no data")
+	}
+	m, id, err := encodedEventMsg(ev, data)
 	if err != nil {
 		return err
 	}

@@ -227,6 +227,7 @@ type lot struct {
 	mu       sync.Mutex
 	left     int
 	held     []*gauntletv1.Event // each episode's last segment, held for the batch
+	encoded  [][]byte            // and its encoding
 	errs     []error
 	lastBeat time.Time
 }
@@ -243,10 +244,10 @@ func (l *lot) heartbeat(every time.Duration) {
 }
 
 // end records episode i's outcome and reports whether it was the lot's last.
-func (l *lot) end(i int, held *gauntletv1.Event, err error) bool {
+func (l *lot) end(i int, held *gauntletv1.Event, encoded []byte, err error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.held[i], l.errs[i] = held, err
+	l.held[i], l.encoded[i], l.errs[i] = held, encoded, err
 	l.left--
 	return l.left == 0
 }
@@ -274,7 +275,8 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 		attempt = md.NumDelivered
 	}
 	l := &lot{msg: msg, a: &a, attempt: uint32(attempt), left: len(a.Episodes),
-		held: make([]*gauntletv1.Event, len(a.Episodes)), errs: make([]error, len(a.Episodes)), lastBeat: time.Now()}
+		held: make([]*gauntletv1.Event, len(a.Episodes)), encoded: make([][]byte, len(a.Episodes)),
+		errs: make([]error, len(a.Episodes)), lastBeat: time.Now()}
 	beat := time.NewTicker(w.cfg.AckWait / 3)
 	defer beat.Stop()
 	for i := range a.Episodes {
@@ -289,7 +291,7 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 				// Never started: abandoned, so the assignment goes back once its
 				// started episodes have stopped.
 				for ; i < len(a.Episodes); i++ {
-					if l.end(i, nil, play.ErrAbandoned) {
+					if l.end(i, nil, nil, play.ErrAbandoned) {
 						w.settle(ctx, l)
 					}
 				}
@@ -299,15 +301,24 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 	}
 }
 
-// run plays one episode of a lot; the lot's last episode settles it.
+// run plays one episode of a lot and encodes its last segment while the episode's
+// messages are still in the cache (walking them again when the lot settles, cold, cost as
+// much as encoding them); the lot's last episode settles it.
 func (w *Service) run(ctx context.Context, j job) {
 	w.active.Add(ctx, 1)
 	held, err := w.play(ctx, j.lot, j.lot.a.Episodes[j.i])
 	w.active.Add(ctx, -1)
-	if err == nil && held == nil {
+	var encoded []byte
+	switch {
+	case err != nil:
+	case held == nil:
 		err = errors.New("episode ended without its last segment") // never expected
+	default:
+		if encoded, err = gauntletv1.Marshal(held); err != nil {
+			err = fmt.Errorf("encode the last segment: %w", err)
+		}
 	}
-	if j.lot.end(j.i, held, err) {
+	if j.lot.end(j.i, held, encoded, err) {
 		w.settle(ctx, j.lot)
 	}
 }
@@ -317,13 +328,18 @@ func (w *Service) run(ctx context.Context, j job) {
 // acked; an episode failed, the assignment is retried, or on its last delivery the
 // failures are recorded as infra errors with the others' events.
 func (w *Service) settle(ctx context.Context, l *lot) {
-	var events []*gauntletv1.Event
+	var (
+		events  []*gauntletv1.Event
+		encoded [][]byte
+		size    int
+	)
 	failed := 0
 	for i, err := range l.errs {
 		ep := l.a.Episodes[i]
 		switch {
 		case err == nil:
-			events = append(events, l.held[i])
+			events, encoded = append(events, l.held[i]), append(encoded, l.encoded[i])
+			size += len(l.encoded[i])
 			continue
 		case ctx.Err() != nil || errors.Is(err, play.ErrAbandoned):
 			_ = l.msg.Nak()
@@ -335,23 +351,32 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 			continue
 		}
 		w.log.Error("episode failed on its last attempt; recording an infra error", "episode_id", ep.Episode.EpisodeId, "err", err)
-		events = append(events, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: &gauntletv1.EpisodeEnded{
+		infra := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: &gauntletv1.EpisodeEnded{
 			Episode: ep.Episode, Profile: ep.Plan.GetProfile(), Plan: ep.Plan, WorkerId: w.cfg.ID,
 			Truncated: true, Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR,
 			InfraError: true, Error: err.Error(), EndedAtUnixNano: time.Now().UnixNano(),
-		}}})
+		}}}
+		data, merr := gauntletv1.Marshal(infra)
+		if merr != nil {
+			w.log.Error("encode an infra error end; the assignment will be retried", "episode_id", ep.Episode.EpisodeId, "err", merr)
+			_ = l.msg.Nak()
+			return
+		}
+		events, encoded = append(events, infra), append(encoded, data)
+		size += len(data)
 	}
 	if failed > 0 && l.attempt < uint32(w.cfg.MaxDeliver) {
 		_ = l.msg.NakWithDelay(time.Duration(l.attempt) * time.Second)
 		return
 	}
-	ev := events[0]
+	ev, data := events[0], encoded[0]
 	if len(events) > 1 {
 		ev = &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: events}}}
+		data = gauntletv1.AppendBatch(make([]byte, 0, size+16+6*len(encoded)), encoded)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := w.bus().PublishEvent(pctx, ev); err != nil {
+	if err := w.bus().PublishEncodedEvent(pctx, ev, data); err != nil {
 		w.log.Warn("publish an assignment's events; it will be retried", "err", err)
 		_ = l.msg.Nak()
 		return
