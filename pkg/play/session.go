@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,9 +88,9 @@ func (s *Session) Prepare(ctx context.Context) (env.Env, error) {
 	}
 	var plan *gauntletv1.FaultPlan
 	if s.Templates != nil {
-		plan, err = s.Templates.Expand(ctx, s.Plan, e.Spec().Services)
+		plan, err = s.Templates.Expand(ctx, s.Plan, servicesOf(s.Req.Env, e))
 	} else {
-		plan, err = faults.Expand(s.Plan, e.Spec().Services, nil)
+		plan, err = faults.Expand(s.Plan, servicesOf(s.Req.Env, e), nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fault plan: %w", err)
@@ -105,6 +106,21 @@ func (s *Session) Prepare(ctx context.Context) (env.Env, error) {
 	}
 	s.Env, s.episode = e, ep
 	return e, nil
+}
+
+// envServices holds each registered env's services (env name → []string), read from its
+// Spec once: a Spec builds every tool's schema and description, and building one per
+// episode was 2.4 % of a worker's allocations. A registered env's spec does not change.
+var envServices sync.Map
+
+// servicesOf returns the services of e, registered as name.
+func servicesOf(name string, e env.Env) []string {
+	if v, ok := envServices.Load(name); ok {
+		return v.([]string)
+	}
+	svcs := e.Spec().Services
+	envServices.Store(name, svcs)
+	return svcs
 }
 
 // Reset resets the prepared episode and records its start, which goes out with the first
