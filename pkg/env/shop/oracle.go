@@ -18,13 +18,21 @@ import (
 // and after a truncated write asks order.status what happened.
 type oracle struct {
 	started bool
-	task    resetObs
+	task    taskView
 	last    env.Action
 	// pending is the action to retry once a wait has passed.
 	pending *env.Action
 	cands   []hit
 	next    int
 	orderID string
+}
+
+// taskView is the part of the first observation (resetObs) the oracle reads.
+type taskView struct {
+	Item    string `json:"item"`
+	Qty     int64  `json:"qty"`
+	Budget  int64  `json:"budget"`
+	Balance int64  `json:"balance"`
 }
 
 // view is the union of the observation fields the oracle reads.
@@ -43,7 +51,12 @@ type view struct {
 // Act chooses the next action from the previous one and its observation.
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
-		if err := json.Unmarshal(t.Observation, &o.task); err != nil || o.task.Item == "" || o.task.Qty < 1 {
+		if !decodeTask(t.Observation, &o.task) {
+			if err := json.Unmarshal(t.Observation, &o.task); err != nil {
+				o.task = taskView{}
+			}
+		}
+		if o.task.Item == "" || o.task.Qty < 1 {
 			return env.Action{}, fmt.Errorf("shop oracle: first observation is not a shop task: %.80s", t.Observation)
 		}
 		o.started = true

@@ -147,3 +147,61 @@ func FuzzOracleArgsMatchJSON(f *testing.F) {
 		}
 	})
 }
+
+// resets returns the first observation of episodes episodes, stressed.
+func resets(t testing.TB, episodes int) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for seed := uint64(0); seed < uint64(episodes); seed++ {
+		_, obs := newEp(t, env.Config{Seed: seed, Faults: stressPlan(t, seed)})
+		out = append(out, obs)
+	}
+	return out
+}
+
+// Every first observation the shop makes takes decodeTask's fast path, with encoding/json's
+// result.
+func TestDecodeTaskTakesEveryShopReset(t *testing.T) {
+	for _, b := range resets(t, 300) {
+		var fast, want taskView
+		if !decodeTask(b, &fast) {
+			t.Fatalf("decodeTask declined a shop reset: %s", b)
+		}
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("encoding/json: %v: %s", err, b)
+		}
+		if fast != want || fast.Item == "" || fast.Qty < 1 {
+			t.Fatalf("decodeTask = %+v, encoding/json = %+v for %s", fast, want, b)
+		}
+	}
+}
+
+// Whenever decodeTask answers, encoding/json accepts the same input and decodes the same
+// taskView; when it declines, v is untouched.
+func FuzzDecodeTask(f *testing.F) {
+	for _, b := range resets(f, 10) {
+		f.Add(b)
+	}
+	for _, s := range []string{
+		`{}`, `{"ITEM":"x"}`, `{"qty":null}`, `{"qty":1.0}`, `{"item":"a\"b"}`, `{"item":"é"}`,
+		`{"qty":1,"qty":2}`, `{"tools":["a",{"b":[1]}],"item":"mug","qty":2}`, `{"item":1}`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast := taskView{Item: "untouched"}
+		if !decodeTask(b, &fast) {
+			if fast != (taskView{Item: "untouched"}) {
+				t.Fatalf("declined but changed v: %+v", fast)
+			}
+			return
+		}
+		var want taskView
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("decodeTask accepted what encoding/json rejects (%v): %q", err, b)
+		}
+		if fast != want {
+			t.Fatalf("decodeTask = %+v, encoding/json = %+v for %q", fast, want, b)
+		}
+	})
+}
