@@ -85,7 +85,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		e.baseMs[i] = 5 + e.lat.Int64N(36)
 	}
 	t := e.w.task
-	return json.Marshal(resetObs{
+	return marshal(resetObs{
 		Task:       t.String(),
 		Item:       t.noun,
 		Category:   t.category,
@@ -95,7 +95,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		DeadlineMs: e.p.deadline.Milliseconds(),
 		MaxSteps:   e.maxSteps,
 		Tools:      toolNames,
-	})
+	}), nil
 }
 
 // stepState collects what one step did besides its observation.

@@ -63,6 +63,32 @@ func (o *object) bool(k string, v bool) {
 
 func (o *object) close() []byte { return append(o.b, '}') }
 
+func (x resetObs) appendJSON(b []byte) []byte {
+	o := open(b)
+	o.str("task", x.Task)
+	o.str("item", x.Item)
+	o.str("category", x.Category)
+	o.int("qty", x.Qty)
+	o.int("budget", x.Budget)
+	o.int("balance", x.Balance)
+	o.int("deadline_ms", x.DeadlineMs)
+	o.int("max_steps", int64(x.MaxSteps))
+	o.key("tools")
+	if x.Tools == nil {
+		o.b = append(o.b, "null"...)
+	} else {
+		o.b = append(o.b, '[')
+		for i, t := range x.Tools {
+			if i > 0 {
+				o.b = append(o.b, ',')
+			}
+			o.b = appendJSONString(o.b, t)
+		}
+		o.b = append(o.b, ']')
+	}
+	return o.close()
+}
+
 func (x errObs) appendJSON(b []byte) []byte {
 	o := open(b)
 	o.bool("ok", x.OK)

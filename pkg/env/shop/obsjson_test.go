@@ -7,9 +7,8 @@ import (
 	"testing"
 )
 
-// observationTypes is every observation a tool call answers with (Reset's is encoded by
-// json.Marshal and stays out).
-var observationTypes = []any{errObs{}, truncObs{}, searchObs{}, productObs{}, stockObs{}, orderObs{}, payObs{}, shipObs{}, balanceObs{}, waitObs{}}
+// observationTypes is every observation the shop makes: Reset's and each tool call's.
+var observationTypes = []any{resetObs{}, errObs{}, truncObs{}, searchObs{}, productObs{}, stockObs{}, orderObs{}, payObs{}, shipObs{}, balanceObs{}, waitObs{}}
 
 // fill sets every field of v (a struct, through reflection, so a field added later is
 // covered too) from s, n and set: strings to s, integers to n, bools to set, slices to two
