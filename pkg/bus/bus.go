@@ -131,6 +131,14 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 		MaxBytes:    cfg.EventsMaxBytes,
 		Duplicates:  cfg.DuplicateWindow,
 		Discard:     jetstream.DiscardNew,
+	}, {
+		Name:        StreamStalled,
+		Description: "assignments that ran out of deliveries (JetStream advisories), for the scheduler",
+		Subjects:    []string{SubjectAssignmentsStalled},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      7 * 24 * time.Hour,
 	}}
 	for _, sc := range streams {
 		if _, err := b.JS.CreateOrUpdateStream(ctx, sc); err != nil {

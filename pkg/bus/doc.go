@@ -7,6 +7,8 @@
 //	                             gauntlet.cmd.episode.<run_id>     Assignment      -> workers
 //	GAUNTLET_EVENTS  limits      gauntlet.ev.<kind>.<run_id>       Event           -> store, scheduler
 //	                             (kinds: started, steps, ended; an Event may be a batch)
+//	GAUNTLET_STALLED work-queue  $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.GAUNTLET_CMD.worker
+//	                                                               advisory        -> scheduler
 //	core request/reply           gauntlet.rpc.reward.score         ScoreRequest    -> reward
 //	                             gauntlet.rpc.faults.plan          PlanRequest     -> faults
 //	core publish                 gauntlet.progress.<run_id>        RunProgress     -> CLIs

@@ -9,6 +9,10 @@ import (
 const (
 	StreamCommands = "GAUNTLET_CMD"
 	StreamEvents   = "GAUNTLET_EVENTS"
+	// StreamStalled keeps JetStream's advisories of assignments that ran out of
+	// deliveries, so the scheduler records their episodes even if it was down when one
+	// was published.
+	StreamStalled = "GAUNTLET_STALLED"
 )
 
 // Subjects and subject prefixes.
@@ -20,6 +24,10 @@ const (
 	SubjectScore         = "gauntlet.rpc.reward.score"
 	SubjectPlan          = "gauntlet.rpc.faults.plan"
 	SubjectProgressAll   = "gauntlet.progress.>"
+	// SubjectAssignmentsStalled is JetStream's max-deliveries advisory for the workers'
+	// consumer of GAUNTLET_CMD: an assignment delivered --worker.max-deliver times without
+	// an ack (its workers died or hung on it every time).
+	SubjectAssignmentsStalled = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamCommands + ".worker"
 )
 
 // Event kinds, the third token of an event subject.

@@ -8,7 +8,8 @@
 // Decisions (Admit) are pure functions of a Snapshot; this file is the plumbing. Leases and
 // retries are JetStream's: a worker holds an assignment until it acks (heartbeating with
 // InProgress), and an unacked assignment is redelivered after AckWait up to MaxDeliver
-// times. Assignment is idempotent: an episode's id, seed and message id derive from
+// times; one that runs out of deliveries has its unfinished episodes recorded as infra
+// errors here (stalledLoop). Assignment is idempotent: an episode's id, seed and message id derive from
 // (run, index), so re-assigning after a crash duplicates nothing downstream.
 //
 // One scheduler instance runs per deployment. Its run table is guarded by one mutex.
@@ -16,6 +17,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,8 +39,9 @@ import (
 
 // Consumer names.
 const (
-	ConsumerRuns  = "scheduler"
-	ConsumerEnded = "scheduler-ended"
+	ConsumerRuns    = "scheduler"
+	ConsumerEnded   = "scheduler-ended"
+	ConsumerStalled = "scheduler-stalled"
 )
 
 // Config configures the scheduler.
@@ -78,10 +81,11 @@ type Service struct {
 	bus func() *bus.Bus
 	log *slog.Logger
 
-	kv        jetstream.KeyValue
-	runsCons  jetstream.Consumer
-	endedCons jetstream.Consumer
-	wake      chan struct{}
+	kv          jetstream.KeyValue
+	runsCons    jetstream.Consumer
+	endedCons   jetstream.Consumer
+	stalledCons jetstream.Consumer
+	wake        chan struct{}
 
 	mu        sync.Mutex
 	runs      map[string]*run // runs not yet done
@@ -126,6 +130,11 @@ func (s *Service) Starting(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerEnded, err)
 	}
+	if s.stalledCons, err = js.CreateOrUpdateConsumer(ctx, bus.StreamStalled, jetstream.ConsumerConfig{
+		Durable: ConsumerStalled, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+	}); err != nil {
+		return fmt.Errorf("create consumer %s: %w", ConsumerStalled, err)
+	}
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("list runs: %w", err)
@@ -148,12 +157,14 @@ func (s *Service) Starting(ctx context.Context) error {
 	return nil
 }
 
-// Running runs the four loops: run intake, dispatch, ended tracking and progress.
+// Running runs the five loops: run intake, dispatch, ended tracking, stalled assignments
+// and progress.
 func (s *Service) Running(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.intakeLoop(gctx) })
 	g.Go(func() error { return s.dispatchLoop(gctx) })
 	g.Go(func() error { return s.endedLoop(gctx) })
+	g.Go(func() error { return s.stalledLoop(gctx) })
 	g.Go(func() error { return s.progressLoop(gctx) })
 	err := g.Wait()
 	// The group's context is cancelled once Wait returns, so the stop is read from ctx:
@@ -494,6 +505,122 @@ func (s *Service) endedLoop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// stalledLoop records the episodes of assignments that ran out of deliveries. JetStream
+// gives up on an assignment after --worker.max-deliver deliveries without an ack; a
+// worker that fails an episode records it as an infra error itself on the last one, but
+// a worker that dies or hangs on it every time records nothing, and the run would wait
+// for those episodes forever. The advisory JetStream publishes then (kept in
+// GAUNTLET_STALLED) names the assignment; the scheduler publishes an infra-error end for
+// each of its episodes not ended yet and deletes the assignment from the work queue.
+func (s *Service) stalledLoop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		batch, ok := s.fetch(ctx, s.stalledCons, 16, time.Second, "stalled assignments")
+		if !ok {
+			continue
+		}
+		for m := range batch.Messages() {
+			if err := s.stalled(ctx, m.Data()); err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("record a stalled assignment; will retry", "err", err)
+				}
+				_ = m.NakWithDelay(5 * time.Second)
+				continue
+			}
+			_ = m.Ack()
+		}
+	}
+	return nil
+}
+
+// maxDeliveriesAdvisory is the part of JetStream's max-deliveries advisory the scheduler
+// reads.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// stalled handles one max-deliveries advisory. A nil error means nothing is left to do
+// for it (including an advisory that is not readable, or names an assignment already gone).
+func (s *Service) stalled(ctx context.Context, advisory []byte) error {
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(advisory, &adv); err != nil || adv.Stream != bus.StreamCommands || adv.StreamSeq == 0 {
+		s.log.Error("unreadable max-deliveries advisory; dropping it", "advisory", string(advisory), "err", err)
+		return nil
+	}
+	stream, err := s.bus().JS.Stream(ctx, bus.StreamCommands)
+	if err != nil {
+		return err
+	}
+	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // acked after all, or already handled
+	}
+	if err != nil {
+		return fmt.Errorf("fetch assignment %d: %w", adv.StreamSeq, err)
+	}
+	var a gauntletv1.Assignment
+	if err := gauntletv1.Unmarshal(raw.Data, &a); err != nil {
+		s.log.Error("stalled assignment does not decode; deleting it", "seq", adv.StreamSeq, "err", err)
+		return s.deleteAssignment(ctx, stream, adv.StreamSeq)
+	}
+	why := fmt.Sprintf("assignment delivered %d times without an ack (--worker.max-deliver): its workers stopped or hung on it", adv.Deliveries)
+	for _, ep := range a.GetEpisodes() {
+		req := ep.GetEpisode()
+		ended, known, err := s.hasEnded(ctx, req.GetRunId(), req.GetIndex())
+		if err != nil {
+			return err
+		}
+		if ended || !known {
+			continue
+		}
+		s.log.Error("episode stalled on every delivery; recording an infra error", "episode_id", req.GetEpisodeId(), "deliveries", adv.Deliveries)
+		end := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: &gauntletv1.EpisodeEnded{
+			Episode: req, Profile: ep.GetPlan().GetProfile(), Plan: ep.GetPlan(), WorkerId: "scheduler",
+			Truncated: true, Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR,
+			InfraError: true, Error: why, EndedAtUnixNano: time.Now().UnixNano(),
+		}}}
+		if err := s.bus().PublishEvent(ctx, end); err != nil {
+			return err
+		}
+	}
+	return s.deleteAssignment(ctx, stream, adv.StreamSeq)
+}
+
+func (s *Service) deleteAssignment(ctx context.Context, stream jetstream.Stream, seq uint64) error {
+	if err := stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("delete stalled assignment %d: %w", seq, err)
+	}
+	return nil
+}
+
+// hasEnded reports whether episode index of a run has ended, from the run table or, for
+// a run no longer in it, from its state in KV; known is false for a run the scheduler
+// has no record of (its episodes are then left alone).
+func (s *Service) hasEnded(ctx context.Context, runID string, index uint64) (ended, known bool, err error) {
+	s.mu.Lock()
+	r, ok := s.runs[runID]
+	if ok {
+		ended = r.Ended.Has(index)
+	}
+	s.mu.Unlock()
+	if ok {
+		return ended, true, nil
+	}
+	e, err := s.kv.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("load run %s: %w", runID, err)
+	}
+	r, err = decodeRun(e.Value())
+	if err != nil {
+		return false, false, nil
+	}
+	return r.Ended.Has(index), true, nil
 }
 
 // progressLoop publishes the progress of changed runs and retires finished ones.

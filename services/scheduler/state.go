@@ -41,6 +41,15 @@ func (s *endedSet) Add(i uint64) bool {
 	return true
 }
 
+// Has reports whether index i ended.
+func (s *endedSet) Has(i uint64) bool {
+	if i < s.Low {
+		return true
+	}
+	_, ok := s.above[i]
+	return ok
+}
+
 // Count is how many distinct indices ended.
 func (s *endedSet) Count() uint64 { return s.Low + uint64(len(s.above)) }
 
