@@ -125,3 +125,29 @@ func TestInboxWaitTimesOut(t *testing.T) {
 		t.Errorf("wait on an empty inbox = %v after %v", got, time.Since(t0))
 	}
 }
+
+// A step waits out the server's own hold on an episode (the reaper flushing its steps,
+// Close) instead of refusing as "already in flight"; only a second concurrent step of the
+// same episode is refused. Here the episode is over, so a step that gets through answers
+// "is over".
+func TestStepWaitsForHousekeepingButNotForAnotherStep(t *testing.T) {
+	ten := &Tenant{Name: "acme"}
+	e := &episode{id: "e1", tenant: ten.Name, over: true}
+	s := &Service{live: map[string]*episode{"e1": e}, ended: map[string]*tombstone{}}
+	req := &gauntletv1.StepRequest{EpisodeId: "e1", Action: &gauntletv1.Action{Tool: "wait"}}
+
+	e.mu.Lock() // housekeeping
+	done := make(chan error, 1)
+	go func() { _, err := s.step(context.Background(), ten, req); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	e.mu.Unlock()
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "is over") {
+		t.Errorf("step during housekeeping: %v, want it to wait and answer that the episode is over", err)
+	}
+
+	e.stepping.Store(true) // a step in flight
+	_, err := s.step(context.Background(), ten, req)
+	if err == nil || !strings.Contains(err.Error(), "already in flight") {
+		t.Errorf("concurrent step: %v, want already in flight", err)
+	}
+}

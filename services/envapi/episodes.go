@@ -28,6 +28,11 @@ type episode struct {
 	info       *gauntletv1.ResetInfo
 	started    time.Time
 	lastUsed   atomic.Int64 // unix nanoseconds of the last call that touched it
+	// stepping is the one-action-at-a-time rule: set while a trainer's step runs. It is
+	// not mu, which the server's own housekeeping (the reaper flushing an idle episode's
+	// steps, Close) also takes: a step that met the reaper there was refused as "already
+	// in flight", a spurious error the trainer had done nothing to cause.
+	stepping atomic.Bool
 
 	mu      sync.Mutex
 	sess    *play.Session
@@ -349,9 +354,11 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	if err != nil {
 		return nil, err
 	}
-	if !e.mu.TryLock() {
+	if !e.stepping.CompareAndSwap(false, true) {
 		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("episode %s: a step is already in flight; one action at a time per episode", e.id))
 	}
+	defer e.stepping.Store(false)
+	e.mu.Lock() // waits out housekeeping, which holds it briefly
 	defer e.mu.Unlock()
 	if e.over {
 		s.mu.Lock()
