@@ -23,12 +23,7 @@ import (
 func TestEndsAreCountedFromHeaders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b := bustest.Start(t)
-	s := New(Config{MaxInFlight: 10, AssignBatch: 10, EpisodesPerAssignment: 4, ProgressEvery: time.Second}, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
-	if err := s.Starting(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, b := startScheduler(ctx, t)
 
 	end := func(i uint64) *gauntletv1.EpisodeEnded {
 		return &gauntletv1.EpisodeEnded{Episode: &gauntletv1.EpisodeRequested{EpisodeId: "e" + string(rune('0'+i)), RunId: "r1", Index: i},
@@ -76,4 +71,18 @@ func TestEndsAreCountedFromHeaders(t *testing.T) {
 			t.Errorf("end %d read as %v, want %v", i, e, want)
 		}
 	}
+}
+
+// startScheduler returns a scheduler, started (consumers bound, nothing running), on a
+// fresh embedded bus, and the bus.
+func startScheduler(ctx context.Context, t *testing.T) (*Service, *bus.Bus) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b := bustest.Start(t)
+	s := New(Config{MaxInFlight: 10, AssignBatch: 10, EpisodesPerAssignment: 4, ProgressEvery: time.Second},
+		func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
+	if err := s.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, b
 }

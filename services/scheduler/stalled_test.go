@@ -3,17 +3,13 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -25,13 +21,7 @@ import (
 func TestStalledAssignmentEndsAsInfraErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b := bustest.Start(t)
-	s := New(Config{MaxInFlight: 10, AssignBatch: 10, EpisodesPerAssignment: 4, ProgressEvery: time.Second},
-		func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
-	if err := s.Starting(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, b := startScheduler(ctx, t)
 	spec := &gauntletv1.RunRequested{RunId: "rstall", Env: "shop", Seed: 3, Episodes: 3,
 		Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 1}}}
 	r := &run{spec: spec, Assigned: 3}
