@@ -235,10 +235,11 @@ func (a *Activities) score(ctx context.Context, b *bus.Bus, st *gauntletv1.StepT
 	if err := b.Request(rctx, bus.SubjectScore, req, &reply); err != nil {
 		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
 	}
-	if reply.Error != "" || len(reply.Scores) != 1 {
-		return nil, fmt.Errorf("score step %d of %s: reward service: %q (%d scores)", st.Step, st.EpisodeId, reply.Error, len(reply.Scores))
+	scores, err := reply.StepScores(req.Steps)
+	if err != nil {
+		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
 	}
-	return reply.Scores[0], nil
+	return scores[0], nil
 }
 
 // prepareEpisode builds the episode and its agent as a sandbox worker does.

@@ -2,7 +2,6 @@ package play
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -119,18 +118,15 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	err := s.bus().Request(rctx, bus.SubjectScore, req, &reply)
 	s.latency.Record(ctx, time.Since(t0).Seconds())
 	s.size.Record(ctx, int64(len(batch)))
-	switch {
-	case err != nil:
-	case reply.Error != "":
-		err = errors.New("reward service: " + reply.Error)
-	case len(reply.Scores) != len(batch):
-		err = fmt.Errorf("reward service returned %d scores for %d steps", len(reply.Scores), len(batch))
+	var scores []*gauntletv1.StepScored
+	if err == nil {
+		scores, err = reply.StepScores(req.Steps)
 	}
 	for i, c := range batch {
 		if err != nil {
 			c.reply <- ScoreResult{err: fmt.Errorf("score step: %w", err)}
 			continue
 		}
-		c.reply <- ScoreResult{score: reply.Scores[i]}
+		c.reply <- ScoreResult{score: scores[i]}
 	}
 }

@@ -2,6 +2,7 @@ package reward
 
 import (
 	"math"
+	"slices"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -21,7 +22,6 @@ const (
 // its arguments (see the package doc). spec should have passed Validate: a component Score
 // does not know scores 0, and a NaN weight makes the total NaN.
 func Score(spec Spec, step *gauntletv1.StepTaken) *gauntletv1.StepScored {
-	sig, met := step.GetSignals(), step.GetMetering()
 	out := &gauntletv1.StepScored{
 		EpisodeId:   step.GetEpisodeId(),
 		Step:        step.GetStep(),
@@ -30,13 +30,62 @@ func Score(spec Spec, step *gauntletv1.StepTaken) *gauntletv1.StepScored {
 	}
 	// One allocation for every component instead of one each.
 	backing := make([]gauntletv1.RewardComponent, len(spec.Weights))
+	var values [8]float64
+	vals, total := AppendValues(values[:0], spec, step)
 	for i, w := range spec.Weights {
 		c := &backing[i]
-		c.Name, c.Weight, c.Value = w.Component, w.Weight, value(w.Component, sig, met)
+		c.Name, c.Weight, c.Value = w.Component, w.Weight, vals[i]
 		out.Components[i] = c
-		out.Total += w.Weight * c.Value
 	}
+	out.Total = total
 	return out
+}
+
+// AppendValues appends the value of each of spec's components for step, in spec order, to
+// dst, and returns it with their weighted sum: Score's numbers without its message, summed
+// in the same order, so the total is the same to the bit.
+func AppendValues(dst []float64, spec Spec, step *gauntletv1.StepTaken) ([]float64, float64) {
+	sig, met := step.GetSignals(), step.GetMetering()
+	total := 0.0
+	for _, w := range spec.Weights {
+		v := value(w.Component, sig, met)
+		dst = append(dst, v)
+		total += w.Weight * v
+	}
+	return dst, total
+}
+
+// Table scores steps, each under the spec specFor gives its env, into a ScoreTable: the
+// reward service's reply, read back by ScoreReply.StepScores into exactly what Score
+// gives each step. specFor is called once per distinct env of steps.
+func Table(specFor func(env string) Spec, steps []*gauntletv1.StepTaken) *gauntletv1.ScoreTable {
+	t := &gauntletv1.ScoreTable{
+		Spec:   make([]uint32, len(steps)),
+		Totals: make([]float64, len(steps)),
+	}
+	var (
+		envs  []string // envs[k] is the env of t.Specs[k]
+		specs []Spec
+	)
+	for i, st := range steps {
+		k := slices.Index(envs, st.GetEnv()) // a request's steps are of a handful of envs
+		if k < 0 {
+			sp := specFor(st.GetEnv())
+			k = len(specs)
+			envs, specs = append(envs, st.GetEnv()), append(specs, sp)
+			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights))}
+			for j, w := range sp.Weights {
+				ts.Names[j], ts.Weights[j] = w.Component, w.Weight
+			}
+			t.Specs = append(t.Specs, ts)
+			if t.Values == nil {
+				t.Values = make([]float64, 0, len(steps)*len(sp.Weights))
+			}
+		}
+		t.Spec[i] = uint32(k)
+		t.Values, t.Totals[i] = AppendValues(t.Values, specs[k], st)
+	}
+	return t
 }
 
 // value computes one component. A switch, not a map of funcs: no lookup cost and nothing

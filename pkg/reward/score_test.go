@@ -206,3 +206,67 @@ func BenchmarkScore(b *testing.B) {
 		reward.Score(spec, s)
 	}
 }
+
+// The reward service replies with a Table; read back, each step's score must be exactly
+// what Score gives it, whatever mix of envs and specs a request holds, and survive the wire.
+func TestTableReadsBackAsScore(t *testing.T) {
+	specs := map[string]reward.Spec{
+		"shop": reward.SpecFor("shop"),
+		"codefix": {Env: "codefix", Version: "codefix/2", Weights: []reward.Weight{
+			{Component: reward.ComponentCausal, Weight: 2}, {Component: reward.ComponentTask, Weight: 0.5},
+		}},
+		"empty": {Env: "empty", Version: "empty/1"},
+	}
+	calls := map[string]int{}
+	specFor := func(env string) reward.Spec { calls[env]++; return specs[env] }
+	var steps []*gauntletv1.StepTaken
+	envs := []string{"shop", "codefix", "shop", "empty", "codefix", "shop"}
+	for i, env := range envs {
+		steps = append(steps, &gauntletv1.StepTaken{
+			EpisodeId: "ep-" + env, Step: uint32(i), Env: env,
+			Signals: &gauntletv1.Signals{
+				ProgressDelta: 0.1 * float64(i), Success: i == 5, InvalidAction: i%2 == 1, Spend: float64(i), Budget: 10,
+				DeadlineVirtualNs: 5e9, SafetyEvents: make([]string, i%3),
+				Violations: make([]*gauntletv1.CausalViolation, i%2),
+			},
+			Metering: &gauntletv1.Metering{ToolCalls: uint32(i), VirtualNs: uint64(i) * 400 * ms},
+		})
+	}
+	wire, err := proto.Marshal(&gauntletv1.ScoreReply{Table: reward.Table(specFor, steps)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply gauntletv1.ScoreReply
+	if err := proto.Unmarshal(wire, &reply); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reply.StepScores(steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range steps {
+		want := reward.Score(specs[st.Env], st)
+		if !proto.Equal(got[i], want) {
+			t.Errorf("step %d (%s): table gives %v, Score %v", i, st.Env, got[i], want)
+		}
+	}
+	for env, n := range calls {
+		if n != 1 {
+			t.Errorf("spec of %s looked up %d times, want once per request", env, n)
+		}
+	}
+	if n := len(reply.Table.Specs); n != 3 {
+		t.Errorf("%d specs in the table, want each env's once (3)", n)
+	}
+}
+
+func BenchmarkTable(b *testing.B) {
+	steps := make([]*gauntletv1.StepTaken, 33) // a busy worker's request
+	for i := range steps {
+		steps[i] = step(&gauntletv1.Signals{ProgressDelta: 0.25, Spend: 12.5, Budget: 80, DeadlineVirtualNs: 3e9}, oneCall())
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		reward.Table(reward.SpecFor, steps)
+	}
+}

@@ -23,17 +23,18 @@ func TestScoreKeepsOrderAndNamesComponents(t *testing.T) {
 	}}
 	data, _ := proto.Marshal(req)
 	reply := newService().Score(data)
-	if reply.Error != "" || len(reply.Scores) != 2 {
-		t.Fatalf("reply = %v", reply)
+	scores, err := reply.StepScores(req.Steps)
+	if err != nil {
+		t.Fatalf("reply = %v: %v", reply, err)
 	}
-	if reply.Scores[0].Step != 0 || reply.Scores[1].Step != 1 {
-		t.Fatalf("scores out of order: %v", reply.Scores)
+	if scores[0].Step != 0 || scores[1].Step != 1 {
+		t.Fatalf("scores out of order: %v", scores)
 	}
-	if reply.Scores[0].Total <= reply.Scores[1].Total {
-		t.Fatalf("progress scored %v, an invalid action %v: want progress higher", reply.Scores[0].Total, reply.Scores[1].Total)
+	if scores[0].Total <= scores[1].Total {
+		t.Fatalf("progress scored %v, an invalid action %v: want progress higher", scores[0].Total, scores[1].Total)
 	}
 	names := []string{}
-	for _, c := range reply.Scores[0].Components {
+	for _, c := range scores[0].Components {
 		names = append(names, c.Name)
 	}
 	if got := strings.Join(names, ","); got != "task,cost,safety,timeliness,causal" {
@@ -43,7 +44,7 @@ func TestScoreKeepsOrderAndNamesComponents(t *testing.T) {
 
 func TestScoreRefusesGarbage(t *testing.T) {
 	reply := newService().Score([]byte("\xff\xfe"))
-	if !strings.Contains(reply.Error, "decode score request") || len(reply.Scores) != 0 {
+	if !strings.Contains(reply.Error, "decode score request") || reply.Table != nil {
 		t.Fatalf("reply = %v", reply)
 	}
 }

@@ -2032,11 +2032,13 @@ func (x *ScoreRequest) GetSteps() []*StepTaken {
 	return nil
 }
 
-// ScoreReply answers a ScoreRequest, scores in request order.
+// ScoreReply answers a ScoreRequest, scores in request order: as a table (current reward
+// services) or as scores (older ones). Read it with StepScores, which takes either.
 type ScoreReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Scores        []*StepScored          `protobuf:"bytes,1,rep,name=scores,proto3" json:"scores,omitempty"`
 	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Table         *ScoreTable            `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2085,6 +2087,151 @@ func (x *ScoreReply) GetError() string {
 	return ""
 }
 
+func (x *ScoreReply) GetTable() *ScoreTable {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
+// ScoreTable is the scores of a request's steps with nothing repeated: each reward spec
+// they were scored under once, then per step which spec, its component values and its
+// total. Read into StepScored messages, a reply costs a few allocations in all instead of
+// seven per step, and its names and weights cross the wire once instead of once per step.
+type ScoreTable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Specs []*ScoreSpec           `protobuf:"bytes,1,rep,name=specs,proto3" json:"specs,omitempty"`
+	// Per step, the index in specs of the spec it was scored under.
+	Spec []uint32 `protobuf:"varint,2,rep,packed,name=spec,proto3" json:"spec,omitempty"`
+	// Per step, one value per component of its spec, in the spec's order; the steps one
+	// after the other.
+	Values []float64 `protobuf:"fixed64,3,rep,packed,name=values,proto3" json:"values,omitempty"`
+	// Per step, the weighted sum of its values.
+	Totals        []float64 `protobuf:"fixed64,4,rep,packed,name=totals,proto3" json:"totals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScoreTable) Reset() {
+	*x = ScoreTable{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScoreTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScoreTable) ProtoMessage() {}
+
+func (x *ScoreTable) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScoreTable.ProtoReflect.Descriptor instead.
+func (*ScoreTable) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ScoreTable) GetSpecs() []*ScoreSpec {
+	if x != nil {
+		return x.Specs
+	}
+	return nil
+}
+
+func (x *ScoreTable) GetSpec() []uint32 {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ScoreTable) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *ScoreTable) GetTotals() []float64 {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+// ScoreSpec is a reward spec as a ScoreTable names it: its version, and its components'
+// names and weights in order.
+type ScoreSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Names         []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Weights       []float64              `protobuf:"fixed64,3,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScoreSpec) Reset() {
+	*x = ScoreSpec{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScoreSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScoreSpec) ProtoMessage() {}
+
+func (x *ScoreSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScoreSpec.ProtoReflect.Descriptor instead.
+func (*ScoreSpec) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ScoreSpec) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ScoreSpec) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *ScoreSpec) GetWeights() []float64 {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
 // EpisodeStarted records that a worker began an episode. Subject: gauntlet.ev.started.<run_id>
 type EpisodeStarted struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2101,7 +2248,7 @@ type EpisodeStarted struct {
 
 func (x *EpisodeStarted) Reset() {
 	*x = EpisodeStarted{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2260,7 @@ func (x *EpisodeStarted) String() string {
 func (*EpisodeStarted) ProtoMessage() {}
 
 func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2273,7 @@ func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeStarted.ProtoReflect.Descriptor instead.
 func (*EpisodeStarted) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EpisodeStarted) GetEpisode() *EpisodeRequested {
@@ -2196,7 +2343,7 @@ type EpisodeEnded struct {
 
 func (x *EpisodeEnded) Reset() {
 	*x = EpisodeEnded{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2355,7 @@ func (x *EpisodeEnded) String() string {
 func (*EpisodeEnded) ProtoMessage() {}
 
 func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2368,7 @@ func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeEnded.ProtoReflect.Descriptor instead.
 func (*EpisodeEnded) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EpisodeEnded) GetEpisode() *EpisodeRequested {
@@ -2360,7 +2507,7 @@ type StepsTaken struct {
 
 func (x *StepsTaken) Reset() {
 	*x = StepsTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2519,7 @@ func (x *StepsTaken) String() string {
 func (*StepsTaken) ProtoMessage() {}
 
 func (x *StepsTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2532,7 @@ func (x *StepsTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsTaken.ProtoReflect.Descriptor instead.
 func (*StepsTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StepsTaken) GetSteps() []*StepTaken {
@@ -2426,7 +2573,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2585,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2598,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -2554,7 +2701,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2713,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2726,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -2606,7 +2753,7 @@ type EndedView struct {
 
 func (x *EndedView) Reset() {
 	*x = EndedView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2765,7 @@ func (x *EndedView) String() string {
 func (*EndedView) ProtoMessage() {}
 
 func (x *EndedView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2778,7 @@ func (x *EndedView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedView.ProtoReflect.Descriptor instead.
 func (*EndedView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EndedView) GetBody() isEndedView_Body {
@@ -2685,7 +2832,7 @@ type SegmentEndView struct {
 
 func (x *SegmentEndView) Reset() {
 	*x = SegmentEndView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2844,7 @@ func (x *SegmentEndView) String() string {
 func (*SegmentEndView) ProtoMessage() {}
 
 func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2857,7 @@ func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentEndView.ProtoReflect.Descriptor instead.
 func (*SegmentEndView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SegmentEndView) GetEnded() *EndedSummary {
@@ -2735,7 +2882,7 @@ type EndedSummary struct {
 
 func (x *EndedSummary) Reset() {
 	*x = EndedSummary{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2894,7 @@ func (x *EndedSummary) String() string {
 func (*EndedSummary) ProtoMessage() {}
 
 func (x *EndedSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2907,7 @@ func (x *EndedSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedSummary.ProtoReflect.Descriptor instead.
 func (*EndedSummary) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EndedSummary) GetEpisode() *EpisodeRef {
@@ -2817,7 +2964,7 @@ type EpisodeRef struct {
 
 func (x *EpisodeRef) Reset() {
 	*x = EpisodeRef{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +2976,7 @@ func (x *EpisodeRef) String() string {
 func (*EpisodeRef) ProtoMessage() {}
 
 func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +2989,7 @@ func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeRef.ProtoReflect.Descriptor instead.
 func (*EpisodeRef) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EpisodeRef) GetEpisodeId() string {
@@ -2892,7 +3039,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3051,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3064,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -3196,11 +3343,22 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05total\x18\x04 \x01(\x01R\x05total\x12!\n" +
 	"\fspec_version\x18\x05 \x01(\tR\vspecVersion\"<\n" +
 	"\fScoreRequest\x12,\n" +
-	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"S\n" +
+	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\x82\x01\n" +
 	"\n" +
 	"ScoreReply\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.gauntlet.v1.StepScoredR\x06scores\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\x88\x02\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
+	"\x05table\x18\x03 \x01(\v2\x17.gauntlet.v1.ScoreTableR\x05table\"~\n" +
+	"\n" +
+	"ScoreTable\x12,\n" +
+	"\x05specs\x18\x01 \x03(\v2\x16.gauntlet.v1.ScoreSpecR\x05specs\x12\x12\n" +
+	"\x04spec\x18\x02 \x03(\rR\x04spec\x12\x16\n" +
+	"\x06values\x18\x03 \x03(\x01R\x06values\x12\x16\n" +
+	"\x06totals\x18\x04 \x03(\x01R\x06totals\"U\n" +
+	"\tScoreSpec\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\x12\x18\n" +
+	"\aweights\x18\x03 \x03(\x01R\aweights\"\x88\x02\n" +
 	"\x0eEpisodeStarted\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x12\x1b\n" +
@@ -3305,7 +3463,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(TerminationReason)(0),             // 0: gauntlet.v1.TerminationReason
 	(*RunRequested)(nil),               // 1: gauntlet.v1.RunRequested
@@ -3333,38 +3491,40 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*StepScored)(nil),                 // 23: gauntlet.v1.StepScored
 	(*ScoreRequest)(nil),               // 24: gauntlet.v1.ScoreRequest
 	(*ScoreReply)(nil),                 // 25: gauntlet.v1.ScoreReply
-	(*EpisodeStarted)(nil),             // 26: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),               // 27: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),                 // 28: gauntlet.v1.StepsTaken
-	(*Event)(nil),                      // 29: gauntlet.v1.Event
-	(*EventBatch)(nil),                 // 30: gauntlet.v1.EventBatch
-	(*EndedView)(nil),                  // 31: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),             // 32: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),               // 33: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),                 // 34: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),                // 35: gauntlet.v1.RunProgress
-	(*Drift)(nil),                      // 36: gauntlet.v1.Drift
-	(*CustomProfile)(nil),              // 37: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),                 // 38: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 39: gauntlet.v1.TrainerData
+	(*ScoreTable)(nil),                 // 26: gauntlet.v1.ScoreTable
+	(*ScoreSpec)(nil),                  // 27: gauntlet.v1.ScoreSpec
+	(*EpisodeStarted)(nil),             // 28: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 29: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 30: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 31: gauntlet.v1.Event
+	(*EventBatch)(nil),                 // 32: gauntlet.v1.EventBatch
+	(*EndedView)(nil),                  // 33: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 34: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 35: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 36: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 37: gauntlet.v1.RunProgress
+	(*Drift)(nil),                      // 38: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 39: gauntlet.v1.CustomProfile
+	(*DriftValue)(nil),                 // 40: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 41: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	2,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	36, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	37, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	38, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	39, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	3,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
 	6,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
 	4,  // 6: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
 	7,  // 7: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	38, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	40, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
 	8,  // 9: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
 	9,  // 10: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
 	10, // 11: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
 	3,  // 12: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
 	2,  // 13: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	36, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	37, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	38, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	39, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	6,  // 16: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
 	3,  // 17: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
 	15, // 18: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
@@ -3375,33 +3535,35 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	20, // 23: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
 	0,  // 24: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
 	23, // 25: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	39, // 26: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	41, // 26: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
 	22, // 27: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
 	21, // 28: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
 	23, // 29: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	3,  // 30: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	6,  // 31: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 32: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 33: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	6,  // 34: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	21, // 35: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	26, // 36: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	27, // 37: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	26, // 38: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	21, // 39: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	27, // 40: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	28, // 41: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	30, // 42: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	29, // 43: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	33, // 44: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	32, // 45: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	33, // 46: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	34, // 47: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	26, // 30: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	27, // 31: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	3,  // 32: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	6,  // 33: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 34: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	0,  // 35: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	6,  // 36: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	21, // 37: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	28, // 38: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	29, // 39: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	28, // 40: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	21, // 41: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	29, // 42: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	30, // 43: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	32, // 44: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	31, // 45: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	35, // 46: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	34, // 47: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	35, // 48: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	36, // 49: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -3416,14 +3578,14 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		(*FaultRule_Latency)(nil),
 		(*FaultRule_Truncate)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30].OneofWrappers = []any{
 		(*Event_Started)(nil),
 		(*Event_Step)(nil),
 		(*Event_Ended)(nil),
 		(*Event_Steps)(nil),
 		(*Event_Batch)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32].OneofWrappers = []any{
 		(*EndedView_Ended)(nil),
 		(*EndedView_Steps)(nil),
 	}
@@ -3433,7 +3595,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
