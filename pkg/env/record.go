@@ -3,6 +3,7 @@ package env
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -39,14 +40,36 @@ func ApplyStep(ep Episode, act Action) (StepResult, error) {
 // StepEvent records one played step as the StepTaken event workers publish (without its
 // score, which the reward service adds).
 func StepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step uint32, act Action, res StepResult, now time.Duration) *gauntletv1.StepTaken {
-	return &gauntletv1.StepTaken{
+	// Two allocations where there were five: the event with its action, and one copy of
+	// the three byte strings that the event's strings share.
+	rec := new(stepRecord)
+	text := make([]byte, 0, len(act.Args)+len(res.Observation)+len(res.Diff))
+	text = append(append(append(text, act.Args...), res.Observation...), res.Diff...)
+	args, obs, diff := len(act.Args), len(act.Args)+len(res.Observation), len(text)
+	rec.action = gauntletv1.Action{Tool: act.Tool, ArgsJson: bytesString(text[:args])}
+	rec.step = gauntletv1.StepTaken{
 		EpisodeId: req.EpisodeId, Step: step, RunId: req.RunId, Env: req.Env, Policy: req.Policy,
-		Profile: profile, Action: &gauntletv1.Action{Tool: act.Tool, ArgsJson: string(act.Args)},
-		ObservationJson: string(res.Observation), StateDiffJson: string(res.Diff), Faults: res.Faults,
+		Profile: profile, Action: &rec.action,
+		ObservationJson: bytesString(text[args:obs]), StateDiffJson: bytesString(text[obs:diff]), Faults: res.Faults,
 		Metering: res.Metering, Signals: res.Signals, Terminated: res.Terminated, Truncated: res.Truncated,
 		Reason: res.Reason, VirtualTimeNs: int64(now), WorkerId: workerID,
 		RequestedAtUnixNano: req.RequestedAtUnixNano,
 	}
+	return &rec.step
+}
+
+// stepRecord is a StepTaken allocated together with its action.
+type stepRecord struct {
+	step   gauntletv1.StepTaken
+	action gauntletv1.Action
+}
+
+// bytesString is b as a string without a copy; b must never change afterwards.
+func bytesString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 // CountStep folds played step number step (its result and its reward) into the episode's

@@ -131,9 +131,12 @@ func newWorld(seed uint64, p params) world {
 		} else {
 			pr, st = filler(r, t.noun)
 		}
-		pr.name = adjectives[r.IntN(len(adjectives))] + " " + pr.noun
+		adj := adjectives[r.IntN(len(adjectives))]
 		pr.sku = newSKU(r, w.bySKU)
-		pr.text = pr.name + " " + pr.category + " " + pr.sku
+		// One string for the search text, the name a prefix of it: a world is built per
+		// episode, and its products' strings were a tenth of a worker's allocations.
+		pr.text = adj + " " + pr.noun + " " + pr.category + " " + pr.sku
+		pr.name = pr.text[:len(adj)+1+len(pr.noun)]
 		w.products[i], w.stock[i] = pr, st
 		w.bySKU[pr.sku] = i
 	}
