@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -48,11 +50,12 @@ var brokenResets atomic.Int32
 
 func init() { env.Register(brokenEnv{&brokenResets}) }
 
-// startWorker runs a reward service and a worker over a fresh bus until the test ends.
-func startWorker(t *testing.T, maxDeliver int) *bus.Bus {
+// startWorker runs a reward service and a worker over a fresh bus until the test ends; the
+// worker's metrics are on tel.
+func startWorker(t *testing.T, maxDeliver int) (b *bus.Bus, tel *telemetry.Telemetry) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	b := bustest.Start(t)
+	b = bustest.Start(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	tel, err := telemetry.New("worker-test", "")
 	if err != nil {
@@ -77,7 +80,25 @@ func startWorker(t *testing.T, maxDeliver int) *bus.Bus {
 		<-done
 		_ = rw.Stopping(context.Background())
 	})
-	return b
+	return b, tel
+}
+
+// metricValue returns the value of one series on tel's /metrics, e.g.
+// `gauntlet_worker_episodes_total{reason="success"}`, or -1 when it is absent.
+func metricValue(t *testing.T, tel *telemetry.Telemetry, series string) float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
 }
 
 // assign publishes one assignment of the given run's episodes (plans left out: no faults).
@@ -149,7 +170,7 @@ func run(id string) *gauntletv1.RunRequested {
 // An assignment of several episodes ends as one message: the batch of their last
 // segments, each episode's steps and end in it, and the assignment is acked.
 func TestAssignmentEndsAsOneBatch(t *testing.T) {
-	b := startWorker(t, 3)
+	b, tel := startWorker(t, 3)
 	r := run("rbatch")
 	assign(t, b, r, "shop", "shop", "shop")
 	msgs := endedMessages(t, b, r.RunId)
@@ -160,11 +181,20 @@ func TestAssignmentEndsAsOneBatch(t *testing.T) {
 	if len(evs) != 3 {
 		t.Fatalf("the batch carries %d events, want 3", len(evs))
 	}
+	steps := 0
 	for i, ev := range evs {
 		end := ev.EpisodeEnd()
 		if end.GetEpisode().GetIndex() != uint64(i) || end.GetInfraError() || len(ev.GetSteps().GetSteps()) != int(end.GetSteps()) || end.GetSteps() == 0 {
 			t.Errorf("event %d: end %v with %d steps", i, end, len(ev.GetSteps().GetSteps()))
 		}
+		steps += int(end.GetSteps())
+	}
+	// The step counter is added to once per episode, when it ends.
+	if got := metricValue(t, tel, "gauntlet_worker_steps_total"); got != float64(steps) {
+		t.Errorf("gauntlet_worker_steps_total = %v, want the episodes' %d steps", got, steps)
+	}
+	if got := metricValue(t, tel, `gauntlet_worker_episodes_total{reason="success"}`); got != 3 {
+		t.Errorf("successful episodes counted %v, want 3", got)
 	}
 }
 
@@ -173,7 +203,7 @@ func TestAssignmentEndsAsOneBatch(t *testing.T) {
 // the failed attempts reached the stream.
 func TestFailedEpisodeRetriesItsAssignmentThenIsAnInfraError(t *testing.T) {
 	brokenResets.Store(0)
-	b := startWorker(t, 2)
+	b, _ := startWorker(t, 2)
 	r := run("rfail")
 	assign(t, b, r, "shop", "broken-test", "shop")
 	msgs := endedMessages(t, b, r.RunId)
@@ -206,7 +236,7 @@ func TestFailedEpisodeRetriesItsAssignmentThenIsAnInfraError(t *testing.T) {
 // assignment's batch beside the other episodes.
 func TestRequestErrorEndsAtOnce(t *testing.T) {
 	brokenResets.Store(0)
-	b := startWorker(t, 3)
+	b, _ := startWorker(t, 3)
 	r := run("rreq")
 	a := &gauntletv1.Assignment{}
 	for i, e := range []string{"shop", "broken-test"} {
