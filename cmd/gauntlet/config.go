@@ -70,6 +70,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Worker.ID, "worker.id", "", "worker id in events (default: random)")
 	fs.IntVar(&c.Worker.Concurrency, "worker.concurrency", 256, "episodes a worker runs at once")
 	fs.IntVar(&c.Worker.ScoreBatch, "worker.score-batch", 512, "most steps in one score request")
+	fs.IntVar(&c.Worker.ScoreRequests, "worker.score-requests", 2, "most score requests in flight at once (fewer carry more steps each)")
 	fs.DurationVar(&c.Worker.AckWait, "worker.ack-wait", 30*time.Second, "lease on an assignment")
 	fs.IntVar(&c.Worker.MaxDeliver, "worker.max-deliver", 3, "attempts per episode before it is an infra error")
 	fs.IntVar(&c.Worker.SegmentSteps, "worker.segment-steps", 32, "steps of an episode per StepsTaken event")

@@ -66,7 +66,7 @@ func startWorker(t *testing.T, maxDeliver int) (b *bus.Bus, tel *telemetry.Telem
 	if err := rw.Starting(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w := New(Config{Concurrency: 3, ScoreBatch: 64, AckWait: 2 * time.Second, MaxDeliver: maxDeliver, SegmentSteps: 32}, get, get, tel, log)
+	w := New(Config{Concurrency: 3, ScoreBatch: 64, ScoreRequests: 2, AckWait: 2 * time.Second, MaxDeliver: maxDeliver, SegmentSteps: 32}, get, get, tel, log)
 	if err := w.Starting(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -258,5 +258,22 @@ func TestRequestErrorEndsAtOnce(t *testing.T) {
 	}
 	if n := brokenResets.Load(); n != 0 {
 		t.Errorf("the unplayable episode was reset %d times, want 0", n)
+	}
+}
+
+// A worker's configuration is checked whole: every bad field is named, each with why.
+func TestConfigNamesEveryBadField(t *testing.T) {
+	err := Config{}.Validate()
+	if err == nil {
+		t.Fatal("the zero Config passed validation")
+	}
+	for _, field := range []string{"worker.concurrency", "worker.score-batch", "worker.score-requests", "worker.ack-wait", "worker.max-deliver", "worker.segment-steps"} {
+		if !strings.Contains(err.Error(), field+":") {
+			t.Errorf("error %q does not name %s", err, field)
+		}
+	}
+	ok := Config{Concurrency: 1, ScoreBatch: 1, ScoreRequests: 1, AckWait: time.Second, MaxDeliver: 1, SegmentSteps: 1}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("a valid Config: %v", err)
 	}
 }
