@@ -127,7 +127,7 @@ func runToEnd(t *testing.T, b *bus.Bus, conn driver.Conn, db string, req *gauntl
 	if final.Error != "" {
 		t.Fatalf("run refused: %s", final.Error)
 	}
-	if err := waitPersisted(ctx, conn, db, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
+	if err := waitPersisted(ctx, b, conn, db, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	return final
@@ -331,7 +331,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 		t.FailNow()
 	}
 	conn2 := connect(t, ch.Addr(), cfg.Database)
-	if err := waitPersisted(ctx, conn2, cfg.Database, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
+	if err := waitPersisted(ctx, s.app.getBus(), conn2, cfg.Database, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	assertExact(t, s.app.getBus(), conn2, cfg.Database, req, final)
@@ -396,7 +396,7 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 		final = progressFromKV(ctx, kv, req.RunId)
 		return final != nil && final.Done
 	})
-	if err := waitPersisted(ctx, conn, "gauntlet", req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
+	if err := waitPersisted(ctx, nil, conn, "gauntlet", req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	assertExact(t, b, conn, "gauntlet", req, final)
