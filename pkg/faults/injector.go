@@ -53,7 +53,11 @@ type Injector struct {
 	plan *gauntletv1.FaultPlan
 	// order lists rule indices in composition order: aborts, then delays, then body
 	// rewrites, each group in plan order.
-	order    []int
+	order []int
+	// targets[k] is the target of rule order[k]: a call reads this one array to find its
+	// rules instead of every rule of the plan (40 of them in a stress plan, each its own
+	// allocation), which was 1.4 % of a worker's CPU, mostly cache misses.
+	targets  []string
 	counters []uint64
 	// boundary are the plan's storage, resource and DNS faults (boundary_spec).
 	boundary []Rule
@@ -85,6 +89,10 @@ func NewInjector(plan *gauntletv1.FaultPlan) (*Injector, error) {
 			}
 		}
 	}
+	in.targets = make([]string, len(in.order))
+	for k, i := range in.order {
+		in.targets[k] = plan.Rules[i].GetTarget()
+	}
 	return in, nil
 }
 
@@ -102,11 +110,12 @@ func (in *Injector) Call(service, tool string, now time.Duration) Outcome {
 		return out
 	}
 	seed := in.plan.Seed
-	for _, i := range in.order {
-		r := in.plan.Rules[i]
-		if !Matches(r.Target, service, tool) {
+	for k, target := range in.targets {
+		if !Matches(target, service, tool) {
 			continue
 		}
+		i := in.order[k]
+		r := in.plan.Rules[i]
 		n := in.counters[i]
 		in.counters[i]++
 		switch s := r.Spec.(type) {
