@@ -1,6 +1,6 @@
 // Package telemetry sets up OpenTelemetry for a gauntlet process: a meter provider whose
-// instruments are served in Prometheus text format on /metrics, and a tracer provider whose
-// spans flow through ctx (exported to a JSON-lines file when one is configured).
+// instruments are served in Prometheus text format on /metrics, and a tracer provider that
+// records spans into a JSON-lines file when one is configured (a no-op otherwise).
 //
 // One Telemetry per process; its providers are safe for concurrent use. Instruments on hot
 // paths are counters and histograms created once at construction, never per call.
