@@ -512,8 +512,9 @@ func (s *Service) endedLoop(ctx context.Context) error {
 // worker that fails an episode records it as an infra error itself on the last one, but
 // a worker that dies or hangs on it every time records nothing, and the run would wait
 // for those episodes forever. The advisory JetStream publishes then (kept in
-// GAUNTLET_STALLED) names the assignment; the scheduler publishes an infra-error end for
-// each of its episodes not ended yet and deletes the assignment from the work queue.
+// GAUNTLET_STALLED) names the assignment; once the ended events already in the stream are
+// folded in (endsCaughtUp), the scheduler publishes an infra-error end for each of its
+// episodes not ended yet and deletes the assignment from the work queue.
 func (s *Service) stalledLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
 		batch, ok := s.fetch(ctx, s.stalledCons, 16, time.Second, "stalled assignments")
@@ -566,6 +567,12 @@ func (s *Service) stalled(ctx context.Context, advisory []byte) error {
 		s.log.Error("stalled assignment does not decode; deleting it", "seq", adv.StreamSeq, "err", err)
 		return s.deleteAssignment(ctx, stream, adv.StreamSeq)
 	}
+	// A worker may have published the lot's ends and died before its ack: the ends are
+	// in the stream, the assignment still runs out of deliveries. Read them first, or
+	// their episodes would end twice.
+	if err := s.endsCaughtUp(ctx, 10*time.Second); err != nil {
+		return err
+	}
 	why := fmt.Sprintf("assignment delivered %d times without an ack (--worker.max-deliver): its workers stopped or hung on it", adv.Deliveries)
 	for _, ep := range a.GetEpisodes() {
 		req := ep.GetEpisode()
@@ -587,6 +594,40 @@ func (s *Service) stalled(ctx context.Context, advisory []byte) error {
 		}
 	}
 	return s.deleteAssignment(ctx, stream, adv.StreamSeq)
+}
+
+// endsCaughtUp waits, at most wait, until the scheduler has folded in every ended event
+// that GAUNTLET_EVENTS held when it was called: its ended consumer has nothing left to
+// deliver or acknowledge, or its acknowledgements (sent once a batch's runs are persisted)
+// have passed that point of the stream.
+func (s *Service) endsCaughtUp(ctx context.Context, wait time.Duration) error {
+	events, err := s.bus().JS.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return err
+	}
+	si, err := events.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", bus.StreamEvents, err)
+	}
+	last := si.State.LastSeq
+	deadline := time.Now().Add(wait)
+	for {
+		ci, err := s.endedCons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("read consumer %s: %w", ConsumerEnded, err)
+		}
+		if ci.NumPending == 0 && ci.NumAckPending == 0 || ci.AckFloor.Stream >= last {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ended events up to %s sequence %d not folded in yet (acknowledged up to %d, %d not delivered)", bus.StreamEvents, last, ci.AckFloor.Stream, ci.NumPending)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Service) deleteAssignment(ctx context.Context, stream jetstream.Stream, seq uint64) error {

@@ -22,13 +22,81 @@ func TestStalledAssignmentEndsAsInfraErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s, b := startScheduler(ctx, t)
-	spec := &gauntletv1.RunRequested{RunId: "rstall", Env: "shop", Seed: 3, Episodes: 3,
-		Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 1}}}
+	spec := stallRun("rstall")
 	r := &run{spec: spec, Assigned: 3}
 	r.Ended.Add(0) // episode 0 ended before the assignment stalled
 	s.runs[spec.RunId] = r
+	stallAssignment(ctx, t, b, spec, nil)
+	go func() { _ = s.stalledLoop(ctx) }()
 
-	// The workers' consumer, as a worker creates it but with short leases.
+	got := endsOf(ctx, t, b, spec.RunId, 2)
+	if len(got) != 2 {
+		t.Fatalf("%d ends recorded, want 2 (episodes 1 and 2; 0 had ended)", len(got))
+	}
+	for i, e := range got {
+		if e.GetEpisode().GetIndex() != uint64(i+1) || !e.GetInfraError() ||
+			e.GetReason() != gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR || e.GetPlan().GetProfile() != "baseline" {
+			t.Errorf("end %d: %v", i, e)
+		}
+	}
+	// The assignment is gone from the work queue.
+	waitEmpty(ctx, t, b)
+}
+
+// A worker that published its lot's events and died before the ack leaves an assignment
+// that runs out of deliveries with all its episodes ended in the stream but not yet in the
+// scheduler's tables (a scheduler restarting with a backlog reads both streams at once).
+// The advisory waits for those ends: each episode ends once, as its worker recorded it.
+func TestStalledAssignmentWaitsForEndsAlreadyPublished(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, b := startScheduler(ctx, t)
+	spec := stallRun("rstall2")
+	s.runs[spec.RunId] = &run{spec: spec, Assigned: 3}
+	stallAssignment(ctx, t, b, spec, func() {
+		// The lot's batch, as the worker publishes it when its last episode ends.
+		batch := &gauntletv1.EventBatch{}
+		for i := range uint64(3) {
+			ep := campaign.Episode(spec, i)
+			end := &gauntletv1.EpisodeEnded{Episode: ep, Steps: 1, Terminated: true, Success: true,
+				Reason: gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS}
+			seg := &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{{EpisodeId: ep.EpisodeId, RunId: spec.RunId, Step: 0}}, Ended: end}
+			batch.Events = append(batch.Events, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: seg}})
+		}
+		if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: batch}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	go func() { _ = s.stalledLoop(ctx) }()
+	// The ended events are folded in only a while later.
+	time.Sleep(time.Second)
+	go func() { _ = s.endedLoop(ctx) }()
+
+	got := endsOf(ctx, t, b, spec.RunId, 3)
+	if len(got) != 3 {
+		t.Errorf("%d ends in the stream, want the worker's 3", len(got))
+	}
+	for _, e := range got {
+		if e.GetInfraError() {
+			t.Errorf("episode %d ended as an infra error though its worker had recorded its end: %v", e.GetEpisode().GetIndex(), e)
+		}
+	}
+	// The assignment is deleted all the same.
+	waitEmpty(ctx, t, b)
+}
+
+func stallRun(id string) *gauntletv1.RunRequested {
+	return &gauntletv1.RunRequested{RunId: id, Env: "shop", Seed: 3, Episodes: 3,
+		Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 1}}}
+}
+
+// stallAssignment publishes one assignment of the run's three episodes and has it
+// delivered twice without an ack (a worker dying on it twice) on a workers' consumer with
+// short leases and two deliveries, calls beforeLastPull (when not nil), then pulls once
+// more, as live workers keep doing: past its lease the assignment is out of deliveries,
+// and the server says so in the advisory instead of delivering it.
+func stallAssignment(ctx context.Context, t *testing.T, b *bus.Bus, spec *gauntletv1.RunRequested, beforeLastPull func()) {
+	t.Helper()
 	worker, err := b.JS.CreateOrUpdateConsumer(ctx, bus.StreamCommands, jetstream.ConsumerConfig{
 		Durable: "worker", FilterSubject: bus.SubjectEpisodePrefix + ">",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 200 * time.Millisecond, MaxDeliver: 2,
@@ -41,10 +109,9 @@ func TestStalledAssignmentEndsAsInfraErrors(t *testing.T) {
 		a.Episodes = append(a.Episodes, &gauntletv1.EpisodeAssigned{Episode: campaign.Episode(spec, i),
 			Plan: &gauntletv1.FaultPlan{Profile: "baseline", Seed: i}})
 	}
-	if err := b.PublishCommand(ctx, bus.SubjectEpisode(spec.RunId), "rstall/assigned", a); err != nil {
+	if err := b.PublishCommand(ctx, bus.SubjectEpisode(spec.RunId), spec.RunId+"/assigned", a); err != nil {
 		t.Fatal(err)
 	}
-	// Two deliveries, never acked: a worker dying on it twice.
 	for delivered := 0; delivered < 2; {
 		batch, err := worker.Fetch(1, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
@@ -57,49 +124,52 @@ func TestStalledAssignmentEndsAsInfraErrors(t *testing.T) {
 			t.Fatal("the assignment was not delivered twice")
 		}
 	}
-
-	// A third pull, as live workers keep making: past its lease the assignment is out of
-	// deliveries, and the server says so in the advisory instead of delivering it.
+	if beforeLastPull != nil {
+		beforeLastPull()
+	}
 	time.Sleep(300 * time.Millisecond)
 	if batch, err := worker.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond)); err == nil {
 		for range batch.Messages() {
 			t.Fatal("the assignment was delivered a third time; max deliver is 2")
 		}
 	}
-	go func() { _ = s.stalledLoop(ctx) }()
+}
 
+// endsOf reads the run's ended subject from the start: at least want ends (waiting up to
+// 20 s for the first), then whatever follows within a second.
+func endsOf(ctx context.Context, t *testing.T, b *bus.Bus, runID string, want int) []*gauntletv1.EpisodeEnded {
+	t.Helper()
 	ended, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.SubjectEvent(bus.KindEnded, spec.RunId)}})
+		FilterSubjects: []string{bus.SubjectEvent(bus.KindEnded, runID)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ended.Next(jetstream.FetchMaxWait(20 * time.Second))
-	if err != nil {
-		t.Fatalf("no end recorded for the stalled assignment: %v", err)
-	}
 	var got []*gauntletv1.EpisodeEnded
 	for {
+		wait := time.Second
+		if len(got) < want {
+			wait = 20 * time.Second
+		}
+		m, err := ended.Next(jetstream.FetchMaxWait(wait))
+		if errors.Is(err, nats.ErrTimeout) {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		var ev gauntletv1.Event
 		if err := gauntletv1.Unmarshal(m.Data(), &ev); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, ev.EpisodeEnd())
-		if m, err = ended.Next(jetstream.FetchMaxWait(time.Second)); errors.Is(err, nats.ErrTimeout) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
+		for _, e := range ev.Events() {
+			got = append(got, e.EpisodeEnd())
 		}
 	}
-	if len(got) != 2 {
-		t.Fatalf("%d ends recorded, want 2 (episodes 1 and 2; 0 had ended)", len(got))
-	}
-	for i, e := range got {
-		if e.GetEpisode().GetIndex() != uint64(i+1) || !e.GetInfraError() ||
-			e.GetReason() != gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR || e.GetPlan().GetProfile() != "baseline" {
-			t.Errorf("end %d: %v", i, e)
-		}
-	}
-	// The assignment is gone from the work queue.
+}
+
+// waitEmpty waits until the work queue holds no assignment.
+func waitEmpty(ctx context.Context, t *testing.T, b *bus.Bus) {
+	t.Helper()
 	for {
 		info, err := b.JS.Stream(ctx, bus.StreamCommands)
 		if err != nil {
@@ -110,7 +180,7 @@ func TestStalledAssignmentEndsAsInfraErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		if si.State.Msgs == 0 {
-			break
+			return
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("%d messages left in %s", si.State.Msgs, bus.StreamCommands)
