@@ -167,6 +167,29 @@ type summaryResult struct {
 	Target                       float64 `json:"target_ratio"`
 	TargetMet                    bool    `json:"target_met"`
 	MedianPeakRSSKB              float64 `json:"median_peak_rss_kb"`
+	// CPU per step or row (µs), medians over the rounds: what a faster or slower machine
+	// moves least, where the rates and the ratio move with it (docs/benchmarks.md).
+	MedianGauntletUsPerStep   float64 `json:"median_gauntlet_us_per_step"`
+	MedianClickHouseUsPerStep float64 `json:"median_clickhouse_us_per_step"`
+	MedianCeilingUsPerRow     float64 `json:"median_ceiling_us_per_row"` // ClickHouse and the harness's writer
+}
+
+// cpuUs is the CPU each of n units took, in µs, from a window's cores over its seconds.
+func cpuUs(cores, seconds float64, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return cores * seconds / float64(n) * 1e6
+}
+
+// cpuPerStep is the pipeline's CPU per persisted step: gauntlet's, ClickHouse's (µs).
+func (p pipelineResult) cpuPerStep() (gauntlet, clickhouse float64) {
+	return cpuUs(p.Window.ChildCores, p.Window.Seconds, int(p.Steps)), cpuUs(p.Window.CHCores, p.Window.Seconds, int(p.Steps))
+}
+
+// cpuPerRow is the ceiling's CPU per step row: ClickHouse's and the harness's (µs).
+func (c ceilingResult) cpuPerRow() (clickhouse, harness float64) {
+	return cpuUs(c.Window.CHCores, c.Window.Seconds, c.StepRows), cpuUs(c.Window.HarnessCores, c.Window.Seconds, c.StepRows)
 }
 
 // targetRatio is the goal: the pipeline reaches half of its store's ceiling.
@@ -418,13 +441,17 @@ func countEvents(batches []encodedBatch) int {
 }
 
 func summarize(rounds []round) *summaryResult {
-	var ceil, total, pipe, ratio, peak []float64
+	var ceil, total, pipe, ratio, peak, gus, chus, ceilus []float64
 	for _, r := range rounds {
 		ceil = append(ceil, r.Ceiling.StepRowsPerSec)
 		total = append(total, r.Ceiling.TotalRowsPerSec)
 		pipe = append(pipe, r.Pipeline.StepsPerSec)
 		ratio = append(ratio, r.Ratio)
 		peak = append(peak, float64(r.Pipeline.PeakRSSKB))
+		g, ch := r.Pipeline.cpuPerStep()
+		gus, chus = append(gus, g), append(chus, ch)
+		cch, charness := r.Ceiling.cpuPerRow()
+		ceilus = append(ceilus, cch+charness)
 	}
 	s := &summaryResult{
 		MedianCeilingStepRowsPerSec:  median(ceil),
@@ -433,6 +460,9 @@ func summarize(rounds []round) *summaryResult {
 		MedianRatio:                  median(ratio),
 		Target:                       targetRatio,
 		MedianPeakRSSKB:              median(peak),
+		MedianGauntletUsPerStep:      median(gus),
+		MedianClickHouseUsPerStep:    median(chus),
+		MedianCeilingUsPerRow:        median(ceilus),
 	}
 	s.RatioOfMedians = s.MedianPipelineStepsPerSec / s.MedianCeilingStepRowsPerSec
 	s.TargetMet = s.MedianRatio >= targetRatio
@@ -456,11 +486,15 @@ func printRound(w io.Writer, r round) {
 	fmt.Fprintf(w, "  ceiling   %d step rows (+%d fault, %d episode rows) in %.2fs over %d writes: %.0f step rows/s, %.0f rows/s in all\n",
 		c.StepRows, c.FaultRows, c.EpisodeRows, c.Seconds, c.Writes, c.StepRowsPerSec, c.TotalRowsPerSec)
 	fmt.Fprintf(w, "            %s\n", c.Window)
+	cch, charness := c.cpuPerRow()
+	fmt.Fprintf(w, "            CPU per step row: ClickHouse %.1f + harness %.1f µs\n", cch, charness)
 	fmt.Fprintf(w, "  pipeline  %d episodes, %d steps, all in ClickHouse after %.1fs: %.0f steps/s (run done after %.1fs: %.0f steps/s)\n",
 		p.Episodes, p.Steps, p.PersistedSeconds, p.StepsPerSec, p.RunSeconds, p.RunStepsPerSec)
 	fmt.Fprintf(w, "            RSS peak %.0f MB; at 25/50/75/100%%: %s; ClickHouse peak %.0f MB\n",
 		mb(p.PeakRSSKB), rssList(p.RSSAt), mb(p.PeakCHRSSKB))
 	fmt.Fprintf(w, "            %s\n", p.Window)
+	g, ch := p.cpuPerStep()
+	fmt.Fprintf(w, "            CPU per step: gauntlet %.1f + ClickHouse %.1f µs\n", g, ch)
 	fmt.Fprintf(w, "  ratio     %.3f (pipeline / ceiling)\n", r.Ratio)
 }
 
@@ -495,6 +529,8 @@ func printSummary(w io.Writer, rounds []round, s *summaryResult) {
 	}
 	fmt.Fprintf(w, "\npipeline / ceiling: median of ratios %.3f, ratio of medians %.3f; target %.2f: %s\n",
 		s.MedianRatio, s.RatioOfMedians, s.Target, verdict)
+	fmt.Fprintf(w, "CPU, medians: pipeline gauntlet %.1f + ClickHouse %.1f µs per step; ceiling %.1f µs per step row\n",
+		s.MedianGauntletUsPerStep, s.MedianClickHouseUsPerStep, s.MedianCeilingUsPerRow)
 }
 
 func printMemory(w io.Writer, r pipelineResult) {

@@ -142,3 +142,36 @@ func TestRSSAt(t *testing.T) {
 		t.Fatalf("rssAt(nil) = %+v", got)
 	}
 }
+
+// The summary's CPU per step is each round's cores × seconds over its steps (or step
+// rows), medians over the rounds.
+func TestSummarizeCPUPerStep(t *testing.T) {
+	mk := func(childCores, chCores float64, steps uint64, ceilCH, ceilHarness float64) round {
+		r := round{Ratio: 0.5}
+		r.Pipeline.Steps = steps
+		r.Pipeline.Window = window{Seconds: 20, ChildCores: childCores, CHCores: chCores}
+		r.Ceiling.StepRows = 500_000
+		r.Ceiling.Window = window{Seconds: 8, CHCores: ceilCH, HarnessCores: ceilHarness}
+		return r
+	}
+	s := summarize([]round{
+		mk(1.2, 0.6, 600_000, 0.9, 0.5), // 40 + 20 µs; 14.4 + 8 µs
+		mk(1.3, 0.5, 650_000, 1.0, 0.4), // 40 + 15.4; 16 + 6.4
+		mk(1.5, 0.5, 600_000, 0.8, 0.5), // 50 + 16.7; 12.8 + 8
+	})
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"gauntlet µs per step", s.MedianGauntletUsPerStep, 40},
+		{"ClickHouse µs per step", s.MedianClickHouseUsPerStep, 0.5 * 20 / 600_000 * 1e6},
+		{"ceiling µs per row", s.MedianCeilingUsPerRow, 22.4},
+	} {
+		if math.Abs(c.got-c.want) > 1e-9 {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if g, ch := (pipelineResult{}).cpuPerStep(); g != 0 || ch != 0 {
+		t.Errorf("a run of no steps: %v and %v µs per step, want 0", g, ch)
+	}
+}
