@@ -110,7 +110,7 @@ func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err)}
 	}
 	// A table, not a StepScored per step: the names and weights go once per reply, and
-	// the worker reads it with a few allocations instead of seven per step.
+	// the worker reads it with a handful of allocations instead of about ten per step.
 	reply := &gauntletv1.ScoreReply{Table: scoring.Table(s.spec, req.Steps)}
 	ctx := context.Background()
 	s.requests.Add(ctx, 1)

@@ -2096,8 +2096,9 @@ func (x *ScoreReply) GetTable() *ScoreTable {
 
 // ScoreTable is the scores of a request's steps with nothing repeated: each reward spec
 // they were scored under once, then per step which spec, its component values and its
-// total. Read into StepScored messages, a reply costs a few allocations in all instead of
-// seven per step, and its names and weights cross the wire once instead of once per step.
+// total. Read into StepScored messages, a reply costs a handful of allocations in all
+// instead of about ten per step, and its names and weights cross the wire once instead of
+// once per step.
 type ScoreTable struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Specs []*ScoreSpec           `protobuf:"bytes,1,rep,name=specs,proto3" json:"specs,omitempty"`

@@ -7,8 +7,9 @@ import (
 
 // StepScores returns the score of each of steps, the steps of the ScoreRequest r answers,
 // in their order. A reply with a table is read into StepScored messages sharing three
-// backing arrays (a reply of 33 steps of five components was 270 allocations to decode as
-// scores); one without, from an older reward service, gives its scores as they are. A reply
+// backing arrays (a reply of 33 steps of five components: 16 allocations to decode and
+// read, against 338 as scores; BenchmarkStepScores); one without, from an older reward
+// service, gives its scores as they are. A reply
 // carrying an error, or not exactly one score per step, is an error naming what is wrong.
 func (r *ScoreReply) StepScores(steps []*StepTaken) ([]*StepScored, error) {
 	if r.GetError() != "" {
@@ -46,13 +47,14 @@ func (r *ScoreReply) StepScores(steps []*StepTaken) ([]*StepScored, error) {
 	off := 0
 	for i, st := range steps {
 		sp := t.Specs[t.Spec[i]]
-		m := len(sp.Names)
+		names, weights := sp.GetNames(), sp.GetWeights()
+		m := len(names)
 		sc := &scores[i]
-		sc.EpisodeId, sc.Step, sc.SpecVersion, sc.Total = st.GetEpisodeId(), st.GetStep(), sp.Version, t.Totals[i]
+		sc.EpisodeId, sc.Step, sc.SpecVersion, sc.Total = st.GetEpisodeId(), st.GetStep(), sp.GetVersion(), t.Totals[i]
 		sc.Components = ptrs[off : off+m : off+m]
 		for j := range m {
 			c := &comps[off+j]
-			c.Name, c.Value, c.Weight = sp.Names[j], t.Values[off+j], sp.Weights[j]
+			c.Name, c.Value, c.Weight = names[j], t.Values[off+j], weights[j]
 			ptrs[off+j] = c
 		}
 		off += m
