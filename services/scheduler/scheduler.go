@@ -9,8 +9,8 @@
 // retries are JetStream's: a worker holds an assignment until it acks (heartbeating with
 // InProgress), and an unacked assignment is redelivered after AckWait up to MaxDeliver
 // times; one that runs out of deliveries has its unfinished episodes recorded as infra
-// errors here (stalledLoop). Assignment is idempotent: an episode's id, seed and message id derive from
-// (run, index), so re-assigning after a crash duplicates nothing downstream.
+// errors here (stalledLoop). Assignment is idempotent: an episode's id, seed and message
+// id derive from (run, index), so re-assigning after a crash duplicates nothing downstream.
 //
 // One scheduler instance runs per deployment. Its run table is guarded by one mutex.
 package scheduler
@@ -584,11 +584,7 @@ func (s *Service) stalled(ctx context.Context, advisory []byte) error {
 			continue
 		}
 		s.log.Error("episode stalled on every delivery; recording an infra error", "episode_id", req.GetEpisodeId(), "deliveries", adv.Deliveries)
-		end := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: &gauntletv1.EpisodeEnded{
-			Episode: req, Profile: ep.GetPlan().GetProfile(), Plan: ep.GetPlan(), WorkerId: "scheduler",
-			Truncated: true, Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR,
-			InfraError: true, Error: why, EndedAtUnixNano: time.Now().UnixNano(),
-		}}}
+		end := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ep.InfraErrorEnd("scheduler", why, time.Now().UnixNano())}}
 		if err := s.bus().PublishEvent(ctx, end); err != nil {
 			return err
 		}

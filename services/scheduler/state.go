@@ -21,14 +21,11 @@ type endedSet struct {
 
 // Add records index i and reports whether it was new.
 func (s *endedSet) Add(i uint64) bool {
-	if i < s.Low {
+	if s.Has(i) {
 		return false
 	}
 	if s.above == nil {
 		s.above = map[uint64]struct{}{}
-	}
-	if _, dup := s.above[i]; dup {
-		return false
 	}
 	s.above[i] = struct{}{}
 	for {
