@@ -1,10 +1,15 @@
 package trajectory
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -13,6 +18,9 @@ import (
 )
 
 const benchRows = 100_000
+
+// storeBatchRows is the store's default --store.batch-rows.
+const storeBatchRows = 25_000
 
 // BenchmarkWriteSteps measures Writer.Write with batches of 100,000 realistic steps
 // (observations of about 300 bytes), from events to rows acknowledged by the server,
@@ -45,7 +53,7 @@ func BenchmarkWriteSteps(b *testing.B) {
 	}
 	rows := make([]StepRow, len(events))
 	for i, ev := range events {
-		rows[i] = newStepRow(ev.GetStep())
+		rows[i] = newStepRow(ev.GetStep(), mustScore(b, nil, ev.GetStep()))
 	}
 
 	// Every iteration writes new episodes, as production does: rewriting the same keys
@@ -70,13 +78,25 @@ func BenchmarkWriteSteps(b *testing.B) {
 			}
 		}
 	}
+	// client_us/row is this process's CPU (user and system) per row: the writer's own
+	// cost, which the machine's noise moves far less than rows/s. It includes the
+	// untimed renumbering, the same for every variant.
+	// server_us/row is the ClickHouse server's, background merges included.
+	var cpu0, server0 time.Duration
+	start := func(b *testing.B) {
+		truncate(b)
+		cpu0, server0 = processCPU(b), serverCPU(b, srv.Pid())
+	}
 	report := func(b *testing.B) {
-		b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+		rows := float64(benchRows * b.N)
+		b.ReportMetric(rows/b.Elapsed().Seconds(), "rows/s")
 		b.ReportMetric(float64(obsBytes)/float64(len(events)), "obs_bytes")
+		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/rows, "client_us/row")
+		b.ReportMetric(float64((serverCPU(b, srv.Pid())-server0).Microseconds())/rows, "server_us/row")
 	}
 
 	b.Run("write", func(b *testing.B) {
-		truncate(b)
+		start(b)
 		w := NewWriter(conn, testDB)
 		for b.Loop() {
 			renumber(b)
@@ -87,7 +107,7 @@ func BenchmarkWriteSteps(b *testing.B) {
 		report(b)
 	})
 	b.Run("insert=columns", func(b *testing.B) {
-		truncate(b)
+		start(b)
 		sc := &scratch{} // as a Writer keeps it between Writes
 		for b.Loop() {
 			renumber(b)
@@ -98,8 +118,24 @@ func BenchmarkWriteSteps(b *testing.B) {
 		}
 		report(b)
 	})
+	// The store's batches: 25,000 rows (--store.batch-rows), so each insert's first
+	// block, whose column buffers clickhouse-go grows from nothing, is 40 % of it.
+	b.Run("insert=columns/store-batches", func(b *testing.B) {
+		start(b)
+		sc := &scratch{}
+		for b.Loop() {
+			renumber(b)
+			for start := 0; start < len(rows); start += storeBatchRows {
+				if err := insert(ctx, conn, testDB, "steps", stepColumns, rows[start:min(start+storeBatchRows, len(rows))], sc); err != nil {
+					b.Fatal(err)
+				}
+				sc.release()
+			}
+		}
+		report(b)
+	})
 	b.Run("insert=rows", func(b *testing.B) {
-		truncate(b)
+		start(b)
 		for b.Loop() {
 			renumber(b)
 			if err := insertRowByRow(ctx, conn, rows); err != nil {
@@ -109,7 +145,7 @@ func BenchmarkWriteSteps(b *testing.B) {
 		report(b)
 	})
 	b.Run("insert=columns/lz4", func(b *testing.B) {
-		truncate(b)
+		start(b)
 		lz4, err := clickhouse.Open(&clickhouse.Options{
 			Addr:        []string{srv.Addr()},
 			Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
@@ -128,6 +164,36 @@ func BenchmarkWriteSteps(b *testing.B) {
 		}
 		report(b)
 	})
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU returns the user and system CPU time process pid has used, from
+// /proc/PID/stat (in clock ticks of 10 ms).
+func serverCPU(b *testing.B, pid int) time.Duration {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command, which may hold spaces, in parentheses: utime and
+	// stime are the 14th and 15th of the line, the 12th and 13th after it.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			b.Fatalf("%s: %v", stat, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // insertRowByRow is the alternative to insert that the benchmark compares it with:

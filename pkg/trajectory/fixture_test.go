@@ -150,3 +150,13 @@ func runEvents(runID string, episodes, steps int) []*gauntletv1.Event {
 	}
 	return events
 }
+
+// mustScore reads the score of st, a step of seg (nil: a lone step).
+func mustScore(t testing.TB, seg *gauntletv1.StepsTaken, st *gauntletv1.StepTaken) gauntletv1.Score {
+	t.Helper()
+	sc, err := seg.ScoreOf(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}

@@ -178,9 +178,10 @@ type FaultRow struct {
 	Version     uint64
 }
 
-// newStepRow projects a StepTaken. Arrays are empty, not nil, when the event has no
-// entries, as ClickHouse returns them.
-func newStepRow(s *gauntletv1.StepTaken) StepRow {
+// newStepRow projects a StepTaken scored sc (read with StepsTaken.ScoreOf, so the
+// score's names and values may share the event's memory). Arrays are empty, not nil,
+// when the event has no entries, as ClickHouse returns them.
+func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	r := StepRow{
 		RunID:         s.GetRunId(),
 		EpisodeID:     s.GetEpisodeId(),
@@ -209,8 +210,10 @@ func newStepRow(s *gauntletv1.StepTaken) StepRow {
 		Truncated:     s.GetTruncated(),
 		Reason:        s.GetReason().Name(),
 		VirtualTimeNs: unsigned(s.GetVirtualTimeNs()),
-		Reward:        s.GetScore().GetTotal(),
-		RewardSpec:    s.GetScore().GetSpecVersion(),
+		Reward:        sc.Total,
+		RewardSpec:    sc.Version,
+		RewardNames:   nonNil(sc.Names),
+		RewardValues:  nonNil(sc.Values),
 		Version:       stepVersion,
 	}
 	m := s.GetMetering()
@@ -234,22 +237,19 @@ func newStepRow(s *gauntletv1.StepTaken) StepRow {
 		r.ViolationRules[i], r.ViolationReasons[i] = v.GetRule(), v.GetReason()
 	}
 
-	components := s.GetScore().GetComponents()
-	r.RewardNames = make([]string, len(components))
-	r.RewardValues = make([]float64, len(components))
-	for i, c := range components {
-		r.RewardNames[i], r.RewardValues[i] = c.GetName(), c.GetValue()
-		switch c.GetName() {
+	for i, name := range r.RewardNames {
+		v := r.RewardValues[i]
+		switch name {
 		case reward.ComponentTask:
-			r.RTask = c.GetValue()
+			r.RTask = v
 		case reward.ComponentCost:
-			r.RCost = c.GetValue()
+			r.RCost = v
 		case reward.ComponentSafety:
-			r.RSafety = c.GetValue()
+			r.RSafety = v
 		case reward.ComponentTimeliness:
-			r.RTimeliness = c.GetValue()
+			r.RTimeliness = v
 		case reward.ComponentCausal:
-			r.RCausal = c.GetValue()
+			r.RCausal = v
 		}
 	}
 	return r
@@ -477,9 +477,11 @@ func unsigned(n int64) uint64 {
 	return uint64(n)
 }
 
-func nonNil(s []string) []string {
+// nonNil returns s, or an empty slice for nil: arrays are empty, not nil, in rows, as
+// ClickHouse returns them.
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }

@@ -43,23 +43,9 @@ func appendTrainerRow(rows []TrainerRow, s *gauntletv1.StepTaken) []TrainerRow {
 	return append(rows, TrainerRow{
 		RunID: s.GetRunId(), EpisodeID: s.GetEpisodeId(), Step: s.GetStep(),
 		RequestedAt: dateTime(s.GetRequestedAtUnixNano()), PolicyVersion: td.GetPolicyVersion(),
-		PromptTokenIDs:     nonNilU32(td.GetPromptTokenIds()),
-		CompletionTokenIDs: nonNilU32(td.GetCompletionTokenIds()),
-		Logprobs:           nonNilF32(td.GetLogprobs()),
+		PromptTokenIDs:     nonNil(td.GetPromptTokenIds()),
+		CompletionTokenIDs: nonNil(td.GetCompletionTokenIds()),
+		Logprobs:           nonNil(td.GetLogprobs()),
 		Version:            stepVersion,
 	})
-}
-
-func nonNilU32(s []uint32) []uint32 {
-	if s == nil {
-		return []uint32{}
-	}
-	return s
-}
-
-func nonNilF32(s []float32) []float32 {
-	if s == nil {
-		return []float32{}
-	}
-	return s
 }

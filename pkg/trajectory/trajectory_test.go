@@ -692,8 +692,21 @@ func TestSegmentsProjectLikeLoneEvents(t *testing.T) {
 	if r := RowsOf(batched[0]); r != rows {
 		t.Fatalf("the batch projects to %d rows, its segments to %d", r, rows)
 	}
+	// And as the store reads that batch off the stream: Marshal writes the segments'
+	// scores in the compact form, which must project to the same rows.
+	data, err := gauntletv1.Marshal(batched[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded gauntletv1.Event
+	if err := gauntletv1.UnmarshalAliasing(data, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	if specs := decoded.GetBatch().GetEvents()[0].GetSteps().GetScoreSpecs(); len(specs) != 1 {
+		t.Fatalf("the encoded segment has %d score specs, want 1 (compact scores)", len(specs))
+	}
 	want := Counts{Steps: 30, Faults: 6, Episodes: 3}
-	for name, events := range map[string][]*gauntletv1.Event{"lone": lone, "segments": segmented, "batch": batched} {
+	for name, events := range map[string][]*gauntletv1.Event{"lone": lone, "segments": segmented, "batch": batched, "encoded": {&decoded}} {
 		got, err := w.Write(ctx, events)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -703,7 +716,7 @@ func TestSegmentsProjectLikeLoneEvents(t *testing.T) {
 		}
 	}
 	for sql, want := range map[string]string{
-		"SELECT count() FROM steps":          "90",
+		"SELECT count() FROM steps":          "120",
 		"SELECT count() FROM steps_final":    "30",
 		"SELECT count() FROM faults_final":   "6",
 		"SELECT count() FROM episodes_final": "3",
@@ -767,7 +780,7 @@ func TestConsecutiveWritesKeepTheirOwnValues(t *testing.T) {
 		want := map[string]StepRow{}
 		for _, ev := range events {
 			if st := ev.GetStep(); st != nil {
-				want[fmt.Sprintf("%s/%d", st.EpisodeId, st.Step)] = newStepRow(st)
+				want[fmt.Sprintf("%s/%d", st.EpisodeId, st.Step)] = newStepRow(st, mustScore(t, nil, st))
 			}
 		}
 		defer func() {

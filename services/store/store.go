@@ -243,10 +243,14 @@ func (s *Service) write(ctx context.Context, b *batch) {
 		// A stopping store still gets a bounded chance to write what it holds.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		t0 := time.Now()
-		_, err := s.writer.Write(wctx, events)
+		c, err := s.writer.Write(wctx, events)
 		cancel()
 		if err == nil {
 			s.latency.Record(ctx, time.Since(t0).Seconds())
+			if c.Invalid > 0 || c.Unscored > 0 {
+				s.log.Warn("batch written with events it could not project whole", "events", len(b.msgs),
+					"skipped_invalid", c.Invalid, "steps_without_reward_vector", c.Unscored, "first_reward_error", c.UnscoredErr)
+			}
 			break
 		}
 		s.failures.Add(ctx, 1)

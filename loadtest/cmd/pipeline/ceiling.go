@@ -198,7 +198,7 @@ func (c *corpus) encode(batchRows int) ([]encodedBatch, error) {
 		eb := make(encodedBatch, len(b))
 		for i, ev := range b {
 			var err error
-			if eb[i], err = proto.Marshal(ev); err != nil {
+			if eb[i], err = gauntletv1.Marshal(ev); err != nil { // as the worker encodes them
 				return nil, fmt.Errorf("marshal event: %w", err)
 			}
 		}

@@ -10,8 +10,17 @@ import "google.golang.org/protobuf/proto"
 // the bus come from gauntlet's own processes, and untrusted input (the env API) is
 // decoded and checked by protobuf-go where it enters.
 
-// Marshal encodes m, through its generated MarshalVT when it has one.
+// Marshal encodes m, through its generated MarshalVT when it has one. An Event's
+// segments (alone or in a batch) are written with their steps' scores in the compact
+// form (StepScored.spec and values against StepsTaken.score_specs); m is left as it was,
+// but it is changed while Marshal runs, so no other goroutine may read it meanwhile.
+// Read a decoded segment's scores with StepsTaken.ScoreOf.
 func Marshal(m proto.Message) ([]byte, error) {
+	if ev, ok := m.(*Event); ok {
+		if restore := compactEvent(ev); restore != nil {
+			defer restore()
+		}
+	}
 	if v, ok := m.(interface{ MarshalVT() ([]byte, error) }); ok {
 		return v.MarshalVT()
 	}

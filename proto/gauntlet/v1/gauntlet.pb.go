@@ -1915,8 +1915,15 @@ type StepScored struct {
 	Step       uint32                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	Components []*RewardComponent     `protobuf:"bytes,3,rep,name=components,proto3" json:"components,omitempty"`
 	// Weighted sum of the components.
-	Total         float64 `protobuf:"fixed64,4,opt,name=total,proto3" json:"total,omitempty"`
-	SpecVersion   string  `protobuf:"bytes,5,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	Total       float64 `protobuf:"fixed64,4,opt,name=total,proto3" json:"total,omitempty"`
+	SpecVersion string  `protobuf:"bytes,5,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// The compact form, in which the steps of a StepsTaken segment carry their scores on
+	// the wire (Marshal writes it): spec is the index in the segment's score_specs of the
+	// spec the step was scored under, values the values of that spec's components, in
+	// its order. components, episode_id, step and spec_version are then empty: the spec
+	// and the step say them. Read a segment's scores with StepsTaken.ScoreOf.
+	Spec          uint32    `protobuf:"varint,6,opt,name=spec,proto3" json:"spec,omitempty"`
+	Values        []float64 `protobuf:"fixed64,7,rep,packed,name=values,proto3" json:"values,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1984,6 +1991,20 @@ func (x *StepScored) GetSpecVersion() string {
 		return x.SpecVersion
 	}
 	return ""
+}
+
+func (x *StepScored) GetSpec() uint32 {
+	if x != nil {
+		return x.Spec
+	}
+	return 0
+}
+
+func (x *StepScored) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
 }
 
 // ScoreRequest asks the reward service to score a batch of steps.
@@ -2501,7 +2522,9 @@ type StepsTaken struct {
 	// Set on the episode's first segment.
 	Started *EpisodeStarted `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
 	// Set on the episode's last segment.
-	Ended         *EpisodeEnded `protobuf:"bytes,3,opt,name=ended,proto3" json:"ended,omitempty"`
+	Ended *EpisodeEnded `protobuf:"bytes,3,opt,name=ended,proto3" json:"ended,omitempty"`
+	// The reward specs the steps' compact scores name (StepScored.spec), each once.
+	ScoreSpecs    []*ScoreSpec `protobuf:"bytes,4,rep,name=score_specs,json=scoreSpecs,proto3" json:"score_specs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2553,6 +2576,13 @@ func (x *StepsTaken) GetStarted() *EpisodeStarted {
 func (x *StepsTaken) GetEnded() *EpisodeEnded {
 	if x != nil {
 		return x.Ended
+	}
+	return nil
+}
+
+func (x *StepsTaken) GetScoreSpecs() []*ScoreSpec {
+	if x != nil {
+		return x.ScoreSpecs
 	}
 	return nil
 }
@@ -3332,7 +3362,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fRewardComponent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
-	"\x06weight\x18\x03 \x01(\x01R\x06weight\"\xb6\x01\n" +
+	"\x06weight\x18\x03 \x01(\x01R\x06weight\"\xe2\x01\n" +
 	"\n" +
 	"StepScored\x12\x1d\n" +
 	"\n" +
@@ -3342,7 +3372,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"components\x18\x03 \x03(\v2\x1c.gauntlet.v1.RewardComponentR\n" +
 	"components\x12\x14\n" +
 	"\x05total\x18\x04 \x01(\x01R\x05total\x12!\n" +
-	"\fspec_version\x18\x05 \x01(\tR\vspecVersion\"<\n" +
+	"\fspec_version\x18\x05 \x01(\tR\vspecVersion\x12\x12\n" +
+	"\x04spec\x18\x06 \x01(\rR\x04spec\x12\x16\n" +
+	"\x06values\x18\a \x03(\x01R\x06values\"<\n" +
 	"\fScoreRequest\x12,\n" +
 	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\x82\x01\n" +
 	"\n" +
@@ -3387,12 +3419,14 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fvirtual_time_ns\x18\r \x01(\x03R\rvirtualTimeNs\x12/\n" +
 	"\x14started_at_unix_nano\x18\x0e \x01(\x03R\x11startedAtUnixNano\x12+\n" +
 	"\x12ended_at_unix_nano\x18\x0f \x01(\x03R\x0fendedAtUnixNano\x12*\n" +
-	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xa2\x01\n" +
+	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xdb\x01\n" +
 	"\n" +
 	"StepsTaken\x12,\n" +
 	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x125\n" +
 	"\astarted\x18\x02 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedR\astarted\x12/\n" +
-	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedR\x05ended\"\x8b\x02\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EpisodeEndedR\x05ended\x127\n" +
+	"\vscore_specs\x18\x04 \x03(\v2\x16.gauntlet.v1.ScoreSpecR\n" +
+	"scoreSpecs\"\x8b\x02\n" +
 	"\x05Event\x127\n" +
 	"\astarted\x18\x01 \x01(\v2\x1b.gauntlet.v1.EpisodeStartedH\x00R\astarted\x12,\n" +
 	"\x04step\x18\x02 \x01(\v2\x16.gauntlet.v1.StepTakenH\x00R\x04step\x121\n" +
@@ -3550,21 +3584,22 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	21, // 37: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
 	28, // 38: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
 	29, // 39: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	28, // 40: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	21, // 41: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	29, // 42: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	30, // 43: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	32, // 44: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	31, // 45: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	35, // 46: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	34, // 47: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	35, // 48: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	36, // 49: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	27, // 40: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	28, // 41: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	21, // 42: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	29, // 43: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	30, // 44: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	32, // 45: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	31, // 46: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	35, // 47: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	34, // 48: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	35, // 49: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	36, // 50: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
