@@ -51,16 +51,47 @@ func (o Outcome) Truncate(body []byte) []byte {
 // An Injector belongs to one episode and is not safe for concurrent use.
 type Injector struct {
 	plan *gauntletv1.FaultPlan
-	// order lists rule indices in composition order: aborts, then delays, then body
-	// rewrites, each group in plan order.
-	order []int
-	// targets[k] is the target of rule order[k]: a call reads this one array to find its
-	// rules instead of every rule of the plan (40 of them in a stress plan, each its own
-	// allocation), which was 1.4 % of a worker's CPU, mostly cache misses.
-	targets  []string
-	counters []uint64
+	// targets[k] is the target of the k-th rule in composition order (aborts, then
+	// delays, then body rewrites, each group in plan order) and rules[k] what Call needs
+	// of it. A call scans this one array of targets to find its rules instead of every
+	// rule of the plan (40 of them in a stress plan, each its own allocation), which was
+	// 1.4 % of a worker's CPU, mostly cache misses; and reads a matching rule's
+	// parameters from one entry of rules, not from the three or four allocations of its
+	// message (loading the rule's spec was a third of Call's time).
+	targets []string
+	rules   []callRule
 	// boundary are the plan's storage, resource and DNS faults (boundary_spec).
 	boundary []Rule
+}
+
+// callRule is one service rule of a plan as Call evaluates it: its id and parameters,
+// copied out of its FaultRule, and its counter of matching calls.
+type callRule struct {
+	id   string
+	kind string // KindHTTPError, KindLatency, KindTruncate, or "" for a spec Call ignores
+	prob float64
+	// http_error
+	status       uint32
+	retryAfterMs uint32
+	// latency
+	meanMs, jitterMs float64
+	// truncate
+	keep float64
+	n    uint64 // matching calls so far
+}
+
+// newCallRule copies what Call needs of r.
+func newCallRule(r *gauntletv1.FaultRule) callRule {
+	c := callRule{id: r.GetId(), prob: r.GetProbability()}
+	switch s := r.Spec.(type) {
+	case *gauntletv1.FaultRule_HttpError:
+		c.kind, c.status, c.retryAfterMs = KindHTTPError, s.HttpError.GetStatus(), s.HttpError.GetRetryAfterMs()
+	case *gauntletv1.FaultRule_Latency:
+		c.kind, c.meanMs, c.jitterMs = KindLatency, s.Latency.GetMeanMs(), s.Latency.GetJitterMs()
+	case *gauntletv1.FaultRule_Truncate:
+		c.kind, c.keep = KindTruncate, s.Truncate.GetKeepFraction()
+	}
+	return c
 }
 
 // NewInjector validates plan and returns an injector over it. A nil plan injects nothing.
@@ -79,19 +110,16 @@ func NewInjector(plan *gauntletv1.FaultPlan) (*Injector, error) {
 	in := &Injector{
 		boundary: boundary,
 		plan:     plan,
-		order:    make([]int, 0, len(plan.Rules)),
-		counters: make([]uint64, len(plan.Rules)),
+		targets:  make([]string, 0, len(plan.Rules)),
+		rules:    make([]callRule, 0, len(plan.Rules)),
 	}
 	for pass := range numPasses {
-		for i, r := range plan.Rules {
+		for _, r := range plan.Rules {
 			if passOf(r) == pass {
-				in.order = append(in.order, i)
+				in.targets = append(in.targets, r.GetTarget())
+				in.rules = append(in.rules, newCallRule(r))
 			}
 		}
-	}
-	in.targets = make([]string, len(in.order))
-	for k, i := range in.order {
-		in.targets[k] = plan.Rules[i].GetTarget()
 	}
 	return in, nil
 }
@@ -114,50 +142,49 @@ func (in *Injector) Call(service, tool string, now time.Duration) Outcome {
 		if !Matches(target, service, tool) {
 			continue
 		}
-		i := in.order[k]
-		r := in.plan.Rules[i]
-		n := in.counters[i]
-		in.counters[i]++
-		switch s := r.Spec.(type) {
-		case *gauntletv1.FaultRule_HttpError:
-			if out.Status != 0 || !fires(seed, r, n) {
+		r := &in.rules[k]
+		n := r.n
+		r.n++
+		switch r.kind {
+		case KindHTTPError:
+			if out.Status != 0 || !r.fires(seed, n) {
 				continue
 			}
-			out.Status = s.HttpError.Status
-			out.RetryAfter = time.Duration(s.HttpError.RetryAfterMs) * time.Millisecond
-			out.Fired = append(out.Fired, fired(r, KindHTTPError, service, tool, now,
-				"status="+strconv.FormatUint(uint64(s.HttpError.Status), 10)+
-					" retry_after_ms="+strconv.FormatUint(uint64(s.HttpError.RetryAfterMs), 10)))
-		case *gauntletv1.FaultRule_Latency:
-			if !fires(seed, r, n) {
+			out.Status = r.status
+			out.RetryAfter = time.Duration(r.retryAfterMs) * time.Millisecond
+			out.Fired = append(out.Fired, fired(r.id, KindHTTPError, service, tool, now,
+				"status="+strconv.FormatUint(uint64(r.status), 10)+
+					" retry_after_ms="+strconv.FormatUint(uint64(r.retryAfterMs), 10)))
+		case KindLatency:
+			if !r.fires(seed, n) {
 				continue
 			}
-			ms := math.Max(0, s.Latency.MeanMs+normal(seed, r.Id, n)*s.Latency.JitterMs)
+			ms := math.Max(0, r.meanMs+normal(seed, r.id, n)*r.jitterMs)
 			out.Latency += time.Duration(ms * float64(time.Millisecond))
-			out.Fired = append(out.Fired, fired(r, KindLatency, service, tool, now,
+			out.Fired = append(out.Fired, fired(r.id, KindLatency, service, tool, now,
 				"latency_ms="+strconv.FormatFloat(ms, 'f', 1, 64)))
-		case *gauntletv1.FaultRule_Truncate:
-			if out.Status != 0 || !fires(seed, r, n) {
+		case KindTruncate:
+			if out.Status != 0 || !r.fires(seed, n) {
 				continue // an aborted call has no body to truncate
 			}
-			out.Keep = math.Min(out.Keep, s.Truncate.KeepFraction)
-			out.Fired = append(out.Fired, fired(r, KindTruncate, service, tool, now,
-				"keep_fraction="+strconv.FormatFloat(s.Truncate.KeepFraction, 'f', 2, 64)))
+			out.Keep = math.Min(out.Keep, r.keep)
+			out.Fired = append(out.Fired, fired(r.id, KindTruncate, service, tool, now,
+				"keep_fraction="+strconv.FormatFloat(r.keep, 'f', 2, 64)))
 		}
 	}
 	return out
 }
 
-// fires draws whether rule r fires on its n-th matching call. Draws lie in [0,1), so
+// fires draws whether the rule fires on its n-th matching call. Draws lie in [0,1), so
 // probabilities 0 and 1 decide without drawing (a draw is a hash of the rule id).
-func fires(seed uint64, r *gauntletv1.FaultRule, n uint64) bool {
+func (r *callRule) fires(seed uint64, n uint64) bool {
 	switch {
-	case r.Probability >= 1:
+	case r.prob >= 1:
 		return true
-	case r.Probability <= 0:
+	case r.prob <= 0:
 		return false
 	}
-	return rng.Float64(seed, r.Id, n) < r.Probability
+	return rng.Float64(seed, r.id, n) < r.prob
 }
 
 // normal is a standard normal draw for the n-th call of rule id, by Box-Muller over two
@@ -169,9 +196,9 @@ func normal(seed uint64, id string, n uint64) float64 {
 	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
 }
 
-func fired(r *gauntletv1.FaultRule, kind, service, tool string, now time.Duration, detail string) *gauntletv1.FaultFired {
+func fired(id, kind, service, tool string, now time.Duration, detail string) *gauntletv1.FaultFired {
 	return &gauntletv1.FaultFired{
-		FaultId:     r.Id,
+		FaultId:     id,
 		Kind:        kind,
 		Target:      service + "/" + tool,
 		Detail:      detail,
