@@ -520,7 +520,16 @@ func appendArrays[V any](col driver.BatchColumn, rows [][]V, ptrs *[]*V) error {
 		clear(p)
 		*ptrs = p[:0]
 	}()
+	// Boxed once: most rows of the violation, safety and fault arrays are empty, and
+	// boxing a slice costs an allocation.
+	var empty any = []*V{}
 	for _, r := range rows {
+		if len(r) == 0 {
+			if err := col.AppendRow(empty); err != nil {
+				return err
+			}
+			continue
+		}
 		clear(p)
 		p = p[:0]
 		for i := range r {
