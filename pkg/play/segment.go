@@ -33,6 +33,11 @@ func (g *Segmenter) Step(st *gauntletv1.StepTaken) error {
 	if len(g.steps) == 0 && g.lastFlush.IsZero() {
 		g.lastFlush = time.Now()
 	}
+	if g.steps == nil {
+		// Room for a typical episode (an oracle's shop episode is under 8 steps) at once,
+		// instead of growing through 1, 2, 4 and 8.
+		g.steps = make([]*gauntletv1.StepTaken, 0, min(g.Max, 8))
+	}
 	g.steps = append(g.steps, st)
 	if len(g.steps) >= g.Max || time.Since(g.lastFlush) > time.Second {
 		return g.Flush()

@@ -99,6 +99,16 @@ func (e *episode) Reset() (json.RawMessage, error) {
 }
 
 // stepState collects what one step did besides its observation.
+// stepAlloc is one step's state and the signals and metering the step reports,
+// allocated together: the state escapes (the tools get a pointer to it) and the other
+// two are returned, and the three allocations per step were 4 % of the objects a
+// worker allocated.
+type stepAlloc struct {
+	s   stepState
+	sig gauntletv1.Signals
+	met gauntletv1.Metering
+}
+
 type stepState struct {
 	diff       diff
 	violations []*gauntletv1.CausalViolation
@@ -129,55 +139,55 @@ func (s *stepState) reach(p int, read bool) {
 
 // Step applies one action. Bad actions are observations; the only errors are stepping
 // before Reset or after the end.
-func (e *episode) Step(a env.Action) (env.StepResult, error) {
+func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	switch {
 	case !e.ready:
 		return env.StepResult{}, ErrNotReset
 	case e.done:
 		return env.StepResult{}, fmt.Errorf("%w (%s)", ErrEpisodeOver, e.reason)
 	}
-	var s stepState
+	a := new(stepAlloc)
+	s := &a.s
 	var faults []*gauntletv1.FaultFired
 	var obs []byte
 	start := e.clock
 	calls := uint32(1)
-	t := lookupTool(a.Tool)
-	in, bad := parseArgsFor(t, a)
+	t := lookupTool(act.Tool)
+	in, bad := parseArgsFor(t, act)
 	if bad != nil {
 		calls = 0
 		e.invalid++
 		s.errors++
 		obs = marshal(bad)
 	} else {
-		obs, faults = e.call(t, &in, &s)
+		obs, faults = e.call(t, &in, s)
 	}
 
 	progress := max(e.progress, s.milestone)
-	sig := &gauntletv1.Signals{
-		Progress:          float64(progress) / progressShipped,
-		ProgressDelta:     float64(progress-e.progress) / progressShipped,
-		InvalidAction:     calls == 0,
-		Violations:        s.violations,
-		Success:           s.success,
-		Spend:             float64(s.spend),
-		Budget:            float64(e.w.task.budget),
-		DeadlineVirtualNs: int64(e.p.deadline),
-	}
+	sig := &a.sig
+	sig.Progress = float64(progress) / progressShipped
+	sig.ProgressDelta = float64(progress-e.progress) / progressShipped
+	sig.InvalidAction = calls == 0
+	sig.Violations = s.violations
+	sig.Success = s.success
+	sig.Spend = float64(s.spend)
+	sig.Budget = float64(e.w.task.budget)
+	sig.DeadlineVirtualNs = int64(e.p.deadline)
 	e.progress = progress
 	e.step++
 
+	met := &a.met
+	met.ToolCalls = calls
+	met.Errors = s.errors
+	met.VirtualNs = uint64(e.clock - start)
+	met.BytesIn = uint32(len(act.Args))
+	met.BytesOut = uint32(len(obs))
 	res := env.StepResult{
 		Observation: obs,
 		Diff:        s.diff.bytes(),
 		Signals:     sig,
 		Faults:      faults,
-		Metering: &gauntletv1.Metering{
-			ToolCalls: calls,
-			Errors:    s.errors,
-			VirtualNs: uint64(e.clock - start),
-			BytesIn:   uint32(len(a.Args)),
-			BytesOut:  uint32(len(obs)),
-		},
+		Metering:    met,
 	}
 	env.End{
 		Success: s.success, Failure: s.failure,
