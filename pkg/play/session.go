@@ -56,6 +56,7 @@ type Session struct {
 	Held *gauntletv1.Event
 
 	workerID string
+	profile  string // the plan's, read per step without touching the plan
 	episode  env.Episode
 	pub      *publisher
 	step     uint32
@@ -67,7 +68,7 @@ type Session struct {
 // id, or the env API's id), publishing steps in segments of up to segment steps.
 func NewSession(b *bus.Bus, segment int, a *gauntletv1.EpisodeAssigned, workerID string) *Session {
 	return &Session{
-		Req: a.Episode, Plan: a.Plan, workerID: workerID,
+		Req: a.Episode, Plan: a.Plan, workerID: workerID, profile: a.Plan.GetProfile(),
 		pub:   newPublisher(b, segment),
 		reply: make(chan ScoreResult, 1),
 		Ended: &gauntletv1.EpisodeEnded{
@@ -161,7 +162,7 @@ func (s *Session) Step(ctx context.Context, scorer *Scorer, act env.Action, trai
 	if err != nil {
 		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
 	}
-	st := env.StepEvent(s.Req, s.Plan.GetProfile(), s.workerID, s.step, act, res, s.episode.Now())
+	st := env.StepEvent(s.Req, s.profile, s.workerID, s.step, act, res, s.episode.Now())
 	st.Trainer = trainer
 	score, err := scorer.Score(ctx, st, s.reply)
 	if err != nil {
