@@ -220,8 +220,9 @@ func (s *Service) decode(b *batch) []*gauntletv1.Event {
 	for _, m := range b.msgs {
 		ev := &gauntletv1.Event{}
 		// The event's strings share the message's memory: the batch holds its messages
-		// until their rows are written and acknowledged.
-		if err := gauntletv1.UnmarshalAliasing(m.Data(), ev); err != nil {
+		// until their rows are written and acknowledged. Its steps come in blocks, a
+		// handful of allocations per event instead of five per step.
+		if err := gauntletv1.UnmarshalStepsInBlocks(m.Data(), ev); err != nil {
 			s.log.Error("undecodable event; terminating it", "subject", m.Subject(), "err", err)
 			_ = m.Term()
 			continue

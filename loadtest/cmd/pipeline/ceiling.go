@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
@@ -208,12 +206,13 @@ func (c *corpus) encode(batchRows int) ([]encodedBatch, error) {
 	return out, nil
 }
 
-// decode unmarshals one batch, as the store's reader does before a Write.
+// decode unmarshals one batch, as the store's reader does before a Write (the same
+// decoder, so the Write reads events laid out in memory as the store's are).
 func (b encodedBatch) decode() ([]*gauntletv1.Event, error) {
 	out := make([]*gauntletv1.Event, len(b))
 	for i, data := range b {
 		var ev gauntletv1.Event
-		if err := proto.Unmarshal(data, &ev); err != nil {
+		if err := gauntletv1.UnmarshalStepsInBlocks(data, &ev); err != nil {
 			return nil, fmt.Errorf("unmarshal event: %w", err)
 		}
 		out[i] = &ev
