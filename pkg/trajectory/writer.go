@@ -383,12 +383,12 @@ func EncodedRows(data []byte) (int, error) {
 // (a batch's events may not be batches themselves).
 func encodedRows(data []byte, batch bool) (int, error) {
 	rows := 0
-	err := scanFields(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	err := gauntletv1.ScanFields(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		switch num {
 		case 2, 3: // step, ended
 			rows++
 		case 4: // steps: a segment
-			return scanFields(v, func(num protowire.Number, _ protowire.Type, _ []byte) error {
+			return gauntletv1.ScanFields(v, func(num protowire.Number, _ protowire.Type, _ []byte) error {
 				if num == 1 || num == 3 { // a step, the end
 					rows++
 				}
@@ -398,7 +398,7 @@ func encodedRows(data []byte, batch bool) (int, error) {
 			if !batch {
 				return nil
 			}
-			return scanFields(v, func(num protowire.Number, _ protowire.Type, ev []byte) error {
+			return gauntletv1.ScanFields(v, func(num protowire.Number, _ protowire.Type, ev []byte) error {
 				if num != 1 {
 					return nil
 				}
@@ -410,32 +410,6 @@ func encodedRows(data []byte, batch bool) (int, error) {
 		return nil
 	})
 	return rows, err
-}
-
-// scanFields calls fn for every field of the encoded message data, with the contents of
-// length-delimited fields as v.
-func scanFields(data []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		data = data[n:]
-		var v []byte
-		if typ == protowire.BytesType {
-			v, n = protowire.ConsumeBytes(data)
-		} else {
-			n = protowire.ConsumeFieldValue(num, typ, data)
-		}
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		data = data[n:]
-		if err := fn(num, typ, v); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // blockRows is how many rows go into one native block of a batch. The server squashes

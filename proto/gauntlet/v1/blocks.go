@@ -154,21 +154,34 @@ func countSegmentSteps(data []byte, batch bool) (int, error) {
 // eachField calls fn with the number and contents of every length-delimited field of the
 // encoded message data; a field of another wire type is errNotBlocked.
 func eachField(data []byte, fn func(num protowire.Number, v []byte) error) error {
+	return ScanFields(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return errNotBlocked
+		}
+		return fn(num, v)
+	})
+}
+
+// ScanFields calls fn for every field of the encoded message data, with the contents of
+// length-delimited fields as v.
+func ScanFields(data []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
-		if typ != protowire.BytesType {
-			return errNotBlocked
-		}
 		data = data[n:]
-		v, n := protowire.ConsumeBytes(data)
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(data)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, data)
+		}
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
 		data = data[n:]
-		if err := fn(num, v); err != nil {
+		if err := fn(num, typ, v); err != nil {
 			return err
 		}
 	}
