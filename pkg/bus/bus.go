@@ -141,8 +141,8 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 		MaxAge:      7 * 24 * time.Hour,
 	}}
 	for _, sc := range streams {
-		if _, err := b.JS.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("create stream %s: %w", sc.Name, err)
+		if err := b.createStream(ctx, sc); err != nil {
+			return err
 		}
 	}
 	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -173,6 +173,45 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 		return fmt.Errorf("create kv bucket %s: %w", BucketPlanTemplates, err)
 	}
 	return nil
+}
+
+// errStorageResourcesExceeded is the JetStream API error of a stream whose MaxBytes the
+// server cannot reserve (nats-server's JSStorageResourcesExceededErr).
+const errStorageResourcesExceeded jetstream.ErrorCode = 10047
+
+// minStreamBytes is the smallest MaxBytes createStream halves a stream down to.
+const minStreamBytes = 16 << 20
+
+// createStream creates or updates sc. A stream's MaxBytes is reserved out of JetStream's
+// storage, and an embedded server may store 75 % of the disk's free space at its start:
+// with less than about 46 GB free, the events stream's default 32 GiB cannot be reserved
+// and the stream would not be created at all. So a MaxBytes the server refuses is halved
+// until it fits (down to minStreamBytes), then halved once more, so the capped stream
+// leaves half of what was free to the other streams and buckets; a warning names both
+// sizes.
+func (b *Bus) createStream(ctx context.Context, sc jetstream.StreamConfig) error {
+	want := sc.MaxBytes
+	for {
+		_, err := b.JS.CreateOrUpdateStream(ctx, sc)
+		var apiErr *jetstream.APIError
+		refused := errors.As(err, &apiErr) && apiErr.ErrorCode == errStorageResourcesExceeded
+		switch {
+		case refused && sc.MaxBytes/2 >= minStreamBytes:
+			sc.MaxBytes /= 2
+			continue
+		case err != nil:
+			return fmt.Errorf("create stream %s (max_bytes %d): %w", sc.Name, sc.MaxBytes, err)
+		case sc.MaxBytes == want:
+			return nil
+		}
+		sc.MaxBytes = max(sc.MaxBytes/2, minStreamBytes)
+		if _, err := b.JS.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("cap stream %s at max_bytes %d: %w", sc.Name, sc.MaxBytes, err)
+		}
+		b.log.Warn("stream capped below its configured size: JetStream cannot reserve more on this disk",
+			"stream", sc.Name, "max_bytes", sc.MaxBytes, "configured_max_bytes", want)
+		return nil
+	}
 }
 
 // EventSubject returns where an event goes (its kind and run) and its de-duplication id
