@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 )
 
 // TestEventsStreamFitsTheStore: on a server that may store less than the events
@@ -16,17 +17,8 @@ func TestEventsStreamFitsTheStore(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	const store = 256 << 20
-	s := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1, MaxStore: store}, log)
+	b := bustest.Connect(t, bus.ServerConfig{MaxStore: store}, log)
 	ctx := context.Background()
-	if err := s.Starting(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stopping(ctx) })
-	b, err := bus.Connect("", "test", log, s.ConnectOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
 
 	cfg := bus.DefaultStreamConfig()
 	cfg.EventsMaxBytes = 1 << 30 // four times the store
@@ -43,23 +35,14 @@ func TestEventsStreamFitsTheStore(t *testing.T) {
 	if !strings.Contains(logs.String(), "configured_max_bytes=1073741824") {
 		t.Errorf("no warning naming the configured size; logs:\n%s", logs.String())
 	}
-	// Idempotent: a second start with the same configuration lands on the same size.
+	// A second start with the same configuration succeeds again.
 	if err := b.EnsureStreams(ctx, cfg); err != nil {
 		t.Fatalf("second EnsureStreams: %v", err)
 	}
 
 	// A store too small for even the smallest size is an error naming the stream.
 	cfg.EventsMaxBytes = 1 << 40
-	tiny := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1, MaxStore: 8 << 20}, log)
-	if err := tiny.Starting(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tiny.Stopping(ctx) })
-	tb, err := bus.Connect("", "test", log, tiny.ConnectOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tb.Close() })
+	tb := bustest.Connect(t, bus.ServerConfig{MaxStore: 8 << 20}, log)
 	if err := tb.EnsureStreams(ctx, cfg); err == nil || !strings.Contains(err.Error(), "create stream "+bus.StreamEvents) {
 		t.Errorf("EnsureStreams on an 8 MiB store: %v, want an error naming %s", err, bus.StreamEvents)
 	}

@@ -491,7 +491,7 @@ type elemPtrs struct {
 func appendArrays[V any](col driver.BatchColumn, rows [][]V, ptrs *[]*V) error {
 	p := *ptrs
 	defer func() {
-		clear(p)
+		clear(p[:cap(p)]) // every row's pointers, not only the last row's
 		*ptrs = p[:0]
 	}()
 	// Boxed once: most rows of the violation, safety and fault arrays are empty, and
@@ -504,7 +504,6 @@ func appendArrays[V any](col driver.BatchColumn, rows [][]V, ptrs *[]*V) error {
 			}
 			continue
 		}
-		clear(p)
 		p = p[:0]
 		for i := range r {
 			p = append(p, &r[i])

@@ -15,10 +15,24 @@ import (
 // Start returns a connected bus with gauntlet's streams and buckets created.
 func Start(t testing.TB) *bus.Bus {
 	t.Helper()
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := bus.NewServer(bus.ServerConfig{StoreDir: t.TempDir(), Port: -1}, log)
-	if err := srv.Starting(ctx); err != nil {
+	b := Connect(t, bus.ServerConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := b.EnsureStreams(context.Background(), bus.DefaultStreamConfig()); err != nil {
+		t.Fatalf("create streams: %v", err)
+	}
+	return b
+}
+
+// Connect starts an embedded server configured by cfg (in-process only, its store in
+// the test's temp dir unless cfg names one) and returns a bus connected to it, with no
+// streams created yet: for tests of the streams themselves. log receives both.
+func Connect(t testing.TB, cfg bus.ServerConfig, log *slog.Logger) *bus.Bus {
+	t.Helper()
+	if cfg.StoreDir == "" {
+		cfg.StoreDir = t.TempDir()
+	}
+	cfg.Port = -1
+	srv := bus.NewServer(cfg, log)
+	if err := srv.Starting(context.Background()); err != nil {
 		t.Fatalf("start embedded NATS: %v", err)
 	}
 	t.Cleanup(func() { _ = srv.Stopping(context.Background()) })
@@ -27,8 +41,5 @@ func Start(t testing.TB) *bus.Bus {
 		t.Fatalf("connect to embedded NATS: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	if err := b.EnsureStreams(ctx, bus.DefaultStreamConfig()); err != nil {
-		t.Fatalf("create streams: %v", err)
-	}
 	return b
 }
