@@ -158,7 +158,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 			fmt.Sprintf("play episode %s: faults service cannot plan it: %s", ep.EpisodeId, plans.Error), ErrTypeInvalidSpec, nil)
 	}
 	plan := plans.Plans[0]
-	episode, agent, err := prepareEpisode(ep, plan)
+	episode, agent, err := prepareEpisode(ep, plan, a.Policies)
 	if err != nil {
 		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("play episode %s: %v", ep.EpisodeId, err), ErrTypeInvalidSpec, nil)
@@ -243,7 +243,7 @@ func (a *Activities) score(ctx context.Context, b *bus.Bus, st *gauntletv1.StepT
 }
 
 // prepareEpisode builds the episode and its agent as a sandbox worker does.
-func prepareEpisode(req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan) (env.Episode, env.Agent, error) {
+func prepareEpisode(req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan, policies *policy.Set) (env.Episode, env.Agent, error) {
 	e, err := env.Lookup(req.Env)
 	if err != nil {
 		return nil, nil, fmt.Errorf("env: %w", err)
@@ -262,7 +262,7 @@ func prepareEpisode(req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := policy.Lookup(req.Policy)
+	p, err := policies.Lookup(req.Policy)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: %w", err)
 	}

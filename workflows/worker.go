@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 )
 
 // Activities holds what gauntlet's activities need: a NATS connection to submit runs,
@@ -18,6 +19,9 @@ type Activities struct {
 	Bus func() *bus.Bus
 	// WorkerID names this process in the events of durable episodes.
 	WorkerID string
+	// Policies are the policies durable episodes play, with their configuration (the
+	// "http" policy's endpoint); nil is the registered policies alone.
+	Policies *policy.Set
 	// AfterStep, when set, is called after each durable-episode step is in the stream
 	// and in the heartbeat; tests use it to stop a worker at a known step.
 	AfterStep func(ctx context.Context, episodeID string, step uint32)

@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -38,6 +39,9 @@ type Config struct {
 	WorkerID string
 	// StopTimeout bounds how long activities in flight may finish on stop.
 	StopTimeout time.Duration
+	// Policies are the policies durable episodes play, with their configuration; nil is
+	// the registered policies alone.
+	Policies *policy.Set
 }
 
 // Service is the Temporal worker.
@@ -72,7 +76,7 @@ func (s *Service) Starting(ctx context.Context) error {
 		WorkerStopTimeout: s.cfg.StopTimeout,
 		Identity:          s.cfg.WorkerID,
 	})
-	workflows.Register(s.worker, &workflows.Activities{Bus: s.bus, WorkerID: s.cfg.WorkerID})
+	workflows.Register(s.worker, &workflows.Activities{Bus: s.bus, WorkerID: s.cfg.WorkerID, Policies: s.cfg.Policies})
 	return nil
 }
 

@@ -74,6 +74,9 @@ type Config struct {
 	SegmentSteps int
 	// Sandbox chooses the runtime of envs that need real sandboxes (codefix).
 	Sandbox runtimes.Config
+	// Policies are the policies the worker plays with their configuration (the "http"
+	// policy's endpoint); nil is the registered policies alone.
+	Policies *policy.Set
 }
 
 // Validate reports every problem at once.
@@ -486,7 +489,7 @@ func (w *Service) prepare(ctx context.Context, sess *play.Session) (env.Agent, e
 	if err != nil {
 		return nil, err
 	}
-	p, err := policy.Lookup(sess.Req.Policy)
+	p, err := w.cfg.Policies.Lookup(sess.Req.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
