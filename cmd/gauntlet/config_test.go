@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,5 +120,23 @@ func TestConfigFileOverlay(t *testing.T) {
 	}
 	if err := overlay(fs, path); err == nil || !strings.Contains(err.Error(), `unknown key "worker.concurency"`) {
 		t.Errorf("overlay with a misspelt key: %v", err)
+	}
+}
+
+// The serving flags keep their names and defaults wherever they are declared: what a
+// user types, or keeps in a --config file, means what it meant.
+func TestServingFlagsUnchanged(t *testing.T) {
+	t.Setenv(dataDirEnv, "")
+	var cfg config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.register(fs)
+	var got strings.Builder
+	fs.VisitAll(func(f *flag.Flag) { fmt.Fprintf(&got, "%s=%s\n", f.Name, f.DefValue) })
+	want, err := os.ReadFile("testdata/serving-flags.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(want) {
+		t.Errorf("serving flags (name=default) changed:\n%s\nwant (testdata/serving-flags.txt):\n%s", got.String(), want)
 	}
 }

@@ -72,7 +72,7 @@ func loadSpecFile(path string) (workflows.CurriculumSpec, error) {
 func curriculumStart(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("curriculum "+sub, stderr)
 	var tf stackFlags
-	tf.register(fs)
+	tf.register(fs, partTemporal)
 	file := fs.String("f", "", "curriculum spec, YAML or JSON")
 	id := fs.String("id", "", "workflow id (default: curriculum-<name>-<random>)")
 	wait := fs.Bool("wait", false, "follow the curriculum to its end and print its report")
@@ -151,7 +151,7 @@ func oneID(fs *flag.FlagSet, args []string, stderr io.Writer) (string, error) {
 func curriculumStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("curriculum status", stderr)
 	var tf stackFlags
-	tf.register(fs)
+	tf.register(fs, partTemporal)
 	asJSON := fs.Bool("json", false, "print the progress as JSON")
 	id, err := oneID(fs, args, stderr)
 	if err != nil {
@@ -237,7 +237,7 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 func curriculumSignal(ctx context.Context, signal string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("curriculum "+signal, stderr)
 	var tf stackFlags
-	tf.register(fs)
+	tf.register(fs, partTemporal)
 	id, err := oneID(fs, args, stderr)
 	if err != nil {
 		return err
@@ -262,7 +262,7 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs := newFlagSet("batch start", stderr)
 	var tf stackFlags
-	tf.register(fs)
+	tf.register(fs, partTemporal)
 	var o runOpts
 	o.register(fs, 1000)
 	id := fs.String("id", "", "workflow id (default: batch-<random>)")

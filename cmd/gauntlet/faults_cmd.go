@@ -294,7 +294,7 @@ func faultsFromLog(args []string, stdout, stderr io.Writer) error {
 func faultsDrift(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("faults drift", stderr)
 	var sf stackFlags
-	sf.register(fs)
+	sf.register(fs, partNATS)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

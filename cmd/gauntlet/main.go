@@ -41,7 +41,9 @@ Usage:
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet version
 
-Run 'gauntlet <command> -h' for a command's flags.
+Run 'gauntlet <command> -h' for a command's flags. GAUNTLET_DATA, when set, is the
+default of --data-dir (else .gauntlet), where 'gauntlet up' keeps its data and stack.json
+and where the client commands look for it.
 `
 
 // errUsage marks an error already explained to the user with the command's usage.

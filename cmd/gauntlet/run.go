@@ -105,7 +105,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var o runOpts
 	o.register(fs, 1000)
 	var sf stackFlags
-	sf.register(fs)
+	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")
 	if err := parse(fs, args); err != nil {
 		return err

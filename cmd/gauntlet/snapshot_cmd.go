@@ -65,7 +65,7 @@ type replayOpts struct {
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
-	o.stack.register(fs)
+	o.stack.register(fs, partClickHouse)
 	fs.IntVar(&o.step, "step", -1, "rebuild the state after this many steps (required)")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit of the rebuilt episode (0: the env's default, at least --step+1)")
 	fs.StringVar(&o.sandbox.Runtime, "sandbox.runtime", runtimes.Process, "sandbox runtime to rebuild in: process or containerd")

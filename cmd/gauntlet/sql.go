@@ -20,7 +20,7 @@ import (
 func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sql", stderr)
 	var o stackFlags
-	o.register(fs)
+	o.register(fs, partClickHouse)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ var episodeIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("episode show", stderr)
 	var o stackFlags
-	o.register(fs)
+	o.register(fs, partClickHouse)
 	full := fs.Bool("full", false, "print whole observations instead of their first 160 characters")
 	showPlan := fs.Bool("plan", false, "print the fault plan the episode met, re-derived from its record and checked against its digest")
 	if err := parse(fs, args); err != nil {

@@ -33,6 +33,16 @@ func registerDataDir(fs *flag.FlagSet, p *string, usage string) {
 	fs.StringVar(p, "data-dir", def, usage+" ($"+dataDirEnv+" sets the default)")
 }
 
+// stackParts are the parts of a stack a client command talks to; it gets the flags of
+// those and no others, so no flag it shows is ignored.
+type stackParts uint8
+
+const (
+	partNATS       stackParts = 1 << iota // --nats
+	partClickHouse                        // --clickhouse, --database
+	partTemporal                          // --temporal, --namespace
+)
+
 // stackFlags are how every client command finds a running stack: the flags name its parts
 // directly, or stack.json, which `gauntlet up` writes into --data-dir, says where they
 // are. stack.json is read once, and only when a part the command needs is not named.
@@ -49,13 +59,20 @@ type stackFlags struct {
 	stErr error
 }
 
-func (f *stackFlags) register(fs *flag.FlagSet) {
+// register declares --data-dir and the flags of parts on fs.
+func (f *stackFlags) register(fs *flag.FlagSet, parts stackParts) {
 	registerDataDir(fs, &f.dataDir, "where `gauntlet up` left stack.json")
-	fs.StringVar(&f.nats, "nats", "", "NATS URL (default: from stack.json)")
-	fs.StringVar(&f.clickHouse, "clickhouse", "", "ClickHouse native address (default: from stack.json)")
-	fs.StringVar(&f.database, "database", "", "ClickHouse database (default: from stack.json, else gauntlet)")
-	fs.StringVar(&f.temporal, "temporal", "", "Temporal frontend host:port (default: from stack.json)")
-	fs.StringVar(&f.namespace, "namespace", "default", "Temporal namespace")
+	if parts&partNATS != 0 {
+		fs.StringVar(&f.nats, "nats", "", "NATS URL (default: from stack.json)")
+	}
+	if parts&partClickHouse != 0 {
+		fs.StringVar(&f.clickHouse, "clickhouse", "", "ClickHouse native address (default: from stack.json)")
+		fs.StringVar(&f.database, "database", "", "ClickHouse database (default: from stack.json, else gauntlet)")
+	}
+	if parts&partTemporal != 0 {
+		fs.StringVar(&f.temporal, "temporal", "", "Temporal frontend host:port (default: from stack.json)")
+		fs.StringVar(&f.namespace, "namespace", "default", "Temporal namespace")
+	}
 }
 
 // stack returns the running stack's stack.json.
