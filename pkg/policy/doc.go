@@ -9,7 +9,6 @@
 // seed. The registry (Register, Lookup, Names) is safe for concurrent use. A policy that
 // needs configuration (the "http" policy's endpoint) registers an unconfigured row for its
 // name; the process makes a configured one and hands it, in a Set, to whoever builds
-// agents. NewAgent fails
-// with a Go error when the policy cannot play the env (ErrNoOracle, an unreadable tool
-// schema); an agent's own Act errors are infra errors of the episode.
+// agents. NewAgent fails with a Go error when the policy cannot play the env (ErrNoOracle,
+// an unreadable tool schema); an agent's own Act errors are infra errors of the episode.
 package policy
