@@ -130,7 +130,7 @@ func safeStep(ep env.Episode, a env.Action) (res env.StepResult, err error) {
 	return ep.Step(a)
 }
 
-var errPanic = errors.New("Step panicked")
+var errPanic = errors.New("the episode panicked in Step")
 
 // transcript is an episode as recorded: its first observation, then each step's action
 // and everything of its result that the env decides. Metering's measurements of the
