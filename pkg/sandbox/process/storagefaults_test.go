@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,62 +15,9 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/pool"
-	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/sandboxtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
-
-const storageSpec = `name: bad-disk
-faults:
-  - {id: full, kind: disk_full, match: {paths: ["/full/*"]}}
-  - {id: ro, kind: read_only, match: {paths: ["/ro/*"]}}
-  - {id: slow, kind: io_latency, match: {paths: ["/slow/*"], ops: [read]}, params: {mean_ms: 150, jitter_ms: 0}}
-  - {id: coin, kind: disk_full, probability: 0.5, match: {paths: ["/coin/*"]}}
-`
-
-// recorder collects what a gate fires, from the FUSE server's goroutines.
-type recorder struct {
-	mu    sync.Mutex
-	fired []string
-}
-
-func (r *recorder) onFire(_ string, ev faults.Event, fs []faults.Fired) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, f := range fs {
-		r.fired = append(r.fired, f.RuleID+" "+ev.Op+" "+ev.Path+": "+f.Detail)
-	}
-}
-
-func (r *recorder) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.fired
-	r.fired = nil
-	return out
-}
-
-// faultedSandbox creates a sandbox and attaches a storage-fault layer deciding with seed.
-func faultedSandbox(t *testing.T, rt *process.Runtime, seed uint64) (*tools.Toolbox, string, *recorder) {
-	t.Helper()
-	ctx := context.Background()
-	_, rules, err := faults.ParseSpec([]byte(storageSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := rt.Create(ctx, sandbox.Spec{Workspace: []sandbox.File{
-		{Path: "full/.keep"}, {Path: "ro/keep.txt", Data: []byte("keep\n")},
-		{Path: "slow/a.txt", Data: []byte("slow\n")}, {Path: "coin/.keep"},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
-	rec := &recorder{}
-	if err := rt.AttachStorageFaults(ctx, h.ID, faultfs.NewGate(faults.NewDecider(seed, rules), rec.onFire, nil)); err != nil {
-		t.Fatalf("attach storage faults (FUSE must mount here): %v", err)
-	}
-	return tools.New(rt, h.ID, tools.Options{}), h.ID, rec
-}
 
 func run(t *testing.T, tb *tools.Toolbox, cmd string) tools.ExecResult {
 	t.Helper()
@@ -100,11 +46,12 @@ func TestStorageFaultsReachCommands(t *testing.T) {
 		t.Fatalf("a sandbox without storage faults has %s FUSE mounts", res.Stdout)
 	}
 
-	tb, id, rec := faultedSandbox(t, rt, 7)
+	f := sandboxtest.NewStorageFaulted(t, rt, 7)
+	tb, id := f.Toolbox, f.ID
 	if res := run(t, tb, fuseMounts); strings.TrimSpace(res.Stdout) != "1" {
 		t.Fatalf("the faulted sandbox has %q FUSE mounts, want its workspace", res.Stdout)
 	}
-	rec.take()
+	f.Take()
 
 	// What each kind does to a command, and that a seed fires the same faults every
 	// time, is the storage-fault suite's (sandboxtest.StorageFaults, run on every runtime
@@ -118,7 +65,7 @@ func TestStorageFaultsReachCommands(t *testing.T) {
 	if res.Metering.WallTime < 250*time.Millisecond {
 		t.Errorf("cat under io_latency took %v, want at least 300 ms", res.Metering.WallTime)
 	}
-	if got := rec.take(); len(got) != 2 || !strings.HasPrefix(got[0], "slow read /slow/a.txt") {
+	if got := f.Take(); len(got) != 2 || !strings.HasPrefix(got[0], "slow read /slow/a.txt") {
 		t.Errorf("fired %q, want io_latency on two reads of /slow/a.txt", got)
 	}
 
@@ -135,7 +82,7 @@ func TestStorageFaultsReachCommands(t *testing.T) {
 	if s := st.Sys().(*syscall.Stat_t); int(s.Uid) != uid || int(s.Gid) != gid {
 		t.Errorf("a file made through the layer belongs to %d:%d, want the sandbox user %d:%d", s.Uid, s.Gid, uid, gid)
 	}
-	if got := rec.take(); len(got) != 0 {
+	if got := f.Take(); len(got) != 0 {
 		t.Errorf("fired %q outside the faulted paths", got)
 	}
 
@@ -155,11 +102,11 @@ func TestStorageFaultsReachCommands(t *testing.T) {
 	if err := rt.DetachStorageFaults(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	rec.take()
+	f.Take()
 	if res := run(t, tb, fuseMounts+"; echo y > full/g && cat full/g"); res.Stdout != "0\ny\n" {
 		t.Errorf("after detach: %q %q", res.Stdout, res.Stderr)
 	}
-	if got := rec.take(); len(got) != 0 {
+	if got := f.Take(); len(got) != 0 {
 		t.Errorf("fired %q after detach", got)
 	}
 }

@@ -98,23 +98,33 @@ func StorageFaults(t *testing.T, rt sandbox.Runtime, opts ...Option) StorageTrac
 		return out
 	}
 	t.Run("Commands", func(t *testing.T) { out.Commands = commandStorageRun(t, rt, sf, o) })
-	t.Run("CommandsSameSeedSameFaults", func(t *testing.T) { commandsSameSeed(t, rt, sf, o) })
+	t.Run("CommandsSameSeedSameFaults", func(t *testing.T) { commandsSameSeed(t, rt, o) })
 	return out
 }
 
-// eventLog collects a toolbox's safety events.
-type eventLog struct {
+// EventLog collects a toolbox's safety events (its tools.Options.OnEvent is Add); it is
+// safe for concurrent use.
+type EventLog struct {
 	mu     sync.Mutex
 	events []sandbox.Event
 }
 
-func (r *eventLog) add(e sandbox.Event) {
+// Add records e.
+func (r *EventLog) Add(e sandbox.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 }
 
-func (r *eventLog) has(k sandbox.EventKind) bool {
+// Events returns a copy of what was recorded.
+func (r *EventLog) Events() []sandbox.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// Has reports whether an event of kind k was recorded.
+func (r *EventLog) Has(k sandbox.EventKind) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.ContainsFunc(r.events, func(e sandbox.Event) bool { return e.Kind == k })
@@ -164,8 +174,8 @@ func toolStorageRun(t *testing.T, rt sandbox.Runtime, o options, hostSide bool, 
 	if !hostSide {
 		r = execOnly{rt}
 	}
-	rec := &eventLog{}
-	tb := tools.New(r, h.ID, tools.Options{Storage: gate, OnEvent: rec.add})
+	rec := &EventLog{}
+	tb := tools.New(r, h.ID, tools.Options{Storage: gate, OnEvent: rec.Add})
 	if tb.HostSide() != hostSide {
 		t.Fatalf("HostSide() = %v, want %v", tb.HostSide(), hostSide)
 	}
@@ -225,8 +235,8 @@ func toolStorageRun(t *testing.T, rt sandbox.Runtime, o options, hostSide bool, 
 	if res, err := tb.Exec(ctx, tools.ExecArgs{Command: "mkdir -p full && ln -s /etc/passwd full/link"}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("plant symlink: %+v, %v", res, err)
 	}
-	if err := tb.Write(ctx, "full/link", []byte("x"), 0); !errors.Is(err, tools.ErrSymlink) || !rec.has(tools.EventSymlink) {
-		t.Fatalf("write through a planted symlink: %v (symlink event recorded: %v)", err, rec.has(tools.EventSymlink))
+	if err := tb.Write(ctx, "full/link", []byte("x"), 0); !errors.Is(err, tools.ErrSymlink) || !rec.Has(tools.EventSymlink) {
+		t.Fatalf("write through a planted symlink: %v (symlink event recorded: %v)", err, rec.Has(tools.EventSymlink))
 	}
 	// A coin flip per write: which ones fail is the seed's.
 	for i := 0; i < 12; i++ {
@@ -238,11 +248,35 @@ func toolStorageRun(t *testing.T, rt sandbox.Runtime, o options, hostSide bool, 
 	return slices.Clone(log.take())
 }
 
-// faultedSandbox creates a sandbox for the commands' checks and attaches the runtime's
-// storage-fault layer to it, deciding with seed; log gets what fires, as "<rule> <op>
-// <path>".
-func faultedSandbox(t *testing.T, rt sandbox.Runtime, sf sandbox.StorageFaulter, o options, seed uint64) (*tools.Toolbox, string, *firedLog) {
+// StorageFaulted is a sandbox with the runtime's storage-fault layer attached, for
+// checks of what commands meet (NewStorageFaulted).
+type StorageFaulted struct {
+	// Toolbox runs the agent's tools in the sandbox (without a gate of its own).
+	Toolbox *tools.Toolbox
+	// ID is the sandbox's id.
+	ID  string
+	log *firedLog
+}
+
+// Take returns and forgets what fired since the last Take, each as "<rule> <op> <path>".
+func (s *StorageFaulted) Take() []string { return s.log.take() }
+
+// NewStorageFaulted creates a sandbox of rt whose workspace holds full/, ro/keep.txt,
+// slow/a.txt and coin/, and attaches the runtime's storage-fault layer to it, deciding
+// the suite's command faults with seed: disk_full under full/, read_only under ro/,
+// io_latency of 150 ms on reads under slow/, and disk_full with probability 0.5 on
+// creates under coin/. It fails t when rt is no sandbox.StorageFaulter or cannot
+// attach; the sandbox is destroyed when the test ends.
+func NewStorageFaulted(t *testing.T, rt sandbox.Runtime, seed uint64, opts ...Option) *StorageFaulted {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	sf, ok := rt.(sandbox.StorageFaulter)
+	if !ok {
+		t.Fatalf("runtime %s cannot apply storage faults to commands", rt.Name())
+	}
 	ctx := context.Background()
 	_, rules, err := faults.ParseSpec([]byte(commandStorageSpec))
 	if err != nil {
@@ -267,7 +301,7 @@ func faultedSandbox(t *testing.T, rt sandbox.Runtime, sf sandbox.StorageFaulter,
 	if err := sf.AttachStorageFaults(ctx, h.ID, gate); err != nil {
 		t.Fatalf("attach storage faults (FUSE must mount here): %v", err)
 	}
-	return tools.New(rt, h.ID, tools.Options{}), h.ID, log
+	return &StorageFaulted{Toolbox: tools.New(rt, h.ID, tools.Options{}), ID: h.ID, log: log}
 }
 
 // shell runs cmd by shell.exec, failing t when the runtime fails.
@@ -285,7 +319,8 @@ func shell(t *testing.T, tb *tools.Toolbox, cmd string) tools.ExecResult {
 // work; after detaching no fault and no FUSE mount is left.
 func commandStorageRun(t *testing.T, rt sandbox.Runtime, sf sandbox.StorageFaulter, o options) []string {
 	ctx := context.Background()
-	tb, id, log := faultedSandbox(t, rt, sf, o, 7)
+	f := NewStorageFaulted(t, rt, 7, WithImage(o.image))
+	tb, id, log := f.Toolbox, f.ID, f.log
 	var trace []string
 	if res := shell(t, tb, "echo x > full/f"); res.ExitCode == 0 || !strings.Contains(strings.ToLower(res.Stderr), "no space left on device") {
 		t.Errorf("echo x > full/f: exit %d %q, want ENOSPC", res.ExitCode, res.Stderr)
@@ -333,13 +368,13 @@ func commandStorageRun(t *testing.T, rt sandbox.Runtime, sf sandbox.StorageFault
 
 // commandsSameSeed: a single-threaded command meets the same faults on the same seed, in
 // the same order, and another seed differs.
-func commandsSameSeed(t *testing.T, rt sandbox.Runtime, sf sandbox.StorageFaulter, o options) {
+func commandsSameSeed(t *testing.T, rt sandbox.Runtime, o options) {
 	cmd := "for i in $(seq 1 16); do echo $i > coin/f$i || true; done 2>/dev/null; ls coin | wc -l"
 	var traces [][]string
 	for _, seed := range []uint64{7, 7, 8} {
-		tb, _, log := faultedSandbox(t, rt, sf, o, seed)
-		res := shell(t, tb, cmd)
-		fired := log.take()
+		f := NewStorageFaulted(t, rt, seed, WithImage(o.image))
+		res := shell(t, f.Toolbox, cmd)
+		fired := f.Take()
 		creates := 0 // a file whose create failed does not exist; one whose write failed is empty
 		for _, f := range fired {
 			if strings.HasPrefix(f, "coin create ") {
