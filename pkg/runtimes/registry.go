@@ -3,11 +3,11 @@ package runtimes
 import (
 	"context"
 	"fmt"
+	"errors"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/registry"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
@@ -29,48 +29,22 @@ type Registration struct {
 	Validate func(c Config) []error
 }
 
-var registry struct {
-	mu   sync.RWMutex
-	rows map[string]Registration
-}
+// registered holds the rows by name; Config.Validate reports an unknown name itself,
+// listing the known ones.
+var registered = registry.New[Registration]("sandbox runtime", errors.New("unknown sandbox runtime"))
 
 // Register adds a runtime's row. It panics on an empty or duplicate name or a row without
-// Open: rows are registered by init functions, so either is a programming error found
-// by the first test.
+// Open: rows are registered by init functions, so either is a programming error that
+// shows at start-up.
 func Register(r Registration) {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
 	if r.Name == "" || r.Open == nil {
-		panic("runtimes: Register of a row without a name or Open")
+		panic("sandbox runtime: a row without a name or Open")
 	}
-	if _, dup := registry.rows[r.Name]; dup {
-		panic("runtimes: Register called twice for runtime " + r.Name)
-	}
-	if registry.rows == nil {
-		registry.rows = map[string]Registration{}
-	}
-	registry.rows[r.Name] = r
+	registered.Register(r.Name, r)
 }
 
 // Names lists the registered runtimes, sorted.
-func Names() []string {
-	registry.mu.RLock()
-	defer registry.mu.RUnlock()
-	out := make([]string, 0, len(registry.rows))
-	for n := range registry.rows {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// lookup returns the row registered under name.
-func lookup(name string) (Registration, bool) {
-	registry.mu.RLock()
-	defer registry.mu.RUnlock()
-	r, ok := registry.rows[name]
-	return r, ok
-}
+func Names() []string { return registered.Names() }
 
 // unknownRuntime is Validate's error for a name no row has.
 func unknownRuntime(name string) error {

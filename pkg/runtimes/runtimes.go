@@ -53,7 +53,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Runtime != None {
-		if r, ok := lookup(c.Runtime); !ok {
+		if r, err := registered.Lookup(c.Runtime); err != nil {
 			errs = append(errs, unknownRuntime(c.Runtime))
 		} else if r.Validate != nil {
 			errs = append(errs, r.Validate(c)...)
@@ -171,7 +171,7 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Sandboxes{image: c.Image, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}}
-	r, _ := lookup(c.Runtime) // Validate found it
+	r, _ := registered.Lookup(c.Runtime) // Validate found it
 	rt, stop, err := r.Open(ctx, c, filepath.Clean(c.StateDir), log)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err)
