@@ -2,8 +2,8 @@ package runtimes
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 
