@@ -397,12 +397,9 @@ func testSpecIsACopy(t *testing.T, s Subject) {
 	for i := range got.Services {
 		got.Services[i] += "-mutated"
 	}
-	after, err := json.Marshal(s.Env.Spec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(after, keep) {
-		t.Error("mutating the Spec a caller got changed the env's")
+	// A shared schema no longer encodes once blanked: that is a change too.
+	if after, err := json.Marshal(s.Env.Spec()); err != nil || !bytes.Equal(after, keep) {
+		t.Errorf("mutating the Spec a caller got changed the env's (%v)", err)
 	}
 	if e, err := env.Lookup(want.Name); err != nil || !reflect.DeepEqual(e.Spec(), want) {
 		t.Errorf("the env is not registered under its spec's name %q: %v", want.Name, err)
