@@ -140,3 +140,40 @@ func TestServingFlagsUnchanged(t *testing.T) {
 		t.Errorf("serving flags (name=default) changed:\n%s\nwant (testdata/serving-flags.txt):\n%s", got.String(), want)
 	}
 }
+
+// The stack flags name parts directly; what they leave out comes from stack.json, which
+// is needed only then.
+func TestStackFlagsResolve(t *testing.T) {
+	parse := func(args ...string) *stackFlags {
+		t.Helper()
+		var sf stackFlags
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		sf.register(fs, partNATS|partClickHouse|partTemporal)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return &sf
+	}
+	none := t.TempDir()
+	sf := parse("--data-dir", none, "--nats", "nats://n:1", "--clickhouse", "c:2")
+	if url, err := sf.natsURL(); err != nil || url != "nats://n:1" {
+		t.Errorf("natsURL = %q, %v", url, err)
+	}
+	if addr, db := sf.clickHouseIfKnown(); addr != "c:2" || db != "gauntlet" {
+		t.Errorf("clickHouseIfKnown = %q, %q", addr, db)
+	}
+	if _, err := parse("--data-dir", none).natsURL(); err == nil || !strings.Contains(err.Error(), "--data-dir") {
+		t.Errorf("natsURL without a stack: %v", err)
+	}
+
+	dir := t.TempDir()
+	if err := writeStack(dir, stack{NATSURL: "nats://s:1", ClickHouse: "s:2", Database: "db", Temporal: "s:3"}); err != nil {
+		t.Fatal(err)
+	}
+	sf = parse("--data-dir", dir, "--database", "mine")
+	url, err := sf.natsURL()
+	addr, db := sf.clickHouseIfKnown()
+	if err != nil || url != "nats://s:1" || addr != "s:2" || db != "mine" {
+		t.Errorf("from stack.json: nats %q (%v), clickhouse %q, database %q", url, err, addr, db)
+	}
+}
