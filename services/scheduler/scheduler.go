@@ -144,10 +144,22 @@ func (s *Service) Starting(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load run %s: %w", k, err)
 		}
-		r, err := decodeRun(e.Value())
+		r, legacy, err := decodeRun(e.Value())
 		if err != nil {
 			s.log.Error("skipping unreadable run state", "run_id", k, "err", err)
 			continue
+		}
+		if legacy {
+			// Written as JSON by an older scheduler: rewritten as a RunState once, only
+			// if nobody changed it meanwhile (readers take either form, so a failed
+			// rewrite costs nothing but the next attempt).
+			b, err := r.encode()
+			if err == nil {
+				_, err = kv.Update(ctx, k, b, e.Revision())
+			}
+			if err != nil {
+				s.log.Warn("rewrite a JSON run state as a RunState", "run_id", k, "err", err)
+			}
 		}
 		if !r.done() {
 			s.runs[k] = r
@@ -653,7 +665,7 @@ func (s *Service) hasEnded(ctx context.Context, runID string, index uint64) (end
 	if err != nil {
 		return false, false, fmt.Errorf("load run %s: %w", runID, err)
 	}
-	r, err = decodeRun(e.Value())
+	r, _, err = decodeRun(e.Value())
 	if err != nil {
 		return false, false, nil
 	}
