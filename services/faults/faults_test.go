@@ -1,15 +1,19 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -114,5 +118,40 @@ func TestPlansAreCompactAndExpandExactly(t *testing.T) {
 	}
 	if seen["slow"] == 0 || seen[plans.ProfileEdge] == 0 {
 		t.Fatalf("profiles drawn %v; the test needs both", seen)
+	}
+}
+
+// A plan reply's error says its kind: a request that cannot be planned is invalid (the
+// caller refuses the run), a bucket that cannot be read is unavailable (the caller tries
+// again later).
+func TestPlanReplyErrorsCarryTheirKind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	s := New(func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := s.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stopping(ctx)
+	ask := func(req *gauntletv1.PlanRequest) *gauntletv1.PlanReply {
+		t.Helper()
+		var reply gauntletv1.PlanReply
+		if err := b.Request(ctx, bus.SubjectPlan, req, &reply); err != nil {
+			t.Fatal(err)
+		}
+		return &reply
+	}
+	eps := []*gauntletv1.EpisodeRequested{{EpisodeId: "a", Env: "shop", Seed: 1}}
+	if r := ask(&gauntletv1.PlanRequest{Episodes: eps}); r.Error != "" || r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_UNSPECIFIED || len(r.Plans) != 1 {
+		t.Fatalf("valid request: %v", r)
+	}
+	if r := ask(&gauntletv1.PlanRequest{Episodes: eps, Profiles: []*gauntletv1.Share{{Name: "chaos", Weight: 1}}}); r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_INVALID {
+		t.Errorf("unknown profile: kind %v (%q), want invalid", r.ErrorKind, r.Error)
+	}
+	if err := b.JS.DeleteKeyValue(ctx, bus.BucketDrift); err != nil {
+		t.Fatal(err)
+	}
+	if r := ask(&gauntletv1.PlanRequest{Episodes: eps}); r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_UNAVAILABLE || r.Error == "" {
+		t.Errorf("drift bucket unreadable: kind %v (%q), want unavailable", r.ErrorKind, r.Error)
 	}
 }
