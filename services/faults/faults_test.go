@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -153,5 +155,17 @@ func TestPlanReplyErrorsCarryTheirKind(t *testing.T) {
 	}
 	if r := ask(&gauntletv1.PlanRequest{Episodes: eps}); r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_UNAVAILABLE || r.Error == "" {
 		t.Errorf("drift bucket unreadable: kind %v (%q), want unavailable", r.ErrorKind, r.Error)
+	}
+}
+
+// A read of the global drift that times out is unavailable, not the request's fault.
+func TestGlobalDriftTimeoutIsUnavailable(t *testing.T) {
+	b := bustest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	_, _, err := GlobalDrift(ctx, b.JS)
+	if !errors.Is(err, context.DeadlineExceeded) || !errkind.Is(errkind.Unavailable, err) {
+		t.Fatalf("GlobalDrift past its deadline: %v (kind %v), want a deadline exceeded of kind unavailable", err, errkind.Of(err))
 	}
 }
