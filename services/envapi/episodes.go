@@ -277,13 +277,14 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 			return nil, err
 		}
 	}
-	sess := play.NewSession(s.bus(), s.cfg.SegmentSteps, &gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, s.cfg.ID)
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, s.cfg.ID, s.scorer,
+		&play.Publisher{Bus: s.bus(), Max: s.cfg.SegmentSteps})
 	// The env API's plans name built-in profiles only: no template to find.
-	if _, err := sess.Prepare(sctx); err != nil {
+	if _, err := sess.Prepare(sctx, s.deps); err != nil {
 		_ = sess.Close()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	obs, err := sess.Reset(1)
+	obs, err := sess.Reset(sctx, 1)
 	if err != nil {
 		_ = sess.Close()
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: %w", err))
@@ -295,17 +296,24 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		IdleTimeoutMs: uint32(s.cfg.IdleTimeout.Milliseconds()),
 	}
 	ep.touch()
-	for i, act := range replay {
-		stctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout)
-		_, res, err := sess.Step(stctx, s.scorer, act, nil)
+	if len(replay) > 0 {
+		rec := make([]play.Recorded, len(replay))
+		for i, act := range replay {
+			rec[i] = play.Recorded{Action: act}
+		}
+		// Each replayed step has the step timeout, as a trainer's step would.
+		rctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout*time.Duration(len(replay)))
+		turn, _, err := sess.Replay(rctx, rec)
 		cancel()
 		if err != nil {
-			_ = sess.FinishInfra(stctx, err)
+			fctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout)
+			_ = sess.FinishInfra(fctx, err)
+			cancel()
 			_ = sess.Close()
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error replaying step %d: %w", i, err))
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: %w", err))
 		}
-		ep.actions = append(ep.actions, act)
-		ep.lastObs = string(res.Observation)
+		ep.actions = append(ep.actions, replay...)
+		ep.lastObs = string(turn.Observation)
 	}
 	s.mu.Lock()
 	s.live[ep.id] = ep
@@ -380,7 +388,7 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	}
 	act := env.Action{Tool: r.Action.GetTool(), Args: json.RawMessage(r.Action.GetArgsJson())}
 	sctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout)
-	st, res, err := e.sess.Step(sctx, s.scorer, act, r.GetTrainer())
+	st, res, err := e.sess.Step(sctx, act, r.GetTrainer())
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
