@@ -64,6 +64,25 @@ func (d Deps) Prepare(ctx context.Context, req *gauntletv1.EpisodeRequested, pla
 	return e, ep, nil
 }
 
+// Check validates what req asks for (its env and its params) without planning faults or
+// taking a sandbox: the env builds an episode, which is closed at once. Callers that must
+// refuse a bad request before reserving anything for it (the env API's Reset) use it.
+func (d Deps) Check(req *gauntletv1.EpisodeRequested) (env.Env, error) {
+	lookup := d.Envs
+	if lookup == nil {
+		lookup = env.Lookup
+	}
+	e, err := lookup(req.Env)
+	if err != nil {
+		return nil, fmt.Errorf("env: %w", err)
+	}
+	ep, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps})
+	if err != nil {
+		return e, fmt.Errorf("params_json: %w", err)
+	}
+	return e, env.Close(ep)
+}
+
 // envServices holds each registered env's services (env name → []string), read from its
 // Spec once: a Spec builds every tool's schema and description, and building one per
 // episode was 2.4 % of a worker's allocations. A registered env's spec does not change.

@@ -226,10 +226,11 @@ func (s *Service) Reset(ctx context.Context, req *connect.Request[gauntletv1.Res
 
 // validateReset checks a reset request before any slot or plan is taken; errors name the
 // field.
-func validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
-	e, err := env.Lookup(r.GetEnv())
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("env: %w", err))
+func (s *Service) validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
+	// The env validates its parameters when it builds an episode; no faults needed here.
+	e, err := s.deps.Check(&gauntletv1.EpisodeRequested{Env: r.GetEnv(), ParamsJson: r.GetParamsJson(), Seed: r.GetSeed(), MaxSteps: r.GetMaxSteps()})
+	if e == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	if p := r.GetProfile(); p != "" && !slices.Contains(faults.Profiles(), p) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("profile: unknown profile %q; known: %v (or empty for the default mix)", p, faults.Profiles()))
@@ -237,9 +238,8 @@ func validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
 	if len(r.GetPolicy()) > maxPolicyName {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("policy: %d bytes is longer than %d", len(r.GetPolicy()), maxPolicyName))
 	}
-	// The env validates its parameters when it builds an episode; no faults needed here.
-	if _, err := e.NewEpisode(env.Config{Seed: r.GetSeed(), Params: json.RawMessage(r.GetParamsJson()), MaxSteps: r.GetMaxSteps()}); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("params_json: %w", err))
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	return e, nil
 }
@@ -248,7 +248,7 @@ func validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
 // service (or plan, for a fork), the env episode reset and its started event published;
 // replay, for a fork, is played through the pipeline before the episode is handed out.
 func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetRequest, plan *gauntletv1.FaultPlan, replay []env.Action) (*gauntletv1.ResetResponse, error) {
-	e, err := validateReset(r)
+	e, err := s.validateReset(r)
 	if err != nil {
 		return nil, err
 	}
