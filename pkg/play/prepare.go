@@ -35,13 +35,9 @@ type Deps struct {
 // played). Its errors are the request's fault: an unknown env, bad params, a bad plan, a
 // template not found.
 func (d Deps) Prepare(ctx context.Context, req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan) (env.Env, env.Episode, error) {
-	lookup := d.Envs
-	if lookup == nil {
-		lookup = env.Lookup
-	}
-	e, err := lookup(req.Env)
+	e, err := d.lookup(req.Env)
 	if err != nil {
-		return nil, nil, fmt.Errorf("env: %w", err)
+		return nil, nil, err
 	}
 	var full *gauntletv1.FaultPlan
 	if d.Templates != nil {
@@ -68,19 +64,27 @@ func (d Deps) Prepare(ctx context.Context, req *gauntletv1.EpisodeRequested, pla
 // taking a sandbox: the env builds an episode, which is closed at once. Callers that must
 // refuse a bad request before reserving anything for it (the env API's Reset) use it.
 func (d Deps) Check(req *gauntletv1.EpisodeRequested) (env.Env, error) {
-	lookup := d.Envs
-	if lookup == nil {
-		lookup = env.Lookup
-	}
-	e, err := lookup(req.Env)
+	e, err := d.lookup(req.Env)
 	if err != nil {
-		return nil, fmt.Errorf("env: %w", err)
+		return nil, err
 	}
 	ep, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps})
 	if err != nil {
 		return e, fmt.Errorf("params_json: %w", err)
 	}
 	return e, env.Close(ep)
+}
+
+func (d Deps) lookup(name string) (env.Env, error) {
+	lookup := d.Envs
+	if lookup == nil {
+		lookup = env.Lookup
+	}
+	e, err := lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("env: %w", err)
+	}
+	return e, nil
 }
 
 // envServices holds each registered env's services (env name → []string), read from its
