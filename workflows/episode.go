@@ -13,6 +13,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -155,11 +156,15 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 			fmt.Sprintf("play episode %s: faults service cannot plan it: %s", ep.EpisodeId, plans.Error), ErrTypeInvalidSpec, nil)
 	}
 	plan := plans.Plans[0]
-	// Curriculum stages name built-in profiles only, so a compact plan names no template.
 	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}, a.WorkerID, requestScorer{b}, out)
 	defer func() { _ = sess.Close() }()
-	e, err := sess.Prepare(ctx, a.Play)
+	deps := a.Play
+	if deps.Templates == nil {
+		// The bus is known only now; a plan of a user-defined profile finds its template.
+		deps.Templates = templates.New(b.JS)
+	}
+	e, err := sess.Prepare(ctx, deps)
 	var agent env.Agent
 	if err == nil {
 		agent, err = play.NewAgent(e, ep)

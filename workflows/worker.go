@@ -19,7 +19,8 @@ type Activities struct {
 	Bus func() *bus.Bus
 	// WorkerID names this process in the events of durable episodes.
 	WorkerID string
-	// Play builds durable episodes: the sandboxes of this process's runtime, if any.
+	// Play builds durable episodes: the sandboxes of this process's runtime, if any;
+	// without Templates, the template store of the bus.
 	Play play.Deps
 	// AfterStep, when set, is called after each durable-episode step is in the stream
 	// and in the heartbeat; tests use it to stop a worker at a known step.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -25,9 +24,16 @@ type Deps struct {
 	// process runs no sandbox runtime, where such envs' episodes fail with
 	// env.ErrNoSandbox at Reset.
 	Sandboxes env.Sandboxes
-	// Templates finds the templates that compact plans of user-defined profiles name; nil
-	// where every plan is built-in or whole.
-	Templates *templates.Store
+	// Templates expands compact plans, finding the templates that plans of user-defined
+	// profiles name (a *templates.Store over the KV bucket); nil expands built-in and
+	// whole plans only.
+	Templates PlanExpander
+}
+
+// PlanExpander is faults.Expand with the template a compact plan names found somewhere
+// (templates.Store.Expand).
+type PlanExpander interface {
+	Expand(ctx context.Context, p *gauntletv1.FaultPlan, services []string) (*gauntletv1.FaultPlan, error)
 }
 
 // Prepare builds the episode req asks for under plan, expanding a compact plan first and

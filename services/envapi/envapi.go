@@ -37,6 +37,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
@@ -115,7 +116,8 @@ type Service struct {
 	bus    func() *bus.Bus
 	log    *slog.Logger
 	scorer *play.Scorer
-	// deps builds episodes: the registry, the sandboxes of the runtime (if any).
+	// deps builds episodes: the registry, the sandboxes of the runtime (if any), the
+	// plan templates.
 	deps play.Deps
 	// runtime is the opened sandbox runtime, nil when none is configured.
 	runtime *runtimes.Sandboxes
@@ -205,6 +207,9 @@ func (s *Service) Starting(ctx context.Context) error {
 	}
 	if sb != nil {
 		s.runtime, s.deps.Sandboxes = sb, sb
+	}
+	if b := s.bus(); b != nil {
+		s.deps.Templates = templates.New(b.JS)
 	}
 	// One port for HTTP/1.1 (Connect JSON, gRPC-Web) and unencrypted HTTP/2 (gRPC).
 	var protocols http.Protocols

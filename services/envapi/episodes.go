@@ -279,7 +279,6 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 	}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, s.cfg.ID, s.scorer,
 		&play.Publisher{Bus: s.bus(), Max: s.cfg.SegmentSteps})
-	// The env API's plans name built-in profiles only: no template to find.
 	if _, err := sess.Prepare(sctx, s.deps); err != nil {
 		_ = sess.Close()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
