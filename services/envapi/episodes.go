@@ -53,12 +53,14 @@ type tombstone struct {
 	at     time.Time
 }
 
-// snapshot is a point of an episode: its request, plan and actions so far.
+// snapshot is a point of an episode: its request, plan and actions so far, and what the
+// last of them observed (which a fork's replay must observe too).
 type snapshot struct {
 	tenant  string
 	reset   *gauntletv1.ResetRequest
 	plan    *gauntletv1.FaultPlan
 	actions []env.Action
+	lastObs string
 	at      time.Time
 }
 
@@ -218,7 +220,7 @@ func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1
 
 // Reset starts an episode.
 func (s *Service) Reset(ctx context.Context, req *connect.Request[gauntletv1.ResetRequest]) (*connect.Response[gauntletv1.ResetResponse], error) {
-	out, err := s.start(ctx, tenantOf(ctx), req.Msg, nil, nil)
+	out, err := s.start(ctx, tenantOf(ctx), req.Msg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -246,9 +248,15 @@ func (s *Service) validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
 }
 
 // start makes a live episode: a slot of the tenant's quota, a fault plan from the faults
-// service (or plan, for a fork), the env episode reset and its started event published;
-// replay, for a fork, is played through the pipeline before the episode is handed out.
-func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetRequest, plan *gauntletv1.FaultPlan, replay []env.Action) (*gauntletv1.ResetResponse, error) {
+// service (or the snapshot's, for a fork), the env episode reset and its started event
+// published; a fork's snapshot actions are replayed through the pipeline before the
+// episode is handed out.
+func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetRequest, from *snapshot) (*gauntletv1.ResetResponse, error) {
+	var plan *gauntletv1.FaultPlan
+	var replay []env.Action
+	if from != nil {
+		plan, replay = from.plan, from.actions
+	}
 	e, err := s.validateReset(r)
 	if err != nil {
 		return nil, err
@@ -301,9 +309,11 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		for i, act := range replay {
 			rec[i] = play.Recorded{Action: act}
 		}
+		// The snapshot kept its last observation only: enough to prove the fork is there.
+		rec[len(rec)-1].Observation = []byte(from.lastObs)
 		// Each replayed step has the step timeout, as a trainer's step would.
 		rctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout*time.Duration(len(replay)))
-		turn, _, err := sess.Replay(rctx, rec)
+		turn, diverged, err := sess.Replay(rctx, rec)
 		cancel()
 		if err != nil {
 			fctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout)
@@ -311,6 +321,10 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 			cancel()
 			_ = sess.Close()
 			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: %w", err))
+		}
+		if diverged >= 0 {
+			s.log.Warn("envapi: a fork observes something else than its snapshot (an env whose output is not deterministic?)",
+				"episode_id", ep.id, "step", diverged)
 		}
 		ep.actions = append(ep.actions, replay...)
 		ep.lastObs = string(turn.Observation)
@@ -471,7 +485,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[gauntletv1.
 	e.touch()
 	q := e.sess.Req
 	snap := &snapshot{
-		tenant: t.Name, plan: e.sess.Plan, actions: slices.Clone(e.actions), at: time.Now(),
+		tenant: t.Name, plan: e.sess.Plan, actions: slices.Clone(e.actions), lastObs: e.lastObs, at: time.Now(),
 		reset: &gauntletv1.ResetRequest{Env: q.Env, ParamsJson: q.ParamsJson, Seed: q.Seed, MaxSteps: q.MaxSteps, Policy: q.Policy},
 	}
 	e.mu.Unlock()
@@ -501,7 +515,7 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[gauntletv1.Fork
 	if !ok || snap.tenant != t.Name {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("snapshot_id: no snapshot %q", req.Msg.GetSnapshotId()))
 	}
-	out, err := s.start(ctx, t, snap.reset, snap.plan, snap.actions)
+	out, err := s.start(ctx, t, snap.reset, snap)
 	if err != nil {
 		return nil, err
 	}
