@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
 )
 
 // Activities holds what gauntlet's activities need: a NATS connection to submit runs,
@@ -19,9 +19,10 @@ type Activities struct {
 	Bus func() *bus.Bus
 	// WorkerID names this process in the events of durable episodes.
 	WorkerID string
-	// Policies are the policies durable episodes play, with their configuration (the
-	// "http" policy's endpoint); nil is the registered policies alone.
-	Policies *policy.Set
+	// Play builds durable episodes and their agents: the sandboxes of this process's
+	// runtime, if any, and its configured policies; without Templates, the template store
+	// of the bus.
+	Play play.Deps
 	// AfterStep, when set, is called after each durable-episode step is in the stream
 	// and in the heartbeat; tests use it to stop a worker at a known step.
 	AfterStep func(ctx context.Context, episodeID string, step uint32)

@@ -19,6 +19,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
 	"github.com/gauntlet-rl/gauntlet/services/curriculum"
@@ -111,14 +112,17 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		if cfg.EnvAPI.Addr == "" {
 			return lifecycle.Funcs{}, nil // off
 		}
-		a.envapi = envapi.New(cfg.EnvAPI, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
+		ec := cfg.EnvAPI
+		ec.Sandbox = moduleSandbox(cfg, modEnvAPI)
+		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
 	}, modBus, modHTTP)
 	m.Register(modTemporal, a.initTemporal)
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
 			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
-			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2, Policies: policies,
+			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2,
+			Sandbox: moduleSandbox(cfg, modCurriculum), Policies: policies,
 		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
 	}, modBus, modTemporal, modHTTP)
 	// Services depend on each other only through NATS (requests retry until a responder
@@ -380,4 +384,18 @@ func readStack(dataDir string) (stack, error) {
 		return s, fmt.Errorf("read %s: %w", stackPath(dataDir), err)
 	}
 	return s, nil
+}
+
+// moduleSandbox is the sandbox runtime of a module other than the worker that plays
+// episodes (the env API, durable episodes): the worker's --sandbox.* flags, in a state
+// directory of its own, since each module opens its own runtime and a runtime owns what is
+// in its state directory.
+func moduleSandbox(cfg config, module string) runtimes.Config {
+	sc := cfg.Worker.Sandbox
+	if sc.StateDir == "" {
+		sc.StateDir = filepath.Join(cfg.DataDir, "sandbox-"+module)
+	} else {
+		sc.StateDir += "-" + module
+	}
+	return sc
 }
