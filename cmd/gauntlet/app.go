@@ -389,13 +389,11 @@ func readStack(dataDir string) (stack, error) {
 // moduleSandbox is the sandbox runtime of a module other than the worker that plays
 // episodes (the env API, durable episodes): the worker's --sandbox.* flags, in a state
 // directory of its own, since each module opens its own runtime and a runtime owns what is
-// in its state directory.
+// in its state directory. cfg is resolved (config.resolve), so the worker's state
+// directory is set: <data-dir>/sandbox unless --sandbox.state-dir names another, and the
+// module's is that with "-<module>" appended.
 func moduleSandbox(cfg config, module string) runtimes.Config {
 	sc := cfg.Worker.Sandbox
-	if sc.StateDir == "" {
-		sc.StateDir = filepath.Join(cfg.DataDir, "sandbox-"+module)
-	} else {
-		sc.StateDir += "-" + module
-	}
+	sc.StateDir += "-" + module
 	return sc
 }
