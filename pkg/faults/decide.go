@@ -78,49 +78,83 @@ type Event struct {
 	Method  string
 }
 
-// applies reports whether the rule's kind acts on this kind of event.
-func (r *Rule) applies(ev Event) bool {
-	k := r.Kind.Name
-	switch r.Kind.Layer {
-	case LayerResource:
-		return false
-	case LayerStorage:
-		if ev.Layer != LayerStorage {
-			return false
-		}
-		switch k {
-		case KindDiskFull:
-			return ev.Op == OpWrite || ev.Op == OpCreate || ev.Op == OpMkdir
-		case KindInodes:
-			return ev.Op == OpCreate || ev.Op == OpMkdir
-		case KindTooManyFiles:
-			return ev.Op == OpOpen || ev.Op == OpCreate
-		case KindReadOnly:
-			return ev.Op == OpWrite || ev.Op == OpCreate || ev.Op == OpMkdir || ev.Op == OpRemove || ev.Op == OpRename
-		case KindLockContention:
-			return ev.Op == OpLock
-		case KindShortWrite:
-			return ev.Op == OpWrite
-		}
-		return true
-	case LayerService:
-		return ev.Layer == LayerService
+// opSet is a set of Event operations, one bit each, so a rule's kind tells whether it
+// acts on an event by one mask test instead of comparing names.
+type opSet uint16
+
+const (
+	opOpen opSet = 1 << iota
+	opCreate
+	opRead
+	opWrite
+	opLock
+	opMkdir
+	opRemove
+	opRename
+	opStat
+	opLookup
+	opConnect
+	opRequest
+	// opOther is every operation not named above (and none).
+	opOther
+
+	allOps    = opOther<<1 - 1
+	notLookup = allOps &^ opLookup
+	// atOpen is for network kinds that act once, when a connection opens.
+	atOpen = notLookup &^ opWrite
+)
+
+// opBit returns the bit of an Event's operation.
+func opBit(op string) opSet {
+	switch op {
+	case OpOpen:
+		return opOpen
+	case OpCreate:
+		return opCreate
+	case OpRead:
+		return opRead
+	case OpWrite:
+		return opWrite
+	case OpLock:
+		return opLock
+	case OpMkdir:
+		return opMkdir
+	case OpRemove:
+		return opRemove
+	case OpRename:
+		return opRename
+	case OpStat:
+		return opStat
+	case OpLookup:
+		return opLookup
+	case OpConnect:
+		return opConnect
+	case OpRequest:
+		return opRequest
 	}
-	// Network kinds: name lookups meet only DNS faults, and DNS faults only lookups.
-	dns := k == KindDNSNXDomain || k == KindDNSServFail || k == KindDNSTimeout
-	if (ev.Op == OpLookup) != dns {
-		return false
+	return opOther
+}
+
+// meets reports whether a kind of layer l acts on events of layer ev: storage kinds on
+// file operations, service kinds on service calls, network kinds on both connections and
+// service calls, resource kinds on none.
+func (l Layer) meets(ev Layer) bool {
+	switch l {
+	case LayerStorage, LayerService:
+		return ev == l
+	case LayerNetwork:
+		return ev == LayerNetwork || ev == LayerService
 	}
-	// A connection is reset, black-holed or capped once, when it opens: its writes meet
-	// only latency and loss.
-	if ev.Op == OpWrite && (k == KindReset || k == KindTimeout || k == KindBandwidth) {
-		return false
-	}
-	return ev.Layer == LayerNetwork || ev.Layer == LayerService
+	return false
+}
+
+// applies reports whether the rule's kind acts on this kind of event (op is opBit(ev.Op)).
+func (r *Rule) applies(ev *Event, op opSet) bool {
+	return r.Kind.ops&op != 0 && r.Kind.Layer.meets(ev.Layer)
 }
 
 // matches reports whether the rule selects the event.
-func (r *Rule) matches(ev Event) bool {
+func (r *Rule) matches(ev *Event) bool {
 	if r.target != "" && !Matches(r.target, ev.Service, ev.Tool) {
 		return false
 	}
@@ -289,12 +323,15 @@ func (d *Decider) Forget(key string) {
 	d.mu.Unlock()
 }
 
-// Decide evaluates every rule matching ev as the next event of stream key.
+// Decide evaluates every rule matching ev as the next event of stream key. The rules'
+// kinds say what firing does (KindInfo.decide); Decide composes them: the first abort
+// that fires wins, delays add up, rewrites apply only to events not aborted.
 func (d *Decider) Decide(key string, ev Event) Decision {
 	out := Decision{Keep: 1, WriteKeep: 1}
 	if d == nil {
 		return out
 	}
+	op := opBit(ev.Op)
 	d.mu.Lock()
 	st := d.state[key]
 	if st == nil {
@@ -310,12 +347,12 @@ func (d *Decider) Decide(key string, ev Event) Decision {
 	var lossFired []bool
 	for i := range d.rules {
 		r := &d.rules[i]
-		if !r.applies(ev) || !r.matches(ev) {
+		if !r.applies(&ev, op) || !r.matches(&ev) {
 			continue
 		}
 		n := st.counters[i]
 		st.counters[i]++
-		if r.Kind.Name == KindPacketLoss {
+		if r.Kind.lossChain {
 			lossFired = append(lossFired, d.lossStep(st, i, key, n))
 		}
 		hits = append(hits, hit{i, n})
@@ -326,17 +363,14 @@ func (d *Decider) Decide(key string, ev Event) Decision {
 	for _, h := range hits {
 		r := &d.rules[h.i]
 		id := r.ID + "\x00" + key
-		if r.Kind.Name == KindPacketLoss {
-			lost := lossFired[li]
+		var fires bool
+		if r.Kind.lossChain {
+			fires = lossFired[li]
 			li++
-			if !lost || out.Abort != "" {
-				continue
-			}
-			out.Abort, out.RTO = KindPacketLoss, ms(r.Num("rto_ms"))
-			out.Fired = append(out.Fired, Fired{r.ID, KindPacketLoss, "lost"})
-			continue
+		} else {
+			fires = fireDraw(d.seed, id, h.n, r.Probability)
 		}
-		if !fireDraw(d.seed, id, h.n, r.Probability) {
+		if !fires {
 			continue
 		}
 		if r.Kind.Pass == PassAbort && out.Abort != "" {
@@ -345,64 +379,42 @@ func (d *Decider) Decide(key string, ev Event) Decision {
 		if r.Kind.Pass == PassRewrite && out.Abort != "" {
 			continue // nothing to rewrite on an aborted event
 		}
-		detail := ""
-		switch r.Kind.Name {
-		case KindHTTPError:
-			out.Status, out.RetryAfter = int(r.Num("status")), ms(r.Num("retry_after_ms"))
-			detail = "status=" + strconv.Itoa(out.Status) + " retry_after_ms=" + fmtNum(r.Num("retry_after_ms"))
-		case KindReset:
-			out.ResetAfterBytes, out.ResetAfter = int64(r.Num("after_bytes")), ms(r.Num("after_ms"))
-			detail = "after_bytes=" + fmtNum(r.Num("after_bytes")) + " after_ms=" + fmtNum(r.Num("after_ms"))
-		case KindTimeout:
-			out.Hold = ms(r.Num("hold_ms"))
-			detail = "hold_ms=" + fmtNum(r.Num("hold_ms"))
-		case KindDNSNXDomain, KindDNSServFail:
-			detail = ev.Host
-		case KindDNSTimeout:
-			out.Hold = ms(r.Num("after_ms"))
-			detail = ev.Host + " after_ms=" + fmtNum(r.Num("after_ms"))
-		case KindDiskFull, KindInodes:
-			out.Errno, detail = syscall.ENOSPC, "ENOSPC "+ev.Path
-		case KindTooManyFiles:
-			out.Errno, detail = syscall.EMFILE, "EMFILE "+ev.Path
-		case KindReadOnly:
-			out.Errno, detail = syscall.EROFS, "EROFS "+ev.Path
-		case KindLockContention:
-			out.Errno, out.Hold, detail = syscall.EWOULDBLOCK, ms(r.Num("wait_ms")), "EWOULDBLOCK "+ev.Path
-		case KindLatency, KindIOLatency:
-			v := latencyDraw(r, d.seed, id, h.n)
-			out.Delay += ms(v)
-			detail = "latency_ms=" + strconv.FormatFloat(v, 'f', 1, 64)
-		case KindBandwidth:
-			out.BytesPerSec = minPositive(out.BytesPerSec, r.Num("bytes_per_sec"))
-			detail = "bytes_per_sec=" + fmtNum(r.Num("bytes_per_sec"))
-		case KindIOPSCap:
-			out.IOPS = minPositive(out.IOPS, r.Num("iops"))
-			detail = "iops=" + fmtNum(r.Num("iops"))
-		case KindTruncate:
-			out.Keep = math.Min(out.Keep, r.Num("keep_fraction"))
-			detail = "keep_fraction=" + strconv.FormatFloat(r.Num("keep_fraction"), 'f', 2, 64)
-		case KindShortWrite:
-			out.WriteKeep = math.Min(out.WriteKeep, r.Num("keep_fraction"))
-			detail = "keep_fraction=" + strconv.FormatFloat(r.Num("keep_fraction"), 'f', 2, 64)
-		case KindHeaderMissing:
-			out.RemoveHeaders = append(out.RemoveHeaders, r.Text("header"))
-			detail = "header=" + r.Text("header")
-		case KindHeaderGarbled:
-			out.GarbleHeaders = append(out.GarbleHeaders, r.Text("header"))
-			detail = "header=" + r.Text("header")
-		case KindBrokenGzip:
-			out.BrokenGzip = true
-		case KindSlowBody:
-			out.SlowBodyBytesPerSec = minPositive(out.SlowBodyBytesPerSec, r.Num("bytes_per_sec"))
-			detail = "bytes_per_sec=" + fmtNum(r.Num("bytes_per_sec"))
+		var at draw
+		if r.Kind.drawsLatency {
+			at.latencyMs = latencyDraw(r, d.seed, id, h.n)
 		}
+		var detail string
+		out, detail = r.Kind.decide(out, r, ev, at)
 		if r.Kind.Pass == PassAbort {
 			out.Abort = r.Kind.Name
 		}
 		out.Fired = append(out.Fired, Fired{r.ID, r.Kind.Name, detail})
 	}
 	return out
+}
+
+// draw is what Decide drew for a fired rule beyond its firing, for kinds whose effect is
+// a random number: the latency of a kind with drawsLatency. Decide draws it, not the
+// kind, so the rule's stream id, built on Decide's stack, never leaves it.
+type draw struct {
+	latencyMs float64
+}
+
+// addLatency is latency's and io_latency's decision: a delay drawn per event.
+func addLatency(out Decision, _ *Rule, _ Event, at draw) (Decision, string) {
+	out.Delay += ms(at.latencyMs)
+	return out, "latency_ms=" + strconv.FormatFloat(at.latencyMs, 'f', 1, 64)
+}
+
+// hostDetail is the decision of a DNS abort that only needs naming: the host looked up.
+func hostDetail(out Decision, _ *Rule, ev Event, _ draw) (Decision, string) { return out, ev.Host }
+
+// failWith returns the decision of a storage abort that fails the operation with errno.
+func failWith(errno syscall.Errno, prefix string) func(Decision, *Rule, Event, draw) (Decision, string) {
+	return func(out Decision, _ *Rule, ev Event, _ draw) (Decision, string) {
+		out.Errno = errno
+		return out, prefix + ev.Path
+	}
 }
 
 // lossStep advances rule i's Gilbert loss chain for stream key and reports whether event

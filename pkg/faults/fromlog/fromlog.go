@@ -92,36 +92,21 @@ var (
 	apiSvcRE = regexp.MustCompile(`^/api/v\d+/([a-z]+)`)
 	svcRE    = regexp.MustCompile(`\b([A-Z][a-z]+)Service\b`)
 	hostRE   = regexp.MustCompile(`\b([a-z][a-z0-9-]*)\.internal\b`)
-	httpRE   = regexp.MustCompile(`\bHTTP (\d{3})\b`)
-	retryRE  = regexp.MustCompile(`Retry-After:\s*(\d+)`)
-	afterRE  = regexp.MustCompile(`(?i)(?:after|timeout=)\s*(\d+(?:\.\d+)?)\s*(ms|s)\b`)
-	slowRE   = regexp.MustCompile(`(?i)slow response:\s*(\d+(?:\.\d+)?)\s*ms`)
-	skewRE   = regexp.MustCompile(`(?i)clock skew.*?(\d+(?:\.\d+)?)s (ahead|behind)`)
 	severeRE = regexp.MustCompile(`(?i)\b(error|crit|fatal|panic|exception|fail(ed|ure)?|warn(ing)?)\b|Traceback`)
 )
 
-// rule maps entry text to a fault kind; the first matching rule wins, so the specific
-// come before the general.
-type rule struct {
-	kind string
-	re   *regexp.Regexp
-}
-
-var rules = []rule{
-	{faults.KindDNSServFail, regexp.MustCompile(`(?i)server failure|SERVFAIL|server misbehaving`)},
-	{faults.KindDNSNXDomain, regexp.MustCompile(`(?i)no such host|UnknownHostException|host not found|Name or service not known|NXDOMAIN|could not be resolved`)},
-	{faults.KindDiskFull, regexp.MustCompile(`(?i)no space left on device|ENOSPC|Errno 28\b`)},
-	{faults.KindTooManyFiles, regexp.MustCompile(`(?i)too many open files|EMFILE|Errno 24\b`)},
-	{faults.KindReadOnly, regexp.MustCompile(`(?i)read-only file system|EROFS|Errno 30\b`)},
-	{faults.KindMemoryLeak, regexp.MustCompile(`OutOfMemoryError|MemoryError|(?i)out of memory|cannot allocate memory`)},
-	{faults.KindBrokenGzip, regexp.MustCompile(`(?i)gzip: invalid header|not in gzip format|incorrect header check|gzip: .*checksum`)},
-	{faults.KindReset, regexp.MustCompile(`(?i)connection reset|ECONNRESET|connection refused|ECONNREFUSED|ConnectionResetError`)},
-	{faults.KindTimeout, regexp.MustCompile(`(?i)timed out|timeout|deadline exceeded`)},
-	{faults.KindTruncate, regexp.MustCompile(`(?i)prematurely closed|unexpected EOF|IncompleteRead|ChunkedEncodingError`)},
-	{faults.KindClockSkew, regexp.MustCompile(`(?i)clock skew`)},
-	{faults.KindLatency, slowRE},
-	{faults.KindHTTPError, regexp.MustCompile(`\bHTTP [45]\d\d\b|^panic: `)},
-}
+// patterns are the catalogue's log patterns (faults.KindInfo.FromLog) in rank order:
+// the first that matches an entry names its kind.
+var patterns = func() []faults.KindInfo {
+	var out []faults.KindInfo
+	for _, k := range faults.Kinds() {
+		if k.FromLog != nil {
+			out = append(out, k)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b faults.KindInfo) int { return a.FromLog.Rank - b.FromLog.Rank })
+	return out
+}()
 
 // Analyze reads every input and returns what it found.
 func Analyze(inputs []Input) (*Result, error) {
@@ -300,56 +285,32 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 			service = m[1]
 		}
 	}
-	kind := ""
+	var k *faults.KindInfo
 	switch {
 	case status == 499:
-		kind = faults.KindTimeout // the client gave up waiting
+		k = kindOf(faults.KindTimeout) // the client gave up waiting
 	case status >= 400:
-		kind = faults.KindHTTPError
+		k = kindOf(faults.KindHTTPError)
 	default:
-		for _, r := range rules {
-			if r.re.MatchString(text) {
-				kind = r.kind
+		for i := range patterns {
+			if patterns[i].FromLog.Match.MatchString(text) {
+				k = &patterns[i]
 				break
 			}
 		}
 	}
-	switch kind {
-	case "":
+	if k == nil {
 		return "", isReq
-	case faults.KindHTTPError:
+	}
+	kind := k.Name
+	if k.FromLog != nil && k.FromLog.Params != nil {
+		k.FromLog.Params(text, samples)
+	}
+	if kind == faults.KindHTTPError {
 		if status == 0 {
-			if m := httpRE.FindStringSubmatch(text); m != nil {
-				status, _ = strconv.Atoi(m[1])
-			} else {
-				status = 500 // a crash: the caller sees an internal error
-			}
+			status = int(samples["status"])
 		}
-		if m := retryRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			samples["retry_after_ms"] = v * 1000
-		}
-	case faults.KindTimeout:
-		if m := afterRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			if m[2] == "s" {
-				v *= 1000
-			}
-			samples["hold_ms"] = v
-		}
-	case faults.KindLatency:
-		if m := slowRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			samples["latency_ms"] = v
-		}
-	case faults.KindClockSkew:
-		if m := skewRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			if m[2] == "behind" {
-				v = -v
-			}
-			samples["offset_ms"] = v * 1000
-		}
+		delete(samples, "status") // the finding's Status, not a sampled parameter
 	}
 	key := kind
 	if kind == faults.KindHTTPError {
@@ -358,9 +319,6 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 	a := accs[key]
 	if a == nil {
 		a = &acc{f: Finding{Kind: kind, Status: status}, services: map[string]bool{}, samples: map[string][]float64{}}
-		if kind == faults.KindLatency {
-			a.f.Kind = faults.KindLatency
-		}
 		accs[key] = a
 	}
 	a.f.Count++
@@ -374,6 +332,12 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 		a.f.Examples = append(a.f.Examples, fmt.Sprintf("%s:%d", e.file, e.line))
 	}
 	return key, isReq
+}
+
+// kindOf returns the pattern of a kind that has one.
+func kindOf(name string) *faults.KindInfo {
+	i := slices.IndexFunc(patterns, func(k faults.KindInfo) bool { return k.Name == name })
+	return &patterns[i]
 }
 
 // WriteProfile writes the result as a fault profile (YAML, accepted by
