@@ -46,7 +46,7 @@ type Session struct {
 	Sandboxes env.Sandboxes
 	// Templates finds the templates compact plans of user-defined profiles name; set it
 	// before Prepare. Nil only where every plan is built-in or whole.
-	Templates *templates.Store
+	Templates *templates.Client
 	// Hold, set before Finish, keeps the episode's last segment (its end and the steps
 	// still pending) instead of publishing it: Finish leaves it in Held, for the caller to
 	// publish in one EventBatch with the other episodes of an assignment. Earlier
