@@ -17,10 +17,10 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -173,7 +173,7 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *branches > 1 && !canBranch {
 		return fmt.Errorf("--branches %d: env %s episodes cannot branch", *branches, r.row.Env)
 	}
-	spec := reward.SpecFor(r.row.Env)
+	spec := scoring.SpecFor(r.row.Env)
 	for b := 0; b < *branches; b++ {
 		ep := r.ep
 		if canBranch && *branches > 1 {
@@ -303,7 +303,7 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 }
 
 // playOn continues an episode with agent until it ends, printing each step.
-func playOn(ep env.Episode, agent env.Agent, r *rebuilt, spec reward.Spec, stdout io.Writer) error {
+func playOn(ep env.Episode, agent env.Agent, r *rebuilt, spec scoring.Spec, stdout io.Writer) error {
 	req := &gauntletv1.EpisodeRequested{EpisodeId: r.row.EpisodeID + "-fork", Env: r.row.Env, Policy: "fork", Seed: r.row.Seed}
 	turn := r.turn
 	var total float64
@@ -313,7 +313,7 @@ func playOn(ep env.Episode, agent env.Agent, r *rebuilt, spec reward.Spec, stdou
 			return err
 		}
 		st := env.StepEvent(req, r.row.Profile, "cli", turn.Step, act, res, ep.Now())
-		score := reward.Score(spec, st)
+		score := scoring.Score(spec, st)
 		total += score.GetTotal()
 		fmt.Fprintf(stdout, "  step %d  %s %s\n    reward %.3f  obs %s\n", turn.Step, act.Tool, cut(string(act.Args), 100), score.GetTotal(), cut(string(res.Observation), 160))
 		turn = env.Turn{Step: turn.Step + 1, Observation: res.Observation, Reward: score.GetTotal()}

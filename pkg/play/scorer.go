@@ -101,7 +101,7 @@ func (s *Scorer) Run(ctx context.Context) {
 }
 
 func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
-	// The reward service scores from a step's signals and metering (pkg/reward); the
+	// The reward service scores from a step's signals and metering (pkg/scoring); the
 	// observation and diff, the bulk of a step, stay here.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
 	for i, c := range batch {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -240,15 +240,15 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	for i, name := range r.RewardNames {
 		v := r.RewardValues[i]
 		switch name {
-		case reward.ComponentTask:
+		case scoring.ComponentTask:
 			r.RTask = v
-		case reward.ComponentCost:
+		case scoring.ComponentCost:
 			r.RCost = v
-		case reward.ComponentSafety:
+		case scoring.ComponentSafety:
 			r.RSafety = v
-		case reward.ComponentTimeliness:
+		case scoring.ComponentTimeliness:
 			r.RTimeliness = v
-		case reward.ComponentCausal:
+		case scoring.ComponentCausal:
 			r.RCausal = v
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -183,11 +183,11 @@ func (s *Service) ListEnvs(context.Context, *connect.Request[gauntletv1.ListEnvs
 }
 
 var componentDocs = map[string]string{
-	reward.ComponentTask:       "progress toward the goal, and success",
-	reward.ComponentCost:       "tool calls and money spent against the budget",
-	reward.ComponentSafety:     "safety events (unsafe or irreversible actions)",
-	reward.ComponentTimeliness: "share of the virtual deadline used",
-	reward.ComponentCausal:     "violated preconditions and invalid actions",
+	scoring.ComponentTask:       "progress toward the goal, and success",
+	scoring.ComponentCost:       "tool calls and money spent against the budget",
+	scoring.ComponentSafety:     "safety events (unsafe or irreversible actions)",
+	scoring.ComponentTimeliness: "share of the virtual deadline used",
+	scoring.ComponentCausal:     "violated preconditions and invalid actions",
 }
 
 // DescribeEnv returns an env's tools, parameters and reward components.
@@ -207,7 +207,7 @@ func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1
 	for _, p := range sp.Params {
 		out.Params = append(out.Params, &gauntletv1.ParamSpec{Name: p.Name, Type: p.Type, Default: p.Default, Description: p.Description})
 	}
-	rs := reward.SpecFor(sp.Name)
+	rs := scoring.SpecFor(sp.Name)
 	out.RewardSpecVersion = rs.Version
 	for _, w := range rs.Weights {
 		out.RewardComponents = append(out.RewardComponents, &gauntletv1.RewardComponentSpec{Name: w.Component, Weight: w.Weight, Description: componentDocs[w.Component]})

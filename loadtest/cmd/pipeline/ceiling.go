@@ -7,13 +7,13 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -36,23 +36,23 @@ const segmentSteps = 32
 // generate runs episodes of the same kind of run the pipeline is given (shop, policyName,
 // the demo's default profile mix) until at least minSteps steps are recorded, building the
 // events exactly as services/worker does: StepsTaken segments of up to segmentSteps steps
-// each scored with pkg/reward, the first carrying the start and the last the end with the
+// each scored with pkg/scoring, the first carrying the start and the last the end with the
 // fault plan (play.Segmenter). Fault plans come from pkg/faults as services/faults derives
 // them, and the ends carry them compact, as the worker does.
 func generate(ctx context.Context, policyName string, minSteps int) (*corpus, error) {
 	req := &gauntletv1.RunRequested{
-		RunId: campaign.NewRunID(), Env: "shop", ParamsJson: "{}",
+		RunId: runs.NewID(), Env: "shop", ParamsJson: "{}",
 		Policies: []*gauntletv1.Share{{Name: policyName, Weight: 1}},
-		Episodes: campaign.MaxEpisodes, Seed: 1, MaxInFlight: 10_000,
+		Episodes: runs.MaxEpisodes, Seed: 1, MaxInFlight: 10_000,
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: "loadtest-ceiling",
 	}
 	// The demo's --profiles default.
-	mix, err := campaign.ParseShares("--profiles", "baseline=60,stress=25,edge=15")
+	mix, err := runs.ParseShares("--profiles", "baseline=60,stress=25,edge=15")
 	if err != nil {
 		return nil, err
 	}
 	req.Profiles = mix
-	if err := campaign.Validate(req); err != nil {
+	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("ceiling run: %w", err)
 	}
 	e, err := env.Lookup(req.Env)
@@ -63,7 +63,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 	if err != nil {
 		return nil, err
 	}
-	spec := reward.SpecFor(req.Env)
+	spec := scoring.SpecFor(req.Env)
 	services := e.Spec().Services
 	workerID := fmt.Sprintf("w-%08x", rng.Derive(uint64(req.RequestedAtUnixNano), "worker")>>32)
 
@@ -73,7 +73,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 		if index%1000 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		ep := campaign.Episode(req, index)
+		ep := runs.Episode(req, index)
 		// services/faults/faults.go: Service.Plan.
 		profile, err := faults.ChooseProfile(rng.Derive(ep.Seed, "profile"), req.Profiles)
 		if err != nil {
@@ -99,7 +99,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 // play is services/worker's Service.play with the reward service replaced by a direct
 // call of the same pure function and the bus replaced by c.events; the segments come
 // from the same play.Segmenter the worker publishes through.
-func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan, ref *gauntletv1.FaultPlan) error {
+func (c *corpus) play(e env.Env, pol policy.Policy, spec scoring.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan, ref *gauntletv1.FaultPlan) error {
 	inj, err := faults.NewInjector(plan)
 	if err != nil {
 		return fmt.Errorf("fault plan: %w", err)
@@ -136,7 +136,7 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 			return err
 		}
 		st := env.StepEvent(req, plan.GetProfile(), workerID, step, act, res, episode.Now())
-		st.Score = reward.Score(spec, st)
+		st.Score = scoring.Score(spec, st)
 		if err := seg.Step(st); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-// Package campaign owns what a run (a campaign of episodes) is: how one is validated, how
+// Package runs owns what a run (a campaign of episodes) is: how one is validated, how
 // its episodes are derived from it, and the share lists ("random=1,oracle=3") people write.
 // The CLI validates with it before submitting and the scheduler validates again on receipt,
 // so a bad run is refused with the same message wherever it comes from.
@@ -6,7 +6,7 @@
 // Episode derivation is a pure function of (run, index): every process that derives
 // episode 17 of a run gets the same id, seed and policy, which is what makes re-assignment
 // after a crash idempotent.
-package campaign
+package runs
 
 import (
 	"crypto/rand"
@@ -33,8 +33,8 @@ const (
 	DefaultMaxInFlight = 2000 // A8: the seed's per-task sandbox cap
 )
 
-// NewRunID returns a fresh run id ("r" and 12 hex digits).
-func NewRunID() string {
+// NewID returns a fresh run id ("r" and 12 hex digits).
+func NewID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "r" + hex.EncodeToString(b[:])

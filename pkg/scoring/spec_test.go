@@ -1,4 +1,4 @@
-package reward_test
+package scoring_test
 
 import (
 	"errors"
@@ -7,16 +7,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 )
 
 func TestComponents(t *testing.T) {
 	want := []string{"task", "cost", "safety", "timeliness", "causal"}
-	if got := reward.Components(); !slices.Equal(got, want) {
+	if got := scoring.Components(); !slices.Equal(got, want) {
 		t.Fatalf("Components() = %v, want %v", got, want)
 	}
 	var inSpec []string
-	for _, w := range reward.SpecFor("shop").Weights {
+	for _, w := range scoring.SpecFor("shop").Weights {
 		inSpec = append(inSpec, w.Component)
 	}
 	if !slices.Equal(inSpec, want) {
@@ -25,7 +25,7 @@ func TestComponents(t *testing.T) {
 }
 
 func TestSpecFor(t *testing.T) {
-	s := reward.SpecFor("shop")
+	s := scoring.SpecFor("shop")
 	if s.Env != "shop" || s.Version != "default/1" {
 		t.Errorf("SpecFor(shop) = %q %q", s.Env, s.Version)
 	}
@@ -33,35 +33,35 @@ func TestSpecFor(t *testing.T) {
 		t.Errorf("default spec invalid: %v", err)
 	}
 	s.Weights[0].Weight = 99
-	if reward.SpecFor("shop").Weights[0].Weight != 1 {
+	if scoring.SpecFor("shop").Weights[0].Weight != 1 {
 		t.Error("SpecFor shares its weights between callers")
 	}
 }
 
 func TestSpecValidate(t *testing.T) {
-	w := func(c string, v float64) reward.Weight { return reward.Weight{Component: c, Weight: v} }
+	w := func(c string, v float64) scoring.Weight { return scoring.Weight{Component: c, Weight: v} }
 	tests := []struct {
 		name      string
-		weights   []reward.Weight
+		weights   []scoring.Weight
 		noVersion bool
 		want      []string // substrings of the error; none means valid
 	}{
-		{name: "valid", weights: []reward.Weight{w("task", 1), w("cost", 0)}},
-		{name: "unknown component", weights: []reward.Weight{w("task", 1), w("charm", 1)},
+		{name: "valid", weights: []scoring.Weight{w("task", 1), w("cost", 0)}},
+		{name: "unknown component", weights: []scoring.Weight{w("task", 1), w("charm", 1)},
 			want: []string{`weights[1].component: unknown component "charm" (known: task, cost, safety, timeliness, causal)`}},
-		{name: "negative weight", weights: []reward.Weight{w("task", -1)}, want: []string{"weights[0].weight: -1 must be a finite number >= 0"}},
-		{name: "NaN weight", weights: []reward.Weight{w("task", math.NaN())}, want: []string{"weights[0].weight: NaN"}},
-		{name: "infinite weight", weights: []reward.Weight{w("task", math.Inf(1))}, want: []string{"weights[0].weight: +Inf"}},
-		{name: "duplicate", weights: []reward.Weight{w("cost", 1), w("task", 1), w("cost", 2)},
+		{name: "negative weight", weights: []scoring.Weight{w("task", -1)}, want: []string{"weights[0].weight: -1 must be a finite number >= 0"}},
+		{name: "NaN weight", weights: []scoring.Weight{w("task", math.NaN())}, want: []string{"weights[0].weight: NaN"}},
+		{name: "infinite weight", weights: []scoring.Weight{w("task", math.Inf(1))}, want: []string{"weights[0].weight: +Inf"}},
+		{name: "duplicate", weights: []scoring.Weight{w("cost", 1), w("task", 1), w("cost", 2)},
 			want: []string{`weights[2].component: duplicate component "cost" (first at weights[0])`}},
 		{name: "no weights", want: []string{"weights: must name at least one component"}},
-		{name: "no version", noVersion: true, weights: []reward.Weight{w("task", 1)}, want: []string{"version: must not be empty"}},
-		{name: "every problem at once", noVersion: true, weights: []reward.Weight{w("x", -1), w("task", 1), w("task", math.NaN())},
+		{name: "no version", noVersion: true, weights: []scoring.Weight{w("task", 1)}, want: []string{"version: must not be empty"}},
+		{name: "every problem at once", noVersion: true, weights: []scoring.Weight{w("x", -1), w("task", 1), w("task", math.NaN())},
 			want: []string{"version:", "weights[0].component", "weights[0].weight", "weights[2].component: duplicate", "weights[2].weight"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec := reward.Spec{Env: "shop", Version: "test/1", Weights: tt.weights}
+			spec := scoring.Spec{Env: "shop", Version: "test/1", Weights: tt.weights}
 			if tt.noVersion {
 				spec.Version = ""
 			}
@@ -82,8 +82,8 @@ func TestSpecValidate(t *testing.T) {
 			}
 		})
 	}
-	err := reward.Spec{Version: "v", Weights: []reward.Weight{w("charm", 1)}}.Validate()
-	if !errors.Is(err, reward.ErrUnknownComponent) {
+	err := scoring.Spec{Version: "v", Weights: []scoring.Weight{w("charm", 1)}}.Validate()
+	if !errors.Is(err, scoring.ErrUnknownComponent) {
 		t.Errorf("errors.Is(%v, ErrUnknownComponent) = false", err)
 	}
 }

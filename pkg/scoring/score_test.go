@@ -1,10 +1,10 @@
-package reward_test
+package scoring_test
 
 import (
 	"math"
 	"testing"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -108,10 +108,10 @@ func TestScoreComponents(t *testing.T) {
 			want: map[string]float64{"task": 0, "cost": 0, "safety": 0, "timeliness": 0, "causal": 0},
 		},
 	}
-	spec := reward.SpecFor("shop")
+	spec := scoring.SpecFor("shop")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := reward.Score(spec, tt.step)
+			got := scoring.Score(spec, tt.step)
 			values := components(got)
 			if len(values) != len(tt.want) {
 				t.Fatalf("components %v, want %v", values, tt.want)
@@ -139,9 +139,9 @@ func TestScoreComponents(t *testing.T) {
 }
 
 func TestScoreHeader(t *testing.T) {
-	got := reward.Score(reward.SpecFor("shop"), step(&gauntletv1.Signals{}, nil))
-	if got.EpisodeId != "ep-1" || got.Step != 3 || got.SpecVersion != reward.DefaultVersion {
-		t.Errorf("header (%q, %d, %q), want (ep-1, 3, %s)", got.EpisodeId, got.Step, got.SpecVersion, reward.DefaultVersion)
+	got := scoring.Score(scoring.SpecFor("shop"), step(&gauntletv1.Signals{}, nil))
+	if got.EpisodeId != "ep-1" || got.Step != 3 || got.SpecVersion != scoring.DefaultVersion {
+		t.Errorf("header (%q, %d, %q), want (ep-1, 3, %s)", got.EpisodeId, got.Step, got.SpecVersion, scoring.DefaultVersion)
 	}
 }
 
@@ -149,19 +149,19 @@ func TestScoreHeader(t *testing.T) {
 // layout and the total, never the component values.
 func TestScoreFollowsSpec(t *testing.T) {
 	s := step(&gauntletv1.Signals{ProgressDelta: 0.5, InvalidAction: true}, oneCall())
-	spec := reward.Spec{Env: "shop", Version: "test/1", Weights: []reward.Weight{
-		{Component: reward.ComponentCausal, Weight: 2},
-		{Component: reward.ComponentTask, Weight: 0},
+	spec := scoring.Spec{Env: "shop", Version: "test/1", Weights: []scoring.Weight{
+		{Component: scoring.ComponentCausal, Weight: 2},
+		{Component: scoring.ComponentTask, Weight: 0},
 	}}
-	got := reward.Score(spec, s)
+	got := scoring.Score(spec, s)
 	if len(got.Components) != 2 || got.Components[0].Name != "causal" || got.Components[1].Name != "task" {
 		t.Fatalf("components %v, want causal then task", got.Components)
 	}
 	if got.Components[1].Value != 0.5 || got.Total != -0.2 || got.SpecVersion != "test/1" {
 		t.Errorf("task %v total %v version %q, want 0.5, -0.2, test/1", got.Components[1].Value, got.Total, got.SpecVersion)
 	}
-	unknown := reward.Spec{Version: "x", Weights: []reward.Weight{{Component: "charm", Weight: 1}}}
-	if got := reward.Score(unknown, s); got.Components[0].Value != 0 || got.Total != 0 {
+	unknown := scoring.Spec{Version: "x", Weights: []scoring.Weight{{Component: "charm", Weight: 1}}}
+	if got := scoring.Score(unknown, s); got.Components[0].Value != 0 || got.Total != 0 {
 		t.Errorf("unknown component scored %v", got)
 	}
 }
@@ -180,45 +180,45 @@ func TestScoreIsDeterministic(t *testing.T) {
 	if err := proto.Unmarshal(wire, &decoded); err != nil {
 		t.Fatal(err)
 	}
-	spec := reward.SpecFor("shop")
+	spec := scoring.SpecFor("shop")
 	opts := proto.MarshalOptions{Deterministic: true}
-	a, _ := opts.Marshal(reward.Score(spec, s))
-	b, _ := opts.Marshal(reward.Score(spec, &decoded))
+	a, _ := opts.Marshal(scoring.Score(spec, s))
+	b, _ := opts.Marshal(scoring.Score(spec, &decoded))
 	if string(a) != string(b) {
 		t.Fatal("the same step scored differently")
 	}
 	// Wall time is the host's, not the episode's: it must not move the score.
 	decoded.Metering.WallNs = 9e18
-	c, _ := opts.Marshal(reward.Score(spec, &decoded))
+	c, _ := opts.Marshal(scoring.Score(spec, &decoded))
 	if string(a) != string(c) {
 		t.Fatal("wall-clock time changed the score")
 	}
 }
 
 func BenchmarkScore(b *testing.B) {
-	spec := reward.SpecFor("shop")
+	spec := scoring.SpecFor("shop")
 	s := step(&gauntletv1.Signals{
 		ProgressDelta: 0.25, Spend: 12.5, Budget: 80, DeadlineVirtualNs: 3e9,
 		Violations: []*gauntletv1.CausalViolation{{Rule: "r"}},
 	}, oneCall())
 	b.ReportAllocs()
 	for b.Loop() {
-		reward.Score(spec, s)
+		scoring.Score(spec, s)
 	}
 }
 
 // The reward service replies with a Table; read back, each step's score must be exactly
 // what Score gives it, whatever mix of envs and specs a request holds, and survive the wire.
 func TestTableReadsBackAsScore(t *testing.T) {
-	specs := map[string]reward.Spec{
-		"shop": reward.SpecFor("shop"),
-		"codefix": {Env: "codefix", Version: "codefix/2", Weights: []reward.Weight{
-			{Component: reward.ComponentCausal, Weight: 2}, {Component: reward.ComponentTask, Weight: 0.5},
+	specs := map[string]scoring.Spec{
+		"shop": scoring.SpecFor("shop"),
+		"codefix": {Env: "codefix", Version: "codefix/2", Weights: []scoring.Weight{
+			{Component: scoring.ComponentCausal, Weight: 2}, {Component: scoring.ComponentTask, Weight: 0.5},
 		}},
 		"empty": {Env: "empty", Version: "empty/1"},
 	}
 	calls := map[string]int{}
-	specFor := func(env string) reward.Spec { calls[env]++; return specs[env] }
+	specFor := func(env string) scoring.Spec { calls[env]++; return specs[env] }
 	var steps []*gauntletv1.StepTaken
 	envs := []string{"shop", "codefix", "shop", "empty", "codefix", "shop"}
 	for i, env := range envs {
@@ -232,7 +232,7 @@ func TestTableReadsBackAsScore(t *testing.T) {
 			Metering: &gauntletv1.Metering{ToolCalls: uint32(i), VirtualNs: uint64(i) * 400 * ms},
 		})
 	}
-	wire, err := proto.Marshal(&gauntletv1.ScoreReply{Table: reward.Table(specFor, steps)})
+	wire, err := proto.Marshal(&gauntletv1.ScoreReply{Table: scoring.Table(specFor, steps)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestTableReadsBackAsScore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, st := range steps {
-		want := reward.Score(specs[st.Env], st)
+		want := scoring.Score(specs[st.Env], st)
 		if !proto.Equal(got[i], want) {
 			t.Errorf("step %d (%s): table gives %v, Score %v", i, st.Env, got[i], want)
 		}
@@ -267,6 +267,6 @@ func BenchmarkTable(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		reward.Table(reward.SpecFor, steps)
+		scoring.Table(scoring.SpecFor, steps)
 	}
 }

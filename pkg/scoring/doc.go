@@ -1,4 +1,4 @@
-// Package reward is gauntlet's reward engine: it turns one step, as the worker recorded it,
+// Package scoring is gauntlet's reward engine: it turns one step, as the worker recorded it,
 // into a reward vector (C1, C2, C3, C6, C7, C8).
 //
 // # Contract
@@ -33,4 +33,4 @@
 // Spec.Validate reports every problem at once, naming the field. Score never fails and never
 // panics: a nil step scores 0 on every component, and a component it does not know (which
 // Validate rejects) scores 0. Validate specs when they are loaded, not per step. Everything here is safe for concurrent use.
-package reward
+package scoring

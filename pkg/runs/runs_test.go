@@ -1,12 +1,12 @@
-package campaign_test
+package runs_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -20,11 +20,11 @@ func TestStorageProfileNeedsASandboxedEnv(t *testing.T) {
 			Profiles:       []*gauntletv1.Share{{Name: "bad-disk", Weight: 1}},
 			CustomProfiles: []*gauntletv1.CustomProfile{{Name: "bad-disk", SpecYaml: spec}}}
 	}
-	err := campaign.Validate(req("shop"))
+	err := runs.Validate(req("shop"))
 	if err == nil || !strings.Contains(err.Error(), `custom_profiles (bad-disk): plan: profile bad-disk: fault full: disk_full applies only in envs whose agents act in a real sandbox`) {
 		t.Fatalf("shop with a storage profile: %v", err)
 	}
-	if err := campaign.Validate(req("codefix")); err != nil {
+	if err := runs.Validate(req("codefix")); err != nil {
 		t.Fatalf("codefix with a storage profile: %v", err)
 	}
 }
