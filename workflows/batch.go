@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
@@ -87,7 +87,7 @@ func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
 	req.Label = in.Label
 	req.Drift = rampsToDrift(in.Ramps, in.Episodes)
 	if in.DriftText != "" {
-		more, err := faults.ParseDrift(in.DriftText, time.Unix(0, in.RequestedAtUnixNano))
+		more, err := plans.ParseDrift(in.DriftText, time.Unix(0, in.RequestedAtUnixNano))
 		if err != nil {
 			return nil, err
 		}

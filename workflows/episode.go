@@ -13,7 +13,8 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
@@ -249,12 +250,12 @@ func prepareEpisode(req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan
 		return nil, nil, fmt.Errorf("env: %w", err)
 	}
 	// Curriculum stages name built-in profiles only, so a compact plan names no template.
-	full, err := faults.Expand(plan, e.Spec().Services, nil)
+	full, err := plans.Expand(plan, e.Spec().Services, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}
-	faults.Seal(plan, full) // the end records the digest of the plan played
-	inj, err := faults.NewInjector(full)
+	plans.Seal(plan, full) // the end records the digest of the plan played
+	inj, err := inject.NewInjector(full)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -67,14 +67,14 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 			errs = append(errs, fmt.Errorf("--profile-files: %w", err))
 			continue
 		}
-		spec, _, err := faults.ParseSpec(data)
+		spec, _, err := plans.ParseSpec(data)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--profile-files: %s: %w", path, err))
 			continue
 		}
 		custom = append(custom, &gauntletv1.CustomProfile{Name: spec.Name, SpecYaml: string(data)})
 	}
-	drift, err := faults.ParseDrift(o.drift, time.Now())
+	drift, err := plans.ParseDrift(o.drift, time.Now())
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--drift: %w", err))
 	}

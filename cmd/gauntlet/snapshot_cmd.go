@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
@@ -248,7 +248,7 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	inj, err := faults.NewInjector(plan)
+	inj, err := inject.NewInjector(plan)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", id, err)
 	}

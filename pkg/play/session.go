@@ -23,7 +23,8 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -79,7 +80,7 @@ func NewSession(b *bus.Bus, segment int, a *gauntletv1.EpisodeAssigned, workerID
 }
 
 // Prepare builds the env episode from the request and the fault plan, expanding a compact
-// plan (pkg/faults.Expand) first; Plan stays as assigned, compact, for the record. Its
+// plan (pkg/faults/plans.Expand) first; Plan stays as assigned, compact, for the record. Its
 // errors are the request's fault (unknown env, bad params, bad plan, a template not found);
 // Fail records them.
 func (s *Session) Prepare(ctx context.Context) (env.Env, error) {
@@ -91,13 +92,13 @@ func (s *Session) Prepare(ctx context.Context) (env.Env, error) {
 	if s.Templates != nil {
 		plan, err = s.Templates.Expand(ctx, s.Plan, servicesOf(s.Req.Env, e))
 	} else {
-		plan, err = faults.Expand(s.Plan, servicesOf(s.Req.Env, e), nil)
+		plan, err = plans.Expand(s.Plan, servicesOf(s.Req.Env, e), nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fault plan: %w", err)
 	}
-	faults.Seal(s.Plan, plan) // the end records the digest of the plan played
-	inj, err := faults.NewInjector(plan)
+	plans.Seal(s.Plan, plan) // the end records the digest of the plan played
+	inj, err := inject.NewInjector(plan)
 	if err != nil {
 		return nil, fmt.Errorf("fault plan: %w", err)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -111,7 +111,7 @@ func Validate(r *gauntletv1.RunRequested) error {
 	if len(r.GetPolicies()) > 0 && total == 0 {
 		add("policies: weights add up to zero")
 	}
-	custom, err := faults.CompileCustomProfiles(r.GetCustomProfiles())
+	custom, err := plans.CompileCustomProfiles(r.GetCustomProfiles())
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -124,11 +124,11 @@ func Validate(r *gauntletv1.RunRequested) error {
 		}
 	}
 	if len(r.GetProfiles()) > 0 {
-		if err := faults.ValidateMix(r.GetProfiles(), custom.Names()...); err != nil {
+		if err := plans.ValidateMix(r.GetProfiles(), custom.Names()...); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := faults.ValidateDrift(r.GetDrift()); err != nil {
+	if err := plans.ValidateDrift(r.GetDrift()); err != nil {
 		errs = append(errs, err)
 	}
 	if n := r.GetEpisodes(); n == 0 || n > MaxEpisodes {

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -30,7 +32,7 @@ faults:
 // detaching no fault and no FUSE mount is left; and the same commands on the same seed
 // fire the same faults on both runtimes.
 func TestCommandStorageFaults(t *testing.T) {
-	_, rules, err := faults.ParseSpec([]byte(commandStorageSpec))
+	_, rules, err := plans.ParseSpec([]byte(commandStorageSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestCommandStorageFaults(t *testing.T) {
 			defer rt.Destroy(ctx, h.ID)
 			var mu sync.Mutex
 			var fired []string
-			gate := faultfs.NewGate(faults.NewDecider(7, rules), func(_ string, ev faults.Event, fs []faults.Fired) {
+			gate := faultfs.NewGate(inject.NewDecider(7, rules), func(_ string, ev catalogue.Event, fs []catalogue.Fired) {
 				mu.Lock()
 				defer mu.Unlock()
 				for _, f := range fs {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -199,7 +199,7 @@ func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1
 	sp := e.Spec()
 	out := &gauntletv1.DescribeEnvResponse{
 		Name: sp.Name, Description: sp.Description, DefaultMaxSteps: sp.DefaultMaxSteps,
-		FaultProfiles: faults.Profiles(), Services: sp.Services,
+		FaultProfiles: plans.Profiles(), Services: sp.Services,
 	}
 	for _, t := range sp.Tools {
 		out.Tools = append(out.Tools, &gauntletv1.ToolSpec{Name: t.Name, Service: t.Service, Description: t.Description, SchemaJson: string(t.Schema)})
@@ -231,8 +231,8 @@ func validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("env: %w", err))
 	}
-	if p := r.GetProfile(); p != "" && !slices.Contains(faults.Profiles(), p) {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("profile: unknown profile %q; known: %v (or empty for the default mix)", p, faults.Profiles()))
+	if p := r.GetProfile(); p != "" && !slices.Contains(plans.Profiles(), p) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("profile: unknown profile %q; known: %v (or empty for the default mix)", p, plans.Profiles()))
 	}
 	if len(r.GetPolicy()) > maxPolicyName {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("policy: %d bytes is longer than %d", len(r.GetPolicy()), maxPolicyName))

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
-	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -93,7 +93,7 @@ func TestPlansAreCompactAndExpandExactly(t *testing.T) {
 		if c.Profile == "slow" {
 			want, err = custom.Plan(rng.Derive(ep.Seed, "faults"), "slow", svcs)
 		} else {
-			want, err = plans.Plan(rng.Derive(ep.Seed, "faults"), c.Profile, svcs)
+			want, err = plans.Derive(rng.Derive(ep.Seed, "faults"), c.Profile, svcs)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -75,16 +76,16 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 		}
 		ep := runs.Episode(req, index)
 		// services/faults/faults.go: Service.Plan.
-		profile, err := faults.ChooseProfile(rng.Derive(ep.Seed, "profile"), req.Profiles)
+		profile, err := plans.ChooseProfile(rng.Derive(ep.Seed, "profile"), req.Profiles)
 		if err != nil {
 			return nil, fmt.Errorf("choose profile: %w", err)
 		}
-		plan, err := faults.Plan(rng.Derive(ep.Seed, "faults"), profile, services)
+		plan, err := plans.Derive(rng.Derive(ep.Seed, "faults"), profile, services)
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
-		// Recorded by reference, as the faults service hands plans out (faults.Compact).
-		ref, err := faults.Compact(plan, "")
+		// Recorded by reference, as the faults service hands plans out (plans.Compact).
+		ref, err := plans.Compact(plan, "")
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
@@ -100,7 +101,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 // call of the same pure function and the bus replaced by c.events; the segments come
 // from the same play.Segmenter the worker publishes through.
 func (c *corpus) play(e env.Env, pol policy.Policy, spec scoring.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan, ref *gauntletv1.FaultPlan) error {
-	inj, err := faults.NewInjector(plan)
+	inj, err := inject.NewInjector(plan)
 	if err != nil {
 		return fmt.Errorf("fault plan: %w", err)
 	}

@@ -6,8 +6,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -17,7 +18,7 @@ import (
 // Decider keyed by the plan's seed, spending their delays on the episode's virtual clock;
 // every fault that fires is a FaultFired of the step whose tool met it (target
 // "sandbox/<tool>", detail "<op> <path>: <what>"). Resource faults are decided once per
-// episode (faults.ResourcesFor) and applied through the runtime's cgroup knobs
+// episode (inject.ResourcesFor) and applied through the runtime's cgroup knobs
 // (sandbox.LimitUpdater) before every tool call: cpu_throttle as the CPU quota,
 // memory_leak as a memory limit shrinking with the episode's virtual time; clock_skew
 // through the runtime's sandbox.ClockSkewer in the environment of the agent's commands
@@ -27,11 +28,11 @@ import (
 
 // boundary is an episode's state for faults at its sandbox's boundaries.
 type boundary struct {
-	decider *faults.Decider // storage faults; nil when the plan has none
+	decider *inject.Decider // storage faults; nil when the plan has none
 	// cmd collects the storage faults the agent's commands meet (shellfaults.go); nil
 	// when no layer is attached.
 	cmd *cmdFaults
-	res faults.Resources
+	res inject.Resources
 	// tool is the tool being run, fired the storage faults fired during this step.
 	tool  string
 	fired []*gauntletv1.FaultFired
@@ -77,10 +78,10 @@ func (e *episode) initBoundary() error {
 		return nil
 	}
 	seed := e.faults.Plan().GetSeed()
-	e.bnd.res = faults.ResourcesFor(seed, rules)
+	e.bnd.res = inject.ResourcesFor(seed, rules)
 	for _, r := range rules {
-		if r.Kind.Layer == faults.LayerStorage {
-			e.bnd.decider = faults.NewDecider(seed, rules)
+		if r.Kind.Layer == catalogue.LayerStorage {
+			e.bnd.decider = inject.NewDecider(seed, rules)
 			break
 		}
 	}
@@ -105,7 +106,7 @@ func (e *episode) gate() *faultfs.Gate {
 	if e.bnd.decider == nil {
 		return nil
 	}
-	return faultfs.NewGate(e.bnd.decider, func(_ string, ev faults.Event, fired []faults.Fired) {
+	return faultfs.NewGate(e.bnd.decider, func(_ string, ev catalogue.Event, fired []catalogue.Fired) {
 		for _, f := range fired {
 			e.bnd.fired = append(e.bnd.fired, &gauntletv1.FaultFired{
 				FaultId: f.RuleID, Kind: f.Kind, Target: Service + "/" + e.bnd.tool,
@@ -123,7 +124,7 @@ func (e *episode) ambientFired() []*gauntletv1.FaultFired {
 	out := make([]*gauntletv1.FaultFired, len(e.bnd.res.Fired))
 	for i, f := range e.bnd.res.Fired {
 		out[i] = &gauntletv1.FaultFired{FaultId: f.RuleID, Kind: f.Kind, Target: Service, Detail: f.Detail}
-		if f.Kind == faults.KindClockSkew {
+		if f.Kind == catalogue.KindClockSkew {
 			out[i].Detail += e.bnd.skewNote
 		}
 	}

@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -82,7 +84,7 @@ func docsServices(p params) ([]sandbox.Service, error) {
 
 // docsGateway is an episode's attachment of the docs service.
 type docsGateway struct {
-	d   *faults.Decider
+	d   *inject.Decider
 	rec *svcnet.Recorder
 	gw  *svcnet.Gateway
 	// clock is the episode's clock as the gateway's goroutines read it (rec.Now): the
@@ -99,7 +101,7 @@ func (e *episode) publishClock() {
 
 // attachDocs opens the gateway of e's sandbox with decider d (the episode's plan when
 // nil and the episode has one).
-func (e *episode) attachDocs(ctx context.Context, d *faults.Decider) error {
+func (e *episode) attachDocs(ctx context.Context, d *inject.Decider) error {
 	if !e.p.docs {
 		return nil
 	}
@@ -109,16 +111,16 @@ func (e *episode) attachDocs(ctx context.Context, d *faults.Decider) error {
 	}
 	if d == nil && e.cfg.Faults != nil {
 		plan := e.cfg.Faults.Plan()
-		rules := faults.RulesFromPlan(plan)
+		rules := catalogue.RulesFromPlan(plan)
 		// The plan's DNS faults (boundary_spec) meet the sandbox's lookups of "docs" at
 		// the gateway's name server; they act on lookups only, so the other rules' draws
 		// are the same with or without them.
 		for _, r := range e.cfg.Faults.BoundaryRules() {
-			if faults.IsDNSKind(r.Kind.Name) {
+			if plans.IsDNSKind(r.Kind.Name) {
 				rules = append(rules, r)
 			}
 		}
-		d = faults.NewDecider(plan.GetSeed(), rules)
+		d = inject.NewDecider(plan.GetSeed(), rules)
 	}
 	clock := new(atomic.Int64)
 	clock.Store(int64(e.clock))

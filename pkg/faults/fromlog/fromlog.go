@@ -26,7 +26,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 )
 
 // Input is one log file.
@@ -55,7 +55,7 @@ type Finding struct {
 
 // ID is the fault id the profile gives the finding.
 func (f Finding) ID() string {
-	if f.Kind == faults.KindHTTPError {
+	if f.Kind == catalogue.KindHTTPError {
 		return "http-" + strconv.Itoa(f.Status)
 	}
 	return strings.ReplaceAll(f.Kind, "_", "-")
@@ -95,16 +95,16 @@ var (
 	severeRE = regexp.MustCompile(`(?i)\b(error|crit|fatal|panic|exception|fail(ed|ure)?|warn(ing)?)\b|Traceback`)
 )
 
-// patterns are the catalogue's log patterns (faults.KindInfo.FromLog) in rank order:
+// patterns are the catalogue's log patterns (catalogue.KindInfo.FromLog) in rank order:
 // the first that matches an entry names its kind.
-var patterns = func() []faults.KindInfo {
-	var out []faults.KindInfo
-	for _, k := range faults.Kinds() {
+var patterns = func() []catalogue.KindInfo {
+	var out []catalogue.KindInfo
+	for _, k := range catalogue.Kinds() {
 		if k.FromLog != nil {
 			out = append(out, k)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b faults.KindInfo) int { return a.FromLog.Rank - b.FromLog.Rank })
+	slices.SortStableFunc(out, func(a, b catalogue.KindInfo) int { return a.FromLog.Rank - b.FromLog.Rank })
 	return out
 }()
 
@@ -154,11 +154,11 @@ func Analyze(inputs []Input) (*Result, error) {
 	// Latency of successful requests, when the logs carry it, is the baseline latency.
 	if len(okLatency) > 1 {
 		m, sd := meanSD(okLatency)
-		res.Findings = append(res.Findings, Finding{Kind: faults.KindLatency, Count: len(okLatency), Rate: 1, BurstLen: 0,
+		res.Findings = append(res.Findings, Finding{Kind: catalogue.KindLatency, Count: len(okLatency), Rate: 1, BurstLen: 0,
 			Params: map[string]float64{"mean_ms": round1(m), "jitter_ms": round1(sd)}, Examples: []string{"successful requests"}})
 	}
 	order := map[string]int{}
-	for i, k := range faults.KindNames() {
+	for i, k := range catalogue.KindNames() {
 		order[k] = i
 	}
 	sort.Slice(res.Findings, func(i, j int) bool {
@@ -285,12 +285,12 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 			service = m[1]
 		}
 	}
-	var k *faults.KindInfo
+	var k *catalogue.KindInfo
 	switch {
 	case status == 499:
-		k = kindOf(faults.KindTimeout) // the client gave up waiting
+		k = kindOf(catalogue.KindTimeout) // the client gave up waiting
 	case status >= 400:
-		k = kindOf(faults.KindHTTPError)
+		k = kindOf(catalogue.KindHTTPError)
 	default:
 		for i := range patterns {
 			if patterns[i].FromLog.Match.MatchString(text) {
@@ -306,14 +306,14 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 	if k.FromLog != nil && k.FromLog.Params != nil {
 		k.FromLog.Params(text, samples)
 	}
-	if kind == faults.KindHTTPError {
+	if kind == catalogue.KindHTTPError {
 		if status == 0 {
 			status = int(samples["status"])
 		}
 		delete(samples, "status") // the finding's Status, not a sampled parameter
 	}
 	key := kind
-	if kind == faults.KindHTTPError {
+	if kind == catalogue.KindHTTPError {
 		key += "/" + strconv.Itoa(status)
 	}
 	a := accs[key]
@@ -335,13 +335,13 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 }
 
 // kindOf returns the pattern of a kind that has one.
-func kindOf(name string) *faults.KindInfo {
-	i := slices.IndexFunc(patterns, func(k faults.KindInfo) bool { return k.Name == name })
+func kindOf(name string) *catalogue.KindInfo {
+	i := slices.IndexFunc(patterns, func(k catalogue.KindInfo) bool { return k.Name == name })
 	return &patterns[i]
 }
 
 // WriteProfile writes the result as a fault profile (YAML, accepted by
-// faults.ParseSpec) named name, preceded by a comment block reporting the evidence and
+// plans.ParseSpec) named name, preceded by a comment block reporting the evidence and
 // every unmapped entry.
 func (r *Result) WriteProfile(w io.Writer, name string) error {
 	var b strings.Builder
@@ -391,9 +391,9 @@ func (r *Result) WriteProfile(w io.Writer, name string) error {
 // profileParams keeps the parameters the kind takes, with whole numbers where the kind
 // wants them.
 func profileParams(f Finding) map[string]float64 {
-	k, _ := faults.LookupKind(f.Kind)
+	k, _ := catalogue.LookupKind(f.Kind)
 	out := map[string]float64{}
-	if f.Kind == faults.KindHTTPError {
+	if f.Kind == catalogue.KindHTTPError {
 		out["status"] = float64(f.Status)
 	}
 	for name, v := range f.Params {

@@ -1,9 +1,9 @@
 // Package templates is the reading side of the faults service's plan templates: the
 // templates of user-defined profiles' fault plans, kept in the gauntlet_plan_templates KV
-// bucket under their template id (pkg/faults.NewTemplate). The faults service owns the
+// bucket under their template id (pkg/faults/plans.NewTemplate). The faults service owns the
 // bucket and alone writes it, before it hands out the first compact plan naming a
 // template; workers, the env API and the store read a template through a Client when a
-// compact plan names it (pkg/faults.Expand) and keep it in memory, since a run has few.
+// compact plan names it (pkg/faults/plans.Expand) and keep it in memory, since a run has few.
 // Services do not import each other, so this small library is what they share.
 //
 // A Client is safe for concurrent use.
@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -92,14 +92,14 @@ func (s *Client) Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, err
 	if err := proto.Unmarshal(e.Value(), t); err != nil {
 		return nil, fmt.Errorf("plan template %s: decode: %w", id, err)
 	}
-	if _, got, err := faults.NewTemplate(t); err != nil || got != id {
+	if _, got, err := plans.NewTemplate(t); err != nil || got != id {
 		return nil, fmt.Errorf("plan template %s: content has id %s (%v)", id, got, err)
 	}
 	s.remember(id, t)
 	return t, nil
 }
 
-// Expand is faults.Expand with the template p names, if any, got from the bucket.
+// Expand is plans.Expand with the template p names, if any, got from the bucket.
 func (s *Client) Expand(ctx context.Context, p *gauntletv1.FaultPlan, services []string) (*gauntletv1.FaultPlan, error) {
 	var t *gauntletv1.FaultPlan
 	if p.GetCompact() && p.GetTemplate() != "" {
@@ -108,5 +108,5 @@ func (s *Client) Expand(ctx context.Context, p *gauntletv1.FaultPlan, services [
 			return nil, fmt.Errorf("expand plan: %w", err)
 		}
 	}
-	return faults.Expand(p, services, t)
+	return plans.Expand(p, services, t)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestClientReadsTheBucket(t *testing.T) {
 	ctx := context.Background()
 	b := bustest.Start(t)
-	custom, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
+	custom, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestClientReadsTheBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, id, err := faults.NewTemplate(base)
+	tmpl, id, err := plans.NewTemplate(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestClientReadsTheBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := faults.Compact(full, id)
+	ref, err := plans.Compact(full, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/pool"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
@@ -36,7 +38,7 @@ type recorder struct {
 	fired []string
 }
 
-func (r *recorder) onFire(_ string, ev faults.Event, fs []faults.Fired) {
+func (r *recorder) onFire(_ string, ev catalogue.Event, fs []catalogue.Fired) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range fs {
@@ -56,7 +58,7 @@ func (r *recorder) take() []string {
 func faultedSandbox(t *testing.T, rt *process.Runtime, seed uint64) (*tools.Toolbox, string, *recorder) {
 	t.Helper()
 	ctx := context.Background()
-	_, rules, err := faults.ParseSpec([]byte(storageSpec))
+	_, rules, err := plans.ParseSpec([]byte(storageSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func faultedSandbox(t *testing.T, rt *process.Runtime, seed uint64) (*tools.Tool
 	}
 	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
 	rec := &recorder{}
-	if err := rt.AttachStorageFaults(ctx, h.ID, faultfs.NewGate(faults.NewDecider(seed, rules), rec.onFire, nil)); err != nil {
+	if err := rt.AttachStorageFaults(ctx, h.ID, faultfs.NewGate(inject.NewDecider(seed, rules), rec.onFire, nil)); err != nil {
 		t.Fatalf("attach storage faults (FUSE must mount here): %v", err)
 	}
 	return tools.New(rt, h.ID, tools.Options{}), h.ID, rec
@@ -230,7 +232,7 @@ func TestPoolReleaseDetachesStorageFaults(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // the pool fills itself
 	}
-	_, rules, err := faults.ParseSpec([]byte("name: ro\nfaults:\n  - {id: ro, kind: read_only}\n"))
+	_, rules, err := plans.ParseSpec([]byte("name: ro\nfaults:\n  - {id: ro, kind: read_only}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestPoolReleaseDetachesStorageFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.AttachStorageFaults(ctx, l.Handle.ID, faultfs.NewGate(faults.NewDecider(1, rules), nil, nil)); err != nil {
+	if err := rt.AttachStorageFaults(ctx, l.Handle.ID, faultfs.NewGate(inject.NewDecider(1, rules), nil, nil)); err != nil {
 		t.Fatalf("attach (FUSE must mount here): %v", err)
 	}
 	if res := run(t, tools.New(rt, l.Handle.ID, tools.Options{}), "touch x"); !strings.Contains(res.Stderr, "Read-only file system") {

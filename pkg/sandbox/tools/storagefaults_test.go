@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -37,7 +39,7 @@ faults:
 // backends (host side and in-sandbox scripts), with the error the kernel would give; and
 // the same seed and the same calls fire exactly the same faults everywhere.
 func TestStorageFaultsReachTheTools(t *testing.T) {
-	_, rules, err := faults.ParseSpec([]byte(storageSpec))
+	_, rules, err := plans.ParseSpec([]byte(storageSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestStorageFaultsReachTheTools(t *testing.T) {
 	t.Logf("every run fired the same %d faults (coin: %d of 12)", len(traces[0]), coin)
 }
 
-func storageRun(t *testing.T, rt sandbox.Runtime, hostSide bool, rules []faults.Rule) []string {
+func storageRun(t *testing.T, rt sandbox.Runtime, hostSide bool, rules []catalogue.Rule) []string {
 	ctx := context.Background()
 	h, err := rt.Create(ctx, sandbox.Spec{Workspace: []sandbox.File{
 		{Path: "ro/keep.txt", Data: []byte("keep\n")},
@@ -87,7 +89,7 @@ func storageRun(t *testing.T, rt sandbox.Runtime, hostSide bool, rules []faults.
 	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
 	var mu sync.Mutex
 	var trace []string
-	gate := faultfs.NewGate(faults.NewDecider(42, rules), func(key string, ev faults.Event, fired []faults.Fired) {
+	gate := faultfs.NewGate(inject.NewDecider(42, rules), func(key string, ev catalogue.Event, fired []catalogue.Fired) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, f := range fired {
