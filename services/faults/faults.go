@@ -4,7 +4,7 @@
 // before a worker sees the episode, and replay meets the same faults.
 //
 // Plans are pkg/faults's pure functions of (seed, profile, env services); the service
-// fixes their inputs and hands them out by reference (pkg/faults.Expand derives the rules
+// fixes their inputs and hands them out by reference (pkg/faults/plans.Expand derives the rules
 // where the episode is played): the profile drawn from the mix, request validation, drift
 // (B6: the run's schedules from the request and the global ones from the gauntlet_drift KV
 // bucket, read once per batch), the templates of user-defined profiles, and metrics.
@@ -115,7 +115,7 @@ func (s *Service) handle(m *nats.Msg) {
 }
 
 // Plan fixes the plan of every episode in the request, in order, and returns them compact
-// (their inputs and, for a user-defined profile, a template id; pkg/faults.Expand derives
+// (their inputs and, for a user-defined profile, a template id; pkg/faults/plans.Expand derives
 // the rules, and the digest, where the episode is played) with the templates they name, by
 // id, which the caller must make findable (the service puts them in the templates bucket) before it hands the plans
 // out. The profile of an episode is drawn from the mix with the episode's seed, so
