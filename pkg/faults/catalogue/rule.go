@@ -179,14 +179,14 @@ func (l Layer) meets(ev Layer) bool {
 	return false
 }
 
-// Selects reports whether the rule acts on ev: its kind acts on that kind of event (op
-// is OpBit(ev.Op)) and its target and match select it.
-func (r *Rule) Selects(ev *Event, op OpSet) bool {
-	return r.Kind.ops&op != 0 && r.Kind.Layer.meets(ev.Layer) && r.matches(ev)
+// Acts reports whether the rule's kind acts on this kind of event (op is OpBit(ev.Op)).
+// It is cheap and inlined; ask Selects only of the rules that act.
+func (r *Rule) Acts(ev *Event, op OpSet) bool {
+	return r.Kind.ops&op != 0 && r.Kind.Layer.meets(ev.Layer)
 }
 
-// matches reports whether the rule selects the event.
-func (r *Rule) matches(ev *Event) bool {
+// Selects reports whether the rule's target and match select the event.
+func (r *Rule) Selects(ev *Event) bool {
 	if r.target != "" && !Matches(r.target, ev.Service, ev.Tool) {
 		return false
 	}

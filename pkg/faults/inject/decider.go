@@ -109,7 +109,7 @@ func (d *Decider) Decide(key string, ev catalogue.Event) catalogue.Decision {
 	var lossFired []bool
 	for i := range d.rules {
 		r := &d.rules[i]
-		if !r.Selects(&ev, op) {
+		if !r.Acts(&ev, op) || !r.Selects(&ev) {
 			continue
 		}
 		n := st.counters[i]
