@@ -1,7 +1,8 @@
 // Package catalogue owns what a fault is: every fault kind gauntlet can inject, as one
 // row (KindInfo) that says where the kind acts (Layer), when it composes (Pass), its typed
 // parameters (Param: unit, range, default), the events it acts on, what firing does to an
-// event (KindInfo.Apply, into a Decision) and how logs show it (LogPattern). A Rule is one
+// event (KindInfo.Apply, into a Decision) or, for a resource kind, to the whole sandbox
+// (KindInfo.ApplyAmbient, into Resources), and how logs show it (LogPattern). A Rule is one
 // compiled fault: a kind with checked parameters, a probability and a Match.
 //
 // # Contract

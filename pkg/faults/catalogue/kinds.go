@@ -109,6 +109,9 @@ type KindInfo struct {
 	// FaultFired records. It takes and returns the decision by value: through a pointer
 	// the decision and the event would escape to the heap on every Decide.
 	decide func(out Decision, r *Rule, ev Event, latencyMs float64) (Decision, string)
+	// ambient, for resource kinds, returns res with a rule of the kind in force and the
+	// detail its firing records.
+	ambient func(res Resources, r *Rule) (Resources, string)
 }
 
 // Param lookup by name.
@@ -314,14 +317,28 @@ var kinds = []KindInfo{
 			return out, "bytes_per_sec=" + fmtNum(r.Num("bytes_per_sec"))
 		}},
 	// Resources (applied through cgroup knobs and the sandbox clock by the runtimes, never
-	// to one event: no ops, no decide).
+	// to one event: no ops, no decide, an ambient effect instead).
 	{Name: KindMemoryLeak, Layer: LayerResource, Pass: PassAmbient, Doc: "memory available to the sandbox shrinks steadily, as if a neighbour leaked",
-		Params:  []Param{num("mb_per_min", "MiB/min", 0, 1e6, false, 0, "leak rate"), num("limit_mb", "MiB", 1, 1e7, false, 1024, "memory limit the leak starts from")},
+		Params: []Param{num("mb_per_min", "MiB/min", 0, 1e6, false, 0, "leak rate"), num("limit_mb", "MiB", 1, 1e7, false, 1024, "memory limit the leak starts from")},
+		ambient: func(res Resources, r *Rule) (Resources, string) {
+			res.MemoryLimitMB = minPositive(res.MemoryLimitMB, r.Num("limit_mb"))
+			res.LeakMBPerMin = math.Max(res.LeakMBPerMin, r.Num("mb_per_min"))
+			return res, "limit_mb=" + fmtNum(r.Num("limit_mb")) + " mb_per_min=" + fmtNum(r.Num("mb_per_min"))
+		},
 		FromLog: &LogPattern{Rank: 60, Match: regexp.MustCompile(`OutOfMemoryError|MemoryError|(?i)out of memory|cannot allocate memory`)}},
 	{Name: KindCPUThrottle, Layer: LayerResource, Pass: PassAmbient, Doc: "caps the sandbox's CPU share (cgroup cpu.max)",
-		Params: []Param{num("cpu_fraction", "fraction", 0.01, 64, false, 0, "CPUs the sandbox may use (0.5: half of one)")}},
+		Params: []Param{num("cpu_fraction", "fraction", 0.01, 64, false, 0, "CPUs the sandbox may use (0.5: half of one)")},
+		ambient: func(res Resources, r *Rule) (Resources, string) {
+			res.CPUFraction = minPositive(res.CPUFraction, r.Num("cpu_fraction"))
+			return res, "cpu_fraction=" + fmtNum(r.Num("cpu_fraction"))
+		}},
 	{Name: KindClockSkew, Layer: LayerResource, Pass: PassAmbient, Doc: "skews the sandbox clock",
 		Params: []Param{num("offset_ms", "ms", -MaxLatencyMs*24, MaxLatencyMs*24, false, 0, "constant offset"), num("drift_ppm", "ppm", -1e6, 1e6, false, 0, "rate error")},
+		ambient: func(res Resources, r *Rule) (Resources, string) {
+			res.ClockOffset += ms(r.Num("offset_ms"))
+			res.ClockDriftPPM += r.Num("drift_ppm")
+			return res, "offset_ms=" + fmtNum(r.Num("offset_ms")) + " drift_ppm=" + fmtNum(r.Num("drift_ppm"))
+		},
 		FromLog: &LogPattern{Rank: 110, Match: regexp.MustCompile(`(?i)clock skew`), Params: func(text string, samples map[string]float64) {
 			if m := skewRE.FindStringSubmatch(text); m != nil {
 				v := atof(m[1])

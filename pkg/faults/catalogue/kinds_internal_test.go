@@ -3,16 +3,16 @@ package catalogue
 import "testing"
 
 // TestRowsAreWhole checks that every row of the catalogue that acts on events says what
-// it does when it fires, and that the resource rows, which act on the sandbox, do not
-// claim events: a row missing its decision would panic in Decide.
+// it does when it fires, and that the resource rows say what they ask of the sandbox and
+// claim no events: a row missing its decision would panic in Decide.
 func TestRowsAreWhole(t *testing.T) {
 	ranks := map[int]string{}
 	for _, k := range kinds {
 		switch {
-		case k.Layer == LayerResource && (k.ops != 0 || k.decide != nil):
-			t.Errorf("%s: a resource kind acts on events", k.Name)
-		case k.Layer != LayerResource && (k.ops == 0 || k.decide == nil):
-			t.Errorf("%s: acts on no event or has no decision", k.Name)
+		case k.Layer == LayerResource && (k.ops != 0 || k.decide != nil || k.ambient == nil):
+			t.Errorf("%s: a resource kind acts on events or has no ambient effect", k.Name)
+		case k.Layer != LayerResource && (k.ops == 0 || k.decide == nil || k.ambient != nil):
+			t.Errorf("%s: acts on no event, has no decision or claims an ambient effect", k.Name)
 		}
 		if p := k.FromLog; p != nil {
 			if p.Match == nil {

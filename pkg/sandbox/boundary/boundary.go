@@ -51,7 +51,7 @@ type Layer struct {
 	// cmd collects the storage faults the agent's commands meet; nil when no layer of
 	// the runtime is attached.
 	cmd *cmdFaults
-	res inject.Resources
+	res catalogue.Resources
 	// tool is the tool being run, fired the faults fired during its call.
 	tool  string
 	fired []*gauntletv1.FaultFired
