@@ -232,3 +232,25 @@ faults:
 		d.Decide("http/api", ev)
 	}
 }
+
+// BenchmarkDeciderQuiet is one boundary decision where the rules match but rarely fire
+// (no latency on every event): the common case of a file or connection boundary.
+func BenchmarkDeciderQuiet(b *testing.B) {
+	_, rules, err := plans.ParseSpec([]byte(`name: bench
+faults:
+  - {id: e429, kind: http_error, probability: 0.02, params: {status: 429, retry_after_ms: 1000}}
+  - {id: e503, kind: http_error, probability: 0.01, params: {status: 503}}
+  - {id: cut, kind: truncate, probability: 0.01, params: {keep_fraction: 0.5}}
+  - {id: slow, kind: latency, probability: 0.01, params: {mean_ms: 50, jitter_ms: 10}}
+  - {id: full, kind: disk_full, probability: 0.5}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := inject.NewDecider(1, rules)
+	ev := catalogue.Event{Layer: catalogue.LayerService, Op: catalogue.OpRequest, Host: "api", Path: "/v1/x", Method: "GET"}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Decide("http/api", ev)
+	}
+}

@@ -105,8 +105,10 @@ func (d *Decider) Decide(key string, ev catalogue.Event) catalogue.Decision {
 		i int
 		n uint64
 	}
-	hits := make([]hit, 0, 4)
-	var lossFired []bool
+	// Room on the stack for the rules of a realistic spec; more spill to the heap.
+	var hitBuf [8]hit
+	var lossBuf [4]bool
+	hits, lossFired := hitBuf[:0], lossBuf[:0]
 	for i := range d.rules {
 		r := &d.rules[i]
 		if !r.Acts(&ev, op) || !r.Selects(&ev) {
