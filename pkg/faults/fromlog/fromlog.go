@@ -334,10 +334,13 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 	return key, isReq
 }
 
-// kindOf returns the pattern of a kind that has one.
+// kindOf returns the catalogue's row of a kind the access logs name by status.
 func kindOf(name string) *catalogue.KindInfo {
-	i := slices.IndexFunc(patterns, func(k catalogue.KindInfo) bool { return k.Name == name })
-	return &patterns[i]
+	if i := slices.IndexFunc(patterns, func(k catalogue.KindInfo) bool { return k.Name == name }); i >= 0 {
+		return &patterns[i]
+	}
+	k, _ := catalogue.LookupKind(name) // a row without a log pattern
+	return &k
 }
 
 // WriteProfile writes the result as a fault profile (YAML, accepted by
