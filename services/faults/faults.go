@@ -3,7 +3,7 @@
 // in batches over NATS request/reply before assigning episodes, so every plan is fixed
 // before a worker sees the episode, and replay meets the same faults.
 //
-// Plans are pkg/faults's pure functions of (seed, profile, env services); the service
+// Plans are pkg/faults/plans's pure functions of (seed, profile, env services); the service
 // fixes their inputs and hands them out by reference (pkg/faults/plans.Expand derives the rules
 // where the episode is played): the profile drawn from the mix, request validation, drift
 // (B6: the run's schedules from the request and the global ones from the gauntlet_drift KV

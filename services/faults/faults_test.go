@@ -61,7 +61,7 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 }
 
 // The service hands out compact plans; expanded with the templates it returns, each is
-// exactly the plan pkg/faults derives for the episode's seed, profile and drift.
+// exactly the plan pkg/faults/plans derives for the episode's seed, profile and drift.
 func TestPlansAreCompactAndExpandExactly(t *testing.T) {
 	const spec = "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 80, jitter_ms: 10}}\n"
 	req := &gauntletv1.PlanRequest{

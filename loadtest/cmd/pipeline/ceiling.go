@@ -36,7 +36,7 @@ const segmentSteps = 32
 // the demo's default profile mix) until at least minSteps steps are recorded, building the
 // events exactly as services/worker does: StepsTaken segments of up to segmentSteps steps
 // each scored with pkg/scoring, the first carrying the start and the last the end with the
-// fault plan (play.Segmenter). Fault plans come from pkg/faults as services/faults derives
+// fault plan (play.Segmenter). Fault plans come from pkg/faults/plans as services/faults derives
 // them, and the ends carry them compact, as the worker does.
 func generate(ctx context.Context, policyName string, minSteps int) (*corpus, error) {
 	req := &gauntletv1.RunRequested{
