@@ -1,8 +1,13 @@
-// Package childproc holds what gauntlet's launchers of local servers (ClickHouse in
-// pkg/chlocal, containerd in pkg/ctrdlocal, the Temporal dev server in pkg/temporallocal)
-// share about the child processes they run: spawning and signalling one, killing a server left over by a
-// crashed earlier run through its pid file, telling when a process is gone, and quoting
-// the tail of a server's log in an error.
+// Package childproc runs gauntlet's local servers (ClickHouse in pkg/chlocal, containerd
+// in pkg/ctrdlocal, the Temporal dev server in pkg/temporallocal) as child processes. A
+// [Daemon] owns one server's lifecycle: spawning it in a process group of its own that
+// dies with this program, waiting for its readiness probe within a bound, quoting the end
+// of its log when it dies early, and stopping it gracefully then killing it. Each launcher
+// supplies only its [Recipe]: the command, the files, the probe. The package also kills a
+// server left over by a crashed earlier run through its pid file.
+//
+// A Daemon restarts nothing by itself; a supervisor with backoff can be built on Done and
+// Start. Its methods are safe for concurrent use.
 package childproc
 
 import (

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -61,24 +60,19 @@ type Options struct {
 // Server is a ClickHouse server process owned by this program. Its ports and Dir
 // stay fixed for its lifetime, across Kill and Restart.
 type Server struct {
-	dir          string
-	bin          []string // executable and leading arguments
-	tcpPort      int
-	httpPort     int
-	log          *slog.Logger
-	startTimeout time.Duration
-
-	mu   sync.Mutex
-	proc *childproc.Process // the current or last process; nil only during Start
+	dir      string
+	bin      []string // executable and leading arguments
+	tcpPort  int
+	httpPort int
+	log      *slog.Logger
+	d        *childproc.Daemon
 }
 
 // Start starts a ClickHouse server with its state under opts.Dir and returns once it
 // answers `SELECT 1` over the native protocol. A server left running on the same Dir
 // by an earlier, crashed program is killed first.
 //
-// Measured on the project's 2-core machine with Debian's ClickHouse 18.16: about
-// 0.3 s from Start until it answers (0.25-0.45 s depending on load, BenchmarkStart);
-// Stop then takes about 1 s, Kill a few milliseconds.
+// Its start and stop times are measured in docs/benchmarks.md, "Local servers".
 //
 // If the server exits before it is ready, the error includes the tail of its error
 // log. If no binary is found, the error wraps ErrNotInstalled.
@@ -94,18 +88,26 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
-	s := &Server{
-		dir:          dir,
-		bin:          bin,
-		log:          opts.Logger,
-		startTimeout: opts.StartTimeout,
-	}
+	s := &Server{dir: dir, bin: bin, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.startTimeout <= 0 {
-		s.startTimeout = DefaultStartTimeout
+	startTimeout := opts.StartTimeout
+	if startTimeout <= 0 {
+		startTimeout = DefaultStartTimeout
 	}
+	s.d = childproc.NewDaemon(childproc.Recipe{
+		Name:         "clickhouse",
+		Command:      s.command,
+		LogPath:      filepath.Join(dir, stdoutLog),
+		PidFile:      filepath.Join(dir, pidFile),
+		TailLogs:     []string{filepath.Join(dir, errorLog), filepath.Join(dir, stdoutLog)},
+		Probe:        s.probe,
+		Describe:     func() []any { return []any{"addr", s.Addr(), "dir", dir} },
+		PollInterval: pollInterval,
+		StartTimeout: startTimeout,
+		StopGrace:    stopGrace,
+	}, s.log)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
@@ -122,13 +124,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		if err := writeConfig(dir, s.tcpPort, s.httpPort); err != nil {
 			return nil, fmt.Errorf("start clickhouse: %w", err)
 		}
-		err = s.run(ctx)
-		var ee *exitError
+		err = s.d.Start(ctx)
+		var ee *childproc.ExitError
 		if err == nil || attempt == portAttempts || !errors.As(err, &ee) {
 			break
 		}
 		// Another process may have bound a port we picked before the server did.
-		if !(opts.TCPPort == 0 && ee.portInUse(s.tcpPort)) && !(opts.HTTPPort == 0 && ee.portInUse(s.httpPort)) {
+		if !(opts.TCPPort == 0 && portInUse(ee, s.tcpPort)) && !(opts.HTTPPort == 0 && portInUse(ee, s.httpPort)) {
 			break
 		}
 		s.log.Warn("clickhouse port taken, picking others", "tcp_port", s.tcpPort, "http_port", s.httpPort)
@@ -154,90 +156,30 @@ func (s *Server) HTTPAddr() string {
 func (s *Server) Dir() string { return s.dir }
 
 // Pid returns the process id of the current server process, or 0 when it has exited.
-func (s *Server) Pid() int {
-	p := s.current()
-	if p == nil || p.Exited() {
-		return 0
-	}
-	return p.Pid()
-}
+func (s *Server) Pid() int { return s.d.Pid() }
 
 // Done returns a channel that is closed when the current server process exits. After
 // Restart a new channel is returned.
-func (s *Server) Done() <-chan struct{} {
-	return s.current().Done()
-}
+func (s *Server) Done() <-chan struct{} { return s.d.Done() }
 
 // Wait blocks until the current server process exits and returns its exit status
 // (nil for a clean exit).
-func (s *Server) Wait() error {
-	p := s.current()
-	<-p.Done()
-	return p.Err()
-}
+func (s *Server) Wait() error { return s.d.Wait() }
 
 // Stop shuts the server down: SIGTERM, then SIGKILL if it has not exited after 15 s
 // or when ctx ends first. The data in Dir is kept. Stopping a stopped server is a
 // no-op.
-func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopLocked(ctx)
-}
-
-func (s *Server) stopLocked(ctx context.Context) error {
-	p := s.proc
-	if p == nil || p.Exited() {
-		return nil
-	}
-	begin := time.Now()
-	if err := p.Signal(syscall.SIGCONT); err != nil { // a paused server cannot handle SIGTERM
-		return fmt.Errorf("stop clickhouse: %w", err)
-	}
-	if err := p.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("stop clickhouse: %w", err)
-	}
-	grace := time.NewTimer(stopGrace)
-	defer grace.Stop()
-	select {
-	case <-p.Done():
-		s.log.Info("clickhouse stopped", "pid", p.Pid(), "took", time.Since(begin))
-		return nil
-	case <-grace.C:
-		s.log.Warn("clickhouse ignored SIGTERM, killing it", "pid", p.Pid(), "grace", stopGrace)
-	case <-ctx.Done():
-		s.log.Warn("clickhouse stop cancelled, killing it", "pid", p.Pid(), "err", ctx.Err())
-	}
-	return s.killLocked()
-}
+func (s *Server) Stop(ctx context.Context) error { return s.d.Stop(ctx) }
 
 // Kill ends the server with SIGKILL, as a crash would, and waits until it is gone.
 // The data in Dir is kept (ClickHouse's inserts are atomic per part), so Restart
 // brings back every acknowledged insert. Killing a stopped server is a no-op.
-func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.killLocked()
-}
-
-func (s *Server) killLocked() error {
-	p := s.proc
-	if p == nil || p.Exited() {
-		return nil
-	}
-	if err := p.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill clickhouse: %w", err)
-	}
-	<-p.Done()
-	return nil
-}
+func (s *Server) Kill() error { return s.d.Kill() }
 
 // Pause freezes the server with SIGSTOP: its ports stay open but nothing answers, as
 // with a hung server or a network partition. Resume undoes it.
 func (s *Server) Pause() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
+	if err := s.d.Signal(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("pause clickhouse: %w", err)
 	}
 	return nil
@@ -245,9 +187,7 @@ func (s *Server) Pause() error {
 
 // Resume continues a server frozen by Pause.
 func (s *Server) Resume() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.proc.Signal(syscall.SIGCONT); err != nil {
+	if err := s.d.Signal(syscall.SIGCONT); err != nil {
 		return fmt.Errorf("resume clickhouse: %w", err)
 	}
 	return nil
@@ -257,71 +197,26 @@ func (s *Server) Resume() error {
 // Dir and ports, returning once it answers. Use it after Kill or Stop to bring
 // ClickHouse back for clients that remember its address.
 func (s *Server) Restart(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.stopLocked(ctx); err != nil {
-		return fmt.Errorf("restart clickhouse: %w", err)
-	}
-	if err := s.runLocked(ctx); err != nil {
+	if err := s.d.Restart(ctx); err != nil {
 		return fmt.Errorf("restart clickhouse in %s: %w", s.dir, err)
 	}
 	return nil
 }
 
-func (s *Server) current() *childproc.Process {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc
-}
-
-// run starts the binary and waits until the server answers.
-func (s *Server) run(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.runLocked(ctx)
-}
-
-func (s *Server) runLocked(ctx context.Context) error {
-	begin := time.Now()
-	errLogAt := childproc.FileSize(filepath.Join(s.dir, errorLog))
-	stdoutAt := childproc.FileSize(filepath.Join(s.dir, stdoutLog))
-	p, err := s.spawn()
-	if err != nil {
-		return err
-	}
-	s.proc = p
-
-	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
-	defer cancel()
-	var last error
-	for {
-		if last = ping(ctx, s.Addr()); last == nil {
-			s.log.Info("clickhouse ready", "addr", s.Addr(), "pid", p.Pid(), "dir", s.dir, "took", time.Since(begin))
-			return nil
-		}
-		select {
-		case <-p.Done():
-			return &exitError{
-				status: p.Err(),
-				tail:   tailOf(filepath.Join(s.dir, errorLog), errLogAt, filepath.Join(s.dir, stdoutLog), stdoutAt),
-			}
-		case <-ctx.Done():
-			_ = s.killLocked()
-			return fmt.Errorf("wait for clickhouse on %s: %w (last probe: %v)", s.Addr(), ctx.Err(), last)
-		case <-time.After(pollInterval):
-		}
-	}
-}
-
-// spawn starts the binary in its own process group, records its pid and reaps it in
-// the background.
-func (s *Server) spawn() (*childproc.Process, error) {
+// command is the server's command line: the config file written for the current ports.
+func (s *Server) command() (*exec.Cmd, error) {
 	args := append(append([]string{}, s.bin[1:]...), "--config-file="+filepath.Join(s.dir, configFile))
 	cmd := exec.Command(s.bin[0], args...)
 	cmd.Dir = s.dir
 	// Newer releases fork a watchdog parent by default; keep one process to signal.
 	cmd.Env = append(os.Environ(), "CLICKHOUSE_WATCHDOG_ENABLE=0")
-	return childproc.Spawn(cmd, "clickhouse", filepath.Join(s.dir, stdoutLog), filepath.Join(s.dir, pidFile), s.log)
+	return cmd, nil
+}
+
+// probe is the readiness probe: SELECT 1 over the native protocol.
+func (s *Server) probe() (childproc.Probe, func(), error) {
+	addr := s.Addr()
+	return func(ctx context.Context) error { return ping(ctx, addr) }, func() {}, nil
 }
 
 // ping reports whether the server answers SELECT 1 over the native protocol.
@@ -399,32 +294,8 @@ func choosePorts(tcp, http int) (int, int, error) {
 	return tcp, http, nil
 }
 
-// exitError is returned when the server exits before it is ready.
-type exitError struct {
-	status error
-	tail   string
-}
-
-func (e *exitError) Error() string {
-	if e.tail == "" {
-		return fmt.Sprintf("clickhouse exited before it was ready (%v) and logged nothing", e.status)
-	}
-	return fmt.Sprintf("clickhouse exited before it was ready (%v); end of its log:\n%s", e.status, e.tail)
-}
-
-func (e *exitError) Unwrap() error { return e.status }
-
 // portInUse reports whether the server's log says it could not bind port.
-func (e *exitError) portInUse(port int) bool {
-	return strings.Contains(e.tail, "Address already in use") &&
-		strings.Contains(e.tail, "127.0.0.1:"+strconv.Itoa(port))
-}
-
-// tailOf returns the last lines written to the error log since offset errAt, or
-// those of the stdout log when the server died before its logger was set up.
-func tailOf(errPath string, errAt int64, outPath string, outAt int64) string {
-	if t := childproc.Tail(errPath, errAt); t != "" {
-		return t
-	}
-	return childproc.Tail(outPath, outAt)
+func portInUse(e *childproc.ExitError, port int) bool {
+	return strings.Contains(e.Tail, "Address already in use") &&
+		strings.Contains(e.Tail, "127.0.0.1:"+strconv.Itoa(port))
 }

@@ -2,8 +2,9 @@ package chtest
 
 import (
 	"context"
-	"log/slog"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 )
@@ -17,7 +18,7 @@ func Start(t testing.TB) *chlocal.Server {
 	defer cancel()
 	srv, err := chlocal.Start(ctx, chlocal.Options{
 		Dir:    t.TempDir(),
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: childproctest.Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("chtest: %v", err)
@@ -31,13 +32,4 @@ func Start(t testing.TB) *chlocal.Server {
 		}
 	})
 	return srv
-}
-
-// testWriter sends the server's log lines to t.Log.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
 }

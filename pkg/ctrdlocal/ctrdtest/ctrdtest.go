@@ -6,9 +6,10 @@ package ctrdtest
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
@@ -34,7 +35,7 @@ func Start(t testing.TB) *ctrdlocal.Server {
 	srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{
 		Dir:            dir,
 		RootTmpfsBytes: RootTmpfsBytes,
-		Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:         childproctest.Logger(t),
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -54,13 +55,4 @@ func Start(t testing.TB) *ctrdlocal.Server {
 		}
 	})
 	return srv
-}
-
-// testWriter sends the launcher's log lines to t.Log.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
 }

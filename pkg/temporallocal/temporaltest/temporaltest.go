@@ -2,8 +2,9 @@ package temporaltest
 
 import (
 	"context"
-	"log/slog"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
 )
@@ -25,7 +26,7 @@ func StartIn(t testing.TB, dir string) *temporallocal.Server {
 	srv, err := temporallocal.Start(ctx, temporallocal.Options{
 		Dir:    dir,
 		NoUI:   true,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: childproctest.Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("temporaltest: %v", err)
@@ -38,12 +39,4 @@ func StartIn(t testing.TB, dir string) *temporallocal.Server {
 		}
 	})
 	return srv
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
 }
