@@ -23,8 +23,9 @@ import (
 const (
 	// DefaultStartTimeout bounds how long Start waits for the server to answer.
 	DefaultStartTimeout = 60 * time.Second
-	// stopGrace is how long Stop waits after SIGTERM before it sends SIGKILL.
-	// ClickHouse 18.16 takes about 2 s to shut down cleanly here.
+	// stopGrace is how long Stop waits after SIGTERM before it sends SIGKILL: well
+	// above what a clean shutdown of ClickHouse 18.16 takes (docs/benchmarks.md, Costs
+	// the code cites, Local servers).
 	stopGrace = 15 * time.Second
 	// pollInterval is the pause between readiness probes.
 	pollInterval = 25 * time.Millisecond
@@ -72,7 +73,8 @@ type Server struct {
 // answers `SELECT 1` over the native protocol. A server left running on the same Dir
 // by an earlier, crashed program is killed first.
 //
-// Its start and stop times are measured in docs/benchmarks.md, "Local servers".
+// Its start and stop times are in docs/benchmarks.md, Costs the code cites, Local
+// servers.
 //
 // If the server exits before it is ready, the error includes the tail of its error
 // log. If no binary is found, the error wraps ErrNotInstalled.

@@ -252,7 +252,8 @@ func (s *Server) logPath() string    { return filepath.Join(s.dir, "containerd.l
 func (s *Server) pidFile() string    { return filepath.Join(s.dir, "containerd.pid") }
 
 // config is the daemon's config.toml (config version 2, as containerd 1.6 reads it).
-// Plugins gauntlet does not use are disabled so the daemon starts in ~60 ms.
+// Plugins gauntlet does not use are disabled so the daemon starts quickly
+// (docs/benchmarks.md, Costs the code cites, Local servers).
 func (s *Server) config() string {
 	q := strconv.Quote
 	return strings.Join([]string{
@@ -343,7 +344,8 @@ func mountsUnder(dir string) ([]string, error) {
 //     refuses to run from a writable binary, which a container's process could overwrite
 //     through /proc/PID/exe while the runtime sets it up (CVE-2019-5736): on every call it
 //     bind-mounts its own executable read-only somewhere and re-executes itself from there,
-//     a second start of the binary (6-7 ms per call here, two calls per container start).
+//     a second start of the binary, twice per container start (docs/benchmarks.md, Costs
+//     the code cites, Local servers).
 //     A binary already on a read-only mount is what that copy would be, so crun runs it
 //     directly: the same protection, made once per daemon. runc 1.1 still copies itself (it
 //     also wants an environment variable set by its own re-exec). Failing to mount only

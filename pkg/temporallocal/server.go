@@ -45,8 +45,8 @@ const Namespace = "default"
 var ErrNotInstalled = errors.New("temporal CLI not found in PATH or $(go env GOPATH)/bin: run scripts/deps.sh")
 
 // fastFlags make the dev server quick enough for episodes: the defaults poll the history
-// queues so slowly that activities and timers wait on the polls (measured in
-// docs/benchmarks.md, "Local servers").
+// queues so slowly that activities and timers wait on the polls (docs/benchmarks.md, Costs
+// the code cites, Local servers).
 var fastFlags = []string{
 	"--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
 	"--dynamic-config-value", "history.timerProcessorMaxPollRPS=10000",

@@ -420,8 +420,9 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 	if err != nil {
 		return nil, err
 	}
-	// Counted here and added once at the end: a counter add per step and per fault was
-	// 1 % of a worker's CPU, and /metrics is read every few seconds at most.
+	// Counted here and added once at the end: a counter add per step and per fault cost a
+	// worker CPU (docs/benchmarks.md, Costs the code cites, Telemetry and the worker), and
+	// /metrics is read every few seconds at most.
 	var (
 		steps int64
 		fired []kindCount

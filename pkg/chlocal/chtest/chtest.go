@@ -25,7 +25,8 @@ func Start(t testing.TB) *chlocal.Server {
 	}
 	// Registered after TempDir's cleanup, so it runs first: the server is gone before
 	// its directory is removed. Kill, not Stop: the data is thrown away anyway and a
-	// clean shutdown of 18.16 costs about 2 s per test.
+	// clean shutdown of 18.16 costs seconds per test (docs/benchmarks.md, Costs the code
+	// cites, Local servers).
 	t.Cleanup(func() {
 		if err := srv.Kill(); err != nil {
 			t.Errorf("chtest: %v", err)
