@@ -42,7 +42,7 @@ const (
 const (
 	BucketRuns = "gauntlet_runs"
 	// BucketDrift holds the global fault drift (a DriftSet under key KeyDriftGlobal); its
-	// history is the record of every change (B6).
+	// history is the record of every change.
 	BucketDrift = "gauntlet_drift"
 	// BucketPlanTemplates holds the templates of user-defined profiles' fault plans, keyed
 	// by template id; compact plans name them (pkg/faults/templates).

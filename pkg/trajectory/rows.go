@@ -126,7 +126,7 @@ type EpisodeRow struct {
 	VirtualTimeNs uint64
 	Version       uint64
 	// DriftSelectors, DriftValues and DriftSources are the plan's drift_values as
-	// parallel arrays (B6).
+	// parallel arrays.
 	DriftSelectors []string
 	DriftValues    []float64
 	DriftSources   []string

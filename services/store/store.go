@@ -1,4 +1,4 @@
-// Package store is the trajectory store (D1, D2, F3): it projects every event of
+// Package store is the trajectory store: it projects every event of
 // GAUNTLET_EVENTS into ClickHouse, in large batches, and acknowledges events only after
 // ClickHouse has them. The stream stays the source of truth; the tables can be rebuilt
 // from it by deleting the store's consumer.

@@ -213,7 +213,7 @@ func TestBadPathsAndBadActionsAreObservations(t *testing.T) {
 	}
 }
 
-// TestSameSeedSameActionsSameEpisode: determinism (D3) with real sandboxes.
+// TestSameSeedSameActionsSameEpisode: determinism with real sandboxes.
 func TestSameSeedSameActionsSameEpisode(t *testing.T) {
 	sb := testSandboxes(t)
 	oracle, _ := policy.Lookup(policy.Oracle)
@@ -235,7 +235,7 @@ func TestSameSeedSameActionsSameEpisode(t *testing.T) {
 
 // TestBranchingSearch branches an episode after reading the library into one branch per
 // candidate fix: exactly the right one passes, and the branches never see each other's
-// writes nor touch the trunk (A2).
+// writes nor touch the trunk.
 func TestBranchingSearch(t *testing.T) {
 	sb := testSandboxes(t)
 	ctx := context.Background()

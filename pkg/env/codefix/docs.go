@@ -18,7 +18,7 @@ import (
 
 // The docs service (param docs=1): an HTTP service the env runs on the host's loopback,
 // which the sandbox reaches as http://docs:8080 ($DOCS_URL) through the fault gateway of
-// package svcnet (B1, B2, A5). The episode's fault plan has rules for it like for any
+// package svcnet. The episode's fault plan has rules for it like for any
 // service (baseline latency on every call, rare 429/503/truncation, more under stress and
 // edge); the faults that fire on the agent's requests are recorded on the step. The
 // sandbox resolves "docs" through the gateway's name server, where the plan's DNS faults

@@ -122,7 +122,7 @@ type stepState struct {
 	failure   bool
 }
 
-// fail records a failed call; with a rule it is a causal violation (C3).
+// fail records a failed call; with a rule it is a causal violation.
 func (s *stepState) fail(rule, msg, reason, suggestion string) errObs {
 	s.errors++
 	if rule != "" {

@@ -84,7 +84,7 @@ func run(t *testing.T, tb *tools.Toolbox, cmd string) tools.ExecResult {
 	return res
 }
 
-// TestStorageFaultsReachCommands (B1, B2): with a storage-fault layer attached, commands
+// TestStorageFaultsReachCommands: with a storage-fault layer attached, commands
 // run by shell.exec in a real process sandbox meet the plan's storage faults: ENOSPC on
 // `echo x > f`, EROFS on `touch`, io_latency on `cat`; files they create belong to the
 // sandbox user; without the layer (before attach, after detach) there is no FUSE mount.
@@ -178,7 +178,7 @@ func TestStorageFaultsReachCommands(t *testing.T) {
 	}
 }
 
-// TestStorageFaultsSameSeedSameFaults (B4): a single-threaded command meets the same
+// TestStorageFaultsSameSeedSameFaults: a single-threaded command meets the same
 // faults on the same seed, in the same order, and another seed differs.
 func TestStorageFaultsSameSeedSameFaults(t *testing.T) {
 	rt := open(t, t.TempDir())

@@ -32,7 +32,7 @@ faults:
   - {id: coin, kind: disk_full, probability: 0.5, match: {paths: ["/coin/*"]}}
 `
 
-// TestStorageFaultsReachTheTools (B1, B2, B4): with a faultfs.Gate in the toolbox, the
+// TestStorageFaultsReachTheTools: with a faultfs.Gate in the toolbox, the
 // agent's fs tools meet each storage fault on both real runtimes and through both
 // backends (host side and in-sandbox scripts), with the error the kernel would give; and
 // the same seed and the same calls fire exactly the same faults everywhere.
