@@ -116,10 +116,13 @@ type Pool struct {
 	start chan struct{}       // creation semaphore, MaxStarting slots
 	kick  chan struct{}       // wakes the refill loop
 
-	mu       sync.Mutex
-	tpl      map[string]*tplState
-	leases   map[string]*Lease
-	total    int // ready + leased + starting
+	mu     sync.Mutex
+	tpl    map[string]*tplState
+	leases map[string]*Lease
+	total  int // ready + leased + starting
+	// freed is closed (and replaced) whenever a sandbox becomes ready or the total falls,
+	// waking Acquires waiting at MaxSandboxes.
+	freed    chan struct{}
 	stopped  bool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -193,6 +196,7 @@ func New(cfg Config) (*Pool, error) {
 		kick:   make(chan struct{}, 1),
 		tpl:    map[string]*tplState{},
 		leases: map[string]*Lease{},
+		freed:  make(chan struct{}),
 	}
 	p.snap, _ = cfg.Runtime.(sandbox.Snapshotter)
 	if p.snap != nil {
@@ -246,6 +250,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.stopOnce.Do(func() {
 		p.mu.Lock()
 		p.stopped = true
+		p.freeLocked() // waiting Acquires return ErrClosed
 		cancel := p.cancel
 		p.mu.Unlock()
 		if cancel != nil {
@@ -323,6 +328,7 @@ func (p *Pool) refill(ctx context.Context, fills *sync.WaitGroup) {
 			p.mu.Lock()
 			t.starting--
 			p.total--
+			p.freeLocked()
 			p.mu.Unlock()
 			return
 		}
@@ -334,6 +340,7 @@ func (p *Pool) refill(ctx context.Context, fills *sync.WaitGroup) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			t.starting--
+			defer p.freeLocked()
 			if err != nil {
 				p.total--
 				if ctx.Err() == nil {
@@ -388,8 +395,10 @@ func (p *Pool) make(ctx context.Context, t *tplState) (sandbox.Handle, error) {
 }
 
 // Acquire hands out a sandbox of the named template: a ready one if any (hit), else a
-// new one created now (miss), waiting for a creation slot if MaxStarting are busy. It
-// fails with sandbox.ErrLimit when the pool holds MaxSandboxes already.
+// new one created now (miss), waiting for a creation slot if MaxStarting are busy. When
+// the pool holds MaxSandboxes already it waits for one to be released or destroyed: more
+// episodes than sandboxes is back-pressure, not a failure. Only ctx bounds that wait; its
+// error then wraps sandbox.ErrLimit and ctx's error.
 func (p *Pool) Acquire(ctx context.Context, template string) (*Lease, error) {
 	begin := time.Now()
 	p.mu.Lock()
@@ -398,22 +407,32 @@ func (p *Pool) Acquire(ctx context.Context, template string) (*Lease, error) {
 		p.mu.Unlock()
 		return nil, fmt.Errorf("acquire: %w: unknown template %q", sandbox.ErrNotFound, template)
 	}
-	if p.stopped {
+	for {
+		if p.stopped {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("acquire %s: %w", template, sandbox.ErrClosed)
+		}
+		if n := len(t.ready); n > 0 {
+			h := t.ready[n-1]
+			t.ready = t.ready[:n-1]
+			l := p.leaseLocked(t, h, true)
+			p.mu.Unlock()
+			p.kicked()
+			p.record(ctx, template, "hit", begin)
+			return l, nil
+		}
+		if p.total < p.cfg.MaxSandboxes {
+			break
+		}
+		freed := p.freed
 		p.mu.Unlock()
-		return nil, fmt.Errorf("acquire %s: %w", template, sandbox.ErrClosed)
-	}
-	if n := len(t.ready); n > 0 {
-		h := t.ready[n-1]
-		t.ready = t.ready[:n-1]
-		l := p.leaseLocked(t, h, true)
-		p.mu.Unlock()
-		p.kicked()
-		p.record(ctx, template, "hit", begin)
-		return l, nil
-	}
-	if p.total >= p.cfg.MaxSandboxes {
-		p.mu.Unlock()
-		return nil, fmt.Errorf("acquire %s: %w: the pool holds %d sandboxes", template, sandbox.ErrLimit, p.cfg.MaxSandboxes)
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("acquire %s: %w: the pool holds %d sandboxes, none given back in time: %w",
+				template, sandbox.ErrLimit, p.cfg.MaxSandboxes, ctx.Err())
+		}
+		p.mu.Lock()
 	}
 	p.total++
 	t.starting++
@@ -423,6 +442,7 @@ func (p *Pool) Acquire(ctx context.Context, template string) (*Lease, error) {
 		p.mu.Lock()
 		p.total--
 		t.starting--
+		p.freeLocked()
 		p.mu.Unlock()
 	}
 	select {
@@ -457,6 +477,12 @@ func (p *Pool) leaseLocked(t *tplState, h sandbox.Handle, warm bool) *Lease {
 	l := &Lease{Handle: h, Template: t.Name, Warm: warm, p: p, deadline: time.Now().Add(p.cfg.LeaseTTL)}
 	p.leases[h.ID] = l
 	return l
+}
+
+// freeLocked wakes the Acquires waiting at MaxSandboxes; p.mu is held.
+func (p *Pool) freeLocked() {
+	close(p.freed)
+	p.freed = make(chan struct{})
 }
 
 func (p *Pool) kicked() {
@@ -517,6 +543,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			p.mu.Lock()
 			if !p.stopped {
 				t.ready = append(t.ready, l.Handle)
+				p.freeLocked()
 				p.mu.Unlock()
 				p.m.resets.Add(ctx, 1, attrs("ok"))
 				return nil
@@ -548,6 +575,7 @@ func (p *Pool) destroy(ctx context.Context, id string) error {
 	err := p.cfg.Runtime.Destroy(ctx, id)
 	p.mu.Lock()
 	p.total--
+	p.freeLocked()
 	p.mu.Unlock()
 	p.kicked()
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {

@@ -178,7 +178,12 @@ func TestCapAndReaper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Acquire(ctx, "t"); !errors.Is(err, sandbox.ErrLimit) {
+	// A third cannot exist before one comes back: an Acquire waits for that, here past
+	// its deadline (well before the reaper's first pass).
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = p.Acquire(short, "t")
+	cancel()
+	if !errors.Is(err, sandbox.ErrLimit) {
 		t.Fatalf("third acquire over MaxSandboxes=2: %v, want ErrLimit", err)
 	}
 	// b is renewed, a leaks: the reaper destroys a only.
@@ -243,4 +248,77 @@ func TestReleaseResets(t *testing.T) {
 			t.Fatalf("round %d: after release %+v, want the sandbox ready again", round, st)
 		}
 	}
+}
+
+// TestAcquireWaitsAtTheCap: an Acquire at MaxSandboxes waits for a sandbox to come back
+// instead of failing, so a worker running more episodes than the pool may hold slows down
+// rather than recording the surplus as infra errors. Only its context bounds the wait.
+func TestAcquireWaitsAtTheCap(t *testing.T) {
+	rt := runtime(t)
+	p := newPool(t, pool.Config{
+		Runtime:      rt,
+		Templates:    []pool.Template{{Name: "t", Size: 1}},
+		MaxSandboxes: 2,
+	})
+	waitReady(t, p, "t", 1)
+	ctx := context.Background()
+	a, err := p.Acquire(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A deadline ends the wait with both reasons.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = p.Acquire(short, "t")
+	cancel()
+	if !errors.Is(err, sandbox.ErrLimit) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire at the cap past its deadline: %v, want ErrLimit and DeadlineExceeded", err)
+	}
+	// Waiters get the sandboxes given back, by release (reset) or by discard (room to
+	// create one).
+	got := make(chan error, 2)
+	for range 2 {
+		go func() {
+			l, err := p.Acquire(ctx, "t")
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Discard(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-got; err != nil {
+			t.Fatalf("waiting acquire: %v", err)
+		}
+	}
+	// Stop wakes a waiter with ErrClosed.
+	c, err := p.Acquire(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := p.Acquire(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := p.Acquire(ctx, "t")
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let it wait; a late start still sees the stop
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, sandbox.ErrClosed) {
+		t.Fatalf("acquire waiting at Stop: %v, want ErrClosed", err)
+	}
+	_, _ = c.Release(ctx), d.Release(ctx)
 }
