@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -134,4 +135,17 @@ func Tail(path string, offset int64) string {
 		lines = lines[len(lines)-maxLines:]
 	}
 	return string(bytes.TrimSpace(bytes.Join(lines, []byte("\n"))))
+}
+
+// StateDir is a launcher's Options.Dir made absolute, the directory that holds a server's
+// files; empty is an error.
+func StateDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("Options.Dir is empty")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("Options.Dir: %w", err)
+	}
+	return abs, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -31,6 +32,9 @@ type Recipe struct {
 	LogPath string
 	// PidFile records the running server's pid, for KillLeftover after a crash.
 	PidFile string
+	// Owns tells whether a process found through PidFile is this recipe's server (pids
+	// are reused): its command line or name, say.
+	Owns func(pid int) bool
 	// TailLogs are the logs quoted, first non-empty first, when the server exits
 	// before it is ready: what each gained during that start. Empty means LogPath.
 	TailLogs []string
@@ -93,6 +97,56 @@ func (e *ExitError) Error() string {
 }
 
 func (e *ExitError) Unwrap() error { return e.Status }
+
+// KillLeftover kills a server of this recipe left running by an earlier, crashed program
+// (see the package function KillLeftover).
+func (d *Daemon) KillLeftover() error {
+	return KillLeftover(d.r.PidFile, d.r.Name, d.r.Owns, d.log)
+}
+
+// StartOnFreePorts is Start for a server whose ports this program picks: pick chooses
+// ports (and writes whatever config names them) before each attempt, and when the server
+// exits before it is ready because taken says a picked port was bound by another process
+// in between, it picks again, at most attempts times in all.
+func (d *Daemon) StartOnFreePorts(ctx context.Context, attempts int, pick func() error, taken func(*ExitError) bool) error {
+	for attempt := 1; ; attempt++ {
+		if err := pick(); err != nil {
+			return err
+		}
+		err := d.Start(ctx)
+		var ee *ExitError
+		if err == nil || attempt >= attempts || !errors.As(err, &ee) || !taken(ee) {
+			return err
+		}
+		d.log.Warn(d.r.Name+" port taken, picking others", "attempt", attempt)
+	}
+}
+
+// FreePorts returns ports with each zero replaced by a distinct free port of 127.0.0.1.
+// The listeners are held until every port is known, so the picks differ; another process
+// may still bind one before the server does (StartOnFreePorts retries then).
+func FreePorts(ports ...int) ([]int, error) {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	out := make([]int, len(ports))
+	for i, p := range ports {
+		if p != 0 {
+			out[i] = p
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		held = append(held, l)
+		out[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return out, nil
+}
 
 // Start spawns the server and returns once its probe succeeds. When it exits first the
 // error is an *ExitError; when the wait outlasts StartTimeout or ctx the server is

@@ -128,3 +128,44 @@ func TestDaemonStopKillsAfterGrace(t *testing.T) {
 		t.Fatalf("Stop took %v, less than the grace it owes SIGTERM", took)
 	}
 }
+
+func TestDaemonStartOnFreePortsPicksAgainWhenTaken(t *testing.T) {
+	dir := t.TempDir()
+	r := shRecipe(dir, "")
+	picks := 0
+	r.Command = func() (*exec.Cmd, error) {
+		_ = os.Remove(filepath.Join(dir, "ready"))
+		if picks == 1 { // the first pick's port was taken in between
+			return exec.Command("/bin/sh", "-c", `echo "bind: address already in use" >&2; exit 1`), nil
+		}
+		return exec.Command("/bin/sh", "-c", `touch "$1"; exec sleep 60`, "sh", filepath.Join(dir, "ready")), nil
+	}
+	d := NewDaemon(r, nil)
+	defer d.Kill()
+	pick := func() error {
+		ports, err := FreePorts(0, 0, 5)
+		if err != nil {
+			return err
+		}
+		if ports[0] == ports[1] || ports[2] != 5 {
+			t.Errorf("FreePorts(0, 0, 5) = %v", ports)
+		}
+		picks++
+		return nil
+	}
+	taken := func(ee *ExitError) bool { return strings.Contains(ee.Tail, "address already in use") }
+	if err := d.StartOnFreePorts(context.Background(), 3, pick, taken); err != nil {
+		t.Fatal(err)
+	}
+	if picks != 2 {
+		t.Fatalf("picked %d times, want 2", picks)
+	}
+	// A failure taken does not recognise is returned at once.
+	_ = d.Kill()
+	picks = 0
+	err := d.StartOnFreePorts(context.Background(), 3, pick, func(*ExitError) bool { return false })
+	var ee *ExitError
+	if !errors.As(err, &ee) || picks != 1 {
+		t.Fatalf("err = %v after %d picks, want an ExitError after 1", err, picks)
+	}
+}

@@ -65,7 +65,6 @@ type Server struct {
 	bin      []string // executable and leading arguments
 	tcpPort  int
 	httpPort int
-	log      *slog.Logger
 	d        *childproc.Daemon
 }
 
@@ -79,65 +78,50 @@ type Server struct {
 // If the server exits before it is ready, the error includes the tail of its error
 // log. If no binary is found, the error wraps ErrNotInstalled.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("start clickhouse: Options.Dir is empty")
-	}
-	dir, err := filepath.Abs(opts.Dir)
+	dir, err := childproc.StateDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
 	}
 	bin, err := findBinary(opts.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
-	s := &Server{dir: dir, bin: bin, log: opts.Logger}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	startTimeout := opts.StartTimeout
-	if startTimeout <= 0 {
-		startTimeout = DefaultStartTimeout
+	s := &Server{dir: dir, bin: bin}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
 	s.d = childproc.NewDaemon(childproc.Recipe{
 		Name:         "clickhouse",
 		Command:      s.command,
 		LogPath:      filepath.Join(dir, stdoutLog),
 		PidFile:      filepath.Join(dir, pidFile),
+		Owns:         func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, configFile)) },
 		TailLogs:     []string{filepath.Join(dir, errorLog), filepath.Join(dir, stdoutLog)},
 		Probe:        s.probe,
 		Describe:     func() []any { return []any{"addr", s.Addr(), "dir", dir} },
 		PollInterval: pollInterval,
-		StartTimeout: startTimeout,
+		StartTimeout: opts.StartTimeout,
 		StopGrace:    stopGrace,
-	}, s.log)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	}, opts.Logger)
+	if err := s.d.KillLeftover(); err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
-	owns := func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, configFile)) }
-	if err := childproc.KillLeftover(filepath.Join(dir, pidFile), "clickhouse", owns, s.log); err != nil {
-		return nil, fmt.Errorf("start clickhouse: %w", err)
-	}
-
-	for attempt := 1; ; attempt++ {
-		s.tcpPort, s.httpPort, err = choosePorts(opts.TCPPort, opts.HTTPPort)
+	pick := func() error {
+		ports, err := childproc.FreePorts(opts.TCPPort, opts.HTTPPort)
 		if err != nil {
-			return nil, fmt.Errorf("start clickhouse: %w", err)
+			return err
 		}
-		if err := writeConfig(dir, s.tcpPort, s.httpPort); err != nil {
-			return nil, fmt.Errorf("start clickhouse: %w", err)
-		}
-		err = s.d.Start(ctx)
-		var ee *childproc.ExitError
-		if err == nil || attempt == portAttempts || !errors.As(err, &ee) {
-			break
-		}
-		// Another process may have bound a port we picked before the server did.
-		if !(opts.TCPPort == 0 && portInUse(ee, s.tcpPort)) && !(opts.HTTPPort == 0 && portInUse(ee, s.httpPort)) {
-			break
-		}
-		s.log.Warn("clickhouse port taken, picking others", "tcp_port", s.tcpPort, "http_port", s.httpPort)
+		s.tcpPort, s.httpPort = ports[0], ports[1]
+		return writeConfig(dir, s.tcpPort, s.httpPort)
 	}
-	if err != nil {
+	// Only a port we picked can have been taken in between; a given one stays an error.
+	taken := func(ee *childproc.ExitError) bool {
+		return (opts.TCPPort == 0 && portInUse(ee, s.tcpPort)) || (opts.HTTPPort == 0 && portInUse(ee, s.httpPort))
+	}
+	if err := s.d.StartOnFreePorts(ctx, portAttempts, pick, taken); err != nil {
 		return nil, fmt.Errorf("start clickhouse in %s: %w", dir, err)
 	}
 	return s, nil
@@ -263,37 +247,6 @@ func findBinary(explicit string) ([]string, error) {
 		}
 	}
 	return nil, ErrNotInstalled
-}
-
-// choosePorts returns the given ports, replacing zeros with free ports of 127.0.0.1.
-// Both listeners are held until both ports are known so they differ.
-func choosePorts(tcp, http int) (int, int, error) {
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	pick := func(p int) (int, error) {
-		if p != 0 {
-			return p, nil
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("pick a free port: %w", err)
-		}
-		held = append(held, l)
-		return l.Addr().(*net.TCPAddr).Port, nil
-	}
-	tcp, err := pick(tcp)
-	if err != nil {
-		return 0, 0, err
-	}
-	http, err = pick(http)
-	if err != nil {
-		return 0, 0, err
-	}
-	return tcp, http, nil
 }
 
 // portInUse reports whether the server's log says it could not bind port.

@@ -58,11 +58,9 @@ type Options struct {
 
 // Server is a containerd daemon owned by this program.
 type Server struct {
-	dir          string
-	bin          string
-	tmpfs        int64
-	log          *slog.Logger
-	startTimeout time.Duration
+	dir   string
+	bin   string
+	tmpfs int64
 
 	d *childproc.Daemon
 }
@@ -71,30 +69,24 @@ type Server struct {
 // on its socket. A daemon left running on the same Dir by an earlier, crashed
 // program is killed first.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("start containerd: Options.Dir is empty")
-	}
 	if opts.RootTmpfsBytes < 0 {
 		return nil, fmt.Errorf("start containerd: Options.RootTmpfsBytes is %d: must not be negative", opts.RootTmpfsBytes)
 	}
-	dir, err := filepath.Abs(opts.Dir)
+	dir, err := childproc.StateDir(opts.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("start containerd: Options.Dir: %w", err)
+		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	if n := len(filepath.Join(dir, "containerd.sock.ttrpc")); n > maxSocketPath {
 		return nil, fmt.Errorf("start containerd: Options.Dir %q is too long: the socket path would be %d bytes, the limit is %d", dir, n, maxSocketPath)
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
 	}
 	bin, err := findBinary(opts.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
-	s := &Server{dir: dir, bin: bin, tmpfs: opts.RootTmpfsBytes, log: opts.Logger, startTimeout: opts.StartTimeout}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.startTimeout <= 0 {
-		s.startTimeout = DefaultStartTimeout
-	}
+	s := &Server{dir: dir, bin: bin, tmpfs: opts.RootTmpfsBytes}
 	for _, d := range []string{dir, s.root(), s.state()} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("start containerd: %w", err)
@@ -105,16 +97,16 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		Command:      s.command,
 		LogPath:      s.logPath(),
 		PidFile:      s.pidFile(),
+		Owns:         func(pid int) bool { return childproc.CommIs(pid, "containerd") },
 		Probe:        s.probe,
 		Describe:     func() []any { return []any{"address", s.Address()} },
 		PollInterval: pollInterval,
-		StartTimeout: s.startTimeout,
+		StartTimeout: opts.StartTimeout,
 		StopGrace:    stopGrace,
 		// The shims run the containers; a restart of the daemon must not take them along.
 		SignalLeaderOnly: true,
-	}, s.log)
-	owns := func(pid int) bool { return childproc.CommIs(pid, "containerd") }
-	if err := childproc.KillLeftover(s.pidFile(), "containerd", owns, s.log); err != nil {
+	}, opts.Logger)
+	if err := s.d.KillLeftover(); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	if err := s.mountRoot(); err != nil {

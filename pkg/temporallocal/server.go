@@ -86,7 +86,6 @@ type Server struct {
 	httpPort     int
 	metricsPort  int
 	noUI         bool
-	log          *slog.Logger
 	d            *childproc.Daemon
 }
 
@@ -94,57 +93,46 @@ type Server struct {
 // its frontend answers a health check. A server left running on the same Dir by a
 // crashed program is killed first.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("start temporal: Options.Dir is empty")
-	}
-	dir, err := filepath.Abs(opts.Dir)
+	dir, err := childproc.StateDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
 	}
 	bin, err := FindBinary(opts.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
-	s := &Server{dir: dir, bin: bin, noUI: opts.NoUI, log: opts.Logger}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	startTimeout := opts.StartTimeout
-	if startTimeout <= 0 {
-		startTimeout = DefaultStartTimeout
+	s := &Server{dir: dir, bin: bin, noUI: opts.NoUI}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start temporal: %w", err)
 	}
 	s.d = childproc.NewDaemon(childproc.Recipe{
 		Name:         "temporal",
 		Command:      s.command,
 		LogPath:      filepath.Join(dir, logFile),
 		PidFile:      filepath.Join(dir, pidFile),
+		Owns:         func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, dbFile)) },
 		Probe:        s.probe,
 		Describe:     func() []any { return []any{"addr", s.Addr(), "ui", s.UIURL()} },
 		PollInterval: pollInterval,
-		StartTimeout: startTimeout,
+		StartTimeout: opts.StartTimeout,
 		StopGrace:    stopGrace,
-	}, s.log)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	}, opts.Logger)
+	if err := s.d.KillLeftover(); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
-	owns := func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, dbFile)) }
-	if err := childproc.KillLeftover(filepath.Join(dir, pidFile), "temporal", owns, s.log); err != nil {
-		return nil, fmt.Errorf("start temporal: %w", err)
-	}
-	for attempt := 1; ; attempt++ {
-		ports, perr := choosePorts(opts.Port, opts.UIPort, 0, 0)
-		if perr != nil {
-			return nil, fmt.Errorf("start temporal: %w", perr)
+	pick := func() error {
+		ports, err := childproc.FreePorts(opts.Port, opts.UIPort, 0, 0)
+		if err != nil {
+			return err
 		}
 		s.port, s.uiPort, s.httpPort, s.metricsPort = ports[0], ports[1], ports[2], ports[3]
-		err = s.d.Start(ctx)
-		var ee *childproc.ExitError
-		if err == nil || attempt == portAttempts || !errors.As(err, &ee) || !strings.Contains(ee.Tail, "address already in use") {
-			break
-		}
-		s.log.Warn("temporal port taken, picking others", "port", s.port, "ui_port", s.uiPort)
+		return nil
 	}
-	if err != nil {
+	taken := func(ee *childproc.ExitError) bool { return strings.Contains(ee.Tail, "address already in use") }
+	if err := s.d.StartOnFreePorts(ctx, portAttempts, pick, taken); err != nil {
 		return nil, fmt.Errorf("start temporal in %s: %w", dir, err)
 	}
 	return s, nil
@@ -268,31 +256,6 @@ func FindBinary(explicit string) (string, error) {
 		}
 	}
 	return "", ErrNotInstalled
-}
-
-// choosePorts returns the given ports, replacing zeros with distinct free ports of
-// 127.0.0.1. Listeners are held until every port is known so they differ.
-func choosePorts(ports ...int) ([]int, error) {
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	out := make([]int, len(ports))
-	for i, p := range ports {
-		if p != 0 {
-			out[i] = p
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		held = append(held, l)
-		out[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return out, nil
 }
 
 // quietLogger drops the SDK client's own log lines during readiness probes.
