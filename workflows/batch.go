@@ -15,7 +15,6 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	"github.com/gauntlet-rl/gauntlet/services/scheduler"
 )
 
 // BatchInput is one batch: a run of Episodes episodes of one stage, submitted to the
@@ -175,7 +174,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue // the end of the initial values, or a delete
 			}
-			np, err := scheduler.DecodeProgress(e.Value())
+			np, err := gauntletv1.DecodeRunProgress(e.Value())
 			if err != nil {
 				return BatchResult{}, fmt.Errorf("batch %s: %w", in.RunID, err)
 			}
@@ -198,7 +197,7 @@ func runProgress(ctx context.Context, kv jetstream.KeyValue, runID string) (*gau
 	if err != nil {
 		return nil, fmt.Errorf("batch %s: read run state: %w", runID, err)
 	}
-	p, err := scheduler.DecodeProgress(e.Value())
+	p, err := gauntletv1.DecodeRunProgress(e.Value())
 	if err != nil {
 		return nil, fmt.Errorf("batch %s: %w", runID, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -153,9 +154,12 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 	if err := b.Request(ctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: []*gauntletv1.EpisodeRequested{ep}, Profiles: req.Profiles}, &plans); err != nil {
 		return EpisodeResult{}, fmt.Errorf("play episode %s: plan: %w", ep.EpisodeId, err)
 	}
-	if plans.Error != "" || len(plans.Plans) != 1 {
-		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("play episode %s: faults service cannot plan it: %s", ep.EpisodeId, plans.Error), ErrTypeInvalidSpec, nil)
+	perr := errkind.FromReply(plans.Error, plans.ErrorKind)
+	if perr == nil && len(plans.Plans) != 1 {
+		perr = errkind.E(errkind.Internal, fmt.Errorf("faults service returned %d plans for 1 episode", len(plans.Plans)))
+	}
+	if perr != nil {
+		return EpisodeResult{}, activityError(fmt.Sprintf("play episode %s: faults service cannot plan it", ep.EpisodeId), perr)
 	}
 	plan := plans.Plans[0]
 	episode, agent, err := prepareEpisode(ep, plan)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	"github.com/gauntlet-rl/gauntlet/services/scheduler"
 )
 
 func progressFromKV(ctx context.Context, kv jetstream.KeyValue, runID string) *gauntletv1.RunProgress {
@@ -19,7 +18,7 @@ func progressFromKV(ctx context.Context, kv jetstream.KeyValue, runID string) *g
 	if err != nil {
 		return nil
 	}
-	p, err := scheduler.DecodeProgress(e.Value())
+	p, err := gauntletv1.DecodeRunProgress(e.Value())
 	if err != nil {
 		return nil
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	"github.com/gauntlet-rl/gauntlet/services/store"
 )
 
 // runOpts are the flags that describe a run.
@@ -223,20 +222,26 @@ func follow(ctx context.Context, b *bus.Bus, req *gauntletv1.RunRequested, stder
 
 // waitPersisted waits until ClickHouse holds every episode and step of the run. Counting
 // a run there reads all its keys (a tenth of a second and more of ClickHouse's CPU for a
-// run of 100,000 episodes), so while the store still has events of the stream to write,
-// which its consumer tells for the cost of one NATS request, it waits on that instead:
-// the counts are read once the store has caught up, and decide. b may be nil (then only
-// ClickHouse is polled).
+// run of 100,000 episodes), so while the store says it has not yet written the last event
+// the stream held when the run was done (its StoreProgress, one KV read), it waits on that
+// instead: the counts are read once the store has caught up, and decide. A count every
+// few seconds all the same guards against a fact gone stale. b may be nil (then only
+// ClickHouse is polled), as on a stack whose store never published.
 func waitPersisted(ctx context.Context, b *bus.Bus, conn driver.Conn, db, runID string, episodes, steps uint64, stderr io.Writer) error {
 	deadline := time.Now().Add(5 * time.Minute)
-	var cons jetstream.Consumer
+	var kv jetstream.KeyValue
+	var last uint64
 	if b != nil {
-		// No consumer yet (no store ever ran): ClickHouse alone decides.
-		cons, _ = b.JS.Consumer(ctx, bus.StreamEvents, store.ConsumerName)
+		var err error
+		if last, err = b.EventsLastSeq(ctx); err == nil {
+			kv, _ = b.StoreBucket(ctx)
+		}
 	}
+	var counted time.Time
 	for {
 		wait := 25 * time.Millisecond
-		if !storeBusy(ctx, cons) {
+		if !storeBehind(ctx, kv, last) || time.Since(counted) > 5*time.Second {
+			counted = time.Now()
 			eps, st, err := trajectory.RunCounts(ctx, conn, db, runID)
 			if err == nil && eps >= episodes && st >= steps {
 				return nil
@@ -257,15 +262,15 @@ func waitPersisted(ctx context.Context, b *bus.Bus, conn driver.Conn, db, runID 
 	}
 }
 
-// storeBusy reports whether the store's consumer has events it has not yet written (not
-// delivered, or delivered and not acknowledged: the store acks after the insert). An
-// unknown state is "not busy", so ClickHouse is asked.
-func storeBusy(ctx context.Context, cons jetstream.Consumer) bool {
-	if cons == nil {
+// storeBehind reports whether the store has published that it has not yet written every
+// event up to stream sequence last. No store bucket, no fact published yet or an error
+// reading it is "not behind", so ClickHouse is asked.
+func storeBehind(ctx context.Context, kv jetstream.KeyValue, last uint64) bool {
+	if kv == nil {
 		return false
 	}
-	info, err := cons.Info(ctx)
-	return err == nil && (info.NumPending > 0 || info.NumAckPending > 0)
+	p, err := bus.GetStoreProgress(ctx, kv)
+	return err == nil && p != nil && p.GetWrittenSeq() < last
 }
 
 func isTerminal(w io.Writer) bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -171,6 +172,15 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 		Replicas:    cfg.Replicas,
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketPlanTemplates, err)
+	}
+	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketStore,
+		Description: "what the store has written to ClickHouse (StoreProgress)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketStore, err)
 	}
 	return nil
 }
@@ -432,6 +442,8 @@ const requestAttemptTimeout = 10 * time.Second
 // out's strings and bytes share the reply's memory (the client gives every message its
 // own buffer, so nothing overwrites it): a worker scores every step this way, and
 // copying the names of each step's reward components was a measurable share of it.
+// A request that got no reply (ctx ended first, or NATS failed) is errkind.Unavailable;
+// a reply that does not decode is errkind.Internal.
 func (b *Bus) Request(ctx context.Context, subject string, in, out proto.Message) error {
 	data, err := gauntletv1.Marshal(in)
 	if err != nil {
@@ -444,15 +456,15 @@ func (b *Bus) Request(ctx context.Context, subject string, in, out proto.Message
 		cancel()
 		if err == nil {
 			if err := gauntletv1.UnmarshalAliasing(msg.Data, out); err != nil {
-				return fmt.Errorf("decode reply from %s: %w", subject, err)
+				return errkind.E(errkind.Internal, fmt.Errorf("decode reply from %s: %w", subject, err))
 			}
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("request %s: %w (last error: %v)", subject, ctx.Err(), err)
+			return errkind.E(errkind.Unavailable, fmt.Errorf("request %s: %w (last error: %v)", subject, ctx.Err(), err))
 		}
 		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("request %s: %w", subject, err)
+			return errkind.E(errkind.Unavailable, fmt.Errorf("request %s: %w", subject, err))
 		}
 		select {
 		case <-ctx.Done():

@@ -12,6 +12,8 @@
 //	core request/reply           gauntlet.rpc.reward.score         ScoreRequest    -> reward
 //	                             gauntlet.rpc.faults.plan          PlanRequest     -> faults
 //	core publish                 gauntlet.progress.<run_id>        RunProgress     -> CLIs
+//	KV gauntlet_runs             <run_id>                          RunState        scheduler -> workflows, CLIs
+//	KV gauntlet_store            written                           StoreProgress   store -> whoever waits for rows
 //
 // Every JetStream publish carries a message id derived from what it describes (episode,
 // step, kind), so a retried publish is dropped by the stream's duplicate window and a

@@ -49,6 +49,12 @@ const (
 	BucketPlanTemplates = "gauntlet_plan_templates"
 	// KeyDriftGlobal is the key of the global DriftSet in BucketDrift.
 	KeyDriftGlobal = "global"
+	// BucketStore holds what the store publishes about itself: under KeyStoreWritten, a
+	// StoreProgress saying up to which GAUNTLET_EVENTS sequence ClickHouse holds every
+	// event.
+	BucketStore = "gauntlet_store"
+	// KeyStoreWritten is the key of the store's StoreProgress in BucketStore.
+	KeyStoreWritten = "written"
 )
 
 // SubjectEpisode is where the scheduler assigns the episodes of a run.

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -119,7 +120,9 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	s.latency.Record(ctx, time.Since(t0).Seconds())
 	s.size.Record(ctx, int64(len(batch)))
 	var scores []*gauntletv1.StepScored
-	if err == nil {
+	if err == nil && reply.Error != "" {
+		err = fmt.Errorf("reward service: %w", errkind.FromReply(reply.Error, reply.ErrorKind))
+	} else if err == nil {
 		scores, err = reply.StepScores(req.Steps)
 	}
 	for i, c := range batch {

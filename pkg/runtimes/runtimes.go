@@ -1,5 +1,6 @@
 // Package runtimes opens a sandbox runtime by name (process, containerd) and lends its
-// sandboxes to envs as an env.Sandboxes. Workers use it for --sandbox.runtime; the CLI's
+// sandboxes to envs as an env.Sandboxes. Each runtime is one Registration row, registered
+// from its own file of the package (process.go, containerd.go). Workers use it for --sandbox.runtime; the CLI's
 // episode snapshot and fork use it to rebuild episodes locally.
 //
 // The returned Sandboxes is safe for concurrent use; whoever opened it closes its runtime.
@@ -21,12 +22,9 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
-// Runtime names accepted by Config.Runtime.
-const (
-	None       = ""
-	Process    = "process"
-	Containerd = "containerd"
-)
+// None is the Config.Runtime of no runtime; the registered rows name the others
+// (Process, Containerd).
+const None = ""
 
 // Config chooses the sandbox runtime that envs needing real sandboxes (codefix) run in.
 // Pure envs (shop) never touch it.
@@ -54,10 +52,12 @@ type Config struct {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
-	switch c.Runtime {
-	case None, Process, Containerd:
-	default:
-		errs = append(errs, fmt.Errorf("sandbox.runtime: %q is not one of process, containerd (or empty for none)", c.Runtime))
+	if c.Runtime != None {
+		if r, err := registered.Lookup(c.Runtime); err != nil {
+			errs = append(errs, unknownRuntime(c.Runtime))
+		} else if r.Validate != nil {
+			errs = append(errs, r.Validate(c)...)
+		}
 	}
 	if c.PoolSize < 0 || c.PoolSize > 1024 {
 		errs = append(errs, fmt.Errorf("sandbox.pool-size: %d must be between 0 and 1024", c.PoolSize))
@@ -171,14 +171,15 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Sandboxes{image: c.Image, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}}
-	rt, err := s.openRuntime(ctx, c, filepath.Clean(c.StateDir), log)
+	r, _ := registered.Lookup(c.Runtime) // Validate found it
+	rt, stop, err := r.Open(ctx, c, filepath.Clean(c.StateDir), log)
 	if err != nil {
-		for _, c := range s.closers {
-			_ = c()
-		}
 		return nil, fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err)
 	}
 	s.rt = rt
+	if stop != nil {
+		s.closers = append(s.closers, stop)
+	}
 	if err := s.reapLeftovers(ctx, log); err != nil {
 		return nil, errors.Join(fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err), s.Close())
 	}

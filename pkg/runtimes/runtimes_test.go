@@ -3,6 +3,8 @@ package runtimes_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
@@ -24,6 +27,9 @@ func TestConfigValidate(t *testing.T) {
 		{runtimes.Config{Runtime: runtimes.Containerd, StateDir: "/x"}, ""},
 		{runtimes.Config{Runtime: "docker", StateDir: "/x"}, `sandbox.runtime: "docker" is not one of`},
 		{runtimes.Config{Runtime: runtimes.Process}, "sandbox.state-dir: must be set"},
+		{runtimes.Config{Runtime: runtimes.Process, StateDir: "/x", Image: "host"}, ""},
+		{runtimes.Config{Runtime: runtimes.Process, StateDir: "/x", Image: "alpine"}, `sandbox.image: "alpine": the process runtime`},
+		{runtimes.Config{Runtime: runtimes.Containerd, StateDir: "/x", Image: "alpine"}, ""},
 	}
 	for _, tc := range cases {
 		err := tc.c.Validate()
@@ -37,6 +43,58 @@ func TestConfigValidate(t *testing.T) {
 	if sb, err := runtimes.Open(context.Background(), runtimes.Config{}, nil); sb != nil || err != nil {
 		t.Errorf("Open with no runtime = %v, %v; want nil, nil", sb, err)
 	}
+}
+
+// TestRegisteredRuntime: a runtime is one Registration row: once registered, Validate
+// accepts its name, runs its checks, and Open opens it; a second row of the same name is
+// refused.
+func TestRegisteredRuntime(t *testing.T) {
+	const name = "process-again"
+	opened := 0
+	runtimes.Register(runtimes.Registration{
+		Name: name,
+		Open: func(_ context.Context, _ runtimes.Config, stateDir string, log *slog.Logger) (sandbox.Runtime, func() error, error) {
+			opened++
+			rt, err := process.New(process.Config{StateDir: stateDir, Logger: log})
+			return rt, nil, err
+		},
+		Validate: func(c runtimes.Config) []error {
+			if c.PoolSize > 1 {
+				return []error{errors.New("pool too large for " + name)}
+			}
+			return nil
+		},
+	})
+	if !slices.Contains(runtimes.Names(), name) {
+		t.Fatalf("Names() = %v, want %s among them", runtimes.Names(), name)
+	}
+	c := runtimestest.Config(t, runtimes.Process)
+	c.Runtime, c.PoolSize = name, 2
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "pool too large") {
+		t.Fatalf("Validate = %v, want the row's own check", err)
+	}
+	if err := (runtimes.Config{Runtime: "docker", StateDir: "/x"}).Validate(); err == nil || !strings.Contains(err.Error(), name) {
+		t.Fatalf("Validate of an unknown runtime = %v, want the registered names listed", err)
+	}
+	c.PoolSize = 0
+	sb, err := runtimes.Open(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opened != 1 || sb.Runtime().Name() != runtimes.Process {
+		t.Errorf("opened %d times, runtime %s", opened, sb.Runtime().Name())
+	}
+	if err := sb.Close(); err != nil {
+		t.Error(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a second row named process did not panic")
+		}
+	}()
+	runtimes.Register(runtimes.Registration{Name: runtimes.Process, Open: func(context.Context, runtimes.Config, string, *slog.Logger) (sandbox.Runtime, func() error, error) {
+		return nil, nil, errors.New("never opened")
+	}})
 }
 
 // TestPooledSandboxesStartClean: a sandbox from the warm pool gets exactly the files its

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/reward"
@@ -323,10 +324,10 @@ func (s *Service) plan(ctx context.Context, req *gauntletv1.EpisodeRequested, pr
 	}
 	var reply gauntletv1.PlanReply
 	if err := s.bus().Request(ctx, bus.SubjectPlan, preq, &reply); err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: no fault plan within the start timeout (%v): %w", s.cfg.StartTimeout, err))
+		return nil, connectError(fmt.Errorf("infra error: no fault plan within the start timeout (%v): %w", s.cfg.StartTimeout, err))
 	}
-	if reply.Error != "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("fault plan: %s", reply.Error))
+	if err := errkind.FromReply(reply.Error, reply.ErrorKind); err != nil {
+		return nil, connectError(fmt.Errorf("fault plan: %w", err))
 	}
 	if len(reply.Plans) != 1 {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("faults service returned %d plans for 1 episode", len(reply.Plans)))

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -42,22 +43,23 @@ func SetGlobalDrift(ctx context.Context, js jetstream.JetStream, set *gauntletv1
 }
 
 // GlobalDrift returns the global drift in force and its KV revision (0 and an empty set
-// when none was ever set).
+// when none was ever set). A bucket that cannot be read (a timeout, NATS down) is
+// errkind.Unavailable; a stored value that is not a valid drift set is errkind.Invalid.
 func GlobalDrift(ctx context.Context, js jetstream.JetStream) (*gauntletv1.DriftSet, uint64, error) {
 	kv, err := js.KeyValue(ctx, bus.BucketDrift)
 	if err != nil {
-		return nil, 0, fmt.Errorf("global drift: open bucket %s: %w", bus.BucketDrift, err)
+		return nil, 0, errkind.E(errkind.Unavailable, fmt.Errorf("global drift: open bucket %s: %w", bus.BucketDrift, err))
 	}
 	e, err := kv.Get(ctx, bus.KeyDriftGlobal)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return &gauntletv1.DriftSet{}, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("global drift: get %s/%s: %w", bus.BucketDrift, bus.KeyDriftGlobal, err)
+		return nil, 0, errkind.E(errkind.Unavailable, fmt.Errorf("global drift: get %s/%s: %w", bus.BucketDrift, bus.KeyDriftGlobal, err))
 	}
 	set, err := decodeDriftSet(e.Value())
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, errkind.E(errkind.Invalid, err)
 	}
 	return set, e.Revision(), nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -77,31 +78,12 @@ func (s *Service) Stopping(context.Context) error {
 }
 
 func (s *Service) handle(m *nats.Msg) {
-	var req gauntletv1.PlanRequest
-	var reply *gauntletv1.PlanReply
-	var tmpls map[string]*gauntletv1.FaultPlan
-	if err := gauntletv1.Unmarshal(m.Data, &req); err != nil {
-		reply = &gauntletv1.PlanReply{Error: fmt.Sprintf("decode plan request: %v", err)}
-	} else {
-		// One read of the global drift per batch: every episode of the batch, and every
-		// planner answering at the same moment, applies the same value.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		global, _, gerr := GlobalDrift(ctx, s.bus().JS)
-		cancel()
-		if gerr != nil {
-			reply = &gauntletv1.PlanReply{Error: gerr.Error()}
-		} else if reply, tmpls, err = s.Plan(&req, global.GetDrift()); err != nil {
-			reply = &gauntletv1.PlanReply{Error: err.Error()}
-		} else {
-			// Every template a plan names is findable before any worker sees the plan.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			for id, t := range tmpls {
-				if err := s.templates.Put(ctx, id, t); err != nil {
-					reply = &gauntletv1.PlanReply{Error: err.Error()}
-					break
-				}
-			}
-			cancel()
+	reply, err := s.answer(m.Data)
+	if err != nil {
+		reply = &gauntletv1.PlanReply{}
+		reply.Error, reply.ErrorKind = errkind.Reply(err)
+		if errkind.Is(errkind.Unavailable, err) {
+			s.log.Warn("cannot plan now; the caller retries", "err", err)
 		}
 	}
 	data, err := gauntletv1.Marshal(reply)
@@ -112,6 +94,35 @@ func (s *Service) handle(m *nats.Msg) {
 	if err := m.Respond(data); err != nil {
 		s.log.Warn("respond to plan request", "err", err)
 	}
+}
+
+// answer plans one encoded PlanRequest. Its errors carry their kind: a request that
+// cannot be planned is errkind.Invalid; a KV bucket that failed or timed out (the global
+// drift, the templates) is errkind.Unavailable, for the caller to retry.
+func (s *Service) answer(data []byte) (*gauntletv1.PlanReply, error) {
+	var req gauntletv1.PlanRequest
+	if err := gauntletv1.Unmarshal(data, &req); err != nil {
+		return nil, errkind.E(errkind.Invalid, fmt.Errorf("decode plan request: %w", err))
+	}
+	// One read of the global drift per batch: every episode of the batch, and every
+	// planner answering at the same moment, applies the same value.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	global, _, err := GlobalDrift(ctx, s.bus().JS)
+	if err != nil {
+		return nil, err
+	}
+	reply, tmpls, err := s.Plan(&req, global.GetDrift())
+	if err != nil {
+		return nil, err
+	}
+	// Every template a plan names is findable before any worker sees the plan.
+	for id, t := range tmpls {
+		if err := s.templates.Put(ctx, id, t); err != nil {
+			return nil, errkind.E(errkind.Unavailable, err)
+		}
+	}
+	return reply, nil
 }
 
 // Plan fixes the plan of every episode in the request, in order, and returns them compact
@@ -126,7 +137,14 @@ func (s *Service) handle(m *nats.Msg) {
 // requested time, so a run's value overrides a global one for the same selector. The
 // values in force are recorded on the plan. Drift changes numbers only: the plan's seed
 // and rule ids, hence every random draw, stay what they are without drift.
+//
+// Its errors are the request's: errkind.Invalid.
 func (s *Service) Plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) (*gauntletv1.PlanReply, map[string]*gauntletv1.FaultPlan, error) {
+	reply, used, err := s.plan(req, global)
+	return reply, used, errkind.E(errkind.Invalid, err)
+}
+
+func (s *Service) plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) (*gauntletv1.PlanReply, map[string]*gauntletv1.FaultPlan, error) {
 	custom, err := plans.CompileCustomProfiles(req.GetCustomProfiles())
 	if err != nil {
 		return nil, nil, err

@@ -1,15 +1,21 @@
 package faults
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -114,5 +120,52 @@ func TestPlansAreCompactAndExpandExactly(t *testing.T) {
 	}
 	if seen["slow"] == 0 || seen[plans.ProfileEdge] == 0 {
 		t.Fatalf("profiles drawn %v; the test needs both", seen)
+	}
+}
+
+// A plan reply's error says its kind: a request that cannot be planned is invalid (the
+// caller refuses the run), a bucket that cannot be read is unavailable (the caller tries
+// again later).
+func TestPlanReplyErrorsCarryTheirKind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	s := New(func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := s.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stopping(ctx)
+	ask := func(req *gauntletv1.PlanRequest) *gauntletv1.PlanReply {
+		t.Helper()
+		var reply gauntletv1.PlanReply
+		if err := b.Request(ctx, bus.SubjectPlan, req, &reply); err != nil {
+			t.Fatal(err)
+		}
+		return &reply
+	}
+	eps := []*gauntletv1.EpisodeRequested{{EpisodeId: "a", Env: "shop", Seed: 1}}
+	if r := ask(&gauntletv1.PlanRequest{Episodes: eps}); r.Error != "" || r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_UNSPECIFIED || len(r.Plans) != 1 {
+		t.Fatalf("valid request: %v", r)
+	}
+	if r := ask(&gauntletv1.PlanRequest{Episodes: eps, Profiles: []*gauntletv1.Share{{Name: "chaos", Weight: 1}}}); r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_INVALID {
+		t.Errorf("unknown profile: kind %v (%q), want invalid", r.ErrorKind, r.Error)
+	}
+	if err := b.JS.DeleteKeyValue(ctx, bus.BucketDrift); err != nil {
+		t.Fatal(err)
+	}
+	if r := ask(&gauntletv1.PlanRequest{Episodes: eps}); r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_UNAVAILABLE || r.Error == "" {
+		t.Errorf("drift bucket unreadable: kind %v (%q), want unavailable", r.ErrorKind, r.Error)
+	}
+}
+
+// A read of the global drift that times out is unavailable, not the request's fault.
+func TestGlobalDriftTimeoutIsUnavailable(t *testing.T) {
+	b := bustest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	_, _, err := GlobalDrift(ctx, b.JS)
+	if !errors.Is(err, context.DeadlineExceeded) || !errkind.Is(errkind.Unavailable, err) {
+		t.Fatalf("GlobalDrift past its deadline: %v (kind %v), want a deadline exceeded of kind unavailable", err, errkind.Of(err))
 	}
 }

@@ -107,7 +107,7 @@ func (s *Service) handle(m *nats.Msg) {
 func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 	var req gauntletv1.ScoreRequest
 	if err := gauntletv1.UnmarshalAliasing(data, &req); err != nil {
-		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err)}
+		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err), ErrorKind: gauntletv1.ErrorKind_ERROR_KIND_INVALID}
 	}
 	// A table, not a StepScored per step: the names and weights go once per reply, and
 	// the worker reads it with a handful of allocations instead of about ten per step.

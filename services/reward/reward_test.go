@@ -44,7 +44,7 @@ func TestScoreKeepsOrderAndNamesComponents(t *testing.T) {
 
 func TestScoreRefusesGarbage(t *testing.T) {
 	reply := newService().Score([]byte("\xff\xfe"))
-	if !strings.Contains(reply.Error, "decode score request") || reply.Table != nil {
+	if !strings.Contains(reply.Error, "decode score request") || reply.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_INVALID || reply.Table != nil {
 		t.Fatalf("reply = %v", reply)
 	}
 }

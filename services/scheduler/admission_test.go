@@ -60,23 +60,60 @@ func TestEndedSetStaysSmallAndDeduplicates(t *testing.T) {
 }
 
 func TestEndedSetRoundTrip(t *testing.T) {
-	var s endedSet
-	for _, i := range []uint64{0, 1, 2, 5, 9} {
-		s.Add(i)
+	r := &run{spec: &gauntletv1.RunRequested{RunId: "r1", Episodes: 20}}
+	r.Spec, _ = proto.Marshal(r.spec)
+	for _, i := range []uint64{0, 9, 1, 2, 5} {
+		r.Ended.Add(i)
 	}
-	b, err := json.Marshal(s)
+	b, err := r.encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(b) != `{"low":3,"above":[5,9]}` {
-		t.Fatalf("encoded %s", b)
-	}
-	var back endedSet
-	if err := json.Unmarshal(b, &back); err != nil {
+	st, err := gauntletv1.DecodeRunState(b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Count() != 5 || back.Add(5) || !back.Add(3) {
-		t.Fatalf("decoded set differs: %+v", back)
+	if st.GetEndedLow() != 3 || !slices.Equal(st.GetEndedAbove(), []uint64{5, 9}) || !proto.Equal(st.GetSpec(), r.spec) {
+		t.Fatalf("encoded %v", st)
+	}
+	back, legacy, err := decodeRun(b)
+	if err != nil || legacy {
+		t.Fatalf("decodeRun: legacy %v, %v", legacy, err)
+	}
+	if back.Ended.Count() != 5 || back.Ended.Add(5) || !back.Ended.Add(3) {
+		t.Fatalf("decoded set differs: %+v", back.Ended)
+	}
+}
+
+// A run's state written as JSON by an older scheduler still reads, whole, and is
+// reported as legacy so Starting rewrites it.
+func TestLegacyJSONRunStateReads(t *testing.T) {
+	spec := &gauntletv1.RunRequested{RunId: "r-old", Env: "shop", Episodes: 10, Label: "old"}
+	specBytes, _ := proto.Marshal(spec)
+	legacy, _ := json.Marshal(map[string]any{
+		"spec": specBytes, "assigned": 8, "ended": map[string]any{"low": 3, "above": []uint64{5, 9}},
+		"succeeded": 4, "steps": 30, "faults": 2, "infra_errors": 1, "reward_sum": 2.5,
+		"started_at": 11, "updated_at": 12,
+	})
+	r, isLegacy, err := decodeRun(legacy)
+	if err != nil || !isLegacy {
+		t.Fatalf("decodeRun: legacy %v, %v", isLegacy, err)
+	}
+	want := &gauntletv1.RunProgress{RunId: "r-old", Env: "shop", Label: "old", Episodes: 10, Assigned: 8, Ended: 5,
+		Succeeded: 4, Steps: 30, FaultsFired: 2, InfraErrors: 1, RewardSum: 2.5, StartedAtUnixNano: 11, UpdatedAtUnixNano: 12}
+	if got := r.progress(); !proto.Equal(got, want) {
+		t.Fatalf("progress = %v, want %v", got, want)
+	}
+	// Rewritten as a RunState, it says the same.
+	b, err := r.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := gauntletv1.DecodeRunProgress(b); err != nil || !proto.Equal(got, want) {
+		t.Fatalf("after the rewrite: %v, %v; want %v", got, err, want)
+	}
+	if got, err := gauntletv1.DecodeRunProgress(legacy); err != nil || !proto.Equal(got, want) {
+		t.Fatalf("clients read the JSON as %v, %v; want %v", got, err, want)
 	}
 }
 
@@ -111,7 +148,7 @@ func TestRunRecordIgnoresDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeProgress(b)
+	back, err := gauntletv1.DecodeRunProgress(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +172,27 @@ func TestLotsCutAtMultiplesOfTheSize(t *testing.T) {
 	} {
 		if got := lots(c.first, c.n, c.size); !slices.Equal(got, c.want) {
 			t.Errorf("lots(%d, %d, %d) = %v, want %v", c.first, c.n, c.size, got, c.want)
+		}
+	}
+}
+
+// BenchmarkRunEncode is the cost of writing a run's state, done for every run an ended
+// batch touches before the batch is acknowledged.
+func BenchmarkRunEncode(b *testing.B) {
+	spec := &gauntletv1.RunRequested{RunId: "run-bench", Env: "shop", ParamsJson: "{}", Episodes: 100_000, MaxInFlight: 512,
+		Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 1}}, Label: "bench"}
+	r := &run{spec: spec, Assigned: 50_000, Succeeded: 40_000, Steps: 350_000, StartedAt: 1, UpdatedAt: 2}
+	r.Spec, _ = proto.Marshal(spec)
+	for i := range uint64(40_000) {
+		r.Ended.Add(i)
+	}
+	for i := uint64(40_001); i < 40_400; i += 3 {
+		r.Ended.Add(i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.encode(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

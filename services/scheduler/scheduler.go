@@ -33,6 +33,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -144,10 +145,22 @@ func (s *Service) Starting(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load run %s: %w", k, err)
 		}
-		r, err := decodeRun(e.Value())
+		r, legacy, err := decodeRun(e.Value())
 		if err != nil {
 			s.log.Error("skipping unreadable run state", "run_id", k, "err", err)
 			continue
+		}
+		if legacy {
+			// Written as JSON by an older scheduler: rewritten as a RunState once, only
+			// if nobody changed it meanwhile (readers take either form, so a failed
+			// rewrite costs nothing but the next attempt).
+			b, err := r.encode()
+			if err == nil {
+				_, err = kv.Update(ctx, k, b, e.Revision())
+			}
+			if err != nil {
+				s.log.Warn("rewrite a JSON run state as a RunState", "run_id", k, "err", err)
+			}
 		}
 		if !r.done() {
 			s.runs[k] = r
@@ -294,7 +307,7 @@ func (s *Service) activeIDs() []string {
 func (s *Service) dispatch(ctx context.Context, id string) error {
 	s.mu.Lock()
 	r, ok := s.runs[id]
-	if !ok || r.Error != "" {
+	if !ok || r.Error != "" || r.planBackoff > 0 && time.Now().Before(r.planRetryAt) {
 		s.mu.Unlock()
 		return nil
 	}
@@ -321,17 +334,19 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	var plans gauntletv1.PlanReplyPassThrough
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.bus().Request(pctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: eps, Profiles: spec.Profiles, Drift: spec.Drift, CustomProfiles: spec.CustomProfiles}, &plans); err != nil {
-		return fmt.Errorf("plan episodes %d..%d: %w", first, first+n-1, err)
+	err := s.bus().Request(pctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: eps, Profiles: spec.Profiles, Drift: spec.Drift, CustomProfiles: spec.CustomProfiles}, &plans)
+	if err == nil {
+		err = errkind.FromReply(plans.Error, plans.ErrorKind)
 	}
-	if plans.Error != "" || len(plans.Plans) != len(eps) {
-		msg := fmt.Sprintf("faults service cannot plan this run: %s", plans.Error)
-		s.mu.Lock()
-		r.Error = msg
-		r.dirty = true
-		s.mu.Unlock()
-		return errors.New(msg)
+	if err == nil && len(plans.Plans) != len(eps) {
+		err = errkind.E(errkind.Internal, fmt.Errorf("faults service returned %d plans for %d episodes", len(plans.Plans), len(eps)))
 	}
+	if err != nil {
+		return s.planFailed(r, first, n, err)
+	}
+	s.mu.Lock()
+	r.planBackoff = 0
+	s.mu.Unlock()
 	js := s.bus().JS
 	var futures []jetstream.PubAckFuture
 	for _, lot := range lots(first, n, s.cfg.EpisodesPerAssignment) {
@@ -369,6 +384,29 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	r.dirty = true
 	s.mu.Unlock()
 	return s.persist(ctx, id)
+}
+
+// Backoff of plan requests after the faults service could not plan for now.
+const (
+	planBackoffFirst = 250 * time.Millisecond
+	planBackoffMax   = 10 * time.Second
+)
+
+// planFailed handles a failed plan request for episodes [first, first+n) of r. Only an
+// invalid run (the faults service cannot plan it as it is) is refused, for good; any
+// other failure (the faults service or a bucket it reads unavailable, a broken reply) is
+// retried with backoff, so a moment's KV timeout does not end a run.
+func (s *Service) planFailed(r *run, first, n uint64, err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if errkind.Is(errkind.Invalid, err) {
+		r.Error = "faults service cannot plan this run: " + err.Error()
+		r.dirty = true
+		return errors.New(r.Error)
+	}
+	r.planBackoff = min(max(2*r.planBackoff, planBackoffFirst), planBackoffMax)
+	r.planRetryAt = time.Now().Add(r.planBackoff)
+	return fmt.Errorf("plan episodes %d..%d (%s; again in %v): %w", first, first+n-1, errkind.Of(err), r.planBackoff, err)
 }
 
 // lot is a run of consecutive episode indices assigned in one message.
@@ -653,7 +691,7 @@ func (s *Service) hasEnded(ctx context.Context, runID string, index uint64) (end
 	if err != nil {
 		return false, false, fmt.Errorf("load run %s: %w", runID, err)
 	}
-	r, err = decodeRun(e.Value())
+	r, _, err = decodeRun(e.Value())
 	if err != nil {
 		return false, false, nil
 	}

@@ -1,11 +1,11 @@
 package scheduler
 
 import (
-	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
+	"time"
 
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -50,67 +50,92 @@ func (s *endedSet) Has(i uint64) bool {
 // Count is how many distinct indices ended.
 func (s *endedSet) Count() uint64 { return s.Low + uint64(len(s.above)) }
 
-// MarshalJSON writes Low and the sorted stragglers.
-func (s endedSet) MarshalJSON() ([]byte, error) {
+// sortedAbove returns the stragglers in order, as RunState.ended_above holds them.
+func (s *endedSet) sortedAbove() []uint64 {
+	if len(s.above) == 0 {
+		return nil
+	}
 	above := make([]uint64, 0, len(s.above))
 	for i := range s.above {
 		above = append(above, i)
 	}
-	sort.Slice(above, func(a, b int) bool { return above[a] < above[b] })
-	return json.Marshal(struct {
-		Low   uint64   `json:"low"`
-		Above []uint64 `json:"above,omitempty"`
-	}{s.Low, above})
+	slices.Sort(above)
+	return above
 }
 
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (s *endedSet) UnmarshalJSON(b []byte) error {
-	var v struct {
-		Low   uint64   `json:"low"`
-		Above []uint64 `json:"above"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	s.Low, s.above = v.Low, nil
-	for _, i := range v.Above {
-		s.Add(i)
-	}
-	return nil
-}
-
-// run is the scheduler's state of one run, persisted as JSON in the gauntlet_runs bucket.
+// run is the scheduler's state of one run, persisted in the gauntlet_runs bucket as a
+// gauntletv1.RunState (encode). The ended set is a map here, for the per-end lookup, and
+// sorted only when written.
 type run struct {
-	Spec     []byte   `json:"spec"` // protobuf RunRequested
-	Assigned uint64   `json:"assigned"`
-	Ended    endedSet `json:"ended"`
+	Spec     []byte // the encoded RunRequested, written into every RunState as it is
+	Assigned uint64
+	Ended    endedSet
 
-	Succeeded   uint64  `json:"succeeded"`
-	Steps       uint64  `json:"steps"`
-	Faults      uint64  `json:"faults"`
-	InfraErrors uint64  `json:"infra_errors"`
-	RewardSum   float64 `json:"reward_sum"`
-	StartedAt   int64   `json:"started_at"`
-	UpdatedAt   int64   `json:"updated_at"`
-	Error       string  `json:"error,omitempty"`
+	Succeeded   uint64
+	Steps       uint64
+	Faults      uint64
+	InfraErrors uint64
+	RewardSum   float64
+	StartedAt   int64
+	UpdatedAt   int64
+	Error       string
 
 	spec  *gauntletv1.RunRequested
 	dirty bool
+
+	// planBackoff is the pause before the next plan request after the faults service was
+	// unavailable (0: none pending); planRetryAt is when that pause ends. Not persisted:
+	// a restarted scheduler asks again at once.
+	planBackoff time.Duration
+	planRetryAt time.Time
 }
 
-func decodeRun(b []byte) (*run, error) {
-	var r run
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("decode run state: %w", err)
+// decodeRun reads a run's state from KV: a RunState, or the JSON of older schedulers
+// (legacy reports which, so Starting can rewrite it).
+func decodeRun(b []byte) (r *run, legacy bool, err error) {
+	st, err := gauntletv1.DecodeRunState(b)
+	if err != nil {
+		return nil, false, err
 	}
-	r.spec = &gauntletv1.RunRequested{}
-	if err := proto.Unmarshal(r.Spec, r.spec); err != nil {
-		return nil, fmt.Errorf("decode run spec: %w", err)
+	r = &run{
+		spec: st.GetSpec(), Assigned: st.GetAssigned(), Ended: endedSet{Low: st.GetEndedLow()},
+		Succeeded: st.GetSucceeded(), Steps: st.GetSteps(), Faults: st.GetFaultsFired(),
+		InfraErrors: st.GetInfraErrors(), RewardSum: st.GetRewardSum(),
+		StartedAt: st.GetStartedAtUnixNano(), UpdatedAt: st.GetUpdatedAtUnixNano(), Error: st.GetError(),
 	}
-	return &r, nil
+	if r.spec == nil {
+		r.spec = &gauntletv1.RunRequested{}
+	}
+	for _, i := range st.GetEndedAbove() {
+		r.Ended.Add(i)
+	}
+	if r.Spec, err = gauntletv1.Marshal(r.spec); err != nil {
+		return nil, false, fmt.Errorf("encode run spec: %w", err)
+	}
+	return r, len(b) > 0 && b[0] == '{', nil
 }
 
-func (r *run) encode() ([]byte, error) { return json.Marshal(r) }
+// encode writes the run as a RunState. The spec, encoded once when the run was accepted,
+// is copied in as field 1 rather than encoded again on every write (a message's encoding
+// may list its fields in any order).
+func (r *run) encode() ([]byte, error) {
+	st := gauntletv1.RunState{
+		Assigned: r.Assigned, EndedLow: r.Ended.Low, EndedAbove: r.Ended.sortedAbove(),
+		Succeeded: r.Succeeded, Steps: r.Steps, FaultsFired: r.Faults, InfraErrors: r.InfraErrors,
+		RewardSum: r.RewardSum, StartedAtUnixNano: r.StartedAt, UpdatedAtUnixNano: r.UpdatedAt,
+		Error: r.Error,
+	}
+	n := st.SizeVT()
+	b := make([]byte, 0, protowire.SizeTag(1)+protowire.SizeBytes(len(r.Spec))+n)
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendBytes(b, r.Spec)
+	off := len(b)
+	b = b[:off+n]
+	if _, err := st.MarshalToSizedBufferVT(b[off:]); err != nil {
+		return nil, fmt.Errorf("encode run state: %w", err)
+	}
+	return b, nil
+}
 
 func (r *run) done() bool { return r.Error != "" || r.Ended.Count() >= r.spec.GetEpisodes() }
 
@@ -140,14 +165,4 @@ func (r *run) progress() *gauntletv1.RunProgress {
 		RewardSum: r.RewardSum, Done: r.done(), StartedAtUnixNano: r.StartedAt,
 		UpdatedAtUnixNano: r.UpdatedAt, Error: r.Error,
 	}
-}
-
-// DecodeProgress reads a run's progress from its state in the gauntlet_runs bucket, for
-// clients that missed the progress messages.
-func DecodeProgress(state []byte) (*gauntletv1.RunProgress, error) {
-	r, err := decodeRun(state)
-	if err != nil {
-		return nil, err
-	}
-	return r.progress(), nil
 }

@@ -9,8 +9,15 @@
 // keeps its batch, retries with backoff and holds its lease on the events (InProgress), so
 // nothing is lost and nothing piles up in memory beyond one batch in flight and one filling.
 //
+// After each batch the store publishes what it has written, as a fact others wait on: a
+// StoreProgress in the gauntlet_store KV bucket whose written_seq is the consumer's ack
+// floor, the GAUNTLET_EVENTS sequence up to which every event is in ClickHouse (or was
+// undecodable and terminated). A run's waiter (`gauntlet run`, demo, tests, the loadtest
+// harness) compares it with the stream's last sequence once the run is done, instead of
+// reading the store's consumer itself.
+//
 // One reader goroutine fills batches, one writer goroutine inserts them; several store
-// instances may share the consumer.
+// instances may share the consumer (each then publishes the shared ack floor).
 package store
 
 import (
@@ -83,6 +90,8 @@ type Service struct {
 	conn   driver.Conn
 	writer *trajectory.Writer
 	cons   jetstream.Consumer
+	// progress is the gauntlet_store bucket (nil on a stack without it).
+	progress jetstream.KeyValue
 
 	events   metric.Int64Counter
 	batches  metric.Int64Counter
@@ -131,7 +140,34 @@ func (s *Service) Starting(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
+	if s.progress, err = s.bus().StoreBucket(ctx); err != nil {
+		return err
+	}
+	// What an earlier run of the store wrote is already a fact: a waiter need not wait
+	// for the first batch to learn it.
+	s.publishWritten(ctx, s.cons.CachedInfo())
 	return nil
+}
+
+// publishWritten publishes the consumer's ack floor as the store's StoreProgress (ci: the
+// consumer's info, read again when nil). A failure is logged: the next batch publishes
+// again, and waiters count in ClickHouse now and then whatever the fact says.
+func (s *Service) publishWritten(ctx context.Context, ci *jetstream.ConsumerInfo) {
+	if s.progress == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if ci == nil {
+		var err error
+		if ci, err = s.cons.Info(ctx); err != nil {
+			s.log.Warn("read the store's consumer to publish what is written", "err", err)
+			return
+		}
+	}
+	if err := bus.PutStoreProgress(ctx, s.progress, ci.AckFloor.Stream); err != nil {
+		s.log.Warn("publish what the store has written", "err", err)
+	}
 }
 
 // batch is a set of delivered events inserted and acknowledged together. Its events stay
@@ -273,9 +309,20 @@ func (s *Service) write(ctx context.Context, b *batch) {
 			lastBeat = time.Now()
 		}
 	}
-	for _, m := range b.msgs {
-		_ = m.Ack()
+	if last := len(b.msgs) - 1; last >= 0 {
+		for _, m := range b.msgs[:last] {
+			_ = m.Ack()
+		}
+		// The server confirms the last ack after processing it, and it processes one
+		// connection's acks in order: once confirmed, the consumer's ack floor includes
+		// the whole batch, and is what the store has written.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := b.msgs[last].DoubleAck(actx); err != nil {
+			s.log.Warn("confirm the ack of a written batch", "err", err)
+		}
+		cancel()
 	}
+	s.publishWritten(ctx, nil)
 	s.events.Add(ctx, int64(len(b.msgs)))
 	s.batches.Add(ctx, 1)
 }

@@ -65,9 +65,51 @@ func TestIdleFlushWritesTheTail(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// And the store says so: its published StoreProgress reaches the stream's last event.
+	kv, err := b.StoreBucket(ctx)
+	if err != nil || kv == nil {
+		t.Fatalf("store bucket: %v, %v", kv, err)
+	}
+	last, err := b.EventsLastSeq(ctx)
+	if err != nil || last != 3 {
+		t.Fatalf("last sequence %d (%v), want 3", last, err)
+	}
+	for {
+		p, err := bus.GetStoreProgress(ctx, kv)
+		if err == nil && p.GetWrittenSeq() == last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store published %v (err %v), want written_seq %d", p, err, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Before it has written anything, the store publishes the floor it starts from, so a
+// waiter knows a store runs.
+func TestStoreProgressStartsAtTheFloor(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := chtest.Start(t)
+	b := bustest.Start(t)
+	s := New(Config{Addr: ch.Addr, Database: "floor", BatchRows: 10, FlushEvery: time.Second, IdleFlush: 50 * time.Millisecond, AckWait: 30 * time.Second},
+		func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := s.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Stopping(context.Background()) }()
+	kv, err := b.StoreBucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := bus.GetStoreProgress(ctx, kv)
+	if err != nil || p == nil || p.GetWrittenSeq() != 0 {
+		t.Fatalf("progress after Starting = %v, %v; want written_seq 0", p, err)
 	}
 }
 

@@ -29,7 +29,7 @@ const Template = "codefix-sh"
 const ToolSubmit = "submit"
 
 // Service is the fault target of every workspace tool call (package tools' service name).
-const Service = "sandbox"
+const Service = tools.Service
 
 func init() { env.Register(New()) }
 
@@ -47,7 +47,7 @@ type toolDef struct {
 var toolDefs = func() []toolDef {
 	var out []toolDef
 	for _, t := range tools.Specs() {
-		out = append(out, toolDef{t.Name, t.Service, t.Description, t.Schema})
+		out = append(out, toolDef{t.Name, tools.Service, t.Description, t.Schema})
 	}
 	return append(out, toolDef{ToolSubmit, "", "Declare the fix done: the episode ends and a verifier judges the workspace.",
 		json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)})

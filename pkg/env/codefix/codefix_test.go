@@ -213,25 +213,8 @@ func TestBadPathsAndBadActionsAreObservations(t *testing.T) {
 	}
 }
 
-// TestSameSeedSameActionsSameEpisode: determinism with real sandboxes.
-func TestSameSeedSameActionsSameEpisode(t *testing.T) {
-	sb := testSandboxes(t)
-	oracle, _ := policy.Lookup(policy.Oracle)
-	var runs [2][]env.StepResult
-	for i := range runs {
-		agent, _ := oracle.NewAgent(codefix.New(), 5)
-		runs[i] = play(t, newEpisode(t, sb, 99, `{}`), agent)
-	}
-	if len(runs[0]) != len(runs[1]) {
-		t.Fatalf("%d vs %d steps", len(runs[0]), len(runs[1]))
-	}
-	for i := range runs[0] {
-		a, b := runs[0][i], runs[1][i]
-		if string(a.Observation) != string(b.Observation) || string(a.Diff) != string(b.Diff) || a.Metering.GetVirtualNs() != b.Metering.GetVirtualNs() {
-			t.Errorf("step %d differs:\n%s %s\n%s %s", i, a.Observation, a.Diff, b.Observation, b.Diff)
-		}
-	}
-}
+// Same seed, same actions, same episode: the conformance suite (envtest_test.go) plays
+// and replays the oracle's episodes of seed 99 and compares them byte for byte.
 
 // TestBranchingSearch branches an episode after reading the library into one branch per
 // candidate fix: exactly the right one passes, and the branches never see each other's

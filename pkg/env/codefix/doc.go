@@ -14,9 +14,12 @@
 // time, truncation cuts the observation. The virtual clock advances by a fixed cost per
 // call, never by host time.
 //
-// With param docs=1 the sandbox may also reach the docs HTTP service ($DOCS_URL) through
-// the fault gateway of package svcnet, under the episode's plan (service "docs"); the
-// faults the agent's requests meet are recorded on the step (see docs.go).
+// The plan's faults at the sandbox's boundaries (storage faults for the file tools and
+// the commands, resource limits, clock skew) come from the episode's layer of package
+// boundary, which any sandboxed env opens the same way. With param docs=1 the sandbox may
+// also reach the docs HTTP service ($DOCS_URL) through that layer's fault gateway, under
+// the episode's plan (service "docs"); the faults the agent's requests meet are recorded
+// on the step (see docs.go).
 //
 // Submit ends the episode with the verifier's verdict: the episode's workspace is
 // snapshotted, a fresh sandbox is forked from the snapshot, and there the verifier checks

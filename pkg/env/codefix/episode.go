@@ -18,6 +18,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/boundary"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -66,10 +67,9 @@ type episode struct {
 	events []sandbox.Event
 	faults *faults.Injector
 	calls  []faultCall
-	// docs is the docs service's gateway (param docs=1; nil otherwise).
-	docs *docsGateway
-	// bnd: faults at the sandbox's boundaries (boundary.go).
-	bnd boundary
+	// bnd applies the plan's faults at the sandbox's boundaries: storage, resources,
+	// clock skew, and the docs service's gateway (param docs=1). Nil before Reset.
+	bnd *boundary.Layer
 	// digest is the md5 of every file of the workspace after the last step, for diffs.
 	digest map[string]string
 
@@ -116,13 +116,11 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("codefix: acquire sandbox: %w", err)
 	}
 	e.sb, e.ready = h.ID, true
-	if err := e.initBoundary(); err != nil {
-		return nil, errors.Join(err, e.release(ctx))
-	}
-	if err := e.attachShellFaults(ctx, e.bnd.decider.Clone()); err != nil {
-		return nil, errors.Join(err, e.release(ctx))
-	}
-	if err := e.attachDocs(ctx, nil); err != nil {
+	e.bnd, err = boundary.Open(ctx, boundary.Options{
+		Env: "codefix", Target: Service, Runtime: e.cfg.Sandboxes.Runtime(), Sandbox: e.sb,
+		Limits: spec.Limits, Services: spec.Services, Faults: e.faults, Clock: &e.clock,
+	})
+	if err != nil {
 		return nil, errors.Join(err, e.release(ctx))
 	}
 	e.tb = e.toolbox()
@@ -152,10 +150,10 @@ func (e *episode) release(ctx context.Context) error {
 	if e.sb == "" {
 		return nil
 	}
-	lerr := errors.Join(e.restoreLimits(ctx), e.detachShellFaults(ctx))
+	lerr := e.bnd.Close(ctx)
+	e.bnd = nil
 	id := e.sb
 	e.sb = ""
-	e.detachDocs()
 	if err := e.cfg.Sandboxes.Release(ctx, id); err != nil {
 		return errors.Join(lerr, fmt.Errorf("codefix: release sandbox %s: %w", id, err))
 	}
@@ -195,7 +193,7 @@ func (e *episode) toolbox() *tools.Toolbox {
 	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
 		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
 		MaxFileBytes: maxFile, ExecTimeout: e.p.execTimeout, OutputLimit: maxOutput,
-		Storage: e.gate(), ExecEnv: e.execEnv,
+		Storage: e.bnd.Gate(), ExecEnv: e.bnd.ExecEnv,
 	})
 }
 
@@ -243,12 +241,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 	}
 
 	if e.step == 0 {
-		fired = append(e.ambientFired(), fired...)
+		fired = append(e.bnd.Ambient(), fired...)
 	}
 	for _, ev := range e.events {
 		o.safety = append(o.safety, string(ev.Kind)+": "+ev.Detail)
 	}
-	fired = append(fired, e.docsFaults()...)
+	fired = append(fired, e.bnd.ServiceFaults()...)
 	diff := []byte("[]")
 	if o.touched {
 		var err error
@@ -304,17 +302,16 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 	out := e.faults.Call(t.service, t.name, e.clock)
 	e.calls = append(e.calls, faultCall{t.service, t.name, e.clock})
 	e.clock += cost + out.Latency
-	e.publishClock() // the gateway stamps what the tool's traffic meets with this time
+	e.bnd.Publish() // the gateway stamps what the tool's traffic meets with this time
 	if out.Status != 0 {
 		o.errors++
 		return marshal(errObs{Error: fmt.Sprintf("%s failed: injected status %d", t.name, out.Status),
 			Status: out.Status, RetryAfterMs: out.RetryAfter.Milliseconds(),
 			Suggestion: "the call had no effect; try it again"}), out.Fired, nil
 	}
-	if err := e.applyResources(ctx, start); err != nil {
+	if err := e.bnd.Begin(ctx, t.name, start); err != nil {
 		return nil, nil, err
 	}
-	e.bnd.tool, e.bnd.fired = t.name, nil
 	body, err := e.runTool(ctx, t, args, o)
 	if err != nil {
 		return nil, nil, err
@@ -322,7 +319,7 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 	if out.Keep < 1 {
 		body = marshal(truncObs{Truncated: true, Body: string(out.Truncate(body))})
 	}
-	return body, append(out.Fired, e.bnd.fired...), nil
+	return body, append(out.Fired, e.bnd.Fired()...), nil
 }
 
 // diff lists the files the step added, changed or removed, by comparing an md5 listing of
@@ -461,46 +458,27 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("codefix: branch: fork %s: %w", s.ID, err)
 	}
-	b := *e
+	b := &episode{}
+	*b = *e
 	b.sb = h.ID
-	b.bnd.decider = e.bnd.decider.Clone()
-	b.bnd.fired = nil
-	b.bnd.applied = sandbox.Limits{}
+	if b.faults, err = replayInjector(e.cfg.Faults, e.calls); err != nil {
+		_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
+		return nil, err
+	}
+	// The branch's tools, commands and requests meet what this episode's would from
+	// here on.
+	if b.bnd, err = e.bnd.Branch(ctx, h.ID, &b.clock); err != nil {
+		_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
+		return nil, err
+	}
 	b.tb = b.toolbox()
-	if b.bnd.cmd != nil {
-		// The branch's commands meet what this episode's would from here on.
-		if err := b.attachShellFaults(ctx, e.bnd.cmd.d.Clone()); err != nil {
-			_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
-			return nil, err
-		}
-	}
-	// A fork starts with the spec's limits (process) or the source's (containerd): write
-	// the faults' limits of this moment either way.
-	if b.bnd.ambient() {
-		b.bnd.applied = sandbox.Limits{MemoryBytes: -1}
-		if err := b.applyResources(ctx, b.clock); err != nil {
-			_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
-			return nil, err
-		}
-	}
 	b.events = nil
 	b.calls = slices.Clone(e.calls)
 	b.digest = make(map[string]string, len(e.digest))
 	for k, v := range e.digest {
 		b.digest[k] = v
 	}
-	if b.faults, err = replayInjector(e.cfg.Faults, e.calls); err != nil {
-		_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
-		return nil, err
-	}
-	if b.docs = nil; e.docs != nil {
-		// The branch's requests meet what this episode's would from here on.
-		if err := b.attachDocs(ctx, e.docs.d.Clone()); err != nil {
-			_ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID)
-			return nil, err
-		}
-	}
-	return &b, nil
+	return b, nil
 }
 
 // replayInjector returns a new injector over in's plan that has seen calls, so it fires

@@ -157,7 +157,7 @@ func (e *episode) tool(ctx context.Context, name string, raw json.RawMessage, o 
 			}
 		}
 		r, err := e.tb.Exec(ctx, a)
-		e.shellFaults(e.clock)
+		e.bnd.CommandDone(e.clock)
 		if err != nil {
 			return nil, err
 		}

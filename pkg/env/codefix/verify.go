@@ -34,7 +34,7 @@ func (e *episode) verify(ctx context.Context) (verdict, error) {
 		return v, err
 	}
 	// The verifier runs with the sandbox's own limits, not the episode's resource faults.
-	if err := e.restoreLimits(ctx); err != nil {
+	if err := e.bnd.RestoreLimits(ctx); err != nil {
 		return v, err
 	}
 	s, err := snap.Snapshot(ctx, e.sb)

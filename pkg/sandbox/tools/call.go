@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/gauntlet-rl/gauntlet/pkg/env"
 )
 
 // Tool names, as envs list them in their action space.
@@ -19,12 +17,26 @@ const (
 	FSPatch   = "fs.patch"
 )
 
-// Specs describes the tools for an env's Spec (service "sandbox").
-func Specs() []env.Tool {
-	t := func(name, desc, schema string) env.Tool {
-		return env.Tool{Name: name, Service: "sandbox", Description: desc, Schema: json.RawMessage(schema)}
+// Service is the service the tools belong to in an env's action space: the target of the
+// faults a plan aims at them.
+const Service = "sandbox"
+
+// Spec describes one tool as an env lists it in its Spec. The package stays a sandbox
+// library that knows nothing of envs: an env copies these fields into its own tool rows.
+type Spec struct {
+	// Name is what an action names, e.g. "fs.read".
+	Name        string
+	Description string
+	// Schema is the JSON Schema of the tool's arguments.
+	Schema json.RawMessage
+}
+
+// Specs describes the tools, all of service Service, for an env's Spec.
+func Specs() []Spec {
+	t := func(name, desc, schema string) Spec {
+		return Spec{Name: name, Description: desc, Schema: json.RawMessage(schema)}
 	}
-	return []env.Tool{
+	return []Spec{
 		t(ShellExec, "Run a shell command (sh -c) in the workspace; returns exit code, stdout, stderr.",
 			`{"type":"object","required":["command"],"additionalProperties":false,"properties":{"command":{"type":"string"},"dir":{"type":"string"},"timeout_ms":{"type":"integer","minimum":1},"stdin":{"type":"string"}}}`),
 		t(FSRead, "Read a file of the workspace.",

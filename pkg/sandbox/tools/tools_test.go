@@ -8,13 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/sandboxtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
@@ -22,29 +22,12 @@ import (
 // backend; it is the real process runtime underneath.
 type execOnly struct{ sandbox.Runtime }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []sandbox.Event
-}
-
-func (r *recorder) add(e sandbox.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-func (r *recorder) has(k sandbox.EventKind) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.ContainsFunc(r.events, func(e sandbox.Event) bool { return e.Kind == k })
-}
-
 type fixture struct {
 	rt  *process.Runtime
 	id  string
 	ws  string
 	tb  *tools.Toolbox
-	rec *recorder
+	rec *sandboxtest.EventLog
 }
 
 func setup(t *testing.T, hostSide bool) *fixture {
@@ -68,12 +51,12 @@ func setup(t *testing.T, hostSide bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	rec := &sandboxtest.EventLog{}
 	var r sandbox.Runtime = rt
 	if !hostSide {
 		r = execOnly{rt}
 	}
-	tb := tools.New(r, h.ID, tools.Options{OnEvent: rec.add, MaxFileBytes: 1 << 16})
+	tb := tools.New(r, h.ID, tools.Options{OnEvent: rec.Add, MaxFileBytes: 1 << 16})
 	if tb.HostSide() != hostSide {
 		t.Fatalf("HostSide() = %v, want %v", tb.HostSide(), hostSide)
 	}
@@ -172,8 +155,8 @@ func TestPathTraversalRefused(t *testing.T) {
 				t.Errorf("write %q: got %v, want ErrOutside", p, err)
 			}
 		}
-		if !fx.rec.has(tools.EventPathTraversal) {
-			t.Fatalf("no %s event recorded: %v", tools.EventPathTraversal, fx.rec.events)
+		if !fx.rec.Has(tools.EventPathTraversal) {
+			t.Fatalf("no %s event recorded: %v", tools.EventPathTraversal, fx.rec.Events())
 		}
 	})
 }
@@ -205,8 +188,8 @@ func TestSymlinkEscapeRefused(t *testing.T) {
 		if _, err := os.Stat("/tmp/planted"); err == nil {
 			t.Fatal("a file was planted in the host's /tmp")
 		}
-		if !fx.rec.has(tools.EventSymlink) {
-			t.Fatalf("no %s event recorded: %v", tools.EventSymlink, fx.rec.events)
+		if !fx.rec.Has(tools.EventSymlink) {
+			t.Fatalf("no %s event recorded: %v", tools.EventSymlink, fx.rec.Events())
 		}
 	})
 }
@@ -228,8 +211,8 @@ func TestDeviceFilesRefused(t *testing.T) {
 				t.Errorf("write %q: got %v, want ErrSpecialFile", p, err)
 			}
 		}
-		if !fx.rec.has(tools.EventSpecialFile) {
-			t.Fatalf("no %s event recorded: %v", tools.EventSpecialFile, fx.rec.events)
+		if !fx.rec.Has(tools.EventSpecialFile) {
+			t.Fatalf("no %s event recorded: %v", tools.EventSpecialFile, fx.rec.Events())
 		}
 		es, err := fx.tb.List(ctx, ".")
 		if err != nil {
@@ -254,7 +237,7 @@ func TestShellExecAndCall(t *testing.T) {
 	if err != nil || !res.TimedOut {
 		t.Fatalf("timeout: %+v, %v", res, err)
 	}
-	if !fx.rec.has(sandbox.EventTimeout) {
+	if !fx.rec.Has(sandbox.EventTimeout) {
 		t.Fatalf("timeout not reported as an event")
 	}
 	out, err := fx.tb.Call(ctx, tools.FSWrite, json.RawMessage(`{"path":"a.txt","content":"x"}`))

@@ -28,6 +28,72 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ErrorKind is what kind of failure an error that crossed NATS is, carried beside its
+// text so the receiver decides (refuse, retry, report) without reading the text. pkg/errkind
+// is its Go side; the env API maps it to connect codes and workflows to Temporal's
+// non-retryable errors.
+type ErrorKind int32
+
+const (
+	// No kind: no error, or a sender that predates kinds, whose errors were final (read as
+	// invalid).
+	ErrorKind_ERROR_KIND_UNSPECIFIED ErrorKind = 0
+	// The request cannot succeed as it is (a bad spec, an unknown profile): final.
+	ErrorKind_ERROR_KIND_INVALID ErrorKind = 1
+	// Something the request names does not exist.
+	ErrorKind_ERROR_KIND_NOT_FOUND ErrorKind = 2
+	// A dependency failed or timed out (NATS, a KV bucket): the same request may succeed
+	// later, so the caller retries it with backoff.
+	ErrorKind_ERROR_KIND_UNAVAILABLE ErrorKind = 3
+	// The service broke its own contract (a bug).
+	ErrorKind_ERROR_KIND_INTERNAL ErrorKind = 4
+)
+
+// Enum value maps for ErrorKind.
+var (
+	ErrorKind_name = map[int32]string{
+		0: "ERROR_KIND_UNSPECIFIED",
+		1: "ERROR_KIND_INVALID",
+		2: "ERROR_KIND_NOT_FOUND",
+		3: "ERROR_KIND_UNAVAILABLE",
+		4: "ERROR_KIND_INTERNAL",
+	}
+	ErrorKind_value = map[string]int32{
+		"ERROR_KIND_UNSPECIFIED": 0,
+		"ERROR_KIND_INVALID":     1,
+		"ERROR_KIND_NOT_FOUND":   2,
+		"ERROR_KIND_UNAVAILABLE": 3,
+		"ERROR_KIND_INTERNAL":    4,
+	}
+)
+
+func (x ErrorKind) Enum() *ErrorKind {
+	p := new(ErrorKind)
+	*p = x
+	return p
+}
+
+func (x ErrorKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0].Descriptor()
+}
+
+func (ErrorKind) Type() protoreflect.EnumType {
+	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0]
+}
+
+func (x ErrorKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorKind.Descriptor instead.
+func (ErrorKind) EnumDescriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{0}
+}
+
 // TerminationReason says why an episode ended (Gymnasium's terminated vs truncated, with why).
 type TerminationReason int32
 
@@ -80,11 +146,11 @@ func (x TerminationReason) String() string {
 }
 
 func (TerminationReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0].Descriptor()
+	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[1].Descriptor()
 }
 
 func (TerminationReason) Type() protoreflect.EnumType {
-	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0]
+	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[1]
 }
 
 func (x TerminationReason) Number() protoreflect.EnumNumber {
@@ -93,7 +159,7 @@ func (x TerminationReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TerminationReason.Descriptor instead.
 func (TerminationReason) EnumDescriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{0}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{1}
 }
 
 // RunRequested asks the scheduler to run a campaign of episodes of one env.
@@ -1066,9 +1132,12 @@ func (x *PlanRequest) GetCustomProfiles() []*CustomProfile {
 
 // PlanReply answers a PlanRequest, plans in request order.
 type PlanReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Plans         []*FaultPlan           `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Plans []*FaultPlan           `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
+	Error string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// What kind of failure error is: only an invalid request is final; an unavailable
+	// service (a KV read that timed out) is retried by the caller.
+	ErrorKind     ErrorKind `protobuf:"varint,3,opt,name=error_kind,json=errorKind,proto3,enum=gauntlet.v1.ErrorKind" json:"error_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1117,6 +1186,13 @@ func (x *PlanReply) GetError() string {
 	return ""
 }
 
+func (x *PlanReply) GetErrorKind() ErrorKind {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return ErrorKind_ERROR_KIND_UNSPECIFIED
+}
+
 // PlanReplyPassThrough is PlanReply as the scheduler reads it: each plan left encoded, so
 // it goes into the episode's assignment (EpisodeAssignedPassThrough) without being
 // decoded and encoded again. Wire-compatible with PlanReply (a message field and a bytes
@@ -1125,6 +1201,7 @@ type PlanReplyPassThrough struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plans         [][]byte               `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
 	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorKind     ErrorKind              `protobuf:"varint,3,opt,name=error_kind,json=errorKind,proto3,enum=gauntlet.v1.ErrorKind" json:"error_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1171,6 +1248,13 @@ func (x *PlanReplyPassThrough) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *PlanReplyPassThrough) GetErrorKind() ErrorKind {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return ErrorKind_ERROR_KIND_UNSPECIFIED
 }
 
 // EpisodeAssignedPassThrough is EpisodeAssigned as the scheduler writes it, the plan
@@ -2056,10 +2140,12 @@ func (x *ScoreRequest) GetSteps() []*StepTaken {
 // ScoreReply answers a ScoreRequest, scores in request order: as a table (current reward
 // services) or as scores (older ones). Read it with StepScores, which takes either.
 type ScoreReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scores        []*StepScored          `protobuf:"bytes,1,rep,name=scores,proto3" json:"scores,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	Table         *ScoreTable            `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Scores []*StepScored          `protobuf:"bytes,1,rep,name=scores,proto3" json:"scores,omitempty"`
+	Error  string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Table  *ScoreTable            `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	// What kind of failure error is.
+	ErrorKind     ErrorKind `protobuf:"varint,4,opt,name=error_kind,json=errorKind,proto3,enum=gauntlet.v1.ErrorKind" json:"error_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2113,6 +2199,13 @@ func (x *ScoreReply) GetTable() *ScoreTable {
 		return x.Table
 	}
 	return nil
+}
+
+func (x *ScoreReply) GetErrorKind() ErrorKind {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return ErrorKind_ERROR_KIND_UNSPECIFIED
 }
 
 // ScoreTable is the scores of a request's steps with nothing repeated: each reward spec
@@ -3203,6 +3296,205 @@ func (x *RunProgress) GetError() string {
 	return ""
 }
 
+// RunState is the scheduler's record of one run, the value of <run_id> in the KV bucket
+// gauntlet_runs. The scheduler writes it before acknowledging the ended events it counts
+// and resumes from it after a restart; workflows and CLIs read a run's progress from it
+// (RunState.Progress) when they missed the progress messages. Values written before this
+// message existed are JSON; DecodeRunState reads both, and the scheduler rewrites the JSON
+// ones it finds when it starts.
+type RunState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *RunRequested          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Episodes [0, assigned) have been assigned to workers.
+	Assigned uint64 `protobuf:"varint,2,opt,name=assigned,proto3" json:"assigned,omitempty"`
+	// Which episodes ended, in space bounded by the run's in-flight cap: every index below
+	// ended_low, and those above it in ended_above (sorted, each once).
+	EndedLow          uint64   `protobuf:"varint,3,opt,name=ended_low,json=endedLow,proto3" json:"ended_low,omitempty"`
+	EndedAbove        []uint64 `protobuf:"varint,4,rep,packed,name=ended_above,json=endedAbove,proto3" json:"ended_above,omitempty"`
+	Succeeded         uint64   `protobuf:"varint,5,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Steps             uint64   `protobuf:"varint,6,opt,name=steps,proto3" json:"steps,omitempty"`
+	FaultsFired       uint64   `protobuf:"varint,7,opt,name=faults_fired,json=faultsFired,proto3" json:"faults_fired,omitempty"`
+	InfraErrors       uint64   `protobuf:"varint,8,opt,name=infra_errors,json=infraErrors,proto3" json:"infra_errors,omitempty"`
+	RewardSum         float64  `protobuf:"fixed64,9,opt,name=reward_sum,json=rewardSum,proto3" json:"reward_sum,omitempty"`
+	StartedAtUnixNano int64    `protobuf:"varint,10,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
+	UpdatedAtUnixNano int64    `protobuf:"varint,11,opt,name=updated_at_unix_nano,json=updatedAtUnixNano,proto3" json:"updated_at_unix_nano,omitempty"`
+	// Why the scheduler refused the run (it is then done and nothing more runs).
+	Error         string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunState) Reset() {
+	*x = RunState{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunState) ProtoMessage() {}
+
+func (x *RunState) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunState.ProtoReflect.Descriptor instead.
+func (*RunState) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RunState) GetSpec() *RunRequested {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *RunState) GetAssigned() uint64 {
+	if x != nil {
+		return x.Assigned
+	}
+	return 0
+}
+
+func (x *RunState) GetEndedLow() uint64 {
+	if x != nil {
+		return x.EndedLow
+	}
+	return 0
+}
+
+func (x *RunState) GetEndedAbove() []uint64 {
+	if x != nil {
+		return x.EndedAbove
+	}
+	return nil
+}
+
+func (x *RunState) GetSucceeded() uint64 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *RunState) GetSteps() uint64 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *RunState) GetFaultsFired() uint64 {
+	if x != nil {
+		return x.FaultsFired
+	}
+	return 0
+}
+
+func (x *RunState) GetInfraErrors() uint64 {
+	if x != nil {
+		return x.InfraErrors
+	}
+	return 0
+}
+
+func (x *RunState) GetRewardSum() float64 {
+	if x != nil {
+		return x.RewardSum
+	}
+	return 0
+}
+
+func (x *RunState) GetStartedAtUnixNano() int64 {
+	if x != nil {
+		return x.StartedAtUnixNano
+	}
+	return 0
+}
+
+func (x *RunState) GetUpdatedAtUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedAtUnixNano
+	}
+	return 0
+}
+
+func (x *RunState) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// StoreProgress is what the store has durably written to ClickHouse, the value of the key
+// "written" in the KV bucket gauntlet_store: every event of GAUNTLET_EVENTS up to stream
+// sequence written_seq is in ClickHouse (or was undecodable and dropped). Whoever waits for
+// a run's rows (the CLI's run and demo, tests, the loadtest harness) compares it with the
+// stream's last sequence once the run is done, then counts the rows once.
+type StoreProgress struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	WrittenSeq        uint64                 `protobuf:"varint,1,opt,name=written_seq,json=writtenSeq,proto3" json:"written_seq,omitempty"`
+	UpdatedAtUnixNano int64                  `protobuf:"varint,2,opt,name=updated_at_unix_nano,json=updatedAtUnixNano,proto3" json:"updated_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *StoreProgress) Reset() {
+	*x = StoreProgress{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreProgress) ProtoMessage() {}
+
+func (x *StoreProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreProgress.ProtoReflect.Descriptor instead.
+func (*StoreProgress) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *StoreProgress) GetWrittenSeq() uint64 {
+	if x != nil {
+		return x.WrittenSeq
+	}
+	return 0
+}
+
+func (x *StoreProgress) GetUpdatedAtUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedAtUnixNano
+	}
+	return 0
+}
+
 var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
@@ -3284,13 +3576,17 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\bepisodes\x18\x01 \x03(\v2\x1d.gauntlet.v1.EpisodeRequestedR\bepisodes\x12.\n" +
 	"\bprofiles\x18\x02 \x03(\v2\x12.gauntlet.v1.ShareR\bprofiles\x12(\n" +
 	"\x05drift\x18\x03 \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
-	"\x0fcustom_profiles\x18\x04 \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\"O\n" +
+	"\x0fcustom_profiles\x18\x04 \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\"\x86\x01\n" +
 	"\tPlanReply\x12,\n" +
 	"\x05plans\x18\x01 \x03(\v2\x16.gauntlet.v1.FaultPlanR\x05plans\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"B\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x125\n" +
+	"\n" +
+	"error_kind\x18\x03 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"y\n" +
 	"\x14PlanReplyPassThrough\x12\x14\n" +
 	"\x05plans\x18\x01 \x03(\fR\x05plans\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"i\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x125\n" +
+	"\n" +
+	"error_kind\x18\x03 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"i\n" +
 	"\x1aEpisodeAssignedPassThrough\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12\x12\n" +
 	"\x04plan\x18\x02 \x01(\fR\x04plan\"\\\n" +
@@ -3376,12 +3672,14 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x04spec\x18\x06 \x01(\rR\x04spec\x12\x16\n" +
 	"\x06values\x18\a \x03(\x01R\x06values\"<\n" +
 	"\fScoreRequest\x12,\n" +
-	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\x82\x01\n" +
+	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\xb9\x01\n" +
 	"\n" +
 	"ScoreReply\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.gauntlet.v1.StepScoredR\x06scores\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
-	"\x05table\x18\x03 \x01(\v2\x17.gauntlet.v1.ScoreTableR\x05table\"~\n" +
+	"\x05table\x18\x03 \x01(\v2\x17.gauntlet.v1.ScoreTableR\x05table\x125\n" +
+	"\n" +
+	"error_kind\x18\x04 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"~\n" +
 	"\n" +
 	"ScoreTable\x12,\n" +
 	"\x05specs\x18\x01 \x03(\v2\x16.gauntlet.v1.ScoreSpecR\x05specs\x12\x12\n" +
@@ -3475,7 +3773,33 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x14updated_at_unix_nano\x18\f \x01(\x03R\x11updatedAtUnixNano\x12\x10\n" +
 	"\x03env\x18\r \x01(\tR\x03env\x12\x14\n" +
 	"\x05label\x18\x0e \x01(\tR\x05label\x12\x14\n" +
-	"\x05error\x18\x0f \x01(\tR\x05error*\x8a\x02\n" +
+	"\x05error\x18\x0f \x01(\tR\x05error\"\xa4\x03\n" +
+	"\bRunState\x12-\n" +
+	"\x04spec\x18\x01 \x01(\v2\x19.gauntlet.v1.RunRequestedR\x04spec\x12\x1a\n" +
+	"\bassigned\x18\x02 \x01(\x04R\bassigned\x12\x1b\n" +
+	"\tended_low\x18\x03 \x01(\x04R\bendedLow\x12\x1f\n" +
+	"\vended_above\x18\x04 \x03(\x04R\n" +
+	"endedAbove\x12\x1c\n" +
+	"\tsucceeded\x18\x05 \x01(\x04R\tsucceeded\x12\x14\n" +
+	"\x05steps\x18\x06 \x01(\x04R\x05steps\x12!\n" +
+	"\ffaults_fired\x18\a \x01(\x04R\vfaultsFired\x12!\n" +
+	"\finfra_errors\x18\b \x01(\x04R\vinfraErrors\x12\x1d\n" +
+	"\n" +
+	"reward_sum\x18\t \x01(\x01R\trewardSum\x12/\n" +
+	"\x14started_at_unix_nano\x18\n" +
+	" \x01(\x03R\x11startedAtUnixNano\x12/\n" +
+	"\x14updated_at_unix_nano\x18\v \x01(\x03R\x11updatedAtUnixNano\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\"a\n" +
+	"\rStoreProgress\x12\x1f\n" +
+	"\vwritten_seq\x18\x01 \x01(\x04R\n" +
+	"writtenSeq\x12/\n" +
+	"\x14updated_at_unix_nano\x18\x02 \x01(\x03R\x11updatedAtUnixNano*\x8e\x01\n" +
+	"\tErrorKind\x12\x1a\n" +
+	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ERROR_KIND_INVALID\x10\x01\x12\x18\n" +
+	"\x14ERROR_KIND_NOT_FOUND\x10\x02\x12\x1a\n" +
+	"\x16ERROR_KIND_UNAVAILABLE\x10\x03\x12\x17\n" +
+	"\x13ERROR_KIND_INTERNAL\x10\x04*\x8a\x02\n" +
 	"\x11TerminationReason\x12\"\n" +
 	"\x1eTERMINATION_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aTERMINATION_REASON_SUCCESS\x10\x01\x12\x1e\n" +
@@ -3497,109 +3821,116 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 	return file_proto_gauntlet_v1_gauntlet_proto_rawDescData
 }
 
-var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
-	(TerminationReason)(0),             // 0: gauntlet.v1.TerminationReason
-	(*RunRequested)(nil),               // 1: gauntlet.v1.RunRequested
-	(*Share)(nil),                      // 2: gauntlet.v1.Share
-	(*EpisodeRequested)(nil),           // 3: gauntlet.v1.EpisodeRequested
-	(*EpisodeAssigned)(nil),            // 4: gauntlet.v1.EpisodeAssigned
-	(*Assignment)(nil),                 // 5: gauntlet.v1.Assignment
-	(*FaultPlan)(nil),                  // 6: gauntlet.v1.FaultPlan
-	(*FaultRule)(nil),                  // 7: gauntlet.v1.FaultRule
-	(*HTTPErrorFault)(nil),             // 8: gauntlet.v1.HTTPErrorFault
-	(*LatencyFault)(nil),               // 9: gauntlet.v1.LatencyFault
-	(*TruncateFault)(nil),              // 10: gauntlet.v1.TruncateFault
-	(*FaultFired)(nil),                 // 11: gauntlet.v1.FaultFired
-	(*PlanRequest)(nil),                // 12: gauntlet.v1.PlanRequest
-	(*PlanReply)(nil),                  // 13: gauntlet.v1.PlanReply
-	(*PlanReplyPassThrough)(nil),       // 14: gauntlet.v1.PlanReplyPassThrough
-	(*EpisodeAssignedPassThrough)(nil), // 15: gauntlet.v1.EpisodeAssignedPassThrough
-	(*AssignmentPassThrough)(nil),      // 16: gauntlet.v1.AssignmentPassThrough
-	(*Action)(nil),                     // 17: gauntlet.v1.Action
-	(*Metering)(nil),                   // 18: gauntlet.v1.Metering
-	(*CausalViolation)(nil),            // 19: gauntlet.v1.CausalViolation
-	(*Signals)(nil),                    // 20: gauntlet.v1.Signals
-	(*StepTaken)(nil),                  // 21: gauntlet.v1.StepTaken
-	(*RewardComponent)(nil),            // 22: gauntlet.v1.RewardComponent
-	(*StepScored)(nil),                 // 23: gauntlet.v1.StepScored
-	(*ScoreRequest)(nil),               // 24: gauntlet.v1.ScoreRequest
-	(*ScoreReply)(nil),                 // 25: gauntlet.v1.ScoreReply
-	(*ScoreTable)(nil),                 // 26: gauntlet.v1.ScoreTable
-	(*ScoreSpec)(nil),                  // 27: gauntlet.v1.ScoreSpec
-	(*EpisodeStarted)(nil),             // 28: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),               // 29: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),                 // 30: gauntlet.v1.StepsTaken
-	(*Event)(nil),                      // 31: gauntlet.v1.Event
-	(*EventBatch)(nil),                 // 32: gauntlet.v1.EventBatch
-	(*EndedView)(nil),                  // 33: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),             // 34: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),               // 35: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),                 // 36: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),                // 37: gauntlet.v1.RunProgress
-	(*Drift)(nil),                      // 38: gauntlet.v1.Drift
-	(*CustomProfile)(nil),              // 39: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),                 // 40: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 41: gauntlet.v1.TrainerData
+	(ErrorKind)(0),                     // 0: gauntlet.v1.ErrorKind
+	(TerminationReason)(0),             // 1: gauntlet.v1.TerminationReason
+	(*RunRequested)(nil),               // 2: gauntlet.v1.RunRequested
+	(*Share)(nil),                      // 3: gauntlet.v1.Share
+	(*EpisodeRequested)(nil),           // 4: gauntlet.v1.EpisodeRequested
+	(*EpisodeAssigned)(nil),            // 5: gauntlet.v1.EpisodeAssigned
+	(*Assignment)(nil),                 // 6: gauntlet.v1.Assignment
+	(*FaultPlan)(nil),                  // 7: gauntlet.v1.FaultPlan
+	(*FaultRule)(nil),                  // 8: gauntlet.v1.FaultRule
+	(*HTTPErrorFault)(nil),             // 9: gauntlet.v1.HTTPErrorFault
+	(*LatencyFault)(nil),               // 10: gauntlet.v1.LatencyFault
+	(*TruncateFault)(nil),              // 11: gauntlet.v1.TruncateFault
+	(*FaultFired)(nil),                 // 12: gauntlet.v1.FaultFired
+	(*PlanRequest)(nil),                // 13: gauntlet.v1.PlanRequest
+	(*PlanReply)(nil),                  // 14: gauntlet.v1.PlanReply
+	(*PlanReplyPassThrough)(nil),       // 15: gauntlet.v1.PlanReplyPassThrough
+	(*EpisodeAssignedPassThrough)(nil), // 16: gauntlet.v1.EpisodeAssignedPassThrough
+	(*AssignmentPassThrough)(nil),      // 17: gauntlet.v1.AssignmentPassThrough
+	(*Action)(nil),                     // 18: gauntlet.v1.Action
+	(*Metering)(nil),                   // 19: gauntlet.v1.Metering
+	(*CausalViolation)(nil),            // 20: gauntlet.v1.CausalViolation
+	(*Signals)(nil),                    // 21: gauntlet.v1.Signals
+	(*StepTaken)(nil),                  // 22: gauntlet.v1.StepTaken
+	(*RewardComponent)(nil),            // 23: gauntlet.v1.RewardComponent
+	(*StepScored)(nil),                 // 24: gauntlet.v1.StepScored
+	(*ScoreRequest)(nil),               // 25: gauntlet.v1.ScoreRequest
+	(*ScoreReply)(nil),                 // 26: gauntlet.v1.ScoreReply
+	(*ScoreTable)(nil),                 // 27: gauntlet.v1.ScoreTable
+	(*ScoreSpec)(nil),                  // 28: gauntlet.v1.ScoreSpec
+	(*EpisodeStarted)(nil),             // 29: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 30: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 31: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 32: gauntlet.v1.Event
+	(*EventBatch)(nil),                 // 33: gauntlet.v1.EventBatch
+	(*EndedView)(nil),                  // 34: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 35: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 36: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 37: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 38: gauntlet.v1.RunProgress
+	(*RunState)(nil),                   // 39: gauntlet.v1.RunState
+	(*StoreProgress)(nil),              // 40: gauntlet.v1.StoreProgress
+	(*Drift)(nil),                      // 41: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 42: gauntlet.v1.CustomProfile
+	(*DriftValue)(nil),                 // 43: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 44: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
-	2,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
-	2,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	38, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	39, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	3,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	6,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	4,  // 6: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
-	7,  // 7: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	40, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
-	8,  // 9: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	9,  // 10: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	10, // 11: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	3,  // 12: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	2,  // 13: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	38, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	39, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	6,  // 16: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	3,  // 17: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
-	15, // 18: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
-	19, // 19: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	17, // 20: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	11, // 21: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	18, // 22: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	20, // 23: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	0,  // 24: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	23, // 25: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	41, // 26: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
-	22, // 27: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	21, // 28: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	23, // 29: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	26, // 30: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
-	27, // 31: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
-	3,  // 32: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	6,  // 33: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	3,  // 34: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	0,  // 35: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	6,  // 36: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	21, // 37: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	28, // 38: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	29, // 39: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	27, // 40: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
-	28, // 41: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	21, // 42: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	29, // 43: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	30, // 44: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	32, // 45: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	31, // 46: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	35, // 47: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	34, // 48: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	35, // 49: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	36, // 50: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	3,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
+	3,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
+	41, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	42, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	4,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	5,  // 6: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
+	8,  // 7: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	43, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	9,  // 9: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	10, // 10: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	11, // 11: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	4,  // 12: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	3,  // 13: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	41, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	42, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	7,  // 16: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	0,  // 17: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	0,  // 18: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
+	4,  // 19: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
+	16, // 20: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
+	20, // 21: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	18, // 22: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	12, // 23: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	19, // 24: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	21, // 25: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	1,  // 26: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	24, // 27: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	44, // 28: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	23, // 29: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	22, // 30: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	24, // 31: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	27, // 32: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	0,  // 33: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	28, // 34: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	4,  // 35: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 36: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	4,  // 37: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	1,  // 38: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	7,  // 39: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	22, // 40: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	29, // 41: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	30, // 42: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	28, // 43: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	29, // 44: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	22, // 45: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	30, // 46: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	31, // 47: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	33, // 48: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	32, // 49: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	36, // 50: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	35, // 51: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	36, // 52: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	37, // 53: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	2,  // 54: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -3630,8 +3961,8 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   37,
+			NumEnums:      2,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

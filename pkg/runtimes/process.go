@@ -1,0 +1,31 @@
+package runtimes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
+)
+
+// Process names the runtime of package process: sandboxes are processes of the host,
+// confined by namespaces and cgroups, on the host's root filesystem.
+const Process = "process"
+
+func init() {
+	Register(Registration{
+		Name: Process,
+		Open: func(_ context.Context, _ Config, stateDir string, log *slog.Logger) (sandbox.Runtime, func() error, error) {
+			rt, err := process.New(process.Config{StateDir: stateDir, Logger: log})
+			return rt, nil, err
+		},
+		Validate: func(c Config) []error {
+			// The process runtime has no images: every sandbox sees the host's root.
+			if c.Image != "" && c.Image != "host" {
+				return []error{fmt.Errorf("sandbox.image: %q: the process runtime runs on the host's root filesystem (empty or \"host\")", c.Image)}
+			}
+			return nil
+		},
+	})
+}
