@@ -38,9 +38,9 @@ type Recipe struct {
 	// TailLogs are the logs quoted, first non-empty first, when the server exits
 	// before it is ready: what each gained during that start. Empty means LogPath.
 	TailLogs []string
-	// Probe opens what probing one start needs (a client, say) and returns the probe
+	// OpenProbe opens what probing one start needs (a client, say) and returns the probe
 	// and a function releasing it, called once the wait is over.
-	Probe func() (Probe, func(), error)
+	OpenProbe func() (Probe, func(), error)
 	// Describe, when set, adds attributes (an address, say) to the "ready" log line.
 	Describe func() []any
 	// PollInterval is the pause between probes.
@@ -161,7 +161,7 @@ func (d *Daemon) startLocked(ctx context.Context) error {
 	if d.proc != nil && !d.proc.Exited() {
 		return fmt.Errorf("start %s: already running as pid %d", d.r.Name, d.proc.Pid())
 	}
-	probe, release, err := d.r.Probe()
+	probe, release, err := d.r.OpenProbe()
 	if err != nil {
 		return fmt.Errorf("%s readiness probe: %w", d.r.Name, err)
 	}

@@ -23,7 +23,7 @@ func shRecipe(dir, script string) Recipe {
 		},
 		LogPath: filepath.Join(dir, "sh.log"),
 		PidFile: filepath.Join(dir, "sh.pid"),
-		Probe: func() (Probe, func(), error) {
+		OpenProbe: func() (Probe, func(), error) {
 			return func(context.Context) error {
 				_, err := os.Stat(ready)
 				return err

@@ -100,7 +100,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		PidFile:      filepath.Join(dir, pidFile),
 		Owns:         func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, configFile)) },
 		TailLogs:     []string{filepath.Join(dir, errorLog), filepath.Join(dir, stdoutLog)},
-		Probe:        s.probe,
+		OpenProbe:    s.probe,
 		Describe:     func() []any { return []any{"addr", s.Addr(), "dir", dir} },
 		PollInterval: pollInterval,
 		StartTimeout: opts.StartTimeout,
@@ -199,7 +199,7 @@ func (s *Server) command() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// probe is the readiness probe: SELECT 1 over the native protocol.
+// probe opens the readiness probe: SELECT 1 over the native protocol.
 func (s *Server) probe() (childproc.Probe, func(), error) {
 	addr := s.Addr()
 	return func(ctx context.Context) error { return ping(ctx, addr) }, func() {}, nil

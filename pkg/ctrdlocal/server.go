@@ -98,7 +98,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		LogPath:      s.logPath(),
 		PidFile:      s.pidFile(),
 		Owns:         func(pid int) bool { return childproc.CommIs(pid, "containerd") },
-		Probe:        s.probe,
+		OpenProbe:    s.probe,
 		Describe:     func() []any { return []any{"address", s.Address()} },
 		PollInterval: pollInterval,
 		StartTimeout: opts.StartTimeout,
@@ -218,7 +218,7 @@ func (s *Server) command() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// probe is the readiness probe: a Version call on the socket, once it exists.
+// probe opens the readiness probe: a Version call on the socket, once it exists.
 func (s *Server) probe() (childproc.Probe, func(), error) {
 	probe := func(ctx context.Context) error {
 		if _, err := os.Stat(s.Address()); err != nil {

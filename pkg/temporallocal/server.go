@@ -114,7 +114,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		LogPath:      filepath.Join(dir, logFile),
 		PidFile:      filepath.Join(dir, pidFile),
 		Owns:         func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, dbFile)) },
-		Probe:        s.probe,
+		OpenProbe:    s.probe,
 		Describe:     func() []any { return []any{"addr", s.Addr(), "ui", s.UIURL()} },
 		PollInterval: pollInterval,
 		StartTimeout: opts.StartTimeout,
@@ -180,7 +180,7 @@ func (s *Server) command() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// probe is the readiness probe: the frontend's health check, then the default
+// probe opens the readiness probe: the frontend's health check, then the default
 // namespace, which is registered just after the frontend starts serving.
 func (s *Server) probe() (childproc.Probe, func(), error) {
 	c, err := client.NewLazyClient(client.Options{
