@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,9 +14,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
-	"github.com/gauntlet-rl/gauntlet/pkg/policy"
-	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -162,81 +160,106 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		return EpisodeResult{}, activityError(fmt.Sprintf("play episode %s: faults service cannot plan it", ep.EpisodeId), perr)
 	}
 	plan := plans.Plans[0]
-	episode, agent, err := prepareEpisode(ep, plan)
+	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId}
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}, a.WorkerID, requestScorer{b}, out)
+	defer func() { _ = sess.Close() }()
+	deps := a.Play
+	if deps.Templates == nil {
+		// The bus is known only now; a plan of a user-defined profile finds its template.
+		deps.Templates = templates.New(b.JS)
+	}
+	e, err := sess.Prepare(ctx, deps)
+	var agent env.Agent
+	if err == nil {
+		agent, err = play.NewAgent(e, ep)
+	}
 	if err != nil {
 		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("play episode %s: %v", ep.EpisodeId, err), ErrTypeInvalidSpec, nil)
 	}
-	obs, err := episode.Reset()
+	obs, err := sess.Reset(ctx, uint32(info.Attempt))
 	if err != nil {
-		return EpisodeResult{}, fmt.Errorf("play episode %s: reset: %w", ep.EpisodeId, err)
+		return EpisodeResult{}, fmt.Errorf("play episode %s: %w", ep.EpisodeId, err)
 	}
-	workerID := a.WorkerID
-	startedAt := time.Now()
-	if cp.NextStep == 0 {
-		if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{
-			Episode: ep, WorkerId: workerID, StartedAtUnixNano: startedAt.UnixNano(),
-			ObservationJson: string(obs), Attempt: uint32(info.Attempt),
-		}}}); err != nil {
-			return EpisodeResult{}, err
+	if err := sess.Run(ctx, agent, env.Turn{Observation: obs}); err != nil {
+		if errors.Is(err, play.ErrAbandoned) {
+			return EpisodeResult{}, ctx.Err()
 		}
-	}
-	ended := &gauntletv1.EpisodeEnded{
-		Episode: ep, Profile: plan.GetProfile(), Plan: plan, WorkerId: workerID, StartedAtUnixNano: startedAt.UnixNano(),
-	}
-	res := EpisodeResult{EpisodeID: ep.EpisodeId, Attempt: info.Attempt, ResumedAt: cp.NextStep}
-	turn := env.Turn{Observation: obs}
-	for step := uint32(0); ; step++ {
-		if err := ctx.Err(); err != nil {
-			return EpisodeResult{}, err
-		}
-		act, sr, err := env.PlayStep(agent, episode, ep, turn)
-		if err != nil {
-			return EpisodeResult{}, err
-		}
-		ev := env.StepEvent(ep, plan.GetProfile(), workerID, step, act, sr, episode.Now())
-		score, err := a.score(ctx, b, ev)
-		if err != nil {
-			return EpisodeResult{}, err
-		}
-		ev.Score = score
-		env.CountStep(ended, step, sr, score.GetTotal())
-		if step >= cp.NextStep {
-			// One step per event: the message id <episode>/steps/<n>-<n> is the same
-			// whichever attempt publishes it.
-			if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{ev}}}}); err != nil {
-				return EpisodeResult{}, err
-			}
-			activity.RecordHeartbeat(ctx, EpisodeCheckpoint{NextStep: step + 1, TotalReward: ended.TotalReward, FaultsFired: ended.FaultsFired})
-			if a.AfterStep != nil {
-				a.AfterStep(ctx, ep.EpisodeId, step)
-			}
-		}
-		turn = env.Turn{Step: step + 1, Observation: sr.Observation, Reward: score.GetTotal()}
-		if sr.Done() {
-			break
-		}
-	}
-	ended.VirtualTimeNs = int64(episode.Now())
-	ended.EndedAtUnixNano = time.Now().UnixNano()
-	if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ended}}); err != nil {
 		return EpisodeResult{}, err
 	}
+	if err := sess.Finish(ctx); err != nil {
+		return EpisodeResult{}, err
+	}
+	ended := sess.Ended
+	res := EpisodeResult{EpisodeID: ep.EpisodeId, Attempt: info.Attempt, ResumedAt: cp.NextStep}
 	res.Steps, res.Success, res.TotalReward, res.FaultsFired, res.Reason =
 		ended.Steps, ended.Success, ended.TotalReward, ended.FaultsFired, ended.Reason.String()
 	return res, nil
 }
 
-// score asks the reward service for one step's score (scoring is a pure function of the
-// step, so re-scoring a replayed step gives what the first attempt got).
-func (a *Activities) score(ctx context.Context, b *bus.Bus, st *gauntletv1.StepTaken) (*gauntletv1.StepScored, error) {
+// durableOut is a durable episode's output (play.Output): the start and each step are
+// published as events of their own, each acked by the stream before the step is recorded
+// in the activity's heartbeat. Steps below from were published by an earlier attempt and
+// are only replayed (the episode is deterministic), to rebuild the world.
+type durableOut struct {
+	bus       *bus.Bus
+	from      uint32
+	afterStep func(ctx context.Context, episodeID string, step uint32)
+	episodeID string
+	// Running totals for the heartbeat, over every step, replayed or not.
+	total float64
+	fired uint32
+}
+
+// Start publishes the start, unless an earlier attempt did.
+func (o *durableOut) Start(ctx context.Context, st *gauntletv1.EpisodeStarted) error {
+	if o.from > 0 {
+		return nil
+	}
+	return o.bus.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: st}})
+}
+
+// Step publishes one step and records it in the heartbeat.
+func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
+	o.total += st.Score.GetTotal()
+	o.fired += uint32(len(st.Faults))
+	if st.Step < o.from {
+		return nil
+	}
+	// One step per event: the message id <episode>/steps/<n>-<n> is the same whichever
+	// attempt publishes it.
+	if err := o.bus.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}); err != nil {
+		return err
+	}
+	activity.RecordHeartbeat(ctx, EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired})
+	if o.afterStep != nil {
+		o.afterStep(ctx, o.episodeID, st.Step)
+	}
+	return nil
+}
+
+// Flush has nothing to do: every step is published as it comes.
+func (o *durableOut) Flush() error { return nil }
+
+// End publishes the end.
+func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error {
+	return o.bus.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}})
+}
+
+// requestScorer asks the reward service for each step's score, one request per step
+// (scoring is a pure function of the step, so re-scoring a replayed step gives what the
+// first attempt got).
+type requestScorer struct{ bus *bus.Bus }
+
+// Score implements play.StepScorer.
+func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, _ chan play.ScoreResult) (*gauntletv1.StepScored, error) {
 	req := &gauntletv1.ScoreRequest{Steps: []*gauntletv1.StepTaken{{
 		EpisodeId: st.EpisodeId, Step: st.Step, Env: st.Env, Signals: st.Signals, Metering: st.Metering,
 	}}}
 	var reply gauntletv1.ScoreReply
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := b.Request(rctx, bus.SubjectScore, req, &reply); err != nil {
+	if err := r.bus.Request(rctx, bus.SubjectScore, req, &reply); err != nil {
 		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
 	}
 	scores, err := reply.StepScores(req.Steps)
@@ -244,35 +267,4 @@ func (a *Activities) score(ctx context.Context, b *bus.Bus, st *gauntletv1.StepT
 		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
 	}
 	return scores[0], nil
-}
-
-// prepareEpisode builds the episode and its agent as a sandbox worker does.
-func prepareEpisode(req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan) (env.Episode, env.Agent, error) {
-	e, err := env.Lookup(req.Env)
-	if err != nil {
-		return nil, nil, fmt.Errorf("env: %w", err)
-	}
-	// Curriculum stages name built-in profiles only, so a compact plan names no template.
-	full, err := faults.Expand(plan, e.Spec().Services, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("fault plan: %w", err)
-	}
-	faults.Seal(plan, full) // the end records the digest of the plan played
-	inj, err := faults.NewInjector(full)
-	if err != nil {
-		return nil, nil, fmt.Errorf("fault plan: %w", err)
-	}
-	episode, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps, Faults: inj})
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := policy.Lookup(req.Policy)
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: %w", err)
-	}
-	agent, err := p.NewAgent(e, rng.Derive(req.Seed, "policy"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy %s: %w", req.Policy, err)
-	}
-	return episode, agent, nil
 }

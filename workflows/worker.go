@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
 )
 
 // Activities holds what gauntlet's activities need: a NATS connection to submit runs,
@@ -18,6 +19,9 @@ type Activities struct {
 	Bus func() *bus.Bus
 	// WorkerID names this process in the events of durable episodes.
 	WorkerID string
+	// Play builds durable episodes: the sandboxes of this process's runtime, if any;
+	// without Templates, the template store of the bus.
+	Play play.Deps
 	// AfterStep, when set, is called after each durable-episode step is in the stream
 	// and in the heartbeat; tests use it to stop a worker at a known step.
 	AfterStep func(ctx context.Context, episodeID string, step uint32)

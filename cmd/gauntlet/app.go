@@ -18,6 +18,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
 	"github.com/gauntlet-rl/gauntlet/services/curriculum"
@@ -107,6 +108,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		}
 		ec := cfg.EnvAPI
 		ec.DevTokenPath = filepath.Join(cfg.DataDir, "envapi-token")
+		ec.Sandbox = moduleSandbox(cfg, modEnvAPI)
 		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
 	}, modBus, modHTTP)
@@ -115,6 +117,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		return curriculum.New(curriculum.Config{
 			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
 			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2,
+			Sandbox: moduleSandbox(cfg, modCurriculum),
 		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
 	}, modBus, modTemporal, modHTTP)
 	// Services depend on each other only through NATS (requests retry until a responder
@@ -375,4 +378,18 @@ func readStack(dataDir string) (stack, error) {
 		return s, fmt.Errorf("read %s: %w", stackPath(dataDir), err)
 	}
 	return s, nil
+}
+
+// moduleSandbox is the sandbox runtime of a module other than the worker that plays
+// episodes (the env API, durable episodes): the worker's --sandbox.* flags, in a state
+// directory of its own, since each module opens its own runtime and a runtime owns what is
+// in its state directory.
+func moduleSandbox(cfg config, module string) runtimes.Config {
+	sc := cfg.Worker.Sandbox
+	if sc.StateDir == "" {
+		sc.StateDir = filepath.Join(cfg.DataDir, "sandbox-"+module)
+	} else {
+		sc.StateDir += "-" + module
+	}
+	return sc
 }

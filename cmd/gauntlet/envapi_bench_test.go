@@ -30,7 +30,7 @@ const envapiBenchEpisodes = 256
 // BenchmarkEnvAPI measures, on one stack (env API, faults, reward; NATS embedded; no
 // store, so ClickHouse does not compete for the CPU), side by side:
 //
-//   - inproc-env: the shop env's own step rate (env.ApplyStep), no pipeline;
+//   - inproc-env: the shop env's own step rate (play.ApplyStep), no pipeline;
 //   - inproc-pipeline: 256 play.Sessions stepped by 256 goroutines in this process, the
 //     full step path (env, reward RPC, event publish) without the API;
 //   - grpc-step, json-step: one Step at a time over gRPC and Connect/JSON (p50/p99);
@@ -60,7 +60,7 @@ func BenchmarkEnvAPI(b *testing.B) {
 		}
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			res, err := env.ApplyStep(ep, benchAction)
+			res, err := play.ApplyStep(ep, benchAction)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -85,11 +85,12 @@ func BenchmarkEnvAPI(b *testing.B) {
 			if err := busConn().Request(ctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: []*gauntletv1.EpisodeRequested{req}}, &reply); err != nil || len(reply.Plans) != 1 {
 				b.Fatalf("plan: %v %s", err, reply.Error)
 			}
-			sess := play.NewSession(busConn(), 32, &gauntletv1.EpisodeAssigned{Episode: req, Plan: reply.Plans[0]}, "bench")
-			if _, err := sess.Prepare(ctx); err != nil {
+			sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: reply.Plans[0]}, "bench", scorer,
+				&play.Publisher{Bus: busConn(), Max: 32})
+			if _, err := sess.Prepare(ctx, play.Deps{}); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := sess.Reset(1); err != nil {
+			if _, err := sess.Reset(ctx, 1); err != nil {
 				b.Fatal(err)
 			}
 			return sess
@@ -110,7 +111,7 @@ func BenchmarkEnvAPI(b *testing.B) {
 						_ = sessions[i].Finish(ctx)
 						sessions[i] = newSession(i + envapiBenchEpisodes*int(sessions[i].Steps()+1))
 					}
-					if _, _, err := sessions[i].Step(ctx, scorer, benchAction, nil); err != nil {
+					if _, _, err := sessions[i].Step(ctx, benchAction, nil); err != nil {
 						b.Error(err)
 						return
 					}

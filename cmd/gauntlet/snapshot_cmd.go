@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -92,8 +92,8 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // rebuilt is a recorded episode replayed up to a step.
 type rebuilt struct {
-	env     env.Env
-	ep      env.Episode
+	sess    *play.Session
+	out     *cliOut
 	row     trajectory.EpisodeRow
 	steps   []trajectory.StepRow
 	turn    env.Turn
@@ -101,7 +101,7 @@ type rebuilt struct {
 }
 
 func (r *rebuilt) close() error {
-	return errors.Join(env.Close(r.ep), r.closeRT())
+	return errors.Join(r.sess.Close(), r.closeRT())
 }
 
 func cmdEpisodeSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -129,7 +129,7 @@ func cmdEpisodeSnapshot(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	defer func() { _ = r.close() }()
-	ws, ok := r.ep.(env.Workspacer)
+	ws, ok := r.sess.Episode().(env.Workspacer)
 	if !ok {
 		return fmt.Errorf("episode %s: env %s keeps no workspace to snapshot (its state is replayed in memory; use fork)", id, r.row.Env)
 	}
@@ -169,26 +169,27 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer func() { _ = r.close() }()
-	br, canBranch := r.ep.(env.Brancher)
+	_, canBranch := r.sess.Episode().(env.Brancher)
 	if *branches > 1 && !canBranch {
 		return fmt.Errorf("--branches %d: env %s episodes cannot branch", *branches, r.row.Env)
 	}
-	spec := reward.SpecFor(r.row.Env)
 	for b := 0; b < *branches; b++ {
-		ep := r.ep
+		sess, out := r.sess, r.out
 		if canBranch && *branches > 1 {
-			if ep, err = br.Branch(ctx); err != nil {
+			out = &cliOut{}
+			if sess, err = r.sess.Branch(ctx, out); err != nil {
 				return err
 			}
 		}
-		agent, err := p.NewAgent(r.env, rng.DeriveN(r.row.Seed, "fork/"+*pol, uint64(b)))
+		out.w, out.total = stdout, 0
+		agent, err := p.NewAgent(r.sess.Env, rng.DeriveN(r.row.Seed, "fork/"+*pol, uint64(b)))
 		if err != nil {
 			return fmt.Errorf("--policy %s: %w", *pol, err)
 		}
 		fmt.Fprintf(stdout, "\nbranch %d: policy %s from step %d\n", b, *pol, o.step)
-		err = playOn(ep, agent, r, spec, stdout)
-		if ep != r.ep {
-			err = errors.Join(err, env.Close(ep))
+		err = sess.Run(ctx, agent, r.turn)
+		if sess != r.sess {
+			err = errors.Join(err, sess.Close())
 		}
 		if err != nil {
 			return err
@@ -248,10 +249,6 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	inj, err := faults.NewInjector(plan)
-	if err != nil {
-		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", id, err)
-	}
 	sc := o.sandbox
 	if sc.StateDir == "" {
 		sc.StateDir = filepath.Join(o.client.dataDir, "sandbox-cli")
@@ -263,36 +260,31 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	closeRT := sb.Close
 	maxSteps := uint32(o.maxSteps)
 	if maxSteps == 0 {
 		maxSteps = max(e.Spec().DefaultMaxSteps, uint32(o.step)+1)
 	}
-	ep, err := e.NewEpisode(env.Config{Seed: row.Seed, Params: json.RawMessage(row.Params), MaxSteps: maxSteps, Faults: inj, Sandboxes: sb})
+	req := &gauntletv1.EpisodeRequested{EpisodeId: id, RunId: row.RunID, Env: row.Env, ParamsJson: row.Params,
+		Seed: row.Seed, Policy: "fork", MaxSteps: maxSteps}
+	// Replayed steps print nothing; fork turns the printing on.
+	out := &cliOut{}
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, "cli", play.LocalScorer{Spec: reward.SpecFor(row.Env)}, out)
+	r := &rebuilt{sess: sess, out: out, row: *row, steps: steps, closeRT: sb.Close}
+	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: sb}); err != nil {
+		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), r.close())
+	}
+	if _, err := sess.Reset(ctx, 1); err != nil {
+		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), r.close())
+	}
+	rec := make([]play.Recorded, o.step)
+	for i := range rec {
+		rec[i] = play.Recorded{Action: env.Action{Tool: steps[i].Tool, Args: json.RawMessage(steps[i].Args)}, Observation: []byte(steps[i].Observation)}
+	}
+	turn, differ, err := sess.Replay(ctx, rec)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), closeRT())
+		return nil, errors.Join(fmt.Errorf("episode %s: %w (before --step %d)", id, err, o.step), r.close())
 	}
-	r := &rebuilt{env: e, ep: ep, row: *row, steps: steps, closeRT: closeRT}
-	obs, err := ep.Reset()
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("episode %s: reset: %w", id, err), r.close())
-	}
-	r.turn = env.Turn{Observation: obs}
-	differ := -1
-	for i := 0; i < o.step; i++ {
-		s := steps[i]
-		res, err := ep.Step(env.Action{Tool: s.Tool, Args: json.RawMessage(s.Args)})
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("episode %s: replay step %d: %w", id, i, err), r.close())
-		}
-		if differ < 0 && !bytes.Equal(res.Observation, []byte(s.Observation)) {
-			differ = i
-		}
-		r.turn = env.Turn{Step: uint32(i + 1), Observation: res.Observation, Reward: s.Reward}
-		if res.Done() && i+1 < o.step {
-			return nil, errors.Join(fmt.Errorf("episode %s: replay ended at step %d (%s), before --step %d", id, i, res.Reason.Name(), o.step), r.close())
-		}
-	}
+	r.turn = turn
 	fmt.Fprintf(stdout, "episode %s (env %s, seed %d, policy %s): replayed %d of %d steps", id, row.Env, row.Seed, row.Policy, o.step, len(steps))
 	if differ >= 0 {
 		fmt.Fprintf(stdout, "; WARNING: step %d observed something else than recorded (a command whose output is not deterministic?)\n", differ)
@@ -302,26 +294,28 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	return r, nil
 }
 
-// playOn continues an episode with agent until it ends, printing each step.
-func playOn(ep env.Episode, agent env.Agent, r *rebuilt, spec reward.Spec, stdout io.Writer) error {
-	req := &gauntletv1.EpisodeRequested{EpisodeId: r.row.EpisodeID + "-fork", Env: r.row.Env, Policy: "fork", Seed: r.row.Seed}
-	turn := r.turn
-	var total float64
-	for {
-		act, res, err := env.PlayStep(agent, ep, req, turn)
-		if err != nil {
-			return err
-		}
-		st := env.StepEvent(req, r.row.Profile, "cli", turn.Step, act, res, ep.Now())
-		score := reward.Score(spec, st)
-		total += score.GetTotal()
-		fmt.Fprintf(stdout, "  step %d  %s %s\n    reward %.3f  obs %s\n", turn.Step, act.Tool, cut(string(act.Args), 100), score.GetTotal(), cut(string(res.Observation), 160))
-		turn = env.Turn{Step: turn.Step + 1, Observation: res.Observation, Reward: score.GetTotal()}
-		if res.Done() {
-			fmt.Fprintf(stdout, "  ended at step %d: %s, success=%v, reward from the fork %.3f\n", turn.Step-1, res.Reason.Name(), res.Signals.GetSuccess(), total)
-			return nil
-		}
+// cliOut is the output of a rebuilt episode (play.Output): nothing while its recorded
+// steps are replayed, then, once w is set, each step the fork plays, scored in process.
+type cliOut struct {
+	w     io.Writer
+	total float64 // reward since w was set
+}
+
+func (o *cliOut) Start(context.Context, *gauntletv1.EpisodeStarted) error { return nil }
+func (o *cliOut) Flush() error                                            { return nil }
+func (o *cliOut) End(context.Context, *gauntletv1.EpisodeEnded) error     { return nil }
+
+func (o *cliOut) Step(_ context.Context, st *gauntletv1.StepTaken) error {
+	if o.w == nil {
+		return nil
 	}
+	r := st.Score.GetTotal()
+	o.total += r
+	fmt.Fprintf(o.w, "  step %d  %s %s\n    reward %.3f  obs %s\n", st.Step, st.Action.GetTool(), cut(st.Action.GetArgsJson(), 100), r, cut(st.ObservationJson, 160))
+	if st.Terminated || st.Truncated {
+		fmt.Fprintf(o.w, "  ended at step %d: %s, success=%v, reward from the fork %.3f\n", st.Step, st.Reason.Name(), st.Signals.GetSuccess(), o.total)
+	}
+	return nil
 }
 
 func cut(s string, n int) string {

@@ -24,8 +24,9 @@ type Sandboxes interface {
 }
 
 // ErrNoSandbox is returned by Reset of an episode that needs a real sandbox when
-// Config.Sandboxes is nil: the worker was started without a sandbox runtime.
-var ErrNoSandbox = errors.New("env needs a sandbox runtime, and none is configured (start the worker with --sandbox.runtime=process or containerd)")
+// Config.Sandboxes is nil: the process playing it (worker, env API, curriculum) was
+// started without a sandbox runtime.
+var ErrNoSandbox = errors.New("env needs a sandbox runtime, and none is configured (start gauntlet with --sandbox.runtime=process or containerd)")
 
 // Closer is implemented by episodes that hold resources beyond memory (a sandbox). Whoever
 // made the episode calls Close once when done with it, however it ended; Close after

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
+	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -132,4 +133,21 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 		}
 		c.reply <- ScoreResult{score: scores[i]}
 	}
+}
+
+// StepScorer scores one step for a Session. reply is the session's own channel, reused
+// step after step so that waiting for a score allocates nothing; scorers that answer in
+// the caller's goroutine ignore it.
+type StepScorer interface {
+	Score(ctx context.Context, st *gauntletv1.StepTaken, reply chan ScoreResult) (*gauntletv1.StepScored, error)
+}
+
+// LocalScorer scores steps in process with the reward service's own pure function
+// (reward.Score), for runners with no reward service to ask: the CLI's fork and the
+// load-test harness. Spec is the env's reward spec (reward.SpecFor).
+type LocalScorer struct{ Spec reward.Spec }
+
+// Score implements StepScorer.
+func (l LocalScorer) Score(_ context.Context, st *gauntletv1.StepTaken, _ chan ScoreResult) (*gauntletv1.StepScored, error) {
+	return reward.Score(l.Spec, st), nil
 }

@@ -24,6 +24,8 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -38,6 +40,9 @@ type Config struct {
 	WorkerID string
 	// StopTimeout bounds how long activities in flight may finish on stop.
 	StopTimeout time.Duration
+	// Sandbox is the runtime that durable episodes of envs needing real sandboxes
+	// (codefix) run in, as the worker's (--sandbox.*); no runtime makes them fail.
+	Sandbox runtimes.Config
 }
 
 // Service is the Temporal worker.
@@ -46,8 +51,9 @@ type Service struct {
 	bus func() *bus.Bus
 	log *slog.Logger
 
-	client client.Client
-	worker worker.Worker
+	client  client.Client
+	worker  worker.Worker
+	runtime *runtimes.Sandboxes // nil when no sandbox runtime is configured
 }
 
 // New allocates the service.
@@ -55,8 +61,20 @@ func New(cfg Config, getBus func() *bus.Bus, log *slog.Logger) *Service {
 	return &Service{cfg: cfg, bus: getBus, log: log}
 }
 
-// Starting dials Temporal and registers the workflows and activities.
+// Starting opens the sandbox runtime, if one is configured, dials Temporal and registers
+// the workflows and activities.
 func (s *Service) Starting(ctx context.Context) error {
+	if err := s.cfg.Sandbox.Validate(); err != nil {
+		return err
+	}
+	sb, err := runtimes.Open(ctx, s.cfg.Sandbox, s.log.With("sandbox_runtime", s.cfg.Sandbox.Runtime))
+	if err != nil {
+		return err
+	}
+	deps := play.Deps{}
+	if sb != nil {
+		s.runtime, deps.Sandboxes = sb, sb
+	}
 	addr := s.cfg.Address()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -65,6 +83,9 @@ func (s *Service) Starting(ctx context.Context) error {
 		Logger: sdklog.NewStructuredLogger(warnOnly(s.log)),
 	})
 	if err != nil {
+		if sb != nil {
+			_ = sb.Close()
+		}
 		return fmt.Errorf("dial temporal at %s (namespace %s): %w", addr, s.cfg.Namespace, err)
 	}
 	s.client = c
@@ -72,7 +93,7 @@ func (s *Service) Starting(ctx context.Context) error {
 		WorkerStopTimeout: s.cfg.StopTimeout,
 		Identity:          s.cfg.WorkerID,
 	})
-	workflows.Register(s.worker, &workflows.Activities{Bus: s.bus, WorkerID: s.cfg.WorkerID})
+	workflows.Register(s.worker, &workflows.Activities{Bus: s.bus, WorkerID: s.cfg.WorkerID, Play: deps})
 	return nil
 }
 
@@ -86,13 +107,17 @@ func (s *Service) Running(ctx context.Context) error {
 	return nil
 }
 
-// Stopping stops the worker and closes the client.
+// Stopping stops the worker, closes the client, then the sandbox runtime (its episodes
+// have released their sandboxes by then).
 func (s *Service) Stopping(context.Context) error {
 	if s.worker != nil {
 		s.worker.Stop()
 	}
 	if s.client != nil {
 		s.client.Close()
+	}
+	if s.runtime != nil {
+		return s.runtime.Close()
 	}
 	return nil
 }

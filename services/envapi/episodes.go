@@ -53,12 +53,14 @@ type tombstone struct {
 	at     time.Time
 }
 
-// snapshot is a point of an episode: its request, plan and actions so far.
+// snapshot is a point of an episode: its request, plan and actions so far, and what the
+// last of them observed (which a fork's replay must observe too).
 type snapshot struct {
 	tenant  string
 	reset   *gauntletv1.ResetRequest
 	plan    *gauntletv1.FaultPlan
 	actions []env.Action
+	lastObs string
 	at      time.Time
 }
 
@@ -218,7 +220,7 @@ func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1
 
 // Reset starts an episode.
 func (s *Service) Reset(ctx context.Context, req *connect.Request[gauntletv1.ResetRequest]) (*connect.Response[gauntletv1.ResetResponse], error) {
-	out, err := s.start(ctx, tenantOf(ctx), req.Msg, nil, nil)
+	out, err := s.start(ctx, tenantOf(ctx), req.Msg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -227,10 +229,11 @@ func (s *Service) Reset(ctx context.Context, req *connect.Request[gauntletv1.Res
 
 // validateReset checks a reset request before any slot or plan is taken; errors name the
 // field.
-func validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
-	e, err := env.Lookup(r.GetEnv())
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("env: %w", err))
+func (s *Service) validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
+	// The env validates its parameters when it builds an episode; no faults needed here.
+	e, err := s.deps.Check(&gauntletv1.EpisodeRequested{Env: r.GetEnv(), ParamsJson: r.GetParamsJson(), Seed: r.GetSeed(), MaxSteps: r.GetMaxSteps()})
+	if e == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	if p := r.GetProfile(); p != "" && !slices.Contains(faults.Profiles(), p) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("profile: unknown profile %q; known: %v (or empty for the default mix)", p, faults.Profiles()))
@@ -238,18 +241,23 @@ func validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
 	if len(r.GetPolicy()) > maxPolicyName {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("policy: %d bytes is longer than %d", len(r.GetPolicy()), maxPolicyName))
 	}
-	// The env validates its parameters when it builds an episode; no faults needed here.
-	if _, err := e.NewEpisode(env.Config{Seed: r.GetSeed(), Params: json.RawMessage(r.GetParamsJson()), MaxSteps: r.GetMaxSteps()}); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("params_json: %w", err))
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	return e, nil
 }
 
 // start makes a live episode: a slot of the tenant's quota, a fault plan from the faults
-// service (or plan, for a fork), the env episode reset and its started event published;
-// replay, for a fork, is played through the pipeline before the episode is handed out.
-func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetRequest, plan *gauntletv1.FaultPlan, replay []env.Action) (*gauntletv1.ResetResponse, error) {
-	e, err := validateReset(r)
+// service (or the snapshot's, for a fork), the env episode reset and its started event
+// published; a fork's snapshot actions are replayed through the pipeline before the
+// episode is handed out.
+func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetRequest, from *snapshot) (*gauntletv1.ResetResponse, error) {
+	var plan *gauntletv1.FaultPlan
+	var replay []env.Action
+	if from != nil {
+		plan, replay = from.plan, from.actions
+	}
+	e, err := s.validateReset(r)
 	if err != nil {
 		return nil, err
 	}
@@ -278,13 +286,13 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 			return nil, err
 		}
 	}
-	sess := play.NewSession(s.bus(), s.cfg.SegmentSteps, &gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, s.cfg.ID)
-	// The env API's plans name built-in profiles only: no template to find.
-	if _, err := sess.Prepare(sctx); err != nil {
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, s.cfg.ID, s.scorer,
+		&play.Publisher{Bus: s.bus(), Max: s.cfg.SegmentSteps})
+	if _, err := sess.Prepare(sctx, s.deps); err != nil {
 		_ = sess.Close()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	obs, err := sess.Reset(1)
+	obs, err := sess.Reset(sctx, 1)
 	if err != nil {
 		_ = sess.Close()
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: %w", err))
@@ -296,17 +304,30 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		IdleTimeoutMs: uint32(s.cfg.IdleTimeout.Milliseconds()),
 	}
 	ep.touch()
-	for i, act := range replay {
-		stctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout)
-		_, res, err := sess.Step(stctx, s.scorer, act, nil)
+	if len(replay) > 0 {
+		rec := make([]play.Recorded, len(replay))
+		for i, act := range replay {
+			rec[i] = play.Recorded{Action: act}
+		}
+		// The snapshot kept its last observation only: enough to prove the fork is there.
+		rec[len(rec)-1].Observation = []byte(from.lastObs)
+		// Each replayed step has the step timeout, as a trainer's step would.
+		rctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout*time.Duration(len(replay)))
+		turn, diverged, err := sess.Replay(rctx, rec)
 		cancel()
 		if err != nil {
-			_ = sess.FinishInfra(stctx, err)
+			fctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout)
+			_ = sess.FinishInfra(fctx, err)
+			cancel()
 			_ = sess.Close()
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error replaying step %d: %w", i, err))
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: %w", err))
 		}
-		ep.actions = append(ep.actions, act)
-		ep.lastObs = string(res.Observation)
+		if diverged >= 0 {
+			s.log.Warn("envapi: a fork observes something else than its snapshot (an env whose output is not deterministic?)",
+				"episode_id", ep.id, "step", diverged)
+		}
+		ep.actions = append(ep.actions, replay...)
+		ep.lastObs = string(turn.Observation)
 	}
 	s.mu.Lock()
 	s.live[ep.id] = ep
@@ -381,7 +402,7 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	}
 	act := env.Action{Tool: r.Action.GetTool(), Args: json.RawMessage(r.Action.GetArgsJson())}
 	sctx, cancel := context.WithTimeout(s.ctx, s.cfg.StepTimeout)
-	st, res, err := e.sess.Step(sctx, s.scorer, act, r.GetTrainer())
+	st, res, err := e.sess.Step(sctx, act, r.GetTrainer())
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -464,7 +485,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[gauntletv1.
 	e.touch()
 	q := e.sess.Req
 	snap := &snapshot{
-		tenant: t.Name, plan: e.sess.Plan, actions: slices.Clone(e.actions), at: time.Now(),
+		tenant: t.Name, plan: e.sess.Plan, actions: slices.Clone(e.actions), lastObs: e.lastObs, at: time.Now(),
 		reset: &gauntletv1.ResetRequest{Env: q.Env, ParamsJson: q.ParamsJson, Seed: q.Seed, MaxSteps: q.MaxSteps, Policy: q.Policy},
 	}
 	e.mu.Unlock()
@@ -494,7 +515,7 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[gauntletv1.Fork
 	if !ok || snap.tenant != t.Name {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("snapshot_id: no snapshot %q", req.Msg.GetSnapshotId()))
 	}
-	out, err := s.start(ctx, t, snap.reset, snap.plan, snap.actions)
+	out, err := s.start(ctx, t, snap.reset, snap)
 	if err != nil {
 		return nil, err
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
-	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"

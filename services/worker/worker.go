@@ -42,7 +42,6 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
-	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
@@ -402,10 +401,9 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 		attribute.String("policy", req.Policy), attribute.String("profile", a.Plan.GetProfile())))
 	defer span.End()
 
-	sess := play.NewSession(w.bus(), w.cfg.SegmentSteps, a, w.cfg.ID)
-	sess.Sandboxes = w.sandboxes
-	sess.Templates = w.templates
-	sess.Hold = true
+	out := &episodeOut{Publisher: play.Publisher{Bus: w.bus(), Max: w.cfg.SegmentSteps, Hold: true},
+		lot: l, beatEvery: w.cfg.AckWait / 3, lastBeat: time.Now()}
+	sess := play.NewSession(a, w.cfg.ID, w.scorer, out)
 	defer func() {
 		if err := sess.Close(); err != nil {
 			w.log.Warn("close episode", "episode_id", req.EpisodeId, "err", err)
@@ -414,54 +412,56 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 	agent, err := w.prepare(ctx, sess)
 	if err != nil {
 		ferr := sess.Fail(ctx, err) // before reading Held, which Fail sets
-		return sess.Held, ferr
+		return out.Held, ferr
 	}
-	obs, err := sess.Reset(l.attempt)
+	obs, err := sess.Reset(ctx, l.attempt)
 	if err != nil {
 		return nil, err
 	}
-	// Counted here and added once at the end: a counter add per step and per fault cost a
+	// Counted by out and added once at the end: a counter add per step and per fault cost a
 	// worker CPU (docs/benchmarks.md, Costs the code cites, Telemetry and the worker), and
 	// /metrics is read every few seconds at most.
-	var (
-		steps int64
-		fired []kindCount
-	)
 	defer func() {
-		w.steps.Add(ctx, steps)
-		for _, f := range fired {
+		w.steps.Add(ctx, out.steps)
+		for _, f := range out.fired {
 			w.fired.Add(ctx, f.n, w.byKind.Option(f.kind))
 		}
 	}()
-	turn := env.Turn{Observation: obs}
-	beatEvery := w.cfg.AckWait / 3
-	lastBeat := time.Now()
-	for !sess.Done() {
-		if ctx.Err() != nil {
-			return nil, play.ErrAbandoned
-		}
-		if time.Since(lastBeat) > beatEvery {
-			l.heartbeat(beatEvery)
-			lastBeat = time.Now()
-		}
-		act, err := agent.Act(turn)
-		if err != nil {
-			return nil, fmt.Errorf("policy %s at step %d: %w", req.GetPolicy(), turn.Step, err)
-		}
-		st, res, err := sess.Step(ctx, w.scorer, act, nil)
-		if err != nil {
-			return nil, err
-		}
-		steps++
-		for _, f := range res.Faults {
-			fired = countKind(fired, f.Kind)
-		}
-		turn = env.Turn{Step: sess.Steps(), Observation: res.Observation, Reward: st.Score.GetTotal()}
+	if err := sess.Run(ctx, agent, env.Turn{Observation: obs}); err != nil {
+		return nil, err
 	}
 	if err := sess.Finish(ctx); err != nil {
 		return nil, err
 	}
-	return sess.Held, nil
+	return out.Held, nil
+}
+
+// episodeOut is the output of a worker's episode: its segments are published (the last
+// held for the assignment's batch), the lot's lease is extended as steps go, and steps
+// and faults are counted for the metrics.
+type episodeOut struct {
+	play.Publisher
+	lot       *lot
+	beatEvery time.Duration
+	lastBeat  time.Time
+	steps     int64
+	fired     []kindCount
+}
+
+// Step publishes one step (play.Output).
+func (o *episodeOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
+	if time.Since(o.lastBeat) > o.beatEvery {
+		o.lot.heartbeat(o.beatEvery)
+		o.lastBeat = time.Now()
+	}
+	if err := o.Publisher.Step(ctx, st); err != nil {
+		return err
+	}
+	o.steps++
+	for _, f := range st.Faults {
+		o.fired = countKind(o.fired, f.Kind)
+	}
+	return nil
 }
 
 // kindCount is how many faults of one kind an episode met.
@@ -483,17 +483,9 @@ func countKind(counts []kindCount, kind string) []kindCount {
 
 // prepare builds the episode and its agent; its errors are the request's fault.
 func (w *Service) prepare(ctx context.Context, sess *play.Session) (env.Agent, error) {
-	e, err := sess.Prepare(ctx)
+	e, err := sess.Prepare(ctx, play.Deps{Sandboxes: w.sandboxes, Templates: w.templates})
 	if err != nil {
 		return nil, err
 	}
-	p, err := policy.Lookup(sess.Req.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	agent, err := p.NewAgent(e, rng.Derive(sess.Req.Seed, "policy"))
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", sess.Req.Policy, err)
-	}
-	return agent, nil
+	return play.NewAgent(e, sess.Req)
 }

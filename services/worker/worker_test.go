@@ -54,6 +54,12 @@ func init() { env.Register(brokenEnv{&brokenResets}) }
 // worker's metrics are on tel.
 func startWorker(t *testing.T, maxDeliver int) (b *bus.Bus, tel *telemetry.Telemetry) {
 	t.Helper()
+	return startWorkerWith(t, func(c *Config) { c.MaxDeliver = maxDeliver })
+}
+
+// startWorkerWith is startWorker with the worker's config changed by set.
+func startWorkerWith(t *testing.T, set func(*Config)) (b *bus.Bus, tel *telemetry.Telemetry) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b = bustest.Start(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -66,7 +72,9 @@ func startWorker(t *testing.T, maxDeliver int) (b *bus.Bus, tel *telemetry.Telem
 	if err := rw.Starting(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w := New(Config{Concurrency: 3, ScoreBatch: 64, ScoreRequests: 2, AckWait: 2 * time.Second, MaxDeliver: maxDeliver, SegmentSteps: 32}, get, get, tel, log)
+	cfg := Config{Concurrency: 3, ScoreBatch: 64, ScoreRequests: 2, AckWait: 2 * time.Second, MaxDeliver: 3, SegmentSteps: 32}
+	set(&cfg)
+	w := New(cfg, get, get, tel, log)
 	if err := w.Starting(ctx); err != nil {
 		t.Fatal(err)
 	}

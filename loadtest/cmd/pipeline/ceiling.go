@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -88,7 +87,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
-		if err := c.play(e, pol, spec, workerID, ep, plan, ref); err != nil {
+		if err := c.play(ctx, pol, spec, workerID, ep, ref); err != nil {
 			return nil, err
 		}
 	}
@@ -96,15 +95,18 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 	return c, nil
 }
 
-// play is services/worker's Service.play with the reward service replaced by a direct
-// call of the same pure function and the bus replaced by c.events; the segments come
-// from the same play.Segmenter the worker publishes through.
-func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, plan, ref *gauntletv1.FaultPlan) error {
-	inj, err := faults.NewInjector(plan)
-	if err != nil {
-		return fmt.Errorf("fault plan: %w", err)
-	}
-	episode, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps, Faults: inj})
+// play plays one episode through pkg/play as services/worker does, with the reward
+// service replaced by a direct call of the same pure function (play.LocalScorer) and the
+// bus replaced by c.events; the segments come from the same play.Segmenter the worker
+// publishes through.
+func (c *corpus) play(ctx context.Context, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, ref *gauntletv1.FaultPlan) error {
+	out := &corpusOut{c: c, seg: play.Segmenter{Max: segmentSteps, Emit: func(ev *gauntletv1.Event) error {
+		c.events = append(c.events, ev)
+		return nil
+	}}}
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: ref}, workerID, play.LocalScorer{Spec: spec}, out)
+	defer func() { _ = sess.Close() }()
+	e, err := sess.Prepare(ctx, play.Deps{})
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", req.EpisodeId, err)
 	}
@@ -112,50 +114,43 @@ func (c *corpus) play(e env.Env, pol policy.Policy, spec reward.Spec, workerID s
 	if err != nil {
 		return fmt.Errorf("policy %s: %w", req.Policy, err)
 	}
-	startedAt := time.Now()
-	ended := &gauntletv1.EpisodeEnded{
-		Episode: req, Profile: plan.GetProfile(), Plan: ref, WorkerId: workerID,
-		StartedAtUnixNano: startedAt.UnixNano(),
-	}
-	obs, err := episode.Reset()
+	obs, err := sess.Reset(ctx, 1)
 	if err != nil {
-		return fmt.Errorf("reset %s: %w", req.EpisodeId, err)
+		return err
 	}
-	seg := play.Segmenter{Max: segmentSteps, Emit: func(ev *gauntletv1.Event) error {
-		c.events = append(c.events, ev)
-		return nil
-	}}
-	seg.Start(&gauntletv1.EpisodeStarted{
-		Episode: req, WorkerId: workerID, StartedAtUnixNano: startedAt.UnixNano(),
-		ObservationJson: string(obs), Attempt: 1,
-	})
-	turn := env.Turn{Observation: obs}
-	for step := uint32(0); ; step++ {
-		act, res, err := env.PlayStep(agent, episode, req, turn)
-		if err != nil {
-			return err
-		}
-		st := env.StepEvent(req, plan.GetProfile(), workerID, step, act, res, episode.Now())
-		st.Score = reward.Score(spec, st)
-		if err := seg.Step(st); err != nil {
-			return err
-		}
-		c.steps++
-		c.faults += len(res.Faults)
-		env.CountStep(ended, step, res, st.Score.GetTotal())
-		turn = env.Turn{Step: step + 1, Observation: res.Observation, Reward: st.Score.GetTotal()}
-		if res.Done() {
-			break
-		}
+	if err := sess.Run(ctx, agent, env.Turn{Observation: obs}); err != nil {
+		return err
 	}
-	ended.VirtualTimeNs = int64(episode.Now())
-	ended.EndedAtUnixNano = time.Now().UnixNano()
-	if err := seg.End(ended); err != nil {
+	if err := sess.Finish(ctx); err != nil {
 		return err
 	}
 	c.episodes++
 	return nil
 }
+
+// corpusOut is the ceiling's play.Output: the worker's segments, kept in the corpus.
+type corpusOut struct {
+	c   *corpus
+	seg play.Segmenter
+}
+
+func (o *corpusOut) Start(_ context.Context, st *gauntletv1.EpisodeStarted) error {
+	o.seg.Start(st)
+	return nil
+}
+
+func (o *corpusOut) Step(_ context.Context, st *gauntletv1.StepTaken) error {
+	if err := o.seg.Step(st); err != nil {
+		return err
+	}
+	o.c.steps++
+	o.c.faults += len(st.Faults)
+	return nil
+}
+
+func (o *corpusOut) Flush() error { return o.seg.Flush() }
+
+func (o *corpusOut) End(_ context.Context, e *gauntletv1.EpisodeEnded) error { return o.seg.End(e) }
 
 // batches cuts the corpus into the store's batch shape: each batch closes at the first
 // event that brings it to batchRows step and episode rows (trajectory.RowsOf), as the

@@ -1,30 +1,16 @@
-package env
+package play
 
 import (
-	"fmt"
 	"time"
 	"unsafe"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// PlayStep asks the agent for its next action and applies it to the episode (ApplyStep).
-// Errors name the policy or the step; the episode is dead after one.
-func PlayStep(agent Agent, ep Episode, req *gauntletv1.EpisodeRequested, turn Turn) (Action, StepResult, error) {
-	act, err := agent.Act(turn)
-	if err != nil {
-		return act, StepResult{}, fmt.Errorf("policy %s at step %d: %w", req.GetPolicy(), turn.Step, err)
-	}
-	res, err := ApplyStep(ep, act)
-	if err != nil {
-		return act, res, fmt.Errorf("step %d of %s: %w", turn.Step, req.GetEpisodeId(), err)
-	}
-	return act, res, nil
-}
-
 // ApplyStep applies one action to the episode, measuring the step's wall time into its
 // metering. An error is an infra error; the episode is dead after one.
-func ApplyStep(ep Episode, act Action) (StepResult, error) {
+func ApplyStep(ep env.Episode, act env.Action) (env.StepResult, error) {
 	t0 := time.Now()
 	res, err := ep.Step(act)
 	if err != nil {
@@ -39,7 +25,7 @@ func ApplyStep(ep Episode, act Action) (StepResult, error) {
 
 // StepEvent records one played step as the StepTaken event workers publish (without its
 // score, which the reward service adds).
-func StepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step uint32, act Action, res StepResult, now time.Duration) *gauntletv1.StepTaken {
+func StepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step uint32, act env.Action, res env.StepResult, now time.Duration) *gauntletv1.StepTaken {
 	// Two allocations where there were five: the event with its action, and one copy of
 	// the three byte strings that the event's strings share.
 	rec := new(stepRecord)
@@ -75,7 +61,7 @@ func bytesString(b []byte) string {
 // CountStep folds played step number step (its result and its reward) into the episode's
 // end record: the step count, the reward and fault totals, and, when the step ends the
 // episode, how it ended. Every path that plays episodes keeps its EpisodeEnded this way.
-func CountStep(e *gauntletv1.EpisodeEnded, step uint32, res StepResult, reward float64) {
+func CountStep(e *gauntletv1.EpisodeEnded, step uint32, res env.StepResult, reward float64) {
 	e.Steps = step + 1
 	e.TotalReward += reward
 	e.FaultsFired += uint32(len(res.Faults))

@@ -1,9 +1,10 @@
-package env
+package play
 
 import (
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -11,8 +12,8 @@ import (
 // step was, whatever the env or the policy does to their buffers afterwards.
 func TestStepEventCopiesTheStep(t *testing.T) {
 	req := &gauntletv1.EpisodeRequested{EpisodeId: "r-1", RunId: "r", Env: "shop", Policy: "oracle", RequestedAtUnixNano: 7}
-	act := Action{Tool: "inventory.get", Args: []byte(`{"sku":"a"}`)}
-	res := StepResult{
+	act := env.Action{Tool: "inventory.get", Args: []byte(`{"sku":"a"}`)}
+	res := env.StepResult{
 		Observation: []byte(`{"ok":true}`), Diff: []byte(`[]`), Signals: &gauntletv1.Signals{Progress: 0.5},
 		Metering: &gauntletv1.Metering{ToolCalls: 1}, Terminated: true, Reason: gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS,
 	}
@@ -30,7 +31,7 @@ func TestStepEventCopiesTheStep(t *testing.T) {
 		!st.Terminated || st.Reason != res.Reason || st.Signals != res.Signals || st.Metering != res.Metering {
 		t.Fatalf("event = %v", st)
 	}
-	empty := StepEvent(req, "", "", 0, Action{Tool: "wait"}, StepResult{}, 0)
+	empty := StepEvent(req, "", "", 0, env.Action{Tool: "wait"}, env.StepResult{}, 0)
 	if empty.Action.ArgsJson != "" || empty.ObservationJson != "" || empty.StateDiffJson != "" {
 		t.Fatalf("empty step = %v", empty)
 	}
