@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -86,13 +86,13 @@ func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
 	req.Label = in.Label
 	req.Drift = rampsToDrift(in.Ramps, in.Episodes)
 	if in.DriftText != "" {
-		more, err := faults.ParseDrift(in.DriftText, time.Unix(0, in.RequestedAtUnixNano))
+		more, err := plans.ParseDrift(in.DriftText, time.Unix(0, in.RequestedAtUnixNano))
 		if err != nil {
 			return nil, err
 		}
 		req.Drift = append(req.Drift, more...)
 	}
-	if err := campaign.Validate(req); err != nil {
+	if err := runs.Validate(req); err != nil {
 		return nil, err
 	}
 	return req, nil
@@ -244,7 +244,7 @@ func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
 		st.Profiles = "baseline=1"
 	}
 	if spec.MaxInFlight == 0 {
-		spec.MaxInFlight = campaign.DefaultMaxInFlight
+		spec.MaxInFlight = runs.DefaultMaxInFlight
 	}
 	params, err := st.ParamsJSON()
 	if err != nil {

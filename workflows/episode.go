@@ -11,11 +11,11 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -57,7 +57,7 @@ func (r RunRef) request() (*gauntletv1.RunRequested, error) {
 		Profiles: []*gauntletv1.Share{{Name: r.Profile, Weight: 1}},
 		Episodes: 1, Seed: r.Seed, MaxInFlight: 1, MaxSteps: r.MaxSteps, RequestedAtUnixNano: r.RequestedAt,
 	}
-	if err := campaign.Validate(req); err != nil {
+	if err := runs.Validate(req); err != nil {
 		return nil, err
 	}
 	return req, nil
@@ -147,7 +147,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 			return EpisodeResult{}, fmt.Errorf("play episode: read checkpoint: %w", err)
 		}
 	}
-	ep := campaign.Episode(req, 0)
+	ep := runs.Episode(req, 0)
 	var plans gauntletv1.PlanReply
 	if err := b.Request(ctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: []*gauntletv1.EpisodeRequested{ep}, Profiles: req.Profiles}, &plans); err != nil {
 		return EpisodeResult{}, fmt.Errorf("play episode %s: plan: %w", ep.EpisodeId, err)
@@ -166,7 +166,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 	deps := a.Play
 	if deps.Templates == nil {
 		// The bus is known only now; a plan of a user-defined profile finds its template.
-		deps.Templates = templates.New(b.JS)
+		deps.Templates = templates.NewClient(b.JS)
 	}
 	e, err := sess.Prepare(ctx, deps)
 	var agent env.Agent

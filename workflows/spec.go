@@ -12,7 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -168,7 +168,7 @@ func yamlMessage(err error) string {
 // Normalize fills defaults: stage names, batch sizes, the baseline profile.
 func (s *CurriculumSpec) Normalize() {
 	if s.MaxInFlight == 0 {
-		s.MaxInFlight = campaign.DefaultMaxInFlight
+		s.MaxInFlight = runs.DefaultMaxInFlight
 	}
 	for i := range s.Stages {
 		st := &s.Stages[i]
@@ -228,8 +228,8 @@ func (s CurriculumSpec) Validate() error {
 		if b.Max == 0 {
 			add(f+".episodes.max", "must be > 0")
 		}
-		if b.Max > campaign.MaxEpisodes {
-			add(f+".episodes.max", "%d is more than %d", b.Max, campaign.MaxEpisodes)
+		if b.Max > runs.MaxEpisodes {
+			add(f+".episodes.max", "%d is more than %d", b.Max, runs.MaxEpisodes)
 		}
 		if b.Min > b.Max && b.Max > 0 {
 			add(f+".episodes.min", "%d is more than episodes.max %d", b.Min, b.Max)
@@ -265,7 +265,7 @@ func (s CurriculumSpec) Validate() error {
 			continue
 		}
 		req.Drift = stageDrift(st.Drift, 0, max(b.Max, 1), max(b.Max, 1))
-		if err := campaign.Validate(req); err != nil {
+		if err := runs.Validate(req); err != nil {
 			errs = append(errs, prefixErrors(f, err)...)
 		}
 	}
@@ -342,11 +342,11 @@ func rampsToDrift(ramps []Ramp, n uint64) []*gauntletv1.Drift {
 // runRequest is the run one batch of the stage submits to the scheduler.
 func (st StageSpec) runRequest(runID string, seed, episodes uint64, maxInFlight uint32, requestedAt int64) (*gauntletv1.RunRequested, error) {
 	var errs []error
-	pol, err := campaign.ParseShares("policies", st.Policies)
+	pol, err := runs.ParseShares("policies", st.Policies)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	prof, err := campaign.ParseShares("profiles", st.Profiles)
+	prof, err := runs.ParseShares("profiles", st.Profiles)
 	if err != nil {
 		errs = append(errs, err)
 	}

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	faultsvc "github.com/gauntlet-rl/gauntlet/services/faults"
+	"github.com/gauntlet-rl/gauntlet/services/faults"
 )
 
 // TestDriftFollowsLinearRampAcrossRun drives a run with a linear drift schedule through the
@@ -33,17 +33,17 @@ func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
 	defer cancel()
 
 	// Global drift: every planner reads it from KV.
-	global, err := faults.ParseDrift("*.latency.jitter_ms=step(0:7)", time.Now())
+	global, err := plans.ParseDrift("*.latency.jitter_ms=step(0:7)", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := faultsvc.SetGlobalDrift(ctx, b.JS, &gauntletv1.DriftSet{Drift: global, SetBy: t.Name()}); err != nil {
+	if _, err := faults.SetGlobalDrift(ctx, b.JS, &gauntletv1.DriftSet{Drift: global, SetBy: t.Name()}); err != nil {
 		t.Fatal(err)
 	}
 
 	const n = 60
 	req := newRun(t, n, "random=1,oracle=1", 11)
-	req.Drift, err = faults.ParseDrift("*.http_503.probability=linear(0:0,59:0.59);*.latency.mean_ms=linear(0:10,59:600)", time.Now())
+	req.Drift, err = plans.ParseDrift("*.http_503.probability=linear(0:0,59:0.59);*.latency.mean_ms=linear(0:10,59:600)", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +93,11 @@ func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
 			}
 		}
 	}
-	hist, err := faultsvc.DriftHistory(ctx, b.JS)
+	hist, err := faults.DriftHistory(ctx, b.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hist) != 1 || hist[0].Set.SetBy != t.Name() || faults.FormatDrift(hist[0].Set.Drift) != "*.latency.jitter_ms=step(0:7)" {
+	if len(hist) != 1 || hist[0].Set.SetBy != t.Name() || plans.FormatDrift(hist[0].Set.Drift) != "*.latency.jitter_ms=step(0:7)" {
 		t.Fatalf("drift history = %v", hist)
 	}
 

@@ -14,11 +14,13 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/fromlog"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	faultsvc "github.com/gauntlet-rl/gauntlet/services/faults"
+	"github.com/gauntlet-rl/gauntlet/services/faults"
 )
 
 const faultsUsage = `Usage:
@@ -60,7 +62,7 @@ func cmdFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func faultsLs(stdout io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tLAYER\tPASS\tPARAMETERS\tWHAT IT DOES")
-	for _, k := range faults.Kinds() {
+	for _, k := range catalogue.Kinds() {
 		var ps []string
 		for _, p := range k.Params {
 			ps = append(ps, describeParam(p))
@@ -70,12 +72,12 @@ func faultsLs(stdout io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nBuilt-in profiles: %s (default mix baseline=60,stress=25,edge=15).\n", strings.Join(faults.Profiles(), ", "))
+	fmt.Fprintf(stdout, "\nBuilt-in profiles: %s (default mix baseline=60,stress=25,edge=15).\n", strings.Join(plans.Profiles(), ", "))
 	fmt.Fprintln(stdout, "Drift selectors: <service|*>.<fault>.<param>, e.g. *.latency.mean_ms (docs/faults.md).")
 	return nil
 }
 
-func describeParam(p faults.Param) string {
+func describeParam(p catalogue.Param) string {
 	switch {
 	case len(p.Choices) > 0:
 		return p.Name + "=" + strings.Join(p.Choices, "|")
@@ -87,7 +89,7 @@ func describeParam(p faults.Param) string {
 	return fmt.Sprintf("%s=[%g,%g]%s", p.Name, p.Min, p.Max, unitSuffix(p))
 }
 
-func unitSuffix(p faults.Param) string {
+func unitSuffix(p catalogue.Param) string {
 	if p.Unit == "probability" || p.Unit == "fraction" || p.Unit == "status" {
 		return ""
 	}
@@ -118,19 +120,19 @@ func faultsPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	name := *profile
 	if name == "" {
-		if name, err = faults.ChooseProfile(rng.Derive(*seed, "profile"), nil); err != nil {
+		if name, err = plans.ChooseProfile(rng.Derive(*seed, "profile"), nil); err != nil {
 			return err
 		}
 	}
-	plan, err := faults.Plan(rng.Derive(*seed, "faults"), name, services)
+	plan, err := plans.Derive(rng.Derive(*seed, "faults"), name, services)
 	if err != nil {
 		return fmt.Errorf("--profile: %w", err)
 	}
-	drift, err := faults.ParseDrift(*driftText, time.Now())
+	drift, err := plans.ParseDrift(*driftText, time.Now())
 	if err != nil {
 		return fmt.Errorf("--drift: %w", err)
 	}
-	if err := faults.ApplyDrift(plan, faults.DriftValues(drift, faults.DriftPosition{Index: *index, At: time.Now()}, faults.DriftSourceRun)); err != nil {
+	if err := plans.ApplyDrift(plan, plans.DriftValues(drift, plans.DriftPosition{Index: *index, At: time.Now()}, plans.DriftSourceRun)); err != nil {
 		return fmt.Errorf("--drift: %w", err)
 	}
 	fmt.Fprintf(stdout, "env %s, episode seed %d, profile %s, plan seed %d, catalogue %s\n", *envName, *seed, plan.Profile, plan.Seed, plan.CatalogueVersion)
@@ -138,7 +140,7 @@ func faultsPlan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *calls > 0 {
-		in, err := faults.NewInjector(plan)
+		in, err := inject.NewInjector(plan)
 		if err != nil {
 			return err
 		}
@@ -188,7 +190,7 @@ func planSpec(path string, seed uint64, services []string, calls int, stdout io.
 	if err != nil {
 		return fmt.Errorf("--profile: %w", err)
 	}
-	spec, rules, err := faults.ParseSpec(data)
+	spec, rules, err := plans.ParseSpec(data)
 	if err != nil {
 		return fmt.Errorf("%s:\n  %s", path, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
@@ -210,10 +212,10 @@ func planSpec(path string, seed uint64, services []string, calls int, stdout io.
 		return err
 	}
 	if calls > 0 {
-		d := faults.NewDecider(rng.Derive(seed, "faults"), rules)
+		d := inject.NewDecider(rng.Derive(seed, "faults"), rules)
 		for i := range calls {
 			svc := services[i%len(services)]
-			dec := d.Decide(svc, faults.Event{Layer: faults.LayerService, Op: faults.OpRequest, Service: svc, Host: svc, Path: "/", Method: "GET"})
+			dec := d.Decide(svc, catalogue.Event{Layer: catalogue.LayerService, Op: catalogue.OpRequest, Service: svc, Host: svc, Path: "/", Method: "GET"})
 			for _, f := range dec.Fired {
 				fmt.Fprintf(stdout, "call %d %s: %s %s %s\n", i, svc, f.RuleID, f.Kind, f.Detail)
 			}
@@ -235,9 +237,9 @@ func faultsValidate(args []string, stdout, stderr io.Writer) error {
 	for _, path := range fs.Args() {
 		data, err := os.ReadFile(path)
 		if err == nil {
-			var spec *faults.Spec
-			var rules []faults.Rule
-			if spec, rules, err = faults.ParseSpec(data); err == nil {
+			var spec *plans.Spec
+			var rules []catalogue.Rule
+			if spec, rules, err = plans.ParseSpec(data); err == nil {
 				fmt.Fprintf(stdout, "ok  %s: profile %s, %d faults\n", path, spec.Name, len(rules))
 				continue
 			}
@@ -307,7 +309,7 @@ func faultsDrift(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	switch fs.Arg(0) {
 	case "show", "history":
 	case "set":
-		drift, err := faults.ParseDrift(fs.Arg(1), time.Now())
+		drift, err := plans.ParseDrift(fs.Arg(1), time.Now())
 		if err != nil {
 			return fmt.Errorf("drift: %w", err)
 		}
@@ -333,24 +335,24 @@ func faultsDrift(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer cancel()
 	switch fs.Arg(0) {
 	case "set":
-		rev, err := faultsvc.SetGlobalDrift(ctx, b.JS, set)
+		rev, err := faults.SetGlobalDrift(ctx, b.JS, set)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "global drift revision %d: %s\n", rev, faults.FormatDrift(set.Drift))
+		fmt.Fprintf(stdout, "global drift revision %d: %s\n", rev, plans.FormatDrift(set.Drift))
 	case "show":
-		cur, rev, err := faultsvc.GlobalDrift(ctx, b.JS)
+		cur, rev, err := faults.GlobalDrift(ctx, b.JS)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "revision %d: %s\n", rev, faults.FormatDrift(cur.Drift))
+		fmt.Fprintf(stdout, "revision %d: %s\n", rev, plans.FormatDrift(cur.Drift))
 	case "history":
-		hist, err := faultsvc.DriftHistory(ctx, b.JS)
+		hist, err := faults.DriftHistory(ctx, b.JS)
 		if err != nil {
 			return err
 		}
 		for _, h := range hist {
-			fmt.Fprintf(stdout, "revision %d at %s by %s: %s\n", h.Revision, time.Unix(0, h.Set.SetAtUnixNano).UTC().Format(time.RFC3339), h.Set.SetBy, faults.FormatDrift(h.Set.Drift))
+			fmt.Fprintf(stdout, "revision %d at %s by %s: %s\n", h.Revision, time.Unix(0, h.Set.SetAtUnixNano).UTC().Format(time.RFC3339), h.Set.SetBy, plans.FormatDrift(h.Set.Drift))
 		}
 	}
 	return nil

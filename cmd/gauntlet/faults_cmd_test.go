@@ -38,7 +38,7 @@ func TestFaultsPlanIsDeterministic(t *testing.T) {
 	if a != b || a == c || !strings.Contains(a, "payment.http_503") {
 		t.Fatalf("plans: same seed equal %v, different seeds differ %v:\n%s", a == b, a != c, a)
 	}
-	out, err := runCLI(t, "faults", "plan", "--profile", filepath.Join("..", "..", "pkg", "faults", "testdata", "profiles", "flaky-payments.yaml"), "--calls", "30")
+	out, err := runCLI(t, "faults", "plan", "--profile", filepath.Join("..", "..", "pkg", "faults", "plans", "testdata", "profiles", "flaky-payments.yaml"), "--calls", "30")
 	if err != nil || !strings.Contains(out, "pay-429") || !strings.Contains(out, "retry_after_ms=2000") {
 		t.Fatalf("plan of a YAML profile: %v\n%s", err, out)
 	}
@@ -50,7 +50,7 @@ func TestFaultsValidateAndFromLog(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("name: x\nfaults:\n  - {id: a, kind: packet_loss, params: {rate: 1.5}}\n  - {id: b, kind: teleport}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runCLI(t, "faults", "validate", filepath.Join("..", "..", "pkg", "faults", "testdata", "profiles", "full-disk.yaml"), bad)
+	out, err := runCLI(t, "faults", "validate", filepath.Join("..", "..", "pkg", "faults", "plans", "testdata", "profiles", "full-disk.yaml"), bad)
 	if err == nil || !strings.Contains(out, "ok  ") || !strings.Contains(out, "faults[0].params.rate: 1.5 is above the maximum 1") ||
 		!strings.Contains(out, `faults[1].kind: unknown fault "teleport"`) {
 		t.Fatalf("validate: %v\n%s", err, out)

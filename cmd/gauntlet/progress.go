@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -83,7 +83,7 @@ func (b *progressBar) render(p *gauntletv1.RunProgress) string {
 	bar := strings.Repeat("#", n) + strings.Repeat("-", width-n)
 	return fmt.Sprintf("[%s] %3.0f%% %s/%s ep | %s ep/s | %s steps/s | success %.1f%% | faults %s | infra %d | %s",
 		bar, 100*frac, commas(p.Ended), commas(p.Episodes), commas(uint64(b.epRate)), commas(uint64(b.stepRate)),
-		100*campaign.SuccessRate(p), commas(p.FaultsFired), p.InfraErrors, time.Since(b.t0).Round(time.Second))
+		100*runs.SuccessRate(p), commas(p.FaultsFired), p.InfraErrors, time.Since(b.t0).Round(time.Second))
 }
 
 func (b *progressBar) finish() {

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -38,7 +38,7 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.StringVar(&o.profiles, "profiles", "baseline=60,stress=25,edge=15", "fault profiles and weights")
 	fs.Uint64Var(&o.episodes, "episodes", episodes, "episodes to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "run seed: the same seed gives the same episodes")
-	fs.UintVar(&o.maxInFlight, "max-in-flight", campaign.DefaultMaxInFlight, "episodes of this run in flight at once")
+	fs.UintVar(&o.maxInFlight, "max-in-flight", runs.DefaultMaxInFlight, "episodes of this run in flight at once")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit per episode (0: the env's default)")
 	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
 	fs.StringVar(&o.profileFiles, "profile-files", "", "comma-separated YAML fault profiles that --profiles may name by their names (docs/faults.md)")
@@ -48,11 +48,11 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 // request builds and validates the run request, naming the bad flag.
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
-	pol, err := campaign.ParseShares("--policies", o.policies)
+	pol, err := runs.ParseShares("--policies", o.policies)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	prof, err := campaign.ParseShares("--profiles", o.profiles)
+	prof, err := runs.ParseShares("--profiles", o.profiles)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -66,14 +66,14 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 			errs = append(errs, fmt.Errorf("--profile-files: %w", err))
 			continue
 		}
-		spec, _, err := faults.ParseSpec(data)
+		spec, _, err := plans.ParseSpec(data)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--profile-files: %s: %w", path, err))
 			continue
 		}
 		custom = append(custom, &gauntletv1.CustomProfile{Name: spec.Name, SpecYaml: string(data)})
 	}
-	drift, err := faults.ParseDrift(o.drift, time.Now())
+	drift, err := plans.ParseDrift(o.drift, time.Now())
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--drift: %w", err))
 	}
@@ -87,12 +87,12 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		return nil, errors.Join(errs...)
 	}
 	req := &gauntletv1.RunRequested{
-		RunId: campaign.NewRunID(), Env: o.env, ParamsJson: o.params, Policies: pol, Profiles: prof,
+		RunId: runs.NewID(), Env: o.env, ParamsJson: o.params, Policies: pol, Profiles: prof,
 		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
 		CustomProfiles: custom,
 	}
-	if err := campaign.Validate(req); err != nil {
+	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	return req, nil
@@ -148,7 +148,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // summary and example queries.
 func runAndReport(ctx context.Context, b *bus.Bus, chAddr, db string, req *gauntletv1.RunRequested, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "run %s: %d episodes of %s, policies %s, profiles %s\n", req.RunId, req.Episodes, req.Env,
-		campaign.FormatShares(req.Policies), campaign.FormatShares(req.Profiles))
+		runs.FormatShares(req.Policies), runs.FormatShares(req.Profiles))
 	t0 := time.Now()
 	final, err := follow(ctx, b, req, stderr)
 	if err != nil {

@@ -17,10 +17,10 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -268,7 +268,7 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 		Seed: row.Seed, Policy: "fork", MaxSteps: maxSteps}
 	// Replayed steps print nothing; fork turns the printing on.
 	out := &cliOut{}
-	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, "cli", play.LocalScorer{Spec: reward.SpecFor(row.Env)}, out)
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, "cli", play.LocalScorer{Spec: scoring.SpecFor(row.Env)}, out)
 	r := &rebuilt{sess: sess, out: out, row: *row, steps: steps, closeRT: sb.Close}
 	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: sb}); err != nil {
 		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), r.close())

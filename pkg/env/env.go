@@ -3,7 +3,7 @@
 //
 // Envs are pure and deterministic: an Episode's results depend only on its Config and the
 // actions it receives. Time inside an episode is the episode's virtual clock; faults come
-// from the faults.Injector in the Config. An Episode is used by one goroutine at a time;
+// from the inject.Injector in the Config. An Episode is used by one goroutine at a time;
 // Env values and the registry are safe for concurrent use.
 //
 // Bad agent input (unknown tool, malformed args, violated preconditions) is not a Go error:
@@ -16,7 +16,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/registry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -80,7 +80,7 @@ type Config struct {
 	// MaxSteps truncates the episode; 0 means the env's default.
 	MaxSteps uint32
 	// Faults decides which faults fire on each simulated service call; nil injects none.
-	Faults *faults.Injector
+	Faults *inject.Injector
 	// Sandboxes lends real sandboxes to envs that need them (codefix); nil when the worker
 	// runs none. Such envs' NewEpisode then fails with ErrNoSandbox.
 	Sandboxes Sandboxes

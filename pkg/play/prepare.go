@@ -7,7 +7,8 @@ import (
 	"sync"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -25,19 +26,19 @@ type Deps struct {
 	// env.ErrNoSandbox at Reset.
 	Sandboxes env.Sandboxes
 	// Templates expands compact plans, finding the templates that plans of user-defined
-	// profiles name (a *templates.Store over the KV bucket); nil expands built-in and
+	// profiles name (a *templates.Client over the KV bucket); nil expands built-in and
 	// whole plans only.
 	Templates PlanExpander
 }
 
-// PlanExpander is faults.Expand with the template a compact plan names found somewhere
-// (templates.Store.Expand).
+// PlanExpander is plans.Expand with the template a compact plan names found somewhere
+// (templates.Client.Expand).
 type PlanExpander interface {
 	Expand(ctx context.Context, p *gauntletv1.FaultPlan, services []string) (*gauntletv1.FaultPlan, error)
 }
 
 // Prepare builds the episode req asks for under plan, expanding a compact plan first and
-// sealing it (faults.Seal: plan, kept compact for the record, gets the digest of the plan
+// sealing it (plans.Seal: plan, kept compact for the record, gets the digest of the plan
 // played). Its errors are the request's fault: an unknown env, bad params, a bad plan, a
 // template not found.
 func (d Deps) Prepare(ctx context.Context, req *gauntletv1.EpisodeRequested, plan *gauntletv1.FaultPlan) (env.Env, env.Episode, error) {
@@ -49,13 +50,13 @@ func (d Deps) Prepare(ctx context.Context, req *gauntletv1.EpisodeRequested, pla
 	if d.Templates != nil {
 		full, err = d.Templates.Expand(ctx, plan, servicesOf(req.Env, e))
 	} else {
-		full, err = faults.Expand(plan, servicesOf(req.Env, e), nil)
+		full, err = plans.Expand(plan, servicesOf(req.Env, e), nil)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}
-	faults.Seal(plan, full) // the end records the digest of the plan played
-	inj, err := faults.NewInjector(full)
+	plans.Seal(plan, full) // the end records the digest of the plan played
+	inj, err := inject.NewInjector(full)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -103,7 +103,7 @@ func (s *Scorer) Run(ctx context.Context) {
 }
 
 func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
-	// The reward service scores from a step's signals and metering (pkg/reward); the
+	// The reward service scores from a step's signals and metering (pkg/scoring); the
 	// observation and diff, the bulk of a step, stay here.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
 	for i, c := range batch {
@@ -143,11 +143,11 @@ type StepScorer interface {
 }
 
 // LocalScorer scores steps in process with the reward service's own pure function
-// (reward.Score), for runners with no reward service to ask: the CLI's fork and the
-// load-test harness. Spec is the env's reward spec (reward.SpecFor).
-type LocalScorer struct{ Spec reward.Spec }
+// (scoring.Score), for runners with no reward service to ask: the CLI's fork and the
+// load-test harness. Spec is the env's reward spec (scoring.SpecFor).
+type LocalScorer struct{ Spec scoring.Spec }
 
 // Score implements StepScorer.
 func (l LocalScorer) Score(_ context.Context, st *gauntletv1.StepTaken, _ chan ScoreResult) (*gauntletv1.StepScored, error) {
-	return reward.Score(l.Spec, st), nil
+	return scoring.Score(l.Spec, st), nil
 }

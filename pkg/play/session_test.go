@@ -12,10 +12,10 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -47,9 +47,9 @@ func (o *memOut) End(_ context.Context, e *gauntletv1.EpisodeEnded) error {
 func session(t *testing.T, policy string) (*play.Session, *memOut, env.Turn) {
 	t.Helper()
 	req := &gauntletv1.EpisodeRequested{EpisodeId: "r-0", RunId: "r", Env: "shop", ParamsJson: "{}", Seed: 7, Policy: policy}
-	plan := &gauntletv1.FaultPlan{Profile: "stress", Seed: rng.Derive(7, "faults"), CatalogueVersion: faults.CatalogueVersion, Compact: true}
+	plan := &gauntletv1.FaultPlan{Profile: "stress", Seed: rng.Derive(7, "faults"), CatalogueVersion: plans.CatalogueVersion, Compact: true}
 	out := &memOut{}
-	s := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, "w-test", play.LocalScorer{Spec: reward.SpecFor("shop")}, out)
+	s := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, "w-test", play.LocalScorer{Spec: scoring.SpecFor("shop")}, out)
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
 	if _, err := s.Prepare(ctx, play.Deps{}); err != nil {

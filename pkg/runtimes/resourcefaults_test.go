@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -21,17 +22,17 @@ faults:
 `
 
 // TestCgroupFaults: on both real runtimes, the limits
-// faults.ResourcesFor asks for are written to the running sandbox's cgroup through
+// inject.ResourcesFor asks for are written to the running sandbox's cgroup through
 // sandbox.LimitUpdater, and a command feels them: a busy loop gets far less CPU under
 // cpu_throttle than without (compared as a ratio of the CPU time the sandbox measured, not
 // as a timing), and an allocation that fits the leak's limit at the episode's start fails
 // once the leak has shrunk it.
 func TestCgroupFaults(t *testing.T) {
-	_, rules, err := faults.ParseSpec([]byte(resourceSpec))
+	_, rules, err := plans.ParseSpec([]byte(resourceSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := faults.ResourcesFor(1, rules)
+	res := inject.ResourcesFor(1, rules)
 	if len(res.Fired) != 2 {
 		t.Fatalf("resource faults in force: %v, want both", res.Fired)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -129,7 +129,7 @@ func Episode(ctx context.Context, conn driver.Conn, database, episodeID string) 
 }
 
 // EpisodePlan returns the whole fault plan an episode met, from its row: the plan itself
-// for rows that hold it, else re-derived from the recorded inputs (pkg/faults.Expand: a
+// for rows that hold it, else re-derived from the recorded inputs (pkg/faults/plans.Expand: a
 // built-in profile's from code, a user-defined one's from its row in plan_templates) and
 // checked against the recorded digest. services are the episode's env's (env.Spec).
 func EpisodePlan(ctx context.Context, conn driver.Conn, database string, row EpisodeRow, services []string) (*gauntletv1.FaultPlan, error) {
@@ -158,7 +158,7 @@ func EpisodePlan(ctx context.Context, conn driver.Conn, database string, row Epi
 			return nil, fmt.Errorf("episode %s: plan template %s: %w", row.EpisodeID, c.Template, err)
 		}
 	}
-	p, err := faults.Expand(c, services, tmpl)
+	p, err := plans.Expand(c, services, tmpl)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: recorded fault plan: %w", row.EpisodeID, err)
 	}

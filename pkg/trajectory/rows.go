@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -105,7 +105,7 @@ type EpisodeRow struct {
 	Policy    string
 	Profile   string
 	// Plan is a whole FaultPlan as compact protojson with proto field names; empty for
-	// a plan recorded by reference (the columns below, pkg/faults.Expand).
+	// a plan recorded by reference (the columns below, pkg/faults/plans.Expand).
 	Plan        string
 	WorkerID    string
 	RequestedAt time.Time
@@ -148,7 +148,7 @@ type TemplateRow struct {
 }
 
 // CompactPlan returns the compact plan the row records (nil when the row holds a whole
-// plan in Plan, or no plan), for pkg/faults.Expand. Its digest is empty when the episode
+// plan in Plan, or no plan), for pkg/faults/plans.Expand. Its digest is empty when the episode
 // ended before its plan was expanded (a request that could not be played).
 func (r EpisodeRow) CompactPlan() *gauntletv1.FaultPlan {
 	if r.Plan != "" || r.CatalogueVersion == "" {
@@ -240,15 +240,15 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	for i, name := range r.RewardNames {
 		v := r.RewardValues[i]
 		switch name {
-		case reward.ComponentTask:
+		case scoring.ComponentTask:
 			r.RTask = v
-		case reward.ComponentCost:
+		case scoring.ComponentCost:
 			r.RCost = v
-		case reward.ComponentSafety:
+		case scoring.ComponentSafety:
 			r.RSafety = v
-		case reward.ComponentTimeliness:
+		case scoring.ComponentTimeliness:
 			r.RTimeliness = v
-		case reward.ComponentCausal:
+		case scoring.ComponentCausal:
 			r.RCausal = v
 		}
 	}

@@ -192,7 +192,7 @@ var migrations = []migration{
 	// Plans recorded by reference: an episode's plan is its profile, plan seed,
 	// catalogue version, drift values and, for a user-defined profile, its template (one
 	// row in plan_templates, shared by every episode of the profile); plan_digest checks
-	// a re-derivation (pkg/faults.Expand). The plan column keeps whole plans of older rows.
+	// a re-derivation (pkg/faults/plans.Expand). The plan column keeps whole plans of older rows.
 	{version: 5, name: "fault plans by reference",
 		addColumns: []addColumn{
 			{"episodes", "plan_seed", "UInt64", "drift_sources"},

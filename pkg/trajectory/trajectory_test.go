@@ -12,10 +12,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -574,9 +573,9 @@ func TestQueryFormatsText(t *testing.T) {
 // The hand-written plan encoder must agree with protojson on every plan the faults
 // package makes, and stay valid JSON on any string.
 func TestCanonicalJSONMatchesProtojson(t *testing.T) {
-	for _, profile := range faults.Profiles() {
+	for _, profile := range plans.Profiles() {
 		for seed := uint64(0); seed < 300; seed++ {
-			plan, err := faults.Plan(seed, profile, []string{"catalog", "inventory", "orders", "payment", "shipping"})
+			plan, err := plans.Derive(seed, profile, []string{"catalog", "inventory", "orders", "payment", "shipping"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -598,11 +597,11 @@ func TestCanonicalJSONMatchesProtojson(t *testing.T) {
 		}
 	}
 	// Drifted plans record their values too.
-	drifted, err := faults.Plan(5, faults.ProfileEdge, []string{"payment", "shipping"})
+	drifted, err := plans.Derive(5, plans.ProfileEdge, []string{"payment", "shipping"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := faults.ApplyDrift(drifted, []*gauntletv1.DriftValue{
+	if err := plans.ApplyDrift(drifted, []*gauntletv1.DriftValue{
 		{Selector: "*.latency.mean_ms", Value: 123.25, Source: "global"},
 		{Selector: "payment.http_503.probability", Value: 0, Source: "run"},
 	}); err != nil {

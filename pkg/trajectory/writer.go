@@ -84,7 +84,7 @@ func (sc *scratch) buffers(table string, columns int) []any {
 	return b
 }
 
-// TemplateSource finds the templates compact plans name (pkg/faults/templates.Store).
+// TemplateSource finds the templates compact plans name (pkg/faults/templates.Client).
 type TemplateSource interface {
 	Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, error)
 }

@@ -209,7 +209,7 @@ func (s *Service) Starting(ctx context.Context) error {
 		s.runtime, s.deps.Sandboxes = sb, sb
 	}
 	if b := s.bus(); b != nil {
-		s.deps.Templates = templates.New(b.JS)
+		s.deps.Templates = templates.NewClient(b.JS)
 	}
 	// One port for HTTP/1.1 (Connect JSON, gRPC-Web) and unencrypted HTTP/2 (gRPC).
 	var protocols http.Protocols

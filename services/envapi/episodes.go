@@ -16,9 +16,9 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -186,11 +186,11 @@ func (s *Service) ListEnvs(context.Context, *connect.Request[gauntletv1.ListEnvs
 }
 
 var componentDocs = map[string]string{
-	reward.ComponentTask:       "progress toward the goal, and success",
-	reward.ComponentCost:       "tool calls and money spent against the budget",
-	reward.ComponentSafety:     "safety events (unsafe or irreversible actions)",
-	reward.ComponentTimeliness: "share of the virtual deadline used",
-	reward.ComponentCausal:     "violated preconditions and invalid actions",
+	scoring.ComponentTask:       "progress toward the goal, and success",
+	scoring.ComponentCost:       "tool calls and money spent against the budget",
+	scoring.ComponentSafety:     "safety events (unsafe or irreversible actions)",
+	scoring.ComponentTimeliness: "share of the virtual deadline used",
+	scoring.ComponentCausal:     "violated preconditions and invalid actions",
 }
 
 // DescribeEnv returns an env's tools, parameters and reward components.
@@ -202,7 +202,7 @@ func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1
 	sp := e.Spec()
 	out := &gauntletv1.DescribeEnvResponse{
 		Name: sp.Name, Description: sp.Description, DefaultMaxSteps: sp.DefaultMaxSteps,
-		FaultProfiles: faults.Profiles(), Services: sp.Services,
+		FaultProfiles: plans.Profiles(), Services: sp.Services,
 	}
 	for _, t := range sp.Tools {
 		out.Tools = append(out.Tools, &gauntletv1.ToolSpec{Name: t.Name, Service: t.Service, Description: t.Description, SchemaJson: string(t.Schema)})
@@ -210,7 +210,7 @@ func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1
 	for _, p := range sp.Params {
 		out.Params = append(out.Params, &gauntletv1.ParamSpec{Name: p.Name, Type: p.Type, Default: p.Default, Description: p.Description})
 	}
-	rs := reward.SpecFor(sp.Name)
+	rs := scoring.SpecFor(sp.Name)
 	out.RewardSpecVersion = rs.Version
 	for _, w := range rs.Weights {
 		out.RewardComponents = append(out.RewardComponents, &gauntletv1.RewardComponentSpec{Name: w.Component, Weight: w.Weight, Description: componentDocs[w.Component]})
@@ -235,8 +235,8 @@ func (s *Service) validateReset(r *gauntletv1.ResetRequest) (env.Env, error) {
 	if e == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	if p := r.GetProfile(); p != "" && !slices.Contains(faults.Profiles(), p) {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("profile: unknown profile %q; known: %v (or empty for the default mix)", p, faults.Profiles()))
+	if p := r.GetProfile(); p != "" && !slices.Contains(plans.Profiles(), p) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("profile: unknown profile %q; known: %v (or empty for the default mix)", p, plans.Profiles()))
 	}
 	if len(r.GetPolicy()) > maxPolicyName {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("policy: %d bytes is longer than %d", len(r.GetPolicy()), maxPolicyName))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
-	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 

@@ -3,8 +3,8 @@
 // in batches over NATS request/reply before assigning episodes, so every plan is fixed
 // before a worker sees the episode, and replay meets the same faults.
 //
-// Plans are pkg/faults's pure functions of (seed, profile, env services); the service
-// fixes their inputs and hands them out by reference (pkg/faults.Expand derives the rules
+// Plans are pkg/faults/plans's pure functions of (seed, profile, env services); the service
+// fixes their inputs and hands them out by reference (pkg/faults/plans.Expand derives the rules
 // where the episode is played): the profile drawn from the mix, request validation, drift
 // (the run's schedules from the request and the global ones from the gauntlet_drift KV
 // bucket, read once per batch), the templates of user-defined profiles, and metrics.
@@ -23,8 +23,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
-	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -39,8 +38,9 @@ type Service struct {
 	log     *slog.Logger
 	sub     *nats.Subscription
 	planned metric.Int64Counter
-	// templates is where user-defined profiles' plan templates go (set by Starting).
-	templates *templates.Store
+	// templates puts user-defined profiles' plan templates where workers find them (set
+	// by Starting).
+	templates *templateWriter
 }
 
 // New allocates the service.
@@ -54,7 +54,7 @@ func New(getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service 
 // Starting subscribes to the plan subject.
 func (s *Service) Starting(ctx context.Context) error {
 	nc := s.bus().NC
-	s.templates = templates.New(s.bus().JS)
+	s.templates = newTemplateWriter(s.bus().JS)
 	sub, err := nc.QueueSubscribe(bus.SubjectPlan, QueueGroup, s.handle)
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", bus.SubjectPlan, err)
@@ -126,10 +126,10 @@ func (s *Service) answer(data []byte) (*gauntletv1.PlanReply, error) {
 }
 
 // Plan fixes the plan of every episode in the request, in order, and returns them compact
-// (their inputs and, for a user-defined profile, a template id; pkg/faults.Expand derives
-// the rules, and the digest, where the episode is played) with the templates they name, by
-// id, which the caller must make findable (templates.Store.Put) before it hands the plans
-// out. The profile of an episode is drawn from the mix with the episode's seed, so
+// (their inputs and, for a user-defined profile, a template id; pkg/faults/plans.Expand
+// derives the rules, and the digest, where the episode is played) with the templates they
+// name, by id, which the caller must make findable (answer puts them in the templates
+// bucket) before it hands the plans out. The profile of an episode is drawn from the mix with the episode's seed, so
 // it is as reproducible as the plan itself. The mix may name the run's user-defined
 // profiles (req.custom_profiles), whose rules come from their YAML specs, the same for
 // every episode of the profile: the template. Drift is applied on top: first the

@@ -17,7 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
-	plans "github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -61,7 +61,7 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 }
 
 // The service hands out compact plans; expanded with the templates it returns, each is
-// exactly the plan pkg/faults derives for the episode's seed, profile and drift.
+// exactly the plan pkg/faults/plans derives for the episode's seed, profile and drift.
 func TestPlansAreCompactAndExpandExactly(t *testing.T) {
 	const spec = "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 80, jitter_ms: 10}}\n"
 	req := &gauntletv1.PlanRequest{
@@ -99,7 +99,7 @@ func TestPlansAreCompactAndExpandExactly(t *testing.T) {
 		if c.Profile == "slow" {
 			want, err = custom.Plan(rng.Derive(ep.Seed, "faults"), "slow", svcs)
 		} else {
-			want, err = plans.Plan(rng.Derive(ep.Seed, "faults"), c.Profile, svcs)
+			want, err = plans.Derive(rng.Derive(ep.Seed, "faults"), c.Profile, svcs)
 		}
 		if err != nil {
 			t.Fatal(err)

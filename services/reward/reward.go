@@ -1,7 +1,7 @@
 // Package reward is the reward service: it scores every step outside the
 // sandbox, over NATS request/reply, so no agent or env can reach the scoring code or its
 // spec. Workers batch steps into one ScoreRequest; any number of reward instances share the
-// load through the queue group. Scoring itself is pkg/reward's pure function, so the same
+// load through the queue group. Scoring itself is pkg/scoring's pure function, so the same
 // step always gets the same score and a recorded trajectory can be re-scored.
 //
 // Handlers run on NATS subscription goroutines (Config.Subscribers of them); the spec cache
@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	scoring "github.com/gauntlet-rl/gauntlet/pkg/reward"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )

@@ -32,8 +32,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -243,12 +243,12 @@ func (s *Service) accept(ctx context.Context, m jetstream.Msg) {
 	}
 	r := &run{spec: spec, StartedAt: time.Now().UnixNano(), dirty: true}
 	r.Spec, _ = proto.Marshal(spec)
-	if err := campaign.Validate(spec); err != nil {
+	if err := runs.Validate(spec); err != nil {
 		r.Error = err.Error()
 		s.log.Warn("refused run", "run_id", spec.RunId, "err", err)
 	} else {
 		s.log.Info("accepted run", "run_id", spec.RunId, "env", spec.Env, "episodes", spec.Episodes,
-			"policies", campaign.FormatShares(spec.Policies), "max_in_flight", spec.MaxInFlight)
+			"policies", runs.FormatShares(spec.Policies), "max_in_flight", spec.MaxInFlight)
 	}
 	b, err := r.encode()
 	if err == nil {
@@ -328,7 +328,7 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 
 	eps := make([]*gauntletv1.EpisodeRequested, n)
 	for i := range eps {
-		eps[i] = campaign.Episode(spec, first+uint64(i))
+		eps[i] = runs.Episode(spec, first+uint64(i))
 	}
 	// The plans stay encoded: the scheduler only forwards them (PlanReplyPassThrough).
 	var plans gauntletv1.PlanReplyPassThrough

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -57,7 +57,7 @@ func TestStalledAssignmentWaitsForEndsAlreadyPublished(t *testing.T) {
 		// The lot's batch, as the worker publishes it when its last episode ends.
 		batch := &gauntletv1.EventBatch{}
 		for i := range uint64(3) {
-			ep := campaign.Episode(spec, i)
+			ep := runs.Episode(spec, i)
 			end := &gauntletv1.EpisodeEnded{Episode: ep, Steps: 1, Terminated: true, Success: true,
 				Reason: gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS}
 			seg := &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{{EpisodeId: ep.EpisodeId, RunId: spec.RunId, Step: 0}}, Ended: end}
@@ -106,7 +106,7 @@ func stallAssignment(ctx context.Context, t *testing.T, b *bus.Bus, spec *gauntl
 	}
 	a := &gauntletv1.Assignment{}
 	for i := range uint64(3) {
-		a.Episodes = append(a.Episodes, &gauntletv1.EpisodeAssigned{Episode: campaign.Episode(spec, i),
+		a.Episodes = append(a.Episodes, &gauntletv1.EpisodeAssigned{Episode: runs.Episode(spec, i),
 			Plan: &gauntletv1.FaultPlan{Profile: "baseline", Seed: i}})
 	}
 	if err := b.PublishCommand(ctx, bus.SubjectEpisode(spec.RunId), spec.RunId+"/assigned", a); err != nil {

@@ -126,7 +126,7 @@ func (s *Service) Starting(ctx context.Context) error {
 		return fmt.Errorf("migrate clickhouse schema: %w", err)
 	}
 	// Compact plans of user-defined profiles name templates, recorded once each.
-	s.writer = trajectory.NewWriter(conn, s.cfg.Database).WithTemplates(templates.New(s.bus().JS))
+	s.writer = trajectory.NewWriter(conn, s.cfg.Database).WithTemplates(templates.NewClient(s.bus().JS))
 	s.cons, err = s.bus().JS.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "the ClickHouse projection",

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -60,10 +60,10 @@ func TestEpisodesAreGolden(t *testing.T) {
 	for i, g := range goldenEpisodes {
 		r := &gauntletv1.RunRequested{RunId: runID, Env: g.env, ParamsJson: "{}", Seed: g.seed,
 			Policies: []*gauntletv1.Share{{Name: g.policy, Weight: 1}}, RequestedAtUnixNano: 1_700_000_000_000_000_000}
-		ep := campaign.Episode(r, uint64(i))
+		ep := runs.Episode(r, uint64(i))
 		// As the faults service hands plans out: compact, by reference to the profile.
 		plan := &gauntletv1.FaultPlan{Profile: g.profile, Seed: rng.Derive(ep.Seed, "faults"),
-			CatalogueVersion: faults.CatalogueVersion, Compact: true}
+			CatalogueVersion: plans.CatalogueVersion, Compact: true}
 		a.Episodes = append(a.Episodes, &gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan})
 	}
 	if err := b.PublishCommand(ctx, bus.SubjectEpisode(runID), runID+"/assigned", a); err != nil {

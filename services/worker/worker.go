@@ -114,7 +114,7 @@ type Service struct {
 	sandboxes env.Sandboxes
 	runtimes  *runtimes.Sandboxes
 	// templates finds the templates of user-defined profiles' compact plans.
-	templates *templates.Store
+	templates *templates.Client
 
 	steps    metric.Int64Counter
 	episodes metric.Int64Counter
@@ -176,7 +176,7 @@ func (w *Service) Starting(ctx context.Context) error {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.cons = cons
-	w.templates = templates.New(w.bus().JS)
+	w.templates = templates.NewClient(w.bus().JS)
 	return nil
 }
 

@@ -18,9 +18,9 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
@@ -114,7 +114,7 @@ func assign(t *testing.T, b *bus.Bus, run *gauntletv1.RunRequested, envs ...stri
 	t.Helper()
 	a := &gauntletv1.Assignment{}
 	for i, e := range envs {
-		ep := campaign.Episode(run, uint64(i))
+		ep := runs.Episode(run, uint64(i))
 		if e != "shop" {
 			ep.Env, ep.Policy = e, "random" // only shop has an oracle
 		}
@@ -248,7 +248,7 @@ func TestRequestErrorEndsAtOnce(t *testing.T) {
 	r := run("rreq")
 	a := &gauntletv1.Assignment{}
 	for i, e := range []string{"shop", "broken-test"} {
-		ep := campaign.Episode(r, uint64(i))
+		ep := runs.Episode(r, uint64(i))
 		ep.Env = e // both with the oracle policy
 		a.Episodes = append(a.Episodes, &gauntletv1.EpisodeAssigned{Episode: ep})
 	}

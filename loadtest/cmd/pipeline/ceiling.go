@@ -6,13 +6,13 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/campaign"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
-	"github.com/gauntlet-rl/gauntlet/pkg/reward"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -35,23 +35,23 @@ const segmentSteps = 32
 // generate runs episodes of the same kind of run the pipeline is given (shop, policyName,
 // the demo's default profile mix) until at least minSteps steps are recorded, building the
 // events exactly as services/worker does: StepsTaken segments of up to segmentSteps steps
-// each scored with pkg/reward, the first carrying the start and the last the end with the
-// fault plan (play.Segmenter). Fault plans come from pkg/faults as services/faults derives
+// each scored with pkg/scoring, the first carrying the start and the last the end with the
+// fault plan (play.Segmenter). Fault plans come from pkg/faults/plans as services/faults derives
 // them, and the ends carry them compact, as the worker does.
 func generate(ctx context.Context, policyName string, minSteps int) (*corpus, error) {
 	req := &gauntletv1.RunRequested{
-		RunId: campaign.NewRunID(), Env: "shop", ParamsJson: "{}",
+		RunId: runs.NewID(), Env: "shop", ParamsJson: "{}",
 		Policies: []*gauntletv1.Share{{Name: policyName, Weight: 1}},
-		Episodes: campaign.MaxEpisodes, Seed: 1, MaxInFlight: 10_000,
+		Episodes: runs.MaxEpisodes, Seed: 1, MaxInFlight: 10_000,
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: "loadtest-ceiling",
 	}
 	// The demo's --profiles default.
-	mix, err := campaign.ParseShares("--profiles", "baseline=60,stress=25,edge=15")
+	mix, err := runs.ParseShares("--profiles", "baseline=60,stress=25,edge=15")
 	if err != nil {
 		return nil, err
 	}
 	req.Profiles = mix
-	if err := campaign.Validate(req); err != nil {
+	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("ceiling run: %w", err)
 	}
 	e, err := env.Lookup(req.Env)
@@ -62,7 +62,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 	if err != nil {
 		return nil, err
 	}
-	spec := reward.SpecFor(req.Env)
+	spec := scoring.SpecFor(req.Env)
 	services := e.Spec().Services
 	workerID := fmt.Sprintf("w-%08x", rng.Derive(uint64(req.RequestedAtUnixNano), "worker")>>32)
 
@@ -72,18 +72,18 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 		if index%1000 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		ep := campaign.Episode(req, index)
+		ep := runs.Episode(req, index)
 		// services/faults/faults.go: Service.Plan.
-		profile, err := faults.ChooseProfile(rng.Derive(ep.Seed, "profile"), req.Profiles)
+		profile, err := plans.ChooseProfile(rng.Derive(ep.Seed, "profile"), req.Profiles)
 		if err != nil {
 			return nil, fmt.Errorf("choose profile: %w", err)
 		}
-		plan, err := faults.Plan(rng.Derive(ep.Seed, "faults"), profile, services)
+		plan, err := plans.Derive(rng.Derive(ep.Seed, "faults"), profile, services)
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
-		// Recorded by reference, as the faults service hands plans out (faults.Compact).
-		ref, err := faults.Compact(plan, "")
+		// Recorded by reference, as the faults service hands plans out (plans.Compact).
+		ref, err := plans.Compact(plan, "")
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
@@ -99,7 +99,7 @@ func generate(ctx context.Context, policyName string, minSteps int) (*corpus, er
 // service replaced by a direct call of the same pure function (play.LocalScorer) and the
 // bus replaced by c.events; the segments come from the same play.Segmenter the worker
 // publishes through.
-func (c *corpus) play(ctx context.Context, pol policy.Policy, spec reward.Spec, workerID string, req *gauntletv1.EpisodeRequested, ref *gauntletv1.FaultPlan) error {
+func (c *corpus) play(ctx context.Context, pol policy.Policy, spec scoring.Spec, workerID string, req *gauntletv1.EpisodeRequested, ref *gauntletv1.FaultPlan) error {
 	out := &corpusOut{c: c, seg: play.Segmenter{Max: segmentSteps, Emit: func(ev *gauntletv1.Event) error {
 		c.events = append(c.events, ev)
 		return nil

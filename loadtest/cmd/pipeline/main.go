@@ -8,7 +8,7 @@
 // in even ones, so a machine getting busier or quieter over time does not favour either):
 //
 //   - ceiling: episodes are run in this process beforehand (shop, the chosen policy, the
-//     fault plans services/faults would give, every step scored by pkg/reward) and built
+//     fault plans services/faults would give, every step scored by pkg/scoring) and built
 //     into the events services/worker publishes; the timed part is only
 //     trajectory.Writer.Write of those events, in batches of the store's size, into a
 //     fresh database.

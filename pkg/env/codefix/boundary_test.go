@@ -11,7 +11,9 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
@@ -39,7 +41,7 @@ faults:
 // oracle still fixes the bug by retrying what failed, and both runtimes meet exactly the
 // same faults.
 func TestCodefixUnderBoundaryFaults(t *testing.T) {
-	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "bad-disk", SpecYaml: badDisk}})
+	cps, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "bad-disk", SpecYaml: badDisk}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func TestCodefixUnderBoundaryFaults(t *testing.T) {
 	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
 		t.Run(rt, func(t *testing.T) {
 			sb := runtimestest.Open(t, rt, 1)
-			in, err := faults.NewInjector(plan)
+			in, err := inject.NewInjector(plan)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +144,7 @@ func TestCodefixUnderBoundaryFaults(t *testing.T) {
 					t.Errorf("no %s recorded on any step: %v", k, kinds)
 				}
 			}
-			if shell[faults.KindIOLatency] == 0 {
+			if shell[catalogue.KindIOLatency] == 0 {
 				t.Errorf("%s: storage faults on commands %v; want io_latency", rt, shell)
 			}
 			first := steps[0].Faults
@@ -233,7 +235,7 @@ func TestCodefixMemoryLeakOverSteps(t *testing.T) {
 // YAML spec named name (plan seed 4), reset and closed when the test ends.
 func resetUnderProfile(t *testing.T, rt, name, spec string) env.Episode {
 	t.Helper()
-	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: name, SpecYaml: spec}})
+	cps, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: name, SpecYaml: spec}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +243,7 @@ func resetUnderProfile(t *testing.T, rt, name, spec string) env.Episode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := faults.NewInjector(plan)
+	in, err := inject.NewInjector(plan)
 	if err != nil {
 		t.Fatal(err)
 	}

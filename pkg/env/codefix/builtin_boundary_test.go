@@ -7,7 +7,9 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
@@ -18,7 +20,7 @@ func TestBuiltinStressPlanReachesTheTools(t *testing.T) {
 	var spec string
 	var seed uint64
 	for ; seed < 200; seed++ {
-		p, err := faults.Plan(seed, faults.ProfileStress, codefix.New().Spec().Services)
+		p, err := plans.Derive(seed, plans.ProfileStress, codefix.New().Spec().Services)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,8 +34,8 @@ func TestBuiltinStressPlanReachesTheTools(t *testing.T) {
 	}
 	sb := testSandboxes(t)
 	trace := func() string {
-		p, _ := faults.Plan(seed, faults.ProfileStress, codefix.New().Spec().Services)
-		in, err := faults.NewInjector(p)
+		p, _ := plans.Derive(seed, plans.ProfileStress, codefix.New().Spec().Services)
+		in, err := inject.NewInjector(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +52,7 @@ func TestBuiltinStressPlanReachesTheTools(t *testing.T) {
 			res := step(t, ep, tools.FSWrite, map[string]string{"path": fmt.Sprintf("notes/%d.txt", i), "content": "note\n"})
 			var kinds []string
 			for _, f := range res.Faults {
-				if k, _ := faults.LookupKind(f.Kind); k.Layer == faults.LayerStorage && strings.HasPrefix(f.Target, codefix.Service+"/") {
+				if k, _ := catalogue.LookupKind(f.Kind); k.Layer == catalogue.LayerStorage && strings.HasPrefix(f.Target, codefix.Service+"/") {
 					kinds = append(kinds, f.Kind)
 				}
 			}

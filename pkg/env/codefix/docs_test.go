@@ -8,7 +8,8 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -26,7 +27,7 @@ func TestDocsServiceMeetsThePlansFaults(t *testing.T) {
 			Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: 30, JitterMs: 10}}},
 	}}
 	episode := func() env.Episode {
-		in, err := faults.NewInjector(plan)
+		in, err := inject.NewInjector(plan)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestDocsServiceMeetsThePlansFaults(t *testing.T) {
 // step; the same seed meets the same faults, the plan's other rules draw as before.
 func TestDocsServiceMeetsThePlansDNSFaults(t *testing.T) {
 	sb := testSandboxes(t)
-	custom, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "flaky-dns", SpecYaml: `name: flaky-dns
+	custom, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "flaky-dns", SpecYaml: `name: flaky-dns
 faults:
   - {id: dns, kind: dns_servfail, probability: 0.5, match: {services: [docs]}}
   - {id: slow, kind: latency, match: {services: [docs]}, params: {mean_ms: 20, jitter_ms: 0}}
@@ -139,7 +140,7 @@ faults:
 		t.Fatalf("the DNS fault is not in the plan's boundary_spec: %v", plan)
 	}
 	trace := func() string {
-		in, err := faults.NewInjector(plan)
+		in, err := inject.NewInjector(plan)
 		if err != nil {
 			t.Fatal(err)
 		}

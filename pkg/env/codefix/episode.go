@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/boundary"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
@@ -65,7 +65,7 @@ type episode struct {
 	sb     string
 	tb     *tools.Toolbox
 	events []sandbox.Event
-	faults *faults.Injector
+	faults *inject.Injector
 	calls  []faultCall
 	// bnd applies the plan's faults at the sandbox's boundaries: storage, resources,
 	// clock skew, and the docs service's gateway (param docs=1). Nil before Reset.
@@ -483,11 +483,11 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 
 // replayInjector returns a new injector over in's plan that has seen calls, so it fires
 // exactly what in will fire from now on.
-func replayInjector(in *faults.Injector, calls []faultCall) (*faults.Injector, error) {
+func replayInjector(in *inject.Injector, calls []faultCall) (*inject.Injector, error) {
 	if in == nil {
 		return nil, nil
 	}
-	out, err := faults.NewInjector(in.Plan())
+	out, err := inject.NewInjector(in.Plan())
 	if err != nil {
 		return nil, fmt.Errorf("codefix: branch: fault plan: %w", err)
 	}

@@ -8,7 +8,7 @@
 // of stock, short, or too expensive.
 //
 // The tools call five simulated services (catalog, inventory, orders, payment, shipping);
-// every such call goes through the episode's faults.Injector, which may abort it with an
+// every such call goes through the episode's inject.Injector, which may abort it with an
 // HTTP-style status (the call then has no effect and the service stays unavailable for its
 // Retry-After), delay it on the virtual clock, or truncate its response (the observation is
 // then {"truncated":true,"body":"<partial JSON>"}, and the call's effect, if any, happened).

@@ -8,11 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // newEp returns a reset episode and its first observation.
@@ -53,9 +54,9 @@ func step(t testing.TB, ep env.Episode, tool string, args any) env.StepResult {
 	return r
 }
 
-func injector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *faults.Injector {
+func injector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *inject.Injector {
 	t.Helper()
-	in, err := faults.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: rules})
+	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func latency(id, target string, p, mean, jitter float64) *gauntletv1.FaultRule {
 }
 
 // stressPlan is a hand-built plan harsher than a typical baseline.
-func stressPlan(t testing.TB, seed uint64) *faults.Injector {
+func stressPlan(t testing.TB, seed uint64) *inject.Injector {
 	return injector(t, rng.Derive(seed, "plan"),
 		httpErr("pay-503", "payment", 0.3, 503, 250),
 		httpErr("pay-429", "payment.pay", 0.05, 429, 1000),

@@ -1,11 +1,11 @@
-// Package faultfs applies gauntlet's storage faults (B1, B2) to the file operations of a
+// Package faultfs applies gauntlet's storage faults to the file operations of a
 // sandbox's file tools: IO latency, an IOPS cap, disk full (ENOSPC), inode exhaustion
 // (ENOSPC on create), too many open files (EMFILE), a read-only filesystem after a full
 // journal (EROFS), lock contention (EWOULDBLOCK) and short writes.
 //
 // An FS is rooted at a directory; every operation is an event of layer storage with its
 // op (open, create, read, write, lock, mkdir, remove, rename, stat) and its path relative
-// to the root, decided by a faults.Decider with the stream key "fs/<path>": the faults a
+// to the root, decided by a inject.Decider with the stream key "fs/<path>": the faults a
 // file meets depend on the seed and on that file's own history, not on how operations on
 // other files interleave. Errors are *fs.PathError wrapping the syscall errno, exactly as
 // the os package reports the real thing, so errors.Is(err, syscall.ENOSPC) holds.
@@ -22,21 +22,22 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 )
 
 // FS is a directory tree whose operations meet storage faults.
 type FS struct {
 	root   string
-	d      *faults.Decider
-	onFire func(key string, ev faults.Event, fired []faults.Fired)
+	d      *inject.Decider
+	onFire func(key string, ev catalogue.Event, fired []catalogue.Fired)
 	// sleep waits; tests of virtual-time callers may replace it.
 	sleep func(time.Duration)
 }
 
 // New returns an FS rooted at root (which must exist). onFire, when not nil, receives
 // every fault that fires, to be recorded as a step event.
-func New(root string, d *faults.Decider, onFire func(key string, ev faults.Event, fired []faults.Fired)) (*FS, error) {
+func New(root string, d *inject.Decider, onFire func(key string, ev catalogue.Event, fired []catalogue.Fired)) (*FS, error) {
 	st, err := os.Stat(root)
 	if err != nil {
 		return nil, fmt.Errorf("faultfs: root: %w", err)
@@ -62,7 +63,7 @@ func (f *FS) resolve(op, name string) (string, error) {
 
 // decide evaluates the event of op on name through the FS's gate: it sleeps the delay and
 // returns the abort as a PathError, and the decision for the caller's rewrites.
-func (f *FS) decide(op, name string) (faults.Decision, error) {
+func (f *FS) decide(op, name string) (catalogue.Decision, error) {
 	g := Gate{d: f.d, onFire: f.onFire, wait: func(_ context.Context, d time.Duration) error { f.sleep(d); return nil }}
 	return g.Before(context.Background(), op, name)
 }
@@ -78,12 +79,12 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	}
 	if flag&os.O_CREATE != 0 {
 		if _, serr := os.Lstat(p); errors.Is(serr, fs.ErrNotExist) {
-			if _, err := f.decide(faults.OpCreate, name); err != nil {
+			if _, err := f.decide(catalogue.OpCreate, name); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if _, err := f.decide(faults.OpOpen, name); err != nil {
+	if _, err := f.decide(catalogue.OpOpen, name); err != nil {
 		return nil, err
 	}
 	osf, err := os.OpenFile(p, flag, perm)
@@ -130,7 +131,7 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.decide(faults.OpMkdir, name); err != nil {
+	if _, err := f.decide(catalogue.OpMkdir, name); err != nil {
 		return err
 	}
 	return os.Mkdir(p, perm)
@@ -142,7 +143,7 @@ func (f *FS) Remove(name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.decide(faults.OpRemove, name); err != nil {
+	if _, err := f.decide(catalogue.OpRemove, name); err != nil {
 		return err
 	}
 	return os.Remove(p)
@@ -158,7 +159,7 @@ func (f *FS) Rename(oldname, newname string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.decide(faults.OpRename, oldname); err != nil {
+	if _, err := f.decide(catalogue.OpRename, oldname); err != nil {
 		return err
 	}
 	return os.Rename(po, pn)
@@ -170,7 +171,7 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := f.decide(faults.OpStat, name); err != nil {
+	if _, err := f.decide(catalogue.OpStat, name); err != nil {
 		return nil, err
 	}
 	return os.Stat(p)
@@ -188,7 +189,7 @@ func (fl *File) Name() string { return fl.name }
 
 // Read reads like os.File.Read after the read event's latency.
 func (fl *File) Read(p []byte) (int, error) {
-	if _, err := fl.fs.decide(faults.OpRead, fl.name); err != nil {
+	if _, err := fl.fs.decide(catalogue.OpRead, fl.name); err != nil {
 		return 0, err
 	}
 	return fl.f.Read(p)
@@ -197,7 +198,7 @@ func (fl *File) Read(p []byte) (int, error) {
 // Write writes like os.File.Write, as one write event: disk full and read-only fail it,
 // a short write stores only part of p and returns io.ErrShortWrite with the count.
 func (fl *File) Write(p []byte) (int, error) {
-	dec, err := fl.fs.decide(faults.OpWrite, fl.name)
+	dec, err := fl.fs.decide(catalogue.OpWrite, fl.name)
 	if err != nil {
 		return 0, err
 	}
@@ -216,7 +217,7 @@ func (fl *File) Write(p []byte) (int, error) {
 // contention makes it wait wait_ms and fail with EWOULDBLOCK, as if another process held
 // the lock.
 func (fl *File) Lock() error {
-	if _, err := fl.fs.decide(faults.OpLock, fl.name); err != nil {
+	if _, err := fl.fs.decide(catalogue.OpLock, fl.name); err != nil {
 		return err
 	}
 	if err := syscall.Flock(int(fl.f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {

@@ -9,19 +9,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 )
 
 func newFS(t *testing.T, spec string) (*faultfs.FS, string, *[]string) {
 	t.Helper()
-	_, rules, err := faults.ParseSpec([]byte("name: fs-test\nfaults:\n" + spec))
+	_, rules, err := plans.ParseSpec([]byte("name: fs-test\nfaults:\n" + spec))
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
 	var fired []string
-	f, err := faultfs.New(root, faults.NewDecider(7, rules), func(_ string, _ faults.Event, fs []faults.Fired) {
+	f, err := faultfs.New(root, inject.NewDecider(7, rules), func(_ string, _ catalogue.Event, fs []catalogue.Fired) {
 		for _, x := range fs {
 			fired = append(fired, x.Kind)
 		}
@@ -53,7 +55,7 @@ func TestENOSPCReachesWrite(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Op != "write" || pe.Path != "data/log" {
 		t.Fatalf("error %#v does not name the op and path", err)
 	}
-	if len(*fired) != 1 || (*fired)[0] != faults.KindDiskFull {
+	if len(*fired) != 1 || (*fired)[0] != catalogue.KindDiskFull {
 		t.Fatalf("fired %v", *fired)
 	}
 	// Outside the matched paths, writes succeed.

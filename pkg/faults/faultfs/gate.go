@@ -7,7 +7,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 )
 
 // Gate is faultfs's decision point on its own, for callers that do the I/O themselves
@@ -18,8 +19,8 @@ import (
 // same faults through either, and a replay of the same operations meets the same faults.
 // A Gate is safe for concurrent use.
 type Gate struct {
-	d      *faults.Decider
-	onFire func(key string, ev faults.Event, fired []faults.Fired)
+	d      *inject.Decider
+	onFire func(key string, ev catalogue.Event, fired []catalogue.Fired)
 	wait   func(ctx context.Context, d time.Duration) error
 }
 
@@ -27,7 +28,7 @@ type Gate struct {
 // to be recorded as a step event. wait spends a delay (io_latency, iops_cap, the wait of
 // lock_contention); nil sleeps on the wall clock, ending early with ctx. An env on virtual
 // time passes a wait that advances its own clock instead.
-func NewGate(d *faults.Decider, onFire func(key string, ev faults.Event, fired []faults.Fired), wait func(ctx context.Context, d time.Duration) error) *Gate {
+func NewGate(d *inject.Decider, onFire func(key string, ev catalogue.Event, fired []catalogue.Fired), wait func(ctx context.Context, d time.Duration) error) *Gate {
 	if wait == nil {
 		wait = sleepCtx
 	}
@@ -47,8 +48,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // Event is the storage event of op on name (a path relative to the root, slash-separated)
 // and its stream key.
-func Event(op, name string) (key string, ev faults.Event) {
-	ev = faults.Event{Layer: faults.LayerStorage, Op: op, Path: path.Clean("/" + name)}
+func Event(op, name string) (key string, ev catalogue.Event) {
+	ev = catalogue.Event{Layer: catalogue.LayerStorage, Op: op, Path: path.Clean("/" + name)}
 	return "fs" + ev.Path, ev
 }
 
@@ -56,7 +57,7 @@ func Event(op, name string) (key string, ev faults.Event) {
 // the caller's rewrites (Decision.WriteKeep for short writes) and, when an abort fired,
 // an *fs.PathError wrapping its errno ("write notes.txt: no space left on device"). An
 // error from ctx while waiting is returned as is.
-func (g *Gate) Before(ctx context.Context, op, name string) (faults.Decision, error) {
+func (g *Gate) Before(ctx context.Context, op, name string) (catalogue.Decision, error) {
 	key, ev := Event(op, name)
 	dec := g.d.Decide(key, ev)
 	if g.onFire != nil && len(dec.Fired) > 0 {

@@ -1,11 +1,11 @@
-// Package faultnet applies gauntlet's network and service faults (B1, B2) to real traffic
+// Package faultnet applies gauntlet's network and service faults to real traffic
 // between a sandbox and the services it may reach: a net.Conn and net.Listener wrapper
 // (latency, loss as retransmission delay, bandwidth cap, reset after N bytes or ms,
 // black-holed connections), a Resolver and a DNSServer (NXDOMAIN, SERVFAIL, lookup
 // timeout) and an HTTP proxy (HTTP errors with Retry-After, truncated or garbled bodies
 // and headers, broken gzip, slow bodies, plus the network faults above).
 //
-// Every decision comes from a faults.Decider, so which fault meets which event is a pure
+// Every decision comes from a inject.Decider, so which fault meets which event is a pure
 // function of (seed, rule id, stream key, event count): a replay with the same seed meets
 // the same faults. Streams are keyed so that concurrent streams do not perturb each other:
 // a wrapped connection uses the key it was given (Listener: "conn/<n>" by accept order),
@@ -24,11 +24,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 )
 
 // OnFire receives the faults that fired on an event, with the stream key.
-type OnFire func(key string, ev faults.Event, fired []faults.Fired)
+type OnFire func(key string, ev catalogue.Event, fired []catalogue.Fired)
 
 // Conn is a net.Conn whose writes meet the decider's network faults. Its connection-level
 // decision (made when wrapped, as an OpConnect event) may reset it after some bytes or some
@@ -36,9 +37,9 @@ type OnFire func(key string, ev faults.Event, fired []faults.Fired)
 // that may add latency or lose the write (costing the RTO, as TCP's retransmission does).
 type Conn struct {
 	net.Conn
-	d      *faults.Decider
+	d      *inject.Decider
 	key    string
-	ev     faults.Event
+	ev     catalogue.Event
 	onFire OnFire
 
 	mu         sync.Mutex
@@ -55,8 +56,8 @@ type Conn struct {
 
 // WrapConn wraps c. ev describes the connection (Host, Service; Layer and Op are set
 // here). A nil decider passes everything through.
-func WrapConn(c net.Conn, d *faults.Decider, key string, ev faults.Event, onFire OnFire) *Conn {
-	ev.Layer, ev.Op = faults.LayerNetwork, faults.OpConnect
+func WrapConn(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onFire OnFire) *Conn {
+	ev.Layer, ev.Op = catalogue.LayerNetwork, catalogue.OpConnect
 	w := &Conn{Conn: c, d: d, key: key, ev: ev, onFire: onFire, resetAfter: -1, closed: make(chan struct{})}
 	dec := d.Decide(key, ev)
 	w.report(ev, dec)
@@ -65,19 +66,19 @@ func WrapConn(c net.Conn, d *faults.Decider, key string, ev faults.Event, onFire
 	// in accept loops, which must not stall behind one slow connection.
 	w.pending = dec.Delay
 	switch dec.Abort {
-	case faults.KindReset:
+	case catalogue.KindReset:
 		if dec.ResetAfter > 0 {
 			w.timer = time.AfterFunc(dec.ResetAfter, func() { w.doReset() })
 		}
 		if dec.ResetAfterBytes > 0 || dec.ResetAfter == 0 {
 			w.resetAfter = dec.ResetAfterBytes
 		}
-	case faults.KindTimeout:
+	case catalogue.KindTimeout:
 		w.hole = true
 		if dec.Hold > 0 {
 			w.timer = time.AfterFunc(dec.Hold, func() { _ = w.Close() })
 		}
-	case faults.KindPacketLoss:
+	case catalogue.KindPacketLoss:
 		w.pending += dec.RTO // the SYN was lost: the handshake pays one RTO
 	}
 	return w
@@ -93,7 +94,7 @@ func (w *Conn) handshake() bool {
 	return d <= 0 || w.sleep(d)
 }
 
-func (w *Conn) report(ev faults.Event, dec faults.Decision) {
+func (w *Conn) report(ev catalogue.Event, dec catalogue.Decision) {
 	if w.onFire != nil && len(dec.Fired) > 0 {
 		w.onFire(w.key, ev, dec.Fired)
 	}
@@ -179,11 +180,11 @@ func (w *Conn) Write(p []byte) (int, error) {
 		return len(p), nil // swallowed: nobody answers
 	}
 	ev := w.ev
-	ev.Op = faults.OpWrite
+	ev.Op = catalogue.OpWrite
 	dec := w.d.Decide(w.key, ev)
 	w.report(ev, dec)
 	wait := dec.Delay
-	if dec.Abort == faults.KindPacketLoss {
+	if dec.Abort == catalogue.KindPacketLoss {
 		wait += dec.RTO
 	}
 	if wait > 0 && !w.sleep(wait) {
@@ -249,8 +250,8 @@ func (w *Conn) Close() error {
 // Listener wraps accepted connections in Conn, keyed "conn/<n>" by accept order.
 type Listener struct {
 	net.Listener
-	D      *faults.Decider
-	Event  faults.Event
+	D      *inject.Decider
+	Event  catalogue.Event
 	OnFire OnFire
 
 	mu sync.Mutex

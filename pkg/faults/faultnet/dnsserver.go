@@ -14,11 +14,12 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 )
 
-// DNSServer is a small authoritative name server that applies the decider's DNS faults
-// (B1): it answers the names of Hosts with their addresses and NXDOMAIN for every other
+// DNSServer is a small authoritative name server that applies the decider's DNS faults:
+// it answers the names of Hosts with their addresses and NXDOMAIN for every other
 // name, without recursion (a sandbox has nowhere else to ask), unless a fault fires:
 // dns_nxdomain answers NXDOMAIN, dns_servfail SERVFAIL, and dns_timeout no answer at all
 // (the client's own timeout decides how long it waits; over TCP the connection is held
@@ -36,7 +37,7 @@ import (
 // makes two lookups, which may meet the two draws in either order.
 type DNSServer struct {
 	// D decides the faults (nil: none).
-	D *faults.Decider
+	D *inject.Decider
 	// OnFire receives every fault that fires (optional).
 	OnFire OnFire
 	// Hosts maps lower-case names (no trailing dot) to their addresses: IPv4 ones answer
@@ -67,7 +68,7 @@ type lookups struct {
 type lookupKey struct{ client, name string }
 
 type lookup struct {
-	dec faults.Decision
+	dec catalogue.Decision
 	ids []uint16
 }
 
@@ -75,7 +76,7 @@ const maxLookups = 256
 
 // of returns the decision of the query with id from client about name: its lookup's,
 // or a new one from decide.
-func (ls *lookups) of(client, name string, id uint16, decide func() faults.Decision) faults.Decision {
+func (ls *lookups) of(client, name string, id uint16, decide func() catalogue.Decision) catalogue.Decision {
 	k := lookupKey{client, name}
 	first, firstKey := ls.first, ls.firstKey
 	ls.first = nil
@@ -232,13 +233,13 @@ func (s *DNSServer) answer(q []byte, client string, ls *lookups) (resp []byte, h
 		return reply(h, &question, dnsmessage.RCodeRefused, nil), 0, true
 	}
 	name := strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
-	dec := ls.of(client, name, h.ID, func() faults.Decision { return s.decide(name) })
+	dec := ls.of(client, name, h.ID, func() catalogue.Decision { return s.decide(name) })
 	switch dec.Abort {
-	case faults.KindDNSNXDomain:
+	case catalogue.KindDNSNXDomain:
 		return reply(h, &question, dnsmessage.RCodeNameError, nil), 0, true
-	case faults.KindDNSServFail:
+	case catalogue.KindDNSServFail:
 		return reply(h, &question, dnsmessage.RCodeServerFailure, nil), 0, true
-	case faults.KindDNSTimeout:
+	case catalogue.KindDNSTimeout:
 		return nil, dec.Hold, false
 	}
 	addrs, known := s.Hosts[name]
@@ -249,8 +250,8 @@ func (s *DNSServer) answer(q []byte, client string, ls *lookups) (resp []byte, h
 }
 
 // decide decides a new lookup of name, reporting what fired.
-func (s *DNSServer) decide(name string) faults.Decision {
-	ev := faults.Event{Layer: faults.LayerNetwork, Op: faults.OpLookup, Host: name, Service: s.Services[name]}
+func (s *DNSServer) decide(name string) catalogue.Decision {
+	ev := catalogue.Event{Layer: catalogue.LayerNetwork, Op: catalogue.OpLookup, Host: name, Service: s.Services[name]}
 	key := "dns/" + name
 	dec := s.D.Decide(key, ev)
 	if s.OnFire != nil && len(dec.Fired) > 0 {

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultnet"
 )
 
@@ -26,7 +26,7 @@ func dnsServer(t *testing.T, spec string) (addr string, fired func() []string) {
 		D:        decider(t, spec),
 		Hosts:    map[string][]netip.Addr{"api": {netip.MustParseAddr("127.0.0.1")}, "v6": {netip.MustParseAddr("::1")}},
 		Services: map[string]string{"api": "api"},
-		OnFire: func(key string, ev faults.Event, f []faults.Fired) {
+		OnFire: func(key string, ev catalogue.Event, f []catalogue.Fired) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, x := range f {

@@ -16,17 +16,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultnet"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 )
 
-func decider(t *testing.T, spec string) *faults.Decider {
+func decider(t *testing.T, spec string) *inject.Decider {
 	t.Helper()
-	_, rules, err := faults.ParseSpec([]byte(spec))
+	_, rules, err := plans.ParseSpec([]byte(spec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return faults.NewDecider(42, rules)
+	return inject.NewDecider(42, rules)
 }
 
 // upstream is a real loopback HTTP service, like one a sandboxed agent may call.
@@ -46,7 +48,7 @@ type recorder struct {
 	kinds []string
 }
 
-func (r *recorder) fire(_ string, _ faults.Event, fired []faults.Fired) {
+func (r *recorder) fire(_ string, _ catalogue.Event, fired []catalogue.Fired) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range fired {
@@ -96,7 +98,7 @@ func TestProxy429ReachesClientWithRetryAfter(t *testing.T) {
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" {
 		t.Fatalf("status %d Retry-After %q, want 429 and 3 (2.5 s rounded up)", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	if !rec.saw(faults.KindHTTPError) {
+	if !rec.saw(catalogue.KindHTTPError) {
 		t.Fatal("the fired 429 was not reported")
 	}
 	// The match is by path and method: a GET, or another path, passes.
@@ -249,7 +251,7 @@ func TestResolverFailures(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 502 || !bytes.Contains(b, []byte("no such host")) || !rec.saw(faults.KindDNSNXDomain) {
+	if resp.StatusCode != 502 || !bytes.Contains(b, []byte("no such host")) || !rec.saw(catalogue.KindDNSNXDomain) {
 		t.Fatalf("status %d body %q", resp.StatusCode, b)
 	}
 }

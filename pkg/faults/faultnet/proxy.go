@@ -12,7 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 )
 
 // maxBody bounds the upstream body the proxy buffers to rewrite it.
@@ -28,7 +29,7 @@ const maxBody = 64 << 20
 // (truncated body, missing or garbled header, broken gzip, slow body, bandwidth cap)
 // change a response that did come back.
 type Proxy struct {
-	D      *faults.Decider
+	D      *inject.Decider
 	OnFire OnFire
 	// Upstreams routes reverse-proxy requests by Host (with or without port).
 	Upstreams map[string]*url.URL
@@ -87,21 +88,21 @@ func stripPort(hostport string) string {
 // ServeHTTP proxies one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	target, host := p.target(r)
-	ev := faults.Event{Layer: faults.LayerService, Op: faults.OpRequest, Host: host, Path: r.URL.Path, Method: r.Method, Service: p.Services[host]}
+	ev := catalogue.Event{Layer: catalogue.LayerService, Op: catalogue.OpRequest, Host: host, Path: r.URL.Path, Method: r.Method, Service: p.Services[host]}
 	key := "http/" + host
 	dec := p.D.Decide(key, ev)
 	if p.OnFire != nil && len(dec.Fired) > 0 {
 		p.OnFire(key, ev, dec.Fired)
 	}
 	wait := dec.Delay
-	if dec.Abort == faults.KindPacketLoss {
+	if dec.Abort == catalogue.KindPacketLoss {
 		wait += dec.RTO // the request was lost once and retransmitted
 	}
 	if !sleepCtx(r.Context(), wait) {
 		return
 	}
 	switch dec.Abort {
-	case faults.KindHTTPError:
+	case catalogue.KindHTTPError:
 		if dec.RetryAfter > 0 {
 			secs := int64((dec.RetryAfter + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
@@ -110,7 +111,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(dec.Status)
 		fmt.Fprintf(w, "{\"error\":%q,\"status\":%d}\n", http.StatusText(dec.Status), dec.Status)
 		return
-	case faults.KindTimeout:
+	case catalogue.KindTimeout:
 		sleepCtx(r.Context(), dec.Hold)
 		hijackClose(w, nil, false)
 		return
@@ -126,7 +127,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := p.transport().RoundTrip(out)
 	if err != nil {
-		if dec.Abort == faults.KindReset {
+		if dec.Abort == catalogue.KindReset {
 			hijackClose(w, nil, true)
 			return
 		}
@@ -139,7 +140,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gauntlet proxy: read upstream body: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	if dec.Abort == faults.KindReset {
+	if dec.Abort == catalogue.KindReset {
 		// Send the first after_bytes of the response as the wire would carry it, then RST.
 		var raw bytes.Buffer
 		resp.Body = io.NopCloser(bytes.NewReader(body))

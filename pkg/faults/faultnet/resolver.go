@@ -5,14 +5,15 @@ import (
 	"net"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 )
 
 // Resolver resolves names through net.DefaultResolver unless a DNS fault fires: then
 // lookups fail as a real resolver's do, with a *net.DNSError that says not found
 // (NXDOMAIN), temporary (SERVFAIL) or timeout. Streams are keyed "dns/<host>".
 type Resolver struct {
-	D      *faults.Decider
+	D      *inject.Decider
 	OnFire OnFire
 	// Lookup resolves when no fault fires (nil: net.DefaultResolver.LookupHost).
 	Lookup func(ctx context.Context, host string) ([]string, error)
@@ -20,7 +21,7 @@ type Resolver struct {
 
 // LookupHost resolves host.
 func (r *Resolver) LookupHost(ctx context.Context, host string) ([]string, error) {
-	ev := faults.Event{Layer: faults.LayerNetwork, Op: faults.OpLookup, Host: host}
+	ev := catalogue.Event{Layer: catalogue.LayerNetwork, Op: catalogue.OpLookup, Host: host}
 	key := "dns/" + host
 	dec := r.D.Decide(key, ev)
 	if r.OnFire != nil && len(dec.Fired) > 0 {
@@ -30,11 +31,11 @@ func (r *Resolver) LookupHost(ctx context.Context, host string) ([]string, error
 		return nil, ctx.Err()
 	}
 	switch dec.Abort {
-	case faults.KindDNSNXDomain:
+	case catalogue.KindDNSNXDomain:
 		return nil, &net.DNSError{Err: "no such host", Name: host, Server: "gauntlet", IsNotFound: true}
-	case faults.KindDNSServFail:
+	case catalogue.KindDNSServFail:
 		return nil, &net.DNSError{Err: "server misbehaving", Name: host, Server: "gauntlet", IsTemporary: true}
-	case faults.KindDNSTimeout:
+	case catalogue.KindDNSTimeout:
 		if !sleepCtx(ctx, dec.Hold) {
 			return nil, ctx.Err()
 		}
@@ -50,7 +51,7 @@ func (r *Resolver) LookupHost(ctx context.Context, host string) ([]string, error
 // "dial/<host:port>/<n>".
 type Dialer struct {
 	Resolver *Resolver
-	D        *faults.Decider
+	D        *inject.Decider
 	OnFire   OnFire
 	// Services maps a host to the service name events carry (optional).
 	Services map[string]string
@@ -78,7 +79,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 		return nil, err
 	}
 	key := d.counter.next("dial/" + addr)
-	return WrapConn(c, d.D, key, faults.Event{Host: host, Service: d.Services[host]}, d.OnFire), nil
+	return WrapConn(c, d.D, key, catalogue.Event{Host: host, Service: d.Services[host]}, d.OnFire), nil
 }
 
 // sleepCtx waits d unless ctx ends first; it reports whether it slept fully.

@@ -1,4 +1,4 @@
-// Package fromlog turns real error logs into a gauntlet fault profile (B5): nginx access
+// Package fromlog turns real error logs into a gauntlet fault profile: nginx access
 // and error logs, JSON logs, Go, Java and Python stack traces, and free-text lines such as
 // "PaymentService timeout after 30s". It reports the fault kinds it found, their estimated
 // rates and burstiness, and the entries it could not map.
@@ -26,7 +26,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 )
 
 // Input is one log file.
@@ -55,7 +55,7 @@ type Finding struct {
 
 // ID is the fault id the profile gives the finding.
 func (f Finding) ID() string {
-	if f.Kind == faults.KindHTTPError {
+	if f.Kind == catalogue.KindHTTPError {
 		return "http-" + strconv.Itoa(f.Status)
 	}
 	return strings.ReplaceAll(f.Kind, "_", "-")
@@ -92,36 +92,21 @@ var (
 	apiSvcRE = regexp.MustCompile(`^/api/v\d+/([a-z]+)`)
 	svcRE    = regexp.MustCompile(`\b([A-Z][a-z]+)Service\b`)
 	hostRE   = regexp.MustCompile(`\b([a-z][a-z0-9-]*)\.internal\b`)
-	httpRE   = regexp.MustCompile(`\bHTTP (\d{3})\b`)
-	retryRE  = regexp.MustCompile(`Retry-After:\s*(\d+)`)
-	afterRE  = regexp.MustCompile(`(?i)(?:after|timeout=)\s*(\d+(?:\.\d+)?)\s*(ms|s)\b`)
-	slowRE   = regexp.MustCompile(`(?i)slow response:\s*(\d+(?:\.\d+)?)\s*ms`)
-	skewRE   = regexp.MustCompile(`(?i)clock skew.*?(\d+(?:\.\d+)?)s (ahead|behind)`)
 	severeRE = regexp.MustCompile(`(?i)\b(error|crit|fatal|panic|exception|fail(ed|ure)?|warn(ing)?)\b|Traceback`)
 )
 
-// rule maps entry text to a fault kind; the first matching rule wins, so the specific
-// come before the general.
-type rule struct {
-	kind string
-	re   *regexp.Regexp
-}
-
-var rules = []rule{
-	{faults.KindDNSServFail, regexp.MustCompile(`(?i)server failure|SERVFAIL|server misbehaving`)},
-	{faults.KindDNSNXDomain, regexp.MustCompile(`(?i)no such host|UnknownHostException|host not found|Name or service not known|NXDOMAIN|could not be resolved`)},
-	{faults.KindDiskFull, regexp.MustCompile(`(?i)no space left on device|ENOSPC|Errno 28\b`)},
-	{faults.KindTooManyFiles, regexp.MustCompile(`(?i)too many open files|EMFILE|Errno 24\b`)},
-	{faults.KindReadOnly, regexp.MustCompile(`(?i)read-only file system|EROFS|Errno 30\b`)},
-	{faults.KindMemoryLeak, regexp.MustCompile(`OutOfMemoryError|MemoryError|(?i)out of memory|cannot allocate memory`)},
-	{faults.KindBrokenGzip, regexp.MustCompile(`(?i)gzip: invalid header|not in gzip format|incorrect header check|gzip: .*checksum`)},
-	{faults.KindReset, regexp.MustCompile(`(?i)connection reset|ECONNRESET|connection refused|ECONNREFUSED|ConnectionResetError`)},
-	{faults.KindTimeout, regexp.MustCompile(`(?i)timed out|timeout|deadline exceeded`)},
-	{faults.KindTruncate, regexp.MustCompile(`(?i)prematurely closed|unexpected EOF|IncompleteRead|ChunkedEncodingError`)},
-	{faults.KindClockSkew, regexp.MustCompile(`(?i)clock skew`)},
-	{faults.KindLatency, slowRE},
-	{faults.KindHTTPError, regexp.MustCompile(`\bHTTP [45]\d\d\b|^panic: `)},
-}
+// patterns are the catalogue's log patterns (catalogue.KindInfo.FromLog) in rank order:
+// the first that matches an entry names its kind.
+var patterns = func() []catalogue.KindInfo {
+	var out []catalogue.KindInfo
+	for _, k := range catalogue.Kinds() {
+		if k.FromLog != nil {
+			out = append(out, k)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b catalogue.KindInfo) int { return a.FromLog.Rank - b.FromLog.Rank })
+	return out
+}()
 
 // Analyze reads every input and returns what it found.
 func Analyze(inputs []Input) (*Result, error) {
@@ -169,11 +154,11 @@ func Analyze(inputs []Input) (*Result, error) {
 	// Latency of successful requests, when the logs carry it, is the baseline latency.
 	if len(okLatency) > 1 {
 		m, sd := meanSD(okLatency)
-		res.Findings = append(res.Findings, Finding{Kind: faults.KindLatency, Count: len(okLatency), Rate: 1, BurstLen: 0,
+		res.Findings = append(res.Findings, Finding{Kind: catalogue.KindLatency, Count: len(okLatency), Rate: 1, BurstLen: 0,
 			Params: map[string]float64{"mean_ms": round1(m), "jitter_ms": round1(sd)}, Examples: []string{"successful requests"}})
 	}
 	order := map[string]int{}
-	for i, k := range faults.KindNames() {
+	for i, k := range catalogue.KindNames() {
 		order[k] = i
 	}
 	sort.Slice(res.Findings, func(i, j int) bool {
@@ -300,67 +285,40 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 			service = m[1]
 		}
 	}
-	kind := ""
+	var k *catalogue.KindInfo
 	switch {
 	case status == 499:
-		kind = faults.KindTimeout // the client gave up waiting
+		k = kindOf(catalogue.KindTimeout) // the client gave up waiting
 	case status >= 400:
-		kind = faults.KindHTTPError
+		k = kindOf(catalogue.KindHTTPError)
 	default:
-		for _, r := range rules {
-			if r.re.MatchString(text) {
-				kind = r.kind
+		for i := range patterns {
+			if patterns[i].FromLog.Match.MatchString(text) {
+				k = &patterns[i]
 				break
 			}
 		}
 	}
-	switch kind {
-	case "":
+	if k == nil {
 		return "", isReq
-	case faults.KindHTTPError:
+	}
+	kind := k.Name
+	if k.FromLog != nil && k.FromLog.Params != nil {
+		k.FromLog.Params(text, samples)
+	}
+	if kind == catalogue.KindHTTPError {
 		if status == 0 {
-			if m := httpRE.FindStringSubmatch(text); m != nil {
-				status, _ = strconv.Atoi(m[1])
-			} else {
-				status = 500 // a crash: the caller sees an internal error
-			}
+			status = int(samples["status"])
 		}
-		if m := retryRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			samples["retry_after_ms"] = v * 1000
-		}
-	case faults.KindTimeout:
-		if m := afterRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			if m[2] == "s" {
-				v *= 1000
-			}
-			samples["hold_ms"] = v
-		}
-	case faults.KindLatency:
-		if m := slowRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			samples["latency_ms"] = v
-		}
-	case faults.KindClockSkew:
-		if m := skewRE.FindStringSubmatch(text); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			if m[2] == "behind" {
-				v = -v
-			}
-			samples["offset_ms"] = v * 1000
-		}
+		delete(samples, "status") // the finding's Status, not a sampled parameter
 	}
 	key := kind
-	if kind == faults.KindHTTPError {
+	if kind == catalogue.KindHTTPError {
 		key += "/" + strconv.Itoa(status)
 	}
 	a := accs[key]
 	if a == nil {
 		a = &acc{f: Finding{Kind: kind, Status: status}, services: map[string]bool{}, samples: map[string][]float64{}}
-		if kind == faults.KindLatency {
-			a.f.Kind = faults.KindLatency
-		}
 		accs[key] = a
 	}
 	a.f.Count++
@@ -376,8 +334,17 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 	return key, isReq
 }
 
+// kindOf returns the catalogue's row of a kind the access logs name by status.
+func kindOf(name string) *catalogue.KindInfo {
+	if i := slices.IndexFunc(patterns, func(k catalogue.KindInfo) bool { return k.Name == name }); i >= 0 {
+		return &patterns[i]
+	}
+	k, _ := catalogue.LookupKind(name) // a row without a log pattern
+	return &k
+}
+
 // WriteProfile writes the result as a fault profile (YAML, accepted by
-// faults.ParseSpec) named name, preceded by a comment block reporting the evidence and
+// plans.ParseSpec) named name, preceded by a comment block reporting the evidence and
 // every unmapped entry.
 func (r *Result) WriteProfile(w io.Writer, name string) error {
 	var b strings.Builder
@@ -427,9 +394,9 @@ func (r *Result) WriteProfile(w io.Writer, name string) error {
 // profileParams keeps the parameters the kind takes, with whole numbers where the kind
 // wants them.
 func profileParams(f Finding) map[string]float64 {
-	k, _ := faults.LookupKind(f.Kind)
+	k, _ := catalogue.LookupKind(f.Kind)
 	out := map[string]float64{}
-	if f.Kind == faults.KindHTTPError {
+	if f.Kind == catalogue.KindHTTPError {
 		out["status"] = float64(f.Status)
 	}
 	for name, v := range f.Params {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/fromlog"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -61,7 +61,7 @@ func TestGolden(t *testing.T) {
 			if !bytes.Equal(out.Bytes(), want) {
 				t.Errorf("profile differs from %s:\n%s", golden, out.String())
 			}
-			if _, _, err := faults.ParseSpec(out.Bytes()); err != nil {
+			if _, _, err := plans.ParseSpec(out.Bytes()); err != nil {
 				t.Errorf("the profile is not a valid spec: %v", err)
 			}
 		})

@@ -1,10 +1,12 @@
-// Package templates keeps the templates of user-defined profiles' fault plans (B3) where
-// every process can find them: the gauntlet_plan_templates KV bucket, keyed by template id
-// (pkg/faults.NewTemplate). The faults service puts a template before it hands out the
-// first compact plan naming it; workers, the env API and the store get it when a compact
-// plan names it (pkg/faults.Expand) and keep it in memory, since a run has few.
+// Package templates is the reading side of the faults service's plan templates: the
+// templates of user-defined profiles' fault plans, kept in the gauntlet_plan_templates KV
+// bucket under their template id (pkg/faults/plans.NewTemplate). The faults service owns the
+// bucket and alone writes it, before it hands out the first compact plan naming a
+// template; workers, the env API and the store read a template through a Client when a
+// compact plan names it (pkg/faults/plans.Expand) and keep it in memory, since a run has few.
+// Services do not import each other, so this small library is what they share.
 //
-// A Store is safe for concurrent use.
+// A Client is safe for concurrent use.
 package templates
 
 import (
@@ -18,16 +20,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// maxCached bounds the templates a Store keeps; past it the cache starts over. A template
+// maxCached bounds the templates a Client keeps; past it the cache starts over. A template
 // is one per (user-defined profile, catalogue version), so this is far above real use.
 const maxCached = 4096
 
-// Store reads and writes plan templates in the KV bucket, through a cache.
-type Store struct {
+// Client reads plan templates from the faults service's KV bucket, through a cache.
+type Client struct {
 	js jetstream.JetStream
 
 	mu     sync.Mutex
@@ -35,12 +37,12 @@ type Store struct {
 	cached map[string]*gauntletv1.FaultPlan // id → template, verified
 }
 
-// New returns a Store over js, whose bucket bus.EnsureStreams created.
-func New(js jetstream.JetStream) *Store {
-	return &Store{js: js, cached: make(map[string]*gauntletv1.FaultPlan)}
+// NewClient returns a Client over js, whose bucket bus.EnsureStreams created.
+func NewClient(js jetstream.JetStream) *Client {
+	return &Client{js: js, cached: make(map[string]*gauntletv1.FaultPlan)}
 }
 
-func (s *Store) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+func (s *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.kv != nil {
@@ -54,13 +56,13 @@ func (s *Store) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
-func (s *Store) lookup(id string) *gauntletv1.FaultPlan {
+func (s *Client) lookup(id string) *gauntletv1.FaultPlan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cached[id]
 }
 
-func (s *Store) remember(id string, t *gauntletv1.FaultPlan) {
+func (s *Client) remember(id string, t *gauntletv1.FaultPlan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.cached) >= maxCached {
@@ -69,31 +71,9 @@ func (s *Store) remember(id string, t *gauntletv1.FaultPlan) {
 	s.cached[strings.Clone(id)] = t // the id may share a message's memory
 }
 
-// Put stores template t under id, its faults.NewTemplate id, unless this Store already
-// holds it. Templates are content-addressed, so putting one twice, from any process, is
-// harmless.
-func (s *Store) Put(ctx context.Context, id string, t *gauntletv1.FaultPlan) error {
-	if s.lookup(id) != nil {
-		return nil
-	}
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(t)
-	if err != nil {
-		return fmt.Errorf("put plan template %s: %w", id, err)
-	}
-	kv, err := s.bucket(ctx)
-	if err != nil {
-		return fmt.Errorf("put plan template %s: %w", id, err)
-	}
-	if _, err := kv.Put(ctx, id, data); err != nil {
-		return fmt.Errorf("put plan template %s: %w", id, err)
-	}
-	s.remember(id, t)
-	return nil
-}
-
 // Get returns the template with the given id, from the cache or the bucket, checked
 // against its id.
-func (s *Store) Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, error) {
+func (s *Client) Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, error) {
 	if t := s.lookup(id); t != nil {
 		return t, nil
 	}
@@ -112,15 +92,15 @@ func (s *Store) Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, erro
 	if err := proto.Unmarshal(e.Value(), t); err != nil {
 		return nil, fmt.Errorf("plan template %s: decode: %w", id, err)
 	}
-	if _, got, err := faults.NewTemplate(t); err != nil || got != id {
+	if _, got, err := plans.NewTemplate(t); err != nil || got != id {
 		return nil, fmt.Errorf("plan template %s: content has id %s (%v)", id, got, err)
 	}
 	s.remember(id, t)
 	return t, nil
 }
 
-// Expand is faults.Expand with the template p names, if any, got from the Store.
-func (s *Store) Expand(ctx context.Context, p *gauntletv1.FaultPlan, services []string) (*gauntletv1.FaultPlan, error) {
+// Expand is plans.Expand with the template p names, if any, got from the bucket.
+func (s *Client) Expand(ctx context.Context, p *gauntletv1.FaultPlan, services []string) (*gauntletv1.FaultPlan, error) {
 	var t *gauntletv1.FaultPlan
 	if p.GetCompact() && p.GetTemplate() != "" {
 		var err error
@@ -128,5 +108,5 @@ func (s *Store) Expand(ctx context.Context, p *gauntletv1.FaultPlan, services []
 			return nil, fmt.Errorf("expand plan: %w", err)
 		}
 	}
-	return faults.Expand(p, services, t)
+	return plans.Expand(p, services, t)
 }

@@ -9,16 +9,17 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// A template put by one process (the faults service) expands plans in another (a
-// worker), and a bucket entry that is not the template its key names is refused.
-func TestTemplatesCrossProcesses(t *testing.T) {
+// A template in the bucket (put there as the faults service puts it) expands compact
+// plans, an unknown id is named in the error, and a bucket entry that is not the
+// template its key names is refused. services/faults tests the writing side.
+func TestClientReadsTheBucket(t *testing.T) {
 	ctx := context.Background()
 	b := bustest.Start(t)
-	custom, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
+	custom, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,11 +28,19 @@ func TestTemplatesCrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, id, err := faults.NewTemplate(base)
+	tmpl, id, err := plans.NewTemplate(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := New(b.JS).Put(ctx, id, tmpl); err != nil {
+	kv, err := b.JS.KeyValue(ctx, bus.BucketPlanTemplates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, id, data); err != nil {
 		t.Fatal(err)
 	}
 
@@ -39,11 +48,11 @@ func TestTemplatesCrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := faults.Compact(full, id)
+	ref, err := plans.Compact(full, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker := New(b.JS)
+	worker := NewClient(b.JS)
 	got, err := worker.Expand(ctx, ref, services)
 	if err != nil {
 		t.Fatal(err)
@@ -59,16 +68,12 @@ func TestTemplatesCrossProcesses(t *testing.T) {
 	// Another template's bytes under this id: found, and refused.
 	other := proto.Clone(tmpl).(*gauntletv1.FaultPlan)
 	other.Rules[0].Probability = 0.5
-	data, _ := proto.Marshal(other)
-	kv, err := b.JS.KeyValue(ctx, bus.BucketPlanTemplates)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, _ = proto.Marshal(other)
 	const forged = "ffffffffffffffffffffffffffffffff"
 	if _, err := kv.Put(ctx, forged, data); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(b.JS).Get(ctx, forged); err == nil || !strings.Contains(err.Error(), "content has id") {
+	if _, err := NewClient(b.JS).Get(ctx, forged); err == nil || !strings.Contains(err.Error(), "content has id") {
 		t.Fatalf("forged template: %v", err)
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -32,7 +34,7 @@ type Options struct {
 	// none opens no gateway.
 	Services []sandbox.Service
 	// Faults is the episode's fault injector; nil injects none.
-	Faults *faults.Injector
+	Faults *inject.Injector
 	// Clock is the episode's virtual clock: storage faults' delays advance it, and what
 	// fires is stamped with it. It must outlive the layer.
 	Clock *time.Duration
@@ -45,11 +47,11 @@ type Layer struct {
 	sb          string
 	clock       *time.Duration
 
-	decider *faults.Decider // storage faults of the file tools; nil when the plan has none
+	decider *inject.Decider // storage faults of the file tools; nil when the plan has none
 	// cmd collects the storage faults the agent's commands meet; nil when no layer of
 	// the runtime is attached.
 	cmd *cmdFaults
-	res faults.Resources
+	res catalogue.Resources
 	// tool is the tool being run, fired the faults fired during its call.
 	tool  string
 	fired []*gauntletv1.FaultFired
@@ -70,10 +72,10 @@ func Open(ctx context.Context, o Options) (*Layer, error) {
 	l := &Layer{env: o.Env, target: o.Target, rt: o.Runtime, sb: o.Sandbox, clock: o.Clock, base: o.Limits}
 	if rules := o.Faults.BoundaryRules(); len(rules) > 0 {
 		seed := o.Faults.Plan().GetSeed()
-		l.res = faults.ResourcesFor(seed, rules)
+		l.res = inject.ResourcesFor(seed, rules)
 		for _, r := range rules {
-			if r.Kind.Layer == faults.LayerStorage {
-				l.decider = faults.NewDecider(seed, rules)
+			if r.Kind.Layer == catalogue.LayerStorage {
+				l.decider = inject.NewDecider(seed, rules)
 				break
 			}
 		}
@@ -177,7 +179,7 @@ func (l *Layer) Gate() *faultfs.Gate {
 	if l.decider == nil {
 		return nil
 	}
-	return faultfs.NewGate(l.decider, func(_ string, ev faults.Event, fired []faults.Fired) {
+	return faultfs.NewGate(l.decider, func(_ string, ev catalogue.Event, fired []catalogue.Fired) {
 		for _, f := range fired {
 			l.fired = append(l.fired, &gauntletv1.FaultFired{
 				FaultId: f.RuleID, Kind: f.Kind, Target: l.target + "/" + l.tool,
@@ -210,7 +212,7 @@ func (l *Layer) Ambient() []*gauntletv1.FaultFired {
 	out := make([]*gauntletv1.FaultFired, len(l.res.Fired))
 	for i, f := range l.res.Fired {
 		out[i] = &gauntletv1.FaultFired{FaultId: f.RuleID, Kind: f.Kind, Target: l.target, Detail: f.Detail}
-		if f.Kind == faults.KindClockSkew {
+		if f.Kind == catalogue.KindClockSkew {
 			out[i].Detail += l.skewNote
 		}
 	}
@@ -269,7 +271,7 @@ func (l *Layer) RestoreLimits(ctx context.Context) error {
 // gateway is the layer's attachment of the sandbox's services.
 type gateway struct {
 	services []sandbox.Service
-	d        *faults.Decider
+	d        *inject.Decider
 	rec      *svcnet.Recorder
 	gw       *svcnet.Gateway
 	// clock is the episode's clock as the gateway's goroutines read it (rec.Now): the
@@ -281,22 +283,22 @@ type gateway struct {
 // them, and its DNS faults (boundary_spec), which meet the sandbox's lookups at the
 // gateway's name server; they act on lookups only, so the other rules' draws are the same
 // with or without them. Nil without a plan.
-func servicesDecider(in *faults.Injector) *faults.Decider {
+func servicesDecider(in *inject.Injector) *inject.Decider {
 	if in == nil {
 		return nil
 	}
 	plan := in.Plan()
-	rules := faults.RulesFromPlan(plan)
+	rules := catalogue.RulesFromPlan(plan)
 	for _, r := range in.BoundaryRules() {
-		if faults.IsDNSKind(r.Kind.Name) {
+		if plans.IsDNSKind(r.Kind.Name) {
 			rules = append(rules, r)
 		}
 	}
-	return faults.NewDecider(plan.GetSeed(), rules)
+	return inject.NewDecider(plan.GetSeed(), rules)
 }
 
 // attachServices opens the gateway of the layer's sandbox with decider d.
-func (l *Layer) attachServices(ctx context.Context, svcs []sandbox.Service, d *faults.Decider) error {
+func (l *Layer) attachServices(ctx context.Context, svcs []sandbox.Service, d *inject.Decider) error {
 	clock := new(atomic.Int64)
 	clock.Store(int64(*l.clock))
 	rec := &svcnet.Recorder{Now: func() time.Duration { return time.Duration(clock.Load()) }}

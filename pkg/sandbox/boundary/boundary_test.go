@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -27,9 +29,9 @@ faults:
   - {id: cpu, kind: cpu_throttle, params: {cpu_fraction: 0.5}}
 `
 
-func injector(t *testing.T) *faults.Injector {
+func injector(t *testing.T) *inject.Injector {
 	t.Helper()
-	cps, err := faults.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "layer", SpecYaml: profile}})
+	cps, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "layer", SpecYaml: profile}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func injector(t *testing.T) *faults.Injector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := faults.NewInjector(plan)
+	in, err := inject.NewInjector(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestLayerAppliesAndDetaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if amb := l.Ambient(); len(amb) != 1 || amb[0].GetKind() != faults.KindCPUThrottle || amb[0].GetTarget() != tools.Service {
+	if amb := l.Ambient(); len(amb) != 1 || amb[0].GetKind() != catalogue.KindCPUThrottle || amb[0].GetTarget() != tools.Service {
 		t.Errorf("ambient faults %v, want cpu_throttle on %s", amb, tools.Service)
 	}
 	tb := tools.New(rt, h.ID, tools.Options{Storage: l.Gate(), ExecEnv: l.ExecEnv})

@@ -6,8 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -30,17 +31,17 @@ import (
 // cmdFaults collects what the runtime's gate fires during one command. The runtime
 // calls it from its own goroutines.
 type cmdFaults struct {
-	d     *faults.Decider
+	d     *inject.Decider
 	mu    sync.Mutex
 	fired []firedOp
 }
 
 type firedOp struct {
 	op, path string
-	f        faults.Fired
+	f        catalogue.Fired
 }
 
-func (c *cmdFaults) onFire(_ string, ev faults.Event, fired []faults.Fired) {
+func (c *cmdFaults) onFire(_ string, ev catalogue.Event, fired []catalogue.Fired) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range fired {
@@ -61,7 +62,7 @@ func (c *cmdFaults) take() []firedOp {
 // sandbox when the plan has storage faults (d not nil) and the runtime can apply them to
 // commands; otherwise commands meet no storage fault and nothing is mounted (it costs
 // every file operation).
-func (l *Layer) attachCommands(ctx context.Context, d *faults.Decider) error {
+func (l *Layer) attachCommands(ctx context.Context, d *inject.Decider) error {
 	l.cmd = nil
 	if d == nil {
 		return nil

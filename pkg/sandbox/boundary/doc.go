@@ -6,7 +6,7 @@
 //     delays on the episode's virtual clock; and, when the runtime is a
 //     sandbox.StorageFaulter, the agent's commands through a second gate the runtime's
 //     filesystem layer (package faultfuse) passes every file operation through;
-//   - resource faults are decided once per episode (faults.ResourcesFor) and written
+//   - resource faults are decided once per episode (inject.ResourcesFor) and written
 //     through the runtime's cgroup knobs (sandbox.LimitUpdater) before every tool call
 //     (Layer.Begin): cpu_throttle as the CPU quota, memory_leak as a memory limit
 //     shrinking with the episode's virtual time;

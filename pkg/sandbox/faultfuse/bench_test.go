@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 )
 
@@ -24,7 +24,7 @@ func BenchmarkBeginEnd(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	l, err := faultfuse.New(faultfuse.Config{Workspace: ws, Mountpoint: mnt, Shadow: shadow, Gate: faultfs.NewGate(faults.NewDecider(1, nil), nil, nil)})
+	l, err := faultfuse.New(faultfuse.Config{Workspace: ws, Mountpoint: mnt, Shadow: shadow, Gate: faultfs.NewGate(inject.NewDecider(1, nil), nil, nil)})
 	if err != nil {
 		b.Fatalf("FUSE unavailable here: %v", err)
 	}

@@ -71,7 +71,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
 	"github.com/gauntlet-rl/gauntlet/pkg/procfs"
 )
@@ -442,9 +442,9 @@ func (l *Layer) leave() { l.mu.RUnlock() }
 
 // admit admits an operation (enter) and passes its event (gate); when the errno is 0 the
 // caller must leave.
-func (l *Layer) admit(op, name string) (faults.Decision, syscall.Errno) {
+func (l *Layer) admit(op, name string) (catalogue.Decision, syscall.Errno) {
 	if !l.enter() {
-		return faults.Decision{}, syscall.EIO
+		return catalogue.Decision{}, syscall.EIO
 	}
 	dec, errno := l.gate(op, name)
 	if errno != 0 {
@@ -459,7 +459,7 @@ func (l *Layer) admit(op, name string) (faults.Decision, syscall.Errno) {
 // interrupt) does not cut them short, because an EINTR would make many programs retry the
 // call, a new event the same command without the signal would not make; a fatal signal
 // ends the wait for the process, and End ends the delay itself.
-func (l *Layer) gate(op, name string) (faults.Decision, syscall.Errno) {
+func (l *Layer) gate(op, name string) (catalogue.Decision, syscall.Errno) {
 	dec, err := l.cfg.Gate.Before(l.sess, op, name)
 	if err == nil {
 		return dec, 0

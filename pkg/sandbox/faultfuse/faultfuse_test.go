@@ -17,8 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 )
 
@@ -36,7 +38,7 @@ faults:
 // FUSE cannot mount.
 func mount(t *testing.T) (ws, mnt string, fired func() []string) {
 	t.Helper()
-	_, rules, err := faults.ParseSpec([]byte(spec))
+	_, rules, err := plans.ParseSpec([]byte(spec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func mount(t *testing.T) (ws, mnt string, fired func() []string) {
 	}
 	var mu sync.Mutex
 	var got []string
-	gate := faultfs.NewGate(faults.NewDecider(7, rules), func(_ string, ev faults.Event, fs []faults.Fired) {
+	gate := faultfs.NewGate(inject.NewDecider(7, rules), func(_ string, ev catalogue.Event, fs []catalogue.Fired) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, f := range fs {
@@ -164,7 +166,7 @@ func plainLayer(t *testing.T) (l *faultfuse.Layer, ws, mnt, shadow string) {
 			t.Fatal(err)
 		}
 	}
-	l, err := faultfuse.New(faultfuse.Config{Workspace: ws, Mountpoint: mnt, Shadow: shadow, Gate: faultfs.NewGate(faults.NewDecider(1, nil), nil, nil)})
+	l, err := faultfuse.New(faultfuse.Config{Workspace: ws, Mountpoint: mnt, Shadow: shadow, Gate: faultfs.NewGate(inject.NewDecider(1, nil), nil, nil)})
 	if err != nil {
 		t.Fatalf("FUSE unavailable here (needs root and /dev/fuse): %v", err)
 	}

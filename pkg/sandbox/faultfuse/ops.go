@@ -10,7 +10,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 )
 
 // WrapChild makes every node of the tree a gated node.
@@ -89,7 +89,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	name := n.rel()
-	_, errno := n.l.admit(faults.OpOpen, name)
+	_, errno := n.l.admit(catalogue.OpOpen, name)
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -105,7 +105,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 // stream left open when the command ends (its release is asynchronous) would otherwise
 // keep the source mounted after End.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	_, errno := n.l.admit(faults.OpOpen, n.rel())
+	_, errno := n.l.admit(catalogue.OpOpen, n.rel())
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -128,12 +128,12 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	p := n.child(name)
-	_, errno := n.l.admit(faults.OpCreate, p)
+	_, errno := n.l.admit(catalogue.OpCreate, p)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
 	defer n.l.leave()
-	if _, errno := n.l.gate(faults.OpOpen, p); errno != 0 {
+	if _, errno := n.l.gate(catalogue.OpOpen, p); errno != 0 {
 		return nil, nil, 0, errno
 	}
 	ch, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
@@ -144,7 +144,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	_, errno := n.l.admit(faults.OpCreate, n.child(name))
+	_, errno := n.l.admit(catalogue.OpCreate, n.child(name))
 	if errno != 0 {
 		return nil, errno
 	}
@@ -153,7 +153,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	_, errno := n.l.admit(faults.OpCreate, n.child(name))
+	_, errno := n.l.admit(catalogue.OpCreate, n.child(name))
 	if errno != 0 {
 		return nil, errno
 	}
@@ -162,7 +162,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	_, errno := n.l.admit(faults.OpCreate, n.child(name))
+	_, errno := n.l.admit(catalogue.OpCreate, n.child(name))
 	if errno != 0 {
 		return nil, errno
 	}
@@ -174,7 +174,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	_, errno := n.l.admit(faults.OpMkdir, n.child(name))
+	_, errno := n.l.admit(catalogue.OpMkdir, n.child(name))
 	if errno != 0 {
 		return nil, errno
 	}
@@ -183,7 +183,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	_, errno := n.l.admit(faults.OpRemove, n.child(name))
+	_, errno := n.l.admit(catalogue.OpRemove, n.child(name))
 	if errno != 0 {
 		return errno
 	}
@@ -192,7 +192,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	_, errno := n.l.admit(faults.OpRemove, n.child(name))
+	_, errno := n.l.admit(catalogue.OpRemove, n.child(name))
 	if errno != 0 {
 		return errno
 	}
@@ -201,7 +201,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	_, errno := n.l.admit(faults.OpRename, n.child(name))
+	_, errno := n.l.admit(catalogue.OpRename, n.child(name))
 	if errno != 0 {
 		return errno
 	}
@@ -253,7 +253,7 @@ var (
 )
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	_, errno := f.l.admit(faults.OpRead, f.name)
+	_, errno := f.l.admit(catalogue.OpRead, f.name)
 	if errno != 0 {
 		return nil, errno
 	}
@@ -265,7 +265,7 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResul
 // caller sees write(2) return less), or fails with ENOSPC when it keeps nothing, as a
 // filling disk does.
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	dec, errno := f.l.admit(faults.OpWrite, f.name)
+	dec, errno := f.l.admit(catalogue.OpWrite, f.name)
 	if errno != 0 {
 		return 0, errno
 	}
@@ -288,7 +288,7 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	}
 	defer f.l.leave()
 	if lk.Typ != syscall.F_UNLCK {
-		if _, errno := f.l.gate(faults.OpLock, f.name); errno != 0 {
+		if _, errno := f.l.gate(catalogue.OpLock, f.name); errno != 0 {
 			return errno
 		}
 	}
@@ -303,7 +303,7 @@ func (f *file) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flag
 	}
 	defer f.l.leave()
 	if lk.Typ != syscall.F_UNLCK {
-		if _, errno := f.l.gate(faults.OpLock, f.name); errno != 0 && errno != syscall.EWOULDBLOCK {
+		if _, errno := f.l.gate(catalogue.OpLock, f.name); errno != 0 && errno != syscall.EWOULDBLOCK {
 			return errno
 		}
 	}

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
@@ -24,7 +25,7 @@ import (
 func BenchmarkShellExecStorageLayer(b *testing.B) {
 	rt := benchRuntime(b)
 	ctx := context.Background()
-	_, rules, err := faults.ParseSpec([]byte("name: elsewhere\nfaults:\n  - {id: full, kind: disk_full, match: {paths: [\"/elsewhere/*\"]}}\n"))
+	_, rules, err := plans.ParseSpec([]byte("name: elsewhere\nfaults:\n  - {id: full, kind: disk_full, match: {paths: [\"/elsewhere/*\"]}}\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func BenchmarkShellExecStorageLayer(b *testing.B) {
 	for _, layer := range []string{"plain", "fuse"} {
 		h := must(rt.Create(ctx, sandbox.Spec{Workspace: files}))(b)
 		if layer == "fuse" {
-			gate := faultfs.NewGate(faults.NewDecider(1, rules), nil, nil)
+			gate := faultfs.NewGate(inject.NewDecider(1, rules), nil, nil)
 			if err := rt.AttachStorageFaults(ctx, h.ID, gate); err != nil {
 				b.Fatalf("attach (FUSE must mount here): %v", err)
 			}

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/pool"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/sandboxtest"
@@ -131,7 +132,7 @@ func TestPoolReleaseDetachesStorageFaults(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // the pool fills itself
 	}
-	_, rules, err := faults.ParseSpec([]byte("name: ro\nfaults:\n  - {id: ro, kind: read_only}\n"))
+	_, rules, err := plans.ParseSpec([]byte("name: ro\nfaults:\n  - {id: ro, kind: read_only}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestPoolReleaseDetachesStorageFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.AttachStorageFaults(ctx, l.Handle.ID, faultfs.NewGate(faults.NewDecider(1, rules), nil, nil)); err != nil {
+	if err := rt.AttachStorageFaults(ctx, l.Handle.ID, faultfs.NewGate(inject.NewDecider(1, rules), nil, nil)); err != nil {
 		t.Fatalf("attach (FUSE must mount here): %v", err)
 	}
 	if res := run(t, tools.New(rt, l.Handle.ID, tools.Options{}), "touch x"); !strings.Contains(res.Stderr, "Read-only file system") {

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
@@ -66,7 +68,7 @@ func StorageFaults(t *testing.T, rt sandbox.Runtime, opts ...Option) StorageTrac
 		opt(&o)
 	}
 	var out StorageTrace
-	_, rules, err := faults.ParseSpec([]byte(toolStorageSpec))
+	_, rules, err := plans.ParseSpec([]byte(toolStorageSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ type execOnly struct{ sandbox.Runtime }
 
 // toolStorageRun: with a faultfs.Gate in the toolbox, the file tools meet each storage
 // fault with the error the kernel would give.
-func toolStorageRun(t *testing.T, rt sandbox.Runtime, o options, hostSide bool, rules []faults.Rule) []string {
+func toolStorageRun(t *testing.T, rt sandbox.Runtime, o options, hostSide bool, rules []catalogue.Rule) []string {
 	ctx := context.Background()
 	h, err := rt.Create(ctx, sandbox.Spec{Image: o.image, Workspace: []sandbox.File{
 		{Path: "ro/keep.txt", Data: []byte("keep\n")},
@@ -163,7 +165,7 @@ func toolStorageRun(t *testing.T, rt sandbox.Runtime, o options, hostSide bool, 
 	}
 	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
 	log := &firedLog{}
-	gate := faultfs.NewGate(faults.NewDecider(42, rules), func(key string, ev faults.Event, fired []faults.Fired) {
+	gate := faultfs.NewGate(inject.NewDecider(42, rules), func(key string, ev catalogue.Event, fired []catalogue.Fired) {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		for _, f := range fired {
@@ -278,7 +280,7 @@ func NewStorageFaulted(t *testing.T, rt sandbox.Runtime, seed uint64, opts ...Op
 		t.Fatalf("runtime %s cannot apply storage faults to commands", rt.Name())
 	}
 	ctx := context.Background()
-	_, rules, err := faults.ParseSpec([]byte(commandStorageSpec))
+	_, rules, err := plans.ParseSpec([]byte(commandStorageSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +293,7 @@ func NewStorageFaulted(t *testing.T, rt sandbox.Runtime, seed uint64, opts ...Op
 	}
 	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
 	log := &firedLog{}
-	gate := faultfs.NewGate(faults.NewDecider(seed, rules), func(_ string, ev faults.Event, fs []faults.Fired) {
+	gate := faultfs.NewGate(inject.NewDecider(seed, rules), func(_ string, ev catalogue.Event, fs []catalogue.Fired) {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		for _, f := range fs {

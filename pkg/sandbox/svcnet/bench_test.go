@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
@@ -34,7 +35,7 @@ func BenchmarkGatewayRequest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, rules, err := faults.ParseSpec([]byte(profile))
+	_, rules, err := plans.ParseSpec([]byte(profile))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,8 +58,8 @@ func BenchmarkGatewayRequest(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { get(b, &http.Client{Transport: &http.Transport{}}, "http://"+api+"/ok") })
 	for _, tc := range []struct {
 		name string
-		d    *faults.Decider
-	}{{"gateway", nil}, {"gateway-7-rules", faults.NewDecider(1, rules)}} {
+		d    *inject.Decider
+	}{{"gateway", nil}, {"gateway-7-rules", inject.NewDecider(1, rules)}} {
 		b.Run(tc.name, func(b *testing.B) {
 			g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: tc.d})
 			if err != nil {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -23,7 +23,7 @@ type Recorder struct {
 // OnFire records fired faults; the target is the service (for a name lookup, the name
 // looked up when it is no service's), the detail says what fired and on what (the
 // request's method and path, the connection's stream, or the lookup's "dns/<name>").
-func (r *Recorder) OnFire(key string, ev faults.Event, fired []faults.Fired) {
+func (r *Recorder) OnFire(key string, ev catalogue.Event, fired []catalogue.Fired) {
 	var at time.Duration
 	if r.Now != nil {
 		at = r.Now()

@@ -2,7 +2,7 @@
 // episode: for each service it opens a listener inside the sandbox's
 // network namespace (through the runtime's sandbox.ServiceListener) and forwards from the
 // host process to the service's upstream, through gauntlet's fault layer (package
-// faultnet) driven by the episode's faults.Decider. Every fault that fires is reported
+// faultnet) driven by the episode's inject.Decider. Every fault that fires is reported
 // (Options.OnFire; a Recorder turns them into step events).
 //
 // HTTP services go through a faultnet.Proxy, one decision per request keyed
@@ -40,15 +40,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultnet"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
 // Options configure a gateway.
 type Options struct {
 	// Decider decides the faults (nil: none; traffic passes through).
-	Decider *faults.Decider
+	Decider *inject.Decider
 	// OnFire receives every fault that fires (optional).
 	OnFire faultnet.OnFire
 	// DialTimeout bounds connecting to an upstream (default 5 s).
@@ -181,7 +182,7 @@ func (g *Gateway) serveTCP(l net.Listener, s sandbox.Service) {
 			return
 		}
 		key := "conn/" + s.Name + "/" + strconv.FormatUint(n, 10)
-		fc := faultnet.WrapConn(c, g.opt.Decider, key, faults.Event{Service: s.Name, Host: s.Name}, g.opt.OnFire)
+		fc := faultnet.WrapConn(c, g.opt.Decider, key, catalogue.Event{Service: s.Name, Host: s.Name}, g.opt.OnFire)
 		if !g.track(fc, true) {
 			_ = fc.Close()
 			return

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal/ctrdtest"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
@@ -136,14 +138,14 @@ func runServiceFaults(t *testing.T, rt sandbox.Runtime, image string) {
 		t.Fatalf("create: %v", err)
 	}
 	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
-	_, rules, err := faults.ParseSpec([]byte(profile))
+	_, rules, err := plans.ParseSpec([]byte(profile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	attach := func(seed uint64) (*svcnet.Gateway, *svcnet.Recorder) {
 		t.Helper()
 		rec := &svcnet.Recorder{}
-		g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: faults.NewDecider(seed, rules), OnFire: rec.OnFire})
+		g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: inject.NewDecider(seed, rules), OnFire: rec.OnFire})
 		if err != nil {
 			t.Fatalf("attach: %v", err)
 		}
@@ -347,13 +349,13 @@ func runDNSFaults(t *testing.T, rt sandbox.Runtime, image string) {
 		if g != nil {
 			_ = g.Close()
 		}
-		var d *faults.Decider
+		var d *inject.Decider
 		if spec != "" {
-			_, rules, err := faults.ParseSpec([]byte("name: dns-test\nfaults:\n" + spec))
+			_, rules, err := plans.ParseSpec([]byte("name: dns-test\nfaults:\n" + spec))
 			if err != nil {
 				t.Fatal(err)
 			}
-			d = faults.NewDecider(seed, rules)
+			d = inject.NewDecider(seed, rules)
 		}
 		rec := &svcnet.Recorder{}
 		var err error
@@ -379,9 +381,9 @@ func runDNSFaults(t *testing.T, rt sandbox.Runtime, image string) {
 		kind, want string
 		slow       bool
 	}{
-		{faults.KindDNSNXDomain, "can't find docs: NXDOMAIN", false},
-		{faults.KindDNSServFail, "can't find docs: SERVFAIL", false},
-		{faults.KindDNSTimeout, "timed out", true},
+		{catalogue.KindDNSNXDomain, "can't find docs: NXDOMAIN", false},
+		{catalogue.KindDNSServFail, "can't find docs: SERVFAIL", false},
+		{catalogue.KindDNSTimeout, "timed out", true},
 	} {
 		rec := attach(1, "  - {id: dns, kind: "+tc.kind+", match: {services: [docs]}}\n")
 		out, took := sh(lookup + `; busybox nslookup localhost`)

@@ -9,7 +9,7 @@ import (
 	"path"
 	"syscall"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/faults"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 )
 
 // Storage faults. With Options.Storage set, every file operation of the fs tools
@@ -45,9 +45,9 @@ func InjectedFault(err error) bool {
 
 // gate runs op on rel through Options.Storage; the decision is the zero-fault one without
 // it.
-func (t *Toolbox) gate(ctx context.Context, tool, op, rel string) (faults.Decision, error) {
+func (t *Toolbox) gate(ctx context.Context, tool, op, rel string) (catalogue.Decision, error) {
 	if t.opts.Storage == nil {
-		return faults.Decision{Keep: 1, WriteKeep: 1}, nil
+		return catalogue.Decision{Keep: 1, WriteKeep: 1}, nil
 	}
 	dec, err := t.opts.Storage.Before(ctx, op, rel)
 	if err != nil {
@@ -96,7 +96,7 @@ func (t *Toolbox) gateList(ctx context.Context, tool, rel string) error {
 	if _, refused := t.probe(ctx, rel); refused {
 		return nil
 	}
-	_, err := t.gate(ctx, tool, faults.OpOpen, rel)
+	_, err := t.gate(ctx, tool, catalogue.OpOpen, rel)
 	return err
 }
 
@@ -108,10 +108,10 @@ func (t *Toolbox) gateRead(ctx context.Context, tool, rel string) error {
 	if _, refused := t.probe(ctx, rel); refused {
 		return nil
 	}
-	if _, err := t.gate(ctx, tool, faults.OpOpen, rel); err != nil {
+	if _, err := t.gate(ctx, tool, catalogue.OpOpen, rel); err != nil {
 		return err
 	}
-	_, err := t.gate(ctx, tool, faults.OpRead, rel)
+	_, err := t.gate(ctx, tool, catalogue.OpRead, rel)
 	return err
 }
 
@@ -126,14 +126,14 @@ func (t *Toolbox) gateWrite(ctx context.Context, tool, rel string, n int) (int, 
 		return n, nil
 	}
 	if !exists {
-		if _, err := t.gate(ctx, tool, faults.OpCreate, rel); err != nil {
+		if _, err := t.gate(ctx, tool, catalogue.OpCreate, rel); err != nil {
 			return 0, err
 		}
 	}
-	if _, err := t.gate(ctx, tool, faults.OpOpen, rel); err != nil {
+	if _, err := t.gate(ctx, tool, catalogue.OpOpen, rel); err != nil {
 		return 0, err
 	}
-	dec, err := t.gate(ctx, tool, faults.OpWrite, rel)
+	dec, err := t.gate(ctx, tool, catalogue.OpWrite, rel)
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,135 @@
+package plans
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// simKinds are the fault kinds a sim env applies on virtual time.
+var simKinds = []string{catalogue.KindHTTPError, catalogue.KindLatency, catalogue.KindTruncate}
+
+// CustomProfiles are a run's user-defined profiles, compiled, by name.
+type CustomProfiles map[string][]catalogue.Rule
+
+// Names returns the profile names, sorted.
+func (c CustomProfiles) Names() []string {
+	out := make([]string, 0, len(c))
+	for n := range c {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// CompileCustomProfiles parses and checks a run's user-defined profiles for a sim env:
+// each must be a valid spec (SLA included) whose name matches, not a built-in or duplicate
+// name, holding only faults the sim applies (http_error, latency, truncate) targeted by
+// services or tools, or storage, resource and DNS faults, which sandboxed envs apply at
+// their sandbox's boundaries (Plan puts them in the plan's boundary_spec). Errors name the profile ("custom_profiles[1]: faults[0].kind: ...").
+func CompileCustomProfiles(cps []*gauntletv1.CustomProfile) (CustomProfiles, error) {
+	out := CustomProfiles{}
+	var errs []error
+	for i, cp := range cps {
+		where := fmt.Sprintf("custom_profiles[%d]", i)
+		if cp == nil {
+			errs = append(errs, fmt.Errorf("%s: missing profile", where))
+			continue
+		}
+		spec, rules, err := ParseSpec([]byte(cp.SpecYaml))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w", where, cp.Name, err))
+			continue
+		}
+		if spec.Name != cp.Name {
+			errs = append(errs, fmt.Errorf("%s.name: %q differs from the spec's name %q", where, cp.Name, spec.Name))
+			continue
+		}
+		if _, dup := out[cp.Name]; dup {
+			errs = append(errs, fmt.Errorf("%s.name: duplicate profile %q", where, cp.Name))
+			continue
+		}
+		for j, r := range rules {
+			if boundaryKind(r.Kind) {
+				continue // applied at a sandbox's boundaries; Plan checks the env has one
+			}
+			if !slices.Contains(simKinds, r.Kind.Name) {
+				errs = append(errs, fmt.Errorf("%s (%s): faults[%d].kind: %s cannot apply in a sim env, which applies %s", where, cp.Name, j, r.Kind.Name, strings.Join(simKinds, ", ")))
+			}
+			if m := r.Match; len(m.Hosts)+len(m.Paths)+len(m.Methods)+len(m.Ops) > 0 {
+				errs = append(errs, fmt.Errorf("%s (%s): faults[%d].match: a sim env's calls have no host, path, method or op; target services or tools", where, cp.Name, j))
+			}
+		}
+		out[cp.Name] = rules
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Plan derives the plan of a user-defined profile for an env simulating services: each
+// fault becomes one rule per service it targets ("<service>.<fault id>"), or per tool
+// ("<tool>.<fault id>") when it names tools. The numbers are the profile's; the seed keys
+// the draws as for built-in plans. Services named by the profile must exist in the env.
+// Storage, resource and DNS faults go, unchanged, to the plan's boundary_spec, for envs with
+// service SandboxService only.
+func (c CustomProfiles) Plan(seed uint64, name string, services []string) (*gauntletv1.FaultPlan, error) {
+	rules, ok := c[name]
+	if !ok {
+		return nil, fmt.Errorf("plan: profile: %w", unknownProfile(name, c.Names()...))
+	}
+	svcs, err := sortedServices(services)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	plan := &gauntletv1.FaultPlan{Profile: name, Seed: seed, CatalogueVersion: CatalogueVersion}
+	var boundary []catalogue.Rule
+	for _, r := range rules {
+		if boundaryKind(r.Kind) {
+			if !slices.Contains(svcs, SandboxService) {
+				return nil, fmt.Errorf("plan: profile %s: fault %s: %s applies only in envs whose agents act in a real sandbox (service %q); this env has %s", name, r.ID, r.Kind.Name, SandboxService, strings.Join(svcs, ", "))
+			}
+			boundary = append(boundary, r)
+			continue
+		}
+		targets := r.Match.Tools
+		if len(targets) == 0 {
+			targets = r.Match.Services
+			for _, s := range targets {
+				if !slices.Contains(svcs, s) {
+					return nil, fmt.Errorf("plan: profile %s: fault %s: unknown service %q (the env has %s)", name, r.ID, s, strings.Join(svcs, ", "))
+				}
+			}
+		}
+		if len(targets) == 0 {
+			targets = svcs
+		}
+		for _, t := range targets {
+			pr := &gauntletv1.FaultRule{Id: t + "." + r.ID, Target: t, Probability: r.Probability}
+			switch r.Kind.Name {
+			case catalogue.KindHTTPError:
+				pr.Spec = &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{
+					Status: uint32(r.Num("status")), RetryAfterMs: uint32(r.Num("retry_after_ms"))}}
+			case catalogue.KindLatency:
+				pr.Spec = &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: r.Num("mean_ms"), JitterMs: r.Num("jitter_ms")}}
+			case catalogue.KindTruncate:
+				pr.Spec = &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: r.Num("keep_fraction")}}
+			default:
+				return nil, fmt.Errorf("plan: profile %s: fault %s: kind %s cannot apply in a sim env", name, r.ID, r.Kind.Name)
+			}
+			plan.Rules = append(plan.Rules, pr)
+		}
+	}
+	if plan.BoundarySpec, err = BoundarySpec(name, boundary); err != nil {
+		return nil, fmt.Errorf("plan: profile %s: %w", name, err)
+	}
+	if err := Validate(plan); err != nil {
+		return nil, fmt.Errorf("plan: profile %s: %w", name, err)
+	}
+	return plan, nil
+}

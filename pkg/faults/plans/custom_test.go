@@ -1,0 +1,185 @@
+package plans_test
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+const flakyShop = `name: flaky-shop
+sla: {latency_ms: {max: 400}}
+faults:
+  - {id: lat, kind: latency, params: {mean_ms: 120, jitter_ms: 30}}
+  - {id: pay-429, kind: http_error, probability: 0.2, match: {services: [payment]}, params: {status: 429, retry_after_ms: 1500}}
+  - {id: cut, kind: truncate, probability: 0.1, match: {tools: [catalog.search]}, params: {keep_fraction: 0.25}}
+`
+
+func TestCustomProfilePlan(t *testing.T) {
+	c, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "flaky-shop", SpecYaml: flakyShop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Plan(5, "flaky-shop", shopServices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range p.Rules {
+		ids = append(ids, r.Id+"@"+r.Target)
+	}
+	want := []string{"catalog.lat@catalog", "inventory.lat@inventory", "payment.lat@payment", "shipping.lat@shipping",
+		"payment.pay-429@payment", "catalog.search.cut@catalog.search"}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("rules %v, want %v", ids, want)
+	}
+	if r := p.Rules[4]; r.Probability != 0.2 || r.GetHttpError().Status != 429 || r.GetHttpError().RetryAfterMs != 1500 {
+		t.Fatalf("429 rule %v", r)
+	}
+	// The mix may name it; the choice stays deterministic.
+	mix := []*gauntletv1.Share{{Name: "baseline", Weight: 1}, {Name: "flaky-shop", Weight: 3}}
+	n := 0
+	for seed := uint64(0); seed < 4000; seed++ {
+		name, err := plans.ChooseProfile(seed, mix, c.Names()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "flaky-shop" {
+			n++
+		}
+	}
+	within5Sigma(t, "flaky-shop share", n, 4000, 0.75)
+	wantErrs(t, plans.ValidateMix(mix), `unknown profile "flaky-shop"`)
+}
+
+func TestCustomProfilesRejected(t *testing.T) {
+	tests := []struct {
+		name string
+		cps  []*gauntletv1.CustomProfile
+		want string
+	}{
+		{"name mismatch", []*gauntletv1.CustomProfile{{Name: "other", SpecYaml: flakyShop}}, `custom_profiles[0].name: "other" differs from the spec's name "flaky-shop"`},
+		{"duplicate", []*gauntletv1.CustomProfile{{Name: "flaky-shop", SpecYaml: flakyShop}, {Name: "flaky-shop", SpecYaml: flakyShop}}, `custom_profiles[1].name: duplicate profile "flaky-shop"`},
+		{"network fault in sim", []*gauntletv1.CustomProfile{{Name: "d", SpecYaml: "name: d\nfaults:\n  - {id: f, kind: packet_loss, params: {rate: 0.1}}\n"}},
+			"custom_profiles[0] (d): faults[0].kind: packet_loss cannot apply in a sim env"},
+		{"host match in sim", []*gauntletv1.CustomProfile{{Name: "h", SpecYaml: "name: h\nfaults:\n  - {id: f, kind: latency, match: {hosts: [a]}}\n"}},
+			"custom_profiles[0] (h): faults[0].match: a sim env's calls have no host"},
+		{"bad spec", []*gauntletv1.CustomProfile{{Name: "b", SpecYaml: "name: b\nfaults:\n  - {id: f, kind: latency, params: {mean_ms: -1}}\n"}},
+			"custom_profiles[0] (b): faults[0].params.mean_ms: -1 is below the minimum 0 ms"},
+		{"SLA broken", []*gauntletv1.CustomProfile{{Name: "s", SpecYaml: "name: s\nsla: {latency_ms: {max: 10}}\nfaults:\n  - {id: f, kind: latency, params: {mean_ms: 50}}\n"}},
+			"50 ms expected added latency is above the SLA maximum 10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := plans.CompileCustomProfiles(tt.cps)
+			wantErrs(t, err, tt.want)
+		})
+	}
+	c, _ := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "x", SpecYaml: "name: x\nfaults:\n  - {id: f, kind: latency, match: {services: [warehouse]}}\n"}})
+	_, err := c.Plan(1, "x", shopServices)
+	wantErrs(t, err, `unknown service "warehouse" (the env has catalog, inventory`)
+	// Storage faults compile, but only an env with a sandbox can apply them.
+	c, err = plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "d", SpecYaml: "name: d\nfaults:\n  - {id: f, kind: disk_full}\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Plan(1, "d", shopServices)
+	wantErrs(t, err, `fault f: disk_full applies only in envs whose agents act in a real sandbox (service "sandbox")`)
+	// So do DNS faults: the sim makes no lookups, a sandbox's name server does.
+	c, err = plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "n", SpecYaml: "name: n\nfaults:\n  - {id: f, kind: dns_nxdomain, match: {hosts: [docs]}}\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Plan(1, "n", shopServices)
+	wantErrs(t, err, `fault f: dns_nxdomain applies only in envs whose agents act in a real sandbox (service "sandbox")`)
+	plan, err := c.Plan(1, "n", []string{"sandbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules, err := plans.BoundaryRules(plan); err != nil || len(rules) != 1 || rules[0].Kind.Name != catalogue.KindDNSNXDomain {
+		t.Fatalf("dns fault in boundary_spec: %v %v", rules, err)
+	}
+}
+
+// A sandboxed env's plan carries a profile's storage and resource faults in boundary_spec;
+// the injector gives them back, and a Decider over them fires exactly what a Decider over
+// the profile's own rules fires.
+func TestBoundaryFaultsTravelInThePlan(t *testing.T) {
+	const spec = `name: disk-trouble
+faults:
+  - id: slow
+    kind: io_latency
+    probability: 0.5
+    match: {paths: ["/src/*"]}
+    params: {mean_ms: 30, jitter_ms: 5, distribution: lognormal}
+  - id: full
+    kind: disk_full
+    probability: 0.3
+    match: {ops: [write]}
+  - id: short
+    kind: short_write
+    params: {keep_fraction: 0.25}
+  - id: cpu
+    kind: cpu_throttle
+    params: {cpu_fraction: 0.2}
+  - id: five-xx
+    kind: http_error
+    probability: 0.1
+    params: {status: 503}
+`
+	_, want, err := plans.ParseSpec([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "disk-trouble", SpecYaml: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := c.Plan(7, "disk-trouble", []string{plans.SandboxService})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Rules) != 1 || plan.Rules[0].Id != "sandbox.five-xx" {
+		t.Fatalf("sim rules = %v, want only sandbox.five-xx", plan.Rules)
+	}
+	in, err := inject.NewInjector(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := in.BoundaryRules()
+	if len(got) != 4 {
+		t.Fatalf("boundary rules = %d, want 4 (io_latency, disk_full, short_write, cpu_throttle):\n%s", len(got), plan.BoundarySpec)
+	}
+	var boundary []catalogue.Rule
+	for _, r := range want {
+		if r.Kind.Name != "http_error" {
+			boundary = append(boundary, r)
+		}
+	}
+	a, b := inject.NewDecider(plan.Seed, boundary), inject.NewDecider(plan.Seed, got)
+	fired := 0
+	for i := 0; i < 2000; i++ {
+		op := []string{catalogue.OpOpen, catalogue.OpWrite, catalogue.OpRead, catalogue.OpCreate}[i%4]
+		key := fmt.Sprintf("fs/src/f%d", i%7)
+		ev := catalogue.Event{Layer: catalogue.LayerStorage, Op: op, Path: key[2:]}
+		da, db := a.Decide(key, ev), b.Decide(key, ev)
+		if !reflect.DeepEqual(da, db) {
+			t.Fatalf("event %d: %+v != %+v", i, da, db)
+		}
+		fired += len(da.Fired)
+	}
+	if fired == 0 {
+		t.Fatal("no fault fired in 2000 events")
+	}
+	if r1, r2 := inject.ResourcesFor(plan.Seed, boundary), inject.ResourcesFor(plan.Seed, got); r1.CPUMax() != "20000 100000" || r2.CPUMax() != r1.CPUMax() {
+		t.Fatalf("cpu.max %q and %q, want 20000 100000", r1.CPUMax(), r2.CPUMax())
+	}
+	// A plan whose boundary spec is broken is refused, naming the field.
+	plan.BoundarySpec = "name: x\nfaults:\n  - {id: f, kind: latency}\n"
+	wantErrs(t, plans.Validate(plan), "boundary_spec: faults[0].kind: latency is not a storage, resource or DNS fault")
+}
