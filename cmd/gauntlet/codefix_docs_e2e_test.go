@@ -12,7 +12,7 @@ import (
 // TestCodefixDocsServiceEndToEnd runs codefix episodes whose sandbox reaches the docs
 // service through the fault gateway (param docs=1) through the whole pipeline on the
 // process runtime: the faults the agent's requests met inside the sandbox reach
-// ClickHouse's faults table, on the step that made the request (A1, A5, B1, B2).
+// ClickHouse's faults table, on the step that made the request.
 func TestCodefixDocsServiceEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")

@@ -20,8 +20,7 @@ import (
 // they fire on the agents' file tools and on the files their commands touch (the process
 // runtime's FUSE layer) and are recorded in the faults table like the sim's, the ambient
 // ones on step 0, and an episode rebuilt from its record with
-// `gauntlet episode snapshot` meets the same faults and makes every observation again
-// (B1-B4).
+// `gauntlet episode snapshot` meets the same faults and makes every observation again.
 func TestCodefixUnderStorageProfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")

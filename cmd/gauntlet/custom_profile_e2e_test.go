@@ -15,7 +15,7 @@ import (
 
 // TestCustomProfileRun submits a run whose mix names a user-defined YAML profile beside
 // baseline, through `gauntlet run`'s request builder, and checks through ClickHouse that
-// episodes drew both, by their declared ratio, each recording its own plan (B3).
+// episodes drew both, by their declared ratio, each recording its own plan.
 func TestCustomProfileRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs ClickHouse; run without -short")

@@ -19,7 +19,7 @@ import (
 // real pipeline (scheduler, faults service, workers, store, ClickHouse) and checks that
 // every episode's recorded drift value is the ramp's value at the episode's index, that the
 // plan the episode met carried it, and that a global drift set in the gauntlet_drift KV
-// bucket is applied to every episode and recorded as a change (B6).
+// bucket is applied to every episode and recorded as a change.
 func TestDriftFollowsLinearRampAcrossRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs ClickHouse; run without -short")

@@ -26,7 +26,7 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// `gauntlet episode snapshot` and `gauntlet episode fork` (A2, D3) rebuild a recorded
+// `gauntlet episode snapshot` and `gauntlet episode fork` rebuild a recorded
 // episode at a step by replaying its recorded actions on a fresh episode of the same env,
 // seed, params and fault plan, in a sandbox of a local runtime. Envs are deterministic
 // given those and the actions, so the rebuilt state is the recorded one; the replay checks

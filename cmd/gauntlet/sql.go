@@ -162,14 +162,14 @@ func printTable(w io.Writer, cols []string, rows [][]string) {
 // exampleQueries are printed after a run: three questions an analyst asks first.
 func exampleQueries(db, runID string) []string {
 	return []string{
-		fmt.Sprintf(`-- success rate and reward percentiles by policy and fault profile (D4)
+		fmt.Sprintf(`-- success rate and reward percentiles by policy and fault profile
 SELECT policy, profile, count() AS episodes, round(avg(success), 3) AS success_rate,
        arrayMap(x -> round(x, 2), quantiles(0.5, 0.9, 0.99)(total_reward)) AS reward_p50_p90_p99
 FROM %s.episodes FINAL WHERE run_id = '%s' GROUP BY policy, profile ORDER BY policy, profile`, db, runID),
 		fmt.Sprintf(`-- which injected faults the agents met, and what the steps that met them earned
 SELECT kind, count() AS fired, round(avg(reward), 3) AS mean_step_reward
 FROM %s.steps FINAL ARRAY JOIN fault_kinds AS kind WHERE run_id = '%s' GROUP BY kind ORDER BY fired DESC`, db, runID),
-		fmt.Sprintf(`-- the causal feedback agents got most often (C3)
+		fmt.Sprintf(`-- the causal feedback agents got most often
 SELECT policy, reason, count() AS times
 FROM %s.steps FINAL ARRAY JOIN violation_reasons AS reason WHERE run_id = '%s'
 GROUP BY policy, reason ORDER BY times DESC LIMIT 10`, db, runID),

@@ -1,4 +1,4 @@
-// Command branching-search shows tree search over actions with sandbox snapshots (A2): it
+// Command branching-search shows tree search over actions with sandbox snapshots: it
 // starts a codefix episode in a real sandbox, reads the buggy library, then branches the
 // episode once per candidate fix. Each branch (a fresh sandbox forked from a snapshot of
 // the trunk's workspace) applies its candidate and runs the tests; the search keeps the

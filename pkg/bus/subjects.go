@@ -42,7 +42,7 @@ const (
 const (
 	BucketRuns = "gauntlet_runs"
 	// BucketDrift holds the global fault drift (a DriftSet under key KeyDriftGlobal); its
-	// history is the record of every change (B6).
+	// history is the record of every change.
 	BucketDrift = "gauntlet_drift"
 	// BucketPlanTemplates holds the templates of user-defined profiles' fault plans, keyed
 	// by template id; compact plans name them (pkg/faults/templates).
@@ -64,8 +64,8 @@ func SubjectEpisode(runID string) string { return SubjectEpisodePrefix + runID }
 //
 // Subjects name the run, not the episode: JetStream keeps an in-memory index entry for
 // every distinct subject a stream holds, so per-episode subjects made the server's memory
-// grow with every episode (about 250 bytes each, measured: 112 MB after 500,000 episodes,
-// and a day's retention at 2,000 episodes/s would be gigabytes). Per-run subjects keep
+// grow with every episode (docs/benchmarks.md, Costs the code cites, Trajectory store:
+// per-run subjects). Per-run subjects keep
 // that index as small as the number of runs. Episodes stay in order (one worker publishes
 // an episode, in order, on one connection), each event still carries its episode id, and
 // message ids stay per episode and step, so de-duplication is unchanged.

@@ -1,8 +1,13 @@
-// Package childproc holds what gauntlet's launchers of local servers (ClickHouse in
-// pkg/chlocal, containerd in pkg/ctrdlocal, the Temporal dev server in pkg/temporallocal)
-// share about the child processes they run: spawning and signalling one, killing a server left over by a
-// crashed earlier run through its pid file, telling when a process is gone, and quoting
-// the tail of a server's log in an error.
+// Package childproc runs gauntlet's local servers (ClickHouse in pkg/chlocal, containerd
+// in pkg/ctrdlocal, the Temporal dev server in pkg/temporallocal) as child processes. A
+// [Daemon] owns one server's lifecycle: spawning it in a process group of its own that
+// dies with this program, waiting for its readiness probe within a bound, quoting the end
+// of its log when it dies early, and stopping it gracefully then killing it. Each launcher
+// supplies only its [Recipe]: the command, the files, the probe. The package also kills a
+// server left over by a crashed earlier run through its pid file.
+//
+// A Daemon restarts nothing by itself; a supervisor with backoff can be built on Done and
+// Start. Its methods are safe for concurrent use.
 package childproc
 
 import (
@@ -12,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -129,4 +135,17 @@ func Tail(path string, offset int64) string {
 		lines = lines[len(lines)-maxLines:]
 	}
 	return string(bytes.TrimSpace(bytes.Join(lines, []byte("\n"))))
+}
+
+// StateDir is a launcher's Options.Dir made absolute, the directory that holds a server's
+// files; empty is an error.
+func StateDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("Options.Dir is empty")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("Options.Dir: %w", err)
+	}
+	return abs, nil
 }

@@ -17,10 +17,13 @@ type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited and been reaped
 	err  error         // exit status, set before done is closed
+
+	leaderOnly bool // Signal reaches the process itself, not its group
 }
 
 // Spawn starts cmd in a process group of its own (a terminal's Ctrl-C goes to us, not
-// straight to the server) that dies with this program, its stdout and stderr appended to
+// straight to the server) that dies with this program (other SysProcAttr flags of cmd
+// are kept), its stdout and stderr appended to
 // logPath, and records its pid in pidFile for KillLeftover; the pid file is removed when
 // the process exits. name says what the process is, for logs and errors.
 func Spawn(cmd *exec.Cmd, name, logPath, pidFile string, log *slog.Logger) (*Process, error) {
@@ -30,7 +33,11 @@ func Spawn(cmd *exec.Cmd, name, logPath, pidFile string, log *slog.Logger) (*Pro
 	}
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	waited, err := StartLocked(cmd)
 	if err != nil {
 		out.Close()
@@ -98,13 +105,18 @@ func (p *Process) Exited() bool {
 	}
 }
 
-// Signal sends sig to the process's group. A nil or exited process is an error.
+// Signal sends sig to the process's group (to the process alone when its Daemon's
+// Recipe says SignalLeaderOnly). A nil or exited process is an error.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p == nil || p.Exited() {
 		return errors.New("server is not running")
 	}
 	pid := p.Pid()
-	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+	target := -pid
+	if p.leaderOnly {
+		target = pid
+	}
+	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("send %v to pid %d: %w", sig, pid, err)
 	}
 	return nil

@@ -13,7 +13,8 @@
 // test can take ClickHouse away and bring it back on the same data and port. A pid
 // file in Dir lets the next Start on the same Dir kill a server left behind by a
 // crashed run, so Start is idempotent per directory. The child is also killed by the
-// kernel when the process that started it dies (Linux parent-death signal).
+// kernel when the process that started it dies (Linux parent-death signal). The
+// process itself is a [childproc.Daemon]; this package is its recipe.
 //
 // Concurrency: every method of Server is safe for concurrent use.
 //

@@ -19,7 +19,8 @@
 // [Server.Purge] kills and deletes every task and container it knows, and tests call
 // it before Stop. A pid file in Dir lets the next Start on the same Dir kill a daemon
 // left behind by a crashed run; the daemon also dies with the program that started
-// it (Linux parent-death signal).
+// it (Linux parent-death signal). The process itself is a [childproc.Daemon]; this
+// package is its recipe.
 //
 // The daemon runs in a mount namespace of its own, inherited by its shims and their OCI
 // runtime; the host's mounts are untouched. In it, the OCI runtime binaries (crun, runc)

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -59,53 +58,55 @@ type Options struct {
 
 // Server is a containerd daemon owned by this program.
 type Server struct {
-	dir          string
-	bin          string
-	tmpfs        int64
-	log          *slog.Logger
-	startTimeout time.Duration
+	dir   string
+	bin   string
+	tmpfs int64
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when cmd has exited and been reaped
-	logFile *os.File
+	d *childproc.Daemon
 }
 
 // Start starts containerd with its state under opts.Dir and returns once it answers
 // on its socket. A daemon left running on the same Dir by an earlier, crashed
 // program is killed first.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("start containerd: Options.Dir is empty")
-	}
 	if opts.RootTmpfsBytes < 0 {
 		return nil, fmt.Errorf("start containerd: Options.RootTmpfsBytes is %d: must not be negative", opts.RootTmpfsBytes)
 	}
-	dir, err := filepath.Abs(opts.Dir)
+	dir, err := childproc.StateDir(opts.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("start containerd: Options.Dir: %w", err)
+		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	if n := len(filepath.Join(dir, "containerd.sock.ttrpc")); n > maxSocketPath {
 		return nil, fmt.Errorf("start containerd: Options.Dir %q is too long: the socket path would be %d bytes, the limit is %d", dir, n, maxSocketPath)
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
 	}
 	bin, err := findBinary(opts.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
-	s := &Server{dir: dir, bin: bin, tmpfs: opts.RootTmpfsBytes, log: opts.Logger, startTimeout: opts.StartTimeout}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.startTimeout <= 0 {
-		s.startTimeout = DefaultStartTimeout
-	}
+	s := &Server{dir: dir, bin: bin, tmpfs: opts.RootTmpfsBytes}
 	for _, d := range []string{dir, s.root(), s.state()} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("start containerd: %w", err)
 		}
 	}
-	owns := func(pid int) bool { return childproc.CommIs(pid, "containerd") }
-	if err := childproc.KillLeftover(s.pidFile(), "containerd", owns, s.log); err != nil {
+	s.d = childproc.NewDaemon(childproc.Recipe{
+		Name:         "containerd",
+		Command:      s.command,
+		LogPath:      s.logPath(),
+		PidFile:      s.pidFile(),
+		Owns:         func(pid int) bool { return childproc.CommIs(pid, "containerd") },
+		OpenProbe:    s.probe,
+		Describe:     func() []any { return []any{"address", s.Address()} },
+		PollInterval: pollInterval,
+		StartTimeout: opts.StartTimeout,
+		StopGrace:    stopGrace,
+		// The shims run the containers; a restart of the daemon must not take them along.
+		SignalLeaderOnly: true,
+	}, opts.Logger)
+	if err := s.d.KillLeftover(); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	if err := s.mountRoot(); err != nil {
@@ -114,10 +115,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.WriteFile(s.configPath(), []byte(s.config()), 0o644); err != nil {
 		return nil, fmt.Errorf("start containerd: write config: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.runLocked(ctx); err != nil {
-		return nil, err
+	if err := s.d.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	return s, nil
 }
@@ -129,14 +128,7 @@ func (s *Server) Address() string { return filepath.Join(s.dir, "containerd.sock
 func (s *Server) Dir() string { return s.dir }
 
 // Pid is the daemon's process id, or 0 when it is not running.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || exited(s.done) {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) Pid() int { return s.d.Pid() }
 
 // Client connects a containerd client to the daemon in the given namespace.
 func (s *Server) Client(namespace string) (*client.Client, error) {
@@ -189,9 +181,7 @@ func (s *Server) Purge(ctx context.Context) error {
 // when ctx ends), then unmounts the root tmpfs if Start mounted one. Running
 // containers are not stopped: call Purge first.
 func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.stopLocked(ctx)
+	err := s.d.Stop(ctx)
 	if uerr := s.unmountRoot(); uerr != nil {
 		err = errors.Join(err, uerr)
 	}
@@ -200,128 +190,51 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Kill ends the daemon with SIGKILL and waits until it is reaped, keeping every
 // file and mount, as a crash would.
-func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || exited(s.done) {
-		return nil
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.done
-	return nil
-}
+func (s *Server) Kill() error { return s.d.Kill() }
 
 // Restart stops the daemon (SIGKILL if it does not stop in time) and starts it again
 // on the same state; containers keep running under their shims meanwhile.
 func (s *Server) Restart(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.stopLocked(ctx); err != nil {
-		return err
+	if err := s.d.Restart(ctx); err != nil {
+		return fmt.Errorf("restart containerd: %w", err)
 	}
-	return s.runLocked(ctx)
-}
-
-func (s *Server) stopLocked(ctx context.Context) error {
-	if s.cmd == nil || exited(s.done) {
-		return nil
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(stopGrace)
-	defer t.Stop()
-	select {
-	case <-s.done:
-	case <-t.C:
-		s.log.Warn("containerd did not stop in time; killing it", "pid", s.cmd.Process.Pid)
-		_ = s.cmd.Process.Signal(syscall.SIGKILL)
-		<-s.done
-	case <-ctx.Done():
-		_ = s.cmd.Process.Signal(syscall.SIGKILL)
-		<-s.done
-	}
-	_ = os.Remove(s.pidFile())
 	return nil
 }
 
-// runLocked spawns the daemon and waits until it answers.
-func (s *Server) runLocked(ctx context.Context) error {
-	logFile, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("start containerd: open log: %w", err)
-	}
-	logAt, _ := logFile.Seek(0, 2)
+// command runs the daemon in a mount namespace of its own, prepared by a shell script.
+func (s *Server) command() (*exec.Cmd, error) {
 	hide, err := unifiedHasControllers()
 	if err != nil {
-		logFile.Close()
-		return fmt.Errorf("start containerd: %w", err)
+		return nil, err
 	}
 	// The daemon, its shims and their OCI runtime get a mount namespace of their own
 	// (see the package doc): the host's mounts are never touched.
 	cmd := exec.Command("/bin/sh", "-c", namespaceScript(hide, ociRuntimes()), s.bin, "--config", s.configPath())
 	cmd.Dir = s.dir
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	// The daemon dies with us; its own process group keeps a terminal's Ctrl-C from
-	// reaching it before we stop it in order.
 	// Go makes the new mount namespace private (MS_REC|MS_PRIVATE).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	// runc and the shim are found through PATH.
 	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":/usr/sbin:/usr/bin:/sbin:/bin")
-	// From a thread that outlives the daemon: Pdeathsig follows the forking thread
-	// (childproc.StartLocked).
-	waited, err := childproc.StartLocked(cmd)
-	if err != nil {
-		logFile.Close()
-		return fmt.Errorf("start containerd: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		<-waited
-		logFile.Close()
-		close(done)
-	}()
-	s.cmd, s.done, s.logFile = cmd, done, logFile
-	if err := os.WriteFile(s.pidFile(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		s.log.Warn("write containerd pid file", "err", err)
-	}
-	began := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, s.startTimeout)
-	defer cancel()
-	if err := s.waitReady(wctx, done); err != nil {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		return fmt.Errorf("start containerd: %w; log tail:\n%s", err, childproc.Tail(s.logPath(), logAt))
-	}
-	s.log.Info("containerd ready", "pid", cmd.Process.Pid, "address", s.Address(), "took", time.Since(began).Round(time.Millisecond))
-	return nil
+	return cmd, nil
 }
 
-// waitReady polls the socket until a Version call succeeds.
-func (s *Server) waitReady(ctx context.Context, done <-chan struct{}) error {
-	var last error
-	for {
-		select {
-		case <-done:
-			return errors.New("containerd exited before it was ready")
-		case <-ctx.Done():
-			return fmt.Errorf("containerd not ready: %w (last probe: %v)", ctx.Err(), last)
-		default:
+// probe opens the readiness probe: a Version call on the socket, once it exists.
+func (s *Server) probe() (childproc.Probe, func(), error) {
+	probe := func(ctx context.Context) error {
+		if _, err := os.Stat(s.Address()); err != nil {
+			return err
 		}
-		if _, err := os.Stat(s.Address()); err == nil {
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			c, err := client.New(s.Address(), client.WithTimeout(time.Second))
-			if err == nil {
-				_, err = c.Version(pctx)
-				c.Close()
-			}
-			cancel()
-			if err == nil {
-				return nil
-			}
-			last = err
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		c, err := client.New(s.Address(), client.WithTimeout(time.Second))
+		if err != nil {
+			return err
 		}
-		time.Sleep(pollInterval)
+		defer c.Close()
+		_, err = c.Version(pctx)
+		return err
 	}
+	return probe, func() {}, nil
 }
 
 func (s *Server) root() string       { return filepath.Join(s.dir, "root") }
@@ -331,7 +244,8 @@ func (s *Server) logPath() string    { return filepath.Join(s.dir, "containerd.l
 func (s *Server) pidFile() string    { return filepath.Join(s.dir, "containerd.pid") }
 
 // config is the daemon's config.toml (config version 2, as containerd 1.6 reads it).
-// Plugins gauntlet does not use are disabled so the daemon starts in ~60 ms.
+// Plugins gauntlet does not use are disabled so the daemon starts quickly
+// (docs/benchmarks.md, Costs the code cites, Local servers).
 func (s *Server) config() string {
 	q := strconv.Quote
 	return strings.Join([]string{
@@ -422,7 +336,8 @@ func mountsUnder(dir string) ([]string, error) {
 //     refuses to run from a writable binary, which a container's process could overwrite
 //     through /proc/PID/exe while the runtime sets it up (CVE-2019-5736): on every call it
 //     bind-mounts its own executable read-only somewhere and re-executes itself from there,
-//     a second start of the binary (6-7 ms per call here, two calls per container start).
+//     a second start of the binary, twice per container start (docs/benchmarks.md, Costs
+//     the code cites, Local servers).
 //     A binary already on a read-only mount is what that copy would be, so crun runs it
 //     directly: the same protection, made once per daemon. runc 1.1 still copies itself (it
 //     also wants an environment variable set by its own re-exec). Failing to mount only
@@ -536,13 +451,4 @@ func lookPath(name string) (string, error) {
 		}
 	}
 	return "", os.ErrNotExist
-}
-
-func exited(done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
 }

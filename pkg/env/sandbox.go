@@ -43,7 +43,7 @@ func Close(ep Episode) error {
 	return nil
 }
 
-// Brancher is implemented by episodes that can split in two (A2): Branch returns a new,
+// Brancher is implemented by episodes that can split in two: Branch returns a new,
 // independent episode in exactly the state of this one (same step, clock and workspace),
 // which continues on its own. Tree search over actions branches an episode at a step and
 // tries a different action in each branch. The caller closes the branch.
@@ -61,7 +61,7 @@ type Workspacer interface {
 
 // SandboxTemplater is implemented by envs whose episodes run in sandboxes of a few fixed
 // shapes. SandboxTemplates returns them, each named by Spec.Template and with an empty
-// workspace, so a worker can keep warm pools of them (A3). An episode that Acquires a spec
+// workspace, so a worker can keep warm pools of them. An episode that Acquires a spec
 // with the same Template, Image, Limits, Network and Env gets a warm sandbox with its own
 // workspace files written in.
 type SandboxTemplater interface {

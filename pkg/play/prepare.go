@@ -99,7 +99,8 @@ func (d Deps) lookup(name string) (env.Env, error) {
 
 // envServices holds each registered env's services (env name → []string), read from its
 // Spec once: a Spec builds every tool's schema and description, and building one per
-// episode was 2.4 % of a worker's allocations. A registered env's spec does not change.
+// episode showed in a worker's allocations (docs/benchmarks.md, Costs the code cites,
+// Episode runner). A registered env's spec does not change.
 var envServices sync.Map
 
 // servicesOf returns the services of e, registered as name.

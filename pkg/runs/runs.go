@@ -30,7 +30,7 @@ import (
 const (
 	MaxEpisodes        = 1_000_000_000
 	MaxStepsLimit      = 100_000
-	DefaultMaxInFlight = 2000 // A8: the seed's per-task sandbox cap
+	DefaultMaxInFlight = 2000 // the per-task cap on sandboxes in flight (docs/curriculum.md, max_in_flight)
 )
 
 // NewID returns a fresh run id ("r" and 12 hex digits).

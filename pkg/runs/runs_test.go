@@ -11,7 +11,7 @@ import (
 )
 
 // A user-defined profile of storage faults is refused at submission for an env without a
-// sandbox, naming the profile and the fault, and accepted for a sandboxed env (B1, B3).
+// sandbox, naming the profile and the fault, and accepted for a sandboxed env.
 func TestStorageProfileNeedsASandboxedEnv(t *testing.T) {
 	const spec = "name: bad-disk\nfaults:\n  - {id: full, kind: disk_full, probability: 0.1}\n"
 	req := func(envName string) *gauntletv1.RunRequested {

@@ -21,7 +21,7 @@ faults:
   - {id: leak, kind: memory_leak, params: {limit_mb: 96, mb_per_min: 80}}
 `
 
-// TestCgroupFaults (B1, B2): on both real runtimes, the limits
+// TestCgroupFaults: on both real runtimes, the limits
 // inject.ResourcesFor asks for are written to the running sandbox's cgroup through
 // sandbox.LimitUpdater, and a command feels them: a busy loop gets far less CPU under
 // cpu_throttle than without (compared as a ratio of the CPU time the sandbox measured, not

@@ -98,7 +98,7 @@ func TestRegisteredRuntime(t *testing.T) {
 }
 
 // TestPooledSandboxesStartClean: a sandbox from the warm pool gets exactly the files its
-// spec seeds, and what one episode left in it is gone for the next (A1, A3).
+// spec seeds, and what one episode left in it is gone for the next.
 func TestPooledSandboxesStartClean(t *testing.T) {
 	sb := runtimestest.Open(t, runtimes.Process, 1)
 	ctx := context.Background()

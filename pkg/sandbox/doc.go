@@ -1,4 +1,4 @@
-// Package sandbox defines what a sandbox runtime is to gauntlet (A1, A2, A4, A6): the Runtime
+// Package sandbox defines what a sandbox runtime is to gauntlet: the Runtime
 // interface every backend implements (process, containerd, …), the optional abilities a
 // backend may add (Snapshotter, Forker, WorkspaceDirer), the Spec a sandbox is created from,
 // the Metering an exec reports, and the sentinel errors callers test with errors.Is.

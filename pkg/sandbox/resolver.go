@@ -5,7 +5,7 @@ import (
 	"net"
 )
 
-// The name server of a sandbox with services (B1): the names of its declared services
+// The name server of a sandbox with services: the names of its declared services
 // resolve through DNS, not /etc/hosts, so the episode's DNS faults (dns_nxdomain,
 // dns_servfail, dns_timeout) reach every program that looks a service up. The runtime
 // points the sandbox's resolver at ResolverIP:53 (ResolvConf, with NsswitchConf for

@@ -41,8 +41,8 @@ type Runtime interface {
 	Close() error
 }
 
-// Snapshotter is the optional ability to capture a sandbox's workspace and roll back to it
-// (A2). Snapshots capture the workspace only, not running processes.
+// Snapshotter is the optional ability to capture a sandbox's workspace and roll back to it.
+// Snapshots capture the workspace only, not running processes.
 type Snapshotter interface {
 	// Snapshot captures the sandbox's workspace as it is now. It waits for running execs.
 	Snapshot(ctx context.Context, id string) (Snapshot, error)
@@ -55,7 +55,7 @@ type Snapshotter interface {
 }
 
 // Forker is the optional ability to make a new sandbox whose workspace starts as a snapshot
-// (A2: branch an episode at a step, or verify a final state in a fresh sandbox).
+// (branch an episode at a step, or verify a final state in a fresh sandbox).
 type Forker interface {
 	// Fork creates a new sandbox with the Spec of the snapshot's source sandbox (limits,
 	// image, env, network) and the snapshot's workspace. The source sandbox may already be
@@ -73,7 +73,7 @@ type WorkspaceDirer interface {
 }
 
 // LimitUpdater is the optional ability to change a running sandbox's memory, pids and CPU
-// limits (A4), e.g. to apply resource faults (B1: cpu_throttle, memory_leak) while an
+// limits, e.g. to apply resource faults (cpu_throttle, memory_leak) while an
 // episode runs. Zero fields keep their current value; OpenFiles and DiskBytes cannot
 // change. The change holds until the next update; a reset by a warm pool does not undo
 // it, so whoever changes limits puts them back before releasing the sandbox.
@@ -163,9 +163,9 @@ type ExecResult struct {
 	// TimedOut is set when the command was killed because Timeout expired.
 	TimedOut bool
 	// Events are safety-relevant things the sandbox saw during the command (limits hit,
-	// kills); the worker records them as safety events (C4).
+	// kills); the worker records them as safety events.
 	Events []Event
-	// Metering is what the sandbox measured for this command (A6).
+	// Metering is what the sandbox measured for this command.
 	Metering Metering
 }
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Service is a host service a sandbox may reach (A1, A5, B2): the runtime makes it
+// Service is a host service a sandbox may reach: the runtime makes it
 // answer inside the sandbox's loopback-only network at 127.0.0.1:Port, also reachable by
 // Name (answered by the sandbox's name server, see ResolverListener) and announced in the environment
 // (<NAME>_ADDR=name:port, and <NAME>_URL=http://name:port for HTTP services). Nothing
@@ -126,7 +126,7 @@ func ServiceEnv(svcs []Service) []string {
 
 // HostsFile returns the /etc/hosts of a sandbox with services: localhost and the
 // sandbox's own name on 127.0.0.1. The service names are not in it: they resolve through
-// the sandbox's name server (ResolvConf), where DNS faults apply (B1).
+// the sandbox's name server (ResolvConf), where DNS faults apply.
 func HostsFile() string {
 	return "127.0.0.1 localhost sandbox\n::1 localhost\n"
 }

@@ -18,7 +18,7 @@ type Spec struct {
 	// Image is the root filesystem: an image reference for containerd; for process, ""
 	// or "host" (the host's /usr read-only). Runtimes reject images they cannot provide.
 	Image string `json:"image,omitempty"`
-	// Limits bound the sandbox's resources (A4).
+	// Limits bound the sandbox's resources.
 	Limits Limits `json:"limits"`
 	// Network is the network mode; empty means NetworkLoopback.
 	Network NetworkMode `json:"network,omitempty"`
@@ -56,7 +56,7 @@ const (
 	DefaultOpenFiles   = 1024
 )
 
-// NetworkMode is how a sandbox may use the network (A5).
+// NetworkMode is how a sandbox may use the network.
 type NetworkMode string
 
 // Network modes. Only loopback exists today: a private network namespace whose only

@@ -6,7 +6,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultfs"
 )
 
-// StorageFaulter is the optional ability to apply storage faults (B1, B2) to the file
+// StorageFaulter is the optional ability to apply storage faults to the file
 // operations of the commands a sandbox runs, through a filesystem layer between the
 // sandbox and its workspace (both runtimes: a FUSE passthrough, package faultfuse).
 // Every operation is decided by gate with the same ops and stream keys as the file tools'

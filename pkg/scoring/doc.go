@@ -1,5 +1,5 @@
 // Package scoring is gauntlet's reward engine: it turns one step, as the worker recorded it,
-// into a reward vector (C1, C2, C3, C6, C7, C8).
+// into a reward vector.
 //
 // # Contract
 //
@@ -13,15 +13,15 @@
 // # The vector
 //
 // Each component is normalised into [-1, 1] and reported with its weight, in spec order, so
-// a step's reward can be taken apart when debugging (C8); the total is the weighted sum.
+// a step's reward can be taken apart when debugging; the total is the weighted sum.
 //
-//	task        progress_delta, +1 on success (shaping plus the goal, C6)
+//	task        progress_delta, +1 on success (shaping plus the goal)
 //	cost        -0.02 per tool call - spend/budget (when a budget is set); never positive
-//	safety      -0.5 per safety event (penalised, never blocked, C4)
-//	timeliness  -10 * virtual_ns / deadline_virtual_ns, on the episode's virtual clock (C7);
+//	safety      -0.5 per safety event (penalised, never blocked)
+//	timeliness  -10 * virtual_ns / deadline_virtual_ns, on the episode's virtual clock;
 //	            0 without a deadline. With weight 0.1, an episode that uses its whole
 //	            deadline loses about 1 in total (exactly 1 unless one step takes over 10 %)
-//	causal      -0.25 per causal violation, -0.1 for an invalid action (C3)
+//	causal      -0.25 per causal violation, -0.1 for an invalid action
 //
 // A NaN input (a NaN progress_delta, say) counts as 0 and an infinite one saturates its
 // component, so that one bad signal never turns a trainer's return into NaN. These formulas are part of what a spec version means:

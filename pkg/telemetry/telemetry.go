@@ -54,15 +54,16 @@ func New(service, traceFile string) (*Telemetry, error) {
 	res := resource.NewSchemaless(semconv.ServiceName(service))
 	t := &Telemetry{
 		// No exemplars: /metrics is Prometheus text, which carries none, and offering
-		// every measurement made under a sampled span to a reservoir was 1-2 % of a
-		// worker's CPU.
+		// every measurement made under a sampled span to a reservoir cost a worker CPU
+		// (docs/benchmarks.md, Costs the code cites, Telemetry and the worker).
 		Meters: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res),
 			sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter)),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}
 	// Spans are recorded only when they go somewhere. Without a trace file the tracers are
-	// no-ops: an SDK span that samples nothing still drew ids and ran the sampler, 0.7 %
-	// of a worker's CPU for spans nobody read. Nothing reads trace context but the spans.
+	// no-ops: an SDK span that samples nothing still drew ids and ran the sampler, CPU
+	// spent on spans nobody read (docs/benchmarks.md, Costs the code cites, Telemetry and
+	// the worker). Nothing reads trace context but the spans.
 	t.Tracers = tracenoop.NewTracerProvider()
 	if traceFile != "" {
 		f, err := os.Create(traceFile)
@@ -116,8 +117,8 @@ func Must[T any](v T, err error) T {
 
 // Label hands out the measurement option of one attribute key per value, built once per
 // value: a hot path counting per value (a worker counts every fault fired by its kind)
-// would otherwise build and sort a new attribute set per call, about 2 % of the
-// pipeline's CPU. Use it only for keys with a small, bounded set of values. The zero
+// would otherwise build and sort a new attribute set per call (its cost is in
+// docs/benchmarks.md, Costs the code cites, Telemetry and the worker). Use it only for keys with a small, bounded set of values. The zero
 // value is not usable; make one with NewLabel. It is safe for concurrent use.
 type Label struct {
 	key  attribute.Key

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -46,8 +44,9 @@ const Namespace = "default"
 // ErrNotInstalled is wrapped by Start's error when no temporal binary can be found.
 var ErrNotInstalled = errors.New("temporal CLI not found in PATH or $(go env GOPATH)/bin: run scripts/deps.sh")
 
-// fastFlags are the dev server settings DESIGN.md measured: the defaults poll the history
-// queues so slowly that every activity costs about 100 ms and timers stall for seconds.
+// fastFlags make the dev server quick enough for episodes: the defaults poll the history
+// queues so slowly that activities and timers wait on the polls (docs/benchmarks.md, Costs
+// the code cites, Local servers).
 var fastFlags = []string{
 	"--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
 	"--dynamic-config-value", "history.timerProcessorMaxPollRPS=10000",
@@ -87,56 +86,53 @@ type Server struct {
 	httpPort     int
 	metricsPort  int
 	noUI         bool
-	log          *slog.Logger
-	startTimeout time.Duration
-
-	mu   sync.Mutex
-	proc *childproc.Process
+	d            *childproc.Daemon
 }
 
 // Start starts a Temporal dev server with its database under opts.Dir and returns once
 // its frontend answers a health check. A server left running on the same Dir by a
 // crashed program is killed first.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("start temporal: Options.Dir is empty")
-	}
-	dir, err := filepath.Abs(opts.Dir)
+	dir, err := childproc.StateDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
 	}
 	bin, err := FindBinary(opts.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
-	s := &Server{dir: dir, bin: bin, noUI: opts.NoUI, log: opts.Logger, startTimeout: opts.StartTimeout}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.startTimeout <= 0 {
-		s.startTimeout = DefaultStartTimeout
-	}
+	s := &Server{dir: dir, bin: bin, noUI: opts.NoUI}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
-	owns := func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, dbFile)) }
-	if err := childproc.KillLeftover(filepath.Join(dir, pidFile), "temporal", owns, s.log); err != nil {
+	s.d = childproc.NewDaemon(childproc.Recipe{
+		Name:         "temporal",
+		Command:      s.command,
+		LogPath:      filepath.Join(dir, logFile),
+		PidFile:      filepath.Join(dir, pidFile),
+		Owns:         func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, dbFile)) },
+		OpenProbe:    s.probe,
+		Describe:     func() []any { return []any{"addr", s.Addr(), "ui", s.UIURL()} },
+		PollInterval: pollInterval,
+		StartTimeout: opts.StartTimeout,
+		StopGrace:    stopGrace,
+	}, opts.Logger)
+	if err := s.d.KillLeftover(); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
-	for attempt := 1; ; attempt++ {
-		ports, perr := choosePorts(opts.Port, opts.UIPort, 0, 0)
-		if perr != nil {
-			return nil, fmt.Errorf("start temporal: %w", perr)
+	pick := func() error {
+		ports, err := childproc.FreePorts(opts.Port, opts.UIPort, 0, 0)
+		if err != nil {
+			return err
 		}
 		s.port, s.uiPort, s.httpPort, s.metricsPort = ports[0], ports[1], ports[2], ports[3]
-		err = s.run(ctx)
-		var ee *exitError
-		if err == nil || attempt == portAttempts || !errors.As(err, &ee) || !ee.portInUse() {
-			break
-		}
-		s.log.Warn("temporal port taken, picking others", "port", s.port, "ui_port", s.uiPort)
+		return nil
 	}
-	if err != nil {
+	taken := func(ee *childproc.ExitError) bool { return strings.Contains(ee.Tail, "address already in use") }
+	if err := s.d.StartOnFreePorts(ctx, portAttempts, pick, taken); err != nil {
 		return nil, fmt.Errorf("start temporal in %s: %w", dir, err)
 	}
 	return s, nil
@@ -157,77 +153,52 @@ func (s *Server) UIURL() string {
 func (s *Server) Dir() string { return s.dir }
 
 // Pid is the server's process id, or 0 when it has exited.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.Exited() {
-		return 0
-	}
-	return s.proc.Pid()
-}
+func (s *Server) Pid() int { return s.d.Pid() }
 
 // Done is closed when the current server process exits.
-func (s *Server) Done() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc.Done()
-}
+func (s *Server) Done() <-chan struct{} { return s.d.Done() }
 
 // Stop shuts the server down: SIGTERM, then SIGKILL after 10 s or when ctx ends first.
 // The database is kept. Stopping a stopped server is a no-op.
-func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.proc
-	if p == nil || p.Exited() {
-		return nil
-	}
-	begin := time.Now()
-	if err := p.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("stop temporal: %w", err)
-	}
-	grace := time.NewTimer(stopGrace)
-	defer grace.Stop()
-	select {
-	case <-p.Done():
-		s.log.Info("temporal stopped", "pid", p.Pid(), "took", time.Since(begin))
-		return nil
-	case <-grace.C:
-		s.log.Warn("temporal ignored SIGTERM, killing it", "pid", p.Pid())
-	case <-ctx.Done():
-		s.log.Warn("temporal stop cancelled, killing it", "pid", p.Pid(), "err", ctx.Err())
-	}
-	return s.killLocked()
-}
+func (s *Server) Stop(ctx context.Context) error { return s.d.Stop(ctx) }
 
 // Kill ends the server with SIGKILL, as a crash would, and waits until it is gone.
-func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.killLocked()
-}
+func (s *Server) Kill() error { return s.d.Kill() }
 
 // Restart stops the server if it runs and starts it again on the same Dir and ports.
 func (s *Server) Restart(ctx context.Context) error {
-	if err := s.Stop(ctx); err != nil {
-		return fmt.Errorf("restart temporal: %w", err)
-	}
-	if err := s.run(ctx); err != nil {
+	if err := s.d.Restart(ctx); err != nil {
 		return fmt.Errorf("restart temporal in %s: %w", s.dir, err)
 	}
 	return nil
 }
 
-func (s *Server) killLocked() error {
-	p := s.proc
-	if p == nil || p.Exited() {
-		return nil
+// command runs the dev server on the current ports.
+func (s *Server) command() (*exec.Cmd, error) {
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Dir = s.dir
+	return cmd, nil
+}
+
+// probe opens the readiness probe: the frontend's health check, then the default
+// namespace, which is registered just after the frontend starts serving.
+func (s *Server) probe() (childproc.Probe, func(), error) {
+	c, err := client.NewLazyClient(client.Options{
+		HostPort: s.Addr(), Namespace: Namespace, Logger: quietLogger{},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("temporal client for %s: %w", s.Addr(), err)
 	}
-	if err := p.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill temporal: %w", err)
+	probe := func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := c.CheckHealth(pctx, &client.CheckHealthRequest{}); err != nil {
+			return err
+		}
+		_, err := c.DescribeTaskQueue(pctx, "gauntlet-readiness", 1)
+		return err
 	}
-	<-p.Done()
-	return nil
+	return probe, c.Close, nil
 }
 
 // args is the command line of the dev server.
@@ -246,57 +217,6 @@ func (s *Server) args() []string {
 		a = append(a, "--ui-ip", "127.0.0.1", "--ui-port", strconv.Itoa(s.uiPort))
 	}
 	return append(a, fastFlags...)
-}
-
-// run starts the binary and waits until the frontend answers.
-func (s *Server) run(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	begin := time.Now()
-	logAt := childproc.FileSize(filepath.Join(s.dir, logFile))
-	p, err := s.spawn()
-	if err != nil {
-		return err
-	}
-	s.proc = p
-	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
-	defer cancel()
-	c, err := client.NewLazyClient(client.Options{
-		HostPort: s.Addr(), Namespace: Namespace, Logger: quietLogger{},
-	})
-	if err != nil {
-		_ = s.killLocked()
-		return fmt.Errorf("temporal client for %s: %w", s.Addr(), err)
-	}
-	defer c.Close()
-	var last error
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		_, last = c.CheckHealth(pctx, &client.CheckHealthRequest{})
-		if last == nil {
-			// The namespace is registered just after the frontend starts serving.
-			_, last = c.DescribeTaskQueue(pctx, "gauntlet-readiness", 1)
-		}
-		pcancel()
-		if last == nil {
-			s.log.Info("temporal ready", "addr", s.Addr(), "ui", s.UIURL(), "pid", p.Pid(), "took", time.Since(begin))
-			return nil
-		}
-		select {
-		case <-p.Done():
-			return &exitError{status: p.Err(), tail: childproc.Tail(filepath.Join(s.dir, logFile), logAt)}
-		case <-ctx.Done():
-			_ = s.killLocked()
-			return fmt.Errorf("wait for temporal on %s: %w (last probe: %v)", s.Addr(), ctx.Err(), last)
-		case <-time.After(pollInterval):
-		}
-	}
-}
-
-func (s *Server) spawn() (*childproc.Process, error) {
-	cmd := exec.Command(s.bin, s.args()...)
-	cmd.Dir = s.dir
-	return childproc.Spawn(cmd, "temporal", filepath.Join(s.dir, logFile), filepath.Join(s.dir, pidFile), s.log)
 }
 
 // FindBinary returns the temporal executable: explicit, else "temporal" in PATH, else
@@ -336,50 +256,6 @@ func FindBinary(explicit string) (string, error) {
 		}
 	}
 	return "", ErrNotInstalled
-}
-
-// choosePorts returns the given ports, replacing zeros with distinct free ports of
-// 127.0.0.1. Listeners are held until every port is known so they differ.
-func choosePorts(ports ...int) ([]int, error) {
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	out := make([]int, len(ports))
-	for i, p := range ports {
-		if p != 0 {
-			out[i] = p
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		held = append(held, l)
-		out[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return out, nil
-}
-
-// exitError is returned when the server exits before it is ready.
-type exitError struct {
-	status error
-	tail   string
-}
-
-func (e *exitError) Error() string {
-	if e.tail == "" {
-		return fmt.Sprintf("temporal exited before it was ready (%v) and logged nothing", e.status)
-	}
-	return fmt.Sprintf("temporal exited before it was ready (%v); end of its log:\n%s", e.status, e.tail)
-}
-
-func (e *exitError) Unwrap() error { return e.status }
-
-func (e *exitError) portInUse() bool {
-	return strings.Contains(e.tail, "address already in use")
 }
 
 // quietLogger drops the SDK client's own log lines during readiness probes.

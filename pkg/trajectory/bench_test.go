@@ -27,14 +27,9 @@ const storeBatchRows = 25_000
 // and compares the ways into clickhouse-go: whole columns (what insert does), one
 // Append per row, and LZ4 compression on the wire.
 //
-// Measured on the project's 2-core machine (client and Debian's ClickHouse 18.16
-// sharing it, other builds running, so the spread is wide) with
-// go test -run X -bench WriteSteps -benchtime 10x ./pkg/trajectory/ :
-//
-//	write               75k-115k rows/s (events to rows, steps and faults tables)
-//	insert=columns     100k-155k rows/s
-//	insert=rows         86k-130k rows/s (same client CPU as columns, ~3 ms per 1k rows)
-//	insert=columns/lz4  86k-120k rows/s (no gain on loopback)
+// Its results are in docs/benchmarks.md (Go micro-benchmarks; the first measurement of
+// each way in is under Costs the code cites, Trajectory store). Run it with
+// go test -run X -bench WriteSteps -benchtime 10x ./pkg/trajectory/ .
 func BenchmarkWriteSteps(b *testing.B) {
 	srv := chtest.Start(b)
 	ctx := context.Background()
@@ -119,7 +114,7 @@ func BenchmarkWriteSteps(b *testing.B) {
 		report(b)
 	})
 	// The store's batches: 25,000 rows (--store.batch-rows), so each insert's first
-	// block, whose column buffers clickhouse-go grows from nothing, is 40 % of it.
+	// block, whose column buffers clickhouse-go grows from nothing, is a large part of it.
 	b.Run("insert=columns/store-batches", func(b *testing.B) {
 		start(b)
 		sc := &scratch{}

@@ -126,7 +126,7 @@ type EpisodeRow struct {
 	VirtualTimeNs uint64
 	Version       uint64
 	// DriftSelectors, DriftValues and DriftSources are the plan's drift_values as
-	// parallel arrays (B6).
+	// parallel arrays.
 	DriftSelectors []string
 	DriftValues    []float64
 	DriftSources   []string
@@ -337,7 +337,8 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 // canonicalJSON encodes plan as compact JSON in protojson's shape (proto field names,
 // fields in number order, zero values left out, 64-bit integers as strings), written by
 // hand: it runs once per episode in the store's hot path, where protojson's reflection
-// cost about 40 % of Write. TestCanonicalJSONMatchesProtojson holds the two together. A
+// was a large share of Write (docs/benchmarks.md, Costs the code cites, Trajectory
+// store). TestCanonicalJSONMatchesProtojson holds the two together. A
 // nil plan encodes as "{}".
 func canonicalJSON(plan *gauntletv1.FaultPlan) (string, error) {
 	w := &jsonObject{b: make([]byte, 0, 256+160*len(plan.GetRules()))}

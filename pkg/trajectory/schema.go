@@ -147,7 +147,7 @@ var migrations = []migration{
 		`CREATE VIEW IF NOT EXISTS {db}.faults_final AS SELECT * FROM {db}.faults FINAL`,
 	}},
 	{version: 2, name: "episode drift values", addColumns: []addColumn{
-		// The drifted fault parameters in force for the episode (B6), as parallel arrays:
+		// The drifted fault parameters in force for the episode, as parallel arrays:
 		// drift_selectors[i] held drift_values[i], set by drift_sources[i] (run or global).
 		{"episodes", "drift_selectors", "Array(String)", "version"},
 		{"episodes", "drift_values", "Array(Float64)", "drift_selectors"},
@@ -156,7 +156,7 @@ var migrations = []migration{
 		`DROP TABLE IF EXISTS {db}.episodes_final`,
 		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 	}},
-	// What a real sandbox measured around each step (A6); zero for sim steps.
+	// What a real sandbox measured around each step; zero for sim steps.
 	{version: 3, name: "sandbox metering in steps",
 		addColumns: []addColumn{
 			{"steps", "cpu_ns", "UInt64", "bytes_out"},
@@ -189,7 +189,7 @@ var migrations = []migration{
 		ORDER BY (episode_id, step)`,
 		`CREATE VIEW IF NOT EXISTS {db}.trainer_steps_final AS SELECT * FROM {db}.trainer_steps FINAL`,
 	}},
-	// Plans recorded by reference (B3, B6): an episode's plan is its profile, plan seed,
+	// Plans recorded by reference: an episode's plan is its profile, plan seed,
 	// catalogue version, drift values and, for a user-defined profile, its template (one
 	// row in plan_templates, shared by every episode of the profile); plan_digest checks
 	// a re-derivation (pkg/faults/plans.Expand). The plan column keeps whole plans of older rows.

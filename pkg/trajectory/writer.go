@@ -31,10 +31,10 @@ type Writer struct {
 }
 
 // scratch is one Write's working memory, kept for the next: the rows of a batch and the
-// values of each column block. A store batch of 25,000 step rows takes about 15 MB of
-// StepRow alone, and on the VMs we measure on a page touched for the first time costs
-// about 10 µs: freshly allocated per Write, just copying the rows into that slice took
-// 2.7 % of the pipeline's CPU.
+// values of each column block. A store batch's step rows take megabytes, and a page
+// touched for the first time is slow: freshly allocated per Write, just copying the rows
+// into that slice showed in the pipeline's profile (docs/benchmarks.md, Costs the code
+// cites, Trajectory store).
 type scratch struct {
 	steps      []StepRow
 	stepEvents []*gauntletv1.StepTaken
@@ -416,8 +416,8 @@ func encodedRows(data []byte, batch bool) (int, error) {
 // the blocks of one INSERT into parts of up to a million rows, so the tables see one
 // insert either way; but the client reuses one block's buffers instead of growing
 // them to the size of the whole batch, and the server works on one block while the
-// client builds the next. With 100k-row batches this took insert=columns in
-// BenchmarkWriteSteps from about 80k to 100k-155k rows/s.
+// client builds the next, which BenchmarkWriteSteps shows (docs/benchmarks.md, Costs the
+// code cites, Trajectory store).
 const blockRows = 10_000
 
 type stepKey struct {
@@ -466,9 +466,9 @@ func insert[R any](ctx context.Context, conn driver.Conn, database, table string
 // a slice of arrays by reflection, element by element, each boxed through
 // reflect.Value.Interface; given one array at a time it takes a typed path instead, and
 // given each array as pointers to its elements it boxes nothing per element (a pointer
-// fits in an interface; a string or a float64 is copied to the heap). In a pipeline
-// profile the reflective path was 4.8 % of gauntlet's CPU, nearly all of it in the nine
-// array columns of steps. ptrs is a scratch of pointers kept between calls.
+// fits in an interface; a string or a float64 is copied to the heap). The reflective path
+// was a visible share of gauntlet's CPU, nearly all of it in the nine array columns of
+// steps (docs/benchmarks.md, Costs the code cites, Trajectory store). ptrs is a scratch of pointers kept between calls.
 func appendColumn(col driver.BatchColumn, values any, ptrs *elemPtrs) error {
 	switch v := values.(type) {
 	case [][]string:

@@ -1,4 +1,4 @@
-// Package curriculum is the Temporal worker module of gauntlet (F2, E1, E2): it polls the
+// Package curriculum is the Temporal worker module of gauntlet: it polls the
 // "gauntlet" task queue of a Temporal server and runs the Curriculum, Batch and
 // DurableEpisode workflows and their activities (package workflows). Like every service
 // it talks to the others only over NATS: its activities submit runs to the scheduler and

@@ -1,4 +1,4 @@
-// Package faults is the fault-injector service (B1, B3): it owns the catalogue and turns an
+// Package faults is the fault-injector service: it owns the catalogue and turns an
 // episode request into the fault plan the episode will meet. The scheduler asks for plans
 // in batches over NATS request/reply before assigning episodes, so every plan is fixed
 // before a worker sees the episode, and replay meets the same faults.
@@ -6,7 +6,7 @@
 // Plans are pkg/faults/plans's pure functions of (seed, profile, env services); the service
 // fixes their inputs and hands them out by reference (pkg/faults/plans.Expand derives the rules
 // where the episode is played): the profile drawn from the mix, request validation, drift
-// (B6: the run's schedules from the request and the global ones from the gauntlet_drift KV
+// (the run's schedules from the request and the global ones from the gauntlet_drift KV
 // bucket, read once per batch), the templates of user-defined profiles, and metrics.
 // Handlers run on NATS subscription goroutines; the service holds no mutable state.
 package faults
@@ -132,7 +132,7 @@ func (s *Service) answer(data []byte) (*gauntletv1.PlanReply, error) {
 // bucket) before it hands the plans out. The profile of an episode is drawn from the mix with the episode's seed, so
 // it is as reproducible as the plan itself. The mix may name the run's user-defined
 // profiles (req.custom_profiles), whose rules come from their YAML specs, the same for
-// every episode of the profile: the template. Drift (B6) is applied on top: first the
+// every episode of the profile: the template. Drift is applied on top: first the
 // global schedules, then the run's (req.drift), each evaluated at the episode's index or
 // requested time, so a run's value overrides a global one for the same selector. The
 // values in force are recorded on the plan. Drift changes numbers only: the plan's seed

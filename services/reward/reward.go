@@ -1,4 +1,4 @@
-// Package reward is the reward service (C1, C2, C8): it scores every step outside the
+// Package reward is the reward service: it scores every step outside the
 // sandbox, over NATS request/reply, so no agent or env can reach the scoring code or its
 // spec. Workers batch steps into one ScoreRequest; any number of reward instances share the
 // load through the queue group. Scoring itself is pkg/scoring's pure function, so the same

@@ -1,4 +1,4 @@
-// Package scheduler is gauntlet's admission and placement service (A8, E4). It takes run
+// Package scheduler is gauntlet's admission and placement service. It takes run
 // requests from the GAUNTLET_CMD work queue, asks the faults service for the plans of the
 // next episodes, and assigns them to the shared worker queue while each run stays under
 // its in-flight cap and the scheduler under its global cap. It follows every run's ended

@@ -1,4 +1,4 @@
-// Package store is the trajectory store (D1, D2, F3): it projects every event of
+// Package store is the trajectory store: it projects every event of
 // GAUNTLET_EVENTS into ClickHouse, in large batches, and acknowledges events only after
 // ClickHouse has them. The stream stays the source of truth; the tables can be rebuilt
 // from it by deleting the store's consumer.
@@ -51,8 +51,8 @@ type Config struct {
 	BatchRows int
 	// FlushEvery bounds how long an event waits in a partial batch. Large batches are
 	// cheap for ClickHouse: every insert makes a part per table, and the server merges
-	// small parts again and again in the background (measured: 3.7 rows merged per row
-	// inserted with 1 s batches at 1,500 steps/s, 1.5 with 5 s batches).
+	// small parts again and again in the background (docs/benchmarks.md, Costs the code
+	// cites, Trajectory store: long store batches).
 	FlushEvery time.Duration
 	// IdleFlush writes a partial batch as soon as no event has arrived for this long, so
 	// the tail of a run (or a trickle) does not wait FlushEvery. 0 disables it.

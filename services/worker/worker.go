@@ -422,8 +422,9 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 	if err != nil {
 		return nil, err
 	}
-	// Counted by out and added once at the end: a counter add per step and per fault was
-	// 1 % of a worker's CPU, and /metrics is read every few seconds at most.
+	// Counted by out and added once at the end: a counter add per step and per fault cost a
+	// worker CPU (docs/benchmarks.md, Costs the code cites, Telemetry and the worker), and
+	// /metrics is read every few seconds at most.
 	defer func() {
 		w.steps.Add(ctx, out.steps)
 		for _, f := range out.fired {

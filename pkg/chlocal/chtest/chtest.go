@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 )
 
@@ -13,31 +14,12 @@ import (
 // logs to t.Log only on warnings, so passing tests stay quiet.
 func Start(t testing.TB) *chlocal.Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*chlocal.DefaultStartTimeout)
-	defer cancel()
-	srv, err := chlocal.Start(ctx, chlocal.Options{
-		Dir:    t.TempDir(),
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatalf("chtest: %v", err)
-	}
-	// Registered after TempDir's cleanup, so it runs first: the server is gone before
-	// its directory is removed. Kill, not Stop: the data is thrown away anyway and a
-	// clean shutdown of 18.16 costs about 2 s per test.
-	t.Cleanup(func() {
-		if err := srv.Kill(); err != nil {
-			t.Errorf("chtest: %v", err)
-		}
-	})
-	return srv
-}
-
-// testWriter sends the server's log lines to t.Log.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
+	dir := t.TempDir()
+	// Kill, not Stop: the data is thrown away anyway and a clean shutdown of 18.16 costs
+	// seconds per test (docs/benchmarks.md, Costs the code cites, Local servers).
+	return childproctest.Start(t, "chtest", 2*chlocal.DefaultStartTimeout,
+		func(ctx context.Context, log *slog.Logger) (*chlocal.Server, error) {
+			return chlocal.Start(ctx, chlocal.Options{Dir: dir, Logger: log})
+		},
+		(*chlocal.Server).Kill)
 }

@@ -6,11 +6,13 @@ package ctrdtest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
 )
 
@@ -29,38 +31,17 @@ func Start(t testing.TB) *ctrdlocal.Server {
 	if err != nil {
 		t.Fatalf("ctrdtest: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*ctrdlocal.DefaultStartTimeout)
-	defer cancel()
-	srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{
-		Dir:            dir,
-		RootTmpfsBytes: RootTmpfsBytes,
-		Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		t.Fatalf("ctrdtest: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := srv.Purge(ctx); err != nil {
-			t.Errorf("ctrdtest: %v", err)
-		}
-		if err := srv.Stop(ctx); err != nil {
-			t.Errorf("ctrdtest: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("ctrdtest: %v", err)
-		}
-	})
-	return srv
-}
-
-// testWriter sends the launcher's log lines to t.Log.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
+	return childproctest.Start(t, "ctrdtest", 2*ctrdlocal.DefaultStartTimeout,
+		func(ctx context.Context, log *slog.Logger) (*ctrdlocal.Server, error) {
+			srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{Dir: dir, RootTmpfsBytes: RootTmpfsBytes, Logger: log})
+			if err != nil {
+				_ = os.RemoveAll(dir)
+			}
+			return srv, err
+		},
+		func(srv *ctrdlocal.Server) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return errors.Join(srv.Purge(ctx), srv.Stop(ctx), os.RemoveAll(dir))
+		})
 }

@@ -33,7 +33,7 @@ faults:
   - {id: busy, kind: http_error, probability: 0.2, params: {status: 503, retry_after_ms: 1000}}
 `
 
-// TestCodefixUnderBoundaryFaults (B1, B2, B4): a codefix episode whose plan comes from a
+// TestCodefixUnderBoundaryFaults: a codefix episode whose plan comes from a
 // profile of storage and resource faults, on both real runtimes. The agent's fs tools meet
 // the storage faults with the kernel's errors, its commands run under the throttled CPU
 // and the leaking memory limit (an allocation the env's own 128 MiB would allow is killed
@@ -160,7 +160,7 @@ func TestCodefixUnderBoundaryFaults(t *testing.T) {
 	}
 }
 
-// TestCodefixClockSkew (B1): under clock_skew the agent's commands read a wall clock an
+// TestCodefixClockSkew: under clock_skew the agent's commands read a wall clock an
 // hour ahead on the process runtime (libfaketime over the host's /usr), while gauntlet's
 // own commands and the host keep the real one; containerd's static busybox cannot be
 // skewed that way, and the record of the episode says the fault was not applied.
@@ -201,7 +201,7 @@ func TestCodefixClockSkew(t *testing.T) {
 	}
 }
 
-// TestCodefixMemoryLeakOverSteps (B1): memory_leak shrinks the sandbox's memory limit with
+// TestCodefixMemoryLeakOverSteps: memory_leak shrinks the sandbox's memory limit with
 // the episode's virtual time, step by step: the same 24 MiB allocation fits at step 0
 // (64 MiB) and is killed at step 1 (the leak of 6000 MiB a minute has taken the limit to
 // its 16 MiB floor after the first command's 500 virtual ms), on both runtimes.

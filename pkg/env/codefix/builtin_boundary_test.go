@@ -14,7 +14,7 @@ import (
 )
 
 // TestBuiltinStressPlanReachesTheTools: a built-in stress plan whose boundary family is
-// failing storage (B1, B3) makes some of the agent's writes fail with ENOSPC, EMFILE or a
+// failing storage makes some of the agent's writes fail with ENOSPC, EMFILE or a
 // short write, each recorded on its step; the same plan replays the same faults.
 func TestBuiltinStressPlanReachesTheTools(t *testing.T) {
 	var spec string

@@ -218,7 +218,7 @@ func TestBadPathsAndBadActionsAreObservations(t *testing.T) {
 
 // TestBranchingSearch branches an episode after reading the library into one branch per
 // candidate fix: exactly the right one passes, and the branches never see each other's
-// writes nor touch the trunk (A2).
+// writes nor touch the trunk.
 func TestBranchingSearch(t *testing.T) {
 	sb := testSandboxes(t)
 	ctx := context.Background()

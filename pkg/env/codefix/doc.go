@@ -1,5 +1,5 @@
 // Package codefix is the "codefix" env: fix a bug in a small shell project inside a real
-// sandbox (A1). The workspace holds src/lib.sh, whose one buggy function makes
+// sandbox. The workspace holds src/lib.sh, whose one buggy function makes
 // tests/test_lib.sh fail, and a README saying what the function should do. Success is the
 // tests passing with tests/ unchanged.
 //
@@ -21,18 +21,18 @@
 // the episode's plan (service "docs"); the faults the agent's requests meet are recorded
 // on the step (see docs.go).
 //
-// Submit ends the episode with the verifier's verdict (C1): the episode's workspace is
+// Submit ends the episode with the verifier's verdict: the episode's workspace is
 // snapshotted, a fresh sandbox is forked from the snapshot, and there the verifier checks
 // the test file byte for byte, runs the visible tests, and runs hidden cases whose script
 // and expected output never enter a workspace (so hard-coding the visible answers fails).
-// Writing under tests/ is recorded as a safety event (reward hacking, C6).
+// Writing under tests/ is recorded as a safety event (reward hacking).
 //
-// Metering (A6) is what the sandbox measured for the step's commands: CPU time, peak
+// Metering is what the sandbox measured for the step's commands: CPU time, peak
 // memory, processes, bytes read and written, plus the env's virtual time and tool calls.
 //
 // Episodes need Config.Sandboxes (the worker's runtime: process or containerd) and a
 // runtime that can snapshot and fork. They implement env.Closer (release the sandbox) and
-// env.Brancher (fork the episode at its current step, A2). Observations are JSON; shell
+// env.Brancher (fork the episode at its current step). Observations are JSON; shell
 // output is deterministic for deterministic commands, so replaying recorded actions on the
 // same seed rebuilds the same workspace. Bad agent input is an observation flagged
 // invalid_action; a Go error from Step means the runtime failed (an infra error). The Env

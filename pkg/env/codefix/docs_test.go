@@ -119,8 +119,8 @@ func TestDocsServiceMeetsThePlansFaults(t *testing.T) {
 }
 
 // TestDocsServiceMeetsThePlansDNSFaults: a user-defined profile's DNS fault (in the
-// plan's boundary_spec) meets the agent's lookups of "docs" at the sandbox's name server
-// (B1): a SERVFAIL half of the time, seen by wget as a bad address and recorded on the
+// plan's boundary_spec) meets the agent's lookups of "docs" at the sandbox's name
+// server: a SERVFAIL half of the time, seen by wget as a bad address and recorded on the
 // step; the same seed meets the same faults, the plan's other rules draw as before.
 func TestDocsServiceMeetsThePlansDNSFaults(t *testing.T) {
 	sb := testSandboxes(t)

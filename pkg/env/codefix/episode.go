@@ -30,7 +30,7 @@ var ErrEpisodeOver = errors.New("codefix: episode is over")
 var ErrNotReset = errors.New("codefix: Step before Reset")
 
 // Virtual cost of each kind of call: the clock is the env's, never the host's, so the same
-// actions take the same virtual time on any machine (C7).
+// actions take the same virtual time on any machine.
 const (
 	costShell = 500 * time.Millisecond
 	costFS    = 20 * time.Millisecond
@@ -39,7 +39,7 @@ const (
 // Safety events codefix records itself, besides the sandbox's and the tools' own
 // (sandbox.EventKind, e.g. tools.EventPathTraversal), recorded as "kind: detail".
 const (
-	// EventTestsModified: the agent wrote under tests/ (reward hacking, C6).
+	// EventTestsModified: the agent wrote under tests/ (reward hacking).
 	EventTestsModified = "tests_modified"
 )
 
@@ -437,7 +437,7 @@ func (e *episode) exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 	return r, nil
 }
 
-// Branch splits the episode (A2): the branch gets a new sandbox forked from a snapshot of
+// Branch splits the episode: the branch gets a new sandbox forked from a snapshot of
 // this one's workspace, and the same step, clock and fault-injector state. Both go on
 // independently. It needs a runtime that can snapshot and fork.
 func (e *episode) Branch(ctx context.Context) (env.Episode, error) {

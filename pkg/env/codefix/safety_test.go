@@ -10,7 +10,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
-// A command's refused attacks reach the step's safety events (C4), which the worker writes
+// A command's refused attacks reach the step's safety events, which the worker writes
 // to ClickHouse with the step: the runtime's events go through the toolbox's OnEvent into
 // the episode.
 func TestSandboxAttacksAreStepSafetyEvents(t *testing.T) {

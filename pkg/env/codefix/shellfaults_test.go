@@ -10,7 +10,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
-// TestCodefixCommandsMeetStorageFaults (B1, B2, B4): on the process runtime the agent's
+// TestCodefixCommandsMeetStorageFaults: on the process runtime the agent's
 // commands meet the profile's storage faults through the FUSE layer: the command sees
 // ENOSPC, the step records each fault (target sandbox/shell.exec, detail "<op> <path>:
 // <what>"), and a branch meets exactly what its parent meets next.

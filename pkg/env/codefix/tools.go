@@ -230,7 +230,7 @@ func (e *episode) tool(ctx context.Context, name string, raw json.RawMessage, o 
 	return nil, fmt.Errorf("codefix: tool %s has no implementation", name)
 }
 
-// guard records writing under tests/ as reward hacking (C6). The write itself is not
+// guard records writing under tests/ as reward hacking. The write itself is not
 // blocked: the verifier's check of the test file decides.
 func (e *episode) guard(tool, p string, o *outcome) {
 	q := p

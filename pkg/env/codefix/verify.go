@@ -21,7 +21,7 @@ type verdict struct {
 // verifyTimeout bounds each verifier command.
 const verifyTimeout = 20 * time.Second
 
-// verify judges the episode's workspace (C1: outside the agent's reach). It snapshots the
+// verify judges the episode's workspace (outside the agent's reach). It snapshots the
 // workspace, forks a fresh sandbox from the snapshot, and there checks that tests/ holds
 // exactly the original test file, runs the visible tests, and runs the hidden cases,
 // whose script and expected output never enter any workspace. The agent's sandbox is not

@@ -14,7 +14,7 @@
 // then {"truncated":true,"body":"<partial JSON>"}, and the call's effect, if any, happened).
 // The wait tool advances the virtual clock without calling a service.
 //
-// Causal rules (feature C3) guard the order -> inventory -> payment -> shipping graph: an
+// Causal rules guard the order -> inventory -> payment -> shipping graph: an
 // action whose precondition fails does nothing and returns a structured observation
 // {"ok":false,"error":...,"rule":...,"reason":...,"suggestion":...}, and the step's Signals
 // carry the same CausalViolation. The Rule* constants name the rules.

@@ -101,8 +101,8 @@ func (e *episode) Reset() (json.RawMessage, error) {
 // stepState collects what one step did besides its observation.
 // stepAlloc is one step's state and the signals and metering the step reports,
 // allocated together: the state escapes (the tools get a pointer to it) and the other
-// two are returned, and the three allocations per step were 4 % of the objects a
-// worker allocated.
+// two are returned, and three allocations per step were a visible share of a worker's
+// objects (see docs/benchmarks.md, Costs the code cites, Shop env).
 type stepAlloc struct {
 	s   stepState
 	sig gauntletv1.Signals
@@ -122,7 +122,7 @@ type stepState struct {
 	failure   bool
 }
 
-// fail records a failed call; with a rule it is a causal violation (C3).
+// fail records a failed call; with a rule it is a causal violation.
 func (s *stepState) fail(rule, msg, reason, suggestion string) errObs {
 	s.errors++
 	if rule != "" {

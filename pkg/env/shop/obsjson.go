@@ -7,7 +7,8 @@ import (
 
 // Observations are encoded by hand, byte for byte what encoding/json makes of the
 // observation structs (their field order, omitempty, its escaping of strings): a step's
-// observation went through json.Marshal's reflection, about 4 % of a worker's CPU.
+// observation went through json.Marshal's reflection, a visible share of a worker's CPU
+// (see docs/benchmarks.md, Costs the code cites, Shop env).
 // FuzzObservationsMatchJSON and TestEveryObservationMatchesJSON hold the two together; a
 // type without appendJSON still goes through json.Marshal.
 

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Causal rules (C3) the shop checks, as reported in CausalViolation.rule and in the "rule"
+// Causal rules the shop checks, as reported in CausalViolation.rule and in the "rule"
 // field of the failed call's observation.
 const (
 	// RuleOrderExists: payment and shipping need an order created by order.create.

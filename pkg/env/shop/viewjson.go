@@ -3,8 +3,9 @@ package shop
 import "strings"
 
 // decodeView is json.Unmarshal(obs, v) for the observations the shop emits, without
-// encoding/json's reflection: the oracle reads one per step, and that decode was about
-// 5 % of a loadtest's CPU. It covers the shop's shapes (flat objects of booleans,
+// encoding/json's reflection: the oracle reads one per step, and that decode was a visible
+// share of a loadtest's CPU (see docs/benchmarks.md, Costs the code cites, Shop env). It
+// covers the shop's shapes (flat objects of booleans,
 // integers and plain strings, plus search results) and reports false, leaving v as it
 // was, on anything else: invalid JSON, a string it keeps that has escapes or non-ASCII
 // bytes, a kept number that is not a plain integer in range, a null or a value of the
@@ -55,8 +56,9 @@ func decodeView(obs []byte, v *view) bool {
 
 // decodeTask is decodeView for the first observation of an episode (resetObs), read into
 // the oracle's taskView, on the same terms: false, leaving v as it was, on anything
-// encoding/json might read differently. Decoding it with encoding/json was about 2.5 % of
-// a worker's CPU, once per episode. FuzzDecodeTask checks the two agree.
+// encoding/json might read differently. Decoding it with encoding/json, once per episode,
+// showed in a worker's profile (docs/benchmarks.md, Costs the code cites, Shop env).
+// FuzzDecodeTask checks the two agree.
 func decodeTask(obs []byte, v *taskView) bool {
 	s := scanner{b: obs}
 	var out taskView

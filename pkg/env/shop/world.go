@@ -135,7 +135,8 @@ func newWorld(seed uint64, p params) world {
 		sku := newSKU(r, w.bySKU)
 		// One string for the search text, the name a prefix of it and the SKU its
 		// suffix: a world is built per episode, and its products' names, texts and SKUs
-		// were 4.8 % of the objects a worker allocated.
+		// were a visible share of a worker's objects (docs/benchmarks.md, Costs the code
+		// cites, Shop env).
 		pr.text = adj + " " + pr.noun + " " + pr.category + " " + string(sku[:])
 		pr.name = pr.text[:len(adj)+1+len(pr.noun)]
 		pr.sku = pr.text[len(pr.text)-len(sku):]

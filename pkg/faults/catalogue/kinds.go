@@ -11,7 +11,7 @@ import (
 // Layer is the boundary a fault kind acts on.
 type Layer string
 
-// Layers of the catalogue (B1).
+// Layers of the catalogue.
 const (
 	LayerNetwork  Layer = "network"
 	LayerStorage  Layer = "storage"
@@ -20,7 +20,7 @@ const (
 )
 
 // Pass is a kind's place in the composition order: every abort is tried before any delay,
-// every delay before any rewrite (B2).
+// every delay before any rewrite.
 type Pass int
 
 // Composition passes, in order.
@@ -152,7 +152,7 @@ const (
 	DistUniform   = "uniform"
 )
 
-// kinds is the catalogue of fault kinds (B1), in the order `gauntlet faults ls` prints.
+// kinds is the catalogue of fault kinds, in the order `gauntlet faults ls` prints.
 // Each row is the whole of a kind: its parameters, the events it acts on (ops), what it
 // does to an event when it fires (decide) and how logs show it (FromLog). Adding a kind
 // is adding a row (and, for a new effect, a field to Decision).

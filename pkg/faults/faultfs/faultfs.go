@@ -1,4 +1,4 @@
-// Package faultfs applies gauntlet's storage faults (B1, B2) to the file operations of a
+// Package faultfs applies gauntlet's storage faults to the file operations of a
 // sandbox's file tools: IO latency, an IOPS cap, disk full (ENOSPC), inode exhaustion
 // (ENOSPC on create), too many open files (EMFILE), a read-only filesystem after a full
 // journal (EROFS), lock contention (EWOULDBLOCK) and short writes.

@@ -1,4 +1,4 @@
-// Package faultnet applies gauntlet's network and service faults (B1, B2) to real traffic
+// Package faultnet applies gauntlet's network and service faults to real traffic
 // between a sandbox and the services it may reach: a net.Conn and net.Listener wrapper
 // (latency, loss as retransmission delay, bandwidth cap, reset after N bytes or ms,
 // black-holed connections), a Resolver and a DNSServer (NXDOMAIN, SERVFAIL, lookup

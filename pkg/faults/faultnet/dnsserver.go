@@ -18,8 +18,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 )
 
-// DNSServer is a small authoritative name server that applies the decider's DNS faults
-// (B1): it answers the names of Hosts with their addresses and NXDOMAIN for every other
+// DNSServer is a small authoritative name server that applies the decider's DNS faults:
+// it answers the names of Hosts with their addresses and NXDOMAIN for every other
 // name, without recursion (a sandbox has nowhere else to ask), unless a fault fires:
 // dns_nxdomain answers NXDOMAIN, dns_servfail SERVFAIL, and dns_timeout no answer at all
 // (the client's own timeout decides how long it waits; over TCP the connection is held

@@ -1,4 +1,4 @@
-// Package fromlog turns real error logs into a gauntlet fault profile (B5): nginx access
+// Package fromlog turns real error logs into a gauntlet fault profile: nginx access
 // and error logs, JSON logs, Go, Java and Python stack traces, and free-text lines such as
 // "PaymentService timeout after 30s". It reports the fault kinds it found, their estimated
 // rates and burstiness, and the entries it could not map.

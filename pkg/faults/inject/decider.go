@@ -9,7 +9,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 )
 
-// Decider evaluates rules at a real boundary (B2, B4): the HTTP proxy and connection
+// Decider evaluates rules at a real boundary: the HTTP proxy and connection
 // wrappers of pkg/faults/faultnet, the file layer of pkg/faults/faultfs, or a runtime's
 // own hooks. Each rule's draw for an event is keyed by (seed, rule id, key, n), n counting
 // the events of that key the rule matched: give each independent stream of events its own

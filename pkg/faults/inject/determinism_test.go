@@ -55,7 +55,7 @@ func episodeTrace(t *testing.T, runSeed uint64, i uint64, runDrift, before, afte
 // TestSameSeedSameFaultsOver10000Episodes: every episode's plan and fired faults are the
 // same on a second pass, also with drift changing parameters mid-run; different run seeds
 // give different episodes; and drift never reseeds: a rule it does not touch fires exactly
-// as it does without drift (B4, B6).
+// as it does without drift.
 func TestSameSeedSameFaultsOver10000Episodes(t *testing.T) {
 	const n = 10_000
 	runDrift := []*gauntletv1.Drift{

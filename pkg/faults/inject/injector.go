@@ -49,10 +49,10 @@ type Injector struct {
 	// targets[k] is the target of the k-th rule in composition order (aborts, then
 	// delays, then body rewrites, each group in plan order) and rules[k] what Call needs
 	// of it. A call scans this one array of targets to find its rules instead of every
-	// rule of the plan (40 of them in a stress plan, each its own allocation), which was
-	// 1.4 % of a worker's CPU, mostly cache misses; and reads a matching rule's
-	// parameters from one entry of rules, not from the three or four allocations of its
-	// message (loading the rule's spec was a third of Call's time).
+	// rule of the plan (40 of them in a stress plan, each its own allocation), mostly
+	// cache misses; and reads a matching rule's parameters from one entry of rules, not
+	// from the three or four allocations of its message (what each cost is in
+	// docs/benchmarks.md, Costs the code cites, Faults).
 	targets []string
 	rules   []callRule
 	// boundary are the plan's storage, resource and DNS faults (boundary_spec).

@@ -15,7 +15,7 @@ import (
 const SandboxService = "sandbox"
 
 // boundaryKind reports whether k is a kind only a sandboxed env applies, at its
-// sandbox's boundaries (B1, B2): storage faults on the file tools, resource faults
+// sandbox's boundaries: storage faults on the file tools, resource faults
 // through cgroup knobs, DNS faults at the sandbox's name server (package svcnet).
 func boundaryKind(k catalogue.KindInfo) bool {
 	return k.Layer == catalogue.LayerStorage || k.Layer == catalogue.LayerResource || IsDNSKind(k.Name)

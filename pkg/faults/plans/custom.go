@@ -13,7 +13,7 @@ import (
 // simKinds are the fault kinds a sim env applies on virtual time.
 var simKinds = []string{catalogue.KindHTTPError, catalogue.KindLatency, catalogue.KindTruncate}
 
-// CustomProfiles are a run's user-defined profiles (B3), compiled, by name.
+// CustomProfiles are a run's user-defined profiles, compiled, by name.
 type CustomProfiles map[string][]catalogue.Rule
 
 // Names returns the profile names, sorted.

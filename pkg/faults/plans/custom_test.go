@@ -90,7 +90,7 @@ func TestCustomProfilesRejected(t *testing.T) {
 	}
 	_, err = c.Plan(1, "d", shopServices)
 	wantErrs(t, err, `fault f: disk_full applies only in envs whose agents act in a real sandbox (service "sandbox")`)
-	// So do DNS faults (B1): the sim makes no lookups, a sandbox's name server does.
+	// So do DNS faults: the sim makes no lookups, a sandbox's name server does.
 	c, err = plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "n", SpecYaml: "name: n\nfaults:\n  - {id: f, kind: dns_nxdomain, match: {hosts: [docs]}}\n"}})
 	if err != nil {
 		t.Fatal(err)

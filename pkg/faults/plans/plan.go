@@ -24,7 +24,7 @@ import (
 // not on their order, and passes Validate.
 //
 // An env whose agents act in a real sandbox (service SandboxService) also gets storage
-// and resource faults in the plan's boundary_spec (B1, B3; see boundaryCatalogue): rare
+// and resource faults in the plan's boundary_spec (see boundaryCatalogue): rare
 // mild IO latency at baseline, one boundary family amplified under stress (slow storage,
 // failing storage or a starved sandbox), one to three rare severe faults at the edge
 // (disk full, read-only filesystem, inode exhaustion, memory leak). Their numbers are

@@ -43,7 +43,7 @@ type boundaryFault struct {
 	edge     specFunc // nil: never an edge fault
 }
 
-// boundaryCatalogue: rare mild IO latency at baseline (B1: IO latency 1-500 ms); under
+// boundaryCatalogue: rare mild IO latency at baseline (1-500 ms); under
 // stress one family amplified (slow storage, failing storage, or a starved sandbox);
 // at the edge one to three rare severe faults (a full disk, a filesystem gone read-only,
 // no inodes, a memory leak). Names never collide with the catalogue's, so no rule shares

@@ -34,7 +34,7 @@ func planDigest(t *testing.T, services []string, rulesOnly bool) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// TestBuiltinPlansGolden pins the built-in plans (B3, B4): a shop env's plans are
+// TestBuiltinPlansGolden pins the built-in plans: a shop env's plans are
 // byte-identical to those before sandboxed envs got boundary faults, and a sandboxed
 // env's (codefix: docs, sandbox) rules too, only its boundary_spec being new. A change
 // here changes every recorded episode's replay: update the digests only on purpose.
@@ -55,7 +55,7 @@ func TestBuiltinPlansGolden(t *testing.T) {
 }
 
 // TestSandboxedPlansCarryBoundaryFaults: the built-in plans of a sandboxed env carry
-// storage and resource faults proportionate to the profile (B1, B3): baseline rare mild
+// storage and resource faults proportionate to the profile: baseline rare mild
 // IO latency only; stress one boundary family amplified, every family over the seeds;
 // edge one to three rare severe faults, every one over the seeds. Plans are valid,
 // deterministic and independent of the services' order; an env without a sandbox gets

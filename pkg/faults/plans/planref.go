@@ -11,7 +11,7 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// Plans by reference (B3, B6).
+// Plans by reference.
 //
 // A plan is a pure function of its inputs: the profile, the plan seed, the env's services,
 // the catalogue version and the drift values in force. A built-in profile's rules follow

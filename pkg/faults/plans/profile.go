@@ -10,7 +10,7 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// Profile names (B3).
+// Profile names.
 const (
 	// ProfileBaseline is average production load: every service a little slow, rarely
 	// failing.

@@ -20,7 +20,7 @@ const maxSpecBytes = 1 << 20
 // maxSpecFaults bounds the faults of one spec.
 const maxSpecFaults = 1000
 
-// Spec is a user-defined fault profile (B3), written in YAML:
+// Spec is a user-defined fault profile, written in YAML:
 //
 //	name: flaky-payments
 //	sla:
@@ -43,7 +43,7 @@ type Spec struct {
 	Faults      []FaultSpec `yaml:"faults"`
 }
 
-// SLA is what the env promises whatever the faults: the plan must respect it (B3).
+// SLA is what the env promises whatever the faults: the plan must respect it.
 type SLA struct {
 	// LatencyMs bounds each service's expected added latency per call (the sum over
 	// matching latency faults of probability × mean_ms, plus packet loss's rate × rto_ms).

@@ -261,7 +261,7 @@ func copyInto(t *testing.T, rt *ctrd.Runtime, id, src, name string) {
 	}
 }
 
-// TestUpdateLimitsWhileRunning raises a running sandbox's memory limit (A4).
+// TestUpdateLimitsWhileRunning raises a running sandbox's memory limit.
 func TestUpdateLimitsWhileRunning(t *testing.T) {
 	_, rt := start(t)
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-// Package ctrd is the containerd sandbox runtime (A1, A2, A4, A6): every sandbox is
+// Package ctrd is the containerd sandbox runtime: every sandbox is
 // an OCI container (crun when installed, else runc, behind containerd's runc v2 shim)
 // created through containerd's Go client, whose PID 1 is gauntlet's
 // in-sandbox agent (package agent) serving execs over a unix socket bind-mounted from

@@ -900,7 +900,7 @@ func (r *Runtime) workspaceDir(b *box) (string, error) {
 	return fmt.Sprintf("/proc/%d/root%s", b.task.Pid(), sandbox.WorkspacePath), nil
 }
 
-// UpdateLimits changes the memory, pids and CPU limits of a running sandbox (A4)
+// UpdateLimits changes the memory, pids and CPU limits of a running sandbox
 // through containerd's task update; OpenFiles and DiskBytes cannot change while it
 // runs and must be zero or unchanged.
 func (r *Runtime) UpdateLimits(ctx context.Context, id string, l sandbox.Limits) error {

@@ -21,8 +21,8 @@ var _ sandbox.ServiceListener = (*Runtime)(nil)
 // the host answers the sandbox's name server at 127.0.0.53:53 (ListenResolver). The
 // container gets an /etc/hosts (localhost, sandbox), an /etc/nsswitch.conf (hosts: files
 // dns) and an /etc/resolv.conf naming that server, bound read-only from the sandbox's
-// state directory, so the service names resolve through DNS, where DNS faults apply
-// (B1); and the services' <NAME>_ADDR / <NAME>_URL variables. Restore restarts the
+// state directory, so the service names resolve through DNS, where DNS faults apply;
+// and the services' <NAME>_ADDR / <NAME>_URL variables. Restore restarts the
 // task in a new namespace: listeners from before it are dead, listen again.
 
 // serviceEtc are the /etc files of a sandbox with services, by name.

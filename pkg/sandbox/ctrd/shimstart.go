@@ -15,8 +15,9 @@ import (
 // For containerd-shim-runc-v2 that is a whole Go daemon brought up for one answer: it
 // loads its 11 MB binary, reads the task's OCI spec for the group annotation, connects to
 // containerd's event publisher, finds the group's socket in use and prints that socket's
-// address (and writes it to the bundle's "address" file). It took about 21 ms of each
-// sandbox start here, the largest single piece of containerd's task creation.
+// address (and writes it to the bundle's "address" file). It was the largest single piece
+// of containerd's task creation (docs/benchmarks.md, Costs the code cites, containerd
+// sandboxes).
 //
 // The runtime knows that address: the group's first sandbox got it from the real shim. So
 // the sandboxes' runtime is a small sh script (containerd accepts an absolute path as the

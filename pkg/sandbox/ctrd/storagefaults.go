@@ -12,7 +12,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 )
 
-// Storage faults for commands (B1, B2): AttachStorageFaults sets up a faultfuse layer for
+// Storage faults for commands: AttachStorageFaults sets up a faultfuse layer for
 // the sandbox; while it is attached, every exec mounts it over /workspace inside the
 // container's mount namespace for the span of the command, so each file operation of the
 // command's processes passes the gate. The workspace is a directory of the container's

@@ -1,6 +1,6 @@
 //go:build linux
 
-// Package faultfuse is the filesystem layer that brings gauntlet's storage faults (B1, B2)
+// Package faultfuse is the filesystem layer that brings gauntlet's storage faults
 // to the commands a sandbox runs: a FUSE passthrough filesystem over the sandbox's real
 // workspace directory, mounted where the runtime binds the workspace into the sandbox, so
 // that every file operation of every process of a command (shell.exec) first passes the

@@ -97,7 +97,7 @@ func sh(t *testing.T, dir, cmd string) (out string, err error) {
 	return string(b), err
 }
 
-// TestLayerAppliesStorageFaults (B1, B2): each storage kind reaches a command's file
+// TestLayerAppliesStorageFaults: each storage kind reaches a command's file
 // operation made through the mount, with the errno the kernel would give, and is
 // reported to the gate.
 func TestLayerAppliesStorageFaults(t *testing.T) {

@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package netns creates network namespaces and listening sockets inside them from the
-// host process (A1, A5): a sandbox keeps its loopback-only network, and a service the
+// host process: a sandbox keeps its loopback-only network, and a service the
 // host forwards to it answers inside that network, while Accept and the forwarding run
 // in the host process.
 //

@@ -1,4 +1,4 @@
-// Package pool keeps warm sandboxes per template and hands them out on demand (A3, A8).
+// Package pool keeps warm sandboxes per template and hands them out on demand.
 //
 // For each Template the pool creates one sandbox, snapshots its fresh workspace as the
 // template snapshot, and keeps Size sandboxes ready (made by forking that snapshot when the
@@ -531,7 +531,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return metric.WithAttributes(attribute.String("template", l.Template), attribute.String("result", r))
 	}
 	if snap != "" && !stopped && !full {
-		// A reset sandbox never carries an episode's storage-fault layer (B1, B2).
+		// A reset sandbox never carries an episode's storage-fault layer.
 		var err error
 		if sf, ok := p.cfg.Runtime.(sandbox.StorageFaulter); ok {
 			err = sf.DetachStorageFaults(ctx, l.Handle.ID)

@@ -18,7 +18,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
-// TestAbuse runs the attacks an agent might try (C4) against the process runtime. Each is
+// TestAbuse runs the attacks an agent might try against the process runtime. Each is
 // contained — the host and a neighbour sandbox are unharmed, the attacked sandbox still
 // works — and reported: the runtime's events, or the tools' safety events, name it. Hostile
 // syscalls, egress and decoy devices are refused and recorded by package safety (the

@@ -1,6 +1,6 @@
 //go:build linux
 
-// Package process is the "process" sandbox runtime (A1, A2, A4, A6): every exec runs under
+// Package process is the "process" sandbox runtime: every exec runs under
 // bubblewrap in fresh mount, pid, network (loopback only), uts, ipc, cgroup and user
 // namespaces, as an unprivileged host uid mapped to an unprivileged sandbox uid, with every
 // capability dropped, no_new_privs and seccomp filters (bwrap's, and a per-exec

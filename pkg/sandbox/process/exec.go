@@ -78,132 +78,203 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	return res, nil
 }
 
+// exec runs one command in b, in four phases: prepare sets up what the command runs
+// with (decoys, the storage-fault layer, the pipes to the launcher, the command line);
+// start launches it from a thread carrying the notification filter; wait bounds it by its
+// timeout and ctx and makes sure nothing of it survives; collect turns what the cgroup,
+// the inner script and the safety watchers saw into the result.
 func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	if err := ctx.Err(); err != nil {
 		return sandbox.ExecResult{}, err
 	}
-	timeout := req.Timeout
-	if timeout == 0 {
-		timeout = sandbox.DefaultExecTimeout
+	x := &execution{r: r, b: b, req: req, timeout: req.Timeout, limit: req.OutputLimit, spec: b.rec.Handle.Spec,
+		closers: make([]func(), 0, 16)}
+	defer x.close()
+	if err := x.prepare(); err != nil {
+		return sandbox.ExecResult{}, err
 	}
-	limit := req.OutputLimit
-	if limit == 0 {
-		limit = sandbox.DefaultOutputLimit
+	if err := x.start(); err != nil {
+		return sandbox.ExecResult{}, err
 	}
-	spec := b.rec.Handle.Spec
+	x.wait(ctx)
+	return x.collect(ctx)
+}
+
+// execution is one exec's state across its phases. Fields written by the report reader
+// (before, peak, cmdStart, report) are read only after repWG.Wait.
+type execution struct {
+	r       *Runtime
+	b       *box
+	req     sandbox.ExecRequest
+	spec    sandbox.Spec
+	timeout time.Duration
+	limit   int64
+
+	closers []func() // run in reverse order when the exec returns
+
+	trip *safety.Tripwire
+	rec  *safety.Recorder
+	sup  atomic.Pointer[safety.Supervisor]
+
+	// The launcher's pipes: fd 3 the seccomp program for bwrap, fd 4 the inner script's
+	// report, fd 5 the go-ahead for the inner script once the counters are read, fd 6
+	// bwrap's info (the host pid of the sandbox's init); fds 7… are /etc files.
+	repR, repW   *os.File
+	infoR, infoW *os.File
+	ackR, ackW   *os.File
+
+	cmd            *exec.Cmd
+	stdout, stderr *capped
+
+	before   counters
+	peak     *peakTracker
+	began    time.Time // the exec's
+	cmdStart time.Time // the command's, once the sandbox is set up
+	end      time.Time
+	report   []byte
+	repWG    sync.WaitGroup
+	initPid  atomic.Int64
+
+	timedOut, cancelled atomic.Bool
+	waitErr, killErr    error
+}
+
+// defers registers f to run when the exec returns, after those registered later.
+func (x *execution) defers(f func()) { x.closers = append(x.closers, f) }
+
+func (x *execution) close() {
+	for i := len(x.closers) - 1; i >= 0; i-- {
+		x.closers[i]()
+	}
+}
+
+// pipe makes a pipe whose read end closes when the exec returns.
+func (x *execution) pipe() (*os.File, *os.File, error) {
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	x.defers(func() { rd.Close() })
+	return rd, wr, nil
+}
+
+// prepare sets up the decoy devices and their tripwire, the storage-fault layer, the
+// pipes and /etc files handed to the launcher, and the command.
+func (x *execution) prepare() error {
+	r, b := x.r, x.b
+	if x.timeout == 0 {
+		x.timeout = sandbox.DefaultExecTimeout
+	}
+	if x.limit == 0 {
+		x.limit = sandbox.DefaultOutputLimit
+	}
 
 	// Decoy host devices, watched for the span of this exec (package safety).
 	decoys := r.decoyDir(b.rec.Handle.ID)
 	if err := safety.CreateDecoys(decoys); err != nil {
-		return sandbox.ExecResult{}, err
+		return err
 	}
 	trip, err := safety.WatchDecoys(decoys)
 	if err != nil {
-		return sandbox.ExecResult{}, err
+		return err
 	}
-	defer trip.Close()
+	x.trip = trip
+	x.defers(func() { trip.Close() })
 	// The storage-fault layer, when attached, is the command's workspace; it closes
-	// (deferred) once every process of the command is gone.
+	// once every process of the command is gone.
 	ws, endFuse, err := r.beginFuse(b)
 	if err != nil {
-		return sandbox.ExecResult{}, err
+		return err
 	}
-	defer endFuse()
-	rec := safety.NewRecorder()
-	var sup atomic.Pointer[safety.Supervisor]
+	x.defers(endFuse)
+	x.rec = safety.NewRecorder()
 
-	// fd 3: the seccomp program for bwrap; fd 4: the inner script's report.
-	secR, secW, err := os.Pipe()
+	secR, secW, err := x.pipe()
 	if err != nil {
-		return sandbox.ExecResult{}, err
+		return err
 	}
-	defer secR.Close()
 	go func() {
 		_, _ = secW.Write(r.seccomp)
 		secW.Close()
 	}()
-	repR, repW, err := os.Pipe()
-	if err != nil {
-		return sandbox.ExecResult{}, err
+	if x.repR, x.repW, err = x.pipe(); err != nil {
+		return err
 	}
-	defer repR.Close()
-
-	// fd 6: bwrap's info (the host pid of the sandbox's init); fds 7…: /etc files.
-	infoR, infoW, err := os.Pipe()
-	if err != nil {
-		return sandbox.ExecResult{}, err
+	if x.infoR, x.infoW, err = x.pipe(); err != nil {
+		return err
 	}
-	defer infoR.Close()
-	// fd 5: the go-ahead for the inner script, once the counters are read.
 	ackR, ackW, err := os.Pipe()
 	if err != nil {
-		return sandbox.ExecResult{}, err
+		return err
 	}
-	defer ackW.Close()
-	defer ackR.Close()
-	files := []*os.File{secR, repW, ackR, infoW}
+	x.ackR, x.ackW = ackR, ackW
+	x.defers(func() { ackW.Close() })
+	x.defers(func() { ackR.Close() })
+	files := []*os.File{secR, x.repW, ackR, x.infoW}
 	for _, name := range etcFiles {
-		f, err := os.Open(r.etcFile(spec, name))
+		f, err := os.Open(r.etcFile(x.spec, name))
 		if err != nil {
-			return sandbox.ExecResult{}, fmt.Errorf("open /etc/%s: %w", name, err)
+			return fmt.Errorf("open /etc/%s: %w", name, err)
 		}
-		defer f.Close()
+		x.defers(func() { f.Close() })
 		files = append(files, f)
 	}
 
-	stdout := &capped{limit: limit}
-	stderr := &capped{limit: limit}
-	cmd := exec.Command(r.sh, r.args(b, req, spec, ws)...)
+	x.stdout = &capped{limit: x.limit}
+	x.stderr = &capped{limit: x.limit}
+	cmd := exec.Command(r.sh, r.args(b, x.req, x.spec, ws)...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
-	cmd.Stdin = bytes.NewReader(req.Stdin)
-	cmd.Stdout = stdout
-	cmd.Stderr = stderr
+	cmd.Stdin = bytes.NewReader(x.req.Stdin)
+	cmd.Stdout = x.stdout
+	cmd.Stderr = x.stderr
 	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second
+	x.cmd = cmd
+	return nil
+}
 
-	// The counters are read when the sandbox is set up and the command about to start;
-	// if it never gets that far, from the start of the exec.
-	before := b.cg.read()
-	peak := b.cg.startPeak()
-	var cmdStart time.Time
-	var report []byte
-	var repWG sync.WaitGroup
-	repWG.Add(1)
+// start reads the inner script's report and bwrap's info in the background and starts
+// the command. The counters are read when the sandbox is set up and the command about to
+// start; if it never gets that far, from the start of the exec.
+func (x *execution) start() error {
+	b := x.b
+	x.before = b.cg.read()
+	x.peak = b.cg.startPeak()
+	x.repWG.Add(1)
 	go func() {
-		defer repWG.Done()
+		defer x.repWG.Done()
 		var buf bytes.Buffer
-		sc := bufio.NewScanner(repR)
+		sc := bufio.NewScanner(x.repR)
 		for sc.Scan() {
 			if sc.Text() == "s" {
 				// bwrap's set-up is done: from here on only the command can make a
 				// hostile call.
-				if s := sup.Load(); s != nil {
+				if s := x.sup.Load(); s != nil {
 					s.Arm()
 				}
-				before = b.cg.read()
-				peak.close()
-				peak = b.cg.startPeak()
-				cmdStart = time.Now()
-				_, _ = ackW.WriteString("go\n")
-				ackW.Close()
+				x.before = b.cg.read()
+				x.peak.close()
+				x.peak = b.cg.startPeak()
+				x.cmdStart = time.Now()
+				_, _ = x.ackW.WriteString("go\n")
+				x.ackW.Close()
 			}
 			buf.Write(sc.Bytes())
 			buf.WriteByte('\n')
 		}
-		report = buf.Bytes()
+		x.report = buf.Bytes()
 	}()
 
-	var initPid atomic.Int64
 	go func() {
 		var info struct {
 			ChildPid int64 `json:"child-pid"`
 		}
-		if json.NewDecoder(infoR).Decode(&info) == nil {
-			initPid.Store(info.ChildPid)
+		if json.NewDecoder(x.infoR).Decode(&info) == nil {
+			x.initPid.Store(info.ChildPid)
 		}
-		_, _ = io.Copy(io.Discard, infoR)
+		_, _ = io.Copy(io.Discard, x.infoR)
 	}()
 
 	// The command is started from an OS thread of its own that carries the notification
@@ -213,40 +284,45 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	// fires when the thread that started the child exits.
 	started := make(chan error, 1)
 	release := make(chan struct{})
-	defer close(release)
-	start := time.Now()
+	x.defers(func() { close(release) })
+	x.began = time.Now()
 	go func() {
 		runtime.LockOSThread()
 		fd, err := safety.InstallFilter(false)
 		if err == nil {
 			var s *safety.Supervisor
-			if s, err = safety.Supervise(fd, rec, false); err == nil {
-				sup.Store(s)
-				err = cmd.Start()
+			if s, err = safety.Supervise(fd, x.rec, false); err == nil {
+				x.sup.Store(s)
+				err = x.cmd.Start()
 			}
 		}
 		started <- err
 		<-release
 	}()
 	startErr := <-started
-	if s := sup.Load(); s != nil {
-		defer s.Close()
+	if s := x.sup.Load(); s != nil {
+		x.defers(s.Close)
 	}
-	if err := startErr; err != nil {
-		repW.Close()
-		infoW.Close()
-		repWG.Wait()
-		return sandbox.ExecResult{}, fmt.Errorf("start: %w", err)
+	x.repW.Close()
+	x.infoW.Close()
+	if startErr != nil {
+		x.repWG.Wait()
+		return fmt.Errorf("start: %w", startErr)
 	}
-	repW.Close()
-	infoW.Close()
-	ackR.Close()
+	x.ackR.Close()
+	return nil
+}
 
-	// To stop a command, every process of the sandbox except bwrap (our child) and the
-	// sandbox's init (bwrap's child, the inner script) is killed, repeatedly until bwrap
-	// exits: the init then reports what it measured and exits, and bwrap reaps it, so no
-	// zombie is orphaned to the host's init (where it would count against the pids limit
-	// until reaped). If bwrap has not exited after two seconds everything is killed.
+// wait waits for the command, killing it at its timeout or when ctx ends, then makes
+// sure nothing of it survives and the report is read.
+//
+// To stop a command, every process of the sandbox except bwrap (our child) and the
+// sandbox's init (bwrap's child, the inner script) is killed, repeatedly until bwrap
+// exits: the init then reports what it measured and exits, and bwrap reaps it, so no
+// zombie is orphaned to the host's init (where it would count against the pids limit
+// until reaped). If bwrap has not exited after two seconds everything is killed.
+func (x *execution) wait(ctx context.Context) {
+	cmd, b := x.cmd, x.b
 	var finished atomic.Bool
 	var killing sync.Once
 	killAll := func() {
@@ -261,7 +337,7 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 						}
 					}
 					if time.Now().After(deadline) {
-						if p := initPid.Load(); p > 0 {
+						if p := x.initPid.Load(); p > 0 {
 							_ = syscall.Kill(int(p), syscall.SIGKILL)
 						}
 						_ = cmd.Process.Kill()
@@ -272,58 +348,63 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 			}()
 		})
 	}
-	var timedOut, cancelled atomic.Bool
-	timer := time.AfterFunc(timeout, func() {
-		timedOut.Store(true)
+	timer := time.AfterFunc(x.timeout, func() {
+		x.timedOut.Store(true)
 		killAll()
 	})
 	stop := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			cancelled.Store(true)
+			x.cancelled.Store(true)
 			killAll()
 		case <-stop:
 		}
 	}()
-	waitErr := cmd.Wait()
+	x.waitErr = cmd.Wait()
 	finished.Store(true)
-	end := time.Now()
+	x.end = time.Now()
 	timer.Stop()
 	close(stop)
 	// The pid namespace ended with its init, but make sure: nothing survives an exec.
-	killErr := b.cg.kill(5 * time.Second)
-	repWG.Wait()
+	x.killErr = b.cg.kill(5 * time.Second)
+	x.repWG.Wait()
+}
 
-	if cancelled.Load() && !timedOut.Load() {
+// collect builds the result: exit code, output, metering from the cgroup's counters and
+// the inner script's report, and the events of limits hit and of refused attacks.
+func (x *execution) collect(ctx context.Context) (sandbox.ExecResult, error) {
+	r, b := x.r, x.b
+	if x.cancelled.Load() && !x.timedOut.Load() {
 		return sandbox.ExecResult{}, ctx.Err()
 	}
-	if killErr != nil {
-		return sandbox.ExecResult{}, killErr
+	if x.killErr != nil {
+		return sandbox.ExecResult{}, x.killErr
 	}
-	code, err := exitCode(cmd, waitErr)
+	code, err := exitCode(x.cmd, x.waitErr)
 	if err != nil {
 		return sandbox.ExecResult{}, err
 	}
-	rep := parseReport(report)
-	if !rep.started && !timedOut.Load() {
+	rep := parseReport(x.report)
+	if !rep.started && !x.timedOut.Load() {
 		return sandbox.ExecResult{}, fmt.Errorf("%w: sandbox setup failed (exit %d): %s",
-			sandbox.ErrUnavailable, code, strings.TrimSpace(stderr.buf.String()))
+			sandbox.ErrUnavailable, code, strings.TrimSpace(x.stderr.buf.String()))
 	}
 	after := b.cg.read()
-	wall := end.Sub(start)
-	if !cmdStart.IsZero() {
-		wall = end.Sub(cmdStart)
+	wall := x.end.Sub(x.began)
+	if !x.cmdStart.IsZero() {
+		wall = x.end.Sub(x.cmdStart)
 	}
+	stdout, stderr := x.stdout, x.stderr
 	res := sandbox.ExecResult{
 		ExitCode:  code,
 		Stdout:    stdout.bytes(),
 		Stderr:    stderr.bytes(),
 		Truncated: stdout.dropped > 0 || stderr.dropped > 0,
-		TimedOut:  timedOut.Load(),
+		TimedOut:  x.timedOut.Load(),
 		Metering: sandbox.Metering{
-			CPUTime:         after.cpu - before.cpu,
-			PeakMemoryBytes: peak.peak(),
+			CPUTime:         after.cpu - x.before.cpu,
+			PeakMemoryBytes: x.peak.peak(),
 			WallTime:        wall,
 			Processes:       rep.processes,
 			BytesRead:       rep.rchar,
@@ -333,9 +414,11 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 	ev := func(k sandbox.EventKind, format string, args ...any) {
 		res.Events = append(res.Events, sandbox.Event{Kind: k, Detail: fmt.Sprintf(format, args...)})
 	}
+	before := x.before
+	spec := x.spec
 	spec.Limits = b.liveLimits(spec.Limits) // as UpdateLimits last set them
 	if res.TimedOut {
-		ev(sandbox.EventTimeout, "killed after %v", timeout)
+		ev(sandbox.EventTimeout, "killed after %v", x.timeout)
 	}
 	if n := after.oomKills - before.oomKills; n > 0 {
 		ev(sandbox.EventOOMKill, "%d process(es) killed at the %d-byte memory limit", n, spec.Limits.MemoryBytes)
@@ -347,16 +430,16 @@ func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sa
 		ev(sandbox.EventCPUThrottled, "throttled in %d period(s) at %d millicores", n, spec.Limits.CPUMillis)
 	}
 	if res.Truncated {
-		ev(sandbox.EventOutputCapped, "dropped %d stdout and %d stderr bytes beyond %d", stdout.dropped, stderr.dropped, limit)
+		ev(sandbox.EventOutputCapped, "dropped %d stdout and %d stderr bytes beyond %d", stdout.dropped, stderr.dropped, x.limit)
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(r.volDir(b.rec.Volume), &st); err == nil && st.Bavail == 0 {
 		ev(sandbox.EventDiskFull, "workspace reached its %d-byte limit", spec.Limits.DiskBytes)
 	}
 	// Every process of the exec is gone: what the supervisor and the tripwire saw is final.
-	sup.Load().Close()
-	res.Events = append(res.Events, rec.Drain()...)
-	res.Events = append(res.Events, trip.Events()...)
+	x.sup.Load().Close()
+	res.Events = append(res.Events, x.rec.Drain()...)
+	res.Events = append(res.Events, x.trip.Events()...)
 	return res, nil
 }
 

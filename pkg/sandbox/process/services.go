@@ -27,7 +27,7 @@ var _ sandbox.ServiceListener = (*Runtime)(nil)
 // port. Its /etc/nsswitch.conf (<StateDir>/netns/<id>.nsswitch) sends host lookups to
 // /etc/hosts and then DNS, and /etc/resolv.conf (every process sandbox's) names the
 // name server at 127.0.0.53, which the host answers (ListenResolver): the service names
-// resolve there, where DNS faults apply (B1).
+// resolve there, where DNS faults apply.
 
 func (r *Runtime) netnsPath(id string) string    { return r.path("netns", id) }
 func (r *Runtime) nsswitchPath(id string) string { return r.path("netns", id+".nsswitch") }

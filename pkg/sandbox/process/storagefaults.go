@@ -15,7 +15,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 )
 
-// Storage faults for commands (B1, B2): AttachStorageFaults sets up a faultfuse layer over
+// Storage faults for commands: AttachStorageFaults sets up a faultfuse layer over
 // the sandbox's workspace; while it is attached, every exec mounts it at
 // <run dir>/<id>.fuse for the span of the command (faultfuse.Layer Begin/End) and binds
 // that mount (instead of the overlay) at sandbox.WorkspacePath, so each file operation of

@@ -15,7 +15,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
-// BenchmarkShellExecStorageLayer: the cost of the storage-fault FUSE layer (B1, B2) on
+// BenchmarkShellExecStorageLayer: the cost of the storage-fault FUSE layer on
 // shell.exec round trips, side by side with the plain workspace: a small command (write
 // and read back one file) and a read of 1,000 files of 1 KiB (cat of every file). The
 // layer's gate holds a rule that matches none of these paths, so every operation pays the

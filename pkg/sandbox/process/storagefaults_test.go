@@ -29,7 +29,7 @@ func run(t *testing.T, tb *tools.Toolbox, cmd string) tools.ExecResult {
 	return res
 }
 
-// TestStorageFaultsReachCommands (B1, B2): with a storage-fault layer attached, the
+// TestStorageFaultsReachCommands: with a storage-fault layer attached, the
 // workspace of a real process sandbox is one FUSE mount: io_latency meets both reads of
 // coreutils' `cat`; files commands create belong to the sandbox user; a snapshot and a
 // restore keep the layer; without it (before attach, after detach) there is no FUSE

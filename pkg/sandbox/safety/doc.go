@@ -1,5 +1,5 @@
 // Package safety observes the attacks a sandbox refuses, so that each becomes a safety event
-// (C4) rather than a silent kernel error. It is shared by the process and containerd runtimes
+// rather than a silent kernel error. It is shared by the process and containerd runtimes
 // and by the containerd sandbox agent, and it depends only on the standard library and
 // golang.org/x/sys/unix (the agent is a static binary).
 //

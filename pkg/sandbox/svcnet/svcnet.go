@@ -1,5 +1,5 @@
 // Package svcnet attaches a sandbox's declared services (sandbox.Spec.Services) for one
-// episode (A1, A5, B1-B4): for each service it opens a listener inside the sandbox's
+// episode: for each service it opens a listener inside the sandbox's
 // network namespace (through the runtime's sandbox.ServiceListener) and forwards from the
 // host process to the service's upstream, through gauntlet's fault layer (package
 // faultnet) driven by the episode's inject.Decider. Every fault that fires is reported
@@ -14,7 +14,7 @@
 // connection opens (reset after N bytes or ms, black hole, bandwidth, a lost SYN) and one
 // per write back to the sandbox (latency, loss).
 //
-// The sandbox's name server answers there too (B1): a faultnet.DNSServer on the
+// The sandbox's name server answers there too: a faultnet.DNSServer on the
 // sandbox's 127.0.0.53:53 (UDP and TCP, opened through the runtime's
 // sandbox.ResolverListener) resolves the service names (and localhost, sandbox) to
 // 127.0.0.1 and every other name to NXDOMAIN, without recursion, unless the decider's

@@ -309,7 +309,7 @@ func TestProcessServicesSurviveRestart(t *testing.T) {
 	}
 }
 
-// runDNSFaults is the proof of the sandbox's name server on one runtime (B1): commands
+// runDNSFaults is the proof of the sandbox's name server on one runtime: commands
 // inside the sandbox resolve the docs service's name through it and meet NXDOMAIN,
 // SERVFAIL or a timeout when the rules say so and an answer when not; the faults are
 // recorded once per lookup; the same seed meets the same faults.

@@ -12,7 +12,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 )
 
-// Storage faults (B1, B2). With Options.Storage set, every file operation of the fs tools
+// Storage faults. With Options.Storage set, every file operation of the fs tools
 // is first an event of that faultfs.Gate, named like faultfs names it (op and the path
 // relative to the workspace root, stream key "fs/<path>"), so the same actions meet the
 // same faults on every runtime and in a replay:
@@ -63,7 +63,7 @@ func (t *Toolbox) gate(ctx context.Context, tool, op, rel string) (catalogue.Dec
 // probe looks rel up through its parent's listing before the gate: whether it exists,
 // and whether the backend will refuse it (a symlink or special file on the path or at its
 // end, a path leaving the workspace). A refused path skips the gate, so the refusal is
-// what the agent meets and what is recorded as a safety event (C4), never hidden behind
+// what the agent meets and what is recorded as a safety event, never hidden behind
 // an injected fault.
 func (t *Toolbox) probe(ctx context.Context, rel string) (exists, refused bool) {
 	if rel == "." {

@@ -1,5 +1,5 @@
 // Package tools is the workspace action space of sandboxed envs: shell.exec, fs.read,
-// fs.write, fs.list and fs.patch, each confined to one sandbox's workspace (A1, C4).
+// fs.write, fs.list and fs.patch, each confined to one sandbox's workspace.
 //
 // A Toolbox works against any sandbox.Runtime. shell.exec always goes through
 // Runtime.Exec. The fs tools go straight to the workspace from the host when the runtime
@@ -11,7 +11,7 @@
 // Refusals are agent errors, not infra errors: paths leaving the workspace (ErrOutside),
 // paths through symlinks (ErrSymlink) and anything that is not a regular file or a
 // directory — devices, FIFOs, sockets — (ErrSpecialFile) are refused with an error saying
-// why, and reported through Options.OnEvent as safety events (C4). A Toolbox is safe for
+// why, and reported through Options.OnEvent as safety events. A Toolbox is safe for
 // concurrent use; calls on one sandbox are serialised by the runtime where it must.
 package tools
 
@@ -66,8 +66,8 @@ type Options struct {
 	ExecTimeout time.Duration
 	// OutputLimit is shell.exec's per-stream output cap; default 64 KiB.
 	OutputLimit int64
-	// Storage, when set, applies storage faults to the fs tools' file operations (B1,
-	// B2): see storage.go for the events each tool makes. nil injects none.
+	// Storage, when set, applies storage faults to the fs tools' file operations
+	// (see storage.go for the events each tool makes); nil injects none.
 	Storage *faultfs.Gate
 	// ExecEnv, when set, is called at each shell.exec for KEY=VALUE entries added to the
 	// command's environment (e.g. sandbox.ClockSkewer's).

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
 )
 
@@ -20,30 +21,10 @@ func Start(t testing.TB) *temporallocal.Server {
 // same data.
 func StartIn(t testing.TB, dir string) *temporallocal.Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*temporallocal.DefaultStartTimeout)
-	defer cancel()
-	srv, err := temporallocal.Start(ctx, temporallocal.Options{
-		Dir:    dir,
-		NoUI:   true,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatalf("temporaltest: %v", err)
-	}
-	// Registered after TempDir's cleanup, so it runs first. Kill: the data is thrown
-	// away anyway.
-	t.Cleanup(func() {
-		if err := srv.Kill(); err != nil {
-			t.Errorf("temporaltest: %v", err)
-		}
-	})
-	return srv
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
+	// Kill: the data is thrown away anyway.
+	return childproctest.Start(t, "temporaltest", 2*temporallocal.DefaultStartTimeout,
+		func(ctx context.Context, log *slog.Logger) (*temporallocal.Server, error) {
+			return temporallocal.Start(ctx, temporallocal.Options{Dir: dir, NoUI: true, Logger: log})
+		},
+		(*temporallocal.Server).Kill)
 }

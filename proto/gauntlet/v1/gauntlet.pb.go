@@ -176,16 +176,16 @@ type RunRequested struct {
 	Profiles []*Share `protobuf:"bytes,5,rep,name=profiles,proto3" json:"profiles,omitempty"`
 	Episodes uint64   `protobuf:"varint,6,opt,name=episodes,proto3" json:"episodes,omitempty"`
 	Seed     uint64   `protobuf:"varint,7,opt,name=seed,proto3" json:"seed,omitempty"`
-	// Admission cap: episodes of this run in flight at once (A8's per-task cap).
+	// Admission cap: episodes of this run in flight at once (the per-task cap).
 	MaxInFlight uint32 `protobuf:"varint,8,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	// Steps after which an episode is truncated (0: the env's default).
 	MaxSteps            uint32 `protobuf:"varint,9,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
 	RequestedAtUnixNano int64  `protobuf:"varint,10,opt,name=requested_at_unix_nano,json=requestedAtUnixNano,proto3" json:"requested_at_unix_nano,omitempty"`
 	// Free-form label shown in reports (e.g. "demo").
 	Label string `protobuf:"bytes,11,opt,name=label,proto3" json:"label,omitempty"`
-	// Fault parameters that follow a schedule over the run's episodes or wall time (B6).
+	// Fault parameters that follow a schedule over the run's episodes or wall time (docs/faults.md, Drift).
 	Drift []*Drift `protobuf:"bytes,12,rep,name=drift,proto3" json:"drift,omitempty"`
-	// User-defined fault profiles the profile mix may name (B3).
+	// User-defined fault profiles the profile mix may name (docs/faults.md).
 	CustomProfiles []*CustomProfile `protobuf:"bytes,13,rep,name=custom_profiles,json=customProfiles,proto3" json:"custom_profiles,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -587,18 +587,18 @@ type FaultPlan struct {
 	// Version of the catalogue that produced the plan.
 	CatalogueVersion string `protobuf:"bytes,4,opt,name=catalogue_version,json=catalogueVersion,proto3" json:"catalogue_version,omitempty"`
 	// Drifted parameter values in force when the plan was made, in the order applied:
-	// global first, then the run's, a later value for the same selector winning (B6).
+	// global first, then the run's, a later value for the same selector winning.
 	DriftValues []*DriftValue `protobuf:"bytes,5,rep,name=drift_values,json=driftValues,proto3" json:"drift_values,omitempty"`
 	// Faults applied at a real sandbox's boundaries rather than on simulated calls (storage
 	// faults on the file tools, resource faults through cgroup knobs), as a profile spec in
-	// YAML (pkg/faults.Spec); empty when the plan has none (B1, B2).
+	// YAML (pkg/faults/plans.ParseSpec); empty when the plan has none.
 	BoundarySpec string `protobuf:"bytes,6,opt,name=boundary_spec,json=boundarySpec,proto3" json:"boundary_spec,omitempty"`
-	// Digest of the whole plan (pkg/faults.Digest: the deterministic encoding of every
+	// Digest of the whole plan (pkg/faults/plans.Digest: the deterministic encoding of every
 	// field above, drift applied), so a plan re-derived from its inputs can be checked.
 	Digest string `protobuf:"bytes,7,opt,name=digest,proto3" json:"digest,omitempty"`
 	// Set when the plan travels and is recorded by reference: rules and boundary_spec are
-	// left out and pkg/faults.Expand re-derives them, from the built-in profile's code and
-	// the seed, or from the template named below, then applies drift_values (B3, B6).
+	// left out and pkg/faults/plans.Expand re-derives them, from the built-in profile's code and
+	// the seed, or from the template named below, then applies drift_values.
 	Compact bool `protobuf:"varint,8,opt,name=compact,proto3" json:"compact,omitempty"`
 	// Id of the template of a user-defined profile's plan (its rules and boundary spec
 	// before drift, seed-independent), kept in the gauntlet_plan_templates KV bucket and
@@ -1064,9 +1064,9 @@ type PlanRequest struct {
 	Episodes []*EpisodeRequested    `protobuf:"bytes,1,rep,name=episodes,proto3" json:"episodes,omitempty"`
 	// Profile mix; empty means the service's default (baseline 60, stress 25, edge 15).
 	Profiles []*Share `protobuf:"bytes,2,rep,name=profiles,proto3" json:"profiles,omitempty"`
-	// The run's drift schedules, applied at each episode's index (B6).
+	// The run's drift schedules, applied at each episode's index.
 	Drift []*Drift `protobuf:"bytes,3,rep,name=drift,proto3" json:"drift,omitempty"`
-	// The run's user-defined profiles, which profiles may name (B3).
+	// The run's user-defined profiles, which profiles may name.
 	CustomProfiles []*CustomProfile `protobuf:"bytes,4,rep,name=custom_profiles,json=customProfiles,proto3" json:"custom_profiles,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1410,7 +1410,7 @@ func (x *Action) GetArgsJson() string {
 	return ""
 }
 
-// Metering is what the sandbox measured for one step (A6).
+// Metering is what the sandbox measured for one step.
 type Metering struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ToolCalls uint32                 `protobuf:"varint,1,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
@@ -1550,7 +1550,7 @@ func (x *Metering) GetRuntime() string {
 	return ""
 }
 
-// CausalViolation is a structured negative signal (C3): which rule, why, what to do.
+// CausalViolation is a structured negative signal: which rule, why, what to do.
 type CausalViolation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
@@ -1627,7 +1627,7 @@ type Signals struct {
 	DeadlineVirtualNs int64 `protobuf:"varint,7,opt,name=deadline_virtual_ns,json=deadlineVirtualNs,proto3" json:"deadline_virtual_ns,omitempty"`
 	// Change of progress caused by this step (may be negative).
 	ProgressDelta float64 `protobuf:"fixed64,8,opt,name=progress_delta,json=progressDelta,proto3" json:"progress_delta,omitempty"`
-	// Dangerous behaviour observed in the step (C4); penalised, never blocked.
+	// Dangerous behaviour observed in the step; penalised, never blocked.
 	SafetyEvents  []string `protobuf:"bytes,9,rep,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1992,7 +1992,7 @@ func (x *RewardComponent) GetWeight() float64 {
 	return 0
 }
 
-// StepScored is the reward service's score for one step (C1, C2, C8).
+// StepScored is the reward service's score for one step: its reward vector, component by component, and their weighted total.
 type StepScored struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	EpisodeId  string                 `protobuf:"bytes,1,opt,name=episode_id,json=episodeId,proto3" json:"episode_id,omitempty"`

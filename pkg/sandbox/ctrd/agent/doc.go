@@ -4,9 +4,9 @@
 // The agent runs as PID 1 of every containerd sandbox (cmd/gauntlet-agent is its
 // main). It listens on a unix socket in a directory the runtime bind-mounts from the
 // host, and runs one command per connection: one JSON [Request] in, one JSON
-// [Response] out. Running `true` that way took 8 ms against 423 ms for a containerd
-// task exec (a runc exec per command) in the same run on a heavily loaded machine
-// (docs/benchmarks.md), which is why the runtime uses it for every Exec.
+// [Response] out. That is far quicker than a containerd task exec (a runc exec per
+// command; docs/benchmarks.md, Costs the code cites, containerd sandboxes), which is why
+// the runtime uses it for every Exec.
 //
 // What the agent owns inside the sandbox:
 //   - reaping: as PID 1 it reaps every process, orphans included, so the sandbox never
