@@ -171,7 +171,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 	e, err := sess.Prepare(ctx, deps)
 	var agent env.Agent
 	if err == nil {
-		agent, err = play.NewAgent(e, ep)
+		agent, err = deps.NewAgent(e, ep)
 	}
 	if err != nil {
 		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(

@@ -19,8 +19,9 @@ type Activities struct {
 	Bus func() *bus.Bus
 	// WorkerID names this process in the events of durable episodes.
 	WorkerID string
-	// Play builds durable episodes: the sandboxes of this process's runtime, if any;
-	// without Templates, the template store of the bus.
+	// Play builds durable episodes and their agents: the sandboxes of this process's
+	// runtime, if any, and its configured policies; without Templates, the template store
+	// of the bus.
 	Play play.Deps
 	// AfterStep, when set, is called after each durable-episode step is in the stream
 	// and in the heartbeat; tests use it to stop a worker at a known step.

@@ -17,6 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
@@ -66,10 +67,18 @@ type app struct {
 	envapi   *envapi.Service
 }
 
+// newApp validates cfg (see config.validate) and wires the modules; it starts nothing.
 func newApp(cfg config, log *slog.Logger) (*app, error) {
-	if err := httppolicy.Configure(cfg.PolicyHTTP); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	httpPolicy, err := httppolicy.New(cfg.PolicyHTTP)
+	if err != nil {
+		return nil, err
+	}
+	// The policies this process's agents are built from, configured here rather than in
+	// a package variable.
+	policies := policy.NewSet(httpPolicy)
 	tel, err := telemetry.New("gauntlet", cfg.TraceFile)
 	if err != nil {
 		return nil, err
@@ -91,14 +100,11 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	}, modBus, modHTTP)
 	m.Register(modWorker, func() (lifecycle.Service, error) {
 		wc := cfg.Worker
-		if wc.Sandbox.StateDir == "" {
-			wc.Sandbox.StateDir = filepath.Join(cfg.DataDir, "sandbox")
-		}
+		wc.Policies = policies
 		return worker.New(wc, a.busFor(modWorker), a.busFor(connWorkerRPC), tel, log.With("module", modWorker)), nil
 	}, modBus, modHTTP)
 	m.Register(modStore, func() (lifecycle.Service, error) {
 		sc := cfg.Store
-		sc.Database = cfg.Database
 		sc.Addr = a.clickHouseAddr
 		return store.New(sc, a.busFor(modStore), tel.Meter("gauntlet/store"), log.With("module", modStore)), nil
 	}, modBus, modClickHouse, modHTTP)
@@ -107,7 +113,6 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 			return lifecycle.Funcs{}, nil // off
 		}
 		ec := cfg.EnvAPI
-		ec.DevTokenPath = filepath.Join(cfg.DataDir, "envapi-token")
 		ec.Sandbox = moduleSandbox(cfg, modEnvAPI)
 		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
@@ -117,7 +122,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		return curriculum.New(curriculum.Config{
 			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
 			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2,
-			Sandbox: moduleSandbox(cfg, modCurriculum),
+			Sandbox: moduleSandbox(cfg, modCurriculum), Policies: policies,
 		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
 	}, modBus, modTemporal, modHTTP)
 	// Services depend on each other only through NATS (requests retry until a responder
@@ -212,7 +217,7 @@ func (a *app) initBus() (lifecycle.Service, error) {
 
 // connect opens a connection to this process's NATS (in-process when embedded).
 func (a *app) connect(name string) (*bus.Bus, error) {
-	if a.nats != nil && os.Getenv("GAUNTLET_TCP") != "" {
+	if a.nats != nil && a.cfg.NATSTCP {
 		return bus.Connect(a.nats.ClientURL(), name, a.log)
 	}
 	if a.nats != nil {
@@ -372,7 +377,8 @@ func readStack(dataDir string) (stack, error) {
 	var s stack
 	b, err := os.ReadFile(stackPath(dataDir))
 	if err != nil {
-		return s, fmt.Errorf("no running stack found (%w); start one with `gauntlet up` or pass --nats/--clickhouse", err)
+		return s, fmt.Errorf("no running stack found in %s (%w): start one with `gauntlet up`, point --data-dir (default: $%s, else %s) at a running stack's data dir, or name its parts with --nats, --clickhouse, --temporal",
+			dataDir, err, dataDirEnv, defaultDataDir)
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
 		return s, fmt.Errorf("read %s: %w", stackPath(dataDir), err)
@@ -383,13 +389,11 @@ func readStack(dataDir string) (stack, error) {
 // moduleSandbox is the sandbox runtime of a module other than the worker that plays
 // episodes (the env API, durable episodes): the worker's --sandbox.* flags, in a state
 // directory of its own, since each module opens its own runtime and a runtime owns what is
-// in its state directory.
+// in its state directory. cfg is resolved (config.resolve), so the worker's state
+// directory is set: <data-dir>/sandbox unless --sandbox.state-dir names another, and the
+// module's is that with "-<module>" appended.
 func moduleSandbox(cfg config, module string) runtimes.Config {
 	sc := cfg.Worker.Sandbox
-	if sc.StateDir == "" {
-		sc.StateDir = filepath.Join(cfg.DataDir, "sandbox-"+module)
-	} else {
-		sc.StateDir += "-" + module
-	}
+	sc.StateDir += "-" + module
 	return sc
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -19,13 +20,17 @@ import (
 	"github.com/gauntlet-rl/gauntlet/services/worker"
 )
 
-// config is everything a serving gauntlet process is configured with. Flags own the
-// defaults; a YAML file (--config) may overlay them with the same names ("worker.concurrency:
-// 256"); flags given on the command line win over the file.
+// config is everything a serving gauntlet process is configured with. The process owns
+// the flags of what it runs itself (data dir, NATS, ClickHouse, Temporal, http, logs,
+// traces, stop timeout); each component's config declares its own (RegisterFlags, as in
+// Loki and dskit). Flags own the defaults; a YAML file (--config) may overlay them with
+// the same names ("worker.concurrency: 256"); flags given on the command line win over
+// the file.
 type config struct {
 	DataDir        string
 	NATSURL        string
 	NATSPort       int
+	NATSTCP        bool
 	Replicas       int
 	ClickHouse     string
 	ClickHousePort int
@@ -49,11 +54,13 @@ type config struct {
 	PolicyHTTP httppolicy.Config
 }
 
-// register declares every serving flag on fs.
+// register declares every serving flag on fs: the process's own here, the components'
+// through their RegisterFlags.
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.DataDir, "data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "directory for JetStream, the local ClickHouse and stack.json")
+	registerDataDir(fs, &c.DataDir, "directory for JetStream, the local ClickHouse and stack.json")
 	fs.StringVar(&c.NATSURL, "nats", "", "NATS URL of an existing cluster (empty: run NATS embedded)")
 	fs.IntVar(&c.NATSPort, "nats.port", 4222, "port the embedded NATS listens on for clients (-1: in-process only)")
+	fs.BoolVar(&c.NATSTCP, "nats.tcp", false, "connect this process's modules to the embedded NATS over TCP instead of in-process (to measure the network path)")
 	fs.IntVar(&c.Replicas, "nats.replicas", 1, "replicas of gauntlet's streams and KV buckets (3 on a NATS cluster)")
 	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (empty: start Debian's clickhouse-server locally)")
 	fs.IntVar(&c.ClickHousePort, "clickhouse.port", 19000, "native port of the local ClickHouse (0: any free port)")
@@ -67,48 +74,37 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.TemporalUIPort, "temporal.ui-port", 8233, "Web UI port of the local Temporal dev server (0: any free port, -1: no UI)")
 	fs.StringVar(&c.TemporalNamespace, "temporal.namespace", "default", "Temporal namespace of gauntlet's workflows")
 
-	fs.StringVar(&c.Worker.ID, "worker.id", "", "worker id in events (default: random)")
-	fs.IntVar(&c.Worker.Concurrency, "worker.concurrency", 256, "episodes a worker runs at once")
-	fs.IntVar(&c.Worker.ScoreBatch, "worker.score-batch", 512, "most steps in one score request")
-	fs.IntVar(&c.Worker.ScoreRequests, "worker.score-requests", 2, "most score requests in flight at once (fewer carry more steps each)")
-	fs.DurationVar(&c.Worker.AckWait, "worker.ack-wait", 30*time.Second, "lease on an assignment")
-	fs.IntVar(&c.Worker.MaxDeliver, "worker.max-deliver", 3, "attempts per episode before it is an infra error")
-	fs.IntVar(&c.Worker.SegmentSteps, "worker.segment-steps", 32, "steps of an episode per StepsTaken event")
-	fs.StringVar(&c.Worker.Sandbox.Runtime, "sandbox.runtime", "", "sandbox runtime of envs that run commands (codefix): process, containerd, or empty for none")
-	fs.StringVar(&c.Worker.Sandbox.Image, "sandbox.image", "", "root filesystem of sandboxes: a containerd image reference; for process empty (the host's, read-only)")
-	fs.StringVar(&c.Worker.Sandbox.StateDir, "sandbox.state-dir", "", "state directory of the sandbox runtime (default: <data-dir>/sandbox)")
-	fs.StringVar(&c.Worker.Sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (scripts/containerd.sh start; default: start a private one)")
-	fs.IntVar(&c.Worker.Sandbox.PoolSize, "sandbox.pool-size", 2, "warm sandboxes kept per sandbox template (0: create each on demand)")
-	fs.StringVar(&c.Worker.Sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd sandboxes (default: build it with the Go toolchain)")
+	c.Worker.RegisterFlags(fs)
+	c.Scheduler.RegisterFlags(fs)
+	c.Store.RegisterFlags(fs)
+	c.Reward.RegisterFlags(fs)
+	c.EnvAPI.RegisterFlags(fs)
+	c.PolicyHTTP.RegisterFlags(fs)
+}
 
-	fs.Uint64Var(&c.Scheduler.MaxInFlight, "scheduler.max-in-flight", 20_000, "episodes in flight over all runs")
-	fs.Uint64Var(&c.Scheduler.AssignBatch, "scheduler.assign-batch", 512, "most episodes assigned per run per round")
-	fs.Uint64Var(&c.Scheduler.EpisodesPerAssignment, "scheduler.episodes-per-assignment", 16, "consecutive episodes per assignment message, leased and acked as one (1: one per message; lower it for long episodes)")
-	fs.DurationVar(&c.Scheduler.ProgressEvery, "scheduler.progress-every", 250*time.Millisecond, "how often run progress is published")
+// resolve fills in what components take from the process: defaults under the data dir
+// and the ClickHouse database.
+func (c *config) resolve() {
+	if c.Worker.Sandbox.StateDir == "" {
+		c.Worker.Sandbox.StateDir = filepath.Join(c.DataDir, "sandbox")
+	}
+	c.Store.Database = c.Database
+	c.EnvAPI.DevTokenPath = filepath.Join(c.DataDir, "envapi-token")
+}
 
-	fs.IntVar(&c.Store.BatchRows, "store.batch-rows", 25_000, "most step and episode rows per ClickHouse insert")
-	fs.DurationVar(&c.Store.FlushEvery, "store.flush-every", 5*time.Second, "longest wait of an event in a partial batch")
-	fs.DurationVar(&c.Store.IdleFlush, "store.idle-flush", 250*time.Millisecond, "write a partial batch once no event arrived for this long (0: never)")
-	fs.DurationVar(&c.Store.AckWait, "store.ack-wait", 30*time.Second, "lease on delivered events (renewed while ClickHouse is down)")
-
-	fs.IntVar(&c.Reward.Subscribers, "reward.subscribers", 2, "score handlers per reward instance")
-
-	fs.StringVar(&c.EnvAPI.Addr, "envapi.addr", "127.0.0.1:9470", "address of the env API, gRPC and HTTP/JSON on one port (empty: off)")
-	fs.StringVar(&c.EnvAPI.TokensFile, "envapi.tokens", "", "YAML file of tenants and their API tokens (empty: tenant \"default\", token in <data-dir>/envapi-token)")
-	fs.IntVar(&c.EnvAPI.MaxEpisodes, "envapi.max-episodes", 1024, "live episodes per tenant unless its entry says otherwise")
-	fs.IntVar(&c.EnvAPI.ServerMaxEpisodes, "envapi.server-max-episodes", 16384, "live env API episodes over all tenants")
-	fs.DurationVar(&c.EnvAPI.StepTimeout, "envapi.step-timeout", 30*time.Second, "bound on one step (env and reward)")
-	fs.DurationVar(&c.EnvAPI.StartTimeout, "envapi.start-timeout", 30*time.Second, "bound on a Reset (fault plan and env start)")
-	fs.DurationVar(&c.EnvAPI.EpisodeTimeout, "envapi.episode-timeout", time.Hour, "wall time from Reset after which an episode is truncated (reason timeout)")
-	fs.DurationVar(&c.EnvAPI.IdleTimeout, "envapi.idle-timeout", 5*time.Minute, "an episode with no call for this long is reaped (truncated, reason timeout)")
-	fs.IntVar(&c.EnvAPI.SegmentSteps, "envapi.segment-steps", 32, "steps of an env API episode per StepsTaken event")
-	fs.IntVar(&c.EnvAPI.ScoreBatch, "envapi.score-batch", 512, "most steps in one score request of the env API")
-
-	fs.StringVar(&c.PolicyHTTP.URL, "policy.http.url", "", "OpenAI-compatible API base of the \"http\" policy, e.g. http://127.0.0.1:8000/v1")
-	fs.StringVar(&c.PolicyHTTP.Model, "policy.http.model", "", "model name the \"http\" policy sends")
-	fs.StringVar(&c.PolicyHTTP.APIKey, "policy.http.api-key", "", "bearer key for the \"http\" policy's endpoint")
-	fs.DurationVar(&c.PolicyHTTP.Timeout, "policy.http.timeout", 60*time.Second, "bound on one chat completion of the \"http\" policy (an infra error past it)")
-	fs.IntVar(&c.PolicyHTTP.MaxTokens, "policy.http.max-tokens", 0, "max_tokens of each completion (0: the server's default)")
+// validate resolves c and reports every problem of the whole config at once, so a bad
+// flag is refused before NATS, ClickHouse or Temporal start.
+func (c *config) validate() error {
+	c.resolve()
+	var errs []error
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.Worker.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate())
+	if c.EnvAPI.Addr != "" { // empty: the env API is off
+		errs = append(errs, c.EnvAPI.Validate())
+	}
+	return errors.Join(errs...)
 }
 
 // overlay applies a YAML file's keys to fs, skipping flags set on the command line. Unknown
@@ -162,13 +158,6 @@ func flatten(prefix string, v any, out map[string]string) {
 		return
 	}
 	out[prefix] = fmt.Sprint(v)
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 // splitTargets parses --target=worker,reward.

@@ -12,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -31,39 +30,6 @@ const curriculumUsage = `Usage:
 Every subcommand takes --temporal HOST:PORT and --namespace (default: from the stack.json
 that 'gauntlet up' writes in --data-dir).
 `
-
-// temporalFlags are how client commands find Temporal.
-type temporalFlags struct {
-	addr, namespace, dataDir string
-}
-
-func (f *temporalFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.addr, "temporal", "", "Temporal frontend host:port (default: from stack.json)")
-	fs.StringVar(&f.namespace, "namespace", "default", "Temporal namespace")
-	fs.StringVar(&f.dataDir, "data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "where `gauntlet up` left stack.json")
-}
-
-func (f *temporalFlags) dial(ctx context.Context) (client.Client, error) {
-	addr := f.addr
-	if addr == "" {
-		st, err := readStack(f.dataDir)
-		if err != nil {
-			return nil, err
-		}
-		if st.Temporal == "" {
-			return nil, errors.New("the running stack has no Temporal (started without the curriculum module?); pass --temporal HOST:PORT")
-		}
-		addr = st.Temporal
-	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	log, _ := newLogger("error", io.Discard)
-	c, err := client.DialContext(dctx, client.Options{HostPort: addr, Namespace: f.namespace, Logger: sdkLogger{log}})
-	if err != nil {
-		return nil, fmt.Errorf("connect to temporal at %s: %w", addr, err)
-	}
-	return c, nil
-}
 
 func cmdCurriculum(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -105,8 +71,8 @@ func loadSpecFile(path string) (workflows.CurriculumSpec, error) {
 
 func curriculumStart(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("curriculum "+sub, stderr)
-	var tf temporalFlags
-	tf.register(fs)
+	var tf stackFlags
+	tf.register(fs, partTemporal)
 	file := fs.String("f", "", "curriculum spec, YAML or JSON")
 	id := fs.String("id", "", "workflow id (default: curriculum-<name>-<random>)")
 	wait := fs.Bool("wait", false, "follow the curriculum to its end and print its report")
@@ -133,7 +99,7 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 		}
 		*id = "curriculum-" + name + "-" + randomSuffix()
 	}
-	c, err := tf.dial(ctx)
+	c, err := tf.dialTemporal(ctx)
 	if err != nil {
 		return err
 	}
@@ -184,14 +150,14 @@ func oneID(fs *flag.FlagSet, args []string, stderr io.Writer) (string, error) {
 
 func curriculumStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("curriculum status", stderr)
-	var tf temporalFlags
-	tf.register(fs)
+	var tf stackFlags
+	tf.register(fs, partTemporal)
 	asJSON := fs.Bool("json", false, "print the progress as JSON")
 	id, err := oneID(fs, args, stderr)
 	if err != nil {
 		return err
 	}
-	c, err := tf.dial(ctx)
+	c, err := tf.dialTemporal(ctx)
 	if err != nil {
 		return err
 	}
@@ -270,13 +236,13 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 
 func curriculumSignal(ctx context.Context, signal string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("curriculum "+signal, stderr)
-	var tf temporalFlags
-	tf.register(fs)
+	var tf stackFlags
+	tf.register(fs, partTemporal)
 	id, err := oneID(fs, args, stderr)
 	if err != nil {
 		return err
 	}
-	c, err := tf.dial(ctx)
+	c, err := tf.dialTemporal(ctx)
 	if err != nil {
 		return err
 	}
@@ -295,8 +261,8 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	fs := newFlagSet("batch start", stderr)
-	var tf temporalFlags
-	tf.register(fs)
+	var tf stackFlags
+	tf.register(fs, partTemporal)
 	var o runOpts
 	o.register(fs, 1000)
 	id := fs.String("id", "", "workflow id (default: batch-<random>)")
@@ -318,7 +284,7 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *id == "" {
 		*id = "batch-" + randomSuffix()
 	}
-	c, err := tf.dial(ctx)
+	c, err := tf.dialTemporal(ctx)
 	if err != nil {
 		return err
 	}

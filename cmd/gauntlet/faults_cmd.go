@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/fromlog"
@@ -296,8 +295,8 @@ func faultsFromLog(args []string, stdout, stderr io.Writer) error {
 
 func faultsDrift(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("faults drift", stderr)
-	dataDir := fs.String("data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "where `gauntlet up` left stack.json")
-	natsURL := fs.String("nats", "", "NATS URL (default: from stack.json)")
+	var sf stackFlags
+	sf.register(fs, partNATS)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -318,15 +317,7 @@ func faultsDrift(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	default:
 		return fmt.Errorf("faults drift: unknown action %q (show, history, set)", fs.Arg(0))
 	}
-	if *natsURL == "" {
-		st, err := readStack(*dataDir)
-		if err != nil {
-			return err
-		}
-		*natsURL = st.NATSURL
-	}
-	log, _ := newLogger("warn", stderr)
-	b, err := bus.Connect(*natsURL, "gauntlet-faults", log)
+	b, err := sf.connectBus("gauntlet-faults", stderr)
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,9 @@ Usage:
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet version
 
-Run 'gauntlet <command> -h' for a command's flags.
+Run 'gauntlet <command> -h' for a command's flags. GAUNTLET_DATA, when set, is the
+default of --data-dir (else .gauntlet), where 'gauntlet up' keeps its data and stack.json
+and where the client commands look for it.
 `
 
 // errUsage marks an error already explained to the user with the command's usage.
@@ -127,11 +129,19 @@ func newAppLogging(cfg config, w io.Writer) (*app, error) {
 }
 
 func newLogger(level string, w io.Writer) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log.level: %q is not one of debug, info, warn, error", level)
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, err
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func parseLevel(level string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return l, fmt.Errorf("--log.level: %q is not one of debug, info, warn, error", level)
+	}
+	return l, nil
 }
 
 // cmdServe runs modules until SIGINT/SIGTERM.
@@ -152,6 +162,11 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 		return errUsage
 	}
 	if err := overlay(fs, *cfgFile); err != nil {
+		return err
+	}
+	// The whole config is checked before anything starts: a bad flag of any module is
+	// reported, with every other, before NATS, ClickHouse or Temporal run.
+	if err := cfg.validate(); err != nil {
 		return err
 	}
 	a, err := newAppLogging(cfg, stderr)

@@ -103,9 +103,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("run", stderr)
 	var o runOpts
 	o.register(fs, 1000)
-	dataDir := fs.String("data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "where `gauntlet up` left stack.json")
-	natsURL := fs.String("nats", "", "NATS URL (default: from stack.json)")
-	chAddr := fs.String("clickhouse", "", "ClickHouse address for the summary (default: from stack.json)")
+	var sf stackFlags
+	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -114,22 +113,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	st, stErr := readStack(*dataDir)
-	if *natsURL == "" {
-		if stErr != nil {
-			return stErr
-		}
-		*natsURL = st.NATSURL
-	}
-	if *chAddr == "" {
-		*chAddr = st.ClickHouse
-	}
-	db := st.Database
-	if db == "" {
-		db = "gauntlet"
-	}
-	log, _ := newLogger("warn", stderr)
-	b, err := bus.Connect(*natsURL, "gauntlet-run", log)
+	b, err := sf.connectBus("gauntlet-run", stderr)
 	if err != nil {
 		return err
 	}
@@ -141,7 +125,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stdout, req.RunId)
 		return nil
 	}
-	return runAndReport(ctx, b, *chAddr, db, req, stdout, stderr)
+	chAddr, db := sf.clickHouseIfKnown()
+	return runAndReport(ctx, b, chAddr, db, req, stdout, stderr)
 }
 
 // runAndReport submits, follows, waits for ClickHouse to hold every episode, and prints the

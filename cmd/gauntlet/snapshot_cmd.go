@@ -17,6 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -57,14 +58,14 @@ func cmdEpisode(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // replayOpts are the flags shared by snapshot and fork.
 type replayOpts struct {
-	client   clientOpts
+	stack    stackFlags
 	step     int
 	maxSteps uint
 	sandbox  runtimes.Config
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
-	o.client.register(fs)
+	o.stack.register(fs, partClickHouse)
 	fs.IntVar(&o.step, "step", -1, "rebuild the state after this many steps (required)")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit of the rebuilt episode (0: the env's default, at least --step+1)")
 	fs.StringVar(&o.sandbox.Runtime, "sandbox.runtime", runtimes.Process, "sandbox runtime to rebuild in: process or containerd")
@@ -149,6 +150,8 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 	o.register(fs)
 	pol := fs.String("policy", policy.Oracle, "policy that goes on from the step: "+strings.Join(policy.Names(), ", "))
 	branches := fs.Int("branches", 1, "independent branches to run from the step (each with its own policy seed)")
+	var httpCfg httppolicy.Config
+	httpCfg.RegisterFlags(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -160,7 +163,11 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *branches < 1 || *branches > 64 {
 		return fmt.Errorf("--branches: %d must be between 1 and 64", *branches)
 	}
-	p, err := policy.Lookup(*pol)
+	httpPolicy, err := httppolicy.New(httpCfg)
+	if err != nil {
+		return err
+	}
+	p, err := policy.NewSet(httpPolicy).Lookup(*pol)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
@@ -213,7 +220,7 @@ func (o *replayOpts) check(pos []string, stderr io.Writer) (string, error) {
 // replay loads episode id from ClickHouse and replays its first o.step steps on a fresh
 // episode in a sandbox of the local runtime.
 func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*rebuilt, error) {
-	conn, db, err := o.client.connect(ctx)
+	conn, db, err := o.stack.connectClickHouse(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +258,7 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	}
 	sc := o.sandbox
 	if sc.StateDir == "" {
-		sc.StateDir = filepath.Join(o.client.dataDir, "sandbox-cli")
+		sc.StateDir = filepath.Join(o.stack.dataDir, "sandbox-cli")
 	}
 	if sc.Runtime == runtimes.None {
 		return nil, fmt.Errorf("--sandbox.runtime: name the runtime to rebuild %s in (process or containerd)", id)

@@ -16,44 +16,11 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
-// clientOpts locate ClickHouse for the analyst commands.
-type clientOpts struct {
-	dataDir, addr, db string
-}
-
-func (o *clientOpts) register(fs interface {
-	StringVar(*string, string, string, string)
-}) {
-	fs.StringVar(&o.dataDir, "data-dir", envOr("GAUNTLET_DATA", ".gauntlet"), "where `gauntlet up` left stack.json")
-	fs.StringVar(&o.addr, "clickhouse", "", "ClickHouse native address (default: from stack.json)")
-	fs.StringVar(&o.db, "database", "", "ClickHouse database (default: from stack.json, else gauntlet)")
-}
-
-func (o *clientOpts) connect(ctx context.Context) (driver.Conn, string, error) {
-	if o.addr == "" || o.db == "" {
-		st, err := readStack(o.dataDir)
-		if o.addr == "" {
-			if err != nil {
-				return nil, "", err
-			}
-			o.addr = st.ClickHouse
-		}
-		if o.db == "" {
-			o.db = st.Database
-		}
-	}
-	if o.db == "" {
-		o.db = "gauntlet"
-	}
-	conn, err := trajectory.Connect(ctx, o.addr, o.db)
-	return conn, o.db, err
-}
-
 // cmdSQL runs one query and prints an aligned table.
 func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sql", stderr)
-	var o clientOpts
-	o.register(fs)
+	var o stackFlags
+	o.register(fs, partClickHouse)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -69,7 +36,7 @@ func cmdSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, `gauntlet sql: give a query: gauntlet sql "SELECT count() FROM steps"`)
 		return errUsage
 	}
-	conn, _, err := o.connect(ctx)
+	conn, _, err := o.connectClickHouse(ctx)
 	if err != nil {
 		return err
 	}
@@ -88,8 +55,8 @@ var episodeIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // cmdEpisodeShow shows one episode step by step.
 func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("episode show", stderr)
-	var o clientOpts
-	o.register(fs)
+	var o stackFlags
+	o.register(fs, partClickHouse)
 	full := fs.Bool("full", false, "print whole observations instead of their first 160 characters")
 	showPlan := fs.Bool("plan", false, "print the fault plan the episode met, re-derived from its record and checked against its digest")
 	if err := parse(fs, args); err != nil {
@@ -103,7 +70,7 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 	if !episodeIDRe.MatchString(id) {
 		return fmt.Errorf("episode id %q: only letters, digits, '-' and '_' are allowed", id)
 	}
-	conn, db, err := o.connect(ctx)
+	conn, db, err := o.connectClickHouse(ctx)
 	if err != nil {
 		return err
 	}

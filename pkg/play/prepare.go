@@ -29,6 +29,9 @@ type Deps struct {
 	// profiles name (a *templates.Client over the KV bucket); nil expands built-in and
 	// whole plans only.
 	Templates PlanExpander
+	// Policies are the policies agents come from, with the process's configuration (the
+	// "http" policy's endpoint); nil is the registered policies alone.
+	Policies *policy.Set
 }
 
 // PlanExpander is plans.Expand with the template a compact plan names found somewhere
@@ -110,11 +113,11 @@ func servicesOf(name string, e env.Env) []string {
 	return svcs
 }
 
-// NewAgent returns the agent of the built-in policy req names for an episode of e, seeded
-// from the episode's seed as every runner seeds it, so a policy plays the same episode the
-// same way wherever it runs. Its errors are the request's fault.
-func NewAgent(e env.Env, req *gauntletv1.EpisodeRequested) (env.Agent, error) {
-	p, err := policy.Lookup(req.Policy)
+// NewAgent returns the agent of the policy req names (from d.Policies) for an episode of
+// e, seeded from the episode's seed as every runner seeds it, so a policy plays the same
+// episode the same way wherever it runs. Its errors are the request's fault.
+func (d Deps) NewAgent(e env.Env, req *gauntletv1.EpisodeRequested) (env.Agent, error) {
+	p, err := d.Policies.Lookup(req.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}

@@ -83,7 +83,7 @@ func sameStep(a, b *gauntletv1.StepTaken) bool {
 func TestReplayRebuildsTheEpisode(t *testing.T) {
 	ctx := context.Background()
 	played, out, turn := session(t, "random")
-	agent, err := play.NewAgent(played.Env, played.Req)
+	agent, err := play.Deps{}.NewAgent(played.Env, played.Req)
 	if err != nil {
 		t.Fatal(err)
 	}

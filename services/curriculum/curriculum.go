@@ -25,6 +25,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
@@ -43,6 +44,9 @@ type Config struct {
 	// Sandbox is the runtime that durable episodes of envs needing real sandboxes
 	// (codefix) run in, as the worker's (--sandbox.*); no runtime makes them fail.
 	Sandbox runtimes.Config
+	// Policies are the policies durable episodes play, with their configuration; nil is
+	// the registered policies alone.
+	Policies *policy.Set
 }
 
 // Service is the Temporal worker.
@@ -71,7 +75,7 @@ func (s *Service) Starting(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	deps := play.Deps{}
+	deps := play.Deps{Policies: s.cfg.Policies}
 	if sb != nil {
 		s.runtime, deps.Sandboxes = sb, sb
 	}

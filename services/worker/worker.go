@@ -42,6 +42,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
@@ -73,6 +74,9 @@ type Config struct {
 	SegmentSteps int
 	// Sandbox chooses the runtime of envs that need real sandboxes (codefix).
 	Sandbox runtimes.Config
+	// Policies are the policies the worker plays with their configuration (the "http"
+	// policy's endpoint); nil is the registered policies alone.
+	Policies *policy.Set
 }
 
 // Validate reports every problem at once.
@@ -483,9 +487,10 @@ func countKind(counts []kindCount, kind string) []kindCount {
 
 // prepare builds the episode and its agent; its errors are the request's fault.
 func (w *Service) prepare(ctx context.Context, sess *play.Session) (env.Agent, error) {
-	e, err := sess.Prepare(ctx, play.Deps{Sandboxes: w.sandboxes, Templates: w.templates})
+	deps := play.Deps{Sandboxes: w.sandboxes, Templates: w.templates, Policies: w.cfg.Policies}
+	e, err := sess.Prepare(ctx, deps)
 	if err != nil {
 		return nil, err
 	}
-	return play.NewAgent(e, sess.Req)
+	return deps.NewAgent(e, sess.Req)
 }

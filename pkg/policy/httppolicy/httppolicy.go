@@ -10,9 +10,12 @@
 // the model chose, however odd (an unknown tool, arguments that are not JSON), is played
 // as its action, and the env answers with an invalid-action observation it can learn from.
 //
-// Configure sets the endpoint for the process (flags --policy.http.*); an agent keeps the
-// conversation of one episode and belongs to one goroutine. The policy value and
-// Configure are safe for concurrent use.
+// The registered "http" policy has no endpoint: its NewAgent fails naming --policy.http.url.
+// New makes one holding an endpoint (flags --policy.http.*, see Config.RegisterFlags), which
+// the process hands to whoever builds agents in a policy.Set; nothing is configured
+// globally, so two configurations in one process do not clash. An agent keeps the
+// conversation of one episode and belongs to one goroutine; the policy value is safe for
+// concurrent use.
 package httppolicy
 
 import (
@@ -23,7 +26,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -64,34 +66,25 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-var (
-	mu      sync.RWMutex
-	current Config
-)
-
-// Configure sets the endpoint every later agent uses.
-func Configure(c Config) error {
-	if err := c.Validate(); err != nil {
-		return err
+// New returns the "http" policy asking cfg's endpoint. With an empty URL its agents fail
+// as the registered policy's do.
+func New(cfg Config) (policy.Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	mu.Lock()
-	current = c
-	mu.Unlock()
-	return nil
+	return httpPolicy{cfg: cfg}, nil
 }
 
 func init() { policy.Register(httpPolicy{}) }
 
-type httpPolicy struct{}
+type httpPolicy struct{ cfg Config }
 
 func (httpPolicy) Name() string { return Name }
 
 // NewAgent makes an agent for one episode of e. seed is unused: the model is the source
 // of the actions.
-func (httpPolicy) NewAgent(e env.Env, _ uint64) (env.Agent, error) {
-	mu.RLock()
-	cfg := current
-	mu.RUnlock()
+func (p httpPolicy) NewAgent(e env.Env, _ uint64) (env.Agent, error) {
+	cfg := p.cfg
 	if cfg.URL == "" {
 		return nil, fmt.Errorf("policy %s: no endpoint configured (--policy.http.url)", Name)
 	}

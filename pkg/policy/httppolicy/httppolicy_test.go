@@ -2,6 +2,7 @@ package httppolicy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -145,13 +146,70 @@ func TestRegisteredAndConfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, _ := env.Lookup("shop")
-	if err := Configure(Config{Timeout: time.Second}); err != nil {
+	if _, err := p.NewAgent(e, 1); err == nil || !strings.Contains(err.Error(), "policy.http.url") {
+		t.Errorf("NewAgent of the registered policy: %v", err)
+	}
+	unset, err := New(Config{Timeout: time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.NewAgent(e, 1); err == nil || !strings.Contains(err.Error(), "policy.http.url") {
+	if _, err := unset.NewAgent(e, 1); err == nil || !strings.Contains(err.Error(), "policy.http.url") {
 		t.Errorf("NewAgent without a URL: %v", err)
 	}
-	if err := Configure(Config{URL: "ftp://x", Timeout: 0}); err == nil || !strings.Contains(err.Error(), "policy.http.url") || !strings.Contains(err.Error(), "policy.http.timeout") {
-		t.Errorf("Configure(bad) = %v", err)
+	if _, err := New(Config{URL: "ftp://x", Timeout: 0}); err == nil || !strings.Contains(err.Error(), "policy.http.url") || !strings.Contains(err.Error(), "policy.http.timeout") {
+		t.Errorf("New(bad) = %v", err)
 	}
+}
+
+// Two configurations in one process each reach their own endpoint: nothing is global.
+func TestSetsDoNotClash(t *testing.T) {
+	e, _ := env.Lookup("shop")
+	var sets []*policy.Set
+	var ends []*fakeEndpoint
+	for range 2 {
+		f := &fakeEndpoint{reply: func(int) (int, string) { return 200, toolReply("catalog__search", `{"query":"mug"}`) }}
+		srv := httptest.NewServer(f)
+		t.Cleanup(srv.Close)
+		p, err := New(Config{URL: srv.URL + "/v1", APIKey: "k", Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets, ends = append(sets, policy.NewSet(p)), append(ends, f)
+	}
+	for i, s := range sets {
+		p, err := s.Lookup(Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := p.NewAgent(e, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Act(env.Turn{Observation: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		for j, f := range ends {
+			f.mu.Lock()
+			n := len(f.reqs)
+			f.mu.Unlock()
+			if want := b2i(j <= i); n != want {
+				t.Errorf("after set %d's agent acted, endpoint %d has %d requests, want %d", i, j, n, want)
+			}
+		}
+	}
+	// Names the set does not configure are the registered policies.
+	if p, err := sets[0].Lookup(policy.Oracle); err != nil || p.Name() != policy.Oracle {
+		t.Errorf("Lookup(oracle) = %v, %v", p, err)
+	}
+	var none *policy.Set
+	if _, err := none.Lookup("genius"); !errors.Is(err, policy.ErrUnknownPolicy) {
+		t.Errorf("nil set Lookup(genius) = %v", err)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
