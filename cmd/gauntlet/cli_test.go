@@ -98,3 +98,28 @@ func TestBadInputLeavesPipelineRunning(t *testing.T) {
 	p := runToEnd(t, b, conn, cfg.Database, good)
 	assertExact(t, b, conn, cfg.Database, good, p)
 }
+
+// `gauntlet up`'s banner names every address a user needs, the env API's among them
+// (with where its token is when gauntlet made one), and leaves out the parts not running.
+func TestUpBannerNamesEveryAddress(t *testing.T) {
+	st := stack{NATSURL: "nats://127.0.0.1:4222", ClickHouse: "127.0.0.1:9000", Database: "gauntlet",
+		HTTP: "127.0.0.1:9464", Temporal: "127.0.0.1:7233", TemporalUI: "http://127.0.0.1:8233", EnvAPI: "127.0.0.1:9470"}
+	var out strings.Builder
+	printBanner(&out, st, true, "/data/envapi-token")
+	for _, want := range []string{st.NATSURL, st.ClickHouse, st.HTTP, st.Temporal, st.TemporalUI,
+		"env api http://127.0.0.1:9470", "/data/envapi-token"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("banner %q does not name %s", out.String(), want)
+		}
+	}
+	out.Reset()
+	printBanner(&out, stack{NATSURL: st.NATSURL, ClickHouse: st.ClickHouse, Database: "gauntlet", HTTP: st.HTTP, EnvAPI: st.EnvAPI}, false, "/data/envapi-token")
+	if b := out.String(); strings.Contains(b, "temporal") || strings.Contains(b, "envapi-token") || !strings.Contains(b, "127.0.0.1:9470") {
+		t.Errorf("banner of a stack without Temporal, with tenants from a tokens file: %q", b)
+	}
+	out.Reset()
+	printBanner(&out, stack{NATSURL: st.NATSURL, ClickHouse: st.ClickHouse, Database: "gauntlet", HTTP: st.HTTP}, true, "/data/envapi-token")
+	if b := out.String(); strings.Contains(b, "env api") {
+		t.Errorf("banner of a stack without the env API: %q", b)
+	}
+}

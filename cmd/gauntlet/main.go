@@ -194,12 +194,26 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 		if err := writeStack(cfg.DataDir, st); err != nil {
 			log.Warn("write stack.json", "err", err)
 		}
-		fmt.Fprintf(stdout, "gauntlet is up: nats %s, clickhouse %s (database %s), http %s\n", st.NATSURL, st.ClickHouse, st.Database, st.HTTP)
-		if st.Temporal != "" {
-			fmt.Fprintf(stdout, "temporal %s (task queue gauntlet)%s\n", st.Temporal, uiHint(st.TemporalUI))
-		}
+		printBanner(stdout, st, cfg.EnvAPI.TokensFile == "", cfg.EnvAPI.DevTokenPath)
 	}()
 	err = a.run(ctx, targets)
 	_ = os.Remove(stackPath(cfg.DataDir))
 	return err
+}
+
+// printBanner tells whoever ran `gauntlet up` where each part of the stack st listens: a
+// trainer needs the env API's address, and its token's file when gauntlet made the token
+// (devToken: no --envapi.tokens).
+func printBanner(w io.Writer, st stack, devToken bool, devTokenPath string) {
+	fmt.Fprintf(w, "gauntlet is up: nats %s, clickhouse %s (database %s), http %s\n", st.NATSURL, st.ClickHouse, st.Database, st.HTTP)
+	if st.EnvAPI != "" {
+		token := ""
+		if devToken {
+			token = ", token in " + devTokenPath
+		}
+		fmt.Fprintf(w, "env api http://%s (gRPC and HTTP/JSON%s)\n", st.EnvAPI, token)
+	}
+	if st.Temporal != "" {
+		fmt.Fprintf(w, "temporal %s (task queue gauntlet)%s\n", st.Temporal, uiHint(st.TemporalUI))
+	}
 }

@@ -28,9 +28,12 @@ import (
 
 // `gauntlet episode snapshot` and `gauntlet episode fork` rebuild a recorded
 // episode at a step by replaying its recorded actions on a fresh episode of the same env,
-// seed, params and fault plan, in a sandbox of a local runtime. Envs are deterministic
-// given those and the actions, so the rebuilt state is the recorded one; the replay checks
-// every observation against the recording and says so.
+// seed, params and fault plan, in a sandbox of a local runtime for envs whose episodes run
+// in sandboxes (none for pure envs such as shop). Envs are deterministic given those and
+// the actions, so the rebuilt state is the recorded one; the replay checks every
+// observation against the recording and says so. A fork's branches are copies of the
+// rebuilt episode where the env can branch (env.Brancher: a sandbox forked), otherwise
+// the episode rebuilt again, which for a pure env is cheap.
 
 const snapshotUsage = `usage: gauntlet episode snapshot [flags] EPISODE_ID --step N [--out DIR]
        gauntlet episode fork [flags] EPISODE_ID --step N [--policy oracle] [--branches K]
@@ -91,18 +94,37 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// rebuilt is a recorded episode replayed up to a step.
-type rebuilt struct {
-	sess    *play.Session
-	out     *cliOut
-	row     trajectory.EpisodeRow
-	steps   []trajectory.StepRow
-	turn    env.Turn
-	closeRT func() error
+// recording is a recorded episode, loaded from ClickHouse to be rebuilt at a step.
+type recording struct {
+	id    string
+	row   trajectory.EpisodeRow
+	steps []trajectory.StepRow
+	plan  *gauntletv1.FaultPlan
+	env   env.Env
+	// sandboxes and closeRT are the local runtime's, nil when the env runs no sandbox.
+	sandboxes env.Sandboxes
+	closeRT   func() error
 }
 
-func (r *rebuilt) close() error {
-	return errors.Join(r.sess.Close(), r.closeRT())
+func (rec *recording) close() error {
+	if rec.closeRT == nil {
+		return nil
+	}
+	return rec.closeRT()
+}
+
+// rebuilt is a recorded episode replayed up to a step.
+type rebuilt struct {
+	sess *play.Session
+	out  *cliOut
+	// played are the replayed steps: the turn before each (what its agent saw) and its
+	// action, for a policy that takes over to follow (env.Follower).
+	played []play.Recorded
+	seen   []env.Turn
+	// turn is what an agent sees after the replayed steps; differ is the first replayed
+	// step whose observation is not the recorded one (-1: none).
+	turn   env.Turn
+	differ int
 }
 
 func cmdEpisodeSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -125,14 +147,14 @@ func cmdEpisodeSnapshot(ctx context.Context, args []string, stdout, stderr io.Wr
 	if _, err := os.Lstat(*out); err == nil {
 		return fmt.Errorf("--out %s: already exists; name a new directory", *out)
 	}
-	r, err := o.replay(ctx, id, stdout)
+	rec, r, err := o.replay(ctx, id, stdout)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = r.close() }()
+	defer func() { _ = errors.Join(r.sess.Close(), rec.close()) }()
 	ws, ok := r.sess.Episode().(env.Workspacer)
 	if !ok {
-		return fmt.Errorf("episode %s: env %s keeps no workspace to snapshot (its state is replayed in memory; use fork)", id, r.row.Env)
+		return fmt.Errorf("episode %s: env %s keeps no workspace to snapshot (its state is replayed in memory; use fork)", id, rec.row.Env)
 	}
 	rt, sb := ws.Sandbox()
 	n, err := exportWorkspace(ctx, rt, sb, *out)
@@ -171,38 +193,58 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
-	r, err := o.replay(ctx, id, stdout)
+	rec, r, err := o.replay(ctx, id, stdout)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = r.close() }()
+	defer func() { _ = errors.Join(r.sess.Close(), rec.close()) }()
 	_, canBranch := r.sess.Episode().(env.Brancher)
-	if *branches > 1 && !canBranch {
-		return fmt.Errorf("--branches %d: env %s episodes cannot branch", *branches, r.row.Env)
-	}
 	for b := 0; b < *branches; b++ {
-		sess, out := r.sess, r.out
-		if canBranch && *branches > 1 {
-			out = &cliOut{}
-			if sess, err = r.sess.Branch(ctx, out); err != nil {
-				return err
-			}
-		}
-		out.w, out.total = stdout, 0
-		agent, err := p.NewAgent(r.sess.Env, rng.DeriveN(r.row.Seed, "fork/"+*pol, uint64(b)))
-		if err != nil {
-			return fmt.Errorf("--policy %s: %w", *pol, err)
-		}
-		fmt.Fprintf(stdout, "\nbranch %d: policy %s from step %d\n", b, *pol, o.step)
-		err = sess.Run(ctx, agent, r.turn)
-		if sess != r.sess {
-			err = errors.Join(err, sess.Close())
-		}
-		if err != nil {
+		if err := o.forkBranch(ctx, rec, r, b, *branches, canBranch, p, stdout); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// forkBranch plays branch b of a fork with policy p from the rebuilt episode r: the last
+// branch plays r itself; the others a copy (env.Brancher) or, where the env cannot
+// branch, the episode rebuilt again. The policy's agent is told the replayed steps first
+// (env.Follower), so it takes over knowing how the episode began.
+func (o *replayOpts) forkBranch(ctx context.Context, rec *recording, r *rebuilt, b, branches int, canBranch bool, p policy.Policy, stdout io.Writer) (err error) {
+	sess, out, turn, played, seen := r.sess, r.out, r.turn, r.played, r.seen
+	switch {
+	case b == branches-1:
+	case canBranch:
+		out = &cliOut{}
+		if sess, err = r.sess.Branch(ctx, out); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, sess.Close()) }()
+	default:
+		var again *rebuilt
+		if again, err = o.rebuild(ctx, rec); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, again.sess.Close()) }()
+		if again.differ >= 0 {
+			fmt.Fprintf(stdout, "WARNING: rebuilt for branch %d, step %d observed something else than recorded\n", b, again.differ)
+		}
+		sess, out, turn, played, seen = again.sess, again.out, again.turn, again.played, again.seen
+	}
+	sess.Req.Policy = p.Name() // for its errors: the fork's policy plays from here
+	out.w, out.total = stdout, 0
+	agent, err := p.NewAgent(sess.Env, rng.DeriveN(rec.row.Seed, "fork/"+p.Name(), uint64(b)))
+	if err != nil {
+		return fmt.Errorf("--policy %s: %w", p.Name(), err)
+	}
+	if f, ok := agent.(env.Follower); ok {
+		for i, st := range played {
+			f.Follow(seen[i], st.Action)
+		}
+	}
+	fmt.Fprintf(stdout, "\nbranch %d: policy %s from step %d\n", b, p.Name(), o.step)
+	return sess.Run(ctx, agent, turn)
 }
 
 // check validates the positional id and --step.
@@ -218,8 +260,30 @@ func (o *replayOpts) check(pos []string, stderr io.Writer) (string, error) {
 }
 
 // replay loads episode id from ClickHouse and replays its first o.step steps on a fresh
-// episode in a sandbox of the local runtime.
-func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*rebuilt, error) {
+// episode, in a sandbox of the local runtime if the env runs in sandboxes. The caller
+// closes the session, then the recording.
+func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*recording, *rebuilt, error) {
+	rec, err := o.load(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := o.rebuild(ctx, rec)
+	if err != nil {
+		return nil, nil, errors.Join(err, rec.close())
+	}
+	row := rec.row
+	fmt.Fprintf(stdout, "episode %s (env %s, seed %d, policy %s): replayed %d of %d steps", id, row.Env, row.Seed, row.Policy, o.step, len(rec.steps))
+	if r.differ >= 0 {
+		fmt.Fprintf(stdout, "; WARNING: step %d observed something else than recorded (a command whose output is not deterministic?)\n", r.differ)
+	} else {
+		fmt.Fprintln(stdout, "; every observation identical to the recording")
+	}
+	return rec, r, nil
+}
+
+// load reads episode id's steps, row and fault plan from ClickHouse and opens the local
+// sandbox runtime if its env runs in sandboxes (env.SandboxTemplater).
+func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	conn, db, err := o.stack.connectClickHouse(ctx)
 	if err != nil {
 		return nil, err
@@ -256,6 +320,10 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
+	rec := &recording{id: id, row: *row, steps: steps, plan: plan, env: e}
+	if _, sandboxed := e.(env.SandboxTemplater); !sandboxed {
+		return rec, nil // a pure env: its episodes are rebuilt in memory
+	}
 	sc := o.sandbox
 	if sc.StateDir == "" {
 		sc.StateDir = filepath.Join(o.stack.dataDir, "sandbox-cli")
@@ -267,45 +335,52 @@ func (o *replayOpts) replay(ctx context.Context, id string, stdout io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	maxSteps := uint32(o.maxSteps)
-	if maxSteps == 0 {
-		maxSteps = max(e.Spec().DefaultMaxSteps, uint32(o.step)+1)
-	}
-	req := &gauntletv1.EpisodeRequested{EpisodeId: id, RunId: row.RunID, Env: row.Env, ParamsJson: row.Params,
-		Seed: row.Seed, Policy: "fork", MaxSteps: maxSteps}
-	// Replayed steps print nothing; fork turns the printing on.
-	out := &cliOut{}
-	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, "cli", play.LocalScorer{Spec: scoring.SpecFor(row.Env)}, out)
-	r := &rebuilt{sess: sess, out: out, row: *row, steps: steps, closeRT: sb.Close}
-	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: sb}); err != nil {
-		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), r.close())
-	}
-	if _, err := sess.Reset(ctx, 1); err != nil {
-		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), r.close())
-	}
-	rec := make([]play.Recorded, o.step)
-	for i := range rec {
-		rec[i] = play.Recorded{Action: env.Action{Tool: steps[i].Tool, Args: json.RawMessage(steps[i].Args)}, Observation: []byte(steps[i].Observation)}
-	}
-	turn, differ, err := sess.Replay(ctx, rec)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("episode %s: %w (before --step %d)", id, err, o.step), r.close())
-	}
-	r.turn = turn
-	fmt.Fprintf(stdout, "episode %s (env %s, seed %d, policy %s): replayed %d of %d steps", id, row.Env, row.Seed, row.Policy, o.step, len(steps))
-	if differ >= 0 {
-		fmt.Fprintf(stdout, "; WARNING: step %d observed something else than recorded (a command whose output is not deterministic?)\n", differ)
-	} else {
-		fmt.Fprintln(stdout, "; every observation identical to the recording")
-	}
-	return r, nil
+	rec.sandboxes, rec.closeRT = sb, sb.Close
+	return rec, nil
 }
 
-// cliOut is the output of a rebuilt episode (play.Output): nothing while its recorded
-// steps are replayed, then, once w is set, each step the fork plays, scored in process.
+// rebuild replays rec's first o.step steps on a fresh episode. The caller closes its
+// session.
+func (o *replayOpts) rebuild(ctx context.Context, rec *recording) (*rebuilt, error) {
+	id := rec.id
+	maxSteps := uint32(o.maxSteps)
+	if maxSteps == 0 {
+		maxSteps = max(rec.env.Spec().DefaultMaxSteps, uint32(o.step)+1)
+	}
+	req := &gauntletv1.EpisodeRequested{EpisodeId: id, RunId: rec.row.RunID, Env: rec.row.Env, ParamsJson: rec.row.Params,
+		Seed: rec.row.Seed, Policy: "fork", MaxSteps: maxSteps}
+	// Replayed steps print nothing; fork turns the printing on.
+	out := &cliOut{}
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", play.LocalScorer{Spec: scoring.SpecFor(rec.row.Env)}, out)
+	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes}); err != nil {
+		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), sess.Close())
+	}
+	obs, err := sess.Reset(ctx, 1)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), sess.Close())
+	}
+	out.seen = append(make([]env.Turn, 0, o.step+1), env.Turn{Observation: obs})
+	played := make([]play.Recorded, o.step)
+	for i := range played {
+		st := rec.steps[i]
+		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation)}
+	}
+	_, differ, err := sess.Replay(ctx, played)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("episode %s: %w (before --step %d)", id, err, o.step), sess.Close())
+	}
+	// out.seen holds the turn before each replayed step and, last, the one after them:
+	// at step 0 too, the reset's observation.
+	return &rebuilt{sess: sess, out: out, played: played, seen: out.seen, turn: out.seen[o.step], differ: differ}, nil
+}
+
+// cliOut is the output of a rebuilt episode (play.Output): while its recorded steps are
+// replayed it prints nothing and keeps what an agent would have seen after each (seen);
+// once w is set, it prints each step the fork plays, scored in process.
 type cliOut struct {
 	w     io.Writer
 	total float64 // reward since w was set
+	seen  []env.Turn
 }
 
 func (o *cliOut) Start(context.Context, *gauntletv1.EpisodeStarted) error { return nil }
@@ -314,6 +389,7 @@ func (o *cliOut) End(context.Context, *gauntletv1.EpisodeEnded) error     { retu
 
 func (o *cliOut) Step(_ context.Context, st *gauntletv1.StepTaken) error {
 	if o.w == nil {
+		o.seen = append(o.seen, env.Turn{Step: st.Step + 1, Observation: json.RawMessage(st.ObservationJson), Reward: st.Score.GetTotal()})
 		return nil
 	}
 	r := st.Score.GetTotal()

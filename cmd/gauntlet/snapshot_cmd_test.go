@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // Bad snapshot and fork command lines are refused before anything starts.
@@ -34,5 +38,36 @@ func TestBadSnapshotCommandLines(t *testing.T) {
 				t.Fatalf("error %q does not say %q", msg, tc.want)
 			}
 		})
+	}
+}
+
+// A shop episode forks like a codefix one: the oracle takes over a random episode after
+// its first steps, in several branches, and at step 0; shop episodes keep no sandbox, so
+// each branch is the episode replayed afresh.
+func TestForkShopEpisode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse; run without -short")
+	}
+	cfg := testConfig(t)
+	s := startStack(t, cfg)
+	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
+	req := newRun(t, 16, "random=1", 5)
+	req.Profiles = []*gauntletv1.Share{{Name: "baseline", Weight: 1}}
+	runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
+	ep := queryOne(t, conn, fmt.Sprintf(`SELECT min(episode_id) FROM %s.episodes FINAL WHERE run_id = '%s' AND steps >= 3`, cfg.Database, req.RunId))
+	cli := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", cfg.Database, "--data-dir", t.TempDir()}
+	for _, tc := range []struct{ step, branches int }{{2, 1}, {2, 3}, {0, 1}} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"episode", "fork", ep, "--step", strconv.Itoa(tc.step), "--policy", "oracle", "--branches", strconv.Itoa(tc.branches)}, cli...)
+		if err := runMain(context.Background(), args, &stdout, &stderr); err != nil {
+			t.Errorf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
+			continue
+		}
+		if !strings.Contains(stdout.String(), "every observation identical") {
+			t.Errorf("fork --step %d: replay not exact:\n%s", tc.step, stdout.String())
+		}
+		if n := strings.Count(stdout.String(), "success=true"); n != tc.branches {
+			t.Errorf("fork --step %d: %d of %d branches succeeded:\n%s", tc.step, n, tc.branches, stdout.String())
+		}
 	}
 }

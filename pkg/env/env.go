@@ -142,6 +142,17 @@ type Agent interface {
 	Act(t Turn) (Action, error)
 }
 
+// Follower is implemented by agents that can take over an episode someone else began
+// (`gauntlet episode fork` hands a recorded episode to a policy at a step). Follow tells
+// the agent one step played before it took over, in order from the first: what it would
+// have seen (t, the reset's observation for the first) and the action played, which
+// becomes its own last action; its next Act goes on from there. An agent that reads the
+// episode's start (the shop oracle reads its task from the first observation) needs it;
+// one that is not a Follower starts from the turn it is handed.
+type Follower interface {
+	Follow(t Turn, played Action)
+}
+
 // ErrUnknownEnv is returned by Lookup for a name nobody registered.
 var ErrUnknownEnv = errors.New("unknown env")
 

@@ -11,8 +11,12 @@
 // scheduler delivery per assignment rather than per episode. A worker that dies
 // mid-assignment leaves it unacked, so JetStream redelivers it (to any worker) after
 // AckWait; its episodes re-run from their seeds and, being deterministic, republish the
-// same events, which the stream and the store de-duplicate. Running episodes heartbeat
-// their assignment with InProgress. An episode that fails has its whole assignment
+// same events, which the stream and the store de-duplicate. While any episode of an
+// assignment is waiting, running (in the middle of a step too: a slow model call, a long
+// command) or being settled, a timer renews its lease with InProgress every third of
+// AckWait, so an episode runs at most once at a time however long its steps take; a step
+// is bounded by its own limits (the policy's timeout, the sandbox's command timeout), and
+// a worker process that dies stops renewing. An episode that fails has its whole assignment
 // retried (the others re-run harmlessly) until the last delivery, when the failed
 // episodes are recorded as infra errors beside the others' events. On stop, episodes in
 // flight are abandoned and their assignments nak'ed for immediate redelivery.
@@ -220,23 +224,45 @@ type lot struct {
 	a       *gauntletv1.Assignment
 	attempt uint32
 
-	mu       sync.Mutex
-	left     int
-	held     []*gauntletv1.Event // each episode's last segment, held for the batch
-	encoded  [][]byte            // and its encoding
-	errs     []error
-	lastBeat time.Time
+	mu      sync.Mutex
+	left    int
+	held    []*gauntletv1.Event // each episode's last segment, held for the batch
+	encoded [][]byte            // and its encoding
+	errs    []error
+	// lease renews the assignment every renewEvery until released; released says the
+	// lot is being acked or given back, so the lease is no longer renewed.
+	lease      *time.Timer
+	renewEvery time.Duration
+	released   bool
 }
 
-// heartbeat renews the assignment's lease, at most once per every; the lot's episodes
-// share it.
-func (l *lot) heartbeat(every time.Duration) {
+// holdLease renews the assignment's lease every every, from a timer rather than from the
+// steps: a step may outlast the lease, and a timer per lot costs nothing per step.
+func (l *lot) holdLease(every time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if time.Since(l.lastBeat) > every {
-		_ = l.msg.InProgress()
-		l.lastBeat = time.Now()
+	l.renewEvery = every
+	l.lease = time.AfterFunc(every, l.renew)
+}
+
+// renew renews the lease once and sets the timer for the next renewal.
+func (l *lot) renew() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return
 	}
+	_ = l.msg.InProgress()
+	l.lease.Reset(l.renewEvery)
+}
+
+// release stops renewing the lease, before the assignment is acked or given back: a
+// renewal after a nak would hold back its redelivery.
+func (l *lot) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = true
+	l.lease.Stop()
 }
 
 // end records episode i's outcome and reports whether it was the lot's last.
@@ -248,8 +274,8 @@ func (l *lot) end(i int, held *gauntletv1.Event, encoded []byte, err error) bool
 	return l.left == 0
 }
 
-// dispatch decodes an assignment and hands its episodes to the episode goroutines,
-// waiting for free ones (and renewing the lease meanwhile).
+// dispatch decodes an assignment, holds its lease until it is settled, and hands its
+// episodes to the episode goroutines, waiting for free ones.
 func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- job) {
 	var a gauntletv1.Assignment
 	err := gauntletv1.Unmarshal(msg.Data(), &a)
@@ -272,27 +298,20 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 	}
 	l := &lot{msg: msg, a: &a, attempt: uint32(attempt), left: len(a.Episodes),
 		held: make([]*gauntletv1.Event, len(a.Episodes)), encoded: make([][]byte, len(a.Episodes)),
-		errs: make([]error, len(a.Episodes)), lastBeat: time.Now()}
-	beat := time.NewTicker(w.cfg.AckWait / 3)
-	defer beat.Stop()
+		errs: make([]error, len(a.Episodes))}
+	l.holdLease(w.cfg.AckWait / 3)
 	for i := range a.Episodes {
-	send:
-		for {
-			select {
-			case work <- job{l, i}:
-				break send
-			case <-beat.C:
-				l.heartbeat(w.cfg.AckWait / 3)
-			case <-ctx.Done():
-				// Never started: abandoned, so the assignment goes back once its
-				// started episodes have stopped.
-				for ; i < len(a.Episodes); i++ {
-					if l.end(i, nil, nil, play.ErrAbandoned) {
-						w.settle(ctx, l)
-					}
+		select {
+		case work <- job{l, i}:
+		case <-ctx.Done():
+			// Never started: abandoned, so the assignment goes back once its
+			// started episodes have stopped.
+			for ; i < len(a.Episodes); i++ {
+				if l.end(i, nil, nil, play.ErrAbandoned) {
+					w.settle(ctx, l)
 				}
-				return
 			}
+			return
 		}
 	}
 }
@@ -338,6 +357,7 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 			size += len(l.encoded[i])
 			continue
 		case ctx.Err() != nil || errors.Is(err, play.ErrAbandoned):
+			l.release()
 			_ = l.msg.Nak()
 			return
 		}
@@ -351,6 +371,7 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 		data, merr := gauntletv1.Marshal(infra)
 		if merr != nil {
 			w.log.Error("encode an infra error end; the assignment will be retried", "episode_id", ep.Episode.EpisodeId, "err", merr)
+			l.release()
 			_ = l.msg.Nak()
 			return
 		}
@@ -358,6 +379,7 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 		size += len(data)
 	}
 	if failed > 0 && l.attempt < uint32(w.cfg.MaxDeliver) {
+		l.release()
 		_ = l.msg.NakWithDelay(time.Duration(l.attempt) * time.Second)
 		return
 	}
@@ -368,7 +390,9 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := w.bus().PublishEncodedEvent(pctx, ev, data); err != nil {
+	err := w.bus().PublishEncodedEvent(pctx, ev, data)
+	l.release() // held while publishing: back-pressure may make that slow
+	if err != nil {
 		w.log.Warn("publish an assignment's events; it will be retried", "err", err)
 		_ = l.msg.Nak()
 		return
@@ -391,8 +415,7 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 		attribute.String("policy", req.Policy), attribute.String("profile", a.Plan.GetProfile())))
 	defer span.End()
 
-	out := &episodeOut{Publisher: play.Publisher{Bus: w.bus(), Max: w.cfg.SegmentSteps, Hold: true},
-		lot: l, beatEvery: w.cfg.AckWait / 3, lastBeat: time.Now()}
+	out := &episodeOut{Publisher: play.Publisher{Bus: w.bus(), Max: w.cfg.SegmentSteps, Hold: true}}
 	sess := play.NewSession(a, w.cfg.ID, w.scorer, out)
 	defer func() {
 		if err := sess.Close(); err != nil {
@@ -427,23 +450,16 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 }
 
 // episodeOut is the output of a worker's episode: its segments are published (the last
-// held for the assignment's batch), the lot's lease is extended as steps go, and steps
-// and faults are counted for the metrics.
+// held for the assignment's batch), and steps and faults are counted for the metrics.
+// The lot's lease is renewed by its own timer, not here.
 type episodeOut struct {
 	play.Publisher
-	lot       *lot
-	beatEvery time.Duration
-	lastBeat  time.Time
-	steps     int64
-	fired     []kindCount
+	steps int64
+	fired []kindCount
 }
 
 // Step publishes one step (play.Output).
 func (o *episodeOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
-	if time.Since(o.lastBeat) > o.beatEvery {
-		o.lot.heartbeat(o.beatEvery)
-		o.lastBeat = time.Now()
-	}
 	if err := o.Publisher.Step(ctx, st); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -283,5 +286,68 @@ func TestConfigNamesEveryBadField(t *testing.T) {
 	ok := Config{Concurrency: 1, ScoreBatch: 1, ScoreRequests: 1, AckWait: time.Second, MaxDeliver: 1, SegmentSteps: 1}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("a valid Config: %v", err)
+	}
+}
+
+// slowModel is a stand-in for an OpenAI-compatible endpoint (outside the product) that
+// takes delay to answer each request, always with a catalogue search, and counts the
+// requests: one per step played.
+type slowModel struct {
+	delay time.Duration
+	calls atomic.Int32
+}
+
+func (m *slowModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	m.calls.Add(1)
+	select {
+	case <-time.After(m.delay):
+	case <-r.Context().Done():
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"catalog__search","arguments":"{\"query\":\"mug\"}"}}]}}]}`)
+}
+
+// A step that takes longer than the assignment's lease (a slow model call, a long
+// command) keeps the lease: the assignment is not redelivered meanwhile, so each step is
+// played exactly once and the episode is recorded once.
+func TestStepLongerThanTheLeaseRunsOnce(t *testing.T) {
+	model := &slowModel{delay: 2500 * time.Millisecond}
+	srv := httptest.NewServer(model)
+	defer srv.Close()
+	p, err := httppolicy.New(httppolicy.Config{URL: srv.URL + "/v1", Model: "m", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := startWorkerWith(t, func(c *Config) {
+		c.AckWait, c.MaxDeliver, c.Policies = time.Second, 5, policy.NewSet(p)
+	})
+	r := &gauntletv1.RunRequested{RunId: "rslow", Env: "shop", Seed: 5, Episodes: 1, MaxSteps: 3,
+		Policies: []*gauntletv1.Share{{Name: httppolicy.Name, Weight: 1}}}
+	a := &gauntletv1.Assignment{Episodes: []*gauntletv1.EpisodeAssigned{{Episode: runs.Episode(r, 0)}}}
+	if err := b.PublishCommand(context.Background(), bus.SubjectEpisode(r.RunId), r.RunId+"/assigned", a); err != nil {
+		t.Fatal(err)
+	}
+	msgs := endedMessages(t, b, r.RunId)
+	if n := model.calls.Load(); n != 3 {
+		t.Errorf("the model was asked %d times for a 3-step episode, want 3 (one per step)", n)
+	}
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages on the ended subject, want the episode recorded once", len(msgs))
+	}
+	if end := msgs[0].EpisodeEnd(); end.GetInfraError() || end.GetSteps() != 3 {
+		t.Errorf("end: %v, want 3 steps and no infra error", end)
+	}
+	ci, err := b.JS.Consumer(context.Background(), bus.StreamCommands, ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := ci.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 || info.Delivered.Consumer != 1 {
+		t.Errorf("the assignment was delivered %d times (%d redelivered), want once", info.Delivered.Consumer, info.NumRedelivered)
 	}
 }

@@ -133,6 +133,19 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	return o.search(), nil
 }
 
+// Follow takes in a step played before the oracle took over (env.Follower): it reads
+// the turn as it would have before acting (the task from the first, candidates, stock
+// and the order id from the others), then holds the played action as its own last one,
+// so the next observation is read as that action's outcome. A wait it would have
+// scheduled is dropped unless the played action is that wait.
+func (o *oracle) Follow(t env.Turn, played env.Action) {
+	_, _ = o.Act(t) // an error (a first observation that is not a task) leaves it unstarted
+	if played.Tool != "wait" {
+		o.pending = nil
+	}
+	o.last = played
+}
+
 // candidates keeps the search results that name the task's item and whose qty fits both
 // budget and balance, cheapest first.
 func (o *oracle) candidates(results []hit) {

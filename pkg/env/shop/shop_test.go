@@ -12,6 +12,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -272,5 +273,56 @@ func TestOracleUnderFaults(t *testing.T) {
 	}
 	if fired < seeds {
 		t.Errorf("only %d faults fired in %d episodes: the plan is not exercised", fired, seeds)
+	}
+}
+
+// takeover plays first's actions for the first k steps, telling next of each
+// (env.Follower), then lets next play: an episode forked at step k.
+type takeover struct {
+	first, next env.Agent
+	k           uint32
+}
+
+func (a takeover) Act(t env.Turn) (env.Action, error) {
+	if t.Step >= a.k {
+		return a.next.Act(t)
+	}
+	act, err := a.first.Act(t)
+	if f, ok := a.next.(env.Follower); ok && err == nil {
+		f.Follow(t, act)
+	}
+	return act, err
+}
+
+// The oracle takes over an episode a random agent began (gauntlet episode fork): told the
+// steps played before (env.Follower), it knows the task and the state of its order, and
+// goes on to succeed wherever the first steps left success possible.
+func TestOracleTakesOverAfterRandomSteps(t *testing.T) {
+	o := New().(env.Oracle)
+	const seeds = 600
+	ok, late := 0, 0
+	for seed := uint64(0); seed < seeds; seed++ {
+		random, err := policy.Lookup("random")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := random.NewAgent(New(), seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := uint32(seed % 6)
+		res := run(t, env.Config{Seed: seed}, takeover{first: first, next: o.Oracle(seed), k: k})
+		switch {
+		case res.last.Reason == gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS:
+			ok++
+		case uint32(res.steps) <= k:
+			late++ // the random steps ended it before the oracle took over
+		default:
+			t.Logf("seed %d, oracle from step %d: ended %v after %d steps: %s", seed, k, res.last.Reason, res.steps, res.last.Observation)
+		}
+	}
+	t.Logf("oracle after random steps: %d of %d succeeded, %d ended before the takeover", ok, seeds, late)
+	if ok+late < seeds*98/100 {
+		t.Errorf("oracle after random steps: %d of %d succeeded (%d ended before it took over), want at least 98%%", ok, seeds-late, late)
 	}
 }
