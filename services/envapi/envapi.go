@@ -172,9 +172,11 @@ func (s *Service) Addr() string {
 // Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect), with authentication.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	path, h := gauntletv1connect.NewEnvServiceHandler(s,
-		connect.WithInterceptors(auth{tokens: s.tokens}),
-		connect.WithReadMaxBytes(16<<20))
+	opts := []connect.HandlerOption{connect.WithInterceptors(auth{tokens: s.tokens}), connect.WithReadMaxBytes(16 << 20)}
+	for _, c := range strictJSONCodecs {
+		opts = append(opts, connect.WithCodec(c))
+	}
+	path, h := gauntletv1connect.NewEnvServiceHandler(s, opts...)
 	mux.Handle(path, h)
 	return mux
 }

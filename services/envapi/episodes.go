@@ -372,6 +372,9 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	if r.GetAction() == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("action: required ({\"tool\": ..., \"args_json\": ...})"))
 	}
+	if err := checkTrainer(r.GetTrainer()); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	e, err := s.find(t, r.GetEpisodeId())
 	if err != nil {
 		return nil, err
@@ -424,6 +427,27 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 		}
 	}
 	return out, nil
+}
+
+// checkTrainer holds trainer data to what TrainerData promises, so a trainer learns of
+// its mistake at the step instead of reading misaligned rows from trainer_steps later:
+// logprobs are one per completion token (or absent, when the trainer keeps them), and
+// each is a log-probability: a number, at most 0. Token ids and the policy version
+// are the trainer's own and not checked.
+func checkTrainer(td *gauntletv1.TrainerData) error {
+	if td == nil || len(td.Logprobs) == 0 {
+		return nil
+	}
+	if len(td.Logprobs) != len(td.CompletionTokenIds) {
+		return fmt.Errorf("trainer.logprobs: %d logprobs for %d completion_token_ids; want one per completion token, or none",
+			len(td.Logprobs), len(td.CompletionTokenIds))
+	}
+	for i, lp := range td.Logprobs {
+		if !(lp <= 0) { // NaN fails this too
+			return fmt.Errorf("trainer.logprobs[%d]: %v is not a log-probability (want a number at most 0)", i, lp)
+		}
+	}
+	return nil
 }
 
 func stepResult(st *gauntletv1.StepTaken) *gauntletv1.StepResult {
