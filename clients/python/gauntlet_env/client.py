@@ -194,15 +194,29 @@ class Client:
         return self.call("Capacity")
 
 
+TRAINER_KEYS = ("prompt_token_ids", "completion_token_ids", "logprobs", "policy_version")
+
+
+def check_keys(what, d, known):
+    """Raises ValueError naming the keys of dict d that are not in known: a misspelled
+    key would otherwise be dropped in silence (a profile not applied, token data not
+    stored)."""
+    unknown = sorted(k for k in d if k not in known)
+    if unknown:
+        raise ValueError(f"{what}: unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(repr(k) for k in unknown)}; known: {', '.join(sorted(known))}")
+
+
 def step_body(episode_id, tool, args=None, trainer=None):
     """The JSON of one StepRequest. args: a dict (encoded) or a JSON string (sent as is,
     so malformed args reach the env, which answers with an invalid-action observation).
-    trainer: optional dict with prompt_token_ids, completion_token_ids, logprobs,
-    policy_version."""
+    trainer: optional dict with prompt_token_ids, completion_token_ids, logprobs (one per
+    completion token, or none), policy_version; another key is a ValueError."""
     if args is None:
         args = {}
     body = {"episodeId": episode_id, "action": {"tool": tool, "argsJson": args if isinstance(args, str) else json.dumps(args)}}
     if trainer:
+        check_keys("trainer", trainer, TRAINER_KEYS)
         body["trainer"] = {
             "promptTokenIds": list(trainer.get("prompt_token_ids", [])),
             "completionTokenIds": list(trainer.get("completion_token_ids", [])),
