@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	connectrpc "connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -103,4 +106,117 @@ func TestEnvAPIRefusesWhatItWouldMisread(t *testing.T) {
 	if connectrpc.CodeOf(err) != connectrpc.CodeInvalidArgument || !strings.Contains(err.Error(), "trainer.logprobs") {
 		t.Errorf("gRPC step with 2 tokens and 1 logprob: %v, want invalid_argument naming trainer.logprobs", err)
 	}
+}
+
+// TestEnvAPIAfterRestart restarts the env API on the same data dir, as `gauntlet up`
+// twice does, with no tenants file: the dev token a trainer read before the restart
+// still works, and an episode that was live before answers the documented "episode
+// over: the server restarted" (failed_precondition with the reason SERVER_RESTARTED),
+// not 404, while an id the server never issued stays 404. The Python client raises
+// ServerRestartedError for it.
+func TestEnvAPIAfterRestart(t *testing.T) {
+	cfg := testConfig(t)
+	ctx := context.Background()
+	s := startStack(t, cfg, modEnvAPI, modFaults, modReward)
+	tokenPath := filepath.Join(cfg.DataDir, "envapi-token")
+	raw, err := os.ReadFile(tokenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(raw))
+	if fi, err := os.Stat(tokenPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the dev token file: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+	addr := s.app.envapi.Addr()
+	client := grpcClient(addr, token)
+	var ids []string
+	for seed := range uint64(4) {
+		r, err := client.Reset(ctx, connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: seed}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.Msg.EpisodeId)
+	}
+	if _, err := client.Step(ctx, connectrpc.NewRequest(&gauntletv1.StepRequest{EpisodeId: ids[0], Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: `{"query":"mug"}`}})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = startStack(t, cfg, modEnvAPI, modFaults, modReward)
+	addr = s.app.envapi.Addr()
+	if raw2, err := os.ReadFile(tokenPath); err != nil || string(raw2) != string(raw) {
+		t.Errorf("the dev token file changed across the restart: %q, then %q (%v)", raw, raw2, err)
+	}
+	client = grpcClient(addr, token)
+	if _, err := client.Capacity(ctx, connectrpc.NewRequest(&gauntletv1.CapacityRequest{})); err != nil {
+		t.Fatalf("the token from before the restart: %v", err)
+	}
+	// Over gRPC: the code, the message and the ErrorInfo detail.
+	_, err = client.Step(ctx, connectrpc.NewRequest(&gauntletv1.StepRequest{EpisodeId: ids[0], Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: "{}"}}))
+	if connectrpc.CodeOf(err) != connectrpc.CodeFailedPrecondition || !strings.Contains(err.Error(), "episode over: the server restarted") {
+		t.Fatalf("a step of an episode live before the restart: %v, want failed_precondition \"episode over: the server restarted\"", err)
+	}
+	if reason := restartReason(err); reason != "SERVER_RESTARTED" {
+		t.Errorf("the error's ErrorInfo reason = %q, want SERVER_RESTARTED", reason)
+	}
+	// Over HTTP/JSON: 400 with the detail's debug form, which a JSON client reads.
+	code, _, body := jsonCall(t, addr, token, "Step", fmt.Sprintf(`{"episodeId":%q,"action":{"tool":"catalog.search","argsJson":"{}"}}`, ids[1]))
+	if code != http.StatusBadRequest || body["code"] != "failed_precondition" || !strings.Contains(fmt.Sprint(body["details"]), "SERVER_RESTARTED") {
+		t.Errorf("HTTP/JSON step of an episode live before the restart: %d %v", code, body)
+	}
+	// Snapshot too; Close, which is idempotent, answers that it had ended.
+	if _, err := client.Snapshot(ctx, connectrpc.NewRequest(&gauntletv1.SnapshotRequest{EpisodeId: ids[2]})); restartReason(err) != "SERVER_RESTARTED" {
+		t.Errorf("Snapshot of an episode live before the restart: %v", err)
+	}
+	c, err := client.Close(ctx, connectrpc.NewRequest(&gauntletv1.CloseRequest{EpisodeId: ids[2]}))
+	if err != nil || c.Msg.ClosedNow || c.Msg.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR {
+		t.Errorf("Close of an episode live before the restart: %v, %v; want ended by an infra error, not closed now", c, err)
+	}
+	// An id never issued is still 404, however like a real one it looks.
+	for _, fake := range []string{ids[3][:len(ids[3])-1] + flipHex(ids[3][len(ids[3])-1]), "api-default-0123456789abcdef", "nope"} {
+		_, err := client.Step(ctx, connectrpc.NewRequest(&gauntletv1.StepRequest{EpisodeId: fake, Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: "{}"}}))
+		if connectrpc.CodeOf(err) != connectrpc.CodeNotFound {
+			t.Errorf("a step of %q, never issued: %v, want not_found", fake, err)
+		}
+	}
+
+	t.Run("python client", func(t *testing.T) {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Fatalf("python3 is required for the Python client's tests: %v", err)
+		}
+		cmd := exec.Command(py, "-m", "unittest", "-v", "tests.restarted")
+		cmd.Dir = filepath.Join("..", "..", "clients", "python")
+		cmd.Env = append(os.Environ(), "GAUNTLET_URL=http://"+addr, "GAUNTLET_TOKEN="+token, "GAUNTLET_RESTARTED_EPISODE="+ids[3])
+		out, err := cmd.CombinedOutput()
+		t.Logf("python3 -m unittest tests.restarted:\n%s", out)
+		if err != nil {
+			t.Fatalf("python client after a restart: %v", err)
+		}
+	})
+}
+
+// restartReason is the reason of err's ErrorInfo detail, if any.
+func restartReason(err error) string {
+	var ce *connectrpc.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if info, ok := v.(*errdetails.ErrorInfo); derr == nil && ok {
+			return info.Reason
+		}
+	}
+	return ""
+}
+
+// flipHex changes a hex digit into another.
+func flipHex(c byte) string {
+	if c == '0' {
+		return "1"
+	}
+	return "0"
 }

@@ -13,12 +13,15 @@ class GauntletError(Exception):
     """An error the env API returned: ``code`` is the Connect/gRPC code name
     (``not_found``, ``invalid_argument``...), ``status`` the HTTP status."""
 
-    def __init__(self, code, message, status=0, retry_after=None):
+    def __init__(self, code, message, status=0, retry_after=None, reason=None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.status = status
         self.retry_after = retry_after
+        # The reason of the error's google.rpc.ErrorInfo detail, when it has one
+        # (SERVER_RESTARTED), else None.
+        self.reason = reason
 
 
 class AuthError(GauntletError):
@@ -39,6 +42,17 @@ class InvalidArgumentError(GauntletError):
 
 class EpisodeOverError(GauntletError):
     """The episode ended (terminated, truncated, closed or reaped): call reset()."""
+
+
+class ServerRestartedError(EpisodeOverError):
+    """The episode was live before the env API restarted and did not survive it
+    (failed_precondition, reason SERVER_RESTARTED): call reset(). A subclass of
+    EpisodeOverError, so code that resets on any ended episode keeps working."""
+
+
+SERVER_RESTARTED = "SERVER_RESTARTED"
+# How the message of such an error begins; batch items carry no details, only this.
+SERVER_RESTARTED_MESSAGE = "episode over: the server restarted"
 
 
 class ConflictError(GauntletError):
@@ -65,9 +79,20 @@ _BY_CODE = {
 }
 
 
-def error_for(code, message, status=0, retry_after=None):
-    """The typed error of an API error code."""
-    return _BY_CODE.get(code, GauntletError)(code, message, status, retry_after)
+def error_for(code, message, status=0, retry_after=None, reason=None):
+    """The typed error of an API error code (and ErrorInfo reason, if any)."""
+    if code == "failed_precondition" and (reason == SERVER_RESTARTED or message.startswith(SERVER_RESTARTED_MESSAGE)):
+        return ServerRestartedError(code, message, status, retry_after, SERVER_RESTARTED)
+    return _BY_CODE.get(code, GauntletError)(code, message, status, retry_after, reason)
+
+
+def _reason(reply):
+    """The reason of the first google.rpc.ErrorInfo among a Connect error's details
+    (their "debug" form, which the server adds), or None."""
+    for d in reply.get("details") or []:
+        if isinstance(d, dict) and d.get("type") == "google.rpc.ErrorInfo":
+            return (d.get("debug") or {}).get("reason")
+    return None
 
 
 class Client:
@@ -136,7 +161,7 @@ class Client:
         if resp.status != 200:
             retry = resp.getheader("Retry-After")
             raise error_for(reply.get("code", "unknown"), reply.get("message", f"HTTP {resp.status}"),
-                            resp.status, float(retry) if retry else None)
+                            resp.status, float(retry) if retry else None, _reason(reply))
         return reply
 
     def close(self):
