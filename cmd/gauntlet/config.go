@@ -95,6 +95,7 @@ func (c *config) resolve() {
 	}
 	c.Store.Database = c.Database
 	c.EnvAPI.DevTokenPath = filepath.Join(c.DataDir, "envapi-token")
+	c.EnvAPI.IDKeyPath = filepath.Join(c.DataDir, "envapi-id-key")
 }
 
 // validate resolves c and reports every problem of the whole config at once, so a bad

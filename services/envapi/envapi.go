@@ -52,6 +52,10 @@ type Config struct {
 	// whose random token is written to DevTokenPath.
 	TokensFile   string
 	DevTokenPath string
+	// IDKeyPath is the file of the key episode ids are signed with (made on first use),
+	// by which the API tells an episode it ran before a restart from an id it never
+	// issued; empty: a key per process, so after a restart such episodes are NOT_FOUND.
+	IDKeyPath string
 	// MaxEpisodes is a tenant's default cap on live episodes; ServerMaxEpisodes caps
 	// them all together.
 	MaxEpisodes       int
@@ -124,6 +128,7 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background steps
 	index  atomic.Uint64
+	ids    *episodeIDs
 
 	mu        sync.Mutex
 	live      map[string]*episode
@@ -143,8 +148,10 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 		cfg.ID = fmt.Sprintf("envapi-%08x", randUint64()>>32)
 	}
 	m := tel.Meter("gauntlet/envapi")
+	key := make([]byte, idKeyBytes)
+	_, _ = rand.Read(key) // Starting replaces it with the one in cfg.IDKeyPath
 	return &Service{
-		cfg: cfg, bus: getBus, log: log,
+		cfg: cfg, bus: getBus, log: log, ids: newEpisodeIDs(key),
 		scorer:    play.NewScorer(getBus, cfg.ScoreBatch, 4, m, "gauntlet_envapi"),
 		live:      map[string]*episode{},
 		ended:     map[string]*tombstone{},
@@ -168,9 +175,11 @@ func (s *Service) Addr() string {
 // Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect), with authentication.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	path, h := gauntletv1connect.NewEnvServiceHandler(s,
-		connect.WithInterceptors(auth{tokens: s.tokens}),
-		connect.WithReadMaxBytes(16<<20))
+	opts := []connect.HandlerOption{connect.WithInterceptors(auth{tokens: s.tokens}), connect.WithReadMaxBytes(16 << 20)}
+	for _, c := range strictJSONCodecs {
+		opts = append(opts, connect.WithCodec(c))
+	}
+	path, h := gauntletv1connect.NewEnvServiceHandler(s, opts...)
 	mux.Handle(path, h)
 	return mux
 }
@@ -184,13 +193,18 @@ func (s *Service) Starting(ctx context.Context) error {
 	if s.cfg.TokensFile != "" {
 		s.tokens, err = LoadTokens(s.cfg.TokensFile)
 	} else {
-		s.tokens, _, err = DevTokens(s.cfg.DevTokenPath)
+		s.tokens, _, err = DevTokens(s.cfg.DevTokenPath, s.log)
 		if err == nil {
 			s.log.Info("envapi: no --envapi.tokens; tenant \"default\" gets the token in " + s.cfg.DevTokenPath)
 		}
 	}
 	if err != nil {
 		return err
+	}
+	if s.cfg.IDKeyPath != "" {
+		if s.ids, err = loadEpisodeIDs(s.cfg.IDKeyPath, s.log); err != nil {
+			return err
+		}
 	}
 	s.ln, err = net.Listen("tcp", s.cfg.Addr)
 	if err != nil {

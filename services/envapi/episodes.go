@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -113,7 +114,8 @@ func (s *Service) release(t string) {
 }
 
 // find returns the tenant's live episode, or the error a call on it gets: NOT_FOUND for
-// an unknown id or another tenant's, FAILED_PRECONDITION for an ended one.
+// an unknown id or another tenant's, FAILED_PRECONDITION for an ended one, and for one
+// of the tenant's that this API issued before it restarted (serverRestarted).
 func (s *Service) find(t *Tenant, id string) (*episode, error) {
 	if id == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("episode_id: must not be empty"))
@@ -126,7 +128,33 @@ func (s *Service) find(t *Tenant, id string) (*episode, error) {
 	if ts, ok := s.ended[id]; ok && ts.tenant == t.Name {
 		return nil, endedError(id, ts)
 	}
+	if s.ids.issuedBefore(runID(t.Name), id) {
+		return nil, serverRestarted(id)
+	}
 	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("episode_id: no episode %q", id))
+}
+
+// errServerRestarted is what a call on an episode the API ran before it restarted
+// wraps: its state went with the old process, so the call can never succeed.
+var errServerRestarted = errors.New("episode over: the server restarted")
+
+// ReasonServerRestarted is the reason of the google.rpc.ErrorInfo detail on the error a
+// call on an episode from before a restart gets (docs/envapi.md); clients act on it
+// (Reset) without reading the message.
+const ReasonServerRestarted = "SERVER_RESTARTED"
+
+// serverRestarted is FAILED_PRECONDITION, like any call on an episode that is over (the
+// caller resets, as it would after any end; UNAVAILABLE would have it retry a call that
+// never succeeds), with an ErrorInfo detail saying why.
+func serverRestarted(id string) error {
+	err := connect.NewError(connect.CodeFailedPrecondition,
+		fmt.Errorf("%w: episode %s was live before the env API restarted and did not survive it; Reset starts a new one", errServerRestarted, id))
+	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{
+		Reason: ReasonServerRestarted, Domain: "gauntlet.v1.EnvService", Metadata: map[string]string{"episode_id": id},
+	}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
 }
 
 func endedError(id string, ts *tombstone) error {
@@ -275,7 +303,7 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		maxSteps = e.Spec().DefaultMaxSteps
 	}
 	req := &gauntletv1.EpisodeRequested{
-		EpisodeId: fmt.Sprintf("%s-%016x", runID(t.Name), randUint64()), RunId: runID(t.Name),
+		EpisodeId: s.ids.issue(runID(t.Name)), RunId: runID(t.Name),
 		Index: s.index.Add(1), Env: r.GetEnv(), ParamsJson: r.GetParamsJson(), Seed: r.GetSeed(),
 		Policy: envOr(r.GetPolicy(), "trainer"), MaxSteps: maxSteps, RequestedAtUnixNano: time.Now().UnixNano(),
 	}
@@ -372,6 +400,9 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	if r.GetAction() == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("action: required ({\"tool\": ..., \"args_json\": ...})"))
 	}
+	if err := checkTrainer(r.GetTrainer()); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	e, err := s.find(t, r.GetEpisodeId())
 	if err != nil {
 		return nil, err
@@ -426,6 +457,27 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	return out, nil
 }
 
+// checkTrainer holds trainer data to what TrainerData promises, so a trainer learns of
+// its mistake at the step instead of reading misaligned rows from trainer_steps later:
+// logprobs are one per completion token (or absent, when the trainer keeps them), and
+// each is a log-probability: a number, at most 0. Token ids and the policy version
+// are the trainer's own and not checked.
+func checkTrainer(td *gauntletv1.TrainerData) error {
+	if td == nil || len(td.Logprobs) == 0 {
+		return nil
+	}
+	if len(td.Logprobs) != len(td.CompletionTokenIds) {
+		return fmt.Errorf("trainer.logprobs: %d logprobs for %d completion_token_ids; want one per completion token, or none",
+			len(td.Logprobs), len(td.CompletionTokenIds))
+	}
+	for i, lp := range td.Logprobs {
+		if !(lp <= 0) { // NaN fails this too
+			return fmt.Errorf("trainer.logprobs[%d]: %v is not a log-probability (want a number at most 0)", i, lp)
+		}
+	}
+	return nil
+}
+
 func stepResult(st *gauntletv1.StepTaken) *gauntletv1.StepResult {
 	return &gauntletv1.StepResult{
 		EpisodeId: st.EpisodeId, Step: st.Step, ObservationJson: st.ObservationJson,
@@ -442,6 +494,11 @@ func stepResult(st *gauntletv1.StepTaken) *gauntletv1.StepResult {
 func (s *Service) Close(ctx context.Context, req *connect.Request[gauntletv1.CloseRequest]) (*connect.Response[gauntletv1.CloseResponse], error) {
 	t, id := tenantOf(ctx), req.Msg.GetEpisodeId()
 	e, err := s.find(t, id)
+	if errors.Is(err, errServerRestarted) {
+		// Idempotent: the episode is over, ended by the restart (an infra error); how
+		// many steps it took went with the old process.
+		return connect.NewResponse(&gauntletv1.CloseResponse{Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR}), nil
+	}
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) && ce.Code() == connect.CodeFailedPrecondition {

@@ -2,13 +2,11 @@ package envapi
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -107,19 +105,14 @@ func LoadTokens(path string) (*Tokens, error) {
 	return t, nil
 }
 
-// DevTokens makes one tenant, "default", with a random token written to path (mode 0600)
-// for a local stack started without a tenants file.
-func DevTokens(path string) (*Tokens, string, error) {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, "", err
-	}
-	tok := hex.EncodeToString(b[:])
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, "", err
-	}
-	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
-		return nil, "", fmt.Errorf("write the dev token: %w", err)
+// DevTokens makes one tenant, "default", for a local stack started without a tenants
+// file. Its token is the one in path: made (random, mode 0600) only when the file is
+// missing, and kept across restarts, so a trainer that read it is not locked out by the
+// next start. A file that holds no usable token is an error naming it.
+func DevTokens(path string, log *slog.Logger) (*Tokens, string, error) {
+	tok, err := secretFile(path, 24, validDevToken, log)
+	if err != nil {
+		return nil, "", fmt.Errorf("dev token: %w", err)
 	}
 	t := &Tokens{byHash: map[[32]byte]*Tenant{sha256.Sum256([]byte(tok)): {Name: "default"}}}
 	return t, tok, nil

@@ -26,6 +26,7 @@ from .client import (
     InvalidArgumentError,
     NotFoundError,
     QuotaError,
+    ServerRestartedError,
 )
 from .env import GauntletEnv, GauntletVectorEnv, StepOutcome
 
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidArgumentError",
     "NotFoundError",
     "QuotaError",
+    "ServerRestartedError",
     "StepOutcome",
 ]
 

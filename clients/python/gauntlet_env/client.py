@@ -13,12 +13,15 @@ class GauntletError(Exception):
     """An error the env API returned: ``code`` is the Connect/gRPC code name
     (``not_found``, ``invalid_argument``...), ``status`` the HTTP status."""
 
-    def __init__(self, code, message, status=0, retry_after=None):
+    def __init__(self, code, message, status=0, retry_after=None, reason=None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.status = status
         self.retry_after = retry_after
+        # The reason of the error's google.rpc.ErrorInfo detail, when it has one
+        # (SERVER_RESTARTED), else None.
+        self.reason = reason
 
 
 class AuthError(GauntletError):
@@ -39,6 +42,17 @@ class InvalidArgumentError(GauntletError):
 
 class EpisodeOverError(GauntletError):
     """The episode ended (terminated, truncated, closed or reaped): call reset()."""
+
+
+class ServerRestartedError(EpisodeOverError):
+    """The episode was live before the env API restarted and did not survive it
+    (failed_precondition, reason SERVER_RESTARTED): call reset(). A subclass of
+    EpisodeOverError, so code that resets on any ended episode keeps working."""
+
+
+SERVER_RESTARTED = "SERVER_RESTARTED"
+# How the message of such an error begins; batch items carry no details, only this.
+SERVER_RESTARTED_MESSAGE = "episode over: the server restarted"
 
 
 class ConflictError(GauntletError):
@@ -65,9 +79,20 @@ _BY_CODE = {
 }
 
 
-def error_for(code, message, status=0, retry_after=None):
-    """The typed error of an API error code."""
-    return _BY_CODE.get(code, GauntletError)(code, message, status, retry_after)
+def error_for(code, message, status=0, retry_after=None, reason=None):
+    """The typed error of an API error code (and ErrorInfo reason, if any)."""
+    if code == "failed_precondition" and (reason == SERVER_RESTARTED or message.startswith(SERVER_RESTARTED_MESSAGE)):
+        return ServerRestartedError(code, message, status, retry_after, SERVER_RESTARTED)
+    return _BY_CODE.get(code, GauntletError)(code, message, status, retry_after, reason)
+
+
+def _reason(reply):
+    """The reason of the first google.rpc.ErrorInfo among a Connect error's details
+    (their "debug" form, which the server adds), or None."""
+    for d in reply.get("details") or []:
+        if isinstance(d, dict) and d.get("type") == "google.rpc.ErrorInfo":
+            return (d.get("debug") or {}).get("reason")
+    return None
 
 
 class Client:
@@ -136,7 +161,7 @@ class Client:
         if resp.status != 200:
             retry = resp.getheader("Retry-After")
             raise error_for(reply.get("code", "unknown"), reply.get("message", f"HTTP {resp.status}"),
-                            resp.status, float(retry) if retry else None)
+                            resp.status, float(retry) if retry else None, _reason(reply))
         return reply
 
     def close(self):
@@ -194,15 +219,29 @@ class Client:
         return self.call("Capacity")
 
 
+TRAINER_KEYS = ("prompt_token_ids", "completion_token_ids", "logprobs", "policy_version")
+
+
+def check_keys(what, d, known):
+    """Raises ValueError naming the keys of dict d that are not in known: a misspelled
+    key would otherwise be dropped in silence (a profile not applied, token data not
+    stored)."""
+    unknown = sorted(k for k in d if k not in known)
+    if unknown:
+        raise ValueError(f"{what}: unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(repr(k) for k in unknown)}; known: {', '.join(sorted(known))}")
+
+
 def step_body(episode_id, tool, args=None, trainer=None):
     """The JSON of one StepRequest. args: a dict (encoded) or a JSON string (sent as is,
     so malformed args reach the env, which answers with an invalid-action observation).
-    trainer: optional dict with prompt_token_ids, completion_token_ids, logprobs,
-    policy_version."""
+    trainer: optional dict with prompt_token_ids, completion_token_ids, logprobs (one per
+    completion token, or none), policy_version; another key is a ValueError."""
     if args is None:
         args = {}
     body = {"episodeId": episode_id, "action": {"tool": tool, "argsJson": args if isinstance(args, str) else json.dumps(args)}}
     if trainer:
+        check_keys("trainer", trainer, TRAINER_KEYS)
         body["trainer"] = {
             "promptTokenIds": list(trainer.get("prompt_token_ids", [])),
             "completionTokenIds": list(trainer.get("completion_token_ids", [])),

@@ -4,7 +4,7 @@ import json
 import random
 from typing import NamedTuple
 
-from .client import Client, EpisodeOverError, error_for, step_body
+from .client import Client, EpisodeOverError, check_keys, error_for, step_body
 
 try:
     import gymnasium as _gym
@@ -31,12 +31,17 @@ def _obs(s):
         return s
 
 
+ACTION_KEYS = ("tool", "args", "trainer")
+RESET_OPTIONS = ("params", "profile", "max_steps", "policy")
+
+
 def _action(action):
     """(tool, args, trainer) from an action: {"tool": ..., "args": {...} or "json",
     "trainer": {...}} or a (tool, args) pair."""
     if isinstance(action, dict):
         if "tool" not in action:
             raise ValueError("action: a dict needs a 'tool' key")
+        check_keys("action", action, ACTION_KEYS)
         return action["tool"], action.get("args", {}), action.get("trainer")
     if isinstance(action, (tuple, list)) and len(action) == 2:
         return action[0], action[1], None
@@ -72,7 +77,7 @@ class GauntletEnv(_Base):
     """One gauntlet episode at a time, Gymnasium-style.
 
     reset(seed=None, options=None) -> (obs, info): options may hold params (dict),
-    profile, max_steps, policy. A live episode is closed first (no auto-reset: after
+    profile, max_steps, policy (another key is a ValueError). A live episode is closed first (no auto-reset: after
     terminated or truncated, step raises EpisodeOverError until reset).
     step(action) -> (obs, reward, terminated, truncated, info); action is
     {"tool": name, "args": dict, "trainer": {...}} or (tool, args).
@@ -103,6 +108,7 @@ class GauntletEnv(_Base):
         return [t["name"] for t in self.description.get("tools", [])]
 
     def reset(self, seed=None, options=None):
+        check_keys("options", options or {}, RESET_OPTIONS)
         self._close_episode()
         o = dict(self.defaults)
         o.update(options or {})

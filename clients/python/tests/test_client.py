@@ -73,6 +73,13 @@ class EnvAPITest(unittest.TestCase):
             with self.assertRaises(g.InvalidArgumentError) as cm:
                 self.client.call("Step", {"episodeId": env.episode_id})
             self.assertIn("action", cm.exception.message)
+            # A field the server does not know is refused, naming it, and not played.
+            with self.assertRaises(g.InvalidArgumentError) as cm:
+                self.client.call("Step", {"episodeId": env.episode_id,
+                                          "action": {"tool": "catalog.search", "args": {"query": "mug"}}})
+            self.assertIn('"args"', cm.exception.message)
+            _, _, _, _, info = env.step(search())
+            self.assertEqual(info["step"], 3)
 
     def test_typed_errors(self):
         with self.assertRaises(g.AuthError) as cm, g.Client(URL, "wrong-token-xxxxxxxxxxxxxxxx") as c:
