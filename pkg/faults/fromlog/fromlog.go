@@ -4,12 +4,19 @@
 // rates and burstiness, and the entries it could not map.
 //
 // Entries: a log line opens an entry when it starts with a timestamp, an IP address (an
-// access log), '{' (a JSON log) or "panic:"; any other line continues the entry before it
-// (stack frames, "Caused by:", a Python traceback), so a trace is one entry.
+// access log), '{' (a JSON log) or "panic:". Other lines continue the entry before it as
+// long as they have the shape of its continuation: a Java trace goes on with indented
+// lines, "at ", "Caused by:", "... N more" and exception class names; a Python traceback
+// ("Traceback (most recent call last):") with indented lines up to its exception line, and
+// chained tracebacks. A line of another shape opens an entry of its own (a traceback
+// printed without a timestamp after a Java trace is not part of it); an entry of no known
+// shape (a Go panic, free text) takes every line up to the next start.
 //
-// Rates are estimated per request: the denominator is the number of request records seen
-// (access-log lines and JSON entries with a status), or the number of entries when there
-// are none. Burstiness is the mean length of runs of consecutive entries of the same fault
+// Rates are estimated over the requests a finding's rule applies to: the request records
+// (access-log lines and JSON entries with a status) of the services it was seen on, when the
+// logs show requests of each of them; otherwise of every request, or per entry when no
+// request was logged. A JSON entry's request belongs to the service that logged it, not
+// to the upstream it names. Burstiness is the mean length of runs of consecutive entries of the same fault
 // within a file (1: isolated events).
 package fromlog
 
@@ -39,9 +46,13 @@ type Input struct {
 type Finding struct {
 	Kind   string
 	Status int // http_error only
-	// Count is how many entries showed it; Rate is Count per request (see the package doc).
+	// Count is how many entries showed it; Rate is Count per request of the rule's scope
+	// (see the package doc): Over requests, or entries when Over counts entries.
 	Count int
 	Rate  float64
+	Over  int
+	// OverWhat says what Over counts: "requests to payment", "requests", "entries".
+	OverWhat string
 	// BurstLen is the mean run length of consecutive occurrences.
 	BurstLen float64
 	// Services it was seen on (sorted), when the logs named one.
@@ -81,18 +92,87 @@ type entry struct {
 	file  string
 	line  int
 	lines []string
+	shape shape
+	// open: a Python traceback still awaiting its exception line; chained: the last line
+	// announced a chained traceback.
+	open, chained bool
+}
+
+// shape is the kind of multi-line entry, which decides what may continue it.
+type shape int
+
+const (
+	shapeNone shape = iota
+	shapeJava
+	shapePython
+)
+
+// newEntry opens an entry at a line, with the shape the line gives it.
+func newEntry(file string, n int, line string) entry {
+	e := entry{file: file, line: n, lines: []string{line}}
+	if tracebackRE.MatchString(line) {
+		e.shape, e.open = shapePython, true
+	} else if javaExcRE.MatchString(line) {
+		e.shape = shapeJava
+	}
+	return e
+}
+
+// continues reports whether line (which opens no entry by itself) continues e, and
+// updates e's shape state when it does.
+func (e *entry) continues(line string) bool {
+	blank := strings.TrimSpace(line) == ""
+	switch e.shape {
+	case shapeJava:
+		return blank || javaContRE.MatchString(line) || javaExcRE.MatchString(line)
+	case shapePython:
+		switch {
+		case tracebackRE.MatchString(line):
+			if !e.open && !e.chained {
+				return false // a traceback of its own
+			}
+			e.open, e.chained = true, false
+		case blank:
+		case e.open:
+			if line[0] != ' ' && line[0] != '\t' {
+				e.open = false // the exception line ends the traceback
+			}
+		case pyChainRE.MatchString(line):
+			e.chained = true
+		default:
+			return false
+		}
+		return true
+	}
+	// An entry of no known shape yet: a header line takes what follows it, and the first
+	// trace line sets the shape.
+	switch {
+	case tracebackRE.MatchString(line):
+		e.shape, e.open = shapePython, true
+	case javaExcRE.MatchString(line) || strings.HasPrefix(line, "Caused by: ") || strings.HasPrefix(strings.TrimLeft(line, " \t"), "at "):
+		e.shape = shapeJava
+	}
+	return true
 }
 
 func (e entry) text() string { return strings.Join(e.lines, "\n") }
 
 var (
-	startRE  = regexp.MustCompile(`^(\[?\d{4}[-/]\d{2}[-/]\d{2}|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3} |[0-9a-fA-F:]+:[0-9a-fA-F:]* - |\{|panic: )`)
-	accessRE = regexp.MustCompile(`^(\S+) \S+ \S+ \[[^\]]+\] "(\S+) (\S+)[^"]*" (\d{3}) (?:\d+|-)(.*)$`)
-	rtRE     = regexp.MustCompile(`(?:^| )(?:rt|request_time)=([0-9.]+)`)
-	apiSvcRE = regexp.MustCompile(`^/api/v\d+/([a-z]+)`)
-	svcRE    = regexp.MustCompile(`\b([A-Z][a-z]+)Service\b`)
-	hostRE   = regexp.MustCompile(`\b([a-z][a-z0-9-]*)\.internal\b`)
-	severeRE = regexp.MustCompile(`(?i)\b(error|crit|fatal|panic|exception|fail(ed|ure)?|warn(ing)?)\b|Traceback`)
+	// The shapes of multi-line entries' continuations.
+	tracebackRE = regexp.MustCompile(`^Traceback \(most recent call last\):`)
+	pyChainRE   = regexp.MustCompile(`^(During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)`)
+	javaContRE  = regexp.MustCompile(`^(\s|at |Caused by: |Suppressed: |\.\.\. \d+ )`)
+	javaExcRE   = regexp.MustCompile(`^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error|Throwable)\b`)
+	// retryAfterRE finds a Retry-After an access-log line carries in an extra field
+	// (retry_after="3", retry-after: 3, retry_after_ms=3000).
+	retryAfterRE = regexp.MustCompile(`(?i)\bretry[-_]?after(_ms|_s|_sec|_seconds)?"?[=:]\s*"?(\d+(?:\.\d+)?)`)
+	startRE      = regexp.MustCompile(`^(\[?\d{4}[-/]\d{2}[-/]\d{2}|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3} |[0-9a-fA-F:]+:[0-9a-fA-F:]* - |\{|panic: )`)
+	accessRE     = regexp.MustCompile(`^(\S+) \S+ \S+ \[[^\]]+\] "(\S+) (\S+)[^"]*" (\d{3}) (?:\d+|-)(.*)$`)
+	rtRE         = regexp.MustCompile(`(?:^| )(?:rt|request_time)=([0-9.]+)`)
+	apiSvcRE     = regexp.MustCompile(`^/api/v\d+/([a-z]+)`)
+	svcRE        = regexp.MustCompile(`\b([A-Z][a-z]+)Service\b`)
+	hostRE       = regexp.MustCompile(`\b([a-z][a-z0-9-]*)\.internal\b`)
+	severeRE     = regexp.MustCompile(`(?i)\b(error|crit|fatal|panic|exception|fail(ed|ure)?|warn(ing)?)\b|Traceback`)
 )
 
 // patterns are the catalogue's log patterns (catalogue.KindInfo.FromLog) in rank order:
@@ -125,10 +205,14 @@ func Analyze(inputs []Input) (*Result, error) {
 	res.Entries = len(entries)
 	var okLatency []float64
 	prev := map[string]string{} // file -> key of the previous entry's finding
+	served := map[string]int{}  // service -> request records of its own
 	for _, e := range entries {
-		key, req := classify(e, acc, &okLatency)
+		key, req, reqService := classify(e, acc, &okLatency)
 		if req {
 			res.Requests++
+			if reqService != "" {
+				served[reqService]++
+			}
 		}
 		if key == "" {
 			if first := e.lines[0]; severeRE.MatchString(e.text()) && !isBenign(e) {
@@ -139,15 +223,21 @@ func Analyze(inputs []Input) (*Result, error) {
 		}
 		prev[e.file] = key
 	}
-	denom := res.Requests
+	denom, over := res.Requests, "requests"
 	if denom == 0 {
-		denom = res.Entries
+		denom, over = res.Entries, "entries"
 	}
 	for _, a := range acc {
 		f := a.f
-		f.Rate = math.Min(1, round4(float64(f.Count)/float64(max(1, denom))))
-		f.BurstLen = round2(float64(f.Count) / float64(max(1, a.runs)))
 		f.Services = sortedKeys(a.services)
+		f.Over, f.OverWhat = denom, over
+		// The rule matches only these services: its rate is over their requests, when the
+		// logs show requests of every one of them.
+		if n := scopeRequests(f.Services, served); n > 0 {
+			f.Over, f.OverWhat = n, "requests to "+strings.Join(f.Services, ", ")
+		}
+		f.Rate = math.Min(1, round4(float64(f.Count)/float64(max(1, f.Over))))
+		f.BurstLen = round2(float64(f.Count) / float64(max(1, a.runs)))
 		f.Params = a.params()
 		res.Findings = append(res.Findings, f)
 	}
@@ -175,6 +265,19 @@ func Analyze(inputs []Input) (*Result, error) {
 	return res, nil
 }
 
+// scopeRequests is the number of request records served by services, or 0 when services
+// is empty or one of them served none in the logs (its requests were not logged).
+func scopeRequests(services []string, served map[string]int) int {
+	n := 0
+	for _, s := range services {
+		if served[s] == 0 {
+			return 0
+		}
+		n += served[s]
+	}
+	return n
+}
+
 // isBenign reports entries that mention a severity word but are routine (a JSON info
 // line, an nginx notice).
 func isBenign(e entry) bool {
@@ -194,8 +297,8 @@ func split(in Input) ([]entry, int, error) {
 		if strings.TrimSpace(line) == "" && len(out) == 0 {
 			continue
 		}
-		if startRE.MatchString(line) || len(out) == 0 {
-			out = append(out, entry{file: in.Name, line: n, lines: []string{line}})
+		if startRE.MatchString(line) || len(out) == 0 || !out[len(out)-1].continues(line) {
+			out = append(out, newEntry(in.Name, n, line))
 			continue
 		}
 		last := &out[len(out)-1]
@@ -228,18 +331,22 @@ func (a *acc) params() map[string]float64 {
 	return out
 }
 
-// classify records an entry's fault (if any) and reports its finding key and whether it
-// is a request record.
-func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool) {
+// classify records an entry's fault (if any) and reports its finding key, whether it is a
+// request record and, if so, the service that served it (when the entry says).
+func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool, string) {
 	first := e.lines[0]
 	text := e.text()
-	status, service, isReq := 0, "", false
+	status, service, isReq, reqService := 0, "", false, ""
 	samples := map[string]float64{}
 	if m := accessRE.FindStringSubmatch(first); m != nil {
 		isReq = true
 		status, _ = strconv.Atoi(m[4])
 		if s := apiSvcRE.FindStringSubmatch(m[3]); s != nil {
 			service = strings.TrimSuffix(s[1], "s")
+			reqService = service
+		}
+		if ra := retryAfterRE.FindStringSubmatch(m[5]); ra != nil {
+			samples["retry_after_ms"] = retryAfterMs(ra[1], ra[2])
 		}
 		if rt := rtRE.FindStringSubmatch(m[5]); rt != nil {
 			v, _ := strconv.ParseFloat(rt[1], 64)
@@ -255,6 +362,7 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 		if json.Unmarshal([]byte(first), &j) == nil {
 			if s, ok := j["status"].(float64); ok {
 				isReq, status = true, int(s)
+				reqService, _ = j["service"].(string)
 			}
 			if up, ok := j["upstream"].(string); ok {
 				service = up
@@ -264,8 +372,8 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 			if l, ok := j["latency_ms"].(float64); ok && status > 0 && status < 400 {
 				*okLatency = append(*okLatency, l)
 			}
-			if ra, ok := j["retry_after_s"].(float64); ok {
-				samples["retry_after_ms"] = ra * 1000
+			if ms, ok := jsonRetryAfterMs(j); ok {
+				samples["retry_after_ms"] = ms
 			}
 			text = ""
 			for _, k := range []string{"error", "msg"} {
@@ -300,7 +408,7 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 		}
 	}
 	if k == nil {
-		return "", isReq
+		return "", isReq, reqService
 	}
 	kind := k.Name
 	if k.FromLog != nil && k.FromLog.Params != nil {
@@ -331,7 +439,60 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 	if len(a.f.Examples) < 3 {
 		a.f.Examples = append(a.f.Examples, fmt.Sprintf("%s:%d", e.file, e.line))
 	}
-	return key, isReq
+	return key, isReq, reqService
+}
+
+// retryAfterMs converts a Retry-After the logs state (seconds unless the field's suffix
+// says milliseconds) to milliseconds.
+func retryAfterMs(suffix, value string) float64 {
+	v, _ := strconv.ParseFloat(value, 64)
+	if strings.EqualFold(suffix, "_ms") {
+		return v
+	}
+	return v * 1000
+}
+
+// jsonRetryAfterMs finds a Retry-After in a JSON entry: a field retry_after,
+// retry_after_s, retry_after_ms, retryAfter or Retry-After (any case), a number or a
+// numeric string, at the top level or in a headers object.
+func jsonRetryAfterMs(j map[string]any) (float64, bool) {
+	look := func(m map[string]any) (float64, bool) {
+		for k, v := range m {
+			key := strings.ReplaceAll(strings.ToLower(k), "-", "_")
+			if !strings.HasPrefix(key, "retry_after") && !strings.HasPrefix(key, "retryafter") {
+				continue
+			}
+			var s string
+			switch v := v.(type) {
+			case float64:
+				s = strconv.FormatFloat(v, 'f', -1, 64)
+			case string:
+				s = strings.TrimSpace(v)
+			default:
+				continue
+			}
+			if _, err := strconv.ParseFloat(s, 64); err != nil {
+				continue
+			}
+			suffix := strings.TrimPrefix(strings.TrimPrefix(key, "retry_after"), "retryafter")
+			if suffix == "ms" {
+				suffix = "_ms"
+			}
+			return retryAfterMs(suffix, s), true
+		}
+		return 0, false
+	}
+	if ms, ok := look(j); ok {
+		return ms, true
+	}
+	for _, k := range []string{"headers", "response_headers", "resp_headers"} {
+		if h, ok := j[k].(map[string]any); ok {
+			if ms, ok := look(h); ok {
+				return ms, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // kindOf returns the catalogue's row of a kind the access logs name by status.
@@ -349,7 +510,7 @@ func kindOf(name string) *catalogue.KindInfo {
 func (r *Result) WriteProfile(w io.Writer, name string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# gauntlet faults from-log: %d file(s), %d lines, %d entries, %d requests\n", len(r.Inputs), r.Lines, r.Entries, r.Requests)
-	fmt.Fprintf(&b, "# rates are per request (per entry when no request was logged); burst = mean run of consecutive entries\n")
+	fmt.Fprintf(&b, "# rates are over the requests to the rule's services when the logs show them, else over every request (every entry when no request was logged); burst = mean run of consecutive entries\n")
 	if len(r.Unmapped) == 0 {
 		b.WriteString("# unmapped: none\n")
 	} else {
@@ -372,7 +533,11 @@ func (r *Result) WriteProfile(w io.Writer, name string) error {
 			id += "-" + strconv.Itoa(n+1)
 		}
 		ids[f.ID()]++
-		fmt.Fprintf(&b, "  # %d seen, rate %s, burst %s; e.g. %s\n", f.Count, fmtF(f.Rate), fmtF(f.BurstLen), strings.Join(f.Examples, ", "))
+		rate := fmtF(f.Rate)
+		if f.Over > 0 {
+			rate += fmt.Sprintf(" (%d of %d %s)", f.Count, f.Over, f.OverWhat)
+		}
+		fmt.Fprintf(&b, "  # %d seen, rate %s, burst %s; e.g. %s\n", f.Count, rate, fmtF(f.BurstLen), strings.Join(f.Examples, ", "))
 		fmt.Fprintf(&b, "  - id: %s\n    kind: %s\n    probability: %s\n", id, f.Kind, fmtF(f.Rate))
 		if len(f.Services) > 0 {
 			fmt.Fprintf(&b, "    match: {services: [%s]}\n", strings.Join(f.Services, ", "))

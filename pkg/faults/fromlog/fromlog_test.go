@@ -91,8 +91,10 @@ func TestExpectedKindsAndRates(t *testing.T) {
 	if f := got["http-503"]; f.BurstLen < 2 {
 		t.Errorf("503s come in bursts of 3-5 in the sample, burst length %v", f.BurstLen)
 	}
-	if f := got["http-429"]; len(f.Services) != 1 || f.Services[0] != "payment" || f.Rate != 0.06 {
-		t.Errorf("429: services %v rate %v, want [payment] 0.06", f.Services, f.Rate)
+	// The rule is scoped to payment: its rate is over payment's 102 requests (it was over
+	// all 600, 0.06, before rates followed the rule's scope).
+	if f := got["http-429"]; len(f.Services) != 1 || f.Services[0] != "payment" || f.Rate != 0.3529 || f.Over != 102 {
+		t.Errorf("429: services %v rate %v over %d, want [payment] 0.3529 (36 of 102)", f.Services, f.Rate, f.Over)
 	}
 	if f := got["latency"]; f.Params["mean_ms"] < 150 || f.Params["mean_ms"] > 210 {
 		t.Errorf("latency mean %v ms, the sample's requests take about 180", f.Params["mean_ms"])
