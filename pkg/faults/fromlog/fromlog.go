@@ -62,6 +62,10 @@ type Finding struct {
 	Params map[string]float64
 	// Examples are up to three "file:line" sources.
 	Examples []string
+	// AlsoMatched counts, per kind, the entries of this finding whose text another kind's
+	// pattern matched too (the lower rank named the entry): evidence the profile does not
+	// carry, reported rather than lost.
+	AlsoMatched map[string]int
 }
 
 // ID is the fault id the profile gives the finding.
@@ -394,6 +398,7 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 		}
 	}
 	var k *catalogue.KindInfo
+	var also []string // other kinds whose patterns the entry's text matched
 	switch {
 	case status == 499:
 		k = kindOf(catalogue.KindTimeout) // the client gave up waiting
@@ -401,9 +406,13 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 		k = kindOf(catalogue.KindHTTPError)
 	default:
 		for i := range patterns {
-			if patterns[i].FromLog.Match.MatchString(text) {
+			if !patterns[i].FromLog.Match.MatchString(text) {
+				continue
+			}
+			if k == nil {
 				k = &patterns[i]
-				break
+			} else if patterns[i].Name != k.Name && !slices.Contains(also, patterns[i].Name) {
+				also = append(also, patterns[i].Name)
 			}
 		}
 	}
@@ -430,6 +439,12 @@ func classify(e entry, accs map[string]*acc, okLatency *[]float64) (string, bool
 		accs[key] = a
 	}
 	a.f.Count++
+	for _, o := range also {
+		if a.f.AlsoMatched == nil {
+			a.f.AlsoMatched = map[string]int{}
+		}
+		a.f.AlsoMatched[o]++
+	}
 	if service != "" {
 		a.services[service] = true
 	}
@@ -538,11 +553,21 @@ func (r *Result) WriteProfile(w io.Writer, name string) error {
 			rate += fmt.Sprintf(" (%d of %d %s)", f.Count, f.Over, f.OverWhat)
 		}
 		fmt.Fprintf(&b, "  # %d seen, rate %s, burst %s; e.g. %s\n", f.Count, rate, fmtF(f.BurstLen), strings.Join(f.Examples, ", "))
+		params, dropped := profileParams(f)
+		for _, d := range dropped {
+			fmt.Fprintf(&b, "  #   not kept: %s\n", d)
+		}
+		if len(f.AlsoMatched) > 0 {
+			var parts []string
+			for _, k := range sortedKeys(f.AlsoMatched) {
+				parts = append(parts, fmt.Sprintf("%s (%d %s)", k, f.AlsoMatched[k], plural(f.AlsoMatched[k], "entry", "entries")))
+			}
+			fmt.Fprintf(&b, "  #   also matched: %s\n", strings.Join(parts, ", "))
+		}
 		fmt.Fprintf(&b, "  - id: %s\n    kind: %s\n    probability: %s\n", id, f.Kind, fmtF(f.Rate))
 		if len(f.Services) > 0 {
 			fmt.Fprintf(&b, "    match: {services: [%s]}\n", strings.Join(f.Services, ", "))
 		}
-		params := profileParams(f)
 		if len(params) > 0 {
 			keys := sortedKeys(params)
 			parts := make([]string, len(keys))
@@ -557,26 +582,38 @@ func (r *Result) WriteProfile(w io.Writer, name string) error {
 }
 
 // profileParams keeps the parameters the kind takes, with whole numbers where the kind
-// wants them.
-func profileParams(f Finding) map[string]float64 {
+// wants them, and says why it dropped any other the logs stated (sorted).
+func profileParams(f Finding) (map[string]float64, []string) {
 	k, _ := catalogue.LookupKind(f.Kind)
 	out := map[string]float64{}
 	if f.Kind == catalogue.KindHTTPError {
 		out["status"] = float64(f.Status)
 	}
-	for name, v := range f.Params {
+	var dropped []string
+	for _, name := range sortedKeys(f.Params) {
+		v := f.Params[name]
 		p, ok := k.Param(name)
 		if !ok {
+			dropped = append(dropped, fmt.Sprintf("%s %s: %s takes no such parameter", name, fmtF(v), f.Kind))
 			continue
 		}
 		if p.Integer {
 			v = math.Round(v)
 		}
-		if p.Check(v) == nil {
-			out[name] = v
+		if err := p.Check(v); err != nil {
+			dropped = append(dropped, fmt.Sprintf("%s %s: %v", name, fmtF(v), err))
+			continue
 		}
+		out[name] = v
 	}
-	return out
+	return out, dropped
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -34,7 +34,7 @@ func TestGolden(t *testing.T) {
 	cases := map[string][]string{"all": all}
 	// The logs that reproduced misreadings (TestMultiLineEntriesByShape and the others
 	// below) have golden profiles of their own.
-	for _, n := range append(all, "mixed-trace.log", "scoped-access.log", "rate-limit.jsonl") {
+	for _, n := range append(all, "mixed-trace.log", "scoped-access.log", "rate-limit.jsonl", "honesty.log") {
 		cases[strings.TrimSuffix(n, filepath.Ext(n))] = []string{n}
 	}
 	for name, files := range cases {
@@ -197,5 +197,27 @@ func TestRatesOverTheRulesScope(t *testing.T) {
 	_, got = findings(t, "rate-limit.jsonl")
 	if f := got["http-429"]; f.Rate != 0.6 {
 		t.Errorf("JSON 429 rate %v, want 0.6 (3 of the 5 requests logged; payment's own are not)", f.Rate)
+	}
+}
+
+// TestReportsWhatItDidNotKeep: a parameter the log states but the profile cannot hold (a
+// 2-hour hold, above the kind's maximum) and a second kind an entry also showed are
+// reported in the profile's comments, not dropped in silence.
+func TestReportsWhatItDidNotKeep(t *testing.T) {
+	res, got := findings(t, "honesty.log")
+	if f := got["disk-full"]; f.Count != 1 || f.AlsoMatched["timeout"] != 1 {
+		t.Errorf("disk_full %d seen, also matched %v; want 1, timeout once", f.Count, f.AlsoMatched)
+	}
+	var out bytes.Buffer
+	if err := res.WriteProfile(&out, "honesty"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#   not kept: hold_ms 7200000: ",
+		"#   also matched: timeout (1 entry)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the profile does not report %q:\n%s", want, out.String())
+		}
 	}
 }
