@@ -139,4 +139,23 @@ func TestFaultsValidateAndPlanRefuseWhatRunRefuses(t *testing.T) {
 	if err != nil || !strings.Contains(out, "payment.pay-429") || !strings.Contains(out, "retry_after_ms=1500") {
 		t.Fatalf("plan --env shop of a fitting profile: %v\n%s", err, out)
 	}
+	// Drift reaches the profile's own fault, by its id.
+	out, err = runCLI(t, "faults", "plan", "--env", "shop", "--profile", fits, "--drift", "payment.pay-429.retry_after_ms=step(0:4000)")
+	if err != nil || !strings.Contains(out, "status=429 retry_after_ms=4000") || !strings.Contains(out, "drift payment.pay-429.retry_after_ms = 4000 (run)") {
+		t.Fatalf("plan --env shop --drift of a user-defined fault: %v\n%s", err, out)
+	}
+}
+
+// `faults ls` lists the names drift selectors use: the built-in plans' faults with their
+// kinds and parameters.
+func TestFaultsLsListsDriftNames(t *testing.T) {
+	out, err := runCLI(t, "faults", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"http_503", "http_429", "http_401", "latency", "truncate", "probability status retry_after_ms", "probability mean_ms jitter_ms"} {
+		if !strings.Contains(out[strings.Index(out, "Drift selectors"):], want) {
+			t.Errorf("faults ls does not list drift name %q after \"Drift selectors\":\n%s", want, out)
+		}
+	}
 }
