@@ -15,6 +15,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
@@ -46,6 +47,7 @@ const (
 	modCurriculum = "curriculum"
 	modPipeline   = "pipeline"
 	modEnvAPI     = "envapi"
+	modSandbox    = "sandbox"
 	modAll        = "all"
 )
 
@@ -65,6 +67,9 @@ type app struct {
 
 	temporal *temporallocal.Server // nil when --temporal names an external server
 	envapi   *envapi.Service
+	// sandboxes is the process's sandbox runtime, opened by the sandbox module; nil when
+	// --sandbox.runtime is empty.
+	sandboxes *runtimes.Sandboxes
 }
 
 // newApp validates cfg (see config.validate) and wires the modules; it starts nothing.
@@ -89,6 +94,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	m.Register(modBus, a.initBus, modNATS)
 	m.Register(modClickHouse, a.initClickHouse)
 	m.Register(modHTTP, a.initHTTP)
+	m.Register(modSandbox, a.initSandbox)
 	m.Register(modFaults, func() (lifecycle.Service, error) {
 		return faults.New(a.busFor(modFaults), tel.Meter("gauntlet/faults"), log.With("module", modFaults)), nil
 	}, modBus, modHTTP)
@@ -100,9 +106,9 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	}, modBus, modHTTP)
 	m.Register(modWorker, func() (lifecycle.Service, error) {
 		wc := cfg.Worker
-		wc.Policies = policies
+		wc.Policies, wc.Sandboxes = policies, a.getSandboxes
 		return worker.New(wc, a.busFor(modWorker), a.busFor(connWorkerRPC), tel, log.With("module", modWorker)), nil
-	}, modBus, modHTTP)
+	}, modBus, modHTTP, modSandbox)
 	m.Register(modStore, func() (lifecycle.Service, error) {
 		sc := cfg.Store
 		sc.Addr = a.clickHouseAddr
@@ -113,18 +119,18 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 			return lifecycle.Funcs{}, nil // off
 		}
 		ec := cfg.EnvAPI
-		ec.Sandbox = moduleSandbox(cfg, modEnvAPI)
+		ec.Sandboxes = a.getSandboxes
 		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
-	}, modBus, modHTTP)
+	}, modBus, modHTTP, modSandbox)
 	m.Register(modTemporal, a.initTemporal)
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
 			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
 			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2,
-			Sandbox: moduleSandbox(cfg, modCurriculum), Policies: policies,
+			Sandboxes: a.getSandboxes, Policies: policies,
 		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
-	}, modBus, modTemporal, modHTTP)
+	}, modBus, modTemporal, modHTTP, modSandbox)
 	// Services depend on each other only through NATS (requests retry until a responder
 	// is there), so none is a module dependency of another; the order of "all" starts the
 	// responders (faults, reward) before their callers anyway.
@@ -386,14 +392,35 @@ func readStack(dataDir string) (stack, error) {
 	return s, nil
 }
 
-// moduleSandbox is the sandbox runtime of a module other than the worker that plays
-// episodes (the env API, durable episodes): the worker's --sandbox.* flags, in a state
-// directory of its own, since each module opens its own runtime and a runtime owns what is
-// in its state directory. cfg is resolved (config.resolve), so the worker's state
-// directory is set: <data-dir>/sandbox unless --sandbox.state-dir names another, and the
-// module's is that with "-<module>" appended.
-func moduleSandbox(cfg config, module string) runtimes.Config {
-	sc := cfg.Worker.Sandbox
-	sc.StateDir += "-" + module
-	return sc
+// initSandbox is the process's sandbox runtime (--sandbox.*): opened once, shared by every
+// module that plays episodes (worker, env API, durable episodes), closed after all of them
+// have stopped, since they depend on it. One runtime per process means one warm pool and,
+// for containerd, one private daemon, whichever modules run.
+func (a *app) initSandbox() (lifecycle.Service, error) {
+	return lifecycle.Funcs{
+		OnStarting: func(ctx context.Context) error {
+			sc := a.cfg.Sandbox
+			sb, err := runtimes.Open(ctx, sc, a.log.With("module", modSandbox, "sandbox_runtime", sc.Runtime))
+			if err != nil {
+				return err
+			}
+			a.sandboxes = sb
+			return nil
+		},
+		OnStopping: func(context.Context) error {
+			if a.sandboxes == nil {
+				return nil
+			}
+			return a.sandboxes.Close()
+		},
+	}, nil
+}
+
+// getSandboxes is the process's sandbox runtime as the services take it: a nil interface
+// (not a nil pointer in one) when none is configured.
+func (a *app) getSandboxes() env.Sandboxes {
+	if a.sandboxes == nil {
+		return nil
+	}
+	return a.sandboxes
 }

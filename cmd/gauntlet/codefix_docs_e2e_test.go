@@ -22,7 +22,7 @@ func TestCodefixDocsServiceEndToEnd(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.ClickHouse = ch.Addr()
 	cfg.Worker.Concurrency = 2
-	cfg.Worker.Sandbox = sc
+	cfg.Sandbox = sc
 	s := startStack(t, cfg)
 	db := cfg.Database
 	conn := connect(t, ch.Addr(), db)

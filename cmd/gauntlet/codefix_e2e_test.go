@@ -32,10 +32,10 @@ func TestCodefixEndToEnd(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.ClickHouse = ch.Addr()
 			cfg.Worker.Concurrency = 4
-			cfg.Worker.Sandbox = sc
+			cfg.Sandbox = sc
 			// Warm pools and concurrent episodes on both runtimes: snapshots, forks and
 			// the pool's resets run side by side (under -race in CI).
-			cfg.Worker.Sandbox.PoolSize = 2
+			cfg.Sandbox.PoolSize = 2
 			s := startStack(t, cfg)
 			db := cfg.Database
 			conn := connect(t, ch.Addr(), db)

@@ -39,8 +39,8 @@ func TestCodefixUnderStorageProfile(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.ClickHouse = ch.Addr()
 	cfg.Worker.Concurrency = 2
-	cfg.Worker.Sandbox = sc
-	cfg.Worker.Sandbox.PoolSize = 1
+	cfg.Sandbox = sc
+	cfg.Sandbox.PoolSize = 1
 	s := startStack(t, cfg)
 	db := cfg.Database
 	conn := connect(t, ch.Addr(), db)

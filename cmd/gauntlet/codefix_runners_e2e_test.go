@@ -28,7 +28,7 @@ func TestCodefixOverEnvAPI(t *testing.T) {
 		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")
 	}
 	cfg := testConfig(t)
-	cfg.Worker.Sandbox = sandboxConfig(t, runtimes.Process)
+	cfg.Sandbox = sandboxConfig(t, runtimes.Process)
 	const token = "codefix-token-0123456789abcdef"
 	cfg.EnvAPI.TokensFile = filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(cfg.EnvAPI.TokensFile, []byte("tenants:\n  - name: acme\n    tokens: ["+token+"]\n"), 0o600); err != nil {
@@ -118,7 +118,7 @@ func TestCodefixDurableEpisode(t *testing.T) {
 		t.Skip("needs ClickHouse, Temporal and a sandbox runtime; run without -short")
 	}
 	cfg := testConfig(t)
-	cfg.Worker.Sandbox = sandboxConfig(t, runtimes.Process)
+	cfg.Sandbox = sandboxConfig(t, runtimes.Process)
 	s := startStack(t, cfg, modStore, modFaults, modReward, modTemporal, modCurriculum)
 	tc := dialTemporal(t, s.app.temporalAddr())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

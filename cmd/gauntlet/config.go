@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/reward"
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
@@ -52,6 +53,9 @@ type config struct {
 	EnvAPI    envapi.Config
 
 	PolicyHTTP httppolicy.Config
+	// Sandbox is the process's sandbox runtime, opened once by the sandbox module and
+	// shared by every module that plays episodes (worker, env API, durable episodes).
+	Sandbox runtimes.Config
 }
 
 // register declares every serving flag on fs: the process's own here, the components'
@@ -80,13 +84,14 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.Reward.RegisterFlags(fs)
 	c.EnvAPI.RegisterFlags(fs)
 	c.PolicyHTTP.RegisterFlags(fs)
+	c.Sandbox.RegisterFlags(fs)
 }
 
 // resolve fills in what components take from the process: defaults under the data dir
 // and the ClickHouse database.
 func (c *config) resolve() {
-	if c.Worker.Sandbox.StateDir == "" {
-		c.Worker.Sandbox.StateDir = filepath.Join(c.DataDir, "sandbox")
+	if c.Sandbox.StateDir == "" {
+		c.Sandbox.StateDir = filepath.Join(c.DataDir, "sandbox")
 	}
 	c.Store.Database = c.Database
 	c.EnvAPI.DevTokenPath = filepath.Join(c.DataDir, "envapi-token")
@@ -100,7 +105,7 @@ func (c *config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.Worker.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate())
+	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off
 		errs = append(errs, c.EnvAPI.Validate())
 	}

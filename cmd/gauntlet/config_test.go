@@ -112,11 +112,8 @@ func TestConfigFileOverlay(t *testing.T) {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Store.Database != "other" || cfg.Worker.Sandbox.StateDir != filepath.Join(cfg.DataDir, "sandbox") {
-		t.Errorf("resolved: store database %q, sandbox state dir %q", cfg.Store.Database, cfg.Worker.Sandbox.StateDir)
-	}
-	if got, want := moduleSandbox(cfg, modEnvAPI).StateDir, filepath.Join(cfg.DataDir, "sandbox-envapi"); got != want {
-		t.Errorf("env API's sandbox state dir %q, want %q", got, want)
+	if cfg.Store.Database != "other" || cfg.Sandbox.StateDir != filepath.Join(cfg.DataDir, "sandbox") {
+		t.Errorf("resolved: store database %q, sandbox state dir %q", cfg.Store.Database, cfg.Sandbox.StateDir)
 	}
 	if err := os.WriteFile(path, []byte("worker:\n  concurency: 7\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -24,9 +24,9 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
-	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -41,9 +41,10 @@ type Config struct {
 	WorkerID string
 	// StopTimeout bounds how long activities in flight may finish on stop.
 	StopTimeout time.Duration
-	// Sandbox is the runtime that durable episodes of envs needing real sandboxes
-	// (codefix) run in, as the worker's (--sandbox.*); no runtime makes them fail.
-	Sandbox runtimes.Config
+	// Sandboxes lends real sandboxes to durable episodes of envs that need them
+	// (codefix): the process's sandbox runtime (--sandbox.*), shared with the worker. Nil,
+	// or a nil result, makes such episodes fail with env.ErrNoSandbox.
+	Sandboxes func() env.Sandboxes
 	// Policies are the policies durable episodes play, with their configuration; nil is
 	// the registered policies alone.
 	Policies *policy.Set
@@ -55,9 +56,8 @@ type Service struct {
 	bus func() *bus.Bus
 	log *slog.Logger
 
-	client  client.Client
-	worker  worker.Worker
-	runtime *runtimes.Sandboxes // nil when no sandbox runtime is configured
+	client client.Client
+	worker worker.Worker
 }
 
 // New allocates the service.
@@ -65,19 +65,12 @@ func New(cfg Config, getBus func() *bus.Bus, log *slog.Logger) *Service {
 	return &Service{cfg: cfg, bus: getBus, log: log}
 }
 
-// Starting opens the sandbox runtime, if one is configured, dials Temporal and registers
-// the workflows and activities.
+// Starting dials Temporal and registers the workflows and activities, whose durable
+// episodes take the sandboxes of the process's runtime, if any.
 func (s *Service) Starting(ctx context.Context) error {
-	if err := s.cfg.Sandbox.Validate(); err != nil {
-		return err
-	}
-	sb, err := runtimes.Open(ctx, s.cfg.Sandbox, s.log.With("sandbox_runtime", s.cfg.Sandbox.Runtime))
-	if err != nil {
-		return err
-	}
 	deps := play.Deps{Policies: s.cfg.Policies}
-	if sb != nil {
-		s.runtime, deps.Sandboxes = sb, sb
+	if s.cfg.Sandboxes != nil {
+		deps.Sandboxes = s.cfg.Sandboxes()
 	}
 	addr := s.cfg.Address()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -87,9 +80,6 @@ func (s *Service) Starting(ctx context.Context) error {
 		Logger: sdklog.NewStructuredLogger(warnOnly(s.log)),
 	})
 	if err != nil {
-		if sb != nil {
-			_ = sb.Close()
-		}
 		return fmt.Errorf("dial temporal at %s (namespace %s): %w", addr, s.cfg.Namespace, err)
 	}
 	s.client = c
@@ -111,17 +101,13 @@ func (s *Service) Running(ctx context.Context) error {
 	return nil
 }
 
-// Stopping stops the worker, closes the client, then the sandbox runtime (its episodes
-// have released their sandboxes by then).
+// Stopping stops the worker, then closes the client.
 func (s *Service) Stopping(context.Context) error {
 	if s.worker != nil {
 		s.worker.Stop()
 	}
 	if s.client != nil {
 		s.client.Close()
-	}
-	if s.runtime != nil {
-		return s.runtime.Close()
 	}
 	return nil
 }

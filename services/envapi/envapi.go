@@ -37,9 +37,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
-	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1/gauntletv1connect"
 )
@@ -69,9 +69,10 @@ type Config struct {
 	ScoreBatch int
 	// ID names the API in events (the worker_id column); default "envapi-<random>".
 	ID string
-	// Sandbox is the runtime that episodes of envs needing real sandboxes (codefix) run
-	// in, as the worker's (--sandbox.*); no runtime makes their Reset fail.
-	Sandbox runtimes.Config
+	// Sandboxes lends real sandboxes to envs that need them (codefix): the process's
+	// sandbox runtime (--sandbox.*), shared with the worker. Nil, or a nil result, makes
+	// such envs' Reset fail with env.ErrNoSandbox.
+	Sandboxes func() env.Sandboxes
 }
 
 // Validate reports every problem at once, naming the flag.
@@ -104,9 +105,6 @@ func (c Config) Validate() error {
 	if c.ScoreBatch < 1 {
 		errs = append(errs, fmt.Errorf("envapi.score-batch: %d must be at least 1", c.ScoreBatch))
 	}
-	if err := c.Sandbox.Validate(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 
@@ -118,16 +116,14 @@ type Service struct {
 	scorer *play.Scorer
 	// deps builds episodes: the registry, the sandboxes of the runtime (if any), the
 	// plan templates.
-	deps play.Deps
-	// runtime is the opened sandbox runtime, nil when none is configured.
-	runtime *runtimes.Sandboxes
-	tokens  *Tokens
-	ln      net.Listener
-	srv     *http.Server
-	ctx     context.Context // the service's own, for steps that outlive their request
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // background steps
-	index   atomic.Uint64
+	deps   play.Deps
+	tokens *Tokens
+	ln     net.Listener
+	srv    *http.Server
+	ctx    context.Context // the service's own, for steps that outlive their request
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background steps
+	index  atomic.Uint64
 
 	mu        sync.Mutex
 	live      map[string]*episode
@@ -200,13 +196,8 @@ func (s *Service) Starting(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("envapi.addr %s: %w", s.cfg.Addr, err)
 	}
-	sb, err := runtimes.Open(ctx, s.cfg.Sandbox, s.log.With("sandbox_runtime", s.cfg.Sandbox.Runtime))
-	if err != nil {
-		_ = s.ln.Close()
-		return err
-	}
-	if sb != nil {
-		s.runtime, s.deps.Sandboxes = sb, sb
+	if s.cfg.Sandboxes != nil {
+		s.deps.Sandboxes = s.cfg.Sandboxes()
 	}
 	if b := s.bus(); b != nil {
 		s.deps.Templates = templates.NewClient(b.JS)
@@ -265,9 +256,6 @@ func (s *Service) Stopping(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 	s.cancel()
-	if s.runtime != nil {
-		err = errors.Join(err, s.runtime.Close())
-	}
 	return err
 }
 

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// RegisterFlags declares the worker's flags (worker.*, and the sandbox runtime's sandbox.*)
-// on fs with their defaults.
+// RegisterFlags declares the worker's flags (worker.*) on fs with their defaults. The
+// sandbox runtime's (sandbox.*) are the process's: every module that plays episodes shares
+// one runtime.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ID, "worker.id", "", "worker id in events (default: random)")
 	fs.IntVar(&c.Concurrency, "worker.concurrency", 256, "episodes a worker runs at once")
@@ -15,5 +16,4 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.AckWait, "worker.ack-wait", 30*time.Second, "lease on an assignment")
 	fs.IntVar(&c.MaxDeliver, "worker.max-deliver", 3, "attempts per episode before it is an infra error")
 	fs.IntVar(&c.SegmentSteps, "worker.segment-steps", 32, "steps of an episode per StepsTaken event")
-	c.Sandbox.RegisterFlags(fs)
 }

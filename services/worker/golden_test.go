@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -52,7 +53,8 @@ func TestEpisodesAreGolden(t *testing.T) {
 	b, _ := startWorkerWith(t, func(c *Config) {
 		c.ID = "w-golden"
 		c.SegmentSteps = 4 // several segments per episode
-		c.Sandbox = runtimestest.Config(t, runtimes.Process)
+		sb := runtimestest.Open(t, runtimes.Process, 0)
+		c.Sandboxes = func() env.Sandboxes { return sb }
 	})
 	ctx := context.Background()
 	runID := "rgolden"

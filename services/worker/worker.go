@@ -1,6 +1,6 @@
 // Package worker is the sandbox worker: it pulls assignments (lots of consecutive
 // episodes of a run) from the GAUNTLET_CMD work queue, runs each episode in its sandbox
-// (in-process sim envs, or a real sandbox from the runtime of Config.Sandbox for envs such
+// (in-process sim envs, or a real sandbox from Config.Sandboxes for envs such
 // as codefix), asks the reward service to score every step, and publishes the episodes'
 // events (started, every step, ended) to GAUNTLET_EVENTS.
 //
@@ -44,7 +44,6 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
-	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -72,8 +71,11 @@ type Config struct {
 	// SegmentSteps is how many steps of an episode go in one StepsTaken event; an episode
 	// also flushes its pending steps when it ends and when a second has passed.
 	SegmentSteps int
-	// Sandbox chooses the runtime of envs that need real sandboxes (codefix).
-	Sandbox runtimes.Config
+	// Sandboxes lends real sandboxes to envs that need them (codefix): the process's
+	// sandbox runtime, opened once for every module that plays episodes. Nil, or a nil
+	// result, means this process runs none; such envs' episodes then fail with
+	// env.ErrNoSandbox.
+	Sandboxes func() env.Sandboxes
 	// Policies are the policies the worker plays with their configuration (the "http"
 	// policy's endpoint); nil is the registered policies alone.
 	Policies *policy.Set
@@ -100,9 +102,6 @@ func (c Config) Validate() error {
 	if c.SegmentSteps < 1 {
 		errs = append(errs, fmt.Errorf("worker.segment-steps: %d must be at least 1", c.SegmentSteps))
 	}
-	if err := c.Sandbox.Validate(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 
@@ -114,9 +113,8 @@ type Service struct {
 	tracer trace.Tracer
 	scorer *play.Scorer
 	cons   jetstream.Consumer
-	// sandboxes is nil when no sandbox runtime is configured; runtimes owns it.
+	// sandboxes is nil when no sandbox runtime is configured.
 	sandboxes env.Sandboxes
-	runtimes  *runtimes.Sandboxes
 	// templates finds the templates of user-defined profiles' compact plans.
 	templates *templates.Client
 
@@ -151,18 +149,14 @@ func New(cfg Config, getBus, getRPC func() *bus.Bus, tel *telemetry.Telemetry, l
 // ID is the worker's id.
 func (w *Service) ID() string { return w.cfg.ID }
 
-// Starting opens the sandbox runtime, if one is configured, and creates (or binds to) the
+// Starting takes the sandboxes of the process's runtime, if any, and creates (or binds to) the
 // shared work-queue consumer.
 func (w *Service) Starting(ctx context.Context) error {
 	if err := w.cfg.Validate(); err != nil {
 		return err
 	}
-	sb, err := runtimes.Open(ctx, w.cfg.Sandbox, w.log.With("sandbox_runtime", w.cfg.Sandbox.Runtime))
-	if err != nil {
-		return err
-	}
-	if sb != nil {
-		w.sandboxes, w.runtimes = sb, sb
+	if w.cfg.Sandboxes != nil {
+		w.sandboxes = w.cfg.Sandboxes()
 	}
 	cons, err := w.bus().JS.CreateOrUpdateConsumer(ctx, bus.StreamCommands, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
@@ -174,9 +168,6 @@ func (w *Service) Starting(ctx context.Context) error {
 		MaxAckPending: 100_000,
 	})
 	if err != nil {
-		if sb != nil {
-			_ = sb.Close()
-		}
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.cons = cons
@@ -213,14 +204,9 @@ func (w *Service) Running(ctx context.Context) error {
 	return nil
 }
 
-// Stopping closes the sandbox runtime, if any: Running returned after its episodes did,
-// and they released their sandboxes.
-func (w *Service) Stopping(context.Context) error {
-	if w.runtimes == nil {
-		return nil
-	}
-	return w.runtimes.Close()
-}
+// Stopping has nothing to release: Running returned after its episodes did, and they
+// gave their sandboxes back to the runtime, which its opener closes.
+func (w *Service) Stopping(context.Context) error { return nil }
 
 // job is one episode of an assignment, for an episode goroutine to run.
 type job struct {
