@@ -474,8 +474,19 @@ func jsonRetryAfterMs(j map[string]any) (float64, bool) {
 	look := func(m map[string]any) (float64, bool) {
 		for k, v := range m {
 			key := strings.ReplaceAll(strings.ToLower(k), "-", "_")
-			if !strings.HasPrefix(key, "retry_after") && !strings.HasPrefix(key, "retryafter") {
+			suffix, ok := strings.CutPrefix(key, "retry_after")
+			if !ok {
+				suffix, ok = strings.CutPrefix(key, "retryafter")
+			}
+			switch suffix = strings.TrimPrefix(suffix, "_"); {
+			case !ok:
 				continue
+			case suffix == "ms":
+				suffix = "_ms"
+			case suffix == "" || suffix == "s" || suffix == "sec" || suffix == "seconds":
+				suffix = ""
+			default:
+				continue // retry_after_count and the like: not a duration
 			}
 			var s string
 			switch v := v.(type) {
@@ -488,10 +499,6 @@ func jsonRetryAfterMs(j map[string]any) (float64, bool) {
 			}
 			if _, err := strconv.ParseFloat(s, 64); err != nil {
 				continue
-			}
-			suffix := strings.TrimPrefix(strings.TrimPrefix(key, "retry_after"), "retryafter")
-			if suffix == "ms" {
-				suffix = "_ms"
 			}
 			return retryAfterMs(suffix, s), true
 		}

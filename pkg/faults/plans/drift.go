@@ -145,8 +145,8 @@ func (s Selector) withParam(text, kind string) (Selector, error) {
 // matchesRule reports whether the selector addresses rule r, whose id is
 // "<target>.<fault>" and whose target is a service or one of its tools ("<service>.<tool>").
 func (s Selector) matchesRule(r *gauntletv1.FaultRule) bool {
-	fault, ok := strings.CutPrefix(r.Id, r.Target+".")
-	if !ok || fault != s.Fault {
+	n := len(r.Target)
+	if len(r.Id) <= n || r.Id[n] != '.' || r.Id[:n] != r.Target || r.Id[n+1:] != s.Fault {
 		return false
 	}
 	svc, _, _ := strings.Cut(r.Target, ".")
