@@ -148,6 +148,9 @@ func (c CustomProfiles) Plan(seed uint64, name string, services []string) (*gaun
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
+	if svcs == nil {
+		svcs = []string{} // an env, even without services: fitErrors checks against it
+	}
 	switch errs := fitErrors(rules, svcs); {
 	case len(errs) == 1:
 		return nil, fmt.Errorf("plan: profile %s: %w", name, errs[0])
