@@ -159,3 +159,24 @@ func TestFaultsLsListsDriftNames(t *testing.T) {
 		}
 	}
 }
+
+// `gauntlet run --drift` may name a fault of a profile given by --profile-files, by id.
+func TestRunRequestDriftsUserDefinedFault(t *testing.T) {
+	fits := filepath.Join(t.TempDir(), "fits.yaml")
+	if err := os.WriteFile(fits, []byte("name: fits\nfaults:\n  - {id: pay-429, kind: http_error, probability: 0.2, match: {services: [payment]}, params: {status: 429}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := runOpts{env: "shop", params: "{}", policies: "oracle=1", profiles: "fits=1", episodes: 10, seed: 1, maxInFlight: 1,
+		profileFiles: fits, drift: "payment.pay-429.probability=linear(0:0.1,9:0.9)"}
+	req, err := o.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(req.Drift) != 1 || req.Drift[0].Selector != "payment.pay-429.probability" {
+		t.Fatalf("drift %v", req.Drift)
+	}
+	o.drift = "payment.pay-430.probability=step(0:0.5)"
+	if _, err := o.request(); err == nil || !strings.Contains(err.Error(), `unknown fault "pay-430"`) || !strings.Contains(err.Error(), "fits: pay-429") {
+		t.Fatalf("a fault no profile has: %v", err)
+	}
+}
