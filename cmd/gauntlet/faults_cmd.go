@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,8 +27,10 @@ const faultsUsage = `Usage:
   gauntlet faults ls                              every fault kind with its parameters
   gauntlet faults plan --env E --seed S --profile P [--index N] [--drift D] [--calls N]
                                                   the plan an episode meets (P: a built-in
-                                                  profile, or a YAML profile file)
-  gauntlet faults validate FILE...                check YAML fault profiles
+                                                  profile, or a YAML profile file; without
+                                                  --env a file's faults meet generic calls)
+  gauntlet faults validate [--env E] FILE...      check YAML fault profiles (with --env: that
+                                                  the env can run them, as a run checks)
   gauntlet faults from-log [-o FILE] [--name N] FILE...
                                                   derive a profile from error logs
   gauntlet faults drift show|history|set [D]      the global drift in NATS KV (set '' clears)
@@ -72,8 +75,18 @@ func faultsLs(stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nBuilt-in profiles: %s (default mix baseline=60,stress=25,edge=15).\n", strings.Join(plans.Profiles(), ", "))
-	fmt.Fprintln(stdout, "Drift selectors: <service|*>.<fault>.<param>, e.g. *.latency.mean_ms (docs/faults.md).")
-	return nil
+	fmt.Fprintln(stdout, "\nDrift selectors: <service|*>.<fault>.<param>, e.g. *.latency.mean_ms (docs/faults.md). The faults of")
+	fmt.Fprintln(stdout, "the built-in plans, by the names selectors use; a user-defined profile's faults go by their ids:")
+	tw = tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAULT\tKIND\tPARAMETERS")
+	for _, f := range plans.DriftFaults() {
+		names := make([]string, len(f.Params))
+		for i, p := range f.Params {
+			names[i] = p.Name
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, f.Kind, strings.Join(names, " "))
+	}
+	return tw.Flush()
 }
 
 func describeParam(p catalogue.Param) string {
@@ -106,28 +119,43 @@ func faultsPlan(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	envSet := false
+	fs.Visit(func(f *flag.Flag) { envSet = envSet || f.Name == "env" })
 	e, err := env.Lookup(*envName)
 	if err != nil {
 		return fmt.Errorf("--env: %w", err)
 	}
 	services := e.Spec().Services
-	if strings.HasSuffix(*profile, ".yaml") || strings.HasSuffix(*profile, ".yml") {
+	yamlProfile := strings.HasSuffix(*profile, ".yaml") || strings.HasSuffix(*profile, ".yml")
+	if yamlProfile && !envSet {
 		if *driftText != "" {
-			return errors.New("--drift: applies to built-in profiles only (a YAML profile states its numbers)")
+			return errors.New("--drift: give --env: drift applies to the plan an env derives from the profile")
 		}
 		return planSpec(*profile, *seed, services, *calls, stdout)
 	}
-	name := *profile
-	if name == "" {
-		if name, err = plans.ChooseProfile(rng.Derive(*seed, "profile"), nil); err != nil {
+	var plan *gauntletv1.FaultPlan
+	var custom plans.CustomProfiles
+	if yamlProfile {
+		// The plan the env's run would play: the run's own check first, every problem at once.
+		var name string
+		if name, custom, err = checkProfileFile(*profile, services); err != nil {
 			return err
 		}
+		if plan, err = custom.Plan(rng.Derive(*seed, "faults"), name, services); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
+	} else {
+		name := *profile
+		if name == "" {
+			if name, err = plans.ChooseProfile(rng.Derive(*seed, "profile"), nil); err != nil {
+				return err
+			}
+		}
+		if plan, err = plans.Derive(rng.Derive(*seed, "faults"), name, services); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
 	}
-	plan, err := plans.Derive(rng.Derive(*seed, "faults"), name, services)
-	if err != nil {
-		return fmt.Errorf("--profile: %w", err)
-	}
-	drift, err := plans.ParseDrift(*driftText, time.Now())
+	drift, err := plans.ParseDriftFor(*driftText, time.Now(), custom)
 	if err != nil {
 		return fmt.Errorf("--drift: %w", err)
 	}
@@ -223,8 +251,27 @@ func planSpec(path string, seed uint64, services []string, calls int, stdout io.
 	return nil
 }
 
+// checkProfileFile reads a YAML profile and makes the check a run makes of it for an env
+// with services (plans.CheckCustomProfiles): the profile's name and the compiled profile.
+func checkProfileFile(path string, services []string) (string, plans.CustomProfiles, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("--profile: %w", err)
+	}
+	spec, _, err := plans.ParseSpec(data)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s:\n  %s", path, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	custom, err := plans.CheckCustomProfiles([]*gauntletv1.CustomProfile{{Name: spec.Name, SpecYaml: string(data)}}, services)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s:\n  %s", path, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	return spec.Name, custom, nil
+}
+
 func faultsValidate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("faults validate", stderr)
+	envName := fs.String("env", "", "also check that this env can run the profiles, as a run on it does")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -232,13 +279,24 @@ func faultsValidate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, "gauntlet faults validate: give one or more YAML profile files\n")
 		return errUsage
 	}
+	var services []string
+	if *envName != "" {
+		e, err := env.Lookup(*envName)
+		if err != nil {
+			return fmt.Errorf("--env: %w", err)
+		}
+		services = e.Spec().Services
+	}
 	bad := 0
 	for _, path := range fs.Args() {
 		data, err := os.ReadFile(path)
 		if err == nil {
 			var spec *plans.Spec
 			var rules []catalogue.Rule
-			if spec, rules, err = plans.ParseSpec(data); err == nil {
+			if spec, rules, err = plans.ParseSpec(data); err == nil && services != nil {
+				_, err = plans.CheckCustomProfiles([]*gauntletv1.CustomProfile{{Name: spec.Name, SpecYaml: string(data)}}, services)
+			}
+			if err == nil {
 				fmt.Fprintf(stdout, "ok  %s: profile %s, %d faults\n", path, spec.Name, len(rules))
 				continue
 			}

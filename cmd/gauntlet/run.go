@@ -73,7 +73,10 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		}
 		custom = append(custom, &gauntletv1.CustomProfile{Name: spec.Name, SpecYaml: string(data)})
 	}
-	drift, err := plans.ParseDrift(o.drift, time.Now())
+	// The run's drift may name its profiles' faults; a profile that does not compile is
+	// refused above, and its faults are then unknown here too.
+	compiled, _ := plans.CompileCustomProfiles(custom)
+	drift, err := plans.ParseDriftFor(o.drift, time.Now(), compiled)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--drift: %w", err))
 	}

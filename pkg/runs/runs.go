@@ -111,24 +111,29 @@ func Validate(r *gauntletv1.RunRequested) error {
 	if len(r.GetPolicies()) > 0 && total == 0 {
 		add("policies: weights add up to zero")
 	}
-	custom, err := plans.CompileCustomProfiles(r.GetCustomProfiles())
+	// A profile must fit the env (its kinds, its services, a sandbox for storage and
+	// resource faults): the check `faults validate --env` and `faults plan --env` make,
+	// every problem at once.
+	var custom plans.CustomProfiles
+	if e != nil {
+		custom, err = plans.CheckCustomProfiles(r.GetCustomProfiles(), e.Spec().Services)
+	} else {
+		custom, err = plans.CompileCustomProfiles(r.GetCustomProfiles())
+	}
+	customNames := custom.Names()
 	if err != nil {
 		errs = append(errs, err)
-	}
-	if e != nil {
-		// A profile must fit the env: storage and resource faults need a sandbox.
-		for _, name := range custom.Names() {
-			if _, err := custom.Plan(1, name, e.Spec().Services); err != nil {
-				add("custom_profiles (%s): %w", name, err)
-			}
+		customNames = nil // the mix may still name them: refused above, not unknown
+		for _, cp := range r.GetCustomProfiles() {
+			customNames = append(customNames, cp.GetName())
 		}
 	}
 	if len(r.GetProfiles()) > 0 {
-		if err := plans.ValidateMix(r.GetProfiles(), custom.Names()...); err != nil {
+		if err := plans.ValidateMix(r.GetProfiles(), customNames...); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := plans.ValidateDrift(r.GetDrift()); err != nil {
+	if err := plans.ValidateDriftFor(r.GetDrift(), custom); err != nil {
 		errs = append(errs, err)
 	}
 	if n := r.GetEpisodes(); n == 0 || n > MaxEpisodes {

@@ -1,6 +1,8 @@
 package runs_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,5 +28,29 @@ func TestStorageProfileNeedsASandboxedEnv(t *testing.T) {
 	}
 	if err := runs.Validate(req("codefix")); err != nil {
 		t.Fatalf("codefix with a storage profile: %v", err)
+	}
+}
+
+// A learned profile shop cannot run is refused at submission with every reason at once,
+// not one pass of reasons per submission.
+func TestUnfitProfileRefusedAllAtOnce(t *testing.T) {
+	spec, err := os.ReadFile(filepath.Join("..", "faults", "plans", "testdata", "profiles", "learned-shop.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runs.Validate(&gauntletv1.RunRequested{RunId: "r1", Env: "shop", Episodes: 1, MaxInFlight: 1,
+		Policies:       []*gauntletv1.Share{{Name: "oracle", Weight: 1}},
+		Profiles:       []*gauntletv1.Share{{Name: "learned-shop", Weight: 1}},
+		CustomProfiles: []*gauntletv1.CustomProfile{{Name: "learned-shop", SpecYaml: string(spec)}}})
+	for _, want := range []string{
+		"faults[0].kind: timeout cannot apply in a sim env",
+		"faults[1].kind: reset cannot apply in a sim env",
+		"fault disk-full: disk_full applies only in envs whose agents act in a real sandbox",
+		`fault http-429: unknown service "psp"`,
+		"faults[4].match: a sim env's calls have no host, path, method or op",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("run of learned-shop on shop: want %q in\n%v", want, err)
+		}
 	}
 }

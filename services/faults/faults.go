@@ -156,7 +156,7 @@ func (s *Service) plan(req *gauntletv1.PlanRequest, global []*gauntletv1.Drift) 
 	if err := plans.ValidateMix(mix, custom.Names()...); err != nil {
 		return nil, nil, err
 	}
-	if err := plans.ValidateDrift(req.GetDrift()); err != nil {
+	if err := plans.ValidateDriftFor(req.GetDrift(), custom); err != nil {
 		return nil, nil, err
 	}
 	if err := plans.ValidateDrift(global); err != nil {

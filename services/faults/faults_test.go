@@ -123,6 +123,50 @@ func TestPlansAreCompactAndExpandExactly(t *testing.T) {
 	}
 }
 
+// A run's drift may name a user-defined profile's fault by its id: the expanded plans of
+// that profile carry the drifted value, and the run's plans of a built-in profile record
+// it and change nothing.
+func TestRunDriftReachesUserDefinedFaults(t *testing.T) {
+	const spec = "name: slow\nfaults:\n  - {id: slow-lat, kind: latency, params: {mean_ms: 80, jitter_ms: 10}}\n"
+	req := &gauntletv1.PlanRequest{
+		Profiles:       []*gauntletv1.Share{{Name: "slow", Weight: 1}, {Name: plans.ProfileBaseline, Weight: 1}},
+		CustomProfiles: []*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: spec}},
+		Drift: []*gauntletv1.Drift{{Selector: "payment.slow-lat.mean_ms", Schedule: &gauntletv1.DriftSchedule{
+			Shape: gauntletv1.DriftShape_DRIFT_SHAPE_STEP, Points: []*gauntletv1.DriftPoint{{At: 0, Value: 700}}}}},
+	}
+	for i := range 20 {
+		req.Episodes = append(req.Episodes, &gauntletv1.EpisodeRequested{EpisodeId: fmt.Sprint(i), Env: "shop", Seed: uint64(50 + i), Index: uint64(i)})
+	}
+	reply, tmpls, err := newService().Plan(req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := []string{"catalog", "inventory", "orders", "payment", "shipping"}
+	seen := map[string]int{}
+	for i, c := range reply.Plans {
+		got, err := plans.Expand(c, svcs, tmpls[c.Template])
+		if err != nil {
+			t.Fatalf("plan %d: %v", i, err)
+		}
+		seen[c.Profile]++
+		if len(got.DriftValues) != 1 || got.DriftValues[0].Value != 700 {
+			t.Fatalf("plan %d: drift values %v", i, got.DriftValues)
+		}
+		for _, r := range got.Rules {
+			m := r.GetLatency().GetMeanMs()
+			switch {
+			case c.Profile == "slow" && r.Id == "payment.slow-lat" && m != 700,
+				c.Profile == "slow" && r.Id != "payment.slow-lat" && m != 80,
+				c.Profile != "slow" && m >= 700:
+				t.Errorf("plan %d (%s): rule %s mean_ms %v", i, c.Profile, r.Id, m)
+			}
+		}
+	}
+	if seen["slow"] == 0 || seen[plans.ProfileBaseline] == 0 {
+		t.Fatalf("profiles drawn %v; the test needs both", seen)
+	}
+}
+
 // A plan reply's error says its kind: a request that cannot be planned is invalid (the
 // caller refuses the run), a bucket that cannot be read is unavailable (the caller tries
 // again later).

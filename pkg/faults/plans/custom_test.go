@@ -2,8 +2,11 @@ package plans_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
@@ -182,4 +185,49 @@ faults:
 	// A plan whose boundary spec is broken is refused, naming the field.
 	plan.BoundarySpec = "name: x\nfaults:\n  - {id: f, kind: latency}\n"
 	wantErrs(t, plans.Validate(plan), "boundary_spec: faults[0].kind: latency is not a storage, resource or DNS fault")
+}
+
+// learnedShopProblems are the five reasons shop cannot run learned-shop.yaml.
+var learnedShopProblems = []string{
+	"faults[0].kind: timeout cannot apply in a sim env",
+	"faults[1].kind: reset cannot apply in a sim env",
+	`fault disk-full: disk_full applies only in envs whose agents act in a real sandbox (service "sandbox")`,
+	`fault http-429: unknown service "psp" (the env has catalog, inventory`,
+	"faults[4].match: a sim env's calls have no host, path, method or op",
+}
+
+// TestCustomProfileFitsEnvAllAtOnce: the check a run, `faults validate --env` and `faults
+// plan --env` share reports every reason a profile cannot run in an env at once, the
+// env's own (no sandbox, unknown services) with the rest.
+func TestCustomProfileFitsEnvAllAtOnce(t *testing.T) {
+	spec, err := os.ReadFile(filepath.Join("testdata", "profiles", "learned-shop.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := plans.ParseSpec(spec); err != nil {
+		t.Fatalf("the learned profile is a valid spec: %v", err)
+	}
+	cps := []*gauntletv1.CustomProfile{{Name: "learned-shop", SpecYaml: string(spec)}}
+	_, err = plans.CheckCustomProfiles(cps, shopServices)
+	wantErrs(t, err, learnedShopProblems...)
+	// Each problem once.
+	for _, p := range learnedShopProblems {
+		if n := strings.Count(fmt.Sprint(err), p); n != 1 {
+			t.Errorf("%q reported %d times:\n%v", p, n, err)
+		}
+	}
+	// A sandboxed env with those services would take the storage fault.
+	_, err = plans.CheckCustomProfiles(cps, append(slices.Clone(shopServices), "psp", plans.SandboxService))
+	wantErrs(t, err, learnedShopProblems[0], learnedShopProblems[1], learnedShopProblems[4])
+	if strings.Contains(fmt.Sprint(err), "disk-full") || strings.Contains(fmt.Sprint(err), "psp") {
+		t.Errorf("problems an env with a sandbox and psp does not have:\n%v", err)
+	}
+	// What fits compiles, and plans like CompileCustomProfiles' result.
+	c, err := plans.CheckCustomProfiles([]*gauntletv1.CustomProfile{{Name: "flaky-shop", SpecYaml: flakyShop}}, shopServices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Plan(5, "flaky-shop", shopServices); err != nil {
+		t.Fatal(err)
+	}
 }

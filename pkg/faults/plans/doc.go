@@ -24,10 +24,10 @@
 //
 // # Errors
 //
-// Derive, ChooseProfile, ValidateMix, Validate, ValidateDrift, ParseDrift and ParseSpec
-// report bad input as errors that name the offending field ("profiles[1].name: ...",
-// "rules[3].probability: ..."), every problem at once where several can occur. Unknown
-// profile names wrap ErrUnknownProfile. Nothing in the package panics on any input.
+// Derive, ChooseProfile, ValidateMix, Validate, ValidateDrift, ParseDrift, ParseSpec and
+// CheckCustomProfiles report bad input as errors that name the offending field
+// ("profiles[1].name: ...", "rules[3].probability: ..."), every problem at once where
+// several can occur. Unknown profile names wrap ErrUnknownProfile. Nothing in the package panics on any input.
 //
 // # Concurrency
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -25,12 +26,17 @@ const (
 // plan evaluates them once per episode.
 const maxDriftPoints = 1024
 
-// Selector addresses one parameter of one catalogue fault on one or every service:
+// Selector addresses one parameter of one fault on one or every service:
 // "<service|*>.<fault>.<param>", e.g. "*.latency.mean_ms" or "payment.http_503.probability".
+// The fault is a built-in plan's fault (its catalogue name) or a user-defined profile's
+// fault (its id, which may hold dots: the param is the last part); a fault targeting tools
+// is addressed by the tools' service ("catalog.cut.keep_fraction" for a fault "cut" on
+// tool catalog.search).
 type Selector struct {
 	// Service is a service name, or "*" for every service.
 	Service string
-	// Fault is a catalogue fault name ("latency", "http_503", ...).
+	// Fault is a catalogue fault name ("latency", "http_503", ...) or a user-defined
+	// profile's fault id.
 	Fault string
 	// Param is the parameter of the fault's kind ("probability", "mean_ms", ...).
 	Param string
@@ -48,18 +54,82 @@ func (s Selector) ParamSpec() catalogue.Param { return s.param }
 // ParseSelector parses "<service|*>.<fault>.<param>" and checks that the fault is in the
 // catalogue and the parameter belongs to its kind.
 func ParseSelector(text string) (Selector, error) {
-	parts := strings.Split(text, ".")
-	if len(parts) != 3 {
-		return Selector{}, fmt.Errorf("%q: want <service|*>.<fault>.<param>, e.g. *.latency.mean_ms", text)
-	}
-	s := Selector{Service: parts[0], Fault: parts[1], Param: parts[2]}
-	if s.Service == "" || (s.Service != "*" && strings.Contains(s.Service, "*")) {
-		return Selector{}, fmt.Errorf("%q: service must be a name or \"*\"", text)
+	return ParseSelectorFor(text, nil)
+}
+
+// ParseSelectorFor is ParseSelector for a run with user-defined profiles: the fault may
+// also be one of their faults' ids (of a kind the plan's rules carry: http_error, latency,
+// truncate), whose kind then decides the parameters.
+func ParseSelectorFor(text string, custom CustomProfiles) (Selector, error) {
+	s, err := splitSelector(text)
+	if err != nil {
+		return Selector{}, err
 	}
 	kind, ok := catalogueKind(s.Fault)
 	if !ok {
-		return Selector{}, fmt.Errorf("%q: unknown fault %q (known: %s)", text, s.Fault, strings.Join(catalogueNames(), ", "))
+		if kind, err = custom.faultKind(s.Fault); err != nil {
+			return Selector{}, fmt.Errorf("%q: %w", text, err)
+		}
 	}
+	return s.withParam(text, kind)
+}
+
+// errUnknownFault is a selector's fault that is neither in the catalogue nor a given
+// user-defined profile's.
+var errUnknownFault = errors.New("unknown fault")
+
+// faultKind is the kind of the user-defined profiles' fault id (the same kind in every
+// profile that has it), among the kinds drift can reach.
+func (c CustomProfiles) faultKind(id string) (string, error) {
+	kind := ""
+	var known []string
+	for _, name := range c.Names() {
+		var ids []string
+		for _, r := range c[name] {
+			if boundaryKind(r.Kind) {
+				if r.ID == id {
+					return "", fmt.Errorf("fault %s of profile %s: drift changes a plan's rules, not its %s boundary faults", id, name, r.Kind.Name)
+				}
+				continue
+			}
+			ids = append(ids, r.ID)
+			if r.ID != id {
+				continue
+			}
+			if kind != "" && kind != r.Kind.Name {
+				return "", fmt.Errorf("fault %s is a %s in one profile and a %s in another: rename one", id, kind, r.Kind.Name)
+			}
+			kind = r.Kind.Name
+		}
+		slices.Sort(ids)
+		known = append(known, name+": "+strings.Join(ids, ", "))
+	}
+	if kind == "" {
+		theirs := ""
+		if len(known) > 0 {
+			theirs = "; of the run's profiles, " + strings.Join(known, "; ")
+		}
+		return "", fmt.Errorf("%w %q (known: %s%s)", errUnknownFault, id, strings.Join(catalogueNames(), ", "), theirs)
+	}
+	return kind, nil
+}
+
+// splitSelector parses a selector's text: the service is the first part, the param the
+// last, the fault what is between (a user-defined fault id may hold dots).
+func splitSelector(text string) (Selector, error) {
+	parts := strings.Split(text, ".")
+	if len(parts) < 3 || slices.Contains(parts, "") {
+		return Selector{}, fmt.Errorf("%q: want <service|*>.<fault>.<param>, e.g. *.latency.mean_ms", text)
+	}
+	s := Selector{Service: parts[0], Fault: strings.Join(parts[1:len(parts)-1], "."), Param: parts[len(parts)-1]}
+	if s.Service != "*" && strings.Contains(s.Service, "*") {
+		return Selector{}, fmt.Errorf("%q: service must be a name or \"*\"", text)
+	}
+	return s, nil
+}
+
+// withParam completes s with its fault's kind and the parameter of that kind it names.
+func (s Selector) withParam(text, kind string) (Selector, error) {
 	p, ok := catalogue.FindParam(kind, s.Param)
 	if !ok {
 		names := make([]string, 0, len(catalogue.KindParams(kind)))
@@ -72,10 +142,15 @@ func ParseSelector(text string) (Selector, error) {
 	return s, nil
 }
 
-// matchesRule reports whether the selector addresses rule id "<service>.<fault>".
-func (s Selector) matchesRule(id string) bool {
-	svc, fault, ok := strings.Cut(id, ".")
-	return ok && fault == s.Fault && (s.Service == "*" || s.Service == svc)
+// matchesRule reports whether the selector addresses rule r, whose id is
+// "<target>.<fault>" and whose target is a service or one of its tools ("<service>.<tool>").
+func (s Selector) matchesRule(r *gauntletv1.FaultRule) bool {
+	n := len(r.Target)
+	if len(r.Id) <= n || r.Id[n] != '.' || r.Id[:n] != r.Target || r.Id[n+1:] != s.Fault {
+		return false
+	}
+	svc, _, _ := strings.Cut(r.Target, ".")
+	return s.Service == "*" || s.Service == svc
 }
 
 // ValidateDrift reports every problem of a list of drift schedules at once, each naming its
@@ -83,6 +158,12 @@ func (s Selector) matchesRule(id string) bool {
 // schedules with too few points or points out of order, values outside the parameter's
 // range, and a wall-time axis without an origin.
 func ValidateDrift(drift []*gauntletv1.Drift) error {
+	return ValidateDriftFor(drift, nil)
+}
+
+// ValidateDriftFor is ValidateDrift for a run with user-defined profiles, whose faults
+// selectors may name by id (ParseSelectorFor).
+func ValidateDriftFor(drift []*gauntletv1.Drift, custom CustomProfiles) error {
 	var errs []error
 	seen := map[string]int{}
 	for i, d := range drift {
@@ -91,7 +172,7 @@ func ValidateDrift(drift []*gauntletv1.Drift) error {
 			errs = append(errs, fmt.Errorf("%s: missing drift", where))
 			continue
 		}
-		sel, err := ParseSelector(d.Selector)
+		sel, err := ParseSelectorFor(d.Selector, custom)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s.selector: %w", where, err))
 		} else if j, dup := seen[d.Selector]; dup {
@@ -211,14 +292,24 @@ func DriftValues(drift []*gauntletv1.Drift, pos DriftPosition, source string) []
 // a drifted parameter shifts what a draw means, never which draws are made. Values for a
 // fault the plan does not contain (an edge fault this plan did not pick) are recorded and
 // change nothing. Integer parameters are rounded (and recorded rounded). Each value is checked against its
-// parameter's range; the plan is not modified when any is invalid.
+// parameter's range; the plan is not modified when any is invalid. A selector naming a
+// user-defined profile's fault takes the kind of the plan's rules of that fault; a plan
+// without such rules (another profile's, in the same run) records the value and changes
+// nothing.
 func ApplyDrift(plan *gauntletv1.FaultPlan, values []*gauntletv1.DriftValue) error {
 	sels := make([]Selector, len(values))
+	skip := make([]bool, len(values))
 	var errs []error
 	for i, v := range values {
 		sel, err := ParseSelector(v.GetSelector())
+		if errors.Is(err, errUnknownFault) {
+			sel, skip[i], err = selectorInPlan(plan, v.GetSelector())
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("drift_values[%d].selector: %w", i, err))
+			continue
+		}
+		if skip[i] {
 			continue
 		}
 		x := v.Value
@@ -234,19 +325,40 @@ func ApplyDrift(plan *gauntletv1.FaultPlan, values []*gauntletv1.DriftValue) err
 		return fmt.Errorf("apply drift: %w", err)
 	}
 	for i, v := range values {
+		if skip[i] {
+			plan.DriftValues = append(plan.DriftValues, v)
+			continue
+		}
 		x := v.Value
 		if sels[i].param.Integer {
 			x = math.Round(x)
 			v = &gauntletv1.DriftValue{Selector: v.Selector, Value: x, Source: v.Source}
 		}
 		for _, r := range plan.Rules {
-			if sels[i].matchesRule(r.Id) && catalogue.KindOf(r) == sels[i].kind {
+			if sels[i].matchesRule(r) && catalogue.KindOf(r) == sels[i].kind {
 				sels[i].param.Set(r, x)
 			}
 		}
 		plan.DriftValues = append(plan.DriftValues, v)
 	}
 	return nil
+}
+
+// selectorInPlan parses a selector naming a fault outside the catalogue (a user-defined
+// profile's) against the plan's rules: the kind is theirs; none in the plan means the
+// value is for another plan of the run (skip).
+func selectorInPlan(plan *gauntletv1.FaultPlan, text string) (Selector, bool, error) {
+	s, err := splitSelector(text)
+	if err != nil {
+		return Selector{}, false, err
+	}
+	for _, r := range plan.GetRules() {
+		if s.matchesRule(r) || (s.Service != "*" && Selector{Service: "*", Fault: s.Fault}.matchesRule(r)) {
+			s, err = s.withParam(text, catalogue.KindOf(r))
+			return s, false, err
+		}
+	}
+	return s, true, nil
 }
 
 // catalogueKinds maps each catalogue fault name to its kind, computed from the entries
@@ -267,6 +379,26 @@ var catalogueKinds = func() map[string]string {
 func catalogueKind(name string) (string, bool) {
 	k, ok := catalogueKinds[name]
 	return k, ok
+}
+
+// DriftFault is a fault of the built-in plans as drift selectors name it.
+type DriftFault struct {
+	// Name is the selector's fault part ("http_503").
+	Name string
+	// Kind is its kind, whose parameters a selector may name.
+	Kind   string
+	Params []catalogue.Param
+}
+
+// DriftFaults lists the faults of the built-in plans a selector may name, in catalogue
+// order, each with its kind's parameters (probability first).
+func DriftFaults() []DriftFault {
+	out := make([]DriftFault, 0, len(simFaults))
+	for _, name := range catalogueNames() {
+		k := catalogueKinds[name]
+		out = append(out, DriftFault{Name: name, Kind: k, Params: catalogue.KindParams(k)})
+	}
+	return out
 }
 
 // catalogueNames lists the catalogue's fault names in catalogue order.

@@ -2,6 +2,7 @@ package plans_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,5 +166,72 @@ func TestDriftValuesOnBothAxes(t *testing.T) {
 	got = plans.DriftValues(ds, plans.EpisodePosition(&gauntletv1.EpisodeRequested{Index: 50, RequestedAtUnixNano: origin.Add(59 * time.Second).UnixNano()}), plans.DriftSourceGlobal)
 	if got[0].Value != 500 || got[1].Value != 0.01 {
 		t.Fatalf("values = %v", got)
+	}
+}
+
+// TestDriftReachesUserDefinedProfiles: a selector may name a user-defined profile's fault
+// by its id; the run's drift then changes that fault's rules in the profile's plans, on
+// every service it targets (tools by their service), and nothing else.
+func TestDriftReachesUserDefinedProfiles(t *testing.T) {
+	c, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "flaky-shop", SpecYaml: flakyShop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const text = "payment.pay-429.probability=step(0:0.9);*.lat.mean_ms=linear(0:100,10:300);catalog.cut.keep_fraction=step(0:0.5)"
+	d, err := plans.ParseDriftFor(text, time.Unix(0, 0), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := c.Plan(5, "flaky-shop", shopServices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]string{}
+	for _, r := range plan.Rules {
+		before[r.Id] = r.String()
+	}
+	if err := plans.ApplyDrift(plan, plans.DriftValues(d, plans.DriftPosition{Index: 5}, plans.DriftSourceRun)); err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for _, r := range plan.Rules {
+		switch {
+		case r.Id == "payment.pay-429":
+			if r.Probability != 0.9 {
+				t.Errorf("%s: probability %v, want 0.9", r.Id, r.Probability)
+			}
+		case strings.HasSuffix(r.Id, ".lat"):
+			if r.GetLatency().MeanMs != 200 {
+				t.Errorf("%s: mean_ms %v, want 200 (half way from 100 to 300)", r.Id, r.GetLatency().MeanMs)
+			}
+		case r.Id == "catalog.search.cut":
+			if r.GetTruncate().KeepFraction != 0.5 {
+				t.Errorf("%s: keep_fraction %v, want 0.5", r.Id, r.GetTruncate().KeepFraction)
+			}
+		default:
+			t.Errorf("rule %s is not drifted", r.Id)
+		}
+		if r.String() != before[r.Id] {
+			changed++
+		}
+	}
+	if changed != len(plan.Rules) || len(plan.DriftValues) != 3 {
+		t.Errorf("%d of %d rules changed, %d drift values recorded; want all, 3", changed, len(plan.Rules), len(plan.DriftValues))
+	}
+	if err := plans.Validate(plan); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without the profile, or for a parameter its kind lacks, the selector is refused
+	// naming what is known.
+	_, err = plans.ParseDrift("payment.pay-429.probability=step(0:0.9)", time.Unix(0, 0))
+	wantErrs(t, err, `unknown fault "pay-429"`)
+	_, err = plans.ParseDriftFor("payment.pay-429.mean_ms=step(0:9)", time.Unix(0, 0), c)
+	wantErrs(t, err, `fault pay-429 (kind http_error) has no parameter "mean_ms" (known: probability, status, retry_after_ms)`)
+	_, err = plans.ParseDriftFor("payment.pay-430.probability=step(0:0.9)", time.Unix(0, 0), c)
+	wantErrs(t, err, `unknown fault "pay-430"`, "flaky-shop: cut, lat, pay-429")
+	// The faults a built-in plan has are still addressed by their catalogue names.
+	if _, err := plans.ParseDriftFor("payment.http_503.probability=step(0:0.2)", time.Unix(0, 0), c); err != nil {
+		t.Fatal(err)
 	}
 }

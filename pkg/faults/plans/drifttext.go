@@ -27,6 +27,12 @@ const maxDriftText = 64 << 10
 // White space around tokens is ignored. The result is validated (ValidateDrift); errors
 // name the entry ("drift[1]: ...").
 func ParseDrift(text string, now time.Time) ([]*gauntletv1.Drift, error) {
+	return ParseDriftFor(text, now, nil)
+}
+
+// ParseDriftFor is ParseDrift for a run with user-defined profiles, whose faults
+// selectors may name by id (ValidateDriftFor).
+func ParseDriftFor(text string, now time.Time, custom CustomProfiles) ([]*gauntletv1.Drift, error) {
 	if len(text) > maxDriftText {
 		return nil, fmt.Errorf("drift: %d bytes is more than %d", len(text), maxDriftText)
 	}
@@ -47,7 +53,7 @@ func ParseDrift(text string, now time.Time) ([]*gauntletv1.Drift, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if err := ValidateDrift(out); err != nil {
+	if err := ValidateDriftFor(out, custom); err != nil {
 		return nil, err
 	}
 	return out, nil
