@@ -57,14 +57,16 @@ type Recipe struct {
 
 // Daemon is one supervised local server: at most one process of its Recipe runs at a
 // time. Its methods are safe for concurrent use; Start, Stop, Kill and Restart are
-// serialized. It restarts nothing by itself: a supervisor that brings a crashed server
-// back (with backoff) watches Done and calls Start.
+// serialized. It restarts nothing by itself: a [Supervisor] brings a crashed server back.
 type Daemon struct {
 	r   Recipe
 	log *slog.Logger
 
 	mu   sync.Mutex
 	proc *Process // the current or last process; nil before the first Start
+	// stopped is set by Stop (and Restart) until the next start: the exit it causes is
+	// asked for, not a crash a Supervisor should repair.
+	stopped bool
 }
 
 // NewDaemon returns a Daemon of r, not started. log receives lifecycle messages; nil
@@ -181,6 +183,7 @@ func (d *Daemon) startLocked(ctx context.Context) error {
 	}
 	p.leaderOnly = d.r.SignalLeaderOnly
 	d.proc = p
+	d.stopped = false
 
 	ctx, cancel := context.WithTimeout(ctx, d.r.StartTimeout)
 	defer cancel()
@@ -232,6 +235,7 @@ func (d *Daemon) stopLocked(ctx context.Context) error {
 	if p == nil || p.Exited() {
 		return nil
 	}
+	d.stopped = true
 	begin := time.Now()
 	if err := p.Signal(syscall.SIGCONT); err != nil {
 		return fmt.Errorf("stop %s: %w", d.r.Name, err)
@@ -253,8 +257,8 @@ func (d *Daemon) stopLocked(ctx context.Context) error {
 	return d.killLocked()
 }
 
-// Kill ends the server with SIGKILL, as a crash would, and waits until it is reaped.
-// Killing a stopped daemon is a no-op.
+// Kill ends the server with SIGKILL, as a crash would, and waits until it is reaped; a
+// Supervisor treats it as a crash. Killing a stopped daemon is a no-op.
 func (d *Daemon) Kill() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -318,6 +322,28 @@ func (d *Daemon) Wait() error {
 	}
 	<-p.Done()
 	return p.Err()
+}
+
+// Name is the Recipe's.
+func (d *Daemon) Name() string { return d.r.Name }
+
+// startIfDown starts the server unless it runs already (someone else restarted it) or
+// was stopped on purpose; started tells whether it tried.
+func (d *Daemon) startIfDown(ctx context.Context) (started bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped || (d.proc != nil && !d.proc.Exited()) {
+		return false, nil
+	}
+	return true, d.startLocked(ctx)
+}
+
+// stoppedSince reports whether p, an exited process, left because Stop asked it to, or
+// has been replaced by a newer start.
+func (d *Daemon) stoppedSince(p *Process) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.proc != p || d.stopped
 }
 
 func (d *Daemon) current() *Process {
