@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -62,8 +63,10 @@ type Daemon struct {
 	r   Recipe
 	log *slog.Logger
 
-	mu   sync.Mutex
-	proc *Process // the current or last process; nil before the first Start
+	mu sync.Mutex // serializes Start, Stop, Kill and Restart
+	// proc is the current or last process, nil before the first Start; written under
+	// mu, read without it, so readiness checks never wait for a start or a stop.
+	proc atomic.Pointer[Process]
 	// stopped is set by Stop (and Restart) until the next start: the exit it causes is
 	// asked for, not a crash a Supervisor should repair.
 	stopped bool
@@ -160,8 +163,8 @@ func (d *Daemon) Start(ctx context.Context) error {
 }
 
 func (d *Daemon) startLocked(ctx context.Context) error {
-	if d.proc != nil && !d.proc.Exited() {
-		return fmt.Errorf("start %s: already running as pid %d", d.r.Name, d.proc.Pid())
+	if cur := d.proc.Load(); cur != nil && !cur.Exited() {
+		return fmt.Errorf("start %s: already running as pid %d", d.r.Name, cur.Pid())
 	}
 	probe, release, err := d.r.OpenProbe()
 	if err != nil {
@@ -182,7 +185,7 @@ func (d *Daemon) startLocked(ctx context.Context) error {
 		return err
 	}
 	p.leaderOnly = d.r.SignalLeaderOnly
-	d.proc = p
+	d.proc.Store(p)
 	d.stopped = false
 
 	ctx, cancel := context.WithTimeout(ctx, d.r.StartTimeout)
@@ -231,7 +234,7 @@ func (d *Daemon) Stop(ctx context.Context) error {
 }
 
 func (d *Daemon) stopLocked(ctx context.Context) error {
-	p := d.proc
+	p := d.proc.Load()
 	if p == nil || p.Exited() {
 		return nil
 	}
@@ -266,7 +269,7 @@ func (d *Daemon) Kill() error {
 }
 
 func (d *Daemon) killLocked() error {
-	p := d.proc
+	p := d.proc.Load()
 	if p == nil || p.Exited() {
 		return nil
 	}
@@ -291,7 +294,7 @@ func (d *Daemon) Restart(ctx context.Context) error {
 func (d *Daemon) Signal(sig syscall.Signal) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.proc.Signal(sig)
+	return d.proc.Load().Signal(sig)
 }
 
 // Pid is the running server's process id, 0 when it does not run.
@@ -332,7 +335,7 @@ func (d *Daemon) Name() string { return d.r.Name }
 func (d *Daemon) startIfDown(ctx context.Context) (started bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopped || (d.proc != nil && !d.proc.Exited()) {
+	if cur := d.proc.Load(); d.stopped || (cur != nil && !cur.Exited()) {
 		return false, nil
 	}
 	return true, d.startLocked(ctx)
@@ -343,11 +346,7 @@ func (d *Daemon) startIfDown(ctx context.Context) (started bool, err error) {
 func (d *Daemon) stoppedSince(p *Process) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.proc != p || d.stopped
+	return d.proc.Load() != p || d.stopped
 }
 
-func (d *Daemon) current() *Process {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.proc
-}
+func (d *Daemon) current() *Process { return d.proc.Load() }

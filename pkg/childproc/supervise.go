@@ -42,12 +42,9 @@ type Supervisor struct {
 	restarts atomic.Int64
 }
 
-// NewSupervisor returns a Supervisor of d, not running; log receives what it does (nil
-// discards it). A zero field of b takes DefaultBackoff's.
-func NewSupervisor(d *Daemon, b Backoff, log *slog.Logger) *Supervisor {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+// NewSupervisor returns a Supervisor of d, not running; it logs to d's logger. A zero
+// field of b takes DefaultBackoff's.
+func NewSupervisor(d *Daemon, b Backoff) *Supervisor {
 	if b.Initial <= 0 {
 		b.Initial = DefaultBackoff.Initial
 	}
@@ -60,7 +57,7 @@ func NewSupervisor(d *Daemon, b Backoff, log *slog.Logger) *Supervisor {
 	if b.Stable <= 0 {
 		b.Stable = DefaultBackoff.Stable
 	}
-	return &Supervisor{d: d, b: b, log: log}
+	return &Supervisor{d: d, b: b, log: d.log}
 }
 
 // Ready is nil while the server runs, else says why not: it exited and is being
@@ -128,6 +125,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				return nil
 			case <-t.C:
 			}
+			s.setDown(fmt.Errorf("%w; restart %d under way", last, attempt))
 			wait = min(2*wait, s.b.Max)
 			started, err := s.d.startIfDown(ctx)
 			if started {

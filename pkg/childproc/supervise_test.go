@@ -70,7 +70,7 @@ func TestSupervisorBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond, Stable: time.Hour}
-	s := NewSupervisor(d, b, nil)
+	s := NewSupervisor(d, b)
 	runSupervisor(t, s)
 	const want = 7 // the first start and six restarts
 	waitUntil(t, "six restarts", func() bool { return len(starts.times()) >= want })
@@ -101,7 +101,7 @@ func TestSupervisorRestartsKilledServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop(context.Background()) })
-	s := NewSupervisor(d, Backoff{Initial: 300 * time.Millisecond}, nil)
+	s := NewSupervisor(d, Backoff{Initial: 300 * time.Millisecond})
 	runSupervisor(t, s)
 	if err := s.Ready(); err != nil {
 		t.Fatalf("Ready of a running server: %v", err)
@@ -112,10 +112,13 @@ func TestSupervisorRestartsKilledServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	waitUntil(t, "Ready reports the crash", func() bool { return s.Ready() != nil })
-	if err := s.Ready(); !strings.Contains(err.Error(), "sh exited unexpectedly") {
-		t.Errorf("Ready after the kill = %v, want it to name the server and the crash", err)
+	if s.Ready() == nil {
+		t.Fatal("Ready is nil once the killed server is reaped")
 	}
+	waitUntil(t, "Ready names the server and the crash", func() bool {
+		err := s.Ready()
+		return err != nil && strings.Contains(err.Error(), "sh exited unexpectedly (signal: killed); restart 1 in 300ms")
+	})
 	waitUntil(t, "the server is back", func() bool { return s.Ready() == nil })
 	if p := d.Pid(); p == 0 || p == first {
 		t.Fatalf("pid after the restart = %d, the killed one was %d", p, first)
@@ -136,7 +139,7 @@ func TestSupervisorLeavesStoppedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop(ctx) })
-	s := NewSupervisor(d, Backoff{Initial: 10 * time.Millisecond}, nil)
+	s := NewSupervisor(d, Backoff{Initial: 10 * time.Millisecond})
 	runSupervisor(t, s)
 	if err := d.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -171,7 +174,7 @@ func TestSupervisorStopsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop(context.Background()) })
-	s := NewSupervisor(d, Backoff{Initial: 10 * time.Millisecond}, nil)
+	s := NewSupervisor(d, Backoff{Initial: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
