@@ -425,7 +425,24 @@ func (a *app) initSandbox() (lifecycle.Service, error) {
 				return err
 			}
 			a.sandboxes = sb
+			if sup := sb.Supervisor(); sup != nil {
+				a.children.add("containerd", sup)
+			}
 			return nil
+		},
+		// A private containerd is restarted when it dies, the module unready meanwhile.
+		OnRunning: func(ctx context.Context) error {
+			if a.sandboxes != nil && a.sandboxes.Supervisor() != nil {
+				return a.sandboxes.Supervisor().Run(ctx)
+			}
+			<-ctx.Done()
+			return nil
+		},
+		OnReady: func() error {
+			if a.sandboxes == nil {
+				return nil
+			}
+			return a.sandboxes.Ready()
 		},
 		OnStopping: func(context.Context) error {
 			if a.sandboxes == nil {

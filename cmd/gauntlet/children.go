@@ -12,7 +12,7 @@ import (
 )
 
 // children are the supervisors of the local servers (ClickHouse, the Temporal dev
-// server) that this process runs, by module name.
+// server, a private containerd) that this process runs, by name.
 type children struct {
 	mu   sync.Mutex
 	sups map[string]*childproc.Supervisor
@@ -32,7 +32,7 @@ func (c *children) add(module string, s *childproc.Supervisor) {
 // as a climbing count even while readiness flips between red and green too fast to see.
 func (c *children) register(m metric.Meter) error {
 	_, err := m.Int64ObservableCounter("gauntlet_child_restarts_total",
-		metric.WithDescription("Restarts of a local server (ClickHouse, Temporal) after it exited unexpectedly, failed attempts included."),
+		metric.WithDescription("Restarts of a local server (clickhouse, temporal, containerd) after it exited unexpectedly, failed attempts included."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
