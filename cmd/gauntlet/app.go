@@ -425,6 +425,9 @@ func (a *app) initSandbox() (lifecycle.Service, error) {
 				return err
 			}
 			a.sandboxes = sb
+			if sb == nil { // --sandbox.runtime is empty
+				return nil
+			}
 			if sup := sb.Supervisor(); sup != nil {
 				a.children.add("containerd", sup)
 			}
