@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +41,28 @@ func moduleStates(t *testing.T, addr string) map[string]string {
 		t.Fatalf("GET /modules: %v", err)
 	}
 	return st
+}
+
+// childRestarts is gauntlet_child_restarts_total{child} as GET /metrics reports it, -1
+// when absent.
+func childRestarts(t *testing.T, addr, child string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "gauntlet_child_restarts_total{") && strings.Contains(line, `child="`+child+`"`) {
+			n, err := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+			if err != nil {
+				t.Fatalf("/metrics line %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return -1
 }
 
 // awaitReady polls GET /ready until its status is code, for at most bound, and returns
@@ -109,6 +132,9 @@ func TestKilledClickHouseIsRestarted(t *testing.T) {
 	if p := ch.Pid(); p == 0 || p == pid {
 		t.Fatalf("ClickHouse pid after the restart is %d (killed: %d)", p, pid)
 	}
+	if n := childRestarts(t, cfg.HTTPAddr, "clickhouse"); n != 1 {
+		t.Errorf("gauntlet_child_restarts_total{child=\"clickhouse\"} = %d, want 1", n)
+	}
 
 	final := <-done
 	if final == nil {
@@ -142,6 +168,9 @@ func TestKilledTemporalIsRestarted(t *testing.T) {
 	awaitReady(t, cfg.HTTPAddr, http.StatusOK, 2*time.Minute, "Temporal was killed")
 	if p := s.app.temporal.Pid(); p == 0 || p == pid {
 		t.Fatalf("Temporal pid after the restart is %d (killed: %d)", p, pid)
+	}
+	if n := childRestarts(t, cfg.HTTPAddr, "temporal"); n != 1 {
+		t.Errorf("gauntlet_child_restarts_total{child=\"temporal\"} = %d, want 1", n)
 	}
 	if st := moduleStates(t, cfg.HTTPAddr); st["temporal"] != "running" {
 		t.Errorf("/modules once Temporal is back: %v", st)
