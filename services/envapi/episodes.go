@@ -197,6 +197,9 @@ func (s *Service) endLocked(ctx context.Context, e *episode, end func(context.Co
 	s.mu.Unlock()
 	s.active.Add(ctx, -1)
 	s.episodes.Add(ctx, 1)
+	if cut := e.sess.CutBytes(); cut > 0 {
+		s.cut.Add(ctx, int64(cut))
+	}
 	return err
 }
 
