@@ -208,7 +208,7 @@ func (s *Session) Branch(ctx context.Context, out Output) (*Session, error) {
 		return nil, fmt.Errorf("branch %s: %w", s.Req.EpisodeId, err)
 	}
 	b := *s
-	b.episode, b.out, b.reply = ep, out, make(chan ScoreResult, 1)
+	b.episode, b.out, b.reply, b.cut = ep, out, make(chan ScoreResult, 1), 0 // the branch counts its own cuts
 	b.Ended = cloneEnded(s.Ended)
 	return &b, nil
 }
