@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	connectrpc "connectrpc.com/connect"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// fromHost is an HTTP client whose connections come from the loopback address host
+// (127.0.0.2, ...), so an attacker's traffic has its own remote address while all of it
+// still goes to 127.0.0.1.
+func fromHost(host string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(host)}, Timeout: 5 * time.Second}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}, Timeout: 30 * time.Second}
+}
+
+// honestTrainer steps shop episodes over HTTP/JSON until ctx ends and returns each
+// step's latency; any failed call is an error.
+func honestTrainer(ctx context.Context, addr string) ([]time.Duration, error) {
+	acme := gauntletv1connectClientJSON(addr, tokenAcme)
+	var lat []time.Duration
+	for ctx.Err() == nil {
+		r, err := acme.Reset(context.Background(), connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: uint64(len(lat)), Profile: "baseline", MaxSteps: 200}))
+		if err != nil {
+			return lat, fmt.Errorf("reset: %w", err)
+		}
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			res, err := acme.Step(context.Background(), connectrpc.NewRequest(&gauntletv1.StepRequest{
+				EpisodeId: r.Msg.EpisodeId, Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: `{"query":"mug"}`}}))
+			if err != nil {
+				return lat, fmt.Errorf("step %d: %w", len(lat), err)
+			}
+			lat = append(lat, time.Since(t0))
+			if res.Msg.Terminated || res.Msg.Truncated {
+				break
+			}
+		}
+	}
+	return lat, nil
+}
+
+// TestEnvAPIAbuse attacks a live stack while an honest trainer keeps stepping: slow
+// unauthenticated clients trickling bodies, concurrent oversized unauthenticated bodies,
+// an oversized authenticated action, and a stream of bad tokens. Unauthenticated and
+// oversized requests are refused before their bodies are read, so the server neither
+// waits on them nor buffers them; an address that keeps failing is refused for a while;
+// the trainer's steps all succeed.
+func TestEnvAPIAbuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	s, _ := envAPIStackWith(t, func(cfg *config) {
+		cfg.EnvAPI.MaxConnsPerHost = 64
+		cfg.EnvAPI.ReadTimeout = 2 * time.Second
+	})
+	addr := s.app.envapi.Addr()
+	url := "http://" + addr + "/gauntlet.v1.EnvService/"
+
+	ctx, stop := context.WithCancel(context.Background())
+	type honest struct {
+		lat []time.Duration
+		err error
+	}
+	honestc := make(chan honest, 1)
+	go func() { lat, err := honestTrainer(ctx, addr); honestc <- honest{lat, err} }()
+	time.Sleep(500 * time.Millisecond)
+
+	t.Run("slow unauthenticated clients are answered without waiting for their bodies", func(t *testing.T) {
+		// Each sends the headers of a 1 MB Step, then a byte every 100 ms. The server
+		// must answer (401) or close each at once, not wait for the body.
+		const conns, trickle = 200, 8 * time.Second
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		var wg sync.WaitGroup
+		waited := make(chan time.Duration, conns)
+		for range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					waited <- 0 // refused outright
+					return
+				}
+				defer c.Close()
+				t0 := time.Now()
+				fmt.Fprintf(c, "POST /gauntlet.v1.EnvService/Step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n")
+				answered := make(chan struct{})
+				go func() {
+					_, _ = http.ReadResponse(bufio.NewReader(c), nil) // an answer, or the server closing
+					close(answered)
+				}()
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
+				for time.Since(t0) < trickle {
+					select {
+					case <-answered:
+						waited <- time.Since(t0)
+						return
+					case <-tick.C:
+						if _, err := c.Write([]byte("{")); err != nil {
+							<-answered
+							waited <- time.Since(t0)
+							return
+						}
+					}
+				}
+				waited <- time.Since(t0)
+			}()
+		}
+		wg.Wait()
+		close(waited)
+		var slow int
+		for w := range waited {
+			if w > 3*time.Second {
+				slow++
+			}
+		}
+		if slow > 0 {
+			t.Errorf("%d of %d slow unauthenticated connections were held open for more than 3 s", slow, conns)
+		}
+	})
+
+	t.Run("an address that keeps failing is refused for a while", func(t *testing.T) {
+		// The slow clients' connections may still be closing on the server's side, and
+		// one over the per-address cap is closed at once: retry those briefly.
+		var resp *http.Response
+		var err error
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			req, _ := http.NewRequest("POST", url+"Capacity", strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+tokenAcme)
+			if resp, err = fromHost("127.0.0.2").Do(req); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("a good token from an address with hundreds of failed ones: %d (Retry-After %q), want 429 with Retry-After",
+				resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	})
+
+	t.Run("one address holds at most its share of connections", func(t *testing.T) {
+		// 100 idle connections from one address; the server keeps 64 and closes the rest.
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.4")}}
+		var cs []net.Conn
+		defer func() {
+			for _, c := range cs {
+				_ = c.Close()
+			}
+		}()
+		for range 100 {
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, c)
+		}
+		time.Sleep(300 * time.Millisecond)
+		open := 0
+		for _, c := range cs {
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+			var b [1]byte
+			if _, err := c.Read(b[:]); errors.Is(err, os.ErrDeadlineExceeded) {
+				open++ // still held by the server
+			}
+		}
+		if open > 64 {
+			t.Errorf("the server holds %d idle connections from one address, want at most 64", open)
+		}
+	})
+
+	t.Run("a slow authenticated body is cut at the read timeout", func(t *testing.T) {
+		// A good token, the headers of a 100-byte Step, then a byte every 200 ms: the
+		// body would take 20 s; the read timeout (2 s here) ends the request.
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		t0 := time.Now()
+		fmt.Fprintf(c, "POST /gauntlet.v1.EnvService/Step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n", tokenAcme)
+		answered := make(chan struct{})
+		go func() {
+			_, _ = http.ReadResponse(bufio.NewReader(c), nil)
+			close(answered)
+		}()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+	loop:
+		for time.Since(t0) < 20*time.Second {
+			select {
+			case <-answered:
+				break loop
+			case <-tick.C:
+				if _, err := c.Write([]byte(" ")); err != nil {
+					<-answered
+					break loop
+				}
+			}
+		}
+		if took := time.Since(t0); took > 5*time.Second {
+			t.Errorf("a body trickled over 20 s was read for %v, want about the 2 s read timeout", took.Round(time.Millisecond))
+		}
+	})
+
+	t.Run("oversized unauthenticated bodies are not read", func(t *testing.T) {
+		// 24 concurrent 15 MB Steps without a token, with and without a Content-Length.
+		const n, size = 24, 15 << 20
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				host := fmt.Sprintf("127.0.0.%d", 10+i) // fresh addresses: refused for the token, not the back-off
+				body := io.LimitReader(repeatReader('a'), size)
+				req, _ := http.NewRequest("POST", url+"Step", body)
+				if i%2 == 0 {
+					req.ContentLength = size
+				}
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := fromHost(host).Do(req)
+				if err == nil {
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusUnauthorized {
+						t.Errorf("unauthenticated 15 MB body: %d, want 401", resp.StatusCode)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		runtime.ReadMemStats(&ms)
+		if grew := ms.TotalAlloc - before; grew > 100<<20 {
+			t.Errorf("%d unauthenticated bodies of %d MB made the process allocate %d MB", n, size>>20, grew>>20)
+		}
+	})
+
+	t.Run("an oversized authenticated action is 413", func(t *testing.T) {
+		acme := gauntletv1connectClientJSON(addr, tokenAcme)
+		r, err := acme.Reset(context.Background(), connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: 7}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := `{"query":"` + strings.Repeat("a", 12<<20) + `"}`
+		body, _ := json.Marshal(map[string]any{"episodeId": r.Msg.EpisodeId, "action": map[string]string{"tool": "catalog.search", "argsJson": big}})
+		for _, known := range []bool{true, false} {
+			var rd io.Reader = strings.NewReader(string(body))
+			if !known {
+				rd = io.MultiReader(rd) // no length: sent chunked, refused while reading
+			}
+			req, _ := http.NewRequest("POST", url+"Step", rd)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+tokenAcme)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e struct{ Code, Message string }
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || e.Code != "resource_exhausted" {
+				t.Errorf("12 MB action (Content-Length known: %v): %d %+v, want 413 resource_exhausted", known, resp.StatusCode, e)
+			}
+		}
+		// Over gRPC, the same refusal is RESOURCE_EXHAUSTED.
+		_, err = grpcClient(addr, tokenAcme).Step(context.Background(), connectrpc.NewRequest(&gauntletv1.StepRequest{
+			EpisodeId: r.Msg.EpisodeId, Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: big}}))
+		if connectrpc.CodeOf(err) != connectrpc.CodeResourceExhausted {
+			t.Errorf("12 MB action over gRPC: %v, want resource_exhausted", err)
+		}
+		// The episode is untouched: its next step is its first.
+		res, err := acme.Step(context.Background(), connectrpc.NewRequest(&gauntletv1.StepRequest{
+			EpisodeId: r.Msg.EpisodeId, Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: `{"query":"mug"}`}}))
+		if err != nil || res.Msg.Step != 0 {
+			t.Errorf("step after the refused ones: %v %v, want step 0", res, err)
+		}
+	})
+
+	stop()
+	h := <-honestc
+	if h.err != nil {
+		t.Fatalf("honest trainer: %v", h.err)
+	}
+	if len(h.lat) < 50 {
+		t.Fatalf("the honest trainer took only %d steps", len(h.lat))
+	}
+	slices.Sort(h.lat)
+	p50, p99 := h.lat[len(h.lat)/2], h.lat[len(h.lat)*99/100]
+	t.Logf("honest trainer: %d steps during the attacks, p50 %v, p99 %v, max %v", len(h.lat), p50, p99, h.lat[len(h.lat)-1])
+	if p99 > 2*time.Second {
+		t.Errorf("honest trainer's step p99 %v during the attacks", p99)
+	}
+}
+
+// repeatReader is an endless stream of one byte.
+type repeatReader byte
+
+func (r repeatReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r)
+	}
+	return len(p), nil
+}
