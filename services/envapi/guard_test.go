@@ -1,0 +1,135 @@
+package envapi
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestBackoffBlocksAfterLimitThenForgives(t *testing.T) {
+	b := newBackoff(3, time.Minute)
+	t0 := time.Now()
+	if b.active() {
+		t.Error("active with no failures")
+	}
+	for i := range 2 {
+		if _, blocked := b.fail("a", t0); blocked {
+			t.Fatalf("blocked after %d failures", i+1)
+		}
+	}
+	if b.refusing("a", t0) != 0 {
+		t.Error("refusing before the limit")
+	}
+	if n, blocked := b.fail("a", t0); !blocked || n != 3 {
+		t.Fatalf("third failure: %d %v, want a block", n, blocked)
+	}
+	if !b.active() || b.refusing("a", t0.Add(30*time.Second)) != 30*time.Second {
+		t.Errorf("refusing a 30 s into its block = %v", b.refusing("a", t0.Add(30*time.Second)))
+	}
+	if b.refusing("b", t0) != 0 {
+		t.Error("another address is refused")
+	}
+	if b.refusing("a", t0.Add(time.Minute)) != 0 {
+		t.Error("still refused after the block")
+	}
+	// Failures spread wider than the window never block.
+	for i := range 10 {
+		if _, blocked := b.fail("c", t0.Add(time.Duration(i)*61*time.Second)); blocked {
+			t.Fatalf("blocked for failures a minute apart (%d)", i)
+		}
+	}
+	off := newBackoff(0, time.Minute)
+	if _, blocked := off.fail("a", t0); blocked || off.active() {
+		t.Error("a back-off of 0 failures blocks")
+	}
+}
+
+func TestLimitListenerCapsPerHostAndTotal(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimitListener(inner, 3, 2)
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(host string) net.Conn {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(host)}}
+		c, err := d.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	recv := func() net.Conn {
+		select {
+		case c := <-accepted:
+			return c
+		case <-time.After(300 * time.Millisecond):
+			return nil
+		}
+	}
+	dial("127.0.0.2")
+	dial("127.0.0.2")
+	a1, a2 := recv(), recv()
+	if a1 == nil || a2 == nil {
+		t.Fatal("two connections from one host not accepted")
+	}
+	// A third from the same host is closed by the listener, not handed out.
+	c3 := dial("127.0.0.2")
+	if recv() != nil {
+		t.Error("a third connection from one host was accepted")
+	}
+	_ = c3.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := c3.Read(make([]byte, 1)); err == nil {
+		t.Error("the connection over the per-host cap is still open")
+	}
+	// Another host takes the last slot; then Accept waits for one to close.
+	dial("127.0.0.3")
+	b1 := recv()
+	if b1 == nil {
+		t.Fatal("a connection from another host not accepted")
+	}
+	dial("127.0.0.4")
+	if recv() != nil {
+		t.Error("a connection past the total cap was accepted")
+	}
+	_ = a1.Close()
+	if recv() == nil {
+		t.Error("a waiting connection was not accepted when a slot freed")
+	}
+	_ = a2.Close()
+	_ = b1.Close()
+}
+
+// Size refusals are 413 over HTTP; quota refusals, which carry Retry-After, stay 429.
+func TestSizeStatus(t *testing.T) {
+	for _, c := range []struct {
+		retryAfter string
+		code, want int
+	}{{"", 429, 413}, {"1", 429, 429}, {"", 200, 200}, {"", 400, 400}} {
+		rec := httptest.NewRecorder()
+		w := &sizeStatus{ResponseWriter: rec}
+		if c.retryAfter != "" {
+			w.Header().Set("Retry-After", c.retryAfter)
+		}
+		w.WriteHeader(c.code)
+		if rec.Code != c.want {
+			t.Errorf("WriteHeader(%d) with Retry-After %q wrote %d, want %d", c.code, c.retryAfter, rec.Code, c.want)
+		}
+	}
+	if http.NewResponseController(&sizeStatus{ResponseWriter: httptest.NewRecorder()}).Flush() != nil {
+		t.Error("Flush does not reach the connection's writer")
+	}
+}
