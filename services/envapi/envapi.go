@@ -12,7 +12,9 @@
 //
 // Tenancy: API tokens map to tenants (Tokens); a tenant sees only its own episodes (others'
 // are NOT_FOUND), is capped in live episodes (RESOURCE_EXHAUSTED with Retry-After), and its
-// episodes are recorded under run "api-<tenant>".
+// episodes are recorded under run "api-<tenant>". The guard in front of connect
+// authenticates each request and checks its size before its body is read, and backs off
+// addresses that keep failing; the listener caps connections in all and per address.
 //
 // Concurrency: handlers run on the HTTP server's goroutines. The episode table is guarded
 // by one mutex; each episode has its own, held for the length of a step, so one episode

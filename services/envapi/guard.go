@@ -105,7 +105,9 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuse answers err in the request's protocol without reading its body, and closes
 // the connection after the answer so an unread body is never drained.
 func (g *guard) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	w.Header().Set("Connection", "close")
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
 	if connectUnary(r) {
 		w = &sizeStatus{ResponseWriter: w}
 	}
