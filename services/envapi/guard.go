@@ -3,6 +3,7 @@ package envapi
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -94,20 +95,69 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, tooLarge(r.ContentLength, limit))
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	r = r.WithContext(context.WithValue(r.Context(), tenantKey{}, t))
+	// One allocation carries what the request needs past the guard: its tenant, its
+	// capped body and, for Connect unary calls, the 413 mapping.
+	st := &guarded{ctx: tenantCtx{Context: r.Context(), t: t}, body: capped{rc: r.Body, left: limit, limit: limit}}
+	r.Body = &st.body
+	r = r.WithContext(&st.ctx)
 	if connectUnary(r) {
-		w = &sizeStatus{ResponseWriter: w}
+		st.w.ResponseWriter = w
+		w = &st.w
 	}
 	h.ServeHTTP(w, r)
 }
 
-// refuse answers err in the request's protocol without reading its body, and closes
-// the connection after the answer so an unread body is never drained.
-func (g *guard) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	if r.ProtoMajor == 1 {
-		w.Header().Set("Connection", "close")
+// guarded is the per-request state the guard hands to connect.
+type guarded struct {
+	ctx  tenantCtx
+	body capped
+	w    sizeStatus
+}
+
+// tenantCtx is a request's context with its tenant (tenantOf).
+type tenantCtx struct {
+	context.Context
+	t *Tenant
+}
+
+func (c *tenantCtx) Value(key any) any {
+	if _, ok := key.(tenantKey); ok {
+		return c.t
 	}
+	return c.Context.Value(key)
+}
+
+// capped is http.MaxBytesReader without its allocation: a body that reads past limit
+// fails with *http.MaxBytesError, which connect answers as RESOURCE_EXHAUSTED.
+type capped struct {
+	rc          io.ReadCloser
+	left, limit int64
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, &http.MaxBytesError{Limit: c.limit}
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1] // one byte more than allowed tells an overflow from the end
+	}
+	n, err := c.rc.Read(p)
+	if int64(n) <= c.left {
+		c.left -= int64(n)
+		return n, err
+	}
+	n, c.left = int(c.left), -1
+	return n, &http.MaxBytesError{Limit: c.limit}
+}
+
+func (c *capped) Close() error { return c.rc.Close() }
+
+// refuse answers err in the request's protocol without reading its body. The server
+// then closes the connection (gracefully, so the client reads the answer) if more than
+// 256 KiB of the body is unsent, else drains it to keep the connection; the short read
+// deadline keeps a slow sender from holding that drain open.
+func (g *guard) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Second))
 	if connectUnary(r) {
 		w = &sizeStatus{ResponseWriter: w}
 	}

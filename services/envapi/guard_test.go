@@ -1,9 +1,11 @@
 package envapi
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -131,5 +133,29 @@ func TestSizeStatus(t *testing.T) {
 	}
 	if http.NewResponseController(&sizeStatus{ResponseWriter: httptest.NewRecorder()}).Flush() != nil {
 		t.Error("Flush does not reach the connection's writer")
+	}
+}
+
+// BenchmarkGuard is the guard's cost on an authenticated Connect/JSON step.
+func BenchmarkGuard(b *testing.B) {
+	tok, _ := ParseTokens([]byte("tenants:\n  - name: x\n    tokens: [0123456789abcdef]\n"))
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tenantOf(r.Context()) == nil {
+			b.Fatal("no tenant")
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	})
+	g := &guard{auth: auth{tokens: tok}, backoff: newBackoff(20, time.Minute), small: next, step: next, batch: next}
+	body := strings.NewReader(`{"episodeId":"e","action":{"tool":"catalog.search","argsJson":"{}"}}`)
+	r := httptest.NewRequest("POST", "/gauntlet.v1.EnvService/Step", body)
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer 0123456789abcdef")
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		body.Seek(0, io.SeekStart)
+		r.Body = io.NopCloser(body)
+		g.ServeHTTP(w, r)
 	}
 }
