@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
@@ -66,6 +67,9 @@ type app struct {
 	http  *http.Server
 
 	temporal *temporallocal.Server // nil when --temporal names an external server
+	// children are the supervisors of the local servers this process runs, for the
+	// restart counter.
+	children children
 	envapi   *envapi.Service
 	// sandboxes is the process's sandbox runtime, opened by the sandbox module; nil when
 	// --sandbox.runtime is empty.
@@ -89,6 +93,9 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a := &app{cfg: cfg, log: log, tel: tel, mgr: modules.New(log, cfg.StopTimeout), conns: map[string]*bus.Bus{}}
+	if err := a.children.register(tel.Meter("gauntlet")); err != nil {
+		return nil, err
+	}
 	m := a.mgr
 	m.Register(modNATS, a.initNATS)
 	m.Register(modBus, a.initBus, modNATS)
@@ -232,10 +239,14 @@ func (a *app) connect(name string) (*bus.Bus, error) {
 	return bus.Connect(a.cfg.NATSURL, name, a.log)
 }
 
+// initClickHouse runs ClickHouse as a supervised child unless --clickhouse names a
+// server: restarted when it dies, the module unready until it answers again (the store
+// keeps its events meanwhile and writes them then).
 func (a *app) initClickHouse() (lifecycle.Service, error) {
 	if a.cfg.ClickHouse != "" {
 		return lifecycle.Funcs{}, nil
 	}
+	var sup *childproc.Supervisor
 	return lifecycle.Funcs{
 		OnStarting: func(ctx context.Context) error {
 			var err error
@@ -244,8 +255,15 @@ func (a *app) initClickHouse() (lifecycle.Service, error) {
 				TCPPort: a.cfg.ClickHousePort,
 				Logger:  a.log.With("module", modClickHouse),
 			})
-			return err
+			if err != nil {
+				return err
+			}
+			sup = a.ch.Supervise(childproc.DefaultBackoff)
+			a.children.add(modClickHouse, sup)
+			return nil
 		},
+		OnRunning: func(ctx context.Context) error { return sup.Run(ctx) },
+		OnReady:   func() error { return sup.Ready() },
 		OnStopping: func(ctx context.Context) error {
 			if a.ch == nil {
 				return nil
@@ -271,12 +289,13 @@ func (a *app) temporalUI() string {
 	return ""
 }
 
-// initTemporal starts the Temporal dev server (SQLite under the data dir, Web UI on)
-// unless --temporal names an existing server.
+// initTemporal starts the Temporal dev server (SQLite under the data dir, Web UI on) as
+// a supervised child unless --temporal names an existing server.
 func (a *app) initTemporal() (lifecycle.Service, error) {
 	if a.cfg.Temporal != "" {
 		return lifecycle.Funcs{}, nil
 	}
+	var sup *childproc.Supervisor
 	return lifecycle.Funcs{
 		OnStarting: func(ctx context.Context) error {
 			var err error
@@ -287,16 +306,17 @@ func (a *app) initTemporal() (lifecycle.Service, error) {
 				NoUI:   a.cfg.TemporalUIPort < 0,
 				Logger: a.log.With("module", modTemporal),
 			})
-			return err
-		},
-		OnRunning: func(ctx context.Context) error {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-a.temporal.Done():
-				return fmt.Errorf("temporal dev server exited unexpectedly; see its log %s", filepath.Join(a.temporal.Dir(), "temporal.log"))
+			if err != nil {
+				return err
 			}
+			// A dev server that dies is restarted on its SQLite database: workflows
+			// resume where they were, and the curriculum worker reconnects.
+			sup = a.temporal.Supervise(childproc.DefaultBackoff)
+			a.children.add(modTemporal, sup)
+			return nil
 		},
+		OnRunning: func(ctx context.Context) error { return sup.Run(ctx) },
+		OnReady:   func() error { return sup.Ready() },
 		OnStopping: func(ctx context.Context) error {
 			if a.temporal == nil {
 				return nil
@@ -405,7 +425,27 @@ func (a *app) initSandbox() (lifecycle.Service, error) {
 				return err
 			}
 			a.sandboxes = sb
+			if sb == nil { // --sandbox.runtime is empty
+				return nil
+			}
+			if sup := sb.Supervisor(); sup != nil {
+				a.children.add("containerd", sup)
+			}
 			return nil
+		},
+		// A private containerd is restarted when it dies, the module unready meanwhile.
+		OnRunning: func(ctx context.Context) error {
+			if a.sandboxes != nil && a.sandboxes.Supervisor() != nil {
+				return a.sandboxes.Supervisor().Run(ctx)
+			}
+			<-ctx.Done()
+			return nil
+		},
+		OnReady: func() error {
+			if a.sandboxes == nil {
+				return nil
+			}
+			return a.sandboxes.Ready()
 		},
 		OnStopping: func(context.Context) error {
 			if a.sandboxes == nil {

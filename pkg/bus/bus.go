@@ -86,8 +86,17 @@ func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*Bus, err
 		nc.Close()
 		return nil, fmt.Errorf("jetstream context: %w", err)
 	}
+	if mp := nc.MaxPayload(); mp < MaxPayload {
+		log.Warn("the nats server's max_payload is under what gauntlet's events need: a step with large values (each recorded up to 1 MiB) may not be recordable; set max_payload to 8MB",
+			"max_payload", mp, "want", MaxPayload)
+	}
 	return &Bus{NC: nc, JS: js, log: log}, nil
 }
+
+// MaxPayload is the payload limit of the embedded server, and the least a server given
+// with --nats should have: a step of values at their recorded limit (1 MiB each, three of
+// them) with trainer data, its episode's start and end, fits one message under it.
+const MaxPayload = 8 << 20
 
 // Close drains the connection: subscriptions finish what they hold, pending publishes are
 // flushed, then the connection closes.

@@ -50,7 +50,7 @@ func (s *Server) Starting(ctx context.Context) error {
 		StoreDir:              filepath.Clean(s.cfg.StoreDir),
 		JetStreamMaxStore:     s.cfg.MaxStore,
 		NoSigs:                true,
-		MaxPayload:            8 << 20,
+		MaxPayload:            MaxPayload,
 		DisableShortFirstPing: true,
 	}
 	if opts.Host == "" {

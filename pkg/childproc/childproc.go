@@ -6,8 +6,9 @@
 // supplies only its [Recipe]: the command, the files, the probe. The package also kills a
 // server left over by a crashed earlier run through its pid file.
 //
-// A Daemon restarts nothing by itself; a supervisor with backoff can be built on Done and
-// Start. Its methods are safe for concurrent use.
+// A Daemon restarts nothing by itself: a [Supervisor] restarts a server that exited
+// without being stopped, with bounded exponential backoff, and tells meanwhile why it is
+// down, for readiness checks. Their methods are safe for concurrent use.
 package childproc
 
 import (

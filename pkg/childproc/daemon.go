@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -57,14 +58,18 @@ type Recipe struct {
 
 // Daemon is one supervised local server: at most one process of its Recipe runs at a
 // time. Its methods are safe for concurrent use; Start, Stop, Kill and Restart are
-// serialized. It restarts nothing by itself: a supervisor that brings a crashed server
-// back (with backoff) watches Done and calls Start.
+// serialized. It restarts nothing by itself: a [Supervisor] brings a crashed server back.
 type Daemon struct {
 	r   Recipe
 	log *slog.Logger
 
-	mu   sync.Mutex
-	proc *Process // the current or last process; nil before the first Start
+	mu sync.Mutex // serializes Start, Stop, Kill and Restart
+	// proc is the current or last process, nil before the first Start; written under
+	// mu, read without it, so readiness checks never wait for a start or a stop.
+	proc atomic.Pointer[Process]
+	// stopped is set by Stop (and Restart) until the next start: the exit it causes is
+	// asked for, not a crash a Supervisor should repair.
+	stopped bool
 }
 
 // NewDaemon returns a Daemon of r, not started. log receives lifecycle messages; nil
@@ -158,8 +163,8 @@ func (d *Daemon) Start(ctx context.Context) error {
 }
 
 func (d *Daemon) startLocked(ctx context.Context) error {
-	if d.proc != nil && !d.proc.Exited() {
-		return fmt.Errorf("start %s: already running as pid %d", d.r.Name, d.proc.Pid())
+	if cur := d.proc.Load(); cur != nil && !cur.Exited() {
+		return fmt.Errorf("start %s: already running as pid %d", d.r.Name, cur.Pid())
 	}
 	probe, release, err := d.r.OpenProbe()
 	if err != nil {
@@ -180,7 +185,8 @@ func (d *Daemon) startLocked(ctx context.Context) error {
 		return err
 	}
 	p.leaderOnly = d.r.SignalLeaderOnly
-	d.proc = p
+	d.proc.Store(p)
+	d.stopped = false
 
 	ctx, cancel := context.WithTimeout(ctx, d.r.StartTimeout)
 	defer cancel()
@@ -228,10 +234,11 @@ func (d *Daemon) Stop(ctx context.Context) error {
 }
 
 func (d *Daemon) stopLocked(ctx context.Context) error {
-	p := d.proc
+	p := d.proc.Load()
 	if p == nil || p.Exited() {
 		return nil
 	}
+	d.stopped = true
 	begin := time.Now()
 	if err := p.Signal(syscall.SIGCONT); err != nil {
 		return fmt.Errorf("stop %s: %w", d.r.Name, err)
@@ -253,8 +260,8 @@ func (d *Daemon) stopLocked(ctx context.Context) error {
 	return d.killLocked()
 }
 
-// Kill ends the server with SIGKILL, as a crash would, and waits until it is reaped.
-// Killing a stopped daemon is a no-op.
+// Kill ends the server with SIGKILL, as a crash would, and waits until it is reaped; a
+// Supervisor treats it as a crash. Killing a stopped daemon is a no-op.
 func (d *Daemon) Kill() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -262,7 +269,7 @@ func (d *Daemon) Kill() error {
 }
 
 func (d *Daemon) killLocked() error {
-	p := d.proc
+	p := d.proc.Load()
 	if p == nil || p.Exited() {
 		return nil
 	}
@@ -287,7 +294,7 @@ func (d *Daemon) Restart(ctx context.Context) error {
 func (d *Daemon) Signal(sig syscall.Signal) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.proc.Signal(sig)
+	return d.proc.Load().Signal(sig)
 }
 
 // Pid is the running server's process id, 0 when it does not run.
@@ -320,8 +327,26 @@ func (d *Daemon) Wait() error {
 	return p.Err()
 }
 
-func (d *Daemon) current() *Process {
+// Name is the Recipe's.
+func (d *Daemon) Name() string { return d.r.Name }
+
+// startIfDown starts the server unless it runs already (someone else restarted it) or
+// was stopped on purpose; started tells whether it tried.
+func (d *Daemon) startIfDown(ctx context.Context) (started bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.proc
+	if cur := d.proc.Load(); d.stopped || (cur != nil && !cur.Exited()) {
+		return false, nil
+	}
+	return true, d.startLocked(ctx)
 }
+
+// stoppedSince reports whether p, an exited process, left because Stop asked it to, or
+// has been replaced by a newer start.
+func (d *Daemon) stoppedSince(p *Process) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.proc.Load() != p || d.stopped
+}
+
+func (d *Daemon) current() *Process { return d.proc.Load() }

@@ -152,6 +152,13 @@ func (s *Server) Done() <-chan struct{} { return s.d.Done() }
 // (nil for a clean exit).
 func (s *Server) Wait() error { return s.d.Wait() }
 
+// Supervise returns a supervisor that, while it runs, restarts the server whenever it
+// exits without Stop (a crash, a kill -9) on the same Dir and ports, with backoff b, and
+// tells meanwhile that it is down.
+func (s *Server) Supervise(b childproc.Backoff) *childproc.Supervisor {
+	return childproc.NewSupervisor(s.d, b)
+}
+
 // Stop shuts the server down: SIGTERM, then SIGKILL if it has not exited after 15 s
 // or when ctx ends first. The data in Dir is kept. Stopping a stopped server is a
 // no-op.

@@ -188,6 +188,13 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
+// Supervise returns a supervisor that, while it runs, restarts the daemon whenever it
+// exits without Stop (a crash, a kill -9) on the same state, with backoff b, and tells
+// meanwhile that it is down. Containers keep running under their shims meanwhile.
+func (s *Server) Supervise(b childproc.Backoff) *childproc.Supervisor {
+	return childproc.NewSupervisor(s.d, b)
+}
+
 // Kill ends the daemon with SIGKILL and waits until it is reaped, keeping every
 // file and mount, as a crash would.
 func (s *Server) Kill() error { return s.d.Kill() }

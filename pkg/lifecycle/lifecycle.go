@@ -21,12 +21,21 @@ type Service interface {
 	Stopping(ctx context.Context) error
 }
 
-// Funcs adapts three functions to a Service; nil functions do nothing (a nil Running
-// waits for the stop).
+// Readier is a Service that can be running yet unable to do its work for a while (a
+// child server it supervises died and is being restarted). Ready is nil when it can,
+// else says why not; it must be cheap and safe to call from any goroutine, as readiness
+// checks call it on every probe.
+type Readier interface {
+	Ready() error
+}
+
+// Funcs adapts functions to a Service (and a Readier); nil functions do nothing (a nil
+// Running waits for the stop, a nil Ready is always ready).
 type Funcs struct {
 	OnStarting func(ctx context.Context) error
 	OnRunning  func(ctx context.Context) error
 	OnStopping func(ctx context.Context) error
+	OnReady    func() error
 }
 
 // Starting calls OnStarting.
@@ -52,4 +61,12 @@ func (f Funcs) Stopping(ctx context.Context) error {
 		return nil
 	}
 	return f.OnStopping(ctx)
+}
+
+// Ready calls OnReady.
+func (f Funcs) Ready() error {
+	if f.OnReady == nil {
+		return nil
+	}
+	return f.OnReady()
 }

@@ -32,6 +32,9 @@ const (
 	StateStopping   State = "stopping"
 	StateTerminated State = "terminated"
 	StateFailed     State = "failed"
+	// StateUnready is what States reports for a running module whose service, a
+	// lifecycle.Readier, says it cannot do its work now (its child server is down).
+	StateUnready State = "unready"
 )
 
 // InitFunc builds a module's service. It runs after the init functions of the module's
@@ -225,32 +228,62 @@ func (m *Manager) stateOf(mod *module) State {
 	return mod.state
 }
 
-// States reports each started module's state.
+// States reports each started module's state; a running module that is a
+// lifecycle.Readier and not ready is StateUnready.
 func (m *Manager) States() map[string]State {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[string]State, len(m.running))
-	for _, mod := range m.running {
-		out[mod.name] = mod.state
+	out := map[string]State{}
+	for _, st := range m.check() {
+		out[st.name] = st.state
 	}
 	return out
 }
 
-// Ready reports nil when every started module runs, else which do not.
+// Ready reports nil when every started module runs and is ready, else which are not and
+// why.
 func (m *Manager) Ready() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.running) == 0 {
+	states := m.check()
+	if len(states) == 0 {
 		return errors.New("no module started yet")
 	}
 	var not []string
-	for _, mod := range m.running {
-		if mod.state != StateRunning {
-			not = append(not, fmt.Sprintf("%s is %s", mod.name, mod.state))
+	for _, st := range states {
+		switch {
+		case st.unready != nil:
+			not = append(not, fmt.Sprintf("%s is not ready: %v", st.name, st.unready))
+		case st.state != StateRunning:
+			not = append(not, fmt.Sprintf("%s is %s", st.name, st.state))
 		}
 	}
 	if len(not) > 0 {
 		return errors.New(strings.Join(not, "; "))
 	}
 	return nil
+}
+
+// moduleState is one started module's state as check saw it.
+type moduleState struct {
+	name    string
+	state   State
+	unready error // why a running Readier is not ready
+}
+
+// check reads the started modules' states, in start order, asking each running Readier
+// (outside the lock: a check may take a lock of its own).
+func (m *Manager) check() []moduleState {
+	m.mu.Lock()
+	out := make([]moduleState, len(m.running))
+	svcs := make([]lifecycle.Service, len(m.running))
+	for i, mod := range m.running {
+		out[i] = moduleState{name: mod.name, state: mod.state}
+		svcs[i] = mod.service
+	}
+	m.mu.Unlock()
+	for i := range out {
+		if r, ok := svcs[i].(lifecycle.Readier); ok && out[i].state == StateRunning {
+			if err := r.Ready(); err != nil {
+				out[i].state, out[i].unready = StateUnready, err
+			}
+		}
+	}
+	return out
 }

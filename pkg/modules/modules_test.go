@@ -152,3 +152,50 @@ func TestRunLoopEndingEarlyIsAFailure(t *testing.T) {
 		t.Fatalf("events = %s", got)
 	}
 }
+
+// A running module whose service says it cannot work (its child server is down) makes
+// Ready name it with the reason and States call it unready, until it can again.
+func TestReadyAsksReadiers(t *testing.T) {
+	m := newManager()
+	var mu sync.Mutex
+	var down error
+	m.Register("bus", func() (lifecycle.Service, error) { return lifecycle.Funcs{}, nil })
+	m.Register("clickhouse", func() (lifecycle.Service, error) {
+		return lifecycle.Funcs{OnReady: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			return down
+		}}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(ctx, []string{"bus", "clickhouse"}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	for m.Ready() != nil {
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	down = errors.New("clickhouse exited unexpectedly (signal: killed)")
+	mu.Unlock()
+	err := m.Ready()
+	if err == nil || err.Error() != "clickhouse is not ready: clickhouse exited unexpectedly (signal: killed)" {
+		t.Fatalf("Ready with clickhouse down = %v", err)
+	}
+	if st := m.States(); st["clickhouse"] != StateUnready || st["bus"] != StateRunning {
+		t.Fatalf("States with clickhouse down = %v", st)
+	}
+	mu.Lock()
+	down = nil
+	mu.Unlock()
+	if err := m.Ready(); err != nil {
+		t.Fatalf("Ready with clickhouse back = %v", err)
+	}
+	if st := m.States(); st["clickhouse"] != StateRunning {
+		t.Fatalf("States with clickhouse back = %v", st)
+	}
+}

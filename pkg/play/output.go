@@ -55,7 +55,7 @@ const stall = 10 * time.Second
 
 func (p *Publisher) segmenter() *Segmenter {
 	if p.seg.Emit == nil {
-		p.seg = Segmenter{Max: p.Max, Emit: p.event}
+		p.seg = Segmenter{Max: p.Max, MaxBytes: SegmentBytes(p.Bus.NC.MaxPayload()), Emit: p.event}
 	}
 	return &p.seg
 }

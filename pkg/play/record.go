@@ -24,14 +24,24 @@ func ApplyStep(ep env.Episode, act env.Action) (env.StepResult, error) {
 }
 
 // StepEvent records one played step as the StepTaken event workers publish (without its
-// score, which the reward service adds).
+// score, which the reward service adds). A value over MaxFieldBytes is recorded cut (Cut).
 func StepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step uint32, act env.Action, res env.StepResult, now time.Duration) *gauntletv1.StepTaken {
+	st, _ := stepEvent(req, profile, workerID, step, act, res, now)
+	return st
+}
+
+// stepEvent is StepEvent, also saying how many bytes of the step's values it cut.
+func stepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step uint32, act env.Action, res env.StepResult, now time.Duration) (*gauntletv1.StepTaken, int) {
+	a, o, d, cut := []byte(act.Args), []byte(res.Observation), []byte(res.Diff), 0
+	if len(a) > MaxFieldBytes || len(o) > MaxFieldBytes || len(d) > MaxFieldBytes {
+		a, o, d, cut = boundStep(a, o, d)
+	}
 	// Two allocations where there were five: the event with its action, and one copy of
 	// the three byte strings that the event's strings share.
 	rec := new(stepRecord)
-	text := make([]byte, 0, len(act.Args)+len(res.Observation)+len(res.Diff))
-	text = append(append(append(text, act.Args...), res.Observation...), res.Diff...)
-	args, obs, diff := len(act.Args), len(act.Args)+len(res.Observation), len(text)
+	text := make([]byte, 0, len(a)+len(o)+len(d))
+	text = append(append(append(text, a...), o...), d...)
+	args, obs, diff := len(a), len(a)+len(o), len(text)
 	rec.action = gauntletv1.Action{Tool: act.Tool, ArgsJson: bytesString(text[:args])}
 	rec.step = gauntletv1.StepTaken{
 		EpisodeId: req.EpisodeId, Step: step, RunId: req.RunId, Env: req.Env, Policy: req.Policy,
@@ -41,7 +51,7 @@ func StepEvent(req *gauntletv1.EpisodeRequested, profile, workerID string, step 
 		Reason: res.Reason, VirtualTimeNs: int64(now), WorkerId: workerID,
 		RequestedAtUnixNano: req.RequestedAtUnixNano,
 	}
-	return &rec.step
+	return &rec.step, cut
 }
 
 // stepRecord is a StepTaken allocated together with its action.

@@ -1,7 +1,13 @@
 package play
 
 import (
+	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -75,5 +81,87 @@ func TestSegmenter(t *testing.T) {
 				t.Fatalf("%d steps emitted, want %d", next, c.steps)
 			}
 		})
+	}
+}
+
+// Steps at every recorded value's limit are cut into segments that each fit the stream's
+// payload limit with their episode's end; normal steps are cut by count alone.
+func TestSegmenterCutsBySize(t *testing.T) {
+	const maxPayload = 8 << 20
+	big := func(b byte) string { return strings.Repeat(string(b), MaxFieldBytes) }
+	req := &gauntletv1.EpisodeRequested{EpisodeId: "e1", RunId: "r1"}
+	for _, c := range []struct {
+		name     string
+		step     func(i uint32) *gauntletv1.StepTaken
+		segments int
+	}{
+		{"values at their limits", func(i uint32) *gauntletv1.StepTaken {
+			return &gauntletv1.StepTaken{EpisodeId: "e1", Step: i, Action: &gauntletv1.Action{Tool: "t", ArgsJson: big('a')},
+				ObservationJson: big('o'), StateDiffJson: big('d'),
+				Trainer: &gauntletv1.TrainerData{PromptTokenIds: slices.Repeat([]uint32{1 << 31}, MaxTrainerTokens/2),
+					CompletionTokenIds: slices.Repeat([]uint32{1 << 31}, MaxTrainerTokens/2), Logprobs: slices.Repeat([]float32{-1}, MaxTrainerTokens/2)}}
+		}, 5},
+		{"normal steps", func(i uint32) *gauntletv1.StepTaken {
+			return &gauntletv1.StepTaken{EpisodeId: "e1", Step: i, ObservationJson: `{"ok":true}`}
+		}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []*gauntletv1.Event
+			g := Segmenter{Max: 32, MaxBytes: SegmentBytes(maxPayload), Emit: func(ev *gauntletv1.Event) error {
+				got = append(got, ev)
+				return nil
+			}}
+			g.Start(&gauntletv1.EpisodeStarted{Episode: req, ObservationJson: big('s')})
+			for i := range uint32(5) {
+				if err := g.Step(c.step(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			plan := &gauntletv1.FaultPlan{Profile: "stress", Seed: 1}
+			if err := g.End(&gauntletv1.EpisodeEnded{Episode: req, Steps: 5, Plan: plan}); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != c.segments {
+				t.Errorf("%d segments, want %d", len(got), c.segments)
+			}
+			for i, ev := range got {
+				if n := proto.Size(ev); n > maxPayload-64<<10 {
+					t.Errorf("segment %d: %d bytes, over the payload limit less headroom", i, n)
+				}
+			}
+		})
+	}
+}
+
+// A value over MaxFieldBytes is recorded as a marked prefix, still JSON, under the limit,
+// cut at a character boundary and saying how much was left out; a diff stays an array.
+func TestCutValue(t *testing.T) {
+	v := []byte(`"` + strings.Repeat("é", MaxFieldBytes) + `"`) // 2 bytes a character
+	for _, inArray := range []bool{false, true} {
+		rec, cut := cutValue(v, inArray)
+		if len(rec) > MaxFieldBytes || !json.Valid(rec) {
+			t.Fatalf("marker of %d bytes, valid JSON %v", len(rec), json.Valid(rec))
+		}
+		var c Cut
+		body := rec
+		if inArray {
+			var arr []json.RawMessage
+			if err := json.Unmarshal(rec, &arr); err != nil || len(arr) != 1 {
+				t.Fatalf("diff marker %.40s is not a one-element array: %v", rec, err)
+			}
+			body = arr[0]
+		}
+		if err := json.Unmarshal(body, &c); err != nil {
+			t.Fatal(err)
+		}
+		p := c.Truncated.Prefix
+		if !utf8.ValidString(p) || c.Truncated.OriginalBytes != len(v) || cut != len(v)-len(p) || c.Truncated.CutBytes != cut || !strings.HasPrefix(string(v), p) {
+			t.Errorf("marker %d bytes of %d, cut %d (said %d), prefix valid UTF-8 %v", len(p), c.Truncated.OriginalBytes, cut, c.Truncated.CutBytes, utf8.ValidString(p))
+		}
+	}
+	// Bytes that escape to six characters each still fit.
+	ctl := make([]byte, MaxFieldBytes+1)
+	if rec, _ := cutValue(ctl, false); len(rec) > MaxFieldBytes || !json.Valid(rec) {
+		t.Errorf("marker of control bytes: %d bytes, valid JSON %v", len(rec), json.Valid(rec))
 	}
 }

@@ -32,6 +32,7 @@ type Session struct {
 	scorer   StepScorer
 	out      Output
 	step     uint32
+	cut      uint64 // bytes left out of the recording (CutBytes)
 	reply    chan ScoreResult
 	done     bool
 }
@@ -77,14 +78,24 @@ func (s *Session) Reset(ctx context.Context, attempt uint32) (json.RawMessage, e
 		return nil, fmt.Errorf("reset %s: %w", s.Req.EpisodeId, err)
 	}
 	// The plan goes with the end (and into ClickHouse); the start stays small.
+	first := []byte(obs)
+	if len(first) > MaxFieldBytes {
+		var cut int
+		first, cut = cutValue(first, false)
+		s.cut += uint64(cut)
+	}
 	if err := s.out.Start(ctx, &gauntletv1.EpisodeStarted{
 		Episode: s.Req, WorkerId: s.workerID, StartedAtUnixNano: s.Ended.StartedAtUnixNano,
-		ObservationJson: string(obs), Attempt: attempt,
+		ObservationJson: string(first), Attempt: attempt,
 	}); err != nil {
 		return nil, err
 	}
 	return obs, nil
 }
+
+// CutBytes is how many bytes of the episode's values (actions, observations, diffs) were
+// left out of its recording, each value being held to MaxFieldBytes.
+func (s *Session) CutBytes() uint64 { return s.cut }
 
 // Steps is how many steps the session has played.
 func (s *Session) Steps() uint32 { return s.step }
@@ -104,7 +115,8 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 	if err != nil {
 		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
 	}
-	st := StepEvent(s.Req, s.profile, s.workerID, s.step, act, res, s.episode.Now())
+	st, cut := stepEvent(s.Req, s.profile, s.workerID, s.step, act, res, s.episode.Now())
+	s.cut += uint64(cut)
 	st.Trainer = trainer
 	score, err := s.scorer.Score(ctx, st, s.reply)
 	if err != nil {
@@ -196,7 +208,7 @@ func (s *Session) Branch(ctx context.Context, out Output) (*Session, error) {
 		return nil, fmt.Errorf("branch %s: %w", s.Req.EpisodeId, err)
 	}
 	b := *s
-	b.episode, b.out, b.reply = ep, out, make(chan ScoreResult, 1)
+	b.episode, b.out, b.reply, b.cut = ep, out, make(chan ScoreResult, 1), 0 // the branch counts its own cuts
 	b.Ended = cloneEnded(s.Ended)
 	return &b, nil
 }

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
-	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 )
 
@@ -25,18 +25,20 @@ func init() {
 }
 
 // openContainerd connects to c.Containerd, or starts a private containerd under stateDir
-// when it is empty (stopped by the returned stop).
-func openContainerd(ctx context.Context, c Config, stateDir string, log *slog.Logger) (sandbox.Runtime, func() error, error) {
+// when it is empty, with the supervisor that restarts it (whoever holds the Sandboxes
+// runs it) and the Stop that stops it.
+func openContainerd(ctx context.Context, c Config, stateDir string, log *slog.Logger) (Opened, error) {
 	addr := c.Containerd
-	var stop func() error
+	var o Opened
 	if addr == "" {
 		srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{
 			Dir: filepath.Join(stateDir, "containerd"), RootTmpfsBytes: containerdTmpfsBytes, Logger: log,
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("start a private containerd (or pass --sandbox.containerd): %w", err)
+			return Opened{}, fmt.Errorf("start a private containerd (or pass --sandbox.containerd): %w", err)
 		}
-		stop = func() error {
+		o.Supervisor = srv.Supervise(childproc.DefaultBackoff)
+		o.Stop = func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			return srv.Stop(ctx)
@@ -45,10 +47,11 @@ func openContainerd(ctx context.Context, c Config, stateDir string, log *slog.Lo
 	}
 	rt, err := ctrd.New(ctx, ctrd.Options{Address: addr, StateDir: filepath.Join(stateDir, "ctrd"), AgentBinary: c.AgentBinary, Logger: log})
 	if err != nil {
-		if stop != nil {
-			_ = stop()
+		if o.Stop != nil {
+			_ = o.Stop()
 		}
-		return nil, nil, err
+		return Opened{}, err
 	}
-	return rt, stop, nil
+	o.Runtime = rt
+	return o, nil
 }

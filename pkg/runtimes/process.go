@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 )
 
@@ -16,9 +15,9 @@ const Process = "process"
 func init() {
 	Register(Registration{
 		Name: Process,
-		Open: func(_ context.Context, _ Config, stateDir string, log *slog.Logger) (sandbox.Runtime, func() error, error) {
+		Open: func(_ context.Context, _ Config, stateDir string, log *slog.Logger) (Opened, error) {
 			rt, err := process.New(process.Config{StateDir: stateDir, Logger: log})
-			return rt, nil, err
+			return Opened{Runtime: rt}, err
 		},
 		Validate: func(c Config) []error {
 			// The process runtime has no images: every sandbox sees the host's root.

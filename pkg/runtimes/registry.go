@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/registry"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
@@ -19,14 +20,25 @@ type Registration struct {
 	// Name is the value of Config.Runtime (and --sandbox.runtime) that selects the
 	// runtime.
 	Name string
-	// Open builds the runtime over stateDir (cleaned, never empty). Besides the runtime
-	// it returns stop, which stops what it started for the runtime (a private daemon)
-	// and runs after the runtime's Close; nil when it started nothing. On error it has
-	// stopped whatever it started.
-	Open func(ctx context.Context, c Config, stateDir string, log *slog.Logger) (rt sandbox.Runtime, stop func() error, err error)
+	// Open builds the runtime over stateDir (cleaned, never empty), with what it
+	// started for it. On error it has stopped whatever it started.
+	Open func(ctx context.Context, c Config, stateDir string, log *slog.Logger) (Opened, error)
 	// Validate reports what c gets wrong for this runtime, beyond what every runtime
 	// requires (a state directory); nil when it has nothing to check.
 	Validate func(c Config) []error
+}
+
+// Opened is what a row's Open returns.
+type Opened struct {
+	// Runtime is the runtime opened.
+	Runtime sandbox.Runtime
+	// Stop stops what Open started for the runtime (a private daemon); it runs after the
+	// runtime's Close. Nil when Open started nothing.
+	Stop func() error
+	// Supervisor, not yet running, restarts a private daemon Open started when it dies
+	// and tells whether it serves (Sandboxes.Ready asks it); a long-lived owner runs it
+	// until it stops the runtime. Nil when Open started nothing.
+	Supervisor *childproc.Supervisor
 }
 
 // registered holds the rows by name; Config.Validate reports an unknown name itself,

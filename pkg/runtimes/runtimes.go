@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/pool"
@@ -79,12 +80,28 @@ type Sandboxes struct {
 	pool    *pool.Pool
 	tpl     map[string]sandbox.Spec // pool templates by name
 	closers []func() error          // run after the runtime's Close, in order
+	sup     *childproc.Supervisor   // the row's Opened.Supervisor; nil when it has none
 
 	mu     sync.Mutex
 	leases map[string]*pool.Lease
 }
 
 var _ env.Sandboxes = (*Sandboxes)(nil)
+
+// Ready is nil while the runtime can make sandboxes as far as this process can tell,
+// else why it cannot: the private containerd it started died and is being restarted.
+func (s *Sandboxes) Ready() error {
+	if s.sup == nil {
+		return nil
+	}
+	return s.sup.Ready()
+}
+
+// Supervisor is the supervisor of the private daemon the runtime started (containerd
+// without Config.Containerd); nil when it started none. It does not run by itself: a
+// long-lived owner (the gauntlet process's sandbox module) runs it, so the daemon is
+// restarted when it dies, until the owner stops.
+func (s *Sandboxes) Supervisor() *childproc.Supervisor { return s.sup }
 
 // Runtime is the runtime the sandboxes come from.
 func (s *Sandboxes) Runtime() sandbox.Runtime { return s.rt }
@@ -172,13 +189,13 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	}
 	s := &Sandboxes{image: c.Image, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}}
 	r, _ := registered.Lookup(c.Runtime) // Validate found it
-	rt, stop, err := r.Open(ctx, c, filepath.Clean(c.StateDir), log)
+	o, err := r.Open(ctx, c, filepath.Clean(c.StateDir), log)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err)
 	}
-	s.rt = rt
-	if stop != nil {
-		s.closers = append(s.closers, stop)
+	s.rt, s.sup = o.Runtime, o.Supervisor
+	if o.Stop != nil {
+		s.closers = append(s.closers, o.Stop)
 	}
 	if err := s.reapLeftovers(ctx, log); err != nil {
 		return nil, errors.Join(fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err), s.Close())

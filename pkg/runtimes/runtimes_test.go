@@ -53,10 +53,10 @@ func TestRegisteredRuntime(t *testing.T) {
 	opened := 0
 	runtimes.Register(runtimes.Registration{
 		Name: name,
-		Open: func(_ context.Context, _ runtimes.Config, stateDir string, log *slog.Logger) (sandbox.Runtime, func() error, error) {
+		Open: func(_ context.Context, _ runtimes.Config, stateDir string, log *slog.Logger) (runtimes.Opened, error) {
 			opened++
 			rt, err := process.New(process.Config{StateDir: stateDir, Logger: log})
-			return rt, nil, err
+			return runtimes.Opened{Runtime: rt}, err
 		},
 		Validate: func(c runtimes.Config) []error {
 			if c.PoolSize > 1 {
@@ -92,8 +92,8 @@ func TestRegisteredRuntime(t *testing.T) {
 			t.Error("a second row named process did not panic")
 		}
 	}()
-	runtimes.Register(runtimes.Registration{Name: runtimes.Process, Open: func(context.Context, runtimes.Config, string, *slog.Logger) (sandbox.Runtime, func() error, error) {
-		return nil, nil, errors.New("never opened")
+	runtimes.Register(runtimes.Registration{Name: runtimes.Process, Open: func(context.Context, runtimes.Config, string, *slog.Logger) (runtimes.Opened, error) {
+		return runtimes.Opened{}, errors.New("never opened")
 	}})
 }
 

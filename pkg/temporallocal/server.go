@@ -158,6 +158,13 @@ func (s *Server) Pid() int { return s.d.Pid() }
 // Done is closed when the current server process exits.
 func (s *Server) Done() <-chan struct{} { return s.d.Done() }
 
+// Supervise returns a supervisor that, while it runs, restarts the server whenever it
+// exits without Stop (a crash, a kill -9) on the same Dir and ports, with backoff b, and
+// tells meanwhile that it is down.
+func (s *Server) Supervise(b childproc.Backoff) *childproc.Supervisor {
+	return childproc.NewSupervisor(s.d, b)
+}
+
 // Stop shuts the server down: SIGTERM, then SIGKILL after 10 s or when ctx ends first.
 // The database is kept. Stopping a stopped server is a no-op.
 func (s *Server) Stop(ctx context.Context) error { return s.d.Stop(ctx) }

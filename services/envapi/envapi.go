@@ -168,6 +168,7 @@ type Service struct {
 
 	steps        metric.Int64Counter
 	episodes     metric.Int64Counter
+	cut          metric.Int64Counter
 	active       metric.Int64UpDownCounter
 	authFailures metric.Int64Counter
 }
@@ -190,7 +191,9 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 		snapshots: map[string]*snapshot{},
 		steps:     telemetry.Must(m.Int64Counter("gauntlet_envapi_steps_total", metric.WithDescription("Steps taken over the env API."))),
 		episodes:  telemetry.Must(m.Int64Counter("gauntlet_envapi_episodes_total", metric.WithDescription("Env API episodes ended."))),
-		active:    telemetry.Must(m.Int64UpDownCounter("gauntlet_envapi_active_episodes", metric.WithDescription("Env API episodes live now."))),
+		cut: telemetry.Must(m.Int64Counter("gauntlet_envapi_recorded_bytes_cut_total",
+			metric.WithDescription("Bytes of actions, observations and diffs left out of the recording, each value being held to play.MaxFieldBytes."))),
+		active: telemetry.Must(m.Int64UpDownCounter("gauntlet_envapi_active_episodes", metric.WithDescription("Env API episodes live now."))),
 		authFailures: telemetry.Must(m.Int64Counter("gauntlet_envapi_auth_failures_total",
 			metric.WithDescription("Env API calls refused for a missing or unknown token."))),
 		backoff: newBackoff(cfg.AuthFailures, cfg.AuthBackoff),

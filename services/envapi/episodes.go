@@ -197,6 +197,9 @@ func (s *Service) endLocked(ctx context.Context, e *episode, end func(context.Co
 	s.mu.Unlock()
 	s.active.Add(ctx, -1)
 	s.episodes.Add(ctx, 1)
+	if cut := e.sess.CutBytes(); cut > 0 {
+		s.cut.Add(ctx, int64(cut))
+	}
 	return err
 }
 
@@ -457,13 +460,27 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	return out, nil
 }
 
+// maxPolicyVersion bounds a step's policy version (a checkpoint name, a step number).
+const maxPolicyVersion = 4 << 10
+
 // checkTrainer holds trainer data to what TrainerData promises, so a trainer learns of
 // its mistake at the step instead of reading misaligned rows from trainer_steps later:
 // logprobs are one per completion token (or absent, when the trainer keeps them), and
 // each is a log-probability: a number, at most 0. Token ids and the policy version
-// are the trainer's own and not checked.
+// are the trainer's own, checked only for size: the step is recorded in one event under
+// the stream's payload limit, so they are held to play.MaxTrainerTokens token ids and
+// maxPolicyVersion bytes (refused, not cut: cut token ids would be misaligned rows).
 func checkTrainer(td *gauntletv1.TrainerData) error {
-	if td == nil || len(td.Logprobs) == 0 {
+	if td == nil {
+		return nil
+	}
+	if n := len(td.PromptTokenIds) + len(td.CompletionTokenIds); n > play.MaxTrainerTokens {
+		return fmt.Errorf("trainer: %d prompt and completion token ids; at most %d per step", n, play.MaxTrainerTokens)
+	}
+	if len(td.PolicyVersion) > maxPolicyVersion {
+		return fmt.Errorf("trainer.policy_version: %d bytes; at most %d", len(td.PolicyVersion), maxPolicyVersion)
+	}
+	if len(td.Logprobs) == 0 {
 		return nil
 	}
 	if len(td.Logprobs) != len(td.CompletionTokenIds) {

@@ -125,6 +125,7 @@ type Service struct {
 	steps    metric.Int64Counter
 	episodes metric.Int64Counter
 	fired    metric.Int64Counter
+	cut      metric.Int64Counter
 	active   metric.Int64UpDownCounter
 	// byKind and byReason label fired and episodes, built once per value.
 	byKind, byReason *telemetry.Label
@@ -144,6 +145,7 @@ func New(cfg Config, getBus, getRPC func() *bus.Bus, tel *telemetry.Telemetry, l
 		steps:    telemetry.Must(m.Int64Counter("gauntlet_worker_steps_total", metric.WithDescription("Steps run."))),
 		episodes: telemetry.Must(m.Int64Counter("gauntlet_worker_episodes_total", metric.WithDescription("Episodes finished, by reason."))),
 		fired:    telemetry.Must(m.Int64Counter("gauntlet_worker_faults_fired_total", metric.WithDescription("Faults fired, by kind."))),
+		cut:      telemetry.Must(m.Int64Counter("gauntlet_worker_recorded_bytes_cut_total", metric.WithDescription("Bytes of actions, observations and diffs left out of the recording, each value being held to play.MaxFieldBytes."))),
 		active:   telemetry.Must(m.Int64UpDownCounter("gauntlet_worker_active_episodes", metric.WithDescription("Episodes running now."))),
 		byKind:   telemetry.NewLabel("kind"),
 		byReason: telemetry.NewLabel("reason"),
@@ -383,14 +385,9 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 		_ = l.msg.NakWithDelay(time.Duration(l.attempt) * time.Second)
 		return
 	}
-	ev, data := events[0], encoded[0]
-	if len(events) > 1 {
-		ev = &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: events}}}
-		data = gauntletv1.AppendBatch(make([]byte, 0, size+16+6*len(encoded)), encoded)
-	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := w.bus().PublishEncodedEvent(pctx, ev, data)
+	err := w.publishBatches(pctx, events, encoded, size)
 	l.release() // held while publishing: back-pressure may make that slow
 	if err != nil {
 		w.log.Warn("publish an assignment's events; it will be retried", "err", err)
@@ -401,6 +398,37 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 		w.episodes.Add(ctx, 1, w.byReason.Option(ev.EpisodeEnd().GetReason().Name()))
 	}
 	_ = l.msg.Ack()
+}
+
+// publishBatches publishes an assignment's last segments (encoded, size bytes in all) as
+// one batch, or, when that would be over the stream's payload limit, as consecutive
+// batches under it; a segment that fits only alone goes alone. The cut depends only on
+// the segments, so a retried assignment publishes the same messages (the same ids,
+// which the stream deduplicates).
+func (w *Service) publishBatches(ctx context.Context, events []*gauntletv1.Event, encoded [][]byte, size int) error {
+	b := w.bus()
+	// Room for the batch's envelope (a few bytes an event) and the message's headers.
+	room := int(b.NC.MaxPayload()) - 64<<10
+	if size+16+6*len(encoded) <= room { // the usual case: the whole assignment at once
+		room = size + 16 + 6*len(encoded)
+	}
+	for first := 0; first < len(events); {
+		last, n := first+1, len(encoded[first])+6
+		for last < len(events) && n+len(encoded[last])+6 <= room-16 {
+			n += len(encoded[last]) + 6
+			last++
+		}
+		ev, data := events[first], encoded[first]
+		if last-first > 1 {
+			ev = &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: events[first:last]}}}
+			data = gauntletv1.AppendBatch(make([]byte, 0, n+16), encoded[first:last])
+		}
+		if err := b.PublishEncodedEvent(ctx, ev, data); err != nil {
+			return err
+		}
+		first = last
+	}
+	return nil
 }
 
 // play runs one episode to its end through the shared step path (pkg/play), publishing
@@ -436,6 +464,9 @@ func (w *Service) play(ctx context.Context, l *lot, a *gauntletv1.EpisodeAssigne
 	// /metrics is read every few seconds at most.
 	defer func() {
 		w.steps.Add(ctx, out.steps)
+		if cut := sess.CutBytes(); cut > 0 {
+			w.cut.Add(ctx, int64(cut))
+		}
 		for _, f := range out.fired {
 			w.fired.Add(ctx, f.n, w.byKind.Option(f.kind))
 		}
