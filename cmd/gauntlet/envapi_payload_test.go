@@ -12,12 +12,9 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// An episode over the env API whose actions together are larger than NATS's 8 MiB payload
-// limit is recorded whole in ClickHouse, each large argument cut to a marked prefix, and
-// Close succeeds at once (a 9 MB action used to make Close answer 503, then 200, and the
-// episode never reached ClickHouse). One action is held below the Step call's 4 MiB body
-// cap (larger ones are refused with 413 before they are read, TestEnvAPIAbuse), so three
-// of 3 MiB stand in for it, all in one segment.
+// An episode over the env API whose action is larger than NATS's 8 MiB payload limit is
+// recorded whole in ClickHouse, its arguments cut to a marked prefix, and Close succeeds
+// at once (it used to answer 503, then 200, and the episode never reached ClickHouse).
 func TestEnvAPIRecordsOversizedActions(t *testing.T) {
 	s, cfg := envAPIStack(t)
 	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
@@ -29,23 +26,23 @@ func TestEnvAPIRecordsOversizedActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := reset.Msg.EpisodeId
-	huge := `{"query":"` + strings.Repeat("m", 3<<20) + `"}`
-	for i, args := range []string{huge, huge, huge, `{"query":"mug"}`} {
+	huge := `{"query":"` + strings.Repeat("m", 9<<20) + `"}`
+	for i, args := range []string{huge, `{"query":"mug"}`} {
 		if _, err := acme.Step(ctx, connectrpc.NewRequest(&gauntletv1.StepRequest{EpisodeId: id,
 			Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: args}})); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 	}
 	c, err := acme.Close(ctx, connectrpc.NewRequest(&gauntletv1.CloseRequest{EpisodeId: id}))
-	if err != nil || c.Msg.Steps != 4 {
-		t.Fatalf("Close = %v, %v; want 4 steps and no error", c, err)
+	if err != nil || c.Msg.Steps != 2 {
+		t.Fatalf("Close = %v, %v; want 2 steps and no error", c, err)
 	}
 	waitEpisodes(t, conn, cfg.Database, []string{id})
 	got := queryOne(t, conn, fmt.Sprintf(`SELECT concat(toString(count()), ' ', toString(max(length(args))), ' ',
 		toString(countIf(startsWith(args, '{"gauntlet_truncated":{"original_bytes":%d,'))))
 		FROM %s.steps FINAL WHERE episode_id = '%s'`, len(huge), cfg.Database, id))
 	var steps, longest, cut int
-	if _, err := fmt.Sscan(got, &steps, &longest, &cut); err != nil || steps != 4 || cut != 3 || longest > play.MaxFieldBytes {
-		t.Errorf("steps recorded (count, longest args, args cut) = %q, want 4 steps, three cut, none over %d bytes", got, play.MaxFieldBytes)
+	if _, err := fmt.Sscan(got, &steps, &longest, &cut); err != nil || steps != 2 || cut != 1 || longest > play.MaxFieldBytes {
+		t.Errorf("steps recorded (count, longest args, args cut) = %q, want 2 steps, one cut, none over %d bytes", got, play.MaxFieldBytes)
 	}
 }

@@ -77,6 +77,9 @@ type Config struct {
 	// MaxConnsPerHost those from one remote address (more are closed at once).
 	MaxConns        int
 	MaxConnsPerHost int
+	// MaxBatchBytes caps the body of a batch call (StepBatch, Send, StepStream); one
+	// Step's cap is fixed by what a step may carry (stepBodyMax).
+	MaxBatchBytes int
 	// ReadTimeout bounds reading one request, headers and body.
 	ReadTimeout time.Duration
 	// AuthFailures failed tokens from one address within a minute make the API refuse
@@ -120,6 +123,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnsPerHost < 1 || c.MaxConnsPerHost > c.MaxConns {
 		errs = append(errs, fmt.Errorf("envapi.max-conns-per-host: %d must be between 1 and envapi.max-conns (%d)", c.MaxConnsPerHost, c.MaxConns))
+	}
+	if c.MaxBatchBytes < stepBodyMax {
+		errs = append(errs, fmt.Errorf("envapi.max-batch-bytes: %d must be at least %d, one step's cap", c.MaxBatchBytes, stepBodyMax))
 	}
 	if c.ReadTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("envapi.read-timeout: %v must be at least 1s", c.ReadTimeout))
@@ -224,7 +230,8 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle(path, &guard{
 		auth: auth{tokens: s.tokens}, log: s.log, errw: connect.NewErrorWriter(), backoff: s.backoff,
 		failures: s.authFailures,
-		small:    handler(smallBodyMax), step: handler(stepBodyMax), batch: handler(batchBodyMax),
+		small:    handler(smallBodyMax), step: handler(stepBodyMax), batch: handler(s.cfg.MaxBatchBytes),
+		batchMax: int64(s.cfg.MaxBatchBytes),
 	})
 	return mux
 }

@@ -16,6 +16,8 @@ import (
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1/gauntletv1connect"
 )
 
@@ -24,31 +26,36 @@ import (
 // decompression) while reading otherwise. A larger request is refused with
 // RESOURCE_EXHAUSTED, which HTTP/JSON clients see as 413 (gRPC has no such status).
 const (
-	// stepBodyMax fits the largest legitimate Step: an action whose arguments are at
-	// env.MaxArgsBytes (64 KiB, up to six times that when JSON escapes every byte as
-	// \u00XX) plus trainer data of about 100,000 completion tokens with their logprobs
-	// (at most 11 bytes a token id and 25 a logprob in JSON) or three times as many
-	// prompt tokens.
-	stepBodyMax = 4 << 20
-	// batchBodyMax bounds StepBatch, Send and StepStream: maxBatch (4096) steps of 16 KiB
-	// each on average, an action with a few thousand tokens of trainer data. Batches of
-	// larger steps carry fewer of them.
-	batchBodyMax = 64 << 20
-	// smallBodyMax bounds every other call: ids, an env name, a seed, a profile name and
-	// env parameters (a small JSON object).
+	// stepBodyMax fits the largest legitimate Step in JSON, where it is largest: an
+	// action whose arguments are at env.MaxArgsBytes and a policy version at
+	// maxPolicyVersion, both up to six times their size when JSON escapes every byte as
+	// \u00XX, and trainer data at play.MaxTrainerTokens token ids, each with a logprob
+	// (at most 12 bytes a token id and 25 a logprob, as Python writes a float, with
+	// their separators), plus 64 KiB for the rest of the message: about 9.7 MiB. A 12 MB
+	// action is over it.
+	stepBodyMax = 6*env.MaxArgsBytes + 6*maxPolicyVersion + play.MaxTrainerTokens*(12+25) + 64<<10
+	// smallBodyMax bounds every other call but the batches (whose cap is
+	// Config.MaxBatchBytes): ids, an env name, a seed, a profile name and env parameters
+	// (a small JSON object).
 	smallBodyMax = 1 << 20
 )
 
-// bodyMax is the body cap of a procedure (see the constants above).
-func bodyMax(path string) int64 {
+// Which body cap a procedure has.
+const (
+	smallRoute = iota
+	stepRoute
+	batchRoute
+)
+
+func route(path string) int {
 	switch path {
 	case gauntletv1connect.EnvServiceStepProcedure:
-		return stepBodyMax
+		return stepRoute
 	case gauntletv1connect.EnvServiceStepBatchProcedure, gauntletv1connect.EnvServiceSendProcedure,
 		gauntletv1connect.EnvServiceStepStreamProcedure:
-		return batchBodyMax
+		return batchRoute
 	}
-	return smallBodyMax
+	return smallRoute
 }
 
 // guard is the API's front door, an http.Handler in front of connect: it authenticates a
@@ -61,8 +68,10 @@ type guard struct {
 	errw     *connect.ErrorWriter
 	backoff  *backoff
 	failures metric.Int64Counter
-	// small, step and batch are the connect handlers with their decompressed caps.
+	// small, step and batch are the connect handlers with their decompressed caps;
+	// batchMax is the batches' cap.
 	small, step, batch http.Handler
+	batchMax           int64
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -85,11 +94,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h, limit := g.small, int64(smallBodyMax)
-	switch limit = bodyMax(r.URL.Path); limit {
-	case stepBodyMax:
-		h = g.step
-	case batchBodyMax:
-		h = g.batch
+	switch route(r.URL.Path) {
+	case stepRoute:
+		h, limit = g.step, stepBodyMax
+	case batchRoute:
+		h, limit = g.batch, g.batchMax
 	}
 	if r.ContentLength > limit {
 		g.refuse(w, r, tooLarge(r.ContentLength, limit))

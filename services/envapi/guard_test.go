@@ -2,12 +2,20 @@ package envapi
 
 import (
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 func TestBackoffBlocksAfterLimitThenForgives(t *testing.T) {
@@ -146,7 +154,7 @@ func BenchmarkGuard(b *testing.B) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusOK)
 	})
-	g := &guard{auth: auth{tokens: tok}, backoff: newBackoff(20, time.Minute), small: next, step: next, batch: next}
+	g := &guard{auth: auth{tokens: tok}, backoff: newBackoff(20, time.Minute), small: next, step: next, batch: next, batchMax: 64 << 20}
 	body := strings.NewReader(`{"episodeId":"e","action":{"tool":"catalog.search","argsJson":"{}"}}`)
 	r := httptest.NewRequest("POST", "/gauntlet.v1.EnvService/Step", body)
 	r.Header.Set("Content-Type", "application/json")
@@ -158,4 +166,28 @@ func BenchmarkGuard(b *testing.B) {
 		r.Body = io.NopCloser(body)
 		g.ServeHTTP(w, r)
 	}
+}
+
+// The Step cap fits the largest Step the API accepts, in JSON (where it is largest) and
+// in protobuf, and is under a 12 MB action.
+func TestStepBodyMaxFitsTheLargestStep(t *testing.T) {
+	n := play.MaxTrainerTokens
+	td := &gauntletv1.TrainerData{CompletionTokenIds: make([]uint32, n), Logprobs: make([]float32, n),
+		PolicyVersion: strings.Repeat("\x01", maxPolicyVersion)}
+	for i := range n {
+		td.CompletionTokenIds[i], td.Logprobs[i] = math.MaxUint32, -1.1754944e-38
+	}
+	req := &gauntletv1.StepRequest{EpisodeId: strings.Repeat("e", 64), Trainer: td,
+		Action: &gauntletv1.Action{Tool: "catalog.search", ArgsJson: strings.Repeat("\x01", env.MaxArgsBytes)}}
+	js, err := protojson.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(js) > stepBodyMax || proto.Size(req) > stepBodyMax {
+		t.Errorf("the largest Step is %d bytes in JSON, %d in protobuf; the cap %d", len(js), proto.Size(req), stepBodyMax)
+	}
+	if stepBodyMax >= 12_000_000 {
+		t.Errorf("the Step cap %d lets a 12 MB action through", stepBodyMax)
+	}
+	t.Logf("largest Step: %d bytes in JSON, %d in protobuf; cap %d", len(js), proto.Size(req), stepBodyMax)
 }
