@@ -107,8 +107,8 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// One allocation carries what the request needs past the guard: its tenant, its
 	// capped body and, for Connect unary calls, the 413 mapping.
 	st := &guarded{ctx: tenantCtx{Context: r.Context(), t: t}, body: capped{rc: r.Body, left: limit, limit: limit}}
+	r = r.WithContext(&st.ctx) // a copy: the server's own request keeps its body
 	r.Body = &st.body
-	r = r.WithContext(&st.ctx)
 	if connectUnary(r) {
 		st.w.ResponseWriter = w
 		w = &st.w
