@@ -38,6 +38,13 @@ const (
 // acme (quota 300), other, and small (quota 2).
 func envAPIStack(t testing.TB) (*testStack, config) {
 	t.Helper()
+	return envAPIStackWith(t, nil)
+}
+
+// envAPIStackWith is envAPIStack with the configuration adjusted by adjust (if not nil)
+// before the stack starts.
+func envAPIStackWith(t testing.TB, adjust func(*config)) (*testStack, config) {
+	t.Helper()
 	cfg := testConfig(t)
 	tokens := filepath.Join(t.TempDir(), "tenants.yaml")
 	err := os.WriteFile(tokens, []byte(fmt.Sprintf(`tenants:
@@ -72,6 +79,9 @@ func envAPIStack(t testing.TB) (*testStack, config) {
 	t.Cleanup(model.Close)
 	cfg.PolicyHTTP.URL = model.URL + "/v1"
 	cfg.PolicyHTTP.Timeout = 5 * time.Second
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	return startStack(t, cfg, modPipeline, modEnvAPI), cfg
 }
 

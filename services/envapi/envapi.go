@@ -12,7 +12,9 @@
 //
 // Tenancy: API tokens map to tenants (Tokens); a tenant sees only its own episodes (others'
 // are NOT_FOUND), is capped in live episodes (RESOURCE_EXHAUSTED with Retry-After), and its
-// episodes are recorded under run "api-<tenant>".
+// episodes are recorded under run "api-<tenant>". The guard in front of connect
+// authenticates each request and checks its size before its body is read, and backs off
+// addresses that keep failing; the listener caps connections in all and per address.
 //
 // Concurrency: handlers run on the HTTP server's goroutines. The episode table is guarded
 // by one mutex; each episode has its own, held for the length of a step, so one episode
@@ -71,6 +73,19 @@ type Config struct {
 	SegmentSteps int
 	// ScoreBatch caps the steps of one score request.
 	ScoreBatch int
+	// MaxConns caps the connections the API holds (more wait to be accepted);
+	// MaxConnsPerHost those from one remote address (more are closed at once).
+	MaxConns        int
+	MaxConnsPerHost int
+	// MaxBatchBytes caps the body of a batch call (StepBatch, Send, StepStream); one
+	// Step's cap is fixed by what a step may carry (stepBodyMax).
+	MaxBatchBytes int
+	// ReadTimeout bounds reading one request, headers and body.
+	ReadTimeout time.Duration
+	// AuthFailures failed tokens from one address within a minute make the API refuse
+	// that address for AuthBackoff (0: never).
+	AuthFailures int
+	AuthBackoff  time.Duration
 	// ID names the API in events (the worker_id column); default "envapi-<random>".
 	ID string
 	// Sandboxes lends real sandboxes to envs that need them (codefix): the process's
@@ -102,6 +117,24 @@ func (c Config) Validate() error {
 		if d.v < 10*time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s: %v must be at least 10ms", d.name, d.v))
 		}
+	}
+	if c.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("envapi.max-conns: %d must be at least 1", c.MaxConns))
+	}
+	if c.MaxConnsPerHost < 1 || c.MaxConnsPerHost > c.MaxConns {
+		errs = append(errs, fmt.Errorf("envapi.max-conns-per-host: %d must be between 1 and envapi.max-conns (%d)", c.MaxConnsPerHost, c.MaxConns))
+	}
+	if c.MaxBatchBytes < stepBodyMax {
+		errs = append(errs, fmt.Errorf("envapi.max-batch-bytes: %d must be at least %d, one step's cap", c.MaxBatchBytes, stepBodyMax))
+	}
+	if c.ReadTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("envapi.read-timeout: %v must be at least 1s", c.ReadTimeout))
+	}
+	if c.AuthFailures < 0 {
+		errs = append(errs, fmt.Errorf("envapi.auth-failures: %d must not be negative", c.AuthFailures))
+	}
+	if c.AuthFailures > 0 && c.AuthBackoff < time.Second {
+		errs = append(errs, fmt.Errorf("envapi.auth-backoff: %v must be at least 1s", c.AuthBackoff))
 	}
 	if c.SegmentSteps < 1 {
 		errs = append(errs, fmt.Errorf("envapi.segment-steps: %d must be at least 1", c.SegmentSteps))
@@ -137,10 +170,13 @@ type Service struct {
 	inboxes   map[string]*inbox
 	snapshots map[string]*snapshot
 
-	steps    metric.Int64Counter
-	episodes metric.Int64Counter
-	cut      metric.Int64Counter
-	active   metric.Int64UpDownCounter
+	backoff *backoff
+
+	steps        metric.Int64Counter
+	episodes     metric.Int64Counter
+	cut          metric.Int64Counter
+	active       metric.Int64UpDownCounter
+	authFailures metric.Int64Counter
 }
 
 // New allocates the env API; getBus is its NATS connection.
@@ -164,6 +200,9 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 		cut: telemetry.Must(m.Int64Counter("gauntlet_envapi_recorded_bytes_cut_total",
 			metric.WithDescription("Bytes of actions, observations and diffs left out of the recording, each value being held to play.MaxFieldBytes."))),
 		active: telemetry.Must(m.Int64UpDownCounter("gauntlet_envapi_active_episodes", metric.WithDescription("Env API episodes live now."))),
+		authFailures: telemetry.Must(m.Int64Counter("gauntlet_envapi_auth_failures_total",
+			metric.WithDescription("Env API calls refused for a missing or unknown token."))),
+		backoff: newBackoff(cfg.AuthFailures, cfg.AuthBackoff),
 	}
 }
 
@@ -175,15 +214,25 @@ func (s *Service) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect), with authentication.
+// Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect) behind the guard, which
+// authenticates and checks sizes before connect reads a request.
 func (s *Service) Handler() http.Handler {
-	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithInterceptors(auth{tokens: s.tokens}), connect.WithReadMaxBytes(16 << 20)}
-	for _, c := range strictJSONCodecs {
-		opts = append(opts, connect.WithCodec(c))
+	handler := func(readMax int) http.Handler {
+		opts := []connect.HandlerOption{connect.WithReadMaxBytes(readMax)}
+		for _, c := range strictJSONCodecs {
+			opts = append(opts, connect.WithCodec(c))
+		}
+		_, h := gauntletv1connect.NewEnvServiceHandler(s, opts...)
+		return h
 	}
-	path, h := gauntletv1connect.NewEnvServiceHandler(s, opts...)
-	mux.Handle(path, h)
+	path, _ := gauntletv1connect.NewEnvServiceHandler(s)
+	mux := http.NewServeMux()
+	mux.Handle(path, &guard{
+		auth: auth{tokens: s.tokens}, log: s.log, errw: connect.NewErrorWriter(), backoff: s.backoff,
+		failures: s.authFailures,
+		small:    handler(smallBodyMax), step: handler(stepBodyMax), batch: handler(s.cfg.MaxBatchBytes),
+		batchMax: int64(s.cfg.MaxBatchBytes),
+	})
 	return mux
 }
 
@@ -223,7 +272,12 @@ func (s *Service) Starting(ctx context.Context) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	s.srv = &http.Server{Handler: s.Handler(), Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second}
+	// The read timeouts bound how long a client may take to send a request (headers,
+	// then the whole body); a long step is the response and is not bounded by them.
+	// IdleTimeout closes keep-alive connections nobody uses.
+	s.srv = &http.Server{Handler: s.Handler(), Protocols: &protocols,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: s.cfg.ReadTimeout, IdleTimeout: 2 * time.Minute}
+	s.ln = newLimitListener(s.ln, s.cfg.MaxConns, s.cfg.MaxConnsPerHost)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	return nil
 }

@@ -78,6 +78,7 @@ func TestAuthHeader(t *testing.T) {
 func TestConfigValidateNamesFlags(t *testing.T) {
 	err := Config{}.Validate()
 	for _, want := range []string{"envapi.addr", "envapi.tokens", "envapi.max-episodes", "envapi.server-max-episodes",
+		"envapi.max-conns", "envapi.max-conns-per-host", "envapi.max-batch-bytes", "envapi.read-timeout",
 		"envapi.step-timeout", "envapi.start-timeout", "envapi.episode-timeout", "envapi.idle-timeout", "envapi.segment-steps", "envapi.score-batch"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error lacks %s: %v", want, err)

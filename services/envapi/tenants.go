@@ -128,14 +128,15 @@ func (t *Tokens) Lookup(token string) *Tenant {
 
 type tenantKey struct{}
 
-// tenantOf returns the tenant the auth interceptor put in ctx.
+// tenantOf returns the tenant the guard put in ctx.
 func tenantOf(ctx context.Context) *Tenant {
 	t, _ := ctx.Value(tenantKey{}).(*Tenant)
 	return t
 }
 
-// auth is the interceptor that turns "Authorization: Bearer <token>" into a tenant, and
-// refuses calls without a valid one (401 over HTTP, UNAUTHENTICATED over gRPC).
+// auth turns "Authorization: Bearer <token>" into a tenant, and refuses calls without a
+// valid one (401 over HTTP, UNAUTHENTICATED over gRPC). The guard asks it before connect
+// reads the request.
 type auth struct{ tokens *Tokens }
 
 func (a auth) tenant(h interface{ Get(string) string }) (*Tenant, error) {
@@ -152,28 +153,4 @@ func (a auth) tenant(h interface{ Get(string) string }) (*Tenant, error) {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown API token"))
 	}
 	return t, nil
-}
-
-func (a auth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		t, err := a.tenant(req.Header())
-		if err != nil {
-			return nil, err
-		}
-		return next(context.WithValue(ctx, tenantKey{}, t), req)
-	}
-}
-
-func (a auth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (a auth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		t, err := a.tenant(conn.RequestHeader())
-		if err != nil {
-			return err
-		}
-		return next(context.WithValue(ctx, tenantKey{}, t), conn)
-	}
 }
