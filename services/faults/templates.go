@@ -23,29 +23,14 @@ const maxPut = 4096
 // the first compact plan naming a template, and every other process only reads it
 // (pkg/faults/templates.Client). It is safe for concurrent use.
 type templateWriter struct {
-	js jetstream.JetStream
+	bucket *bus.Bucket
 
 	mu  sync.Mutex
-	kv  jetstream.KeyValue
 	put map[string]bool // ids this process has put
 }
 
 func newTemplateWriter(js jetstream.JetStream) *templateWriter {
-	return &templateWriter{js: js, put: make(map[string]bool)}
-}
-
-func (w *templateWriter) bucket(ctx context.Context) (jetstream.KeyValue, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.kv != nil {
-		return w.kv, nil
-	}
-	kv, err := w.js.KeyValue(ctx, bus.BucketPlanTemplates)
-	if err != nil {
-		return nil, fmt.Errorf("open kv bucket %s: %w", bus.BucketPlanTemplates, err)
-	}
-	w.kv = kv
-	return kv, nil
+	return &templateWriter{bucket: bus.NewBucket(js, bus.BucketPlanTemplates), put: make(map[string]bool)}
 }
 
 func (w *templateWriter) done(id string) bool {
@@ -64,7 +49,7 @@ func (w *templateWriter) Put(ctx context.Context, id string, t *gauntletv1.Fault
 	if err != nil {
 		return fmt.Errorf("put plan template %s: %w", id, err)
 	}
-	kv, err := w.bucket(ctx)
+	kv, err := w.bucket.KV(ctx)
 	if err != nil {
 		return fmt.Errorf("put plan template %s: %w", id, err)
 	}

@@ -30,30 +30,15 @@ const maxCached = 4096
 
 // Client reads plan templates from the faults service's KV bucket, through a cache.
 type Client struct {
-	js jetstream.JetStream
+	bucket *bus.Bucket
 
 	mu     sync.Mutex
-	kv     jetstream.KeyValue
 	cached map[string]*gauntletv1.FaultPlan // id → template, verified
 }
 
 // NewClient returns a Client over js, whose bucket bus.EnsureStreams created.
 func NewClient(js jetstream.JetStream) *Client {
-	return &Client{js: js, cached: make(map[string]*gauntletv1.FaultPlan)}
-}
-
-func (s *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.kv != nil {
-		return s.kv, nil
-	}
-	kv, err := s.js.KeyValue(ctx, bus.BucketPlanTemplates)
-	if err != nil {
-		return nil, fmt.Errorf("open kv bucket %s: %w", bus.BucketPlanTemplates, err)
-	}
-	s.kv = kv
-	return kv, nil
+	return &Client{bucket: bus.NewBucket(js, bus.BucketPlanTemplates), cached: make(map[string]*gauntletv1.FaultPlan)}
 }
 
 func (s *Client) lookup(id string) *gauntletv1.FaultPlan {
@@ -77,7 +62,7 @@ func (s *Client) Get(ctx context.Context, id string) (*gauntletv1.FaultPlan, err
 	if t := s.lookup(id); t != nil {
 		return t, nil
 	}
-	kv, err := s.bucket(ctx)
+	kv, err := s.bucket.KV(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("plan template %s: %w", id, err)
 	}
