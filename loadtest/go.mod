@@ -3,9 +3,9 @@ module github.com/gauntlet-rl/gauntlet/loadtest
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 	github.com/gauntlet-rl/gauntlet v0.0.0
-	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -50,6 +50,7 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
