@@ -26,7 +26,7 @@ func TestAccount(t *testing.T) {
 			want: Accounting{Runs: 1, BuiltinEpisodes: 3, BuiltinRecorded: 3, BuiltinSteps: 30, APIEpisodes: 1,
 				APIOver: 1, APIOverRecorded: 1, APISteps: 5, BigActions: 1, BigRecordedCut: 1}, ok: true},
 		{name: "a run missing an episode and steps", runs: []runLedger{{"r1", 4}}, recorded: []runRecorded{complete},
-			want: Accounting{Runs: 1, BuiltinEpisodes: 4, BuiltinRecorded: 3, BuiltinSteps: 30, LostEpisodes: 1},
+			want:    Accounting{Runs: 1, BuiltinEpisodes: 4, BuiltinRecorded: 3, BuiltinSteps: 30, LostEpisodes: 1},
 			problem: "3 of 4 episodes"},
 		{name: "a run never recorded", runs: []runLedger{{"r2", 7}},
 			want:    Accounting{Runs: 1, BuiltinEpisodes: 7, LostEpisodes: 7},
@@ -51,13 +51,13 @@ func TestAccount(t *testing.T) {
 			api:  []apiEpisode{{ID: "e2", Acked: 3, Big: 1, Cut: true}},
 			want: Accounting{APIEpisodes: 1, APICut: 1, APISteps: 3}, ok: true},
 		{name: "a big action recorded whole is a problem", api: []apiEpisode{over},
-			apiRec: map[string]apiRecorded{"e1": {EpisodeRows: 1, Steps: 5}},
-			want: Accounting{APIEpisodes: 1, APIOver: 1, APIOverRecorded: 1, APISteps: 5, BigActions: 1},
+			apiRec:  map[string]apiRecorded{"e1": {EpisodeRows: 1, Steps: 5}},
+			want:    Accounting{APIEpisodes: 1, APIOver: 1, APIOverRecorded: 1, APISteps: 5, BigActions: 1},
 			problem: "1 big actions, 0 recorded cut"},
 		{name: "unanswered steps may be recorded, no more",
-			api: []apiEpisode{{ID: "e3", Acked: 4, Unacked: 1, Over: true}, {ID: "e4", Acked: 4, Unacked: 1, Over: true}},
-			apiRec: map[string]apiRecorded{"e3": {EpisodeRows: 1, Steps: 5}, "e4": {EpisodeRows: 1, Steps: 6}},
-			want: Accounting{APIEpisodes: 2, APIOver: 2, APIOverRecorded: 2, APISteps: 8, ExtraSteps: 1},
+			api:     []apiEpisode{{ID: "e3", Acked: 4, Unacked: 1, Over: true}, {ID: "e4", Acked: 4, Unacked: 1, Over: true}},
+			apiRec:  map[string]apiRecorded{"e3": {EpisodeRows: 1, Steps: 5}, "e4": {EpisodeRows: 1, Steps: 6}},
+			want:    Accounting{APIEpisodes: 2, APIOver: 2, APIOverRecorded: 2, APISteps: 8, ExtraSteps: 1},
 			problem: "4 steps acknowledged (+1 unanswered), 6 in ClickHouse"},
 		{name: "an API infra error seen or recorded is false",
 			api:    []apiEpisode{{ID: "e5", Acked: 2, Over: true, InfraSeen: 1}, {ID: "e6", Acked: 2, Over: true}},
@@ -145,5 +145,11 @@ func TestPacer(t *testing.T) {
 	none := pacer{}
 	if none.sendBig(0, 1e6) || !none.submitRun(0, 1e9) {
 		t.Error("share 0: no big actions, runs never held back")
+	}
+}
+
+func TestInList(t *testing.T) {
+	if got, want := inList([]string{"r1", `o'k\`}), `'r1','o\'k\\'`; got != want {
+		t.Errorf("inList = %s, want %s", got, want)
 	}
 }

@@ -27,6 +27,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	// The built-in runs are validated as the CLI validates them, against the envs.
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
@@ -285,10 +288,13 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 	log.Info("soak: load over; draining", "runs", len(bi.ledger()), "api_episodes", len(tr.ledger()))
 
 	// Drain: wait until the accounting passes or the bound passes, then account once more.
+	// An interrupted soak still accounts for what it started, within a bound.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Drain+5*time.Minute)
+	defer cancel()
 	drainStart := time.Now()
 	var acc Accounting
 	for {
-		acc, err = accountNow(ctx, ch, bi.ledger(), tr.ledger())
+		acc, err = accountNow(actx, ch, bi.ledger(), tr.ledger())
 		if err == nil && acc.OK() {
 			break
 		}
@@ -301,7 +307,7 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 		return fmt.Errorf("account: %w", err)
 	}
 	res.Drained = time.Since(drainStart)
-	res.InfraDetails = infraDetails(ctx, ch, bi.ledger())
+	res.InfraDetails = infraDetails(actx, ch, bi.ledger())
 	endSampling()
 	sampler.Wait()
 
@@ -363,7 +369,7 @@ func accountNow(ctx context.Context, ch driver.Conn, runs []runLedger, api []api
 	recorded := map[string]runRecorded{}
 	if len(ids) > 0 {
 		rows, err := ch.Query(ctx, `SELECT run_id, uniqExact(episode_id), min(idx), max(idx), sum(steps), countIf(infra_error = 1)
-			FROM episodes FINAL WHERE run_id IN (?) GROUP BY run_id`, ids)
+			FROM episodes FINAL WHERE run_id IN (`+inList(ids)+`) GROUP BY run_id`)
 		if err != nil {
 			return Accounting{}, fmt.Errorf("read episodes: %w", err)
 		}
@@ -376,7 +382,7 @@ func accountNow(ctx context.Context, ch driver.Conn, runs []runLedger, api []api
 			recorded[r.ID] = r
 		}
 		rows.Close()
-		rows, err = ch.Query(ctx, `SELECT run_id, uniqExact(episode_id, step) FROM steps WHERE run_id IN (?) GROUP BY run_id`, ids)
+		rows, err = ch.Query(ctx, `SELECT run_id, uniqExact(episode_id, step) FROM steps WHERE run_id IN (`+inList(ids)+`) GROUP BY run_id`)
 		if err != nil {
 			return Accounting{}, fmt.Errorf("read steps: %w", err)
 		}
@@ -443,7 +449,7 @@ func infraDetails(ctx context.Context, ch driver.Conn, runs []runLedger) []strin
 		return nil
 	}
 	rows, err := ch.Query(ctx, `SELECT episode_id, error FROM episodes FINAL
-		WHERE run_id IN (?) AND infra_error = 1 ORDER BY ended_at LIMIT 20`, ids)
+		WHERE run_id IN (`+inList(ids)+`) AND infra_error = 1 ORDER BY ended_at LIMIT 20`)
 	if err != nil {
 		return []string{"read infra errors: " + err.Error()}
 	}
