@@ -217,18 +217,24 @@ type Memory struct {
 }
 
 // memoryVerdict compares the medians of the first and the last half of the samples (by
-// time): memory is flat when the last half's median is at most tolerance above the first
+// time) taken after warmup (the climb from an empty stack to its working set is not a
+// leak): memory is flat when the last half's median is at most tolerance above the first
 // half's. Medians, not means or the least-squares slope, decide, because each kill -9
 // restarts the process at its start-up footprint: the slope is reported, but a sawtooth
 // would make it say whatever the phase of the last kill says. Fewer than 4 samples measure
 // nothing.
-func memoryVerdict(samples []rssSample, tolerance float64) Memory {
-	m := Memory{Samples: len(samples)}
+func memoryVerdict(all []rssSample, warmup time.Duration, tolerance float64) Memory {
+	var m Memory
+	var samples []rssSample
+	for _, s := range all {
+		m.Peak = max(m.Peak, s.RSS)
+		if s.At >= warmup {
+			samples = append(samples, s)
+		}
+	}
+	m.Samples = len(samples)
 	if len(samples) == 0 {
 		return m
-	}
-	for _, s := range samples {
-		m.Peak = max(m.Peak, s.RSS)
 	}
 	m.SlopeMBPerHour = slopeMBPerHour(samples)
 	if len(samples) < 4 {

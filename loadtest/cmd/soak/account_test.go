@@ -103,18 +103,23 @@ func TestMemoryVerdict(t *testing.T) {
 	tests := []struct {
 		name     string
 		samples  []rssSample
+		warmup   time.Duration
 		flat     bool
 		measured bool
 	}{
-		{"constant", series(func(int) uint64 { return 300 * mb }), true, true},
+		{"constant", series(func(int) uint64 { return 300 * mb }), 0, true, true},
 		// A kill every 5 samples restarts the process low: a sawtooth is flat.
-		{"sawtooth of restarts", series(func(i int) uint64 { return uint64(200+20*(i%5)) * mb }), true, true},
-		{"growing", series(func(i int) uint64 { return uint64(200+10*i) * mb }), false, true},
-		{"too few samples", series(func(int) uint64 { return mb })[:3], false, false},
+		{"sawtooth of restarts", series(func(i int) uint64 { return uint64(200+20*(i%5)) * mb }), 0, true, true},
+		{"growing", series(func(i int) uint64 { return uint64(200+10*i) * mb }), 0, false, true},
+		{"too few samples", series(func(int) uint64 { return mb })[:3], 0, false, false},
+		// A climb from 50 MB to a steady 330 MB over the first 8 minutes: growth, unless
+		// the warm-up leaves it out.
+		{"climb judged", series(func(i int) uint64 { return uint64(min(50+40*i, 330)) * mb }), 0, false, true},
+		{"climb left out", series(func(i int) uint64 { return uint64(min(50+40*i, 330)) * mb }), 8 * time.Minute, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := memoryVerdict(tc.samples, 0.10)
+			m := memoryVerdict(tc.samples, tc.warmup, 0.10)
 			if m.Flat != tc.flat || m.FlatnessMeasured != tc.measured {
 				t.Errorf("memoryVerdict = %+v, want flat %v, measured %v", m, tc.flat, tc.measured)
 			}

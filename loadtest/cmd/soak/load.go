@@ -13,6 +13,8 @@ import (
 
 	connectrpc "connectrpc.com/connect"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
@@ -212,6 +214,8 @@ type trainers struct {
 	mu       sync.Mutex
 	episodes []*apiEpisode
 	errs     map[string]int // call errors by kind, for the report
+	samples  []string       // the first few messages of each kind
+	start    time.Time
 }
 
 func (t *trainers) client() gauntletv1connect.EnvServiceClient {
@@ -228,12 +232,15 @@ func (t *trainers) client() gauntletv1connect.EnvServiceClient {
 		connectrpc.WithSendMaxBytes(16<<20), connectrpc.WithReadMaxBytes(16<<20))
 }
 
-func (t *trainers) noteErr(kind string) {
+func (t *trainers) noteErr(kind string, err error) {
 	t.mu.Lock()
 	if t.errs == nil {
 		t.errs = map[string]int{}
 	}
 	t.errs[kind]++
+	if t.errs[kind] <= 3 {
+		t.samples = append(t.samples, fmt.Sprintf("%s at %s: %.300s", kind, time.Since(t.start).Round(time.Second), err))
+	}
 	t.mu.Unlock()
 }
 
@@ -247,18 +254,19 @@ func (t *trainers) ledger() []apiEpisode {
 	return out
 }
 
-func (t *trainers) errors() map[string]int {
+func (t *trainers) errors() (map[string]int, []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[string]int{}
 	for k, v := range t.errs {
 		out[k] = v
 	}
-	return out
+	return out, append([]string(nil), t.samples...)
 }
 
 // run starts n trainers and returns when all have finished their episodes after ctx.
 func (t *trainers) run(ctx context.Context) {
+	t.start = time.Now()
 	var wg sync.WaitGroup
 	for i := range t.n {
 		wg.Go(func() { t.trainer(ctx, i) })
@@ -289,7 +297,7 @@ func (t *trainers) reset(ctx context.Context, cl gauntletv1connect.EnvServiceCli
 	r, err := cl.Reset(ctx, connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: seed,
 		Profile: "baseline", MaxSteps: t.maxSteps, Policy: "soak"}))
 	if err != nil {
-		t.noteErr("reset " + codeOf(err))
+		t.noteErr("reset "+codeOf(err), err)
 		sleep(ctx, 250*time.Millisecond)
 		return "", false
 	}
@@ -357,7 +365,7 @@ func (t *trainers) play(ctx context.Context, cl gauntletv1connect.EnvServiceClie
 // cut; any other answer that the episode is over marks it over (the API ended it); a
 // transport error or UNAVAILABLE is retried.
 func (t *trainers) over(e *apiEpisode, err error) bool {
-	t.noteErr("step " + codeOf(err))
+	t.noteErr("step "+codeOf(err), err)
 	var ce *connectrpc.Error
 	if !errors.As(err, &ce) {
 		return false
@@ -406,5 +414,42 @@ func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
+	}
+}
+
+// eventsStream reads the size of GAUNTLET_EVENTS, over a connection that follows the
+// stack through its restarts.
+type eventsStream struct {
+	url string
+	nc  *nats.Conn
+}
+
+// size returns the stream's bytes and cap; false when NATS cannot say (gauntlet down).
+func (e *eventsStream) size(ctx context.Context) (uint64, int64, bool) {
+	if e.nc == nil {
+		nc, err := nats.Connect(e.url, nats.Name("soak-sampler"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250*time.Millisecond))
+		if err != nil {
+			return 0, 0, false
+		}
+		e.nc = nc
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		return 0, 0, false
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(qctx, bus.StreamEvents)
+	if err != nil {
+		return 0, 0, false
+	}
+	info := s.CachedInfo()
+	return info.State.Bytes, info.Config.MaxBytes, true
+}
+
+func (e *eventsStream) close() {
+	if e.nc != nil {
+		e.nc.Close()
 	}
 }

@@ -51,6 +51,7 @@ type config struct {
 	RunsInFlight   int           `json:"runs_in_flight"`
 	RSSInterval    time.Duration `json:"rss_interval_ns"`
 	FlatTolerance  float64       `json:"flat_tolerance"`
+	RSSWarmup      time.Duration `json:"rss_warmup_ns"`
 	Drain          time.Duration `json:"drain_ns"`
 	UpArgs         string        `json:"up_args"`
 	Work           string        `json:"-"`
@@ -78,12 +79,16 @@ func main() {
 	fs.IntVar(&c.RunsInFlight, "runs-in-flight", 4, "built-in runs open at once")
 	fs.DurationVar(&c.RSSInterval, "rss-interval", 5*time.Second, "how often gauntlet's and ClickHouse's memory is sampled")
 	fs.Float64Var(&c.FlatTolerance, "flat-tolerance", 0.10, "memory is flat when the last half's median RSS is at most this much above the first half's")
+	fs.DurationVar(&c.RSSWarmup, "rss-warmup", -1, "memory samples before this are not judged, the climb to the working set (negative: a tenth of -duration, at most 5m)")
 	fs.DurationVar(&c.Drain, "drain", 10*time.Minute, "after the load, how long to wait for every episode to reach ClickHouse")
 	fs.StringVar(&c.UpArgs, "up-args", "", "extra flags for gauntlet up, space-separated")
 	fs.StringVar(&c.Work, "work", "", "scratch directory for the data dir and logs (default: a new one under $TMPDIR)")
 	fs.StringVar(&c.Out, "out", "", "results JSON (default results/soak-<timestamp>.json; the summary goes next to it as .txt)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the data dir and logs")
 	fs.Parse(os.Args[1:])
+	if c.RSSWarmup < 0 {
+		c.RSSWarmup = min(c.Duration/10, 5*time.Minute)
+	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -120,12 +125,16 @@ type results struct {
 	Accounting    Accounting     `json:"accounting"`
 	InfraDetails  []string       `json:"infra_error_details,omitempty"`
 	TrainerErrors map[string]int `json:"trainer_call_errors"`
-	SubmitErrors  int            `json:"run_submit_errors"`
-	Gauntlet      Memory         `json:"gauntlet_memory"`
-	ClickHouse    Memory         `json:"clickhouse_memory"`
-	GauntletRSS   []rssSample    `json:"gauntlet_rss"`
-	ClickHouseRSS []rssSample    `json:"clickhouse_rss"`
-	Pass          bool           `json:"pass"`
+	// TrainerErrorSamples are the first few messages of each kind, with when they came.
+	TrainerErrorSamples []string    `json:"trainer_call_error_samples,omitempty"`
+	EventsPeak          uint64      `json:"events_stream_peak_bytes"`
+	EventsCap           uint64      `json:"events_stream_max_bytes"`
+	SubmitErrors        int         `json:"run_submit_errors"`
+	Gauntlet            Memory      `json:"gauntlet_memory"`
+	ClickHouse          Memory      `json:"clickhouse_memory"`
+	GauntletRSS         []rssSample `json:"gauntlet_rss"`
+	ClickHouseRSS       []rssSample `json:"clickhouse_rss"`
+	Pass                bool        `json:"pass"`
 }
 
 func soak(ctx context.Context, c config, log *slog.Logger) error {
@@ -201,6 +210,8 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 	wg.Go(func() { tr.run(load) })
 
 	// Sampling runs until the accounting is done; kills only during the load.
+	ev := &eventsStream{url: fmt.Sprintf("nats://127.0.0.1:%d", p.NATS)}
+	defer ev.close()
 	sampleCtx, endSampling := context.WithCancel(ctx)
 	defer endSampling()
 	var smu sync.Mutex
@@ -220,6 +231,11 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 			}
 			res.DataUsedPeak = max(res.DataUsedPeak, dd.used())
 			smu.Unlock()
+			if b, limit, ok := ev.size(sampleCtx); ok {
+				smu.Lock()
+				res.EventsPeak, res.EventsCap = max(res.EventsPeak, b), uint64(limit)
+				smu.Unlock()
+			}
 			select {
 			case <-sampleCtx.Done():
 				return
@@ -317,10 +333,10 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 	if res.Actions > 0 {
 		res.BigShare = float64(acc.BigActions) / float64(res.Actions)
 	}
-	res.TrainerErrors = tr.errors()
+	res.TrainerErrors, res.TrainerErrorSamples = tr.errors()
 	res.SubmitErrors = bi.submitErrors
-	res.Gauntlet = memoryVerdict(res.GauntletRSS, c.FlatTolerance)
-	res.ClickHouse = memoryVerdict(res.ClickHouseRSS, c.FlatTolerance)
+	res.Gauntlet = memoryVerdict(res.GauntletRSS, c.RSSWarmup, c.FlatTolerance)
+	res.ClickHouse = memoryVerdict(res.ClickHouseRSS, c.RSSWarmup, c.FlatTolerance)
 	res.Pass = acc.OK() && len(res.UnexpectedEnd) == 0 && res.Gauntlet.Flat && res.ClickHouse.Flat && allBack(res.Kills)
 	return writeResults(c.Out, res)
 }
@@ -487,8 +503,9 @@ func writeResults(path string, res *results) error {
 func summary(w io.Writer, r *results) {
 	a := r.Accounting
 	mb := func(b uint64) float64 { return float64(b) / (1 << 20) }
-	fmt.Fprintf(w, "soak of %s: load %s, data dir %s (%s, %.1f GB, peak used %.0f MB)\n",
-		r.Config.Gauntlet, r.Load.Round(time.Second), r.DataDir.Path, r.DataDir.Kind, float64(r.DataDir.Bytes)/1e9, mb(r.DataUsedPeak))
+	fmt.Fprintf(w, "soak of %s: load %s, data dir %s (%s, %.1f GiB, peak used %.0f MiB)\n",
+		r.Config.Gauntlet, r.Load.Round(time.Second), r.DataDir.Path, r.DataDir.Kind, float64(r.DataDir.Bytes)/(1<<30), mb(r.DataUsedPeak))
+	fmt.Fprintf(w, "events stream %s: peak %.0f MiB of its %.0f MiB cap\n", "GAUNTLET_EVENTS", mb(r.EventsPeak), mb(r.EventsCap))
 	fmt.Fprintf(w, "actions: %d (%.0f/s), big (%d bytes): %d, %.2f %% of all (asked %.2f %%)\n",
 		r.Actions, r.ActionsPerSec, r.Config.BigBytes, a.BigActions, 100*r.BigShare, 100*r.Config.BigShare)
 	fmt.Fprintf(w, "built-in: %d runs, %d of %d episodes recorded, %d steps\n", a.Runs, a.BuiltinRecorded, a.BuiltinEpisodes, a.BuiltinSteps)
@@ -516,11 +533,14 @@ func summary(w io.Writer, r *results) {
 		name string
 		m    Memory
 	}{{"gauntlet", r.Gauntlet}, {"clickhouse", r.ClickHouse}} {
-		fmt.Fprintf(w, "memory %s: median %.0f MB first half, %.0f MB last half (%+.1f %%), peak %.0f MB, slope %+.1f MB/h, %d samples: flat=%v\n",
-			m.name, mb(m.m.FirstHalfMedian), mb(m.m.LastHalfMedian), 100*m.m.Growth, mb(m.m.Peak), m.m.SlopeMBPerHour, m.m.Samples, m.m.Flat)
+		fmt.Fprintf(w, "memory %s (after %s warm-up): median %.0f MiB first half, %.0f MiB last half (%+.1f %%), peak %.0f MiB, slope %+.1f MiB/h, %d samples: flat=%v\n",
+			m.name, r.Config.RSSWarmup, mb(m.m.FirstHalfMedian), mb(m.m.LastHalfMedian), 100*m.m.Growth, mb(m.m.Peak), m.m.SlopeMBPerHour, m.m.Samples, m.m.Flat)
 	}
 	if len(r.TrainerErrors) > 0 {
 		fmt.Fprintf(w, "trainer call errors (expected around kills): %v\n", r.TrainerErrors)
+		for _, e := range r.TrainerErrorSamples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
 	}
 	verdict := "PASS"
 	if !r.Pass {
