@@ -120,15 +120,17 @@ func runToEnd(t *testing.T, b *bus.Bus, conn driver.Conn, db string, req *gauntl
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	ctx, unguard := guardStall(ctx, t, b, req.RunId)
+	defer unguard()
 	final, err := follow(ctx, b, req, io.Discard)
 	if err != nil {
-		t.Fatal(err)
+		failStalled(t, ctx, err)
 	}
 	if final.Error != "" {
 		t.Fatalf("run refused: %s", final.Error)
 	}
 	if err := waitPersisted(ctx, b, conn, db, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		t.Fatal(err)
+		failStalled(t, ctx, err)
 	}
 	return final
 }
@@ -322,7 +324,37 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 	if err := ch.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * time.Second)
+	// The outage must matter: while ClickHouse is down the run goes on and its events
+	// pile up unwritten, the store's inserts failing, rather than the run having been
+	// written whole before the stop.
+	b := s.app.getBus()
+	storeKV, err := b.StoreBucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outage := time.Now()
+	var written, last uint64
+	for {
+		p, err := bus.GetStoreProgress(ctx, storeKV)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written = p.GetWrittenSeq()
+		if last, err = b.EventsLastSeq(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if last > written || time.Since(outage) > 4*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last <= written {
+		t.Fatalf("during the outage the stream grew to event %d and the store had written up to %d: the outage did not hold back the store's inserts", last, written)
+	}
+	time.Sleep(4*time.Second - time.Since(outage))
+	if p, err := bus.GetStoreProgress(ctx, storeKV); err != nil || p.GetWrittenSeq() >= last {
+		t.Fatalf("with ClickHouse down the store said it had written up to event %d of %d (err %v)", p.GetWrittenSeq(), last, err)
+	}
 	if err := ch.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
