@@ -169,6 +169,8 @@ class GauntletEnv(_Base):
     def reset(self, seed=None, options=None):
         check_keys("options", options or {}, RESET_OPTIONS)
         self._close_episode()
+        if _Base is not object:
+            super().reset(seed=seed)  # seeds gymnasium's np_random, as its env checker expects
         o = dict(self.defaults)
         o.update(options or {})
         if seed is None:
@@ -216,12 +218,18 @@ class GauntletEnv(_Base):
         return False
 
 
+def _is_bool(x):
+    """Whether x is a bool, Python's or numpy's (whose type is numpy.bool_, or numpy.bool
+    from numpy 2), without importing numpy."""
+    return isinstance(x, bool) or (type(x).__module__ == "numpy" and type(x).__name__ in ("bool_", "bool"))
+
+
 class GauntletVectorEnv:
     """num_envs episodes stepped together with one batched call per step.
 
-    reset(seed=None, options=None) -> (obs list, info list): every sub-env reset (seed,
-    when given, seeds sub-env i with seed + i), or with options={"reset_mask": [bool per
-    sub-env]} only those marked (the others' entries keep their last observation and an
+    reset(seed=None, options=None) -> (obs list, info list): every sub-env reset (an int
+    seed seeds sub-env i with seed + i, a list gives each its own), or with
+    options={"reset_mask": [bool per sub-env]} only those marked (the others' entries keep their last observation and an
     empty info). step(actions) -> (obs, rewards, terminated, truncated, infos) lists.
 
     autoreset_mode (metadata["autoreset_mode"], Gymnasium's AutoresetMode or its name)
@@ -301,7 +309,7 @@ class GauntletVectorEnv:
             mask = [m for m in mask]
         except TypeError:
             raise ValueError("options: reset_mask must be a sequence of one bool per sub-env") from None
-        if len(mask) != self.num_envs or not all(isinstance(m, bool) or type(m).__name__ == "bool_" for m in mask):
+        if len(mask) != self.num_envs or not all(_is_bool(m) for m in mask):
             raise ValueError(f"options: reset_mask must hold {self.num_envs} bools, one per sub-env")
         if not any(mask):
             raise ValueError("options: reset_mask resets no sub-env")
@@ -311,11 +319,17 @@ class GauntletVectorEnv:
         mask, options = self._mask(options)
         if options:
             check_keys("options", options, RESET_OPTIONS)
+        if seed is None or isinstance(seed, int):
+            seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"seed: {len(seeds)} seeds for {self.num_envs} envs")
         obs, infos = list(self._obs), [{} for _ in range(self.num_envs)]
-        for i, e in enumerate(self.envs):
+        for i in range(self.num_envs):
             if mask is not None and not mask[i]:
                 continue
-            obs[i], infos[i] = self.reset_at(i, seed=None if seed is None else seed + i, options=options)
+            obs[i], infos[i] = self.reset_at(i, seed=seeds[i], options=options)
         return obs, infos
 
     def reset_at(self, i, seed=None, options=None):

@@ -72,6 +72,10 @@ class EnvAPITest(unittest.TestCase):
             obs, rew, term, trunc, infos = venv.step([search()] * 2)
             self.assertEqual(trunc, [True, True])
             self.assertEqual([i["reason"] for i in infos], ["max_steps", "max_steps"])
+            # The ending step is the episode's own last: its observation, no reset yet.
+            self.assertEqual([i["episode_id"] for i in infos], old)
+            self.assertFalse(any("item" in o for o in obs))
+            self.assertNotIn("final_obs", infos[0])
             # The next step resets both instead of stepping them: the actions (an invalid
             # one among them) are ignored; each gives the new episode's first observation,
             # reward 0 and neither flag.

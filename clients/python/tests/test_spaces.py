@@ -82,9 +82,13 @@ class SpacesTest(unittest.TestCase):
 
     def test_reset_mask_is_checked_before_anything_is_sent(self):
         venv = g.GauntletVectorEnv(2, "shop", url=NOWHERE, token="t")
-        for bad in ([True], [False, False], ["yes", True], True):
+        for bad in ([True], [False, False], ["yes", True], [1, 0], True):
             with self.assertRaises(ValueError):
                 venv.reset(options={"reset_mask": bad})
+        with self.assertRaises(ValueError):
+            venv.reset(seed=[1, 2, 3])  # one seed per sub-env
+        with self.assertRaises(ValueError):
+            venv.reset(options={"reset_mask": [True, False], "profle": "stress"})
 
 
 if __name__ == "__main__":
