@@ -155,8 +155,7 @@ class GauntletEnv(_Base):
     @property
     def observation_space(self):
         """The env's observation space (DescribeEnv's): a spaces.JSONSchema of the decoded
-        observation, a JSON object. An infra-error step's observation is None, outside
-        it: such steps are masked (info["infra_error"])."""
+        observation, a JSON object."""
         if self._observation_space is None:
             o = self.description.get("observationSpace") or {}
             self._observation_space = spaces.JSONSchema(o.get("schemaJson") or '{"type":"object"}')

@@ -590,8 +590,8 @@ func (x *ActionSpace) GetMaxArgsBytes() uint32 {
 // ObservationSpace: what an observation is once decoded.
 type ObservationSpace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// How observation_json is written: "json", one JSON document in UTF-8 (empty only on a
-	// step that failed as an infra error).
+	// How observation_json is written: "json", one JSON document in UTF-8 (a step that
+	// did not play, ended by a timeout or an infra error, repeats the last one).
 	Encoding string `protobuf:"bytes,1,opt,name=encoding,proto3" json:"encoding,omitempty"`
 	// JSON Schema of the decoded document: every env's observations are JSON objects whose
 	// members the env's doc page describes.
