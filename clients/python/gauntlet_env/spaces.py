@@ -198,8 +198,14 @@ else:
 
 def batch(space, n):
     """A vector env's batched space of n sub-envs: a Tuple of n copies (what gymnasium's
-    batch_space makes of a space it cannot stack into arrays)."""
-    return Tuple([copy.deepcopy(space) for _ in range(n)])
+    batch_space makes of a space it cannot stack into arrays), each seeded apart from a
+    copy of space's generator, so sub-envs draw different samples and space's own draws
+    are left as they were."""
+    rng = copy.deepcopy(space._rng)
+    copies = [copy.deepcopy(space) for _ in range(n)]
+    for c in copies:
+        c.seed(rng.getrandbits(63))
+    return Tuple(copies)
 
 
 def _is(x, t):

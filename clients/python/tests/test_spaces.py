@@ -6,6 +6,7 @@ import json
 import unittest
 
 import gauntlet_env as g
+from gauntlet_env import spaces
 from gauntlet_env.spaces import JSONSchema, ToolCall
 
 NOWHERE = "http://127.0.0.1:9"
@@ -55,6 +56,17 @@ class SpacesTest(unittest.TestCase):
         self.assertEqual([a.sample() for _ in range(100)], got)
         with self.assertRaises(ValueError):
             a.sample(mask=[1, 0, 0])
+
+    def test_batched_space_samples_each_sub_env_apart(self):
+        a = ToolCall(TOOLS, seed=1)
+        b = spaces.batch(a, 4)
+        self.assertEqual(len(b), 4)
+        x = b.sample()
+        self.assertEqual(len(x), 4)
+        self.assertIn(x, b)
+        self.assertIn(list(x), b)
+        self.assertGreater(len({json.dumps(v, sort_keys=True) for v in x}), 1)  # not one sample four times
+        self.assertEqual(a.sample(), ToolCall(TOOLS, seed=1).sample())  # batching left a's draws alone
 
     def test_tool_call_contains(self):
         a = ToolCall(TOOLS, max_args_bytes=64)
