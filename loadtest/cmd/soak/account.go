@@ -43,6 +43,8 @@ type apiEpisode struct {
 	// SERVER_RESTARTED, or could not be reached until it did). Its end is not recorded, by
 	// design (docs/envapi.md, After a restart).
 	Cut bool `json:"cut,omitempty"`
+	// Forgotten: the API answered NOT_FOUND for the episode while it was live.
+	Forgotten bool `json:"forgotten,omitempty"`
 	// InfraSeen counts step results the API flagged as infra errors.
 	InfraSeen uint32 `json:"infra_seen,omitempty"`
 }
@@ -156,6 +158,10 @@ func account(runs []runLedger, recorded map[string]runRecorded, api []apiEpisode
 			problem(&nInfra, "env API episode %s: %d steps answered as infra errors", e.ID, e.InfraSeen)
 		}
 		got := apiRec[e.ID]
+		if e.Forgotten {
+			problem(&nAPI, "env API episode %s: answered NOT_FOUND while live", e.ID)
+			continue
+		}
 		if e.Cut {
 			a.APICut++
 			continue

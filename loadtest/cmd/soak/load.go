@@ -381,10 +381,10 @@ func (t *trainers) over(e *apiEpisode, err error) bool {
 		}
 		return true
 	case connectrpc.CodeNotFound:
-		// Not this process's episode and not one it recognises as from before a restart:
-		// the harness cannot account for it; note it as cut (it was, by a restart).
+		// The API forgot a live episode of its own tenant: a defect the accounting names
+		// (an episode from before a restart answers SERVER_RESTARTED instead).
 		t.mu.Lock()
-		e.Cut = true
+		e.Forgotten = true
 		t.mu.Unlock()
 		return true
 	}

@@ -245,23 +245,12 @@ func (s *stack) stop(bound time.Duration) {
 }
 
 // childPID returns the pid of gauntlet's child whose command name starts with name, 0
-// when there is none.
+// when there is none. A child is listed under the thread that forked it, so every
+// thread's list is read.
 func childPID(parent int, name string) int {
 	if parent == 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent))
-	if err != nil {
-		return 0
-	}
-	for _, f := range strings.Fields(string(b)) {
-		pid, _ := strconv.Atoi(f)
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if strings.HasPrefix(strings.TrimSpace(string(comm)), name) {
-			return pid
-		}
-	}
-	// Children forked by other threads are listed under those threads.
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", parent))
 	for _, t := range tasks {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", parent, t.Name()))
