@@ -43,6 +43,8 @@ type apiEpisode struct {
 	// SERVER_RESTARTED, or could not be reached until it did). Its end is not recorded, by
 	// design (docs/envapi.md, After a restart).
 	Cut bool `json:"cut,omitempty"`
+	// Unclosed: at the end of the load its Close was not answered within the bound.
+	Unclosed bool `json:"unclosed,omitempty"`
 	// Forgotten: the API answered NOT_FOUND for the episode while it was live.
 	Forgotten bool `json:"forgotten,omitempty"`
 	// InfraSeen counts step results the API flagged as infra errors.
@@ -68,6 +70,7 @@ type Accounting struct {
 	APIEpisodes      int    `json:"api_episodes"`
 	APIOver          int    `json:"api_over"`
 	APICut           int    `json:"api_cut_by_kill"`
+	APIUnclosed      int    `json:"api_unclosed"`
 	APIOverRecorded  int    `json:"api_over_recorded"`
 	APISteps         uint64 `json:"api_steps_acked"`
 	BigActions       uint64 `json:"big_actions_acked"`
@@ -83,7 +86,7 @@ type Accounting struct {
 
 // OK reports whether nothing was lost, nothing duplicated and no infra error was false.
 func (a *Accounting) OK() bool {
-	return a.LostEpisodes == 0 && a.LostSteps == 0 && a.ExtraSteps == 0 && a.FalseInfraErrors == 0 &&
+	return a.LostEpisodes == 0 && a.LostSteps == 0 && a.APIUnclosed == 0 && a.ExtraSteps == 0 && a.FalseInfraErrors == 0 &&
 		a.BigRecordedCut == a.BigActions && len(a.Problems) == 0
 }
 
@@ -164,6 +167,11 @@ func account(runs []runLedger, recorded map[string]runRecorded, api []apiEpisode
 		}
 		if e.Cut {
 			a.APICut++
+			continue
+		}
+		if e.Unclosed {
+			a.APIUnclosed++
+			problem(&nAPI, "env API episode %s: Close not answered within %s after the load", e.ID, closeBound)
 			continue
 		}
 		if !e.Over {

@@ -65,6 +65,8 @@ func TestAccount(t *testing.T) {
 			want: Accounting{APIEpisodes: 2, APIOver: 2, APIOverRecorded: 2, APISteps: 4,
 				InfraErrors: 2, FalseInfraErrors: 2},
 			problem: "recorded as an infra error"},
+		{name: "an API episode never closed", api: []apiEpisode{{ID: "e9", Acked: 3, Unclosed: true}},
+			want: Accounting{APIEpisodes: 1, APISteps: 3, APIUnclosed: 1}, problem: "Close not answered"},
 		{name: "an API episode the API forgot", api: []apiEpisode{{ID: "e8", Acked: 2, Forgotten: true}},
 			want: Accounting{APIEpisodes: 1, APISteps: 2}, problem: "answered NOT_FOUND while live"},
 		{name: "an API episode neither over nor cut", api: []apiEpisode{{ID: "e7", Acked: 1}},

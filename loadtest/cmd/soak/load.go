@@ -216,6 +216,9 @@ type trainers struct {
 	errs     map[string]int // call errors by kind, for the report
 	samples  []string       // the first few messages of each kind
 	start    time.Time
+	// hard ends every call: the soak's own context (an interrupt), where the run's
+	// context ends only the stepping.
+	hard context.Context
 }
 
 func (t *trainers) client() gauntletv1connect.EnvServiceClient {
@@ -307,7 +310,9 @@ func (t *trainers) reset(ctx context.Context, cl gauntletv1connect.EnvServiceCli
 // play steps one episode to its end (or Close), noting what the API answered. After
 // ctx ends it stops stepping and closes the episode, retrying until the API answers.
 func (t *trainers) play(ctx context.Context, cl gauntletv1connect.EnvServiceClient, e *apiEpisode, small string) {
-	bg := context.WithoutCancel(ctx)
+	// A step once sent is waited for past the end of the load (it completes on the
+	// server anyway), but not past an interrupt.
+	bg := t.hard
 	for ctx.Err() == nil {
 		args, big := small, t.pace.sendBig(t.c.big.Load(), t.c.total())
 		if big {
@@ -346,8 +351,12 @@ func (t *trainers) play(ctx context.Context, cl gauntletv1connect.EnvServiceClie
 			return
 		}
 	}
-	for attempt := 0; attempt < 600; attempt++ {
-		_, err := cl.Close(bg, connectrpc.NewRequest(&gauntletv1.CloseRequest{EpisodeId: e.ID}))
+	// Close until answered, up to closeBound: a stack that never answers leaves the
+	// episode unclosed, which the accounting reports.
+	cctx, cancel := context.WithTimeout(t.hard, closeBound)
+	defer cancel()
+	for cctx.Err() == nil {
+		_, err := cl.Close(cctx, connectrpc.NewRequest(&gauntletv1.CloseRequest{EpisodeId: e.ID}))
 		if err == nil {
 			t.mu.Lock()
 			e.Over = true
@@ -357,9 +366,16 @@ func (t *trainers) play(ctx context.Context, cl gauntletv1connect.EnvServiceClie
 		if t.over(e, err) {
 			return
 		}
-		time.Sleep(250 * time.Millisecond)
+		sleep(cctx, 250*time.Millisecond)
 	}
+	t.mu.Lock()
+	e.Unclosed = true
+	t.mu.Unlock()
 }
+
+// closeBound is how long a trainer tries to close its episode at the end of the load
+// (through a restart of gauntlet, which takes seconds).
+const closeBound = 3 * time.Minute
 
 // over reports whether err ends the episode for the harness: SERVER_RESTARTED marks it
 // cut; any other answer that the episode is over marks it over (the API ended it); a

@@ -200,7 +200,7 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 		profiles: c.Profiles, episodes: c.RunEpisodes, inFlight: c.RunsInFlight, pace: pace, c: &cnt, log: log}
 	tr := &trainers{addr: fmt.Sprintf("127.0.0.1:%d", p.EnvAPI), token: token, n: c.Trainers,
 		maxSteps: uint32(c.MaxSteps), bigAction: `{"query":"` + strings.Repeat("m", max(c.BigBytes-12, 0)) + `"}`,
-		pace: pace, c: &cnt, log: log}
+		pace: pace, c: &cnt, log: log, hard: ctx}
 
 	start := time.Now()
 	load, endLoad := context.WithTimeout(ctx, c.Duration)
@@ -509,8 +509,8 @@ func summary(w io.Writer, r *results) {
 	fmt.Fprintf(w, "actions: %d (%.0f/s), big (%d bytes): %d, %.2f %% of all (asked %.2f %%)\n",
 		r.Actions, r.ActionsPerSec, r.Config.BigBytes, a.BigActions, 100*r.BigShare, 100*r.Config.BigShare)
 	fmt.Fprintf(w, "built-in: %d runs, %d of %d episodes recorded, %d steps\n", a.Runs, a.BuiltinRecorded, a.BuiltinEpisodes, a.BuiltinSteps)
-	fmt.Fprintf(w, "env API: %d episodes: %d over (%d recorded), %d cut by a kill of gauntlet; %d steps acknowledged; big actions recorded cut with their mark: %d of %d\n",
-		a.APIEpisodes, a.APIOver, a.APIOverRecorded, a.APICut, a.APISteps, a.BigRecordedCut, a.BigActions)
+	fmt.Fprintf(w, "env API: %d episodes: %d over (%d recorded), %d cut by a kill of gauntlet, %d never closed; %d steps acknowledged; big actions recorded cut with their mark: %d of %d\n",
+		a.APIEpisodes, a.APIOver, a.APIOverRecorded, a.APICut, a.APIUnclosed, a.APISteps, a.BigRecordedCut, a.BigActions)
 	for _, k := range r.Kills {
 		status := fmt.Sprintf("ready again after %s", k.Ready.Round(time.Millisecond))
 		if !k.Back {
