@@ -41,6 +41,7 @@ type apiStack struct {
 	bus    *bus.Bus
 	addr   string
 	faults *faults.Service
+	reward *reward.Service
 }
 
 // startAPI starts the stack; adjust (if not nil) changes the env API's configuration
@@ -95,7 +96,7 @@ func startAPI(t *testing.T, adjust func(*envapi.Config)) *apiStack {
 		cancel()
 		<-done
 	})
-	return &apiStack{bus: b, addr: s.Addr(), faults: fs}
+	return &apiStack{bus: b, addr: s.Addr(), faults: fs, reward: rs}
 }
 
 // bearer adds a tenant's token to every call.
@@ -324,5 +325,36 @@ func TestResetPlanErrors(t *testing.T) {
 	_, err = small.Reset(ctx, connect.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: 9}))
 	if codeOf(err) != connect.CodeUnavailable {
 		t.Errorf("Reset with no faults service: %v, want unavailable", err)
+	}
+}
+
+// A step the reward service does not score in time is gauntlet's failure, not the
+// policy's: the result is flagged infra_error and truncated with that reason, the episode
+// is over (a later step is FAILED_PRECONDITION) and its slot is free again.
+func TestUnscoredStepIsAnInfraError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := startAPI(t, func(c *envapi.Config) { c.StepTimeout = 500 * time.Millisecond })
+	small := a.client(tokenSmall)
+	id := reset(ctx, t, small, 1)
+	if _, err := small.Step(ctx, connect.NewRequest(search(id))); err != nil {
+		t.Fatalf("step with the reward service up: %v", err)
+	}
+	if err := a.reward.Stopping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := small.Step(ctx, connect.NewRequest(search(id)))
+	if err != nil {
+		t.Fatalf("unscored step: %v, want a result flagged infra_error", err)
+	}
+	if r := res.Msg; !r.GetInfo().GetInfraError() || !r.Truncated || r.Terminated ||
+		r.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR || r.Step != 1 {
+		t.Errorf("unscored step: %v, want step 1 truncated as an infra error", r)
+	}
+	if _, err := small.Step(ctx, connect.NewRequest(search(id))); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("step after the infra error: %v, want failed_precondition", err)
+	}
+	if c := capacity(ctx, t, small); c.ActiveEpisodes != 0 {
+		t.Errorf("%d episodes live after the infra error, want 0", c.ActiveEpisodes)
 	}
 }
