@@ -31,9 +31,12 @@ func started(ctx context.Context, t *testing.T) (*Service, *bus.Bus) {
 
 func askPlan(ctx context.Context, t *testing.T, b *bus.Bus, req *gauntletv1.PlanRequest) *gauntletv1.PlanReply {
 	t.Helper()
+	// A plan takes milliseconds; a request unanswered for 5 s was dropped.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	var reply gauntletv1.PlanReply
-	if err := b.Request(ctx, bus.SubjectPlan, req, &reply); err != nil {
-		t.Fatal(err)
+	if err := b.Request(rctx, bus.SubjectPlan, req, &reply); err != nil {
+		t.Fatalf("no plan reply: %v", err)
 	}
 	return &reply
 }
@@ -63,7 +66,9 @@ func TestInvalidPlanRequestsAreAnsweredInvalid(t *testing.T) {
 			t.Errorf("%s: kind %v, error %q, %d plans; want invalid", name, r.ErrorKind, r.Error, len(r.Plans))
 		}
 	}
-	msg, err := b.NC.RequestWithContext(ctx, bus.SubjectPlan, []byte("\xff\xfe not a plan request"))
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	msg, err := b.NC.RequestWithContext(rctx, bus.SubjectPlan, []byte("\xff\xfe not a plan request"))
 	if err != nil {
 		t.Fatalf("undecodable request: no answer: %v", err)
 	}
