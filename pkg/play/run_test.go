@@ -188,13 +188,44 @@ func TestStepErrors(t *testing.T) {
 		t.Fatalf("an unscored step reached the output (%d) or the counts (%d, %d)", len(out.steps), s.Steps(), s.Ended.Steps)
 	}
 
-	done, _, _ := session(t, "random")
-	if _, _, err := done.Replay(ctx, rec); err != nil || !done.Done() {
-		t.Fatalf("replay to the end: %v, done %v", err, done.Done())
+	// An env that would go on stepping after its episode ended (not every env guards
+	// itself) is not asked to: the session refuses the step.
+	deps := play.Deps{Envs: func(string) (env.Env, error) { return endingEnv{}, nil }}
+	eout := &memOut{}
+	ended := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: &gauntletv1.EpisodeRequested{EpisodeId: "r-1", Env: "ending-test"}}, "w-test", play.LocalScorer{}, eout)
+	defer ended.Close()
+	if _, err := ended.Prepare(ctx, deps); err != nil {
+		t.Fatal(err)
 	}
-	if _, _, err := done.Step(ctx, rec[0].Action, nil); err == nil {
-		t.Fatal("a step after the episode ended was taken")
+	if _, err := ended.Reset(ctx, 1); err != nil {
+		t.Fatal(err)
 	}
+	add := env.Action{Tool: "counter.add", Args: []byte(`{}`)}
+	for range 2 {
+		if _, _, err := ended.Step(ctx, add, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !ended.Done() {
+		t.Fatal("the episode did not end at its second step")
+	}
+	if _, _, err := ended.Step(ctx, add, nil); err == nil || len(eout.steps) != 2 || ended.Steps() != 2 {
+		t.Fatalf("a step after the end: err %v, %d steps recorded, session at %d; want an error and 2, 2", err, len(eout.steps), ended.Steps())
+	}
+}
+
+// endingEnv is counterEnv whose episodes terminate at their second step and, unlike the
+// real envs, would go on stepping if asked.
+type endingEnv struct{ counterEnv }
+
+func (endingEnv) NewEpisode(env.Config) (env.Episode, error) { return &endingEpisode{}, nil }
+
+type endingEpisode struct{ counterEpisode }
+
+func (e *endingEpisode) Step(a env.Action) (env.StepResult, error) {
+	res, err := e.counterEpisode.Step(a)
+	res.Terminated = e.n >= 2
+	return res, err
 }
 
 // The Publisher puts an episode on GAUNTLET_EVENTS as segments of at most Max steps: the
