@@ -313,9 +313,12 @@ func TestPublisherPutsTheEpisodeOnTheStream(t *testing.T) {
 	}
 }
 
-// waitFor reads the run's segments from GAUNTLET_EVENTS until ok holds for them.
+// waitFor reads the run's segments from GAUNTLET_EVENTS until ok holds for them. A
+// publish is acked in milliseconds: 5 s without ok means it never will hold.
 func waitFor(ctx context.Context, t *testing.T, b *bus.Bus, runID string, ok func([]*gauntletv1.StepsTaken) bool) []*gauntletv1.StepsTaken {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	for {
 		segs := segments(ctx, t, b, runID)
 		if ok(segs) {
