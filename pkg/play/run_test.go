@@ -370,3 +370,33 @@ func segments(ctx context.Context, t *testing.T, b *bus.Bus, runID string) []*ga
 	}
 	return out
 }
+
+// End's nil error means every event of the episode is in the stream; with no stream to
+// take them, End fails (here when its context ends) instead of saying they are there.
+func TestPublisherEndFailsWhenTheStreamDoesNotTakeTheEpisode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	rec := played(t)
+	if err := b.JS.DeleteStream(ctx, bus.StreamEvents); err != nil {
+		t.Fatal(err)
+	}
+	req := &gauntletv1.EpisodeRequested{EpisodeId: "r-0", RunId: "r", Env: "shop", ParamsJson: "{}", Seed: 7, Policy: "random"}
+	plan := &gauntletv1.FaultPlan{Profile: "stress", Seed: rng.Derive(7, "faults"), CatalogueVersion: plans.CatalogueVersion, Compact: true}
+	s := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: plan}, "w-test", play.LocalScorer{Spec: scoring.SpecFor("shop")}, &play.Publisher{Bus: b, Max: 3})
+	defer s.Close()
+	if _, err := s.Prepare(ctx, play.Deps{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reset(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Replay(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	fctx, fcancel := context.WithTimeout(ctx, time.Second)
+	defer fcancel()
+	if err := s.Finish(fctx); err == nil {
+		t.Fatal("Finish with no stream to take the episode = nil, want an error")
+	}
+}
