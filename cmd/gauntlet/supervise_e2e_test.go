@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -179,4 +180,32 @@ func TestKilledTemporalIsRestarted(t *testing.T) {
 	if st := moduleStates(t, cfg.HTTPAddr); st["temporal"] != "running" {
 		t.Errorf("/modules once Temporal is back: %v", st)
 	}
+}
+
+// An external ClickHouse (--clickhouse) that stops answering: /ready turns red naming it
+// and its address, as for the local one, and green again once it answers.
+func TestUnreachableExternalClickHouseIsNotReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse; run without -short")
+	}
+	ext := chtest.Start(t)
+	cfg := testConfig(t)
+	cfg.ClickHouse = ext.Addr()
+	cfg.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startStack(t, cfg)
+	if code, body := readyStatus(t, cfg.HTTPAddr); code != http.StatusOK {
+		t.Fatalf("/ready with the external ClickHouse up: %d %s", code, body)
+	}
+	if err := ext.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	awaitReadySaying(t, cfg.HTTPAddr, http.StatusServiceUnavailable,
+		"clickhouse is not ready: clickhouse at "+ext.Addr()+" does not answer", 30*time.Second, "the external ClickHouse was killed")
+	if st := moduleStates(t, cfg.HTTPAddr); st["clickhouse"] != "unready" {
+		t.Errorf("/modules with the external ClickHouse down: %v", st)
+	}
+	if err := ext.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	awaitReady(t, cfg.HTTPAddr, http.StatusOK, time.Minute, "the external ClickHouse came back")
 }
