@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -208,4 +209,32 @@ func TestUnreachableExternalClickHouseIsNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitReady(t, cfg.HTTPAddr, http.StatusOK, time.Minute, "the external ClickHouse came back")
+}
+
+// The local ClickHouse frozen with SIGSTOP, as a hung server: alive, its port open, but
+// nothing answers. /ready turns red naming it, and the stack kills and restarts it by
+// itself within the supervisor's bound.
+func TestHungClickHouseIsRestarted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse; run without -short")
+	}
+	cfg := testConfig(t)
+	cfg.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	s := startStack(t, cfg)
+	ch := s.app.ch
+	pid := ch.Pid()
+	if err := ch.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) // if it is still there
+	bound := childproc.DefaultBackoff.HungAfter + 3*childproc.DefaultBackoff.ProbeEvery
+	awaitReadySaying(t, cfg.HTTPAddr, http.StatusServiceUnavailable,
+		"clickhouse is not ready: clickhouse does not answer", bound, "ClickHouse was frozen")
+	awaitReady(t, cfg.HTTPAddr, http.StatusOK, bound+2*time.Minute, "ClickHouse was frozen")
+	if p := ch.Pid(); p == 0 || p == pid {
+		t.Fatalf("ClickHouse pid after the restart is %d (frozen: %d)", p, pid)
+	}
+	if n := childRestarts(t, cfg.HTTPAddr, "clickhouse"); n != 1 {
+		t.Errorf("gauntlet_child_restarts_total{child=\"clickhouse\"} = %d, want 1", n)
+	}
 }
