@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -758,9 +759,15 @@ func (r *Runtime) saveHandle(b *box) error {
 	return nil
 }
 
-// Destroy implements sandbox.Runtime.
+// Destroy implements sandbox.Runtime. A sandbox of this state directory that this
+// instance does not manage (left by an earlier process and not recovered: the one List
+// returns after a crash) is torn down from what containerd and the state directory
+// know of it, so that destroying a listed leftover never leaves it running.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	b, err := r.get("destroy", id)
+	if errors.Is(err, sandbox.ErrNotFound) && sandbox.ValidID(id) {
+		return r.destroyLeftover(ctx, id)
+	}
 	if err != nil {
 		return err
 	}
@@ -780,6 +787,82 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
+// destroyLeftover destroys sandbox id, which this instance does not manage, when its
+// container carries this runtime's state key: its task (and with it every process of the
+// sandbox) is killed and deleted, its container and rootfs snapshot deleted, its cgroups
+// and state directory removed. ErrNotFound when no such container exists.
+func (r *Runtime) destroyLeftover(ctx context.Context, id string) error {
+	if r.isClosed() {
+		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrClosed)
+	}
+	ctx = r.ctx(ctx)
+	ctr, err := r.c.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	labels, err := ctr.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	if labels[labelState] != r.key {
+		return fmt.Errorf("destroy %s: %w: the container belongs to another state directory", id, sandbox.ErrNotFound)
+	}
+	b := &box{handle: sandbox.Handle{ID: id, Runtime: Name}}
+	if h, err := r.loadHandle(id); err == nil {
+		b.handle = h
+		_ = json.Unmarshal(h.State, &b.st) // only the shim group, which an unknown one ignores
+	}
+	r.mu.Lock()
+	if _, busy := r.boxes[id]; busy {
+		// Being created, recovered or destroyed meanwhile by another call.
+		r.mu.Unlock()
+		return fmt.Errorf("destroy %s: %w: another operation holds it", id, sandbox.ErrNotFound)
+	}
+	r.boxes[id] = nil // reserved, as create reserves an id: Create keeps off
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.boxes, id)
+		r.mu.Unlock()
+	}()
+	r.teardown(ctx, b)
+	if err := r.removeCgroups(id); err != nil {
+		r.log.Warn("remove sandbox cgroup", "sandbox", id, "err", err)
+	}
+	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// removeCgroups removes sandbox id's cgroup directories, in every hierarchy, when the OCI
+// runtime left them (a task that was never deleted through it); a cgroup that still holds
+// processes stays and is an error.
+func (r *Runtime) removeCgroups(id string) error {
+	var dirs []string
+	if r.cgroupV2 {
+		dirs = []string{filepath.Join("/sys/fs/cgroup", r.cgroupPath(id))}
+	} else {
+		ents, err := os.ReadDir("/sys/fs/cgroup")
+		if err != nil {
+			return fmt.Errorf("list cgroup hierarchies: %w", err)
+		}
+		for _, e := range ents {
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), r.cgroupPath(id)))
+		}
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // List implements sandbox.Runtime: the containers labelled with this runtime's
 // state key, with the handles saved in the state directory.
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Handle, error) {
@@ -795,8 +878,10 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Handle, error) {
 	for _, ctr := range ctrs {
 		h, err := r.loadHandle(ctr.ID())
 		if err != nil {
+			// A process that crashed while creating it: listed all the same, so that the
+			// caller can Destroy it (Recover answers ErrNotFound).
 			r.log.Warn("sandbox container without a readable handle", "sandbox", ctr.ID(), "err", err)
-			continue
+			h = sandbox.Handle{ID: ctr.ID(), Runtime: Name}
 		}
 		out = append(out, h)
 	}
