@@ -196,7 +196,7 @@ func (s *Server) Stop(ctx context.Context) error {
 // killShims ends, with SIGKILL, every containerd-shim process started for this daemon
 // (its -address argument is the daemon's socket) and first each shim's children: the
 // init process of a container the shim still ran, whose death ends every process of the
-// container's pid namespace. A shim outlives the daemon by design (a restart keeps the
+// container's pid namespace; then it removes the cgroups those inits were in. A shim outlives the daemon by design (a restart keeps the
 // containers), so a stopped daemon leaves them running unless they are ended here. It
 // waits up to a few seconds for them to go.
 func (s *Server) killShims() error {
@@ -208,7 +208,9 @@ func (s *Server) killShims() error {
 	if err != nil {
 		return err
 	}
+	var cgroups []string
 	for _, pid := range children {
+		cgroups = append(cgroups, cgroupDirs(pid)...)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	for _, pid := range shims {
@@ -218,6 +220,13 @@ func (s *Server) killShims() error {
 	for _, pid := range append(children, shims...) {
 		if err := childproc.WaitGone(pid, 5*time.Second); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// The OCI runtime removes a container's cgroups when its task is deleted, which a
+	// killed shim never does.
+	for _, d := range cgroups {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -254,6 +263,32 @@ func shimsOf(address string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// cgroupDirs lists the cgroup directories, in every hierarchy mounted under
+// /sys/fs/cgroup, that pid belongs to, leaving out the hierarchies' roots.
+func cgroupDirs(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// "hierarchy-id:controllers:path"; cgroup v2 has empty controllers.
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || f[2] == "/" || !strings.HasPrefix(f[2], "/") {
+			continue
+		}
+		root := "/sys/fs/cgroup"
+		if f[1] != "" {
+			root = filepath.Join(root, strings.TrimPrefix(f[1], "name="))
+		}
+		if st, err := os.Stat(root); err != nil || !st.IsDir() {
+			continue
+		}
+		out = append(out, filepath.Join(root, filepath.Clean(f[2])))
+	}
+	return out
 }
 
 // childrenOf lists the processes whose parent is one of parents.
