@@ -147,6 +147,9 @@ type box struct {
 	// fuse is the storage-fault layer commands see as their workspace (nil: none; see
 	// storagefaults.go). Guarded by op.
 	fuse *faultfuse.Layer
+	// quota is the tmpfs that holds the writable layer (quota.go); nil for a sandbox
+	// made before the runtime had one. Guarded by op.
+	quota *diskQuota
 }
 
 // boxState is the runtime's private part of a Handle.
@@ -424,16 +427,28 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		_ = sn.Remove(ctx, key)
 		return err
 	}
+	upper, err := upperDir(mounts)
+	if err != nil {
+		_ = sn.Remove(ctx, key)
+		return err
+	}
+	q, ns, err := r.mountQuota(upper, b.handle.Spec.Limits.DiskBytes)
+	if err != nil {
+		_ = sn.Remove(ctx, key)
+		return err
+	}
+	b.quota = q
 	t1 := time.Now()
 	var ctr client.Container
 	var task client.Task
 	var t2 time.Time
 	for attempt := 0; ; attempt++ {
-		g := r.shims.join()
+		g := r.shims.join(ns)
 		b.st.ShimGroup = g.id
 		fast, err := r.armShimStart(id, g)
 		if err != nil {
 			r.shims.created(g, false)
+			r.dropQuota(b)
 			_ = sn.Remove(ctx, key)
 			return fmt.Errorf("shim start: %w", err)
 		}
@@ -447,6 +462,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		)
 		if err != nil {
 			r.shims.created(g, false)
+			r.dropQuota(b)
 			_ = sn.Remove(ctx, key)
 			if errdefs.IsAlreadyExists(err) {
 				return sandbox.ErrExists
@@ -469,6 +485,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 			_ = ctr.Delete(ctx)
 			continue
 		}
+		r.dropQuota(b)
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
 		return fmt.Errorf("new task: %w", err)
 	}
@@ -487,6 +504,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		if task != nil {
 			_, _ = task.Delete(ctx, client.WithProcessKill)
 		}
+		r.dropQuota(b)
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
 		return fmt.Errorf("start task: %w", err2)
 	}
@@ -684,7 +702,19 @@ func (r *Runtime) waitAgent(ctx context.Context, id string) error {
 	return fmt.Errorf("agent did not answer within %v (last error: %v)", agentReadyTimeout, last)
 }
 
-// teardown kills the sandbox's task and deletes its container and rootfs snapshot.
+// dropQuota unmounts b's disk quota tmpfs, if any, once nothing mounts it any more.
+func (r *Runtime) dropQuota(b *box) {
+	if b.quota == nil {
+		return
+	}
+	if err := b.quota.unmount(); err != nil {
+		r.log.Warn("unmount sandbox disk quota", "sandbox", b.handle.ID, "err", err)
+	}
+	b.quota = nil
+}
+
+// teardown kills the sandbox's task and deletes its container, disk quota and rootfs
+// snapshot.
 func (r *Runtime) teardown(ctx context.Context, b *box) {
 	ctx = context.WithoutCancel(ctx)
 	if err := b.detachFuse(); err != nil {
@@ -692,6 +722,7 @@ func (r *Runtime) teardown(ctx context.Context, b *box) {
 	}
 	ctr, err := r.c.LoadContainer(ctx, b.handle.ID)
 	if err != nil {
+		r.dropQuota(b)
 		return
 	}
 	if task, err := ctr.Task(ctx, nil); err == nil {
@@ -701,6 +732,9 @@ func (r *Runtime) teardown(ctx context.Context, b *box) {
 			r.log.Warn("delete sandbox task", "sandbox", b.handle.ID, "err", err)
 		}
 	}
+	// The task's rootfs overlay is unmounted with the task; the snapshot's directory
+	// must be a plain directory again before the snapshotter removes it.
+	r.dropQuota(b)
 	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil {
 		r.log.Warn("delete sandbox container", "sandbox", b.handle.ID, "err", err)
 	}
@@ -828,6 +862,9 @@ func (r *Runtime) destroyLeftover(ctx context.Context, id string) error {
 		delete(r.boxes, id)
 		r.mu.Unlock()
 	}()
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		b.quota = r.findQuota(ctx, b.st.SnapshotKey, int(task.Pid()))
+	}
 	r.teardown(ctx, b)
 	if err := r.removeCgroups(id); err != nil {
 		r.log.Warn("remove sandbox cgroup", "sandbox", id, "err", err)
@@ -943,6 +980,7 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 		return fmt.Errorf("recover %s: %w: no running task: %v", h.ID, sandbox.ErrNotFound, err)
 	}
 	b.task = task
+	b.quota = r.findQuota(ctx, b.st.SnapshotKey, int(task.Pid()))
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing})
