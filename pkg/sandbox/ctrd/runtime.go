@@ -162,6 +162,9 @@ type boxState struct {
 	SnapshotKey string `json:"snapshot_key"`
 	// ShimGroup is the shim group the sandbox's task runs in (see shimgroup.go).
 	ShimGroup string `json:"shim_group,omitempty"`
+	// DiskQuota tells that the writable layer is on a tmpfs of its own (quota.go), which
+	// Recover must find again: without it a snapshot would copy the wrong directory.
+	DiskQuota bool `json:"disk_quota,omitempty"`
 }
 
 // snapMeta is what the state directory keeps of a snapshot.
@@ -437,7 +440,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		_ = sn.Remove(ctx, key)
 		return err
 	}
-	b.quota = q
+	b.quota, b.st.DiskQuota = q, true
 	t1 := time.Now()
 	var ctr client.Container
 	var task client.Task
@@ -981,6 +984,15 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	}
 	b.task = task
 	b.quota = r.findQuota(ctx, b.st.SnapshotKey, int(task.Pid()))
+	if b.quota == nil && b.st.DiskQuota {
+		return fmt.Errorf("recover %s: %w: the tmpfs of its writable layer is not mounted any more", h.ID, sandbox.ErrNotFound)
+	}
+	kept := false
+	defer func() {
+		if !kept && b.quota != nil {
+			b.quota.close() // still mounted: a Destroy finds it again
+		}
+	}()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing})
@@ -994,6 +1006,7 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	defer r.mu.Unlock()
 	if _, ok := r.boxes[h.ID]; !ok {
 		r.boxes[h.ID] = b
+		kept = true
 	}
 	return nil
 }
