@@ -28,9 +28,9 @@ const shimGroupAnnotation = "io.containerd.runc.v2.group"
 type shimGroup struct {
 	id      string
 	ns      uint64 // the mount namespace (inode number) its shim starts in: the daemon's
-	pending int  // tasks being created in the group
-	live    int  // tasks created and not yet being deleted
-	sealed  bool // the shim may be exiting: never join again
+	pending int    // tasks being created in the group
+	live    int    // tasks created and not yet being deleted
+	sealed  bool   // the shim may be exiting: never join again
 	// address is the running shim's socket address, once a start through the real shim
 	// has told it (shimstart.go); "" until then.
 	address string
