@@ -184,11 +184,12 @@ func (r *Runtime) mountQuota(upper string, size int64) (*diskQuota, uint64, erro
 	return &diskQuota{ns: ns, root: os.NewFile(uintptr(root), dir), dir: dir}, ino, nil
 }
 
-// findQuota finds the tmpfs an earlier runtime mounted for the active snapshot key, in
+// findQuota finds the tmpfs an earlier runtime mounted for the active snapshot key: in
 // the mount namespace of the shim that runs the sandbox's task (the parent of its init,
-// taskPid); nil when there is none (a sandbox made before the runtime had quotas).
+// taskPid, when it still runs), else in the daemon's; nil when there is none (a sandbox
+// made before the runtime had quotas).
 func (r *Runtime) findQuota(ctx context.Context, key string, taskPid int) *diskQuota {
-	if key == "" || taskPid <= 0 {
+	if key == "" {
 		return nil
 	}
 	ms, err := r.c.SnapshotService(r.opts.Snapshotter).Mounts(ctx, key)
@@ -203,16 +204,29 @@ func (r *Runtime) findQuota(ctx context.Context, key string, taskPid int) *diskQ
 	if err != nil {
 		return nil
 	}
-	shim := parentPid(taskPid)
-	if shim <= 0 {
-		return nil
+	var spaces []func() (*os.File, uint64, error)
+	if shim := parentPid(taskPid); taskPid > 0 && shim > 0 {
+		spaces = append(spaces, func() (*os.File, uint64, error) { return openMountNS(shim) })
 	}
-	ns, _, err := openMountNS(shim)
-	if err != nil {
-		return nil
+	spaces = append(spaces, r.daemonMountNS)
+	for _, openNS := range spaces {
+		ns, _, err := openNS()
+		if err != nil {
+			continue
+		}
+		if q := quotaIn(ns, dir); q != nil {
+			return q
+		}
+		ns.Close()
 	}
+	return nil
+}
+
+// quotaIn returns the tmpfs mounted on dir in the mount namespace ns, or nil when dir is
+// not a tmpfs mount point there. It keeps ns open in what it returns.
+func quotaIn(ns *os.File, dir string) *diskQuota {
 	var root int
-	err = inMountNS(ns, func() error {
+	err := inMountNS(ns, func() error {
 		var in, above unix.Stat_t
 		if err := unix.Stat(dir, &in); err != nil {
 			return err
@@ -232,7 +246,6 @@ func (r *Runtime) findQuota(ctx context.Context, key string, taskPid int) *diskQ
 		return err
 	})
 	if err != nil {
-		ns.Close()
 		return nil
 	}
 	return &diskQuota{ns: ns, root: os.NewFile(uintptr(root), dir), dir: dir}

@@ -850,7 +850,9 @@ func (r *Runtime) destroyLeftover(ctx context.Context, id string) error {
 	b := &box{handle: sandbox.Handle{ID: id, Runtime: Name}}
 	if h, err := r.loadHandle(id); err == nil {
 		b.handle = h
-		_ = json.Unmarshal(h.State, &b.st) // only the shim group, which an unknown one ignores
+		// Best effort: the snapshot key finds the disk quota, and an unknown shim group
+		// is ignored.
+		_ = json.Unmarshal(h.State, &b.st)
 	}
 	r.mu.Lock()
 	if _, busy := r.boxes[id]; busy {
@@ -865,9 +867,11 @@ func (r *Runtime) destroyLeftover(ctx context.Context, id string) error {
 		delete(r.boxes, id)
 		r.mu.Unlock()
 	}()
+	pid := 0
 	if task, err := ctr.Task(ctx, nil); err == nil {
-		b.quota = r.findQuota(ctx, b.st.SnapshotKey, int(task.Pid()))
+		pid = int(task.Pid())
 	}
+	b.quota = r.findQuota(ctx, b.st.SnapshotKey, pid)
 	r.teardown(ctx, b)
 	if err := r.removeCgroups(id); err != nil {
 		r.log.Warn("remove sandbox cgroup", "sandbox", id, "err", err)
