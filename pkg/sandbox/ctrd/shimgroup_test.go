@@ -109,7 +109,7 @@ func TestShimGroupsLastLeaveWaitsForPendingCreates(t *testing.T) {
 // sandbox still gets a group of its own that fills as usual.
 func TestShimGroupsIgnoreUnknownGroups(t *testing.T) {
 	s := newGroups(2)
-	a := s.join()
+	a := s.join(0)
 	s.created(a, true)
 	left := make(chan struct{})
 	go func() {
@@ -128,7 +128,7 @@ func TestShimGroupsIgnoreUnknownGroups(t *testing.T) {
 	if groups != 1 || live != 1 {
 		t.Fatalf("after unknown groups left: %d groups tracked, the known one with %d live tasks; want 1 and 1", groups, live)
 	}
-	b := s.join()
+	b := s.join(0)
 	s.created(b, true)
 	if b.id != a.id {
 		t.Fatalf("the second sandbox got group %s, want the open group %s", b.id, a.id)
