@@ -225,8 +225,8 @@ func (s *Server) killShims() error {
 	// The OCI runtime removes a container's cgroups when its task is deleted, which a
 	// killed shim never does.
 	for _, d := range cgroups {
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		if err := removeCgroup(d, 5*time.Second); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -263,6 +263,23 @@ func shimsOf(address string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// removeCgroup removes the cgroup directory d, waiting up to bound while it is busy: a
+// killed process counts as gone once its main thread is a zombie, and its other threads
+// may still be leaving the cgroup.
+func removeCgroup(d string, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := os.Remove(d)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // cgroupDirs lists the cgroup directories, in every hierarchy mounted under
