@@ -19,6 +19,9 @@ import (
 )
 
 func TestStartAnswersAndRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	srv := ctrdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -66,6 +69,9 @@ func TestStartAnswersAndRestarts(t *testing.T) {
 }
 
 func TestStartKillsLeftoverAndRejectsBadOptions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	ctx := context.Background()
 	if _, err := ctrdlocal.Start(ctx, ctrdlocal.Options{}); err == nil || !strings.Contains(err.Error(), "Options.Dir") {
 		t.Fatalf("empty Dir: err = %v", err)
@@ -119,6 +125,9 @@ func waitExit(s *ctrdlocal.Server) <-chan struct{} {
 // crun (and runc) on a read-only bind mount, so crun skips copying itself per call, and
 // that the host's mount table is left alone.
 func TestOCIRuntimesReadOnlyInDaemonNamespace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	srv := ctrdtest.Start(t)
 	mounts := func(pid string) map[string]string { // mount point -> per-mount options
 		b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
