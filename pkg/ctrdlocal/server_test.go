@@ -170,6 +170,9 @@ func TestOCIRuntimesReadOnlyInDaemonNamespace(t *testing.T) {
 // shims running, each with its containers; Stop ends them, container processes
 // included, so nothing of the daemon survives its owner's cleanup.
 func TestStopEndsShims(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "gctrd")

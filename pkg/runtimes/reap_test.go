@@ -158,6 +158,9 @@ func acquire(t *testing.T, sb *runtimes.Sandboxes) (string, []int) {
 // left behind, processes and cgroups, rather than only logging them as destroyed; a
 // graceful Close then leaves nothing running: no sandbox process, no cgroup, no shim.
 func TestContainerdSandboxesDoNotOutliveGauntlet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	dir, err := os.MkdirTemp("", "gr22reap")
 	if err != nil {
 		t.Fatal(err)
