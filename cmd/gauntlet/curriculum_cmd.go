@@ -79,7 +79,8 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	// Validation comes first: a bad spec is refused before anything is contacted.
+	// Validation comes first: a bad spec is refused before anything is contacted, by the
+	// one check validate makes too (size included), so what validates starts.
 	spec, err := loadSpecFile(*file)
 	if err != nil {
 		return err
@@ -88,9 +89,9 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 		fmt.Fprintf(stdout, "%s: valid, %d stages\n", *file, len(spec.Stages))
 		return nil
 	}
-	raw, err := json.Marshal(spec)
+	raw, err := workflows.EncodeSpec(spec)
 	if err != nil {
-		return fmt.Errorf("encode spec: %w", err)
+		return err
 	}
 	if *id == "" {
 		name := spec.Name
