@@ -121,6 +121,11 @@ type Progress struct {
 	RunPrefix         string        `json:"run_prefix"`
 	// Executions counts this curriculum's workflow executions (continue-as-new).
 	Executions int `json:"executions"`
+	// Waiting says what a running curriculum that makes no progress waits for (a worker
+	// to resume its batch after a restart, episodes held by a stopped worker). The
+	// workflow never sets it: `gauntlet curriculum status` fills it from Temporal's
+	// record of the pending batch (BatchWaiting).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // runPrefix names a workflow's runs: kind and 12 hex digits of a hash of the workflow id

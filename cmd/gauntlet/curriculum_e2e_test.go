@@ -370,7 +370,32 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	_ = os.Remove(stackPath(dir))
+	restarted := time.Now()
 	cmd = start()
+
+	// Recovery is never silent: while the curriculum makes no progress after the restart,
+	// `curriculum status` says what it waits for (the batch in flight and why it stalls).
+	type seen struct {
+		at  time.Duration
+		out string
+	}
+	var statuses []seen
+	for time.Since(restarted) < 3*time.Minute {
+		out, err := gauntletCLI(t, "curriculum", "status", id, "--data-dir", dir)
+		if err == nil {
+			if p := progress(); p.TotalEpisodes > before.TotalEpisodes || p.Status != workflows.StatusRunning {
+				break
+			}
+			statuses = append(statuses, seen{time.Since(restarted), out})
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, s := range statuses {
+		t.Logf("status %.1fs after the restart:\n%s", s.at.Seconds(), s.out)
+		if s.at > 5*time.Second && !strings.Contains(s.out, "waiting") {
+			t.Errorf("status %.1fs after the restart, before any progress, does not say what it waits for:\n%s", s.at.Seconds(), s.out)
+		}
+	}
 
 	tc2 := dialTemporal(t, fmt.Sprintf("127.0.0.1:%d", tPort))
 	var p workflows.Progress
