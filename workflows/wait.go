@@ -55,7 +55,7 @@ func BatchWaiting(pa *workflowpb.PendingActivityInfo, now time.Time) string {
 			last = pa.GetLastStartedTime()
 		}
 		if last != nil && now.Sub(last.AsTime()) > BatchHeartbeatTimeout {
-			return fmt.Sprintf("waiting for %s: its worker %s has not reported for %s (a worker that stopped; Temporal gives the batch to another worker once the %s heartbeat timeout has passed since it is up again)",
+			return fmt.Sprintf("waiting for %s: its worker %s has not reported for %s (stopped or stuck; Temporal hands the batch to a live worker once the %s heartbeat timeout has passed)",
 				batch, pa.GetLastWorkerIdentity(), since(last.AsTime()), BatchHeartbeatTimeout)
 		}
 		if hb.UpdatedAtUnixNano == 0 || hb.Ended >= hb.Episodes {
