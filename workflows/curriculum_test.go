@@ -237,6 +237,9 @@ func TestCurriculumRefusesBadSpecBeforeAnyBatch(t *testing.T) {
 	if !IsInvalidSpec(err) || !strings.Contains(err.Error(), `unknown field "colour"`) {
 		t.Fatalf("error %v; want InvalidSpec naming the unknown field", err)
 	}
+	if !strings.Contains(err.Error(), "stages[0].promotion.window: must be > 0") {
+		t.Errorf("error %v; the unknown key hides stages[0].promotion.window", err)
+	}
 	env = newEnv(t, f)
 	env.ExecuteWorkflow(WorkflowCurriculum, json.RawMessage(`{"stages":[{"env":"shop","policies":"oracle=1","episodes":{"max":10},"promotion":{"metric":"success_rate","threshold":0.5,"window":0}}]}`), nil)
 	err = env.GetWorkflowError()

@@ -173,15 +173,26 @@ func ParseSpecJSON(b []byte) (CurriculumSpec, error) {
 	if len(b) > MaxSpecBytes {
 		return s, ErrSpecTooLarge
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("curriculum spec: %s", boundMessage(err.Error()))
+	decode := func(strict bool) error {
+		s = CurriculumSpec{}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if strict {
+			dec.DisallowUnknownFields()
+		}
+		dec.UseNumber()
+		return dec.Decode(&s)
+	}
+	var unknown error
+	if err := decode(true); err != nil {
+		// An unknown key does not hide the other problems: decoded again without it.
+		if !strings.Contains(err.Error(), "unknown field") || decode(false) != nil {
+			return s, fmt.Errorf("curriculum spec: %s", boundMessage(err.Error()))
+		}
+		unknown = fmt.Errorf("curriculum spec: %s", boundMessage(err.Error()))
 	}
 	s.Params2Float()
 	s.Normalize()
-	if err := s.Validate(); err != nil {
+	if err := errors.Join(unknown, s.Validate()); err != nil {
 		return s, err
 	}
 	return s, nil
