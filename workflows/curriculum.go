@@ -146,7 +146,8 @@ func StageRunPrefix(prefix string, stage int) string { return fmt.Sprintf("%s-s%
 // refused); state is nil on a fresh start and the carried progress after continue-as-new.
 //
 // Signals: pause and resume (take effect between batches), skip (ends the current stage
-// after its batch in flight, as skipped), abort (ends the curriculum likewise). Query:
+// after its batch in flight, as skipped; skipping the last stage ends the curriculum as
+// skipped, not completed), abort (ends the curriculum likewise). Query:
 // progress. The result is the final Progress; an invalid spec fails the workflow at once
 // with a non-retryable InvalidSpec error naming every bad field.
 func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *CurriculumState) (Progress, error) {

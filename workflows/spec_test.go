@@ -199,3 +199,19 @@ func TestValidateAndWorkflowInputAgree(t *testing.T) {
 		t.Errorf("workflow reads the spec as\n%s\nnot\n%s", again, raw)
 	}
 }
+
+// FuzzLoadSpec: any input gives a spec or an error, never a panic, and an error never
+// longer than the limits allow.
+func FuzzLoadSpec(f *testing.F) {
+	f.Add(three("oracle=1"))
+	f.Add("stages:\n" + stageYAML(", drift: [{selector: '*.latency.mean_ms', from: 1, to: 2}]"))
+	f.Add("stages: &s [*s]\n")
+	f.Add("stages: [&m {drift: [*m]}]\n")
+	f.Add("stages:\n  - params: [1]\n    episodes: 3\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		_, err := LoadSpec(strings.NewReader(in))
+		if err != nil && len(err.Error()) > (maxErrorLines+1)*(4*maxQuoted+200) {
+			t.Fatalf("error of %d bytes", len(err.Error()))
+		}
+	})
+}

@@ -253,6 +253,9 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 	for _, d := range p.Drift {
 		fmt.Fprintf(w, "drift %s = %g\n", d.Selector, d.Value)
 	}
+	if p.RunPrefix == "" {
+		return // no worker answered: only what Temporal knows (Waiting)
+	}
 	fmt.Fprintf(w, "%d episodes in all; runs %s-s<stage>-b<batch>\n", p.TotalEpisodes, p.RunPrefix)
 	if len(p.Reports) == 0 {
 		return
