@@ -326,6 +326,12 @@ func TestResetPlanErrors(t *testing.T) {
 	if codeOf(err) != connect.CodeUnavailable {
 		t.Errorf("Reset with no faults service: %v, want unavailable", err)
 	}
+	// A trainer's own mistake stays INVALID_ARGUMENT when no faults service is there to
+	// say so: retrying would never help.
+	_, err = small.Reset(ctx, connect.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: 9, Profile: "chaos"}))
+	if codeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("Reset with an unknown profile and no faults service: %v, want invalid_argument", err)
+	}
 }
 
 // A step the reward service does not score in time is gauntlet's failure, not the
