@@ -38,8 +38,9 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// ConsumerName is the durable consumer of the store.
-const ConsumerName = "store"
+// ConsumerName is the durable consumer of the store; GAUNTLET_EVENTS keeps what it has
+// not acknowledged (bus.TrimEvents).
+const ConsumerName = bus.ConsumerStore
 
 // Config configures the store.
 type Config struct {

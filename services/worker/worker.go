@@ -385,9 +385,7 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 		_ = l.msg.NakWithDelay(time.Duration(l.attempt) * time.Second)
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	err := w.publishBatches(pctx, events, encoded, size)
+	err := w.publishBatches(ctx, events, encoded, size)
 	l.release() // held while publishing: back-pressure may make that slow
 	if err != nil {
 		w.log.Warn("publish an assignment's events; it will be retried", "err", err)
@@ -399,6 +397,12 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 	}
 	_ = l.msg.Ack()
 }
+
+// publishPatience is how a worker publishes an assignment's batch: failures are given
+// up on after 30 s (the assignment is then given back and retried), but a stream without
+// room is waited out for as long as it lasts, the lease renewed meanwhile, so
+// back-pressure slows the worker instead of turning its episodes into infra errors.
+var publishPatience = bus.Patience{Other: 30 * time.Second}
 
 // publishBatches publishes an assignment's last segments (encoded, size bytes in all) as
 // one batch, or, when that would be over the stream's payload limit, as consecutive
@@ -423,7 +427,7 @@ func (w *Service) publishBatches(ctx context.Context, events []*gauntletv1.Event
 			ev = &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: events[first:last]}}}
 			data = gauntletv1.AppendBatch(make([]byte, 0, n+16), encoded[first:last])
 		}
-		if err := b.PublishEncodedEvent(ctx, ev, data); err != nil {
+		if err := b.PublishEncodedEventWith(ctx, ev, data, publishPatience); err != nil {
 			return err
 		}
 		first = last
