@@ -324,12 +324,8 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	args := []string{"up", "--data-dir", dir, "--nats.port", fmt.Sprint(natsPort), "--clickhouse.port", fmt.Sprint(chPort),
 		"--temporal.port", fmt.Sprint(tPort), "--temporal.ui-port", "-1",
 		"--http", "", "--envapi.addr", "127.0.0.1:0", "--log.level", "warn", "--worker.concurrency", "64", "--store.batch-rows", "5000", "--store.flush-every", "200ms"}
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, args...)
-		cmd.Stderr = testLogWriter{t}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+	start := func() *testProc {
+		cmd := startProc(t, bin, args...)
 		waitFor(t, func() bool { _, err := os.Stat(stackPath(dir)); return err == nil })
 		return cmd
 	}

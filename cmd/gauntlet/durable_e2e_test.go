@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -31,12 +30,8 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	tc := dialTemporal(t, s.app.temporalAddr())
 
 	// Worker A: a separate process, the only worker at first.
-	a := exec.Command(bin, "serve", "--target", modCurriculum, "--nats", s.app.natsURL(), "--temporal", s.app.temporalAddr(),
+	a := startProc(t, bin, "serve", "--target", modCurriculum, "--nats", s.app.natsURL(), "--temporal", s.app.temporalAddr(),
 		"--http", "", "--log.level", "warn", "--data-dir", t.TempDir(), "--worker.id", "worker-a")
-	a.Stderr = testLogWriter{t}
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { _ = a.Process.Kill(); _ = a.Wait() })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

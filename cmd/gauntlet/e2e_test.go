@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -120,15 +121,17 @@ func runToEnd(t *testing.T, b *bus.Bus, conn driver.Conn, db string, req *gauntl
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	ctx, unguard := guardStall(ctx, t, b, req.RunId)
+	defer unguard()
 	final, err := follow(ctx, b, req, io.Discard)
 	if err != nil {
-		t.Fatal(err)
+		failStalled(t, ctx, err)
 	}
 	if final.Error != "" {
 		t.Fatalf("run refused: %s", final.Error)
 	}
 	if err := waitPersisted(ctx, b, conn, db, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		t.Fatal(err)
+		failStalled(t, ctx, err)
 	}
 	return final
 }
@@ -322,7 +325,37 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 	if err := ch.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * time.Second)
+	// The outage must matter: while ClickHouse is down the run goes on and its events
+	// pile up unwritten, the store's inserts failing, rather than the run having been
+	// written whole before the stop.
+	b := s.app.getBus()
+	storeKV, err := b.StoreBucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outage := time.Now()
+	var written, last uint64
+	for {
+		p, err := bus.GetStoreProgress(ctx, storeKV)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written = p.GetWrittenSeq()
+		if last, err = b.EventsLastSeq(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if last > written || time.Since(outage) > 4*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last <= written {
+		t.Fatalf("during the outage the stream grew to event %d and the store had written up to %d: the outage did not hold back the store's inserts", last, written)
+	}
+	time.Sleep(4*time.Second - time.Since(outage))
+	if p, err := bus.GetStoreProgress(ctx, storeKV); err != nil || p.GetWrittenSeq() >= last {
+		t.Fatalf("with ClickHouse down the store said it had written up to event %d of %d (err %v)", p.GetWrittenSeq(), last, err)
+	}
 	if err := ch.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -347,12 +380,8 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 	args := []string{"up", "--data-dir", dir, "--nats.port", fmt.Sprint(natsPort), "--clickhouse.port", fmt.Sprint(chPort),
 		"--http", "", "--envapi.addr", "127.0.0.1:0", "--log.level", "warn", "--worker.concurrency", "128", "--store.batch-rows", "5000", "--store.flush-every", "200ms",
 		"--temporal.port", fmt.Sprint(freePort(t)), "--temporal.ui-port", "-1"}
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, args...)
-		cmd.Stderr = testLogWriter{t}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+	start := func() *testProc {
+		cmd := startProc(t, bin, args...)
 		waitFor(t, func() bool { _, err := os.Stat(stackPath(dir)); return err == nil })
 		return cmd
 	}
@@ -459,4 +488,36 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// testProc is a gauntlet process a test started. It dies with the test binary, even one
+// that go test's timeout ends without running any cleanup: it is started with a parent-
+// death signal from a locked thread (childproc.StartLocked), so no orphaned stack, with
+// its ClickHouse and Temporal, outlives a hung test.
+type testProc struct {
+	Process *os.Process
+	waited  <-chan error
+	err     error
+	exited  bool
+}
+
+// startProc starts bin with args, its stderr in the test's log.
+func startProc(t testing.TB, bin string, args ...string) *testProc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = testLogWriter{t}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	waited, err := childproc.StartLocked(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testProc{Process: cmd.Process, waited: waited}
+}
+
+// Wait waits for the process to exit; it may be called more than once.
+func (p *testProc) Wait() error {
+	if !p.exited {
+		p.err, p.exited = <-p.waited, true
+	}
+	return p.err
 }

@@ -832,3 +832,68 @@ func TestScratchReleaseKeepsNothing(t *testing.T) {
 	}
 	t.Fatal("no observation column")
 }
+
+// A lot re-run by another worker after the stream's duplicate window (its first worker
+// died mid-lot past the lease) arrives as a second copy of every step, fault and end,
+// in separate writes, with another worker id. ClickHouse's keys make the copies one: read
+// with FINAL, the episode has each step once and one end, the re-run's. The keys are what
+// makes this true, so they are pinned here: a column added to a sorting key (the worker
+// id, say) would keep both copies.
+func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	w := NewWriter(conn, testDB)
+	attempt := func(worker string, endedAt int64) []*gauntletv1.Event {
+		var evs []*gauntletv1.Event
+		for step := range 3 {
+			ev := stepEvent("run-rerun", 0, step)
+			ev.GetStep().WorkerId = worker
+			evs = append(evs, ev)
+		}
+		return append(evs, endEvent("run-rerun", 0, 3, endedAt))
+	}
+	first, err := w.Write(ctx, attempt("worker-1", requestedAt+1_000_000_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The re-run's segments come one write at a time, as separate store batches.
+	for _, ev := range attempt("worker-2", requestedAt+9_000_000_000) {
+		if _, err := w.Write(ctx, []*gauntletv1.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		table string
+		want  int
+	}{{"steps", first.Steps}, {"faults", first.Faults}, {"episodes", 1}} {
+		_, rows, err := Query(ctx, conn, "SELECT count() FROM "+c.table+" FINAL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows[0][0] != fmt.Sprint(c.want) {
+			t.Errorf("%s FINAL has %s rows after a re-run on another worker, want %d", c.table, rows[0][0], c.want)
+		}
+	}
+	_, rows, err := Query(ctx, conn, "SELECT DISTINCT worker_id FROM steps FINAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Errorf("steps FINAL keeps rows of workers %v; want one copy of each step", rows)
+	}
+
+	_, rows, err = Query(ctx, conn, "SELECT name, sorting_key FROM system.tables WHERE database = '"+testDB+"' AND engine = 'ReplacingMergeTree' ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"episodes", "run_id, episode_id"},
+		{"faults", "episode_id, step, seq"},
+		{"plan_templates", "template"},
+		{"steps", "episode_id, step"},
+		{"trainer_steps", "episode_id, step"},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("sorting keys = %v, want %v: they are the de-duplication keys of re-run episodes (docs/architecture.md)", rows, want)
+	}
+}

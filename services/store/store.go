@@ -99,7 +99,20 @@ type Service struct {
 	batches  metric.Int64Counter
 	failures metric.Int64Counter
 	latency  metric.Float64Histogram
+
+	// crashAt, set only by tests, is called at the write path's two crash points
+	// (beforeInsert, beforeAck) with the batch's size; when it returns true the store
+	// behaves as a process killed there: the batch is neither written further nor acked.
+	crashAt func(p crashPoint, events int) bool
 }
+
+// crashPoint names a place in the write path where a crash must lose nothing.
+type crashPoint int
+
+const (
+	beforeInsert crashPoint = iota // a batch is read, nothing of it is in ClickHouse
+	beforeAck                      // the batch is in ClickHouse, none of it acknowledged
+)
 
 // New allocates the store.
 func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service {
@@ -276,6 +289,9 @@ func (s *Service) decode(b *batch) []*gauntletv1.Event {
 // acks it.
 func (s *Service) write(ctx context.Context, b *batch) {
 	events := s.decode(b)
+	if s.crashAt != nil && s.crashAt(beforeInsert, len(b.msgs)) {
+		return
+	}
 	backoff := 250 * time.Millisecond
 	lastBeat := time.Now()
 	for attempt := 1; ; attempt++ {
@@ -310,6 +326,9 @@ func (s *Service) write(ctx context.Context, b *batch) {
 			}
 			lastBeat = time.Now()
 		}
+	}
+	if s.crashAt != nil && s.crashAt(beforeAck, len(b.msgs)) {
+		return
 	}
 	if last := len(b.msgs) - 1; last >= 0 {
 		for _, m := range b.msgs[:last] {

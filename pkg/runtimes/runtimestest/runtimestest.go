@@ -6,6 +6,7 @@ package runtimestest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,20 +25,36 @@ var agent struct {
 	err  error
 }
 
-// AgentBinary builds the containerd agent once per test binary, into a directory that
-// outlives single tests (it is small and rebuilt by the next test binary anyway), for
-// tests that open a containerd runtime themselves.
+// AgentBinary builds the containerd agent once per test binary, for tests that open a
+// containerd runtime themselves. It outlives single tests, so it lives at one path
+// shared by every test binary, $TMPDIR/gauntlet-test-agent/gauntlet-agent, each build
+// renamed over the last (atomically: a sandbox starting meanwhile gets one whole
+// binary or the other, built from the same source). A directory per test binary was
+// never removed and left 5 MB behind for each one.
 func AgentBinary(t testing.TB) string {
 	t.Helper()
 	agent.once.Do(func() {
-		dir, err := os.MkdirTemp("", "runtimestest-agent")
+		shared := filepath.Join(os.TempDir(), "gauntlet-test-agent")
+		if agent.err = os.MkdirAll(shared, 0o755); agent.err != nil {
+			return
+		}
+		build, err := os.MkdirTemp(shared, "build")
 		if err != nil {
 			agent.err = err
 			return
 		}
+		defer os.RemoveAll(build)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		agent.path, agent.err = ctrd.BuildAgent(ctx, dir)
+		built, err := ctrd.BuildAgent(ctx, build)
+		if err != nil {
+			agent.err = err
+			return
+		}
+		agent.path = filepath.Join(shared, "gauntlet-agent")
+		if err := os.Rename(built, agent.path); err != nil {
+			agent.err = fmt.Errorf("install the test agent: %w", err)
+		}
 	})
 	if agent.err != nil {
 		t.Fatalf("runtimestest: %v", agent.err)

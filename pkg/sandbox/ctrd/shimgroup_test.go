@@ -104,8 +104,33 @@ func TestShimGroupsLastLeaveWaitsForPendingCreates(t *testing.T) {
 	}
 }
 
+// A task of a group the tracker never made (recovered from an earlier runtime) or of no
+// group leaving changes nothing: leave returns at once, no group appears, and the next
+// sandbox still gets a group of its own that fills as usual.
 func TestShimGroupsIgnoreUnknownGroups(t *testing.T) {
-	s := newGroups(8)
-	s.leave("recovered-from-an-earlier-runtime") // must not block or panic
-	s.leave("")
+	s := newGroups(2)
+	a := s.join()
+	s.created(a, true)
+	left := make(chan struct{})
+	go func() {
+		s.leave("recovered-from-an-earlier-runtime")
+		s.leave("")
+		close(left)
+	}()
+	select {
+	case <-left:
+	case <-time.After(5 * time.Second):
+		t.Fatal("leave of an unknown group blocked")
+	}
+	s.mu.Lock()
+	groups, live := len(s.byID), a.live
+	s.mu.Unlock()
+	if groups != 1 || live != 1 {
+		t.Fatalf("after unknown groups left: %d groups tracked, the known one with %d live tasks; want 1 and 1", groups, live)
+	}
+	b := s.join()
+	s.created(b, true)
+	if b.id != a.id {
+		t.Fatalf("the second sandbox got group %s, want the open group %s", b.id, a.id)
+	}
 }

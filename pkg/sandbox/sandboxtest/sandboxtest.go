@@ -34,7 +34,35 @@ type Factory func(t *testing.T, stateDir string) sandbox.Runtime
 type Option func(*options)
 
 type options struct {
-	image string
+	image     string
+	abilities []Ability
+}
+
+// Ability is an optional interface of sandbox.Runtime a runtime may offer.
+type Ability string
+
+// The optional abilities the suite tests.
+const (
+	Snapshots     Ability = "sandbox.Snapshotter"
+	Forks         Ability = "sandbox.Forker"
+	WorkspaceDirs Ability = "sandbox.WorkspaceDirer"
+)
+
+// Expect declares the abilities the runtime offers (as its documentation says): the suite
+// fails when one of them is missing, instead of passing over the subtests it cannot run.
+// Abilities not declared are tested when present.
+func Expect(abilities ...Ability) Option {
+	return func(o *options) { o.abilities = append(o.abilities, abilities...) }
+}
+
+// lacks ends the ability's subtest when the runtime does not offer it: a failure when
+// the runtime declared it, a logged pass otherwise.
+func (s *suite) lacks(t *testing.T, rt sandbox.Runtime, a Ability) {
+	t.Helper()
+	if slices.Contains(s.o.abilities, a) {
+		t.Fatalf("%s is declared to implement %s and does not", rt.Name(), a)
+	}
+	t.Logf("%s does not implement %s", rt.Name(), a)
 }
 
 // WithImage sets Spec.Image for every sandbox the suite creates (containerd needs one).
@@ -42,7 +70,7 @@ func WithImage(image string) Option { return func(o *options) { o.image = image 
 
 // Run runs the conformance suite against the runtime f opens. Optional abilities
 // (Snapshotter, Forker, WorkspaceDirer) are tested when the runtime implements them, and
-// their subtests say so in their names.
+// their subtests say so in their names; those declared with Expect must be there.
 func Run(t *testing.T, f Factory, opts ...Option) {
 	var o options
 	for _, opt := range opts {
@@ -570,7 +598,7 @@ func (s *suite) snapshotter(t *testing.T) {
 	rt := s.open(t, t.TempDir())
 	sn, isSnap := rt.(sandbox.Snapshotter)
 	if !isSnap {
-		t.Logf("%s does not implement sandbox.Snapshotter", rt.Name())
+		s.lacks(t, rt, Snapshots)
 		return
 	}
 	h := s.create(t, rt, sandbox.Spec{Workspace: []sandbox.File{{Path: "seed", Data: []byte("s")}}})
@@ -653,7 +681,7 @@ func (s *suite) forker(t *testing.T) {
 	sn, isSnap := rt.(sandbox.Snapshotter)
 	fk, isFork := rt.(sandbox.Forker)
 	if !isSnap || !isFork {
-		t.Logf("%s does not implement sandbox.Forker with sandbox.Snapshotter", rt.Name())
+		s.lacks(t, rt, Forks)
 		return
 	}
 	src := s.create(t, rt, sandbox.Spec{Limits: sandbox.Limits{Pids: 64}, Env: []string{"ORIGIN=src"}})
@@ -700,7 +728,7 @@ func (s *suite) workspaceDirer(t *testing.T) {
 	rt := s.open(t, t.TempDir())
 	wd, is := rt.(sandbox.WorkspaceDirer)
 	if !is {
-		t.Logf("%s does not implement sandbox.WorkspaceDirer", rt.Name())
+		s.lacks(t, rt, WorkspaceDirs)
 		return
 	}
 	h := s.create(t, rt, sandbox.Spec{})
