@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -194,20 +195,54 @@ func (w *Service) Running(ctx context.Context) error {
 			}
 		}()
 	}
-	// A handful of assignments wait in the client beyond those running: their leases
-	// run meanwhile, so the prefetch stays near what the episode goroutines can start.
-	bus.Pull(ctx, w.cons, w.log, func(msg jetstream.Msg) {
-		if ctx.Err() != nil {
-			_ = msg.Nak() // prefetched but not started: give it back now
-			return
-		}
-		w.dispatch(ctx, msg, work)
-	}, jetstream.PullMaxMessages(max(2, w.cfg.Concurrency/8)))
+	w.pull(ctx, work)
 	close(work)
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		<-done
 	}
 	return nil
+}
+
+// pull fetches assignments one at a time, each only once the previous one's episodes have
+// all been handed to episode goroutines, and dispatches them until ctx ends. An assignment
+// is leased (dispatch renews it) from the moment it arrives: none waits in the client,
+// unleased, while every episode goroutine is busy. With a prefetch, assignments buffered
+// behind episodes waiting for room in the events stream (back-pressure can last as long
+// as ClickHouse is down) ran out their lease, then their deliveries, and became false
+// infra errors. A fetch a lot of up to 16 episodes costs a round trip, not a step.
+func (w *Service) pull(ctx context.Context, work chan<- job) {
+	const maxPause = 5 * time.Second
+	pause := 100 * time.Millisecond
+	failing := false
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		msg, err := w.cons.Next(jetstream.FetchContext(fctx))
+		cancel()
+		switch {
+		case err == nil:
+			pause, failing = 100*time.Millisecond, false
+			if ctx.Err() != nil {
+				_ = msg.Nak() // fetched as the worker stops: give it back now
+				return
+			}
+			w.dispatch(ctx, msg, work)
+			continue
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
+			continue // nothing to do for now
+		}
+		if !failing {
+			failing = true
+			w.log.Error("fetch an assignment failed; retrying", "consumer", ConsumerName, "err", err, "pause", pause)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
+	}
 }
 
 // Stopping has nothing to release: Running returned after its episodes did, and they
