@@ -203,45 +203,72 @@ func (w *Service) Running(ctx context.Context) error {
 	return nil
 }
 
-// pull fetches assignments one at a time, each only once the previous one's episodes have
-// all been handed to episode goroutines, and dispatches them until ctx ends. An assignment
-// is leased (dispatch renews it) from the moment it arrives: none waits in the client,
-// unleased, while every episode goroutine is busy. With a prefetch, assignments buffered
-// behind episodes waiting for room in the events stream (back-pressure can last as long
-// as ClickHouse is down) ran out their lease, then their deliveries, and became false
-// infra errors. A fetch a lot of up to 16 episodes costs a round trip, not a step.
+// pull fetches assignments, up to a handful at a time, and leases each the moment it
+// arrives (receive); a second goroutine hands the leased lots' episodes to the episode
+// goroutines, in order, and the next fetch waits until it has taken what the last one
+// brought. So no assignment waits in the client unleased while every episode goroutine
+// is busy: with the pull iterator's prefetch, assignments buffered behind episodes that
+// wait for room in the events stream (back-pressure lasts as long as ClickHouse is down)
+// ran out their lease, then their deliveries, and became false infra errors. At most two
+// fetches' worth of lots are leased and not yet started.
 func (w *Service) pull(ctx context.Context, work chan<- job) {
 	const maxPause = 5 * time.Second
+	prefetch := max(2, w.cfg.Concurrency/8)
+	lots := make(chan []*lot)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		for ls := range lots {
+			for _, l := range ls {
+				w.start(ctx, l, work)
+			}
+		}
+	}()
+	var pending []*lot
 	pause := 100 * time.Millisecond
 	failing := false
 	for ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		msg, err := w.cons.Next(jetstream.FetchContext(fctx))
-		cancel()
-		switch {
-		case err == nil:
-			pause, failing = 100*time.Millisecond, false
-			if ctx.Err() != nil {
-				_ = msg.Nak() // fetched as the worker stops: give it back now
-				return
+		batch, err := w.cons.Fetch(prefetch, jetstream.FetchMaxWait(time.Second))
+		if err == nil {
+			for msg := range batch.Messages() {
+				l := w.receive(msg)
+				if l == nil {
+					continue
+				}
+				pending = append(pending, l)
+				select { // started at once when the starter is free
+				case lots <- pending:
+					pending = nil
+				default:
+				}
 			}
-			w.dispatch(ctx, msg, work)
+			err = batch.Error()
+		}
+		if len(pending) > 0 {
+			select {
+			case lots <- pending:
+				pending = nil
+			case <-ctx.Done():
+			}
+		}
+		if err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || ctx.Err() != nil {
+			pause, failing = 100*time.Millisecond, false
 			continue
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
-			continue // nothing to do for now
 		}
 		if !failing {
 			failing = true
-			w.log.Error("fetch an assignment failed; retrying", "consumer", ConsumerName, "err", err, "pause", pause)
+			w.log.Error("fetch assignments failed; retrying", "consumer", ConsumerName, "err", err, "pause", pause)
 		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, maxPause)
+	}
+	close(lots)
+	<-started
+	for _, l := range pending { // leased as the worker stopped: given back
+		w.start(ctx, l, work)
 	}
 }
 
@@ -311,9 +338,9 @@ func (l *lot) end(i int, held *gauntletv1.Event, encoded []byte, err error) bool
 	return l.left == 0
 }
 
-// dispatch decodes an assignment, holds its lease until it is settled, and hands its
-// episodes to the episode goroutines, waiting for free ones.
-func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- job) {
+// receive decodes an assignment and starts holding its lease (until it is settled); nil
+// for an undecodable one, terminated.
+func (w *Service) receive(msg jetstream.Msg) *lot {
 	var a gauntletv1.Assignment
 	err := gauntletv1.Unmarshal(msg.Data(), &a)
 	if err == nil && len(a.Episodes) == 0 {
@@ -327,7 +354,7 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 	if err != nil {
 		w.log.Error("undecodable assignment; terminating it", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
-		return
+		return nil
 	}
 	attempt := uint64(1)
 	if md, err := msg.Metadata(); err == nil {
@@ -337,19 +364,27 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 		held: make([]*gauntletv1.Event, len(a.Episodes)), encoded: make([][]byte, len(a.Episodes)),
 		errs: make([]error, len(a.Episodes))}
 	l.holdLease(w.cfg.AckWait / 3)
-	for i := range a.Episodes {
-		select {
-		case work <- job{l, i}:
-		case <-ctx.Done():
-			// Never started: abandoned, so the assignment goes back once its
-			// started episodes have stopped.
-			for ; i < len(a.Episodes); i++ {
-				if l.end(i, nil, nil, play.ErrAbandoned) {
-					w.settle(ctx, l)
-				}
+	return l
+}
+
+// start hands a leased lot's episodes to the episode goroutines, waiting for free ones.
+// Once ctx has ended, the episodes not started are abandoned, so the assignment goes
+// back (nak) once its started episodes have stopped.
+func (w *Service) start(ctx context.Context, l *lot, work chan<- job) {
+	for i := range l.a.Episodes {
+		if ctx.Err() == nil {
+			select {
+			case work <- job{l, i}:
+				continue
+			case <-ctx.Done():
 			}
-			return
 		}
+		for ; i < len(l.a.Episodes); i++ {
+			if l.end(i, nil, nil, play.ErrAbandoned) {
+				w.settle(ctx, l)
+			}
+		}
+		return
 	}
 }
 
