@@ -54,8 +54,10 @@ type Bus struct {
 	JS  jetstream.JetStream
 	log *slog.Logger
 
-	// full is set while publishes wait for room, so the wait is logged once.
-	full atomic.Bool
+	// full is set while publishes wait for room, so a wait is logged once (and at most
+	// once a minute, fullWarned being when, in Unix nanoseconds).
+	full       atomic.Bool
+	fullWarned atomic.Int64
 	// refusedFull counts tries refused for lack of room; waiting, publishes waiting now.
 	refusedFull, waiting atomic.Int64
 }
@@ -461,7 +463,8 @@ func (b *Bus) PublishCommand(ctx context.Context, subject, msgID string, m proto
 const fullBackoffMax = time.Second
 
 // publishRetry publishes m and waits for its ack, retrying as p says. Waits for room are
-// logged once per connection until a publish succeeds again, and counted (Stalls).
+// logged once per connection until a publish succeeds again (at most once a minute: a
+// stream kept near full by a slow store fills again every trim), and counted (Stalls).
 func (b *Bus) publishRetry(ctx context.Context, m *nats.Msg, id string, p Patience) error {
 	backoff := 50 * time.Millisecond
 	var failingSince time.Time // of failures other than a full stream
@@ -472,7 +475,7 @@ func (b *Bus) publishRetry(ctx context.Context, m *nats.Msg, id string, p Patien
 			if waited {
 				b.waiting.Add(-1)
 				if b.full.CompareAndSwap(true, false) {
-					b.log.Info("the events stream has room again; publishes resumed")
+					b.log.Debug("a stream has room again; publishes resumed")
 				}
 			}
 			return nil
@@ -492,9 +495,10 @@ func (b *Bus) publishRetry(ctx context.Context, m *nats.Msg, id string, p Patien
 				waited = true
 				b.waiting.Add(1)
 			}
-			if b.full.CompareAndSwap(false, true) {
-				b.log.Warn("a stream is full: publishes wait (back-pressure) until the store catches up or disk space returns",
-					"subject", m.Subject, "err", err)
+			if now := time.Now().UnixNano(); b.full.CompareAndSwap(false, true) && now-b.fullWarned.Load() >= int64(time.Minute) {
+				b.fullWarned.Store(now)
+				b.log.Warn("a stream is full: publishes wait (back-pressure) until the store catches up or disk space returns; logged at most once a minute",
+					"subject", m.Subject, "err", err, "refused_so_far", b.refusedFull.Load())
 			}
 			if p.Waiting != nil {
 				p.Waiting()
