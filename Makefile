@@ -6,7 +6,7 @@ BIN   := bin/gauntlet
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: help deps build test test-short lint proto proto-check demo up bench loadtest clean
+.PHONY: help deps build test test-short lint proto proto-check demo up bench bench-check bench-baseline loadtest clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -21,7 +21,7 @@ test: deps ## the whole suite against real NATS and ClickHouse (race detector on
 	$(GO) vet ./... ./loadtest/...
 	bash scripts/gotest.sh -race -count=1 -timeout 20m ./... ./loadtest/...
 
-test-short: ## unit tests only (no ClickHouse)
+test-short: ## unit tests only: starts no ClickHouse, Temporal or containerd
 	$(GO) test -short ./...
 
 lint: deps proto-check ## gofmt, go vet, staticcheck, generated code up to date
@@ -45,6 +45,17 @@ up: deps build ## run every service until Ctrl-C
 
 bench: deps ## Go micro-benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+# The regression gate: the loadtest at a CI-sized count, judged by gauntlet's median CPU
+# per persisted step against loadtest/baseline.json (same size, this machine kind); it
+# fails beyond 1.5 times the baseline. `make bench-baseline` re-measures the baseline.
+BENCH_CHECK_FLAGS := -rounds 3 -episodes 20000 -ceiling-steps 100000 -timeout 15m
+
+bench-check: deps build ## fail if gauntlet's CPU per step regressed beyond 1.5x its baseline
+	cd loadtest && $(GO) run ./cmd/pipeline -gauntlet ../$(BIN) $(BENCH_CHECK_FLAGS) -baseline baseline.json -out results/bench-check.json
+
+bench-baseline: deps build ## re-measure loadtest/baseline.json (commit it with the reason)
+	cd loadtest && $(GO) run ./cmd/pipeline -gauntlet ../$(BIN) $(BENCH_CHECK_FLAGS) -write-baseline baseline.json -out results/bench-baseline.json
 
 loadtest: deps build ## end-to-end throughput vs the ClickHouse ceiling (docs/benchmarks.md)
 	cd loadtest && $(GO) run ./cmd/pipeline -gauntlet ../$(BIN) $(LOADTEST_FLAGS)

@@ -88,7 +88,7 @@ type Config struct {
 
 // StepResult is what one step produced.
 type StepResult struct {
-	// Observation is canonical JSON: what the agent sees.
+	// Observation is canonical JSON, one object: what the agent sees.
 	Observation json.RawMessage
 	// Diff is canonical JSON: the world-state changes the step caused (a JSON array).
 	Diff     json.RawMessage

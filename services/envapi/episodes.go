@@ -224,7 +224,13 @@ var componentDocs = map[string]string{
 	scoring.ComponentCausal:     "violated preconditions and invalid actions",
 }
 
-// DescribeEnv returns an env's tools, parameters and reward components.
+// observationSchema is the JSON Schema of every env's decoded observation: a JSON object
+// (the envtest suite holds every env to it); its members are the env's own, described in
+// its doc page.
+const observationSchema = `{"type":"object"}`
+
+// DescribeEnv returns an env's tools, its action and observation spaces, parameters and
+// reward components.
 func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1.DescribeEnvRequest]) (*connect.Response[gauntletv1.DescribeEnvResponse], error) {
 	e, err := env.Lookup(req.Msg.GetEnv())
 	if err != nil {
@@ -238,6 +244,10 @@ func (s *Service) DescribeEnv(_ context.Context, req *connect.Request[gauntletv1
 	for _, t := range sp.Tools {
 		out.Tools = append(out.Tools, &gauntletv1.ToolSpec{Name: t.Name, Service: t.Service, Description: t.Description, SchemaJson: string(t.Schema)})
 	}
+	// The action space carries the tools themselves, so a Gymnasium client builds its
+	// space from one field; the top-level list stays for older clients.
+	out.ActionSpace = &gauntletv1.ActionSpace{Tools: out.Tools, MaxArgsBytes: env.MaxArgsBytes}
+	out.ObservationSpace = &gauntletv1.ObservationSpace{Encoding: "json", SchemaJson: observationSchema}
 	for _, p := range sp.Params {
 		out.Params = append(out.Params, &gauntletv1.ParamSpec{Name: p.Name, Type: p.Type, Default: p.Default, Description: p.Description})
 	}

@@ -8,10 +8,14 @@ It speaks the Connect protocol's HTTP/JSON (one POST per call) to the envapi mod
   ``step(action) -> (obs, reward, terminated, truncated, info)``, usable as a context
   manager;
 * ``GauntletVectorEnv``: many episodes stepped together over the batched RPCs
-  (StepBatch, and EnvPool-style ``send`` / ``recv``);
+  (StepBatch, and EnvPool-style ``send`` / ``recv``), with Gymnasium's autoreset modes
+  (``AutoresetMode``: NEXT_STEP, SAME_STEP, DISABLED, the default);
+* ``action_space`` and ``observation_space`` from DescribeEnv: ``ToolCall`` (a tool and
+  its arguments, valid under the tool's JSON Schema) and ``JSONSchema`` (a JSON object),
+  with Gymnasium's ``sample()``, ``contains()`` and ``seed()`` (module ``spaces``);
 * typed errors (``GauntletError`` and its subclasses), one per API error code.
 
-Semantics (no auto-reset, terminated vs truncated, infra errors to mask) are in
+Semantics (no auto-reset on the server, terminated vs truncated, infra errors to mask) are in
 docs/envapi.md. When gymnasium is importable, ``GauntletEnv`` subclasses ``gymnasium.Env``
 and ``gauntlet/Shop-v0`` is registered.
 """
@@ -28,10 +32,12 @@ from .client import (
     QuotaError,
     ServerRestartedError,
 )
-from .env import GauntletEnv, GauntletVectorEnv, StepOutcome
+from .env import AutoresetMode, GauntletEnv, GauntletVectorEnv, StepOutcome
+from .spaces import JSONSchema, ToolCall
 
 __all__ = [
     "AuthError",
+    "AutoresetMode",
     "Client",
     "ConflictError",
     "EpisodeOverError",
@@ -40,10 +46,12 @@ __all__ = [
     "GauntletVectorEnv",
     "InfraError",
     "InvalidArgumentError",
+    "JSONSchema",
     "NotFoundError",
     "QuotaError",
     "ServerRestartedError",
     "StepOutcome",
+    "ToolCall",
 ]
 
 try:  # optional: register with gymnasium when it is installed

@@ -35,6 +35,108 @@ class EnvAPITest(unittest.TestCase):
             names = [c["name"] for c in env.description["rewardComponents"]]
             self.assertEqual(names, ["task", "cost", "safety", "timeliness", "causal"])
 
+    def test_spaces_of_every_env(self):
+        for name in [e["name"] for e in self.client.list_envs()]:
+            d = self.client.describe_env(name)
+            a = d["actionSpace"]
+            self.assertEqual([t["name"] for t in a["tools"]], [t["name"] for t in d["tools"]], name)
+            self.assertTrue(all(t["schemaJson"] for t in a["tools"]), name)
+            self.assertEqual(a["maxArgsBytes"], 65536)
+            self.assertEqual(d["observationSpace"], {"encoding": "json", "schemaJson": '{"type":"object"}'})
+            with g.GauntletEnv(name, client=self.client) as env:
+                self.assertIsInstance(env.action_space, g.ToolCall)
+                self.assertEqual(env.action_space.names, [t["name"] for t in d["tools"]])
+                env.action_space.seed(3)
+                for _ in range(20):
+                    self.assertIn(env.action_space.sample(), env.action_space)
+        with g.GauntletEnv("shop", client=self.client) as env:
+            obs, _ = env.reset(seed=11)
+            self.assertIn(obs, env.observation_space)
+            self.assertNotIn({"tool": "catalog.search", "args": {"q": "mug"}}, env.action_space)
+            env.action_space.seed(5)
+            for _ in range(5):
+                a = env.action_space.sample()
+                obs, _, term, trunc, info = env.step(a)
+                self.assertIn(obs, env.observation_space)
+                self.assertFalse(info["infra_error"])
+                if term or trunc:
+                    break
+
+    def test_autoreset_next_step(self):
+        with g.GauntletVectorEnv(2, "shop", client=self.client, max_steps=2,
+                                 autoreset_mode=g.AutoresetMode.NEXT_STEP) as venv:
+            self.assertEqual(venv.metadata["autoreset_mode"], g.AutoresetMode.NEXT_STEP)
+            venv.reset(seed=200)
+            old = [e.episode_id for e in venv.envs]
+            venv.step([search()] * 2)
+            obs, rew, term, trunc, infos = venv.step([search()] * 2)
+            self.assertEqual(trunc, [True, True])
+            self.assertEqual([i["reason"] for i in infos], ["max_steps", "max_steps"])
+            # The ending step is the episode's own last: its observation, no reset yet.
+            self.assertEqual([i["episode_id"] for i in infos], old)
+            self.assertFalse(any("item" in o for o in obs))
+            self.assertNotIn("final_obs", infos[0])
+            # The next step resets both instead of stepping them: the actions (an invalid
+            # one among them) are ignored; each gives the new episode's first observation,
+            # reward 0 and neither flag.
+            obs, rew, term, trunc, infos = venv.step([{"tool": "no.such.tool", "args": {}}, search()])
+            self.assertEqual(rew, [0.0, 0.0])
+            self.assertEqual(term, [False, False])
+            self.assertEqual(trunc, [False, False])
+            for i in range(2):
+                self.assertIn("item", obs[i])
+                self.assertIn(obs[i], venv.single_observation_space)
+                self.assertNotEqual(infos[i]["episode_id"], old[i])
+                self.assertEqual(infos[i]["episode_id"], venv.envs[i].episode_id)
+                self.assertEqual(infos[i]["runId"], "api-acme")  # the reset's info
+            # The ignored actions were not played: the next step is each episode's first.
+            obs, rew, term, trunc, infos = venv.step([search()] * 2)
+            self.assertEqual([i["step"] for i in infos], [0, 0])
+            self.assertFalse(any(i["signals"].get("invalidAction") for i in infos))
+
+    def test_autoreset_same_step(self):
+        with g.GauntletVectorEnv(2, "shop", client=self.client, max_steps=1, autoreset_mode="SameStep") as venv:
+            venv.reset(seed=300)
+            old = [e.episode_id for e in venv.envs]
+            obs, rew, term, trunc, infos = venv.step([search()] * 2)
+            # The ending step's reward and flags, the new episode's first observation, and
+            # the ended step's observation and info under final_obs and final_info.
+            self.assertEqual(trunc, [True, True])
+            self.assertTrue(all(isinstance(r, float) for r in rew))
+            for i in range(2):
+                self.assertIn("item", obs[i])
+                final = infos[i]["final_info"]
+                self.assertEqual(final["episode_id"], old[i])
+                self.assertEqual(final["reason"], "max_steps")
+                self.assertEqual(final["step"], 0)
+                self.assertIsNotNone(infos[i]["final_obs"])
+                self.assertNotIn("item", infos[i]["final_obs"])  # a search result, not a start
+                self.assertEqual(infos[i]["episode_id"], venv.envs[i].episode_id)
+                self.assertNotEqual(infos[i]["episode_id"], old[i])
+            # The next step is the new episode's first; with max_steps 1 it ends that one
+            # too, and is reset within the step again.
+            new = [i["episode_id"] for i in infos]
+            obs, rew, term, trunc, infos = venv.step([search()] * 2)
+            self.assertEqual(trunc, [True, True])
+            self.assertEqual([i["final_info"]["episode_id"] for i in infos], new)
+            self.assertEqual([i["final_info"]["step"] for i in infos], [0, 0])
+
+    def test_reset_mask_when_autoreset_is_disabled(self):
+        with g.GauntletVectorEnv(2, "shop", client=self.client, max_steps=1) as venv:
+            self.assertEqual(venv.metadata["autoreset_mode"], g.AutoresetMode.DISABLED)
+            venv.reset(seed=400)
+            obs, rew, term, trunc, infos = venv.step([search()] * 2)
+            self.assertEqual(trunc, [True, True])
+            kept = venv.envs[1].episode_id
+            obs2, infos2 = venv.reset(options={"reset_mask": [True, False]})
+            self.assertIn("item", obs2[0])
+            self.assertEqual(obs2[1], obs[1])  # not reset: its last observation
+            self.assertEqual(infos2[1], {})
+            self.assertEqual(venv.envs[1].episode_id, kept)
+            obs, rew, term, trunc, infos = venv.step([search(), search()])
+            self.assertEqual(infos[0]["step"], 0)
+            self.assertIsInstance(infos[1]["error"], g.EpisodeOverError)  # still over: no autoreset
+
     def test_full_episode_five_tuple(self):
         with g.GauntletEnv("shop", client=self.client, max_steps=5, policy="py-test") as env:
             obs, info = env.reset(seed=3, options={"profile": "baseline"})

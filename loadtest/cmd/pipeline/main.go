@@ -62,6 +62,11 @@ type options struct {
 	DemoArgs string `json:"demo_args,omitempty"`
 	// LiveHeapEvery samples the memory run's live heap (after a forced GC) that often.
 	LiveHeapEvery time.Duration `json:"live_heap_every_ns,omitempty"`
+	// Baseline, when set, makes the run a regression gate (gate.go); WriteBaseline
+	// records the run as one.
+	Baseline      string  `json:"baseline,omitempty"`
+	MaxSlowdown   float64 `json:"max_slowdown,omitempty"`
+	WriteBaseline string  `json:"write_baseline,omitempty"`
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -81,6 +86,9 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LiveHeapEvery, "live-heap-every", 30*time.Second, "in the memory run, sample the live heap (a forced GC, then /debug/pprof/heap) this often (0: never)")
 	fs.StringVar(&o.DemoArgs, "demo-args", "", "extra flags for every `gauntlet demo`, white-space separated (e.g. \"--profiles edge=1\")")
 	fs.Int64Var(&o.MaxRSSMB, "max-rss-mb", defaultMaxRSSMB(), "stop a demo whose RSS passes this (default: half the machine's RAM; 0: no limit)")
+	fs.StringVar(&o.Baseline, "baseline", "", "a baseline JSON (from -write-baseline) to judge this run's CPU per step against; the run fails beyond -max-slowdown")
+	fs.Float64Var(&o.MaxSlowdown, "max-slowdown", 1.5, "with -baseline: the most gauntlet's median CPU per step may be, as a multiple of the baseline's")
+	fs.StringVar(&o.WriteBaseline, "write-baseline", "", "write this run's medians as a baseline JSON to this path")
 }
 
 func (o *options) validate() error {
@@ -111,6 +119,12 @@ func (o *options) validate() error {
 	}
 	if o.PprofSeconds < 0 {
 		errs = append(errs, fmt.Errorf("-pprof-seconds: %d is negative", o.PprofSeconds))
+	}
+	if (o.Baseline != "" || o.WriteBaseline != "") && o.Rounds == 0 {
+		errs = append(errs, errors.New("-baseline and -write-baseline need rounds (-rounds at least 1)"))
+	}
+	if o.MaxSlowdown < 1 {
+		errs = append(errs, fmt.Errorf("-max-slowdown: %v must be at least 1", o.MaxSlowdown))
 	}
 	return errors.Join(errs...)
 }
@@ -243,6 +257,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		return err
 	}
 	stem := strings.TrimSuffix(o.Out, ".json")
+	var base baseline
+	if o.Baseline != "" {
+		// Read first: a gate whose baseline is unusable fails before minutes of rounds.
+		if base, err = readBaseline(o.Baseline, o); err != nil {
+			return err
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -405,6 +426,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		res.Summary = summarize(res.Rounds)
 		printSummary(stdout, res.Rounds, res.Summary)
 		save()
+		if o.WriteBaseline != "" {
+			if err := writeBaseline(o.WriteBaseline, res); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "baseline written to %s\n", o.WriteBaseline)
+		}
+		if o.Baseline != "" {
+			if err := gate(stdout, res.Summary, base, o.MaxSlowdown); err != nil {
+				return err
+			}
+		}
 	}
 
 	if o.PprofSeconds > 0 {

@@ -10,6 +10,7 @@
 //     step's invalid signal set, never a Go error, and changes nothing;
 //   - the end rules apply in env.End's order (verdict, invalid-action limit, deadline,
 //     step limit);
+//   - every observation is a JSON object (the observation space the env API declares);
 //   - the Spec returned is the caller's copy.
 //
 // The suite runs the env for real (sandboxes included, when the Subject's config lends
@@ -104,10 +105,15 @@ func reset(t *testing.T, ep env.Episode) json.RawMessage {
 	if err != nil {
 		t.Fatalf("Reset: %v", err)
 	}
-	if !json.Valid(obs) {
-		t.Fatalf("Reset: observation is not JSON: %.300s", obs)
+	if !isObject(obs) {
+		t.Fatalf("Reset: observation is not a JSON object: %.300s", obs)
 	}
 	return obs
+}
+
+// isObject reports whether b is one JSON object, the shape of every observation.
+func isObject(b []byte) bool {
+	return json.Valid(b) && bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{"))
 }
 
 // step runs a on ep, failing the test on a Go error or a panic.
@@ -116,6 +122,9 @@ func step(t *testing.T, ep env.Episode, a env.Action) env.StepResult {
 	res, err := safeStep(ep, a)
 	if err != nil {
 		t.Fatalf("Step(%s %.100s): %v", a.Tool, a.Args, err)
+	}
+	if !isObject(res.Observation) {
+		t.Fatalf("Step(%s %.100s): observation is not a JSON object: %.300s", a.Tool, a.Args, res.Observation)
 	}
 	return res
 }

@@ -201,16 +201,14 @@ func TestProxyLatencyAndTimeout(t *testing.T) {
 	if d := time.Since(start); d < 120*time.Millisecond {
 		t.Fatalf("answered in %v, want >= 120 ms", d)
 	}
-	c, base, _ = proxied(t, header+"  - {id: hang, kind: timeout, params: {hold_ms: 5000}}\n")
+	// The fault holds the request far longer than the test waits: only the client's own
+	// timeout can end it, which the error's kind says (no wall-clock bound needed).
+	c, base, _ = proxied(t, header+"  - {id: hang, kind: timeout, params: {hold_ms: 600000}}\n")
 	c.Timeout = 200 * time.Millisecond
-	start = time.Now()
 	_, err = c.Get(base + "/x")
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("err = %v, want a client timeout", err)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("timeout took %v", d)
 	}
 }
 

@@ -68,6 +68,9 @@ func (r *Runtime) Snapshot(ctx context.Context, id string) (sandbox.Snapshot, er
 	if err != nil {
 		return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
+	if b.quota != nil {
+		src = b.quota.upper() // the daemon's namespace mounts it there, not this one
+	}
 	tmpKey := name + "-copy"
 	dstMounts, err := sn.Prepare(lctx, tmpKey, b.st.Parent)
 	if err != nil {

@@ -414,8 +414,12 @@ type DescribeEnvResponse struct {
 	DefaultMaxSteps   uint32                 `protobuf:"varint,7,opt,name=default_max_steps,json=defaultMaxSteps,proto3" json:"default_max_steps,omitempty"`
 	FaultProfiles     []string               `protobuf:"bytes,8,rep,name=fault_profiles,json=faultProfiles,proto3" json:"fault_profiles,omitempty"`
 	Services          []string               `protobuf:"bytes,9,rep,name=services,proto3" json:"services,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What a Step's action may be (Gymnasium's action_space).
+	ActionSpace *ActionSpace `protobuf:"bytes,10,opt,name=action_space,json=actionSpace,proto3" json:"action_space,omitempty"`
+	// What a Reset's or Step's observation_json holds (Gymnasium's observation_space).
+	ObservationSpace *ObservationSpace `protobuf:"bytes,11,opt,name=observation_space,json=observationSpace,proto3" json:"observation_space,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DescribeEnvResponse) Reset() {
@@ -511,6 +515,135 @@ func (x *DescribeEnvResponse) GetServices() []string {
 	return nil
 }
 
+func (x *DescribeEnvResponse) GetActionSpace() *ActionSpace {
+	if x != nil {
+		return x.ActionSpace
+	}
+	return nil
+}
+
+func (x *DescribeEnvResponse) GetObservationSpace() *ObservationSpace {
+	if x != nil {
+		return x.ObservationSpace
+	}
+	return nil
+}
+
+// ActionSpace: an action calls one of tools by name with arguments that are a JSON object
+// valid under the tool's schema, at most max_args_bytes long. An action outside the space
+// is not refused: the env answers it with an invalid-action observation, as the policy's
+// move.
+type ActionSpace struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The env's tools in the order of its spec (the same list as DescribeEnvResponse.tools).
+	Tools []*ToolSpec `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The longest args_json the env plays; longer arguments are an invalid action.
+	MaxArgsBytes  uint32 `protobuf:"varint,2,opt,name=max_args_bytes,json=maxArgsBytes,proto3" json:"max_args_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActionSpace) Reset() {
+	*x = ActionSpace{}
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActionSpace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActionSpace) ProtoMessage() {}
+
+func (x *ActionSpace) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActionSpace.ProtoReflect.Descriptor instead.
+func (*ActionSpace) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ActionSpace) GetTools() []*ToolSpec {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *ActionSpace) GetMaxArgsBytes() uint32 {
+	if x != nil {
+		return x.MaxArgsBytes
+	}
+	return 0
+}
+
+// ObservationSpace: what an observation is once decoded.
+type ObservationSpace struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How observation_json is written: "json", one JSON document in UTF-8 (a step that
+	// did not play, ended by a timeout or an infra error, repeats the last one).
+	Encoding string `protobuf:"bytes,1,opt,name=encoding,proto3" json:"encoding,omitempty"`
+	// JSON Schema of the decoded document: every env's observations are JSON objects whose
+	// members the env's doc page describes.
+	SchemaJson    string `protobuf:"bytes,2,opt,name=schema_json,json=schemaJson,proto3" json:"schema_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservationSpace) Reset() {
+	*x = ObservationSpace{}
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservationSpace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservationSpace) ProtoMessage() {}
+
+func (x *ObservationSpace) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservationSpace.ProtoReflect.Descriptor instead.
+func (*ObservationSpace) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ObservationSpace) GetEncoding() string {
+	if x != nil {
+		return x.Encoding
+	}
+	return ""
+}
+
+func (x *ObservationSpace) GetSchemaJson() string {
+	if x != nil {
+		return x.SchemaJson
+	}
+	return ""
+}
+
 type ResetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Env   string                 `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
@@ -529,7 +662,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[8]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +674,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[8]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +687,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{8}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResetRequest) GetEnv() string {
@@ -618,7 +751,7 @@ type ResetInfo struct {
 
 func (x *ResetInfo) Reset() {
 	*x = ResetInfo{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[9]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +763,7 @@ func (x *ResetInfo) String() string {
 func (*ResetInfo) ProtoMessage() {}
 
 func (x *ResetInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[9]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +776,7 @@ func (x *ResetInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetInfo.ProtoReflect.Descriptor instead.
 func (*ResetInfo) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{9}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResetInfo) GetEnv() string {
@@ -713,7 +846,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[10]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +858,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[10]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +871,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{10}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResetResponse) GetEpisodeId() string {
@@ -774,7 +907,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[11]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +919,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[11]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +932,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{11}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StepRequest) GetEpisodeId() string {
@@ -843,7 +976,7 @@ type StepInfo struct {
 
 func (x *StepInfo) Reset() {
 	*x = StepInfo{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +988,7 @@ func (x *StepInfo) String() string {
 func (*StepInfo) ProtoMessage() {}
 
 func (x *StepInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1001,7 @@ func (x *StepInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepInfo.ProtoReflect.Descriptor instead.
 func (*StepInfo) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{12}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StepInfo) GetFaults() []*FaultFired {
@@ -942,7 +1075,7 @@ type StepResult struct {
 
 func (x *StepResult) Reset() {
 	*x = StepResult{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1087,7 @@ func (x *StepResult) String() string {
 func (*StepResult) ProtoMessage() {}
 
 func (x *StepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1100,7 @@ func (x *StepResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResult.ProtoReflect.Descriptor instead.
 func (*StepResult) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{13}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StepResult) GetEpisodeId() string {
@@ -1052,7 +1185,7 @@ type StepError struct {
 
 func (x *StepError) Reset() {
 	*x = StepError{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1197,7 @@ func (x *StepError) String() string {
 func (*StepError) ProtoMessage() {}
 
 func (x *StepError) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1210,7 @@ func (x *StepError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepError.ProtoReflect.Descriptor instead.
 func (*StepError) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{14}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StepError) GetCode() string {
@@ -1103,7 +1236,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1248,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1261,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{15}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloseRequest) GetEpisodeId() string {
@@ -1150,7 +1283,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1295,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1308,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{16}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CloseResponse) GetClosedNow() bool {
@@ -1208,7 +1341,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1353,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1366,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{17}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotRequest) GetEpisodeId() string {
@@ -1255,7 +1388,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1400,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1413,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{18}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotResponse) GetSnapshotId() string {
@@ -1306,7 +1439,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1451,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1464,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{19}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForkRequest) GetSnapshotId() string {
@@ -1357,7 +1490,7 @@ type StepBatchRequest struct {
 
 func (x *StepBatchRequest) Reset() {
 	*x = StepBatchRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1502,7 @@ func (x *StepBatchRequest) String() string {
 func (*StepBatchRequest) ProtoMessage() {}
 
 func (x *StepBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1515,7 @@ func (x *StepBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepBatchRequest.ProtoReflect.Descriptor instead.
 func (*StepBatchRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{20}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StepBatchRequest) GetSteps() []*StepRequest {
@@ -1424,7 +1557,7 @@ type StepBatchResponse struct {
 
 func (x *StepBatchResponse) Reset() {
 	*x = StepBatchResponse{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1569,7 @@ func (x *StepBatchResponse) String() string {
 func (*StepBatchResponse) ProtoMessage() {}
 
 func (x *StepBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1582,7 @@ func (x *StepBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepBatchResponse.ProtoReflect.Descriptor instead.
 func (*StepBatchResponse) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{21}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StepBatchResponse) GetResults() []*StepResult {
@@ -1475,7 +1608,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1620,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1633,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{22}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SendResponse) GetAccepted() uint32 {
@@ -1526,7 +1659,7 @@ type RecvRequest struct {
 
 func (x *RecvRequest) Reset() {
 	*x = RecvRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1671,7 @@ func (x *RecvRequest) String() string {
 func (*RecvRequest) ProtoMessage() {}
 
 func (x *RecvRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1684,7 @@ func (x *RecvRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecvRequest.ProtoReflect.Descriptor instead.
 func (*RecvRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{23}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecvRequest) GetMinResults() uint32 {
@@ -1590,7 +1723,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1735,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1748,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{24}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{26}
 }
 
 type HealthResponse struct {
@@ -1629,7 +1762,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1774,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1787,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{25}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HealthResponse) GetStatus() string {
@@ -1679,7 +1812,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1824,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1837,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{26}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{28}
 }
 
 type CapacityResponse struct {
@@ -1721,7 +1854,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1866,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_envapi_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1879,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{27}
+	return file_proto_gauntlet_v1_envapi_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CapacityResponse) GetTenant() string {
@@ -1812,7 +1945,7 @@ const file_proto_gauntlet_v1_envapi_proto_rawDesc = "" +
 	"\x13RewardComponentSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"\x96\x03\n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"\x9f\x04\n" +
 	"\x13DescribeEnvResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1822,7 +1955,17 @@ const file_proto_gauntlet_v1_envapi_proto_rawDesc = "" +
 	"\x13reward_spec_version\x18\x06 \x01(\tR\x11rewardSpecVersion\x12*\n" +
 	"\x11default_max_steps\x18\a \x01(\rR\x0fdefaultMaxSteps\x12%\n" +
 	"\x0efault_profiles\x18\b \x03(\tR\rfaultProfiles\x12\x1a\n" +
-	"\bservices\x18\t \x03(\tR\bservices\"\xa4\x01\n" +
+	"\bservices\x18\t \x03(\tR\bservices\x12;\n" +
+	"\faction_space\x18\n" +
+	" \x01(\v2\x18.gauntlet.v1.ActionSpaceR\vactionSpace\x12J\n" +
+	"\x11observation_space\x18\v \x01(\v2\x1d.gauntlet.v1.ObservationSpaceR\x10observationSpace\"`\n" +
+	"\vActionSpace\x12+\n" +
+	"\x05tools\x18\x01 \x03(\v2\x15.gauntlet.v1.ToolSpecR\x05tools\x12$\n" +
+	"\x0emax_args_bytes\x18\x02 \x01(\rR\fmaxArgsBytes\"O\n" +
+	"\x10ObservationSpace\x12\x1a\n" +
+	"\bencoding\x18\x01 \x01(\tR\bencoding\x12\x1f\n" +
+	"\vschema_json\x18\x02 \x01(\tR\n" +
+	"schemaJson\"\xa4\x01\n" +
 	"\fResetRequest\x12\x10\n" +
 	"\x03env\x18\x01 \x01(\tR\x03env\x12\x1f\n" +
 	"\vparams_json\x18\x02 \x01(\tR\n" +
@@ -1956,7 +2099,7 @@ func file_proto_gauntlet_v1_envapi_proto_rawDescGZIP() []byte {
 	return file_proto_gauntlet_v1_envapi_proto_rawDescData
 }
 
-var file_proto_gauntlet_v1_envapi_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_proto_gauntlet_v1_envapi_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_proto_gauntlet_v1_envapi_proto_goTypes = []any{
 	(*ListEnvsRequest)(nil),     // 0: gauntlet.v1.ListEnvsRequest
 	(*ListEnvsResponse)(nil),    // 1: gauntlet.v1.ListEnvsResponse
@@ -1966,83 +2109,88 @@ var file_proto_gauntlet_v1_envapi_proto_goTypes = []any{
 	(*ParamSpec)(nil),           // 5: gauntlet.v1.ParamSpec
 	(*RewardComponentSpec)(nil), // 6: gauntlet.v1.RewardComponentSpec
 	(*DescribeEnvResponse)(nil), // 7: gauntlet.v1.DescribeEnvResponse
-	(*ResetRequest)(nil),        // 8: gauntlet.v1.ResetRequest
-	(*ResetInfo)(nil),           // 9: gauntlet.v1.ResetInfo
-	(*ResetResponse)(nil),       // 10: gauntlet.v1.ResetResponse
-	(*StepRequest)(nil),         // 11: gauntlet.v1.StepRequest
-	(*StepInfo)(nil),            // 12: gauntlet.v1.StepInfo
-	(*StepResult)(nil),          // 13: gauntlet.v1.StepResult
-	(*StepError)(nil),           // 14: gauntlet.v1.StepError
-	(*CloseRequest)(nil),        // 15: gauntlet.v1.CloseRequest
-	(*CloseResponse)(nil),       // 16: gauntlet.v1.CloseResponse
-	(*SnapshotRequest)(nil),     // 17: gauntlet.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),    // 18: gauntlet.v1.SnapshotResponse
-	(*ForkRequest)(nil),         // 19: gauntlet.v1.ForkRequest
-	(*StepBatchRequest)(nil),    // 20: gauntlet.v1.StepBatchRequest
-	(*StepBatchResponse)(nil),   // 21: gauntlet.v1.StepBatchResponse
-	(*SendResponse)(nil),        // 22: gauntlet.v1.SendResponse
-	(*RecvRequest)(nil),         // 23: gauntlet.v1.RecvRequest
-	(*HealthRequest)(nil),       // 24: gauntlet.v1.HealthRequest
-	(*HealthResponse)(nil),      // 25: gauntlet.v1.HealthResponse
-	(*CapacityRequest)(nil),     // 26: gauntlet.v1.CapacityRequest
-	(*CapacityResponse)(nil),    // 27: gauntlet.v1.CapacityResponse
-	(*Action)(nil),              // 28: gauntlet.v1.Action
-	(*TrainerData)(nil),         // 29: gauntlet.v1.TrainerData
-	(*FaultFired)(nil),          // 30: gauntlet.v1.FaultFired
-	(*Signals)(nil),             // 31: gauntlet.v1.Signals
-	(*Metering)(nil),            // 32: gauntlet.v1.Metering
-	(*RewardComponent)(nil),     // 33: gauntlet.v1.RewardComponent
-	(TerminationReason)(0),      // 34: gauntlet.v1.TerminationReason
+	(*ActionSpace)(nil),         // 8: gauntlet.v1.ActionSpace
+	(*ObservationSpace)(nil),    // 9: gauntlet.v1.ObservationSpace
+	(*ResetRequest)(nil),        // 10: gauntlet.v1.ResetRequest
+	(*ResetInfo)(nil),           // 11: gauntlet.v1.ResetInfo
+	(*ResetResponse)(nil),       // 12: gauntlet.v1.ResetResponse
+	(*StepRequest)(nil),         // 13: gauntlet.v1.StepRequest
+	(*StepInfo)(nil),            // 14: gauntlet.v1.StepInfo
+	(*StepResult)(nil),          // 15: gauntlet.v1.StepResult
+	(*StepError)(nil),           // 16: gauntlet.v1.StepError
+	(*CloseRequest)(nil),        // 17: gauntlet.v1.CloseRequest
+	(*CloseResponse)(nil),       // 18: gauntlet.v1.CloseResponse
+	(*SnapshotRequest)(nil),     // 19: gauntlet.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),    // 20: gauntlet.v1.SnapshotResponse
+	(*ForkRequest)(nil),         // 21: gauntlet.v1.ForkRequest
+	(*StepBatchRequest)(nil),    // 22: gauntlet.v1.StepBatchRequest
+	(*StepBatchResponse)(nil),   // 23: gauntlet.v1.StepBatchResponse
+	(*SendResponse)(nil),        // 24: gauntlet.v1.SendResponse
+	(*RecvRequest)(nil),         // 25: gauntlet.v1.RecvRequest
+	(*HealthRequest)(nil),       // 26: gauntlet.v1.HealthRequest
+	(*HealthResponse)(nil),      // 27: gauntlet.v1.HealthResponse
+	(*CapacityRequest)(nil),     // 28: gauntlet.v1.CapacityRequest
+	(*CapacityResponse)(nil),    // 29: gauntlet.v1.CapacityResponse
+	(*Action)(nil),              // 30: gauntlet.v1.Action
+	(*TrainerData)(nil),         // 31: gauntlet.v1.TrainerData
+	(*FaultFired)(nil),          // 32: gauntlet.v1.FaultFired
+	(*Signals)(nil),             // 33: gauntlet.v1.Signals
+	(*Metering)(nil),            // 34: gauntlet.v1.Metering
+	(*RewardComponent)(nil),     // 35: gauntlet.v1.RewardComponent
+	(TerminationReason)(0),      // 36: gauntlet.v1.TerminationReason
 }
 var file_proto_gauntlet_v1_envapi_proto_depIdxs = []int32{
 	2,  // 0: gauntlet.v1.ListEnvsResponse.envs:type_name -> gauntlet.v1.EnvSummary
 	4,  // 1: gauntlet.v1.DescribeEnvResponse.tools:type_name -> gauntlet.v1.ToolSpec
 	5,  // 2: gauntlet.v1.DescribeEnvResponse.params:type_name -> gauntlet.v1.ParamSpec
 	6,  // 3: gauntlet.v1.DescribeEnvResponse.reward_components:type_name -> gauntlet.v1.RewardComponentSpec
-	9,  // 4: gauntlet.v1.ResetResponse.info:type_name -> gauntlet.v1.ResetInfo
-	28, // 5: gauntlet.v1.StepRequest.action:type_name -> gauntlet.v1.Action
-	29, // 6: gauntlet.v1.StepRequest.trainer:type_name -> gauntlet.v1.TrainerData
-	30, // 7: gauntlet.v1.StepInfo.faults:type_name -> gauntlet.v1.FaultFired
-	31, // 8: gauntlet.v1.StepInfo.signals:type_name -> gauntlet.v1.Signals
-	32, // 9: gauntlet.v1.StepInfo.metering:type_name -> gauntlet.v1.Metering
-	33, // 10: gauntlet.v1.StepResult.reward_components:type_name -> gauntlet.v1.RewardComponent
-	34, // 11: gauntlet.v1.StepResult.reason:type_name -> gauntlet.v1.TerminationReason
-	12, // 12: gauntlet.v1.StepResult.info:type_name -> gauntlet.v1.StepInfo
-	14, // 13: gauntlet.v1.StepResult.error:type_name -> gauntlet.v1.StepError
-	34, // 14: gauntlet.v1.CloseResponse.reason:type_name -> gauntlet.v1.TerminationReason
-	11, // 15: gauntlet.v1.StepBatchRequest.steps:type_name -> gauntlet.v1.StepRequest
-	13, // 16: gauntlet.v1.StepBatchResponse.results:type_name -> gauntlet.v1.StepResult
-	0,  // 17: gauntlet.v1.EnvService.ListEnvs:input_type -> gauntlet.v1.ListEnvsRequest
-	3,  // 18: gauntlet.v1.EnvService.DescribeEnv:input_type -> gauntlet.v1.DescribeEnvRequest
-	8,  // 19: gauntlet.v1.EnvService.Reset:input_type -> gauntlet.v1.ResetRequest
-	11, // 20: gauntlet.v1.EnvService.Step:input_type -> gauntlet.v1.StepRequest
-	15, // 21: gauntlet.v1.EnvService.Close:input_type -> gauntlet.v1.CloseRequest
-	17, // 22: gauntlet.v1.EnvService.Snapshot:input_type -> gauntlet.v1.SnapshotRequest
-	19, // 23: gauntlet.v1.EnvService.Fork:input_type -> gauntlet.v1.ForkRequest
-	20, // 24: gauntlet.v1.EnvService.StepBatch:input_type -> gauntlet.v1.StepBatchRequest
-	20, // 25: gauntlet.v1.EnvService.Send:input_type -> gauntlet.v1.StepBatchRequest
-	23, // 26: gauntlet.v1.EnvService.Recv:input_type -> gauntlet.v1.RecvRequest
-	20, // 27: gauntlet.v1.EnvService.StepStream:input_type -> gauntlet.v1.StepBatchRequest
-	24, // 28: gauntlet.v1.EnvService.Health:input_type -> gauntlet.v1.HealthRequest
-	26, // 29: gauntlet.v1.EnvService.Capacity:input_type -> gauntlet.v1.CapacityRequest
-	1,  // 30: gauntlet.v1.EnvService.ListEnvs:output_type -> gauntlet.v1.ListEnvsResponse
-	7,  // 31: gauntlet.v1.EnvService.DescribeEnv:output_type -> gauntlet.v1.DescribeEnvResponse
-	10, // 32: gauntlet.v1.EnvService.Reset:output_type -> gauntlet.v1.ResetResponse
-	13, // 33: gauntlet.v1.EnvService.Step:output_type -> gauntlet.v1.StepResult
-	16, // 34: gauntlet.v1.EnvService.Close:output_type -> gauntlet.v1.CloseResponse
-	18, // 35: gauntlet.v1.EnvService.Snapshot:output_type -> gauntlet.v1.SnapshotResponse
-	10, // 36: gauntlet.v1.EnvService.Fork:output_type -> gauntlet.v1.ResetResponse
-	21, // 37: gauntlet.v1.EnvService.StepBatch:output_type -> gauntlet.v1.StepBatchResponse
-	22, // 38: gauntlet.v1.EnvService.Send:output_type -> gauntlet.v1.SendResponse
-	21, // 39: gauntlet.v1.EnvService.Recv:output_type -> gauntlet.v1.StepBatchResponse
-	13, // 40: gauntlet.v1.EnvService.StepStream:output_type -> gauntlet.v1.StepResult
-	25, // 41: gauntlet.v1.EnvService.Health:output_type -> gauntlet.v1.HealthResponse
-	27, // 42: gauntlet.v1.EnvService.Capacity:output_type -> gauntlet.v1.CapacityResponse
-	30, // [30:43] is the sub-list for method output_type
-	17, // [17:30] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	8,  // 4: gauntlet.v1.DescribeEnvResponse.action_space:type_name -> gauntlet.v1.ActionSpace
+	9,  // 5: gauntlet.v1.DescribeEnvResponse.observation_space:type_name -> gauntlet.v1.ObservationSpace
+	4,  // 6: gauntlet.v1.ActionSpace.tools:type_name -> gauntlet.v1.ToolSpec
+	11, // 7: gauntlet.v1.ResetResponse.info:type_name -> gauntlet.v1.ResetInfo
+	30, // 8: gauntlet.v1.StepRequest.action:type_name -> gauntlet.v1.Action
+	31, // 9: gauntlet.v1.StepRequest.trainer:type_name -> gauntlet.v1.TrainerData
+	32, // 10: gauntlet.v1.StepInfo.faults:type_name -> gauntlet.v1.FaultFired
+	33, // 11: gauntlet.v1.StepInfo.signals:type_name -> gauntlet.v1.Signals
+	34, // 12: gauntlet.v1.StepInfo.metering:type_name -> gauntlet.v1.Metering
+	35, // 13: gauntlet.v1.StepResult.reward_components:type_name -> gauntlet.v1.RewardComponent
+	36, // 14: gauntlet.v1.StepResult.reason:type_name -> gauntlet.v1.TerminationReason
+	14, // 15: gauntlet.v1.StepResult.info:type_name -> gauntlet.v1.StepInfo
+	16, // 16: gauntlet.v1.StepResult.error:type_name -> gauntlet.v1.StepError
+	36, // 17: gauntlet.v1.CloseResponse.reason:type_name -> gauntlet.v1.TerminationReason
+	13, // 18: gauntlet.v1.StepBatchRequest.steps:type_name -> gauntlet.v1.StepRequest
+	15, // 19: gauntlet.v1.StepBatchResponse.results:type_name -> gauntlet.v1.StepResult
+	0,  // 20: gauntlet.v1.EnvService.ListEnvs:input_type -> gauntlet.v1.ListEnvsRequest
+	3,  // 21: gauntlet.v1.EnvService.DescribeEnv:input_type -> gauntlet.v1.DescribeEnvRequest
+	10, // 22: gauntlet.v1.EnvService.Reset:input_type -> gauntlet.v1.ResetRequest
+	13, // 23: gauntlet.v1.EnvService.Step:input_type -> gauntlet.v1.StepRequest
+	17, // 24: gauntlet.v1.EnvService.Close:input_type -> gauntlet.v1.CloseRequest
+	19, // 25: gauntlet.v1.EnvService.Snapshot:input_type -> gauntlet.v1.SnapshotRequest
+	21, // 26: gauntlet.v1.EnvService.Fork:input_type -> gauntlet.v1.ForkRequest
+	22, // 27: gauntlet.v1.EnvService.StepBatch:input_type -> gauntlet.v1.StepBatchRequest
+	22, // 28: gauntlet.v1.EnvService.Send:input_type -> gauntlet.v1.StepBatchRequest
+	25, // 29: gauntlet.v1.EnvService.Recv:input_type -> gauntlet.v1.RecvRequest
+	22, // 30: gauntlet.v1.EnvService.StepStream:input_type -> gauntlet.v1.StepBatchRequest
+	26, // 31: gauntlet.v1.EnvService.Health:input_type -> gauntlet.v1.HealthRequest
+	28, // 32: gauntlet.v1.EnvService.Capacity:input_type -> gauntlet.v1.CapacityRequest
+	1,  // 33: gauntlet.v1.EnvService.ListEnvs:output_type -> gauntlet.v1.ListEnvsResponse
+	7,  // 34: gauntlet.v1.EnvService.DescribeEnv:output_type -> gauntlet.v1.DescribeEnvResponse
+	12, // 35: gauntlet.v1.EnvService.Reset:output_type -> gauntlet.v1.ResetResponse
+	15, // 36: gauntlet.v1.EnvService.Step:output_type -> gauntlet.v1.StepResult
+	18, // 37: gauntlet.v1.EnvService.Close:output_type -> gauntlet.v1.CloseResponse
+	20, // 38: gauntlet.v1.EnvService.Snapshot:output_type -> gauntlet.v1.SnapshotResponse
+	12, // 39: gauntlet.v1.EnvService.Fork:output_type -> gauntlet.v1.ResetResponse
+	23, // 40: gauntlet.v1.EnvService.StepBatch:output_type -> gauntlet.v1.StepBatchResponse
+	24, // 41: gauntlet.v1.EnvService.Send:output_type -> gauntlet.v1.SendResponse
+	23, // 42: gauntlet.v1.EnvService.Recv:output_type -> gauntlet.v1.StepBatchResponse
+	15, // 43: gauntlet.v1.EnvService.StepStream:output_type -> gauntlet.v1.StepResult
+	27, // 44: gauntlet.v1.EnvService.Health:output_type -> gauntlet.v1.HealthResponse
+	29, // 45: gauntlet.v1.EnvService.Capacity:output_type -> gauntlet.v1.CapacityResponse
+	33, // [33:46] is the sub-list for method output_type
+	20, // [20:33] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_envapi_proto_init() }
@@ -2058,7 +2206,7 @@ func file_proto_gauntlet_v1_envapi_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_envapi_proto_rawDesc), len(file_proto_gauntlet_v1_envapi_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -71,7 +71,8 @@ const (
 type EnvServiceClient interface {
 	// ListEnvs lists the envs this server can run.
 	ListEnvs(context.Context, *connect.Request[v1.ListEnvsRequest]) (*connect.Response[v1.ListEnvsResponse], error)
-	// DescribeEnv returns an env's tools (with JSON schemas), parameters and reward components.
+	// DescribeEnv returns an env's tools (with JSON schemas), its action and observation
+	// spaces, parameters and reward components.
 	DescribeEnv(context.Context, *connect.Request[v1.DescribeEnvRequest]) (*connect.Response[v1.DescribeEnvResponse], error)
 	// Reset starts a new episode (there is no auto-reset).
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
@@ -276,7 +277,8 @@ func (c *envServiceClient) Capacity(ctx context.Context, req *connect.Request[v1
 type EnvServiceHandler interface {
 	// ListEnvs lists the envs this server can run.
 	ListEnvs(context.Context, *connect.Request[v1.ListEnvsRequest]) (*connect.Response[v1.ListEnvsResponse], error)
-	// DescribeEnv returns an env's tools (with JSON schemas), parameters and reward components.
+	// DescribeEnv returns an env's tools (with JSON schemas), its action and observation
+	// spaces, parameters and reward components.
 	DescribeEnv(context.Context, *connect.Request[v1.DescribeEnvRequest]) (*connect.Response[v1.DescribeEnvResponse], error)
 	// Reset starts a new episode (there is no auto-reset).
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
