@@ -32,6 +32,18 @@ func smallStreamConfig(t *testing.T, ch *chlocal.Server) config {
 // (a stalled pipeline) or has any infra error (a lie about the workers).
 func followWithin(t *testing.T, s *testStack, req *gauntletv1.RunRequested, d time.Duration) *gauntletv1.RunProgress {
 	t.Helper()
+	final, err := followFor(s, req, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.InfraErrors != 0 {
+		t.Errorf("run %s: %d infra errors, want 0", req.RunId, final.InfraErrors)
+	}
+	return final
+}
+
+// followFor follows a run until it is done, or fails naming how far it got in d.
+func followFor(s *testStack, req *gauntletv1.RunRequested, d time.Duration) (*gauntletv1.RunProgress, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	final, err := follow(ctx, s.app.getBus(), req, io.Discard)
@@ -40,12 +52,9 @@ func followWithin(t *testing.T, s *testStack, req *gauntletv1.RunRequested, d ti
 		if p, perr := runProgress(s.app.getBus(), req.RunId); perr == nil {
 			progress = fmt.Sprintf(" (ended %d of %d, infra errors %d)", p.Ended, p.Episodes, p.InfraErrors)
 		}
-		t.Fatalf("run %s not done within %v%s: %v", req.RunId, d, progress, err)
+		return nil, fmt.Errorf("run %s not done within %v%s: %w", req.RunId, d, progress, err)
 	}
-	if final.InfraErrors != 0 {
-		t.Errorf("run %s: %d infra errors, want 0", req.RunId, final.InfraErrors)
-	}
-	return final
+	return final, nil
 }
 
 // runProgress reads a run's state from the scheduler's bucket.
@@ -135,8 +144,15 @@ func TestFullEventsStreamRecovers(t *testing.T) {
 	conn := connect(t, ch.Addr(), cfg.Database)
 	req := newRun(t, 2000, "oracle=1", 22)
 
-	done := make(chan *gauntletv1.RunProgress, 1)
-	go func() { done <- followWithin(t, s, req, 110*time.Second) }()
+	type result struct {
+		final *gauntletv1.RunProgress
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		final, err := followFor(s, req, 110*time.Second)
+		done <- result{final, err}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	waitFor(t, func() bool {
@@ -159,9 +175,12 @@ func TestFullEventsStreamRecovers(t *testing.T) {
 	if err := ch.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	final := <-done
-	if t.Failed() {
-		t.FailNow()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	assertStored(t, s, ch, cfg.Database, req, final)
+	if r.final.InfraErrors != 0 {
+		t.Errorf("run %s: %d infra errors, want 0", req.RunId, r.final.InfraErrors)
+	}
+	assertStored(t, s, ch, cfg.Database, req, r.final)
 }
