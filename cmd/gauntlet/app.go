@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
@@ -258,7 +259,7 @@ func (a *app) connect(name string) (*bus.Bus, error) {
 // keeps its events meanwhile and writes them then).
 func (a *app) initClickHouse() (lifecycle.Service, error) {
 	if a.cfg.ClickHouse != "" {
-		return lifecycle.Funcs{}, nil
+		return externalClickHouse(a.cfg.ClickHouse, a.log.With("module", modClickHouse)), nil
 	}
 	var sup *childproc.Supervisor
 	return lifecycle.Funcs{
@@ -285,6 +286,63 @@ func (a *app) initClickHouse() (lifecycle.Service, error) {
 			return a.ch.Stop(ctx)
 		},
 	}, nil
+}
+
+// externalProbeEvery spaces the probes of an external ClickHouse; externalProbeTimeout
+// bounds one (a server that takes longer to answer SELECT 1 is not serving).
+const (
+	externalProbeEvery   = 2 * time.Second
+	externalProbeTimeout = 5 * time.Second
+)
+
+// externalClickHouse is the clickhouse module for a server this process does not run
+// (--clickhouse): nothing to start or stop, but readiness tells whether it answers
+// SELECT 1, probed in the background so that a readiness check only reads the last
+// answer. An unreachable ClickHouse leaves the store's events waiting in NATS, so the
+// stack is up but not ready.
+func externalClickHouse(addr string, log *slog.Logger) lifecycle.Service {
+	var last atomic.Pointer[error]
+	probe := func(ctx context.Context) {
+		pctx, cancel := context.WithTimeout(ctx, externalProbeTimeout)
+		err := chlocal.Ping(pctx, addr)
+		cancel()
+		if ctx.Err() != nil {
+			return // stopping: the probe's failure says nothing about the server
+		}
+		if err != nil {
+			err = fmt.Errorf("clickhouse at %s does not answer: %w", addr, err)
+		}
+		switch prev := last.Swap(&err); {
+		case err != nil && (prev == nil || *prev == nil):
+			log.Warn("external clickhouse does not answer", "addr", addr, "err", err)
+		case err == nil && prev != nil && *prev != nil:
+			log.Info("external clickhouse answers again", "addr", addr)
+		}
+	}
+	return lifecycle.Funcs{
+		OnStarting: func(ctx context.Context) error {
+			probe(ctx)
+			return nil
+		},
+		OnRunning: func(ctx context.Context) error {
+			t := time.NewTicker(externalProbeEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+					probe(ctx)
+				}
+			}
+		},
+		OnReady: func() error {
+			if err := last.Load(); err != nil {
+				return *err
+			}
+			return fmt.Errorf("clickhouse at %s not probed yet", addr)
+		},
+	}
 }
 
 // temporalAddr is where Temporal clients reach the frontend.

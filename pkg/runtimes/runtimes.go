@@ -212,7 +212,7 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	return s, nil
 }
 
-// reapLeftovers destroys the sandboxes a previous process left in the state directory (a
+// reapLeftovers destroys the sandboxes and snapshots a previous process left in the state directory (a
 // worker that crashed mid-episode): their episodes are redelivered and start again from
 // their seed in new sandboxes, so nothing in the old ones is needed.
 func (s *Sandboxes) reapLeftovers(ctx context.Context) error {
@@ -237,6 +237,24 @@ func (s *Sandboxes) destroyAll(ctx context.Context, msg string) error {
 		default:
 			log.Info(msg, "sandbox", h.ID)
 		}
+	}
+	// Their snapshots (a warm pool's template, an episode's branch point) are of no more
+	// use either; left, each restart after a crash would add one.
+	l, ok := s.rt.(sandbox.SnapshotLister)
+	if !ok {
+		return nil
+	}
+	snaps, err := l.ListSnapshots(ctx)
+	if err != nil {
+		return fmt.Errorf("list leftover snapshots: %w", err)
+	}
+	del := s.rt.(sandbox.Snapshotter) // a SnapshotLister is one
+	for _, sn := range snaps {
+		if err := del.DeleteSnapshot(ctx, sn.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			log.Warn("delete leftover snapshot", "snapshot", sn.ID, "err", err)
+			continue
+		}
+		log.Info("deleted a snapshot left by an earlier process", "snapshot", sn.ID)
 	}
 	return nil
 }
