@@ -71,7 +71,9 @@ type app struct {
 	// children are the supervisors of the local servers this process runs, for the
 	// restart counter.
 	children children
-	envapi   *envapi.Service
+	// publishers are the bus connections, for the back-pressure metrics.
+	publishers publishers
+	envapi     *envapi.Service
 	// sandboxes is the process's sandbox runtime, opened by the sandbox module; nil when
 	// --sandbox.runtime is empty.
 	sandboxes *runtimes.Sandboxes
@@ -95,6 +97,9 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	}
 	a := &app{cfg: cfg, log: log, tel: tel, mgr: modules.New(log, cfg.StopTimeout), conns: map[string]*bus.Bus{}}
 	if err := a.children.register(tel.Meter("gauntlet")); err != nil {
+		return nil, err
+	}
+	if err := a.publishers.register(tel.Meter("gauntlet")); err != nil {
 		return nil, err
 	}
 	m := a.mgr
@@ -209,14 +214,23 @@ func (a *app) initBus() (lifecycle.Service, error) {
 			}
 			sc := bus.DefaultStreamConfig()
 			sc.Replicas = a.cfg.Replicas
+			sc.EventsMaxBytes, sc.EventsHistoryBytes = a.cfg.EventsMaxBytes, a.cfg.EventsHistoryBytes
 			if err := a.bus.EnsureStreams(ctx, sc); err != nil {
 				return err
 			}
+			a.publishers.add(a.bus)
 			for _, m := range connNames {
 				if a.conns[m], err = a.connect("gauntlet-" + m); err != nil {
 					return err
 				}
+				a.publishers.add(a.conns[m])
 			}
+			return nil
+		},
+		// What every required consumer has processed leaves the events stream, so it
+		// never holds the stream full (bus.TrimEvents); each process trims, harmlessly.
+		OnRunning: func(ctx context.Context) error {
+			a.bus.RetainEvents(ctx, a.cfg.EventsHistoryBytes, time.Second)
 			return nil
 		},
 		OnStopping: func(context.Context) error {
