@@ -16,7 +16,8 @@
 #   - Go tools, into $(go env GOPATH)/bin: protoc-gen-go, protoc-gen-connect-go, protoc-gen-go-vtproto, staticcheck
 #     and the Temporal CLI (its `temporal server start-dev` is the dev server
 #     pkg/temporallocal runs; about 2.5 minutes to build), at the pinned versions below
-#     (re-installed when the binary there reports another version).
+#     (re-installed when the binary there reports another version), and the nats-server
+#     of the version deploy/ ships, which a test runs the stack against.
 #   - bubblewrap and util-linux (setpriv): the process sandbox runtime (pkg/sandbox/process).
 #   - libfaketime: the clock_skew fault in process sandboxes (LD_PRELOAD, docs/faults.md).
 #   - the fuse kernel module loaded (/dev/fuse): storage faults in the commands of process
@@ -37,6 +38,9 @@ GO_TOOLS=(
 	"protoc-gen-go-vtproto github.com/planetscale/vtprotobuf github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@v0.6.0"
 	"staticcheck honnef.co/go/tools honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 	"temporal github.com/temporalio/cli github.com/temporalio/cli/cmd/temporal@v1.5.1"
+	# The NATS server deploy/ ships (compose: nats:2.11): cmd/gauntlet's
+	# TestStackOnTheDeployedNATS runs the stack against it; keep the two in step.
+	"nats-server github.com/nats-io/nats-server/v2 github.com/nats-io/nats-server/v2@v2.11.17"
 )
 
 LOG="$(mktemp -t gauntlet-deps.XXXXXX)"

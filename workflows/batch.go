@@ -149,7 +149,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 	defer poll.Stop()
 	for {
 		if p != nil {
-			activity.RecordHeartbeat(ctx, p.GetEnded())
+			activity.RecordHeartbeat(ctx, batchHeartbeat(in, p))
 			if p.GetError() != "" {
 				return BatchResult{}, temporal.NewNonRetryableApplicationError(
 					fmt.Sprintf("batch %s refused by the scheduler: %s", in.RunID, p.GetError()), ErrTypeRunRefused, nil)
@@ -162,7 +162,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 				}, nil
 			}
 		} else {
-			activity.RecordHeartbeat(ctx, uint64(0))
+			activity.RecordHeartbeat(ctx, BatchHeartbeat{RunID: in.RunID, Episodes: in.Episodes})
 		}
 		select {
 		case <-ctx.Done():
@@ -204,13 +204,37 @@ func runProgress(ctx context.Context, kv jetstream.KeyValue, runID string) (*gau
 	return p, nil
 }
 
+// BatchHeartbeatTimeout is how long Temporal waits for a RunBatch heartbeat before it
+// gives the batch to another worker.
+const BatchHeartbeatTimeout = 5 * time.Second
+
+// BatchHeartbeat is what RunBatch heartbeats: the run's progress as the scheduler last
+// wrote it, so that `gauntlet curriculum status` can tell what a stalled batch waits for
+// (Temporal keeps the last heartbeat of the pending activity).
+type BatchHeartbeat struct {
+	RunID    string `json:"run_id"`
+	Episodes uint64 `json:"episodes"`
+	Assigned uint64 `json:"assigned"`
+	Ended    uint64 `json:"ended"`
+	// UpdatedAtUnixNano is when the scheduler last changed the run's state (an episode
+	// assigned or ended); 0 before it accepted the run.
+	UpdatedAtUnixNano int64 `json:"updated_at_unix_nano,omitempty"`
+}
+
+func batchHeartbeat(in BatchInput, p *gauntletv1.RunProgress) BatchHeartbeat {
+	return BatchHeartbeat{
+		RunID: in.RunID, Episodes: in.Episodes, Assigned: p.GetAssigned(), Ended: p.GetEnded(),
+		UpdatedAtUnixNano: p.GetUpdatedAtUnixNano(),
+	}
+}
+
 // batchActivityOptions are the options of RunBatch: heartbeats let a dead worker's batch
 // move to another worker within seconds; the run itself goes on in the scheduler
 // meanwhile, and the retry only waits for it.
 func batchActivityOptions(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * 24 * time.Hour,
-		HeartbeatTimeout:    5 * time.Second,
+		HeartbeatTimeout:    BatchHeartbeatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        200 * time.Millisecond,
 			BackoffCoefficient:     2,

@@ -37,9 +37,13 @@ const (
 const (
 	StatusRunning   = "running"
 	StatusPaused    = "paused"
-	StatusCompleted = "completed" // every stage promoted (or skipped)
+	StatusCompleted = "completed" // the last stage promoted (earlier ones promoted or skipped)
 	StatusStopped   = "stopped"   // a stage spent its budget without promotion
 	StatusAborted   = "aborted"   // the abort signal
+	// StatusSkipped: the skip signal ended the last stage, so the curriculum ran out of
+	// stages without its last one passed; not completed, as nothing showed the agent
+	// can do what the curriculum ends with.
+	StatusSkipped = "skipped"
 )
 
 // Stage outcomes.
@@ -85,6 +89,10 @@ type CurriculumState struct {
 	Abort          bool          `json:"abort,omitempty"`
 	Status         string        `json:"status"`
 	Executions     int           `json:"executions"`
+	// DriftReached is, per drift selector of the last stage closed, the value its ramp
+	// had reached (in force for the next episode): where a ramp with continue: true of
+	// the next stage starts.
+	DriftReached []DriftValue `json:"drift_reached,omitempty"`
 }
 
 // DriftValue is a drifting fault parameter and the value in force.
@@ -113,6 +121,11 @@ type Progress struct {
 	RunPrefix         string        `json:"run_prefix"`
 	// Executions counts this curriculum's workflow executions (continue-as-new).
 	Executions int `json:"executions"`
+	// Waiting says what a running curriculum that makes no progress waits for (a worker
+	// to resume its batch after a restart, episodes held by a stopped worker). The
+	// workflow never sets it: `gauntlet curriculum status` fills it from Temporal's
+	// record of the pending batch (BatchWaiting).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // runPrefix names a workflow's runs: kind and 12 hex digits of a hash of the workflow id
@@ -133,7 +146,8 @@ func StageRunPrefix(prefix string, stage int) string { return fmt.Sprintf("%s-s%
 // refused); state is nil on a fresh start and the carried progress after continue-as-new.
 //
 // Signals: pause and resume (take effect between batches), skip (ends the current stage
-// after its batch in flight, as skipped), abort (ends the curriculum likewise). Query:
+// after its batch in flight, as skipped; skipping the last stage ends the curriculum as
+// skipped, not completed), abort (ends the curriculum likewise). Query:
 // progress. The result is the final Progress; an invalid spec fails the workflow at once
 // with a non-retryable InvalidSpec error naming every bad field.
 func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *CurriculumState) (Progress, error) {
@@ -216,6 +230,9 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 	}
 	if state.Status == StatusRunning || state.Status == StatusPaused {
 		state.Status = StatusCompleted
+		if n := len(state.Reports); n > 0 && state.Reports[n-1].Outcome == OutcomeSkipped {
+			state.Status = StatusSkipped
+		}
 	}
 	return c.progress(), nil
 }
@@ -272,7 +289,7 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 		MaxInFlight: c.spec.MaxInFlight,
 		MaxSteps:    st.MaxSteps,
 		Label:       fmt.Sprintf("curriculum %s stage %d (%s)", c.spec.Name, s.Stage, st.Name),
-		Ramps:       batchRamps(st.Drift, s.StageEpisodes, n, st.Episodes.Max),
+		Ramps:       batchRamps(c.stageDrift(), s.StageEpisodes, n, st.Episodes.Max),
 
 		RequestedAtUnixNano: now,
 	}, nil
@@ -340,6 +357,7 @@ func (c *curriculum) closeStage(outcome string) {
 	if s.Stage >= len(c.spec.Stages) {
 		return
 	}
+	s.DriftReached = c.driftInForce()
 	s.Reports = append(s.Reports, StageReport{
 		Index: s.Stage, Name: c.spec.Stages[s.Stage].Name, Outcome: outcome,
 		Episodes: s.StageEpisodes, Succeeded: s.StageSucceeded, RewardSum: s.StageReward,
@@ -371,11 +389,36 @@ func (c *curriculum) progress() Progress {
 	return p
 }
 
+// stageDrift is the current stage's ramps, those with continue: true starting where the
+// previous stage's ramp of their selector had reached.
+func (c *curriculum) stageDrift() []DriftSpec {
+	drift := c.spec.Stages[c.st.Stage].Drift
+	cont := false
+	for _, d := range drift {
+		cont = cont || d.Continue
+	}
+	if !cont {
+		return drift
+	}
+	out := append([]DriftSpec(nil), drift...)
+	for i, d := range out {
+		if !d.Continue {
+			continue
+		}
+		for _, r := range c.st.DriftReached {
+			if r.Selector == d.Selector {
+				out[i].From = r.Value
+			}
+		}
+	}
+	return out
+}
+
 // driftInForce is each drifting parameter's value at the stage's next episode.
 func (c *curriculum) driftInForce() []DriftValue {
 	st := c.spec.Stages[c.st.Stage]
 	var out []DriftValue
-	for _, d := range st.Drift {
+	for _, d := range c.stageDrift() {
 		out = append(out, DriftValue{Selector: d.Selector, Value: rampAt(d.From, d.To, c.st.StageEpisodes, st.Episodes.Max)})
 	}
 	return out

@@ -237,6 +237,9 @@ func TestCurriculumRefusesBadSpecBeforeAnyBatch(t *testing.T) {
 	if !IsInvalidSpec(err) || !strings.Contains(err.Error(), `unknown field "colour"`) {
 		t.Fatalf("error %v; want InvalidSpec naming the unknown field", err)
 	}
+	if !strings.Contains(err.Error(), "stages[0].promotion.window: must be > 0") {
+		t.Errorf("error %v; the unknown key hides stages[0].promotion.window", err)
+	}
 	env = newEnv(t, f)
 	env.ExecuteWorkflow(WorkflowCurriculum, json.RawMessage(`{"stages":[{"env":"shop","policies":"oracle=1","episodes":{"max":10},"promotion":{"metric":"success_rate","threshold":0.5,"window":0}}]}`), nil)
 	err = env.GetWorkflowError()
@@ -320,5 +323,82 @@ func TestBatchRampsAreContinuous(t *testing.T) {
 	drift := stageDrift(d, 25, 25, 100)
 	if len(drift) != 1 || len(drift[0].Schedule.Points) != 2 || drift[0].Schedule.Points[1].At != 24 {
 		t.Errorf("schedule %v", drift)
+	}
+}
+
+func TestCurriculumSkippingTheLastStageIsNotCompleted(t *testing.T) {
+	f := &fakeBatches{rate: map[string]float64{"oracle=1": 1, "random=1": 0}}
+	env := newEnv(t, f)
+	// Stage a is promoted by its first batch; stage b never is: skipped after one batch.
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalSkip, nil) }, 90*time.Second)
+	env.OnActivity(ActivityRunBatch, mock.Anything, mock.Anything).Return(f.run).After(time.Minute)
+	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, `
+stages:
+  - {name: a, env: shop, policies: oracle=1, episodes: {max: 20}, promotion: {metric: success_rate, threshold: 1, window: 10}}
+  - {name: b, env: shop, policies: random=1, episodes: {max: 100}, promotion: {metric: success_rate, threshold: 1, window: 10}}
+`), nil)
+	p := result(t, env)
+	if len(p.Reports) != 2 || p.Reports[0].Outcome != OutcomePromoted || p.Reports[1].Outcome != OutcomeSkipped {
+		t.Fatalf("reports %+v; want a promoted, b skipped", p.Reports)
+	}
+	if p.Status != StatusSkipped {
+		t.Errorf("status %q after the last stage was skipped; want %q", p.Status, StatusSkipped)
+	}
+}
+
+func TestCurriculumDriftContinuesAcrossStages(t *testing.T) {
+	f := &fakeBatches{rate: map[string]float64{"oracle=1": 1}}
+	env := newEnv(t, f)
+	// Stage a ramps 10 -> 110 over 101 episodes but is promoted after 20: its ramp has
+	// reached 30 (the value for episode 20). Stage b continues from there to 500.
+	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, `
+stages:
+  - env: shop
+    policies: oracle=1
+    episodes: {min: 20, max: 100}
+    batch: 10
+    promotion: {metric: success_rate, threshold: 1, window: 10}
+    drift: [{selector: "*.latency.mean_ms", from: 10, to: 109}]
+  - env: shop
+    policies: oracle=1
+    episodes: {min: 20, max: 50}
+    batch: 10
+    promotion: {metric: success_rate, threshold: 1, window: 10}
+    drift: [{selector: "*.latency.mean_ms", continue: true, to: 500}]
+`), nil)
+	p := result(t, env)
+	if p.Status != StatusCompleted || len(f.calls) != 4 {
+		t.Fatalf("%+v after %d batches; want completed after 4", p, len(f.calls))
+	}
+	// Stage a's batches: episodes 0-9 and 10-19 of its ramp, 1 per episode.
+	if r := f.calls[1].Ramps[0]; r.From != 20 || r.To != 29 {
+		t.Errorf("stage a batch 1 ramp %+v; want 20..29", r)
+	}
+	// Stage b starts at 30, where a left off, and ramps to 500 at its 50th episode.
+	want := rampAt(30, 500, 10, 50)
+	if r := f.calls[2].Ramps[0]; r.From != 30 || r.To != rampAt(30, 500, 9, 50) {
+		t.Errorf("stage b batch 0 ramp %+v; want from 30", r)
+	}
+	if r := f.calls[3].Ramps[0]; r.From != want {
+		t.Errorf("stage b batch 1 ramp %+v; want from %v", r, want)
+	}
+}
+
+func TestDriftContinueIsValidated(t *testing.T) {
+	_, err := LoadSpec(strings.NewReader(`
+stages:
+  - {name: a, env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}, drift: [{selector: "*.latency.mean_ms", continue: true, to: 5}]}
+  - {name: b, env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}, drift: [{selector: "*.latency.stddev_ms", from: 3, continue: true, to: 5}]}
+  - {name: c, env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}, drift: [{selector: "*.latency.stddev_ms", continue: yes please, to: 5}]}
+`))
+	for _, w := range []string{
+		"line 3: stages[0].drift[0].continue: the first stage has no ramp to continue",
+		`line 4: stages[1].drift[0].continue: stages[0] has no drift of "*.latency.stddev_ms" to continue`,
+		"line 4: stages[1].drift[0].from: must be left out with continue: true",
+		"line 5: stages[2].drift[0].continue: want true or false",
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q\ndoes not contain %q", err, w)
+		}
 	}
 }

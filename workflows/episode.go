@@ -160,7 +160,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		return EpisodeResult{}, activityError(fmt.Sprintf("play episode %s: faults service cannot plan it", ep.EpisodeId), perr)
 	}
 	plan := plans.Plans[0]
-	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId}
+	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId, last: cp}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}, a.WorkerID, requestScorer{b}, out)
 	defer func() { _ = sess.Close() }()
 	deps := a.Play
@@ -209,6 +209,15 @@ type durableOut struct {
 	// Running totals for the heartbeat, over every step, replayed or not.
 	total float64
 	fired uint32
+	// last is the checkpoint last recorded in the heartbeat.
+	last EpisodeCheckpoint
+}
+
+// publish publishes one event. While the events stream has no room the publish waits
+// (back-pressure), heartbeating the last checkpoint so the wait does not look like a
+// dead worker and start another attempt.
+func (o *durableOut) publish(ctx context.Context, ev *gauntletv1.Event) error {
+	return o.bus.PublishEventWith(ctx, ev, bus.Patience{Waiting: func() { activity.RecordHeartbeat(ctx, o.last) }})
 }
 
 // Start publishes the start, unless an earlier attempt did.
@@ -216,7 +225,7 @@ func (o *durableOut) Start(ctx context.Context, st *gauntletv1.EpisodeStarted) e
 	if o.from > 0 {
 		return nil
 	}
-	return o.bus.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: st}})
+	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: st}})
 }
 
 // Step publishes one step and records it in the heartbeat.
@@ -228,10 +237,11 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 	}
 	// One step per event: the message id <episode>/steps/<n>-<n> is the same whichever
 	// attempt publishes it.
-	if err := o.bus.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}); err != nil {
+	if err := o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}); err != nil {
 		return err
 	}
-	activity.RecordHeartbeat(ctx, EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired})
+	o.last = EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired}
+	activity.RecordHeartbeat(ctx, o.last)
 	if o.afterStep != nil {
 		o.afterStep(ctx, o.episodeID, st.Step)
 	}
@@ -243,7 +253,7 @@ func (o *durableOut) Flush() error { return nil }
 
 // End publishes the end.
 func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error {
-	return o.bus.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}})
+	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}})
 }
 
 // requestScorer asks the reward service for each step's score, one request per step

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"regexp"
 	"strings"
 
@@ -94,41 +93,106 @@ type DriftSpec struct {
 	Selector string  `json:"selector" yaml:"selector"`
 	From     float64 `json:"from" yaml:"from"`
 	To       float64 `json:"to" yaml:"to"`
+	// Continue starts the ramp where the previous stage's ramp of the same selector was
+	// when that stage ended (the value in force for its next episode), instead of at
+	// From, which must be left out: a stage promoted early hands on its difficulty
+	// rather than dropping back.
+	Continue bool `json:"continue,omitempty" yaml:"continue"`
 }
 
-// LoadSpec reads a curriculum from YAML (JSON is YAML too), refusing unknown keys, and
-// validates it. Every error names its field, e.g. "stages[1].promotion.window: must be > 0".
+// LoadSpec reads a curriculum from YAML (JSON is YAML too) and validates it: the one
+// check `gauntlet curriculum validate` and `start` both make, so a spec that validates
+// starts. A spec over MaxSpecBytes is refused unread (ErrSpecTooLarge). Every problem is
+// reported at once (unknown keys, wrong types and invalid values alike), each naming the
+// key as written and its line, e.g. "line 7: stages[1].promotion.window: must be > 0";
+// no message quotes more than a few dozen bytes of the input.
 func LoadSpec(r io.Reader) (CurriculumSpec, error) {
 	var s CurriculumSpec
-	dec := yaml.NewDecoder(r)
-	dec.KnownFields(true)
-	if err := dec.Decode(&s); err != nil {
-		if errors.Is(err, io.EOF) {
-			return s, errors.New("curriculum spec: empty document")
-		}
-		return s, fmt.Errorf("curriculum spec: %s", yamlMessage(err))
+	data, err := io.ReadAll(io.LimitReader(r, MaxSpecBytes+1))
+	if err != nil {
+		return s, fmt.Errorf("curriculum spec: read: %w", err)
+	}
+	if len(data) > MaxSpecBytes {
+		return s, ErrSpecTooLarge
+	}
+	decodeErrs, lines, err := decodeSpec(data, &s)
+	if err != nil {
+		return s, err
 	}
 	s.Normalize()
-	if err := s.Validate(); err != nil {
+	// What start sends is the spec as JSON, the workflow's input: checked before the
+	// values, as a spec too large to send needs no other answer.
+	if _, err := EncodeSpec(s); err != nil {
+		return s, err
+	}
+	problems := append(decodeErrs, s.problems(decodeErrs)...)
+	for _, p := range problems {
+		if p.Line == 0 {
+			p.Line = lineOf(lines, p.Path)
+		}
+	}
+	if err := joinFieldErrors(problems); err != nil {
 		return s, err
 	}
 	return s, nil
 }
 
+// lineOf is the line of the key at path, or of its nearest parent that has one.
+func lineOf(lines map[string]int, path string) int {
+	for path != "" {
+		if l, ok := lines[path]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			return 0
+		}
+		path = path[:i]
+	}
+	return 0
+}
+
+// EncodeSpec is the workflow input for a valid spec: its JSON, refused with
+// ErrSpecTooLarge over MaxSpecBytes (aliases can make a small YAML file a large spec).
+func EncodeSpec(s CurriculumSpec) (json.RawMessage, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encode curriculum spec: %w", err)
+	}
+	if len(b) > MaxSpecBytes {
+		return nil, ErrSpecTooLarge
+	}
+	return b, nil
+}
+
 // ParseSpecJSON reads a curriculum from JSON, refusing unknown keys, and validates it.
 // Workflows call it on their input, so a spec started with the temporal CLI is checked as
-// strictly as one started with gauntlet.
+// strictly as one started with gauntlet, and against the same size limit.
 func ParseSpecJSON(b []byte) (CurriculumSpec, error) {
 	var s CurriculumSpec
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("curriculum spec: %w", err)
+	if len(b) > MaxSpecBytes {
+		return s, ErrSpecTooLarge
+	}
+	decode := func(strict bool) error {
+		s = CurriculumSpec{}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if strict {
+			dec.DisallowUnknownFields()
+		}
+		dec.UseNumber()
+		return dec.Decode(&s)
+	}
+	var unknown error
+	if err := decode(true); err != nil {
+		// An unknown key does not hide the other problems: decoded again without it.
+		if !strings.Contains(err.Error(), "unknown field") || decode(false) != nil {
+			return s, fmt.Errorf("curriculum spec: %s", boundMessage(err.Error()))
+		}
+		unknown = fmt.Errorf("curriculum spec: %s", boundMessage(err.Error()))
 	}
 	s.Params2Float()
 	s.Normalize()
-	if err := s.Validate(); err != nil {
+	if err := errors.Join(unknown, s.Validate()); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -187,11 +251,17 @@ func (s *CurriculumSpec) Normalize() {
 	}
 }
 
-// Validate reports every problem at once, each naming its field.
+// Validate reports every problem at once, each naming its key path.
 func (s CurriculumSpec) Validate() error {
-	var errs []error
+	return joinFieldErrors(s.problems(nil))
+}
+
+// problems are the spec's invalid values, each at its key path. A path (or a parent of
+// it) already in decoded, the problems of decoding, is not reported again.
+func (s CurriculumSpec) problems(decoded []*FieldError) []*FieldError {
+	var errs []*FieldError
 	add := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+		errs = append(errs, &FieldError{Path: field, Msg: fmt.Sprintf(format, a...)})
 	}
 	if len(s.Stages) == 0 {
 		add("stages", "at least one stage is needed")
@@ -199,11 +269,20 @@ func (s CurriculumSpec) Validate() error {
 	if len(s.Stages) > MaxStages {
 		add("stages", "%d stages is more than %d", len(s.Stages), MaxStages)
 	}
+	if len(s.Name) > MaxNameBytes {
+		add("name", "%d bytes is longer than %d", len(s.Name), MaxNameBytes)
+	}
 	names := map[string]int{}
+	// reached is, per selector, where the previous stage's ramp ends: what a ramp with
+	// continue: true starts from.
+	var reached map[string]float64
 	for i, st := range s.Stages {
 		f := fmt.Sprintf("stages[%d]", i)
+		if len(st.Name) > MaxNameBytes {
+			add(f+".name", "%d bytes is longer than %d", len(st.Name), MaxNameBytes)
+		}
 		if j, dup := names[st.Name]; dup {
-			add(f+".name", "%q is also the name of stages[%d]", st.Name, j)
+			add(f+".name", "%s is also the name of stages[%d]", quote(st.Name), j)
 		}
 		names[st.Name] = i
 		p := st.Promotion
@@ -213,13 +292,13 @@ func (s CurriculumSpec) Validate() error {
 				add(f+".promotion.threshold", "%v is outside [0, 1] for success_rate", p.Threshold)
 			}
 		case MetricRewardMean:
-			if math.IsNaN(p.Threshold) || math.IsInf(p.Threshold, 0) {
+			if !finite(p.Threshold) {
 				add(f+".promotion.threshold", "must be a finite number")
 			}
 		case "":
 			add(f+".promotion.metric", "missing: want success_rate or reward_mean")
 		default:
-			add(f+".promotion.metric", "%q is not one of success_rate, reward_mean", p.Metric)
+			add(f+".promotion.metric", "%s is not one of success_rate, reward_mean", quote(p.Metric))
 		}
 		if p.Window == 0 {
 			add(f+".promotion.window", "must be > 0")
@@ -248,37 +327,97 @@ func (s CurriculumSpec) Validate() error {
 				add(f+".episodes.max", "%d is not a multiple of the batch size %d", b.Max, st.Batch)
 			}
 		}
+		drift := append([]DriftSpec(nil), st.Drift...)
 		for j, d := range st.Drift {
 			df := fmt.Sprintf("%s.drift[%d]", f, j)
-			if math.IsNaN(d.From) || math.IsInf(d.From, 0) {
+			if !finite(d.From) {
 				add(df+".from", "must be a finite number")
 			}
-			if math.IsNaN(d.To) || math.IsInf(d.To, 0) {
+			if !finite(d.To) {
 				add(df+".to", "must be a finite number")
 			}
+			if d.Continue {
+				from, ok := reached[d.Selector]
+				switch {
+				case i == 0:
+					add(df+".continue", "the first stage has no ramp to continue")
+				case !ok:
+					add(df+".continue", "stages[%d] has no drift of %s to continue", i-1, quote(d.Selector))
+				default:
+					// Checked from the end of the previous ramp: a value between two
+					// checked values is in the parameter's range too.
+					drift[j].From = from
+				}
+				if d.From != 0 {
+					add(df+".from", "must be left out with continue: true (the ramp starts where the previous stage's ended)")
+				}
+			}
 		}
-		// What the scheduler would refuse, refused now with the stage's field names; the
+		reached = map[string]float64{}
+		for _, d := range drift {
+			reached[d.Selector] = d.To
+		}
+		// What the scheduler would refuse, refused now with the stage's key names; the
 		// drift is checked as a ramp over the whole stage (selectors, value ranges).
 		req, err := st.runRequest("cvalidate-s0-b0", 1, max(st.Batch, 1), s.MaxInFlight, 0)
 		if err != nil {
-			errs = append(errs, prefixErrors(f, err)...)
+			errs = append(errs, stageErrors(f, err)...)
 			continue
 		}
-		req.Drift = stageDrift(st.Drift, 0, max(b.Max, 1), max(b.Max, 1))
+		req.Drift = stageDrift(drift, 0, max(b.Max, 1), max(b.Max, 1))
 		if err := runs.Validate(req); err != nil {
-			errs = append(errs, prefixErrors(f, err)...)
+			errs = append(errs, stageErrors(f, err)...)
 		}
 	}
-	return errors.Join(errs...)
+	return withoutDecoded(errs, decoded)
 }
 
-// prefixErrors names each joined error's field under prefix.
-func prefixErrors(prefix string, err error) []error {
-	var out []error
-	for _, line := range strings.Split(err.Error(), "\n") {
-		if line != "" {
-			out = append(out, fmt.Errorf("%s.%s", prefix, line))
+// withoutDecoded drops the problems at a path that decoding already reported on (the
+// value left at its zero would be reported a second time, and wrongly).
+func withoutDecoded(errs, decoded []*FieldError) []*FieldError {
+	if len(decoded) == 0 {
+		return errs
+	}
+	out := errs[:0]
+	for _, e := range errs {
+		dup := false
+		for _, d := range decoded {
+			if d.Path != "" && (e.Path == d.Path || strings.HasPrefix(e.Path, d.Path+".") || strings.HasPrefix(e.Path, d.Path+"[")) {
+				dup = true
+				break
+			}
 		}
+		if !dup {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// driftPoint matches the fault checks' path of a ramp's ends.
+var driftPoint = regexp.MustCompile(`^(drift\[\d+\])\.schedule\.points\[(\d+)\]\.value$`)
+
+// stageErrors turns the run checks' joined errors ("policies[0]: unknown policy") into
+// problems under the stage's path, naming the spec's keys: a ramp's schedule points are
+// the spec's from and to.
+func stageErrors(stage string, err error) []*FieldError {
+	var out []*FieldError
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line == "" {
+			continue
+		}
+		path, msg, ok := strings.Cut(line, ": ")
+		if !ok || strings.ContainsAny(path, " \"") {
+			out = append(out, &FieldError{Path: stage, Msg: line})
+			continue
+		}
+		if m := driftPoint.FindStringSubmatch(path); m != nil {
+			path = m[1] + ".from"
+			if m[2] != "0" {
+				path = m[1] + ".to"
+			}
+		}
+		out = append(out, &FieldError{Path: stage + "." + path, Msg: msg})
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
@@ -70,7 +71,9 @@ type app struct {
 	// children are the supervisors of the local servers this process runs, for the
 	// restart counter.
 	children children
-	envapi   *envapi.Service
+	// publishers are the bus connections, for the back-pressure metrics.
+	publishers publishers
+	envapi     *envapi.Service
 	// sandboxes is the process's sandbox runtime, opened by the sandbox module; nil when
 	// --sandbox.runtime is empty.
 	sandboxes *runtimes.Sandboxes
@@ -94,6 +97,9 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	}
 	a := &app{cfg: cfg, log: log, tel: tel, mgr: modules.New(log, cfg.StopTimeout), conns: map[string]*bus.Bus{}}
 	if err := a.children.register(tel.Meter("gauntlet")); err != nil {
+		return nil, err
+	}
+	if err := a.publishers.register(tel.Meter("gauntlet")); err != nil {
 		return nil, err
 	}
 	m := a.mgr
@@ -208,14 +214,23 @@ func (a *app) initBus() (lifecycle.Service, error) {
 			}
 			sc := bus.DefaultStreamConfig()
 			sc.Replicas = a.cfg.Replicas
+			sc.EventsMaxBytes, sc.EventsHistoryBytes = a.cfg.EventsMaxBytes, a.cfg.EventsHistoryBytes
 			if err := a.bus.EnsureStreams(ctx, sc); err != nil {
 				return err
 			}
+			a.publishers.add(a.bus)
 			for _, m := range connNames {
 				if a.conns[m], err = a.connect("gauntlet-" + m); err != nil {
 					return err
 				}
+				a.publishers.add(a.conns[m])
 			}
+			return nil
+		},
+		// What every required consumer has processed leaves the events stream, so it
+		// never holds the stream full (bus.TrimEvents); each process trims, harmlessly.
+		OnRunning: func(ctx context.Context) error {
+			a.bus.RetainEvents(ctx, a.cfg.EventsHistoryBytes, time.Second)
 			return nil
 		},
 		OnStopping: func(context.Context) error {
@@ -244,7 +259,7 @@ func (a *app) connect(name string) (*bus.Bus, error) {
 // keeps its events meanwhile and writes them then).
 func (a *app) initClickHouse() (lifecycle.Service, error) {
 	if a.cfg.ClickHouse != "" {
-		return lifecycle.Funcs{}, nil
+		return externalClickHouse(a.cfg.ClickHouse, a.log.With("module", modClickHouse)), nil
 	}
 	var sup *childproc.Supervisor
 	return lifecycle.Funcs{
@@ -271,6 +286,63 @@ func (a *app) initClickHouse() (lifecycle.Service, error) {
 			return a.ch.Stop(ctx)
 		},
 	}, nil
+}
+
+// externalProbeEvery spaces the probes of an external ClickHouse; externalProbeTimeout
+// bounds one (a server that takes longer to answer SELECT 1 is not serving).
+const (
+	externalProbeEvery   = 2 * time.Second
+	externalProbeTimeout = 5 * time.Second
+)
+
+// externalClickHouse is the clickhouse module for a server this process does not run
+// (--clickhouse): nothing to start or stop, but readiness tells whether it answers
+// SELECT 1, probed in the background so that a readiness check only reads the last
+// answer. An unreachable ClickHouse leaves the store's events waiting in NATS, so the
+// stack is up but not ready.
+func externalClickHouse(addr string, log *slog.Logger) lifecycle.Service {
+	var last atomic.Pointer[error]
+	probe := func(ctx context.Context) {
+		pctx, cancel := context.WithTimeout(ctx, externalProbeTimeout)
+		err := chlocal.Ping(pctx, addr)
+		cancel()
+		if ctx.Err() != nil {
+			return // stopping: the probe's failure says nothing about the server
+		}
+		if err != nil {
+			err = fmt.Errorf("clickhouse at %s does not answer: %w", addr, err)
+		}
+		switch prev := last.Swap(&err); {
+		case err != nil && (prev == nil || *prev == nil):
+			log.Warn("external clickhouse does not answer", "addr", addr, "err", err)
+		case err == nil && prev != nil && *prev != nil:
+			log.Info("external clickhouse answers again", "addr", addr)
+		}
+	}
+	return lifecycle.Funcs{
+		OnStarting: func(ctx context.Context) error {
+			probe(ctx)
+			return nil
+		},
+		OnRunning: func(ctx context.Context) error {
+			t := time.NewTicker(externalProbeEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+					probe(ctx)
+				}
+			}
+		},
+		OnReady: func() error {
+			if err := last.Load(); err != nil {
+				return *err
+			}
+			return fmt.Errorf("clickhouse at %s not probed yet", addr)
+		},
+	}
 }
 
 // temporalAddr is where Temporal clients reach the frontend.

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
@@ -28,18 +29,21 @@ import (
 // the same names ("worker.concurrency: 256"); flags given on the command line win over
 // the file.
 type config struct {
-	DataDir        string
-	NATSURL        string
-	NATSPort       int
-	NATSTCP        bool
-	Replicas       int
-	ClickHouse     string
-	ClickHousePort int
-	Database       string
-	HTTPAddr       string
-	LogLevel       string
-	TraceFile      string
-	StopTimeout    time.Duration
+	DataDir  string
+	NATSURL  string
+	NATSPort int
+	NATSTCP  bool
+	Replicas int
+	// EventsMaxBytes and EventsHistoryBytes size GAUNTLET_EVENTS (bus.StreamConfig).
+	EventsMaxBytes     int64
+	EventsHistoryBytes int64
+	ClickHouse         string
+	ClickHousePort     int
+	Database           string
+	HTTPAddr           string
+	LogLevel           string
+	TraceFile          string
+	StopTimeout        time.Duration
 
 	Temporal          string
 	TemporalPort      int
@@ -66,6 +70,9 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.NATSPort, "nats.port", 4222, "port the embedded NATS listens on for clients (-1: in-process only)")
 	fs.BoolVar(&c.NATSTCP, "nats.tcp", false, "connect this process's modules to the embedded NATS over TCP instead of in-process (to measure the network path)")
 	fs.IntVar(&c.Replicas, "nats.replicas", 1, "replicas of gauntlet's streams and KV buckets (3 on a NATS cluster)")
+	def := bus.DefaultStreamConfig()
+	fs.Int64Var(&c.EventsMaxBytes, "nats.events-max-bytes", def.EventsMaxBytes, "cap of the events stream in bytes (halved until it fits when the disk has less room); only events the store has not written yet can fill it, and producers then wait")
+	fs.Int64Var(&c.EventsHistoryBytes, "nats.events-history-bytes", def.EventsHistoryBytes, "events already written to ClickHouse kept replayable in the events stream while it holds less than this many bytes (at most half its cap; 0: none kept)")
 	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (empty: start Debian's clickhouse-server locally)")
 	fs.IntVar(&c.ClickHousePort, "clickhouse.port", 19000, "native port of the local ClickHouse (0: any free port)")
 	fs.StringVar(&c.Database, "clickhouse.database", "gauntlet", "ClickHouse database")
@@ -105,6 +112,12 @@ func (c *config) validate() error {
 	var errs []error
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
+	}
+	if c.EventsMaxBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("nats.events-max-bytes: %d is under 1 MiB", c.EventsMaxBytes))
+	}
+	if c.EventsHistoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("nats.events-history-bytes: %d must not be negative", c.EventsHistoryBytes))
 	}
 	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off

@@ -12,8 +12,10 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/gauntlet-rl/gauntlet/workflows"
@@ -79,7 +81,8 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	// Validation comes first: a bad spec is refused before anything is contacted.
+	// Validation comes first: a bad spec is refused before anything is contacted, by the
+	// one check validate makes too (size included), so what validates starts.
 	spec, err := loadSpecFile(*file)
 	if err != nil {
 		return err
@@ -88,9 +91,9 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 		fmt.Fprintf(stdout, "%s: valid, %d stages\n", *file, len(spec.Stages))
 		return nil
 	}
-	raw, err := json.Marshal(spec)
+	raw, err := workflows.EncodeSpec(spec)
 	if err != nil {
-		return fmt.Errorf("encode spec: %w", err)
+		return err
 	}
 	if *id == "" {
 		name := spec.Name
@@ -188,11 +191,25 @@ func curriculumProgress(ctx context.Context, c client.Client, id string) (workfl
 	}
 	status := desc.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 	if status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryProgress)
+		waiting := runningWaiting(desc.RawResponse, time.Now())
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		v, err := c.QueryWorkflow(qctx, id, "", workflows.QueryProgress)
 		if err != nil {
+			if ctx.Err() != nil || waiting == "" {
+				return p, "", fmt.Errorf("query curriculum %s: %w", id, err)
+			}
+			// No worker answers (after a restart, before one polls again): what
+			// Temporal knows is still worth saying.
+			p.Status = workflows.StatusRunning
+			p.Waiting = waiting + fmt.Sprintf("; no worker answered the progress query (%v)", err)
+			return p, "", nil
+		}
+		if err := v.Get(&p); err != nil {
 			return p, "", fmt.Errorf("query curriculum %s: %w", id, err)
 		}
-		return p, "", v.Get(&p)
+		p.Waiting = waiting
+		return p, "", nil
 	}
 	closed := strings.ToLower(strings.TrimPrefix(status.String(), "WORKFLOW_EXECUTION_STATUS_"))
 	if status == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
@@ -205,6 +222,21 @@ func curriculumProgress(ctx context.Context, c client.Client, id string) (workfl
 	return p, closed, fmt.Errorf("curriculum %s %s: %w", id, closed, err)
 }
 
+// runningWaiting says what a running curriculum waits for, from Temporal's record of
+// its pending batch and workflow task; "" while it makes progress.
+func runningWaiting(d *workflowservice.DescribeWorkflowExecutionResponse, now time.Time) string {
+	var out []string
+	for _, pa := range d.GetPendingActivities() {
+		if s := workflows.BatchWaiting(pa, now); s != "" {
+			out = append(out, s)
+		}
+	}
+	if s := workflows.WorkflowTaskWaiting(d.GetPendingWorkflowTask(), now); s != "" {
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
+}
+
 func printProgress(w io.Writer, id string, p workflows.Progress) {
 	status := p.Status
 	if p.PauseRequested {
@@ -215,8 +247,14 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 		fmt.Fprintf(w, "stage %d/%d %s: %d episodes, success rate %.3f; last %d: success rate %.3f, reward mean %.3f\n",
 			p.Stage+1, p.Stages, p.StageName, p.StageEpisodes, p.StageSuccessRate, p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean)
 	}
+	if p.Waiting != "" {
+		fmt.Fprintf(w, "%s\n", p.Waiting)
+	}
 	for _, d := range p.Drift {
 		fmt.Fprintf(w, "drift %s = %g\n", d.Selector, d.Value)
+	}
+	if p.RunPrefix == "" {
+		return // no worker answered: only what Temporal knows (Waiting)
 	}
 	fmt.Fprintf(w, "%d episodes in all; runs %s-s<stage>-b<batch>\n", p.TotalEpisodes, p.RunPrefix)
 	if len(p.Reports) == 0 {

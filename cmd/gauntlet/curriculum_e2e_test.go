@@ -366,7 +366,32 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	_ = os.Remove(stackPath(dir))
+	restarted := time.Now()
 	cmd = start()
+
+	// Recovery is never silent: while the curriculum makes no progress after the restart,
+	// `curriculum status` says what it waits for (the batch in flight and why it stalls).
+	type seen struct {
+		at  time.Duration
+		out string
+	}
+	var statuses []seen
+	for time.Since(restarted) < 3*time.Minute {
+		out, err := gauntletCLI(t, "curriculum", "status", id, "--data-dir", dir)
+		if err == nil {
+			if p := progress(); p.TotalEpisodes > before.TotalEpisodes || p.Status != workflows.StatusRunning {
+				break
+			}
+			statuses = append(statuses, seen{time.Since(restarted), out})
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, s := range statuses {
+		t.Logf("status %.1fs after the restart:\n%s", s.at.Seconds(), s.out)
+		if s.at > 5*time.Second && !strings.Contains(s.out, "waiting") {
+			t.Errorf("status %.1fs after the restart, before any progress, does not say what it waits for:\n%s", s.at.Seconds(), s.out)
+		}
+	}
 
 	tc2 := dialTemporal(t, fmt.Sprintf("127.0.0.1:%d", tPort))
 	var p workflows.Progress
@@ -394,5 +419,91 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	}
 	if all := queryOne(t, conn, `SELECT count() FROM gauntlet.episodes FINAL`); all != fmt.Sprint(total) {
 		t.Errorf("ClickHouse holds %s episodes, the workflow reported %d in all", all, total)
+	}
+}
+
+// TestCurriculumDriftContinuesAndLastSkipOnRealStack runs, on the real stack, a
+// curriculum whose second stage continues the first stage's latency ramp and is then
+// skipped: ClickHouse shows the ramp going on from where the first stage was promoted,
+// and the curriculum ends as skipped, not completed.
+func TestCurriculumDriftContinuesAndLastSkipOnRealStack(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Worker.Concurrency = 64
+	s := startStack(t, cfg, modAll)
+	if err := writeStack(cfg.DataDir, stack{NATSURL: s.app.natsURL(), ClickHouse: s.app.clickHouseAddr(), Database: cfg.Database, Temporal: s.app.temporalAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	tc := dialTemporal(t, s.app.temporalAddr())
+	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
+	// Stage ramp: 1 ms more per episode over 100 episodes, promoted after 20 by the
+	// oracle. Stage climb goes on from there to 500 over its 2000 episodes, with random,
+	// which never passes: it is skipped.
+	spec := writeFile(t, "continue.yaml", `
+name: continue
+seed: 5
+max_in_flight: 200
+stages:
+  - name: ramp
+    env: shop
+    policies: oracle=1
+    episodes: {min: 20, max: 100}
+    batch: 10
+    promotion: {metric: success_rate, threshold: 0.8, window: 10}
+    drift: [{selector: "*.latency.mean_ms", from: 10, to: 109}]
+  - name: climb
+    env: shop
+    policies: random=1
+    episodes: {min: 20, max: 2000}
+    batch: 10
+    promotion: {metric: success_rate, threshold: 1, window: 20}
+    drift: [{selector: "*.latency.mean_ms", continue: true, to: 500}]
+`)
+	out, err := gauntletCLI(t, "curriculum", "start", "-f", spec, "--data-dir", cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	waitFor(t, func() bool { p := curriculumQuery(t, tc, id); return p.Stage == 1 && p.StageEpisodes >= 30 })
+	if _, err := gauntletCLI(t, "curriculum", "skip", id, "--data-dir", cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var p workflows.Progress
+	if err := tc.GetWorkflow(ctx, id, "").Get(ctx, &p); err != nil {
+		t.Fatalf("curriculum %s: %v", id, err)
+	}
+	if len(p.Reports) != 2 || p.Reports[0].Outcome != workflows.OutcomePromoted || p.Reports[1].Outcome != workflows.OutcomeSkipped {
+		t.Fatalf("reports %+v; want ramp promoted, climb skipped", p.Reports)
+	}
+	if p.Status != workflows.StatusSkipped {
+		t.Errorf("status %q after the last stage was skipped; want %q", p.Status, workflows.StatusSkipped)
+	}
+	out, err = gauntletCLI(t, "curriculum", "status", id, "--data-dir", cfg.DataDir)
+	if err != nil || !strings.Contains(out, "): skipped") {
+		t.Errorf("status: %v\n%s", err, out)
+	}
+	// The climb starts where the ramp was when promoted: 10 + its episodes, then 1/1999
+	// of the way to 500 per episode.
+	reached := 10 + float64(p.Reports[0].Episodes)
+	if got := stageCounts(t, conn, cfg.Database, p); got[1] != fmt.Sprint(p.Reports[1].Episodes) {
+		t.Fatalf("ClickHouse holds %v episodes per stage; the workflow reported %+v", got, p.Reports)
+	}
+	_, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT run_id, idx, drift_values[indexOf(drift_selectors, '*.latency.mean_ms')]
+		FROM %s.episodes FINAL WHERE startsWith(run_id, '%s') ORDER BY run_id, idx`, cfg.Database, p.Reports[1].RunPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != int(p.Reports[1].Episodes) || len(rows) < 30 {
+		t.Fatalf("%d climb episodes in ClickHouse, the workflow reported %d", len(rows), p.Reports[1].Episodes)
+	}
+	for _, row := range rows {
+		batch, _ := strconv.Atoi(strings.TrimPrefix(row[0], p.Reports[1].RunPrefix))
+		idx, _ := strconv.Atoi(row[1])
+		got, _ := strconv.ParseFloat(row[2], 64)
+		want := reached + (500-reached)*float64(batch*10+idx)/1999
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s episode %s: latency drift %s, want %v (continuing from %v)", row[0], row[1], row[2], want, reached)
+		}
 	}
 }

@@ -62,6 +62,9 @@ type testStack struct {
 // startStack runs the given modules in this process until the test ends.
 func startStack(t testing.TB, cfg config, targets ...string) *testStack {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a stack with its local ClickHouse and Temporal; -short runs unit tests only")
+	}
 	if len(targets) == 0 {
 		targets = []string{modPipeline}
 	}
@@ -435,6 +438,9 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 // costs tens of seconds on a busy machine). TestMain removes it.
 func buildBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs gauntlet as a process, with its local servers; -short runs unit tests only")
+	}
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gauntlet-bin-")
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -178,5 +180,61 @@ func TestKilledTemporalIsRestarted(t *testing.T) {
 	}
 	if st := moduleStates(t, cfg.HTTPAddr); st["temporal"] != "running" {
 		t.Errorf("/modules once Temporal is back: %v", st)
+	}
+}
+
+// An external ClickHouse (--clickhouse) that stops answering: /ready turns red naming it
+// and its address, as for the local one, and green again once it answers.
+func TestUnreachableExternalClickHouseIsNotReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse; run without -short")
+	}
+	ext := chtest.Start(t)
+	cfg := testConfig(t)
+	cfg.ClickHouse = ext.Addr()
+	cfg.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startStack(t, cfg)
+	if code, body := readyStatus(t, cfg.HTTPAddr); code != http.StatusOK {
+		t.Fatalf("/ready with the external ClickHouse up: %d %s", code, body)
+	}
+	if err := ext.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	awaitReadySaying(t, cfg.HTTPAddr, http.StatusServiceUnavailable,
+		"clickhouse is not ready: clickhouse at "+ext.Addr()+" does not answer", 30*time.Second, "the external ClickHouse was killed")
+	if st := moduleStates(t, cfg.HTTPAddr); st["clickhouse"] != "unready" {
+		t.Errorf("/modules with the external ClickHouse down: %v", st)
+	}
+	if err := ext.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	awaitReady(t, cfg.HTTPAddr, http.StatusOK, time.Minute, "the external ClickHouse came back")
+}
+
+// The local ClickHouse frozen with SIGSTOP, as a hung server: alive, its port open, but
+// nothing answers. /ready turns red naming it, and the stack kills and restarts it by
+// itself within the supervisor's bound.
+func TestHungClickHouseIsRestarted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse; run without -short")
+	}
+	cfg := testConfig(t)
+	cfg.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	s := startStack(t, cfg)
+	ch := s.app.ch
+	pid := ch.Pid()
+	if err := ch.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) // if it is still there
+	bound := childproc.DefaultBackoff.HungAfter + 3*childproc.DefaultBackoff.ProbeEvery
+	awaitReadySaying(t, cfg.HTTPAddr, http.StatusServiceUnavailable,
+		"clickhouse is not ready: clickhouse does not answer", bound, "ClickHouse was frozen")
+	awaitReady(t, cfg.HTTPAddr, http.StatusOK, bound+2*time.Minute, "ClickHouse was frozen")
+	if p := ch.Pid(); p == 0 || p == pid {
+		t.Fatalf("ClickHouse pid after the restart is %d (frozen: %d)", p, pid)
+	}
+	if n := childRestarts(t, cfg.HTTPAddr, "clickhouse"); n != 1 {
+		t.Errorf("gauntlet_child_restarts_total{child=\"clickhouse\"} = %d, want 1", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +27,9 @@ type StreamConfig struct {
 	// EventsMaxBytes caps the events stream; when full, publishes fail (back-pressure)
 	// rather than old, maybe unprojected events being dropped.
 	EventsMaxBytes int64
+	// EventsHistoryBytes is how much of what every required consumer has processed
+	// may stay in the events stream as replayable history.
+	EventsHistoryBytes int64
 	// DuplicateWindow is how long message ids are remembered. The server keeps every id of
 	// the window in memory, so at 100k events/s a long window costs gigabytes.
 	DuplicateWindow time.Duration
@@ -36,10 +40,11 @@ type StreamConfig struct {
 // DefaultStreamConfig suits one machine.
 func DefaultStreamConfig() StreamConfig {
 	return StreamConfig{
-		EventsMaxAge:    24 * time.Hour,
-		EventsMaxBytes:  32 << 30,
-		DuplicateWindow: 30 * time.Second,
-		Replicas:        1,
+		EventsMaxAge:       24 * time.Hour,
+		EventsMaxBytes:     32 << 30,
+		EventsHistoryBytes: 1 << 30,
+		DuplicateWindow:    30 * time.Second,
+		Replicas:           1,
 	}
 }
 
@@ -48,6 +53,13 @@ type Bus struct {
 	NC  *nats.Conn
 	JS  jetstream.JetStream
 	log *slog.Logger
+
+	// full is set while publishes wait for room, so a wait is logged once (and at most
+	// once a minute, fullWarned being when, in Unix nanoseconds).
+	full       atomic.Bool
+	fullWarned atomic.Int64
+	// refusedFull counts tries refused for lack of room; waiting, publishes waiting now.
+	refusedFull, waiting atomic.Int64
 }
 
 // Connect opens a connection. url may be empty when opts include an in-process option.
@@ -387,14 +399,32 @@ func (b *Bus) PublishEventAsync(ev *gauntletv1.Event, stall time.Duration) (jets
 	return f, nil
 }
 
+// Patience says how a publish waits out failures. Whatever it says, a publish refused
+// for lack of room (IsFull) is retried until ctx ends, however long that is: that is
+// back-pressure, which slows the producer, not a failure to report.
+type Patience struct {
+	// Other bounds how long other failures (NATS unreachable, a timed-out ack) are
+	// retried; 0 retries them until ctx ends.
+	Other time.Duration
+	// Waiting, if set, is called before each wait for room: a caller whose lease is not
+	// renewed by a timer of its own (a durable episode's activity heartbeat) renews it
+	// here.
+	Waiting func()
+}
+
 // PublishEvent publishes an event and waits for the stream's ack, retrying transient
 // failures until ctx ends. The message id makes retries safe.
 func (b *Bus) PublishEvent(ctx context.Context, ev *gauntletv1.Event) error {
+	return b.PublishEventWith(ctx, ev, Patience{})
+}
+
+// PublishEventWith is PublishEvent retrying as p says.
+func (b *Bus) PublishEventWith(ctx context.Context, ev *gauntletv1.Event, p Patience) error {
 	m, id, err := eventMsg(ev)
 	if err != nil {
 		return err
 	}
-	return b.publishRetry(ctx, m, id)
+	return b.publishRetry(ctx, m, id, p)
 }
 
 // PublishEncodedEvent is PublishEvent for an event already encoded: data must be the
@@ -403,6 +433,11 @@ func (b *Bus) PublishEvent(ctx context.Context, ev *gauntletv1.Event) error {
 // when the episode ends, while its messages are fresh in the cache, and publishes its
 // assignment's batch without walking them again.
 func (b *Bus) PublishEncodedEvent(ctx context.Context, ev *gauntletv1.Event, data []byte) error {
+	return b.PublishEncodedEventWith(ctx, ev, data, Patience{})
+}
+
+// PublishEncodedEventWith is PublishEncodedEvent retrying as p says.
+func (b *Bus) PublishEncodedEventWith(ctx context.Context, ev *gauntletv1.Event, data []byte, p Patience) error {
 	if data == nil {
 		return errors.New("publish encoded event: no data")
 	}
@@ -410,7 +445,7 @@ func (b *Bus) PublishEncodedEvent(ctx context.Context, ev *gauntletv1.Event, dat
 	if err != nil {
 		return err
 	}
-	return b.publishRetry(ctx, m, id)
+	return b.publishRetry(ctx, m, id, p)
 }
 
 // PublishCommand publishes a command message (run or episode assignment) and waits for
@@ -420,26 +455,84 @@ func (b *Bus) PublishCommand(ctx context.Context, subject, msgID string, m proto
 	if err != nil {
 		return fmt.Errorf("marshal command %s: %w", msgID, err)
 	}
-	return b.publishRetry(ctx, &nats.Msg{Subject: subject, Data: data}, msgID)
+	return b.publishRetry(ctx, &nats.Msg{Subject: subject, Data: data}, msgID, Patience{})
 }
 
-func (b *Bus) publishRetry(ctx context.Context, m *nats.Msg, id string) error {
+// fullBackoffMax bounds the wait between two tries of a publish refused for lack of room:
+// room usually returns within a trim (a second) once the store has caught up.
+const fullBackoffMax = time.Second
+
+// publishRetry publishes m and waits for its ack, retrying as p says. Waits for room are
+// logged once per connection until a publish succeeds again (at most once a minute: a
+// stream kept near full by a slow store fills again every trim), and counted (Stalls).
+func (b *Bus) publishRetry(ctx context.Context, m *nats.Msg, id string, p Patience) error {
 	backoff := 50 * time.Millisecond
+	var failingSince time.Time // of failures other than a full stream
+	waited := false
 	for {
 		_, err := b.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
 		if err == nil {
+			if waited {
+				b.waiting.Add(-1)
+				if b.full.CompareAndSwap(true, false) {
+					b.log.Debug("a stream has room again; publishes resumed")
+				}
+			}
 			return nil
 		}
+		full := IsFull(err)
 		if ctx.Err() != nil {
+			if waited {
+				b.waiting.Add(-1)
+			}
 			return fmt.Errorf("publish %s: %w (last error: %v)", id, ctx.Err(), err)
 		}
-		b.log.Warn("publish failed; retrying", "msg_id", id, "err", err, "backoff", backoff)
+		switch {
+		case full:
+			failingSince = time.Time{}
+			b.refusedFull.Add(1)
+			if !waited {
+				waited = true
+				b.waiting.Add(1)
+			}
+			if now := time.Now().UnixNano(); b.full.CompareAndSwap(false, true) && now-b.fullWarned.Load() >= int64(time.Minute) {
+				b.fullWarned.Store(now)
+				b.log.Warn("a stream is full: publishes wait (back-pressure) until the store catches up or disk space returns; logged at most once a minute",
+					"subject", m.Subject, "err", err, "refused_so_far", b.refusedFull.Load())
+			}
+			if p.Waiting != nil {
+				p.Waiting()
+			}
+			backoff = min(backoff, fullBackoffMax)
+		default:
+			now := time.Now()
+			if failingSince.IsZero() {
+				failingSince = now
+			}
+			if p.Other > 0 && now.Sub(failingSince) >= p.Other {
+				if waited {
+					b.waiting.Add(-1)
+				}
+				return fmt.Errorf("publish %s: failing for %v: %w", id, p.Other, err)
+			}
+			b.log.Warn("publish failed; retrying", "msg_id", id, "err", err, "backoff", backoff)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		if full {
+			backoff = min(2*backoff, fullBackoffMax)
+		} else {
+			backoff = min(2*backoff, 2*time.Second)
+		}
 	}
+}
+
+// Stalls reports the publishes of this connection refused for lack of room (each try
+// counts) and how many publishes are waiting for room now.
+func (b *Bus) Stalls() (refused, waiting int64) {
+	return b.refusedFull.Load(), b.waiting.Load()
 }
 
 // requestAttemptTimeout bounds one try of a core request; a service that takes longer is

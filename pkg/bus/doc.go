@@ -5,7 +5,7 @@
 //
 //	GAUNTLET_CMD     work-queue  gauntlet.cmd.run                  RunRequested    -> scheduler
 //	                             gauntlet.cmd.episode.<run_id>     Assignment      -> workers
-//	GAUNTLET_EVENTS  limits      gauntlet.ev.<kind>.<run_id>       Event           -> store, scheduler
+//	GAUNTLET_EVENTS  limits*     gauntlet.ev.<kind>.<run_id>       Event           -> store, scheduler
 //	                             (kinds: started, steps, ended; an Event may be a batch)
 //	GAUNTLET_STALLED work-queue  $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.GAUNTLET_CMD.worker
 //	                                                               advisory        -> scheduler
@@ -14,6 +14,10 @@
 //	core publish                 gauntlet.progress.<run_id>        RunProgress     -> CLIs
 //	KV gauntlet_runs             <run_id>                          RunState        scheduler -> workflows, CLIs
 //	KV gauntlet_store            written                           StoreProgress   store -> whoever waits for rows
+//
+// * trimmed (TrimEvents) below what the store and the scheduler have processed, beyond a
+// sized history; only unprocessed events can fill it, and a publish refused for lack of
+// room waits (back-pressure) instead of failing.
 //
 // Every JetStream publish carries a message id derived from what it describes (episode,
 // step, kind), so a retried publish is dropped by the stream's duplicate window and a

@@ -2,7 +2,10 @@ package childproc
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -188,5 +191,56 @@ func TestSupervisorStopsWithItsContext(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := len(starts.times()); n != 1 || s.Restarts() != 0 {
 		t.Fatalf("%d starts, %d restarts after Run ended; want 1 and 0", n, s.Restarts())
+	}
+}
+
+// A server that is alive but stops answering (SIGSTOP, as a hung server) makes Ready say
+// so once two probes in a row go unanswered, and is killed and restarted once it has not answered
+// for HungAfter.
+func TestSupervisorRestartsHungServer(t *testing.T) {
+	dir := t.TempDir()
+	beat := filepath.Join(dir, "beat")
+	r := shRecipe(dir, "")
+	r.Command = func() (*exec.Cmd, error) {
+		_ = os.Remove(filepath.Join(dir, "ready"))
+		return exec.Command("/bin/sh", "-c", `touch "$1"; i=0; while :; do i=$((i+1)); echo $i > "$2"; sleep 0.01; done`, "sh", filepath.Join(dir, "ready"), beat), nil
+	}
+	// The server answers when its heartbeat moved since the last probe.
+	var mu sync.Mutex // the start's probes and the Supervisor's may overlap
+	var last string
+	r.OpenProbe = func() (Probe, func(), error) {
+		return func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			b, err := os.ReadFile(beat)
+			if err != nil {
+				return err
+			}
+			if string(b) == last {
+				return fmt.Errorf("heartbeat still %q", strings.TrimSpace(last))
+			}
+			last = string(b)
+			return nil
+		}, func() {}, nil
+	}
+	d := NewDaemon(r, nil)
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop(context.Background()) })
+	s := NewSupervisor(d, Backoff{Initial: 50 * time.Millisecond, ProbeEvery: 100 * time.Millisecond, HungAfter: time.Second})
+	runSupervisor(t, s)
+	waitUntil(t, "the server answers", func() bool { return s.Ready() == nil })
+	first := d.Pid()
+	if err := syscall.Kill(-first, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "Ready says the server does not answer", func() bool {
+		err := s.Ready()
+		return err != nil && strings.Contains(err.Error(), "sh does not answer")
+	})
+	waitUntil(t, "the hung server is restarted", func() bool { return d.Pid() != first && s.Ready() == nil })
+	if s.Restarts() != 1 {
+		t.Errorf("Restarts() = %d, want 1", s.Restarts())
 	}
 }

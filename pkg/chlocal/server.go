@@ -209,11 +209,13 @@ func (s *Server) command() (*exec.Cmd, error) {
 // probe opens the readiness probe: SELECT 1 over the native protocol.
 func (s *Server) probe() (childproc.Probe, func(), error) {
 	addr := s.Addr()
-	return func(ctx context.Context) error { return ping(ctx, addr) }, func() {}, nil
+	return func(ctx context.Context) error { return Ping(ctx, addr) }, func() {}, nil
 }
 
-// ping reports whether the server answers SELECT 1 over the native protocol.
-func ping(ctx context.Context, addr string) error {
+// Ping reports whether the ClickHouse server at addr (host:port, native protocol) answers
+// SELECT 1: nil when it does, else what the attempt met. It opens and closes a connection
+// of its own; ctx bounds it.
+func Ping(ctx context.Context, addr string) error {
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr:         []string{addr},
 		DialTimeout:  time.Second,

@@ -49,6 +49,9 @@ func start(t *testing.T, opts chlocal.Options) *chlocal.Server {
 }
 
 func TestStartAnswersAndStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	dir := t.TempDir()
 	begin := time.Now()
 	srv := start(t, chlocal.Options{Dir: dir})
@@ -98,6 +101,9 @@ func TestStartAnswersAndStops(t *testing.T) {
 // TestKillRestartKeepsDataAndPort is the outage a store test needs: ClickHouse dies
 // like a crash, clients fail, and it comes back at the same address with its data.
 func TestKillRestartKeepsDataAndPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	ctx := context.Background()
 	srv := chtest.Start(t)
 	addr := srv.Addr()
@@ -148,6 +154,9 @@ func TestKillRestartKeepsDataAndPort(t *testing.T) {
 }
 
 func TestPauseResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	ctx := context.Background()
 	srv := chtest.Start(t)
 	if err := srv.Pause(); err != nil {
@@ -176,6 +185,9 @@ func TestPauseResume(t *testing.T) {
 // TestStartKillsLeftover covers a crashed run: its server still runs on the Dir, and
 // the next Start on that Dir must replace it rather than fail on ClickHouse's lock.
 func TestStartKillsLeftover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	dir := t.TempDir()
 	old := start(t, chlocal.Options{Dir: dir})
 	oldPid := old.Pid()
@@ -196,6 +208,9 @@ func TestStartKillsLeftover(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	t.Run("missing binary", func(t *testing.T) {
 		_, err := chlocal.Start(context.Background(), chlocal.Options{Dir: t.TempDir(), Binary: "/nonexistent/clickhouse-server"})
 		if !errors.Is(err, chlocal.ErrNotInstalled) {

@@ -15,9 +15,10 @@
 // sandbox that fills its disk hits its own memory limit and the host's disk is never
 // touched. [Server.Stop] stops the daemon and unmounts that tmpfs; [Server.Kill]
 // leaves the mount so [Server.Restart] finds the same state. Containers started
-// through the daemon run under their own runc shims, which outlive the daemon:
-// [Server.Purge] kills and deletes every task and container it knows, and tests call
-// it before Stop. A pid file in Dir lets the next Start on the same Dir kill a daemon
+// through the daemon run under their own runc shims, which outlive the daemon (a
+// restart keeps the containers): [Server.Purge] kills and deletes every task and
+// container it knows, and owners call it before Stop; Stop then kills, with their
+// containers' processes, the shims of the daemon still running. A pid file in Dir lets the next Start on the same Dir kill a daemon
 // left behind by a crashed run; the daemon also dies with the program that started
 // it (Linux parent-death signal). The process itself is a [childproc.Daemon]; this
 // package is its recipe.

@@ -178,14 +178,168 @@ func (s *Server) Purge(ctx context.Context) error {
 }
 
 // Stop sends SIGTERM, waits for the daemon to exit (SIGKILL after a grace period or
-// when ctx ends), then unmounts the root tmpfs if Start mounted one. Running
-// containers are not stopped: call Purge first.
+// when ctx ends), ends the shims it leaves (see killShims), then unmounts the root tmpfs
+// if Start mounted one. Call Purge first: it deletes tasks through the daemon, which
+// also removes their cgroups and mounts; Stop's kills are the backstop for what Purge
+// could not reach.
 func (s *Server) Stop(ctx context.Context) error {
 	err := s.d.Stop(ctx)
+	if kerr := s.killShims(); kerr != nil {
+		err = errors.Join(err, kerr)
+	}
 	if uerr := s.unmountRoot(); uerr != nil {
 		err = errors.Join(err, uerr)
 	}
 	return err
+}
+
+// killShims ends, with SIGKILL, every containerd-shim process started for this daemon
+// (its -address argument is the daemon's socket) and first each shim's children: the
+// init process of a container the shim still ran, whose death ends every process of the
+// container's pid namespace; then it removes the cgroups those inits were in. A shim outlives the daemon by design (a restart keeps the
+// containers), so a stopped daemon leaves them running unless they are ended here. It
+// waits up to a few seconds for them to go.
+func (s *Server) killShims() error {
+	shims, err := shimsOf(s.Address())
+	if err != nil || len(shims) == 0 {
+		return err
+	}
+	children, err := childrenOf(shims)
+	if err != nil {
+		return err
+	}
+	var cgroups []string
+	for _, pid := range children {
+		cgroups = append(cgroups, cgroupDirs(pid)...)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, pid := range shims {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	var errs []error
+	for _, pid := range append(children, shims...) {
+		if err := childproc.WaitGone(pid, 5*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The OCI runtime removes a container's cgroups when its task is deleted, which a
+	// killed shim never does.
+	for _, d := range cgroups {
+		if err := removeCgroup(d, 5*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("kill the shims of %s: %w", s.Address(), err)
+	}
+	return nil
+}
+
+// shimsOf lists the containerd-shim processes whose -address argument is address.
+func shimsOf(address string) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i := 1; i+1 < len(args); i++ {
+			if args[i] == "-address" && args[i+1] == address {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// removeCgroup removes the cgroup directory d, waiting up to bound while it is busy: a
+// killed process counts as gone once its main thread is a zombie, and its other threads
+// may still be leaving the cgroup.
+func removeCgroup(d string, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := os.Remove(d)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// cgroupDirs lists the cgroup directories, in every hierarchy mounted under
+// /sys/fs/cgroup, that pid belongs to, leaving out the hierarchies' roots.
+func cgroupDirs(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// "hierarchy-id:controllers:path"; cgroup v2 has empty controllers.
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || f[2] == "/" || !strings.HasPrefix(f[2], "/") {
+			continue
+		}
+		root := "/sys/fs/cgroup"
+		if f[1] != "" {
+			root = filepath.Join(root, strings.TrimPrefix(f[1], "name="))
+		}
+		if st, err := os.Stat(root); err != nil || !st.IsDir() {
+			continue
+		}
+		out = append(out, filepath.Join(root, filepath.Clean(f[2])))
+	}
+	return out
+}
+
+// childrenOf lists the processes whose parent is one of parents.
+func childrenOf(parents []int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces, so read after the last ')'.
+		st := string(b)
+		i := strings.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(st[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, err := strconv.Atoi(f[1])
+		if err == nil && slices.Contains(parents, ppid) {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
 }
 
 // Supervise returns a supervisor that, while it runs, restarts the daemon whenever it

@@ -5,16 +5,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal/ctrdtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 )
 
 func TestStartAnswersAndRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	srv := ctrdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -62,6 +69,9 @@ func TestStartAnswersAndRestarts(t *testing.T) {
 }
 
 func TestStartKillsLeftoverAndRejectsBadOptions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	ctx := context.Background()
 	if _, err := ctrdlocal.Start(ctx, ctrdlocal.Options{}); err == nil || !strings.Contains(err.Error(), "Options.Dir") {
 		t.Fatalf("empty Dir: err = %v", err)
@@ -115,6 +125,9 @@ func waitExit(s *ctrdlocal.Server) <-chan struct{} {
 // crun (and runc) on a read-only bind mount, so crun skips copying itself per call, and
 // that the host's mount table is left alone.
 func TestOCIRuntimesReadOnlyInDaemonNamespace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	srv := ctrdtest.Start(t)
 	mounts := func(pid string) map[string]string { // mount point -> per-mount options
 		b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
@@ -151,4 +164,128 @@ func TestOCIRuntimesReadOnlyInDaemonNamespace(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("neither crun nor runc is installed (scripts/deps.sh installs both)")
 	}
+}
+
+// TestStopEndsShims: a daemon that dies (a crash, or a kill -9 of its owner) leaves its
+// shims running, each with its containers; Stop ends them, container processes
+// included, so nothing of the daemon survives its owner's cleanup.
+func TestStopEndsShims(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "gctrd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{Dir: dir, RootTmpfsBytes: ctrdtest.RootTmpfsBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = srv.Purge(ctx)
+			_ = srv.Stop(ctx)
+		}
+	}()
+	agentBin, err := ctrd.BuildAgent(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: agentBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if _, err := rt.Create(ctx, sandbox.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	shims := processesWith("containerd-shim", srv.Address())
+	var agents []int // the agents the shims run
+	for _, pid := range processesWith(ctrd.AgentPath, "") {
+		if slices.Contains(shims, parentOf(pid)) {
+			agents = append(agents, pid)
+		}
+	}
+	if len(shims) == 0 || len(agents) == 0 {
+		t.Fatalf("after a sandbox was created: shims %v for %s running agents %v, want one of each at least", shims, srv.Address(), agents)
+	}
+	var cgroups []string
+	for _, pid := range agents {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if f := strings.SplitN(line, ":", 3); len(f) == 3 && f[1] == "pids" {
+				cgroups = append(cgroups, filepath.Join("/sys/fs/cgroup/pids", f[2]))
+			}
+		}
+	}
+	if len(cgroups) == 0 && !fileExists("/sys/fs/cgroup/cgroup.controllers") {
+		t.Fatal("the agents' pids cgroups were not found")
+	}
+	if err := srv.Kill(); err != nil { // the daemon dies as with its owner
+		t.Fatal(err)
+	}
+	stopped = true
+	if err := srv.Stop(ctx); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	for _, pid := range append(shims, agents...) {
+		if err := childproc.WaitGone(pid, 5*time.Second); err != nil {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			t.Errorf("after Stop, process %d (%q) still runs", pid, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	for _, cg := range cgroups {
+		if fileExists(cg) {
+			t.Errorf("after Stop, the cgroup %s of a container is left", cg)
+		}
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// processesWith lists the processes whose argv[0] contains prog and whose command line
+// contains arg ("" for any).
+func processesWith(prog, arg string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(b), "\x00")
+		if strings.Contains(argv0, prog) && strings.Contains(string(b), arg) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// parentOf is pid's parent process id, or 0.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	st := string(b)
+	f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }

@@ -107,9 +107,9 @@ func (p *Publisher) wait(ctx context.Context) error {
 			if uerr := proto.Unmarshal(m.Data, &ev); uerr != nil {
 				return fmt.Errorf("republish after %v: %w", err, uerr)
 			}
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			perr := p.Bus.PublishEvent(rctx, &ev)
-			cancel()
+			// Failures are given up on after 30 s, but a stream without room is waited
+			// out (bus.Patience): back-pressure, not the episode's failure.
+			perr := p.Bus.PublishEventWith(ctx, &ev, bus.Patience{Other: 30 * time.Second})
 			if perr != nil {
 				return fmt.Errorf("publish %s: %w (first error: %v)", m.Subject, perr, err)
 			}

@@ -2,6 +2,7 @@ package runtimes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -41,7 +42,9 @@ func openContainerd(ctx context.Context, c Config, stateDir string, log *slog.Lo
 		o.Stop = func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			return srv.Stop(ctx)
+			// The daemon is private: whatever it still runs is ours and of no further use
+			// (the sandboxes were destroyed by Close), and its shims would outlive it.
+			return errors.Join(srv.Purge(ctx), srv.Stop(ctx))
 		}
 		addr = srv.Address()
 	}

@@ -81,6 +81,7 @@ type Sandboxes struct {
 	tpl     map[string]sandbox.Spec // pool templates by name
 	closers []func() error          // run after the runtime's Close, in order
 	sup     *childproc.Supervisor   // the row's Opened.Supervisor; nil when it has none
+	log     *slog.Logger
 
 	mu     sync.Mutex
 	leases map[string]*pool.Lease
@@ -157,15 +158,18 @@ func (s *Sandboxes) Release(ctx context.Context, id string) error {
 	return s.rt.Destroy(ctx, id)
 }
 
-// Close stops the pool, closes the runtime (sandboxes still running stay, for Recover)
-// and stops what Open started for it.
+// Close stops the pool, destroys the sandboxes still out (the modules that lent them
+// have stopped, and the next Open would only destroy them: left running they would hold
+// their processes, cgroups and memory until then, or for good when no Open follows),
+// closes the runtime and stops what Open started for it.
 func (s *Sandboxes) Close() error {
 	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if s.pool != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		errs = append(errs, s.pool.Stop(ctx))
-		cancel()
 	}
+	errs = append(errs, s.destroyAll(ctx, "destroyed a sandbox still out at close"))
 	errs = append(errs, s.rt.Close())
 	for _, c := range s.closers {
 		errs = append(errs, c())
@@ -187,7 +191,7 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Sandboxes{image: c.Image, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}}
+	s := &Sandboxes{image: c.Image, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}, log: log}
 	r, _ := registered.Lookup(c.Runtime) // Validate found it
 	o, err := r.Open(ctx, c, filepath.Clean(c.StateDir), log)
 	if err != nil {
@@ -197,7 +201,7 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	if o.Stop != nil {
 		s.closers = append(s.closers, o.Stop)
 	}
-	if err := s.reapLeftovers(ctx, log); err != nil {
+	if err := s.reapLeftovers(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("sandbox.runtime %s: %w", c.Runtime, err), s.Close())
 	}
 	if c.PoolSize > 0 {
@@ -208,20 +212,49 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	return s, nil
 }
 
-// reapLeftovers destroys the sandboxes a previous process left in the state directory (a
+// reapLeftovers destroys the sandboxes and snapshots a previous process left in the state directory (a
 // worker that crashed mid-episode): their episodes are redelivered and start again from
 // their seed in new sandboxes, so nothing in the old ones is needed.
-func (s *Sandboxes) reapLeftovers(ctx context.Context, log *slog.Logger) error {
+func (s *Sandboxes) reapLeftovers(ctx context.Context) error {
+	return s.destroyAll(ctx, "destroyed a sandbox left by an earlier process")
+}
+
+// destroyAll destroys every sandbox the runtime lists, logging each with msg. A failed
+// Destroy is logged and skipped; a failed List is the error.
+func (s *Sandboxes) destroyAll(ctx context.Context, msg string) error {
 	hs, err := s.rt.List(ctx)
 	if err != nil {
-		return fmt.Errorf("list leftover sandboxes: %w", err)
+		return fmt.Errorf("list sandboxes to destroy: %w", err)
 	}
+	log := s.log
 	for _, h := range hs {
-		if err := s.rt.Destroy(ctx, h.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			log.Warn("destroy leftover sandbox", "sandbox", h.ID, "err", err)
+		err := s.rt.Destroy(ctx, h.ID)
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			log.Info("a listed sandbox was already gone", "sandbox", h.ID)
+		case err != nil:
+			log.Warn("destroy sandbox", "sandbox", h.ID, "err", err)
+		default:
+			log.Info(msg, "sandbox", h.ID)
+		}
+	}
+	// Their snapshots (a warm pool's template, an episode's branch point) are of no more
+	// use either; left, each restart after a crash would add one.
+	l, ok := s.rt.(sandbox.SnapshotLister)
+	if !ok {
+		return nil
+	}
+	snaps, err := l.ListSnapshots(ctx)
+	if err != nil {
+		return fmt.Errorf("list leftover snapshots: %w", err)
+	}
+	del := s.rt.(sandbox.Snapshotter) // a SnapshotLister is one
+	for _, sn := range snaps {
+		if err := del.DeleteSnapshot(ctx, sn.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			log.Warn("delete leftover snapshot", "snapshot", sn.ID, "err", err)
 			continue
 		}
-		log.Info("destroyed a sandbox left by an earlier process", "sandbox", h.ID)
+		log.Info("deleted a snapshot left by an earlier process", "snapshot", sn.ID)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -162,4 +164,58 @@ func TestOpenReapsLeftovers(t *testing.T) {
 	if hs, err := second.Runtime().List(ctx); err != nil || len(hs) != 0 {
 		t.Errorf("after Open: %d sandboxes left (%v), want 0", len(hs), err)
 	}
+}
+
+// TestOpenDeletesLeftoverSnapshots: snapshots a crashed process left in the state
+// directory (a warm pool's template snapshot, an episode's branch point) are deleted by the
+// next Open, so restarts do not pile up one snapshot file (and its layers) each.
+func TestOpenDeletesLeftoverSnapshots(t *testing.T) {
+	ctx := context.Background()
+	c := runtimestest.Config(t, runtimes.Process)
+	for i := range 3 {
+		s, err := runtimes.Open(ctx, c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := s.Acquire(ctx, sandbox.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Runtime().(sandbox.Snapshotter).Snapshot(ctx, h.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil { // sandbox and snapshot stay, as after a crash
+			t.Fatal(err)
+		}
+		if n := len(snapshotFiles(t, c.StateDir)); n > 1 {
+			t.Fatalf("after %d restarts: %d snapshot files, want at most the last process's one", i, n)
+		}
+	}
+	s, err := runtimes.Open(ctx, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := snapshotFiles(t, c.StateDir); len(got) != 0 {
+		t.Errorf("after Open: snapshot files %q, want none", got)
+	}
+	if l, ok := s.Runtime().(sandbox.SnapshotLister); !ok {
+		t.Errorf("the process runtime does not list its snapshots")
+	} else if got, err := l.ListSnapshots(ctx); err != nil || len(got) != 0 {
+		t.Errorf("after Open: snapshots %v (%v), want none", got, err)
+	}
+}
+
+// snapshotFiles lists the snapshot records in a process runtime's state directory.
+func snapshotFiles(t *testing.T, stateDir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(stateDir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
 }

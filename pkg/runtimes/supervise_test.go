@@ -19,6 +19,9 @@ import (
 // with SIGKILL, is restarted by the Sandboxes' supervisor; Ready names it meanwhile, and
 // the runtime answers again on the restarted daemon.
 func TestPrivateContainerdIsRestarted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	dir := t.TempDir()
 	c := runtimes.Config{Runtime: runtimes.Containerd, StateDir: dir, AgentBinary: runtimestest.AgentBinary(t)}
 	ctx := context.Background()

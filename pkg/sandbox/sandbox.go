@@ -54,6 +54,13 @@ type Snapshotter interface {
 	DeleteSnapshot(ctx context.Context, snapshotID string) error
 }
 
+// SnapshotLister is the optional ability of a Snapshotter to list the snapshots kept in
+// its state, those an earlier instance over the same state left included (a process that
+// crashed before deleting them), so that whoever owns the state can delete them.
+type SnapshotLister interface {
+	ListSnapshots(ctx context.Context) ([]Snapshot, error)
+}
+
 // Forker is the optional ability to make a new sandbox whose workspace starts as a snapshot
 // (branch an episode at a step, or verify a final state in a fresh sandbox).
 type Forker interface {

@@ -16,6 +16,9 @@ import (
 )
 
 func TestStartRestartKeepsWorkflows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	srv := temporaltest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -52,6 +55,9 @@ func TestStartRestartKeepsWorkflows(t *testing.T) {
 }
 
 func TestStartWithUI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local server; -short runs unit tests only")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := temporallocal.Start(ctx, temporallocal.Options{Dir: t.TempDir()})

@@ -41,7 +41,7 @@ import (
 // Consumer names.
 const (
 	ConsumerRuns    = "scheduler"
-	ConsumerEnded   = "scheduler-ended"
+	ConsumerEnded   = bus.ConsumerEnded // GAUNTLET_EVENTS keeps what it has not folded in
 	ConsumerStalled = "scheduler-stalled"
 )
 

@@ -1,7 +1,8 @@
 // Package store is the trajectory store: it projects every event of
 // GAUNTLET_EVENTS into ClickHouse, in large batches, and acknowledges events only after
-// ClickHouse has them. The stream stays the source of truth; the tables can be rebuilt
-// from it by deleting the store's consumer.
+// ClickHouse has them. Acknowledged events then leave the stream (bus.TrimEvents keeps a
+// sized recent history), so ClickHouse is where trajectories stay; deleting the store's
+// consumer re-projects only what that history still holds.
 //
 // Exactness: inserts are idempotent (ReplacingMergeTree keyed by episode and step, see
 // pkg/trajectory), so a crash between insert and ack, or a re-run episode, duplicates
@@ -38,8 +39,9 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// ConsumerName is the durable consumer of the store.
-const ConsumerName = "store"
+// ConsumerName is the durable consumer of the store; GAUNTLET_EVENTS keeps what it has
+// not acknowledged (bus.TrimEvents).
+const ConsumerName = bus.ConsumerStore
 
 // Config configures the store.
 type Config struct {

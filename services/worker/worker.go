@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -194,20 +195,81 @@ func (w *Service) Running(ctx context.Context) error {
 			}
 		}()
 	}
-	// A handful of assignments wait in the client beyond those running: their leases
-	// run meanwhile, so the prefetch stays near what the episode goroutines can start.
-	bus.Pull(ctx, w.cons, w.log, func(msg jetstream.Msg) {
-		if ctx.Err() != nil {
-			_ = msg.Nak() // prefetched but not started: give it back now
-			return
-		}
-		w.dispatch(ctx, msg, work)
-	}, jetstream.PullMaxMessages(max(2, w.cfg.Concurrency/8)))
+	w.pull(ctx, work)
 	close(work)
 	for i := 0; i < w.cfg.Concurrency; i++ {
 		<-done
 	}
 	return nil
+}
+
+// pull fetches assignments, up to a handful at a time, and leases each the moment it
+// arrives (receive); a second goroutine hands the leased lots' episodes to the episode
+// goroutines, in order, and the next fetch waits until it has taken what the last one
+// brought. So no assignment waits in the client unleased while every episode goroutine
+// is busy: with the pull iterator's prefetch, assignments buffered behind episodes that
+// wait for room in the events stream (back-pressure lasts as long as ClickHouse is down)
+// ran out their lease, then their deliveries, and became false infra errors. At most two
+// fetches' worth of lots are leased and not yet started.
+func (w *Service) pull(ctx context.Context, work chan<- job) {
+	const maxPause = 5 * time.Second
+	prefetch := max(2, w.cfg.Concurrency/8)
+	lots := make(chan []*lot)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		for ls := range lots {
+			for _, l := range ls {
+				w.start(ctx, l, work)
+			}
+		}
+	}()
+	var pending []*lot
+	pause := 100 * time.Millisecond
+	failing := false
+	for ctx.Err() == nil {
+		batch, err := w.cons.Fetch(prefetch, jetstream.FetchMaxWait(time.Second))
+		if err == nil {
+			for msg := range batch.Messages() {
+				l := w.receive(msg)
+				if l == nil {
+					continue
+				}
+				pending = append(pending, l)
+				select { // started at once when the starter is free
+				case lots <- pending:
+					pending = nil
+				default:
+				}
+			}
+			err = batch.Error()
+		}
+		if len(pending) > 0 {
+			select {
+			case lots <- pending:
+				pending = nil
+			case <-ctx.Done():
+			}
+		}
+		if err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || ctx.Err() != nil {
+			pause, failing = 100*time.Millisecond, false
+			continue
+		}
+		if !failing {
+			failing = true
+			w.log.Error("fetch assignments failed; retrying", "consumer", ConsumerName, "err", err, "pause", pause)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
+	}
+	close(lots)
+	<-started
+	for _, l := range pending { // leased as the worker stopped: given back
+		w.start(ctx, l, work)
+	}
 }
 
 // Stopping has nothing to release: Running returned after its episodes did, and they
@@ -276,9 +338,9 @@ func (l *lot) end(i int, held *gauntletv1.Event, encoded []byte, err error) bool
 	return l.left == 0
 }
 
-// dispatch decodes an assignment, holds its lease until it is settled, and hands its
-// episodes to the episode goroutines, waiting for free ones.
-func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- job) {
+// receive decodes an assignment and starts holding its lease (until it is settled); nil
+// for an undecodable one, terminated.
+func (w *Service) receive(msg jetstream.Msg) *lot {
 	var a gauntletv1.Assignment
 	err := gauntletv1.Unmarshal(msg.Data(), &a)
 	if err == nil && len(a.Episodes) == 0 {
@@ -292,7 +354,7 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 	if err != nil {
 		w.log.Error("undecodable assignment; terminating it", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
-		return
+		return nil
 	}
 	attempt := uint64(1)
 	if md, err := msg.Metadata(); err == nil {
@@ -302,19 +364,27 @@ func (w *Service) dispatch(ctx context.Context, msg jetstream.Msg, work chan<- j
 		held: make([]*gauntletv1.Event, len(a.Episodes)), encoded: make([][]byte, len(a.Episodes)),
 		errs: make([]error, len(a.Episodes))}
 	l.holdLease(w.cfg.AckWait / 3)
-	for i := range a.Episodes {
-		select {
-		case work <- job{l, i}:
-		case <-ctx.Done():
-			// Never started: abandoned, so the assignment goes back once its
-			// started episodes have stopped.
-			for ; i < len(a.Episodes); i++ {
-				if l.end(i, nil, nil, play.ErrAbandoned) {
-					w.settle(ctx, l)
-				}
+	return l
+}
+
+// start hands a leased lot's episodes to the episode goroutines, waiting for free ones.
+// Once ctx has ended, the episodes not started are abandoned, so the assignment goes
+// back (nak) once its started episodes have stopped.
+func (w *Service) start(ctx context.Context, l *lot, work chan<- job) {
+	for i := range l.a.Episodes {
+		if ctx.Err() == nil {
+			select {
+			case work <- job{l, i}:
+				continue
+			case <-ctx.Done():
 			}
-			return
 		}
+		for ; i < len(l.a.Episodes); i++ {
+			if l.end(i, nil, nil, play.ErrAbandoned) {
+				w.settle(ctx, l)
+			}
+		}
+		return
 	}
 }
 
@@ -385,9 +455,7 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 		_ = l.msg.NakWithDelay(time.Duration(l.attempt) * time.Second)
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	err := w.publishBatches(pctx, events, encoded, size)
+	err := w.publishBatches(ctx, events, encoded, size)
 	l.release() // held while publishing: back-pressure may make that slow
 	if err != nil {
 		w.log.Warn("publish an assignment's events; it will be retried", "err", err)
@@ -399,6 +467,12 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 	}
 	_ = l.msg.Ack()
 }
+
+// publishPatience is how a worker publishes an assignment's batch: failures are given
+// up on after 30 s (the assignment is then given back and retried), but a stream without
+// room is waited out for as long as it lasts, the lease renewed meanwhile, so
+// back-pressure slows the worker instead of turning its episodes into infra errors.
+var publishPatience = bus.Patience{Other: 30 * time.Second}
 
 // publishBatches publishes an assignment's last segments (encoded, size bytes in all) as
 // one batch, or, when that would be over the stream's payload limit, as consecutive
@@ -423,7 +497,7 @@ func (w *Service) publishBatches(ctx context.Context, events []*gauntletv1.Event
 			ev = &gauntletv1.Event{Body: &gauntletv1.Event_Batch{Batch: &gauntletv1.EventBatch{Events: events[first:last]}}}
 			data = gauntletv1.AppendBatch(make([]byte, 0, n+16), encoded[first:last])
 		}
-		if err := b.PublishEncodedEvent(ctx, ev, data); err != nil {
+		if err := b.PublishEncodedEventWith(ctx, ev, data, publishPatience); err != nil {
 			return err
 		}
 		first = last

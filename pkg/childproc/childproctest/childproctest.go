@@ -31,8 +31,15 @@ func (w testWriter) Write(p []byte) (int, error) {
 // stop is registered with t.Cleanup, so it runs before the cleanups registered earlier
 // (those of t.TempDir, say: the server is gone before its directory is removed); its
 // error fails the test.
+//
+// Under -short (make test-short: unit tests only) the test is skipped, saying which server
+// it needs: -short promises no ClickHouse, Temporal or containerd. The full suite (make
+// test, CI) never runs with -short, so there nothing is skipped.
 func Start[S any](t testing.TB, name string, timeout time.Duration, start func(ctx context.Context, log *slog.Logger) (S, error), stop func(S) error) S {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs a local server (%s); -short runs unit tests only", name)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	srv, err := start(ctx, Logger(t))

@@ -3,6 +3,7 @@ package codefix
 import (
 	"context"
 	"crypto/md5"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
@@ -322,6 +324,28 @@ func (e *episode) call(ctx context.Context, t *toolDef, args json.RawMessage, o 
 	return body, append(out.Fired, e.bnd.Fired()...), nil
 }
 
+// change is one entry of a state diff. A file name is any bytes but NUL and a JSON string
+// holds only UTF-8: a name that is not UTF-8 keeps a readable Path (each run of bytes that
+// are not UTF-8 as U+FFFD, so two names may read alike) and its exact bytes in PathB64,
+// standard base64.
+// The name is PathB64 when present, else Path (see docs/codefix.md).
+type change struct {
+	Op      string `json:"op"`
+	Path    string `json:"path"`
+	PathB64 string `json:"path_b64,omitempty"`
+	name    string // the exact name, the diff's order
+}
+
+// newChange names the file p in a state diff.
+func newChange(op, p string) change {
+	c := change{Op: op, Path: p, name: p}
+	if !utf8.ValidString(p) {
+		c.Path = strings.ToValidUTF8(p, "\uFFFD")
+		c.PathB64 = base64.StdEncoding.EncodeToString([]byte(p))
+	}
+	return c
+}
+
 // diff lists the files the step added, changed or removed, by comparing an md5 listing of
 // the workspace with the previous one.
 func (e *episode) diff(ctx context.Context) ([]byte, error) {
@@ -329,25 +353,21 @@ func (e *episode) diff(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	type change struct {
-		Op   string `json:"op"`
-		Path string `json:"path"`
-	}
 	var out []change
 	for p, sum := range now {
 		switch old, ok := e.digest[p]; {
 		case !ok:
-			out = append(out, change{"add", p})
+			out = append(out, newChange("add", p))
 		case old != sum:
-			out = append(out, change{"change", p})
+			out = append(out, newChange("change", p))
 		}
 	}
 	for p := range e.digest {
 		if _, ok := now[p]; !ok {
-			out = append(out, change{"remove", p})
+			out = append(out, newChange("remove", p))
 		}
 	}
-	slices.SortFunc(out, func(a, b change) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(out, func(a, b change) int { return strings.Compare(a.name, b.name) })
 	e.digest = now
 	if len(out) == 0 {
 		return []byte("[]"), nil
@@ -379,15 +399,28 @@ func (e *episode) listing(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseMD5Sums(r.Stdout), nil
+}
+
+// md5Unescape undoes GNU md5sum's escaping of a name that holds a backslash, a newline or
+// a carriage return (such a line starts with a backslash).
+var md5Unescape = strings.NewReplacer(`\\`, `\`, `\n`, "\n", `\r`, "\r")
+
+// parseMD5Sums reads md5sum's output ("sum  ./name" a line) into md5 by name.
+func parseMD5Sums(out []byte) map[string]string {
 	now := map[string]string{}
-	for _, line := range strings.Split(string(r.Stdout), "\n") {
-		sum, path, ok := strings.Cut(line, "  ")
+	for _, line := range strings.Split(string(out), "\n") {
+		escaped := strings.HasPrefix(line, `\`)
+		sum, path, ok := strings.Cut(strings.TrimPrefix(line, `\`), "  ")
 		if !ok {
 			continue
 		}
+		if escaped {
+			path = md5Unescape.Replace(path)
+		}
 		now[strings.TrimPrefix(path, "./")] = sum
 	}
-	return now, nil
+	return now
 }
 
 // hostListing hashes the regular files below dir. The sandbox may change the tree while

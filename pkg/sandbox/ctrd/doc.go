@@ -26,10 +26,19 @@
 // long as a sandbox or a later snapshot sits on top of it. Snapshot chains are capped
 // at MaxChain layers (ErrLimit beyond).
 //
-// Disk: the runtime does not enforce Limits.DiskBytes on its own. Run containerd
-// with its root on a size-limited tmpfs (ctrdlocal.Options.RootTmpfsBytes, as the
-// tests do): then what a sandbox writes is memory charged to its own memory cgroup,
-// so a disk fill ends at the memory limit and never touches the host's disk.
+// Disk: each sandbox's writable layer (the overlay's upper and work directories, so
+// /workspace and every other path it writes) is a tmpfs of Limits.DiskBytes of its own,
+// mounted on the active snapshot's directory in the daemon's mount namespace before the
+// task is created (quota.go): a write past the limit fails with ENOSPC inside the
+// sandbox, the command that filled it gets a disk_full event, and no sandbox can fill
+// the daemon's root (its metadata, the images, the other sandboxes' layers). What a
+// sandbox writes is memory charged to its own memory cgroup, so it never touches the
+// host's disk either; ctrdlocal.Options.RootTmpfsBytes keeps the root in memory too.
+//
+// Leftovers: Destroy of a sandbox this state directory knows but this instance never
+// recovered (a crashed process's) tears it down all the same: task and processes,
+// container, disk quota, rootfs snapshot, cgroups. List includes containers whose
+// handle was never written, so that they can be destroyed.
 //
 // State: sandboxes are containers labelled with the runtime's state key (a hash of
 // its state directory) in the runtime's containerd namespace; the handle of each,

@@ -115,6 +115,9 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	if resp.Truncated {
 		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventOutputCapped, Detail: fmt.Sprintf("output beyond %d bytes dropped", limit)})
 	}
+	if b.quota != nil && b.quota.full() {
+		res.Events = append(res.Events, sandbox.Event{Kind: sandbox.EventDiskFull, Detail: fmt.Sprintf("workspace reached its %d-byte limit", b.handle.Spec.Limits.DiskBytes)})
+	}
 	res.Events = append(res.Events, resp.Events...)
 	res.Events = append(res.Events, trip.Events()...)
 	b.statMu.Lock()

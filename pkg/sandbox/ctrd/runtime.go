@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -146,6 +147,9 @@ type box struct {
 	// fuse is the storage-fault layer commands see as their workspace (nil: none; see
 	// storagefaults.go). Guarded by op.
 	fuse *faultfuse.Layer
+	// quota is the tmpfs that holds the writable layer (quota.go); nil for a sandbox
+	// made before the runtime had one. Guarded by op.
+	quota *diskQuota
 }
 
 // boxState is the runtime's private part of a Handle.
@@ -158,6 +162,9 @@ type boxState struct {
 	SnapshotKey string `json:"snapshot_key"`
 	// ShimGroup is the shim group the sandbox's task runs in (see shimgroup.go).
 	ShimGroup string `json:"shim_group,omitempty"`
+	// DiskQuota tells that the writable layer is on a tmpfs of its own (quota.go), which
+	// Recover must find again: without it a snapshot would copy the wrong directory.
+	DiskQuota bool `json:"disk_quota,omitempty"`
 }
 
 // snapMeta is what the state directory keeps of a snapshot.
@@ -423,16 +430,28 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		_ = sn.Remove(ctx, key)
 		return err
 	}
+	upper, err := upperDir(mounts)
+	if err != nil {
+		_ = sn.Remove(ctx, key)
+		return err
+	}
+	q, ns, err := r.mountQuota(upper, b.handle.Spec.Limits.DiskBytes)
+	if err != nil {
+		_ = sn.Remove(ctx, key)
+		return err
+	}
+	b.quota, b.st.DiskQuota = q, true
 	t1 := time.Now()
 	var ctr client.Container
 	var task client.Task
 	var t2 time.Time
 	for attempt := 0; ; attempt++ {
-		g := r.shims.join()
+		g := r.shims.join(ns)
 		b.st.ShimGroup = g.id
 		fast, err := r.armShimStart(id, g)
 		if err != nil {
 			r.shims.created(g, false)
+			r.dropQuota(b)
 			_ = sn.Remove(ctx, key)
 			return fmt.Errorf("shim start: %w", err)
 		}
@@ -446,6 +465,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		)
 		if err != nil {
 			r.shims.created(g, false)
+			r.dropQuota(b)
 			_ = sn.Remove(ctx, key)
 			if errdefs.IsAlreadyExists(err) {
 				return sandbox.ErrExists
@@ -468,6 +488,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 			_ = ctr.Delete(ctx)
 			continue
 		}
+		r.dropQuota(b)
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
 		return fmt.Errorf("new task: %w", err)
 	}
@@ -486,6 +507,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		if task != nil {
 			_, _ = task.Delete(ctx, client.WithProcessKill)
 		}
+		r.dropQuota(b)
 		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
 		return fmt.Errorf("start task: %w", err2)
 	}
@@ -683,7 +705,19 @@ func (r *Runtime) waitAgent(ctx context.Context, id string) error {
 	return fmt.Errorf("agent did not answer within %v (last error: %v)", agentReadyTimeout, last)
 }
 
-// teardown kills the sandbox's task and deletes its container and rootfs snapshot.
+// dropQuota unmounts b's disk quota tmpfs, if any, once nothing mounts it any more.
+func (r *Runtime) dropQuota(b *box) {
+	if b.quota == nil {
+		return
+	}
+	if err := b.quota.unmount(); err != nil {
+		r.log.Warn("unmount sandbox disk quota", "sandbox", b.handle.ID, "err", err)
+	}
+	b.quota = nil
+}
+
+// teardown kills the sandbox's task and deletes its container, disk quota and rootfs
+// snapshot.
 func (r *Runtime) teardown(ctx context.Context, b *box) {
 	ctx = context.WithoutCancel(ctx)
 	if err := b.detachFuse(); err != nil {
@@ -691,6 +725,7 @@ func (r *Runtime) teardown(ctx context.Context, b *box) {
 	}
 	ctr, err := r.c.LoadContainer(ctx, b.handle.ID)
 	if err != nil {
+		r.dropQuota(b)
 		return
 	}
 	if task, err := ctr.Task(ctx, nil); err == nil {
@@ -700,6 +735,9 @@ func (r *Runtime) teardown(ctx context.Context, b *box) {
 			r.log.Warn("delete sandbox task", "sandbox", b.handle.ID, "err", err)
 		}
 	}
+	// The task's rootfs overlay is unmounted with the task; the snapshot's directory
+	// must be a plain directory again before the snapshotter removes it.
+	r.dropQuota(b)
 	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil {
 		r.log.Warn("delete sandbox container", "sandbox", b.handle.ID, "err", err)
 	}
@@ -758,9 +796,15 @@ func (r *Runtime) saveHandle(b *box) error {
 	return nil
 }
 
-// Destroy implements sandbox.Runtime.
+// Destroy implements sandbox.Runtime. A sandbox of this state directory that this
+// instance does not manage (left by an earlier process and not recovered: the one List
+// returns after a crash) is torn down from what containerd and the state directory
+// know of it, so that destroying a listed leftover never leaves it running.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	b, err := r.get("destroy", id)
+	if errors.Is(err, sandbox.ErrNotFound) && sandbox.ValidID(id) {
+		return r.destroyLeftover(ctx, id)
+	}
 	if err != nil {
 		return err
 	}
@@ -780,6 +824,89 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
+// destroyLeftover destroys sandbox id, which this instance does not manage, when its
+// container carries this runtime's state key: its task (and with it every process of the
+// sandbox) is killed and deleted, its container and rootfs snapshot deleted, its cgroups
+// and state directory removed. ErrNotFound when no such container exists.
+func (r *Runtime) destroyLeftover(ctx context.Context, id string) error {
+	if r.isClosed() {
+		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrClosed)
+	}
+	ctx = r.ctx(ctx)
+	ctr, err := r.c.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	labels, err := ctr.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	if labels[labelState] != r.key {
+		return fmt.Errorf("destroy %s: %w: the container belongs to another state directory", id, sandbox.ErrNotFound)
+	}
+	b := &box{handle: sandbox.Handle{ID: id, Runtime: Name}}
+	if h, err := r.loadHandle(id); err == nil {
+		b.handle = h
+		// Best effort: the snapshot key finds the disk quota, and an unknown shim group
+		// is ignored.
+		_ = json.Unmarshal(h.State, &b.st)
+	}
+	r.mu.Lock()
+	if _, busy := r.boxes[id]; busy {
+		// Being created, recovered or destroyed meanwhile by another call.
+		r.mu.Unlock()
+		return fmt.Errorf("destroy %s: %w: another operation holds it", id, sandbox.ErrNotFound)
+	}
+	r.boxes[id] = nil // reserved, as create reserves an id: Create keeps off
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.boxes, id)
+		r.mu.Unlock()
+	}()
+	pid := 0
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		pid = int(task.Pid())
+	}
+	b.quota = r.findQuota(ctx, b.st.SnapshotKey, pid)
+	r.teardown(ctx, b)
+	if err := r.removeCgroups(id); err != nil {
+		r.log.Warn("remove sandbox cgroup", "sandbox", id, "err", err)
+	}
+	if err := os.RemoveAll(r.sandboxDir(id)); err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// removeCgroups removes sandbox id's cgroup directories, in every hierarchy, when the OCI
+// runtime left them (a task that was never deleted through it); a cgroup that still holds
+// processes stays and is an error.
+func (r *Runtime) removeCgroups(id string) error {
+	var dirs []string
+	if r.cgroupV2 {
+		dirs = []string{filepath.Join("/sys/fs/cgroup", r.cgroupPath(id))}
+	} else {
+		ents, err := os.ReadDir("/sys/fs/cgroup")
+		if err != nil {
+			return fmt.Errorf("list cgroup hierarchies: %w", err)
+		}
+		for _, e := range ents {
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), r.cgroupPath(id)))
+		}
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // List implements sandbox.Runtime: the containers labelled with this runtime's
 // state key, with the handles saved in the state directory.
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Handle, error) {
@@ -795,8 +922,10 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Handle, error) {
 	for _, ctr := range ctrs {
 		h, err := r.loadHandle(ctr.ID())
 		if err != nil {
+			// A process that crashed while creating it: listed all the same, so that the
+			// caller can Destroy it (Recover answers ErrNotFound).
 			r.log.Warn("sandbox container without a readable handle", "sandbox", ctr.ID(), "err", err)
-			continue
+			h = sandbox.Handle{ID: ctr.ID(), Runtime: Name}
 		}
 		out = append(out, h)
 	}
@@ -858,6 +987,16 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 		return fmt.Errorf("recover %s: %w: no running task: %v", h.ID, sandbox.ErrNotFound, err)
 	}
 	b.task = task
+	b.quota = r.findQuota(ctx, b.st.SnapshotKey, int(task.Pid()))
+	if b.quota == nil && b.st.DiskQuota {
+		return fmt.Errorf("recover %s: %w: the tmpfs of its writable layer is not mounted any more", h.ID, sandbox.ErrNotFound)
+	}
+	kept := false
+	defer func() {
+		if !kept && b.quota != nil {
+			b.quota.close() // still mounted: a Destroy finds it again
+		}
+	}()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := agent.Call(pctx, r.socketPath(h.ID), agent.Request{Op: agent.OpPing})
@@ -871,6 +1010,7 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	defer r.mu.Unlock()
 	if _, ok := r.boxes[h.ID]; !ok {
 		r.boxes[h.ID] = b
+		kept = true
 	}
 	return nil
 }

@@ -27,9 +27,10 @@ const shimGroupAnnotation = "io.containerd.runc.v2.group"
 // shimGroup is one shim's worth of sandboxes.
 type shimGroup struct {
 	id      string
-	pending int  // tasks being created in the group
-	live    int  // tasks created and not yet being deleted
-	sealed  bool // the shim may be exiting: never join again
+	ns      uint64 // the mount namespace (inode number) its shim starts in: the daemon's
+	pending int    // tasks being created in the group
+	live    int    // tasks created and not yet being deleted
+	sealed  bool   // the shim may be exiting: never join again
 	// address is the running shim's socket address, once a start through the real shim
 	// has told it (shimstart.go); "" until then.
 	address string
@@ -52,13 +53,15 @@ func (s *shimGroups) init(prefix string, max int) {
 	s.byID = map[string]*shimGroup{}
 }
 
-// join picks the group for a task about to be created; created must follow.
-func (s *shimGroups) join() *shimGroup {
+// join picks the group for a task about to be created whose root filesystem needs the
+// mount namespace ns (quota.go): a group whose shim runs in another one (started by a
+// daemon since restarted) is not joined. created must follow.
+func (s *shimGroups) join(ns uint64) *shimGroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.open
-	if g == nil || g.sealed || g.pending+g.live >= s.max {
-		g = &shimGroup{id: "gauntlet-" + s.prefix + "-" + randomID()}
+	if g == nil || g.sealed || g.pending+g.live >= s.max || g.ns != ns {
+		g = &shimGroup{id: "gauntlet-" + s.prefix + "-" + randomID(), ns: ns}
 		s.open = g
 		s.byID[g.id] = g
 	}

@@ -15,7 +15,7 @@ func TestShimGroupsFillUpToTheCap(t *testing.T) {
 	s := newGroups(3)
 	var ids []string
 	for range 4 {
-		g := s.join()
+		g := s.join(0)
 		s.created(g, true)
 		ids = append(ids, g.id)
 	}
@@ -29,9 +29,9 @@ func TestShimGroupsFillUpToTheCap(t *testing.T) {
 
 func TestShimGroupsOneEachWhenMaxIsOne(t *testing.T) {
 	s := newGroups(1)
-	a := s.join()
+	a := s.join(0)
 	s.created(a, true)
-	b := s.join()
+	b := s.join(0)
 	s.created(b, true)
 	if a.id == b.id {
 		t.Fatalf("SandboxesPerShim 1 shared a shim: %s", a.id)
@@ -40,10 +40,10 @@ func TestShimGroupsOneEachWhenMaxIsOne(t *testing.T) {
 
 func TestShimGroupsAreNeverRejoinedOnceEmpty(t *testing.T) {
 	s := newGroups(8)
-	a := s.join()
+	a := s.join(0)
 	s.created(a, true)
 	s.leave(a.id) // its last task: the shim exits
-	b := s.join()
+	b := s.join(0)
 	s.created(b, true)
 	if a.id == b.id {
 		t.Fatalf("a new sandbox joined group %s after its last task was deleted", a.id)
@@ -55,14 +55,14 @@ func TestShimGroupsAreNeverRejoinedOnceEmpty(t *testing.T) {
 
 func TestShimGroupsFailedCreateSeals(t *testing.T) {
 	s := newGroups(8)
-	a := s.join()
+	a := s.join(0)
 	s.created(a, true)
-	f := s.join()
+	f := s.join(0)
 	s.created(f, false)
 	if f.id != a.id || !a.sealed {
 		t.Fatalf("a failed creation should seal its group (sealed=%v)", a.sealed)
 	}
-	b := s.join()
+	b := s.join(0)
 	if b.id == a.id {
 		t.Fatal("a sandbox joined a sealed group")
 	}
@@ -75,9 +75,9 @@ func TestShimGroupsFailedCreateSeals(t *testing.T) {
 
 func TestShimGroupsLastLeaveWaitsForPendingCreates(t *testing.T) {
 	s := newGroups(8)
-	a := s.join()
+	a := s.join(0)
 	s.created(a, true)
-	p := s.join() // a task being created in the same shim
+	p := s.join(0) // a task being created in the same shim
 	if p.id != a.id {
 		t.Fatal("expected the same group")
 	}
@@ -109,7 +109,7 @@ func TestShimGroupsLastLeaveWaitsForPendingCreates(t *testing.T) {
 // sandbox still gets a group of its own that fills as usual.
 func TestShimGroupsIgnoreUnknownGroups(t *testing.T) {
 	s := newGroups(2)
-	a := s.join()
+	a := s.join(0)
 	s.created(a, true)
 	left := make(chan struct{})
 	go func() {
@@ -128,9 +128,24 @@ func TestShimGroupsIgnoreUnknownGroups(t *testing.T) {
 	if groups != 1 || live != 1 {
 		t.Fatalf("after unknown groups left: %d groups tracked, the known one with %d live tasks; want 1 and 1", groups, live)
 	}
-	b := s.join()
+	b := s.join(0)
 	s.created(b, true)
 	if b.id != a.id {
 		t.Fatalf("the second sandbox got group %s, want the open group %s", b.id, a.id)
+	}
+}
+
+// A group whose shim started in another mount namespace (a daemon restarted since) is not
+// joined: the new sandbox's disk quota is mounted where its shim will mount its rootfs.
+func TestShimGroupsStayInTheirNamespace(t *testing.T) {
+	s := newGroups(8)
+	a := s.join(1)
+	s.created(a, true)
+	b := s.join(2)
+	s.created(b, true)
+	c := s.join(2)
+	s.created(c, true)
+	if a.id == b.id || b.id != c.id {
+		t.Fatalf("groups %s (namespace 1), %s and %s (namespace 2): want the first alone, the others shared", a.id, b.id, c.id)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -67,6 +68,9 @@ func (r *Runtime) Snapshot(ctx context.Context, id string) (sandbox.Snapshot, er
 	src, err := upperDir(srcMounts)
 	if err != nil {
 		return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	if b.quota != nil {
+		src = b.quota.upper() // the daemon's namespace mounts it there, not this one
 	}
 	tmpKey := name + "-copy"
 	dstMounts, err := sn.Prepare(lctx, tmpKey, b.st.Parent)
@@ -213,6 +217,34 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 		return fmt.Errorf("delete snapshot %s: %w", snapshotID, err)
 	}
 	return nil
+}
+
+// ListSnapshots implements sandbox.SnapshotLister: every snapshot record in the state
+// directory, those of earlier runtime instances included, oldest first. A record that
+// cannot be read is logged and left out.
+func (r *Runtime) ListSnapshots(ctx context.Context) ([]sandbox.Snapshot, error) {
+	if r.isClosed() {
+		return nil, fmt.Errorf("list snapshots: %w", sandbox.ErrClosed)
+	}
+	es, err := os.ReadDir(filepath.Join(r.opts.StateDir, "snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []sandbox.Snapshot
+	for _, e := range es {
+		sid, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !sandbox.ValidID(sid) {
+			continue
+		}
+		m, err := r.loadSnap("list snapshots", sid)
+		if err != nil {
+			r.log.Warn("snapshot without a readable record", "snapshot", sid, "err", err)
+			continue
+		}
+		out = append(out, m.Snapshot)
+	}
+	slices.SortFunc(out, func(a, b sandbox.Snapshot) int { return a.Created.Compare(b.Created) })
+	return out, nil
 }
 
 // upperDir finds the writable directory of an active overlay snapshot's mount.

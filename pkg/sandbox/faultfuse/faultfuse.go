@@ -285,7 +285,10 @@ func (l *Layer) mount(src string, dev uint64) (*fuse.Server, error) {
 	root := &node{LoopbackNode: &gofs.LoopbackNode{RootData: &gofs.LoopbackRoot{Path: src, Dev: dev}}, l: l}
 	root.RootData.RootNode = root
 	timeout := cacheTimeout
-	opts := &gofs.Options{EntryTimeout: &timeout, AttrTimeout: &timeout, NegativeTimeout: &timeout}
+	// NullPermissions: the library would otherwise show mode 000 as 0755 (directories) or
+	// 0644 (files), so `chmod 000` was lost to the command and not enforced by the kernel
+	// (default_permissions checks the mode the server reports).
+	opts := &gofs.Options{EntryTimeout: &timeout, AttrTimeout: &timeout, NegativeTimeout: &timeout, NullPermissions: true}
 	opts.MountOptions = fuse.MountOptions{
 		FsName: "gauntlet-faultfuse", Name: "gauntlet", MaxWrite: maxWrite,
 		EnableLocks: true, DisableXAttrs: true,

@@ -290,3 +290,20 @@ func TestLayerEndsDespiteACopy(t *testing.T) {
 		t.Errorf("the copy listed %q after End; want ENOTCONN", out.String())
 	}
 }
+
+// TestLayerAppliesChmod: a mode change through the layer reaches the workspace and the
+// command sees it at once, for directories as for files, mode 000 included (which the
+// FUSE library would otherwise show as 0755 or 0644, and which the kernel then would not
+// enforce).
+func TestLayerAppliesChmod(t *testing.T) {
+	ws, mnt, _ := mount(t)
+	out, err := sh(t, mnt, "mkdir dir d0 && echo x > dir/f && touch f0 && chmod 700 dir && chmod 600 dir/f && chmod 000 d0 f0 && chmod 711 full && stat -c %a dir dir/f d0 f0 full")
+	if err != nil || out != "700\n600\n0\n0\n711\n" {
+		t.Errorf("through the layer: %v %q, want 700, 600, 0, 0 and 711", err, out)
+	}
+	for name, want := range map[string]os.FileMode{"dir": 0o700, "dir/f": 0o600, "d0": 0, "f0": 0, "full": 0o711} {
+		if st, err := os.Stat(filepath.Join(ws, name)); err != nil || st.Mode().Perm() != want {
+			t.Errorf("workspace %s: %v (%v), want mode %o", name, st.Mode(), err, want)
+		}
+	}
+}

@@ -48,13 +48,18 @@ var baseEnv = []string{
 // namespace's last pid (the command and its descendants are pids 2…last) and its
 // /proc/self/io again, which now includes every reaped descendant. When it exits, the
 // kernel kills whatever is left in the namespace.
+//
+// The last pid is the fifth field of /proc/loadavg, which, like ns_last_pid, is of the
+// reader's pid namespace. It is not read from /proc/sys/kernel/ns_last_pid: dash's read
+// takes one byte per read(2) and a sysctl file answers nothing past offset 0, so from
+// pid 10 on only the first digit came back (10 processes were metered as 0).
 const innerScript = `echo s >&4
 read a <&5
 while read -r k v; do echo "0$k $v"; done < /proc/self/io >&4
 exec 9>&2 2>/dev/null
 (exec 2>&9 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; exec "$@")
 rc=$?
-read p < /proc/sys/kernel/ns_last_pid
+read -r _ _ _ _ p < /proc/loadavg
 echo "pids $p" >&4
 while read -r k v; do echo "$k $v"; done < /proc/self/io >&4
 exit $rc`

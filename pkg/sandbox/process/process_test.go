@@ -231,3 +231,27 @@ func TestCloseRemovesEmptyParents(t *testing.T) {
 		t.Errorf("%s went with a sandbox still in it", p)
 	}
 }
+
+// TestMeteringCountsManyProcesses runs a command that starts many children at once: each
+// is counted, however many there are.
+func TestMeteringCountsManyProcesses(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 7, 8, 10, 30} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do sleep 0.05 & i=$((i+1)); done; wait", n)
+			res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("exec: %v exit %d stderr %q", err, res.ExitCode, res.Stderr)
+			}
+			// sh and its n sleeps.
+			if got := res.Metering.Processes; got < int64(n+1) {
+				t.Fatalf("processes %d, want at least %d", got, n+1)
+			}
+		})
+	}
+}

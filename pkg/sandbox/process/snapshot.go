@@ -173,6 +173,22 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	return nil
 }
 
+// ListSnapshots implements sandbox.SnapshotLister: every snapshot record in the state
+// directory, those of earlier runtime instances included, oldest first.
+func (r *Runtime) ListSnapshots(ctx context.Context) ([]sandbox.Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("list snapshots: %w", sandbox.ErrClosed)
+	}
+	out := make([]sandbox.Snapshot, 0, len(r.snapshots))
+	for _, s := range r.snapshots {
+		out = append(out, s.Snapshot)
+	}
+	slices.SortFunc(out, func(a, b sandbox.Snapshot) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
 // Fork implements sandbox.Forker: a new sandbox over the snapshot's layers, with the
 // source's spec (a new id, no seeding: the snapshot already holds the workspace).
 func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, error) {

@@ -162,3 +162,14 @@ func TestPoolReleaseDetachesStorageFaults(t *testing.T) {
 		t.Fatalf("after release: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
+
+// TestStorageFaultsKeepModes: under a storage-fault layer a command's chmod holds as it
+// does without one, mode 000 included: the mode reads back and the kernel enforces it.
+func TestStorageFaultsKeepModes(t *testing.T) {
+	rt := open(t, t.TempDir())
+	f := sandboxtest.NewStorageFaulted(t, rt, 7)
+	res := run(t, f.Toolbox, "mkdir dir && echo x > dir/f && chmod 000 dir/f && chmod 000 dir && stat -c %a dir; ls dir || echo refused; chmod 700 dir; stat -c %a dir/f; cat dir/f || echo refused")
+	if want := "0\nrefused\n0\nrefused\n"; res.Stdout != want {
+		t.Fatalf("chmod 000 under the layer: %q (stderr %q), want %q", res.Stdout, res.Stderr, want)
+	}
+}

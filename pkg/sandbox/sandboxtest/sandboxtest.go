@@ -640,9 +640,11 @@ func (s *suite) snapshotter(t *testing.T) {
 	if err := sn.Restore(ctx(t), h.ID, "no-such-snapshot"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("restore unknown snapshot: got %v, want ErrNotFound", err)
 	}
+	listed(t, rt, snap.ID, snap2.ID)
 	if err := sn.DeleteSnapshot(ctx(t), snap2.ID); err != nil {
 		t.Fatalf("delete snapshot: %v", err)
 	}
+	listed(t, rt, snap.ID)
 	if err := sn.Restore(ctx(t), h.ID, snap2.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("restore deleted snapshot: got %v, want ErrNotFound", err)
 	}
@@ -673,6 +675,26 @@ func (s *suite) snapshotter(t *testing.T) {
 	}
 	if got := ok(t, rt, other.ID, "cat f"); got != "v1\n" {
 		t.Fatalf("sandbox restored from a deleted snapshot lost its workspace: got %q", got)
+	}
+}
+
+// listed checks, when rt lists its snapshots, that they are the ones named, oldest first.
+func listed(t *testing.T, rt sandbox.Runtime, want ...string) {
+	t.Helper()
+	l, ok := rt.(sandbox.SnapshotLister)
+	if !ok {
+		return
+	}
+	snaps, err := l.ListSnapshots(ctx(t))
+	if err != nil {
+		t.Fatalf("list snapshots: %v", err)
+	}
+	var got []string
+	for _, sn := range snaps {
+		got = append(got, sn.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("snapshots listed %q, want %q", got, want)
 	}
 }
 

@@ -1,0 +1,88 @@
+package runs_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// A run is refused with every problem at once, each naming its field, so the CLI and
+// the scheduler give the same complete answer; a valid run passes.
+func TestValidateReportsEveryProblem(t *testing.T) {
+	valid := func() *gauntletv1.RunRequested {
+		return &gauntletv1.RunRequested{RunId: "r1", Env: "shop", Episodes: 10, MaxInFlight: 2, MaxSteps: 40,
+			Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 1}, {Name: "random", Weight: 2}},
+			Profiles: []*gauntletv1.Share{{Name: "stress", Weight: 1}}}
+	}
+	if err := runs.Validate(valid()); err != nil {
+		t.Fatalf("a valid run: %v", err)
+	}
+	bad := &gauntletv1.RunRequested{RunId: "r.1", Env: "nope", ParamsJson: "{", Episodes: 0, MaxInFlight: 0,
+		MaxSteps: runs.MaxStepsLimit + 1,
+		Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 0}, {Name: "oracle", Weight: 0}, {Name: "psychic", Weight: 0}},
+		Profiles: []*gauntletv1.Share{{Name: "chaos", Weight: 1}}}
+	err := runs.Validate(bad)
+	for _, want := range []string{
+		"run_id", "env: ", "params: not valid JSON", "policies[1]: oracle listed twice", "policies[2]: ",
+		"policies: weights add up to zero", `unknown profile "chaos"`, "episodes: 0 is outside", "max_in_flight: must be at least 1",
+		"max_steps: 100001 is more than 100000",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate of a run wrong everywhere lacks %q:\n%v", want, err)
+		}
+	}
+
+	for name, change := range map[string]func(*gauntletv1.RunRequested){
+		"no policy":         func(r *gauntletv1.RunRequested) { r.Policies = nil },
+		"too many episodes": func(r *gauntletv1.RunRequested) { r.Episodes = runs.MaxEpisodes + 1 },
+		"bad env params":    func(r *gauntletv1.RunRequested) { r.ParamsJson = `{"no_such_param": 1}` },
+	} {
+		r := valid()
+		change(r)
+		if err := runs.Validate(r); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// Share lists parse as people write them, name the element that is wrong, and print back
+// to what parses to the same shares.
+func TestShares(t *testing.T) {
+	got, err := runs.ParseShares("policies", " oracle=3, random ")
+	if err != nil || runs.FormatShares(got) != "oracle=3,random=1" {
+		t.Fatalf("ParseShares = %v, %v", got, err)
+	}
+	again, err := runs.ParseShares("policies", runs.FormatShares(got))
+	if err != nil || runs.FormatShares(again) != runs.FormatShares(got) {
+		t.Errorf("round trip: %v, %v", again, err)
+	}
+	if got, err := runs.ParseShares("policies", "  "); got != nil || err != nil {
+		t.Errorf("empty list: %v, %v", got, err)
+	}
+	for in, want := range map[string]string{
+		"oracle=3,=1":      "policies[1]: empty name",
+		"oracle=x":         `policies[0]: weight "x" of oracle is not a whole number`,
+		"a=1,b=4294967296": `policies[1]: weight "4294967296" of b`,
+	} {
+		if _, err := runs.ParseShares("policies", in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseShares(%q) = %v, want %q", in, err, want)
+		}
+	}
+}
+
+// A run's rates are plain numbers before any episode ended, never NaN.
+func TestRatesBeforeAnyEnd(t *testing.T) {
+	if r := runs.SuccessRate(&gauntletv1.RunProgress{}); r != 0 {
+		t.Errorf("success rate of nothing ended: %v", r)
+	}
+	if r := runs.MeanReward(&gauntletv1.RunProgress{RewardSum: math.NaN()}); r != 0 {
+		t.Errorf("mean reward of nothing ended: %v", r)
+	}
+	p := &gauntletv1.RunProgress{Ended: 4, Succeeded: 1, RewardSum: 2}
+	if runs.SuccessRate(p) != 0.25 || runs.MeanReward(p) != 0.5 {
+		t.Errorf("rates of %v: %v %v", p, runs.SuccessRate(p), runs.MeanReward(p))
+	}
+}

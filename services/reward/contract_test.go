@@ -1,0 +1,119 @@
+package reward
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// startedOn starts the service on b.
+func startedOn(ctx context.Context, t *testing.T, b *bus.Bus, cfg Config) *Service {
+	t.Helper()
+	s := New(cfg, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := s.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stopping(ctx) })
+	return s
+}
+
+// Steps scored over NATS, batched by a worker's scorer from many episodes at once, each
+// get exactly the score the pure function gives them in process: the service keeps no
+// state between steps, and no step gets another's score.
+func TestScoresOverNATSAreThePureFunctions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	startedOn(ctx, t, b, Config{Subscribers: 2})
+	scorer := play.NewScorer(func() *bus.Bus { return b }, 8, 2, noop.NewMeterProvider().Meter("test"), "test")
+	go scorer.Run(ctx)
+
+	const episodes, steps = 16, 12
+	var wg sync.WaitGroup
+	errs := make(chan error, episodes)
+	for e := range episodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply := make(chan play.ScoreResult, 1)
+			for i := range steps {
+				st := &gauntletv1.StepTaken{
+					EpisodeId: fmt.Sprintf("r1-%07d", e), Step: uint32(i), Env: "shop",
+					Signals:  &gauntletv1.Signals{ProgressDelta: float64(e*steps+i) / 1000, InvalidAction: (e+i)%5 == 0, Success: i == steps-1 && e%2 == 0},
+					Metering: &gauntletv1.Metering{ToolCalls: uint32(i % 3), Errors: uint32(e % 2), VirtualNs: uint64(e * 1000)},
+				}
+				got, err := scorer.Score(ctx, st, reply)
+				if err != nil {
+					errs <- fmt.Errorf("episode %d step %d: %w", e, i, err)
+					return
+				}
+				if want := scoring.Score(scoring.SpecFor("shop"), st); !proto.Equal(got, want) {
+					errs <- fmt.Errorf("episode %d step %d: scored %v over NATS, %v in process", e, i, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A request the service cannot decode is answered with an invalid error at once, never
+// dropped: the worker ends the episode as an infra error instead of waiting out its
+// timeout.
+func TestUndecodableRequestIsAnsweredOverNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	startedOn(ctx, t, b, Config{})
+	msg, err := b.NC.RequestWithContext(ctx, bus.SubjectScore, []byte("\xff\xfe not a score request"))
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	var r gauntletv1.ScoreReply
+	if err := proto.Unmarshal(msg.Data, &r); err != nil || r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_INVALID || r.Error == "" || r.Table != nil {
+		t.Fatalf("reply %v (%v), want an invalid error and no scores", &r, err)
+	}
+}
+
+// Stopping drains: a request received before the stop is answered, and none after it.
+func TestStoppingAnswersNoMore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	s := startedOn(ctx, t, b, Config{Subscribers: 3})
+	data, _ := proto.Marshal(&gauntletv1.ScoreRequest{Steps: []*gauntletv1.StepTaken{{EpisodeId: "r1-0000000", Env: "shop"}}})
+	if _, err := b.NC.RequestWithContext(ctx, bus.SubjectScore, data); err != nil {
+		t.Fatalf("before the stop: %v", err)
+	}
+	if err := s.Stopping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := b.NC.Request(bus.SubjectScore, data, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the service still answers 5s after Stopping")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
