@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -211,6 +212,7 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 
 	// Sampling runs until the accounting is done; kills only during the load.
 	ev := &eventsStream{url: fmt.Sprintf("nats://127.0.0.1:%d", p.NATS)}
+	var evNow atomic.Uint64 // the events stream's bytes at the last sample
 	defer ev.close()
 	sampleCtx, endSampling := context.WithCancel(ctx)
 	defer endSampling()
@@ -232,6 +234,7 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 			res.DataUsedPeak = max(res.DataUsedPeak, dd.used())
 			smu.Unlock()
 			if b, limit, ok := ev.size(sampleCtx); ok {
+				evNow.Store(b)
 				smu.Lock()
 				res.EventsPeak, res.EventsCap = max(res.EventsPeak, b), uint64(limit)
 				smu.Unlock()
@@ -294,7 +297,7 @@ func soak(ctx context.Context, c config, log *slog.Logger) error {
 			case <-progress.C:
 				log.Info("soak: progress", "elapsed", time.Since(start).Round(time.Second), "api_steps", cnt.api.Load(),
 					"builtin_steps", cnt.builtin.Load(), "big", cnt.big.Load(), "runs", len(bi.ledger()), "open_runs", bi.openRuns(),
-					"data_used_mb", dd.used()>>20)
+					"data_used_mb", dd.used()>>20, "events_stream_mb", evNow.Load()>>20)
 			}
 		}
 	}()
