@@ -58,7 +58,18 @@ func BatchWaiting(pa *workflowpb.PendingActivityInfo, now time.Time) string {
 			return fmt.Sprintf("waiting for %s: its worker %s has not reported for %s (stopped or stuck; Temporal hands the batch to a live worker once the %s heartbeat timeout has passed)",
 				batch, pa.GetLastWorkerIdentity(), since(last.AsTime()), BatchHeartbeatTimeout)
 		}
-		if hb.UpdatedAtUnixNano == 0 || hb.Ended >= hb.Episodes {
+		if hb.UpdatedAtUnixNano == 0 {
+			// The scheduler has not accepted the batch's run yet. A run request a
+			// scheduler took and could not acknowledge (it was killed) is delivered
+			// again only after the request's lease; say so rather than nothing.
+			started := pa.GetLastStartedTime()
+			if hb.RunID == "" || started == nil || now.Sub(started.AsTime()) <= stallAfter {
+				return ""
+			}
+			return fmt.Sprintf("waiting for the scheduler to accept run %s, submitted %s ago (attempt %d; a request held by a scheduler that stopped is delivered again when its lease runs out)%s",
+				hb.RunID, since(started.AsTime()), pa.GetAttempt(), lastFailure)
+		}
+		if hb.Ended >= hb.Episodes {
 			return ""
 		}
 		updated := time.Unix(0, hb.UpdatedAtUnixNano)

@@ -40,6 +40,11 @@ func TestBatchWaitingSaysWhatAStalledBatchWaitsFor(t *testing.T) {
 		{"episodes held", &workflowpb.PendingActivityInfo{ActivityType: batch, State: enums.PENDING_ACTIVITY_STATE_STARTED, Attempt: 2,
 			LastHeartbeatTime: ago(time.Second), HeartbeatDetails: hb(BatchHeartbeat{RunID: "c1-s0-b3", Episodes: 20, Assigned: 20, Ended: 12, UpdatedAtUnixNano: now.Add(-20 * time.Second).UnixNano()})},
 			[]string{"waiting for batch c1-s0-b3: 12 of 20 episodes ended, 8 in flight, none ended for 20s", "--worker.ack-wait"}},
+		{"run not accepted yet", &workflowpb.PendingActivityInfo{ActivityType: batch, State: enums.PENDING_ACTIVITY_STATE_STARTED, Attempt: 2,
+			LastStartedTime: ago(15 * time.Second), LastHeartbeatTime: ago(time.Second), HeartbeatDetails: hb(BatchHeartbeat{RunID: "c1-s0-b3", Episodes: 20})},
+			[]string{"waiting for the scheduler to accept run c1-s0-b3", "submitted 15s ago"}},
+		{"run just submitted", &workflowpb.PendingActivityInfo{ActivityType: batch, State: enums.PENDING_ACTIVITY_STATE_STARTED, Attempt: 1,
+			LastStartedTime: ago(time.Second), LastHeartbeatTime: ago(time.Second), HeartbeatDetails: hb(BatchHeartbeat{RunID: "c1-s0-b3", Episodes: 20})}, nil},
 		{"other activity", &workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: ActivityPlayEpisode}, State: enums.PENDING_ACTIVITY_STATE_SCHEDULED, Attempt: 5}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -118,8 +118,12 @@ func (s *Service) Starting(ctx context.Context) error {
 	}
 	s.kv = kv
 	if s.runsCons, err = js.CreateOrUpdateConsumer(ctx, bus.StreamCommands, jetstream.ConsumerConfig{
+		// A short lease: accepting a run takes a KV read and write, and a request held by
+		// a scheduler that was killed waits out the whole lease before another takes it
+		// (a curriculum's next batch stood still 30 s after a kill -9). Accepting twice
+		// is harmless: the second finds the run in KV and only acknowledges.
 		Durable: ConsumerRuns, FilterSubject: bus.SubjectRun,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second,
 	}); err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerRuns, err)
 	}
