@@ -32,8 +32,10 @@ func writeBaseline(path string, res *results) error {
 	if res.Summary == nil {
 		return errors.New("-write-baseline: no rounds were measured")
 	}
+	// The harness runs from a temporary build under `go run`: name it by its package.
+	cmd := append([]string{"loadtest/cmd/pipeline"}, res.Command[min(1, len(res.Command)):]...)
 	b := baseline{
-		MeasuredAt: res.StartedAt, Command: res.Command, Machine: res.Machine,
+		MeasuredAt: res.StartedAt, Command: cmd, Machine: res.Machine,
 		Episodes: res.Options.Episodes, Rounds: len(res.Rounds), Policy: res.Options.Policy,
 		GauntletUsPerStep: res.Summary.MedianGauntletUsPerStep, ClickHouseUsPerStep: res.Summary.MedianClickHouseUsPerStep,
 	}
