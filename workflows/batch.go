@@ -216,15 +216,21 @@ type BatchHeartbeat struct {
 	Episodes uint64 `json:"episodes"`
 	Assigned uint64 `json:"assigned"`
 	Ended    uint64 `json:"ended"`
-	// UpdatedAtUnixNano is when the scheduler last changed the run's state (an episode
-	// assigned or ended); 0 before it accepted the run.
+	// UpdatedAtUnixNano is when the scheduler last changed the run's state (accepted it,
+	// assigned or ended an episode); 0 before it accepted the run.
 	UpdatedAtUnixNano int64 `json:"updated_at_unix_nano,omitempty"`
 }
 
 func batchHeartbeat(in BatchInput, p *gauntletv1.RunProgress) BatchHeartbeat {
+	// A run state written by an older scheduler may carry no update time until its first
+	// progress tick; its acceptance time stands in (non-zero once the run is accepted).
+	updated := p.GetUpdatedAtUnixNano()
+	if updated == 0 {
+		updated = p.GetStartedAtUnixNano()
+	}
 	return BatchHeartbeat{
 		RunID: in.RunID, Episodes: in.Episodes, Assigned: p.GetAssigned(), Ended: p.GetEnded(),
-		UpdatedAtUnixNano: p.GetUpdatedAtUnixNano(),
+		UpdatedAtUnixNano: updated,
 	}
 }
 

@@ -62,8 +62,10 @@ func BatchWaiting(pa *workflowpb.PendingActivityInfo, now time.Time) string {
 			// The scheduler has not accepted the batch's run yet. A run request a
 			// scheduler took and could not acknowledge (it was killed) is delivered
 			// again only after the request's lease; say so rather than nothing.
+			// A first attempt gets stallAfter to have its run accepted; a later one is a
+			// batch resuming after a failure, whose wait is worth saying at once.
 			started := pa.GetLastStartedTime()
-			if hb.RunID == "" || started == nil || now.Sub(started.AsTime()) <= stallAfter {
+			if hb.RunID == "" || started == nil || pa.GetAttempt() <= 1 && now.Sub(started.AsTime()) <= stallAfter {
 				return ""
 			}
 			return fmt.Sprintf("waiting for the scheduler to accept run %s, submitted %s ago (attempt %d; a request held by a scheduler that stopped is delivered again when its lease runs out)%s",

@@ -245,7 +245,8 @@ func (s *Service) accept(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
-	r := &run{spec: spec, StartedAt: time.Now().UnixNano(), dirty: true}
+	now := time.Now().UnixNano()
+	r := &run{spec: spec, StartedAt: now, UpdatedAt: now, dirty: true}
 	r.Spec, _ = proto.Marshal(spec)
 	if err := runs.Validate(spec); err != nil {
 		r.Error = err.Error()
@@ -385,6 +386,7 @@ func (s *Service) dispatch(ctx context.Context, id string) error {
 	s.assigned.Add(ctx, int64(n))
 	s.mu.Lock()
 	r.Assigned = first + n
+	r.UpdatedAt = time.Now().UnixNano()
 	r.dirty = true
 	s.mu.Unlock()
 	return s.persist(ctx, id)

@@ -145,6 +145,9 @@ func (r *run) record(e *gauntletv1.EndedSummary) {
 	if !r.Ended.Add(e.GetEpisode().GetIndex()) {
 		return
 	}
+	// The run's state says when it last changed, in KV too: a batch's heartbeat reads it
+	// there to tell a stalled run from a moving one (workflows.BatchWaiting).
+	r.UpdatedAt = time.Now().UnixNano()
 	r.Steps += uint64(e.GetSteps())
 	r.Faults += uint64(e.GetFaultsFired())
 	r.RewardSum += e.GetTotalReward()
