@@ -77,10 +77,21 @@ func TestEndsAreCountedFromHeaders(t *testing.T) {
 // fresh embedded bus, and the bus.
 func startScheduler(ctx context.Context, t *testing.T) (*Service, *bus.Bus) {
 	t.Helper()
+	return startSchedulerWith(ctx, t, testConfig())
+}
+
+// testConfig is the tests' scheduler: a global cap of 10, batches of 10, 4 episodes per
+// assignment, progress every second.
+func testConfig() Config {
+	return Config{MaxInFlight: 10, AssignBatch: 10, EpisodesPerAssignment: 4, ProgressEvery: time.Second}
+}
+
+// startSchedulerWith is startScheduler with cfg.
+func startSchedulerWith(ctx context.Context, t *testing.T, cfg Config) (*Service, *bus.Bus) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b := bustest.Start(t)
-	s := New(Config{MaxInFlight: 10, AssignBatch: 10, EpisodesPerAssignment: 4, ProgressEvery: time.Second},
-		func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
+	s := New(cfg, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
 	if err := s.Starting(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -22,23 +22,15 @@ import (
 func TestGlobalCapHoldsAcrossRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s, b := startScheduler(ctx, t) // global cap 10, batches of 10, 4 episodes per assignment
-	startFaults(ctx, t, b)
 	const globalCap = 10
-	if s.cfg.MaxInFlight != globalCap {
-		t.Fatalf("the test scheduler's global cap is %d, the test assumes %d", s.cfg.MaxInFlight, globalCap)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Running(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	cfg := testConfig()
+	cfg.MaxInFlight = globalCap
+	_, b := runScheduler(ctx, t, cfg)
 
-	const runsN, perRun = 3, 12
+	const runsN, perRun, runCap = 3, 12, 8
 	for i := range runsN {
 		spec := stallRun(fmt.Sprintf("rcap%d", i))
-		spec.Episodes, spec.MaxInFlight = perRun, 8 // 3 runs × 8 is well over the global 10
+		spec.Episodes, spec.MaxInFlight = perRun, runCap // 3 runs × 8 is well over the global 10
 		if err := b.PublishCommand(ctx, bus.SubjectRun, spec.RunId+"/run", spec); err != nil {
 			t.Fatal(err)
 		}
@@ -94,9 +86,16 @@ func TestGlobalCapHoldsAcrossRuns(t *testing.T) {
 		}
 	}
 
-	ended := 0
+	ended, endedOf := 0, map[string]int{}
 	for ended < runsN*perRun {
-		take(min(globalCap, runsN*perRun-ended))
+		// The most that can be in flight now: each run's unended episodes up to its own
+		// cap, all runs together up to the global one (once two runs are done, the last
+		// one's cap binds).
+		fill := 0
+		for i := range runsN {
+			fill += min(runCap, perRun-endedOf[fmt.Sprintf("rcap%d", i)])
+		}
+		take(min(globalCap, fill))
 		// End three episodes (or what is left), as workers finishing them would.
 		k := 0
 		for id, ep := range inFlight {
@@ -109,6 +108,7 @@ func TestGlobalCapHoldsAcrossRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 			delete(inFlight, id)
+			endedOf[ep.GetRunId()]++
 			ended++
 			k++
 		}

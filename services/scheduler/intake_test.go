@@ -22,14 +22,7 @@ import (
 func TestRunIntake(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, b := startScheduler(ctx, t)
-	startFaults(ctx, t, b)
-	done := make(chan error, 1)
-	go func() { done <- s.Running(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	_, b := runScheduler(ctx, t, testConfig())
 
 	if _, err := b.JS.Publish(ctx, bus.SubjectRun, []byte("\xff\xfe not a run")); err != nil {
 		t.Fatal(err)

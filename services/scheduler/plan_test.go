@@ -27,6 +27,24 @@ func startFaults(ctx context.Context, t *testing.T, b *bus.Bus) {
 	t.Cleanup(func() { _ = f.Stopping(context.Background()) })
 }
 
+// runScheduler starts a scheduler configured by cfg and the faults service on a fresh
+// bus, and runs the scheduler's loops until the test ends.
+func runScheduler(ctx context.Context, t *testing.T, cfg Config) (*Service, *bus.Bus) {
+	t.Helper()
+	s, b := startSchedulerWith(ctx, t, cfg)
+	startFaults(ctx, t, b)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Running(rctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("scheduler: %v", err)
+		}
+	})
+	return s, b
+}
+
 func addRun(s *Service, spec *gauntletv1.RunRequested) *run {
 	r := &run{spec: spec, dirty: true}
 	r.Spec, _ = proto.Marshal(spec)

@@ -2,15 +2,10 @@ package scheduler
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric/noop"
-
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
-	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -22,17 +17,9 @@ import (
 func TestRunStateSaysWhenItChangedFromAcceptance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b := bustest.Start(t)
-	s := New(Config{MaxInFlight: 10, AssignBatch: 10, EpisodesPerAssignment: 4, ProgressEvery: time.Hour},
-		func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := s.Starting(ctx); err != nil {
-		t.Fatal(err)
-	}
-	startFaults(ctx, t, b)
-	done := make(chan error, 1)
-	rctx, stop := context.WithCancel(ctx)
-	go func() { done <- s.Running(rctx) }()
-	defer func() { stop(); <-done }()
+	cfg := testConfig()
+	cfg.ProgressEvery = time.Hour
+	_, b := runScheduler(ctx, t, cfg)
 
 	before := time.Now().UnixNano()
 	spec := stallRun("rupdated")
