@@ -187,8 +187,12 @@ type RunRequested struct {
 	Drift []*Drift `protobuf:"bytes,12,rep,name=drift,proto3" json:"drift,omitempty"`
 	// User-defined fault profiles the profile mix may name (docs/faults.md).
 	CustomProfiles []*CustomProfile `protobuf:"bytes,13,rep,name=custom_profiles,json=customProfiles,proto3" json:"custom_profiles,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Digest of the reward spec the run's steps are scored under (pkg/scoring.Spec.Digest),
+	// whose file is kept in the KV bucket gauntlet_reward_specs under it; empty: each env's
+	// default spec.
+	RewardSpec    string `protobuf:"bytes,14,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequested) Reset() {
@@ -312,6 +316,13 @@ func (x *RunRequested) GetCustomProfiles() []*CustomProfile {
 	return nil
 }
 
+func (x *RunRequested) GetRewardSpec() string {
+	if x != nil {
+		return x.RewardSpec
+	}
+	return ""
+}
+
 // Share is one named option with a relative weight.
 type Share struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -379,8 +390,10 @@ type EpisodeRequested struct {
 	// Fixed by the scheduler; used as the ClickHouse partition key, so a re-run of the
 	// same episode lands in the same partition and de-duplicates.
 	RequestedAtUnixNano int64 `protobuf:"varint,9,opt,name=requested_at_unix_nano,json=requestedAtUnixNano,proto3" json:"requested_at_unix_nano,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The run's reward spec, by digest (RunRequested.reward_spec); empty: the env's default.
+	RewardSpec    string `protobuf:"bytes,10,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpisodeRequested) Reset() {
@@ -474,6 +487,13 @@ func (x *EpisodeRequested) GetRequestedAtUnixNano() int64 {
 		return x.RequestedAtUnixNano
 	}
 	return 0
+}
+
+func (x *EpisodeRequested) GetRewardSpec() string {
+	if x != nil {
+		return x.RewardSpec
+	}
+	return ""
 }
 
 // EpisodeAssigned hands one episode and its fault plan to whichever worker pulls it.
@@ -1755,7 +1775,10 @@ type StepTaken struct {
 	Score *StepScored `protobuf:"bytes,19,opt,name=score,proto3" json:"score,omitempty"`
 	// What a trainer attached to the step over the env API (token ids, logprobs, policy
 	// version); stored in its own table (trainer_steps), joinable on (episode_id, step).
-	Trainer       *TrainerData `protobuf:"bytes,20,opt,name=trainer,proto3" json:"trainer,omitempty"`
+	Trainer *TrainerData `protobuf:"bytes,20,opt,name=trainer,proto3" json:"trainer,omitempty"`
+	// Set only on the copy of the step a worker sends in a ScoreRequest: the digest of the
+	// reward spec to score it under (EpisodeRequested.reward_spec; empty: the env's default).
+	RewardSpec    string `protobuf:"bytes,21,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1930,6 +1953,13 @@ func (x *StepTaken) GetTrainer() *TrainerData {
 	return nil
 }
 
+func (x *StepTaken) GetRewardSpec() string {
+	if x != nil {
+		return x.RewardSpec
+	}
+	return ""
+}
+
 // RewardComponent is one named entry of a reward vector.
 type RewardComponent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2006,8 +2036,10 @@ type StepScored struct {
 	// spec the step was scored under, values the values of that spec's components, in
 	// its order. components, episode_id, step and spec_version are then empty: the spec
 	// and the step say them. Read a segment's scores with StepsTaken.ScoreOf.
-	Spec          uint32    `protobuf:"varint,6,opt,name=spec,proto3" json:"spec,omitempty"`
-	Values        []float64 `protobuf:"fixed64,7,rep,packed,name=values,proto3" json:"values,omitempty"`
+	Spec   uint32    `protobuf:"varint,6,opt,name=spec,proto3" json:"spec,omitempty"`
+	Values []float64 `protobuf:"fixed64,7,rep,packed,name=values,proto3" json:"values,omitempty"`
+	// Digest of the spec's file (pkg/scoring.Spec.Digest), its row in the reward_specs table.
+	SpecDigest    string `protobuf:"bytes,8,opt,name=spec_digest,json=specDigest,proto3" json:"spec_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2091,11 +2123,23 @@ func (x *StepScored) GetValues() []float64 {
 	return nil
 }
 
+func (x *StepScored) GetSpecDigest() string {
+	if x != nil {
+		return x.SpecDigest
+	}
+	return ""
+}
+
 // ScoreRequest asks the reward service to score a batch of steps.
 // Subject: gauntlet.rpc.reward.score (request/reply, queue group "reward")
 type ScoreRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         []*StepTaken           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Steps []*StepTaken           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Per step, what scoring remembers of its episode's earlier steps (the state the
+	// previous step's score returned, ScoreTable.states), for specs that need it: running
+	// normalisation, potential-based shaping, expressions over the episode so far. Empty
+	// when no step's spec needs it; else one per step, an empty state for a first step.
+	States        []*RewardState `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2133,6 +2177,13 @@ func (*ScoreRequest) Descriptor() ([]byte, []int) {
 func (x *ScoreRequest) GetSteps() []*StepTaken {
 	if x != nil {
 		return x.Steps
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetStates() []*RewardState {
+	if x != nil {
+		return x.States
 	}
 	return nil
 }
@@ -2222,7 +2273,10 @@ type ScoreTable struct {
 	// after the other.
 	Values []float64 `protobuf:"fixed64,3,rep,packed,name=values,proto3" json:"values,omitempty"`
 	// Per step, the weighted sum of its values.
-	Totals        []float64 `protobuf:"fixed64,4,rep,packed,name=totals,proto3" json:"totals,omitempty"`
+	Totals []float64 `protobuf:"fixed64,4,rep,packed,name=totals,proto3" json:"totals,omitempty"`
+	// Per step, the state after it, to send with the episode's next step; empty when the
+	// request carried no states.
+	States        []*RewardState `protobuf:"bytes,5,rep,name=states,proto3" json:"states,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2285,20 +2339,253 @@ func (x *ScoreTable) GetTotals() []float64 {
 	return nil
 }
 
+func (x *ScoreTable) GetStates() []*RewardState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+// EpisodeSoFar is what a reward spec's expressions see of an episode's steps before the
+// one being scored (the variable episode in pkg/scoring's CEL expressions).
+type EpisodeSoFar struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Steps scored before this one.
+	Steps uint32 `protobuf:"varint,1,opt,name=steps,proto3" json:"steps,omitempty"`
+	// Sum of their totals.
+	Total          float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
+	ToolCalls      uint64  `protobuf:"varint,3,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	Errors         uint64  `protobuf:"varint,4,opt,name=errors,proto3" json:"errors,omitempty"`
+	VirtualNs      uint64  `protobuf:"varint,5,opt,name=virtual_ns,json=virtualNs,proto3" json:"virtual_ns,omitempty"`
+	SafetyEvents   uint32  `protobuf:"varint,6,opt,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
+	Violations     uint32  `protobuf:"varint,7,opt,name=violations,proto3" json:"violations,omitempty"`
+	InvalidActions uint32  `protobuf:"varint,8,opt,name=invalid_actions,json=invalidActions,proto3" json:"invalid_actions,omitempty"`
+	// Progress after the previous step.
+	Progress      float64 `protobuf:"fixed64,9,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpisodeSoFar) Reset() {
+	*x = EpisodeSoFar{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpisodeSoFar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpisodeSoFar) ProtoMessage() {}
+
+func (x *EpisodeSoFar) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpisodeSoFar.ProtoReflect.Descriptor instead.
+func (*EpisodeSoFar) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EpisodeSoFar) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetToolCalls() uint64 {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetErrors() uint64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetVirtualNs() uint64 {
+	if x != nil {
+		return x.VirtualNs
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetSafetyEvents() uint32 {
+	if x != nil {
+		return x.SafetyEvents
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetViolations() uint32 {
+	if x != nil {
+		return x.Violations
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetInvalidActions() uint32 {
+	if x != nil {
+		return x.InvalidActions
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+// RewardState is what scoring carries from one step of an episode to the next under a
+// spec that needs it (ScoreRequest.states): the episode so far, the potential of the
+// previous state per shaping component, and the window of each running z-score.
+type RewardState struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Episode *EpisodeSoFar          `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
+	// Per component of the spec, in order: the potential of the state before the step
+	// (0 for components without shaping).
+	Potentials []float64 `protobuf:"fixed64,2,rep,packed,name=potentials,proto3" json:"potentials,omitempty"`
+	// Per running z-score stage of the spec, in order.
+	Windows       []*ZWindow `protobuf:"bytes,3,rep,name=windows,proto3" json:"windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewardState) Reset() {
+	*x = RewardState{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewardState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewardState) ProtoMessage() {}
+
+func (x *RewardState) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewardState.ProtoReflect.Descriptor instead.
+func (*RewardState) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RewardState) GetEpisode() *EpisodeSoFar {
+	if x != nil {
+		return x.Episode
+	}
+	return nil
+}
+
+func (x *RewardState) GetPotentials() []float64 {
+	if x != nil {
+		return x.Potentials
+	}
+	return nil
+}
+
+func (x *RewardState) GetWindows() []*ZWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+// ZWindow is the window of one running z-score: the last raw values, oldest first.
+type ZWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float64              `protobuf:"fixed64,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZWindow) Reset() {
+	*x = ZWindow{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZWindow) ProtoMessage() {}
+
+func (x *ZWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZWindow.ProtoReflect.Descriptor instead.
+func (*ZWindow) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ZWindow) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 // ScoreSpec is a reward spec as a ScoreTable names it: its version, and its components'
 // names and weights in order.
 type ScoreSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Names         []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
-	Weights       []float64              `protobuf:"fixed64,3,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Names   []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Weights []float64              `protobuf:"fixed64,3,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	// Digest of the spec's file (pkg/scoring.Spec.Digest).
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScoreSpec) Reset() {
 	*x = ScoreSpec{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2597,7 @@ func (x *ScoreSpec) String() string {
 func (*ScoreSpec) ProtoMessage() {}
 
 func (x *ScoreSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2610,7 @@ func (x *ScoreSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreSpec.ProtoReflect.Descriptor instead.
 func (*ScoreSpec) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ScoreSpec) GetVersion() string {
@@ -2347,6 +2634,13 @@ func (x *ScoreSpec) GetWeights() []float64 {
 	return nil
 }
 
+func (x *ScoreSpec) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 // EpisodeStarted records that a worker began an episode. Subject: gauntlet.ev.started.<run_id>
 type EpisodeStarted struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2363,7 +2657,7 @@ type EpisodeStarted struct {
 
 func (x *EpisodeStarted) Reset() {
 	*x = EpisodeStarted{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2669,7 @@ func (x *EpisodeStarted) String() string {
 func (*EpisodeStarted) ProtoMessage() {}
 
 func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2682,7 @@ func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeStarted.ProtoReflect.Descriptor instead.
 func (*EpisodeStarted) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EpisodeStarted) GetEpisode() *EpisodeRequested {
@@ -2458,7 +2752,7 @@ type EpisodeEnded struct {
 
 func (x *EpisodeEnded) Reset() {
 	*x = EpisodeEnded{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2764,7 @@ func (x *EpisodeEnded) String() string {
 func (*EpisodeEnded) ProtoMessage() {}
 
 func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2777,7 @@ func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeEnded.ProtoReflect.Descriptor instead.
 func (*EpisodeEnded) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EpisodeEnded) GetEpisode() *EpisodeRequested {
@@ -2624,7 +2918,7 @@ type StepsTaken struct {
 
 func (x *StepsTaken) Reset() {
 	*x = StepsTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2930,7 @@ func (x *StepsTaken) String() string {
 func (*StepsTaken) ProtoMessage() {}
 
 func (x *StepsTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2943,7 @@ func (x *StepsTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsTaken.ProtoReflect.Descriptor instead.
 func (*StepsTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StepsTaken) GetSteps() []*StepTaken {
@@ -2697,7 +2991,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +3003,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +3016,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -2825,7 +3119,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3131,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3144,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -2877,7 +3171,7 @@ type EndedView struct {
 
 func (x *EndedView) Reset() {
 	*x = EndedView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3183,7 @@ func (x *EndedView) String() string {
 func (*EndedView) ProtoMessage() {}
 
 func (x *EndedView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3196,7 @@ func (x *EndedView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedView.ProtoReflect.Descriptor instead.
 func (*EndedView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EndedView) GetBody() isEndedView_Body {
@@ -2956,7 +3250,7 @@ type SegmentEndView struct {
 
 func (x *SegmentEndView) Reset() {
 	*x = SegmentEndView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3262,7 @@ func (x *SegmentEndView) String() string {
 func (*SegmentEndView) ProtoMessage() {}
 
 func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3275,7 @@ func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentEndView.ProtoReflect.Descriptor instead.
 func (*SegmentEndView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SegmentEndView) GetEnded() *EndedSummary {
@@ -3006,7 +3300,7 @@ type EndedSummary struct {
 
 func (x *EndedSummary) Reset() {
 	*x = EndedSummary{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3312,7 @@ func (x *EndedSummary) String() string {
 func (*EndedSummary) ProtoMessage() {}
 
 func (x *EndedSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3325,7 @@ func (x *EndedSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedSummary.ProtoReflect.Descriptor instead.
 func (*EndedSummary) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EndedSummary) GetEpisode() *EpisodeRef {
@@ -3088,7 +3382,7 @@ type EpisodeRef struct {
 
 func (x *EpisodeRef) Reset() {
 	*x = EpisodeRef{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3394,7 @@ func (x *EpisodeRef) String() string {
 func (*EpisodeRef) ProtoMessage() {}
 
 func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3407,7 @@ func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeRef.ProtoReflect.Descriptor instead.
 func (*EpisodeRef) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{35}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EpisodeRef) GetEpisodeId() string {
@@ -3163,7 +3457,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3469,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3482,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{36}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -3326,7 +3620,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3632,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3645,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{37}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RunState) GetSpec() *RunRequested {
@@ -3453,7 +3747,7 @@ type StoreProgress struct {
 
 func (x *StoreProgress) Reset() {
 	*x = StoreProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3759,7 @@ func (x *StoreProgress) String() string {
 func (*StoreProgress) ProtoMessage() {}
 
 func (x *StoreProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3772,7 @@ func (x *StoreProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreProgress.ProtoReflect.Descriptor instead.
 func (*StoreProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{38}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StoreProgress) GetWrittenSeq() uint64 {
@@ -3499,7 +3793,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\"\xe3\x03\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\"\x84\x04\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -3515,10 +3809,12 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	" \x01(\x03R\x13requestedAtUnixNano\x12\x14\n" +
 	"\x05label\x18\v \x01(\tR\x05label\x12(\n" +
 	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
-	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\"3\n" +
+	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\x12\x1f\n" +
+	"\vreward_spec\x18\x0e \x01(\tR\n" +
+	"rewardSpec\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x8f\x02\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xb0\x02\n" +
 	"\x10EpisodeRequested\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x15\n" +
@@ -3530,7 +3826,10 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x16\n" +
 	"\x06policy\x18\a \x01(\tR\x06policy\x12\x1b\n" +
 	"\tmax_steps\x18\b \x01(\rR\bmaxSteps\x123\n" +
-	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\"v\n" +
+	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\x12\x1f\n" +
+	"\vreward_spec\x18\n" +
+	" \x01(\tR\n" +
+	"rewardSpec\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"F\n" +
@@ -3629,7 +3928,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06budget\x18\x06 \x01(\x01R\x06budget\x12.\n" +
 	"\x13deadline_virtual_ns\x18\a \x01(\x03R\x11deadlineVirtualNs\x12%\n" +
 	"\x0eprogress_delta\x18\b \x01(\x01R\rprogressDelta\x12#\n" +
-	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\x80\x06\n" +
+	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\xa1\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
@@ -3654,11 +3953,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\tworker_id\x18\x11 \x01(\tR\bworkerId\x123\n" +
 	"\x16requested_at_unix_nano\x18\x12 \x01(\x03R\x13requestedAtUnixNano\x12-\n" +
 	"\x05score\x18\x13 \x01(\v2\x17.gauntlet.v1.StepScoredR\x05score\x122\n" +
-	"\atrainer\x18\x14 \x01(\v2\x18.gauntlet.v1.TrainerDataR\atrainer\"S\n" +
+	"\atrainer\x18\x14 \x01(\v2\x18.gauntlet.v1.TrainerDataR\atrainer\x12\x1f\n" +
+	"\vreward_spec\x18\x15 \x01(\tR\n" +
+	"rewardSpec\"S\n" +
 	"\x0fRewardComponent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
-	"\x06weight\x18\x03 \x01(\x01R\x06weight\"\xe2\x01\n" +
+	"\x06weight\x18\x03 \x01(\x01R\x06weight\"\x83\x02\n" +
 	"\n" +
 	"StepScored\x12\x1d\n" +
 	"\n" +
@@ -3670,26 +3971,53 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05total\x18\x04 \x01(\x01R\x05total\x12!\n" +
 	"\fspec_version\x18\x05 \x01(\tR\vspecVersion\x12\x12\n" +
 	"\x04spec\x18\x06 \x01(\rR\x04spec\x12\x16\n" +
-	"\x06values\x18\a \x03(\x01R\x06values\"<\n" +
+	"\x06values\x18\a \x03(\x01R\x06values\x12\x1f\n" +
+	"\vspec_digest\x18\b \x01(\tR\n" +
+	"specDigest\"n\n" +
 	"\fScoreRequest\x12,\n" +
-	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\xb9\x01\n" +
+	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x120\n" +
+	"\x06states\x18\x02 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\"\xb9\x01\n" +
 	"\n" +
 	"ScoreReply\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.gauntlet.v1.StepScoredR\x06scores\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
 	"\x05table\x18\x03 \x01(\v2\x17.gauntlet.v1.ScoreTableR\x05table\x125\n" +
 	"\n" +
-	"error_kind\x18\x04 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"~\n" +
+	"error_kind\x18\x04 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"\xb0\x01\n" +
 	"\n" +
 	"ScoreTable\x12,\n" +
 	"\x05specs\x18\x01 \x03(\v2\x16.gauntlet.v1.ScoreSpecR\x05specs\x12\x12\n" +
 	"\x04spec\x18\x02 \x03(\rR\x04spec\x12\x16\n" +
 	"\x06values\x18\x03 \x03(\x01R\x06values\x12\x16\n" +
-	"\x06totals\x18\x04 \x03(\x01R\x06totals\"U\n" +
+	"\x06totals\x18\x04 \x03(\x01R\x06totals\x120\n" +
+	"\x06states\x18\x05 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\"\x9a\x02\n" +
+	"\fEpisodeSoFar\x12\x14\n" +
+	"\x05steps\x18\x01 \x01(\rR\x05steps\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x01(\x04R\ttoolCalls\x12\x16\n" +
+	"\x06errors\x18\x04 \x01(\x04R\x06errors\x12\x1d\n" +
+	"\n" +
+	"virtual_ns\x18\x05 \x01(\x04R\tvirtualNs\x12#\n" +
+	"\rsafety_events\x18\x06 \x01(\rR\fsafetyEvents\x12\x1e\n" +
+	"\n" +
+	"violations\x18\a \x01(\rR\n" +
+	"violations\x12'\n" +
+	"\x0finvalid_actions\x18\b \x01(\rR\x0einvalidActions\x12\x1a\n" +
+	"\bprogress\x18\t \x01(\x01R\bprogress\"\x92\x01\n" +
+	"\vRewardState\x123\n" +
+	"\aepisode\x18\x01 \x01(\v2\x19.gauntlet.v1.EpisodeSoFarR\aepisode\x12\x1e\n" +
+	"\n" +
+	"potentials\x18\x02 \x03(\x01R\n" +
+	"potentials\x12.\n" +
+	"\awindows\x18\x03 \x03(\v2\x14.gauntlet.v1.ZWindowR\awindows\"!\n" +
+	"\aZWindow\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x01R\x06values\"m\n" +
 	"\tScoreSpec\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12\x18\n" +
-	"\aweights\x18\x03 \x03(\x01R\aweights\"\x88\x02\n" +
+	"\aweights\x18\x03 \x03(\x01R\aweights\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\"\x88\x02\n" +
 	"\x0eEpisodeStarted\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x12\x1b\n" +
@@ -3822,7 +4150,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(ErrorKind)(0),                     // 0: gauntlet.v1.ErrorKind
 	(TerminationReason)(0),             // 1: gauntlet.v1.TerminationReason
@@ -3852,41 +4180,44 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*ScoreRequest)(nil),               // 25: gauntlet.v1.ScoreRequest
 	(*ScoreReply)(nil),                 // 26: gauntlet.v1.ScoreReply
 	(*ScoreTable)(nil),                 // 27: gauntlet.v1.ScoreTable
-	(*ScoreSpec)(nil),                  // 28: gauntlet.v1.ScoreSpec
-	(*EpisodeStarted)(nil),             // 29: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),               // 30: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),                 // 31: gauntlet.v1.StepsTaken
-	(*Event)(nil),                      // 32: gauntlet.v1.Event
-	(*EventBatch)(nil),                 // 33: gauntlet.v1.EventBatch
-	(*EndedView)(nil),                  // 34: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),             // 35: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),               // 36: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),                 // 37: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),                // 38: gauntlet.v1.RunProgress
-	(*RunState)(nil),                   // 39: gauntlet.v1.RunState
-	(*StoreProgress)(nil),              // 40: gauntlet.v1.StoreProgress
-	(*Drift)(nil),                      // 41: gauntlet.v1.Drift
-	(*CustomProfile)(nil),              // 42: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),                 // 43: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 44: gauntlet.v1.TrainerData
+	(*EpisodeSoFar)(nil),               // 28: gauntlet.v1.EpisodeSoFar
+	(*RewardState)(nil),                // 29: gauntlet.v1.RewardState
+	(*ZWindow)(nil),                    // 30: gauntlet.v1.ZWindow
+	(*ScoreSpec)(nil),                  // 31: gauntlet.v1.ScoreSpec
+	(*EpisodeStarted)(nil),             // 32: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 33: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 34: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 35: gauntlet.v1.Event
+	(*EventBatch)(nil),                 // 36: gauntlet.v1.EventBatch
+	(*EndedView)(nil),                  // 37: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 38: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 39: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 40: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 41: gauntlet.v1.RunProgress
+	(*RunState)(nil),                   // 42: gauntlet.v1.RunState
+	(*StoreProgress)(nil),              // 43: gauntlet.v1.StoreProgress
+	(*Drift)(nil),                      // 44: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 45: gauntlet.v1.CustomProfile
+	(*DriftValue)(nil),                 // 46: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 47: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	3,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	3,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	41, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	42, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	44, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	45, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	4,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
 	7,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
 	5,  // 6: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
 	8,  // 7: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	43, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	46, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
 	9,  // 9: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
 	10, // 10: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
 	11, // 11: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
 	4,  // 12: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
 	3,  // 13: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	41, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	42, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	44, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	45, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	7,  // 16: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
 	0,  // 17: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
 	0,  // 18: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
@@ -3899,38 +4230,42 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	21, // 25: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
 	1,  // 26: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
 	24, // 27: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	44, // 28: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	47, // 28: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
 	23, // 29: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
 	22, // 30: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	24, // 31: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	27, // 32: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
-	0,  // 33: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	28, // 34: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
-	4,  // 35: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 36: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	4,  // 37: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	1,  // 38: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	7,  // 39: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	22, // 40: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	29, // 41: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	30, // 42: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	28, // 43: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
-	29, // 44: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	22, // 45: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	30, // 46: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	31, // 47: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	33, // 48: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	32, // 49: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	36, // 50: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	35, // 51: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	36, // 52: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	37, // 53: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	2,  // 54: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	29, // 31: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
+	24, // 32: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	27, // 33: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	0,  // 34: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	31, // 35: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	29, // 36: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
+	28, // 37: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
+	30, // 38: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
+	4,  // 39: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 40: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	4,  // 41: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	1,  // 42: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	7,  // 43: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	22, // 44: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	32, // 45: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	33, // 46: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	31, // 47: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	32, // 48: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	22, // 49: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	33, // 50: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	34, // 51: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	36, // 52: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	35, // 53: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	39, // 54: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	38, // 55: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	39, // 56: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	40, // 57: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	2,  // 58: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -3945,14 +4280,14 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		(*FaultRule_Latency)(nil),
 		(*FaultRule_Truncate)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33].OneofWrappers = []any{
 		(*Event_Started)(nil),
 		(*Event_Step)(nil),
 		(*Event_Ended)(nil),
 		(*Event_Steps)(nil),
 		(*Event_Batch)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35].OneofWrappers = []any{
 		(*EndedView_Ended)(nil),
 		(*EndedView_Steps)(nil),
 	}
@@ -3962,7 +4297,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
