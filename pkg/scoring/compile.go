@@ -103,7 +103,9 @@ func compileExpr(src string) (cel.Program, error) {
 	}
 	ast, iss := env.Compile(src)
 	if err := iss.Err(); err != nil {
-		return nil, fmt.Errorf("%s", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "\n    "))
+		// "ERROR: <input>:1:8: msg" and a snippet: keep the position and the snippet.
+		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "ERROR: <input>:", "expression ")
+		return nil, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
 	}
 	switch ast.OutputType().Kind() {
 	case types.DoubleKind, types.IntKind, types.UintKind, types.BoolKind:

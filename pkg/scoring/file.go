@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -113,7 +115,7 @@ func Parse(where string, data []byte) (Spec, error) {
 			return Spec{}, fmt.Errorf("%s: %w: %s", where, ErrInvalidSpec, yamlMessage(where, err))
 		}
 		for _, e := range te.Errors {
-			p.errs = append(p.errs, yamlMessage(where, errors.New(e)))
+			p.errs = append(p.errs, yamlMessage(where, errors.New(unknownKey(e))))
 		}
 	}
 	var extra yaml.Node
@@ -122,6 +124,7 @@ func Parse(where string, data []byte) (Spec, error) {
 	}
 	spec := p.spec(&f)
 	if len(p.errs) > 0 {
+		slices.SortStableFunc(p.errs, func(a, b string) int { return cmp.Compare(lineNumber(a), lineNumber(b)) })
 		return Spec{}, fmt.Errorf("%w:\n%s", ErrInvalidSpec, strings.Join(p.errs, "\n"))
 	}
 	sum := sha256.Sum256(data)
@@ -141,6 +144,43 @@ func yamlMessage(where string, err error) string {
 		}
 	}
 	return where + ": " + msg
+}
+
+// unknownKeyRE matches yaml.v3's report of a key the decoder does not know.
+var unknownKeyRE = regexp.MustCompile(`field (\S+) not found in type scoring\.(\w+)$`)
+
+// knownKeys lists each part of a spec file's keys, for the error about an unknown one.
+var knownKeys = map[string]string{
+	"file":          "name, version, description, components",
+	"componentFile": "name, description, builtin, expr, potential, weight, normalise",
+	"potentialFile": "expr, gamma",
+	"stageFile":     "clip, scale, zscore",
+	"zscoreFile":    "window",
+}
+
+// unknownKey rewrites yaml.v3's "field x not found in type scoring.file" in the file's terms.
+func unknownKey(msg string) string {
+	m := unknownKeyRE.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg
+	}
+	key, typ := msg[m[2]:m[3]], msg[m[4]:m[5]]
+	return fmt.Sprintf("%s%s: unknown key (known here: %s)", msg[:m[0]], key, knownKeys[typ])
+}
+
+// lineNumber reads the line of a "where:line: ..." message (0 when it has none).
+func lineNumber(msg string) int {
+	i := strings.Index(msg, ":")
+	if i < 0 {
+		return 0
+	}
+	rest := msg[i+1:]
+	j := strings.Index(rest, ":")
+	if j < 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(rest[:j])
+	return n
 }
 
 // parser collects the problems of one file, each naming the line of the field at fault.
