@@ -311,6 +311,10 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := o.request(); err != nil {
 		return err
 	}
+	if o.rewardSpec != "" {
+		// A batch's episodes are requested by its workflow, which does not carry a spec yet.
+		return errors.New("--reward-spec: batches are scored under the default spec; use gauntlet run to name one")
+	}
 	var params map[string]any
 	if err := json.Unmarshal([]byte(o.params), &params); err != nil {
 		return fmt.Errorf("--params: want a JSON object: %w", err)

@@ -18,7 +18,9 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -26,9 +28,13 @@ import (
 // runOpts are the flags that describe a run.
 type runOpts struct {
 	env, params, policies, profiles, label string
-	drift, profileFiles                    string
+	drift, profileFiles, rewardSpec        string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
+
+	// spec is --reward-spec parsed by request; it must be in the stack's bucket before
+	// the run is submitted (putRewardSpec).
+	spec *scoring.Spec
 }
 
 func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
@@ -42,12 +48,23 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit per episode (0: the env's default)")
 	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
 	fs.StringVar(&o.profileFiles, "profile-files", "", "comma-separated YAML fault profiles that --profiles may name by their names (docs/faults.md)")
+	fs.StringVar(&o.rewardSpec, "reward-spec", "", "YAML reward spec file the run's steps are scored under (docs/rewards.md; default: the built-in default/1)")
 	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
 }
 
-// request builds and validates the run request, naming the bad flag.
+// request builds and validates the run request, naming the bad flag; it keeps the parsed
+// --reward-spec in o.spec.
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
+	o.spec = nil
+	if o.rewardSpec != "" {
+		sp, err := scoring.LoadFile(o.rewardSpec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--reward-spec: %w", err))
+		} else {
+			o.spec = &sp
+		}
+	}
 	pol, err := runs.ParseShares("--policies", o.policies)
 	if err != nil {
 		errs = append(errs, err)
@@ -95,10 +112,25 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
 		CustomProfiles: custom,
 	}
+	if o.spec != nil {
+		req.RewardSpec = o.spec.Digest
+	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	return req, nil
+}
+
+// putRewardSpec puts the run's reward spec, if any, in the stack's bucket, where the
+// reward service and the store read it by the digest the run names.
+func putRewardSpec(ctx context.Context, b *bus.Bus, spec *scoring.Spec) error {
+	if spec == nil {
+		return nil
+	}
+	if err := rewardspecs.NewClient(b.JS).Put(ctx, *spec); err != nil {
+		return fmt.Errorf("--reward-spec: %w", err)
+	}
+	return nil
 }
 
 // cmdRun submits a run to a running stack and follows it to the end.
@@ -121,6 +153,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer b.Close()
+	if err := putRewardSpec(ctx, b, o.spec); err != nil {
+		return err
+	}
 	if !*wait {
 		if err := b.PublishCommand(ctx, bus.SubjectRun, req.RunId+"/run", req); err != nil {
 			return err

@@ -84,6 +84,10 @@ func SpecFor(env string) Spec {
 	return s
 }
 
+// DefaultDigest is the digest of the built-in spec's file: a step naming it, or naming no
+// spec, is scored under SpecFor.
+func DefaultDigest() string { return defaultSpec.Digest }
+
 // ForEnv returns s for env: the same spec, with its own Weights.
 func (s Spec) ForEnv(env string) Spec {
 	s.Env = env

@@ -55,7 +55,7 @@ func TestScoresOverNATSAreThePureFunctions(t *testing.T) {
 					Signals:  &gauntletv1.Signals{ProgressDelta: float64(e*steps+i) / 1000, InvalidAction: (e+i)%5 == 0, Success: i == steps-1 && e%2 == 0},
 					Metering: &gauntletv1.Metering{ToolCalls: uint32(i % 3), Errors: uint32(e % 2), VirtualNs: uint64(e * 1000)},
 				}
-				got, err := scorer.Score(ctx, st, reply)
+				got, err := scorer.Score(ctx, st, nil, reply)
 				if err != nil {
 					errs <- fmt.Errorf("episode %d step %d: %w", e, i, err)
 					return
