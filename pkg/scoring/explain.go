@@ -70,6 +70,24 @@ func Explain(spec Spec, st *gauntletv1.RewardState, step *gauntletv1.StepTaken) 
 	return out, total
 }
 
+// Rules returns, per component in order, what produces its raw value: "builtin task",
+// "expr <CEL>", "potential ...", followed by its normalisation stages (" | scale 0.5").
+func (s Spec) Rules() []string {
+	c := s.c
+	if c == nil || len(c.comps) != len(s.Weights) {
+		c = builtins(s)
+	}
+	out := make([]string, len(c.comps))
+	for i, cp := range c.comps {
+		r := cp.rule
+		for _, st := range cp.stages {
+			r += " | " + st.String()
+		}
+		out[i] = r
+	}
+	return out
+}
+
 // builtins compiles a spec built in Go: each component the built-in of its name.
 func builtins(spec Spec) *compiled {
 	c := &compiled{plain: true, comps: make([]comp, len(spec.Weights))}
