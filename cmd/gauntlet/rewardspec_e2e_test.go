@@ -53,6 +53,9 @@ func TestRewardSpecRun(t *testing.T) {
 
 	db, run := cfg.Database, req.RunId
 	steps := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.steps_final WHERE run_id = '%s'`, db, run))
+	if steps == "0" {
+		t.Fatal("the run recorded no steps")
+	}
 	checks := []struct{ what, query, want string }{
 		{"steps under the spec, by name and digest",
 			fmt.Sprintf(`SELECT count() FROM %s.steps_final WHERE run_id = '%s' AND reward_spec = 'e2e/1' AND reward_spec_digest = '%s'`, db, run, o.spec.Digest), steps},

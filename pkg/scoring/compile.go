@@ -146,7 +146,6 @@ func (a *activation) Parent() interpreter.Activation { return nil }
 var (
 	noSignals  = &gauntletv1.Signals{}
 	noMetering = &gauntletv1.Metering{}
-	noEpisode  = &gauntletv1.EpisodeSoFar{}
 )
 
 // eval runs one expression; an evaluation error (an int overflow, a missing map key)
