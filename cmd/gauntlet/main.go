@@ -38,6 +38,7 @@ Usage:
   gauntlet episode show ID             every step of one episode
   gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
   gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
+  gauntlet reward explain ID [--step N]   each step's reward, component by component (docs/rewards.md)
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet version
 
@@ -89,6 +90,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdBatch(ctx, rest, stdout, stderr)
 	case "episode":
 		return cmdEpisode(ctx, rest, stdout, stderr)
+	case "reward":
+		return cmdReward(ctx, rest, stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
 	case "version":

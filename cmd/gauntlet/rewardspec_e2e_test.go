@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -84,5 +85,41 @@ func TestRewardSpecRun(t *testing.T) {
 		if got := queryOne(t, conn, c.query); got != c.want {
 			t.Errorf("%s: %s, want %s", c.what, got, c.want)
 		}
+	}
+
+	// reward explain re-derives a recorded episode's rewards, step by step, from its replay.
+	ep := queryOne(t, conn, fmt.Sprintf(`SELECT episode_id FROM %s.episodes_final WHERE run_id = '%s' AND success = 1 AND steps > 3
+		ORDER BY episode_id LIMIT 1`, db, run))
+	n := queryOne(t, conn, fmt.Sprintf(`SELECT toString(steps) FROM %s.episodes_final WHERE episode_id = '%s'`, db, ep))
+	cli := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", db, "--data-dir", t.TempDir()}
+	var out, errOut strings.Builder
+	if err := runMain(context.Background(), append([]string{"reward", "explain"}, append(cli, ep)...), &out, &errOut); err != nil {
+		t.Fatalf("reward explain: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	t.Logf("reward explain %s:\n%s", ep, out.String())
+	for _, want := range []string{
+		"scored under e2e/1 (" + o.spec.Digest + ")",
+		"re-derived rewards: " + n + " of " + n + " steps equal to the recorded ones, bit for bit",
+		"potential gamma*phi(after) - phi(before), phi = signals.progress, gamma = 1",
+		"expr double(metering.virtual_ns) / 1e9 | zscore window 4 → ",
+		"step 2  ",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("reward explain does not say %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := runMain(context.Background(), append([]string{"reward", "explain", "--step", "1"}, append(cli, ep)...), &out, &errOut); err != nil {
+		t.Fatalf("reward explain --step 1: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "\nstep 1  ") || strings.Contains(out.String(), "\nstep 0  ") || strings.Contains(out.String(), "\nstep 2  ") {
+		t.Errorf("reward explain --step 1 shows other steps:\n%s", out.String())
+	}
+	out.Reset()
+	if err := runMain(context.Background(), append([]string{"episode", "show"}, append(cli[:4], ep)...), &out, &errOut); err != nil {
+		t.Fatalf("episode show: %v", err)
+	}
+	if !strings.Contains(out.String(), " = 1×task ") || !strings.Contains(out.String(), " + 0.5×progress ") || !strings.Contains(out.String(), "(e2e/1)") {
+		t.Errorf("episode show does not write rewards as weighted sums:\n%s", out.String())
 	}
 }

@@ -71,6 +71,11 @@ func (o *replayOpts) register(fs *flag.FlagSet) {
 	o.stack.register(fs, partClickHouse)
 	fs.IntVar(&o.step, "step", -1, "rebuild the state after this many steps (required)")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit of the rebuilt episode (0: the env's default, at least --step+1)")
+	o.registerSandbox(fs)
+}
+
+// registerSandbox declares the flags of the local runtime a sandboxed env is rebuilt in.
+func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.Runtime, "sandbox.runtime", runtimes.Process, "sandbox runtime to rebuild in: process or containerd")
 	fs.StringVar(&o.sandbox.Image, "sandbox.image", "", "root filesystem of the sandbox (containerd: an image reference)")
 	fs.StringVar(&o.sandbox.StateDir, "sandbox.state-dir", "", "state directory of the runtime (default: <data-dir>/sandbox-cli)")
@@ -339,9 +344,14 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	return rec, nil
 }
 
-// rebuild replays rec's first o.step steps on a fresh episode. The caller closes its
-// session.
+// rebuild replays rec's first o.step steps on a fresh episode, scored under the env's
+// default spec. The caller closes its session.
 func (o *replayOpts) rebuild(ctx context.Context, rec *recording) (*rebuilt, error) {
+	return o.rebuildScored(ctx, rec, play.LocalScorer{Spec: scoring.SpecFor(rec.row.Env)})
+}
+
+// rebuildScored is rebuild with the steps scored by scorer.
+func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer play.StepScorer) (*rebuilt, error) {
 	id := rec.id
 	maxSteps := uint32(o.maxSteps)
 	if maxSteps == 0 {
@@ -351,7 +361,7 @@ func (o *replayOpts) rebuild(ctx context.Context, rec *recording) (*rebuilt, err
 		Seed: rec.row.Seed, Policy: "fork", MaxSteps: maxSteps}
 	// Replayed steps print nothing; fork turns the printing on.
 	out := &cliOut{}
-	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", play.LocalScorer{Spec: scoring.SpecFor(rec.row.Env)}, out)
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", scorer, out)
 	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes}); err != nil {
 		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), sess.Close())
 	}
