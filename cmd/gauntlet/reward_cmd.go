@@ -10,7 +10,6 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
-	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -58,15 +57,7 @@ func cmdRewardExplain(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *only >= len(rec.steps) {
 		return fmt.Errorf("--step %d: episode %s has %d steps (0 to %d)", *only, id, len(rec.steps), len(rec.steps)-1)
 	}
-	conn, db, err := o.stack.connectClickHouse(ctx)
-	if err != nil {
-		return err
-	}
-	spec, err := trajectory.EpisodeRewardSpec(ctx, conn, db, rec.steps)
-	conn.Close()
-	if err != nil {
-		return err
-	}
+	spec := rec.spec
 	// Every step is replayed, also for --step: a stateful spec's values depend on the
 	// steps before.
 	o.step = len(rec.steps)

@@ -106,6 +106,8 @@ type recording struct {
 	steps []trajectory.StepRow
 	plan  *gauntletv1.FaultPlan
 	env   env.Env
+	// spec is the reward spec the steps were scored under, which replayed steps are too.
+	spec scoring.Spec
 	// sandboxes and closeRT are the local runtime's, nil when the env runs no sandbox.
 	sandboxes env.Sandboxes
 	closeRT   func() error
@@ -325,7 +327,11 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := &recording{id: id, row: *row, steps: steps, plan: plan, env: e}
+	spec, err := trajectory.EpisodeRewardSpec(ctx, conn, db, steps)
+	if err != nil {
+		return nil, err
+	}
+	rec := &recording{id: id, row: *row, steps: steps, plan: plan, env: e, spec: spec}
 	if _, sandboxed := e.(env.SandboxTemplater); !sandboxed {
 		return rec, nil // a pure env: its episodes are rebuilt in memory
 	}
@@ -344,10 +350,10 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	return rec, nil
 }
 
-// rebuild replays rec's first o.step steps on a fresh episode, scored under the env's
-// default spec. The caller closes its session.
+// rebuild replays rec's first o.step steps on a fresh episode, scored under the spec they
+// were recorded with. The caller closes its session.
 func (o *replayOpts) rebuild(ctx context.Context, rec *recording) (*rebuilt, error) {
-	return o.rebuildScored(ctx, rec, play.LocalScorer{Spec: scoring.SpecFor(rec.row.Env)})
+	return o.rebuildScored(ctx, rec, play.LocalScorer{Spec: rec.spec})
 }
 
 // rebuildScored is rebuild with the steps scored by scorer.
@@ -359,6 +365,9 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 	}
 	req := &gauntletv1.EpisodeRequested{EpisodeId: id, RunId: rec.row.RunID, Env: rec.row.Env, ParamsJson: rec.row.Params,
 		Seed: rec.row.Seed, Policy: "fork", MaxSteps: maxSteps}
+	if rec.spec.Digest != scoring.DefaultDigest() {
+		req.RewardSpec = rec.spec.Digest // the session then carries the spec's state
+	}
 	// Replayed steps print nothing; fork turns the printing on.
 	out := &cliOut{}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", scorer, out)
