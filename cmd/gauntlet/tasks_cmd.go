@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskgen"
 )
 
 const tasksUsage = `Usage:
@@ -20,6 +21,8 @@ const tasksUsage = `Usage:
                                             the tasks of a dataset, filtered (tags: all must
                                             match; difficulties and globs: any)
   gauntlet tasks describe DIR/TASK [--json] one task: its configuration, environment, digest
+  gauntlet tasks generate --n N [--seed S] DIR
+                                            write N synthetic tasks under DIR, for load tests
 
 A dataset is a folder searched recursively for task folders (folders holding task.toml),
 or a JSON manifest listing them ({"tasks": [{"path": "..."}]}). The format is Harbor's
@@ -39,6 +42,8 @@ func cmdTasks(args []string, stdout, stderr io.Writer) error {
 		return tasksLs(args[1:], stdout, stderr)
 	case "describe":
 		return tasksDescribe(args[1:], stdout, stderr)
+	case "generate":
+		return tasksGenerate(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, tasksUsage)
 		return nil
@@ -330,4 +335,24 @@ func envKeys(env map[string]string) string {
 	}
 	sort.Strings(keys)
 	return strings.Join(keys, ", ")
+}
+
+func tasksGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("tasks generate", stderr)
+	n := fs.Int("n", 0, fmt.Sprintf("how many tasks to write (1 to %d)", taskgen.MaxTasks))
+	seed := fs.Uint64("seed", 1, "seed the tasks are drawn from: the same seed writes the same tasks")
+	paths, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(paths) != 1 {
+		fmt.Fprint(stderr, "gauntlet tasks generate: give the folder to write the tasks in\n")
+		return errUsage
+	}
+	names, err := taskgen.Generate(paths[0], *n, *seed)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d tasks (%s) under %s\n", len(names), strings.Join(taskgen.Kinds(), ", "), paths[0])
+	return nil
 }
