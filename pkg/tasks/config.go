@@ -263,7 +263,7 @@ func ParseConfig(data []byte) (Config, error) {
 
 	var rt rawTask
 	if decode("task", doc.Task, &rt) {
-		c.Task = TaskInfo{Name: rt.Name, Description: rt.Description, Authors: rt.Authors, Keywords: rt.Keywords}
+		c.Task = TaskInfo(rt)
 		if rt.Name != "" && !taskNameRE.MatchString(rt.Name) {
 			add("task.name", "%q is not <org>/<name> (letters, digits, '.', '_', '-')", rt.Name)
 		}
