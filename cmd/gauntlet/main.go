@@ -38,6 +38,7 @@ Usage:
   gauntlet episode show ID             every step of one episode
   gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
   gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
+  gauntlet episode export ID --format atif|jsonl [-o FILE]   an episode as ATIF or JSONL
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet tasks validate|ls|describe   Harbor-format task folders and datasets (docs/tasks.md)
   gauntlet version
