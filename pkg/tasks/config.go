@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 )
@@ -352,7 +354,6 @@ var (
 	taskNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$`)
 	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]*\$?$|^[0-9]+$`)
-	labelRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
 )
 
 // timeout checks an optional timeout in seconds: finite, positive, at most MaxTimeout.
@@ -396,16 +397,14 @@ func checkUser(add func(string, string, ...any), field, user string) {
 	}
 }
 
+// checkLabels checks tags and keywords: free text in Harbor's format, so only what would
+// break a listing or a filter is refused (empty labels, control characters). A label
+// given twice is harmless; Tags lists it once.
 func checkLabels(add func(string, string, ...any), field string, labels []string) {
-	seen := map[string]bool{}
 	for i, l := range labels {
-		switch {
-		case !labelRE.MatchString(l):
-			add(fmt.Sprintf("%s[%d]", field, i), "%q is not a label (a letter or digit, then letters, digits, '.', '_', '+', '-')", l)
-		case seen[l]:
-			add(fmt.Sprintf("%s[%d]", field, i), "%q is listed twice", l)
+		if strings.TrimSpace(l) == "" || strings.ContainsFunc(l, unicode.IsControl) || !utf8.ValidString(l) {
+			add(fmt.Sprintf("%s[%d]", field, i), "%q is not a label (empty, or holding control characters)", l)
 		}
-		seen[l] = true
 	}
 }
 

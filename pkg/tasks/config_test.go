@@ -159,7 +159,8 @@ func TestParseConfigRefuses(t *testing.T) {
 			[]string{"agent.timeout_sec", "verifier.timeout_sec", "environment.cpus", "environment.bogus"}, ""},
 		{"bad difficulty", "[metadata]\ndifficulty = \"trivial\"", []string{"metadata.difficulty"}, "not one of"},
 		{"tags not strings", "[metadata]\ntags = [1, \"a\"]", []string{"metadata.tags[0]"}, "must be a string"},
-		{"tags twice", "[metadata]\ntags = [\"a\", \"a\"]", []string{"metadata.tags[1]"}, "twice"},
+		{"empty tag", "[metadata]\ntags = [\"a\", \" \"]", []string{"metadata.tags[1]"}, "not a label"},
+		{"control in keyword", "schema_version = \"1.3\"\n[task]\nkeywords = [\"a\\nb\"]", []string{"task.keywords[0]"}, "control"},
 		{"author key", "[[metadata.authors]]\nname = \"a\"\nphone = \"1\"", []string{"metadata.authors[0].phone"}, "unknown key"},
 		{"both versions", "version = \"1.0\"\nschema_version = \"1.3\"", []string{"schema_version"}, "both"},
 		{"future version", "schema_version = \"2.0\"", []string{"schema_version"}, "unsupported"},
@@ -245,4 +246,16 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted version %q", c.Version)
 		}
 	})
+}
+
+// TestFreeTextLabels: tags are free text in Harbor's format; spaces, case and repeats are
+// accepted, and Tags lists each once.
+func TestFreeTextLabels(t *testing.T) {
+	c, err := ParseConfig([]byte("[metadata]\ntags = [\"File Operations\", \"c++\", \"c++\"]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Tags(); !slices.Equal(got, []string{"File Operations", "c++"}) {
+		t.Errorf("Tags = %q", got)
+	}
 }
