@@ -12,7 +12,7 @@ import (
 )
 
 // minTasks is how many tasks datasets/gauntlet must hold at least.
-const minTasks = 25
+const minTasks = 30
 
 var (
 	// fromRE: every task builds on the Debian base the local registry serves.
