@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
@@ -66,6 +67,25 @@ func TestGauntletDatasetValid(t *testing.T) {
 			t.Errorf("%s and %s have the same digest", task.ID, prev)
 		}
 		digests[task.Digest] = task.ID
+	}
+}
+
+// TestSmokeManifest: the manifest lists tasks of datasets/gauntlet, which load with the
+// same digests as in the folder.
+func TestSmokeManifest(t *testing.T) {
+	smoke, err := tasks.LoadDataset("smoke.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := loadGauntlet(t)
+	if len(smoke.Tasks) != 5 {
+		t.Errorf("%d tasks in smoke.json", len(smoke.Tasks))
+	}
+	for _, task := range smoke.Tasks {
+		full := ds.Task(strings.TrimPrefix(task.ID, "gauntlet/"))
+		if full == nil || full.Digest != task.Digest {
+			t.Errorf("%s: not the task of datasets/gauntlet", task.ID)
+		}
 	}
 }
 
