@@ -202,8 +202,8 @@ type rawEnvironment struct {
 	SkillsDir       string      `toml:"skills_dir"`
 }
 
-// ParseConfig reads a task.toml. The error joins a *FieldError for every problem found
-// (Task left empty, for the caller to fill in); the Config is then partial and must not be
+// ParseConfig reads a task.toml. The error joins a *FieldError for every problem found,
+// with its Task empty (Load names the task); the Config is then partial and must not be
 // used.
 func ParseConfig(data []byte) (Config, error) {
 	var errs []error

@@ -42,7 +42,7 @@ type Result struct {
 // script that could not run or timed out, or a verifier that left no valid reward.
 func Run(ctx context.Context, t *tasks.Task, oracle bool) (Result, error) {
 	var res Result
-	work, err := os.MkdirTemp("", "taskstest-")
+	work, err := os.MkdirTemp("", "gauntlet-taskstest-") // the prefix CI cleans up after
 	if err != nil {
 		return res, err
 	}
