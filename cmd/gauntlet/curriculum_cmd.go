@@ -311,10 +311,6 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := o.request(); err != nil {
 		return err
 	}
-	if o.rewardSpec != "" {
-		// A batch's episodes are requested by its workflow, which does not carry a spec yet.
-		return errors.New("--reward-spec: batches are scored under the default spec; use gauntlet run to name one")
-	}
 	var params map[string]any
 	if err := json.Unmarshal([]byte(o.params), &params); err != nil {
 		return fmt.Errorf("--params: want a JSON object: %w", err)
@@ -322,6 +318,9 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	spec := workflows.BatchSpec{
 		Env: o.env, Params: params, Policies: o.policies, Profiles: o.profiles, Episodes: o.episodes,
 		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label, Drift: o.drift,
+	}
+	if o.spec != nil {
+		spec.RewardSpec = o.spec.Source // the workflow puts it in the stack's bucket
 	}
 	if *id == "" {
 		*id = "batch-" + randomSuffix()
