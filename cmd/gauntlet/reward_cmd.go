@@ -91,6 +91,9 @@ func cmdRewardExplain(ctx context.Context, args []string, stdout, stderr io.Writ
 		rows := make([][]string, len(ex))
 		for j, e := range ex {
 			how := e.Rule
+			if e.Inputs != "" {
+				how += " (" + e.Inputs + ")"
+			}
 			for _, s := range e.Stages {
 				how += " | " + s.Rule + " → " + num(s.Value)
 			}

@@ -103,6 +103,7 @@ func TestRewardSpecRun(t *testing.T) {
 		"potential gamma*phi(after) - phi(before), phi = signals.progress, gamma = 1",
 		"expr double(metering.virtual_ns) / 1e9 | zscore window 4 → ",
 		"step 2  ",
+		"builtin task (progress_delta ",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("reward explain does not say %q:\n%s", want, out.String())

@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"strconv"
+
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -11,12 +13,14 @@ type StageValue struct {
 }
 
 // Explained is how one component of a step's vector came about: the rule that produced its
-// raw value ("builtin task", "expr ...", "potential ..."), the raw value (and the error
-// that made an expression score 0), each normalisation stage in order, whether the final
-// bound to [-1, 1] changed it, and its value, weight and contribution to the total.
+// raw value ("builtin task", "expr ...", "potential ..."), a built-in's inputs from the
+// step ("progress_delta 0.25, success true"), the raw value (and the error that made an
+// expression score 0), each normalisation stage in order, whether the final bound to
+// [-1, 1] changed it, and its value, weight and contribution to the total.
 type Explained struct {
 	Name         string
 	Rule         string
+	Inputs       string
 	Raw          float64
 	Err          error
 	Stages       []StageValue
@@ -59,8 +63,12 @@ func Explain(spec Spec, st *gauntletv1.RewardState, step *gauntletv1.StepTaken) 
 		var tr trace
 		v := c.componentValue(i, sig, met, step.GetTerminated(), &act, st, &tr)
 		total += w.Weight * v
+		var inputs string
+		if c.comps[i].kind == kindBuiltin {
+			inputs = builtinInputs(c.comps[i].builtin, sig, met)
+		}
 		out[i] = Explained{
-			Name: w.Component, Rule: c.comps[i].rule, Raw: tr.raw, Err: tr.err, Stages: tr.stages, Bounded: tr.bound,
+			Name: w.Component, Rule: c.comps[i].rule, Inputs: inputs, Raw: tr.raw, Err: tr.err, Stages: tr.stages, Bounded: tr.bound,
 			Value: v, Weight: w.Weight, Contribution: w.Weight * v,
 		}
 	}
@@ -95,4 +103,22 @@ func builtins(spec Spec) *compiled {
 		c.comps[i] = comp{kind: kindBuiltin, builtin: w.Component, rule: "builtin " + w.Component}
 	}
 	return c
+}
+
+// builtinInputs names what a built-in formula read from the step, with the values.
+func builtinInputs(name string, sig *gauntletv1.Signals, met *gauntletv1.Metering) string {
+	g := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	switch name {
+	case ComponentTask:
+		return "progress_delta " + g(sig.GetProgressDelta()) + ", success " + strconv.FormatBool(sig.GetSuccess())
+	case ComponentCost:
+		return "tool_calls " + strconv.FormatUint(uint64(met.GetToolCalls()), 10) + ", spend " + g(sig.GetSpend()) + ", budget " + g(sig.GetBudget())
+	case ComponentSafety:
+		return "safety_events " + strconv.Itoa(len(sig.GetSafetyEvents()))
+	case ComponentTimeliness:
+		return "virtual_ns " + strconv.FormatUint(met.GetVirtualNs(), 10) + ", deadline_virtual_ns " + strconv.FormatInt(sig.GetDeadlineVirtualNs(), 10)
+	case ComponentCausal:
+		return "violations " + strconv.Itoa(len(sig.GetViolations())) + ", invalid_action " + strconv.FormatBool(sig.GetInvalidAction())
+	}
+	return ""
 }
