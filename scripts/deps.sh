@@ -22,6 +22,10 @@
 #   - libfaketime: the clock_skew fault in process sandboxes (LD_PRELOAD, docs/faults.md).
 #   - the fuse kernel module loaded (/dev/fuse): storage faults in the commands of process
 #     sandboxes (pkg/sandbox/faultfuse mounts directly as root: no fusermount needed).
+#   - mmdebstrap, buildah and docker-registry: task images (pkg/images, docs/images.md).
+#     mmdebstrap makes the Debian base image from Debian's packages
+#     (scripts/base-image.sh), buildah builds Dockerfiles, docker-registry is the local
+#     registry the images go through (pkg/images/registry).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -30,6 +34,10 @@ APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap u
 
 # libfaketime: clock_skew in process sandboxes (pkg/sandbox/process ClockSkewEnv).
 APT_PACKAGES+=(libfaketime)
+
+# Task images: the Debian base (mmdebstrap), Dockerfile builds (buildah), the local
+# registry (docker-registry). See docs/images.md.
+APT_PACKAGES+=(mmdebstrap buildah docker-registry)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(
