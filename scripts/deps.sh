@@ -25,7 +25,7 @@
 #   - mmdebstrap, buildah and docker-registry: task images (pkg/images, docs/images.md).
 #     mmdebstrap makes the Debian base image from Debian's packages
 #     (scripts/base-image.sh), buildah builds Dockerfiles, docker-registry is the local
-#     registry the images go through (pkg/images/registry).
+#     registry the images go through (pkg/registrylocal, scripts/registry.sh).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive

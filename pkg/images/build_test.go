@@ -1,8 +1,9 @@
 package images_test
 
 import (
-	"bytes"
 	"context"
+	"encoding/base64"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal/ctrdtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/images"
 	"github.com/gauntlet-rl/gauntlet/pkg/images/imagestest"
+	"github.com/gauntlet-rl/gauntlet/pkg/registrylocal/registrytest"
 )
 
 // TestBuildAptImageThroughTheRegistryIntoContainerd is the whole path a task's image
@@ -144,7 +146,8 @@ func TestBuildAptImageThroughTheRegistryIntoContainerd(t *testing.T) {
 }
 
 // runIn runs args in a new container of img and returns its output; the command
-// must exit 0.
+// must exit 0. The shim writes the output to a file (cio.LogFile), read once the
+// task is deleted, when the shim has written all of it.
 func runIn(ctx context.Context, t *testing.T, c *client.Client, img client.Image, args ...string) string {
 	t.Helper()
 	ctr, err := c.NewContainer(ctx, "imagestest-run",
@@ -155,12 +158,11 @@ func runIn(ctx context.Context, t *testing.T, c *client.Client, img client.Image
 		t.Fatal(err)
 	}
 	defer ctr.Delete(context.WithoutCancel(ctx), client.WithSnapshotCleanup)
-	var out bytes.Buffer
-	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, &out, &out)))
+	logPath := filepath.Join(t.TempDir(), "out.log")
+	task, err := ctr.NewTask(ctx, cio.LogFile(logPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
 	exit, err := task.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -168,20 +170,25 @@ func runIn(ctx context.Context, t *testing.T, c *client.Client, img client.Image
 	if err := task.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	var code uint32
 	select {
 	case st := <-exit:
-		if st.ExitCode() != 0 {
-			t.Fatalf("%v exited %d:\n%s", args, st.ExitCode(), out.String())
-		}
+		code = st.ExitCode()
 	case <-ctx.Done():
 		_ = task.Kill(context.WithoutCancel(ctx), syscall.SIGKILL)
 		t.Fatalf("%v did not finish: %v", args, ctx.Err())
 	}
-	// The streams are copied after the exit; close the IO to flush them.
-	if io := task.IO(); io != nil {
-		io.Wait()
+	if _, err := task.Delete(ctx); err != nil {
+		t.Fatal(err)
 	}
-	return out.String()
+	out, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Fatalf("%v exited %d:\n%s", args, code, out)
+	}
+	return string(out)
 }
 
 func writeFile(t *testing.T, path, data string) {
@@ -189,4 +196,123 @@ func writeFile(t *testing.T, path, data string) {
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPrivateRegistryWithDockerConfigCredentials: a registry that asks for basic auth
+// serves a Store only with the credentials of its docker config file, as `docker
+// login` writes it, on every path: buildah's push, the cache lookup, containerd's pull
+// and the unpack. Without them each fails saying the registry refused.
+func TestPrivateRegistryWithDockerConfigCredentials(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an image with buildah and runs containerd; -short runs unit tests only")
+	}
+	reg := registrytest.StartWithAuth(t, "alice", "s3cret")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ctx = namespaces.WithNamespace(ctx, "imagestest")
+
+	task := t.TempDir()
+	writeFile(t, filepath.Join(task, "Dockerfile"), "FROM scratch\nCOPY secret.txt /secret.txt\n")
+	writeFile(t, filepath.Join(task, "secret.txt"), "only for alice\n")
+	src := images.Source{Context: task, Repository: "private/task"}
+
+	anonymous, err := images.New(images.Options{CacheDir: t.TempDir(), Registry: reg.Addr(), DockerConfig: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anonymous.Build(ctx, src); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authoriz") {
+		t.Fatalf("a build without credentials: %v, want an authorization error", err)
+	}
+
+	docker := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte("alice:s3cret"))
+	writeFile(t, filepath.Join(docker, "config.json"), `{"auths":{"`+reg.Addr()+`":{"auth":"`+auth+`"}}}`)
+	store, err := images.New(images.Options{CacheDir: t.TempDir(), Registry: reg.Addr(), DockerConfig: docker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := store.Build(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := store.Build(ctx, src); err != nil || !again.Cached {
+		t.Fatalf("rebuild: %+v, %v; want a cache hit", again, err)
+	}
+
+	ctrd := ctrdtest.Start(t)
+	c, err := ctrd.Client("imagestest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ref := images.Image{Ref: img.Ref} // as a task naming the image would give it
+	if _, err := anonymous.Pull(ctx, c, ref, "overlayfs"); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authoriz") {
+		t.Fatalf("a pull without credentials: %v, want an authorization error", err)
+	}
+	cimg, err := store.Pull(ctx, c, ref, "overlayfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cimg.Target().Digest != img.Digest {
+		t.Fatalf("containerd holds %s, the registry %s", cimg.Target().Digest, img.Digest)
+	}
+	if _, err := anonymous.Unpack(ctx, ref); err == nil {
+		t.Fatal("an unpack without credentials worked")
+	}
+	dir, err := store.Unpack(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "secret.txt")); err != nil || string(b) != "only for alice\n" {
+		t.Fatalf("unpacked secret.txt = %q, %v", b, err)
+	}
+}
+
+// TestBuildFailuresSayWhy: a failing RUN step is an ErrBuild quoting the builder's
+// output; a build that outlives its context is stopped with every process it started.
+func TestBuildFailuresSayWhy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds images with buildah; -short runs unit tests only")
+	}
+	reg := imagestest.Registry(t)
+	store, err := images.New(images.Options{CacheDir: t.TempDir(), Registry: reg.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failing := t.TempDir()
+	writeFile(t, filepath.Join(failing, "Dockerfile"), "FROM "+imagestest.Base(reg)+"\nRUN echo the-step-says-why && exit 3\n")
+	_, err = store.Build(ctx, images.Source{Context: failing})
+	if !errors.Is(err, images.ErrBuild) || !strings.Contains(err.Error(), "the-step-says-why") {
+		t.Fatalf("a failing RUN: %v, want ErrBuild quoting the step's output", err)
+	}
+
+	slow := t.TempDir()
+	writeFile(t, filepath.Join(slow, "Dockerfile"), "FROM "+imagestest.Base(reg)+"\nRUN sleep 613\n")
+	bctx, bcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer bcancel()
+	_, err = store.Build(bctx, images.Source{Context: slow})
+	if !errors.Is(err, images.ErrBuild) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a build past its deadline: %v, want ErrBuild and the deadline", err)
+	}
+	// Every process of the build is gone: the RUN step's sleep included.
+	if pids := processesRunning("sleep\x00613"); len(pids) != 0 {
+		t.Fatalf("the stopped build left processes: %v", pids)
+	}
+}
+
+// processesRunning lists the pids whose command line contains cmdline (arguments
+// separated by NUL).
+func processesRunning(cmdline string) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), cmdline) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

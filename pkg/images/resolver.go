@@ -76,12 +76,13 @@ func (s *Store) resolver(ctx context.Context) remotes.Resolver {
 }
 
 // quiet gives containerd's client code, which logs through logrus from ctx (every
-// HEAD that finds nothing, at info level), a logger of its own that keeps only
-// warnings and errors.
+// HEAD that finds nothing, at info level; a content store on a filesystem without
+// fs-verity, as a warning), a logger of its own that keeps only errors: what matters
+// reaches the caller as an error.
 func quiet(ctx context.Context) context.Context { return log.WithLogger(ctx, quietLog) }
 
 var quietLog = func() *log.Entry {
 	l := logrus.New()
-	l.SetLevel(logrus.WarnLevel)
+	l.SetLevel(logrus.ErrorLevel)
 	return logrus.NewEntry(l)
 }()

@@ -5,10 +5,10 @@
 // It exists because nothing here can reach a container registry on the internet: task
 // images (package images) are pushed to and pulled from this one, and the tests serve
 // their Debian base image (scripts/base-image.sh) and every image they build from it.
-// [Start] writes a config (filesystem storage under Dir/data, deletes enabled, no auth,
-// plain HTTP on 127.0.0.1 only), picks a free port unless Options.Port names one, starts
-// /usr/bin/docker-registry (scripts/deps.sh installs it) and returns once GET /v2/
-// answers 200. The registry speaks plain HTTP: containerd's resolver and buildah reach
+// [Start] writes a config (filesystem storage under Dir/data, deletes enabled, no auth
+// unless Options.Htpasswd names a password file, plain HTTP on 127.0.0.1 only), picks a
+// free port unless Options.Port names one, starts /usr/bin/docker-registry
+// (scripts/deps.sh installs it) and returns once GET /v2/ answers. The registry speaks plain HTTP: containerd's resolver and buildah reach
 // it as a loopback registry (containerd uses HTTP for localhost and 127.0.0.1 by itself;
 // buildah is told --tls-verify=false).
 //

@@ -40,6 +40,10 @@ type Options struct {
 	Dir string
 	// Port is the loopback port to listen on; 0 picks a free one.
 	Port int
+	// Htpasswd, when set, is an htpasswd file (bcrypt entries, as `htpasswd -B` writes)
+	// and the registry asks every client for basic auth against it: the shape of a
+	// private registry, for tests of credentials. Empty serves everyone.
+	Htpasswd string
 	// Binary is the docker-registry executable; empty finds it in PATH and /usr/bin.
 	Binary string
 	// Logger receives lifecycle messages; nil discards them.
@@ -51,9 +55,10 @@ type Options struct {
 
 // Server is a docker-registry process owned by this program.
 type Server struct {
-	dir  string
-	bin  string
-	port int
+	dir      string
+	bin      string
+	port     int
+	htpasswd string
 
 	d *childproc.Daemon
 }
@@ -77,6 +82,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("start registry: %w", err)
 	}
 	s := &Server{dir: dir, bin: bin}
+	if opts.Htpasswd != "" {
+		if s.htpasswd, err = filepath.Abs(opts.Htpasswd); err != nil {
+			return nil, fmt.Errorf("start registry: Options.Htpasswd: %w", err)
+		}
+		if _, err := os.Stat(s.htpasswd); err != nil {
+			return nil, fmt.Errorf("start registry: Options.Htpasswd: %w", err)
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, fmt.Errorf("start registry: %w", err)
 	}
@@ -148,10 +161,14 @@ func (s *Server) configPath() string { return filepath.Join(s.dir, "config.yml")
 
 // config is the registry's configuration (distribution's configuration.md): storage on
 // the filesystem under Dir/data, deletes allowed so tests and operators can remove
-// images, no auth, plain HTTP on loopback, the access log off (one line per request
-// would drown the log that errors are quoted from).
+// images, no auth unless Htpasswd is set, plain HTTP on loopback, the access log off (one
+// line per request would drown the log that errors are quoted from).
 func (s *Server) config() string {
-	return fmt.Sprintf(`version: 0.1
+	auth := ""
+	if s.htpasswd != "" {
+		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: gauntlet\n    path: %s\n", strconv.Quote(s.htpasswd))
+	}
+	return auth + fmt.Sprintf(`version: 0.1
 log:
   level: warn
   accesslog:
@@ -172,7 +189,8 @@ func (s *Server) command() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// probe answers nil once GET /v2/ (the registry API's version check) returns 200.
+// probe answers nil once GET /v2/ (the registry API's version check) returns 200 (401
+// when the registry asks for auth).
 func (s *Server) probe() (childproc.Probe, func(), error) {
 	c := &http.Client{Timeout: time.Second}
 	probe := func(ctx context.Context) error {
@@ -185,7 +203,8 @@ func (s *Server) probe() (childproc.Probe, func(), error) {
 			return err
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		// With auth, an anonymous GET is refused with 401: the registry answers.
+		if resp.StatusCode != http.StatusOK && (s.htpasswd == "" || resp.StatusCode != http.StatusUnauthorized) {
 			return fmt.Errorf("GET /v2/: %s", resp.Status)
 		}
 		return nil

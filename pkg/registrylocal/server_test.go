@@ -158,3 +158,31 @@ func TestRegistrytestServesTheAPI(t *testing.T) {
 		t.Fatalf("GET /v2/_catalog: %s %s", resp.Status, buf.String())
 	}
 }
+
+func TestStartWithAuthRefusesAnonymousClients(t *testing.T) {
+	srv := registrytest.StartWithAuth(t, "alice", "s3cret")
+	get := func(user, password string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/v2/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get("", ""); got != http.StatusUnauthorized {
+		t.Errorf("anonymous: %d, want 401", got)
+	}
+	if got := get("alice", "wrong"); got != http.StatusUnauthorized {
+		t.Errorf("a wrong password: %d, want 401", got)
+	}
+	if got := get("alice", "s3cret"); got != http.StatusOK {
+		t.Errorf("alice: %d, want 200", got)
+	}
+}

@@ -7,8 +7,12 @@ package registrytest
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 	"github.com/gauntlet-rl/gauntlet/pkg/registrylocal"
@@ -19,10 +23,30 @@ import (
 // start.
 func Start(t testing.TB) *registrylocal.Server {
 	t.Helper()
-	dir := t.TempDir()
+	return start(t, registrylocal.Options{Dir: t.TempDir()})
+}
+
+// StartWithAuth is Start for a registry that asks for basic auth and accepts only
+// user with password, as a private registry does.
+func StartWithAuth(t testing.TB, user, password string) *registrylocal.Server {
+	t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatalf("registrytest: %v", err)
+	}
+	htpasswd := filepath.Join(t.TempDir(), "htpasswd")
+	if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatalf("registrytest: %v", err)
+	}
+	return start(t, registrylocal.Options{Dir: t.TempDir(), Htpasswd: htpasswd})
+}
+
+func start(t testing.TB, opts registrylocal.Options) *registrylocal.Server {
+	t.Helper()
 	return childproctest.Start(t, "registrytest", 2*registrylocal.DefaultStartTimeout,
 		func(ctx context.Context, log *slog.Logger) (*registrylocal.Server, error) {
-			return registrylocal.Start(ctx, registrylocal.Options{Dir: dir, Logger: log})
+			opts.Logger = log
+			return registrylocal.Start(ctx, opts)
 		},
 		func(srv *registrylocal.Server) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
