@@ -165,6 +165,7 @@ func (s *Store) buildAndPush(ctx context.Context, dir, dockerfile, ref string, k
 	bud := append(append([]string{}, global...), "bud",
 		"--isolation", "chroot",
 		"--layers",
+		"--force-rm", // remove the working container of a failed step too
 		"--format", "oci",
 		"--file", filepath.Join(dir, dockerfile),
 		"--tag", ref,
@@ -197,14 +198,18 @@ func (s *Store) buildAndPush(ctx context.Context, dir, dockerfile, ref string, k
 
 // run runs buildah with args, its output appended to logf; a failure quotes the end
 // of the log. The builder and whatever its RUN steps start share a process group of
-// their own, killed as a whole when ctx ends.
+// their own, killed as a whole when ctx ends, and a mount namespace of their own: a
+// build that fails or is killed leaves its working container mounted (buildah unmounts
+// only on success), and in a private namespace those mounts end with the builder's
+// processes instead of staying in the host's mount table, where they would pin the
+// cache directory.
 func (s *Store) run(ctx context.Context, bin string, logf *os.File, logPath string, args []string) error {
 	at := childproc.FileSize(logPath)
 	fmt.Fprintf(logf, "+ buildah %s\n", strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Stdin = nil
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()

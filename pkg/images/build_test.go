@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -275,7 +276,15 @@ func TestBuildFailuresSayWhy(t *testing.T) {
 		t.Skip("builds images with buildah; -short runs unit tests only")
 	}
 	reg := imagestest.Registry(t)
-	store, err := images.New(images.Options{CacheDir: t.TempDir(), Registry: reg.Addr()})
+	cache := t.TempDir()
+	// A failing build must leave no mount under its cache; should one stay, it is
+	// unmounted before the directory is removed, so the failure is reported once.
+	t.Cleanup(func() {
+		for _, m := range mountsUnder(cache) {
+			syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
+	store, err := images.New(images.Options{CacheDir: cache, Registry: reg.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +310,28 @@ func TestBuildFailuresSayWhy(t *testing.T) {
 	if pids := processesRunning("sleep\x00613"); len(pids) != 0 {
 		t.Fatalf("the stopped build left processes: %v", pids)
 	}
+	// Neither build left a mount in the host's mount table.
+	if ms := mountsUnder(cache); len(ms) != 0 {
+		t.Fatalf("the failed builds left mounts: %v", ms)
+	}
+}
+
+// mountsUnder lists the mount points at or under dir in this process's mount
+// namespace, deepest first.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // processesRunning lists the pids whose command line contains cmdline (arguments
