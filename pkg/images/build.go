@@ -58,9 +58,14 @@ func (s *Store) Build(ctx context.Context, src Source) (Image, error) {
 	if s.registry == "" {
 		return Image{}, fmt.Errorf("build image %s: %w: no Options.Registry to push to", src.Context, ErrInvalid)
 	}
-	dir, err := filepath.Abs(src.Context)
+	// The context's own path may be a symlink (a dataset linking a shared
+	// environment): the build reads what it points to, and so does the digest.
+	dir, err := filepath.EvalSymlinks(src.Context)
+	if err == nil {
+		dir, err = filepath.Abs(dir)
+	}
 	if err != nil {
-		return Image{}, fmt.Errorf("build image %s: %w", src.Context, err)
+		return Image{}, fmt.Errorf("build image %s: %w: the build context: %v", src.Context, ErrInvalid, err)
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return Image{}, fmt.Errorf("build image %s: %w: the build context is not a directory", src.Context, ErrInvalid)

@@ -108,7 +108,8 @@ func TestPrepareRefusesBadSources(t *testing.T) {
 		"bad reference":      {Source{Image: "Not A Ref"}, "Not A Ref"},
 		"no dockerfile":      {Source{Context: noDockerfile}, "no file Dockerfile"},
 		"dockerfile outside": {Source{Context: sampleContext(t), Dockerfile: "../Dockerfile"}, "not inside"},
-		"context not a dir":  {Source{Context: filepath.Join(noDockerfile, "nope")}, "not a directory"},
+		"context missing":    {Source{Context: filepath.Join(noDockerfile, "nope")}, "nope"},
+		"context a file":     {Source{Context: filepath.Join(sampleContext(t), "Dockerfile")}, "not a directory"},
 		"bad repository":     {Source{Context: sampleContext(t), Repository: "Upper/Case"}, "Upper/Case"},
 	}
 	for name, tc := range cases {

@@ -27,8 +27,8 @@ import (
 // a content store under CacheDir/content (blobs already there are not fetched again),
 // and the layers applied in order, whiteouts included, with each one's uncompressed
 // digest checked against the image config's diff ids. The result is cached under
-// CacheDir/rootfs/<digest>: an image already unpacked costs one registry round trip
-// (to resolve img.Ref when img.Digest is empty) and a stat. The directory is shared by
+// CacheDir/rootfs/<digest>: an image already unpacked costs a stat when img.Digest is
+// set (as Build sets it), else one registry round trip to resolve img.Ref first. The directory is shared by
 // every caller and must never be written to: mount it only as an overlay lower layer
 // (or bind it read-only). Files keep the owners the image gives them, so unpacking
 // needs root.
@@ -37,6 +37,15 @@ func (s *Store) Unpack(ctx context.Context, img Image) (string, error) {
 	ref, err := normalize(img.Ref)
 	if err != nil {
 		return "", fmt.Errorf("unpack image: %w", err)
+	}
+	// An image of known digest already unpacked needs no registry at all.
+	if img.Digest != "" {
+		if err := img.Digest.Validate(); err != nil {
+			return "", fmt.Errorf("unpack image %s: %w: digest: %v", ref, ErrInvalid, err)
+		}
+		if dir := filepath.Join(s.cache, "rootfs", img.Digest.Encoded()); fileExists(filepath.Join(dir, ".gauntlet-unpacked")) {
+			return dir, nil
+		}
 	}
 	resolver := s.resolver(ctx)
 	name, desc, err := resolver.Resolve(ctx, ref)
