@@ -101,8 +101,9 @@ func (s *Store) Build(ctx context.Context, src Source) (Image, error) {
 		return Image{}, fmt.Errorf("build image %s: %w", src.Context, err)
 	}
 
-	// One build per context at a time, in this process and across processes.
-	defer s.lock(key.Encoded()).Unlock()
+	// One build per context at a time, in this process and across processes: each
+	// flock opens the lock file anew, and flock locks of two open files conflict
+	// even within one process.
 	unlock, err := s.flock(ctx, "build-"+key.Encoded())
 	if err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", src.Context, err)

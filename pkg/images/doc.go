@@ -22,8 +22,9 @@
 // images from a registry or from containerd.
 //
 // Concurrency: a Store is safe for concurrent use. Builds of the same context and
-// unpacks of the same image are serialized, in the process and across processes
-// sharing the cache directory (file locks), so each runs once.
+// unpacks of the same image are serialized by file locks under the cache directory,
+// within the process and across processes sharing it, so each runs once; a caller
+// waiting for another's build gives up when its context ends.
 //
 // Errors: a bad source wraps [ErrInvalid] naming the field; a missing buildah
 // [ErrNotInstalled]; a failed build [ErrBuild] with the end of the builder's output

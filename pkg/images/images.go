@@ -70,8 +70,7 @@ type Store struct {
 	hosts    string
 	log      *slog.Logger
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex // by cache key: builds and unpacks in this process
+	mu sync.Mutex // guards buildah
 }
 
 // Source is where a task's image comes from: a build context (a task's
@@ -144,25 +143,11 @@ func New(opts Options) (*Store, error) {
 		docker:   opts.DockerConfig,
 		hosts:    opts.HostsDir,
 		log:      log,
-		locks:    map[string]*sync.Mutex{},
 	}, nil
 }
 
 // CacheDir is the directory the Store keeps its state in.
 func (s *Store) CacheDir() string { return s.cache }
-
-// lock takes the in-process lock of key; the caller unlocks it.
-func (s *Store) lock(key string) *sync.Mutex {
-	s.mu.Lock()
-	m, ok := s.locks[key]
-	if !ok {
-		m = &sync.Mutex{}
-		s.locks[key] = m
-	}
-	s.mu.Unlock()
-	m.Lock()
-	return m
-}
 
 // findBuildah returns the buildah executable, looked up once.
 func (s *Store) findBuildah() (string, error) {

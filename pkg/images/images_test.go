@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func write(t *testing.T, path, data string, mode os.FileMode) {
@@ -209,4 +210,33 @@ func TestCredentialsFromABrokenDockerConfig(t *testing.T) {
 	if _, _, err := s.credentials("registry.example.com"); err == nil || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("err = %v, want one naming %s", err, dir)
 	}
+}
+
+// Builds of one context wait for each other within a process too: the file lock
+// conflicts between two callers of one Store, and a waiter gives up with its context.
+func TestFlockExcludesWithinAProcess(t *testing.T) {
+	s, err := New(Options{CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := s.flock(context.Background(), "build-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.flock(ctx, "build-x"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second lock while the first is held: %v, want the deadline", err)
+	}
+	other, err := s.flock(context.Background(), "build-y")
+	if err != nil {
+		t.Fatalf("another name's lock: %v", err)
+	}
+	other()
+	unlock()
+	again, err := s.flock(context.Background(), "build-x")
+	if err != nil {
+		t.Fatalf("the lock after its release: %v", err)
+	}
+	again()
 }

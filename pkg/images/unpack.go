@@ -59,7 +59,6 @@ func (s *Store) Unpack(ctx context.Context, img Image) (string, error) {
 	if fileExists(filepath.Join(dir, ".gauntlet-unpacked")) {
 		return dir, nil
 	}
-	defer s.lock("rootfs-" + desc.Digest.Encoded()).Unlock()
 	unlock, err := s.flock(ctx, "rootfs-"+desc.Digest.Encoded())
 	if err != nil {
 		return "", fmt.Errorf("unpack image %s: %w", ref, err)
