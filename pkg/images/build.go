@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -223,9 +224,48 @@ func (s *Store) run(ctx context.Context, bin string, logf *os.File, logPath stri
 		return nil
 	}
 	if ctx.Err() != nil {
+		// The group got SIGKILL; its members may take a moment to die. A build
+		// that returns has nothing left running.
+		waitGroupGone(cmd.Process.Pid, 10*time.Second)
 		return fmt.Errorf("%w: stopped: %w (log %s)", ErrBuild, context.Cause(ctx), logPath)
 	}
 	return fmt.Errorf("%w: %v (log %s); its end:\n%s", ErrBuild, err, logPath, childproc.Tail(logPath, at))
+}
+
+// waitGroupGone waits, up to bound, until no live (non-zombie) process is left in
+// process group pgid.
+func waitGroupGone(pgid int, bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for groupAlive(pgid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// groupAlive tells whether a process of group pgid still runs (zombies excepted:
+// they are dead, waiting for a parent to reap them).
+func groupAlive(pgid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid pgrp ...": comm may hold spaces; read after its ')'.
+		st := string(b)
+		i := strings.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(st[i+1:])
+		if len(f) >= 3 && f[2] == want && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
 }
 
 // registriesConf writes the registries.conf buildah reads (containers-registries.conf

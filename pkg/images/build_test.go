@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -144,6 +145,10 @@ func TestBuildAptImageThroughTheRegistryIntoContainerd(t *testing.T) {
 	if again, err := store.Unpack(ctx, img); err != nil || again != dir {
 		t.Errorf("second unpack = %q, %v; want the cached %q", again, err, dir)
 	}
+	// As the process runtime uses it: the lower layer of an overlay, which runs.
+	if out := runInOverlay(t, dir, "/usr/bin/hello"); !strings.Contains(out, "Hello, world!") {
+		t.Errorf("hello in an overlay over the unpacked image said %q", out)
+	}
 	t.Logf("cold run in all: %v", time.Since(begin).Round(time.Second))
 }
 
@@ -189,6 +194,33 @@ func runIn(ctx context.Context, t *testing.T, c *client.Client, img client.Image
 	}
 	if code != 0 {
 		t.Fatalf("%v exited %d:\n%s", args, code, out)
+	}
+	return string(out)
+}
+
+// runInOverlay mounts an overlay with lower as its only lower layer (the process
+// runtime's shape: the image below, a writable layer above), runs args chrooted into
+// it and returns the output. The overlay is unmounted before it returns.
+func runInOverlay(t *testing.T, lower string, args ...string) string {
+	t.Helper()
+	base := t.TempDir()
+	upper, work, merged := filepath.Join(base, "upper"), filepath.Join(base, "work"), filepath.Join(base, "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mount("overlay", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
+		t.Fatalf("mount an overlay over %s: %v", lower, err)
+	}
+	defer func() {
+		if err := syscall.Unmount(merged, 0); err != nil {
+			t.Errorf("unmount %s: %v", merged, err)
+		}
+	}()
+	out, err := exec.Command("chroot", append([]string{merged}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("chroot %s %v: %v\n%s", merged, args, err, out)
 	}
 	return string(out)
 }
