@@ -49,7 +49,7 @@ type Options struct {
 	StorageDriver string
 	// DockerConfig is the directory of the docker config.json whose credentials
 	// (auths, credsStore, credHelpers) are used for every registry; empty means
-	// $DOCKER_CONFIG, else ~/.docker, as the docker CLI does.
+	// $DOCKER_CONFIG (as New finds it), else ~/.docker, as the docker CLI does.
 	DockerConfig string
 	// HostsDir is a containerd hosts directory (hosts.toml per registry: mirrors, CA
 	// certificates, plain HTTP), as /etc/containerd/certs.d; empty uses none.
@@ -131,6 +131,19 @@ func New(opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("images: %w: Options.StorageDriver %q: want overlay or vfs", ErrInvalid, driver)
 	}
+	// The docker CLI's rule, resolved here rather than by its package, which reads
+	// DOCKER_CONFIG once per process.
+	docker := opts.DockerConfig
+	if docker == "" {
+		docker = os.Getenv("DOCKER_CONFIG")
+	}
+	if docker == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, fmt.Errorf("images: no docker config directory: %w", err)
+		}
+		docker = filepath.Join(home, ".docker")
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -140,7 +153,7 @@ func New(opts Options) (*Store, error) {
 		registry: opts.Registry,
 		buildah:  opts.Buildah,
 		driver:   driver,
-		docker:   opts.DockerConfig,
+		docker:   docker,
 		hosts:    opts.HostsDir,
 		log:      log,
 	}, nil

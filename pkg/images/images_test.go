@@ -240,3 +240,28 @@ func TestFlockExcludesWithinAProcess(t *testing.T) {
 	}
 	again()
 }
+
+// A credential helper named by credHelpers (or credsStore) answers for its registry,
+// through the docker-credential-* protocol (the server on stdin, JSON out).
+func TestCredentialsFromACredentialHelper(t *testing.T) {
+	bin := t.TempDir()
+	write(t, filepath.Join(bin, "docker-credential-gauntlettest"), `#!/bin/sh
+[ "$1" = get ] || exit 1
+read server
+echo "{\"ServerURL\":\"$server\",\"Username\":\"helped\",\"Secret\":\"from-$server\"}"
+`, 0o755)
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "config.json"), `{"credHelpers":{"helped.example.com":"gauntlettest"}}`, 0o600)
+	s, err := New(Options{CacheDir: t.TempDir(), DockerConfig: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, p, err := s.credentials("helped.example.com")
+	if err != nil || u != "helped" || p != "from-helped.example.com" {
+		t.Fatalf("credentials = %q, %q, %v; want the helper's", u, p, err)
+	}
+	if u, p, err := s.credentials("other.example.com"); err != nil || u != "" || p != "" {
+		t.Fatalf("a registry without a helper: %q, %q, %v; want none", u, p, err)
+	}
+}

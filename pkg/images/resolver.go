@@ -14,12 +14,7 @@ import (
 )
 
 // dockerConfigDir is the directory of the docker config.json the Store reads.
-func (s *Store) dockerConfigDir() string {
-	if s.docker != "" {
-		return s.docker
-	}
-	return dockercli.Dir() // $DOCKER_CONFIG, else ~/.docker
-}
+func (s *Store) dockerConfigDir() string { return s.docker }
 
 // authFile is the docker config.json, the file buildah's --authfile takes; "" when it
 // does not exist.
