@@ -4,9 +4,11 @@
 #
 #   scripts/base-image.sh                    build (or reuse) the image, print its OCI
 #                                            layout directory
-#   scripts/base-image.sh --push REGISTRY    also push it as REGISTRY/debian:bookworm
-#                                            (plain HTTP: a loopback registry such as
-#                                            the one pkg/registrylocal starts)
+#   scripts/base-image.sh --push REGISTRY    also push it as REGISTRY/debian:bookworm,
+#                                            and as library/debian:bookworm and
+#                                            :bookworm-slim for Docker Hub names through
+#                                            a mirror (plain HTTP: a loopback registry
+#                                            such as the one pkg/registrylocal starts)
 #
 # mmdebstrap (scripts/deps.sh installs it, with buildah) makes a minimal bookworm rootfs
 # (variant minbase: apt and dpkg work, so a Dockerfile can apt-get install; package
@@ -35,7 +37,7 @@ while (($#)); do
 		shift 2
 		;;
 	-h | --help)
-		sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -129,11 +131,17 @@ if [[ -n $push ]]; then
 		tail -n 20 "$cache/push.log" >&2
 		exit 1
 	}
-	if ! buildah "${storage[@]}" push --quiet --tls-verify=false "$id" "docker://$push/debian:$suite" >"$cache/push.log" 2>&1; then
-		echo "base-image.sh: buildah push to $push/debian:$suite failed:" >&2
-		tail -n 20 "$cache/push.log" >&2
-		exit 1
-	fi
+	# debian:bookworm for Dockerfiles that name the registry; library/debian:bookworm
+	# and :bookworm-slim for those that say FROM debian:bookworm(-slim), through a
+	# Docker Hub mirror (images.Options.DockerHubMirror) set to this registry. Minbase
+	# without documentation, man pages or locales is what Debian's -slim images are.
+	for name in "debian:$suite" "library/debian:$suite" "library/debian:$suite-slim"; do
+		if ! buildah "${storage[@]}" push --quiet --tls-verify=false "$id" "docker://$push/$name" >"$cache/push.log" 2>&1; then
+			echo "base-image.sh: buildah push to $push/$name failed:" >&2
+			tail -n 20 "$cache/push.log" >&2
+			exit 1
+		fi
+	done
 fi
 
 echo "$out/oci"

@@ -269,13 +269,20 @@ func groupAlive(pgid int) bool {
 }
 
 // registriesConf writes the registries.conf buildah reads (containers-registries.conf
-// format): unqualified names ("FROM debian") mean Docker Hub, as with docker build, and
-// a loopback Options.Registry is reached over plain HTTP. The file is named by its
-// content, so Stores with other registries over the same CacheDir do not collide.
+// format): unqualified names ("FROM debian") mean Docker Hub, as with docker build;
+// Docker Hub goes through Options.DockerHubMirror first when set; loopback registries
+// are reached over plain HTTP. The file is named by its content, so Stores with other
+// registries over the same CacheDir do not collide.
 func (s *Store) registriesConf() (string, error) {
 	conf := "unqualified-search-registries = [\"docker.io\"]\nshort-name-mode = \"permissive\"\n"
-	if isLoopback(s.registry) {
+	if s.mirror != "" {
+		conf += fmt.Sprintf("\n[[registry]]\nprefix = \"docker.io\"\nlocation = \"docker.io\"\n\n[[registry.mirror]]\nlocation = %q\ninsecure = %t\n", s.mirror, isLoopback(s.mirror))
+	}
+	if isLoopback(s.registry) && s.registry != s.mirror {
 		conf += fmt.Sprintf("\n[[registry]]\nlocation = %q\ninsecure = true\n", s.registry)
+	}
+	if isLoopback(s.mirror) {
+		conf += fmt.Sprintf("\n[[registry]]\nlocation = %q\ninsecure = true\n", s.mirror)
 	}
 	sum := sha256.Sum256([]byte(conf))
 	dir := filepath.Join(s.cache, "buildah")

@@ -413,3 +413,72 @@ func BenchmarkBuild(b *testing.B) {
 	}
 	b.ReportMetric(float64(cold.Milliseconds()), "cold-ms")
 }
+
+// TestDockerHubNamesThroughTheMirror: with the local registry as the Docker Hub
+// mirror, a task of the in-repo dataset, whose Dockerfile says FROM
+// debian:bookworm-slim, builds unchanged here (no Docker Hub reachable) and runs in
+// containerd; a task naming debian:bookworm-slim as its image pulls it the same way.
+func TestDockerHubNamesThroughTheMirror(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an image with buildah and runs containerd; -short runs unit tests only")
+	}
+	env := datasetEnvironmentWithoutApt(t)
+	reg := imagestest.Registry(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ctx = namespaces.WithNamespace(ctx, "imagestest")
+	store, err := images.New(images.Options{CacheDir: t.TempDir(), Registry: reg.Addr(), DockerHubMirror: reg.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := store.Prepare(ctx, images.Source{Context: env, Repository: "tasks/dataset"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrd := ctrdtest.Start(t)
+	c, err := ctrd.Client("imagestest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cimg, err := store.Pull(ctx, c, img, "overlayfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := runIn(ctx, t, c, cimg, "sh", "-c", "cat /etc/debian_version && ls /app"); !strings.HasPrefix(out, "12.") {
+		t.Errorf("the dataset task's image is not bookworm: %q", out)
+	}
+
+	ref, err := store.Prepare(ctx, images.Source{Image: "debian:bookworm-slim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim, err := store.Pull(ctx, c, ref, "overlayfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slim.Name() != "docker.io/library/debian:bookworm-slim" {
+		t.Errorf("pulled %s", slim.Name())
+	}
+}
+
+// datasetEnvironmentWithoutApt finds an environment/ of the in-repo dataset whose
+// Dockerfile builds FROM debian:bookworm-slim without apt-get (quick to build).
+func datasetEnvironmentWithoutApt(t *testing.T) string {
+	t.Helper()
+	dfs, err := filepath.Glob(filepath.Join("..", "..", "datasets", "*", "*", "*", "environment", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, df := range dfs {
+		b, err := os.ReadFile(df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(string(b), "FROM debian:bookworm-slim\n") && !strings.Contains(string(b), "apt-get") {
+			return filepath.Dir(df)
+		}
+	}
+	t.Fatalf("no Dockerfile FROM debian:bookworm-slim without apt-get among %d in datasets/", len(dfs))
+	return ""
+}

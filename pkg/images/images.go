@@ -51,6 +51,13 @@ type Options struct {
 	// (auths, credsStore, credHelpers) are used for every registry; empty means
 	// $DOCKER_CONFIG (as New finds it), else ~/.docker, as the docker CLI does.
 	DockerConfig string
+	// DockerHubMirror is a registry (host[:port]) asked first for every Docker Hub
+	// image, by buildah (FROM debian:bookworm-slim) and by containerd (Pull, Unpack),
+	// under the same repository names ("library/debian"); Docker Hub itself stays the
+	// fallback. A pull-through cache in production; offline, the local registry the
+	// base image was pushed to (scripts/base-image.sh pushes it as library/debian), so
+	// task Dockerfiles build unchanged. Empty asks Docker Hub directly.
+	DockerHubMirror string
 	// HostsDir is a containerd hosts directory (hosts.toml per registry: mirrors, CA
 	// certificates, plain HTTP), as /etc/containerd/certs.d; empty uses none.
 	HostsDir string
@@ -64,6 +71,7 @@ type Options struct {
 type Store struct {
 	cache    string
 	registry string
+	mirror   string
 	buildah  string // "" until the first build looks it up
 	driver   string
 	docker   string
@@ -118,9 +126,12 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("images: cache directory: %w", err)
 	}
-	if opts.Registry != "" {
-		if _, err := reference.ParseNormalizedNamed(opts.Registry + "/x"); err != nil || strings.ContainsAny(opts.Registry, "/@") {
-			return nil, fmt.Errorf("images: %w: Options.Registry %q is not a host[:port]", ErrInvalid, opts.Registry)
+	for name, host := range map[string]string{"Registry": opts.Registry, "DockerHubMirror": opts.DockerHubMirror} {
+		if host == "" {
+			continue
+		}
+		if _, err := reference.ParseNormalizedNamed(host + "/x"); err != nil || strings.ContainsAny(host, "/@") {
+			return nil, fmt.Errorf("images: %w: Options.%s %q is not a host[:port]", ErrInvalid, name, host)
 		}
 	}
 	driver := opts.StorageDriver
@@ -151,6 +162,7 @@ func New(opts Options) (*Store, error) {
 	return &Store{
 		cache:    cache,
 		registry: opts.Registry,
+		mirror:   opts.DockerHubMirror,
 		buildah:  opts.Buildah,
 		driver:   driver,
 		docker:   docker,

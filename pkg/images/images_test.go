@@ -143,6 +143,7 @@ func TestPrepareNormalizesReferences(t *testing.T) {
 func TestNewRefusesBadOptions(t *testing.T) {
 	for name, o := range map[string]Options{
 		"registry with a path": {Registry: "127.0.0.1:5000/x"},
+		"mirror with a path":   {DockerHubMirror: "mirror.example/x"},
 		"storage driver":       {StorageDriver: "btrfs"},
 	} {
 		if _, err := New(o); !errors.Is(err, ErrInvalid) {

@@ -53,7 +53,8 @@ func (s *Store) credentials(host string) (string, string, error) {
 
 // resolver is a containerd resolver for every registry: credentials from the docker
 // config, hosts.toml from HostsDir when set, plain HTTP for loopback registries (such as
-// registrylocal's) without the HTTPS attempt containerd's default makes first for them.
+// registrylocal's) without the HTTPS attempt containerd's default makes first for them,
+// and Docker Hub through DockerHubMirror first when set.
 func (s *Store) resolver(ctx context.Context) remotes.Resolver {
 	opts := config.HostOptions{Credentials: s.credentials}
 	if s.hosts != "" {
@@ -62,11 +63,29 @@ func (s *Store) resolver(ctx context.Context) remotes.Resolver {
 	remote := config.ConfigureHosts(ctx, opts)
 	opts.DefaultScheme = "http"
 	loopback := config.ConfigureHosts(ctx, opts)
-	return docker.NewResolver(docker.ResolverOptions{Hosts: func(host string) ([]docker.RegistryHost, error) {
+	hosts := func(host string) ([]docker.RegistryHost, error) {
 		if docker.IsLocalhost(host) {
 			return loopback(host)
 		}
 		return remote(host)
+	}
+	if s.mirror == "" {
+		return docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+	}
+	return docker.NewResolver(docker.ResolverOptions{Hosts: func(host string) ([]docker.RegistryHost, error) {
+		all, err := hosts(host)
+		if err != nil || host != "docker.io" {
+			return all, err
+		}
+		// Docker Hub: the mirror first, for pulls only, then Docker Hub itself.
+		mirror, err := hosts(s.mirror)
+		if err != nil {
+			return nil, err
+		}
+		for i := range mirror {
+			mirror[i].Capabilities = docker.HostCapabilityPull | docker.HostCapabilityResolve
+		}
+		return append(mirror, all...), nil
 	}})
 }
 
