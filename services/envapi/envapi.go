@@ -169,6 +169,10 @@ type Service struct {
 	perTenant map[string]int
 	inboxes   map[string]*inbox
 	snapshots map[string]*snapshot
+	// mcpSessions are the live MCP sessions by id (each plays one episode); stopping
+	// is set when the API stops, so ending sessions leave their episodes to Stopping.
+	mcpSessions map[string]*mcpSession
+	stopping    atomic.Bool
 
 	backoff *backoff
 
@@ -195,8 +199,10 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 		perTenant: map[string]int{},
 		inboxes:   map[string]*inbox{},
 		snapshots: map[string]*snapshot{},
-		steps:     telemetry.Must(m.Int64Counter("gauntlet_envapi_steps_total", metric.WithDescription("Steps taken over the env API."))),
-		episodes:  telemetry.Must(m.Int64Counter("gauntlet_envapi_episodes_total", metric.WithDescription("Env API episodes ended."))),
+
+		mcpSessions: map[string]*mcpSession{},
+		steps:       telemetry.Must(m.Int64Counter("gauntlet_envapi_steps_total", metric.WithDescription("Steps taken over the env API."))),
+		episodes:    telemetry.Must(m.Int64Counter("gauntlet_envapi_episodes_total", metric.WithDescription("Env API episodes ended."))),
 		cut: telemetry.Must(m.Int64Counter("gauntlet_envapi_recorded_bytes_cut_total",
 			metric.WithDescription("Bytes of actions, observations and diffs left out of the recording, each value being held to play.MaxFieldBytes."))),
 		active: telemetry.Must(m.Int64UpDownCounter("gauntlet_envapi_active_episodes", metric.WithDescription("Env API episodes live now."))),
@@ -214,8 +220,9 @@ func (s *Service) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect) behind the guard, which
-// authenticates and checks sizes before connect reads a request.
+// Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect, and MCP at MCPPath)
+// behind the guard, which authenticates and checks sizes before connect or the MCP SDK
+// reads a request.
 func (s *Service) Handler() http.Handler {
 	handler := func(readMax int) http.Handler {
 		opts := []connect.HandlerOption{connect.WithReadMaxBytes(readMax)}
@@ -227,12 +234,14 @@ func (s *Service) Handler() http.Handler {
 	}
 	path, _ := gauntletv1connect.NewEnvServiceHandler(s)
 	mux := http.NewServeMux()
-	mux.Handle(path, &guard{
+	g := &guard{
 		auth: auth{tokens: s.tokens}, log: s.log, errw: connect.NewErrorWriter(), backoff: s.backoff,
 		failures: s.authFailures,
 		small:    handler(smallBodyMax), step: handler(stepBodyMax), batch: handler(s.cfg.MaxBatchBytes),
 		batchMax: int64(s.cfg.MaxBatchBytes),
-	})
+	}
+	mux.Handle(path, g)
+	mux.Handle(MCPPath, s.mcpHandler(g))
 	return mux
 }
 
@@ -303,6 +312,7 @@ func (s *Service) Stopping(ctx context.Context) error {
 	if s.srv == nil {
 		return nil
 	}
+	s.stopMCP()
 	err := s.srv.Shutdown(ctx)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
