@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -142,17 +143,17 @@ func (f *mcpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// refused here when the choice is wrong, before the SDK reads the body.
 		reset, err := mcpReset(envName, r.URL.Query())
 		if err != nil {
-			mcpRefuse(w, connect.NewError(connect.CodeInvalidArgument, err))
+			mcpRefuseCall(w, r, connect.NewError(connect.CodeInvalidArgument, err))
 			return
 		}
 		e, err := f.s.validateReset(reset)
 		if err != nil {
-			mcpRefuse(w, err)
+			mcpRefuseCall(w, r, err)
 			return
 		}
 		srv, err := f.s.newMCPServer(t, reset, e)
 		if err != nil {
-			mcpRefuse(w, err)
+			mcpRefuseCall(w, r, err)
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), mcpServerKey{}, srv))
@@ -418,8 +419,25 @@ func mcpCode(err error) (int64, mcpErrorData) {
 
 // mcpRefuse answers a request refused before MCP reads it: the HTTP status of the env
 // API's code (401, 404, 400, 413, 429 with Retry-After, ...) with a JSON-RPC error as
-// its body, which MCP clients surface to their caller.
-func mcpRefuse(w http.ResponseWriter, err error) {
+// its body. Its id is null: the body of a request refused by the guard is never read.
+func mcpRefuse(w http.ResponseWriter, err error) { mcpRefuseID(w, nil, err) }
+
+// mcpRefuseCall refuses an authenticated request whose episode cannot be opened (a bad
+// query, an unknown env): it reads the body for the request's id, so that the JSON-RPC
+// error answers that request and an MCP client surfaces its message to its caller.
+func mcpRefuseCall(w http.ResponseWriter, r *http.Request, err error) {
+	var id any
+	if body, rerr := io.ReadAll(io.LimitReader(r.Body, mcpBodyMax)); rerr == nil {
+		if msg, derr := jsonrpc.DecodeMessage(body); derr == nil {
+			if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
+				id = req.ID.Raw()
+			}
+		}
+	}
+	mcpRefuseID(w, id, err)
+}
+
+func mcpRefuseID(w http.ResponseWriter, id any, err error) {
 	code, data := mcpCode(err)
 	status := http.StatusInternalServerError
 	switch connect.CodeOf(err) {
@@ -448,7 +466,7 @@ func mcpRefuse(w http.ResponseWriter, err error) {
 		JSONRPC string         `json:"jsonrpc"`
 		ID      any            `json:"id"`
 		Error   *jsonrpc.Error `json:"error"`
-	}{"2.0", nil, &jsonrpc.Error{Code: code, Message: msg, Data: mustJSON(data)}})
+	}{"2.0", id, &jsonrpc.Error{Code: code, Message: msg, Data: mustJSON(data)}})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
