@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	connectrpc "connectrpc.com/connect"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -17,8 +18,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	"github.com/gauntlet-rl/gauntlet/services/envapi"
 )
 
 // bearerTransport adds a tenant's token to every request of an MCP client.
@@ -235,7 +236,7 @@ func TestMCPServer(t *testing.T) {
 		defer cs.Close()
 		for i, call := range []*mcp.CallToolParams{
 			{Name: "catalog.search", Arguments: map[string]any{"qurey": "mug"}}, // breaks the schema
-			{Name: "no.such.tool", Arguments: map[string]any{}},                   // not in the action space
+			{Name: "no.such.tool", Arguments: map[string]any{}},                 // not in the action space
 		} {
 			res, err := cs.CallTool(ctx, call)
 			if err != nil {
@@ -380,6 +381,23 @@ func TestMCPServer(t *testing.T) {
 			t.Errorf("over quota: %v (code %d), want JSON-RPC error -32108 naming the quota", err, code)
 		}
 	})
+
+	// A live session, its client's stream open, does not hold the API's stop.
+	cs, err := mcpConnect(ctx, addr, tokenAcme, "shop", url.Values{"seed": {"8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "catalog.search", Arguments: map[string]any{"query": "mug"}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.stop(); err != nil {
+		t.Errorf("stop with a live MCP session: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("stop with a live MCP session took %v", d)
+	}
 }
 
 // rpcCode is the JSON-RPC error code err carries, or 0.

@@ -347,11 +347,12 @@ func (m *mcpSession) step(ctx context.Context, tool string, args json.RawMessage
 // answered an invalid action or a violated precondition, or the step did not play (an
 // infra error, the episode timeout: the error follows as a second text); the rest of
 // the StepResult (reward, reward vector, terminated, truncated, reason, info) in
-// _meta[MetaStep], as the env API's HTTP/JSON writes it.
+// _meta[MetaStep], as the env API's HTTP/JSON writes it (fields at their zero value,
+// such as terminated false, left out).
 func toolResult(res *gauntletv1.StepResult) (*mcp.CallToolResult, error) {
 	rest := proto.CloneOf(res)
 	rest.ObservationJson = ""
-	meta, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(rest)
+	meta, err := protojson.Marshal(rest)
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encode the step's result: " + err.Error()}
 	}
