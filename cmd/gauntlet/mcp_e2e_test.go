@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -380,6 +381,16 @@ func TestMCPServer(t *testing.T) {
 		} else if code := rpcCode(err); code != -32108 || !strings.Contains(err.Error(), "quota") {
 			t.Errorf("over quota: %v (code %d), want JSON-RPC error -32108 naming the quota", err, code)
 		}
+	})
+
+	t.Run("the example plays an episode", func(t *testing.T) {
+		// examples/mcp-shop, run as a user runs it, against this stack.
+		cmd := exec.Command("go", "run", "../../examples/mcp-shop", "--url", "http://"+addr, "--token", tokenOther, "--seed", "11")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "episode over after") || !strings.Contains(string(out), "TERMINATION_REASON_SUCCESS") {
+			t.Fatalf("go run ./examples/mcp-shop: %v\n%s", err, out)
+		}
+		t.Logf("examples/mcp-shop:\n%s", out)
 	})
 
 	// A live session, its client's stream open, does not hold the API's stop.
