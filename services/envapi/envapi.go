@@ -10,6 +10,11 @@
 // ClickHouse; a trainer's token ids, logprobs and policy version travel with the step into
 // the trainer_steps table.
 //
+// MCP: the same port serves each env as an MCP server (streamable HTTP, the official Go
+// SDK) at MCPPath+"<env>" (mcp.go, docs/mcp.md): an MCP session is one episode, reset at
+// initialize and closed when the session ends; tools/list is the env's tools and
+// tools/call a step through the same step path, tokens, quotas and error kinds.
+//
 // Tenancy: API tokens map to tenants (Tokens); a tenant sees only its own episodes (others'
 // are NOT_FOUND), is capped in live episodes (RESOURCE_EXHAUSTED with Retry-After), and its
 // episodes are recorded under run "api-<tenant>". The guard in front of connect
@@ -199,16 +204,15 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 		perTenant: map[string]int{},
 		inboxes:   map[string]*inbox{},
 		snapshots: map[string]*snapshot{},
-
-		mcpSessions: map[string]*mcpSession{},
-		steps:       telemetry.Must(m.Int64Counter("gauntlet_envapi_steps_total", metric.WithDescription("Steps taken over the env API."))),
-		episodes:    telemetry.Must(m.Int64Counter("gauntlet_envapi_episodes_total", metric.WithDescription("Env API episodes ended."))),
+		steps:     telemetry.Must(m.Int64Counter("gauntlet_envapi_steps_total", metric.WithDescription("Steps taken over the env API."))),
+		episodes:  telemetry.Must(m.Int64Counter("gauntlet_envapi_episodes_total", metric.WithDescription("Env API episodes ended."))),
 		cut: telemetry.Must(m.Int64Counter("gauntlet_envapi_recorded_bytes_cut_total",
 			metric.WithDescription("Bytes of actions, observations and diffs left out of the recording, each value being held to play.MaxFieldBytes."))),
 		active: telemetry.Must(m.Int64UpDownCounter("gauntlet_envapi_active_episodes", metric.WithDescription("Env API episodes live now."))),
 		authFailures: telemetry.Must(m.Int64Counter("gauntlet_envapi_auth_failures_total",
 			metric.WithDescription("Env API calls refused for a missing or unknown token."))),
-		backoff: newBackoff(cfg.AuthFailures, cfg.AuthBackoff),
+		backoff:     newBackoff(cfg.AuthFailures, cfg.AuthBackoff),
+		mcpSessions: map[string]*mcpSession{},
 	}
 }
 
