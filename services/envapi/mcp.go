@@ -49,6 +49,7 @@ type mcpSession struct {
 	s      *Service
 	tenant *Tenant
 	reset  *gauntletv1.ResetRequest
+	desc   string // the env's description, for the instructions
 	tools  map[string]bool
 
 	mu      sync.Mutex
@@ -210,7 +211,7 @@ func mcpReset(envName string, q map[string][]string) (*gauntletv1.ResetRequest, 
 // episode.
 func (s *Service) newMCPServer(t *Tenant, reset *gauntletv1.ResetRequest, e env.Env) (*mcp.Server, error) {
 	sp := e.Spec()
-	m := &mcpSession{s: s, tenant: t, reset: reset, tools: make(map[string]bool, len(sp.Tools))}
+	m := &mcpSession{s: s, tenant: t, reset: reset, desc: sp.Description, tools: make(map[string]bool, len(sp.Tools))}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "gauntlet", Title: "gauntlet env " + sp.Name},
 		&mcp.ServerOptions{Logger: s.log, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
 	for _, tool := range sp.Tools {
@@ -297,10 +298,9 @@ func (m *mcpSession) initialize(ctx context.Context, method string, req mcp.Requ
 		Info        json.RawMessage `json:"info"`
 	}{out.EpisodeId, json.RawMessage(out.ObservationJson), info}
 	ir.Meta = mcp.Meta{MetaEpisode: meta}
-	e, _ := env.Lookup(m.reset.Env)
 	ir.Instructions = fmt.Sprintf("gauntlet env %s: %s\n\nThis session is one episode (%s: seed %d, fault profile %s, at most %d steps). "+
 		"Each tool call is one step; the episode ends on success, failure or its step limit. Its first observation:\n%s",
-		m.reset.Env, e.Spec().Description, out.EpisodeId, out.Info.GetSeed(), out.Info.GetProfile(), out.Info.GetMaxSteps(), out.ObservationJson)
+		m.reset.Env, m.desc, out.EpisodeId, out.Info.GetSeed(), out.Info.GetProfile(), out.Info.GetMaxSteps(), out.ObservationJson)
 	return ir, nil
 }
 
