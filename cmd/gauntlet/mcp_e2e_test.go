@@ -258,6 +258,37 @@ func TestMCPServer(t *testing.T) {
 		}
 	})
 
+	t.Run("the URL's query chooses params and the step limit", func(t *testing.T) {
+		cs, err := mcpConnect(ctx, addr, tokenAcme, "shop", url.Values{"seed": {"6"}, "max_steps": {"4"},
+			"params": {`{"deadline_ms":12345,"max_invalid":2}`}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		raw, _ := json.Marshal(cs.InitializeResult().Meta[envapi.MetaEpisode])
+		var ep struct {
+			Observation struct {
+				DeadlineMs int `json:"deadline_ms"`
+				MaxSteps   int `json:"max_steps"`
+			} `json:"observation"`
+		}
+		if err := json.Unmarshal(raw, &ep); err != nil || ep.Observation.DeadlineMs != 12345 || ep.Observation.MaxSteps != 4 {
+			t.Fatalf("first observation %s (%v), want deadline_ms 12345 and max_steps 4", raw, err)
+		}
+		// max_invalid 2: the second invalid action ends the episode by the env's rule.
+		var st *gauntletv1.StepResult
+		for range 2 {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "no.such.tool"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st = stepMeta(t, res)
+		}
+		if !st.Terminated || st.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_INVALID_ACTION_LIMIT {
+			t.Errorf("after two invalid actions with max_invalid 2: %v", st)
+		}
+	})
+
 	t.Run("the session's end closes its episode, recorded", func(t *testing.T) {
 		cs, err := mcpConnect(ctx, addr, tokenAcme, "shop", url.Values{"seed": {"5"}})
 		if err != nil {
@@ -298,6 +329,8 @@ func TestMCPServer(t *testing.T) {
 			{"unknown query parameter", tokenAcme, "shop", url.Values{"sead": {"1"}}, []string{"query sead: unknown parameter"}},
 			{"bad seed", tokenAcme, "shop", url.Values{"seed": {"-1"}}, []string{"query seed"}},
 			{"unknown profile", tokenAcme, "shop", url.Values{"profile": {"nope"}}, []string{"profile"}},
+			{"params the env refuses", tokenAcme, "shop", url.Values{"params": {`{"products":1}`}}, []string{"products"}},
+			{"params that are not JSON", tokenAcme, "shop", url.Values{"params": {`{products`}}, []string{"params"}},
 		} {
 			cs, err := mcpConnect(ctx, addr, tc.token, tc.env, tc.query)
 			if err == nil {
