@@ -159,7 +159,7 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		state = &CurriculumState{Prefix: runPrefix(ctx, "c"), Status: StatusRunning}
 	}
 	state.Executions++
-	c := &curriculum{spec: spec, st: state}
+	c := &curriculum{spec: spec, st: state, id: workflow.GetInfo(ctx).WorkflowExecution.ID, submittedBy: submittedBy(ctx)}
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return c.progress(), nil }); err != nil {
 		return Progress{}, err
 	}
@@ -189,11 +189,13 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		if state.Abort {
 			c.closeStage(OutcomeAborted)
 			state.Status = StatusAborted
+			c.recordStage(ctx)
 			break
 		}
 		if state.Skip {
 			state.Skip = false
 			c.closeStage(OutcomeSkipped)
+			c.recordStage(ctx)
 			continue
 		}
 		in, err := c.nextBatch(workflow.Now(ctx).UnixNano())
@@ -211,9 +213,11 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		switch {
 		case c.promotable():
 			c.closeStage(OutcomePromoted)
+			c.recordStage(ctx)
 		case state.StageEpisodes >= spec.Stages[state.Stage].Episodes.Max:
 			c.closeStage(OutcomeNotPromoted)
 			state.Status = StatusStopped
+			c.recordStage(ctx)
 		}
 		if state.Status == StatusStopped {
 			break
@@ -254,6 +258,9 @@ func signalChannels(ctx workflow.Context) []namedChannel {
 type curriculum struct {
 	spec CurriculumSpec
 	st   *CurriculumState
+	// id is the workflow's id and submittedBy who started it, recorded with each
+	// batch's run.
+	id, submittedBy string
 }
 
 func (c *curriculum) apply(signal string) {
@@ -292,6 +299,10 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 		Ramps:       batchRamps(c.stageDrift(), s.StageEpisodes, n, st.Episodes.Max),
 
 		RequestedAtUnixNano: now,
+		Origin: BatchOrigin{
+			SubmittedBy: c.submittedBy, CurriculumID: c.id, CurriculumName: c.spec.Name, CurriculumPrefix: s.Prefix,
+			Stage: s.Stage, StageName: st.Name, Batch: s.StageBatches,
+		},
 	}, nil
 }
 

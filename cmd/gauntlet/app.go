@@ -140,7 +140,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
 			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
-			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2,
+			WorkerID: cfg.Worker.ID, Version: version, StopTimeout: cfg.StopTimeout / 2,
 			Sandboxes: a.getSandboxes, Policies: policies,
 		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
 	}, modBus, modTemporal, modHTTP, modSandbox)

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -110,6 +111,7 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: *id, TaskQueue: workflows.TaskQueue,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		Memo:                  map[string]any{workflows.MemoSubmittedBy: runs.Submitter()},
 	}, workflows.WorkflowCurriculum, json.RawMessage(raw))
 	if err != nil {
 		return fmt.Errorf("start curriculum %s: %w", *id, err)
@@ -327,7 +329,9 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.Close()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: *id, TaskQueue: workflows.TaskQueue}, workflows.WorkflowBatch, spec)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: *id, TaskQueue: workflows.TaskQueue, Memo: map[string]any{workflows.MemoSubmittedBy: runs.Submitter()},
+	}, workflows.WorkflowBatch, spec)
 	if err != nil {
 		return fmt.Errorf("start batch %s: %w", *id, err)
 	}

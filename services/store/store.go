@@ -17,6 +17,12 @@
 // harness) compares it with the stream's last sequence once the run is done, instead of
 // reading the store's consumer itself.
 //
+// Run and curriculum metadata (the runs and curriculum_stages tables) come from KV
+// buckets instead of the stream: the scheduler's run state (gauntlet_runs, with the run's
+// spec and origin) and the stages curricula close (gauntlet_curricula). The store watches
+// both and writes their rows about once a second (a running run's at most every ten
+// seconds); a restarted store rewrites every row from the buckets' current values (meta.go).
+//
 // One reader goroutine fills batches, one writer goroutine inserts them; several store
 // instances may share the consumer (each then publishes the shared ack floor).
 package store
@@ -203,6 +209,13 @@ func (s *Service) Running(ctx context.Context) error {
 		bus.Pull(ctx, s.cons, s.log, func(m jetstream.Msg) { msgs <- m },
 			jetstream.PullMaxMessages(min(s.cfg.BatchRows, 4_000)))
 	}()
+
+	metaDone := make(chan struct{})
+	go func() {
+		defer close(metaDone)
+		s.projectMeta(ctx)
+	}()
+	defer func() { <-metaDone }()
 
 	full := make(chan *batch, 1)
 	writeDone := make(chan struct{})
