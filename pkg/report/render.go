@@ -42,7 +42,9 @@ func pct(r Rate) string {
 
 func num(f float64) string { return fmt.Sprintf("%.3f", f) }
 
-func quant(q Quantiles) string { return fmt.Sprintf("%s / %s / %s", num(q.P50), num(q.P90), num(q.P99)) }
+func quant(q Quantiles) string {
+	return fmt.Sprintf("%s / %s / %s", num(q.P50), num(q.P90), num(q.P99))
+}
 
 // section is one titled table of the report: what the terminal and the HTML both show.
 type section struct {
