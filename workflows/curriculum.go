@@ -163,6 +163,10 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return c.progress(), nil }); err != nil {
 		return Progress{}, err
 	}
+	if workflow.GetVersion(ctx, versionVisibility, workflow.DefaultVersion, 1) == 1 {
+		c.visible, c.searchAttrs = true, memoBool(ctx, MemoSearchAttributes)
+	}
+	c.publish(ctx)
 	chans := signalChannels(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -181,10 +185,12 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 	for state.Stage < len(spec.Stages) {
 		if state.Paused && !state.Abort {
 			state.Status = StatusPaused
+			c.publish(ctx)
 			if err := workflow.Await(ctx, func() bool { return !state.Paused || state.Abort }); err != nil {
 				return c.progress(), err
 			}
 			state.Status = StatusRunning
+			c.publish(ctx)
 		}
 		if state.Abort {
 			c.closeStage(OutcomeAborted)
@@ -196,6 +202,7 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 			state.Skip = false
 			c.closeStage(OutcomeSkipped)
 			c.recordStage(ctx)
+			c.publish(ctx)
 			continue
 		}
 		in, err := c.nextBatch(workflow.Now(ctx).UnixNano())
@@ -219,6 +226,7 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 			state.Status = StatusStopped
 			c.recordStage(ctx)
 		}
+		c.publish(ctx)
 		if state.Status == StatusStopped {
 			break
 		}
@@ -237,6 +245,14 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		if n := len(state.Reports); n > 0 && state.Reports[n-1].Outcome == OutcomeSkipped {
 			state.Status = StatusSkipped
 		}
+	}
+	c.publish(ctx)
+	if state.Status == StatusAborted && c.visible {
+		// An aborted curriculum closes as canceled, not completed: Temporal's UI and
+		// `temporal workflow list` then tell it apart from one that ran to its end. Its
+		// progress is the cancellation's details (ProgressOf reads it).
+		p := c.progress()
+		return p, temporal.NewCanceledError(p)
 	}
 	return c.progress(), nil
 }
@@ -261,6 +277,10 @@ type curriculum struct {
 	// id is the workflow's id and submittedBy who started it, recorded with each
 	// batch's run.
 	id, submittedBy string
+	// visible: the memo (and, with searchAttrs, the search attributes) follow the
+	// status and stage (publish); last is what was published last.
+	visible, searchAttrs bool
+	last                 *shown
 }
 
 func (c *curriculum) apply(signal string) {

@@ -218,7 +218,14 @@ func TestCurriculumSignals(t *testing.T) {
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalAbort, nil) }, 2*time.Hour+150*time.Second)
 	env.OnActivity(ActivityRunBatch, mock.Anything, mock.Anything).Return(f.run).After(time.Minute)
 	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, three("random=1")), nil)
-	p := result(t, env)
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	// Aborted, it closes as canceled (not completed), its progress the details.
+	p, ok := ProgressOf(env.GetWorkflowError())
+	if !ok {
+		t.Fatalf("aborted curriculum closed with error %v; want a cancellation carrying its progress", env.GetWorkflowError())
+	}
 	if len(progress) != 1 || progress[0].Status != StatusPaused || progress[0].Stage != 0 || progress[0].StageEpisodes != 20 {
 		t.Errorf("progress while paused: %+v", progress)
 	}

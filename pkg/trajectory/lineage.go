@@ -246,7 +246,7 @@ func Runs(ctx context.Context, conn driver.Conn, database string, ids ...string)
 	if len(ids) == 0 {
 		return selectRows(ctx, conn, database, "runs", runColumns, "ORDER BY submitted_at_ns DESC")
 	}
-	return selectRows(ctx, conn, database, "runs", runColumns, "WHERE run_id IN (?) ORDER BY submitted_at_ns DESC", ids)
+	return selectRows(ctx, conn, database, "runs", runColumns, "WHERE has(?, run_id) ORDER BY submitted_at_ns DESC", ids)
 }
 
 // CurriculumRuns reads the runs rows of a curriculum, named by its workflow id or its

@@ -128,6 +128,12 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	if ref := byID["r2"]; ref.State != trajectory.RunRefused || ref.Error != "env: unknown env nope" || ref.FinishedAtNs != uint64(started) {
 		t.Errorf("refused run's row %+v", ref)
 	}
+	if one, err := trajectory.Runs(ctx, s.conn, "meta", "cabc-s1-b2"); err != nil || len(one) != 1 || one[0].RunID != "cabc-s1-b2" {
+		t.Errorf("runs by id: %+v, %v; want the one run", one, err)
+	}
+	if cur, err := trajectory.CurriculumRuns(ctx, s.conn, "meta", "cabc"); err != nil || len(cur) != 1 || cur[0].Batch != 2 {
+		t.Errorf("runs of curriculum cabc: %+v, %v; want its one batch", cur, err)
+	}
 	st := stages[0]
 	if st.Outcome != "promoted" || st.Stage != 1 || st.NextStage != 2 || st.WindowValue != 0.8 || st.Episodes != 30 ||
 		st.ClosedAtNs != uint64(closed) || st.CurriculumName != "t" || st.Metric != "success_rate" {
