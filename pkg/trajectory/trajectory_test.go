@@ -893,9 +893,11 @@ func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := [][]string{
+		{"curriculum_stages", "curriculum_prefix, stage"},
 		{"episodes", "run_id, episode_id"},
 		{"faults", "episode_id, step, seq"},
 		{"plan_templates", "template"},
+		{"runs", "run_id"},
 		{"steps", "episode_id, step"},
 		{"trainer_steps", "episode_id, step"},
 	}
