@@ -21,6 +21,9 @@ const (
 	rowHeight  = 24
 )
 
+// Charts style themselves with SVG attributes, not the page's CSS, so one saved or copied
+// out of the page looks the same.
+
 // rateChart draws rates as horizontal bars with their intervals as whiskers, in SVG.
 func rateChart(title string, bars []bar) template.HTML {
 	if len(bars) == 0 {
@@ -31,12 +34,12 @@ func rateChart(title string, bars []bar) template.HTML {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" role="img" width="%d" height="%d" viewBox="0 0 %d %d">`, chartWidth, height, chartWidth, height)
 	fmt.Fprintf(&b, `<title>%s</title>`, template.HTMLEscapeString(title))
-	fmt.Fprintf(&b, `<text x="0" y="16" class="t">%s</text>`, template.HTMLEscapeString(title))
+	fmt.Fprintf(&b, `<text x="0" y="16" font-family="sans-serif" font-size="13" font-weight="600">%s</text>`, template.HTMLEscapeString(title))
 	x0 := float64(labelWidth)
 	for _, tick := range []float64{0, 0.25, 0.5, 0.75, 1} {
 		x := x0 + tick*plot
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="26" x2="%.1f" y2="%d" class="grid"/>`, x, x, height-20)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="ax" text-anchor="middle">%.0f %%</text>`, x, height-6, tick*100)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="26" x2="%.1f" y2="%d" stroke="#d0d7de" stroke-width="1"/>`, x, x, height-20)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-family="sans-serif" font-size="11" text-anchor="middle">%.0f %%</text>`, x, height-6, tick*100)
 	}
 	for i, br := range bars {
 		y := 30 + i*rowHeight
@@ -44,18 +47,18 @@ func rateChart(title string, bars []bar) template.HTML {
 		if len(label) > 30 {
 			label = label[:29] + "…"
 		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d" class="l" text-anchor="end">%s</text>`, labelWidth-6, y+15, template.HTMLEscapeString(label))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-family="sans-serif" font-size="11" text-anchor="end">%s</text>`, labelWidth-6, y+15, template.HTMLEscapeString(label))
 		if br.rate.Trials == 0 {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="ax">no episodes</text>`, x0+4, y+15)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-family="sans-serif" font-size="11">no episodes</text>`, x0+4, y+15)
 			continue
 		}
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" class="bar"><title>%s: %s of %d</title></rect>`,
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#4c8bf5"><title>%s: %s of %d</title></rect>`,
 			x0, y+4, br.rate.Rate*plot, rowHeight-8, template.HTMLEscapeString(br.label), pct(br.rate), br.rate.Trials)
 		lo, hi, mid := x0+br.rate.Low*plot, x0+br.rate.High*plot, y+rowHeight/2
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="ci"/>`, lo, mid, hi, mid)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="ci"/>`, lo, mid-5, lo, mid+5)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="ci"/>`, hi, mid-5, hi, mid+5)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="ax">%.1f %% (n=%d)</text>`, x0+plot+6, y+15, 100*br.rate.Rate, br.rate.Trials)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#1b1f24" stroke-width="1.5"/>`, lo, mid, hi, mid)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#1b1f24" stroke-width="1.5"/>`, lo, mid-5, lo, mid+5)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#1b1f24" stroke-width="1.5"/>`, hi, mid-5, hi, mid+5)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-family="sans-serif" font-size="11">%.1f %% (n=%d)</text>`, x0+plot+6, y+15, 100*br.rate.Rate, br.rate.Trials)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -72,9 +75,9 @@ func curveChart(title string, points []bar) template.HTML {
 	y := func(v float64) float64 { return top + plotH*(1-v) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" role="img" width="%d" height="%d" viewBox="0 0 %d %d">`, w, h, w, h)
-	fmt.Fprintf(&b, `<title>%s</title><text x="0" y="16" class="t">%s</text>`, template.HTMLEscapeString(title), template.HTMLEscapeString(title))
+	fmt.Fprintf(&b, `<title>%s</title><text x="0" y="16" font-family="sans-serif" font-size="13" font-weight="600">%s</text>`, template.HTMLEscapeString(title), template.HTMLEscapeString(title))
 	for _, tick := range []float64{0, 0.5, 1} {
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" class="grid"/><text x="%d" y="%.1f" class="ax" text-anchor="end">%.0f %%</text>`,
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d0d7de" stroke-width="1"/><text x="%d" y="%.1f" font-family="sans-serif" font-size="11" text-anchor="end">%.0f %%</text>`,
 			left, y(tick), w-20, y(tick), left-4, y(tick)+4, tick*100)
 	}
 	var band, line strings.Builder
@@ -87,12 +90,12 @@ func curveChart(title string, points []bar) template.HTML {
 	for i, p := range points {
 		fmt.Fprintf(&line, "%.1f,%.1f ", x(i), y(p.rate.Rate))
 	}
-	fmt.Fprintf(&b, `<polygon points="%s" class="band"/><polyline points="%s" class="curve"/>`, band.String(), line.String())
+	fmt.Fprintf(&b, `<polygon points="%s" fill="#4c8bf5" fill-opacity="0.2"/><polyline points="%s" fill="none" stroke="#4c8bf5" stroke-width="2"/>`, band.String(), line.String())
 	for i, p := range points {
-		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" class="dot"><title>%s: %s of %d</title></circle>`,
+		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="#1f5fbf"><title>%s: %s of %d</title></circle>`,
 			x(i), y(p.rate.Rate), template.HTMLEscapeString(p.label), pct(p.rate), p.rate.Trials)
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" class="ax">%s</text><text x="%d" y="%d" class="ax" text-anchor="end">%s</text>`,
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-family="sans-serif" font-size="11">%s</text><text x="%d" y="%d" font-family="sans-serif" font-size="11" text-anchor="end">%s</text>`,
 		left, h-8, template.HTMLEscapeString(points[0].label), w-20, h-8, template.HTMLEscapeString(points[len(points)-1].label))
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -144,9 +147,6 @@ h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #d0d
 table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;white-space:nowrap}th{background:#f6f8fa}
 .note{color:#57606a;margin:4px 0}.charts svg{display:block;margin:12px 0}
-svg .t{font-weight:600;font-size:13px}svg .l,svg .ax{font-size:11px;fill:#1b1f24}
-svg .grid{stroke:#d0d7de;stroke-width:1}svg .bar{fill:#4c8bf5}svg .ci{stroke:#1b1f24;stroke-width:1.5}
-svg .band{fill:#4c8bf5;fill-opacity:.2}svg .curve{fill:none;stroke:#4c8bf5;stroke-width:2}svg .dot{fill:#1f5fbf}
 </style></head><body>
 <h1>Compatibility report: {{.Title}}</h1>
 <p class="note">database {{.Database}}, generated {{.Generated}}. Success rates exclude infra errors; intervals are Wilson's at 95 %; percentiles are exact. Every number is the result of the SQL in docs/querying.md.</p>
