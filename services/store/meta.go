@@ -45,7 +45,15 @@ func (s *Service) projectMeta(ctx context.Context) {
 	pendingRuns := map[string]trajectory.RunRow{}
 	var pendingStages []trajectory.StageRow
 	written := map[string]time.Time{} // running runs: when their row was last written
+	// After a failed write (ClickHouse down), the next waits backoff, doubling up to
+	// metaRetry, so a long outage logs a line every few seconds, not every flush.
+	var retryAt time.Time
+	backoff := metaFlush
 	flush := func(ctx context.Context, now time.Time, all bool) {
+		if !all && now.Before(retryAt) {
+			return
+		}
+		ok := true
 		var rows []trajectory.RunRow
 		for id, r := range pendingRuns {
 			last, seen := written[id]
@@ -56,7 +64,8 @@ func (s *Service) projectMeta(ctx context.Context) {
 		}
 		if len(rows) > 0 {
 			if err := s.writer.WriteRuns(ctx, rows); err != nil {
-				s.log.Warn("write runs; retrying at the next flush", "rows", len(rows), "err", err)
+				s.log.Warn("write runs; retrying", "rows", len(rows), "retry_in", backoff, "err", err)
+				ok = false
 			} else {
 				for _, r := range rows {
 					delete(pendingRuns, r.RunID)
@@ -70,10 +79,17 @@ func (s *Service) projectMeta(ctx context.Context) {
 		}
 		if len(pendingStages) > 0 {
 			if err := s.writer.WriteStages(ctx, pendingStages); err != nil {
-				s.log.Warn("write curriculum stages; retrying at the next flush", "rows", len(pendingStages), "err", err)
+				s.log.Warn("write curriculum stages; retrying", "rows", len(pendingStages), "retry_in", backoff, "err", err)
+				ok = false
 			} else {
 				pendingStages = nil
 			}
+		}
+		if ok {
+			backoff = metaFlush
+		} else {
+			retryAt = now.Add(backoff)
+			backoff = min(2*backoff, metaRetry)
 		}
 	}
 	tick := time.NewTicker(metaFlush)
