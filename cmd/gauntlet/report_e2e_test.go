@@ -254,6 +254,7 @@ func checkReport(t *testing.T, conn driver.Conn, db string, docs map[string]stri
 				t.Errorf("by stage line %d: %s, SQL %v", i, g.Key, row)
 			}
 			equ("by stage episodes", g.Episodes, u(row, "episodes"))
+			equ("stage "+g.Key+" episodes (each stage is one run of 300)", g.Episodes, 300)
 			rate("by stage "+g.Key, g.Success, u(row, "succeeded"), u(row, "scored"))
 			eqf("by stage reward mean", g.RewardMean, f(row, "reward_mean"))
 		}
