@@ -186,7 +186,7 @@ func TestCurriculumOnRealStack(t *testing.T) {
 		return err == nil && strings.Contains(out, "): paused")
 	})
 	// Temporal's own UI and CLI show it paused (its execution status stays Running).
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		return strings.Contains(temporalList(ctx, t, tbin, s.app.temporalAddr(), "GauntletCurriculumState = 'paused'"), sigID)
 	})
 	paused := curriculumQuery(t, tc, sigID)
@@ -253,7 +253,7 @@ func TestCurriculumOnRealStack(t *testing.T) {
 			t.Errorf("curriculum %s closed as %v; want %v", c.id, info.GetStatus(), c.status)
 		}
 	}
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		return strings.Contains(temporalList(ctx, t, tbin, s.app.temporalAddr(), "GauntletCurriculumState = 'aborted' AND GauntletStage = 1"), sigID) &&
 			strings.Contains(temporalList(ctx, t, tbin, s.app.temporalAddr(), "GauntletCurriculumState = 'completed'"), oracleID)
 	})
