@@ -240,11 +240,11 @@ func TestCurriculumOnRealStack(t *testing.T) {
 		{randomID, workflows.StatusStopped, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED},
 		{sigID, workflows.StatusAborted, enums.WORKFLOW_EXECUTION_STATUS_CANCELED},
 	} {
-		d, err := tc.DescribeWorkflowExecution(ctx, c.id, "")
+		d, err := tc.DescribeWorkflow(ctx, c.id, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		info := d.GetWorkflowExecutionInfo()
+		info := d.RawResponse.GetWorkflowExecutionInfo()
 		var state string
 		if p := info.GetMemo().GetFields()[workflows.MemoState]; p == nil || converter.GetDefaultDataConverter().FromPayload(p, &state) != nil || state != c.state {
 			t.Errorf("curriculum %s: memo state %q; want %q", c.id, state, c.state)
