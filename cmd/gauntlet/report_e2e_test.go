@@ -107,7 +107,7 @@ func TestReportEqualsTheDocumentedSQL(t *testing.T) {
 	if err := cmdReport(ctx, append([]string{"--clickhouse", s.app.clickHouseAddr(), "--database", cfg.Database}, ids...), &table, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Overview", "By run", "Under faults", "Cost and metering", "Stuck and looping", reqs[1].RunId} {
+	for _, want := range []string{"Overview", "By run", "Under faults", "Cost and metering", "Step latency", "Stuck and looping", reqs[1].RunId} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table report lacks %q:\n%s", want, table.String())
 		}
@@ -323,6 +323,17 @@ func checkReport(t *testing.T, conn driver.Conn, db string, docs map[string]stri
 	eqf("cost step reward mean", c.StepRewardMean, f(cost, "step_reward_mean"))
 	if c.Steps == 0 || c.ToolCalls == 0 {
 		t.Errorf("cost %+v: want the run's steps and tool calls", c)
+	}
+
+	lat := sql("latency")[0]
+	quant("env latency", r.Latency.Env, lat, "env_p50_p90_p99")
+	quant("policy latency", r.Latency.Policy, lat, "policy_p50_p90_p99")
+	quant("reward latency", r.Latency.Reward, lat, "reward_p50_p90_p99")
+	quant("step latency", r.Latency.Step, lat, "step_p50_p90_p99")
+	// The pipeline records where each step's time went: the scoring is a round trip to
+	// the reward service, never free.
+	if r.Latency.Reward.P50 == 0 || r.Latency.Env.P50 == 0 || r.Latency.Step.P99 < r.Latency.Reward.P99 {
+		t.Errorf("step latency %+v: want the env's and the scoring's time recorded", r.Latency)
 	}
 
 	stuck := sql("stuck")

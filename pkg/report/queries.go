@@ -123,6 +123,16 @@ ORDER BY times DESC, rule`}
 FROM {db}.steps FINAL
 WHERE run_id IN ({runs})`}
 
+	// qLatency: where a step's time goes: the env, the policy, the scoring, and their
+	// sum (exact percentiles, in nanoseconds). Steps recorded before these were
+	// measured have 0 for the policy and the scoring.
+	qLatency = Query{"latency", `SELECT quantilesExact(0.5, 0.9, 0.99)(toFloat64(wall_ns)) AS env_p50_p90_p99,
+       quantilesExact(0.5, 0.9, 0.99)(toFloat64(policy_ns)) AS policy_p50_p90_p99,
+       quantilesExact(0.5, 0.9, 0.99)(toFloat64(reward_ns)) AS reward_p50_p90_p99,
+       quantilesExact(0.5, 0.9, 0.99)(toFloat64(wall_ns + policy_ns + reward_ns)) AS step_p50_p90_p99
+FROM {db}.steps FINAL
+WHERE run_id IN ({runs})`}
+
 	// qStuck: stuck episodes (ran out of steps or time without succeeding), by reason.
 	qStuck = Query{"stuck", `SELECT reason, count() AS episodes
 FROM {db}.episodes FINAL
@@ -170,4 +180,4 @@ ORDER BY stage`}
 
 // Queries lists every query of the report, in the order docs/querying.md shows them.
 var Queries = []Query{qOverview, qByRun, qByPolicy, qFaultMet, qFaultFirst, qUnfaulted, qSafety, qViolations,
-	qCost, qStuck, qLooping, qLoopingTop, qByStage}
+	qCost, qLatency, qStuck, qLooping, qLoopingTop, qByStage}

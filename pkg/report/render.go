@@ -127,6 +127,16 @@ func sections(r *Report) []section {
 			fmt.Sprint(c.BytesIn), fmt.Sprint(c.BytesOut), time.Duration(c.CPUNs).String(), fmt.Sprint(c.PeakMemoryBytes),
 			time.Duration(c.WallNs).String(), time.Duration(c.VirtualNs).String()}},
 	})
+	dur := func(q Quantiles) string {
+		return fmt.Sprintf("%v / %v / %v", time.Duration(q.P50), time.Duration(q.P90), time.Duration(q.P99))
+	}
+	lt := r.Latency
+	out = append(out, section{
+		title: "Step latency",
+		note:  "Where a step's time goes: the env's call, the policy choosing the action (for the env API, the trainer's turn), the scoring.",
+		head:  []string{"env p50 / p90 / p99", "policy p50 / p90 / p99", "reward p50 / p90 / p99", "step p50 / p90 / p99"},
+		rows:  [][]string{{dur(lt.Env), dur(lt.Policy), dur(lt.Reward), dur(lt.Step)}},
+	})
 	s = section{
 		title: "Stuck and looping",
 		note: "Stuck: ran out of steps or time without succeeding. Looping: one action (same tool, same arguments) " +

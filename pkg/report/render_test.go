@@ -53,7 +53,7 @@ func TestFormats(t *testing.T) {
 	if err := Write(&table, sample(), FormatTable); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Overview", "45.0 % [38.3, 51.9]", "By run", "Under faults", "(no fault)", "stuck: max_steps"} {
+	for _, want := range []string{"Overview", "45.0 % [38.3, 51.9]", "By run", "Under faults", "(no fault)", "Step latency", "stuck: max_steps"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

@@ -104,6 +104,16 @@ type Cost struct {
 	StepRewardMean  float64 `json:"step_reward_mean"`
 }
 
+// Latency is where a step's time goes, each a distribution over the steps, in
+// nanoseconds: the env's call (Env), the policy choosing the action (Policy), the
+// scoring (Reward), and their sum (Step).
+type Latency struct {
+	Env    Quantiles `json:"env_ns"`
+	Policy Quantiles `json:"policy_ns"`
+	Reward Quantiles `json:"reward_ns"`
+	Step   Quantiles `json:"step_ns"`
+}
+
 // Looping is an episode that repeats one action.
 type Looping struct {
 	EpisodeID string `json:"episode_id"`
@@ -140,6 +150,7 @@ type Report struct {
 	Safety     []Trigger `json:"safety"`
 	Violations []Trigger `json:"violations"`
 	Cost       Cost      `json:"cost"`
+	Latency    Latency   `json:"latency"`
 
 	// Stuck: episodes that ran out of steps or time without succeeding, by reason.
 	Stuck      uint64            `json:"stuck"`
@@ -285,6 +296,11 @@ func Build(ctx context.Context, conn driver.Conn, o Options) (*Report, error) {
 		PeakMemoryBytes: c.u("peak_memory_bytes"), WallNs: c.u("wall_ns"), VirtualNs: c.u("virtual_ns"),
 		StepRewardMean: c.f("step_reward_mean"),
 	}
+	if rows, err = q.run(qLatency); err != nil {
+		return nil, err
+	}
+	l := rows[0]
+	r.Latency = Latency{Env: l.q("env_p50_p90_p99"), Policy: l.q("policy_p50_p90_p99"), Reward: l.q("reward_p50_p90_p99"), Step: l.q("step_p50_p90_p99")}
 	if rows, err = q.run(qStuck); err != nil {
 		return nil, err
 	}

@@ -216,7 +216,14 @@ var migrations = []migration{
 	// Where runs come from and how curricula move (lineage.go): one row per run, from the
 	// scheduler's run state and the run's origin, rewritten as the run goes on (the
 	// version is the state's update time), and one row per closed curriculum stage.
-	{version: 7, name: "run and curriculum metadata", stmts: []string{
+	// And where each step's time went besides the env (steps.wall_ns): the policy and the
+	// reward service.
+	{version: 7, name: "run and curriculum metadata, step latency", addColumns: []addColumn{
+		{"steps", "policy_ns", "UInt64", "runtime"},
+		{"steps", "reward_ns", "UInt64", "policy_ns"},
+	}, stmts: []string{
+		`DROP TABLE IF EXISTS {db}.steps_final`,
+		`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
 		`CREATE TABLE IF NOT EXISTS {db}.runs (
 			run_id String,
 			label String,

@@ -1441,7 +1441,14 @@ type Metering struct {
 	ReadBytes    uint64 `protobuf:"varint,10,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
 	WrittenBytes uint64 `protobuf:"varint,11,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
 	// The sandbox runtime that measured the step ("process", "containerd"; empty for sim).
-	Runtime       string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Runtime string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Where the step's time went besides the env (wall_ns), measured by whoever plays the
+	// episode (pkg/play): policy_ns from the previous step's end (or the reset) to this
+	// action's arrival, the policy or model choosing it (for the env API, the trainer's
+	// time and its round trip); reward_ns the scoring of the step (a round trip to the
+	// reward service). Host times, like wall_ns: they differ between identical runs.
+	PolicyNs      uint64 `protobuf:"varint,13,opt,name=policy_ns,json=policyNs,proto3" json:"policy_ns,omitempty"`
+	RewardNs      uint64 `protobuf:"varint,14,opt,name=reward_ns,json=rewardNs,proto3" json:"reward_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1558,6 +1565,20 @@ func (x *Metering) GetRuntime() string {
 		return x.Runtime
 	}
 	return ""
+}
+
+func (x *Metering) GetPolicyNs() uint64 {
+	if x != nil {
+		return x.PolicyNs
+	}
+	return 0
+}
+
+func (x *Metering) GetRewardNs() uint64 {
+	if x != nil {
+		return x.RewardNs
+	}
+	return 0
 }
 
 // CausalViolation is a structured negative signal: which rule, why, what to do.
@@ -3605,7 +3626,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\bepisodes\x18\x01 \x03(\v2'.gauntlet.v1.EpisodeAssignedPassThroughR\bepisodes\"9\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1b\n" +
-	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xf0\x02\n" +
+	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xaa\x03\n" +
 	"\bMetering\x12\x1d\n" +
 	"\n" +
 	"tool_calls\x18\x01 \x01(\rR\ttoolCalls\x12\x16\n" +
@@ -3622,7 +3643,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"read_bytes\x18\n" +
 	" \x01(\x04R\treadBytes\x12#\n" +
 	"\rwritten_bytes\x18\v \x01(\x04R\fwrittenBytes\x12\x18\n" +
-	"\aruntime\x18\f \x01(\tR\aruntime\"]\n" +
+	"\aruntime\x18\f \x01(\tR\aruntime\x12\x1b\n" +
+	"\tpolicy_ns\x18\r \x01(\x04R\bpolicyNs\x12\x1b\n" +
+	"\treward_ns\x18\x0e \x01(\x04R\brewardNs\"]\n" +
 	"\x0fCausalViolation\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +

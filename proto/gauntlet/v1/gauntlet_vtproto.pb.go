@@ -1181,6 +1181,16 @@ func (m *Metering) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.RewardNs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RewardNs))
+		i--
+		dAtA[i] = 0x70
+	}
+	if m.PolicyNs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.PolicyNs))
+		i--
+		dAtA[i] = 0x68
+	}
 	if len(m.Runtime) > 0 {
 		i -= len(m.Runtime)
 		copy(dAtA[i:], m.Runtime)
@@ -3538,6 +3548,12 @@ func (m *Metering) SizeVT() (n int) {
 	l = len(m.Runtime)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.PolicyNs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.PolicyNs))
+	}
+	if m.RewardNs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.RewardNs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7367,6 +7383,44 @@ func (m *Metering) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Runtime = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 13:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field PolicyNs", wireType)
+			}
+			m.PolicyNs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.PolicyNs |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RewardNs", wireType)
+			}
+			m.RewardNs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.RewardNs |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -15164,6 +15218,44 @@ func (m *Metering) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Runtime = stringValue
 			iNdEx = postIndex
+		case 13:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field PolicyNs", wireType)
+			}
+			m.PolicyNs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.PolicyNs |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RewardNs", wireType)
+			}
+			m.RewardNs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.RewardNs |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
