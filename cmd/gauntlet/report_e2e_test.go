@@ -155,9 +155,10 @@ func documentedQueries(t *testing.T) map[string]string {
 // checkReport compares every number of r with the documented SQL run over runs.
 func checkReport(t *testing.T, conn driver.Conn, db string, docs map[string]string, runs []string, r *report.Report, curriculum bool) {
 	t.Helper()
+	scope := report.Scope{Database: db, Runs: runs}
 	sql := func(name string) []report.Row {
 		t.Helper()
-		rows, err := report.Run(context.Background(), conn, docs[name], db, runs)
+		rows, err := report.Run(context.Background(), conn, docs[name], scope)
 		if err != nil {
 			t.Fatalf("documented query %s: %v", name, err)
 		}
@@ -206,6 +207,10 @@ func checkReport(t *testing.T, conn driver.Conn, db string, docs map[string]stri
 	}
 
 	ov := sql("overview")[0]
+	scope.First, scope.Last = u(ov, "first"), u(ov, "last")
+	if scope.First == 0 || scope.Last < scope.First {
+		t.Fatalf("overview: episodes requested from %d to %d", scope.First, scope.Last)
+	}
 	equ("episodes", r.Episodes, u(ov, "episodes"))
 	equ("infra errors", r.InfraErrors, u(ov, "infra_errors"))
 	rate("success", r.Success, u(ov, "succeeded"), u(ov, "scored"))

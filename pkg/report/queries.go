@@ -3,7 +3,10 @@ package report
 // Query is one SQL statement of the report. Its text is also in docs/querying.md, under
 // a line "<!-- report:NAME -->", with {db} written as gauntlet; a test holds the two
 // equal and checks the report's numbers against the query run on a real run. {runs}
-// stands for the runs' ids, quoted and separated by commas.
+// stands for the runs' ids, quoted and separated by commas; {first} and {last} for the
+// first and last requested_at of their episodes (Unix seconds, from the overview), which
+// bound the day partitions the steps and faults queries read: those tables are keyed by
+// episode, not by run.
 type Query struct {
 	Name string
 	SQL  string
@@ -20,7 +23,9 @@ var (
        avgIf(total_reward, infra_error = 0) AS reward_mean,
        quantilesExactIf(0.5, 0.9, 0.99)(total_reward, infra_error = 0) AS reward_p50_p90_p99,
        quantilesExactIf(0.5, 0.9, 0.99)(toFloat64(steps), infra_error = 0) AS steps_p50_p90_p99,
-       countIf(infra_error = 0 AND success = 0 AND truncated = 1) AS stuck
+       countIf(infra_error = 0 AND success = 0 AND truncated = 1) AS stuck,
+       toUInt32(min(requested_at)) AS first,
+       toUInt32(max(requested_at)) AS last
 FROM {db}.episodes FINAL
 WHERE run_id IN ({runs})`}
 
@@ -52,7 +57,7 @@ ORDER BY policy`}
        count() AS episodes,
        sum(success) AS succeeded,
        avg(total_reward) AS reward_mean
-FROM (SELECT DISTINCT episode_id, kind FROM {db}.faults FINAL WHERE run_id IN ({runs}))
+FROM (SELECT DISTINCT episode_id, kind FROM {db}.faults FINAL WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last}))
 ALL INNER JOIN
      (SELECT episode_id, success, total_reward FROM {db}.episodes FINAL
       WHERE run_id IN ({runs}) AND infra_error = 0)
@@ -67,7 +72,7 @@ ORDER BY kind`}
        sum(success) AS succeeded,
        avg(total_reward) AS reward_mean
 FROM (SELECT episode_id, argMin(kind, step * 65536 + seq) AS kind FROM {db}.faults FINAL
-      WHERE run_id IN ({runs}) GROUP BY episode_id)
+      WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last}) GROUP BY episode_id)
 ALL INNER JOIN
      (SELECT episode_id, success, total_reward FROM {db}.episodes FINAL
       WHERE run_id IN ({runs}) AND infra_error = 0)
@@ -91,7 +96,7 @@ WHERE run_id IN ({runs}) AND infra_error = 0 AND faults_fired = 0`}
        avg(reward) AS step_reward_mean
 FROM {db}.steps FINAL
 ARRAY JOIN safety_events AS event
-WHERE run_id IN ({runs})
+WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last})
 GROUP BY event
 ORDER BY times DESC, event`}
 
@@ -103,7 +108,7 @@ ORDER BY times DESC, event`}
        avg(reward) AS step_reward_mean
 FROM {db}.steps FINAL
 ARRAY JOIN violation_rules AS rule
-WHERE run_id IN ({runs})
+WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last})
 GROUP BY rule
 ORDER BY times DESC, rule`}
 
@@ -121,7 +126,7 @@ ORDER BY times DESC, rule`}
        sum(virtual_ns) AS virtual_ns,
        avg(reward) AS step_reward_mean
 FROM {db}.steps FINAL
-WHERE run_id IN ({runs})`}
+WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last})`}
 
 	// qLatency: where a step's time goes: the env, the policy, the scoring, and their
 	// sum (exact percentiles, in nanoseconds). Steps recorded before these were
@@ -131,7 +136,7 @@ WHERE run_id IN ({runs})`}
        quantilesExact(0.5, 0.9, 0.99)(toFloat64(reward_ns)) AS reward_p50_p90_p99,
        quantilesExact(0.5, 0.9, 0.99)(toFloat64(wall_ns + policy_ns + reward_ns)) AS step_p50_p90_p99
 FROM {db}.steps FINAL
-WHERE run_id IN ({runs})`}
+WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last})`}
 
 	// qStuck: stuck episodes (ran out of steps or time without succeeding), by reason.
 	qStuck = Query{"stuck", `SELECT reason, count() AS episodes
@@ -146,7 +151,7 @@ ORDER BY episodes DESC, reason`}
        sum(success) AS succeeded
 FROM (SELECT episode_id, max(n) AS top, sum(n) AS total
       FROM (SELECT episode_id, tool, cityHash64(args) AS action, count() AS n FROM {db}.steps FINAL
-            WHERE run_id IN ({runs}) GROUP BY episode_id, tool, action)
+            WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last}) GROUP BY episode_id, tool, action)
       GROUP BY episode_id
       HAVING top >= 5 AND top * 2 >= total)
 ALL INNER JOIN
@@ -156,7 +161,7 @@ USING episode_id`}
 	// qLoopingTop: the worst looping episodes and the action they repeat.
 	qLoopingTop = Query{"looping_top", `SELECT episode_id, argMax(tool, n) AS tool, max(n) AS repeats, sum(n) AS steps
 FROM (SELECT episode_id, tool, cityHash64(args) AS action, count() AS n FROM {db}.steps FINAL
-      WHERE run_id IN ({runs}) GROUP BY episode_id, tool, action)
+      WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last}) GROUP BY episode_id, tool, action)
 GROUP BY episode_id
 HAVING repeats >= 5 AND repeats * 2 >= steps
 ORDER BY repeats DESC, episode_id

@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -202,7 +203,7 @@ func Build(ctx context.Context, conn driver.Conn, o Options) (*Report, error) {
 	if r.Title == "" {
 		r.Title = "runs " + strings.Join(ids, ", ")
 	}
-	q := querier{ctx: ctx, conn: conn, db: o.Database, runs: ids}
+	q := querier{ctx: ctx, conn: conn, scope: Scope{Database: o.Database, Runs: ids}}
 
 	rows, err := q.run(qOverview)
 	if err != nil {
@@ -212,6 +213,7 @@ func Build(ctx context.Context, conn driver.Conn, o Options) (*Report, error) {
 	if r.Episodes = ov.u("episodes"); r.Episodes == 0 {
 		return nil, fmt.Errorf("report: %s: %w", r.Title, ErrNoEpisodes)
 	}
+	q.scope.First, q.scope.Last = ov.u("first"), ov.u("last")
 	r.InfraErrors = ov.u("infra_errors")
 	r.Success = Wilson(ov.u("succeeded"), ov.u("scored"))
 	r.RewardMean = ov.f("reward_mean")
@@ -326,14 +328,13 @@ func group(row Row, key string) Group {
 
 // querier runs the report's queries over one set of runs.
 type querier struct {
-	ctx  context.Context
-	conn driver.Conn
-	db   string
-	runs []string
+	ctx   context.Context
+	conn  driver.Conn
+	scope Scope
 }
 
 func (q querier) run(query Query) ([]Row, error) {
-	rows, err := Run(q.ctx, q.conn, query.SQL, q.db, q.runs)
+	rows, err := Run(q.ctx, q.conn, query.SQL, q.scope)
 	if err != nil {
 		return nil, fmt.Errorf("report: query %s: %w", query.Name, err)
 	}
@@ -353,22 +354,32 @@ func (q querier) triggers(query Query, name, component string) ([]Trigger, error
 	return out, nil
 }
 
-// Expand returns sql with {db} replaced by database and {runs} by the quoted run ids.
-func Expand(sql, database string, runs []string) string {
-	quoted := make([]string, len(runs))
-	for i, id := range runs {
+// Scope is what the report's queries are about: their placeholders' values.
+type Scope struct {
+	Database string   // {db}
+	Runs     []string // {runs}, quoted and separated by commas
+	// First and Last bound the runs' episodes' requested_at, in Unix seconds ({first},
+	// {last}; the overview query gives them).
+	First, Last uint64
+}
+
+// Expand returns sql with its placeholders replaced by sc's values.
+func Expand(sql string, sc Scope) string {
+	quoted := make([]string, len(sc.Runs))
+	for i, id := range sc.Runs {
 		quoted[i] = "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(id) + "'"
 	}
-	return strings.NewReplacer("{db}", database, "{runs}", strings.Join(quoted, ", ")).Replace(sql)
+	return strings.NewReplacer("{db}", sc.Database, "{runs}", strings.Join(quoted, ", "),
+		"{first}", strconv.FormatUint(sc.First, 10), "{last}", strconv.FormatUint(sc.Last, 10)).Replace(sql)
 }
 
 // Row is one result row by column name; numbers are uint64, int64, float64 or
 // []float64, whatever width ClickHouse gave them.
 type Row map[string]any
 
-// Run runs sql (with {db} and {runs} expanded) and returns its rows by column name.
-func Run(ctx context.Context, conn driver.Conn, sql, database string, runs []string) ([]Row, error) {
-	rows, err := conn.Query(ctx, Expand(sql, database, runs))
+// Run runs sql (its placeholders expanded from sc) and returns its rows by column name.
+func Run(ctx context.Context, conn driver.Conn, sql string, sc Scope) ([]Row, error) {
+	rows, err := conn.Query(ctx, Expand(sql, sc))
 	if err != nil {
 		return nil, err
 	}

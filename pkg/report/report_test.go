@@ -27,7 +27,7 @@ func TestQueriesRunOnTheSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range Queries {
-		if _, err := Run(ctx, conn, q.SQL, "rep", []string{"r1", "it's"}); err != nil {
+		if _, err := Run(ctx, conn, q.SQL, Scope{Database: "rep", Runs: []string{"r1", "it's"}, First: 1764547200, Last: 1764633600}); err != nil {
 			t.Errorf("query %s: %v", q.Name, err)
 		}
 	}
@@ -40,10 +40,10 @@ func TestQueriesRunOnTheSchema(t *testing.T) {
 	if len(blocks) < len(Queries) {
 		t.Fatalf("%d SQL blocks in docs/querying.md; want at least the report's %d", len(blocks), len(Queries))
 	}
-	fill := strings.NewReplacer("gauntlet.", "rep.", "{runs}", "'r1'", "…", "x")
+	fill := strings.NewReplacer("gauntlet.", "rep.", "{runs}", "'r1'", "{first}", "1764547200", "{last}", "1764633600", "…", "x")
 	for _, b := range blocks {
 		for _, stmt := range regexp.MustCompile(`\n\s*\n`).Split(strings.TrimSpace(b.sql), -1) {
-			if _, err := Run(ctx, conn, fill.Replace(stmt), "rep", nil); err != nil {
+			if _, err := Run(ctx, conn, fill.Replace(stmt), Scope{Database: "rep"}); err != nil {
 				t.Errorf("docs/querying.md line %d: %v\n%s", b.line, err, stmt)
 			}
 		}
