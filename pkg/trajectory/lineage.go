@@ -24,50 +24,50 @@ const (
 // as the run goes on; its version is the run state's update time, so the newest account
 // wins whatever order the rows arrive in.
 type RunRow struct {
-	RunID      string
-	Label      string
-	Env        string
-	Params     string
-	PolicyMix  string // "random=1,oracle=3", as people write it
-	ProfileMix string
+	RunID      string `json:"run_id"`
+	Label      string `json:"label"`
+	Env        string `json:"env"`
+	Params     string `json:"params"`
+	PolicyMix  string `json:"policy_mix"` // "random=1,oracle=3", as people write it
+	ProfileMix string `json:"profile_mix"`
 	// ProfileFiles are the files the custom profiles were read from; CustomProfiles the
 	// custom profiles' names.
-	ProfileFiles   []string
-	CustomProfiles []string
-	DriftText      string
-	DriftSelectors []string
-	Seed           uint64
-	Episodes       uint64
-	MaxInFlight    uint32
-	MaxSteps       uint32
-	RewardSpec     string
+	ProfileFiles   []string `json:"profile_files"`
+	CustomProfiles []string `json:"custom_profiles"`
+	DriftText      string   `json:"drift_text"`
+	DriftSelectors []string `json:"drift_selectors"`
+	Seed           uint64   `json:"seed"`
+	Episodes       uint64   `json:"episodes"`
+	MaxInFlight    uint32   `json:"max_in_flight"`
+	MaxSteps       uint32   `json:"max_steps"`
+	RewardSpec     string   `json:"reward_spec"`
 	// CurriculumID is the curriculum workflow's id when the run is one of its batches.
-	CurriculumID     string
-	CurriculumName   string
-	CurriculumPrefix string
-	Stage            uint32
-	StageName        string
-	Batch            uint32
-	GauntletVersion  string
-	SubmittedBy      string
-	SubmittedAt      time.Time
-	SubmittedAtNs    uint64
-	StartedAt        time.Time
-	StartedAtNs      uint64
+	CurriculumID     string    `json:"curriculum_id"`
+	CurriculumName   string    `json:"curriculum_name"`
+	CurriculumPrefix string    `json:"curriculum_prefix"`
+	Stage            uint32    `json:"stage"`
+	StageName        string    `json:"stage_name"`
+	Batch            uint32    `json:"batch"`
+	GauntletVersion  string    `json:"gauntlet_version"`
+	SubmittedBy      string    `json:"submitted_by"`
+	SubmittedAt      time.Time `json:"submitted_at"`
+	SubmittedAtNs    uint64    `json:"submitted_at_ns"`
+	StartedAt        time.Time `json:"started_at"`
+	StartedAtNs      uint64    `json:"started_at_ns"`
 	// FinishedAt is when the scheduler counted the run's last episode (or refused it);
 	// the epoch while it runs.
-	FinishedAt   time.Time
-	FinishedAtNs uint64
-	State        string // RunRunning, RunDone or RunRefused
-	Error        string
-	Assigned     uint64
-	Ended        uint64
-	Succeeded    uint64
-	Steps        uint64
-	FaultsFired  uint64
-	InfraErrors  uint64
-	RewardSum    float64
-	Version      uint64
+	FinishedAt   time.Time `json:"finished_at"`
+	FinishedAtNs uint64    `json:"finished_at_ns"`
+	State        string    `json:"state"` // RunRunning, RunDone or RunRefused
+	Error        string    `json:"error"`
+	Assigned     uint64    `json:"assigned"`
+	Ended        uint64    `json:"ended"`
+	Succeeded    uint64    `json:"succeeded"`
+	Steps        uint64    `json:"steps"`
+	FaultsFired  uint64    `json:"faults_fired"`
+	InfraErrors  uint64    `json:"infra_errors"`
+	RewardSum    float64   `json:"reward_sum"`
+	Version      uint64    `json:"version"`
 }
 
 // runColumns is the runs table of migration 7.
@@ -168,24 +168,24 @@ func formatShares(shares []*gauntletv1.Share) string {
 // StageRow is one row of the curriculum_stages table (migration 7): a curriculum stage
 // closing, from a gauntlet.v1.StageTransition.
 type StageRow struct {
-	CurriculumID     string
-	CurriculumName   string
-	CurriculumPrefix string
-	Stage            uint32
-	StageName        string
-	Outcome          string
-	Metric           string
-	Threshold        float64
-	WindowEpisodes   uint64
-	WindowValue      float64
-	Episodes         uint64
-	Succeeded        uint64
-	RewardSum        float64
-	Batches          uint32
-	NextStage        uint32
-	ClosedAt         time.Time
-	ClosedAtNs       uint64
-	Version          uint64
+	CurriculumID     string    `json:"curriculum_id"`
+	CurriculumName   string    `json:"curriculum_name"`
+	CurriculumPrefix string    `json:"curriculum_prefix"`
+	Stage            uint32    `json:"stage"`
+	StageName        string    `json:"stage_name"`
+	Outcome          string    `json:"outcome"`
+	Metric           string    `json:"metric"`
+	Threshold        float64   `json:"threshold"`
+	WindowEpisodes   uint64    `json:"window_episodes"`
+	WindowValue      float64   `json:"window_value"`
+	Episodes         uint64    `json:"episodes"`
+	Succeeded        uint64    `json:"succeeded"`
+	RewardSum        float64   `json:"reward_sum"`
+	Batches          uint32    `json:"batches"`
+	NextStage        uint32    `json:"next_stage"`
+	ClosedAt         time.Time `json:"closed_at"`
+	ClosedAtNs       uint64    `json:"closed_at_ns"`
+	Version          uint64    `json:"version"`
 }
 
 // stageColumns is the curriculum_stages table of migration 7.
