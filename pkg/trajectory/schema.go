@@ -218,7 +218,7 @@ var migrations = []migration{
 	// version is the state's update time), and one row per closed curriculum stage.
 	// And where each step's time went besides the env (steps.wall_ns): the policy and the
 	// reward service.
-	{version: 7, name: "run and curriculum metadata, step latency", addColumns: []addColumn{
+	{version: 6, name: "run and curriculum metadata, step latency", addColumns: []addColumn{
 		{"steps", "policy_ns", "UInt64", "runtime"},
 		{"steps", "reward_ns", "UInt64", "policy_ns"},
 	}, stmts: []string{
