@@ -111,9 +111,13 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
 		CustomProfiles: custom,
+		Origin: &gauntletv1.RunOrigin{
+			SubmittedBy: runs.Submitter(), GauntletVersion: version, ProfileFiles: profileFileList(o.profileFiles),
+			DriftText: o.drift, RewardSpec: scoring.SpecFor(o.env).Version,
+		},
 	}
 	if o.spec != nil {
-		req.RewardSpec = o.spec.Digest
+		req.RewardSpec, req.Origin.RewardSpec = o.spec.Digest, o.spec.Version
 	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
@@ -131,6 +135,17 @@ func putRewardSpec(ctx context.Context, b *bus.Bus, spec *scoring.Spec) error {
 		return fmt.Errorf("--reward-spec: %w", err)
 	}
 	return nil
+}
+
+// profileFileList is --profile-files as a list, as given.
+func profileFileList(s string) []string {
+	var out []string
+	for _, path := range strings.Split(s, ",") {
+		if path = strings.TrimSpace(path); path != "" {
+			out = append(out, path)
+		}
+	}
+	return out
 }
 
 // cmdRun submits a run to a running stack and follows it to the end.

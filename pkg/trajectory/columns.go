@@ -104,6 +104,9 @@ var stepColumns = []column[StepRow]{
 	col("read_bytes", func(r *StepRow) *uint64 { return &r.ReadBytes }),
 	col("written_bytes", func(r *StepRow) *uint64 { return &r.WrittenBytes }),
 	col("runtime", func(r *StepRow) *string { return &r.Runtime }),
+	// Migration 6.
+	col("policy_ns", func(r *StepRow) *uint64 { return &r.PolicyNs }),
+	col("reward_ns", func(r *StepRow) *uint64 { return &r.RewardNs }),
 	col("progress", func(r *StepRow) *float64 { return &r.Progress }),
 	flag("invalid_action", func(r *StepRow) *bool { return &r.InvalidAction }),
 	flag("success", func(r *StepRow) *bool { return &r.Success }),
@@ -124,7 +127,7 @@ var stepColumns = []column[StepRow]{
 	col("reward_names", func(r *StepRow) *[]string { return &r.RewardNames }),
 	col("reward_values", func(r *StepRow) *[]float64 { return &r.RewardValues }),
 	col("reward_spec", func(r *StepRow) *string { return &r.RewardSpec }),
-	col("reward_spec_digest", func(r *StepRow) *string { return &r.RewardSpecDigest }), // migration 6
+	col("reward_spec_digest", func(r *StepRow) *string { return &r.RewardSpecDigest }), // migration 7
 	col("version", func(r *StepRow) *uint64 { return &r.Version }),
 }
 
@@ -165,11 +168,11 @@ var episodeColumns = []column[EpisodeRow]{
 	col("catalogue_version", func(r *EpisodeRow) *string { return &r.CatalogueVersion }),
 	col("plan_template", func(r *EpisodeRow) *string { return &r.PlanTemplate }),
 	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
-	// Migration 6.
+	// Migration 7.
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
 }
 
-// rewardSpecColumns is the reward_specs table of migration 6.
+// rewardSpecColumns is the reward_specs table of migration 7.
 var rewardSpecColumns = []column[RewardSpecRow]{
 	col("digest", func(r *RewardSpecRow) *string { return &r.Digest }),
 	col("spec", func(r *RewardSpecRow) *string { return &r.Spec }),

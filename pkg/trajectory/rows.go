@@ -85,7 +85,7 @@ type StepRow struct {
 	RewardValues []float64
 	RewardSpec   string
 	Version      uint64
-	// RewardSpecDigest names the spec's row in reward_specs (migration 6); empty for
+	// RewardSpecDigest names the spec's row in reward_specs (migration 7); empty for
 	// steps recorded before specs had digests.
 	RewardSpecDigest string
 
@@ -96,6 +96,11 @@ type StepRow struct {
 	ReadBytes       uint64
 	WrittenBytes    uint64
 	Runtime         string
+
+	// Where the step's time went besides the env's WallNs (migration 6): the policy
+	// choosing the action, the scoring of the step.
+	PolicyNs uint64
+	RewardNs uint64
 }
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
@@ -141,7 +146,7 @@ type EpisodeRow struct {
 	PlanTemplate     string
 	PlanDigest       string
 	// RewardSpecDigest is the digest of the spec the episode's steps were scored under
-	// (migration 6).
+	// (migration 7).
 	RewardSpecDigest string
 }
 
@@ -243,6 +248,7 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	m := s.GetMetering()
 	r.CPUNs, r.PeakMemoryBytes, r.Processes = m.GetCpuNs(), m.GetPeakMemoryBytes(), m.GetProcesses()
 	r.ReadBytes, r.WrittenBytes, r.Runtime = m.GetReadBytes(), m.GetWrittenBytes(), m.GetRuntime()
+	r.PolicyNs, r.RewardNs = m.GetPolicyNs(), m.GetRewardNs()
 
 	faults := s.GetFaults()
 	r.FaultIDs = make([]string, len(faults))

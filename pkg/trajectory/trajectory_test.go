@@ -48,6 +48,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := [][]string{
+		{"curriculum_stages", "ReplacingMergeTree"},
+		{"curriculum_stages_final", "View"},
 		{"episodes", "ReplacingMergeTree"},
 		{"episodes_final", "View"},
 		{"faults", "ReplacingMergeTree"},
@@ -56,6 +58,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"plan_templates_final", "View"},
 		{"reward_specs", "ReplacingMergeTree"},
 		{"reward_specs_final", "View"},
+		{"runs", "ReplacingMergeTree"},
+		{"runs_final", "View"},
 		{"schema_migrations", "MergeTree"},
 		{"steps", "ReplacingMergeTree"},
 		{"steps_final", "View"},
@@ -76,6 +80,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"faults", columnList(faultColumns)},
 		{"trainer_steps", columnList(trainerColumns)},
 		{"plan_templates", columnList(templateColumns)},
+		{"runs", columnList(runColumns)},
+		{"curriculum_stages", columnList(stageColumns)},
 	} {
 		_, rows, err := Query(ctx, conn, "SELECT name FROM system.columns WHERE database = '"+testDB+"' AND table = '"+table.name+"'")
 		if err != nil {
@@ -893,10 +899,12 @@ func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := [][]string{
+		{"curriculum_stages", "curriculum_prefix, stage"},
 		{"episodes", "run_id, episode_id"},
 		{"faults", "episode_id, step, seq"},
 		{"plan_templates", "template"},
 		{"reward_specs", "digest"},
+		{"runs", "run_id"},
 		{"steps", "episode_id, step"},
 		{"trainer_steps", "episode_id, step"},
 	}

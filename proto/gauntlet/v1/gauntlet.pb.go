@@ -190,7 +190,10 @@ type RunRequested struct {
 	// Digest of the reward spec the run's steps are scored under (pkg/scoring.Spec.Digest),
 	// whose file is kept in the KV bucket gauntlet_reward_specs under it; empty: each env's
 	// default spec.
-	RewardSpec    string `protobuf:"bytes,14,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
+	RewardSpec string `protobuf:"bytes,14,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
+	// Where the run came from (who, which build, which curriculum batch); recorded in the
+	// runs table, ignored by the scheduler.
+	Origin        *RunOrigin `protobuf:"bytes,30,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +324,13 @@ func (x *RunRequested) GetRewardSpec() string {
 		return x.RewardSpec
 	}
 	return ""
+}
+
+func (x *RunRequested) GetOrigin() *RunOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
 }
 
 // Share is one named option with a relative weight.
@@ -1451,7 +1461,14 @@ type Metering struct {
 	ReadBytes    uint64 `protobuf:"varint,10,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
 	WrittenBytes uint64 `protobuf:"varint,11,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
 	// The sandbox runtime that measured the step ("process", "containerd"; empty for sim).
-	Runtime       string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Runtime string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Where the step's time went besides the env (wall_ns), measured by whoever plays the
+	// episode (pkg/play): policy_ns from the previous step's end (or the reset) to this
+	// action's arrival, the policy or model choosing it (for the env API, the trainer's
+	// time and its round trip); reward_ns the scoring of the step (a round trip to the
+	// reward service). Host times, like wall_ns: they differ between identical runs.
+	PolicyNs      uint64 `protobuf:"varint,13,opt,name=policy_ns,json=policyNs,proto3" json:"policy_ns,omitempty"`
+	RewardNs      uint64 `protobuf:"varint,14,opt,name=reward_ns,json=rewardNs,proto3" json:"reward_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1568,6 +1585,20 @@ func (x *Metering) GetRuntime() string {
 		return x.Runtime
 	}
 	return ""
+}
+
+func (x *Metering) GetPolicyNs() uint64 {
+	if x != nil {
+		return x.PolicyNs
+	}
+	return 0
+}
+
+func (x *Metering) GetRewardNs() uint64 {
+	if x != nil {
+		return x.RewardNs
+	}
+	return 0
 }
 
 // CausalViolation is a structured negative signal: which rule, why, what to do.
@@ -3793,7 +3824,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\"\x84\x04\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\x1a\x1fproto/gauntlet/v1/lineage.proto\"\xb4\x04\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -3811,7 +3842,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
 	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\x12\x1f\n" +
 	"\vreward_spec\x18\x0e \x01(\tR\n" +
-	"rewardSpec\"3\n" +
+	"rewardSpec\x12.\n" +
+	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xb0\x02\n" +
@@ -3893,7 +3925,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\bepisodes\x18\x01 \x03(\v2'.gauntlet.v1.EpisodeAssignedPassThroughR\bepisodes\"9\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1b\n" +
-	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xf0\x02\n" +
+	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xaa\x03\n" +
 	"\bMetering\x12\x1d\n" +
 	"\n" +
 	"tool_calls\x18\x01 \x01(\rR\ttoolCalls\x12\x16\n" +
@@ -3910,7 +3942,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"read_bytes\x18\n" +
 	" \x01(\x04R\treadBytes\x12#\n" +
 	"\rwritten_bytes\x18\v \x01(\x04R\fwrittenBytes\x12\x18\n" +
-	"\aruntime\x18\f \x01(\tR\aruntime\"]\n" +
+	"\aruntime\x18\f \x01(\tR\aruntime\x12\x1b\n" +
+	"\tpolicy_ns\x18\r \x01(\x04R\bpolicyNs\x12\x1b\n" +
+	"\treward_ns\x18\x0e \x01(\x04R\brewardNs\"]\n" +
 	"\x0fCausalViolation\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
@@ -4198,74 +4232,76 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*StoreProgress)(nil),              // 43: gauntlet.v1.StoreProgress
 	(*Drift)(nil),                      // 44: gauntlet.v1.Drift
 	(*CustomProfile)(nil),              // 45: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),                 // 46: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 47: gauntlet.v1.TrainerData
+	(*RunOrigin)(nil),                  // 46: gauntlet.v1.RunOrigin
+	(*DriftValue)(nil),                 // 47: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 48: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	3,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	3,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
 	44, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
 	45, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	4,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	5,  // 6: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
-	8,  // 7: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	46, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
-	9,  // 9: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	10, // 10: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	11, // 11: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	4,  // 12: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	3,  // 13: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	44, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	45, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	7,  // 16: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	0,  // 17: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	0,  // 18: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
-	4,  // 19: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
-	16, // 20: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
-	20, // 21: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	18, // 22: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	12, // 23: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	19, // 24: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	21, // 25: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	1,  // 26: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	24, // 27: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	47, // 28: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
-	23, // 29: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	22, // 30: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	29, // 31: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
-	24, // 32: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	27, // 33: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
-	0,  // 34: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	31, // 35: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
-	29, // 36: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
-	28, // 37: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
-	30, // 38: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
-	4,  // 39: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 40: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	4,  // 41: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	1,  // 42: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	7,  // 43: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	22, // 44: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	32, // 45: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	33, // 46: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	31, // 47: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
-	32, // 48: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	22, // 49: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	33, // 50: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	34, // 51: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	36, // 52: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	35, // 53: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	39, // 54: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	38, // 55: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	39, // 56: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	40, // 57: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	2,  // 58: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	46, // 4: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
+	4,  // 5: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 6: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	5,  // 7: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
+	8,  // 8: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	47, // 9: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	9,  // 10: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	10, // 11: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	11, // 12: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	4,  // 13: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	3,  // 14: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	44, // 15: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	45, // 16: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	7,  // 17: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	0,  // 18: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	0,  // 19: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
+	4,  // 20: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
+	16, // 21: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
+	20, // 22: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	18, // 23: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	12, // 24: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	19, // 25: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	21, // 26: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	1,  // 27: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	24, // 28: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	48, // 29: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	23, // 30: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	22, // 31: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	29, // 32: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
+	24, // 33: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	27, // 34: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	0,  // 35: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	31, // 36: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	29, // 37: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
+	28, // 38: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
+	30, // 39: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
+	4,  // 40: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 41: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	4,  // 42: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	1,  // 43: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	7,  // 44: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	22, // 45: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	32, // 46: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	33, // 47: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	31, // 48: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	32, // 49: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	22, // 50: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	33, // 51: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	34, // 52: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	36, // 53: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	35, // 54: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	39, // 55: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	38, // 56: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	39, // 57: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	40, // 58: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	2,  // 59: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -4275,6 +4311,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 	}
 	file_proto_gauntlet_v1_faults_proto_init()
 	file_proto_gauntlet_v1_trainer_proto_init()
+	file_proto_gauntlet_v1_lineage_proto_init()
 	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6].OneofWrappers = []any{
 		(*FaultRule_HttpError)(nil),
 		(*FaultRule_Latency)(nil),
