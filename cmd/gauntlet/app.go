@@ -17,6 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/console"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
@@ -50,6 +51,7 @@ const (
 	modPipeline   = "pipeline"
 	modEnvAPI     = "envapi"
 	modSandbox    = "sandbox"
+	modConsole    = "console"
 	modAll        = "all"
 )
 
@@ -66,6 +68,8 @@ type app struct {
 	conns map[string]*bus.Bus // one connection per service module, as in split mode
 	ch    *chlocal.Server
 	http  *http.Server
+	// mux is the http server's, built by the http module; the console mounts on it.
+	mux *http.ServeMux
 
 	temporal *temporallocal.Server // nil when --temporal names an external server
 	// children are the supervisors of the local servers this process runs, for the
@@ -136,6 +140,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
 	}, modBus, modHTTP, modSandbox)
+	m.Register(modConsole, a.initConsole, modClickHouse, modHTTP)
 	m.Register(modTemporal, a.initTemporal)
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
@@ -150,7 +155,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	// "pipeline" is the data plane (what `gauntlet demo` needs); "all" adds the Temporal
 	// control plane and the env API for trainers.
 	m.RegisterVirtual(modPipeline, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
-	m.RegisterVirtual(modAll, modPipeline, modCurriculum, modEnvAPI)
+	m.RegisterVirtual(modAll, modPipeline, modCurriculum, modEnvAPI, modConsole)
 	return a, nil
 }
 
@@ -403,6 +408,7 @@ func (a *app) initHTTP() (lifecycle.Service, error) {
 		return lifecycle.Funcs{}, nil
 	}
 	mux := http.NewServeMux()
+	a.mux = mux
 	mux.Handle("GET /metrics", a.tel.Handler())
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
 		if err := a.mgr.Ready(); err != nil {
@@ -445,6 +451,19 @@ func (a *app) initHTTP() (lifecycle.Service, error) {
 			}
 			return nil
 		},
+	}, nil
+}
+
+// initConsole mounts the web console (pkg/console) on the http server, reading the
+// ClickHouse database the store writes; off, like /ready, when --http is empty.
+func (a *app) initConsole() (lifecycle.Service, error) {
+	if a.mux == nil {
+		return lifecycle.Funcs{}, nil
+	}
+	c := console.New(console.Config{ClickHouse: a.clickHouseAddr, Database: a.cfg.Database}, a.log.With("module", modConsole))
+	a.mux.Handle(console.Prefix, c)
+	return lifecycle.Funcs{
+		OnStopping: func(context.Context) error { return c.Close() },
 	}, nil
 }
 

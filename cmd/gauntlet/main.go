@@ -156,7 +156,7 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 	cfgFile := fs.String("config", "", "YAML file overlaying the flags (keys are flag names)")
 	target := "all"
 	if name == "serve" {
-		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, pipeline (all but Temporal), scheduler, worker, faults, reward, store, curriculum (Temporal worker), temporal (dev server)")
+		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, pipeline (all but Temporal), scheduler, worker, faults, reward, store, curriculum (Temporal worker), temporal (dev server), console (the web console at /console/ on --http)")
 	}
 	if err := parse(fs, args); err != nil {
 		return err
