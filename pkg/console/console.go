@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,10 +65,12 @@ func New(cfg Config, log *slog.Logger) *Console {
 		w.Header().Set("Cache-Control", "no-cache")
 		http.ServeFileFS(w, r, static, "index.html")
 	})
-	c.mux.HandleFunc("GET "+Prefix+"api/runs", c.api(c.runs))
-	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}", c.api(c.run))
-	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/episodes", c.api(c.episodes))
-	c.mux.HandleFunc("GET "+Prefix+"api/episodes/{episode}", c.api(c.episode))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs", c.api(c.runs, map[string]bound{"limit": {100, MaxRuns}}))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}", c.api(c.run, nil))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/episodes", c.api(c.episodes,
+		map[string]bound{"limit": {100, MaxEpisodes}, "offset": {0, 1_000_000_000}}))
+	c.mux.HandleFunc("GET "+Prefix+"api/episodes/{episode}", c.api(c.episode,
+		map[string]bound{"limit": {100, MaxSteps}, "from": {0, 1_000_000}}))
 	return c
 }
 
@@ -111,13 +115,30 @@ func (c *Console) reader(ctx context.Context) (reader, error) {
 	return reader{conn: c.conn, database: c.cfg.Database}, nil
 }
 
-// api wraps an endpoint: a reader under the query timeout, the answer as JSON, errors
-// as {"error": "..."} with their status.
-func (c *Console) api(h func(context.Context, reader, *http.Request) (any, error)) http.HandlerFunc {
+// bound is a numeric query parameter's default and largest value (the smallest is 0).
+type bound struct{ def, max int }
+
+// params are an API request's numeric query parameters, checked against their bounds.
+type params map[string]int
+
+// endpoint answers one API request from its checked parameters.
+type endpoint func(ctx context.Context, rd reader, r *http.Request, p params) (any, error)
+
+// api wraps an endpoint: its parameters checked before anything is read (a bad request
+// never waits on ClickHouse), a reader under the query timeout, the answer as JSON,
+// errors as {"error": "..."} with their status.
+func (c *Console) api(h endpoint, bounds map[string]bound) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), c.cfg.QueryTimeout)
 		defer cancel()
-		v, err := c.answer(ctx, h, r)
+		var v any
+		p, err := checkParams(r, bounds)
+		if err == nil {
+			var rd reader
+			if rd, err = c.reader(ctx); err == nil {
+				v, err = h(ctx, rd, r, p)
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
@@ -143,52 +164,43 @@ func (c *Console) api(h func(context.Context, reader, *http.Request) (any, error
 	}
 }
 
-func (c *Console) answer(ctx context.Context, h func(context.Context, reader, *http.Request) (any, error), r *http.Request) (any, error) {
-	// Parameters are checked before anything is read, so a bad request never waits on
-	// ClickHouse.
-	if err := checkParams(r); err != nil {
-		return nil, err
-	}
-	rd, err := c.reader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return h(ctx, rd, r)
-}
-
 // idRE is what run and episode ids look like (gauntlet's are "r" and hex digits, with
 // "-" and the index for episodes; ids given through the env API are the trainer's).
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
-// checkParams refuses malformed ids and numbers and query parameters the endpoint
-// does not take, naming the parameter.
-func checkParams(r *http.Request) error {
+// checkParams refuses malformed ids, numbers out of their bounds and query parameters
+// the endpoint does not take, naming the parameter.
+func checkParams(r *http.Request, bounds map[string]bound) (params, error) {
 	for _, name := range []string{"run", "episode"} {
 		if v := r.PathValue(name); v != "" && !idRE.MatchString(v) {
-			return fmt.Errorf("%w: %s id %q: want up to 128 letters, digits, '_', '.', ':' or '-'", errBadRequest, name, v)
+			return nil, fmt.Errorf("%w: %s id %q: want up to 128 letters, digits, '_', '.', ':' or '-'", errBadRequest, name, v)
 		}
 	}
-	for name := range r.URL.Query() {
-		switch name {
-		case "limit", "offset", "from":
-		default:
-			return fmt.Errorf("%w: unknown query parameter %q (known: limit, offset, from)", errBadRequest, name)
+	q := r.URL.Query()
+	for name := range q {
+		if _, ok := bounds[name]; !ok {
+			known := make([]string, 0, len(bounds))
+			for k := range bounds {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("%w: unknown query parameter %q (known: %s)", errBadRequest, name, strings.Join(known, ", "))
 		}
 	}
-	return nil
-}
-
-// intParam reads a query parameter in [0, hi], def when absent.
-func intParam(r *http.Request, name string, def, hi int) (int, error) {
-	s := r.URL.Query().Get(name)
-	if s == "" {
-		return def, nil
+	p := params{}
+	for name, b := range bounds {
+		p[name] = b.def
+		s := q.Get(name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > b.max {
+			return nil, fmt.Errorf("%w: %s=%q: want a whole number from 0 to %d", errBadRequest, name, s, b.max)
+		}
+		p[name] = n
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > hi {
-		return 0, fmt.Errorf("%w: %s=%q: want a whole number from 0 to %d", errBadRequest, name, s, hi)
-	}
-	return n, nil
+	return p, nil
 }
 
 // RunsPage is the answer of /console/api/runs.
@@ -196,12 +208,8 @@ type RunsPage struct {
 	Runs []RunSummary `json:"runs"`
 }
 
-func (c *Console) runs(ctx context.Context, rd reader, r *http.Request) (any, error) {
-	limit, err := intParam(r, "limit", 100, MaxRuns)
-	if err != nil {
-		return nil, err
-	}
-	runs, err := rd.Runs(ctx, limit)
+func (c *Console) runs(ctx context.Context, rd reader, _ *http.Request, p params) (any, error) {
+	runs, err := rd.Runs(ctx, p["limit"])
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +226,7 @@ type RunPage struct {
 	SeriesWidth uint64  `json:"series_width"`
 }
 
-func (c *Console) run(ctx context.Context, rd reader, r *http.Request) (any, error) {
+func (c *Console) run(ctx context.Context, rd reader, r *http.Request, _ params) (any, error) {
 	id := r.PathValue("run")
 	var p RunPage
 	var err error
@@ -244,15 +252,8 @@ type EpisodesPage struct {
 	Limit    int              `json:"limit"`
 }
 
-func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request) (any, error) {
-	limit, err := intParam(r, "limit", 100, MaxEpisodes)
-	if err != nil {
-		return nil, err
-	}
-	offset, err := intParam(r, "offset", 0, 1_000_000_000)
-	if err != nil {
-		return nil, err
-	}
+func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
+	offset, limit := p["offset"], p["limit"]
 	eps, err := rd.Episodes(ctx, r.PathValue("run"), offset, limit)
 	if err != nil {
 		return nil, err
@@ -269,15 +270,8 @@ type EpisodePage struct {
 	Limit   int             `json:"limit"`
 }
 
-func (c *Console) episode(ctx context.Context, rd reader, r *http.Request) (any, error) {
-	limit, err := intParam(r, "limit", 100, MaxSteps)
-	if err != nil {
-		return nil, err
-	}
-	from, err := intParam(r, "from", 0, 1_000_000)
-	if err != nil {
-		return nil, err
-	}
+func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
+	from, limit := p["from"], p["limit"]
 	id := r.PathValue("episode")
 	ep, err := rd.Episode(ctx, id)
 	if err != nil {
