@@ -109,6 +109,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("an episode of 3 steps or more: %v (%d found)", err, len(eps))
 	}
 	ep := eps[0][0]
+	seed := queryOne(t, conn, fmt.Sprintf(`SELECT seed FROM %s.episodes FINAL WHERE episode_id = '%s'`, cfg.Database, ep))
 	_, steps, err := trajectory.Query(context.Background(), conn, fmt.Sprintf(`SELECT step, tool, reward, length(fault_kinds) FROM %s.steps FINAL WHERE episode_id = '%s' ORDER BY step LIMIT 3`, cfg.Database, ep))
 	if err != nil || len(steps) != 3 {
 		t.Fatalf("steps of %s: %v (%d found)", ep, err, len(steps))
@@ -127,6 +128,11 @@ func TestConsoleInABrowser(t *testing.T) {
 			}
 		}
 		waitText(t, b, `#step-index`, st[0], 30*time.Second)
+		if i == 0 { // a uint64 as a JavaScript number would lose digits
+			if got := text(t, b, `.card [data-field="seed"]`); got != seed {
+				t.Errorf("replay of %s: seed %s, SQL gives %s", ep, got, seed)
+			}
+		}
 		if got := text(t, b, `#step-action`); !strings.HasPrefix(got, st[1]+" ") {
 			t.Errorf("replay of %s, step %s: action %q, SQL gives tool %s", ep, st[0], got, st[1])
 		}

@@ -276,7 +276,8 @@ type EpisodeSummary struct {
 	RunID       string    `json:"run_id"`
 	Idx         uint64    `json:"idx"`
 	Env         string    `json:"env"`
-	Seed        uint64    `json:"seed"`
+	// Seed is a string in JSON: a uint64 loses digits as a JavaScript number.
+	Seed        uint64    `json:"seed,string"`
 	Policy      string    `json:"policy"`
 	Profile     string    `json:"profile"`
 	Steps       uint32    `json:"steps"`

@@ -83,7 +83,7 @@ async function runsPage(gen) {
       el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(r.infra_errors) }),
       el("td", { "data-field": "first", text: fmt.time(r.first) }),
       el("td", { "data-field": "last", text: fmt.time(r.last) }),
-      el("td", { class: r.live ? "live" : "muted", text: r.live ? "in flight" : "ended" })));
+      el("td", { class: r.live ? "live" : "muted", title: "an episode ended in the last 15 s", text: r.live ? "active" : "idle" })));
   main.replaceChildren(
     el("h1", { text: "Runs" }),
     runs.length === 0
@@ -119,8 +119,10 @@ async function runPage(gen, runID) {
   const xs = page.series.map((p) => p.from);
   const bars = uPlot.paths.bars({ size: [0.9, 100] });
   const histX = page.reward_histogram.map((b) => (b.lo + b.hi) / 2);
+  const hist = page.reward_histogram;
+  const histRange = (u, lo, hi) => (hist.length ? [hist[0].lo - (hist.length === 1 ? 1 : 0), hist[hist.length - 1].hi + (hist.length === 1 ? 1 : 0)] : [lo, hi]);
   main.replaceChildren(
-    el("h1", {}, "Run ", el("span", { id: "run-id", text: r.run_id }), " ", el("span", { class: r.live ? "live" : "muted", text: r.live ? "in flight" : "" })),
+    el("h1", {}, "Run ", el("span", { id: "run-id", text: r.run_id }), " ", el("span", { class: "live", title: "an episode ended in the last 15 s", text: r.live ? "active" : "" })),
     el("div", { class: "cards" },
       card("env", r.env, "env"),
       card("episodes ended", fmt.int(r.episodes), "episodes"),
@@ -136,7 +138,8 @@ async function runPage(gen, runID) {
         series: [{ label: "from episode" }, { label: "success rate", scale: "rate", stroke: "#1f7a3d", width: 2 }, { label: "mean reward", scale: "reward", stroke: "#2456a6", width: 2 }],
       }, [xs, page.series.map((p) => p.success_rate), page.series.map((p) => p.mean_reward)]),
       chart("reward distribution (episodes)", {
-        scales: { x: { time: false } },
+        // The bars are drawn at their bins' centres; the axis spans the bins' edges.
+        scales: { x: { time: false, range: histRange } },
         axes: [{ label: "episode reward" }, { label: "episodes" }],
         series: [{ label: "reward" }, { label: "episodes", fill: "#2456a655", stroke: "#2456a6", paths: bars, points: { show: false } }],
       }, [histX, page.reward_histogram.map((b) => b.count)])),
@@ -160,7 +163,7 @@ async function runPage(gen, runID) {
         el("td", { class: "num", text: fmt.int(e.steps) }),
         el("td", { class: "num", text: fmt.int(e.faults_fired) }),
         el("td", { class: "num", text: fmt.reward(e.total_reward) }),
-        el("td", { class: e.success ? "ok" : "bad", text: e.infra_error ? "infra error" : e.reason })))))));
+        el("td", { class: e.success ? "ok" : "bad", text: e.infra_error ? "infra error" : e.reason }))))));
   return r.live ? LIVE_MS : 0;
 }
 
@@ -210,7 +213,7 @@ async function episodePage(gen, id, n) {
       : el("p", { class: "muted", text: "This episode has not ended yet." }));
   const stepper = el("div", { class: "stepper" },
     el("button", { id: "prev", disabled: n <= 0 ? "" : null, onclick: () => goStep(id, n - 1), text: "◀ previous" }),
-    el("span", {}, "step ", el("b", { id: "step-index", text: String(n) }), total !== null ? ` of ${total}` : ""),
+    el("span", {}, "step ", el("b", { id: "step-index", text: String(n) }), total !== null ? ` of 0–${last}` : ""),
     el("button", { id: "next", disabled: step === undefined || (last !== null && n >= last) ? "" : null, onclick: () => goStep(id, n + 1), text: "next ▶" }));
   if (step === undefined) {
     main.replaceChildren(el("h1", { text: "Episode " + id }), head, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
