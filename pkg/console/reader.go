@@ -272,10 +272,10 @@ func (r reader) Series(ctx context.Context, runID string) (points []Point, width
 // EpisodeSummary is one ended episode as the run page lists it and the replay viewer
 // heads it.
 type EpisodeSummary struct {
-	EpisodeID   string    `json:"episode_id"`
-	RunID       string    `json:"run_id"`
-	Idx         uint64    `json:"idx"`
-	Env         string    `json:"env"`
+	EpisodeID string `json:"episode_id"`
+	RunID     string `json:"run_id"`
+	Idx       uint64 `json:"idx"`
+	Env       string `json:"env"`
 	// Seed is a string in JSON: a uint64 loses digits as a JavaScript number.
 	Seed        uint64    `json:"seed,string"`
 	Policy      string    `json:"policy"`
