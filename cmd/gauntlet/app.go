@@ -26,6 +26,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"github.com/gauntlet-rl/gauntlet/services/curriculum"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/faults"
@@ -140,7 +141,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
 	}, modBus, modHTTP, modSandbox)
-	m.Register(modConsole, a.initConsole, modClickHouse, modHTTP)
+	m.Register(modConsole, a.initConsole, modBus, modClickHouse, modHTTP)
 	m.Register(modTemporal, a.initTemporal)
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
@@ -455,14 +456,35 @@ func (a *app) initHTTP() (lifecycle.Service, error) {
 }
 
 // initConsole mounts the web console (pkg/console) on the http server, reading the
-// ClickHouse database the store writes; off, like /ready, when --http is empty.
+// ClickHouse database the store writes and, for runs in flight, the scheduler's records
+// in the gauntlet_runs bucket; off, like /ready, when --http is empty. It is mounted
+// once its dependencies have started, so its handlers never see a half-built app.
 func (a *app) initConsole() (lifecycle.Service, error) {
 	if a.mux == nil {
 		return lifecycle.Funcs{}, nil
 	}
-	c := console.New(console.Config{ClickHouse: a.clickHouseAddr, Database: a.cfg.Database}, a.log.With("module", modConsole))
-	a.mux.Handle(console.Prefix, c)
+	var c *console.Console
 	return lifecycle.Funcs{
+		OnStarting: func(context.Context) error {
+			runs := bus.NewBucket(a.bus.JS, bus.BucketRuns)
+			c = console.New(console.Config{
+				ClickHouse: a.clickHouseAddr, Database: a.cfg.Database,
+				Progress: func(ctx context.Context, runID string) (*gauntletv1.RunProgress, bool) {
+					kv, err := runs.KV(ctx)
+					if err != nil {
+						return nil, false
+					}
+					e, err := kv.Get(ctx, runID)
+					if err != nil {
+						return nil, false
+					}
+					p, err := gauntletv1.DecodeRunProgress(e.Value())
+					return p, err == nil
+				},
+			}, a.log.With("module", modConsole))
+			a.mux.Handle(console.Prefix, c)
+			return nil
+		},
 		OnStopping: func(context.Context) error { return c.Close() },
 	}, nil
 }

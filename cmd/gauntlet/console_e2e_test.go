@@ -58,6 +58,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	run := req.RunId
 	rowSel := fmt.Sprintf(`#runs tr[data-run=%q]`, run)
 	waitText(t, b, rowSel+` td[data-field="episodes"]`, strconv.Itoa(episodes), time.Minute)
+	// The scheduler's record says the run is done and how many episodes it planned.
+	waitText(t, b, rowSel+` td[data-field="state"]`, "done", time.Minute)
+	if got := text(t, b, rowSel+` td[data-field="planned"]`); got != fmt.Sprintf("of %d", episodes) {
+		t.Errorf("runs page, planned episodes of %s: %q, want \"of %d\"", run, got, episodes)
+	}
 
 	// The runs list shows what SQL gives for the run.
 	q := func(expr string) string {

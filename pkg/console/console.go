@@ -19,6 +19,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 //go:embed static
@@ -39,6 +40,11 @@ type Config struct {
 	Database string
 	// QueryTimeout bounds the queries of one API request (DefaultQueryTimeout when 0).
 	QueryTimeout time.Duration
+	// Progress returns the scheduler's record of a run (its state in the gauntlet_runs
+	// KV bucket), ok false when there is none (a run of env API sessions, a bucket out of
+	// reach). It tells a run in flight from one that has ended, and how many episodes it
+	// plans. Nil: runs are known from ClickHouse alone.
+	Progress func(ctx context.Context, runID string) (p *gauntletv1.RunProgress, ok bool)
 }
 
 // Console serves the web console: the pages and the JSON API under Prefix.
@@ -203,6 +209,26 @@ func checkParams(r *http.Request, bounds map[string]bound) (params, error) {
 	return p, nil
 }
 
+// addProgress adds the scheduler's view of the run to s: its state, the episodes it
+// plans, and whether it is live (in flight, or ended with rows still on their way to
+// ClickHouse). Without a record, s keeps what ClickHouse alone says.
+func (c *Console) addProgress(ctx context.Context, s *RunSummary) {
+	if c.cfg.Progress == nil {
+		return
+	}
+	p, ok := c.cfg.Progress(ctx, s.RunID)
+	if !ok {
+		return
+	}
+	planned := p.GetEpisodes()
+	s.Planned = &planned
+	s.State = StateRunning
+	if p.GetDone() {
+		s.State = StateDone
+	}
+	s.Live = !p.GetDone() || s.Episodes < p.GetEnded()
+}
+
 // RunsPage is the answer of /console/api/runs.
 type RunsPage struct {
 	Runs []RunSummary `json:"runs"`
@@ -212,6 +238,9 @@ func (c *Console) runs(ctx context.Context, rd reader, _ *http.Request, p params
 	runs, err := rd.Runs(ctx, p["limit"])
 	if err != nil {
 		return nil, err
+	}
+	for i := range runs {
+		c.addProgress(ctx, &runs[i])
 	}
 	return RunsPage{Runs: runs}, nil
 }
@@ -233,6 +262,7 @@ func (c *Console) run(ctx context.Context, rd reader, r *http.Request, _ params)
 	if p.Run, err = rd.Run(ctx, id); err != nil {
 		return nil, err
 	}
+	c.addProgress(ctx, &p.Run)
 	if p.Histogram, err = rd.RewardHistogram(ctx, id); err != nil {
 		return nil, err
 	}

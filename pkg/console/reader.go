@@ -40,10 +40,23 @@ type RunSummary struct {
 	InfraErrors uint64    `json:"infra_errors"`
 	First       time.Time `json:"first"`
 	Last        time.Time `json:"last"`
-	// Live is whether an episode of the run ended in the last 15 seconds (by
+	// State is the scheduler's: StateRunning or StateDone; empty when it has no record
+	// of the run (runs of env API sessions).
+	State string `json:"state,omitempty"`
+	// Planned is how many episodes the run plans, from the scheduler's record.
+	Planned *uint64 `json:"planned,omitempty"`
+	// Live is whether the pages should refresh: the run is in flight (by the
+	// scheduler's record), its ended episodes are not all in ClickHouse yet, or, without
+	// a record, an episode of the run ended in the last 15 seconds (by
 	// ClickHouse's clock): the pages refresh while any run they show is live.
 	Live bool `json:"live"`
 }
+
+// A run's state, from the scheduler's record.
+const (
+	StateRunning = "running"
+	StateDone    = "done"
+)
 
 // runSummarySQL summarises runs from their ended episodes; {db} is the database and
 // {where} the filter. A table of runs written at submission would replace this query.

@@ -78,12 +78,13 @@ async function runsPage(gen) {
       el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(r.run_id)}`, text: r.run_id })),
       el("td", { "data-field": "env", text: r.env }),
       el("td", { class: "num", "data-field": "episodes", text: fmt.int(r.episodes) }),
+      el("td", { class: "num muted", "data-field": "planned", text: r.planned === undefined ? "" : "of " + fmt.int(r.planned) }),
       el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(r.success_rate) }),
       el("td", { class: "num", "data-field": "mean_reward", text: fmt.reward(r.mean_reward) }),
       el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(r.infra_errors) }),
       el("td", { "data-field": "first", text: fmt.time(r.first) }),
       el("td", { "data-field": "last", text: fmt.time(r.last) }),
-      el("td", { class: r.live ? "live" : "muted", title: "an episode ended in the last 15 s", text: r.live ? "active" : "idle" })));
+      el("td", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })));
   main.replaceChildren(
     el("h1", { text: "Runs" }),
     runs.length === 0
@@ -91,10 +92,18 @@ async function runsPage(gen) {
       : el("table", { id: "runs" },
         el("thead", {}, el("tr", {},
           ["run", "env"].map((h) => el("th", { text: h })),
-          ["episodes", "success", "mean reward", "infra errors"].map((h) => el("th", { class: "num", text: h })),
+          ["episodes ended", "", "success", "mean reward", "infra errors"].map((h) => el("th", { class: "num", text: h })),
           ["first started", "last ended", ""].map((h) => el("th", { text: h })))),
         el("tbody", {}, rows)));
   return runs.some((r) => r.live) ? LIVE_MS : IDLE_MS;
+}
+
+// stateText says where a run is: the scheduler's state when it has a record of the run,
+// else whether an episode ended lately.
+function stateText(r) {
+  if (r.state === "running") return "running";
+  if (r.state === "done") return r.live ? "done, storing" : "done";
+  return r.live ? "active" : "idle";
 }
 
 // --- run page ----------------------------------------------------------------------
@@ -122,10 +131,10 @@ async function runPage(gen, runID) {
   const hist = page.reward_histogram;
   const histRange = (u, lo, hi) => (hist.length ? [hist[0].lo - (hist.length === 1 ? 1 : 0), hist[hist.length - 1].hi + (hist.length === 1 ? 1 : 0)] : [lo, hi]);
   main.replaceChildren(
-    el("h1", {}, "Run ", el("span", { id: "run-id", text: r.run_id }), " ", el("span", { class: "live", title: "an episode ended in the last 15 s", text: r.live ? "active" : "" })),
+    el("h1", {}, "Run ", el("span", { id: "run-id", text: r.run_id }), " ", el("span", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })),
     el("div", { class: "cards" },
       card("env", r.env, "env"),
-      card("episodes ended", fmt.int(r.episodes), "episodes"),
+      card(r.planned === undefined ? "episodes ended" : `episodes ended of ${r.planned}`, fmt.int(r.episodes), "episodes"),
       card("success rate", fmt.pct(r.success_rate), "success_rate"),
       card("mean reward", fmt.reward(r.mean_reward), "mean_reward"),
       card("steps", fmt.int(r.steps), "steps"),
