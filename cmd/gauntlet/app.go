@@ -502,7 +502,9 @@ type stack struct {
 	Temporal   string `json:"temporal,omitempty"`
 	TemporalUI string `json:"temporal_ui,omitempty"`
 	EnvAPI     string `json:"envapi,omitempty"`
-	PID        int    `json:"pid"`
+	// Console is the web console's address, when this process serves it.
+	Console string `json:"console,omitempty"`
+	PID     int    `json:"pid"`
 }
 
 func stackPath(dataDir string) string { return filepath.Join(dataDir, "stack.json") }

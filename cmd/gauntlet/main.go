@@ -16,6 +16,8 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/console"
+
 	// Envs and policies register themselves.
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
@@ -198,6 +200,9 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 		if a.envapi != nil {
 			st.EnvAPI = a.envapi.Addr()
 		}
+		if cfg.HTTPAddr != "" && slices.Contains(order, modConsole) {
+			st.Console = "http://" + cfg.HTTPAddr + console.Prefix
+		}
 		if err := writeStack(cfg.DataDir, st); err != nil {
 			log.Warn("write stack.json", "err", err)
 		}
@@ -219,6 +224,9 @@ func printBanner(w io.Writer, st stack, devToken bool, devTokenPath string) {
 			token = ", token in " + devTokenPath
 		}
 		fmt.Fprintf(w, "env api http://%s (gRPC and HTTP/JSON, MCP at /mcp/<env>%s)\n", st.EnvAPI, token)
+	}
+	if st.Console != "" {
+		fmt.Fprintf(w, "console %s\n", st.Console)
 	}
 	if st.Temporal != "" {
 		fmt.Fprintf(w, "temporal %s (task queue gauntlet)%s\n", st.Temporal, uiHint(st.TemporalUI))
