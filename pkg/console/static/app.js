@@ -119,10 +119,12 @@ function chart(title, opts, data) {
   return box;
 }
 
-async function runPage(gen, runID) {
+const EPISODES_PAGE = 200; // episodes listed at once on the run page
+
+async function runPage(gen, runID, offset) {
   setCrumbs(el("a", { href: "#/", text: "runs" }), el("span", { text: runID }));
   const enc = encodeURIComponent(runID);
-  const [page, eps] = await Promise.all([getJSON(`runs/${enc}`), getJSON(`runs/${enc}/episodes?limit=200`)]);
+  const [page, eps] = await Promise.all([getJSON(`runs/${enc}`), getJSON(`runs/${enc}/episodes?offset=${offset}&limit=${EPISODES_PAGE}`)]);
   if (gen !== generation) return;
   const r = page.run;
   const xs = page.series.map((p) => p.from);
@@ -160,7 +162,10 @@ async function runPage(gen, runID) {
         el("td", { class: "num", text: fmt.int(k.episodes) }),
         el("td", { class: "num", text: fmt.pct(k.success_rate) }),
         el("td", { class: "num", text: fmt.reward(k.mean_reward) }))))),
-    el("h2", { text: `Episodes (first ${eps.episodes.length})` }),
+    el("h2", { text: eps.episodes.length ? `Episodes ${offset}–${offset + eps.episodes.length - 1} of ${r.episodes} ended` : "Episodes" }),
+    el("div", { class: "stepper" },
+      offset > 0 ? el("a", { id: "episodes-prev", href: `#/runs/${enc}?offset=${Math.max(0, offset - EPISODES_PAGE)}`, text: "◀ previous" }) : null,
+      offset + eps.episodes.length < r.episodes ? el("a", { id: "episodes-next", href: `#/runs/${enc}?offset=${offset + EPISODES_PAGE}`, text: "next ▶" }) : null),
     el("table", { id: "episodes" },
       el("thead", {}, el("tr", {}, el("th", { text: "episode" }), el("th", { class: "num", text: "idx" }),
         ["policy", "profile"].map((h) => el("th", { text: h })),
@@ -269,7 +274,7 @@ async function route(refresh) {
   try {
     let next;
     if (parts.length === 0) next = await runsPage(gen);
-    else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1]);
+    else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1], Math.max(0, parseInt(params.get("offset") || "0", 10) || 0));
     else if (parts[0] === "episodes" && parts.length === 2) {
       // Pages of an ended episode are kept while stepping; one in flight is read again.
       if (!replay || replay.id !== parts[1] || !replay.episode) replay = null;
