@@ -1,0 +1,139 @@
+package world
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+func bank(t testing.TB) env.Env {
+	t.Helper()
+	e, err := env.Lookup("bank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func injector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *inject.Injector {
+	t.Helper()
+	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func httpErr(id, target string, p float64, status, retryMs uint32) *gauntletv1.FaultRule {
+	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
+		Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: status, RetryAfterMs: retryMs}}}
+}
+
+func truncate(id, target string, p, keep float64) *gauntletv1.FaultRule {
+	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
+		Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: keep}}}
+}
+
+func latency(id, target string, p, mean, jitter float64) *gauntletv1.FaultRule {
+	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
+		Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: mean, JitterMs: jitter}}}
+}
+
+// stressPlan hits every service of the bank with errors, Retry-After, latency and
+// truncated answers, writes included.
+func stressPlan(t testing.TB, seed uint64) *inject.Injector {
+	return injector(t, rng.Derive(seed, "plan"),
+		httpErr("pay-503", "payments", 0.2, 503, 250),
+		httpErr("fraud-429", "fraud", 0.1, 429, 1000),
+		httpErr("any-500", "*", 0.03, 500, 0),
+		latency("lat", "*", 0.5, 40, 20),
+		truncate("acct-trunc", "accounts", 0.1, 0.5),
+		truncate("create-trunc", "transfer.create", 0.15, 0.2),
+		truncate("fraud-trunc", "fraud", 0.15, 0.3),
+	)
+}
+
+// TestConformance runs the suite every env passes, with the oracle under the stress
+// plan's faults.
+func TestConformance(t *testing.T) {
+	envtest.Run(t, envtest.Subject{
+		Env: bank(t),
+		Config: func(t testing.TB, seed uint64) env.Config {
+			return env.Config{Seed: seed, Faults: stressPlan(t, seed)}
+		},
+		Limits: func(maxInvalid int, deadlineMs int64) json.RawMessage {
+			return fmt.Appendf(nil, `{"max_invalid":%d,"deadline_ms":%d}`, maxInvalid, deadlineMs)
+		},
+		Idle:        env.Action{Tool: "wait", Args: json.RawMessage(`{"ms":100}`)},
+		ErrNotReset: ErrNotReset,
+	})
+}
+
+// play runs the oracle through one episode and returns the last step and the steps.
+func play(t testing.TB, e env.Env, cfg env.Config) (env.StepResult, int, []string) {
+	t.Helper()
+	ep, err := e.NewEpisode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := ep.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := e.(env.Oracle).Oracle(cfg.Seed)
+	var log []string
+	for i := uint32(0); ; i++ {
+		a, err := agent.Act(env.Turn{Step: i, Observation: obs})
+		if err != nil {
+			t.Fatalf("seed %d step %d: %v\n%s", cfg.Seed, i, err, strings.Join(log, "\n"))
+		}
+		r, err := ep.Step(a)
+		if err != nil {
+			t.Fatalf("seed %d step %d: %v", cfg.Seed, i, err)
+		}
+		log = append(log, fmt.Sprintf("%s %s -> %s %s", a.Tool, a.Args, r.Observation, r.Diff))
+		obs = r.Observation
+		if r.Done() {
+			return r, int(i) + 1, log
+		}
+	}
+}
+
+// TestOracleSucceeds: the plan solves every world, without faults and under the stress
+// plan (where the step limit may cut a few short).
+func TestOracleSucceeds(t *testing.T) {
+	e := bank(t)
+	held := 0
+	for seed := uint64(1); seed <= 200; seed++ {
+		r, _, log := play(t, e, env.Config{Seed: seed})
+		if r.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS {
+			t.Fatalf("seed %d: ended %s\n%s", seed, r.Reason, strings.Join(log, "\n"))
+		}
+		if strings.Contains(strings.Join(log, "\n"), "fraud.verify") {
+			held++
+		}
+	}
+	if held < 20 || held > 180 {
+		t.Errorf("%d of 200 worlds needed verification; the holds should be common but not universal", held)
+	}
+	ok := 0
+	for seed := uint64(1); seed <= 200; seed++ {
+		r, _, log := play(t, e, env.Config{Seed: seed, Faults: stressPlan(t, seed), MaxSteps: 60})
+		switch r.Reason {
+		case gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS:
+			ok++
+		case gauntletv1.TerminationReason_TERMINATION_REASON_FAILURE:
+			t.Fatalf("seed %d: the oracle failed the task under faults\n%s", seed, strings.Join(log, "\n"))
+		}
+	}
+	if ok < 190 {
+		t.Errorf("oracle succeeded in %d of 200 stressed episodes, want at least 190", ok)
+	}
+}
