@@ -202,7 +202,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	e.vars = make(map[string]any, len(w.vars))
 	act := &activation{ep: e}
 	for i := range w.vars {
-		v, err := drawValue(r, &w.vars[i].draw, act, place{field: idx("vars", i)})
+		v, err := drawValue(r, &w.vars[i].draw, act, place{field: sub("vars", w.vars[i].name)})
 		if err != nil {
 			return nil, err
 		}

@@ -310,7 +310,7 @@ func (c *compiler) load(root *yaml.Node) {
 	}
 	c.base = base
 	for i, n := range varNodes {
-		c.compileDraw(base, &w.vars[i].draw, n, idx("vars", i))
+		c.compileDraw(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name))
 	}
 	for i, en := range entNodes {
 		e := &w.entities[i]
@@ -622,14 +622,12 @@ func (c *compiler) tools(n *yaml.Node) {
 	for i, tn := range nodes {
 		f := idx("tools", i)
 		t := toolDef{svc: -1, at: at(tn, f)}
-		for _, m := range d.mapping(tn, f, toolKeys...) {
-			if m.key == "name" {
-				if s, ok := d.name(m.v, sub(f, "name"), true); ok {
-					if slices.Contains(w.toolNames, s) {
-						d.errAt(at(m.v, sub(f, "name")), "duplicate tool %q", s)
-					}
-					t.name = s
+		if nn := valueOf(tn, "name"); nn != nil {
+			if s, ok := d.name(nn, sub(f, "name"), true); ok {
+				if slices.Contains(w.toolNames, s) {
+					d.errAt(at(nn, sub(f, "name")), "duplicate tool %q", s)
 				}
+				t.name = s
 			}
 		}
 		if t.name == "" {
@@ -643,6 +641,20 @@ func (c *compiler) tools(n *yaml.Node) {
 	for i, tn := range nodes {
 		c.tool(&w.tools[i], tn, idx("tools", i))
 	}
+}
+
+// valueOf returns the value of key in mapping n, without reporting anything.
+func valueOf(n *yaml.Node, key string) *yaml.Node {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return resolve(n.Content[i+1])
+		}
+	}
+	return nil
 }
 
 func hasKey(n *yaml.Node, key string) bool {

@@ -1,0 +1,110 @@
+package world
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// small is a valid world the error tests break one way at a time.
+const small = `name: tiny
+services: [svc]
+vars:
+  n: {type: int, uniform: [1, 5]}
+tools:
+  - name: bump
+    service: svc
+    description: add one to n
+    args:
+      type: object
+      properties:
+        by: {type: integer, minimum: 1, maximum: 3}
+      required: [by]
+    preconditions:
+      - rule: below_ten
+        require: n + args.by < 10
+        error: too big
+        reason: n is ${n}
+        suggestion: stop bumping
+    effects:
+      - set: n
+        to: n + args.by
+    observation:
+      n: n
+success: n >= 9
+`
+
+func TestSmallWorldLoads(t *testing.T) {
+	w, err := Load("tiny.yaml", []byte(small))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Name() != "tiny" || !strings.HasPrefix(w.Digest(), "sha256:") || w.HasOracle() {
+		t.Fatalf("got %s %s %v", w.Name(), w.Digest(), w.HasOracle())
+	}
+	spec := w.Env().Spec()
+	if got, want := string(spec.Tools[0].Schema), `{"additionalProperties":false,"properties":{"by":{"maximum":3,"minimum":1,"type":"integer"}},"required":["by"],"type":"object"}`; got != want {
+		t.Fatalf("schema\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestLoadReportsEveryErrorWithItsPlace: each broken file reports all its problems at
+// once, each naming the file, the line and the field.
+func TestLoadReportsEveryErrorWithItsPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+		want []string // each a regexp one error line must match
+	}{
+		{"unknown keys everywhere", strings.Replace(strings.Replace(small, "services: [svc]", "services: [svc]\ncolour: red", 1),
+			"    service: svc", "    service: svc\n    sevrice: x", 1),
+			[]string{`^w\.yaml:3:1: colour: unknown key`, `^w\.yaml:9:5: tools\[0\]\.sevrice: unknown key`}},
+		{"type errors in CEL", strings.Replace(strings.Replace(small, "to: n + args.by", "to: n + args.byy", 1),
+			"success: n >= 9", "success: n + 1", 1),
+			[]string{`^w\.yaml:\d+:\d+: tools\[0\]\.effects\[0\]\.to: undefined field 'byy'`, `^w\.yaml:25:10: success: .* has type int, want bool`}},
+		{"unknown service and variable", strings.Replace(strings.Replace(small, "service: svc", "service: nope", 1),
+			"- set: n", "- set: m", 1),
+			[]string{`^w\.yaml:7:14: tools\[0\]\.service: unknown service "nope"`, `^w\.yaml:\d+:14: tools\[0\]\.effects\[0\]\.set: unknown variable "m"`}},
+		{"missing required keys", "services: [a]\n", []string{`name: required`, `tools: required`, `success: required`}},
+		{"rule without reason", strings.Replace(small, "        reason: n is ${n}\n", "", 1),
+			[]string{`tools\[0\]\.preconditions\[0\]: a rule .* needs a reason and a suggestion`}},
+		{"bad schema keyword", strings.Replace(small, "minimum: 1, maximum: 3", "minimum: 1, pattern: x", 1),
+			[]string{`tools\[0\]\.args\.properties\.by\.pattern: unknown key`}},
+		{"draw reads a later value", strings.Replace(small, "n: {type: int, uniform: [1, 5]}", "n: {type: int, expr: m}\n  m: {type: int, value: 2}", 1),
+			[]string{`^w\.yaml:4:\d+: vars\.n\.expr: seed 1: no such attribute`}},
+		{"malformed YAML", "name: [x\n", []string{`^w\.yaml:\d+:1: \(document\): malformed YAML`}},
+		{"not a mapping", "- a\n- b\n", []string{`^w\.yaml:1:1: \(document\): want a mapping`}},
+		{"empty", "", []string{`empty file`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load("w.yaml", []byte(tc.file))
+			if err == nil {
+				t.Fatal("loaded")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			seen := map[string]bool{}
+			for _, l := range lines {
+				if seen[l] {
+					t.Errorf("error reported twice: %s", l)
+				}
+				seen[l] = true
+			}
+			for _, w := range tc.want {
+				re := regexp.MustCompile(w)
+				found := false
+				for _, l := range lines {
+					if re.MatchString(l) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("no error matches %s in:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
