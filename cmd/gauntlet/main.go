@@ -19,6 +19,7 @@ import (
 	// Envs and policies register themselves.
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -39,6 +40,7 @@ Usage:
   gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
   gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
+  gauntlet worlds validate|describe|graph FILE   tool worlds written as YAML (docs/worlds.md)
   gauntlet version
 
 Run 'gauntlet <command> -h' for a command's flags. GAUNTLET_DATA, when set, is the
@@ -91,6 +93,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdEpisode(ctx, rest, stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
+	case "worlds":
+		return cmdWorlds(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gauntlet", version)
 		return nil

@@ -66,6 +66,7 @@ func (k kind) zero() any {
 // program is one compiled expression and where it was written.
 type program struct {
 	prg cel.Program
+	ast *cel.Ast
 	src string
 	at  place
 }
@@ -578,7 +579,7 @@ func (c *compiler) compile(env *cel.Env, n *yaml.Node, field string, want *cel.T
 		d.errAt(at(n, field), "%v", err)
 		return nil
 	}
-	return &program{prg: prg, src: src, at: at(n, field)}
+	return &program{prg: prg, ast: ast, src: src, at: at(n, field)}
 }
 
 // observation compiles a mapping of keys to expressions, kept in file order.
