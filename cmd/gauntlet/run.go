@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
@@ -29,6 +30,9 @@ type runOpts struct {
 	drift, profileFiles                    string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
+	// worlds are user worlds the run's env may be one of: the run is checked here, so
+	// this process must know them as the serving ones do.
+	worlds world.Config
 }
 
 func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
@@ -43,11 +47,15 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
 	fs.StringVar(&o.profileFiles, "profile-files", "", "comma-separated YAML fault profiles that --profiles may name by their names (docs/faults.md)")
 	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
+	o.worlds.RegisterFlags(fs)
 }
 
 // request builds and validates the run request, naming the bad flag.
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
+	if err := o.worlds.Register(); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	}
 	pol, err := runs.ParseShares("--policies", o.policies)
 	if err != nil {
 		errs = append(errs, err)

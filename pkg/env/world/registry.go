@@ -120,27 +120,38 @@ func RegisterDir(dir string) ([]*World, error) {
 	}
 	dirMu.Lock()
 	defer dirMu.Unlock()
+	if err := checkNamesLocked(ws); err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		if _, ok := dirDone[w.name]; !ok {
+			env.Register(w.Env())
+			dirDone[w.name] = w.digest
+		}
+	}
+	return ws, nil
+}
+
+// checkNames reports the worlds whose names another env has.
+func checkNames(ws []*World) error {
+	dirMu.Lock()
+	defer dirMu.Unlock()
+	return checkNamesLocked(ws)
+}
+
+func checkNamesLocked(ws []*World) error {
 	var errs []error
-	var fresh []*World
+	names := env.Names()
 	for _, w := range ws {
 		if d, ok := dirDone[w.name]; ok {
 			if d != w.digest {
-				errs = append(errs, fmt.Errorf("%s: world %q changed since it was registered: %w", w.file, w.name, ErrNameTaken))
+				errs = append(errs, fmt.Errorf("%s: world %q changed since this process registered it: %w", w.file, w.name, ErrNameTaken))
 			}
 			continue
 		}
-		if slices.Contains(env.Names(), w.name) {
+		if slices.Contains(names, w.name) {
 			errs = append(errs, fmt.Errorf("%s: world %q: an env of that name exists: %w", w.file, w.name, ErrNameTaken))
-			continue
 		}
-		fresh = append(fresh, w)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	for _, w := range fresh {
-		env.Register(w.Env())
-		dirDone[w.name] = w.digest
-	}
-	return ws, nil
+	return errors.Join(errs...)
 }
