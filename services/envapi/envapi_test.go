@@ -141,6 +141,11 @@ func TestStepWaitsForHousekeepingButNotForAnotherStep(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := s.step(context.Background(), ten, req); done <- err }()
 	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("step during housekeeping answered at once (%v), want it to wait", err)
+	default:
+	}
 	e.mu.Unlock()
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "is over") {
 		t.Errorf("step during housekeeping: %v, want it to wait and answer that the episode is over", err)

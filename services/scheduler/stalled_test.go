@@ -68,8 +68,10 @@ func TestStalledAssignmentWaitsForEndsAlreadyPublished(t *testing.T) {
 		}
 	})
 	go func() { _ = s.stalledLoop(ctx) }()
-	// The ended events are folded in only a while later.
-	time.Sleep(time.Second)
+	// The ended events are folded in only once the scheduler holds the advisory (taken,
+	// not yet acknowledged: it is waiting for the ends), so the test sees that wait
+	// rather than ends already folded in.
+	waitAdvisoryHeld(ctx, t, s)
 	go func() { _ = s.endedLoop(ctx) }()
 
 	got := endsOf(ctx, t, b, spec.RunId, 3)
@@ -168,6 +170,25 @@ func endsOf(ctx context.Context, t *testing.T, b *bus.Bus, runID string, want in
 }
 
 // waitEmpty waits until the work queue holds no assignment.
+// waitAdvisoryHeld waits until the scheduler has taken a stalled-assignment advisory
+// and not yet acknowledged it.
+func waitAdvisoryHeld(ctx context.Context, t *testing.T, s *Service) {
+	t.Helper()
+	for {
+		info, err := s.stalledCons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 1 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the scheduler never took the advisory: %d pending, %d acknowledged", info.NumPending, info.AckFloor.Stream)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func waitEmpty(ctx context.Context, t *testing.T, b *bus.Bus) {
 	t.Helper()
 	for {

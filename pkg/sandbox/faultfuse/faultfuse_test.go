@@ -3,7 +3,9 @@
 package faultfuse_test
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -259,19 +261,28 @@ func TestLayerEndsDespiteACopy(t *testing.T) {
 	if err := l.Begin(); err != nil {
 		t.Fatalf("FUSE cannot mount here: %v", err)
 	}
-	// The copy: a private mount namespace whose process waits, then lists the copy.
-	cp := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "read x; ls "+mnt+" 2>&1; true")
+	// The copy: a private mount namespace whose process says it is there, waits, then
+	// lists the copy. Its first line means unshare has copied the mount table.
+	cp := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "echo in; read x; ls "+mnt+" 2>&1; true")
 	in, err := cp.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	cp.Stdout = &out
+	stdout, err := cp.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cp.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cp.Process.Kill()
-	time.Sleep(200 * time.Millisecond) // let unshare copy the mount table
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || line != "in\n" {
+		t.Fatalf("the copy's first line: %q, %v", line, err)
+	}
+	var out strings.Builder
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, r); close(copied) }()
 	// End must not hang on the copy; how long it takes is not this test's business (the
 	// bound below only tells a hang from a slow machine).
 	ended := make(chan error, 1)
@@ -285,6 +296,7 @@ func TestLayerEndsDespiteACopy(t *testing.T) {
 		t.Fatal("End hung with a copy of the mount in another namespace")
 	}
 	in.Close()
+	<-copied
 	_ = cp.Wait()
 	if !strings.Contains(out.String(), "not connected") {
 		t.Errorf("the copy listed %q after End; want ENOTCONN", out.String())
