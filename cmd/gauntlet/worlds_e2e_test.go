@@ -60,7 +60,8 @@ func TestUserWorldRun(t *testing.T) {
 	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND success = 1 AND r_task > 0`); got == "0" {
 		t.Fatal("no successful step was rewarded")
 	}
-	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND invalid_action = 1 AND policy = 'random'`); got == "0" {
-		t.Fatal("the random policy made no invalid action: are its actions checked?")
+	// The random policy breaks the world's rules; each break is a recorded violation.
+	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND hasAny(violation_rules, ['account_not_frozen', 'sufficient_funds', 'daily_limit', 'transfer_held', 'code_before_verify', 'code_matches', 'completed_is_final'])`); got == "0" {
+		t.Fatal("no violation of the world's rules was recorded")
 	}
 }

@@ -194,9 +194,7 @@ func (g Graph) WriteDOT(out io.Writer) error {
 	var state []string
 	for _, t := range g.Tools {
 		fmt.Fprintf(&b, "  %s [shape=box];\n", q("tool:"+t.Name))
-		for _, w := range t.Writes {
-			state = append(state, w)
-		}
+		state = append(state, t.Writes...)
 		for _, gd := range t.Guards {
 			state = append(state, gd.Reads...)
 		}
