@@ -264,7 +264,7 @@ func (c *compiler) load(root *yaml.Node) {
 				w.services = append(w.services, v)
 			}
 		}
-		if len(w.services) == 0 && len(d.errs) == 0 {
+		if len(w.services) == 0 && isEmptyList(n) {
 			d.errAt(at(n, "services"), "at least one service")
 		}
 	}
@@ -616,7 +616,7 @@ var toolKeys = []string{"name", "service", "description", "args", "preconditions
 func (c *compiler) tools(n *yaml.Node) {
 	d, w := c.d, c.w
 	nodes := d.sequence(n, "tools")
-	if len(nodes) == 0 && len(d.errs) == 0 {
+	if len(nodes) == 0 && isEmptyList(n) {
 		d.errAt(at(n, "tools"), "at least one tool")
 	}
 	// Names first: the oracle and messages refer to tools by name.
@@ -642,6 +642,13 @@ func (c *compiler) tools(n *yaml.Node) {
 	for i, tn := range nodes {
 		c.tool(&w.tools[i], tn, idx("tools", i))
 	}
+}
+
+// isEmptyList reports whether n is a list without items (other kinds are reported as
+// such where they are read).
+func isEmptyList(n *yaml.Node) bool {
+	n = resolve(n)
+	return n != nil && n.Kind == yaml.SequenceNode && len(n.Content) == 0
 }
 
 // valueOf returns the value of key in mapping n, without reporting anything.
