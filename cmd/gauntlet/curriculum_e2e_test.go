@@ -180,7 +180,7 @@ func TestCurriculumOnRealStack(t *testing.T) {
 	if _, err := gauntletCLI(t, "curriculum", "pause", sigID, "--data-dir", cfg.DataDir); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		out, err := gauntletCLI(t, "curriculum", "status", sigID, "--data-dir", cfg.DataDir)
 		return err == nil && strings.Contains(out, "): paused")
 	})
@@ -194,7 +194,7 @@ func TestCurriculumOnRealStack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { p := curriculumQuery(t, tc, sigID); return p.Stage == 1 && p.StageEpisodes >= 20 })
+	waitFor(ctx, t, func() bool { p := curriculumQuery(t, tc, sigID); return p.Stage == 1 && p.StageEpisodes >= 20 })
 	if _, err := gauntletCLI(t, "curriculum", "abort", sigID, "--data-dir", cfg.DataDir); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestCurriculumOnRealStack(t *testing.T) {
 	}
 
 	// Progress is queryable while it runs.
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		out, err := gauntletCLI(t, "curriculum", "status", oracleID, "--data-dir", cfg.DataDir)
 		return err == nil && strings.Contains(out, "episodes in all")
 	})
@@ -326,7 +326,7 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 		"--http", "", "--envapi.addr", "127.0.0.1:0", "--log.level", "warn", "--worker.concurrency", "64", "--store.batch-rows", "5000", "--store.flush-every", "200ms"}
 	start := func() *testProc {
 		cmd := startProc(t, bin, args...)
-		waitFor(t, func() bool { _, err := os.Stat(stackPath(dir)); return err == nil })
+		cmd.waitStack(t, dir)
 		return cmd
 	}
 	cmd := start()
@@ -354,7 +354,7 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	}
 	// Kill after stage 1 is done, in stage 2 (or later, if the query missed stage 2).
 	var before workflows.Progress
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		before = progress()
 		return before.Stage > 1 || (before.Stage == 1 && before.StageEpisodes >= 10)
 	})
@@ -463,7 +463,7 @@ stages:
 		t.Fatal(err)
 	}
 	id := strings.TrimSpace(out)
-	waitFor(t, func() bool { p := curriculumQuery(t, tc, id); return p.Stage == 1 && p.StageEpisodes >= 30 })
+	waitFor(context.Background(), t, func() bool { p := curriculumQuery(t, tc, id); return p.Stage == 1 && p.StageEpisodes >= 30 })
 	if _, err := gauntletCLI(t, "curriculum", "skip", id, "--data-dir", cfg.DataDir); err != nil {
 		t.Fatal(err)
 	}

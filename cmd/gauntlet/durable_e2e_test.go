@@ -51,7 +51,7 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	// rather than risk the episode finishing first.
 	var at workflows.EpisodeCheckpoint
 	var first time.Time
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		desc, err := tc.DescribeWorkflow(ctx, run.GetID(), "")
 		if err != nil {
 			return false

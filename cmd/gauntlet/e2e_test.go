@@ -312,6 +312,8 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	ctx, unguard := guardStall(ctx, t, s.app.getBus(), req.RunId)
+	defer unguard()
 	done := make(chan *gauntletv1.RunProgress, 1)
 	go func() {
 		p, err := follow(ctx, s.app.getBus(), req, io.Discard)
@@ -321,7 +323,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 		done <- p
 	}()
 	// Stop ClickHouse once some episodes are stored, keep it down for a while, bring it back.
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		eps, _, _ := trajectory.RunCounts(ctx, conn, cfg.Database, req.RunId)
 		return eps > 100
 	})
@@ -368,7 +370,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 	}
 	conn2 := connect(t, ch.Addr(), cfg.Database)
 	if err := waitPersisted(ctx, s.app.getBus(), conn2, cfg.Database, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		t.Fatal(err)
+		failStalled(t, ctx, err)
 	}
 	assertExact(t, s.app.getBus(), conn2, cfg.Database, req, final)
 }
@@ -385,7 +387,7 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 		"--temporal.port", fmt.Sprint(freePort(t)), "--temporal.ui-port", "-1"}
 	start := func() *testProc {
 		cmd := startProc(t, bin, args...)
-		waitFor(t, func() bool { _, err := os.Stat(stackPath(dir)); return err == nil })
+		cmd.waitStack(t, dir)
 		return cmd
 	}
 	cmd := start()
@@ -411,8 +413,10 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, unguard := guardStall(ctx, t, b, req.RunId)
+	defer unguard()
 	// Kill -9 the whole process a third of the way through.
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		p := progressFromKV(ctx, kv, req.RunId)
 		return p != nil && p.Ended > 1000
 	})
@@ -424,12 +428,12 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 	cmd = start()
 
 	var final *gauntletv1.RunProgress
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		final = progressFromKV(ctx, kv, req.RunId)
 		return final != nil && final.Done
 	})
 	if err := waitPersisted(ctx, nil, conn, "gauntlet", req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		t.Fatal(err)
+		failStalled(t, ctx, err)
 	}
 	assertExact(t, b, conn, "gauntlet", req, final)
 }
@@ -485,10 +489,16 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor polls cond until it holds. It fails when ctx ends, with the cause guardStall
+// gave it (a run that stopped progressing, and what it is missing) when there is one,
+// and after 5 minutes in any case.
+func waitFor(ctx context.Context, t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for !cond() {
+		if ctx.Err() != nil {
+			failStalled(t, ctx, fmt.Errorf("condition not met: %w", ctx.Err()))
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 5 minutes")
 		}
@@ -518,6 +528,28 @@ func startProc(t testing.TB, bin string, args ...string) *testProc {
 		t.Fatal(err)
 	}
 	return &testProc{Process: cmd.Process, waited: waited}
+}
+
+// waitStack waits for the process to write its stack.json into dir, and fails at once,
+// with its exit status, when it exits first.
+func (p *testProc) waitStack(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if _, err := os.Stat(stackPath(dir)); err == nil {
+			return
+		}
+		select {
+		case err := <-p.waited:
+			p.err, p.exited = err, true
+			t.Fatalf("gauntlet exited before it was up: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gauntlet wrote no %s within 5 minutes", stackPath(dir))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Wait waits for the process to exit; it may be called more than once.

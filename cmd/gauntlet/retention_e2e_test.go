@@ -155,7 +155,7 @@ func TestFullEventsStreamRecovers(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		eps, _, _ := trajectory.RunCounts(ctx, conn, cfg.Database, req.RunId)
 		return eps > 50
 	})
@@ -164,7 +164,7 @@ func TestFullEventsStreamRecovers(t *testing.T) {
 	}
 	// Down until the stream is full, then for longer than a worker's lease and than the
 	// 30 s after which a publish failing for any other reason is given up on.
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		_, bytes, maxBytes := eventsState(t, s.app.getBus())
 		return int64(bytes) > maxBytes*3/4
 	})

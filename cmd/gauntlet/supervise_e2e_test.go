@@ -111,6 +111,8 @@ func TestKilledClickHouseIsRestarted(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	ctx, unguard := guardStall(ctx, t, s.app.getBus(), req.RunId)
+	defer unguard()
 	done := make(chan *gauntletv1.RunProgress, 1)
 	go func() {
 		p, err := follow(ctx, s.app.getBus(), req, io.Discard)
@@ -119,7 +121,7 @@ func TestKilledClickHouseIsRestarted(t *testing.T) {
 		}
 		done <- p
 	}()
-	waitFor(t, func() bool {
+	waitFor(ctx, t, func() bool {
 		eps, _, _ := trajectory.RunCounts(ctx, conn, cfg.Database, req.RunId)
 		return eps > 100
 	})
@@ -150,7 +152,7 @@ func TestKilledClickHouseIsRestarted(t *testing.T) {
 	}
 	conn2 := connect(t, ch.Addr(), cfg.Database)
 	if err := waitPersisted(ctx, s.app.getBus(), conn2, cfg.Database, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		t.Fatal(err)
+		failStalled(t, ctx, err)
 	}
 	assertExact(t, s.app.getBus(), conn2, cfg.Database, req, final)
 }
