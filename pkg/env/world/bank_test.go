@@ -2,8 +2,10 @@ package world
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -79,29 +81,38 @@ func TestConformance(t *testing.T) {
 // play runs the oracle through one episode and returns the last step and the steps.
 func play(t testing.TB, e env.Env, cfg env.Config) (env.StepResult, int, []string) {
 	t.Helper()
+	r, n, log, err := playE(e, cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, strings.Join(log, "\n"))
+	}
+	return r, n, log
+}
+
+// playE is play for goroutines other than the test's: it returns its error.
+func playE(e env.Env, cfg env.Config) (env.StepResult, int, []string, error) {
 	ep, err := e.NewEpisode(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return env.StepResult{}, 0, nil, err
 	}
 	obs, err := ep.Reset()
 	if err != nil {
-		t.Fatal(err)
+		return env.StepResult{}, 0, nil, err
 	}
 	agent := e.(env.Oracle).Oracle(cfg.Seed)
 	var log []string
 	for i := uint32(0); ; i++ {
 		a, err := agent.Act(env.Turn{Step: i, Observation: obs})
 		if err != nil {
-			t.Fatalf("seed %d step %d: %v\n%s", cfg.Seed, i, err, strings.Join(log, "\n"))
+			return env.StepResult{}, 0, log, fmt.Errorf("seed %d step %d: %w", cfg.Seed, i, err)
 		}
 		r, err := ep.Step(a)
 		if err != nil {
-			t.Fatalf("seed %d step %d: %v", cfg.Seed, i, err)
+			return env.StepResult{}, 0, log, fmt.Errorf("seed %d step %d: %w", cfg.Seed, i, err)
 		}
 		log = append(log, fmt.Sprintf("%s %s -> %s %s", a.Tool, a.Args, r.Observation, r.Diff))
 		obs = r.Observation
 		if r.Done() {
-			return r, int(i) + 1, log
+			return r, int(i) + 1, log, nil
 		}
 	}
 }
@@ -135,5 +146,31 @@ func TestOracleSucceeds(t *testing.T) {
 	}
 	if ok < 190 {
 		t.Errorf("oracle succeeded in %d of 200 stressed episodes, want at least 190", ok)
+	}
+}
+
+// TestConcurrentEpisodes: one World serves many episodes at once (workers run hundreds);
+// under -race this checks that nothing of the loaded world is written while they play.
+func TestConcurrentEpisodes(t *testing.T) {
+	e := bank(t)
+	var wg sync.WaitGroup
+	results := make([]string, 8)
+	errs := make([]error, 8)
+	for g := range 8 {
+		seed := uint64(g%4) + 1
+		faults := stressPlan(t, seed)
+		wg.Go(func() {
+			r, n, _, err := playE(e, env.Config{Seed: seed, Faults: faults})
+			results[g], errs[g] = fmt.Sprintf("%s/%d/%s", r.Reason, n, r.Observation), err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for g := 4; g < 8; g++ {
+		if results[g] != results[g-4] {
+			t.Fatalf("seed %d played twice at once ended differently:\n%s\n%s", g%4+1, results[g], results[g-4])
+		}
 	}
 }
