@@ -319,7 +319,9 @@ type stepState struct {
 	violations []*gauntletv1.CausalViolation
 	errors     uint32
 	spend      int64
-	ran        bool
+	// ran: a tool's preconditions held; changed: its effects changed the state.
+	ran     bool
+	changed bool
 }
 
 func (s *stepState) open(op, path string) {
@@ -434,7 +436,10 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	}
 	var success, failure bool
 	progress := e.progress
-	if s.ran {
+	// The end conditions read only the state unless they read the clock or the step:
+	// a step that changed nothing cannot change their verdict (the first step checks the
+	// state as drawn).
+	if s.ran && (s.changed || e.step == 0 || w.endsReadClock) {
 		act := &activation{ep: e}
 		var err error
 		if success, err = evalBool(w.success, act); err == nil && w.failure != nil {
@@ -692,6 +697,7 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 			st.ids = append(st.ids, id)
 			st.val = nil
 			newID = id
+			s.changed = true
 			s.open("add", ed.name+"/"+id)
 			s.diff = append(s.diff, `,"to":{`...)
 			for j, f := range ed.fields {
@@ -706,6 +712,7 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 		case ef.setVar >= 0:
 			name := w.vars[ef.setVar].name
 			if old := e.vars[name]; old != c.to {
+				s.changed = true
 				s.set(name, old, c.to)
 				e.vars[name] = c.to
 			}
@@ -717,6 +724,7 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 			row := st.rows[c.key].(map[string]any)
 			fname := ed.fields[ef.field].name
 			if old := row[fname]; old != c.to {
+				s.changed = true
 				s.set(ed.name+"/"+c.key+"/"+fname, old, c.to)
 				nrow := make(map[string]any, len(row))
 				for k, v := range row {

@@ -80,6 +80,20 @@ func (w *World) reads(p *program) []string {
 	return out
 }
 
+// readsIdent reports whether an expression names one of the identifiers.
+func readsIdent(p *program, names ...string) bool {
+	if p == nil || p.ast == nil {
+		return false
+	}
+	found := false
+	celast.PostOrderVisit(p.ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() == celast.IdentKind && slices.Contains(names, e.AsIdent()) {
+			found = true
+		}
+	}))
+	return found
+}
+
 func (w *World) writes(t *toolDef) []string {
 	var out []string
 	for _, ef := range t.effects {

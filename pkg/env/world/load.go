@@ -178,6 +178,9 @@ type World struct {
 	failure    *program
 	budget     *program
 	oracle     *oraclePlan
+	// endsReadClock: success, failure or a milestone reads now_ms or step, so they are
+	// checked after every step, not only after those that change the state.
+	endsReadClock bool
 }
 
 // Name is the name the world registers under.
@@ -355,6 +358,11 @@ func (c *compiler) load(root *yaml.Node) {
 	}
 	if n := get("oracle"); n != nil {
 		c.oraclePlan(n)
+	}
+	for _, p := range append([]*program{w.success, w.failure}, w.progress...) {
+		if readsIdent(p, "now_ms", "step") {
+			w.endsReadClock = true
+		}
 	}
 }
 

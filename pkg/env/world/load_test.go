@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 )
 
 // small is a valid world the error tests break one way at a time.
@@ -106,5 +108,40 @@ func TestLoadReportsEveryErrorWithItsPlace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEndConditionsOnTheClock: an end condition that reads the clock is checked after
+// every step, even one that changes nothing; one that reads only the state is not
+// needed there and its verdict is the same.
+func TestEndConditionsOnTheClock(t *testing.T) {
+	src := strings.Replace(small, "success: n >= 9", "success: now_ms >= 500", 1)
+	src = strings.Replace(src, "tools:\n", "tools:\n  - name: wait\n    description: let time pass\n    args: {type: object, properties: {ms: {type: integer, minimum: 1, maximum: 1000}}, required: [ms]}\n    advance_ms: args.ms\n", 1)
+	w, err := Load("clock.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.endsReadClock {
+		t.Fatal("success reads now_ms but is not checked on every step")
+	}
+	ep, err := w.Env().NewEpisode(env.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		r, err := ep.Step(env.Action{Tool: "wait", Args: []byte(`{"ms":200}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Done() != (i == 2) || r.Signals.Success != (i == 2) {
+			t.Fatalf("step %d (clock %v): done %v success %v", i, ep.Now(), r.Done(), r.Signals.Success)
+		}
+	}
+	plain, _ := Load("tiny.yaml", []byte(small))
+	if plain.endsReadClock {
+		t.Fatal("success reads only n but is marked as reading the clock")
 	}
 }
