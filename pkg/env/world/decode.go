@@ -94,7 +94,43 @@ func (d *decoder) parseDoc(data []byte) *yaml.Node {
 	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 		n = n.Content[0]
 	}
+	if size := expandedSize(n, map[*yaml.Node]int{}, 0); size > maxExpandedNodes {
+		d.errAt(at(n, ""), "the document expands to more than %d nodes through its aliases", maxExpandedNodes)
+		return nil
+	}
 	return n
+}
+
+// maxExpandedNodes bounds a world with its aliases expanded: aliases of aliases grow
+// exponentially, and every expanded node is checked (and every expression compiled).
+const maxExpandedNodes = 100_000
+
+// expandedSize counts n's nodes with aliases expanded, memoised per node so the count
+// itself stays linear; it stops counting past the bound.
+func expandedSize(n *yaml.Node, memo map[*yaml.Node]int, depth int) int {
+	if n == nil {
+		return 0
+	}
+	if v, ok := memo[n]; ok {
+		return v
+	}
+	if depth > 1000 {
+		return maxExpandedNodes + 1
+	}
+	size := 1
+	if n.Kind == yaml.AliasNode {
+		size = expandedSize(n.Alias, memo, depth+1)
+	} else {
+		for _, c := range n.Content {
+			size += expandedSize(c, memo, depth+1)
+			if size > maxExpandedNodes {
+				break
+			}
+		}
+	}
+	size = min(size, maxExpandedNodes+1)
+	memo[n] = size
+	return size
 }
 
 // resolve follows aliases; a world is plain data, so anchors and aliases are allowed but

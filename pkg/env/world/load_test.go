@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 )
@@ -143,5 +144,22 @@ func TestEndConditionsOnTheClock(t *testing.T) {
 	plain, _ := Load("tiny.yaml", []byte(small))
 	if plain.endsReadClock {
 		t.Fatal("success reads only n but is marked as reading the clock")
+	}
+}
+
+// TestAliasBomb: aliases of aliases that would make a small file check (and compile)
+// hundreds of thousands of expressions are refused at once, not walked.
+func TestAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("name: bomb\nservices: [s]\nvars: {n: {type: int, value: 1}}\nsuccess: 'n > 1'\n")
+	b.WriteString("p: &p {require: 'n + 1 > 0', error: e}\nps: &ps [" + strings.Repeat("*p, ", 299) + "*p]\n")
+	b.WriteString("tool: &t {name: t, description: d, preconditions: *ps}\ntools: [" + strings.Repeat("*t, ", 299) + "*t]\n")
+	start := time.Now()
+	_, err := Load("bomb.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "expands to more than") {
+		t.Fatalf("got %.300v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("refusing took %v", d)
 	}
 }
