@@ -11,6 +11,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -172,5 +173,81 @@ func TestConcurrentEpisodes(t *testing.T) {
 		if results[g] != results[g-4] {
 			t.Fatalf("seed %d played twice at once ended differently:\n%s\n%s", g%4+1, results[g], results[g-4])
 		}
+	}
+}
+
+// takeover plays first's actions for the first k steps, telling next of each
+// (env.Follower), then lets next play: an episode forked at step k.
+type takeover struct {
+	first, next env.Agent
+	k           uint32
+}
+
+func (a takeover) Act(t env.Turn) (env.Action, error) {
+	if t.Step >= a.k {
+		return a.next.Act(t)
+	}
+	act, err := a.first.Act(t)
+	if f, ok := a.next.(env.Follower); ok && err == nil {
+		f.Follow(t, act)
+	}
+	return act, err
+}
+
+// TestOracleTakesOver: the oracle takes over an episode another agent began (gauntlet
+// episode fork): its own, at any step, and a random agent's, succeeding wherever the
+// first steps left success possible.
+func TestOracleTakesOver(t *testing.T) {
+	e := bank(t)
+	o := e.(env.Oracle)
+	random, err := policy.Lookup("random")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seeds = 300
+	ok, over := 0, 0
+	for seed := uint64(1); seed <= seeds; seed++ {
+		k := uint32(seed % 6)
+		first := o.Oracle(seed)
+		if seed%2 == 0 {
+			if first, err = random.NewAgent(e, seed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ep, err := e.NewEpisode(env.Config{Seed: seed, Faults: stressPlan(t, seed), MaxSteps: 40})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs, err := ep.Reset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent := takeover{first: first, next: o.Oracle(seed), k: k}
+		for i := uint32(0); ; i++ {
+			a, err := agent.Act(env.Turn{Step: i, Observation: obs})
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, i, err)
+			}
+			r, err := ep.Step(a)
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, i, err)
+			}
+			obs = r.Observation
+			if r.Done() {
+				switch {
+				case r.Reason == gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS:
+					ok++
+				case i < k:
+					over++ // ended before the takeover
+				case seed%2 == 1:
+					t.Errorf("seed %d: the oracle took over its own episode at step %d and ended %s", seed, k, r.Reason)
+				}
+				break
+			}
+		}
+	}
+	t.Logf("oracle takeovers: %d of %d succeeded, %d ended before the takeover", ok, seeds, over)
+	if ok+over < seeds*9/10 {
+		t.Errorf("%d of %d takeovers succeeded (%d ended before), want at least 90%%", ok, seeds-over, over)
 	}
 }

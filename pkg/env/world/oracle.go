@@ -48,7 +48,10 @@ func (a planVars) ResolveName(name string) (any, bool) {
 
 func (a planVars) Parent() interpreter.Activation { return nil }
 
-// Act chooses the next action from the previous one and its observation.
+// Act chooses the next action from the previous one and its observation. It fails only
+// on a first observation that is not this world's and on a plan expression that fails
+// (a defect of the world file); a step the world keeps refusing is tried again until
+// the episode's limits end it.
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
 		task, ok := decodeObs(t.Observation)
@@ -68,9 +71,16 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		return o.do(a), nil
 	}
 	if o.pc >= len(o.p.steps) {
-		return env.Action{}, fmt.Errorf("world %s oracle: the plan is done but the episode goes on (last answer %.120s)", o.w.name, t.Observation)
+		return o.last, nil // the plan is done; the world has not ended: its limits will
 	}
 	cur := &o.p.steps[o.pc]
+	mine := o.last.Tool == cur.call.tool.name || o.recovering && o.last.Tool == cur.recover.tool.name
+	if !mine {
+		// An action the plan did not choose (played before an episode fork): go on
+		// from the current step.
+		o.recovering = false
+		return o.retry(cur)
+	}
 	switch {
 	case v["truncated"] == true:
 		if o.recovering || len(o.w.tool(o.last.Tool).effects) == 0 || cur.recover == nil {
@@ -103,16 +113,27 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		o.pc++
 		return o.next()
 	}
-	if o.recovering {
-		// The write did not happen after all: do it again.
-		o.recovering = false
-		a, err := o.action(&cur.call)
-		if err != nil {
-			return env.Action{}, err
-		}
-		return o.do(a), nil
+	// The write did not happen after all, or the world refused the step: do it again.
+	o.recovering = false
+	return o.retry(cur)
+}
+
+// Follow takes over an episode someone else began (env.Follower): it reads each
+// observation as its own Act would, and the action played becomes its last.
+func (o *oracle) Follow(t env.Turn, played env.Action) {
+	_, _ = o.Act(t) // an error (a first observation not of this world) leaves it unstarted
+	if played.Tool != o.p.waitTool.name {
+		o.pending = nil
 	}
-	return env.Action{}, fmt.Errorf("world %s oracle: step %s (%s) failed: %.160s", o.w.name, cur.name, o.last.Tool, t.Observation)
+	o.last = played
+}
+
+func (o *oracle) retry(cur *oracleStep) (env.Action, error) {
+	a, err := o.action(&cur.call)
+	if err != nil {
+		return env.Action{}, err
+	}
+	return o.do(a), nil
 }
 
 // next starts the next step whose condition holds.
@@ -135,7 +156,7 @@ func (o *oracle) next() (env.Action, error) {
 		}
 		return o.do(a), nil
 	}
-	return env.Action{}, fmt.Errorf("world %s oracle: the plan is done but the episode goes on", o.w.name)
+	return o.last, nil // the plan is done; the world has not ended: its limits will
 }
 
 func (o *oracle) do(a env.Action) env.Action {
