@@ -163,3 +163,20 @@ func TestAliasBomb(t *testing.T) {
 		t.Fatalf("refusing took %v", d)
 	}
 }
+
+func TestTemplateBraces(t *testing.T) {
+	for s, want := range map[string]int{"x}": 1, "'}' + y}": 7, `"a\"}" }`: 7, "{'a': 1}['a']} tail": 13, "'unclosed": -1, "{": -1} {
+		if got := closingBrace(s); got != want {
+			t.Errorf("closingBrace(%q) = %d, want %d", s, got, want)
+		}
+	}
+	src := strings.Replace(small, "reason: n is ${n}", "reason: \"n is ${ {'v': n}['v'] } and ${'}'}\"", 1)
+	w, err := Load("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := render(w.tools[0].pre[0].reason, &activation{ep: &episode{w: w, vars: map[string]any{"n": int64(7)}}, args: map[string]any{"by": int64(1)}})
+	if err != nil || got != "n is 7 and }" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+}

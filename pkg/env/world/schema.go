@@ -393,18 +393,46 @@ func (c *compiler) template(envc *cel.Env, n *yaml.Node, f string) template {
 			t.parts = append(t.parts, s)
 			return t
 		}
-		j := strings.Index(s[i:], "}")
+		j := closingBrace(s[i+2:])
 		if j < 0 {
 			c.d.errAt(at(n, f), "unclosed ${ in template")
 			t.parts = append(t.parts, s)
 			return t
 		}
 		t.parts = append(t.parts, s[:i])
-		src := s[i+2 : i+j]
+		src := s[i+2 : i+2+j]
 		expr := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: src, Line: n.Line, Column: n.Column}
 		t.exprs = append(t.exprs, c.compile(envc, expr, f, nil))
-		s = s[i+j+1:]
+		s = s[i+2+j+1:]
 	}
+}
+
+// closingBrace finds the } that ends a template's expression: braces of map literals
+// nest, and quoted strings (with their escapes) are skipped. -1: none.
+func closingBrace(s string) int {
+	depth := 0
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '{':
+			depth++
+		case c == '}':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		}
+	}
+	return -1
 }
 
 func (t template) empty() bool { return len(t.parts) == 0 }
