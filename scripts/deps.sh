@@ -20,6 +20,8 @@
 #     of the version deploy/ ships, which a test runs the stack against.
 #   - bubblewrap and util-linux (setpriv): the process sandbox runtime (pkg/sandbox/process).
 #   - libfaketime: the clock_skew fault in process sandboxes (LD_PRELOAD, docs/faults.md).
+#   - python3 and jq: tools the tasks of datasets/gauntlet install in their images, which
+#     the dataset's host check (datasets/datasets_test.go) finds on the host instead.
 #   - the fuse kernel module loaded (/dev/fuse): storage faults in the commands of process
 #     sandboxes (pkg/sandbox/faultfuse mounts directly as root: no fusermount needed).
 set -euo pipefail
@@ -30,6 +32,9 @@ APT_PACKAGES=(clickhouse-server clickhouse-client protobuf-compiler bubblewrap u
 
 # libfaketime: clock_skew in process sandboxes (pkg/sandbox/process ClockSkewEnv).
 APT_PACKAGES+=(libfaketime)
+
+# python3, jq: the dataset's tasks run on the host in datasets/datasets_test.go.
+APT_PACKAGES+=(python3 jq)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(

@@ -134,7 +134,7 @@ func runToEnd(t *testing.T, b *bus.Bus, conn driver.Conn, db string, req *gauntl
 		t.Fatalf("run refused: %s", final.Error)
 	}
 	if err := waitPersisted(ctx, b, conn, db, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		failStalled(t, ctx, err)
+		failStalled(t, ctx, err, missingEpisodes(conn, db, req.RunId, req.Episodes))
 	}
 	return final
 }
@@ -370,7 +370,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 	}
 	conn2 := connect(t, ch.Addr(), cfg.Database)
 	if err := waitPersisted(ctx, s.app.getBus(), conn2, cfg.Database, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		failStalled(t, ctx, err)
+		failStalled(t, ctx, err, missingEpisodes(conn2, cfg.Database, req.RunId, req.Episodes))
 	}
 	assertExact(t, s.app.getBus(), conn2, cfg.Database, req, final)
 }
@@ -433,7 +433,7 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 		return final != nil && final.Done
 	})
 	if err := waitPersisted(ctx, nil, conn, "gauntlet", req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		failStalled(t, ctx, err)
+		failStalled(t, ctx, err, missingEpisodes(conn, "gauntlet", req.RunId, req.Episodes))
 	}
 	assertExact(t, b, conn, "gauntlet", req, final)
 }

@@ -44,7 +44,7 @@ agent saw before choosing action N. snapshot writes that workspace to --out; for
 from it with a policy, in K independent branches.
 `
 
-// cmdEpisode routes `gauntlet episode show|snapshot|fork`.
+// cmdEpisode routes `gauntlet episode show|snapshot|fork|export`.
 func cmdEpisode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -54,9 +54,11 @@ func cmdEpisode(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return cmdEpisodeSnapshot(ctx, args[1:], stdout, stderr)
 		case "fork":
 			return cmdEpisodeFork(ctx, args[1:], stdout, stderr)
+		case "export":
+			return cmdEpisodeExport(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "usage: gauntlet episode show|snapshot|fork [flags] EPISODE_ID ...")
+	fmt.Fprintln(stderr, "usage: gauntlet episode show|snapshot|fork|export [flags] EPISODE_ID ...")
 	return errUsage
 }
 

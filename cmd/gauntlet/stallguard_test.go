@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
@@ -86,11 +87,47 @@ func consumerLag(ctx context.Context, b *bus.Bus) string {
 	return strings.Join(parts, "; ")
 }
 
-// failStalled fails t with ctx's stall cause when there is one, else with err.
-func failStalled(t *testing.T, ctx context.Context, err error) {
+// failStalled fails t with ctx's stall cause when there is one, else with err, followed
+// by what more the caller knows of what is missing (missingEpisodes).
+func failStalled(t *testing.T, ctx context.Context, err error, missing ...string) {
 	t.Helper()
+	why := err
 	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
-		t.Fatal(cause)
+		why = cause
 	}
-	t.Fatal(err)
+	t.Fatal(strings.Join(append([]string{why.Error()}, missing...), "; "))
+}
+
+// missingEpisodes names the episodes of a run of n that ClickHouse does not hold (read
+// with FINAL), the first few by index. It reads with its own short deadline, so it
+// answers after the test's context has ended.
+func missingEpisodes(conn driver.Conn, db, runID string, n uint64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT DISTINCT idx FROM %s.episodes FINAL WHERE run_id = '%s'", db, runID))
+	if err != nil {
+		return fmt.Sprintf("episodes in ClickHouse: %v", err)
+	}
+	defer rows.Close()
+	held := make(map[uint64]bool, n)
+	for rows.Next() {
+		var idx uint64
+		if err := rows.Scan(&idx); err != nil {
+			return fmt.Sprintf("episodes in ClickHouse: %v", err)
+		}
+		held[idx] = true
+	}
+	var first []string
+	missing := 0
+	for i := range n {
+		if !held[i] {
+			if missing++; len(first) < 10 {
+				first = append(first, fmt.Sprint(i))
+			}
+		}
+	}
+	if missing == 0 {
+		return fmt.Sprintf("ClickHouse holds all %d episodes' ends", n)
+	}
+	return fmt.Sprintf("%d of %d episodes have no end in ClickHouse, by index: %s", missing, n, strings.Join(first, ", "))
 }

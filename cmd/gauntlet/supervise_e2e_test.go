@@ -152,7 +152,7 @@ func TestKilledClickHouseIsRestarted(t *testing.T) {
 	}
 	conn2 := connect(t, ch.Addr(), cfg.Database)
 	if err := waitPersisted(ctx, s.app.getBus(), conn2, cfg.Database, req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
-		failStalled(t, ctx, err)
+		failStalled(t, ctx, err, missingEpisodes(conn2, cfg.Database, req.RunId, req.Episodes))
 	}
 	assertExact(t, s.app.getBus(), conn2, cfg.Database, req, final)
 }

@@ -1,0 +1,14 @@
+#!/bin/sh
+# Hidden cases of the verifier, run from /app; never in the agent's workspace.
+echo '@@case 0'
+( . ./src/lib.sh >/dev/null 2>&1 </dev/null; factorial 6 ) 2>/dev/null </dev/null
+echo '@@case 1'
+( . ./src/lib.sh >/dev/null 2>&1 </dev/null; factorial 4 ) 2>/dev/null </dev/null
+echo '@@case 2'
+( . ./src/lib.sh >/dev/null 2>&1 </dev/null; factorial 12 ) 2>/dev/null </dev/null
+echo '@@case 3'
+( . ./src/lib.sh >/dev/null 2>&1 </dev/null; factorial 10 ) 2>/dev/null </dev/null
+echo '@@case 4'
+( . ./src/lib.sh >/dev/null 2>&1 </dev/null; factorial 5 ) 2>/dev/null </dev/null
+echo '@@case 5'
+( . ./src/lib.sh >/dev/null 2>&1 </dev/null; factorial 2 ) 2>/dev/null </dev/null

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+find /app/docs -type f -name '*.txt' -exec sed -i 's/\r$//' {} +
