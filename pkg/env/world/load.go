@@ -696,6 +696,9 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 			t.args = c.schema(m.v, sub(f, "args"), t.args.typeName)
 		}
 	}
+	if t.args.schema == nil { // a tool without arguments takes the empty object
+		t.args.schema, t.args.usage = t.args.render()
+	}
 	names, ftypes := t.args.celFields()
 	c.prov.declare(t.args.typeName, names, ftypes)
 	env, err := c.base.Extend(cel.Variable("args", cel.ObjectType(t.args.typeName)))

@@ -180,3 +180,18 @@ func TestTemplateBraces(t *testing.T) {
 		t.Fatalf("got %q, %v", got, err)
 	}
 }
+
+// TestToolWithoutArgsHasASchema: a tool that declares no args publishes the empty
+// object's schema (the env API's action space needs one for every tool).
+func TestToolWithoutArgsHasASchema(t *testing.T) {
+	w, _ := Of(bank(t))
+	for _, tl := range w.Env().Spec().Tools {
+		if tl.Name == "account.list" {
+			if got, want := string(tl.Schema), `{"additionalProperties":false,"properties":{},"type":"object"}`; got != want {
+				t.Fatalf("schema %s, want %s", got, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no account.list")
+}
