@@ -38,6 +38,7 @@ type LoadError struct {
 	Msg   string
 }
 
+// Error is "file:line:col: field: message", the form editors jump to.
 func (e *LoadError) Error() string {
 	f := e.Field
 	if f == "" {
@@ -46,6 +47,7 @@ func (e *LoadError) Error() string {
 	return fmt.Sprintf("%s:%d:%d: %s: %s", e.File, e.Line, e.Col, f, e.Msg)
 }
 
+// Unwrap makes every LoadError an ErrInvalid.
 func (e *LoadError) Unwrap() error { return ErrInvalid }
 
 func (d *decoder) errAt(p place, format string, args ...any) {
