@@ -1,6 +1,7 @@
 package world
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 )
@@ -24,11 +25,8 @@ func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return nil
 	}
-	ws, err := LoadDir(c.Dir)
-	if err != nil {
-		return fmt.Errorf("env.worlds: %w", err)
-	}
-	if err := checkNames(ws); err != nil {
+	ws, err := LoadDir(c.Dir) // the valid worlds, and every problem of the others
+	if err := errors.Join(err, checkNames(ws)); err != nil {
 		return fmt.Errorf("env.worlds: %w", err)
 	}
 	return nil

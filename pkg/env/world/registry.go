@@ -115,12 +115,9 @@ var (
 // registered before with the same content; a changed one is refused.
 func RegisterDir(dir string) ([]*World, error) {
 	ws, err := LoadDir(dir)
-	if err != nil {
-		return nil, err
-	}
 	dirMu.Lock()
 	defer dirMu.Unlock()
-	if err := checkNamesLocked(ws); err != nil {
+	if err := errors.Join(err, checkNamesLocked(ws)); err != nil {
 		return nil, err
 	}
 	for _, w := range ws {

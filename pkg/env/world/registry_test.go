@@ -69,9 +69,13 @@ func TestUserWorldsRegister(t *testing.T) {
 
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "x.yaml"), []byte("name: x\ncolour: red\n"), 0o644)
+	writeWorld(t, bad, "y.yaml", "bank")
 	err = (&Config{Dir: bad}).Validate()
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), filepath.Join(bad, "x.yaml")+":2:1: colour: unknown key") {
 		t.Fatalf("invalid file: got %v", err)
+	}
+	if !errors.Is(err, ErrNameTaken) {
+		t.Fatalf("the clash of a valid file is not reported with the invalid file's errors: %v", err)
 	}
 	if err := (&Config{Dir: filepath.Join(dir, "missing")}).Validate(); err == nil {
 		t.Fatal("a missing directory validated")
