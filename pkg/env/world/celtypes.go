@@ -69,19 +69,52 @@ func (p *provider) NewValue(name string, fields map[string]ref.Val) ref.Val {
 // orderedMap is an entity collection as CEL sees it: a map from id to the entity, whose
 // comprehensions (exists, all, map, filter) visit the entities in the order they were
 // made, so that what an expression builds from a collection is the same on every run.
+// Each entity's CEL value is made once and kept (vals) until the entity changes: end
+// conditions fold over whole collections after every step that changes the state.
 type orderedMap struct {
 	traits.Mapper
 	keys []string
+	vals map[string]ref.Val
 }
 
-var _ traits.Foldable = orderedMap{}
+var _ traits.Foldable = (*orderedMap)(nil)
 
-func newOrderedMap(rows map[string]any, keys []string) orderedMap {
-	return orderedMap{Mapper: types.DefaultTypeAdapter.NativeToValue(rows).(traits.Mapper), keys: keys}
+func newOrderedMap(rows map[string]any, keys []string) *orderedMap {
+	return &orderedMap{Mapper: types.DefaultTypeAdapter.NativeToValue(rows).(traits.Mapper), keys: keys, vals: make(map[string]ref.Val, len(keys))}
 }
+
+// Find returns the entity of an id, from the kept values.
+func (m *orderedMap) Find(key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		return m.Mapper.Find(key)
+	}
+	if v, ok := m.vals[string(k)]; ok {
+		return v, true
+	}
+	v, ok := m.Mapper.Find(key)
+	if ok {
+		m.vals[string(k)] = v
+	}
+	return v, ok
+}
+
+// Get returns the entity of an id, or CEL's no-such-key error.
+func (m *orderedMap) Get(key ref.Val) ref.Val {
+	if v, ok := m.Find(key); ok {
+		return v
+	}
+	return m.Mapper.Get(key)
+}
+
+// Contains reports whether an id names an entity.
+func (m *orderedMap) Contains(key ref.Val) ref.Val { return m.Mapper.Contains(key) }
+
+// changed forgets the kept value of an entity that changed.
+func (m *orderedMap) changed(id string) { delete(m.vals, id) }
 
 // Fold visits the entries in creation order.
-func (m orderedMap) Fold(f traits.Folder) {
+func (m *orderedMap) Fold(f traits.Folder) {
 	for _, k := range m.keys {
 		key := types.String(k)
 		if !f.FoldEntry(key, m.Get(key)) {
@@ -91,7 +124,7 @@ func (m orderedMap) Fold(f traits.Folder) {
 }
 
 // Iterator visits the keys in creation order.
-func (m orderedMap) Iterator() traits.Iterator { return &keyIter{Val: m.Mapper, keys: m.keys} }
+func (m *orderedMap) Iterator() traits.Iterator { return &keyIter{Val: m.Mapper, keys: m.keys} }
 
 type keyIter struct {
 	ref.Val

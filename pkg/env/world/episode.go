@@ -49,7 +49,8 @@ func (e *evalError) Unwrap() error { return e.err }
 type entState struct {
 	ids  []string
 	rows map[string]any
-	// val is the collection as CEL sees it, rebuilt after a change.
+	// val is the collection as CEL sees it, made on first use; it wraps rows, so it
+	// sees new entities (its keys are ids) and is told which entity changed.
 	val *orderedMap
 }
 
@@ -126,10 +127,9 @@ func (a *activation) Parent() interpreter.Activation { return nil }
 func (e *episode) entVal(k int) ref.Val {
 	s := &e.ents[k]
 	if s.val == nil {
-		m := newOrderedMap(s.rows, s.ids)
-		s.val = &m
+		s.val = newOrderedMap(s.rows, s.ids)
 	}
-	return *s.val
+	return s.val
 }
 
 func eval(p *program, act interpreter.Activation) (ref.Val, error) {
@@ -695,7 +695,9 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 			c.added["id"] = id
 			st.rows[id] = c.added
 			st.ids = append(st.ids, id)
-			st.val = nil
+			if st.val != nil {
+				st.val.keys = st.ids
+			}
 			newID = id
 			s.changed = true
 			s.open("add", ed.name+"/"+id)
@@ -732,7 +734,9 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 				}
 				nrow[fname] = c.to
 				st.rows[c.key] = nrow
-				st.val = nil
+				if st.val != nil {
+					st.val.changed(c.key)
+				}
 			}
 		}
 	}
@@ -803,7 +807,7 @@ func appendVal(b []byte, v ref.Val) ([]byte, error) {
 		return strconv.AppendBool(b, bool(x)), nil
 	case types.Null:
 		return append(b, "null"...), nil
-	case orderedMap:
+	case *orderedMap:
 		return appendMap(b, x, x.keys)
 	case traits.Lister:
 		b = append(b, '[')
