@@ -24,6 +24,10 @@
 #     the dataset's host check (datasets/datasets_test.go) finds on the host instead.
 #   - the fuse kernel module loaded (/dev/fuse): storage faults in the commands of process
 #     sandboxes (pkg/sandbox/faultfuse mounts directly as root: no fusermount needed).
+#   - mmdebstrap, buildah and docker-registry: task images (pkg/images, docs/images.md).
+#     mmdebstrap makes the Debian base image from Debian's packages
+#     (scripts/base-image.sh), buildah builds Dockerfiles, docker-registry is the local
+#     registry the images go through (pkg/registrylocal, scripts/registry.sh).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -35,6 +39,10 @@ APT_PACKAGES+=(libfaketime)
 
 # python3, jq: the dataset's tasks run on the host in datasets/datasets_test.go.
 APT_PACKAGES+=(python3 jq)
+
+# Task images: the Debian base (mmdebstrap), Dockerfile builds (buildah), the local
+# registry (docker-registry). See docs/images.md.
+APT_PACKAGES+=(mmdebstrap buildah docker-registry)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(

@@ -107,7 +107,7 @@ func TestUpBannerNamesEveryAddress(t *testing.T) {
 	var out strings.Builder
 	printBanner(&out, st, true, "/data/envapi-token")
 	for _, want := range []string{st.NATSURL, st.ClickHouse, st.HTTP, st.Temporal, st.TemporalUI,
-		"env api http://127.0.0.1:9470", "/data/envapi-token"} {
+		"env api http://127.0.0.1:9470", "MCP at /mcp/<env>", "/data/envapi-token"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("banner %q does not name %s", out.String(), want)
 		}

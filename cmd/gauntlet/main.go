@@ -219,7 +219,7 @@ func printBanner(w io.Writer, st stack, devToken bool, devTokenPath string) {
 		if devToken {
 			token = ", token in " + devTokenPath
 		}
-		fmt.Fprintf(w, "env api http://%s (gRPC and HTTP/JSON%s)\n", st.EnvAPI, token)
+		fmt.Fprintf(w, "env api http://%s (gRPC and HTTP/JSON, MCP at /mcp/<env>%s)\n", st.EnvAPI, token)
 	}
 	if st.Temporal != "" {
 		fmt.Fprintf(w, "temporal %s (task queue gauntlet)%s\n", st.Temporal, uiHint(st.TemporalUI))

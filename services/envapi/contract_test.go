@@ -364,3 +364,43 @@ func TestUnscoredStepIsAnInfraError(t *testing.T) {
 		t.Errorf("%d episodes live after the infra error, want 0", c.ActiveEpisodes)
 	}
 }
+
+// TestMCPSharesTheAPIsGuard: the MCP endpoint admits requests through the API's own
+// guard, so bad tokens sent to it count toward the address's back-off, and the back-off
+// then refuses that address everywhere, a good token and the connect API included.
+func TestMCPSharesTheAPIsGuard(t *testing.T) {
+	a := startAPI(t, func(c *envapi.Config) { c.AuthFailures, c.AuthBackoff = 3, time.Minute })
+	initialize := func(token string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest("POST", "http://"+a.addr+envapi.MCPPath+"shop",
+			strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := initialize(tokenAcme); resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+		t.Fatalf("initialize with a good token: HTTP %d, session %q", resp.StatusCode, resp.Header.Get("Mcp-Session-Id"))
+	}
+	for i := range 3 {
+		if resp := initialize("bad-token-0123456789abcdef"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("bad token %d: HTTP %d, want 401", i, resp.StatusCode)
+		}
+	}
+	resp := initialize(tokenAcme)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a good token from a backed-off address: HTTP %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if _, err := a.client(tokenAcme).Capacity(context.Background(), connect.NewRequest(&gauntletv1.CapacityRequest{})); codeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("the connect API from the backed-off address: %v, want resource_exhausted", err)
+	}
+}

@@ -10,6 +10,11 @@
 // ClickHouse; a trainer's token ids, logprobs and policy version travel with the step into
 // the trainer_steps table.
 //
+// MCP: the same port serves each env as an MCP server (streamable HTTP, the official Go
+// SDK) at MCPPath+"<env>" (mcp.go, docs/mcp.md): an MCP session is one episode, reset at
+// initialize and closed when the session ends; tools/list is the env's tools and
+// tools/call a step through the same step path, tokens, quotas and error kinds.
+//
 // Tenancy: API tokens map to tenants (Tokens); a tenant sees only its own episodes (others'
 // are NOT_FOUND), is capped in live episodes (RESOURCE_EXHAUSTED with Retry-After), and its
 // episodes are recorded under run "api-<tenant>". The guard in front of connect
@@ -169,6 +174,10 @@ type Service struct {
 	perTenant map[string]int
 	inboxes   map[string]*inbox
 	snapshots map[string]*snapshot
+	// mcpSessions are the live MCP sessions by id (each plays one episode); stopping
+	// is set when the API stops, so ending sessions leave their episodes to Stopping.
+	mcpSessions map[string]*mcpSession
+	stopping    atomic.Bool
 
 	backoff *backoff
 
@@ -202,7 +211,8 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 		active: telemetry.Must(m.Int64UpDownCounter("gauntlet_envapi_active_episodes", metric.WithDescription("Env API episodes live now."))),
 		authFailures: telemetry.Must(m.Int64Counter("gauntlet_envapi_auth_failures_total",
 			metric.WithDescription("Env API calls refused for a missing or unknown token."))),
-		backoff: newBackoff(cfg.AuthFailures, cfg.AuthBackoff),
+		backoff:     newBackoff(cfg.AuthFailures, cfg.AuthBackoff),
+		mcpSessions: map[string]*mcpSession{},
 	}
 }
 
@@ -214,8 +224,9 @@ func (s *Service) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect) behind the guard, which
-// authenticates and checks sizes before connect reads a request.
+// Handler is the API's HTTP handler (gRPC, gRPC-Web and Connect, and MCP at MCPPath)
+// behind the guard, which authenticates and checks sizes before connect or the MCP SDK
+// reads a request.
 func (s *Service) Handler() http.Handler {
 	handler := func(readMax int) http.Handler {
 		opts := []connect.HandlerOption{connect.WithReadMaxBytes(readMax)}
@@ -227,12 +238,14 @@ func (s *Service) Handler() http.Handler {
 	}
 	path, _ := gauntletv1connect.NewEnvServiceHandler(s)
 	mux := http.NewServeMux()
-	mux.Handle(path, &guard{
+	g := &guard{
 		auth: auth{tokens: s.tokens}, log: s.log, errw: connect.NewErrorWriter(), backoff: s.backoff,
 		failures: s.authFailures,
 		small:    handler(smallBodyMax), step: handler(stepBodyMax), batch: handler(s.cfg.MaxBatchBytes),
 		batchMax: int64(s.cfg.MaxBatchBytes),
-	})
+	}
+	mux.Handle(path, g)
+	mux.Handle(MCPPath, s.mcpHandler(g))
 	return mux
 }
 
@@ -303,6 +316,7 @@ func (s *Service) Stopping(ctx context.Context) error {
 	if s.srv == nil {
 		return nil
 	}
+	s.stopMCP()
 	err := s.srv.Shutdown(ctx)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -519,12 +519,22 @@ func stepResult(st *gauntletv1.StepTaken) *gauntletv1.StepResult {
 
 // Close ends an episode; it is idempotent.
 func (s *Service) Close(ctx context.Context, req *connect.Request[gauntletv1.CloseRequest]) (*connect.Response[gauntletv1.CloseResponse], error) {
-	t, id := tenantOf(ctx), req.Msg.GetEpisodeId()
+	out, err := s.close(ctx, tenantOf(ctx), req.Msg.GetEpisodeId(), "closed by the client")
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+// close ends the tenant's episode id as the client's doing (truncated, with the error
+// "<by> after N steps"), for Close and an MCP session that ends; an episode already
+// over answers how it ended.
+func (s *Service) close(ctx context.Context, t *Tenant, id, by string) (*gauntletv1.CloseResponse, error) {
 	e, err := s.find(t, id)
 	if errors.Is(err, errServerRestarted) {
 		// Idempotent: the episode is over, ended by the restart (an infra error); how
 		// many steps it took went with the old process.
-		return connect.NewResponse(&gauntletv1.CloseResponse{Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR}), nil
+		return &gauntletv1.CloseResponse{Reason: gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR}, nil
 	}
 	if err != nil {
 		var ce *connect.Error
@@ -535,7 +545,7 @@ func (s *Service) Close(ctx context.Context, req *connect.Request[gauntletv1.Clo
 			if ts == nil { // forgotten meanwhile
 				return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("episode_id: no episode %q", id))
 			}
-			return connect.NewResponse(&gauntletv1.CloseResponse{Steps: ts.steps, Reason: ts.reason}), nil
+			return &gauntletv1.CloseResponse{Steps: ts.steps, Reason: ts.reason}, nil
 		}
 		return nil, err
 	}
@@ -545,12 +555,12 @@ func (s *Service) Close(ctx context.Context, req *connect.Request[gauntletv1.Clo
 	if now {
 		n := e.sess.Steps()
 		if err := s.endLocked(ctx, e, func(c context.Context) error {
-			return e.sess.Truncate(c, gauntletv1.TerminationReason_TERMINATION_REASON_UNSPECIFIED, fmt.Sprintf("closed by the client after %d steps", n))
+			return e.sess.Truncate(c, gauntletv1.TerminationReason_TERMINATION_REASON_UNSPECIFIED, fmt.Sprintf("%s after %d steps", by, n))
 		}); err != nil {
 			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error recording the close: %w", err))
 		}
 	}
-	return connect.NewResponse(&gauntletv1.CloseResponse{ClosedNow: now, Steps: e.sess.Ended.Steps, Reason: e.sess.Ended.Reason}), nil
+	return &gauntletv1.CloseResponse{ClosedNow: now, Steps: e.sess.Ended.Steps, Reason: e.sess.Ended.Reason}, nil
 }
 
 // Snapshot records the episode's request, plan and actions so far. Episodes are

@@ -75,21 +75,8 @@ type guard struct {
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if g.backoff.active() {
-		if wait := g.backoff.refusing(remoteHost(r.RemoteAddr), time.Now()); wait > 0 {
-			err := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("too many failed API tokens from this address; retry in %v", wait.Round(time.Second)))
-			err.Meta().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
-			g.refuse(w, r, err)
-			return
-		}
-	}
-	t, err := g.auth.tenant(r.Header)
+	t, err := g.admit(r)
 	if err != nil {
-		host := remoteHost(r.RemoteAddr)
-		g.failures.Add(r.Context(), 1)
-		if n, blocked := g.backoff.fail(host, time.Now()); blocked {
-			g.log.Warn("envapi: refusing an address after failed API tokens", "addr", host, "failures", n, "for", g.backoff.block)
-		}
 		g.refuse(w, r, err)
 		return
 	}
@@ -114,6 +101,30 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = &st.w
 	}
 	h.ServeHTTP(w, r)
+}
+
+// admit authenticates r from its headers, before a byte of its body is read: an
+// address backed off for failed tokens is refused whatever it sends, and a missing or
+// unknown token counts toward its back-off. Both the connect API and the MCP endpoint
+// admit requests through it, so they share tokens, back-off and the failure counter.
+func (g *guard) admit(r *http.Request) (*Tenant, error) {
+	if g.backoff.active() {
+		if wait := g.backoff.refusing(remoteHost(r.RemoteAddr), time.Now()); wait > 0 {
+			err := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("too many failed API tokens from this address; retry in %v", wait.Round(time.Second)))
+			err.Meta().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+			return nil, err
+		}
+	}
+	t, err := g.auth.tenant(r.Header)
+	if err != nil {
+		host := remoteHost(r.RemoteAddr)
+		g.failures.Add(r.Context(), 1)
+		if n, blocked := g.backoff.fail(host, time.Now()); blocked {
+			g.log.Warn("envapi: refusing an address after failed API tokens", "addr", host, "failures", n, "for", g.backoff.block)
+		}
+		return nil, err
+	}
+	return t, nil
 }
 
 // guarded is the per-request state the guard hands to connect.
