@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 )
 
@@ -65,7 +66,13 @@ func worldsValidate(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout, err)
 			continue
 		}
-		fmt.Fprintf(stdout, "%s: ok: world %s, %s\n", f, w.Name(), w.Digest())
+		note := ""
+		if e, err := env.Lookup(w.Name()); err == nil {
+			if bw, ok := world.Of(e); !ok || bw.Digest() != w.Digest() {
+				note = " (an env of that name is built in: --env.worlds would refuse it)"
+			}
+		}
+		fmt.Fprintf(stdout, "%s: ok: world %s, %s%s\n", f, w.Name(), w.Digest(), note)
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d of %d: %w", bad, fs.NArg(), errInvalidWorlds)

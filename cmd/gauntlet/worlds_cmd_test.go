@@ -21,11 +21,28 @@ func TestWorldsValidate(t *testing.T) {
 	if err := runMain(context.Background(), []string{"worlds", "validate", bankFile}, &out, &errb); err != nil {
 		t.Fatalf("%v\n%s%s", err, out.String(), errb.String())
 	}
-	if !strings.Contains(out.String(), bankFile+": ok: world bank, sha256:") {
+	if !strings.Contains(out.String(), bankFile+": ok: world bank, sha256:") || strings.Contains(out.String(), "built in") {
+		t.Fatalf("got %q", out.String())
+	}
+	// A user's world named like a built-in env validates, with a warning that a
+	// serving process would refuse it.
+	src, err := os.ReadFile(bankFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(t.TempDir(), "shop.yaml")
+	if err := os.WriteFile(mine, []byte(strings.Replace(string(src), "\nname: bank\n", "\nname: shop\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := runMain(context.Background(), []string{"worlds", "validate", mine}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), ": ok: world shop, sha256:") || !strings.Contains(out.String(), "--env.worlds would refuse it") {
 		t.Fatalf("got %q", out.String())
 	}
 	out.Reset()
-	err := runMain(context.Background(), []string{"worlds", "validate", bankFile, bad}, &out, &errb)
+	err = runMain(context.Background(), []string{"worlds", "validate", bankFile, bad}, &out, &errb)
 	if !errors.Is(err, errInvalidWorlds) {
 		t.Fatalf("got %v", err)
 	}

@@ -59,3 +59,18 @@ func benchEpisodes(b *testing.B, mk func(seed uint64) env.Config) {
 	b.ReportMetric(float64(steps)/b.Elapsed().Seconds(), "steps/s")
 	b.ReportMetric(float64(stepTime.Nanoseconds())/float64(steps), "ns/env-step")
 }
+
+// BenchmarkLoadBank loads the bank's file: what `worlds validate`, a process's start and
+// each fuzz input of the loader cost.
+func BenchmarkLoadBank(b *testing.B) {
+	data, err := builtinFS.ReadFile("builtin/bank.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Load("bank.yaml", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
