@@ -31,7 +31,8 @@ type runOpts struct {
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
 	// worlds are user worlds the run's env may be one of: the run is checked here, so
-	// this process must know them as the serving ones do.
+	// this process must know them as the serving ones do. run declares its flag; demo
+	// shares its serving config's.
 	worlds world.Config
 }
 
@@ -47,7 +48,6 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
 	fs.StringVar(&o.profileFiles, "profile-files", "", "comma-separated YAML fault profiles that --profiles may name by their names (docs/faults.md)")
 	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
-	o.worlds.RegisterFlags(fs)
 }
 
 // request builds and validates the run request, naming the bad flag.
@@ -114,6 +114,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("run", stderr)
 	var o runOpts
 	o.register(fs, 1000)
+	o.worlds.RegisterFlags(fs)
 	var sf stackFlags
 	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")

@@ -72,3 +72,17 @@ func TestWorldsDescribeAndGraph(t *testing.T) {
 		t.Fatalf("--format svg: got %v", err)
 	}
 }
+
+// TestRunAndDemoTakeWorlds: run and demo both take --env.worlds (demo, which also has
+// the serving flags, declares it once: it panicked on a flag defined twice).
+func TestRunAndDemoTakeWorlds(t *testing.T) {
+	for _, cmd := range []string{"run", "demo"} {
+		var out, errb bytes.Buffer
+		if err := runMain(context.Background(), []string{cmd, "-h"}, &out, &errb); !errors.Is(err, errUsage) {
+			t.Fatalf("%s -h: %v", cmd, err)
+		}
+		if !strings.Contains(errb.String(), "-env.worlds") {
+			t.Fatalf("%s -h does not offer --env.worlds:\n%s", cmd, errb.String())
+		}
+	}
+}
