@@ -314,7 +314,7 @@ func (c *compiler) load(root *yaml.Node) {
 	}
 	c.base = base
 	for i, n := range varNodes {
-		c.compileDraw(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name))
+		c.compileDraw(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), false)
 	}
 	for i, en := range entNodes {
 		e := &w.entities[i]
@@ -326,10 +326,10 @@ func (c *compiler) load(root *yaml.Node) {
 			return
 		}
 		if en.count != nil {
-			c.compileDraw(base, &e.count, en.count, sub(f, "count"))
+			c.compileDraw(base, &e.count, en.count, sub(f, "count"), true)
 		}
 		for j, fn := range en.fields {
-			c.compileDraw(entityEnv, &e.fields[j].draw, fn, sub(sub(f, "fields"), e.fields[j].name))
+			c.compileDraw(entityEnv, &e.fields[j].draw, fn, sub(sub(f, "fields"), e.fields[j].name), false)
 		}
 	}
 	if n := get("observation"); n != nil {
@@ -484,11 +484,20 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 	return out
 }
 
-// compileDraw reads how a value starts.
-func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field string) {
+// compileDraw reads how a value starts. report says whether the mapping's own problems
+// (unknown keys, a non-mapping) are still to be reported: declareKind reported those of
+// variables and fields already.
+func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field string, report bool) {
 	d := c.d
 	how := 0
-	for _, m := range d.mapping(n, field, drawKeys...) {
+	var members []member
+	if report {
+		members = d.mapping(n, field, drawKeys...)
+	} else {
+		quiet := &decoder{file: d.file}
+		members = quiet.mapping(n, field, drawKeys...)
+	}
+	for _, m := range members {
 		f := sub(field, m.key)
 		switch m.key {
 		case "type", "description":

@@ -69,6 +69,8 @@ func TestLoadReportsEveryErrorWithItsPlace(t *testing.T) {
 		{"unknown service and variable", strings.Replace(strings.Replace(small, "service: svc", "service: nope", 1),
 			"- set: n", "- set: m", 1),
 			[]string{`^w\.yaml:7:14: tools\[0\]\.service: unknown service "nope"`, `^w\.yaml:\d+:14: tools\[0\]\.effects\[0\]\.set: unknown variable "m"`}},
+		{"unknown key in a variable and a field", strings.Replace(small, "n: {type: int, uniform: [1, 5]}", "n: {type: int, uniform: [1, 5], colour: red}\nentities: {e: {prefix: e-, count: {value: 1, size: 2}, fields: {f: {type: int, value: 1, colour: blue}}}}", 1),
+			[]string{`^w\.yaml:4:35: vars\.n\.colour: unknown key`, `entities\.e\.count\.size: unknown key`, `entities\.e\.fields\.f\.colour: unknown key`}},
 		{"missing required keys", "services: [a]\n", []string{`name: required`, `tools: required`, `success: required`}},
 		{"rule without reason", strings.Replace(small, "        reason: n is ${n}\n", "", 1),
 			[]string{`tools\[0\]\.preconditions\[0\]: a rule .* needs a reason and a suggestion`}},
