@@ -36,6 +36,7 @@ Usage:
   gauntlet curriculum status|pause|resume|skip|abort ID
   gauntlet batch start [flags]         run N episodes of one spec as a Temporal workflow
   gauntlet sql "SELECT ..."            query the trajectories (aligned table)
+  gauntlet report RUN_ID...|--curriculum ID   the compatibility report (table, json, html)
   gauntlet episode show ID             every step of one episode
   gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
   gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
@@ -87,6 +88,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdDemo(ctx, rest, stdout, stderr)
 	case "sql":
 		return cmdSQL(ctx, rest, stdout, stderr)
+	case "report":
+		return cmdReport(ctx, rest, stdout, stderr)
 	case "curriculum":
 		return cmdCurriculum(ctx, rest, stdout, stderr)
 	case "batch":

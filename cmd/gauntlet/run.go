@@ -20,6 +20,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -102,11 +103,26 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
 		CustomProfiles: custom,
+		Origin: &gauntletv1.RunOrigin{
+			SubmittedBy: runs.Submitter(), GauntletVersion: version, ProfileFiles: profileFileList(o.profileFiles),
+			DriftText: o.drift, RewardSpec: scoring.SpecFor(o.env).Version,
+		},
 	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	return req, nil
+}
+
+// profileFileList is --profile-files as a list, as given.
+func profileFileList(s string) []string {
+	var out []string
+	for _, path := range strings.Split(s, ",") {
+		if path = strings.TrimSpace(path); path != "" {
+			out = append(out, path)
+		}
+	}
+	return out
 }
 
 // cmdRun submits a run to a running stack and follows it to the end.

@@ -200,6 +200,7 @@ func printSummary(ctx context.Context, conn driver.Conn, addr, db, runID string,
 	for _, q := range exampleQueries(db, runID) {
 		fmt.Fprintf(w, "\n%s\n", q)
 	}
+	fmt.Fprintf(w, "\nThe whole compatibility report (with --format html --out report.html, one file with charts):\n\ngauntlet report %s\n", runID)
 	return nil
 }
 
