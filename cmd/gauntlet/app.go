@@ -90,6 +90,10 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// User worlds are envs like the built-in ones for every module of the process.
+	if err := cfg.Worlds.Register(); err != nil {
+		return nil, err
+	}
 	httpPolicy, err := httppolicy.New(cfg.PolicyHTTP)
 	if err != nil {
 		return nil, err

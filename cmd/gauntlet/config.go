@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
@@ -60,6 +61,9 @@ type config struct {
 	// Sandbox is the process's sandbox runtime, opened once by the sandbox module and
 	// shared by every module that plays episodes (worker, env API, durable episodes).
 	Sandbox runtimes.Config
+	// Worlds are the user worlds this process registers as envs, next to the built-in
+	// ones, before any module starts.
+	Worlds world.Config
 }
 
 // register declares every serving flag on fs: the process's own here, the components'
@@ -92,6 +96,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.EnvAPI.RegisterFlags(fs)
 	c.PolicyHTTP.RegisterFlags(fs)
 	c.Sandbox.RegisterFlags(fs)
+	c.Worlds.RegisterFlags(fs)
 }
 
 // resolve fills in what components take from the process: defaults under the data dir
@@ -119,7 +124,7 @@ func (c *config) validate() error {
 	if c.EventsHistoryBytes < 0 {
 		errs = append(errs, fmt.Errorf("nats.events-history-bytes: %d must not be negative", c.EventsHistoryBytes))
 	}
-	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate())
+	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Worlds.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off
 		errs = append(errs, c.EnvAPI.Validate())
 	}

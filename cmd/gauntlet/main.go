@@ -21,6 +21,7 @@ import (
 	// Envs and policies register themselves.
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -44,6 +45,7 @@ Usage:
   gauntlet episode export ID --format atif|jsonl [-o FILE]   an episode as ATIF or JSONL
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet tasks validate|ls|describe   Harbor-format task folders and datasets (docs/tasks.md)
+  gauntlet worlds validate|describe|graph FILE   tool worlds written as YAML (docs/worlds.md)
   gauntlet version
 
 Run 'gauntlet <command> -h' for a command's flags. GAUNTLET_DATA, when set, is the
@@ -100,6 +102,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdTasks(args[1:], stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
+	case "worlds":
+		return cmdWorlds(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gauntlet", version)
 		return nil

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
@@ -30,6 +31,10 @@ type runOpts struct {
 	drift, profileFiles                    string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
+	// worlds are user worlds the run's env may be one of: the run is checked here, so
+	// this process must know them as the serving ones do. run declares its flag; demo
+	// shares its serving config's.
+	worlds world.Config
 }
 
 func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
@@ -49,6 +54,9 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 // request builds and validates the run request, naming the bad flag.
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
+	if err := o.worlds.Register(); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	}
 	pol, err := runs.ParseShares("--policies", o.policies)
 	if err != nil {
 		errs = append(errs, err)
@@ -122,6 +130,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("run", stderr)
 	var o runOpts
 	o.register(fs, 1000)
+	o.worlds.RegisterFlags(fs)
 	var sf stackFlags
 	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")
