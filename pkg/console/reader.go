@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -118,7 +119,7 @@ func (r reader) Runs(ctx context.Context, limit int) ([]RunSummary, error) {
 }
 
 // errNotFound is a run or episode with no row.
-var errNotFound = fmt.Errorf("not found")
+var errNotFound = errors.New("not found")
 
 // Run returns one run's summary; errNotFound when no episode of it has ended.
 func (r reader) Run(ctx context.Context, runID string) (RunSummary, error) {
