@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
@@ -60,6 +61,9 @@ type config struct {
 	// Sandbox is the process's sandbox runtime, opened once by the sandbox module and
 	// shared by every module that plays episodes (worker, env API, durable episodes).
 	Sandbox runtimes.Config
+	// Worlds are the user worlds this process registers as envs, next to the built-in
+	// ones, before any module starts.
+	Worlds world.Config
 }
 
 // register declares every serving flag on fs: the process's own here, the components'
@@ -76,7 +80,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (empty: start Debian's clickhouse-server locally)")
 	fs.IntVar(&c.ClickHousePort, "clickhouse.port", 19000, "native port of the local ClickHouse (0: any free port)")
 	fs.StringVar(&c.Database, "clickhouse.database", "gauntlet", "ClickHouse database")
-	fs.StringVar(&c.HTTPAddr, "http", "127.0.0.1:9464", "address of /ready and /metrics (empty: off)")
+	fs.StringVar(&c.HTTPAddr, "http", "127.0.0.1:9464", "address of /ready, /metrics and the web console at /console/ (empty: off)")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
@@ -92,6 +96,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.EnvAPI.RegisterFlags(fs)
 	c.PolicyHTTP.RegisterFlags(fs)
 	c.Sandbox.RegisterFlags(fs)
+	c.Worlds.RegisterFlags(fs)
 }
 
 // resolve fills in what components take from the process: defaults under the data dir
@@ -119,7 +124,7 @@ func (c *config) validate() error {
 	if c.EventsHistoryBytes < 0 {
 		errs = append(errs, fmt.Errorf("nats.events-history-bytes: %d must not be negative", c.EventsHistoryBytes))
 	}
-	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate())
+	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Worlds.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off
 		errs = append(errs, c.EnvAPI.Validate())
 	}

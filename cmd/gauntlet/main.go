@@ -16,9 +16,12 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/console"
+
 	// Envs and policies register themselves.
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -43,6 +46,7 @@ Usage:
   gauntlet reward explain ID [--step N]   each step's reward, component by component (docs/rewards.md)
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet tasks validate|ls|describe   Harbor-format task folders and datasets (docs/tasks.md)
+  gauntlet worlds validate|describe|graph FILE   tool worlds written as YAML (docs/worlds.md)
   gauntlet version
 
 Run 'gauntlet <command> -h' for a command's flags. GAUNTLET_DATA, when set, is the
@@ -101,6 +105,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdTasks(args[1:], stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
+	case "worlds":
+		return cmdWorlds(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gauntlet", version)
 		return nil
@@ -162,7 +168,7 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 	cfgFile := fs.String("config", "", "YAML file overlaying the flags (keys are flag names)")
 	target := "all"
 	if name == "serve" {
-		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, pipeline (all but Temporal), scheduler, worker, faults, reward, store, curriculum (Temporal worker), temporal (dev server)")
+		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, pipeline (all but Temporal), scheduler, worker, faults, reward, store, curriculum (Temporal worker), temporal (dev server), console (the web console at /console/ on --http)")
 	}
 	if err := parse(fs, args); err != nil {
 		return err
@@ -201,6 +207,9 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 		if a.envapi != nil {
 			st.EnvAPI = a.envapi.Addr()
 		}
+		if cfg.HTTPAddr != "" && slices.Contains(order, modConsole) {
+			st.Console = "http://" + cfg.HTTPAddr + console.Prefix
+		}
 		if err := writeStack(cfg.DataDir, st); err != nil {
 			log.Warn("write stack.json", "err", err)
 		}
@@ -222,6 +231,9 @@ func printBanner(w io.Writer, st stack, devToken bool, devTokenPath string) {
 			token = ", token in " + devTokenPath
 		}
 		fmt.Fprintf(w, "env api http://%s (gRPC and HTTP/JSON, MCP at /mcp/<env>%s)\n", st.EnvAPI, token)
+	}
+	if st.Console != "" {
+		fmt.Fprintf(w, "console %s\n", st.Console)
 	}
 	if st.Temporal != "" {
 		fmt.Fprintf(w, "temporal %s (task queue gauntlet)%s\n", st.Temporal, uiHint(st.TemporalUI))

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
@@ -31,6 +32,10 @@ type runOpts struct {
 	drift, profileFiles, rewardSpec        string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
+	// worlds are user worlds the run's env may be one of: the run is checked here, so
+	// this process must know them as the serving ones do. run declares its flag; demo
+	// shares its serving config's.
+	worlds world.Config
 
 	// spec is --reward-spec parsed by request; it must be in the stack's bucket before
 	// the run is submitted (putRewardSpec).
@@ -56,6 +61,9 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 // --reward-spec in o.spec.
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
+	if err := o.worlds.Register(); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	}
 	o.spec = nil
 	if o.rewardSpec != "" {
 		sp, err := scoring.LoadFile(o.rewardSpec)
@@ -153,6 +161,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("run", stderr)
 	var o runOpts
 	o.register(fs, 1000)
+	o.worlds.RegisterFlags(fs)
 	var sf stackFlags
 	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")

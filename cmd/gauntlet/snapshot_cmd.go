@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
@@ -67,6 +68,8 @@ type replayOpts struct {
 	step     int
 	maxSteps uint
 	sandbox  runtimes.Config
+	// worlds are user worlds the recorded episode may be of.
+	worlds world.Config
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
@@ -83,6 +86,7 @@ func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.StateDir, "sandbox.state-dir", "", "state directory of the runtime (default: <data-dir>/sandbox-cli)")
 	fs.StringVar(&o.sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (default: start a private one)")
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
+	o.worlds.RegisterFlags(fs)
 }
 
 // parseInterspersed parses flags that may come before or after the one positional
@@ -320,6 +324,9 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	}
 	if o.step > len(steps) {
 		return nil, fmt.Errorf("--step %d: episode %s has only %d steps", o.step, id, len(steps))
+	}
+	if err := o.worlds.Register(); err != nil {
+		return nil, fmt.Errorf("--%w", err)
 	}
 	e, err := env.Lookup(row.Env)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
@@ -64,8 +65,13 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 	o.register(fs, partClickHouse)
 	full := fs.Bool("full", false, "print whole observations instead of their first 160 characters")
 	showPlan := fs.Bool("plan", false, "print the fault plan the episode met, re-derived from its record and checked against its digest")
+	var worlds world.Config
+	worlds.RegisterFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := worlds.Register(); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: gauntlet episode show [flags] EPISODE_ID")
