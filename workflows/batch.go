@@ -14,6 +14,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -38,6 +39,10 @@ type BatchInput struct {
 	// DriftText is more drift in `gauntlet run --drift` form; wall-time schedules take
 	// RequestedAtUnixNano as their origin.
 	DriftText string `json:"drift_text,omitempty"`
+	// RewardSpec is the text of the reward spec file the batch's steps are scored under;
+	// empty: the built-in default/1. RunBatch puts it in the gauntlet_reward_specs bucket
+	// and the run names it by digest.
+	RewardSpec string `json:"reward_spec,omitempty"`
 	// RequestedAtUnixNano is the workflow's time when it decided the batch (ClickHouse
 	// partitions by it); fixed in the input so retries submit the identical request.
 	RequestedAtUnixNano int64 `json:"requested_at_unix_nano"`
@@ -95,6 +100,10 @@ func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
 	if err != nil {
 		return nil, err
 	}
+	spec, err := in.rewardSpec()
+	if err != nil {
+		return nil, err
+	}
 	req.ParamsJson = in.ParamsJSON
 	if req.ParamsJson == "" {
 		req.ParamsJson = "{}"
@@ -105,6 +114,9 @@ func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
 		SubmittedBy: o.SubmittedBy, DriftText: in.DriftText, RewardSpec: scoring.SpecFor(in.Env).Version,
 		CurriculumId: o.CurriculumID, CurriculumName: o.CurriculumName, CurriculumPrefix: o.CurriculumPrefix,
 		Stage: uint32(o.Stage), StageName: o.StageName, Batch: uint32(o.Batch),
+	}
+	if spec != nil {
+		req.RewardSpec, req.Origin.RewardSpec = spec.Digest, spec.Version
 	}
 	req.Drift = rampsToDrift(in.Ramps, in.Episodes)
 	if in.DriftText != "" {
@@ -118,6 +130,18 @@ func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
 		return nil, err
 	}
 	return req, nil
+}
+
+// rewardSpec is the batch's reward spec, parsed; nil for the default.
+func (in BatchInput) rewardSpec() (*scoring.Spec, error) {
+	if in.RewardSpec == "" {
+		return nil, nil
+	}
+	spec, err := scoring.Parse("reward_spec", []byte(in.RewardSpec))
+	if err != nil {
+		return nil, err
+	}
+	return &spec, nil
 }
 
 // Error types of non-retryable activity and workflow failures.
@@ -162,6 +186,12 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 		return BatchResult{}, err
 	}
 	if p == nil {
+		// The spec first, so no step of the run names a spec the reward service cannot read.
+		if spec, _ := in.rewardSpec(); spec != nil {
+			if err := rewardspecs.NewClient(b.JS).Put(ctx, *spec); err != nil {
+				return BatchResult{}, fmt.Errorf("batch %s: %w", in.RunID, err)
+			}
+		}
 		if err := b.PublishCommand(ctx, bus.SubjectRun, req.RunId+"/run", req); err != nil {
 			return BatchResult{}, fmt.Errorf("batch %s: submit: %w", in.RunID, err)
 		}
@@ -286,6 +316,9 @@ type BatchSpec struct {
 	Label       string         `json:"label,omitempty"`
 	// Drift is fault drift in `gauntlet run --drift` form.
 	Drift string `json:"drift,omitempty"`
+	// RewardSpec is the text of the reward spec file the batch is scored under (empty: the
+	// built-in default/1).
+	RewardSpec string `json:"reward_spec,omitempty"`
 }
 
 // Batch runs spec.Episodes episodes of one spec through the scheduler and returns their
@@ -306,7 +339,8 @@ func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
 	in := BatchInput{
 		RunID: runPrefix(ctx, "b") + "-b0", Env: spec.Env, ParamsJSON: params, Policies: spec.Policies,
 		Profiles: st.Profiles, Episodes: spec.Episodes, Seed: spec.Seed, MaxInFlight: spec.MaxInFlight,
-		MaxSteps: spec.MaxSteps, Label: spec.Label, DriftText: spec.Drift, RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
+		MaxSteps: spec.MaxSteps, Label: spec.Label, DriftText: spec.Drift, RewardSpec: spec.RewardSpec,
+		RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
 	}
 	if in.Label == "" {
 		in.Label = "batch " + workflow.GetInfo(ctx).WorkflowExecution.ID

@@ -317,6 +317,7 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 		MaxSteps:    st.MaxSteps,
 		Label:       fmt.Sprintf("curriculum %s stage %d (%s)", c.spec.Name, s.Stage, st.Name),
 		Ramps:       batchRamps(c.stageDrift(), s.StageEpisodes, n, st.Episodes.Max),
+		RewardSpec:  st.RewardSpec,
 
 		RequestedAtUnixNano: now,
 		Origin: BatchOrigin{

@@ -262,10 +262,14 @@ func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error 
 type requestScorer struct{ bus *bus.Bus }
 
 // Score implements play.StepScorer.
-func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, _ chan play.ScoreResult) (*gauntletv1.StepScored, error) {
+func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, named *play.EpisodeScoring, _ chan play.ScoreResult) (*gauntletv1.StepScored, error) {
 	req := &gauntletv1.ScoreRequest{Steps: []*gauntletv1.StepTaken{{
 		EpisodeId: st.EpisodeId, Step: st.Step, Env: st.Env, Signals: st.Signals, Metering: st.Metering,
 	}}}
+	if named != nil {
+		req.Steps[0].RewardSpec, req.Steps[0].Terminated = named.Spec, st.Terminated
+		req.States = []*gauntletv1.RewardState{named.State}
+	}
 	var reply gauntletv1.ScoreReply
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -275,6 +279,13 @@ func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, _ ch
 	scores, err := reply.StepScores(req.Steps)
 	if err != nil {
 		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
+	}
+	if named != nil {
+		states := reply.GetTable().GetStates()
+		if len(states) != 1 {
+			return nil, fmt.Errorf("score step %d of %s: reward service returned %d states for 1 step", st.Step, st.EpisodeId, len(states))
+		}
+		named.State = states[0]
 	}
 	return scores[0], nil
 }

@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -66,6 +67,10 @@ type StageSpec struct {
 	Promotion Promotion `json:"promotion" yaml:"promotion"`
 	// Drift ramps fault parameters over the stage's episodes.
 	Drift []DriftSpec `json:"drift,omitempty" yaml:"drift"`
+	// RewardSpec is the text of the reward spec file the stage's steps are scored under
+	// (docs/rewards.md; default: the built-in default/1), written inline so the workflow's
+	// input is the whole curriculum.
+	RewardSpec string `json:"reward_spec,omitempty" yaml:"reward_spec"`
 }
 
 // Budget bounds a stage's episodes: promotion is not considered before Min episodes ran,
@@ -285,6 +290,11 @@ func (s CurriculumSpec) problems(decoded []*FieldError) []*FieldError {
 			add(f+".name", "%s is also the name of stages[%d]", quote(st.Name), j)
 		}
 		names[st.Name] = i
+		if st.RewardSpec != "" {
+			if _, err := scoring.Parse(f+".reward_spec", []byte(st.RewardSpec)); err != nil {
+				add(f+".reward_spec", "%v", err)
+			}
+		}
 		p := st.Promotion
 		switch p.Metric {
 		case MetricSuccessRate:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 )
 
 func TestLoadSpecNamesEveryBadField(t *testing.T) {
@@ -38,6 +40,8 @@ stages:
 			[]string{"stages[0].params:"}},
 		{"drift", "stages:\n  - {env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}, drift: [{selector: '*.gravity.strength', from: 1, to: 2}, {selector: '*.latency.mean_ms', from: 10, to: -5}]}\n",
 			[]string{"stages[0].drift[0].selector:", "stages[0].drift[1].to: *.latency.mean_ms: -5 is below the minimum 0 ms"}},
+		{"reward spec", "stages:\n" + stageYAML(`, reward_spec: "name: s\nversion: '1'\ncomponents: [{name: x, expr: signals.progres, weight: 1}]\n"`),
+			[]string{"stages[0].reward_spec:", "stages[0].reward_spec:3: components[0].expr: expression 1:8: undefined field 'progres'"}},
 		{"duplicate names", "stages:\n  - {name: a, env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}\n  - {name: a, env: shop, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}\n",
 			[]string{`stages[1].name: "a" is also the name of stages[0]`}},
 	} {
@@ -214,4 +218,30 @@ func FuzzLoadSpec(f *testing.F) {
 			t.Fatalf("error of %d bytes", len(err.Error()))
 		}
 	})
+}
+
+// A stage naming a reward spec hands its text to each batch, whose run names it by digest.
+func TestStageRewardSpecReachesTheRun(t *testing.T) {
+	const spec = "name: s\nversion: '1'\ncomponents: [{name: x, expr: signals.progress, weight: 1}]\n"
+	s, err := LoadSpec(strings.NewReader("stages:\n" + stageYAML(", reward_spec: \""+strings.ReplaceAll(spec, "\n", "\\n")+"\"")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Stages[0].RewardSpec != spec {
+		t.Fatalf("stage reward_spec %q, want the file's text", s.Stages[0].RewardSpec)
+	}
+	c := &curriculum{spec: s, st: &CurriculumState{}}
+	in, err := c.nextBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.RunID = "c-s0b0"
+	req, err := in.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := scoring.Parse("x", []byte(spec))
+	if req.RewardSpec != want.Digest {
+		t.Errorf("run names %q, want %s", req.RewardSpec, want.Digest)
+	}
 }

@@ -336,6 +336,9 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Env: o.env, Params: params, Policies: o.policies, Profiles: o.profiles, Episodes: o.episodes,
 		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label, Drift: o.drift,
 	}
+	if o.spec != nil {
+		spec.RewardSpec = o.spec.Source // the workflow puts it in the stack's bucket
+	}
 	if *id == "" {
 		*id = "batch-" + randomSuffix()
 	}

@@ -51,7 +51,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return ctx.Err()
 	}
 	fmt.Fprintf(stdout, "up: nats %s, clickhouse %s, metrics http://%s/metrics\n\n", a.natsURL(), a.clickHouseAddr(), cfg.HTTPAddr)
-	runErr := runAndReport(ctx, a.getBus(), a.clickHouseAddr(), cfg.Database, req, stdout, stderr)
+	runErr := putRewardSpec(ctx, a.getBus(), o.spec)
+	if runErr == nil {
+		runErr = runAndReport(ctx, a.getBus(), a.clickHouseAddr(), cfg.Database, req, stdout, stderr)
+	}
 	fmt.Fprintln(stdout, "\nstopping gauntlet…")
 	stopStack()
 	if err := <-stackErr; err != nil && runErr == nil {

@@ -43,6 +43,7 @@ Usage:
   gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
   gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
   gauntlet episode export ID --format atif|jsonl [-o FILE]   an episode as ATIF or JSONL
+  gauntlet reward explain ID [--step N]   each step's reward, component by component (docs/rewards.md)
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet tasks validate|ls|describe   Harbor-format task folders and datasets (docs/tasks.md)
   gauntlet worlds validate|describe|graph FILE   tool worlds written as YAML (docs/worlds.md)
@@ -98,6 +99,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdBatch(ctx, rest, stdout, stderr)
 	case "episode":
 		return cmdEpisode(ctx, rest, stdout, stderr)
+	case "reward":
+		return cmdReward(ctx, rest, stdout, stderr)
 	case "tasks":
 		return cmdTasks(args[1:], stdout, stderr)
 	case "faults":

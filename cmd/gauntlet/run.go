@@ -19,6 +19,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
@@ -28,13 +29,17 @@ import (
 // runOpts are the flags that describe a run.
 type runOpts struct {
 	env, params, policies, profiles, label string
-	drift, profileFiles                    string
+	drift, profileFiles, rewardSpec        string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
 	// worlds are user worlds the run's env may be one of: the run is checked here, so
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
 	worlds world.Config
+
+	// spec is --reward-spec parsed by request; it must be in the stack's bucket before
+	// the run is submitted (putRewardSpec).
+	spec *scoring.Spec
 }
 
 func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
@@ -48,14 +53,25 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit per episode (0: the env's default)")
 	fs.StringVar(&o.label, "label", "", "free-form label kept with the run")
 	fs.StringVar(&o.profileFiles, "profile-files", "", "comma-separated YAML fault profiles that --profiles may name by their names (docs/faults.md)")
+	fs.StringVar(&o.rewardSpec, "reward-spec", "", "YAML reward spec file the run's steps are scored under (docs/rewards.md; default: the built-in default/1)")
 	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
 }
 
-// request builds and validates the run request, naming the bad flag.
+// request builds and validates the run request, naming the bad flag; it keeps the parsed
+// --reward-spec in o.spec.
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
 	if err := o.worlds.Register(); err != nil {
 		errs = append(errs, fmt.Errorf("--%w", err))
+	}
+	o.spec = nil
+	if o.rewardSpec != "" {
+		sp, err := scoring.LoadFile(o.rewardSpec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--reward-spec: %w", err))
+		} else {
+			o.spec = &sp
+		}
 	}
 	pol, err := runs.ParseShares("--policies", o.policies)
 	if err != nil {
@@ -108,10 +124,25 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 			DriftText: o.drift, RewardSpec: scoring.SpecFor(o.env).Version,
 		},
 	}
+	if o.spec != nil {
+		req.RewardSpec, req.Origin.RewardSpec = o.spec.Digest, o.spec.Version
+	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	return req, nil
+}
+
+// putRewardSpec puts the run's reward spec, if any, in the stack's bucket, where the
+// reward service and the store read it by the digest the run names.
+func putRewardSpec(ctx context.Context, b *bus.Bus, spec *scoring.Spec) error {
+	if spec == nil {
+		return nil
+	}
+	if err := rewardspecs.NewClient(b.JS).Put(ctx, *spec); err != nil {
+		return fmt.Errorf("--reward-spec: %w", err)
+	}
+	return nil
 }
 
 // profileFileList is --profile-files as a list, as given.
@@ -146,6 +177,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer b.Close()
+	if err := putRewardSpec(ctx, b, o.spec); err != nil {
+		return err
+	}
 	if !*wait {
 		if err := b.PublishCommand(ctx, bus.SubjectRun, req.RunId+"/run", req); err != nil {
 			return err

@@ -76,6 +76,11 @@ func (o *replayOpts) register(fs *flag.FlagSet) {
 	o.stack.register(fs, partClickHouse)
 	fs.IntVar(&o.step, "step", -1, "rebuild the state after this many steps (required)")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit of the rebuilt episode (0: the env's default, at least --step+1)")
+	o.registerSandbox(fs)
+}
+
+// registerSandbox declares the flags of the local runtime a sandboxed env is rebuilt in.
+func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.Runtime, "sandbox.runtime", runtimes.Process, "sandbox runtime to rebuild in: process or containerd")
 	fs.StringVar(&o.sandbox.Image, "sandbox.image", "", "root filesystem of the sandbox (containerd: an image reference)")
 	fs.StringVar(&o.sandbox.StateDir, "sandbox.state-dir", "", "state directory of the runtime (default: <data-dir>/sandbox-cli)")
@@ -107,6 +112,8 @@ type recording struct {
 	steps []trajectory.StepRow
 	plan  *gauntletv1.FaultPlan
 	env   env.Env
+	// spec is the reward spec the steps were scored under, which replayed steps are too.
+	spec scoring.Spec
 	// sandboxes and closeRT are the local runtime's, nil when the env runs no sandbox.
 	sandboxes env.Sandboxes
 	closeRT   func() error
@@ -329,7 +336,11 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := &recording{id: id, row: *row, steps: steps, plan: plan, env: e}
+	spec, err := trajectory.EpisodeRewardSpec(ctx, conn, db, steps)
+	if err != nil {
+		return nil, err
+	}
+	rec := &recording{id: id, row: *row, steps: steps, plan: plan, env: e, spec: spec}
 	if _, sandboxed := e.(env.SandboxTemplater); !sandboxed {
 		return rec, nil // a pure env: its episodes are rebuilt in memory
 	}
@@ -348,9 +359,14 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	return rec, nil
 }
 
-// rebuild replays rec's first o.step steps on a fresh episode. The caller closes its
-// session.
+// rebuild replays rec's first o.step steps on a fresh episode, scored under the spec they
+// were recorded with. The caller closes its session.
 func (o *replayOpts) rebuild(ctx context.Context, rec *recording) (*rebuilt, error) {
+	return o.rebuildScored(ctx, rec, play.LocalScorer{Spec: rec.spec})
+}
+
+// rebuildScored is rebuild with the steps scored by scorer.
+func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer play.StepScorer) (*rebuilt, error) {
 	id := rec.id
 	maxSteps := uint32(o.maxSteps)
 	if maxSteps == 0 {
@@ -358,9 +374,12 @@ func (o *replayOpts) rebuild(ctx context.Context, rec *recording) (*rebuilt, err
 	}
 	req := &gauntletv1.EpisodeRequested{EpisodeId: id, RunId: rec.row.RunID, Env: rec.row.Env, ParamsJson: rec.row.Params,
 		Seed: rec.row.Seed, Policy: "fork", MaxSteps: maxSteps}
+	if rec.spec.Digest != scoring.DefaultDigest() {
+		req.RewardSpec = rec.spec.Digest // the session then carries the spec's state
+	}
 	// Replayed steps print nothing; fork turns the printing on.
 	out := &cliOut{}
-	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", play.LocalScorer{Spec: scoring.SpecFor(rec.row.Env)}, out)
+	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", scorer, out)
 	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes}); err != nil {
 		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), sess.Close())
 	}

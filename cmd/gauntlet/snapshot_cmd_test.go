@@ -71,3 +71,27 @@ func TestForkShopEpisode(t *testing.T) {
 		}
 	}
 }
+
+// episode show writes a step's reward as the weighted sum it is, with its spec, and says
+// so when the weights are unknown instead of presenting the values as the sum.
+func TestFormatReward(t *testing.T) {
+	tests := []struct {
+		total, names, values string
+		weights              []float64
+		want                 string
+	}{
+		{"0.2435", "['task','cost','safety','timeliness','causal']", "[0.25,-0.02,0,-0.0025,0]", []float64{1, 0.2, 0.5, 0.1, 0.3},
+			"reward 0.244 = 1×task 0.25 + 0.2×cost -0.02 + 0.5×safety 0 + 0.1×timeliness -0.003 + 0.3×causal 0  (default/1)"},
+		{"-0.5", "['late']", "[-0.5]", nil, "reward -0.5 = ?×late -0.5  (x/1)"},
+		{"1", "garbled", "[1]", nil, "reward 1 (x/1)"},
+	}
+	for _, tt := range tests {
+		spec := "x/1"
+		if len(tt.weights) == 5 {
+			spec = "default/1"
+		}
+		if got := formatReward(tt.total, tt.names, tt.values, spec, tt.weights); got != tt.want {
+			t.Errorf("formatReward(%s, %s) = %q, want %q", tt.names, tt.values, got, tt.want)
+		}
+	}
+}

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -14,6 +18,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
@@ -86,9 +91,13 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	_, steps, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT step, tool, args, round(reward, 3), round(r_task, 3), round(r_cost, 3), round(r_safety, 3), round(r_timeliness, 3), round(r_causal, 3),
-		fault_kinds, fault_details, violation_reasons, observation, state_diff, reason
+	_, steps, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT step, tool, args, toString(reward), toString(reward_names), toString(reward_values), reward_spec, reward_spec_digest,
+		'', fault_kinds, fault_details, violation_reasons, observation, state_diff, reason
 		FROM %s.steps FINAL WHERE episode_id = '%s' ORDER BY step`, db, id))
+	if err != nil {
+		return err
+	}
+	weights, err := episodeWeights(ctx, conn, db, steps)
 	if err != nil {
 		return err
 	}
@@ -113,7 +122,7 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	for _, s := range steps {
 		fmt.Fprintf(stdout, "step %s  %s %s\n", s[0], s[1], s[2])
-		fmt.Fprintf(stdout, "  reward %s = task %s, cost %s, safety %s, timeliness %s, causal %s\n", s[3], s[4], s[5], s[6], s[7], s[8])
+		fmt.Fprintf(stdout, "  %s\n", formatReward(s[3], s[4], s[5], s[6], weights[s[7]]))
 		if s[9] != "[]" {
 			fmt.Fprintf(stdout, "  faults %s %s\n", s[9], s[10])
 		}
@@ -126,6 +135,72 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	return nil
+}
+
+// episodeWeights returns the weights of the specs steps were scored under, by digest, from
+// reward_specs; steps recorded before specs had digests were scored under default/1, whose
+// weights are under the digest "".
+func episodeWeights(ctx context.Context, conn driver.Conn, db string, steps [][]string) (map[string][]float64, error) {
+	out := map[string][]float64{}
+	var digests []string
+	for _, s := range steps {
+		if d := s[7]; d == "" && s[6] == scoring.DefaultVersion {
+			def := scoring.SpecFor("")
+			w := make([]float64, len(def.Weights))
+			for i, x := range def.Weights {
+				w[i] = x.Weight
+			}
+			out[""] = w
+		} else if d != "" && !slices.Contains(digests, d) && digestRe.MatchString(d) {
+			digests = append(digests, d)
+		}
+	}
+	if len(digests) == 0 {
+		return out, nil
+	}
+	_, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT digest, toString(weights) FROM %s.reward_specs FINAL WHERE digest IN ('%s')`,
+		db, strings.Join(digests, "','")))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		var w []float64
+		if err := json.Unmarshal([]byte(r[1]), &w); err != nil {
+			return nil, fmt.Errorf("reward_specs %s: weights %s: %w", r[0], r[1], err)
+		}
+		out[r[0]] = w
+	}
+	return out, nil
+}
+
+var digestRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// formatReward writes a step's reward as what it is, the weighted sum of its components:
+// "reward 0.243 = 1×task 0.25 + 0.2×cost -0.02 + ... (default/1)". total, names and values
+// are ClickHouse's text of reward, reward_names and reward_values; weights are the spec's,
+// nil when unknown (the values are then listed alone).
+func formatReward(total, names, values, spec string, weights []float64) string {
+	var n []string
+	var v []float64
+	if json.Unmarshal([]byte(strings.ReplaceAll(names, "'", `"`)), &n) != nil || json.Unmarshal([]byte(values), &v) != nil || len(n) != len(v) {
+		return "reward " + total + " (" + spec + ")"
+	}
+	short := func(x float64) string { return strconv.FormatFloat(math.Round(x*1000)/1000, 'f', -1, 64) }
+	t, _ := strconv.ParseFloat(total, 64)
+	var b strings.Builder
+	fmt.Fprintf(&b, "reward %s = ", short(t))
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		if len(weights) == len(n) {
+			fmt.Fprintf(&b, "%s×%s %s", short(weights[i]), n[i], short(v[i]))
+		} else {
+			fmt.Fprintf(&b, "?×%s %s", n[i], short(v[i]))
+		}
+	}
+	fmt.Fprintf(&b, "  (%s)", spec)
+	return b.String()
 }
 
 // printTable prints rows aligned under their column names.

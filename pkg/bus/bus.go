@@ -195,6 +195,15 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 		return fmt.Errorf("create kv bucket %s: %w", BucketPlanTemplates, err)
 	}
 	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketRewardSpecs,
+		Description: "reward spec files runs name, by digest (pkg/rewardspecs)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketRewardSpecs, err)
+	}
+	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      BucketStore,
 		Description: "what the store has written to ClickHouse (StoreProgress)",
 		History:     1,

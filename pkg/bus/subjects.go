@@ -47,6 +47,9 @@ const (
 	// BucketPlanTemplates holds the templates of user-defined profiles' fault plans, keyed
 	// by template id; compact plans name them (pkg/faults/templates).
 	BucketPlanTemplates = "gauntlet_plan_templates"
+	// BucketRewardSpecs holds the files of the reward specs runs name, keyed by their
+	// digest (pkg/rewardspecs).
+	BucketRewardSpecs = "gauntlet_reward_specs"
 	// KeyDriftGlobal is the key of the global DriftSet in BucketDrift.
 	KeyDriftGlobal = "global"
 	// BucketStore holds what the store publishes about itself: under KeyStoreWritten, a

@@ -162,7 +162,7 @@ type failingScorer struct{}
 
 var errScore = errors.New("no reward service")
 
-func (failingScorer) Score(context.Context, *gauntletv1.StepTaken, chan play.ScoreResult) (*gauntletv1.StepScored, error) {
+func (failingScorer) Score(context.Context, *gauntletv1.StepTaken, *play.EpisodeScoring, chan play.ScoreResult) (*gauntletv1.StepScored, error) {
 	return nil, errScore
 }
 

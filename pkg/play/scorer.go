@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
@@ -29,13 +30,43 @@ type Scorer struct {
 
 type scoreCall struct {
 	step  *gauntletv1.StepTaken
+	named *EpisodeScoring
 	reply chan ScoreResult
 }
 
 // ScoreResult is the reply to one Score call.
 type ScoreResult struct {
 	score *gauntletv1.StepScored
+	state *gauntletv1.RewardState
 	err   error
+}
+
+// EpisodeScoring is what an episode scored under a spec its run named (not the env's
+// default) carries from step to step: the spec's digest, which the reward service looks
+// up, and the RewardState the last step's score left, which the next step's request
+// carries (running normalisation, shaping and expressions over the episode so far need
+// it). Episodes under the default spec have none, and their requests stay as they were.
+type EpisodeScoring struct {
+	Spec  string
+	State *gauntletv1.RewardState
+}
+
+// NewEpisodeScoring returns the scoring state of an episode of req, or nil when it is
+// scored under its env's default spec.
+func NewEpisodeScoring(req *gauntletv1.EpisodeRequested) *EpisodeScoring {
+	d := req.GetRewardSpec()
+	if d == "" || d == scoring.DefaultDigest() {
+		return nil
+	}
+	return &EpisodeScoring{Spec: d, State: &gauntletv1.RewardState{}}
+}
+
+// clone returns an independent copy, for a branch of the episode.
+func (e *EpisodeScoring) clone() *EpisodeScoring {
+	if e == nil {
+		return nil
+	}
+	return &EpisodeScoring{Spec: e.Spec, State: proto.Clone(e.State).(*gauntletv1.RewardState)}
 }
 
 // NewScorer allocates a scorer sending up to maxBatch steps per request and maxInFlight
@@ -55,15 +86,19 @@ func NewScorer(getBus func() *bus.Bus, maxBatch, maxInFlight int, meter metric.M
 	}
 }
 
-// Score returns the reward service's score for one step.
-func (s *Scorer) Score(ctx context.Context, st *gauntletv1.StepTaken, reply chan ScoreResult) (*gauntletv1.StepScored, error) {
+// Score returns the reward service's score for one step; named, when not nil, is the
+// episode's spec and state, which a successful score advances.
+func (s *Scorer) Score(ctx context.Context, st *gauntletv1.StepTaken, named *EpisodeScoring, reply chan ScoreResult) (*gauntletv1.StepScored, error) {
 	select {
-	case s.reqs <- scoreCall{step: st, reply: reply}:
+	case s.reqs <- scoreCall{step: st, named: named, reply: reply}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	select {
 	case r := <-reply:
+		if r.err == nil && named != nil {
+			named.State = r.state
+		}
 		return r.score, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -111,6 +146,18 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 			EpisodeId: c.step.EpisodeId, Step: c.step.Step, Env: c.step.Env,
 			Signals: c.step.Signals, Metering: c.step.Metering,
 		}
+		if c.named != nil {
+			if req.States == nil {
+				req.States = make([]*gauntletv1.RewardState, len(batch))
+			}
+			req.Steps[i].RewardSpec, req.Steps[i].Terminated = c.named.Spec, c.step.Terminated
+			req.States[i] = c.named.State
+		}
+	}
+	for i := range req.States {
+		if req.States[i] == nil {
+			req.States[i] = &gauntletv1.RewardState{}
+		}
 	}
 	var reply gauntletv1.ScoreReply
 	// Bounded: a reward service missing for this long is an infra error for the episode.
@@ -126,28 +173,40 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	} else if err == nil {
 		scores, err = reply.StepScores(req.Steps)
 	}
+	if err == nil && req.States != nil && len(reply.GetTable().GetStates()) != len(req.Steps) {
+		// A reward service that predates states would score every step as an episode's first.
+		err = errkind.E(errkind.Internal, fmt.Errorf("reward service returned %d states for %d steps of named specs", len(reply.GetTable().GetStates()), len(req.Steps)))
+	}
 	for i, c := range batch {
 		if err != nil {
 			c.reply <- ScoreResult{err: fmt.Errorf("score step: %w", err)}
 			continue
 		}
-		c.reply <- ScoreResult{score: scores[i]}
+		r := ScoreResult{score: scores[i]}
+		if c.named != nil {
+			r.state = reply.Table.States[i]
+		}
+		c.reply <- r
 	}
 }
 
-// StepScorer scores one step for a Session. reply is the session's own channel, reused
-// step after step so that waiting for a score allocates nothing; scorers that answer in
-// the caller's goroutine ignore it.
+// StepScorer scores one step for a Session. named is the episode's named spec and its
+// state (nil under the env's default spec), advanced by a successful score. reply is the
+// session's own channel, reused step after step so that waiting for a score allocates
+// nothing; scorers that answer in the caller's goroutine ignore it.
 type StepScorer interface {
-	Score(ctx context.Context, st *gauntletv1.StepTaken, reply chan ScoreResult) (*gauntletv1.StepScored, error)
+	Score(ctx context.Context, st *gauntletv1.StepTaken, named *EpisodeScoring, reply chan ScoreResult) (*gauntletv1.StepScored, error)
 }
 
 // LocalScorer scores steps in process with the reward service's own pure function
-// (scoring.Score), for runners with no reward service to ask: the CLI's fork and the
-// load-test harness. Spec is the env's reward spec (scoring.SpecFor).
+// (scoring.ScoreState), for runners with no reward service to ask: the CLI's fork and the
+// load-test harness. Spec is the episode's reward spec (scoring.SpecFor for the default).
 type LocalScorer struct{ Spec scoring.Spec }
 
 // Score implements StepScorer.
-func (l LocalScorer) Score(_ context.Context, st *gauntletv1.StepTaken, _ chan ScoreResult) (*gauntletv1.StepScored, error) {
+func (l LocalScorer) Score(_ context.Context, st *gauntletv1.StepTaken, named *EpisodeScoring, _ chan ScoreResult) (*gauntletv1.StepScored, error) {
+	if named != nil {
+		return scoring.ScoreState(l.Spec, named.State, st), nil
+	}
 	return scoring.Score(l.Spec, st), nil
 }

@@ -30,6 +30,7 @@ type Session struct {
 	profile  string // the plan's, read per step without touching the plan
 	episode  env.Episode
 	scorer   StepScorer
+	named    *EpisodeScoring // the run's spec and the episode's state; nil under the default
 	out      Output
 	step     uint32
 	cut      uint64 // bytes left out of the recording (CutBytes)
@@ -45,7 +46,7 @@ type Session struct {
 func NewSession(a *gauntletv1.EpisodeAssigned, workerID string, scorer StepScorer, out Output) *Session {
 	return &Session{
 		Req: a.Episode, Plan: a.Plan, workerID: workerID, profile: a.Plan.GetProfile(),
-		scorer: scorer, out: out,
+		scorer: scorer, out: out, named: NewEpisodeScoring(a.Episode),
 		reply: make(chan ScoreResult, 1),
 		Ended: &gauntletv1.EpisodeEnded{
 			Episode: a.Episode, Profile: a.Plan.GetProfile(), Plan: a.Plan, WorkerId: workerID,
@@ -128,7 +129,7 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 	s.cut += uint64(cut)
 	st.Trainer = trainer
 	t0 := time.Now()
-	score, err := s.scorer.Score(ctx, st, s.reply)
+	score, err := s.scorer.Score(ctx, st, s.named, s.reply)
 	res.Metering.RewardNs = uint64(time.Since(t0))
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -222,6 +223,7 @@ func (s *Session) Branch(ctx context.Context, out Output) (*Session, error) {
 	b := *s
 	b.episode, b.out, b.reply, b.cut = ep, out, make(chan ScoreResult, 1), 0 // the branch counts its own cuts
 	b.Ended = cloneEnded(s.Ended)
+	b.named = s.named.clone()
 	return &b, nil
 }
 

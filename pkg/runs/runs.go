@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"os/user"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -161,8 +162,14 @@ func Validate(r *gauntletv1.RunRequested) error {
 	if r.GetMaxSteps() > MaxStepsLimit {
 		add("max_steps: %d is more than %d", r.GetMaxSteps(), MaxStepsLimit)
 	}
+	if d := r.GetRewardSpec(); d != "" && !digestRE.MatchString(d) {
+		add("reward_spec: %q is not a spec digest (sha256: and 64 hex digits; gauntlet run --reward-spec FILE puts the file and names it)", d)
+	}
 	return errors.Join(errs...)
 }
+
+// digestRE matches a reward spec's digest (pkg/scoring.Spec.Digest).
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // EpisodeID is the id of episode index of a run.
 func EpisodeID(runID string, index uint64) string {
@@ -181,6 +188,7 @@ func Episode(r *gauntletv1.RunRequested, index uint64) *gauntletv1.EpisodeReques
 		Policy:              choose(r.Policies, rng.DeriveN(r.Seed, "policy-choice", index)),
 		MaxSteps:            r.MaxSteps,
 		RequestedAtUnixNano: r.RequestedAtUnixNano,
+		RewardSpec:          r.RewardSpec,
 	}
 }
 

@@ -28,9 +28,29 @@
 // changing one requires a new version string, or re-scoring would silently disagree with
 // the recorded scores.
 //
+// # Spec files
+//
+// A spec is a YAML file (Parse, LoadFile; docs/rewards.md): a name and version, and
+// components, each with a weight and one source: a built-in above, a CEL expression over
+// signals, metering and episode (the step's gauntlet.v1.Signals and Metering, and
+// EpisodeSoFar: what came before in the episode), type-checked when the file is parsed,
+// or potential-based shaping (gamma*phi(after) - phi(before), phi a CEL expression, 0
+// before the first step and after a terminating one, so the shaping of an episode
+// telescopes to a constant). Each component may have normalisation stages, applied in
+// order (clip, scale, a running z-score over a declared window of the episode's steps),
+// and its value is then bounded to [-1, 1]. The built-in spec, DefaultVersion, is such a
+// file (default.yaml) embedded in the binary; specs whose components are all built-ins
+// without stages are scored by the built-in formulas alone, exactly as before spec files.
+//
+// A spec with expressions, shaping or z-scores is stateful: its steps are scored in order,
+// each with the RewardState the previous one left (ScoreState, TableStates), which the
+// worker carries between an episode's score requests. Scoring remains a pure function of
+// the spec, the state and the step; expressions are compiled once per spec.
+//
 // # Errors and concurrency
 //
-// Spec.Validate reports every problem at once, naming the field. Score never fails and never
-// panics: a nil step scores 0 on every component, and a component it does not know (which
-// Validate rejects) scores 0. Validate specs when they are loaded, not per step. Everything here is safe for concurrent use.
+// Parse and Spec.Validate report every problem at once, naming the field (and Parse the
+// file and line). Score never fails and never panics: a nil step scores 0 on every
+// component, a component it does not know (which Validate rejects) scores 0, and so does
+// an expression whose evaluation fails (Explain says why). Validate specs when they are loaded, not per step. Everything here is safe for concurrent use.
 package scoring

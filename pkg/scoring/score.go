@@ -20,18 +20,26 @@ const (
 // Score scores one step under spec: one component per weight, in spec order, each with its
 // value in [-1, 1] and its weight, and the weighted sum as total. It is a pure function of
 // its arguments (see the package doc). spec should have passed Validate: a component Score
-// does not know scores 0, and a NaN weight makes the total NaN.
+// does not know scores 0, and a NaN weight makes the total NaN. A stateful spec scores the
+// step as an episode's first; ScoreState scores it after the episode's earlier steps.
 func Score(spec Spec, step *gauntletv1.StepTaken) *gauntletv1.StepScored {
+	return ScoreState(spec, nil, step)
+}
+
+// ScoreState is Score with the state of the step's episode before it (nil or empty for a
+// first step), which it advances to the state after it. Stateless specs leave st as it is.
+func ScoreState(spec Spec, st *gauntletv1.RewardState, step *gauntletv1.StepTaken) *gauntletv1.StepScored {
 	out := &gauntletv1.StepScored{
 		EpisodeId:   step.GetEpisodeId(),
 		Step:        step.GetStep(),
 		SpecVersion: spec.Version,
+		SpecDigest:  spec.Digest,
 		Components:  make([]*gauntletv1.RewardComponent, len(spec.Weights)),
 	}
 	// One allocation for every component instead of one each.
 	backing := make([]gauntletv1.RewardComponent, len(spec.Weights))
 	var values [8]float64
-	vals, total := AppendValues(values[:0], spec, step)
+	vals, total := AppendValuesState(values[:0], spec, st, step)
 	for i, w := range spec.Weights {
 		c := &backing[i]
 		c.Name, c.Weight, c.Value = w.Component, w.Weight, vals[i]
@@ -45,13 +53,41 @@ func Score(spec Spec, step *gauntletv1.StepTaken) *gauntletv1.StepScored {
 // dst, and returns it with their weighted sum: Score's numbers without its message, summed
 // in the same order, so the total is the same to the bit.
 func AppendValues(dst []float64, spec Spec, step *gauntletv1.StepTaken) ([]float64, float64) {
+	return AppendValuesState(dst, spec, nil, step)
+}
+
+// AppendValuesState is AppendValues with the episode's state, as ScoreState.
+func AppendValuesState(dst []float64, spec Spec, st *gauntletv1.RewardState, step *gauntletv1.StepTaken) ([]float64, float64) {
 	sig, met := step.GetSignals(), step.GetMetering()
 	total := 0.0
-	for _, w := range spec.Weights {
-		v := value(w.Component, sig, met)
+	c := spec.c
+	if c == nil || c.plain || len(c.comps) != len(spec.Weights) {
+		// Built-ins only: no state, no expressions, exactly the formulas of the doc.
+		for _, w := range spec.Weights {
+			v := value(w.Component, sig, met)
+			dst = append(dst, v)
+			total += w.Weight * v
+		}
+		return dst, total
+	}
+	if st == nil {
+		st = &gauntletv1.RewardState{}
+	}
+	c.prepare(st)
+	act := activation{sig: sig, met: met, ep: st.Episode}
+	if act.sig == nil {
+		act.sig = noSignals
+	}
+	if act.met == nil {
+		act.met = noMetering
+	}
+	terminated := step.GetTerminated()
+	for i, w := range spec.Weights {
+		v := c.componentValue(i, sig, met, terminated, &act, st, nil)
 		dst = append(dst, v)
 		total += w.Weight * v
 	}
+	advance(st.Episode, sig, met, total)
 	return dst, total
 }
 
@@ -59,21 +95,36 @@ func AppendValues(dst []float64, spec Spec, step *gauntletv1.StepTaken) ([]float
 // reward service's reply, read back by ScoreReply.StepScores into exactly what Score
 // gives each step. specFor is called once per distinct env of steps.
 func Table(specFor func(env string) Spec, steps []*gauntletv1.StepTaken) *gauntletv1.ScoreTable {
+	return TableStates(func(env, _ string) Spec { return specFor(env) }, steps, nil)
+}
+
+// TableStates is Table for steps that name their spec by digest (StepTaken.reward_spec),
+// with their episodes' states: specFor is called once per distinct (env, digest) of steps,
+// and states, when not nil, has one per step, each advanced as ScoreState does and
+// returned in the table. A request's steps of one episode are in step order, each with the
+// state the previous one left (the worker sends an episode's next step only once the last
+// is scored).
+func TableStates(specFor func(env, digest string) Spec, steps []*gauntletv1.StepTaken, states []*gauntletv1.RewardState) *gauntletv1.ScoreTable {
 	t := &gauntletv1.ScoreTable{
 		Spec:   make([]uint32, len(steps)),
 		Totals: make([]float64, len(steps)),
 	}
+	type key struct{ env, digest string }
 	var (
-		envs  []string // envs[k] is the env of t.Specs[k]
+		keys  []key // keys[k] is the env and digest of t.Specs[k]
 		specs []Spec
 	)
+	if states != nil {
+		t.States = states
+	}
 	for i, st := range steps {
-		k := slices.Index(envs, st.GetEnv()) // a request's steps are of a handful of envs
+		kk := key{st.GetEnv(), st.GetRewardSpec()}
+		k := slices.Index(keys, kk) // a request's steps are of a handful of envs
 		if k < 0 {
-			sp := specFor(st.GetEnv())
+			sp := specFor(kk.env, kk.digest)
 			k = len(specs)
-			envs, specs = append(envs, st.GetEnv()), append(specs, sp)
-			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights))}
+			keys, specs = append(keys, kk), append(specs, sp)
+			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights))}
 			for j, w := range sp.Weights {
 				ts.Names[j], ts.Weights[j] = w.Component, w.Weight
 			}
@@ -83,7 +134,14 @@ func Table(specFor func(env string) Spec, steps []*gauntletv1.StepTaken) *gauntl
 			}
 		}
 		t.Spec[i] = uint32(k)
-		t.Values, t.Totals[i] = AppendValues(t.Values, specs[k], st)
+		var rs *gauntletv1.RewardState
+		if states != nil {
+			if states[i] == nil {
+				states[i] = &gauntletv1.RewardState{}
+			}
+			rs = states[i]
+		}
+		t.Values, t.Totals[i] = AppendValuesState(t.Values, specs[k], rs, st)
 	}
 	return t
 }

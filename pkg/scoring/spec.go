@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -37,36 +38,68 @@ type Weight struct {
 }
 
 // Spec declares how an env's steps are scored: which components, with which weights, in
-// which order. Weights is a slice, not a map, so the vector's order and the floating-point
-// sum are the same on every run. Version is recorded with every score and names both the
-// weights and the formulas, so a score can always be traced to what produced it.
+// which order, and (for a spec parsed from a file) how each component's value is produced
+// and normalised. Weights is a slice, not a map, so the vector's order and the
+// floating-point sum are the same on every run. Version is the spec's id as recorded with
+// every score ("default/1": the file's name and version), naming both the weights and the
+// formulas, so a score can always be traced to what produced it; Digest names the exact
+// file. A Spec is a value: copies share its compiled part, which is read only.
 type Spec struct {
 	Env     string
+	Name    string
 	Version string
+	// Digest is "sha256:" and the hex SHA-256 of the spec's file; empty for a spec built
+	// in Go.
+	Digest string
+	// Source is the text of the spec's file; empty for a spec built in Go.
+	Source  string
 	Weights []Weight
+
+	c *compiled // nil for a spec built in Go: every component a built-in, plain
 }
 
-// SpecFor returns the reward spec of env. Every env currently gets the default spec (task
-// 1.0, cost 0.2, safety 0.5, timeliness 0.1, causal 0.3, version DefaultVersion); per-env
-// specs will be looked up here.
-func SpecFor(env string) Spec {
-	return Spec{
-		Env:     env,
-		Version: DefaultVersion,
-		Weights: []Weight{
-			{ComponentTask, 1.0},
-			{ComponentCost, 0.2},
-			{ComponentSafety, 0.5},
-			{ComponentTimeliness, 0.1},
-			{ComponentCausal, 0.3},
-		},
+// Stateful reports whether scoring under s reads what came before in the episode (a
+// running z-score, potential-based shaping, an expression): its steps must then be
+// scored in order with a RewardState carried from each to the next (ScoreState).
+func (s Spec) Stateful() bool { return s.c != nil && s.c.stateful }
+
+// defaultSpec is the built-in spec file, parsed once.
+var defaultSpec = func() Spec {
+	s, err := Parse("default.yaml", defaultFile)
+	if err != nil {
+		// The file is part of the binary and TestSpecFor parses it: only a broken build
+		// gets here.
+		panic(fmt.Sprintf("built-in reward spec: %v", err))
 	}
+	return s
+}()
+
+// SpecFor returns the reward spec of env: the built-in spec (default.yaml: task 1.0, cost
+// 0.2, safety 0.5, timeliness 0.1, causal 0.3, version DefaultVersion) unless a run names
+// another. Each call returns its own Weights.
+func SpecFor(env string) Spec {
+	s := defaultSpec
+	s.Env = env
+	s.Weights = slices.Clone(s.Weights)
+	return s
 }
 
-// Validate reports every problem of the spec at once, each naming its field: an empty
+// DefaultDigest is the digest of the built-in spec's file: a step naming it, or naming no
+// spec, is scored under SpecFor.
+func DefaultDigest() string { return defaultSpec.Digest }
+
+// ForEnv returns s for env: the same spec, with its own Weights.
+func (s Spec) ForEnv(env string) Spec {
+	s.Env = env
+	s.Weights = slices.Clone(s.Weights)
+	return s
+}
+
+// Validate reports every problem of a spec built in Go at once, each naming its field: an empty
 // version, no weights, unknown or duplicate components, and weights that are negative or
 // not finite. A weight of 0 is allowed: the component is still reported, for debugging,
-// but does not count.
+// but does not count. A spec parsed from a file names its own components, which Parse
+// checked: only their uniqueness and weights are checked again.
 func (s Spec) Validate() error {
 	var errs []error
 	if s.Version == "" {
@@ -76,7 +109,7 @@ func (s Spec) Validate() error {
 		errs = append(errs, errors.New("weights: must name at least one component"))
 	}
 	for i, w := range s.Weights {
-		if !isComponent(w.Component) {
+		if s.c == nil && !isComponent(w.Component) {
 			errs = append(errs, fmt.Errorf("weights[%d].component: %w %q (known: %s)",
 				i, ErrUnknownComponent, w.Component, strings.Join(components, ", ")))
 		} else {

@@ -104,7 +104,7 @@ var stepColumns = []column[StepRow]{
 	col("read_bytes", func(r *StepRow) *uint64 { return &r.ReadBytes }),
 	col("written_bytes", func(r *StepRow) *uint64 { return &r.WrittenBytes }),
 	col("runtime", func(r *StepRow) *string { return &r.Runtime }),
-	// Migration 7.
+	// Migration 6.
 	col("policy_ns", func(r *StepRow) *uint64 { return &r.PolicyNs }),
 	col("reward_ns", func(r *StepRow) *uint64 { return &r.RewardNs }),
 	col("progress", func(r *StepRow) *float64 { return &r.Progress }),
@@ -127,6 +127,7 @@ var stepColumns = []column[StepRow]{
 	col("reward_names", func(r *StepRow) *[]string { return &r.RewardNames }),
 	col("reward_values", func(r *StepRow) *[]float64 { return &r.RewardValues }),
 	col("reward_spec", func(r *StepRow) *string { return &r.RewardSpec }),
+	col("reward_spec_digest", func(r *StepRow) *string { return &r.RewardSpecDigest }), // migration 7
 	col("version", func(r *StepRow) *uint64 { return &r.Version }),
 }
 
@@ -167,6 +168,21 @@ var episodeColumns = []column[EpisodeRow]{
 	col("catalogue_version", func(r *EpisodeRow) *string { return &r.CatalogueVersion }),
 	col("plan_template", func(r *EpisodeRow) *string { return &r.PlanTemplate }),
 	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
+	// Migration 7.
+	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
+}
+
+// rewardSpecColumns is the reward_specs table of migration 7.
+var rewardSpecColumns = []column[RewardSpecRow]{
+	col("digest", func(r *RewardSpecRow) *string { return &r.Digest }),
+	col("spec", func(r *RewardSpecRow) *string { return &r.Spec }),
+	col("name", func(r *RewardSpecRow) *string { return &r.Name }),
+	col("spec_version", func(r *RewardSpecRow) *string { return &r.SpecVersion }),
+	col("source", func(r *RewardSpecRow) *string { return &r.Source }),
+	col("components", func(r *RewardSpecRow) *[]string { return &r.Components }),
+	col("weights", func(r *RewardSpecRow) *[]float64 { return &r.Weights }),
+	col("rules", func(r *RewardSpecRow) *[]string { return &r.Rules }),
+	col("version", func(r *RewardSpecRow) *uint64 { return &r.Version }),
 }
 
 // templateColumns is the plan_templates table of migration 5.

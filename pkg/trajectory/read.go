@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -350,4 +351,42 @@ var literalEscaper = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
 // quote writes s as a ClickHouse string literal.
 func quote(s string) string {
 	return "'" + literalEscaper.Replace(s) + "'"
+}
+
+// EpisodeRewardSpec returns the reward spec steps of an episode were scored under, parsed
+// from its file in reward_specs (by the steps' digest), or the built-in spec for steps
+// recorded before specs had digests under DefaultVersion. A step scored under another
+// spec than the first is an error: an episode has one spec.
+func EpisodeRewardSpec(ctx context.Context, conn driver.Conn, database string, steps []StepRow) (scoring.Spec, error) {
+	if len(steps) == 0 {
+		return scoring.Spec{}, errors.New("reward spec: no steps")
+	}
+	first := steps[0]
+	for _, s := range steps[1:] {
+		if s.RewardSpecDigest != first.RewardSpecDigest || s.RewardSpec != first.RewardSpec {
+			return scoring.Spec{}, fmt.Errorf("episode %s: step %d was scored under %s (%s), step 0 under %s (%s)",
+				s.EpisodeID, s.Step, s.RewardSpec, s.RewardSpecDigest, first.RewardSpec, first.RewardSpecDigest)
+		}
+	}
+	switch {
+	case first.RewardSpecDigest == scoring.DefaultDigest(), first.RewardSpecDigest == "" && first.RewardSpec == scoring.DefaultVersion:
+		return scoring.SpecFor(first.Env), nil
+	case first.RewardSpecDigest == "":
+		return scoring.Spec{}, fmt.Errorf("episode %s: scored under %s, recorded without a digest", first.EpisodeID, first.RewardSpec)
+	}
+	rows, err := selectRows(ctx, conn, database, "reward_specs", rewardSpecColumns, "WHERE digest = ?", first.RewardSpecDigest)
+	if err != nil {
+		return scoring.Spec{}, fmt.Errorf("episode %s: reward spec %s: %w", first.EpisodeID, first.RewardSpecDigest, err)
+	}
+	if len(rows) == 0 {
+		return scoring.Spec{}, fmt.Errorf("episode %s: reward spec %s: no row in %s.reward_specs", first.EpisodeID, first.RewardSpecDigest, database)
+	}
+	spec, err := scoring.Parse(first.RewardSpec+" from reward_specs", []byte(rows[0].Source))
+	if err != nil {
+		return scoring.Spec{}, fmt.Errorf("episode %s: %w", first.EpisodeID, err)
+	}
+	if spec.Digest != first.RewardSpecDigest {
+		return scoring.Spec{}, fmt.Errorf("episode %s: reward spec %s: its recorded file has digest %s", first.EpisodeID, first.RewardSpecDigest, spec.Digest)
+	}
+	return spec.ForEnv(first.Env), nil
 }

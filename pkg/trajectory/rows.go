@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
@@ -84,6 +85,9 @@ type StepRow struct {
 	RewardValues []float64
 	RewardSpec   string
 	Version      uint64
+	// RewardSpecDigest names the spec's row in reward_specs (migration 7); empty for
+	// steps recorded before specs had digests.
+	RewardSpecDigest string
 
 	// Measured by a real sandbox around the step's commands (migration 2); zero for sim.
 	CPUNs           uint64
@@ -93,7 +97,7 @@ type StepRow struct {
 	WrittenBytes    uint64
 	Runtime         string
 
-	// Where the step's time went besides the env's WallNs (migration 7): the policy
+	// Where the step's time went besides the env's WallNs (migration 6): the policy
 	// choosing the action, the scoring of the step.
 	PolicyNs uint64
 	RewardNs uint64
@@ -141,6 +145,25 @@ type EpisodeRow struct {
 	CatalogueVersion string
 	PlanTemplate     string
 	PlanDigest       string
+	// RewardSpecDigest is the digest of the spec the episode's steps were scored under
+	// (migration 7).
+	RewardSpecDigest string
+}
+
+// RewardSpecRow is one row of reward_specs: a reward spec, recorded once by digest.
+type RewardSpecRow struct {
+	Digest string
+	// Spec is the id steps.reward_spec records ("default/1"); Name and SpecVersion its parts.
+	Spec        string
+	Name        string
+	SpecVersion string
+	Source      string // the file
+	// Components, Weights and Rules are the spec's components in order: name, weight,
+	// and what produces its raw value ("builtin task", "expr ...", "potential ...").
+	Components []string
+	Weights    []float64
+	Rules      []string
+	Version    uint64
 }
 
 // TemplateRow is one row of plan_templates: a user-defined profile's plan template.
@@ -188,38 +211,39 @@ type FaultRow struct {
 // when the event has no entries, as ClickHouse returns them.
 func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	r := StepRow{
-		RunID:         s.GetRunId(),
-		EpisodeID:     s.GetEpisodeId(),
-		Step:          s.GetStep(),
-		RequestedAt:   dateTime(s.GetRequestedAtUnixNano()),
-		Env:           s.GetEnv(),
-		Policy:        s.GetPolicy(),
-		Profile:       s.GetProfile(),
-		WorkerID:      s.GetWorkerId(),
-		Tool:          s.GetAction().GetTool(),
-		Args:          s.GetAction().GetArgsJson(),
-		Observation:   s.GetObservationJson(),
-		StateDiff:     s.GetStateDiffJson(),
-		ToolCalls:     s.GetMetering().GetToolCalls(),
-		Errors:        s.GetMetering().GetErrors(),
-		VirtualNs:     s.GetMetering().GetVirtualNs(),
-		WallNs:        s.GetMetering().GetWallNs(),
-		BytesIn:       s.GetMetering().GetBytesIn(),
-		BytesOut:      s.GetMetering().GetBytesOut(),
-		Progress:      s.GetSignals().GetProgress(),
-		InvalidAction: s.GetSignals().GetInvalidAction(),
-		Success:       s.GetSignals().GetSuccess(),
-		SafetyEvents:  nonNil(s.GetSignals().GetSafetyEvents()),
-		Spend:         s.GetSignals().GetSpend(),
-		Terminated:    s.GetTerminated(),
-		Truncated:     s.GetTruncated(),
-		Reason:        s.GetReason().Name(),
-		VirtualTimeNs: unsigned(s.GetVirtualTimeNs()),
-		Reward:        sc.Total,
-		RewardSpec:    sc.Version,
-		RewardNames:   nonNil(sc.Names),
-		RewardValues:  nonNil(sc.Values),
-		Version:       stepVersion,
+		RunID:            s.GetRunId(),
+		EpisodeID:        s.GetEpisodeId(),
+		Step:             s.GetStep(),
+		RequestedAt:      dateTime(s.GetRequestedAtUnixNano()),
+		Env:              s.GetEnv(),
+		Policy:           s.GetPolicy(),
+		Profile:          s.GetProfile(),
+		WorkerID:         s.GetWorkerId(),
+		Tool:             s.GetAction().GetTool(),
+		Args:             s.GetAction().GetArgsJson(),
+		Observation:      s.GetObservationJson(),
+		StateDiff:        s.GetStateDiffJson(),
+		ToolCalls:        s.GetMetering().GetToolCalls(),
+		Errors:           s.GetMetering().GetErrors(),
+		VirtualNs:        s.GetMetering().GetVirtualNs(),
+		WallNs:           s.GetMetering().GetWallNs(),
+		BytesIn:          s.GetMetering().GetBytesIn(),
+		BytesOut:         s.GetMetering().GetBytesOut(),
+		Progress:         s.GetSignals().GetProgress(),
+		InvalidAction:    s.GetSignals().GetInvalidAction(),
+		Success:          s.GetSignals().GetSuccess(),
+		SafetyEvents:     nonNil(s.GetSignals().GetSafetyEvents()),
+		Spend:            s.GetSignals().GetSpend(),
+		Terminated:       s.GetTerminated(),
+		Truncated:        s.GetTruncated(),
+		Reason:           s.GetReason().Name(),
+		VirtualTimeNs:    unsigned(s.GetVirtualTimeNs()),
+		Reward:           sc.Total,
+		RewardSpec:       sc.Version,
+		RewardSpecDigest: sc.Digest,
+		RewardNames:      nonNil(sc.Names),
+		RewardValues:     nonNil(sc.Values),
+		Version:          stepVersion,
 	}
 	m := s.GetMetering()
 	r.CPUNs, r.PeakMemoryBytes, r.Processes = m.GetCpuNs(), m.GetPeakMemoryBytes(), m.GetProcesses()
@@ -320,6 +344,7 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		CatalogueVersion: e.GetPlan().GetCatalogueVersion(),
 		PlanTemplate:     e.GetPlan().GetTemplate(),
 		PlanDigest:       e.GetPlan().GetDigest(),
+		RewardSpecDigest: rewardSpecDigest(e.GetEpisode()),
 		WorkerID:         e.GetWorkerId(),
 		RequestedAt:      dateTime(req.GetRequestedAtUnixNano()),
 		StartedAt:        dateTime(e.GetStartedAtUnixNano()),
@@ -491,4 +516,27 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// rewardSpecDigest is the digest of the spec episode's steps were scored under: the one
+// its run named, else the built-in spec's.
+func rewardSpecDigest(e *gauntletv1.EpisodeRequested) string {
+	if d := e.GetRewardSpec(); d != "" {
+		return d
+	}
+	return scoring.DefaultDigest()
+}
+
+// NewRewardSpecRow returns the reward_specs row of spec.
+func NewRewardSpecRow(spec scoring.Spec) RewardSpecRow {
+	r := RewardSpecRow{
+		Digest: spec.Digest, Spec: spec.Version, Name: spec.Name, Source: spec.Source,
+		SpecVersion: strings.TrimPrefix(spec.Version, spec.Name+"/"),
+		Components:  make([]string, len(spec.Weights)), Weights: make([]float64, len(spec.Weights)),
+		Rules: spec.Rules(), Version: 1,
+	}
+	for i, w := range spec.Weights {
+		r.Components[i], r.Weights[i] = w.Component, w.Weight
+	}
+	return r
 }

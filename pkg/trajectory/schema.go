@@ -290,6 +290,34 @@ var migrations = []migration{
 		ORDER BY (curriculum_prefix, stage)`,
 		`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
 	}},
+	// Reward specs by digest: each step and episode records the digest of the spec it
+	// was scored under (pkg/scoring.Spec.Digest; steps.reward_spec keeps its name/version),
+	// and reward_specs holds each spec once, its file and its components' names, weights
+	// and rules as parallel arrays, so a total can be rebuilt in SQL (docs/querying.md).
+	{version: 7, name: "reward specs",
+		addColumns: []addColumn{
+			{"steps", "reward_spec_digest", "String", "reward_spec"},
+			{"episodes", "reward_spec_digest", "String", "plan_digest"},
+		},
+		stmts: []string{
+			`CREATE TABLE IF NOT EXISTS {db}.reward_specs (
+				digest String,
+				spec String,
+				name String,
+				spec_version String,
+				source String,
+				components Array(String),
+				weights Array(Float64),
+				rules Array(String),
+				version UInt64
+			) ENGINE = ReplacingMergeTree(version)
+			ORDER BY digest`,
+			`CREATE VIEW IF NOT EXISTS {db}.reward_specs_final AS SELECT * FROM {db}.reward_specs FINAL`,
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -55,6 +56,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"faults_final", "View"},
 		{"plan_templates", "ReplacingMergeTree"},
 		{"plan_templates_final", "View"},
+		{"reward_specs", "ReplacingMergeTree"},
+		{"reward_specs_final", "View"},
 		{"runs", "ReplacingMergeTree"},
 		{"runs_final", "View"},
 		{"schema_migrations", "MergeTree"},
@@ -131,6 +134,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 	m := step.GetStep().Metering
 	m.CpuNs, m.PeakMemoryBytes = 4_300_000, 9_437_184
 	m.Processes, m.ReadBytes, m.WrittenBytes, m.Runtime = 3, 40_960, 512, "process"
+	step.GetStep().Score.SpecDigest = scoring.DefaultDigest()
 
 	counts, err := NewWriter(conn, testDB).Write(ctx, []*gauntletv1.Event{
 		step,
@@ -195,6 +199,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		RewardValues:     []float64{0.1, -0.026, 0, -0.002, 0},
 		RewardSpec:       "default/1",
 		Version:          1,
+		RewardSpecDigest: scoring.DefaultDigest(),
 	}
 	steps, err := EpisodeSteps(ctx, conn, testDB, "run-a-ep-000000")
 	if err != nil {
@@ -256,6 +261,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		DriftSources:     []string{"global", "run"},
 		PlanSeed:         1000,
 		CatalogueVersion: "v1",
+		RewardSpecDigest: scoring.DefaultDigest(),
 	})
 }
 
@@ -897,6 +903,7 @@ func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
 		{"episodes", "run_id, episode_id"},
 		{"faults", "episode_id, step, seq"},
 		{"plan_templates", "template"},
+		{"reward_specs", "digest"},
 		{"runs", "run_id"},
 		{"steps", "episode_id, step"},
 		{"trainer_steps", "episode_id, step"},

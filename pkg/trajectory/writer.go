@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -24,6 +25,9 @@ type Writer struct {
 
 	templates TemplateSource
 	written   sync.Map // template id → struct{}: in plan_templates already
+
+	rewardSpecs RewardSpecSource
+	specsDone   sync.Map // spec digest → struct{}: in reward_specs already
 	// spare keeps up to two scratches between Writes. Not a sync.Pool: the collector
 	// empties those within two cycles, and at full speed a store's batches are further
 	// apart than that.
@@ -94,6 +98,19 @@ type TemplateSource interface {
 // batch holding such an episode fails.
 func (w *Writer) WithTemplates(src TemplateSource) *Writer {
 	w.templates = src
+	return w
+}
+
+// RewardSpecSource finds the reward specs steps name by digest (pkg/rewardspecs.Client).
+type RewardSpecSource interface {
+	Get(ctx context.Context, digest string) (scoring.Spec, error)
+}
+
+// WithRewardSpecs makes Write record every reward spec a step or an episode names, once, in
+// reward_specs, before the rows naming it. Without a source, only the built-in spec can be
+// recorded, and a batch naming another fails.
+func (w *Writer) WithRewardSpecs(src RewardSpecSource) *Writer {
+	w.rewardSpecs = src
 	return w
 }
 
@@ -259,6 +276,17 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	}
 	sc.faults, sc.trainer = faults, trainer
 
+	// A spec before the first row naming it, so every recorded total can be rebuilt.
+	specs, err := w.newRewardSpecs(ctx, steps, episodes)
+	if err != nil {
+		return n, err
+	}
+	if err := insert(ctx, w.conn, w.database, "reward_specs", rewardSpecColumns, specs, sc); err != nil {
+		return n, err
+	}
+	for _, r := range specs {
+		w.specsDone.Store(r.Digest, struct{}{})
+	}
 	if err := insert(ctx, w.conn, w.database, "steps", stepColumns, steps, sc); err != nil {
 		return n, err
 	}
@@ -313,6 +341,48 @@ func (w *Writer) newTemplates(ctx context.Context, episodes []EpisodeRow) ([]Tem
 			return nil, fmt.Errorf("write trajectory: plan template %s: %w", id, err)
 		}
 		rows = append(rows, TemplateRow{Template: id, Profile: t.GetProfile(), CatalogueVersion: t.GetCatalogueVersion(), Plan: plan, Version: 1})
+	}
+	return rows, nil
+}
+
+// newRewardSpecs returns the rows of the reward specs steps and episodes name that this
+// Writer has not written yet. An episode's steps name one spec, so consecutive rows are
+// checked once.
+func (w *Writer) newRewardSpecs(ctx context.Context, steps []StepRow, episodes []EpisodeRow) ([]RewardSpecRow, error) {
+	var rows []RewardSpecRow
+	last := ""
+	need := func(digest, episode string) error {
+		if digest == "" || digest == last {
+			return nil
+		}
+		last = digest
+		if _, done := w.specsDone.Load(digest); done || slices.ContainsFunc(rows, func(r RewardSpecRow) bool { return r.Digest == digest }) {
+			return nil
+		}
+		var spec scoring.Spec
+		switch {
+		case digest == scoring.DefaultDigest():
+			spec = scoring.SpecFor("")
+		case w.rewardSpecs == nil:
+			return fmt.Errorf("write trajectory: episode %s: reward spec %s: this writer has no reward spec source", episode, digest)
+		default:
+			var err error
+			if spec, err = w.rewardSpecs.Get(ctx, digest); err != nil {
+				return fmt.Errorf("write trajectory: episode %s: %w", episode, err)
+			}
+		}
+		rows = append(rows, NewRewardSpecRow(spec)) // the spec's own strings, not the batch's
+		return nil
+	}
+	for i := range steps {
+		if err := need(steps[i].RewardSpecDigest, steps[i].EpisodeID); err != nil {
+			return nil, err
+		}
+	}
+	for i := range episodes {
+		if err := need(episodes[i].RewardSpecDigest, episodes[i].EpisodeID); err != nil {
+			return nil, err
+		}
 	}
 	return rows, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -55,7 +57,7 @@ func TestScoresOverNATSAreThePureFunctions(t *testing.T) {
 					Signals:  &gauntletv1.Signals{ProgressDelta: float64(e*steps+i) / 1000, InvalidAction: (e+i)%5 == 0, Success: i == steps-1 && e%2 == 0},
 					Metering: &gauntletv1.Metering{ToolCalls: uint32(i % 3), Errors: uint32(e % 2), VirtualNs: uint64(e * 1000)},
 				}
-				got, err := scorer.Score(ctx, st, reply)
+				got, err := scorer.Score(ctx, st, nil, reply)
 				if err != nil {
 					errs <- fmt.Errorf("episode %d step %d: %w", e, i, err)
 					return
@@ -115,5 +117,99 @@ func TestStoppingAnswersNoMore(t *testing.T) {
 			t.Fatal("the service still answers 5s after Stopping")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// namedSpec is a stateful spec a run names: shaping, a running z-score and an expression
+// over the episode so far, so a step scored without its episode's state would differ.
+const namedSpec = `name: contract
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.5}
+  - {name: calls, expr: double(metering.tool_calls), weight: 0.1, normalise: [{zscore: {window: 4}}]}
+  - {name: late, expr: "episode.steps > 5u ? -0.5 : 0.0", weight: 1}
+`
+
+// Episodes of a run that names a spec, scored over NATS in batches mixing episodes and
+// the default spec, get step by step what the pure function gives them with their own
+// episode's state: the state travels with the steps, the service keeps none.
+func TestNamedSpecsCarryEpisodeState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	startedOn(ctx, t, b, Config{Subscribers: 2})
+	spec, err := scoring.Parse("contract.yaml", []byte(namedSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rewardspecs.NewClient(b.JS).Put(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	scorer := play.NewScorer(func() *bus.Bus { return b }, 8, 2, noop.NewMeterProvider().Meter("test"), "test")
+	go scorer.Run(ctx)
+
+	const episodes, steps = 12, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, episodes)
+	for e := range episodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &gauntletv1.EpisodeRequested{EpisodeId: fmt.Sprintf("r1-%07d", e), Env: "shop"}
+			if e%3 != 0 { // every third episode stays on the default spec
+				req.RewardSpec = spec.Digest
+			}
+			named := play.NewEpisodeScoring(req)
+			var want gauntletv1.RewardState
+			reply := make(chan play.ScoreResult, 1)
+			for i := range steps {
+				st := &gauntletv1.StepTaken{
+					EpisodeId: req.EpisodeId, Step: uint32(i), Env: "shop", Terminated: i == steps-1,
+					Signals:  &gauntletv1.Signals{Progress: float64(i*e%7) / 7, ProgressDelta: 0.01 * float64(e)},
+					Metering: &gauntletv1.Metering{ToolCalls: uint32((i * e) % 4)},
+				}
+				got, err := scorer.Score(ctx, st, named, reply)
+				if err != nil {
+					errs <- fmt.Errorf("episode %d step %d: %w", e, i, err)
+					return
+				}
+				expect := scoring.Score(scoring.SpecFor("shop"), st)
+				if named != nil {
+					expect = scoring.ScoreState(spec, &want, st)
+				}
+				if !proto.Equal(got, expect) {
+					errs <- fmt.Errorf("episode %d step %d: scored %v over NATS, %v in process", e, i, got, expect)
+					return
+				}
+			}
+			if named != nil && !proto.Equal(named.State, &want) {
+				errs <- fmt.Errorf("episode %d: state %v, want %v", e, named.State, &want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A step naming a spec the bucket does not hold is answered with a not-found error,
+// naming the digest, so the worker ends the episode as an infra error.
+func TestUnknownSpecIsNotFound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	startedOn(ctx, t, b, Config{})
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	data, _ := proto.Marshal(&gauntletv1.ScoreRequest{Steps: []*gauntletv1.StepTaken{{EpisodeId: "r1-0000000", Env: "shop", RewardSpec: digest}}})
+	msg, err := b.NC.RequestWithContext(ctx, bus.SubjectScore, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r gauntletv1.ScoreReply
+	if err := proto.Unmarshal(msg.Data, &r); err != nil || r.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_NOT_FOUND || !strings.Contains(r.Error, digest) || r.Table != nil {
+		t.Fatalf("reply %v (%v), want a not-found error naming the digest", &r, err)
 	}
 }

@@ -4,13 +4,20 @@
 // load through the queue group. Scoring itself is pkg/scoring's pure function, so the same
 // step always gets the same score and a recorded trajectory can be re-scored.
 //
-// Handlers run on NATS subscription goroutines (Config.Subscribers of them); the spec cache
-// is safe for concurrent use. A request that cannot be decoded is answered with an error
+// A step names its spec by digest (StepTaken.reward_spec, from the run): no digest, or the
+// built-in spec's, scores it under the env's default spec; any other is read once from the
+// gauntlet_reward_specs KV bucket (pkg/rewardspecs) and cached. A spec the bucket does not
+// hold is a not-found error reply, a bucket that fails an unavailable one. Steps of a
+// stateful spec come with their episode's RewardState, which the reply returns advanced.
+//
+// Handlers run on NATS subscription goroutines (Config.Subscribers of them); the spec
+// caches are safe for concurrent use. A request that cannot be decoded is answered with an error
 // reply, never dropped, so the worker fails the episode as an infra error instead of waiting.
 package reward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -20,6 +27,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -41,6 +50,7 @@ type Service struct {
 	log   *slog.Logger
 	subs  []*nats.Subscription
 	specs sync.Map // env name -> scoring.Spec
+	named *rewardspecs.Client
 
 	scored   metric.Int64Counter
 	requests metric.Int64Counter
@@ -61,6 +71,7 @@ func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logge
 // Starting subscribes to the score subject.
 func (s *Service) Starting(ctx context.Context) error {
 	nc := s.bus().NC
+	s.named = rewardspecs.NewClient(s.bus().JS)
 	for i := 0; i < s.cfg.Subscribers; i++ {
 		sub, err := nc.QueueSubscribe(bus.SubjectScore, QueueGroup, s.handle)
 		if err != nil {
@@ -109,14 +120,70 @@ func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 	if err := gauntletv1.UnmarshalAliasing(data, &req); err != nil {
 		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err), ErrorKind: gauntletv1.ErrorKind_ERROR_KIND_INVALID}
 	}
+	if n := len(req.States); n != 0 && n != len(req.Steps) {
+		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("score request: %d states for %d steps", n, len(req.Steps)), ErrorKind: gauntletv1.ErrorKind_ERROR_KIND_INVALID}
+	}
+	named, err := s.namedSpecs(req.Steps)
+	if err != nil {
+		text, kind := errkind.Reply(err)
+		return &gauntletv1.ScoreReply{Error: text, ErrorKind: kind}
+	}
 	// A table, not a StepScored per step: the names and weights go once per reply, and
 	// the worker reads it with a handful of allocations instead of about ten per step.
-	reply := &gauntletv1.ScoreReply{Table: scoring.Table(s.spec, req.Steps)}
+	var table *gauntletv1.ScoreTable
+	if named == nil && len(req.States) == 0 {
+		table = scoring.Table(s.spec, req.Steps)
+	} else {
+		table = scoring.TableStates(func(env, digest string) scoring.Spec {
+			if sp, ok := named[digest]; ok {
+				return sp.ForEnv(env)
+			}
+			return s.spec(env)
+		}, req.Steps, req.States)
+	}
+	reply := &gauntletv1.ScoreReply{Table: table}
 	ctx := context.Background()
 	s.requests.Add(ctx, 1)
 	s.scored.Add(ctx, int64(len(req.Steps)))
 	return reply
 }
+
+// namedSpecs returns the specs steps name by digest other than the built-in one, or nil
+// when they name none (the common case, which costs a string comparison per step).
+func (s *Service) namedSpecs(steps []*gauntletv1.StepTaken) (map[string]scoring.Spec, error) {
+	var named map[string]scoring.Spec
+	for _, st := range steps {
+		d := st.GetRewardSpec()
+		if d == "" || d == scoring.DefaultDigest() {
+			continue
+		}
+		if _, ok := named[d]; ok {
+			continue
+		}
+		if s.named == nil {
+			return nil, errkind.E(errkind.Unavailable, errors.New("reward service not started: cannot read named specs"))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), specTimeout)
+		sp, err := s.named.Get(ctx, d)
+		cancel()
+		switch {
+		case errors.Is(err, rewardspecs.ErrNotFound):
+			return nil, errkind.E(errkind.NotFound, fmt.Errorf("score step %d of %s: %w", st.GetStep(), st.GetEpisodeId(), err))
+		case errors.Is(err, scoring.ErrInvalidSpec):
+			return nil, errkind.E(errkind.Invalid, fmt.Errorf("score step %d of %s: %w", st.GetStep(), st.GetEpisodeId(), err))
+		case err != nil:
+			return nil, errkind.E(errkind.Unavailable, fmt.Errorf("score step %d of %s: %w", st.GetStep(), st.GetEpisodeId(), err))
+		}
+		if named == nil {
+			named = make(map[string]scoring.Spec)
+		}
+		named[d] = sp
+	}
+	return named, nil
+}
+
+// specTimeout bounds reading a spec from its bucket, the first time an instance meets it.
+const specTimeout = 5 * time.Second
 
 func (s *Service) spec(env string) scoring.Spec {
 	if v, ok := s.specs.Load(env); ok {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -151,7 +152,8 @@ func (s *Service) Starting(ctx context.Context) error {
 		return fmt.Errorf("migrate clickhouse schema: %w", err)
 	}
 	// Compact plans of user-defined profiles name templates, recorded once each.
-	s.writer = trajectory.NewWriter(conn, s.cfg.Database).WithTemplates(templates.NewClient(s.bus().JS))
+	s.writer = trajectory.NewWriter(conn, s.cfg.Database).WithTemplates(templates.NewClient(s.bus().JS)).
+		WithRewardSpecs(rewardspecs.NewClient(s.bus().JS))
 	s.cons, err = s.bus().JS.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "the ClickHouse projection",

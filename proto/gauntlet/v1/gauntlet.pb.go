@@ -187,6 +187,10 @@ type RunRequested struct {
 	Drift []*Drift `protobuf:"bytes,12,rep,name=drift,proto3" json:"drift,omitempty"`
 	// User-defined fault profiles the profile mix may name (docs/faults.md).
 	CustomProfiles []*CustomProfile `protobuf:"bytes,13,rep,name=custom_profiles,json=customProfiles,proto3" json:"custom_profiles,omitempty"`
+	// Digest of the reward spec the run's steps are scored under (pkg/scoring.Spec.Digest),
+	// whose file is kept in the KV bucket gauntlet_reward_specs under it; empty: each env's
+	// default spec.
+	RewardSpec string `protobuf:"bytes,14,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
 	// Where the run came from (who, which build, which curriculum batch); recorded in the
 	// runs table, ignored by the scheduler.
 	Origin        *RunOrigin `protobuf:"bytes,30,opt,name=origin,proto3" json:"origin,omitempty"`
@@ -315,6 +319,13 @@ func (x *RunRequested) GetCustomProfiles() []*CustomProfile {
 	return nil
 }
 
+func (x *RunRequested) GetRewardSpec() string {
+	if x != nil {
+		return x.RewardSpec
+	}
+	return ""
+}
+
 func (x *RunRequested) GetOrigin() *RunOrigin {
 	if x != nil {
 		return x.Origin
@@ -389,8 +400,10 @@ type EpisodeRequested struct {
 	// Fixed by the scheduler; used as the ClickHouse partition key, so a re-run of the
 	// same episode lands in the same partition and de-duplicates.
 	RequestedAtUnixNano int64 `protobuf:"varint,9,opt,name=requested_at_unix_nano,json=requestedAtUnixNano,proto3" json:"requested_at_unix_nano,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The run's reward spec, by digest (RunRequested.reward_spec); empty: the env's default.
+	RewardSpec    string `protobuf:"bytes,10,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpisodeRequested) Reset() {
@@ -484,6 +497,13 @@ func (x *EpisodeRequested) GetRequestedAtUnixNano() int64 {
 		return x.RequestedAtUnixNano
 	}
 	return 0
+}
+
+func (x *EpisodeRequested) GetRewardSpec() string {
+	if x != nil {
+		return x.RewardSpec
+	}
+	return ""
 }
 
 // EpisodeAssigned hands one episode and its fault plan to whichever worker pulls it.
@@ -1786,7 +1806,10 @@ type StepTaken struct {
 	Score *StepScored `protobuf:"bytes,19,opt,name=score,proto3" json:"score,omitempty"`
 	// What a trainer attached to the step over the env API (token ids, logprobs, policy
 	// version); stored in its own table (trainer_steps), joinable on (episode_id, step).
-	Trainer       *TrainerData `protobuf:"bytes,20,opt,name=trainer,proto3" json:"trainer,omitempty"`
+	Trainer *TrainerData `protobuf:"bytes,20,opt,name=trainer,proto3" json:"trainer,omitempty"`
+	// Set only on the copy of the step a worker sends in a ScoreRequest: the digest of the
+	// reward spec to score it under (EpisodeRequested.reward_spec; empty: the env's default).
+	RewardSpec    string `protobuf:"bytes,21,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1961,6 +1984,13 @@ func (x *StepTaken) GetTrainer() *TrainerData {
 	return nil
 }
 
+func (x *StepTaken) GetRewardSpec() string {
+	if x != nil {
+		return x.RewardSpec
+	}
+	return ""
+}
+
 // RewardComponent is one named entry of a reward vector.
 type RewardComponent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2037,8 +2067,10 @@ type StepScored struct {
 	// spec the step was scored under, values the values of that spec's components, in
 	// its order. components, episode_id, step and spec_version are then empty: the spec
 	// and the step say them. Read a segment's scores with StepsTaken.ScoreOf.
-	Spec          uint32    `protobuf:"varint,6,opt,name=spec,proto3" json:"spec,omitempty"`
-	Values        []float64 `protobuf:"fixed64,7,rep,packed,name=values,proto3" json:"values,omitempty"`
+	Spec   uint32    `protobuf:"varint,6,opt,name=spec,proto3" json:"spec,omitempty"`
+	Values []float64 `protobuf:"fixed64,7,rep,packed,name=values,proto3" json:"values,omitempty"`
+	// Digest of the spec's file (pkg/scoring.Spec.Digest), its row in the reward_specs table.
+	SpecDigest    string `protobuf:"bytes,8,opt,name=spec_digest,json=specDigest,proto3" json:"spec_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2122,11 +2154,23 @@ func (x *StepScored) GetValues() []float64 {
 	return nil
 }
 
+func (x *StepScored) GetSpecDigest() string {
+	if x != nil {
+		return x.SpecDigest
+	}
+	return ""
+}
+
 // ScoreRequest asks the reward service to score a batch of steps.
 // Subject: gauntlet.rpc.reward.score (request/reply, queue group "reward")
 type ScoreRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         []*StepTaken           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Steps []*StepTaken           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Per step, what scoring remembers of its episode's earlier steps (the state the
+	// previous step's score returned, ScoreTable.states), for specs that need it: running
+	// normalisation, potential-based shaping, expressions over the episode so far. Empty
+	// when no step's spec needs it; else one per step, an empty state for a first step.
+	States        []*RewardState `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2164,6 +2208,13 @@ func (*ScoreRequest) Descriptor() ([]byte, []int) {
 func (x *ScoreRequest) GetSteps() []*StepTaken {
 	if x != nil {
 		return x.Steps
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetStates() []*RewardState {
+	if x != nil {
+		return x.States
 	}
 	return nil
 }
@@ -2253,7 +2304,10 @@ type ScoreTable struct {
 	// after the other.
 	Values []float64 `protobuf:"fixed64,3,rep,packed,name=values,proto3" json:"values,omitempty"`
 	// Per step, the weighted sum of its values.
-	Totals        []float64 `protobuf:"fixed64,4,rep,packed,name=totals,proto3" json:"totals,omitempty"`
+	Totals []float64 `protobuf:"fixed64,4,rep,packed,name=totals,proto3" json:"totals,omitempty"`
+	// Per step, the state after it, to send with the episode's next step; empty when the
+	// request carried no states.
+	States        []*RewardState `protobuf:"bytes,5,rep,name=states,proto3" json:"states,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2316,20 +2370,253 @@ func (x *ScoreTable) GetTotals() []float64 {
 	return nil
 }
 
+func (x *ScoreTable) GetStates() []*RewardState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+// EpisodeSoFar is what a reward spec's expressions see of an episode's steps before the
+// one being scored (the variable episode in pkg/scoring's CEL expressions).
+type EpisodeSoFar struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Steps scored before this one.
+	Steps uint32 `protobuf:"varint,1,opt,name=steps,proto3" json:"steps,omitempty"`
+	// Sum of their totals.
+	Total          float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
+	ToolCalls      uint64  `protobuf:"varint,3,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	Errors         uint64  `protobuf:"varint,4,opt,name=errors,proto3" json:"errors,omitempty"`
+	VirtualNs      uint64  `protobuf:"varint,5,opt,name=virtual_ns,json=virtualNs,proto3" json:"virtual_ns,omitempty"`
+	SafetyEvents   uint32  `protobuf:"varint,6,opt,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
+	Violations     uint32  `protobuf:"varint,7,opt,name=violations,proto3" json:"violations,omitempty"`
+	InvalidActions uint32  `protobuf:"varint,8,opt,name=invalid_actions,json=invalidActions,proto3" json:"invalid_actions,omitempty"`
+	// Progress after the previous step.
+	Progress      float64 `protobuf:"fixed64,9,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpisodeSoFar) Reset() {
+	*x = EpisodeSoFar{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpisodeSoFar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpisodeSoFar) ProtoMessage() {}
+
+func (x *EpisodeSoFar) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpisodeSoFar.ProtoReflect.Descriptor instead.
+func (*EpisodeSoFar) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EpisodeSoFar) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetToolCalls() uint64 {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetErrors() uint64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetVirtualNs() uint64 {
+	if x != nil {
+		return x.VirtualNs
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetSafetyEvents() uint32 {
+	if x != nil {
+		return x.SafetyEvents
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetViolations() uint32 {
+	if x != nil {
+		return x.Violations
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetInvalidActions() uint32 {
+	if x != nil {
+		return x.InvalidActions
+	}
+	return 0
+}
+
+func (x *EpisodeSoFar) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+// RewardState is what scoring carries from one step of an episode to the next under a
+// spec that needs it (ScoreRequest.states): the episode so far, the potential of the
+// previous state per shaping component, and the window of each running z-score.
+type RewardState struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Episode *EpisodeSoFar          `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
+	// Per component of the spec, in order: the potential of the state before the step
+	// (0 for components without shaping).
+	Potentials []float64 `protobuf:"fixed64,2,rep,packed,name=potentials,proto3" json:"potentials,omitempty"`
+	// Per running z-score stage of the spec, in order.
+	Windows       []*ZWindow `protobuf:"bytes,3,rep,name=windows,proto3" json:"windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewardState) Reset() {
+	*x = RewardState{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewardState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewardState) ProtoMessage() {}
+
+func (x *RewardState) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewardState.ProtoReflect.Descriptor instead.
+func (*RewardState) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RewardState) GetEpisode() *EpisodeSoFar {
+	if x != nil {
+		return x.Episode
+	}
+	return nil
+}
+
+func (x *RewardState) GetPotentials() []float64 {
+	if x != nil {
+		return x.Potentials
+	}
+	return nil
+}
+
+func (x *RewardState) GetWindows() []*ZWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+// ZWindow is the window of one running z-score: the last raw values, oldest first.
+type ZWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float64              `protobuf:"fixed64,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZWindow) Reset() {
+	*x = ZWindow{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZWindow) ProtoMessage() {}
+
+func (x *ZWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZWindow.ProtoReflect.Descriptor instead.
+func (*ZWindow) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ZWindow) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 // ScoreSpec is a reward spec as a ScoreTable names it: its version, and its components'
 // names and weights in order.
 type ScoreSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Names         []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
-	Weights       []float64              `protobuf:"fixed64,3,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Names   []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Weights []float64              `protobuf:"fixed64,3,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	// Digest of the spec's file (pkg/scoring.Spec.Digest).
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScoreSpec) Reset() {
 	*x = ScoreSpec{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2628,7 @@ func (x *ScoreSpec) String() string {
 func (*ScoreSpec) ProtoMessage() {}
 
 func (x *ScoreSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2641,7 @@ func (x *ScoreSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreSpec.ProtoReflect.Descriptor instead.
 func (*ScoreSpec) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ScoreSpec) GetVersion() string {
@@ -2378,6 +2665,13 @@ func (x *ScoreSpec) GetWeights() []float64 {
 	return nil
 }
 
+func (x *ScoreSpec) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 // EpisodeStarted records that a worker began an episode. Subject: gauntlet.ev.started.<run_id>
 type EpisodeStarted struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2394,7 +2688,7 @@ type EpisodeStarted struct {
 
 func (x *EpisodeStarted) Reset() {
 	*x = EpisodeStarted{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2700,7 @@ func (x *EpisodeStarted) String() string {
 func (*EpisodeStarted) ProtoMessage() {}
 
 func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2713,7 @@ func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeStarted.ProtoReflect.Descriptor instead.
 func (*EpisodeStarted) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EpisodeStarted) GetEpisode() *EpisodeRequested {
@@ -2489,7 +2783,7 @@ type EpisodeEnded struct {
 
 func (x *EpisodeEnded) Reset() {
 	*x = EpisodeEnded{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2795,7 @@ func (x *EpisodeEnded) String() string {
 func (*EpisodeEnded) ProtoMessage() {}
 
 func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2808,7 @@ func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeEnded.ProtoReflect.Descriptor instead.
 func (*EpisodeEnded) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EpisodeEnded) GetEpisode() *EpisodeRequested {
@@ -2655,7 +2949,7 @@ type StepsTaken struct {
 
 func (x *StepsTaken) Reset() {
 	*x = StepsTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2961,7 @@ func (x *StepsTaken) String() string {
 func (*StepsTaken) ProtoMessage() {}
 
 func (x *StepsTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2974,7 @@ func (x *StepsTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsTaken.ProtoReflect.Descriptor instead.
 func (*StepsTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StepsTaken) GetSteps() []*StepTaken {
@@ -2728,7 +3022,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +3034,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +3047,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -2856,7 +3150,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +3162,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3175,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -2908,7 +3202,7 @@ type EndedView struct {
 
 func (x *EndedView) Reset() {
 	*x = EndedView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3214,7 @@ func (x *EndedView) String() string {
 func (*EndedView) ProtoMessage() {}
 
 func (x *EndedView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3227,7 @@ func (x *EndedView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedView.ProtoReflect.Descriptor instead.
 func (*EndedView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EndedView) GetBody() isEndedView_Body {
@@ -2987,7 +3281,7 @@ type SegmentEndView struct {
 
 func (x *SegmentEndView) Reset() {
 	*x = SegmentEndView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3293,7 @@ func (x *SegmentEndView) String() string {
 func (*SegmentEndView) ProtoMessage() {}
 
 func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3306,7 @@ func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentEndView.ProtoReflect.Descriptor instead.
 func (*SegmentEndView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SegmentEndView) GetEnded() *EndedSummary {
@@ -3037,7 +3331,7 @@ type EndedSummary struct {
 
 func (x *EndedSummary) Reset() {
 	*x = EndedSummary{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3343,7 @@ func (x *EndedSummary) String() string {
 func (*EndedSummary) ProtoMessage() {}
 
 func (x *EndedSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3356,7 @@ func (x *EndedSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedSummary.ProtoReflect.Descriptor instead.
 func (*EndedSummary) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EndedSummary) GetEpisode() *EpisodeRef {
@@ -3119,7 +3413,7 @@ type EpisodeRef struct {
 
 func (x *EpisodeRef) Reset() {
 	*x = EpisodeRef{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3425,7 @@ func (x *EpisodeRef) String() string {
 func (*EpisodeRef) ProtoMessage() {}
 
 func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3438,7 @@ func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeRef.ProtoReflect.Descriptor instead.
 func (*EpisodeRef) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{35}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EpisodeRef) GetEpisodeId() string {
@@ -3194,7 +3488,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3500,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3513,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{36}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -3357,7 +3651,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3663,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3676,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{37}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RunState) GetSpec() *RunRequested {
@@ -3484,7 +3778,7 @@ type StoreProgress struct {
 
 func (x *StoreProgress) Reset() {
 	*x = StoreProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3790,7 @@ func (x *StoreProgress) String() string {
 func (*StoreProgress) ProtoMessage() {}
 
 func (x *StoreProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3803,7 @@ func (x *StoreProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreProgress.ProtoReflect.Descriptor instead.
 func (*StoreProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{38}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StoreProgress) GetWrittenSeq() uint64 {
@@ -3530,7 +3824,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\x1a\x1fproto/gauntlet/v1/lineage.proto\"\x93\x04\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\x1a\x1fproto/gauntlet/v1/lineage.proto\"\xb4\x04\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -3546,11 +3840,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	" \x01(\x03R\x13requestedAtUnixNano\x12\x14\n" +
 	"\x05label\x18\v \x01(\tR\x05label\x12(\n" +
 	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
-	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\x12.\n" +
+	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\x12\x1f\n" +
+	"\vreward_spec\x18\x0e \x01(\tR\n" +
+	"rewardSpec\x12.\n" +
 	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x8f\x02\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xb0\x02\n" +
 	"\x10EpisodeRequested\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x15\n" +
@@ -3562,7 +3858,10 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x16\n" +
 	"\x06policy\x18\a \x01(\tR\x06policy\x12\x1b\n" +
 	"\tmax_steps\x18\b \x01(\rR\bmaxSteps\x123\n" +
-	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\"v\n" +
+	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\x12\x1f\n" +
+	"\vreward_spec\x18\n" +
+	" \x01(\tR\n" +
+	"rewardSpec\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"F\n" +
@@ -3663,7 +3962,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06budget\x18\x06 \x01(\x01R\x06budget\x12.\n" +
 	"\x13deadline_virtual_ns\x18\a \x01(\x03R\x11deadlineVirtualNs\x12%\n" +
 	"\x0eprogress_delta\x18\b \x01(\x01R\rprogressDelta\x12#\n" +
-	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\x80\x06\n" +
+	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\xa1\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
@@ -3688,11 +3987,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\tworker_id\x18\x11 \x01(\tR\bworkerId\x123\n" +
 	"\x16requested_at_unix_nano\x18\x12 \x01(\x03R\x13requestedAtUnixNano\x12-\n" +
 	"\x05score\x18\x13 \x01(\v2\x17.gauntlet.v1.StepScoredR\x05score\x122\n" +
-	"\atrainer\x18\x14 \x01(\v2\x18.gauntlet.v1.TrainerDataR\atrainer\"S\n" +
+	"\atrainer\x18\x14 \x01(\v2\x18.gauntlet.v1.TrainerDataR\atrainer\x12\x1f\n" +
+	"\vreward_spec\x18\x15 \x01(\tR\n" +
+	"rewardSpec\"S\n" +
 	"\x0fRewardComponent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x16\n" +
-	"\x06weight\x18\x03 \x01(\x01R\x06weight\"\xe2\x01\n" +
+	"\x06weight\x18\x03 \x01(\x01R\x06weight\"\x83\x02\n" +
 	"\n" +
 	"StepScored\x12\x1d\n" +
 	"\n" +
@@ -3704,26 +4005,53 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05total\x18\x04 \x01(\x01R\x05total\x12!\n" +
 	"\fspec_version\x18\x05 \x01(\tR\vspecVersion\x12\x12\n" +
 	"\x04spec\x18\x06 \x01(\rR\x04spec\x12\x16\n" +
-	"\x06values\x18\a \x03(\x01R\x06values\"<\n" +
+	"\x06values\x18\a \x03(\x01R\x06values\x12\x1f\n" +
+	"\vspec_digest\x18\b \x01(\tR\n" +
+	"specDigest\"n\n" +
 	"\fScoreRequest\x12,\n" +
-	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\"\xb9\x01\n" +
+	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x120\n" +
+	"\x06states\x18\x02 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\"\xb9\x01\n" +
 	"\n" +
 	"ScoreReply\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.gauntlet.v1.StepScoredR\x06scores\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
 	"\x05table\x18\x03 \x01(\v2\x17.gauntlet.v1.ScoreTableR\x05table\x125\n" +
 	"\n" +
-	"error_kind\x18\x04 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"~\n" +
+	"error_kind\x18\x04 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"\xb0\x01\n" +
 	"\n" +
 	"ScoreTable\x12,\n" +
 	"\x05specs\x18\x01 \x03(\v2\x16.gauntlet.v1.ScoreSpecR\x05specs\x12\x12\n" +
 	"\x04spec\x18\x02 \x03(\rR\x04spec\x12\x16\n" +
 	"\x06values\x18\x03 \x03(\x01R\x06values\x12\x16\n" +
-	"\x06totals\x18\x04 \x03(\x01R\x06totals\"U\n" +
+	"\x06totals\x18\x04 \x03(\x01R\x06totals\x120\n" +
+	"\x06states\x18\x05 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\"\x9a\x02\n" +
+	"\fEpisodeSoFar\x12\x14\n" +
+	"\x05steps\x18\x01 \x01(\rR\x05steps\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x01(\x04R\ttoolCalls\x12\x16\n" +
+	"\x06errors\x18\x04 \x01(\x04R\x06errors\x12\x1d\n" +
+	"\n" +
+	"virtual_ns\x18\x05 \x01(\x04R\tvirtualNs\x12#\n" +
+	"\rsafety_events\x18\x06 \x01(\rR\fsafetyEvents\x12\x1e\n" +
+	"\n" +
+	"violations\x18\a \x01(\rR\n" +
+	"violations\x12'\n" +
+	"\x0finvalid_actions\x18\b \x01(\rR\x0einvalidActions\x12\x1a\n" +
+	"\bprogress\x18\t \x01(\x01R\bprogress\"\x92\x01\n" +
+	"\vRewardState\x123\n" +
+	"\aepisode\x18\x01 \x01(\v2\x19.gauntlet.v1.EpisodeSoFarR\aepisode\x12\x1e\n" +
+	"\n" +
+	"potentials\x18\x02 \x03(\x01R\n" +
+	"potentials\x12.\n" +
+	"\awindows\x18\x03 \x03(\v2\x14.gauntlet.v1.ZWindowR\awindows\"!\n" +
+	"\aZWindow\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x01R\x06values\"m\n" +
 	"\tScoreSpec\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12\x18\n" +
-	"\aweights\x18\x03 \x03(\x01R\aweights\"\x88\x02\n" +
+	"\aweights\x18\x03 \x03(\x01R\aweights\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\"\x88\x02\n" +
 	"\x0eEpisodeStarted\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x12\x1b\n" +
@@ -3856,7 +4184,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(ErrorKind)(0),                     // 0: gauntlet.v1.ErrorKind
 	(TerminationReason)(0),             // 1: gauntlet.v1.TerminationReason
@@ -3886,43 +4214,46 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*ScoreRequest)(nil),               // 25: gauntlet.v1.ScoreRequest
 	(*ScoreReply)(nil),                 // 26: gauntlet.v1.ScoreReply
 	(*ScoreTable)(nil),                 // 27: gauntlet.v1.ScoreTable
-	(*ScoreSpec)(nil),                  // 28: gauntlet.v1.ScoreSpec
-	(*EpisodeStarted)(nil),             // 29: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),               // 30: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),                 // 31: gauntlet.v1.StepsTaken
-	(*Event)(nil),                      // 32: gauntlet.v1.Event
-	(*EventBatch)(nil),                 // 33: gauntlet.v1.EventBatch
-	(*EndedView)(nil),                  // 34: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),             // 35: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),               // 36: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),                 // 37: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),                // 38: gauntlet.v1.RunProgress
-	(*RunState)(nil),                   // 39: gauntlet.v1.RunState
-	(*StoreProgress)(nil),              // 40: gauntlet.v1.StoreProgress
-	(*Drift)(nil),                      // 41: gauntlet.v1.Drift
-	(*CustomProfile)(nil),              // 42: gauntlet.v1.CustomProfile
-	(*RunOrigin)(nil),                  // 43: gauntlet.v1.RunOrigin
-	(*DriftValue)(nil),                 // 44: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 45: gauntlet.v1.TrainerData
+	(*EpisodeSoFar)(nil),               // 28: gauntlet.v1.EpisodeSoFar
+	(*RewardState)(nil),                // 29: gauntlet.v1.RewardState
+	(*ZWindow)(nil),                    // 30: gauntlet.v1.ZWindow
+	(*ScoreSpec)(nil),                  // 31: gauntlet.v1.ScoreSpec
+	(*EpisodeStarted)(nil),             // 32: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 33: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 34: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 35: gauntlet.v1.Event
+	(*EventBatch)(nil),                 // 36: gauntlet.v1.EventBatch
+	(*EndedView)(nil),                  // 37: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 38: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 39: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 40: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 41: gauntlet.v1.RunProgress
+	(*RunState)(nil),                   // 42: gauntlet.v1.RunState
+	(*StoreProgress)(nil),              // 43: gauntlet.v1.StoreProgress
+	(*Drift)(nil),                      // 44: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 45: gauntlet.v1.CustomProfile
+	(*RunOrigin)(nil),                  // 46: gauntlet.v1.RunOrigin
+	(*DriftValue)(nil),                 // 47: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 48: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	3,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	3,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	41, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	42, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	43, // 4: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
+	44, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	45, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	46, // 4: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
 	4,  // 5: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
 	7,  // 6: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
 	5,  // 7: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
 	8,  // 8: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	44, // 9: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	47, // 9: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
 	9,  // 10: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
 	10, // 11: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
 	11, // 12: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
 	4,  // 13: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
 	3,  // 14: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	41, // 15: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	42, // 16: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	44, // 15: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	45, // 16: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
 	7,  // 17: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
 	0,  // 18: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
 	0,  // 19: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
@@ -3935,38 +4266,42 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	21, // 26: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
 	1,  // 27: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
 	24, // 28: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	45, // 29: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	48, // 29: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
 	23, // 30: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
 	22, // 31: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	24, // 32: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	27, // 33: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
-	0,  // 34: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	28, // 35: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
-	4,  // 36: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 37: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	4,  // 38: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	1,  // 39: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	7,  // 40: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	22, // 41: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	29, // 42: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	30, // 43: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	28, // 44: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
-	29, // 45: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	22, // 46: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	30, // 47: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	31, // 48: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	33, // 49: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	32, // 50: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	36, // 51: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	35, // 52: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	36, // 53: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	37, // 54: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	2,  // 55: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	29, // 32: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
+	24, // 33: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	27, // 34: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	0,  // 35: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	31, // 36: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	29, // 37: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
+	28, // 38: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
+	30, // 39: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
+	4,  // 40: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 41: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	4,  // 42: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	1,  // 43: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	7,  // 44: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	22, // 45: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	32, // 46: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	33, // 47: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	31, // 48: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	32, // 49: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	22, // 50: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	33, // 51: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	34, // 52: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	36, // 53: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	35, // 54: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	39, // 55: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	38, // 56: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	39, // 57: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	40, // 58: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	2,  // 59: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -3982,14 +4317,14 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		(*FaultRule_Latency)(nil),
 		(*FaultRule_Truncate)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33].OneofWrappers = []any{
 		(*Event_Started)(nil),
 		(*Event_Step)(nil),
 		(*Event_Ended)(nil),
 		(*Event_Steps)(nil),
 		(*Event_Batch)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35].OneofWrappers = []any{
 		(*EndedView_Ended)(nil),
 		(*EndedView_Steps)(nil),
 	}
@@ -3999,7 +4334,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -51,6 +51,7 @@ func (r *ScoreReply) StepScores(steps []*StepTaken) ([]*StepScored, error) {
 		m := len(names)
 		sc := &scores[i]
 		sc.EpisodeId, sc.Step, sc.SpecVersion, sc.Total = st.GetEpisodeId(), st.GetStep(), sp.GetVersion(), t.Totals[i]
+		sc.SpecDigest = sp.GetDigest()
 		sc.Components = ptrs[off : off+m : off+m]
 		for j := range m {
 			c := &comps[off+j]

@@ -6,10 +6,12 @@ import (
 )
 
 // Score is one step's score as a reader needs it, whichever form it was recorded in: the
-// version of the spec it was scored under, the spec's component names and the step's
-// values in the spec's order, and the weighted total.
+// version of the spec it was scored under and its digest (empty for scores recorded before
+// specs had one), the spec's component names and the step's values in the spec's order,
+// and the weighted total.
 type Score struct {
 	Version string
+	Digest  string
 	Names   []string
 	Values  []float64
 	Total   float64
@@ -29,7 +31,7 @@ func (seg *StepsTaken) ScoreOf(st *StepTaken) (Score, error) {
 	}
 	if len(sc.GetValues()) == 0 || len(sc.GetComponents()) > 0 {
 		comps := sc.GetComponents()
-		out := Score{Version: sc.GetSpecVersion(), Total: sc.GetTotal(),
+		out := Score{Version: sc.GetSpecVersion(), Digest: sc.GetSpecDigest(), Total: sc.GetTotal(),
 			Names: make([]string, len(comps)), Values: make([]float64, len(comps))}
 		for i, c := range comps {
 			out.Names[i], out.Values[i] = c.GetName(), c.GetValue()
@@ -45,7 +47,7 @@ func (seg *StepsTaken) ScoreOf(st *StepTaken) (Score, error) {
 	if len(sc.GetValues()) != len(sp.GetNames()) {
 		return Score{Total: sc.GetTotal()}, fmt.Errorf("step %d: score.values: %d values for the %d components of score_specs[%d]", st.GetStep(), len(sc.GetValues()), len(sp.GetNames()), k)
 	}
-	return Score{Version: sp.GetVersion(), Names: sp.GetNames(), Values: sc.GetValues(), Total: sc.GetTotal()}, nil
+	return Score{Version: sp.GetVersion(), Digest: sp.GetDigest(), Names: sp.GetNames(), Values: sc.GetValues(), Total: sc.GetTotal()}, nil
 }
 
 // compactScores puts the scores of seg's steps into the compact form for encoding: each
@@ -112,10 +114,10 @@ func (seg *StepsTaken) compactScores() (restore func()) {
 	}
 }
 
-// specOf reports whether sc was scored under sp: the same version, component names and
-// weights.
+// specOf reports whether sc was scored under sp: the same version, digest, component
+// names and weights.
 func specOf(sp *ScoreSpec, sc *StepScored) bool {
-	if sp.Version != sc.SpecVersion || len(sp.Names) != len(sc.Components) {
+	if sp.Version != sc.SpecVersion || sp.Digest != sc.SpecDigest || len(sp.Names) != len(sc.Components) {
 		return false
 	}
 	for j, c := range sc.Components {
@@ -128,7 +130,7 @@ func specOf(sp *ScoreSpec, sc *StepScored) bool {
 
 // newScoreSpec returns the spec sc names: its version, components' names and weights.
 func newScoreSpec(sc *StepScored) *ScoreSpec {
-	sp := &ScoreSpec{Version: sc.SpecVersion, Names: make([]string, len(sc.Components)), Weights: make([]float64, len(sc.Components))}
+	sp := &ScoreSpec{Version: sc.SpecVersion, Digest: sc.SpecDigest, Names: make([]string, len(sc.Components)), Weights: make([]float64, len(sc.Components))}
 	for j, c := range sc.Components {
 		sp.Names[j], sp.Weights[j] = c.GetName(), c.GetWeight()
 	}

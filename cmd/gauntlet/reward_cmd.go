@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+const rewardUsage = `usage: gauntlet reward explain [flags] EPISODE_ID [--step N]
+
+explain replays a recorded episode (its env, seed, fault plan and actions, as episode
+snapshot does) and scores each step again under the reward spec it was recorded with
+(docs/rewards.md): per component, its raw value and the rule that produced it, each
+normalisation stage, its weight and its contribution to the step's reward, and whether
+the re-derived reward equals the recorded one to the bit.
+`
+
+// cmdReward routes `gauntlet reward explain`.
+func cmdReward(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "explain" {
+		return cmdRewardExplain(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprint(stderr, rewardUsage)
+	return errUsage
+}
+
+func cmdRewardExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("reward explain", stderr)
+	var o replayOpts
+	o.stack.register(fs, partClickHouse)
+	only := fs.Int("step", -1, "explain only this step (0-based; default: every step)")
+	o.registerSandbox(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fmt.Fprint(stderr, rewardUsage)
+		return errUsage
+	}
+	id := pos[0]
+	if !episodeIDRe.MatchString(id) {
+		return fmt.Errorf("episode id %q: only letters, digits, '-' and '_' are allowed", id)
+	}
+	rec, err := o.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer rec.close()
+	if *only >= len(rec.steps) {
+		return fmt.Errorf("--step %d: episode %s has %d steps (0 to %d)", *only, id, len(rec.steps), len(rec.steps)-1)
+	}
+	spec := rec.spec
+	// Every step is replayed, also for --step: a stateful spec's values depend on the
+	// steps before.
+	o.step = len(rec.steps)
+	sc := &explainScorer{spec: spec}
+	r, err := o.rebuildScored(ctx, rec, sc)
+	if err != nil {
+		return err
+	}
+	defer r.sess.Close()
+
+	fmt.Fprintf(stdout, "episode %s (env %s, seed %d): %d steps scored under %s (%s)\n", id, rec.row.Env, rec.row.Seed, len(rec.steps), spec.Version, spec.Digest)
+	if r.differ >= 0 {
+		fmt.Fprintf(stdout, "WARNING: step %d observed something else than recorded (a command whose output is not deterministic?): what follows may not be what was scored\n", r.differ)
+	}
+	same := 0
+	for i, ex := range sc.steps {
+		recorded := rec.steps[i].Reward
+		if math.Float64bits(recorded) == math.Float64bits(sc.totals[i]) {
+			same++
+		}
+		if *only >= 0 && i != *only {
+			continue
+		}
+		st := rec.steps[i]
+		fmt.Fprintf(stdout, "\nstep %d  %s %s\n", i, st.Tool, cut(st.Args, 100))
+		verdict := "= recorded"
+		if math.Float64bits(recorded) != math.Float64bits(sc.totals[i]) {
+			verdict = "recorded " + num(recorded) + ": DIFFERS"
+		}
+		fmt.Fprintf(stdout, "  reward %s (%s) = sum of weight × value\n", num(sc.totals[i]), verdict)
+		rows := make([][]string, len(ex))
+		for j, e := range ex {
+			how := e.Rule
+			if e.Inputs != "" {
+				how += " (" + e.Inputs + ")"
+			}
+			for _, s := range e.Stages {
+				how += " | " + s.Rule + " → " + num(s.Value)
+			}
+			if e.Bounded {
+				how += " | bounded to [-1, 1]"
+			}
+			if e.Err != nil {
+				how += " (evaluation failed: " + e.Err.Error() + "; scored 0)"
+			}
+			rows[j] = []string{e.Name, num(e.Raw), num(e.Value), num(e.Weight), num(e.Contribution), how}
+		}
+		printTable(stdout, []string{"component", "raw", "value", "weight", "contribution", "rule"}, rows)
+	}
+	fmt.Fprintf(stdout, "\nre-derived rewards: %d of %d steps equal to the recorded ones, bit for bit\n", same, len(sc.steps))
+	if same != len(sc.steps) {
+		return errors.New("re-derived rewards differ from the recorded ones (see DIFFERS above)")
+	}
+	return nil
+}
+
+// num writes a value as short as it reads exactly.
+func num(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// explainScorer scores replayed steps with scoring.Explain, keeping each step's
+// explanation; it carries the episode's state itself, as the worker does.
+type explainScorer struct {
+	spec   scoring.Spec
+	state  gauntletv1.RewardState
+	steps  [][]scoring.Explained
+	totals []float64
+}
+
+// Score implements play.StepScorer.
+func (e *explainScorer) Score(_ context.Context, st *gauntletv1.StepTaken, _ *play.EpisodeScoring, _ chan play.ScoreResult) (*gauntletv1.StepScored, error) {
+	ex, total := scoring.Explain(e.spec, &e.state, st)
+	e.steps, e.totals = append(e.steps, ex), append(e.totals, total)
+	sc := &gauntletv1.StepScored{EpisodeId: st.GetEpisodeId(), Step: st.GetStep(), SpecVersion: e.spec.Version, SpecDigest: e.spec.Digest, Total: total}
+	for _, x := range ex {
+		sc.Components = append(sc.Components, &gauntletv1.RewardComponent{Name: x.Name, Value: x.Value, Weight: x.Weight})
+	}
+	return sc, nil
+}

@@ -1,0 +1,291 @@
+package scoring
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/interpreter"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// kind is where a component's raw value comes from.
+type kind uint8
+
+const (
+	kindBuiltin   kind = iota // one of the formulas of value
+	kindExpr                  // a CEL expression
+	kindPotential             // potential-based shaping: gamma*phi(after) - phi(before)
+)
+
+// stageOp is one normalisation stage.
+type stageOp uint8
+
+const (
+	opClip stageOp = iota
+	opScale
+	opZScore
+)
+
+type stage struct {
+	op     stageOp
+	lo, hi float64 // clip
+	factor float64 // scale
+	window int     // zscore: steps in the window
+	slot   int     // zscore: index of its window in RewardState.windows
+}
+
+func (s stage) String() string {
+	switch s.op {
+	case opClip:
+		return fmt.Sprintf("clip [%v, %v]", s.lo, s.hi)
+	case opScale:
+		return fmt.Sprintf("scale %v", s.factor)
+	case opZScore:
+		return fmt.Sprintf("zscore window %d", s.window)
+	}
+	return "?"
+}
+
+// comp is one compiled component.
+type comp struct {
+	kind    kind
+	builtin string
+	prg     cel.Program
+	gamma   float64
+	stages  []stage
+	rule    string // what produced the raw value, for Explain
+}
+
+// compiled is what a spec file compiles to, shared by every copy of the Spec (read only).
+type compiled struct {
+	comps []comp
+	// plain: every component is a built-in without normalisation, scored exactly as the
+	// specs before spec files were (no state, no CEL).
+	plain bool
+	// stateful: scoring reads and advances a RewardState.
+	stateful bool
+	windows  int // running z-score stages, each with its window in RewardState.windows
+}
+
+// The CEL environment every spec's expressions compile in: the step's signals and
+// metering as their protobuf messages, and what came before in the episode. One for the
+// process: cel.Env is safe for concurrent use and costly to build.
+var (
+	celEnvOnce sync.Once
+	celEnv     *cel.Env
+	celEnvErr  error
+)
+
+func exprEnv() (*cel.Env, error) {
+	celEnvOnce.Do(func() {
+		celEnv, celEnvErr = cel.NewEnv(
+			cel.Types(&gauntletv1.Signals{}, &gauntletv1.Metering{}, &gauntletv1.EpisodeSoFar{}),
+			cel.VariableWithDoc("signals", cel.ObjectType("gauntlet.v1.Signals"), "the env's judgement of the step"),
+			cel.VariableWithDoc("metering", cel.ObjectType("gauntlet.v1.Metering"), "what the sandbox measured of the step"),
+			cel.VariableWithDoc("episode", cel.ObjectType("gauntlet.v1.EpisodeSoFar"), "the episode's steps before this one"),
+			cel.ParserExpressionSizeLimit(4096),
+		)
+	})
+	return celEnv, celEnvErr
+}
+
+// compileExpr parses and type-checks one expression, which must give a number or a bool.
+func compileExpr(src string) (cel.Program, error) {
+	env, err := exprEnv()
+	if err != nil {
+		return nil, fmt.Errorf("expression environment: %w", err)
+	}
+	ast, iss := env.Compile(src)
+	if err := iss.Err(); err != nil {
+		// "ERROR: <input>:1:8: msg" and a snippet: keep the position and the snippet.
+		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "ERROR: <input>:", "expression ")
+		return nil, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
+	}
+	switch ast.OutputType().Kind() {
+	case types.DoubleKind, types.IntKind, types.UintKind, types.BoolKind:
+	default:
+		return nil, fmt.Errorf("%q gives %v, want a number (double, int, uint) or a bool", src, ast.OutputType())
+	}
+	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, fmt.Errorf("plan %q: %w", src, err)
+	}
+	return prg, nil
+}
+
+// activation resolves an expression's variables without building a map per step.
+type activation struct {
+	sig *gauntletv1.Signals
+	met *gauntletv1.Metering
+	ep  *gauntletv1.EpisodeSoFar
+}
+
+// ResolveName implements interpreter.Activation.
+func (a *activation) ResolveName(name string) (any, bool) {
+	switch name {
+	case "signals":
+		return a.sig, true
+	case "metering":
+		return a.met, true
+	case "episode":
+		return a.ep, true
+	}
+	return nil, false
+}
+
+// Parent implements interpreter.Activation.
+func (a *activation) Parent() interpreter.Activation { return nil }
+
+// Empty messages stand for absent ones, so expressions read zeros, as the built-ins do.
+var (
+	noSignals  = &gauntletv1.Signals{}
+	noMetering = &gauntletv1.Metering{}
+)
+
+// eval runs one expression; an evaluation error (an int overflow, a missing map key)
+// scores 0 and is returned for Explain.
+func eval(prg cel.Program, act *activation) (float64, error) {
+	out, _, err := prg.Eval(act)
+	if err != nil {
+		return 0, err
+	}
+	return number(out)
+}
+
+func number(v ref.Val) (float64, error) {
+	switch x := v.(type) {
+	case types.Double:
+		return float64(x), nil
+	case types.Int:
+		return float64(x), nil
+	case types.Uint:
+		return float64(x), nil
+	case types.Bool:
+		if x {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("expression gave %v (%s), want a number", v, v.Type())
+}
+
+// trace records how one component's value was produced, for Explain; nil when scoring.
+type trace struct {
+	raw    float64
+	err    error
+	stages []StageValue
+	bound  bool
+}
+
+// componentValue computes component i of c for a step: its raw value, its normalisation
+// stages in order, bounded to [-1, 1]. It advances st's potentials and windows; st and
+// act.ep are never nil here.
+func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv1.Metering, terminated bool,
+	act *activation, st *gauntletv1.RewardState, tr *trace) float64 {
+	cp := &c.comps[i]
+	var v float64
+	var err error
+	switch cp.kind {
+	case kindBuiltin:
+		v = value(cp.builtin, sig, met)
+	case kindExpr:
+		v, err = eval(cp.prg, act)
+	case kindPotential:
+		var phi float64
+		if !terminated { // an absorbing state's potential is 0, so shaping telescopes
+			phi, err = eval(cp.prg, act)
+			phi = notNaN(phi)
+		}
+		v = cp.gamma*phi - st.Potentials[i]
+		st.Potentials[i] = phi
+	}
+	v = notNaN(v)
+	if tr != nil {
+		tr.raw, tr.err = v, err
+	}
+	for _, s := range cp.stages {
+		switch s.op {
+		case opClip:
+			v = math.Max(s.lo, math.Min(s.hi, v))
+		case opScale:
+			v *= s.factor
+		case opZScore:
+			v = zscore(st.Windows[s.slot], s.window, v)
+		}
+		v = notNaN(v)
+		if tr != nil {
+			tr.stages = append(tr.stages, StageValue{Rule: s.String(), Value: v})
+		}
+	}
+	b := clip(v, -1, 1)
+	if tr != nil {
+		tr.bound = b != v && !(b == 0 && v == 0)
+	}
+	return b
+}
+
+// zscore adds x to the window w (keeping its last n values) and returns x's distance from
+// the window's mean in standard deviations; 0 while the window has no spread.
+func zscore(w *gauntletv1.ZWindow, n int, x float64) float64 {
+	if len(w.Values) >= n {
+		copy(w.Values, w.Values[len(w.Values)-n+1:])
+		w.Values = w.Values[:n-1]
+	}
+	w.Values = append(w.Values, x)
+	var mean float64
+	for _, y := range w.Values {
+		mean += y
+	}
+	mean /= float64(len(w.Values))
+	var ss float64
+	for _, y := range w.Values {
+		ss += (y - mean) * (y - mean)
+	}
+	sd := math.Sqrt(ss / float64(len(w.Values)))
+	if !(sd > 0) || math.IsInf(sd, 0) {
+		return 0
+	}
+	return (x - mean) / sd
+}
+
+// prepare makes st fit c (a fresh state for a first step), so scoring never checks.
+func (c *compiled) prepare(st *gauntletv1.RewardState) {
+	if st.Episode == nil {
+		st.Episode = &gauntletv1.EpisodeSoFar{}
+	}
+	if len(st.Potentials) != len(c.comps) {
+		st.Potentials = append(st.Potentials[:0], make([]float64, len(c.comps))...)
+	}
+	if len(st.Windows) != c.windows {
+		st.Windows = st.Windows[:0]
+		for range c.windows {
+			st.Windows = append(st.Windows, &gauntletv1.ZWindow{})
+		}
+	}
+	for i, w := range st.Windows {
+		if w == nil {
+			st.Windows[i] = &gauntletv1.ZWindow{}
+		}
+	}
+}
+
+// advance records a scored step in the episode so far.
+func advance(ep *gauntletv1.EpisodeSoFar, sig *gauntletv1.Signals, met *gauntletv1.Metering, total float64) {
+	ep.Steps++
+	ep.Total += total
+	ep.ToolCalls += uint64(met.GetToolCalls())
+	ep.Errors += uint64(met.GetErrors())
+	ep.VirtualNs += met.GetVirtualNs()
+	ep.SafetyEvents += uint32(len(sig.GetSafetyEvents()))
+	ep.Violations += uint32(len(sig.GetViolations()))
+	if sig.GetInvalidAction() {
+		ep.InvalidActions++
+	}
+	ep.Progress = sig.GetProgress()
+}

@@ -1,0 +1,250 @@
+package scoring_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+func mustParse(t testing.TB, doc string) scoring.Spec {
+	t.Helper()
+	spec, err := scoring.Parse("test.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func TestExpressionComponents(t *testing.T) {
+	spec := mustParse(t, `name: t
+version: "1"
+components:
+  - {name: spend, expr: "signals.budget > 0.0 ? -signals.spend / signals.budget : 0.0", weight: 1}
+  - {name: calls, expr: "int(metering.tool_calls) * 2", weight: 1}
+  - {name: ok, expr: signals.success, weight: 1}
+  - {name: big, expr: "5.0", weight: 1}
+  - {name: boom, expr: "1 / (int(metering.tool_calls) - 1)", weight: 1}
+`)
+	st := step(&gauntletv1.Signals{Spend: 10, Budget: 40, Success: true}, &gauntletv1.Metering{ToolCalls: 1})
+	got := scoring.Score(spec, st)
+	want := []float64{-0.25, 1, 1, 1, 0} // calls and big bounded to 1; boom divides by zero: 0
+	for i, c := range got.Components {
+		if c.Value != want[i] {
+			t.Errorf("%s = %v, want %v", c.Name, c.Value, want[i])
+		}
+	}
+	ex, _ := scoring.Explain(spec, nil, st)
+	if ex[1].Raw != 2 || !ex[1].Bounded || ex[4].Err == nil || ex[4].Rule != "expr 1 / (int(metering.tool_calls) - 1)" || ex[1].Inputs != "" {
+		t.Errorf("explain calls raw %v bounded %v inputs %q, boom err %v rule %q", ex[1].Raw, ex[1].Bounded, ex[1].Inputs, ex[4].Err, ex[4].Rule)
+	}
+	def, _ := scoring.Explain(scoring.SpecFor("shop"), nil, step(&gauntletv1.Signals{ProgressDelta: 0.25, Success: true, Spend: 3, Budget: 10,
+		DeadlineVirtualNs: 9, SafetyEvents: []string{"x"}, InvalidAction: true}, &gauntletv1.Metering{ToolCalls: 2, VirtualNs: 4}))
+	for i, want := range []string{"progress_delta 0.25, success true", "tool_calls 2, spend 3, budget 10", "safety_events 1",
+		"virtual_ns 4, deadline_virtual_ns 9", "violations 0, invalid_action true"} {
+		if def[i].Inputs != want {
+			t.Errorf("%s inputs %q, want %q", def[i].Name, def[i].Inputs, want)
+		}
+	}
+	// A nil step reads zeros, as the built-ins do: boom is then 1 / -1.
+	nilWant := []float64{0, 0, 0, 1, -1}
+	for i, c := range scoring.Score(spec, nil).Components {
+		if c.Value != nilWant[i] {
+			t.Errorf("nil step: %s = %v, want %v", c.Name, c.Value, nilWant[i])
+		}
+	}
+}
+
+func TestNormalisationStages(t *testing.T) {
+	spec := mustParse(t, `name: t
+version: "1"
+components:
+  - name: scaled
+    expr: double(metering.tool_calls)
+    weight: 1
+    normalise: [{scale: 0.25}, {clip: [-1, 0.5]}]
+  - name: z
+    expr: double(metering.tool_calls)
+    weight: 1
+    normalise: [{zscore: {window: 3}}]
+`)
+	var rs gauntletv1.RewardState
+	calls := []uint32{1, 3, 1, 3, 3, 3}
+	// z over the windows [1], [1 3], [1 3 1], [3 1 3], [1 3 3], [3 3 3].
+	wantZ := []float64{0, 1, -1 / math.Sqrt(2), 1 / math.Sqrt(2), 1 / math.Sqrt(2), 0}
+	wantScaled := []float64{0.25, 0.5, 0.25, 0.5, 0.5, 0.5}
+	for i, n := range calls {
+		got := scoring.ScoreState(spec, &rs, step(nil, &gauntletv1.Metering{ToolCalls: n}))
+		if math.Abs(got.Components[0].Value-wantScaled[i]) > 1e-15 || math.Abs(got.Components[1].Value-wantZ[i]) > 1e-12 {
+			t.Errorf("step %d: scaled %v z %v, want %v %v", i, got.Components[0].Value, got.Components[1].Value, wantScaled[i], wantZ[i])
+		}
+	}
+	if len(rs.Windows) != 1 || len(rs.Windows[0].Values) != 3 || rs.Episode.Steps != 6 || rs.Episode.ToolCalls != 14 {
+		t.Errorf("state %v", &rs)
+	}
+}
+
+// Potential-based shaping telescopes: over an episode that ends terminated, the shaping
+// rewards sum to -phi(start) = 0 with gamma 1, whatever the path; and each step's value is
+// gamma*phi(after) - phi(before).
+func TestPotentialShaping(t *testing.T) {
+	spec := mustParse(t, `name: t
+version: "1"
+components:
+  - name: shaping
+    potential: {expr: signals.progress, gamma: 1}
+    weight: 1
+  - name: discounted
+    potential: {expr: signals.progress, gamma: 0.5}
+    weight: 0
+`)
+	progress := []float64{0.2, 0.1, 0.6, 0.9, 1}
+	var rs gauntletv1.RewardState
+	sum := 0.0
+	prev := 0.0
+	for i, p := range progress {
+		st := step(&gauntletv1.Signals{Progress: p}, nil)
+		st.Terminated = i == len(progress)-1
+		got := scoring.ScoreState(spec, &rs, st)
+		sum += got.Components[0].Value
+		after := p
+		if st.Terminated {
+			after = 0
+		}
+		if want := 0.5*after - prev; math.Abs(got.Components[1].Value-want) > 1e-15 {
+			t.Errorf("step %d: discounted %v, want %v", i, got.Components[1].Value, want)
+		}
+		prev = after
+	}
+	if math.Abs(sum) > 1e-15 {
+		t.Errorf("shaping sums to %v over a terminated episode, want 0", sum)
+	}
+}
+
+func TestEpisodeSoFar(t *testing.T) {
+	spec := mustParse(t, `name: t
+version: "1"
+components:
+  - {name: seen, expr: "double(episode.steps) / 10.0", weight: 1}
+  - {name: before, expr: "episode.total", weight: 1}
+`)
+	var rs gauntletv1.RewardState
+	var totals []float64
+	for i := range 4 {
+		got := scoring.ScoreState(spec, &rs, step(&gauntletv1.Signals{InvalidAction: i == 1}, &gauntletv1.Metering{ToolCalls: 2, VirtualNs: 5}))
+		if got.Components[0].Value != float64(i)/10 {
+			t.Errorf("step %d: seen %v", i, got.Components[0].Value)
+		}
+		sum := 0.0
+		for _, x := range totals {
+			sum += x
+		}
+		if got.Components[1].Value != sum {
+			t.Errorf("step %d: before %v, want %v", i, got.Components[1].Value, sum)
+		}
+		totals = append(totals, got.Total)
+	}
+	ep := rs.Episode
+	if ep.Steps != 4 || ep.ToolCalls != 8 || ep.VirtualNs != 20 || ep.InvalidActions != 1 {
+		t.Errorf("episode so far %v", ep)
+	}
+}
+
+// A stateful spec scored through the table, states carried on the wire from request to
+// request, gives what ScoreState gives step by step; Explain agrees and advances the same.
+func TestTableCarriesStates(t *testing.T) {
+	spec := mustParse(t, fullSpec)
+	steps := variedSteps()
+	for _, st := range steps {
+		st.RewardSpec = spec.Digest
+	}
+	var direct, explained gauntletv1.RewardState
+	var wire *gauntletv1.RewardState
+	for i, st := range steps {
+		want := scoring.ScoreState(spec, &direct, st)
+		ex, exTotal := scoring.Explain(spec, &explained, st)
+		tab := scoring.TableStates(func(env, digest string) scoring.Spec {
+			if digest != spec.Digest {
+				t.Fatalf("spec looked up by %q", digest)
+			}
+			return spec
+		}, []*gauntletv1.StepTaken{st}, []*gauntletv1.RewardState{wire})
+		data, err := proto.Marshal(&gauntletv1.ScoreReply{Table: tab})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply gauntletv1.ScoreReply
+		if err := proto.Unmarshal(data, &reply); err != nil {
+			t.Fatal(err)
+		}
+		got, err := reply.StepScores([]*gauntletv1.StepTaken{st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got[0], want) {
+			t.Fatalf("step %d: table %v, ScoreState %v", i, got[0], want)
+		}
+		if math.Float64bits(exTotal) != math.Float64bits(want.Total) {
+			t.Fatalf("step %d: Explain total %v, want %v", i, exTotal, want.Total)
+		}
+		for j := range ex {
+			if math.Float64bits(ex[j].Value) != math.Float64bits(want.Components[j].Value) {
+				t.Fatalf("step %d: Explain %s %v, want %v", i, ex[j].Name, ex[j].Value, want.Components[j].Value)
+			}
+		}
+		wire = reply.Table.States[0]
+	}
+	if !proto.Equal(wire, &direct) || !proto.Equal(&explained, &direct) {
+		t.Errorf("states differ: wire %v, explain %v, direct %v", wire, &explained, &direct)
+	}
+}
+
+// Scoring under a stateless spec leaves the state alone and needs none.
+func TestStatelessSpecIgnoresState(t *testing.T) {
+	rs := &gauntletv1.RewardState{Episode: &gauntletv1.EpisodeSoFar{Steps: 3}}
+	scoring.ScoreState(scoring.SpecFor("shop"), rs, step(&gauntletv1.Signals{Progress: 1}, oneCall()))
+	if rs.Episode.Steps != 3 || len(rs.Potentials) != 0 {
+		t.Errorf("state changed: %v", rs)
+	}
+}
+
+// eightComponents is the benchmark's spec: the five built-ins, two more normalised, and
+// three CEL expressions.
+const eightComponents = `name: bench
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: cost, builtin: cost, weight: 0.2}
+  - {name: safety, builtin: safety, weight: 0.5}
+  - {name: timeliness, builtin: timeliness, weight: 0.1}
+  - {name: causal, builtin: causal, weight: 0.3, normalise: [{scale: 2}, {clip: [-1, 0]}]}
+  - {name: thrift, expr: "signals.budget > 0.0 ? -signals.spend / signals.budget : 0.0", weight: 0.1}
+  - {name: careful, expr: "signals.invalid_action || size(signals.violations) > 0 ? -1.0 : 0.0", weight: 0.1}
+  - {name: progress, potential: {expr: signals.progress, gamma: 0.99}, weight: 0.5}
+`
+
+func BenchmarkScoreSpecs(b *testing.B) {
+	s := step(&gauntletv1.Signals{
+		Progress: 0.4, ProgressDelta: 0.25, Spend: 12.5, Budget: 80, DeadlineVirtualNs: 3e9,
+		Violations: []*gauntletv1.CausalViolation{{Rule: "r"}},
+	}, oneCall())
+	b.Run("default", func(b *testing.B) {
+		spec := scoring.SpecFor("shop")
+		var values [8]float64
+		b.ReportAllocs()
+		for b.Loop() {
+			scoring.AppendValuesState(values[:0], spec, nil, s)
+		}
+	})
+	b.Run("eight-with-three-cel", func(b *testing.B) {
+		spec := mustParse(b, eightComponents)
+		var rs gauntletv1.RewardState
+		var values [8]float64
+		b.ReportAllocs()
+		for b.Loop() {
+			scoring.AppendValuesState(values[:0], spec, &rs, s)
+		}
+	})
+}
