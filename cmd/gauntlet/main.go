@@ -19,6 +19,7 @@ import (
 	// Envs and policies register themselves.
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -92,7 +93,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "episode":
 		return cmdEpisode(ctx, rest, stdout, stderr)
 	case "tasks":
-		return cmdTasks(args[1:], stdout, stderr)
+		return cmdTasks(ctx, args[1:], stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
 	case "version":

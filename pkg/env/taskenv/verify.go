@@ -128,7 +128,7 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 	}
 	out := text(string(r.Stdout) + string(r.Stderr))
 	if r.TimedOut {
-		return nil, fmt.Errorf("%w: task %s: test.sh timed out after %v:\n%s", ErrVerifier, e.task.ID, e.task.Config.Verifier.Timeout, tail(out))
+		return nil, fmt.Errorf("%w: task %s: test.sh timed out after %v%s", ErrVerifier, e.task.ID, e.task.Config.Verifier.Timeout, said(out))
 	}
 	v.ExitCode, v.Output = r.ExitCode, tail(out)
 	rr, err := run(sandbox.ExecRequest{Argv: []string{"sh", "-c", readScript}, Timeout: opTimeout, OutputLimit: 128 << 10})
@@ -151,7 +151,7 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 		err = errors.New("the reward file is larger than 64 KiB")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: task %s: %w (test.sh exited %d):\n%s", ErrVerifier, e.task.ID, err, r.ExitCode, tail(out))
+		return nil, fmt.Errorf("%w: task %s: %w (test.sh exited %d)%s", ErrVerifier, e.task.ID, err, r.ExitCode, said(out))
 	}
 	v.Pass = v.progress() >= 1
 	return v, nil
@@ -208,6 +208,14 @@ func envList(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// said is test.sh's output for an error message: ", it said:" and its end, or nothing.
+func said(out string) string {
+	if strings.TrimSpace(out) == "" {
+		return ""
+	}
+	return "; it said:\n" + tail(out)
 }
 
 // tail keeps the last 4 KiB of s.
