@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -179,7 +180,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 	e.sb, e.ready = h.ID, true
 	e.tb = tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
 		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
-		MaxFileBytes: maxFile, ExecTimeout: e.deadline, OutputLimit: maxOutput,
+		MaxFileBytes: maxFile, ExecTimeout: min(e.deadline, e.task.Config.Agent.Timeout), OutputLimit: maxOutput,
 	})
 	return json.Marshal(resetObs{
 		Task: e.task.ID, Digest: e.task.Digest, Instruction: e.task.Instruction, WorkDir: WorkDir,
@@ -413,8 +414,8 @@ func verifierPath(q string) bool {
 	return false
 }
 
-// parseAction checks an action: a known tool and arguments that are a JSON object (the
-// tools check the fields). A bad action returns the observation saying why.
+// parseAction checks an action against its tool's schema: a known tool, a JSON object with
+// only the schema's properties, the required ones present (the tools check the types). A bad action returns the observation saying why.
 func parseAction(a env.Action) (*toolDef, json.RawMessage, *errObs) {
 	i := slices.IndexFunc(toolDefs, func(t toolDef) bool { return t.name == a.Tool })
 	if i < 0 {
@@ -429,8 +430,21 @@ func parseAction(a env.Action) (*toolDef, json.RawMessage, *errObs) {
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, nil, &errObs{Error: t.name + ": args must be a JSON object", Suggestion: "schema: " + string(t.schema)}
 	}
-	if t.name == ToolSubmit && len(fields) > 0 {
-		return nil, nil, &errObs{Error: "submit takes no arguments", Suggestion: "schema: " + string(t.schema)}
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required"`
+	}
+	_ = json.Unmarshal(t.schema, &schema) // the tools' own schemas
+	keys := slices.Sorted(maps.Keys(fields))
+	for _, k := range keys {
+		if _, ok := schema.Properties[k]; !ok {
+			return nil, nil, &errObs{Error: fmt.Sprintf("%s: unknown argument %.40q", t.name, k), Suggestion: "schema: " + string(t.schema)}
+		}
+	}
+	for _, k := range schema.Required {
+		if _, ok := fields[k]; !ok {
+			return nil, nil, &errObs{Error: fmt.Sprintf("%s: missing argument %q", t.name, k), Suggestion: "schema: " + string(t.schema)}
+		}
 	}
 	return t, raw, nil
 }

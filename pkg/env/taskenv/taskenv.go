@@ -80,6 +80,7 @@ func (*taskEnv) Spec() env.Spec {
 			{Name: "task", Type: "string", Description: "the task's ID in the dataset; empty: picked by the seed among the dataset's tasks"},
 			{Name: "digest", Type: "string", Description: "when set, the task's content digest must be this one (a recorded episode's task, unchanged)"},
 			{Name: "max_invalid", Type: "int", Default: "5", Description: "invalid actions that terminate the episode (1..1000)"},
+			{Name: "deadline_ms", Type: "int", Description: "virtual milliseconds the episode may take (default: the task's [agent] timeout; each command's wall time stays bounded by that timeout)"},
 		},
 		Services:        []string{tools.Service},
 		DefaultMaxSteps: DefaultMaxSteps,
@@ -92,6 +93,7 @@ type params struct {
 	Task       string `json:"task"`
 	Digest     string `json:"digest"`
 	MaxInvalid *int   `json:"max_invalid"`
+	DeadlineMs *int64 `json:"deadline_ms"`
 }
 
 func parseParams(raw json.RawMessage) (params, error) {
@@ -103,7 +105,7 @@ func parseParams(raw json.RawMessage) (params, error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&p); err != nil {
-		return p, fmt.Errorf("params: %w (known: dataset, task, digest, max_invalid)", err)
+		return p, fmt.Errorf("params: %w (known: dataset, task, digest, max_invalid, deadline_ms)", err)
 	}
 	var errs []error
 	if p.Dataset == "" {
@@ -111,6 +113,9 @@ func parseParams(raw json.RawMessage) (params, error) {
 	}
 	if p.MaxInvalid != nil && (*p.MaxInvalid < 1 || *p.MaxInvalid > 1000) {
 		errs = append(errs, fmt.Errorf("params.max_invalid: %d is outside 1..1000", *p.MaxInvalid))
+	}
+	if p.DeadlineMs != nil && (*p.DeadlineMs < 1000 || *p.DeadlineMs > tasks.MaxTimeout.Milliseconds()) {
+		errs = append(errs, fmt.Errorf("params.deadline_ms: %d is outside 1000..%d", *p.DeadlineMs, tasks.MaxTimeout.Milliseconds()))
 	}
 	return p, errors.Join(errs...)
 }
@@ -175,7 +180,11 @@ func (e *taskEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 	if p.MaxInvalid != nil {
 		maxInvalid = *p.MaxInvalid
 	}
-	return &episode{cfg: cfg, task: t, maxSteps: maxSteps, maxInvalid: maxInvalid, deadline: t.Config.Agent.Timeout}, nil
+	deadline := t.Config.Agent.Timeout
+	if p.DeadlineMs != nil {
+		deadline = time.Duration(*p.DeadlineMs) * time.Millisecond
+	}
+	return &episode{cfg: cfg, task: t, maxSteps: maxSteps, maxInvalid: maxInvalid, deadline: deadline}, nil
 }
 
 // Oracle returns the agent that runs the task's solution/solve.sh, as Harbor's oracle
