@@ -110,17 +110,19 @@ func sandboxSpec(t *tasks.Task) (sandbox.Spec, error) {
 	}
 	c := t.Config.Environment
 	return sandbox.Spec{
-		Template: Template,
-		Limits: sandbox.Limits{
-			MemoryBytes: int64(c.MemoryMB) << 20, CPUMillis: int64(max(c.CPUs, 1)) * 1000,
-			DiskBytes: int64(c.StorageMB) << 20,
-		},
+		Template:  Template,
+		Limits:    limits(c.CPUs, c.MemoryMB, c.StorageMB),
 		Workspace: files,
 		// The runtime makes the folders: /app, /logs, /tests and /solution exist and are
 		// empty unless environment/app fills /app.
 		Links:  links,
 		Labels: map[string]string{"env": Name, "task": t.ID},
 	}, nil
+}
+
+// limits are a sandbox's limits for [environment]'s cpus, memory_mb and storage_mb.
+func limits(cpus, memoryMB, storageMB int) sandbox.Limits {
+	return sandbox.Limits{MemoryBytes: int64(memoryMB) << 20, CPUMillis: int64(max(cpus, 1)) * 1000, DiskBytes: int64(storageMB) << 20}
 }
 
 // workspaceFiles reads the regular files below dir (none when it does not exist) as

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
 )
@@ -185,6 +186,19 @@ func (e *taskEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 		deadline = time.Duration(*p.DeadlineMs) * time.Millisecond
 	}
 	return &episode{cfg: cfg, task: t, maxSteps: maxSteps, maxInvalid: maxInvalid, deadline: deadline}, nil
+}
+
+// SandboxTemplates is the sandbox of a task that leaves [environment]'s resources at
+// Harbor's defaults, for warm pools; tasks with other limits get sandboxes made on demand.
+// (Being a SandboxTemplater also tells tools such as `episode snapshot` that the env's
+// episodes need a sandbox runtime to be rebuilt.)
+func (*taskEnv) SandboxTemplates() []sandbox.Spec {
+	return []sandbox.Spec{{
+		Template: Template,
+		Limits:   limits(tasks.DefaultCPUs, tasks.DefaultMemoryMB, tasks.DefaultStorageMB),
+		Links:    links,
+		Labels:   map[string]string{"env": Name},
+	}}
 }
 
 // Oracle returns the agent that runs the task's solution/solve.sh, as Harbor's oracle

@@ -181,7 +181,9 @@ func TestVerifierCannotBeFooled(t *testing.T) {
 // without one otherwise) meets a reward file the agent planted: it is removed before
 // test.sh runs, so the episode is the verifier's failure, never the planted 1.
 func TestPlantedRewardIsRemoved(t *testing.T) {
-	sb := runtimestest.Open(t, runtimes.Process, 0)
+	// The task leaves [environment] at Harbor's defaults: its sandboxes come from the warm
+	// pool of the env's template.
+	sb := runtimestest.Open(t, runtimes.Process, 1)
 	dir := writeTask(t, "#!/bin/bash\ntest -f /app/done || exit 1\necho 1 > /logs/verifier/reward.txt\n", "10.0")
 	b, _ := json.Marshal(map[string]string{"dataset": dir})
 	_, last := play(t, sb, b, &scripted{actions: []env.Action{
@@ -223,7 +225,7 @@ func writeTask(t *testing.T, script string, verifierTimeout string) string {
 // crashes before writing, or runs out of its timeout fails the step with ErrVerifier
 // naming the reason; it is never a reward of 0.
 func TestVerifierFailureIsInfraError(t *testing.T) {
-	sb := runtimestest.Open(t, runtimes.Process, 0)
+	sb := runtimestest.Open(t, runtimes.Process, 1)
 	for _, c := range []struct{ name, script, timeout, want string }{
 		{"no reward", "#!/bin/bash\necho checked\n", "10.0", "wrote no reward.txt"},
 		{"bad reward", "#!/bin/bash\necho lots > /logs/verifier/reward.txt\n", "10.0", "not one finite number"},
