@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
@@ -60,6 +61,8 @@ type config struct {
 	// Sandbox is the process's sandbox runtime, opened once by the sandbox module and
 	// shared by every module that plays episodes (worker, env API, durable episodes).
 	Sandbox runtimes.Config
+	// Tasks names the task datasets the process's episodes may play (--tasks.datasets).
+	Tasks taskenv.Config
 }
 
 // register declares every serving flag on fs: the process's own here, the components'
@@ -92,6 +95,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.EnvAPI.RegisterFlags(fs)
 	c.PolicyHTTP.RegisterFlags(fs)
 	c.Sandbox.RegisterFlags(fs)
+	c.Tasks.RegisterFlags(fs)
 }
 
 // resolve fills in what components take from the process: defaults under the data dir
@@ -119,7 +123,7 @@ func (c *config) validate() error {
 	if c.EventsHistoryBytes < 0 {
 		errs = append(errs, fmt.Errorf("nats.events-history-bytes: %d must not be negative", c.EventsHistoryBytes))
 	}
-	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate())
+	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Tasks.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off
 		errs = append(errs, c.EnvAPI.Validate())
 	}

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
@@ -67,6 +68,9 @@ type replayOpts struct {
 	step     int
 	maxSteps uint
 	sandbox  runtimes.Config
+	// tasks names the datasets episodes of the tasks env were played from, by the names
+	// their params use.
+	tasks taskenv.Config
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
@@ -78,6 +82,7 @@ func (o *replayOpts) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.StateDir, "sandbox.state-dir", "", "state directory of the runtime (default: <data-dir>/sandbox-cli)")
 	fs.StringVar(&o.sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (default: start a private one)")
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
+	o.tasks.RegisterFlags(fs)
 }
 
 // parseInterspersed parses flags that may come before or after the one positional
@@ -354,7 +359,7 @@ func (o *replayOpts) rebuild(ctx context.Context, rec *recording) (*rebuilt, err
 	// Replayed steps print nothing; fork turns the printing on.
 	out := &cliOut{}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", play.LocalScorer{Spec: scoring.SpecFor(rec.row.Env)}, out)
-	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes}); err != nil {
+	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes, Datasets: o.tasks.Datasets}); err != nil {
 		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), sess.Close())
 	}
 	obs, err := sess.Reset(ctx, 1)

@@ -72,14 +72,15 @@ func tasksCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("tasks check: %w", err)
 	}
 	defer sb.Close()
-	deps := play.Deps{Sandboxes: sb}
+	// The dataset is the one the episodes' params name, and the only one they may.
+	deps := play.Deps{Sandboxes: sb, Datasets: map[string]string{checkDataset: root}}
 	oracle, err := policy.Lookup(policy.Oracle)
 	if err != nil {
 		return err
 	}
 	bad := 0
 	for _, t := range sel {
-		params, _ := json.Marshal(map[string]string{"dataset": root, "task": t.ID, "digest": t.Digest})
+		params, _ := json.Marshal(map[string]string{"dataset": checkDataset, "task": t.ID, "digest": t.Digest})
 		o := checkEpisode(ctx, deps, params, t.ID+"-oracle", func(e env.Env) (env.Agent, error) { return oracle.NewAgent(e, 1) })
 		n := checkEpisode(ctx, deps, params, t.ID+"-noop", func(env.Env) (env.Agent, error) { return noopAgent{}, nil })
 		var problems []string
@@ -111,6 +112,9 @@ func tasksCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	return nil
 }
+
+// checkDataset is the name the checked dataset has in the episodes' params.
+const checkDataset = "checked"
 
 // noopAgent does nothing: it submits at once.
 type noopAgent struct{}

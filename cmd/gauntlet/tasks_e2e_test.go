@@ -33,11 +33,14 @@ func TestTasksEndToEnd(t *testing.T) {
 	cfg.ClickHouse = ch.Addr()
 	cfg.Worker.Concurrency = 2
 	cfg.Sandbox = sc
+	if err := cfg.Tasks.Datasets.Set("gauntlet=" + dataset); err != nil {
+		t.Fatal(err)
+	}
 	s := startStack(t, cfg)
 	db := cfg.Database
 	conn := connect(t, ch.Addr(), db)
 
-	params, _ := json.Marshal(map[string]string{"dataset": dataset})
+	params, _ := json.Marshal(map[string]string{"dataset": "gauntlet"})
 	o := runOpts{env: "tasks", params: string(params), policies: "oracle=1", profiles: "baseline=1",
 		episodes: 4, seed: 11, maxInFlight: 4, label: t.Name()}
 	req, err := o.request()
@@ -62,7 +65,7 @@ func TestTasksEndToEnd(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "ws")
 	var stdout, stderr bytes.Buffer
 	args := []string{"episode", "snapshot", ep, "--step", "1", "--out", out, "--clickhouse", ch.Addr(), "--database", db,
-		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli"}
+		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli", "--tasks.datasets", "gauntlet=" + dataset}
 	if err := runMain(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
 	}

@@ -20,10 +20,10 @@ func TestConformance(t *testing.T) {
 	envtest.Run(t, envtest.Subject{
 		Env: taskenv.New(),
 		Config: func(_ testing.TB, seed uint64) env.Config {
-			return env.Config{Seed: seed, Sandboxes: sb, Params: fmt.Appendf(nil, `{"dataset":%q}`, dataset)}
+			return env.Config{Seed: seed, Sandboxes: sb, Datasets: gauntlet, Params: json.RawMessage(`{"dataset":"gauntlet"}`)}
 		},
 		Limits: func(maxInvalid int, deadlineMs int64) json.RawMessage {
-			return fmt.Appendf(nil, `{"dataset":%q,"max_invalid":%d,"deadline_ms":%d}`, dataset, maxInvalid, deadlineMs)
+			return fmt.Appendf(nil, `{"dataset":"gauntlet","max_invalid":%d,"deadline_ms":%d}`, maxInvalid, deadlineMs)
 		},
 		Idle:        env.Action{Tool: tools.FSList, Args: json.RawMessage(`{"path":"/app"}`)},
 		ErrNotReset: taskenv.ErrNotReset,

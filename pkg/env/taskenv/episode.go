@@ -162,6 +162,9 @@ func workspaceFiles(dir, prefix string) ([]sandbox.File, error) {
 // Reset gives the episode a fresh sandbox holding the task's workspace (releasing the
 // previous one) and returns the instruction.
 func (e *episode) Reset() (json.RawMessage, error) {
+	if e.task == nil {
+		return nil, ErrNoDatasets
+	}
 	if e.cfg.Sandboxes == nil {
 		return nil, fmt.Errorf("tasks: %w", env.ErrNoSandbox)
 	}

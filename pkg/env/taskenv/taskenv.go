@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,7 +79,7 @@ func (*taskEnv) Spec() env.Spec {
 			"tools and submits; the task's tests/test.sh judges a fork of the final state.",
 		Tools: ts,
 		Params: []env.Param{
-			{Name: "dataset", Type: "string", Description: "the dataset: a folder of task folders, one task folder, or a JSON manifest (required)"},
+			{Name: "dataset", Type: "string", Description: "the dataset's name, one of the process's --tasks.datasets (required)"},
 			{Name: "task", Type: "string", Description: "the task's ID in the dataset; empty: picked by the seed among the dataset's tasks"},
 			{Name: "digest", Type: "string", Description: "when set, the task's content digest must be this one (a recorded episode's task, unchanged)"},
 			{Name: "max_invalid", Type: "int", Default: "5", Description: "invalid actions that terminate the episode (1..1000)"},
@@ -110,7 +112,7 @@ func parseParams(raw json.RawMessage) (params, error) {
 	}
 	var errs []error
 	if p.Dataset == "" {
-		errs = append(errs, errors.New("params.dataset: required: the dataset folder or manifest the task comes from"))
+		errs = append(errs, errors.New("params.dataset: required: the name of the dataset the task comes from (one of the process's --tasks.datasets)"))
 	}
 	if p.MaxInvalid != nil && (*p.MaxInvalid < 1 || *p.MaxInvalid > 1000) {
 		errs = append(errs, fmt.Errorf("params.max_invalid: %d is outside 1..1000", *p.MaxInvalid))
@@ -121,10 +123,18 @@ func parseParams(raw json.RawMessage) (params, error) {
 	return p, errors.Join(errs...)
 }
 
-// dataset returns the dataset at p, read once per process. A dataset with invalid tasks
-// is refused whole, naming every problem: training on part of a dataset by accident is
-// worse than not starting.
-func (e *taskEnv) dataset(p string) (*tasks.Dataset, error) {
+// dataset returns the dataset the process names name, read once per process. A dataset
+// with invalid tasks is refused whole, naming every problem: training on part of a dataset
+// by accident is worse than not starting.
+func (e *taskEnv) dataset(name string, datasets map[string]string) (*tasks.Dataset, error) {
+	p, ok := datasets[name]
+	if !ok {
+		names := slices.Sorted(maps.Keys(datasets))
+		if len(names) == 0 {
+			return nil, fmt.Errorf("params.dataset: %q: %w", name, ErrNoDatasets)
+		}
+		return nil, fmt.Errorf("params.dataset: %q is not a dataset of this process (known: %s)", name, strings.Join(names, ", "))
+	}
 	abs, err := filepath.Abs(p)
 	if err != nil {
 		return nil, fmt.Errorf("params.dataset: %w", err)
@@ -148,14 +158,23 @@ func (e *taskEnv) dataset(p string) (*tasks.Dataset, error) {
 	return ds, nil
 }
 
+// ErrNoDatasets is returned by Reset of an episode made where no dataset is configured
+// (env.Config.Datasets nil): the process playing it was started without --tasks.datasets.
+var ErrNoDatasets = errors.New("tasks: this process plays no dataset (start it with --tasks.datasets NAME=DIR)")
+
 // NewEpisode picks the episode's task and reads it afresh (its digest is the content's
-// now). Reset needs cfg.Sandboxes.
+// now). Where no dataset is configured (cfg.Datasets nil: a client or the scheduler
+// checking a run) it checks the params alone, and Reset fails with ErrNoDatasets, as
+// codefix checks its params where no sandbox runtime runs. Reset needs cfg.Sandboxes.
 func (e *taskEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 	p, err := parseParams(cfg.Params)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: %w", err)
 	}
-	ds, err := e.dataset(p.Dataset)
+	if cfg.Datasets == nil {
+		return &episode{cfg: cfg}, nil
+	}
+	ds, err := e.dataset(p.Dataset, cfg.Datasets)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: %w", err)
 	}

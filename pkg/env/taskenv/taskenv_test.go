@@ -21,9 +21,17 @@ import (
 // dataset is the in-repo dataset.
 var dataset, _ = filepath.Abs("../../../datasets/gauntlet")
 
+// gauntlet is the process's datasets in most tests: the in-repo one, named "gauntlet".
+var gauntlet = map[string]string{"gauntlet": dataset}
+
 func params(task string) json.RawMessage {
-	b, _ := json.Marshal(map[string]string{"dataset": dataset, "task": task})
+	b, _ := json.Marshal(map[string]string{"dataset": "gauntlet", "task": task})
 	return b
+}
+
+// own names a dataset of one task folder "own".
+func own(dir string) (map[string]string, json.RawMessage) {
+	return map[string]string{"own": dir}, json.RawMessage(`{"dataset":"own"}`)
 }
 
 type step struct {
@@ -34,9 +42,9 @@ type step struct {
 }
 
 // play plays agent on task in a sandbox of sb and returns the last step.
-func play(t *testing.T, sb env.Sandboxes, p json.RawMessage, agent env.Agent) (json.RawMessage, step) {
+func play(t *testing.T, sb env.Sandboxes, datasets map[string]string, p json.RawMessage, agent env.Agent) (json.RawMessage, step) {
 	t.Helper()
-	ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: p, Sandboxes: sb})
+	ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: p, Sandboxes: sb, Datasets: datasets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +115,7 @@ func TestOracleSucceedsNoopFails(t *testing.T) {
 	sb := runtimestest.Open(t, runtimes.Process, 0)
 	for _, id := range []string{"codefix/sum", "shell/count-errors", "data/transpose"} {
 		t.Run(id, func(t *testing.T) {
-			first, last := play(t, sb, params(id), taskenv.New().(env.Oracle).Oracle(1))
+			first, last := play(t, sb, gauntlet, params(id), taskenv.New().(env.Oracle).Oracle(1))
 			v := verdictOf(t, last)
 			if !v.Pass || v.Rewards[tasks.RewardName] != 1 || !last.res.Signals.Success || last.res.Signals.Progress != 1 {
 				t.Errorf("oracle: verdict %+v, signals %v", v, last.res.Signals)
@@ -121,7 +129,7 @@ func TestOracleSucceedsNoopFails(t *testing.T) {
 			if r.Task != id || r.Digest != task.Digest || r.Instruction != task.Instruction {
 				t.Errorf("reset observation %s does not name the task, its digest and instruction", first)
 			}
-			_, last = play(t, sb, params(id), &scripted{})
+			_, last = play(t, sb, gauntlet, params(id), &scripted{})
 			v = verdictOf(t, last)
 			if v.Pass || v.Rewards[tasks.RewardName] != 0 || last.res.Signals.Success || !last.res.Done() {
 				t.Errorf("no-op: verdict %+v, signals %v", v, last.res.Signals)
@@ -162,7 +170,7 @@ func TestVerifierCannotBeFooled(t *testing.T) {
 		}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, last := play(t, sb, params("codefix/sum"), &scripted{actions: c.actions})
+			_, last := play(t, sb, gauntlet, params("codefix/sum"), &scripted{actions: c.actions})
 			v := verdictOf(t, last)
 			if v.Pass || v.Rewards[tasks.RewardName] != 0 || last.res.Signals.Success {
 				t.Errorf("the agent fooled the verifier: %+v", v)
@@ -185,14 +193,14 @@ func TestPlantedRewardIsRemoved(t *testing.T) {
 	// pool of the env's template.
 	sb := runtimestest.Open(t, runtimes.Process, 1)
 	dir := writeTask(t, "#!/bin/bash\ntest -f /app/done || exit 1\necho 1 > /logs/verifier/reward.txt\n", "10.0")
-	b, _ := json.Marshal(map[string]string{"dataset": dir})
-	_, last := play(t, sb, b, &scripted{actions: []env.Action{
+	ds, b := own(dir)
+	_, last := play(t, sb, ds, b, &scripted{actions: []env.Action{
 		act(tools.ShellExec, map[string]string{"command": "echo 1 > /logs/verifier/reward.txt"}),
 	}})
 	if !errors.Is(last.err, taskenv.ErrVerifier) {
 		t.Fatalf("step: %v, %s; want ErrVerifier (no reward)", last.err, last.res.Observation)
 	}
-	_, last = play(t, sb, b, &scripted{actions: []env.Action{
+	_, last = play(t, sb, ds, b, &scripted{actions: []env.Action{
 		act(tools.ShellExec, map[string]string{"command": "touch done"}),
 	}})
 	if v := verdictOf(t, last); !v.Pass {
@@ -233,8 +241,8 @@ func TestVerifierFailureIsInfraError(t *testing.T) {
 		{"timeout", "#!/bin/bash\nsleep 30\necho 1 > /logs/verifier/reward.txt\n", "1.0", "timed out"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, _ := json.Marshal(map[string]string{"dataset": writeTask(t, c.script, c.timeout)})
-			_, last := play(t, sb, b, &scripted{})
+			ds, b := own(writeTask(t, c.script, c.timeout))
+			_, last := play(t, sb, ds, b, &scripted{})
 			if !errors.Is(last.err, taskenv.ErrVerifier) || !strings.Contains(last.err.Error(), c.want) {
 				t.Errorf("step error %v, want ErrVerifier saying %q", last.err, c.want)
 			}
@@ -251,20 +259,39 @@ func TestParamsRefused(t *testing.T) {
 		}
 		return task.Digest
 	}()
-	for _, c := range []struct{ params, want string }{
-		{`{}`, "params.dataset: required"},
-		{`{"dataset": "x", "colour": 1}`, `unknown field "colour"`},
-		{fmt.Sprintf(`{"dataset": %q, "task": "nope"}`, dataset), `params.task: "nope" is not a task`},
-		{fmt.Sprintf(`{"dataset": %q, "task": "codefix/sum", "digest": "sha256:00"}`, dataset), "params.digest: task codefix/sum has digest " + digest},
-		{fmt.Sprintf(`{"dataset": %q, "max_invalid": 0}`, dataset), "params.max_invalid: 0 is outside"},
-		{`{"dataset": "/nonexistent/gauntlet-dataset"}`, "params.dataset"},
+	for _, c := range []struct {
+		datasets     map[string]string
+		params, want string
+	}{
+		{gauntlet, `{}`, "params.dataset: required"},
+		{gauntlet, `{"dataset": "gauntlet", "colour": 1}`, `unknown field "colour"`},
+		{gauntlet, `{"dataset": "gauntlet", "task": "nope"}`, `params.task: "nope" is not a task`},
+		{gauntlet, `{"dataset": "gauntlet", "task": "codefix/sum", "digest": "sha256:00"}`, "params.digest: task codefix/sum has digest " + digest},
+		{gauntlet, `{"dataset": "gauntlet", "max_invalid": 0}`, "params.max_invalid: 0 is outside"},
+		{gauntlet, `{"dataset": "gauntlet", "deadline_ms": 10}`, "params.deadline_ms: 10 is outside"},
+		// A path is never read: only the process's named datasets are.
+		{gauntlet, fmt.Sprintf(`{"dataset": %q}`, dataset), `is not a dataset of this process (known: gauntlet)`},
+		{map[string]string{}, `{"dataset": "gauntlet"}`, "this process plays no dataset (start it with --tasks.datasets NAME=DIR)"},
+		{map[string]string{"gone": "/nonexistent/gauntlet-dataset"}, `{"dataset": "gone"}`, "params.dataset"},
 	} {
-		_, err := taskenv.New().NewEpisode(env.Config{Params: json.RawMessage(c.params)})
+		_, err := taskenv.New().NewEpisode(env.Config{Params: json.RawMessage(c.params), Datasets: c.datasets})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("params %s: error %v, want %q", c.params, err, c.want)
 		}
 	}
-	ep, err := taskenv.New().NewEpisode(env.Config{Params: json.RawMessage(fmt.Sprintf(`{"dataset": %q, "task": "codefix/sum", "digest": %q}`, dataset, digest))})
+	// Where no dataset is configured (a client checking a run), the params' shape is
+	// checked and Reset says why the episode cannot be played here.
+	ep, err := taskenv.New().NewEpisode(env.Config{Params: json.RawMessage(`{"dataset": "anything"}`)})
+	if err != nil {
+		t.Fatalf("params checked without datasets: %v", err)
+	}
+	if _, err := ep.Reset(); !errors.Is(err, taskenv.ErrNoDatasets) {
+		t.Errorf("Reset without datasets: %v, want ErrNoDatasets", err)
+	}
+	if _, err := taskenv.New().NewEpisode(env.Config{Params: json.RawMessage(`{"dataset": "x", "colour": 1}`)}); err == nil {
+		t.Error("bad params passed where no dataset is configured")
+	}
+	ep, err = taskenv.New().NewEpisode(env.Config{Datasets: gauntlet, Params: json.RawMessage(fmt.Sprintf(`{"dataset": "gauntlet", "task": "codefix/sum", "digest": %q}`, digest))})
 	if err != nil {
 		t.Fatalf("the task's own digest: %v", err)
 	}
