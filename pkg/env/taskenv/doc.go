@@ -2,7 +2,8 @@
 // played as episodes through the one episode runner, so workers, the env API, curricula,
 // replay and forks play task folders as they play shop and codefix.
 //
-// An episode names its dataset and task in its params ({"dataset": DIR, "task": ID}; a
+// An episode names its dataset and task in its params ({"dataset": NAME, "task": ID}, NAME
+// one of the process's --tasks.datasets, see Config; a
 // task left out is picked by the seed among the dataset's tasks in ID order, and a
 // "digest" given must match the task's current content digest). Reset acquires a sandbox
 // whose workspace holds the task's environment/app folder, shown at /app as the task's
