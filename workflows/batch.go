@@ -8,12 +8,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -39,6 +41,20 @@ type BatchInput struct {
 	// RequestedAtUnixNano is the workflow's time when it decided the batch (ClickHouse
 	// partitions by it); fixed in the input so retries submit the identical request.
 	RequestedAtUnixNano int64 `json:"requested_at_unix_nano"`
+	// Origin is where the batch comes from, recorded with its run (the runs table).
+	Origin BatchOrigin `json:"origin,omitempty"`
+}
+
+// BatchOrigin names who started the batch's workflow and, for a curriculum's batch,
+// which curriculum, stage and batch it is.
+type BatchOrigin struct {
+	SubmittedBy      string `json:"submitted_by,omitempty"`
+	CurriculumID     string `json:"curriculum_id,omitempty"`
+	CurriculumName   string `json:"curriculum_name,omitempty"`
+	CurriculumPrefix string `json:"curriculum_prefix,omitempty"`
+	Stage            int    `json:"stage,omitempty"`
+	StageName        string `json:"stage_name,omitempty"`
+	Batch            int    `json:"batch,omitempty"`
 }
 
 // BatchResult is what a finished batch reports, read from the scheduler's run state.
@@ -84,6 +100,12 @@ func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
 		req.ParamsJson = "{}"
 	}
 	req.Label = in.Label
+	o := in.Origin
+	req.Origin = &gauntletv1.RunOrigin{
+		SubmittedBy: o.SubmittedBy, DriftText: in.DriftText, RewardSpec: scoring.SpecFor(in.Env).Version,
+		CurriculumId: o.CurriculumID, CurriculumName: o.CurriculumName, CurriculumPrefix: o.CurriculumPrefix,
+		Stage: uint32(o.Stage), StageName: o.StageName, Batch: uint32(o.Batch),
+	}
 	req.Drift = rampsToDrift(in.Ramps, in.Episodes)
 	if in.DriftText != "" {
 		more, err := plans.ParseDrift(in.DriftText, time.Unix(0, in.RequestedAtUnixNano))
@@ -118,6 +140,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 		return BatchResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("batch %s: %v", in.RunID, err), ErrTypeInvalidSpec, err)
 	}
+	req.Origin.GauntletVersion = a.Version
 	t0 := time.Now()
 	b := a.Bus()
 	if b == nil {
@@ -288,10 +311,30 @@ func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
 	if in.Label == "" {
 		in.Label = "batch " + workflow.GetInfo(ctx).WorkflowExecution.ID
 	}
+	in.Origin.SubmittedBy = submittedBy(ctx)
 	if _, err := in.request(); err != nil {
 		return BatchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	var res BatchResult
 	err = workflow.ExecuteActivity(batchActivityOptions(ctx), ActivityRunBatch, in).Get(ctx, &res)
 	return res, err
+}
+
+// MemoSubmittedBy is the memo field in which `gauntlet curriculum start` and `gauntlet
+// batch start` record who started the workflow; its runs carry it into the runs table.
+const MemoSubmittedBy = "submitted_by"
+
+// submittedBy is who started the workflow, from its memo; "temporal" when it was
+// started without one (the temporal CLI, another SDK). The memo is part of the
+// workflow's start event, so replays read the same value.
+func submittedBy(ctx workflow.Context) string {
+	if m := workflow.GetInfo(ctx).Memo; m != nil {
+		if p, ok := m.GetFields()[MemoSubmittedBy]; ok {
+			var s string
+			if err := converter.GetDefaultDataConverter().FromPayload(p, &s); err == nil && s != "" {
+				return s
+			}
+		}
+	}
+	return "temporal"
 }

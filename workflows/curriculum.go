@@ -159,10 +159,14 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		state = &CurriculumState{Prefix: runPrefix(ctx, "c"), Status: StatusRunning}
 	}
 	state.Executions++
-	c := &curriculum{spec: spec, st: state}
+	c := &curriculum{spec: spec, st: state, id: workflow.GetInfo(ctx).WorkflowExecution.ID, submittedBy: submittedBy(ctx)}
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return c.progress(), nil }); err != nil {
 		return Progress{}, err
 	}
+	if workflow.GetVersion(ctx, versionVisibility, workflow.DefaultVersion, 1) == 1 {
+		c.visible, c.searchAttrs = true, memoBool(ctx, MemoSearchAttributes)
+	}
+	c.publish(ctx)
 	chans := signalChannels(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -181,19 +185,24 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 	for state.Stage < len(spec.Stages) {
 		if state.Paused && !state.Abort {
 			state.Status = StatusPaused
+			c.publish(ctx)
 			if err := workflow.Await(ctx, func() bool { return !state.Paused || state.Abort }); err != nil {
 				return c.progress(), err
 			}
 			state.Status = StatusRunning
+			c.publish(ctx)
 		}
 		if state.Abort {
 			c.closeStage(OutcomeAborted)
 			state.Status = StatusAborted
+			c.recordStage(ctx)
 			break
 		}
 		if state.Skip {
 			state.Skip = false
 			c.closeStage(OutcomeSkipped)
+			c.recordStage(ctx)
+			c.publish(ctx)
 			continue
 		}
 		in, err := c.nextBatch(workflow.Now(ctx).UnixNano())
@@ -211,10 +220,13 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		switch {
 		case c.promotable():
 			c.closeStage(OutcomePromoted)
+			c.recordStage(ctx)
 		case state.StageEpisodes >= spec.Stages[state.Stage].Episodes.Max:
 			c.closeStage(OutcomeNotPromoted)
 			state.Status = StatusStopped
+			c.recordStage(ctx)
 		}
+		c.publish(ctx)
 		if state.Status == StatusStopped {
 			break
 		}
@@ -233,6 +245,14 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		if n := len(state.Reports); n > 0 && state.Reports[n-1].Outcome == OutcomeSkipped {
 			state.Status = StatusSkipped
 		}
+	}
+	c.publish(ctx)
+	if state.Status == StatusAborted && c.visible {
+		// An aborted curriculum closes as canceled, not completed: Temporal's UI and
+		// `temporal workflow list` then tell it apart from one that ran to its end. Its
+		// progress is the cancellation's details (ProgressOf reads it).
+		p := c.progress()
+		return p, temporal.NewCanceledError(p)
 	}
 	return c.progress(), nil
 }
@@ -254,6 +274,13 @@ func signalChannels(ctx workflow.Context) []namedChannel {
 type curriculum struct {
 	spec CurriculumSpec
 	st   *CurriculumState
+	// id is the workflow's id and submittedBy who started it, recorded with each
+	// batch's run.
+	id, submittedBy string
+	// visible: the memo (and, with searchAttrs, the search attributes) follow the
+	// status and stage (publish); last is what was published last.
+	visible, searchAttrs bool
+	last                 *shown
 }
 
 func (c *curriculum) apply(signal string) {
@@ -292,6 +319,10 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 		Ramps:       batchRamps(c.stageDrift(), s.StageEpisodes, n, st.Episodes.Max),
 
 		RequestedAtUnixNano: now,
+		Origin: BatchOrigin{
+			SubmittedBy: c.submittedBy, CurriculumID: c.id, CurriculumName: c.spec.Name, CurriculumPrefix: s.Prefix,
+			Stage: s.Stage, StageName: st.Name, Batch: s.StageBatches,
+		},
 	}, nil
 }
 

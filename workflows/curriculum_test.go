@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // fakeBatches stands in for the scheduler in workflow unit tests: a batch's successes are
@@ -24,6 +25,13 @@ import (
 type fakeBatches struct {
 	rate  map[string]float64 // by Policies string
 	calls []BatchInput
+	// stages are the stage transitions the curriculum recorded, in order.
+	stages []*gauntletv1.StageTransition
+}
+
+func (f *fakeBatches) recordStage(_ context.Context, t *gauntletv1.StageTransition) error {
+	f.stages = append(f.stages, t)
+	return nil
 }
 
 func (f *fakeBatches) run(_ context.Context, in BatchInput) (BatchResult, error) {
@@ -37,6 +45,7 @@ func newEnv(t *testing.T, f *fakeBatches) *testsuite.TestWorkflowEnvironment {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(Curriculum, workflow.RegisterOptions{Name: WorkflowCurriculum})
 	env.RegisterActivityWithOptions(f.run, activity.RegisterOptions{Name: ActivityRunBatch})
+	env.RegisterActivityWithOptions(f.recordStage, activity.RegisterOptions{Name: ActivityRecordStage})
 	return env
 }
 
@@ -116,6 +125,26 @@ func TestCurriculumPromotesThroughEveryStage(t *testing.T) {
 	if f.calls[1].Profiles != "baseline=1,stress=1" || f.calls[0].Profiles != "baseline=1" {
 		t.Errorf("profiles %q, %q", f.calls[0].Profiles, f.calls[1].Profiles)
 	}
+	// Each batch names its curriculum, stage and batch for the runs table.
+	if o := f.calls[2].Origin; o.CurriculumName != "t" || o.CurriculumPrefix != p.RunPrefix || o.Stage != 1 ||
+		o.StageName != "b" || o.Batch != 1 || o.CurriculumID == "" || o.SubmittedBy != "temporal" {
+		t.Errorf("origin of the second batch of stage 1: %+v", o)
+	}
+	// Each stage's close is recorded: outcome, what was measured, what runs next.
+	if len(f.stages) != 3 {
+		t.Fatalf("%d stage transitions recorded; want 3", len(f.stages))
+	}
+	for i, st := range f.stages {
+		r := p.Reports[i]
+		if st.GetStage() != uint32(i) || st.GetOutcome() != OutcomePromoted || st.GetNextStage() != uint32(i+1) ||
+			st.GetEpisodes() != r.Episodes || st.GetWindowValue() != r.WindowValue || st.GetCurriculumPrefix() != p.RunPrefix ||
+			st.GetThreshold() == 0 || st.GetMetric() == "" || st.GetClosedAtUnixNano() == 0 {
+			t.Errorf("stage transition %d: %v; report %+v", i, st, r)
+		}
+	}
+	if f.stages[2].GetMetric() != MetricRewardMean {
+		t.Errorf("stage 2 metric %q; want %s", f.stages[2].GetMetric(), MetricRewardMean)
+	}
 }
 
 func TestCurriculumStopsWhenBudgetSpent(t *testing.T) {
@@ -129,6 +158,10 @@ func TestCurriculumStopsWhenBudgetSpent(t *testing.T) {
 	r := p.Reports[0]
 	if r.Outcome != OutcomeNotPromoted || r.Episodes != 60 || r.Batches != 3 || r.Succeeded != 6 {
 		t.Errorf("report %+v; want not_promoted after 60 episodes, 3 batches, 6 successes", r)
+	}
+	// The stop is recorded, with nothing after it.
+	if len(f.stages) != 1 || f.stages[0].GetOutcome() != OutcomeNotPromoted || f.stages[0].GetNextStage() != 3 {
+		t.Errorf("stage transitions %v; want one not_promoted with next stage 3 (none)", f.stages)
 	}
 }
 
@@ -185,7 +218,14 @@ func TestCurriculumSignals(t *testing.T) {
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalAbort, nil) }, 2*time.Hour+150*time.Second)
 	env.OnActivity(ActivityRunBatch, mock.Anything, mock.Anything).Return(f.run).After(time.Minute)
 	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, three("random=1")), nil)
-	p := result(t, env)
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	// Aborted, it closes as canceled (not completed), its progress the details.
+	p, ok := ProgressOf(env.GetWorkflowError())
+	if !ok {
+		t.Fatalf("aborted curriculum closed with error %v; want a cancellation carrying its progress", env.GetWorkflowError())
+	}
 	if len(progress) != 1 || progress[0].Status != StatusPaused || progress[0].Stage != 0 || progress[0].StageEpisodes != 20 {
 		t.Errorf("progress while paused: %+v", progress)
 	}

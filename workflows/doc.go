@@ -18,6 +18,12 @@
 // Concurrency: Activities is safe for concurrent use; workflow functions run under the
 // SDK's deterministic scheduler.
 //
+// What people see: each batch's run carries its curriculum, stage and batch (the runs
+// table); each closed stage is recorded by the RecordStage activity (curriculum_stages);
+// the memo and, where registered, the search attributes follow the curriculum's state and
+// stage in Temporal's UI, and an aborted curriculum closes as canceled with its progress
+// (visibility.go). These are versioned changes: older histories replay as they ran.
+//
 // Errors: an invalid spec fails the workflow at once with a non-retryable application
 // error of type InvalidSpec whose message names every bad field; a run the scheduler
 // refuses fails it with RunRefused. Other activity errors are retried.

@@ -19,6 +19,8 @@ type Activities struct {
 	Bus func() *bus.Bus
 	// WorkerID names this process in the events of durable episodes.
 	WorkerID string
+	// Version is the gauntlet build of this process, recorded with the runs it submits.
+	Version string
 	// Play builds durable episodes and their agents: the sandboxes of this process's
 	// runtime, if any, and its configured policies; without Templates, the template store
 	// of the bus.
@@ -36,4 +38,5 @@ func Register(r worker.Registry, a *Activities) {
 	r.RegisterWorkflowWithOptions(DurableEpisode, workflow.RegisterOptions{Name: WorkflowEpisode})
 	r.RegisterActivityWithOptions(a.RunBatch, activity.RegisterOptions{Name: ActivityRunBatch})
 	r.RegisterActivityWithOptions(a.PlayEpisode, activity.RegisterOptions{Name: ActivityPlayEpisode})
+	r.RegisterActivityWithOptions(a.RecordStage, activity.RegisterOptions{Name: ActivityRecordStage})
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/services/scheduler"
 	"github.com/gauntlet-rl/gauntlet/services/store"
 	"github.com/gauntlet-rl/gauntlet/services/worker"
+	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
 // Module names. "all" is every service; the others are the pieces they stand on.
@@ -82,6 +83,10 @@ type app struct {
 // newApp validates cfg (see config.validate) and wires the modules; it starts nothing.
 func newApp(cfg config, log *slog.Logger) (*app, error) {
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	// User worlds are envs like the built-in ones for every module of the process.
+	if err := cfg.Worlds.Register(); err != nil {
 		return nil, err
 	}
 	httpPolicy, err := httppolicy.New(cfg.PolicyHTTP)
@@ -140,7 +145,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
 			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
-			WorkerID: cfg.Worker.ID, StopTimeout: cfg.StopTimeout / 2,
+			WorkerID: cfg.Worker.ID, Version: version, StopTimeout: cfg.StopTimeout / 2,
 			Sandboxes: a.getSandboxes, Policies: policies, Datasets: cfg.Tasks.Datasets,
 		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
 	}, modBus, modTemporal, modHTTP, modSandbox)
@@ -377,6 +382,8 @@ func (a *app) initTemporal() (lifecycle.Service, error) {
 				UIPort: a.cfg.TemporalUIPort,
 				NoUI:   a.cfg.TemporalUIPort < 0,
 				Logger: a.log.With("module", modTemporal),
+				// Curricula show their state and stage in Temporal's UI.
+				SearchAttributes: workflows.SearchAttributes,
 			})
 			if err != nil {
 				return err

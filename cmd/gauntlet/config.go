@@ -14,6 +14,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
@@ -63,6 +64,9 @@ type config struct {
 	Sandbox runtimes.Config
 	// Tasks names the task datasets the process's episodes may play (--tasks.datasets).
 	Tasks taskenv.Config
+	// Worlds are the user worlds this process registers as envs, next to the built-in
+	// ones, before any module starts.
+	Worlds world.Config
 }
 
 // register declares every serving flag on fs: the process's own here, the components'
@@ -96,6 +100,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.PolicyHTTP.RegisterFlags(fs)
 	c.Sandbox.RegisterFlags(fs)
 	c.Tasks.RegisterFlags(fs)
+	c.Worlds.RegisterFlags(fs)
 }
 
 // resolve fills in what components take from the process: defaults under the data dir
@@ -123,7 +128,7 @@ func (c *config) validate() error {
 	if c.EventsHistoryBytes < 0 {
 		errs = append(errs, fmt.Errorf("nats.events-history-bytes: %d must not be negative", c.EventsHistoryBytes))
 	}
-	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Tasks.Validate())
+	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Worlds.Validate(), c.Tasks.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off
 		errs = append(errs, c.EnvAPI.Validate())
 	}

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -107,9 +108,17 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 		return err
 	}
 	defer c.Close()
+	// The curriculum shows its state and stage as search attributes where the namespace
+	// has them (or lets them be registered); its memo shows them anyway.
+	searchAttrs := true
+	if err := workflows.EnsureSearchAttributes(ctx, c, tf.namespace); err != nil {
+		searchAttrs = false
+		fmt.Fprintf(stderr, "gauntlet: the curriculum will not set search attributes (its memo still shows state and stage): %v\n", err)
+	}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: *id, TaskQueue: workflows.TaskQueue,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		Memo:                  map[string]any{workflows.MemoSubmittedBy: runs.Submitter(), workflows.MemoSearchAttributes: searchAttrs},
 	}, workflows.WorkflowCurriculum, json.RawMessage(raw))
 	if err != nil {
 		return fmt.Errorf("start curriculum %s: %w", *id, err)
@@ -120,7 +129,11 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 	}
 	var p workflows.Progress
 	if err := run.Get(ctx, &p); err != nil {
-		return fmt.Errorf("curriculum %s: %w", run.GetID(), err)
+		aborted, ok := workflows.ProgressOf(err)
+		if !ok {
+			return fmt.Errorf("curriculum %s: %w", run.GetID(), err)
+		}
+		p = aborted
 	}
 	printProgress(stdout, run.GetID(), p)
 	return nil
@@ -219,6 +232,10 @@ func curriculumProgress(ctx context.Context, c client.Client, id string) (workfl
 		return p, closed, nil
 	}
 	err = c.GetWorkflow(ctx, id, "").Get(ctx, &p)
+	if aborted, ok := workflows.ProgressOf(err); ok {
+		// Aborted: closed as canceled, with its progress.
+		return aborted, closed, nil
+	}
 	return p, closed, fmt.Errorf("curriculum %s %s: %w", id, closed, err)
 }
 
@@ -327,7 +344,9 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.Close()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: *id, TaskQueue: workflows.TaskQueue}, workflows.WorkflowBatch, spec)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: *id, TaskQueue: workflows.TaskQueue, Memo: map[string]any{workflows.MemoSubmittedBy: runs.Submitter()},
+	}, workflows.WorkflowBatch, spec)
 	if err != nil {
 		return fmt.Errorf("start batch %s: %w", *id, err)
 	}

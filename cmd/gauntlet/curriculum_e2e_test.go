@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
@@ -184,6 +185,10 @@ func TestCurriculumOnRealStack(t *testing.T) {
 		out, err := gauntletCLI(t, "curriculum", "status", sigID, "--data-dir", cfg.DataDir)
 		return err == nil && strings.Contains(out, "): paused")
 	})
+	// Temporal's own UI and CLI show it paused (its execution status stays Running).
+	waitFor(ctx, t, func() bool {
+		return strings.Contains(temporalList(ctx, t, tbin, s.app.temporalAddr(), "GauntletCurriculumState = 'paused'"), sigID)
+	})
 	paused := curriculumQuery(t, tc, sigID)
 	time.Sleep(500 * time.Millisecond)
 	if again := curriculumQuery(t, tc, sigID); again.TotalEpisodes != paused.TotalEpisodes {
@@ -215,10 +220,43 @@ func TestCurriculumOnRealStack(t *testing.T) {
 	for _, id := range []string{oracleID, randomID, sigID} {
 		var p workflows.Progress
 		if err := tc.GetWorkflow(ctx, id, "").Get(ctx, &p); err != nil {
-			t.Fatalf("curriculum %s: %v", id, err)
+			// The aborted one closes as canceled, its progress the details.
+			aborted, ok := workflows.ProgressOf(err)
+			if id != sigID || !ok {
+				t.Fatalf("curriculum %s: %v", id, err)
+			}
+			p = aborted
 		}
 		results[id] = p
 	}
+	// Temporal tells the truth: the aborted curriculum closed as canceled, not completed;
+	// each one's memo holds its state and stage, and the temporal CLI finds curricula by
+	// state (those started by gauntlet, which registers the search attributes).
+	for _, c := range []struct {
+		id, state string
+		status    enums.WorkflowExecutionStatus
+	}{
+		{oracleID, workflows.StatusCompleted, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED},
+		{randomID, workflows.StatusStopped, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED},
+		{sigID, workflows.StatusAborted, enums.WORKFLOW_EXECUTION_STATUS_CANCELED},
+	} {
+		d, err := tc.DescribeWorkflow(ctx, c.id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := d.RawResponse.GetWorkflowExecutionInfo()
+		var state string
+		if p := info.GetMemo().GetFields()[workflows.MemoState]; p == nil || converter.GetDefaultDataConverter().FromPayload(p, &state) != nil || state != c.state {
+			t.Errorf("curriculum %s: memo state %q; want %q", c.id, state, c.state)
+		}
+		if info.GetStatus() != c.status {
+			t.Errorf("curriculum %s closed as %v; want %v", c.id, info.GetStatus(), c.status)
+		}
+	}
+	waitFor(ctx, t, func() bool {
+		return strings.Contains(temporalList(ctx, t, tbin, s.app.temporalAddr(), "GauntletCurriculumState = 'aborted' AND GauntletStage = 1"), sigID) &&
+			strings.Contains(temporalList(ctx, t, tbin, s.app.temporalAddr(), "GauntletCurriculumState = 'completed'"), oracleID)
+	})
 	o, r, sg := results[oracleID], results[randomID], results[sigID]
 	if sg.Status != workflows.StatusAborted || len(sg.Reports) != 2 || sg.Reports[0].Outcome != workflows.OutcomeSkipped || sg.Reports[1].Outcome != workflows.OutcomeAborted {
 		t.Errorf("signalled curriculum: %+v; want stage 1 skipped, stage 2 aborted", sg)
@@ -272,6 +310,17 @@ func TestCurriculumOnRealStack(t *testing.T) {
 			saveHistory(t, tc, id, name)
 		}
 	}
+}
+
+// temporalList runs `temporal workflow list --query` against the test's server, as a
+// person would, and returns its output.
+func temporalList(ctx context.Context, t *testing.T, tbin, addr, query string) string {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, tbin, "workflow", "list", "--address", addr, "--query", query).CombinedOutput()
+	if err != nil {
+		t.Fatalf("temporal workflow list --query %q: %v\n%s", query, err, out)
+	}
+	return string(out)
 }
 
 var updateHistories = flag.Bool("update-histories", false, "record the e2e workflows' histories into workflows/testdata for the replay tests")

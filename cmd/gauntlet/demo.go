@@ -27,6 +27,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if o.label == "" {
 		o.label = "demo"
 	}
+	o.worlds = cfg.Worlds
 	req, err := o.request()
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/fromlog"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
@@ -116,8 +117,13 @@ func faultsPlan(args []string, stdout, stderr io.Writer) error {
 	index := fs.Uint64("index", 0, "episode index within its run, for drift")
 	driftText := fs.String("drift", "", "drift schedules, as for `gauntlet run --drift`")
 	calls := fs.Int("calls", 0, "also simulate this many calls round-robin over the services and list the faults that fire")
+	var worlds world.Config
+	worlds.RegisterFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := worlds.Register(); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	envSet := false
 	fs.Visit(func(f *flag.Flag) { envSet = envSet || f.Name == "env" })
@@ -272,8 +278,13 @@ func checkProfileFile(path string, services []string) (string, plans.CustomProfi
 func faultsValidate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("faults validate", stderr)
 	envName := fs.String("env", "", "also check that this env can run the profiles, as a run on it does")
+	var worlds world.Config
+	worlds.RegisterFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := worlds.Register(); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprint(stderr, "gauntlet faults validate: give one or more YAML profile files\n")

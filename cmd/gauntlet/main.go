@@ -20,6 +20,7 @@ import (
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -36,12 +37,14 @@ Usage:
   gauntlet curriculum status|pause|resume|skip|abort ID
   gauntlet batch start [flags]         run N episodes of one spec as a Temporal workflow
   gauntlet sql "SELECT ..."            query the trajectories (aligned table)
+  gauntlet report RUN_ID...|--curriculum ID   the compatibility report (table, json, html)
   gauntlet episode show ID             every step of one episode
   gauntlet episode snapshot ID --step N   rebuild an episode's workspace at a step
   gauntlet episode fork ID --step N   branch an episode at a step and go on with a policy
   gauntlet episode export ID --format atif|jsonl [-o FILE]   an episode as ATIF or JSONL
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet tasks validate|ls|describe   Harbor-format task folders and datasets (docs/tasks.md)
+  gauntlet worlds validate|describe|graph FILE   tool worlds written as YAML (docs/worlds.md)
   gauntlet version
 
 Run 'gauntlet <command> -h' for a command's flags. GAUNTLET_DATA, when set, is the
@@ -86,6 +89,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdDemo(ctx, rest, stdout, stderr)
 	case "sql":
 		return cmdSQL(ctx, rest, stdout, stderr)
+	case "report":
+		return cmdReport(ctx, rest, stdout, stderr)
 	case "curriculum":
 		return cmdCurriculum(ctx, rest, stdout, stderr)
 	case "batch":
@@ -96,6 +101,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdTasks(ctx, args[1:], stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
+	case "worlds":
+		return cmdWorlds(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gauntlet", version)
 		return nil

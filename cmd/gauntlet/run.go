@@ -17,8 +17,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -29,6 +31,10 @@ type runOpts struct {
 	drift, profileFiles                    string
 	episodes, seed                         uint64
 	maxInFlight, maxSteps                  uint
+	// worlds are user worlds the run's env may be one of: the run is checked here, so
+	// this process must know them as the serving ones do. run declares its flag; demo
+	// shares its serving config's.
+	worlds world.Config
 }
 
 func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
@@ -48,6 +54,9 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 // request builds and validates the run request, naming the bad flag.
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
+	if err := o.worlds.Register(); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	}
 	pol, err := runs.ParseShares("--policies", o.policies)
 	if err != nil {
 		errs = append(errs, err)
@@ -94,6 +103,10 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
 		CustomProfiles: custom,
+		Origin: &gauntletv1.RunOrigin{
+			SubmittedBy: runs.Submitter(), GauntletVersion: version, ProfileFiles: profileFileList(o.profileFiles),
+			DriftText: o.drift, RewardSpec: scoring.SpecFor(o.env).Version,
+		},
 	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
@@ -101,11 +114,23 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	return req, nil
 }
 
+// profileFileList is --profile-files as a list, as given.
+func profileFileList(s string) []string {
+	var out []string
+	for _, path := range strings.Split(s, ",") {
+		if path = strings.TrimSpace(path); path != "" {
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
 // cmdRun submits a run to a running stack and follows it to the end.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
 	var o runOpts
 	o.register(fs, 1000)
+	o.worlds.RegisterFlags(fs)
 	var sf stackFlags
 	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
@@ -71,6 +72,8 @@ type replayOpts struct {
 	// tasks names the datasets episodes of the tasks env were played from, by the names
 	// their params use.
 	tasks taskenv.Config
+	// worlds are user worlds the recorded episode may be of.
+	worlds world.Config
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
@@ -83,6 +86,7 @@ func (o *replayOpts) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (default: start a private one)")
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
 	o.tasks.RegisterFlags(fs)
+	o.worlds.RegisterFlags(fs)
 }
 
 // parseInterspersed parses flags that may come before or after the one positional
@@ -318,6 +322,9 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	}
 	if o.step > len(steps) {
 		return nil, fmt.Errorf("--step %d: episode %s has only %d steps", o.step, id, len(steps))
+	}
+	if err := o.worlds.Register(); err != nil {
+		return nil, fmt.Errorf("--%w", err)
 	}
 	e, err := env.Lookup(row.Env)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
@@ -59,8 +60,13 @@ func cmdEpisodeShow(ctx context.Context, args []string, stdout, stderr io.Writer
 	o.register(fs, partClickHouse)
 	full := fs.Bool("full", false, "print whole observations instead of their first 160 characters")
 	showPlan := fs.Bool("plan", false, "print the fault plan the episode met, re-derived from its record and checked against its digest")
+	var worlds world.Config
+	worlds.RegisterFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := worlds.Register(); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: gauntlet episode show [flags] EPISODE_ID")
@@ -194,6 +200,7 @@ func printSummary(ctx context.Context, conn driver.Conn, addr, db, runID string,
 	for _, q := range exampleQueries(db, runID) {
 		fmt.Fprintf(w, "\n%s\n", q)
 	}
+	fmt.Fprintf(w, "\nThe whole compatibility report (with --format html --out report.html, one file with charts):\n\ngauntlet report %s\n", runID)
 	return nil
 }
 

@@ -203,6 +203,15 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketStore, err)
 	}
+	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketCurricula,
+		Description: "closed curriculum stages (StageTransition), projected by the store",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketCurricula, err)
+	}
 	return nil
 }
 

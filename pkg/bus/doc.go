@@ -12,8 +12,9 @@
 //	core request/reply           gauntlet.rpc.reward.score         ScoreRequest    -> reward
 //	                             gauntlet.rpc.faults.plan          PlanRequest     -> faults
 //	core publish                 gauntlet.progress.<run_id>        RunProgress     -> CLIs
-//	KV gauntlet_runs             <run_id>                          RunState        scheduler -> workflows, CLIs
+//	KV gauntlet_runs             <run_id>                          RunState        scheduler -> workflows, CLIs, store
 //	KV gauntlet_store            written                           StoreProgress   store -> whoever waits for rows
+//	KV gauntlet_curricula        <prefix>.<stage>                  StageTransition curriculum -> store
 //
 // * trimmed (TrimEvents) below what the store and the scheduler have processed, beyond a
 // sized history; only unprocessed events can fill it, and a publish refused for lack of

@@ -55,6 +55,9 @@ const (
 	BucketStore = "gauntlet_store"
 	// KeyStoreWritten is the key of the store's StoreProgress in BucketStore.
 	KeyStoreWritten = "written"
+	// BucketCurricula holds each closed curriculum stage, a StageTransition under
+	// "<curriculum run prefix>.<stage>", for the store to project (curriculum_stages).
+	BucketCurricula = "gauntlet_curricula"
 )
 
 // SubjectEpisode is where the scheduler assigns the episodes of a run.

@@ -2,7 +2,8 @@
 // actions (a built-in policy in a worker or a durable episode, a model endpoint, a trainer
 // over the env API, the CLI forking a recorded episode, the load-test harness), is built by
 // Deps.Prepare, played by Session.Step and Session.Run, and rebuilt by Session.Replay. Each
-// action is applied to the env, timed, recorded as a StepTaken (StepEvent), scored (a
+// action is applied to the env, timed (the env's call, the policy's turn before it, and
+// the scoring after it), recorded as a StepTaken (StepEvent), scored (a
 // StepScorer: the reward service over NATS, or the same pure function in process) and
 // handed to the caller's Output, which publishes it to GAUNTLET_EVENTS (Publisher, in
 // segments carrying the episode's start and end), one event per step, or wherever the

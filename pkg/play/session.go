@@ -35,6 +35,9 @@ type Session struct {
 	cut      uint64 // bytes left out of the recording (CutBytes)
 	reply    chan ScoreResult
 	done     bool
+	// turnAt is when the agent got its turn: the reset's or the last step's end (zero
+	// before the reset). The next step's policy time runs from it.
+	turnAt time.Time
 }
 
 // NewSession allocates the session of an assigned episode, played by workerID (a worker
@@ -90,6 +93,7 @@ func (s *Session) Reset(ctx context.Context, attempt uint32) (json.RawMessage, e
 	}); err != nil {
 		return nil, err
 	}
+	s.turnAt = time.Now()
 	return obs, nil
 }
 
@@ -111,14 +115,21 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 	if s.done {
 		return nil, env.StepResult{}, errors.New("step after the episode ended")
 	}
+	var policy time.Duration
+	if !s.turnAt.IsZero() {
+		policy = time.Since(s.turnAt)
+	}
 	res, err := ApplyStep(s.episode, act)
 	if err != nil {
 		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
 	}
+	res.Metering.PolicyNs = uint64(policy)
 	st, cut := stepEvent(s.Req, s.profile, s.workerID, s.step, act, res, s.episode.Now())
 	s.cut += uint64(cut)
 	st.Trainer = trainer
+	t0 := time.Now()
 	score, err := s.scorer.Score(ctx, st, s.reply)
+	res.Metering.RewardNs = uint64(time.Since(t0))
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, res, ErrAbandoned
@@ -135,6 +146,7 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 	CountStep(s.Ended, s.step, res, score.GetTotal())
 	s.step++
 	s.done = res.Done()
+	s.turnAt = time.Now()
 	return st, res, nil
 }
 

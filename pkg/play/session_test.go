@@ -71,10 +71,13 @@ func recording(steps []*gauntletv1.StepTaken) []play.Recorded {
 	return rec
 }
 
-// sameStep reports whether two recorded steps are the same but for their wall time.
+// sameStep reports whether two recorded steps are the same but for their host times (the
+// env's, the policy's, the scoring's).
 func sameStep(a, b *gauntletv1.StepTaken) bool {
 	a, b = proto.Clone(a).(*gauntletv1.StepTaken), proto.Clone(b).(*gauntletv1.StepTaken)
 	a.Metering.WallNs, b.Metering.WallNs = 0, 0
+	a.Metering.PolicyNs, b.Metering.PolicyNs = 0, 0
+	a.Metering.RewardNs, b.Metering.RewardNs = 0, 0
 	return proto.Equal(a, b)
 }
 
@@ -201,5 +204,32 @@ func TestBranchGoesOnFromTheSameState(t *testing.T) {
 	}
 	if len(out.steps) != 2 || out.steps[1].ObservationJson != `{"n":2}` || s.Steps() != 2 || s.Ended.Steps != 2 {
 		t.Errorf("original steps %v, end %v", out.steps, s.Ended)
+	}
+}
+
+// Each step records where its time went: the policy's turn (from the reset or the last
+// step's end to the action), and the scoring.
+func TestStepRecordsPolicyAndRewardTime(t *testing.T) {
+	s, out, _ := session(t, "oracle")
+	ctx := context.Background()
+	const think = 20 * time.Millisecond
+	for i := 0; i < 2; i++ {
+		time.Sleep(think) // the agent thinks
+		act := env.Action{Tool: "inventory.get", Args: json.RawMessage(`{"sku":"a"}`)}
+		if _, _, err := s.Step(ctx, act, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(out.steps) != 2 {
+		t.Fatalf("%d steps recorded; want 2", len(out.steps))
+	}
+	for i, st := range out.steps {
+		m := st.GetMetering()
+		if m.GetPolicyNs() < uint64(think) {
+			t.Errorf("step %d: policy time %v; the agent took at least %v", i, time.Duration(m.GetPolicyNs()), think)
+		}
+		if m.GetRewardNs() == 0 {
+			t.Errorf("step %d: no scoring time recorded", i)
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/user"
 	"strconv"
 	"strings"
 
@@ -38,6 +40,20 @@ func NewID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "r" + hex.EncodeToString(b[:])
+}
+
+// Submitter names whoever submits a run from this process, for the runs table:
+// "user@host", each part "unknown" when the system cannot tell.
+func Submitter() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return name + "@" + host
 }
 
 // ParseShares parses "a=3,b=1" (or "a,b": weight 1 each) into shares, naming the bad

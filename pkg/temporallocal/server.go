@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,10 @@ type Options struct {
 	// Binary is the temporal executable; empty finds it in PATH, then in
 	// $(go env GOPATH)/bin.
 	Binary string
+	// SearchAttributes are custom search attributes the server registers in its
+	// namespace at start, by name, with their types (Keyword, Int, Text, Double, Bool,
+	// Datetime, KeywordList): workflows may set only registered ones.
+	SearchAttributes map[string]string
 }
 
 // Server is a Temporal dev server process owned by this program.
@@ -86,6 +91,7 @@ type Server struct {
 	httpPort     int
 	metricsPort  int
 	noUI         bool
+	searchAttrs  []string // NAME=TYPE, sorted
 	d            *childproc.Daemon
 }
 
@@ -105,6 +111,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
 	s := &Server{dir: dir, bin: bin, noUI: opts.NoUI}
+	for name, typ := range opts.SearchAttributes {
+		s.searchAttrs = append(s.searchAttrs, name+"="+typ)
+	}
+	sort.Strings(s.searchAttrs)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
@@ -222,6 +232,9 @@ func (s *Server) args() []string {
 		a = append(a, "--headless")
 	} else {
 		a = append(a, "--ui-ip", "127.0.0.1", "--ui-port", strconv.Itoa(s.uiPort))
+	}
+	for _, sa := range s.searchAttrs {
+		a = append(a, "--search-attribute", sa)
 	}
 	return append(a, fastFlags...)
 }

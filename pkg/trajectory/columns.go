@@ -104,6 +104,9 @@ var stepColumns = []column[StepRow]{
 	col("read_bytes", func(r *StepRow) *uint64 { return &r.ReadBytes }),
 	col("written_bytes", func(r *StepRow) *uint64 { return &r.WrittenBytes }),
 	col("runtime", func(r *StepRow) *string { return &r.Runtime }),
+	// Migration 7.
+	col("policy_ns", func(r *StepRow) *uint64 { return &r.PolicyNs }),
+	col("reward_ns", func(r *StepRow) *uint64 { return &r.RewardNs }),
 	col("progress", func(r *StepRow) *float64 { return &r.Progress }),
 	flag("invalid_action", func(r *StepRow) *bool { return &r.InvalidAction }),
 	flag("success", func(r *StepRow) *bool { return &r.Success }),

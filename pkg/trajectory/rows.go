@@ -92,6 +92,11 @@ type StepRow struct {
 	ReadBytes       uint64
 	WrittenBytes    uint64
 	Runtime         string
+
+	// Where the step's time went besides the env's WallNs (migration 7): the policy
+	// choosing the action, the scoring of the step.
+	PolicyNs uint64
+	RewardNs uint64
 }
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
@@ -219,6 +224,7 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	m := s.GetMetering()
 	r.CPUNs, r.PeakMemoryBytes, r.Processes = m.GetCpuNs(), m.GetPeakMemoryBytes(), m.GetProcesses()
 	r.ReadBytes, r.WrittenBytes, r.Runtime = m.GetReadBytes(), m.GetWrittenBytes(), m.GetRuntime()
+	r.PolicyNs, r.RewardNs = m.GetPolicyNs(), m.GetRewardNs()
 
 	faults := s.GetFaults()
 	r.FaultIDs = make([]string, len(faults))

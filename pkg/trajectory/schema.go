@@ -213,6 +213,83 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.episodes_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
+	// Where runs come from and how curricula move (lineage.go): one row per run, from the
+	// scheduler's run state and the run's origin, rewritten as the run goes on (the
+	// version is the state's update time), and one row per closed curriculum stage.
+	// And where each step's time went besides the env (steps.wall_ns): the policy and the
+	// reward service.
+	{version: 6, name: "run and curriculum metadata, step latency", addColumns: []addColumn{
+		{"steps", "policy_ns", "UInt64", "runtime"},
+		{"steps", "reward_ns", "UInt64", "policy_ns"},
+	}, stmts: []string{
+		`DROP TABLE IF EXISTS {db}.steps_final`,
+		`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+		`CREATE TABLE IF NOT EXISTS {db}.runs (
+			run_id String,
+			label String,
+			env String,
+			params String,
+			policy_mix String,
+			profile_mix String,
+			profile_files Array(String),
+			custom_profiles Array(String),
+			drift_text String,
+			drift_selectors Array(String),
+			seed UInt64,
+			episodes UInt64,
+			max_in_flight UInt32,
+			max_steps UInt32,
+			reward_spec String,
+			curriculum_id String,
+			curriculum_name String,
+			curriculum_prefix String,
+			stage UInt32,
+			stage_name String,
+			batch UInt32,
+			gauntlet_version String,
+			submitted_by String,
+			submitted_at DateTime,
+			submitted_at_ns UInt64,
+			started_at DateTime,
+			started_at_ns UInt64,
+			finished_at DateTime,
+			finished_at_ns UInt64,
+			state String,
+			error String,
+			assigned UInt64,
+			ended UInt64,
+			succeeded UInt64,
+			steps UInt64,
+			faults_fired UInt64,
+			infra_errors UInt64,
+			reward_sum Float64,
+			version UInt64
+		) ENGINE = ReplacingMergeTree(version)
+		ORDER BY run_id`,
+		`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
+		`CREATE TABLE IF NOT EXISTS {db}.curriculum_stages (
+			curriculum_id String,
+			curriculum_name String,
+			curriculum_prefix String,
+			stage UInt32,
+			stage_name String,
+			outcome String,
+			metric String,
+			threshold Float64,
+			window_episodes UInt64,
+			window_value Float64,
+			episodes UInt64,
+			succeeded UInt64,
+			reward_sum Float64,
+			batches UInt32,
+			next_stage UInt32,
+			closed_at DateTime,
+			closed_at_ns UInt64,
+			version UInt64
+		) ENGINE = ReplacingMergeTree(version)
+		ORDER BY (curriculum_prefix, stage)`,
+		`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
+	}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

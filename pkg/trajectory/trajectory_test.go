@@ -47,12 +47,16 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := [][]string{
+		{"curriculum_stages", "ReplacingMergeTree"},
+		{"curriculum_stages_final", "View"},
 		{"episodes", "ReplacingMergeTree"},
 		{"episodes_final", "View"},
 		{"faults", "ReplacingMergeTree"},
 		{"faults_final", "View"},
 		{"plan_templates", "ReplacingMergeTree"},
 		{"plan_templates_final", "View"},
+		{"runs", "ReplacingMergeTree"},
+		{"runs_final", "View"},
 		{"schema_migrations", "MergeTree"},
 		{"steps", "ReplacingMergeTree"},
 		{"steps_final", "View"},
@@ -73,6 +77,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"faults", columnList(faultColumns)},
 		{"trainer_steps", columnList(trainerColumns)},
 		{"plan_templates", columnList(templateColumns)},
+		{"runs", columnList(runColumns)},
+		{"curriculum_stages", columnList(stageColumns)},
 	} {
 		_, rows, err := Query(ctx, conn, "SELECT name FROM system.columns WHERE database = '"+testDB+"' AND table = '"+table.name+"'")
 		if err != nil {
@@ -887,9 +893,11 @@ func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := [][]string{
+		{"curriculum_stages", "curriculum_prefix, stage"},
 		{"episodes", "run_id, episode_id"},
 		{"faults", "episode_id, step, seq"},
 		{"plan_templates", "template"},
+		{"runs", "run_id"},
 		{"steps", "episode_id, step"},
 		{"trainer_steps", "episode_id, step"},
 	}

@@ -39,6 +39,8 @@ type Config struct {
 	Namespace string
 	// WorkerID names this process in durable-episode events.
 	WorkerID string
+	// Version is the gauntlet build, recorded with the runs the worker submits.
+	Version string
 	// StopTimeout bounds how long activities in flight may finish on stop.
 	StopTimeout time.Duration
 	// Sandboxes lends real sandboxes to durable episodes of envs that need them
@@ -90,7 +92,7 @@ func (s *Service) Starting(ctx context.Context) error {
 		WorkerStopTimeout: s.cfg.StopTimeout,
 		Identity:          s.cfg.WorkerID,
 	})
-	workflows.Register(s.worker, &workflows.Activities{Bus: s.bus, WorkerID: s.cfg.WorkerID, Play: deps})
+	workflows.Register(s.worker, &workflows.Activities{Bus: s.bus, WorkerID: s.cfg.WorkerID, Version: s.cfg.Version, Play: deps})
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestDescribeEnvSpaces(t *testing.T) {
 	names := env.Names()
 	if len(names) < 2 {
-		t.Fatalf("registered envs %v: want shop and codefix at least", names)
+		t.Fatalf("registered envs %v: want shop, codefix and the built-in worlds at least", names)
 	}
 	s := &Service{}
 	for _, name := range names {

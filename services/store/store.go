@@ -17,6 +17,12 @@
 // harness) compares it with the stream's last sequence once the run is done, instead of
 // reading the store's consumer itself.
 //
+// Run and curriculum metadata (the runs and curriculum_stages tables) come from KV
+// buckets instead of the stream: the scheduler's run state (gauntlet_runs, with the run's
+// spec and origin) and the stages curricula close (gauntlet_curricula). The store watches
+// both and writes their rows about once a second (a running run's at most every ten
+// seconds); a restarted store rewrites every row from the buckets' current values (meta.go).
+//
 // One reader goroutine fills batches, one writer goroutine inserts them; several store
 // instances may share the consumer (each then publishes the shared ack floor).
 package store
@@ -99,6 +105,7 @@ type Service struct {
 	batches  metric.Int64Counter
 	failures metric.Int64Counter
 	latency  metric.Float64Histogram
+	lag      metric.Float64Histogram
 
 	// crashAt, set only by tests, is called at the write path's two crash points
 	// (beforeInsert, beforeAck) with the batch's size; when it returns true the store
@@ -123,6 +130,9 @@ func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logge
 		failures: telemetry.Must(meter.Int64Counter("gauntlet_store_insert_failures_total", metric.WithDescription("Failed insert attempts (retried)."))),
 		latency: telemetry.Must(meter.Float64Histogram("gauntlet_store_insert_seconds", metric.WithDescription("Insert time per batch."),
 			metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))),
+		lag: telemetry.Must(meter.Float64Histogram("gauntlet_store_lag_seconds",
+			metric.WithDescription("Per batch, from its oldest event entering the events stream to the batch being in ClickHouse."),
+			metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))),
 	}
 }
 
@@ -203,6 +213,13 @@ func (s *Service) Running(ctx context.Context) error {
 		bus.Pull(ctx, s.cons, s.log, func(m jetstream.Msg) { msgs <- m },
 			jetstream.PullMaxMessages(min(s.cfg.BatchRows, 4_000)))
 	}()
+
+	metaDone := make(chan struct{})
+	go func() {
+		defer close(metaDone)
+		s.projectMeta(ctx)
+	}()
+	defer func() { <-metaDone }()
 
 	full := make(chan *batch, 1)
 	writeDone := make(chan struct{})
@@ -302,6 +319,12 @@ func (s *Service) write(ctx context.Context, b *batch) {
 		cancel()
 		if err == nil {
 			s.latency.Record(ctx, time.Since(t0).Seconds())
+			// The batch's first event is its oldest: the consumer delivers in order.
+			if len(b.msgs) > 0 {
+				if md, err := b.msgs[0].Metadata(); err == nil {
+					s.lag.Record(ctx, time.Since(md.Timestamp).Seconds())
+				}
+			}
 			if c.Invalid > 0 || c.Unscored > 0 {
 				s.log.Warn("batch written with events it could not project whole", "events", len(b.msgs),
 					"skipped_invalid", c.Invalid, "steps_without_reward_vector", c.Unscored, "first_reward_error", c.UnscoredErr)

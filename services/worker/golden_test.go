@@ -142,8 +142,10 @@ func goldenLines(t *testing.T, ev *gauntletv1.Event) []string {
 		for _, st := range seg.Steps {
 			st = proto.Clone(st).(*gauntletv1.StepTaken)
 			if m := st.Metering; m != nil {
-				// Wall time, and what the sandbox measured of the process's run.
+				// Host times (the env's, the policy's, the scoring's), and what the sandbox
+				// measured of the process's run.
 				m.WallNs, m.CpuNs, m.PeakMemoryBytes, m.ReadBytes, m.WrittenBytes = 0, 0, 0, 0, 0
+				m.PolicyNs, m.RewardNs = 0, 0
 			}
 			add(st.EpisodeId, fmt.Sprintf("step %03d", st.Step), st)
 		}

@@ -187,8 +187,11 @@ type RunRequested struct {
 	Drift []*Drift `protobuf:"bytes,12,rep,name=drift,proto3" json:"drift,omitempty"`
 	// User-defined fault profiles the profile mix may name (docs/faults.md).
 	CustomProfiles []*CustomProfile `protobuf:"bytes,13,rep,name=custom_profiles,json=customProfiles,proto3" json:"custom_profiles,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Where the run came from (who, which build, which curriculum batch); recorded in the
+	// runs table, ignored by the scheduler.
+	Origin        *RunOrigin `protobuf:"bytes,30,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequested) Reset() {
@@ -308,6 +311,13 @@ func (x *RunRequested) GetDrift() []*Drift {
 func (x *RunRequested) GetCustomProfiles() []*CustomProfile {
 	if x != nil {
 		return x.CustomProfiles
+	}
+	return nil
+}
+
+func (x *RunRequested) GetOrigin() *RunOrigin {
+	if x != nil {
+		return x.Origin
 	}
 	return nil
 }
@@ -1431,7 +1441,14 @@ type Metering struct {
 	ReadBytes    uint64 `protobuf:"varint,10,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
 	WrittenBytes uint64 `protobuf:"varint,11,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
 	// The sandbox runtime that measured the step ("process", "containerd"; empty for sim).
-	Runtime       string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Runtime string `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Where the step's time went besides the env (wall_ns), measured by whoever plays the
+	// episode (pkg/play): policy_ns from the previous step's end (or the reset) to this
+	// action's arrival, the policy or model choosing it (for the env API, the trainer's
+	// time and its round trip); reward_ns the scoring of the step (a round trip to the
+	// reward service). Host times, like wall_ns: they differ between identical runs.
+	PolicyNs      uint64 `protobuf:"varint,13,opt,name=policy_ns,json=policyNs,proto3" json:"policy_ns,omitempty"`
+	RewardNs      uint64 `protobuf:"varint,14,opt,name=reward_ns,json=rewardNs,proto3" json:"reward_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1548,6 +1565,20 @@ func (x *Metering) GetRuntime() string {
 		return x.Runtime
 	}
 	return ""
+}
+
+func (x *Metering) GetPolicyNs() uint64 {
+	if x != nil {
+		return x.PolicyNs
+	}
+	return 0
+}
+
+func (x *Metering) GetRewardNs() uint64 {
+	if x != nil {
+		return x.RewardNs
+	}
+	return 0
 }
 
 // CausalViolation is a structured negative signal: which rule, why, what to do.
@@ -3499,7 +3530,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\"\xe3\x03\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\x1a\x1fproto/gauntlet/v1/lineage.proto\"\x93\x04\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -3515,7 +3546,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	" \x01(\x03R\x13requestedAtUnixNano\x12\x14\n" +
 	"\x05label\x18\v \x01(\tR\x05label\x12(\n" +
 	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
-	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\"3\n" +
+	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\x12.\n" +
+	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x8f\x02\n" +
@@ -3594,7 +3626,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\bepisodes\x18\x01 \x03(\v2'.gauntlet.v1.EpisodeAssignedPassThroughR\bepisodes\"9\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1b\n" +
-	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xf0\x02\n" +
+	"\targs_json\x18\x02 \x01(\tR\bargsJson\"\xaa\x03\n" +
 	"\bMetering\x12\x1d\n" +
 	"\n" +
 	"tool_calls\x18\x01 \x01(\rR\ttoolCalls\x12\x16\n" +
@@ -3611,7 +3643,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"read_bytes\x18\n" +
 	" \x01(\x04R\treadBytes\x12#\n" +
 	"\rwritten_bytes\x18\v \x01(\x04R\fwrittenBytes\x12\x18\n" +
-	"\aruntime\x18\f \x01(\tR\aruntime\"]\n" +
+	"\aruntime\x18\f \x01(\tR\aruntime\x12\x1b\n" +
+	"\tpolicy_ns\x18\r \x01(\x04R\bpolicyNs\x12\x1b\n" +
+	"\treward_ns\x18\x0e \x01(\x04R\brewardNs\"]\n" +
 	"\x0fCausalViolation\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
@@ -3867,70 +3901,72 @@ var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(*StoreProgress)(nil),              // 40: gauntlet.v1.StoreProgress
 	(*Drift)(nil),                      // 41: gauntlet.v1.Drift
 	(*CustomProfile)(nil),              // 42: gauntlet.v1.CustomProfile
-	(*DriftValue)(nil),                 // 43: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 44: gauntlet.v1.TrainerData
+	(*RunOrigin)(nil),                  // 43: gauntlet.v1.RunOrigin
+	(*DriftValue)(nil),                 // 44: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 45: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	3,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
 	3,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
 	41, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
 	42, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	4,  // 4: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 5: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	5,  // 6: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
-	8,  // 7: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	43, // 8: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
-	9,  // 9: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	10, // 10: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	11, // 11: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	4,  // 12: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	3,  // 13: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	41, // 14: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	42, // 15: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	7,  // 16: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	0,  // 17: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	0,  // 18: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
-	4,  // 19: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
-	16, // 20: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
-	20, // 21: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	18, // 22: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	12, // 23: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	19, // 24: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	21, // 25: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	1,  // 26: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	24, // 27: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	44, // 28: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
-	23, // 29: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	22, // 30: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	24, // 31: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	27, // 32: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
-	0,  // 33: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	28, // 34: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
-	4,  // 35: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 36: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	4,  // 37: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	1,  // 38: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	7,  // 39: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	22, // 40: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	29, // 41: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	30, // 42: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	28, // 43: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
-	29, // 44: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	22, // 45: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	30, // 46: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	31, // 47: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	33, // 48: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	32, // 49: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	36, // 50: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	35, // 51: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	36, // 52: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	37, // 53: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	2,  // 54: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	43, // 4: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
+	4,  // 5: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 6: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	5,  // 7: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
+	8,  // 8: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	44, // 9: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	9,  // 10: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	10, // 11: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	11, // 12: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	4,  // 13: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	3,  // 14: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	41, // 15: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	42, // 16: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	7,  // 17: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	0,  // 18: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	0,  // 19: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
+	4,  // 20: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
+	16, // 21: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
+	20, // 22: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	18, // 23: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	12, // 24: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	19, // 25: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	21, // 26: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	1,  // 27: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	24, // 28: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	45, // 29: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	23, // 30: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	22, // 31: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	24, // 32: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	27, // 33: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	0,  // 34: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	28, // 35: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	4,  // 36: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	7,  // 37: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	4,  // 38: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	1,  // 39: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	7,  // 40: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	22, // 41: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	29, // 42: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	30, // 43: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	28, // 44: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	29, // 45: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	22, // 46: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	30, // 47: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	31, // 48: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	33, // 49: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	32, // 50: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	36, // 51: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	35, // 52: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	36, // 53: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	37, // 54: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	2,  // 55: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -3940,6 +3976,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 	}
 	file_proto_gauntlet_v1_faults_proto_init()
 	file_proto_gauntlet_v1_trainer_proto_init()
+	file_proto_gauntlet_v1_lineage_proto_init()
 	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6].OneofWrappers = []any{
 		(*FaultRule_HttpError)(nil),
 		(*FaultRule_Latency)(nil),

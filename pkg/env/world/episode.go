@@ -1,0 +1,855 @@
+package world
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+	"cel.dev/cel-go/interpreter"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// RuleRespectRetryAfter is the causal rule every world shares with the shop: a service
+// that answered with Retry-After keeps failing until that time has passed on the virtual
+// clock.
+const RuleRespectRetryAfter = "respect_retry_after"
+
+// ErrNotReset is returned by Step before the first Reset.
+var ErrNotReset = errors.New("world: Step before Reset")
+
+// ErrEpisodeOver is returned by Step after the episode terminated or was truncated.
+var ErrEpisodeOver = errors.New("world: episode is over")
+
+// evalError is an expression that failed on real values: a defect of the world file,
+// reported as an infra error naming the place.
+type evalError struct {
+	at  place
+	err error
+}
+
+func (e *evalError) Error() string {
+	return fmt.Sprintf("line %d: %s: %v", e.at.line, e.at.field, e.err)
+}
+
+func (e *evalError) Unwrap() error { return e.err }
+
+type entState struct {
+	ids  []string
+	rows map[string]any
+	// val is the collection as CEL sees it, made on first use; it wraps rows, so it
+	// sees new entities (its keys are ids) and is told which entity changed.
+	val *orderedMap
+}
+
+type episode struct {
+	w          *World
+	cfg        env.Config
+	maxSteps   uint32
+	deadlineMs int64
+	maxInvalid int64
+
+	ready    bool
+	done     bool
+	reason   gauntletv1.TerminationReason
+	vars     map[string]any
+	ents     []entState
+	clock    time.Duration
+	step     uint32
+	invalid  int64
+	progress int
+	budget   int64
+
+	downUntil  []time.Duration
+	downStatus []uint32
+	baseMs     []int64
+	lat        *rand.Rand
+}
+
+// activation resolves the names expressions read: the state, the clock, the step, and
+// what the evaluation adds (args, new_id, an entity's i and id while it is drawn).
+type activation struct {
+	ep    *episode
+	args  map[string]any
+	newID string
+	hasID bool
+	i     int64
+	id    string
+	self  map[string]any
+	inEnt bool
+}
+
+func (a *activation) ResolveName(name string) (any, bool) {
+	switch name {
+	case "args":
+		if a.args != nil {
+			return a.args, true
+		}
+		return nil, false
+	case "now_ms":
+		return a.ep.clock.Milliseconds(), true
+	case "step":
+		return int64(a.ep.step), true
+	case "new_id":
+		return a.newID, a.hasID
+	case "i":
+		return a.i, a.inEnt
+	case "id":
+		return a.id, a.inEnt
+	case "self":
+		return a.self, a.inEnt
+	}
+	if v, ok := a.ep.vars[name]; ok {
+		return v, true
+	}
+	for k := range a.ep.w.entities {
+		if k < len(a.ep.ents) && a.ep.w.entities[k].name == name {
+			return a.ep.entVal(k), true
+		}
+	}
+	return nil, false
+}
+
+func (a *activation) Parent() interpreter.Activation { return nil }
+
+func (e *episode) entVal(k int) ref.Val {
+	s := &e.ents[k]
+	if s.val == nil {
+		s.val = newOrderedMap(s.rows, s.ids)
+	}
+	return s.val
+}
+
+func eval(p *program, act interpreter.Activation) (ref.Val, error) {
+	out, _, err := p.prg.Eval(act)
+	if err != nil {
+		return nil, &evalError{at: p.at, err: err}
+	}
+	return out, nil
+}
+
+func evalInt(p *program, act interpreter.Activation) (int64, error) {
+	v, err := eval(p, act)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(types.Int)
+	if !ok {
+		return 0, &evalError{at: p.at, err: fmt.Errorf("got %s, want int", v.Type())}
+	}
+	return int64(n), nil
+}
+
+func evalBool(p *program, act interpreter.Activation) (bool, error) {
+	v, err := eval(p, act)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(types.Bool)
+	if !ok {
+		return false, &evalError{at: p.at, err: fmt.Errorf("got %s, want bool", v.Type())}
+	}
+	return bool(b), nil
+}
+
+// native turns a state value computed by an expression into its Go form.
+func native(v ref.Val, k kind, at place) (any, error) {
+	switch x := v.(type) {
+	case types.Int:
+		if k == kInt {
+			return int64(x), nil
+		}
+	case types.String:
+		if k == kString {
+			return string(x), nil
+		}
+	case types.Bool:
+		if k == kBool {
+			return bool(x), nil
+		}
+	}
+	return nil, &evalError{at: at, err: fmt.Errorf("got %s, want %s", v.Type(), k)}
+}
+
+func (e *episode) Now() time.Duration { return e.clock }
+
+// Reset rebuilds the world from the seed and returns the first observation. The fault
+// injector is the caller's and is not rewound.
+func (e *episode) Reset() (json.RawMessage, error) {
+	obs, err := e.reset(e.cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("world %s: reset: %w", e.w.name, err)
+	}
+	return obs, nil
+}
+
+func (e *episode) reset(seed uint64) ([]byte, error) {
+	w := e.w
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, ready: true}
+	r := rng.New(seed, "world/"+w.name+"/state", 0)
+	e.vars = make(map[string]any, len(w.vars))
+	act := &activation{ep: e}
+	for i := range w.vars {
+		v, err := drawValue(r, &w.vars[i].draw, act, place{field: sub("vars", w.vars[i].name)})
+		if err != nil {
+			return nil, err
+		}
+		e.vars[w.vars[i].name] = v
+	}
+	e.ents = make([]entState, 0, len(w.entities))
+	for k := range w.entities {
+		ed := &w.entities[k]
+		n, err := drawValue(r, &ed.count, act, place{field: sub(sub("entities", ed.name), "count")})
+		if err != nil {
+			return nil, err
+		}
+		count := n.(int64)
+		if count < 0 || count > 10000 {
+			return nil, &evalError{at: place{field: sub(sub("entities", ed.name), "count")}, err: fmt.Errorf("count %d is out of range [0, 10000]", count)}
+		}
+		st := entState{rows: make(map[string]any, count)}
+		e.ents = append(e.ents, st)
+		for i := range count {
+			id := ed.prefix + strconv.FormatInt(i+1, 10)
+			row := make(map[string]any, len(ed.fields)+1)
+			row["id"] = id
+			fa := &activation{ep: e, i: i, id: id, self: row, inEnt: true}
+			for j := range ed.fields {
+				v, err := drawValue(r, &ed.fields[j].draw, fa, place{field: sub(sub(sub("entities", ed.name), "fields"), ed.fields[j].name)})
+				if err != nil {
+					return nil, err
+				}
+				row[ed.fields[j].name] = v
+			}
+			e.ents[k].rows[id] = row
+			e.ents[k].ids = append(e.ents[k].ids, id)
+			e.ents[k].val = nil
+		}
+	}
+	if w.budget != nil {
+		b, err := evalInt(w.budget, act)
+		if err != nil {
+			return nil, err
+		}
+		e.budget = b
+	}
+	n := len(w.services)
+	e.downUntil, e.downStatus, e.baseMs = make([]time.Duration, n), make([]uint32, n), make([]int64, n)
+	e.lat = rng.New(seed, "world/"+w.name+"/latency", 0)
+	for i := range e.baseMs {
+		e.baseMs[i] = 5 + e.lat.Int64N(36)
+	}
+	b := []byte(`{"world":`)
+	b = canonjson.AppendString(b, w.name)
+	b = append(b, `,"digest":`...)
+	b = canonjson.AppendString(b, w.digest)
+	for _, f := range w.reset {
+		v, err := eval(f.val, act)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, ',')
+		b = canonjson.AppendString(b, f.key)
+		b = append(b, ':')
+		if b, err = appendVal(b, v); err != nil {
+			return nil, &evalError{at: f.val.at, err: err}
+		}
+	}
+	b = append(b, `,"deadline_ms":`...)
+	b = strconv.AppendInt(b, e.deadlineMs, 10)
+	b = append(b, `,"max_steps":`...)
+	b = strconv.AppendUint(b, uint64(e.maxSteps), 10)
+	b = append(b, `,"tools":[`...)
+	for i, t := range w.toolNames {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = canonjson.AppendString(b, t)
+	}
+	b = append(b, "]}"...)
+	return b, nil
+}
+
+func drawValue(r *rand.Rand, dr *draw, act *activation, at place) (any, error) {
+	switch {
+	case dr.expr != nil:
+		v, err := eval(dr.expr, act)
+		if err != nil {
+			return nil, err
+		}
+		return native(v, dr.kind, dr.expr.at)
+	case dr.lo != nil:
+		lo, err := evalInt(dr.lo, act)
+		if err != nil {
+			return nil, err
+		}
+		hi, err := evalInt(dr.hi, act)
+		if err != nil {
+			return nil, err
+		}
+		if hi < lo || hi-lo < 0 || hi-lo == math.MaxInt64 {
+			return nil, &evalError{at: dr.lo.at, err: fmt.Errorf("uniform [%d, %d] is empty or too wide", lo, hi)}
+		}
+		return lo + r.Int64N(hi-lo+1), nil
+	case len(dr.choice) > 0:
+		return dr.choice[r.IntN(len(dr.choice))], nil
+	case dr.isP:
+		return r.Float64() < dr.p, nil
+	case dr.value != nil:
+		return dr.value, nil
+	}
+	return dr.kind.zero(), nil
+}
+
+// stepState is what one step did besides its observation.
+type stepState struct {
+	diff       []byte
+	violations []*gauntletv1.CausalViolation
+	errors     uint32
+	spend      int64
+	// ran: a tool's preconditions held; changed: its effects changed the state.
+	ran     bool
+	changed bool
+}
+
+func (s *stepState) open(op, path string) {
+	if len(s.diff) == 0 {
+		s.diff = append(s.diff, '[')
+	} else {
+		s.diff = append(s.diff, ',')
+	}
+	s.diff = append(s.diff, `{"op":`...)
+	s.diff = canonjson.AppendString(s.diff, op)
+	s.diff = append(s.diff, `,"path":`...)
+	s.diff = canonjson.AppendString(s.diff, path)
+}
+
+func (s *stepState) set(path string, from, to any) {
+	s.open("set", path)
+	s.diff = append(s.diff, `,"from":`...)
+	s.diff = appendNative(s.diff, from)
+	s.diff = append(s.diff, `,"to":`...)
+	s.diff = appendNative(s.diff, to)
+	s.diff = append(s.diff, '}')
+}
+
+func (s *stepState) diffBytes() []byte {
+	if len(s.diff) == 0 {
+		return []byte("[]")
+	}
+	return append(s.diff, ']')
+}
+
+func appendNative(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case int64:
+		return strconv.AppendInt(b, x, 10)
+	case string:
+		return canonjson.AppendString(b, x)
+	case bool:
+		return strconv.AppendBool(b, x)
+	}
+	return append(b, "null"...)
+}
+
+// failObs is the observation of a failed call, field for field the shop's.
+func failObs(status uint32, msg string, retryAfterMs int64, rule, reason, suggestion string) []byte {
+	b := []byte(`{"ok":false`)
+	if status != 0 {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendUint(b, uint64(status), 10)
+	}
+	b = append(b, `,"error":`...)
+	b = canonjson.AppendString(b, msg)
+	if retryAfterMs != 0 {
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, retryAfterMs, 10)
+	}
+	for _, kv := range [...][2]string{{"rule", rule}, {"reason", reason}, {"suggestion", suggestion}} {
+		if kv[1] != "" {
+			b = append(b, ',')
+			b = canonjson.AppendString(b, kv[0])
+			b = append(b, ':')
+			b = canonjson.AppendString(b, kv[1])
+		}
+	}
+	return append(b, '}')
+}
+
+func (w *World) tool(name string) *toolDef {
+	for i := range w.tools {
+		if w.tools[i].name == name {
+			return &w.tools[i]
+		}
+	}
+	return nil
+}
+
+// Step applies one action. Bad actions are observations; the errors are stepping before
+// Reset or after the end, and an expression of the world failing on real values.
+func (e *episode) Step(act env.Action) (env.StepResult, error) {
+	switch {
+	case !e.ready:
+		return env.StepResult{}, ErrNotReset
+	case e.done:
+		return env.StepResult{}, fmt.Errorf("%w (%s)", ErrEpisodeOver, e.reason)
+	}
+	w := e.w
+	s := &stepState{}
+	var faults []*gauntletv1.FaultFired
+	var obs []byte
+	start := e.clock
+	calls := uint32(1)
+	t := w.tool(act.Tool)
+	var args map[string]any
+	var bad []byte
+	if t == nil {
+		bad = failObs(0, fmt.Sprintf("unknown tool %q", clip(act.Tool)), 0, "", "", "use one of: "+strings.Join(w.toolNames, ", "))
+	} else if a, err := t.args.parse(act.Args); err != nil {
+		bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.name+" "+t.args.usage)
+	} else {
+		args = a
+	}
+	if bad != nil {
+		calls = 0
+		e.invalid++
+		s.errors++
+		obs = bad
+	} else {
+		var err error
+		if obs, faults, err = e.call(t, args, s); err != nil {
+			e.done = true
+			return env.StepResult{}, fmt.Errorf("world %s: tool %s: %w", w.name, t.name, err)
+		}
+	}
+	var success, failure bool
+	progress := e.progress
+	// The end conditions read only the state unless they read the clock or the step:
+	// a step that changed nothing cannot change their verdict (the first step checks the
+	// state as drawn).
+	if s.ran && (s.changed || e.step == 0 || w.endsReadClock) {
+		act := &activation{ep: e}
+		var err error
+		if success, err = evalBool(w.success, act); err == nil && w.failure != nil {
+			failure, err = evalBool(w.failure, act)
+		}
+		if err == nil {
+			var level int
+			if level, err = e.level(act, success); err == nil {
+				progress = max(progress, level)
+			}
+		}
+		if err != nil {
+			e.done = true
+			return env.StepResult{}, fmt.Errorf("world %s: %w", w.name, err)
+		}
+	}
+	total := max(len(w.progress), 1)
+	sig := &gauntletv1.Signals{
+		Progress:          float64(progress) / float64(total),
+		ProgressDelta:     float64(progress-e.progress) / float64(total),
+		InvalidAction:     calls == 0,
+		Violations:        s.violations,
+		Success:           success,
+		Spend:             float64(s.spend),
+		Budget:            float64(e.budget),
+		DeadlineVirtualNs: e.deadlineMs * int64(time.Millisecond),
+	}
+	e.progress = progress
+	e.step++
+	res := env.StepResult{
+		Observation: obs,
+		Diff:        s.diffBytes(),
+		Signals:     sig,
+		Faults:      faults,
+		Metering: &gauntletv1.Metering{
+			ToolCalls: calls,
+			Errors:    s.errors,
+			VirtualNs: uint64(e.clock - start),
+			BytesIn:   uint32(len(act.Args)),
+			BytesOut:  uint32(len(obs)),
+		},
+	}
+	env.End{
+		Success: success, Failure: failure,
+		Invalid: int(e.invalid), MaxInvalid: int(e.maxInvalid),
+		Clock: e.clock, Deadline: time.Duration(e.deadlineMs) * time.Millisecond,
+		Step: e.step, MaxSteps: e.maxSteps,
+	}.Apply(&res)
+	e.done, e.reason = res.Done(), res.Reason
+	return res, nil
+}
+
+// level is the progress milestone the state has reached: the highest one that holds
+// (without milestones, 1 on success).
+func (e *episode) level(act *activation, success bool) (int, error) {
+	if len(e.w.progress) == 0 {
+		if success {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	for i := len(e.w.progress) - 1; i >= 0; i-- {
+		ok, err := evalBool(e.w.progress[i], act)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return i + 1, nil
+		}
+	}
+	return 0, nil
+}
+
+// call runs a valid action: through the fault injector for service tools, then the tool,
+// exactly as the shop does.
+func (e *episode) call(t *toolDef, args map[string]any, s *stepState) ([]byte, []*gauntletv1.FaultFired, error) {
+	if t.svc < 0 {
+		b, err := e.run(t, args, s)
+		return b, nil, err
+	}
+	svc := t.svc
+	name := e.w.services[svc]
+	now := e.clock
+	base := time.Duration(e.baseMs[svc]+e.lat.Int64N(e.baseMs[svc]/4+1)) * time.Millisecond
+	if now < e.downUntil[svc] {
+		e.clock += base
+		wait := ceilMs(e.downUntil[svc] - now)
+		s.errors++
+		reason := fmt.Sprintf("%s is unavailable for another %d ms", name, wait)
+		sugg := fmt.Sprintf("wait retry_after_ms before calling %s again", name)
+		s.violations = append(s.violations, &gauntletv1.CausalViolation{Rule: RuleRespectRetryAfter, Reason: reason, Suggestion: sugg})
+		return failObs(e.downStatus[svc], statusText(e.downStatus[svc]), wait, RuleRespectRetryAfter, reason, sugg), nil, nil
+	}
+	out := e.cfg.Faults.Call(name, t.name, now)
+	e.clock += base + out.Latency
+	if out.Status != 0 {
+		s.errors++
+		if out.RetryAfter > 0 {
+			until := e.clock + out.RetryAfter
+			s.set("services/"+name+"/unavailable_until_ns", int64(e.downUntil[svc]), int64(until))
+			e.downUntil[svc], e.downStatus[svc] = until, out.Status
+		}
+		return failObs(out.Status, statusText(out.Status), ceilMs(out.RetryAfter), "", "", ""), out.Fired, nil
+	}
+	body, err := e.run(t, args, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	if out.Keep < 1 {
+		cut := out.Truncate(body)
+		b := []byte(`{"truncated":true,"body":`)
+		b = canonjson.AppendString(b, string(cut))
+		body = append(b, '}')
+	}
+	return body, out.Fired, nil
+}
+
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// statusText is the error text of an injected HTTP status, as the shop writes it.
+func statusText(status uint32) string {
+	switch status {
+	case 400:
+		return "bad request"
+	case 401:
+		return "unauthorized"
+	case 403:
+		return "forbidden"
+	case 404:
+		return "not found"
+	case 408:
+		return "request timeout"
+	case 429:
+		return "rate limited"
+	case 500:
+		return "internal server error"
+	case 502:
+		return "bad gateway"
+	case 503:
+		return "service unavailable"
+	case 504:
+		return "gateway timeout"
+	}
+	return fmt.Sprintf("http error %d", status)
+}
+
+// change is one effect, computed against the state before the step.
+type change struct {
+	ef    *effect
+	key   string
+	to    any
+	added map[string]any
+}
+
+// run checks the tool's preconditions in order; the first that fails answers the call.
+// Otherwise every effect is computed against the state as it was, then applied in
+// order, and the observation is computed against the new state.
+func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, error) {
+	w := e.w
+	act := &activation{ep: e, args: args}
+	for i := range t.pre {
+		p := &t.pre[i]
+		ok, err := evalBool(p.require, act)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			continue
+		}
+		reason, err := render(p.reason, act)
+		if err != nil {
+			return nil, err
+		}
+		sugg, err := render(p.suggestion, act)
+		if err != nil {
+			return nil, err
+		}
+		s.errors++
+		if p.rule != "" {
+			s.violations = append(s.violations, &gauntletv1.CausalViolation{Rule: p.rule, Reason: reason, Suggestion: sugg})
+		}
+		return failObs(0, p.err, 0, p.rule, reason, sugg), nil
+	}
+	s.ran = true
+	if t.advance != nil {
+		ms, err := evalInt(t.advance, act)
+		if err != nil {
+			return nil, err
+		}
+		if ms > 0 {
+			e.clock += time.Duration(min(ms, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
+		}
+	}
+	changes := make([]change, len(t.effects))
+	for i := range t.effects {
+		ef := &t.effects[i]
+		c := change{ef: ef}
+		switch {
+		case ef.add:
+			ed := &w.entities[ef.entity]
+			c.added = make(map[string]any, len(ed.fields)+1)
+			for j, fp := range ef.addFields {
+				k := ed.fields[j].draw.kind
+				if fp == nil {
+					c.added[ed.fields[j].name] = k.zero()
+					continue
+				}
+				v, err := eval(fp, act)
+				if err != nil {
+					return nil, err
+				}
+				if c.added[ed.fields[j].name], err = native(v, k, fp.at); err != nil {
+					return nil, err
+				}
+			}
+		default:
+			if ef.key != nil {
+				v, err := eval(ef.key, act)
+				if err != nil {
+					return nil, err
+				}
+				c.key = string(v.(types.String))
+				if _, ok := e.ents[ef.entity].rows[c.key]; !ok {
+					return nil, &evalError{at: ef.key.at, err: fmt.Errorf("no %s %q (add a precondition that it exists)", w.entities[ef.entity].name, clip(c.key))}
+				}
+			}
+			v, err := eval(ef.to, act)
+			if err != nil {
+				return nil, err
+			}
+			k := kInt
+			if ef.setVar >= 0 {
+				k = w.vars[ef.setVar].draw.kind
+			} else {
+				k = w.entities[ef.entity].fields[ef.field].draw.kind
+			}
+			if c.to, err = native(v, k, ef.to.at); err != nil {
+				return nil, err
+			}
+		}
+		changes[i] = c
+	}
+	var newID string
+	for _, c := range changes {
+		ef := c.ef
+		switch {
+		case ef.add:
+			ed := &w.entities[ef.entity]
+			st := &e.ents[ef.entity]
+			id := ed.prefix + strconv.Itoa(len(st.ids)+1)
+			c.added["id"] = id
+			st.rows[id] = c.added
+			st.ids = append(st.ids, id)
+			if st.val != nil {
+				st.val.keys = st.ids
+			}
+			newID = id
+			s.changed = true
+			s.open("add", ed.name+"/"+id)
+			s.diff = append(s.diff, `,"to":{`...)
+			for j, f := range ed.fields {
+				if j > 0 {
+					s.diff = append(s.diff, ',')
+				}
+				s.diff = canonjson.AppendString(s.diff, f.name)
+				s.diff = append(s.diff, ':')
+				s.diff = appendNative(s.diff, c.added[f.name])
+			}
+			s.diff = append(s.diff, "}}"...)
+		case ef.setVar >= 0:
+			name := w.vars[ef.setVar].name
+			if old := e.vars[name]; old != c.to {
+				s.changed = true
+				s.set(name, old, c.to)
+				e.vars[name] = c.to
+			}
+		default:
+			ed := &w.entities[ef.entity]
+			st := &e.ents[ef.entity]
+			// A row is copied before it changes: the CEL view of the collection (and
+			// observations built from it) must not see a later write.
+			row := st.rows[c.key].(map[string]any)
+			fname := ed.fields[ef.field].name
+			if old := row[fname]; old != c.to {
+				s.changed = true
+				s.set(ed.name+"/"+c.key+"/"+fname, old, c.to)
+				nrow := make(map[string]any, len(row))
+				for k, v := range row {
+					nrow[k] = v
+				}
+				nrow[fname] = c.to
+				st.rows[c.key] = nrow
+				if st.val != nil {
+					st.val.changed(c.key)
+				}
+			}
+		}
+	}
+	if t.spend != nil {
+		sp, err := evalInt(t.spend, act)
+		if err != nil {
+			return nil, err
+		}
+		s.spend = sp
+	}
+	post := &activation{ep: e, args: args, newID: newID, hasID: true}
+	b := []byte(`{"ok":true`)
+	for _, f := range t.obs {
+		v, err := eval(f.val, post)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, ',')
+		b = canonjson.AppendString(b, f.key)
+		b = append(b, ':')
+		if b, err = appendVal(b, v); err != nil {
+			return nil, &evalError{at: f.val.at, err: err}
+		}
+	}
+	return append(b, '}'), nil
+}
+
+func render(t template, act interpreter.Activation) (string, error) {
+	if t.empty() {
+		return "", nil
+	}
+	var sb strings.Builder
+	for i, p := range t.parts {
+		sb.WriteString(p)
+		if i < len(t.exprs) {
+			v, err := eval(t.exprs[i], act)
+			if err != nil {
+				return "", err
+			}
+			switch x := v.(type) {
+			case types.String:
+				sb.WriteString(string(x))
+			default:
+				b, err := appendVal(nil, v)
+				if err != nil {
+					return "", &evalError{at: t.exprs[i].at, err: err}
+				}
+				sb.Write(b)
+			}
+		}
+	}
+	return sb.String(), nil
+}
+
+// appendVal writes a CEL value as canonical JSON: maps with their keys sorted (an
+// entity collection in the order its entities were made), lists in order.
+func appendVal(b []byte, v ref.Val) ([]byte, error) {
+	switch x := v.(type) {
+	case types.Int:
+		return strconv.AppendInt(b, int64(x), 10), nil
+	case types.Uint:
+		return strconv.AppendUint(b, uint64(x), 10), nil
+	case types.Double:
+		return canonjson.AppendFloat(b, float64(x))
+	case types.String:
+		return canonjson.AppendString(b, string(x)), nil
+	case types.Bool:
+		return strconv.AppendBool(b, bool(x)), nil
+	case types.Null:
+		return append(b, "null"...), nil
+	case *orderedMap:
+		return appendMap(b, x, x.keys)
+	case traits.Lister:
+		b = append(b, '[')
+		n := int64(x.Size().(types.Int))
+		for i := range n {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendVal(b, x.Get(types.Int(i))); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case traits.Mapper:
+		var keys []string
+		it := x.Iterator()
+		for it.HasNext() == types.True {
+			k, ok := it.Next().(types.String)
+			if !ok {
+				return nil, errors.New("an observation's maps have string keys")
+			}
+			keys = append(keys, string(k))
+		}
+		slices.Sort(keys)
+		return appendMap(b, x, keys)
+	}
+	return nil, fmt.Errorf("a value of type %s has no JSON form", v.Type())
+}
+
+func appendMap(b []byte, m traits.Mapper, keys []string) ([]byte, error) {
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = canonjson.AppendString(b, k)
+		b = append(b, ':')
+		var err error
+		if b, err = appendVal(b, m.Get(types.String(k))); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}

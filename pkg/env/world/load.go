@@ -1,0 +1,1039 @@
+package world
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/ext"
+	"gopkg.in/yaml.v3"
+)
+
+// MaxFileBytes bounds a world file.
+const MaxFileBytes = 1 << 20
+
+// maxCost bounds the work one expression may do in one evaluation (CEL's cost units), so
+// a runaway comprehension in a world file is an error, never a stalled worker.
+const maxCost = 1_000_000
+
+// kind is the type of a state value or argument.
+type kind int
+
+const (
+	kInt kind = iota + 1
+	kString
+	kBool
+)
+
+var kindNames = map[string]kind{"int": kInt, "string": kString, "bool": kBool}
+
+func (k kind) String() string {
+	switch k {
+	case kInt:
+		return "int"
+	case kString:
+		return "string"
+	case kBool:
+		return "bool"
+	}
+	return "?"
+}
+
+func (k kind) cel() *cel.Type {
+	switch k {
+	case kInt:
+		return cel.IntType
+	case kString:
+		return cel.StringType
+	}
+	return cel.BoolType
+}
+
+func (k kind) zero() any {
+	switch k {
+	case kInt:
+		return int64(0)
+	case kString:
+		return ""
+	}
+	return false
+}
+
+// program is one compiled expression and where it was written.
+type program struct {
+	prg cel.Program
+	ast *cel.Ast
+	src string
+	at  place
+}
+
+// draw says how a state value starts: exactly one of a literal value, a uniform integer
+// in [lo, hi], a choice among literals, a Bernoulli trial, or an expression over what was
+// drawn before.
+type draw struct {
+	kind   kind
+	value  any
+	lo, hi *program
+	choice []any
+	p      float64
+	expr   *program
+	isP    bool
+}
+
+type varDef struct {
+	name string
+	desc string
+	draw draw
+}
+
+type entityDef struct {
+	name   string
+	prefix string
+	count  draw
+	fields []varDef
+	// typeName is the CEL object type of one entity.
+	typeName string
+}
+
+type precondition struct {
+	rule       string
+	require    *program
+	err        string
+	reason     template
+	suggestion template
+	at         place
+}
+
+// effect is one change a tool makes: set a variable, set an entity's field (key names
+// the entity), or add an entity (fields its values).
+type effect struct {
+	setVar    int // index into vars, or -1
+	entity    int // index into entities, or -1
+	field     int // index into the entity's fields, for a set
+	add       bool
+	key, to   *program
+	addFields []*program // per field of the entity; nil keeps the zero value
+	at        place
+}
+
+type obsField struct {
+	key string
+	val *program
+}
+
+type toolDef struct {
+	name    string
+	service string
+	svc     int // index into services, -1 for none
+	desc    string
+	args    argSchema
+	pre     []precondition
+	effects []effect
+	obs     []obsField
+	spend   *program
+	advance *program
+	at      place
+}
+
+type oracleCall struct {
+	tool *toolDef
+	args []obsField
+}
+
+type oracleStep struct {
+	name        string
+	call        oracleCall
+	when        *program
+	recover     *oracleCall
+	doneIfRules []string
+}
+
+type oraclePlan struct {
+	waitTool *toolDef
+	waitArg  string
+	steps    []oracleStep
+}
+
+// World is a loaded, checked world file. It is immutable and safe for concurrent use;
+// it is an env.Env (and an env.Oracle when the file has a plan, see Env).
+type World struct {
+	name, desc string
+	file       string
+	digest     string
+	services   []string
+	maxSteps   uint32
+	maxInvalid int64
+	deadlineMs int64
+	vars       []varDef
+	entities   []entityDef
+	tools      []toolDef
+	toolNames  []string
+	reset      []obsField
+	progress   []*program
+	success    *program
+	failure    *program
+	budget     *program
+	oracle     *oraclePlan
+	// endsReadClock: success, failure or a milestone reads now_ms or step, so they are
+	// checked after every step, not only after those that change the state.
+	endsReadClock bool
+}
+
+// Name is the name the world registers under.
+func (w *World) Name() string { return w.name }
+
+// Digest is "sha256:" and the hex SHA-256 of the world file's bytes.
+func (w *World) Digest() string { return w.digest }
+
+// File is the name the world was loaded from.
+func (w *World) File() string { return w.file }
+
+// HasOracle reports whether the world declares an oracle plan.
+func (w *World) HasOracle() bool { return w.oracle != nil }
+
+var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
+	"tools", "progress", "success", "failure", "budget", "oracle"}
+
+// Load parses and checks one world file. file names it in errors. Every problem is
+// reported, each a *LoadError naming file, line and field, joined into one error that
+// wraps ErrInvalid.
+func Load(file string, data []byte) (*World, error) {
+	d := &decoder{file: file}
+	if len(data) > MaxFileBytes {
+		d.errAt(place{line: 1, col: 1}, "file is %d bytes, over the limit of %d", len(data), MaxFileBytes)
+		return nil, errors.Join(d.errs...)
+	}
+	root := d.parseDoc(data)
+	if root == nil {
+		return nil, errors.Join(d.errs...)
+	}
+	sum := sha256.Sum256(data)
+	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000}
+	c := &compiler{d: d, w: w}
+	c.load(root)
+	if len(d.errs) == 0 {
+		c.trialResets()
+	}
+	if len(d.errs) > 0 {
+		return nil, errors.Join(d.errs...)
+	}
+	return w, nil
+}
+
+// compiler turns the document into a World, declaring its state to CEL as it goes.
+type compiler struct {
+	d    *decoder
+	w    *World
+	prov *provider
+	base *cel.Env // state, now_ms, step
+}
+
+func (c *compiler) load(root *yaml.Node) {
+	d, w := c.d, c.w
+	ms := d.mapping(root, "", topKeys...)
+	get := func(k string) *yaml.Node {
+		for _, m := range ms {
+			if m.key == k {
+				return m.v
+			}
+		}
+		return nil
+	}
+	if ms == nil && len(d.errs) > 0 {
+		return
+	}
+	if n := get("name"); n == nil {
+		d.errAt(at(root, "name"), "required: the name the world registers under")
+	} else if s, ok := d.name(n, "name", false); ok {
+		w.name = s
+	}
+	if n := get("description"); n != nil {
+		w.desc, _ = d.text(n, "description")
+	}
+	if n := get("services"); n == nil {
+		d.errAt(at(root, "services"), "required: the simulated services, the targets of faults")
+	} else {
+		for i, s := range d.sequence(n, "services") {
+			f := idx("services", i)
+			if v, ok := d.name(s, f, false); ok {
+				if slices.Contains(w.services, v) {
+					d.errAt(at(s, f), "duplicate service %q", v)
+					continue
+				}
+				w.services = append(w.services, v)
+			}
+		}
+		if len(w.services) == 0 && isEmptyList(n) {
+			d.errAt(at(n, "services"), "at least one service")
+		}
+	}
+	if n := get("limits"); n != nil {
+		for _, m := range d.mapping(n, "limits", "max_steps", "max_invalid", "deadline_ms") {
+			f := sub("limits", m.key)
+			switch m.key {
+			case "max_steps":
+				if v, ok := d.integer(m.v, f, 1, 100000); ok {
+					w.maxSteps = uint32(v)
+				}
+			case "max_invalid":
+				if v, ok := d.integer(m.v, f, 1, 1000); ok {
+					w.maxInvalid = v
+				}
+			case "deadline_ms":
+				if v, ok := d.integer(m.v, f, 100, 86_400_000); ok {
+					w.deadlineMs = v
+				}
+			}
+		}
+	}
+	prov, err := newProvider()
+	if err != nil {
+		d.errAt(at(root, ""), "cel: %v", err)
+		return
+	}
+	c.prov = prov
+	// Declare the state first (names and types), then compile what refers to it.
+	varNodes := c.declareVars(get("vars"))
+	entNodes := c.declareEntities(get("entities"))
+	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(),
+		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType)}
+	for _, v := range w.vars {
+		opts = append(opts, cel.Variable(v.name, v.draw.kind.cel()))
+	}
+	for _, e := range w.entities {
+		opts = append(opts, cel.Variable(e.name, cel.MapType(cel.StringType, cel.ObjectType(e.typeName))))
+	}
+	base, err := cel.NewEnv(opts...)
+	if err != nil {
+		d.errAt(at(root, ""), "declare state: %v", err)
+		return
+	}
+	c.base = base
+	for i, n := range varNodes {
+		c.compileDraw(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), false)
+	}
+	for i, en := range entNodes {
+		e := &w.entities[i]
+		f := sub("entities", e.name)
+		entityEnv, err := base.Extend(cel.Variable("i", cel.IntType), cel.Variable("id", cel.StringType),
+			cel.Variable("self", cel.ObjectType(e.typeName)))
+		if err != nil {
+			d.errAt(at(root, f), "declare entity fields: %v", err)
+			return
+		}
+		if en.count != nil {
+			c.compileDraw(base, &e.count, en.count, sub(f, "count"), true)
+		}
+		for j, fn := range en.fields {
+			c.compileDraw(entityEnv, &e.fields[j].draw, fn, sub(sub(f, "fields"), e.fields[j].name), false)
+		}
+	}
+	if n := get("observation"); n != nil {
+		w.reset = c.observation(base, n, "observation")
+	}
+	if n := get("tools"); n == nil {
+		d.errAt(at(root, "tools"), "required: the tools agents call")
+	} else {
+		c.tools(n)
+	}
+	if n := get("progress"); n != nil {
+		for i, p := range d.sequence(n, "progress") {
+			w.progress = append(w.progress, c.compile(base, p, idx("progress", i), cel.BoolType))
+		}
+	}
+	if n := get("success"); n == nil {
+		d.errAt(at(root, "success"), "required: the condition over the state that ends an episode as a success")
+	} else {
+		w.success = c.compile(base, n, "success", cel.BoolType)
+	}
+	if n := get("failure"); n != nil {
+		w.failure = c.compile(base, n, "failure", cel.BoolType)
+	}
+	if n := get("budget"); n != nil {
+		w.budget = c.compile(base, n, "budget", cel.IntType)
+	}
+	if n := get("oracle"); n != nil {
+		c.oraclePlan(n)
+	}
+	for _, p := range append([]*program{w.success, w.failure}, w.progress...) {
+		if readsIdent(p, "now_ms", "step") {
+			w.endsReadClock = true
+		}
+	}
+}
+
+// varNode is a state value's spec node; declareVars records names and types.
+func (c *compiler) declareVars(n *yaml.Node) []*yaml.Node {
+	var nodes []*yaml.Node
+	for _, m := range c.d.mapping(n, "vars") {
+		f := sub("vars", m.key)
+		if !validName(m.key, false) {
+			c.d.errAt(at(m.k, f), "bad name %q: want a letter, then letters, digits or _, not a reserved word", clip(m.key))
+			continue
+		}
+		if c.taken(m.key) {
+			c.d.errAt(at(m.k, f), "name %q is already declared", m.key)
+			continue
+		}
+		v := varDef{name: m.key}
+		v.draw.kind, v.desc = c.declareKind(m.v, f)
+		if v.draw.kind == 0 {
+			continue
+		}
+		c.w.vars = append(c.w.vars, v)
+		nodes = append(nodes, m.v)
+	}
+	return nodes
+}
+
+func (c *compiler) taken(name string) bool {
+	return slices.ContainsFunc(c.w.vars, func(v varDef) bool { return v.name == name }) ||
+		slices.ContainsFunc(c.w.entities, func(e entityDef) bool { return e.name == name })
+}
+
+var drawKeys = []string{"type", "description", "value", "uniform", "choice", "bernoulli", "expr"}
+
+// declareKind reads a value spec's type and description.
+func (c *compiler) declareKind(n *yaml.Node, field string) (kind, string) {
+	var k kind
+	var desc string
+	var typeNode *yaml.Node
+	for _, m := range c.d.mapping(n, field, drawKeys...) {
+		switch m.key {
+		case "type":
+			typeNode = m.v
+			if s, ok := c.d.text(m.v, sub(field, "type")); ok {
+				if k = kindNames[s]; k == 0 {
+					c.d.errAt(at(m.v, sub(field, "type")), "unknown type %q (known: bool, int, string)", clip(s))
+				}
+			}
+		case "description":
+			desc, _ = c.d.text(m.v, sub(field, "description"))
+		}
+	}
+	if typeNode == nil && resolve(n) != nil && resolve(n).Kind == yaml.MappingNode {
+		c.d.errAt(at(n, sub(field, "type")), "required: bool, int or string")
+	}
+	return k, desc
+}
+
+type entityNodes struct {
+	count  *yaml.Node
+	fields []*yaml.Node
+}
+
+func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
+	var out []entityNodes
+	for _, m := range c.d.mapping(n, "entities") {
+		f := sub("entities", m.key)
+		if !validName(m.key, false) {
+			c.d.errAt(at(m.k, f), "bad name %q: want a letter, then letters, digits or _, not a reserved word", clip(m.key))
+			continue
+		}
+		if c.taken(m.key) {
+			c.d.errAt(at(m.k, f), "name %q is already declared", m.key)
+			continue
+		}
+		e := entityDef{name: m.key, typeName: "world.entity." + m.key, count: draw{kind: kInt, value: int64(0)}}
+		var en entityNodes
+		hasPrefix := false
+		for _, em := range c.d.mapping(m.v, f, "prefix", "count", "fields") {
+			switch em.key {
+			case "prefix":
+				if s, ok := c.d.text(em.v, sub(f, "prefix")); ok {
+					if s == "" || len(s) > 32 || strings.ContainsAny(s, " \t\n\"\\") {
+						c.d.errAt(at(em.v, sub(f, "prefix")), "want 1 to 32 bytes without spaces, quotes or backslashes")
+					}
+					e.prefix, hasPrefix = s, true
+				}
+			case "count":
+				en.count = em.v
+			case "fields":
+				for _, fm := range c.d.mapping(em.v, sub(f, "fields")) {
+					ff := sub(sub(f, "fields"), fm.key)
+					if !validName(fm.key, false) {
+						c.d.errAt(at(fm.k, ff), "bad field name %q", clip(fm.key))
+						continue
+					}
+					k, desc := c.declareKind(fm.v, ff)
+					if k == 0 {
+						continue
+					}
+					e.fields = append(e.fields, varDef{name: fm.key, desc: desc, draw: draw{kind: k}})
+					en.fields = append(en.fields, fm.v)
+				}
+			}
+		}
+		if !hasPrefix {
+			c.d.errAt(at(m.v, sub(f, "prefix")), "required: the prefix of the entities' ids (id = prefix + number from 1)")
+		}
+		names := []string{"id"}
+		ftypes := []*cel.Type{cel.StringType}
+		for _, fd := range e.fields {
+			names = append(names, fd.name)
+			ftypes = append(ftypes, fd.draw.kind.cel())
+		}
+		c.prov.declare(e.typeName, names, ftypes)
+		c.w.entities = append(c.w.entities, e)
+		out = append(out, en)
+	}
+	return out
+}
+
+// compileDraw reads how a value starts. report says whether the mapping's own problems
+// (unknown keys, a non-mapping) are still to be reported: declareKind reported those of
+// variables and fields already.
+func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field string, report bool) {
+	d := c.d
+	how := 0
+	var members []member
+	if report {
+		members = d.mapping(n, field, drawKeys...)
+	} else {
+		quiet := &decoder{file: d.file}
+		members = quiet.mapping(n, field, drawKeys...)
+	}
+	for _, m := range members {
+		f := sub(field, m.key)
+		switch m.key {
+		case "type", "description":
+			continue
+		case "value":
+			dr.value = c.literal(m.v, f, dr.kind)
+		case "uniform":
+			if dr.kind != kInt {
+				d.errAt(at(m.k, f), "uniform draws integers; the type is %s", dr.kind)
+			}
+			b := d.sequence(m.v, f)
+			if len(b) != 2 {
+				d.errAt(at(m.v, f), "want [lo, hi], two integer expressions")
+				break
+			}
+			dr.lo = c.compile(env, b[0], idx(f, 0), cel.IntType)
+			dr.hi = c.compile(env, b[1], idx(f, 1), cel.IntType)
+		case "choice":
+			items := d.sequence(m.v, f)
+			if len(items) == 0 {
+				d.errAt(at(m.v, f), "want a non-empty list of %s values", dr.kind)
+			}
+			for i, it := range items {
+				dr.choice = append(dr.choice, c.literal(it, idx(f, i), dr.kind))
+			}
+		case "bernoulli":
+			if dr.kind != kBool {
+				d.errAt(at(m.k, f), "bernoulli draws booleans; the type is %s", dr.kind)
+			}
+			dr.p, _ = d.number(m.v, f, 0, 1)
+			dr.isP = true
+		case "expr":
+			dr.expr = c.compile(env, m.v, f, dr.kind.cel())
+		}
+		how++
+	}
+	if how != 1 && resolve(n) != nil && resolve(n).Kind == yaml.MappingNode {
+		d.errAt(at(n, field), "want exactly one of value, uniform, choice, bernoulli, expr; got %d", how)
+	}
+}
+
+func (c *compiler) literal(n *yaml.Node, field string, k kind) any {
+	switch k {
+	case kInt:
+		v, _ := c.d.integer(n, field, math.MinInt64, math.MaxInt64)
+		return v
+	case kBool:
+		v, _ := c.d.boolean(n, field)
+		return v
+	case kString:
+		v, _ := c.d.text(n, field)
+		return v
+	}
+	return nil
+}
+
+// compile type-checks one expression; want nil accepts any type.
+func (c *compiler) compile(env *cel.Env, n *yaml.Node, field string, want *cel.Type) *program {
+	d := c.d
+	src, ok := d.scalar(n, field)
+	if !ok {
+		return nil
+	}
+	if strings.TrimSpace(src) == "" {
+		d.errAt(at(n, field), "empty expression")
+		return nil
+	}
+	ast, iss := env.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		for _, e := range iss.Errors() {
+			p := at(n, field)
+			if loc := e.Location; loc != nil && loc.Line() > 0 {
+				if loc.Line() > 1 || n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+					p.line += loc.Line()
+					if n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+						p.line--
+					}
+					p.col = loc.Column() + 1
+				} else {
+					p.col += loc.Column()
+					if n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) != 0 {
+						p.col++
+					}
+				}
+			}
+			d.errAt(p, "%s (in %q)", e.Message, clip(src))
+		}
+		return nil
+	}
+	if want != nil && !ast.OutputType().IsAssignableType(want) {
+		d.errAt(at(n, field), "%q has type %s, want %s", clip(src), ast.OutputType(), want)
+		return nil
+	}
+	prg, err := env.Program(ast, cel.CostLimit(maxCost), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		d.errAt(at(n, field), "%v", err)
+		return nil
+	}
+	return &program{prg: prg, ast: ast, src: src, at: at(n, field)}
+}
+
+// observation compiles a mapping of keys to expressions, kept in file order.
+func (c *compiler) observation(env *cel.Env, n *yaml.Node, field string) []obsField {
+	var out []obsField
+	for _, m := range c.d.mapping(n, field) {
+		f := sub(field, m.key)
+		if m.key == "" || len(m.key) > 64 || !isPrintableASCII(m.key) {
+			c.d.errAt(at(m.k, f), "keys are 1 to 64 printable ASCII characters")
+			continue
+		}
+		switch m.key {
+		case "ok", "error", "status", "rule", "reason", "suggestion", "retry_after_ms", "truncated", "body",
+			"world", "digest", "deadline_ms", "max_steps", "tools":
+			c.d.errAt(at(m.k, f), "key %q is gauntlet's own (it marks failures); choose another", m.key)
+			continue
+		}
+		out = append(out, obsField{key: m.key, val: c.compile(env, m.v, f, nil)})
+	}
+	return out
+}
+
+func isPrintableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e || s[i] == '"' || s[i] == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+var toolKeys = []string{"name", "service", "description", "args", "preconditions", "effects", "observation", "spend", "advance_ms"}
+
+func (c *compiler) tools(n *yaml.Node) {
+	d, w := c.d, c.w
+	nodes := d.sequence(n, "tools")
+	if len(nodes) == 0 && isEmptyList(n) {
+		d.errAt(at(n, "tools"), "at least one tool")
+	}
+	// Names first: the oracle and messages refer to tools by name.
+	for i, tn := range nodes {
+		f := idx("tools", i)
+		t := toolDef{svc: -1, at: at(tn, f)}
+		if nn := valueOf(tn, "name"); nn != nil {
+			if s, ok := d.name(nn, sub(f, "name"), true); ok {
+				if slices.Contains(w.toolNames, s) {
+					d.errAt(at(nn, sub(f, "name")), "duplicate tool %q", s)
+				}
+				t.name = s
+			}
+		}
+		if t.name == "" {
+			if resolve(tn) != nil && resolve(tn).Kind == yaml.MappingNode && !hasKey(tn, "name") {
+				d.errAt(at(tn, sub(f, "name")), "required")
+			}
+		}
+		w.toolNames = append(w.toolNames, t.name)
+		w.tools = append(w.tools, t)
+	}
+	for i, tn := range nodes {
+		c.tool(&w.tools[i], tn, idx("tools", i))
+	}
+}
+
+// isEmptyList reports whether n is a list without items (other kinds are reported as
+// such where they are read).
+func isEmptyList(n *yaml.Node) bool {
+	n = resolve(n)
+	return n != nil && n.Kind == yaml.SequenceNode && len(n.Content) == 0
+}
+
+// valueOf returns the value of key in mapping n, without reporting anything.
+func valueOf(n *yaml.Node, key string) *yaml.Node {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return resolve(n.Content[i+1])
+		}
+	}
+	return nil
+}
+
+func hasKey(n *yaml.Node, key string) bool {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
+	d, w := c.d, c.w
+	members := d.mapping(tn, f, toolKeys...)
+	// Arguments first: every expression of the tool may read them.
+	t.args = argSchema{typeName: "world.args." + t.name}
+	for _, m := range members {
+		if m.key == "args" {
+			t.args = c.schema(m.v, sub(f, "args"), t.args.typeName)
+		}
+	}
+	if t.args.schema == nil { // a tool without arguments takes the empty object
+		t.args.schema, t.args.usage = t.args.render()
+	}
+	names, ftypes := t.args.celFields()
+	c.prov.declare(t.args.typeName, names, ftypes)
+	env, err := c.base.Extend(cel.Variable("args", cel.ObjectType(t.args.typeName)))
+	if err != nil {
+		d.errAt(at(tn, f), "declare args: %v", err)
+		return
+	}
+	postEnv, err := env.Extend(cel.Variable("new_id", cel.StringType))
+	if err != nil {
+		d.errAt(at(tn, f), "declare new_id: %v", err)
+		return
+	}
+	for _, m := range members {
+		mf := sub(f, m.key)
+		switch m.key {
+		case "service":
+			if s, ok := d.text(m.v, mf); ok {
+				t.service = s
+				if t.svc = slices.Index(w.services, s); t.svc < 0 {
+					d.errAt(at(m.v, mf), "unknown service %q (declared: %s)", clip(s), strings.Join(w.services, ", "))
+				}
+			}
+		case "description":
+			t.desc, _ = d.text(m.v, mf)
+		case "preconditions":
+			for i, pn := range d.sequence(m.v, mf) {
+				t.pre = append(t.pre, c.precondition(env, pn, idx(mf, i)))
+			}
+		case "effects":
+			for i, en := range d.sequence(m.v, mf) {
+				t.effects = append(t.effects, c.effect(env, en, idx(mf, i)))
+			}
+		case "observation":
+			t.obs = c.observation(postEnv, m.v, mf)
+		case "spend":
+			t.spend = c.compile(env, m.v, mf, cel.IntType)
+		case "advance_ms":
+			t.advance = c.compile(env, m.v, mf, cel.IntType)
+		}
+	}
+	if t.desc == "" && !hasKey(tn, "description") && resolve(tn) != nil && resolve(tn).Kind == yaml.MappingNode {
+		d.errAt(at(tn, sub(f, "description")), "required: what the tool does, as agents read it")
+	}
+}
+
+var preKeys = []string{"rule", "require", "error", "reason", "suggestion"}
+
+func (c *compiler) precondition(env *cel.Env, n *yaml.Node, f string) precondition {
+	d := c.d
+	p := precondition{at: at(n, f)}
+	seen := map[string]bool{}
+	for _, m := range d.mapping(n, f, preKeys...) {
+		seen[m.key] = true
+		mf := sub(f, m.key)
+		switch m.key {
+		case "rule":
+			p.rule, _ = d.name(m.v, mf, false)
+		case "require":
+			p.require = c.compile(env, m.v, mf, cel.BoolType)
+		case "error":
+			p.err, _ = d.text(m.v, mf)
+		case "reason":
+			p.reason = c.template(env, m.v, mf)
+		case "suggestion":
+			p.suggestion = c.template(env, m.v, mf)
+		}
+	}
+	if resolve(n) == nil || resolve(n).Kind != yaml.MappingNode {
+		return p
+	}
+	for _, k := range []string{"require", "error"} {
+		if !seen[k] {
+			d.errAt(at(n, sub(f, k)), "required")
+		}
+	}
+	if seen["rule"] && (!seen["reason"] || !seen["suggestion"]) {
+		d.errAt(at(n, f), "a rule (an edge of the causal graph) needs a reason and a suggestion")
+	}
+	return p
+}
+
+var effectKeys = []string{"set", "key", "to", "add", "fields"}
+
+func (c *compiler) effect(env *cel.Env, n *yaml.Node, f string) effect {
+	d, w := c.d, c.w
+	e := effect{setVar: -1, entity: -1, field: -1, at: at(n, f)}
+	ms := d.mapping(n, f, effectKeys...)
+	get := func(k string) *yaml.Node {
+		for _, m := range ms {
+			if m.key == k {
+				return m.v
+			}
+		}
+		return nil
+	}
+	if ms == nil {
+		return e
+	}
+	set, add := get("set"), get("add")
+	switch {
+	case (set == nil) == (add == nil):
+		d.errAt(at(n, f), "want exactly one of set (a variable or entity.field) and add (an entity)")
+	case set != nil:
+		target, ok := d.text(set, sub(f, "set"))
+		if !ok {
+			return e
+		}
+		var k kind
+		if ent, fld, isField := strings.Cut(target, "."); isField {
+			e.entity = slices.IndexFunc(w.entities, func(x entityDef) bool { return x.name == ent })
+			if e.entity < 0 {
+				d.errAt(at(set, sub(f, "set")), "unknown entity %q", clip(ent))
+				return e
+			}
+			ed := &w.entities[e.entity]
+			e.field = slices.IndexFunc(ed.fields, func(x varDef) bool { return x.name == fld })
+			if e.field < 0 {
+				d.errAt(at(set, sub(f, "set")), "entity %s has no field %q", ent, clip(fld))
+				return e
+			}
+			k = ed.fields[e.field].draw.kind
+			if kn := get("key"); kn == nil {
+				d.errAt(at(n, sub(f, "key")), "required: the id of the %s to change", ent)
+			} else {
+				e.key = c.compile(env, kn, sub(f, "key"), cel.StringType)
+			}
+		} else {
+			e.setVar = slices.IndexFunc(w.vars, func(x varDef) bool { return x.name == target })
+			if e.setVar < 0 {
+				d.errAt(at(set, sub(f, "set")), "unknown variable %q (an entity field is entity.field)", clip(target))
+				return e
+			}
+			k = w.vars[e.setVar].draw.kind
+			if get("key") != nil {
+				d.errAt(at(get("key"), sub(f, "key")), "a variable has no key")
+			}
+		}
+		if get("fields") != nil {
+			d.errAt(at(get("fields"), sub(f, "fields")), "fields belong to add")
+		}
+		if tn := get("to"); tn == nil {
+			d.errAt(at(n, sub(f, "to")), "required: the new value")
+		} else {
+			e.to = c.compile(env, tn, sub(f, "to"), k.cel())
+		}
+	default:
+		e.add = true
+		ent, ok := d.text(add, sub(f, "add"))
+		if !ok {
+			return e
+		}
+		e.entity = slices.IndexFunc(w.entities, func(x entityDef) bool { return x.name == ent })
+		if e.entity < 0 {
+			d.errAt(at(add, sub(f, "add")), "unknown entity %q", clip(ent))
+			return e
+		}
+		for _, k := range []string{"key", "to"} {
+			if get(k) != nil {
+				d.errAt(at(get(k), sub(f, k)), "%s belongs to set", k)
+			}
+		}
+		ed := &w.entities[e.entity]
+		e.addFields = make([]*program, len(ed.fields))
+		for _, m := range d.mapping(get("fields"), sub(f, "fields")) {
+			j := slices.IndexFunc(ed.fields, func(x varDef) bool { return x.name == m.key })
+			if j < 0 {
+				d.errAt(at(m.k, sub(sub(f, "fields"), m.key)), "entity %s has no field %q", ent, clip(m.key))
+				continue
+			}
+			e.addFields[j] = c.compile(env, m.v, sub(sub(f, "fields"), m.key), ed.fields[j].draw.kind.cel())
+		}
+	}
+	return e
+}
+
+var oracleKeys = []string{"wait", "steps"}
+var stepKeys = []string{"name", "call", "args", "when", "recover", "done_if_rule"}
+
+func (c *compiler) oraclePlan(n *yaml.Node) {
+	d, w := c.d, c.w
+	// The plan reads only what agents see: the first observation and the answers.
+	env, err := cel.NewEnv(cel.CustomTypeProvider(c.prov), ext.Strings(), ext.Lists(), ext.Math(),
+		cel.Variable("task", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("results", cel.MapType(cel.StringType, cel.MapType(cel.StringType, cel.DynType))))
+	if err != nil {
+		d.errAt(at(n, "oracle"), "declare task and results: %v", err)
+		return
+	}
+	p := &oraclePlan{}
+	seen := map[string]bool{}
+	for _, m := range d.mapping(n, "oracle", oracleKeys...) {
+		seen[m.key] = true
+		switch m.key {
+		case "wait":
+			for _, wm := range d.mapping(m.v, "oracle.wait", "tool", "arg") {
+				switch wm.key {
+				case "tool":
+					if s, ok := d.text(wm.v, "oracle.wait.tool"); ok {
+						if p.waitTool = c.lookupTool(s); p.waitTool == nil {
+							d.errAt(at(wm.v, "oracle.wait.tool"), "unknown tool %q", clip(s))
+						}
+					}
+				case "arg":
+					p.waitArg, _ = d.text(wm.v, "oracle.wait.arg")
+				}
+			}
+			if p.waitTool != nil {
+				if a := p.waitTool.args.prop(p.waitArg); a == nil || a.kind != kInt {
+					d.errAt(at(m.v, "oracle.wait.arg"), "want the integer argument (milliseconds) of tool %s", p.waitTool.name)
+				}
+			}
+		case "steps":
+			for i, sn := range d.sequence(m.v, "oracle.steps") {
+				f := idx("oracle.steps", i)
+				s := oracleStep{}
+				var callNode, argsNode *yaml.Node
+				for _, sm := range d.mapping(sn, f, stepKeys...) {
+					sf := sub(f, sm.key)
+					switch sm.key {
+					case "name":
+						if s.name, _ = d.name(sm.v, sf, false); seen["step:"+s.name] {
+							d.errAt(at(sm.v, sf), "duplicate step name %q", s.name)
+						}
+						seen["step:"+s.name] = true
+					case "when":
+						s.when = c.compile(env, sm.v, sf, cel.BoolType)
+					case "done_if_rule":
+						for j, r := range d.sequence(sm.v, sf) {
+							if v, ok := d.name(r, idx(sf, j), false); ok {
+								s.doneIfRules = append(s.doneIfRules, v)
+							}
+						}
+					case "call":
+						callNode = sm.v
+					case "args":
+						argsNode = sm.v
+					case "recover":
+						var rcall, rargs *yaml.Node
+						for _, rm := range d.mapping(sm.v, sf, "call", "args") {
+							if rm.key == "call" {
+								rcall = rm.v
+							} else {
+								rargs = rm.v
+							}
+						}
+						rc := c.oracleCall(env, sm.v, rcall, rargs, sf)
+						s.recover = &rc
+					}
+				}
+				s.call = c.oracleCall(env, sn, callNode, argsNode, f)
+				if s.name == "" && !hasKey(sn, "name") {
+					d.errAt(at(sn, sub(f, "name")), "required: results.<name> holds the step's answer")
+				}
+				p.steps = append(p.steps, s)
+			}
+		}
+	}
+	if !seen["steps"] {
+		d.errAt(at(n, "oracle.steps"), "required: the plan's steps")
+	}
+	if !seen["wait"] {
+		d.errAt(at(n, "oracle.wait"), "required: the tool (and its milliseconds argument) the oracle waits with when a service asks it to retry later")
+	}
+	w.oracle = p
+}
+
+// oracleCall reads a step's (or a recover's) call and args; n is the mapping holding them.
+func (c *compiler) oracleCall(env *cel.Env, n, callNode, argsNode *yaml.Node, f string) oracleCall {
+	d := c.d
+	var oc oracleCall
+	if callNode != nil {
+		if s, ok := d.text(callNode, sub(f, "call")); ok {
+			if oc.tool = c.lookupTool(s); oc.tool == nil {
+				d.errAt(at(callNode, sub(f, "call")), "unknown tool %q", clip(s))
+			}
+		}
+	}
+	if oc.tool == nil {
+		if callNode == nil && resolve(n) != nil && resolve(n).Kind == yaml.MappingNode {
+			d.errAt(at(n, sub(f, "call")), "required: the tool to call")
+		}
+		return oc
+	}
+	given := map[string]bool{}
+	for _, m := range d.mapping(argsNode, sub(f, "args")) {
+		af := sub(sub(f, "args"), m.key)
+		pr := oc.tool.args.prop(m.key)
+		if pr == nil {
+			d.errAt(at(m.k, af), "tool %s has no argument %q", oc.tool.name, clip(m.key))
+			continue
+		}
+		given[m.key] = true
+		// The plan reads dyn values (observations), so the type is checked when it runs.
+		oc.args = append(oc.args, obsField{key: m.key, val: c.compile(env, m.v, af, nil)})
+	}
+	for _, r := range oc.tool.args.required {
+		if !given[r] {
+			d.errAt(at(n, sub(f, "args")), "tool %s needs argument %q", oc.tool.name, r)
+		}
+	}
+	return oc
+}
+
+func (c *compiler) lookupTool(name string) *toolDef {
+	for i := range c.w.tools {
+		if c.w.tools[i].name == name {
+			return &c.w.tools[i]
+		}
+	}
+	return nil
+}
+
+// trialResets builds the worlds of a few seeds, so that an expression that type-checks
+// but fails on real values (a draw reading a value drawn after it, an empty range, a
+// division by zero) is a load error, not an infra error in the middle of a run.
+func (c *compiler) trialResets() {
+	for seed := uint64(1); seed <= 3; seed++ {
+		ep := &episode{w: c.w, maxSteps: c.w.maxSteps, deadlineMs: c.w.deadlineMs, maxInvalid: c.w.maxInvalid}
+		if _, err := ep.reset(seed); err != nil {
+			var ee *evalError
+			if errors.As(err, &ee) {
+				c.d.errAt(ee.at, "seed %d: %v", seed, ee.err)
+			} else {
+				c.d.errAt(place{line: 1, col: 1}, "seed %d: %v", seed, err)
+			}
+			return
+		}
+	}
+}
