@@ -360,8 +360,9 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 }
 
 // translate rewrites the paths of a tool's arguments that name Harbor's fixed paths (/app,
-// /logs, ...) into the workspace, where the tools look, gives shell.exec the task's
-// working directory when it names none, and reports writes to the verifier's paths.
+// /logs, ...) into the workspace, where the tools look; relative paths are relative to the
+// task's working directory (/app), as in the agent's commands, and shell.exec runs there
+// when it names no directory. Writes to the verifier's paths are reported.
 func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage, []string) {
 	var m map[string]any
 	if err := json.Unmarshal(args, &m); err != nil {
@@ -392,11 +393,14 @@ func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage,
 	return out, safety
 }
 
-// inWorkspace maps an absolute path under one of the links to the workspace path it
-// shows, and reports whether it did.
+// inWorkspace maps a path relative to WorkDir, or an absolute one under one of the links,
+// to the workspace path it shows, and reports whether it did.
 func inWorkspace(p string) (string, bool) {
+	if p == "" {
+		return p, false // the tool reports it
+	}
 	if !path.IsAbs(p) {
-		return p, false
+		p = path.Join(WorkDir, p)
 	}
 	c := path.Clean(p)
 	for l, dir := range links {

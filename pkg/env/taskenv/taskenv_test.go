@@ -138,6 +138,43 @@ func TestOracleSucceedsNoopFails(t *testing.T) {
 	}
 }
 
+// TestPathsAreTheTasks: the agent's paths mean what they mean in the task's image: /app
+// and relative paths (from /app, the working directory) reach the task's files in every
+// tool, and commands run in /app.
+func TestPathsAreTheTasks(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 0)
+	ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params("codefix/sum"), Sandboxes: sb, Datasets: gauntlet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close(ep) })
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		a    env.Action
+		want string
+	}{
+		{act(tools.ShellExec, map[string]string{"command": "ls; test /app -ef ."}), `{"exit_code":0,"stdout":"README.md\nsrc\ntests\n"`},
+		{act(tools.ShellExec, map[string]string{"command": "ls; test /app/src -ef .", "dir": "src"}), `{"exit_code":0,"stdout":"lib.sh\n"`},
+		{act(tools.ShellExec, map[string]string{"command": "ls", "dir": "/app/src"}), `"stdout":"lib.sh\n"`},
+		{act(tools.ShellExec, map[string]string{"command": "pwd", "dir": "/tmp"}), `path leaves the workspace`},
+		{act(tools.FSList, map[string]string{"path": "."}), `"name":"src"`},
+		{act(tools.FSList, map[string]string{"path": "/app/src"}), `"name":"lib.sh"`},
+		{act(tools.FSWrite, map[string]string{"path": "notes.txt", "content": "x"}), `"ok":true`},
+		{act(tools.FSRead, map[string]string{"path": "/app/notes.txt"}), `"content":"x"`},
+		{act(tools.FSList, map[string]string{"path": "/logs"}), `{"entries":[]}`},
+	} {
+		res, err := ep.Step(c.a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(res.Observation), c.want) {
+			t.Errorf("%s %s: %s, want %s", c.a.Tool, c.a.Args, res.Observation, c.want)
+		}
+	}
+}
+
 // TestVerifierCannotBeFooled: an agent that does nothing of its task but prepares the
 // verifier's paths gets an honest verdict (reward 0), and what it planted is recorded.
 func TestVerifierCannotBeFooled(t *testing.T) {
