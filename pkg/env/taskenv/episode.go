@@ -79,6 +79,9 @@ type episode struct {
 	tb     *tools.Toolbox
 	events []sandbox.Event
 	faults *inject.Injector
+	// calls are the calls the injector evaluated, so a branch can rebuild one in the same
+	// state.
+	calls []faultCall
 
 	ready   bool
 	done    bool
@@ -86,6 +89,12 @@ type episode struct {
 	step    uint32
 	clock   time.Duration
 	invalid int
+}
+
+// faultCall is one call evaluated by the fault injector.
+type faultCall struct {
+	service, tool string
+	now           time.Duration
 }
 
 func (e *episode) Now() time.Duration { return e.clock }
@@ -183,14 +192,66 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("tasks: task %s: acquire sandbox: %w", e.task.ID, err)
 	}
 	e.sb, e.ready = h.ID, true
-	e.tb = tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
-		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
-		MaxFileBytes: maxFile, ExecTimeout: min(e.deadline, e.task.Config.Agent.Timeout), OutputLimit: maxOutput,
-	})
+	e.tb = e.toolbox()
 	return json.Marshal(resetObs{
 		Task: e.task.ID, Digest: e.task.Digest, Instruction: e.task.Instruction, WorkDir: WorkDir,
 		Tools: toolNames, MaxSteps: e.maxSteps, DeadlineMs: e.deadline.Milliseconds(),
 	})
+}
+
+// toolbox returns the workspace tools of e's sandbox; refusals and sandbox events go to
+// e.events.
+func (e *episode) toolbox() *tools.Toolbox {
+	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
+		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
+		MaxFileBytes: maxFile, ExecTimeout: min(e.deadline, e.task.Config.Agent.Timeout), OutputLimit: maxOutput,
+	})
+}
+
+// Branch splits the episode: the branch gets a sandbox forked from a snapshot of this
+// one's, and the same task, step, clock and fault-injector state; both go on
+// independently (tree search over actions). The caller closes the branch.
+func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
+	if !e.ready || e.sb == "" {
+		return nil, ErrNotReset
+	}
+	snap, fork, err := snapshotFork(e.cfg.Sandboxes.Runtime())
+	if err != nil {
+		return nil, err
+	}
+	s, err := snap.Snapshot(ctx, e.sb)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: branch: snapshot %s: %w", e.sb, err)
+	}
+	defer func() { _ = snap.DeleteSnapshot(context.WithoutCancel(ctx), s.ID) }()
+	h, err := fork.Fork(ctx, s.ID)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: branch: fork %s: %w", s.ID, err)
+	}
+	b := &episode{}
+	*b = *e
+	b.sb, b.events, b.calls = h.ID, nil, slices.Clone(e.calls)
+	if e.cfg.Faults != nil {
+		if b.faults, err = inject.NewInjector(e.cfg.Faults.Plan()); err != nil {
+			return nil, errors.Join(fmt.Errorf("tasks: branch: fault plan: %w", err), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+		}
+		for _, c := range e.calls {
+			b.faults.Call(c.service, c.tool, c.now)
+		}
+	}
+	b.tb = b.toolbox()
+	return b, nil
+}
+
+// snapshotFork returns rt's snapshot and fork abilities, which branches and the verifier
+// need.
+func snapshotFork(rt sandbox.Runtime) (sandbox.Snapshotter, sandbox.Forker, error) {
+	snap, ok1 := rt.(sandbox.Snapshotter)
+	fork, ok2 := rt.(sandbox.Forker)
+	if !ok1 || !ok2 {
+		return nil, nil, fmt.Errorf("tasks: runtime %s cannot snapshot and fork: %w", rt.Name(), sandbox.ErrUnsupported)
+	}
+	return snap, fork, nil
 }
 
 // Close releases the episode's sandbox. It is safe to call more than once.
@@ -276,6 +337,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			cost = costShell
 		}
 		out := e.faults.Call(t.service, t.name, e.clock)
+		e.calls = append(e.calls, faultCall{t.service, t.name, e.clock})
 		e.clock += cost + out.Latency
 		fired = out.Fired
 		if out.Status != 0 {

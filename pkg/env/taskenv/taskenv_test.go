@@ -1,6 +1,7 @@
 package taskenv_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -334,5 +335,54 @@ func TestParamsRefused(t *testing.T) {
 	}
 	if _, err := ep.Reset(); !errors.Is(err, env.ErrNoSandbox) {
 		t.Errorf("Reset without sandboxes: %v, want env.ErrNoSandbox", err)
+	}
+}
+
+// TestBranch: a branch is an independent copy of the episode at its step: what either
+// writes afterwards the other does not see, and each is judged on its own state.
+func TestBranch(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 0)
+	ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params("shell/count-errors"), Sandboxes: sb, Datasets: gauntlet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close(ep) })
+	first, err := ep.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(ep env.Episode, a env.Action) env.StepResult {
+		t.Helper()
+		res, err := ep.Step(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	step(ep, act(tools.FSWrite, map[string]string{"path": "mark", "content": "trunk"}))
+	br, err := ep.(env.Brancher).Branch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close(br) })
+	if br.Now() != ep.Now() {
+		t.Errorf("branch clock %v, trunk %v", br.Now(), ep.Now())
+	}
+	step(br, act(tools.FSWrite, map[string]string{"path": "mark", "content": "branch"}))
+	if obs := step(ep, act(tools.FSRead, map[string]string{"path": "mark"})).Observation; !strings.Contains(string(obs), `"content":"trunk"`) {
+		t.Errorf("trunk reads %s after the branch wrote", obs)
+	}
+	// The branch solves the task with the oracle's solution; the trunk submits as it is.
+	o := taskenv.New().(env.Oracle).Oracle(1)
+	solve, err := o.Act(env.Turn{Observation: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(br, solve)
+	if res := step(br, env.Action{Tool: taskenv.ToolSubmit}); !res.Signals.Success {
+		t.Errorf("the solved branch: %s", res.Observation)
+	}
+	if res := step(ep, env.Action{Tool: taskenv.ToolSubmit}); res.Signals.Success {
+		t.Errorf("the unsolved trunk: %s", res.Observation)
 	}
 }

@@ -70,10 +70,9 @@ else echo none; fi
 // are cleared, tests/ copied in, and tests/test.sh run under the [verifier] timeout.
 func (e *episode) verify(ctx context.Context) (*verdict, error) {
 	rt := e.cfg.Sandboxes.Runtime()
-	snap, ok1 := rt.(sandbox.Snapshotter)
-	fork, ok2 := rt.(sandbox.Forker)
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("tasks: runtime %s cannot snapshot and fork: %w", rt.Name(), sandbox.ErrUnsupported)
+	snap, fork, err := snapshotFork(rt)
+	if err != nil {
+		return nil, err
 	}
 	s, err := snap.Snapshot(ctx, e.sb)
 	if err != nil {
