@@ -13,10 +13,12 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // dataset is the in-repo dataset.
@@ -384,5 +386,47 @@ func TestBranch(t *testing.T) {
 	}
 	if res := step(ep, env.Action{Tool: taskenv.ToolSubmit}); res.Signals.Success {
 		t.Errorf("the unsolved trunk: %s", res.Observation)
+	}
+}
+
+// TestFaultsReachTheTools: the episode's fault plan fires on the workspace tools (service
+// "sandbox"): an injected error aborts the call, which the step records and the agent sees,
+// and the same plan fires the same way in a second episode.
+func TestFaultsReachTheTools(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 0)
+	plan := &gauntletv1.FaultPlan{Profile: "custom", Seed: 3, Rules: []*gauntletv1.FaultRule{
+		{Id: "sandbox.http_503", Target: tools.Service, Probability: 0.5,
+			Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: 503}}},
+	}}
+	trace := func() string {
+		in, err := inject.NewInjector(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params("codefix/sum"), Sandboxes: sb, Datasets: gauntlet, Faults: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Close(ep)
+		if _, err := ep.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for range 8 {
+			res, err := ep.Step(act(tools.FSList, map[string]string{"path": "."}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			failed := strings.Contains(string(res.Observation), "injected status 503")
+			if failed != (len(res.Faults) > 0) {
+				t.Errorf("observation %s, faults %v: disagree", res.Observation, res.Faults)
+			}
+			fmt.Fprintf(&b, "%v ", failed)
+		}
+		return b.String()
+	}
+	a, b := trace(), trace()
+	if a != b || !strings.Contains(a, "true") || !strings.Contains(a, "false") {
+		t.Errorf("faults fired %q then %q: want the same mix of failures and successes", a, b)
 	}
 }
