@@ -28,6 +28,8 @@
 #     mmdebstrap makes the Debian base image from Debian's packages
 #     (scripts/base-image.sh), buildah builds Dockerfiles, docker-registry is the local
 #     registry the images go through (pkg/registrylocal, scripts/registry.sh).
+#   - chromium: the web console's browser tests (pkg/console, docs/console.md) drive it
+#     headless through chromedp.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -43,6 +45,9 @@ APT_PACKAGES+=(python3 jq)
 # Task images: the Debian base (mmdebstrap), Dockerfile builds (buildah), the local
 # registry (docker-registry). See docs/images.md.
 APT_PACKAGES+=(mmdebstrap buildah docker-registry)
+
+# chromium: the web console's browser tests run it headless (docs/console.md).
+APT_PACKAGES+=(chromium)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(

@@ -17,6 +17,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/console"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/lifecycle"
 	"github.com/gauntlet-rl/gauntlet/pkg/modules"
@@ -25,6 +26,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 	"github.com/gauntlet-rl/gauntlet/services/curriculum"
 	"github.com/gauntlet-rl/gauntlet/services/envapi"
 	"github.com/gauntlet-rl/gauntlet/services/faults"
@@ -51,6 +53,7 @@ const (
 	modPipeline   = "pipeline"
 	modEnvAPI     = "envapi"
 	modSandbox    = "sandbox"
+	modConsole    = "console"
 	modAll        = "all"
 )
 
@@ -67,6 +70,8 @@ type app struct {
 	conns map[string]*bus.Bus // one connection per service module, as in split mode
 	ch    *chlocal.Server
 	http  *http.Server
+	// mux is the http server's, built by the http module; the console mounts on it.
+	mux *http.ServeMux
 
 	temporal *temporallocal.Server // nil when --temporal names an external server
 	// children are the supervisors of the local servers this process runs, for the
@@ -141,6 +146,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
 	}, modBus, modHTTP, modSandbox)
+	m.Register(modConsole, a.initConsole, modBus, modClickHouse, modHTTP)
 	m.Register(modTemporal, a.initTemporal)
 	m.Register(modCurriculum, func() (lifecycle.Service, error) {
 		return curriculum.New(curriculum.Config{
@@ -155,7 +161,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	// "pipeline" is the data plane (what `gauntlet demo` needs); "all" adds the Temporal
 	// control plane and the env API for trainers.
 	m.RegisterVirtual(modPipeline, modHTTP, modStore, modFaults, modReward, modScheduler, modWorker)
-	m.RegisterVirtual(modAll, modPipeline, modCurriculum, modEnvAPI)
+	m.RegisterVirtual(modAll, modPipeline, modCurriculum, modEnvAPI, modConsole)
 	return a, nil
 }
 
@@ -410,6 +416,7 @@ func (a *app) initHTTP() (lifecycle.Service, error) {
 		return lifecycle.Funcs{}, nil
 	}
 	mux := http.NewServeMux()
+	a.mux = mux
 	mux.Handle("GET /metrics", a.tel.Handler())
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
 		if err := a.mgr.Ready(); err != nil {
@@ -455,6 +462,40 @@ func (a *app) initHTTP() (lifecycle.Service, error) {
 	}, nil
 }
 
+// initConsole mounts the web console (pkg/console) on the http server, reading the
+// ClickHouse database the store writes and, for runs in flight, the scheduler's records
+// in the gauntlet_runs bucket; off, like /ready, when --http is empty. It is mounted
+// once its dependencies have started, so its handlers never see a half-built app.
+func (a *app) initConsole() (lifecycle.Service, error) {
+	if a.mux == nil {
+		return lifecycle.Funcs{}, nil
+	}
+	var c *console.Console
+	return lifecycle.Funcs{
+		OnStarting: func(context.Context) error {
+			runs := bus.NewBucket(a.bus.JS, bus.BucketRuns)
+			c = console.New(console.Config{
+				ClickHouse: a.clickHouseAddr, Database: a.cfg.Database,
+				Progress: func(ctx context.Context, runID string) (*gauntletv1.RunProgress, bool) {
+					kv, err := runs.KV(ctx)
+					if err != nil {
+						return nil, false
+					}
+					e, err := kv.Get(ctx, runID)
+					if err != nil {
+						return nil, false
+					}
+					p, err := gauntletv1.DecodeRunProgress(e.Value())
+					return p, err == nil
+				},
+			}, a.log.With("module", modConsole))
+			a.mux.Handle(console.Prefix, c)
+			return nil
+		},
+		OnStopping: func(context.Context) error { return c.Close() },
+	}, nil
+}
+
 // stack is what `gauntlet up` tells client commands (run, sql, episode) about where the
 // stack listens, in <data-dir>/stack.json.
 type stack struct {
@@ -465,7 +506,9 @@ type stack struct {
 	Temporal   string `json:"temporal,omitempty"`
 	TemporalUI string `json:"temporal_ui,omitempty"`
 	EnvAPI     string `json:"envapi,omitempty"`
-	PID        int    `json:"pid"`
+	// Console is the web console's address, when this process serves it.
+	Console string `json:"console,omitempty"`
+	PID     int    `json:"pid"`
 }
 
 func stackPath(dataDir string) string { return filepath.Join(dataDir, "stack.json") }

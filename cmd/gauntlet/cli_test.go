@@ -103,11 +103,12 @@ func TestBadInputLeavesPipelineRunning(t *testing.T) {
 // (with where its token is when gauntlet made one), and leaves out the parts not running.
 func TestUpBannerNamesEveryAddress(t *testing.T) {
 	st := stack{NATSURL: "nats://127.0.0.1:4222", ClickHouse: "127.0.0.1:9000", Database: "gauntlet",
-		HTTP: "127.0.0.1:9464", Temporal: "127.0.0.1:7233", TemporalUI: "http://127.0.0.1:8233", EnvAPI: "127.0.0.1:9470"}
+		HTTP: "127.0.0.1:9464", Temporal: "127.0.0.1:7233", TemporalUI: "http://127.0.0.1:8233", EnvAPI: "127.0.0.1:9470",
+		Console: "http://127.0.0.1:9464/console/"}
 	var out strings.Builder
 	printBanner(&out, st, true, "/data/envapi-token")
 	for _, want := range []string{st.NATSURL, st.ClickHouse, st.HTTP, st.Temporal, st.TemporalUI,
-		"env api http://127.0.0.1:9470", "MCP at /mcp/<env>", "/data/envapi-token"} {
+		"env api http://127.0.0.1:9470", "MCP at /mcp/<env>", "/data/envapi-token", "console http://127.0.0.1:9464/console/"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("banner %q does not name %s", out.String(), want)
 		}
@@ -119,7 +120,7 @@ func TestUpBannerNamesEveryAddress(t *testing.T) {
 	}
 	out.Reset()
 	printBanner(&out, stack{NATSURL: st.NATSURL, ClickHouse: st.ClickHouse, Database: "gauntlet", HTTP: st.HTTP}, true, "/data/envapi-token")
-	if b := out.String(); strings.Contains(b, "env api") {
-		t.Errorf("banner of a stack without the env API: %q", b)
+	if b := out.String(); strings.Contains(b, "env api") || strings.Contains(b, "console") {
+		t.Errorf("banner of a stack without the env API or the console: %q", b)
 	}
 }

@@ -83,7 +83,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (empty: start Debian's clickhouse-server locally)")
 	fs.IntVar(&c.ClickHousePort, "clickhouse.port", 19000, "native port of the local ClickHouse (0: any free port)")
 	fs.StringVar(&c.Database, "clickhouse.database", "gauntlet", "ClickHouse database")
-	fs.StringVar(&c.HTTPAddr, "http", "127.0.0.1:9464", "address of /ready and /metrics (empty: off)")
+	fs.StringVar(&c.HTTPAddr, "http", "127.0.0.1:9464", "address of /ready, /metrics and the web console at /console/ (empty: off)")
 	fs.StringVar(&c.LogLevel, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")

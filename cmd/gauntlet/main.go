@@ -16,6 +16,8 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/console"
+
 	// Envs and policies register themselves.
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
@@ -164,7 +166,7 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 	cfgFile := fs.String("config", "", "YAML file overlaying the flags (keys are flag names)")
 	target := "all"
 	if name == "serve" {
-		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, pipeline (all but Temporal), scheduler, worker, faults, reward, store, curriculum (Temporal worker), temporal (dev server)")
+		fs.StringVar(&target, "target", "all", "comma-separated modules to run: all, pipeline (all but Temporal), scheduler, worker, faults, reward, store, curriculum (Temporal worker), temporal (dev server), console (the web console at /console/ on --http)")
 	}
 	if err := parse(fs, args); err != nil {
 		return err
@@ -203,6 +205,9 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 		if a.envapi != nil {
 			st.EnvAPI = a.envapi.Addr()
 		}
+		if cfg.HTTPAddr != "" && slices.Contains(order, modConsole) {
+			st.Console = "http://" + cfg.HTTPAddr + console.Prefix
+		}
 		if err := writeStack(cfg.DataDir, st); err != nil {
 			log.Warn("write stack.json", "err", err)
 		}
@@ -224,6 +229,9 @@ func printBanner(w io.Writer, st stack, devToken bool, devTokenPath string) {
 			token = ", token in " + devTokenPath
 		}
 		fmt.Fprintf(w, "env api http://%s (gRPC and HTTP/JSON, MCP at /mcp/<env>%s)\n", st.EnvAPI, token)
+	}
+	if st.Console != "" {
+		fmt.Fprintf(w, "console %s\n", st.Console)
 	}
 	if st.Temporal != "" {
 		fmt.Fprintf(w, "temporal %s (task queue gauntlet)%s\n", st.Temporal, uiHint(st.TemporalUI))

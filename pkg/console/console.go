@@ -1,0 +1,318 @@
+package console
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+//go:embed static
+var staticFiles embed.FS
+
+// Prefix is where the console is mounted on the http server.
+const Prefix = "/console/"
+
+// DefaultQueryTimeout bounds each API request's queries.
+const DefaultQueryTimeout = 10 * time.Second
+
+// Config is what a Console reads from and how long it lets a request take.
+type Config struct {
+	// ClickHouse returns the native address ("host:port") of the ClickHouse server; it is
+	// called when the console connects, so a server started after the console is found.
+	ClickHouse func() string
+	// Database is the ClickHouse database the store writes.
+	Database string
+	// QueryTimeout bounds the queries of one API request (DefaultQueryTimeout when 0).
+	QueryTimeout time.Duration
+	// Progress returns the scheduler's record of a run (its state in the gauntlet_runs
+	// KV bucket), ok false when there is none (a run of env API sessions, a bucket out of
+	// reach). It tells a run in flight from one that has ended, and how many episodes it
+	// plans. Nil: runs are known from ClickHouse alone.
+	Progress func(ctx context.Context, runID string) (p *gauntletv1.RunProgress, ok bool)
+}
+
+// Console serves the web console: the pages and the JSON API under Prefix.
+type Console struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+
+	mu   sync.Mutex
+	conn driver.Conn // nil until the first successful connect
+}
+
+// New returns a console reading cfg.Database; it connects on the first API request.
+func New(cfg Config, log *slog.Logger) *Console {
+	if cfg.QueryTimeout <= 0 {
+		cfg.QueryTimeout = DefaultQueryTimeout
+	}
+	c := &Console{cfg: cfg, log: log, mux: http.NewServeMux()}
+	static, _ := fs.Sub(staticFiles, "static") // the embedded directory exists
+	files := http.StripPrefix(Prefix+"static/", http.FileServerFS(static))
+	c.mux.Handle("GET "+Prefix+"static/", files)
+	c.mux.HandleFunc("GET "+Prefix+"{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, static, "index.html")
+	})
+	c.mux.HandleFunc("GET "+Prefix+"api/runs", c.api(c.runs, map[string]bound{"limit": {100, MaxRuns}}))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}", c.api(c.run, nil))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/episodes", c.api(c.episodes,
+		map[string]bound{"limit": {100, MaxEpisodes}, "offset": {0, 1_000_000_000}}))
+	c.mux.HandleFunc("GET "+Prefix+"api/episodes/{episode}", c.api(c.episode,
+		map[string]bound{"limit": {100, MaxSteps}, "from": {0, 1_000_000}}))
+	return c
+}
+
+// ServeHTTP serves the paths under Prefix.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// Close closes the ClickHouse connection, if one was opened.
+func (c *Console) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn = nil
+	return err
+}
+
+// errBadRequest marks a request's own mistake (400).
+var errBadRequest = errors.New("bad request")
+
+// errUnavailable marks a ClickHouse that cannot be reached (503).
+var errUnavailable = errors.New("clickhouse unavailable")
+
+func (c *Console) reader(ctx context.Context) (reader, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		addr := ""
+		if c.cfg.ClickHouse != nil {
+			addr = c.cfg.ClickHouse()
+		}
+		if addr == "" {
+			return reader{}, fmt.Errorf("%w: no address yet", errUnavailable)
+		}
+		conn, err := trajectory.Connect(ctx, addr, c.cfg.Database)
+		if err != nil {
+			return reader{}, fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		c.conn = conn
+	}
+	return reader{conn: c.conn, database: c.cfg.Database}, nil
+}
+
+// bound is a numeric query parameter's default and largest value (the smallest is 0).
+type bound struct{ def, max int }
+
+// params are an API request's numeric query parameters, checked against their bounds.
+type params map[string]int
+
+// endpoint answers one API request from its checked parameters.
+type endpoint func(ctx context.Context, rd reader, r *http.Request, p params) (any, error)
+
+// api wraps an endpoint: its parameters checked before anything is read (a bad request
+// never waits on ClickHouse), a reader under the query timeout, the answer as JSON,
+// errors as {"error": "..."} with their status.
+func (c *Console) api(h endpoint, bounds map[string]bound) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), c.cfg.QueryTimeout)
+		defer cancel()
+		var v any
+		p, err := checkParams(r, bounds)
+		if err == nil {
+			var rd reader
+			if rd, err = c.reader(ctx); err == nil {
+				v, err = h(ctx, rd, r, p)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			status := http.StatusInternalServerError
+			switch {
+			case errors.Is(err, errBadRequest):
+				status = http.StatusBadRequest
+			case errors.Is(err, errNotFound):
+				status = http.StatusNotFound
+			case errors.Is(err, errUnavailable):
+				status = http.StatusServiceUnavailable
+			case errors.Is(err, context.DeadlineExceeded):
+				status = http.StatusGatewayTimeout
+			}
+			if status >= 500 {
+				c.log.Warn("console request failed", "path", r.URL.Path, "status", status, "err", err)
+			}
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	}
+}
+
+// idRE is what run and episode ids look like (gauntlet's are "r" and hex digits, with
+// "-" and the index for episodes; ids given through the env API are the trainer's).
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// checkParams refuses malformed ids, numbers out of their bounds and query parameters
+// the endpoint does not take, naming the parameter.
+func checkParams(r *http.Request, bounds map[string]bound) (params, error) {
+	for _, name := range []string{"run", "episode"} {
+		if v := r.PathValue(name); v != "" && !idRE.MatchString(v) {
+			return nil, fmt.Errorf("%w: %s id %q: want up to 128 letters, digits, '_', '.', ':' or '-'", errBadRequest, name, v)
+		}
+	}
+	q := r.URL.Query()
+	for name := range q {
+		if _, ok := bounds[name]; !ok {
+			known := make([]string, 0, len(bounds))
+			for k := range bounds {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("%w: unknown query parameter %q (known: %s)", errBadRequest, name, strings.Join(known, ", "))
+		}
+	}
+	p := params{}
+	for name, b := range bounds {
+		p[name] = b.def
+		s := q.Get(name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > b.max {
+			return nil, fmt.Errorf("%w: %s=%q: want a whole number from 0 to %d", errBadRequest, name, s, b.max)
+		}
+		p[name] = n
+	}
+	return p, nil
+}
+
+// addProgress adds the scheduler's view of the run to s: its state, the episodes it
+// plans, and whether it is live (in flight, or ended with rows still on their way to
+// ClickHouse). Without a record, s keeps what ClickHouse alone says.
+func (c *Console) addProgress(ctx context.Context, s *RunSummary) {
+	if c.cfg.Progress == nil {
+		return
+	}
+	p, ok := c.cfg.Progress(ctx, s.RunID)
+	if !ok {
+		return
+	}
+	planned := p.GetEpisodes()
+	s.Planned = &planned
+	s.State = StateRunning
+	if p.GetDone() {
+		s.State = StateDone
+	}
+	s.Live = !p.GetDone() || s.Episodes < p.GetEnded()
+}
+
+// RunsPage is the answer of /console/api/runs.
+type RunsPage struct {
+	Runs []RunSummary `json:"runs"`
+}
+
+func (c *Console) runs(ctx context.Context, rd reader, _ *http.Request, p params) (any, error) {
+	runs, err := rd.Runs(ctx, p["limit"])
+	if err != nil {
+		return nil, err
+	}
+	for i := range runs {
+		c.addProgress(ctx, &runs[i])
+	}
+	return RunsPage{Runs: runs}, nil
+}
+
+// RunPage is the answer of /console/api/runs/{run}: the run's report.
+type RunPage struct {
+	Run        RunSummary  `json:"run"`
+	Histogram  []Bin       `json:"reward_histogram"`
+	FaultKinds []FaultKind `json:"fault_kinds"`
+	// Series is the chart over episode index, each point SeriesWidth episodes wide.
+	Series      []Point `json:"series"`
+	SeriesWidth uint64  `json:"series_width"`
+}
+
+func (c *Console) run(ctx context.Context, rd reader, r *http.Request, _ params) (any, error) {
+	id := r.PathValue("run")
+	var p RunPage
+	var err error
+	if p.Run, err = rd.Run(ctx, id); err != nil {
+		return nil, err
+	}
+	c.addProgress(ctx, &p.Run)
+	if p.Histogram, err = rd.RewardHistogram(ctx, id); err != nil {
+		return nil, err
+	}
+	if p.FaultKinds, err = rd.FaultKinds(ctx, id); err != nil {
+		return nil, err
+	}
+	if p.Series, p.SeriesWidth, err = rd.Series(ctx, id); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// EpisodesPage is the answer of /console/api/runs/{run}/episodes.
+type EpisodesPage struct {
+	Episodes []EpisodeSummary `json:"episodes"`
+	Offset   int              `json:"offset"`
+	Limit    int              `json:"limit"`
+}
+
+func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
+	offset, limit := p["offset"], p["limit"]
+	eps, err := rd.Episodes(ctx, r.PathValue("run"), offset, limit)
+	if err != nil {
+		return nil, err
+	}
+	return EpisodesPage{Episodes: eps, Offset: offset, Limit: limit}, nil
+}
+
+// EpisodePage is the answer of /console/api/episodes/{episode}: the episode (null while
+// it has not ended) and a page of its steps from step From.
+type EpisodePage struct {
+	Episode *EpisodeSummary `json:"episode"`
+	Steps   []Step          `json:"steps"`
+	From    int             `json:"from"`
+	Limit   int             `json:"limit"`
+}
+
+func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
+	from, limit := p["from"], p["limit"]
+	id := r.PathValue("episode")
+	ep, err := rd.Episode(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	steps, err := rd.Steps(ctx, id, from, limit)
+	if err != nil {
+		return nil, err
+	}
+	if ep == nil && len(steps) == 0 && from == 0 {
+		return nil, fmt.Errorf("episode %s: %w (no step recorded)", id, errNotFound)
+	}
+	return EpisodePage{Episode: ep, Steps: steps, From: from, Limit: limit}, nil
+}

@@ -1,0 +1,445 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Bounds on what one request reads. Every query carries a LIMIT no larger than these,
+// so no request can ask ClickHouse for a table.
+const (
+	// MaxRuns bounds the runs list.
+	MaxRuns = 500
+	// MaxEpisodes bounds one page of a run's episodes.
+	MaxEpisodes = 1000
+	// MaxSteps bounds one page of an episode's steps: a step's recorded values are held
+	// to 1 MiB each (play.MaxFieldBytes), so a page is bounded in bytes too.
+	MaxSteps = 200
+	// histogramBins is how many bins the reward distribution has.
+	histogramBins = 20
+	// seriesPoints is about how many points the chart over episode index has.
+	seriesPoints = 200
+	// maxFaultKinds bounds the per fault kind table.
+	maxFaultKinds = 200
+)
+
+// RunSummary is one run as the runs list and the run page show it.
+type RunSummary struct {
+	RunID       string    `json:"run_id"`
+	Env         string    `json:"env"`
+	Episodes    uint64    `json:"episodes"`
+	Successes   uint64    `json:"successes"`
+	SuccessRate float64   `json:"success_rate"`
+	MeanReward  float64   `json:"mean_reward"`
+	Steps       uint64    `json:"steps"`
+	InfraErrors uint64    `json:"infra_errors"`
+	First       time.Time `json:"first"`
+	Last        time.Time `json:"last"`
+	// State is the scheduler's: StateRunning or StateDone; empty when it has no record
+	// of the run (runs of env API sessions).
+	State string `json:"state,omitempty"`
+	// Planned is how many episodes the run plans, from the scheduler's record.
+	Planned *uint64 `json:"planned,omitempty"`
+	// Live is whether the pages should refresh: the run is in flight (by the
+	// scheduler's record), its ended episodes are not all in ClickHouse yet, or, without
+	// a record, an episode of the run ended in the last 15 seconds (by
+	// ClickHouse's clock): the pages refresh while any run they show is live.
+	Live bool `json:"live"`
+}
+
+// A run's state, from the scheduler's record.
+const (
+	StateRunning = "running"
+	StateDone    = "done"
+)
+
+// runSummarySQL summarises runs from their ended episodes; {db} is the database and
+// {where} the filter. A table of runs written at submission would replace this query.
+// Rates and means are computed in Go from sums: an empty group has none (not NaN).
+const runSummarySQL = `SELECT run_id, any(env), count(), sum(success), sum(total_reward),
+	sum(steps), sum(infra_error), min(started_at), max(ended_at),
+	max(ended_at) >= now() - 15
+FROM {db}.episodes FINAL {where}
+GROUP BY run_id`
+
+// reader runs the console's queries on one connection.
+type reader struct {
+	conn     driver.Conn
+	database string // checked by trajectory.Connect: letters, digits and underscores
+}
+
+func (r reader) sql(q string) string { return strings.ReplaceAll(q, "{db}", r.database) }
+
+func scanSummary(rows driver.Rows) (RunSummary, error) {
+	var s RunSummary
+	var reward float64
+	var live uint8
+	if err := rows.Scan(&s.RunID, &s.Env, &s.Episodes, &s.Successes, &reward, &s.Steps,
+		&s.InfraErrors, &s.First, &s.Last, &live); err != nil {
+		return s, err
+	}
+	s.SuccessRate, s.MeanReward = ratio(float64(s.Successes), s.Episodes), ratio(reward, s.Episodes)
+	s.Live = live == 1
+	return s, nil
+}
+
+func ratio(sum float64, n uint64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// Runs returns the limit runs whose last episode ended most recently.
+func (r reader) Runs(ctx context.Context, limit int) ([]RunSummary, error) {
+	q := strings.Replace(r.sql(runSummarySQL), "{where}", "", 1) + " ORDER BY max(ended_at) DESC, run_id LIMIT ?"
+	rows, err := r.conn.Query(ctx, q, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	out := []RunSummary{}
+	for rows.Next() {
+		s, err := scanSummary(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: scan: %w", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return out, nil
+}
+
+// errNotFound is a run or episode with no row.
+var errNotFound = errors.New("not found")
+
+// Run returns one run's summary; errNotFound when no episode of it has ended.
+func (r reader) Run(ctx context.Context, runID string) (RunSummary, error) {
+	q := strings.Replace(r.sql(runSummarySQL), "{where}", "WHERE run_id = ?", 1) + " LIMIT 1"
+	rows, err := r.conn.Query(ctx, q, runID)
+	if err != nil {
+		return RunSummary{}, fmt.Errorf("run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return RunSummary{}, fmt.Errorf("run %s: %w", runID, err)
+		}
+		return RunSummary{}, fmt.Errorf("run %s: %w (no episode of it has ended)", runID, errNotFound)
+	}
+	s, err := scanSummary(rows)
+	if err != nil {
+		return RunSummary{}, fmt.Errorf("run %s: scan: %w", runID, err)
+	}
+	return s, nil
+}
+
+// Bin is one bar of the reward distribution: Count episodes had Lo <= reward < Hi (the
+// last bin includes Hi).
+type Bin struct {
+	Lo    float64 `json:"lo"`
+	Hi    float64 `json:"hi"`
+	Count uint64  `json:"count"`
+}
+
+// RewardHistogram returns the distribution of the run's episode rewards in
+// histogramBins equal bins between the lowest and the highest.
+func (r reader) RewardHistogram(ctx context.Context, runID string) ([]Bin, error) {
+	var lo, hi float64
+	var n uint64
+	if err := r.conn.QueryRow(ctx, r.sql(`SELECT count(), min(total_reward), max(total_reward)
+		FROM {db}.episodes FINAL WHERE run_id = ?`), runID).Scan(&n, &lo, &hi); err != nil {
+		return nil, fmt.Errorf("run %s reward range: %w", runID, err)
+	}
+	if n == 0 {
+		return []Bin{}, nil
+	}
+	if !(hi > lo) { // every reward equal: one bin
+		return []Bin{{Lo: lo, Hi: hi, Count: n}}, nil
+	}
+	width := (hi - lo) / histogramBins
+	bins := make([]Bin, histogramBins)
+	for i := range bins {
+		bins[i] = Bin{Lo: lo + float64(i)*width, Hi: lo + float64(i+1)*width}
+	}
+	bins[len(bins)-1].Hi = hi
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT toUInt64(floor((total_reward - (?)) / (?))) AS bin, count()
+		FROM {db}.episodes FINAL WHERE run_id = ? GROUP BY bin ORDER BY bin LIMIT ?`), lo, width, runID, histogramBins+1)
+	if err != nil {
+		return nil, fmt.Errorf("run %s reward histogram: %w", runID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var bin, count uint64
+		if err := rows.Scan(&bin, &count); err != nil {
+			return nil, fmt.Errorf("run %s reward histogram: scan: %w", runID, err)
+		}
+		// The highest reward falls on the upper edge of the last bin.
+		bins[min(bin, histogramBins-1)].Count += count
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s reward histogram: %w", runID, err)
+	}
+	return bins, nil
+}
+
+// FaultKind is how episodes that met one fault kind did. Kind "" stands for the
+// episodes that met no fault.
+type FaultKind struct {
+	Kind        string  `json:"kind"`
+	Episodes    uint64  `json:"episodes"`
+	Successes   uint64  `json:"successes"`
+	SuccessRate float64 `json:"success_rate"`
+	MeanReward  float64 `json:"mean_reward"`
+}
+
+// FaultKinds returns, for each fault kind fired in the run, the episodes where it fired
+// at least once and how they did, most met first; then the episodes that met no fault.
+func (r reader) FaultKinds(ctx context.Context, runID string) ([]FaultKind, error) {
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT kind, count(), sum(success), sum(total_reward)
+		FROM (SELECT DISTINCT episode_id, kind FROM {db}.faults FINAL WHERE run_id = ?)
+		ANY INNER JOIN (SELECT episode_id, success, total_reward FROM {db}.episodes FINAL WHERE run_id = ?)
+		USING episode_id
+		GROUP BY kind ORDER BY count() DESC, kind LIMIT ?`), runID, runID, maxFaultKinds)
+	if err != nil {
+		return nil, fmt.Errorf("run %s per fault kind: %w", runID, err)
+	}
+	defer rows.Close()
+	out := []FaultKind{}
+	for rows.Next() {
+		var k FaultKind
+		var reward float64
+		if err := rows.Scan(&k.Kind, &k.Episodes, &k.Successes, &reward); err != nil {
+			return nil, fmt.Errorf("run %s per fault kind: scan: %w", runID, err)
+		}
+		k.SuccessRate, k.MeanReward = ratio(float64(k.Successes), k.Episodes), ratio(reward, k.Episodes)
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s per fault kind: %w", runID, err)
+	}
+	var none FaultKind
+	var reward float64
+	if err := r.conn.QueryRow(ctx, r.sql(`SELECT count(), sum(success), sum(total_reward)
+		FROM {db}.episodes FINAL WHERE run_id = ? AND faults_fired = 0`), runID).Scan(&none.Episodes, &none.Successes, &reward); err != nil {
+		return nil, fmt.Errorf("run %s episodes without faults: %w", runID, err)
+	}
+	if none.Episodes > 0 {
+		none.SuccessRate, none.MeanReward = ratio(float64(none.Successes), none.Episodes), ratio(reward, none.Episodes)
+		out = append(out, none)
+	}
+	return out, nil
+}
+
+// Point is one point of a run's chart: the episodes with index in [From, From+Width).
+type Point struct {
+	From        uint64    `json:"from"`
+	Episodes    uint64    `json:"episodes"`
+	SuccessRate float64   `json:"success_rate"`
+	MeanReward  float64   `json:"mean_reward"`
+	LastEnded   time.Time `json:"last_ended"`
+}
+
+// Series returns the run's success rate and mean reward over episode index, in about
+// seriesPoints buckets of equal width (returned as width).
+func (r reader) Series(ctx context.Context, runID string) (points []Point, width uint64, err error) {
+	var maxIdx, n uint64
+	if err := r.conn.QueryRow(ctx, r.sql(`SELECT count(), max(idx) FROM {db}.episodes FINAL WHERE run_id = ?`), runID).Scan(&n, &maxIdx); err != nil {
+		return nil, 0, fmt.Errorf("run %s index range: %w", runID, err)
+	}
+	if n == 0 {
+		return []Point{}, 1, nil
+	}
+	width = max(1, uint64(math.Ceil(float64(maxIdx+1)/seriesPoints)))
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT toUInt64(intDiv(idx, ?)) AS b, count(), sum(success), sum(total_reward), max(ended_at)
+		FROM {db}.episodes FINAL WHERE run_id = ? GROUP BY b ORDER BY b LIMIT ?`), width, runID, seriesPoints+1)
+	if err != nil {
+		return nil, 0, fmt.Errorf("run %s series: %w", runID, err)
+	}
+	defer rows.Close()
+	points = []Point{}
+	for rows.Next() {
+		var p Point
+		var b, successes uint64
+		var reward float64
+		if err := rows.Scan(&b, &p.Episodes, &successes, &reward, &p.LastEnded); err != nil {
+			return nil, 0, fmt.Errorf("run %s series: scan: %w", runID, err)
+		}
+		p.From = b * width
+		p.SuccessRate, p.MeanReward = ratio(float64(successes), p.Episodes), ratio(reward, p.Episodes)
+		points = append(points, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("run %s series: %w", runID, err)
+	}
+	return points, width, nil
+}
+
+// EpisodeSummary is one ended episode as the run page lists it and the replay viewer
+// heads it.
+type EpisodeSummary struct {
+	EpisodeID string `json:"episode_id"`
+	RunID     string `json:"run_id"`
+	Idx       uint64 `json:"idx"`
+	Env       string `json:"env"`
+	// Seed is a string in JSON: a uint64 loses digits as a JavaScript number.
+	Seed        uint64    `json:"seed,string"`
+	Policy      string    `json:"policy"`
+	Profile     string    `json:"profile"`
+	Steps       uint32    `json:"steps"`
+	Success     bool      `json:"success"`
+	TotalReward float64   `json:"total_reward"`
+	Reason      string    `json:"reason"`
+	InfraError  bool      `json:"infra_error"`
+	Error       string    `json:"error"`
+	FaultsFired uint32    `json:"faults_fired"`
+	EndedAt     time.Time `json:"ended_at"`
+}
+
+const episodeColumns = `episode_id, run_id, idx, env, seed, policy, profile, steps, success,
+	total_reward, reason, infra_error, error, faults_fired, ended_at`
+
+func scanEpisode(rows driver.Rows) (EpisodeSummary, error) {
+	var e EpisodeSummary
+	var success, infra uint8
+	err := rows.Scan(&e.EpisodeID, &e.RunID, &e.Idx, &e.Env, &e.Seed, &e.Policy, &e.Profile, &e.Steps,
+		&success, &e.TotalReward, &e.Reason, &infra, &e.Error, &e.FaultsFired, &e.EndedAt)
+	e.Success, e.InfraError = success == 1, infra == 1
+	return e, err
+}
+
+// Episodes returns a page of the run's ended episodes in index order.
+func (r reader) Episodes(ctx context.Context, runID string, offset, limit int) ([]EpisodeSummary, error) {
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
+		FROM {db}.episodes FINAL WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`), runID, offset, limit)
+	if err != nil {
+		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
+	}
+	defer rows.Close()
+	out := []EpisodeSummary{}
+	for rows.Next() {
+		e, err := scanEpisode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("run %s episodes: scan: %w", runID, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
+	}
+	return out, nil
+}
+
+// Episode returns one ended episode; nil (no error) while it has not ended.
+func (r reader) Episode(ctx context.Context, episodeID string) (*EpisodeSummary, error) {
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
+		FROM {db}.episodes FINAL WHERE episode_id = ? LIMIT 1`), episodeID)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: %w", episodeID, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("episode %s: %w", episodeID, err)
+		}
+		return nil, nil
+	}
+	e, err := scanEpisode(rows)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: scan: %w", episodeID, err)
+	}
+	return &e, nil
+}
+
+// Fault is one fault fired in a step.
+type Fault struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target"`
+	Detail string `json:"detail"`
+}
+
+// Component is one named component of a step's reward vector.
+type Component struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+}
+
+// Step is one recorded step as the replay viewer shows it. Args, Observation and
+// StateDiff are the recorded JSON text.
+type Step struct {
+	Step        uint32      `json:"step"`
+	Tool        string      `json:"tool"`
+	Args        string      `json:"args"`
+	Observation string      `json:"observation"`
+	StateDiff   string      `json:"state_diff"`
+	Faults      []Fault     `json:"faults"`
+	Reward      float64     `json:"reward"`
+	Components  []Component `json:"components"`
+	RewardSpec  string      `json:"reward_spec"`
+	Progress    float64     `json:"progress"`
+	Invalid     bool        `json:"invalid_action"`
+	Success     bool        `json:"success"`
+	Terminated  bool        `json:"terminated"`
+	Truncated   bool        `json:"truncated"`
+	Reason      string      `json:"reason"`
+	Violations  []string    `json:"violations"`
+	Safety      []string    `json:"safety_events"`
+}
+
+// Steps returns a page of an episode's steps, from step from on, in order.
+func (r reader) Steps(ctx context.Context, episodeID string, from, limit int) ([]Step, error) {
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT step, tool, args, observation, state_diff,
+		fault_kinds, fault_targets, fault_details, reward, reward_names, reward_values, reward_spec,
+		progress, invalid_action, success, terminated, truncated, reason, violation_reasons, safety_events
+		FROM {db}.steps FINAL WHERE episode_id = ? AND step >= ? ORDER BY step LIMIT ?`), episodeID, from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s steps: %w", episodeID, err)
+	}
+	defer rows.Close()
+	out := []Step{}
+	for rows.Next() {
+		var s Step
+		var kinds, targets, details, names []string
+		var values []float64
+		var invalid, success, terminated, truncated uint8
+		if err := rows.Scan(&s.Step, &s.Tool, &s.Args, &s.Observation, &s.StateDiff,
+			&kinds, &targets, &details, &s.Reward, &names, &values, &s.RewardSpec,
+			&s.Progress, &invalid, &success, &terminated, &truncated, &s.Reason, &s.Violations, &s.Safety); err != nil {
+			return nil, fmt.Errorf("episode %s steps: scan: %w", episodeID, err)
+		}
+		s.Invalid, s.Success, s.Terminated, s.Truncated = invalid == 1, success == 1, terminated == 1, truncated == 1
+		s.Faults = make([]Fault, len(kinds))
+		for i := range kinds {
+			s.Faults[i].Kind = kinds[i]
+			if i < len(targets) {
+				s.Faults[i].Target = targets[i]
+			}
+			if i < len(details) {
+				s.Faults[i].Detail = details[i]
+			}
+		}
+		s.Components = make([]Component, 0, len(names))
+		for i := range min(len(names), len(values)) {
+			s.Components = append(s.Components, Component{Name: names[i], Value: values[i]})
+		}
+		if s.Violations == nil {
+			s.Violations = []string{}
+		}
+		if s.Safety == nil {
+			s.Safety = []string{}
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("episode %s steps: %w", episodeID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,224 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+)
+
+// episodeFixture is one ended episode of the test's run, with the faults fired in it.
+type episodeFixture struct {
+	success uint8
+	reward  float64
+	steps   uint32
+	infra   uint8
+	faults  []string // kinds, one per fired fault
+}
+
+// runFixture: 3 of 5 episodes succeed, rewards sum to 3.0, one infra error; http_error
+// fired in episodes 1, 2 and 4 (twice in 4), latency in 1; 0 and 3 met no fault.
+var runFixture = []episodeFixture{
+	{1, 1.0, 3, 0, nil},
+	{0, -0.5, 3, 0, []string{"http_error", "latency"}},
+	{1, 0.5, 2, 0, []string{"http_error"}},
+	{1, 2.0, 4, 0, nil},
+	{0, 0.0, 1, 1, []string{"http_error", "http_error"}},
+}
+
+func insertFixture(t *testing.T, conn driver.Conn, db, runID string, eps []episodeFixture, copies int) {
+	t.Helper()
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	// Each copy is its own insert, as a redelivered event would be: FINAL must show
+	// each episode once.
+	for range copies {
+		eb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".episodes (run_id, episode_id, idx, env, seed, policy, profile, requested_at, started_at, ended_at, steps, success, total_reward, infra_error, faults_fired, reason, version)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".faults (run_id, episode_id, step, seq, requested_at, kind, target, detail, version)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range eps {
+			id := episodeID(runID, i)
+			at := t0.Add(time.Duration(i) * time.Second)
+			if err := eb.Append(runID, id, uint64(i), "shop", uint64(100+i), "oracle", "stress", at, at, at.Add(time.Second),
+				e.steps, e.success, e.reward, e.infra, uint32(len(e.faults)), "success", uint64(1)); err != nil {
+				t.Fatal(err)
+			}
+			for j, k := range e.faults {
+				if err := fb.Append(runID, id, uint32(0), uint16(j), at, k, "api", "detail", uint64(1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := eb.Send(); err != nil {
+			t.Fatal(err)
+		}
+		if err := fb.Send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".steps (run_id, episode_id, step, requested_at, tool, args, observation, state_diff, fault_kinds, fault_targets, fault_details, reward, reward_names, reward_values, reward_spec, terminated, reason, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := episodeID(runID, 1)
+	for _, s := range []struct {
+		step   uint32
+		tool   string
+		kinds  []string
+		reward float64
+	}{{0, "search", []string{"http_error"}, 0.25}, {1, "buy", []string{"latency"}, -0.75}, {2, "pay", nil, 0}} {
+		if err := sb.Append(runID, id, s.step, t0, s.tool, `{"q":"x"}`, `{"ok":true}`, `[]`,
+			s.kinds, make([]string, len(s.kinds)), make([]string, len(s.kinds)), s.reward,
+			[]string{"task", "cost"}, []float64{s.reward + 1, -1}, "shop/v1", uint8(0), "", uint64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sb.Send(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func episodeID(runID string, i int) string { return runID + "-000000" + string(rune('0'+i)) }
+
+// TestAPIAgainstClickHouse reads a known run through the API from a real ClickHouse
+// (the schema the store migrates, rows inserted twice as a redelivery would) and checks
+// every figure against the numbers worked out by hand.
+func TestAPIAgainstClickHouse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ClickHouse; -short runs unit tests only")
+	}
+	srv := chtest.Start(t)
+	ctx := context.Background()
+	const db = "gauntlet"
+	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := trajectory.Migrate(ctx, conn, db); err != nil {
+		t.Fatal(err)
+	}
+	insertFixture(t, conn, db, "rA", runFixture, 2)
+	insertFixture(t, conn, db, "rB", runFixture[:1], 1)
+
+	c := New(Config{ClickHouse: srv.Addr, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	get := func(path string, v any) int {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code == http.StatusOK {
+			if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+		}
+		return rec.Code
+	}
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s = %v, want %v", what, got, want)
+		}
+	}
+
+	var runs RunsPage
+	if code := get("/console/api/runs", &runs); code != http.StatusOK {
+		t.Fatalf("runs: status %d", code)
+	}
+	if len(runs.Runs) != 2 || runs.Runs[0].RunID != "rA" {
+		t.Fatalf("runs = %+v, want rA (ended last) then rB", runs.Runs)
+	}
+	a := runs.Runs[0]
+	if a.Env != "shop" || a.Episodes != 5 || a.Successes != 3 || a.InfraErrors != 1 || a.Steps != 13 || a.Live {
+		t.Errorf("rA summary = %+v", a)
+	}
+	near("rA success rate", a.SuccessRate, 0.6)
+	near("rA mean reward", a.MeanReward, 0.6)
+	if want := time.Date(2026, 12, 1, 12, 0, 5, 0, time.UTC); !a.Last.Equal(want) {
+		t.Errorf("rA last = %v, want %v", a.Last, want)
+	}
+	if code := get("/console/api/runs?limit=1", &runs); code != http.StatusOK || len(runs.Runs) != 1 {
+		t.Errorf("runs?limit=1: status %d, %d runs", code, len(runs.Runs))
+	}
+
+	var run RunPage
+	if code := get("/console/api/runs/rA", &run); code != http.StatusOK {
+		t.Fatalf("run rA: status %d", code)
+	}
+	wantKinds := []FaultKind{
+		{Kind: "http_error", Episodes: 3, Successes: 1, SuccessRate: 1.0 / 3, MeanReward: 0},
+		{Kind: "latency", Episodes: 1, Successes: 0, SuccessRate: 0, MeanReward: -0.5},
+		{Kind: "", Episodes: 2, Successes: 2, SuccessRate: 1, MeanReward: 1.5},
+	}
+	if len(run.FaultKinds) != len(wantKinds) {
+		t.Fatalf("fault kinds = %+v, want %+v", run.FaultKinds, wantKinds)
+	}
+	for i, w := range wantKinds {
+		g := run.FaultKinds[i]
+		if g.Kind != w.Kind || g.Episodes != w.Episodes || g.Successes != w.Successes {
+			t.Errorf("fault kind %d = %+v, want %+v", i, g, w)
+		}
+		near("success rate of "+w.Kind, g.SuccessRate, w.SuccessRate)
+		near("mean reward of "+w.Kind, g.MeanReward, w.MeanReward)
+	}
+	// Rewards -0.5 .. 2.0 in 20 bins of 0.125: -0.5, 0, 0.5, 1.0 open bins 0, 4, 8, 12;
+	// the highest, 2.0, falls in the last.
+	wantBins := map[int]uint64{0: 1, 4: 1, 8: 1, 12: 1, 19: 1}
+	if len(run.Histogram) != histogramBins {
+		t.Fatalf("%d bins, want %d", len(run.Histogram), histogramBins)
+	}
+	for i, b := range run.Histogram {
+		if b.Count != wantBins[i] {
+			t.Errorf("bin %d [%v, %v) = %d, want %d", i, b.Lo, b.Hi, b.Count, wantBins[i])
+		}
+	}
+	if run.SeriesWidth != 1 || len(run.Series) != 5 || run.Series[1].SuccessRate != 0 || run.Series[3].MeanReward != 2 {
+		t.Errorf("series (width %d) = %+v", run.SeriesWidth, run.Series)
+	}
+
+	var eps EpisodesPage
+	if code := get("/console/api/runs/rA/episodes?offset=1&limit=2", &eps); code != http.StatusOK {
+		t.Fatalf("episodes: status %d", code)
+	}
+	if len(eps.Episodes) != 2 || eps.Episodes[0].Idx != 1 || eps.Episodes[1].Idx != 2 || eps.Episodes[0].FaultsFired != 2 {
+		t.Errorf("episodes offset 1 limit 2 = %+v", eps.Episodes)
+	}
+
+	var ep EpisodePage
+	if code := get("/console/api/episodes/"+episodeID("rA", 1)+"?from=1&limit=1", &ep); code != http.StatusOK {
+		t.Fatalf("episode: status %d", code)
+	}
+	if ep.Episode == nil || ep.Episode.Seed != 101 || ep.Episode.Success {
+		t.Errorf("episode header = %+v", ep.Episode)
+	}
+	if len(ep.Steps) != 1 {
+		t.Fatalf("steps from 1 limit 1 = %+v", ep.Steps)
+	}
+	s := ep.Steps[0]
+	if s.Step != 1 || s.Tool != "buy" || s.Reward != -0.75 || len(s.Faults) != 1 || s.Faults[0].Kind != "latency" ||
+		len(s.Components) != 2 || s.Components[0] != (Component{"task", 0.25}) || s.RewardSpec != "shop/v1" {
+		t.Errorf("step 1 = %+v", s)
+	}
+
+	for _, path := range []string{"/console/api/runs/rNone", "/console/api/episodes/rNone-0000000"} {
+		var v map[string]any
+		if code := get(path, &v); code != http.StatusNotFound {
+			t.Errorf("%s: status %d, want 404", path, code)
+		}
+	}
+}

@@ -1,0 +1,295 @@
+// The gauntlet console: three read-only pages over /console/api/ (docs/console.md).
+// Routes live in the URL's hash: #/ (runs), #/runs/ID (a run), #/episodes/ID?step=N
+// (the replay viewer). Everything is built with DOM calls and textContent, so no value
+// read from ClickHouse is ever parsed as HTML.
+import uPlot from "./vendor/uPlot.esm.js";
+
+const main = document.getElementById("main");
+const crumbs = document.getElementById("crumbs");
+const statusEl = document.getElementById("status");
+
+// How often a page refreshes while something it shows is in flight, and the runs list
+// otherwise (to find new runs).
+const LIVE_MS = 2000;
+const IDLE_MS = 10000;
+
+let timer = null;
+let generation = 0; // bumped on each navigation; stale refreshes drop their result
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+async function getJSON(path) {
+  const res = await fetch("api/" + path, { headers: { Accept: "application/json" } });
+  let body;
+  try {
+    body = await res.json();
+  } catch {
+    throw new Error(`${path}: HTTP ${res.status}`);
+  }
+  if (!res.ok) throw new Error(body.error || `${path}: HTTP ${res.status}`);
+  return body;
+}
+
+// Number formats, shared by every page so the same figure reads the same everywhere.
+export const fmt = {
+  pct: (x) => (100 * x).toFixed(1) + "%",
+  reward: (x) => x.toFixed(3),
+  int: (x) => String(x),
+  time: (s) => (s ? s.replace("T", " ").replace("Z", "") : ""),
+};
+
+function setCrumbs(...parts) {
+  crumbs.replaceChildren(...parts.flatMap((p, i) => (i ? [" / ", p] : [p])));
+}
+
+function showError(err) {
+  main.replaceChildren(el("p", { class: "error", role: "alert", text: err.message }));
+}
+
+function schedule(ms, gen) {
+  clearTimeout(timer);
+  timer = setTimeout(() => {
+    if (gen === generation) route(true);
+  }, ms);
+}
+
+// --- runs list ---------------------------------------------------------------------
+
+async function runsPage(gen) {
+  setCrumbs(el("span", { text: "runs" }));
+  const { runs } = await getJSON("runs");
+  if (gen !== generation) return;
+  const rows = runs.map((r) =>
+    el("tr", { "data-run": r.run_id },
+      el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(r.run_id)}`, text: r.run_id })),
+      el("td", { "data-field": "env", text: r.env }),
+      el("td", { class: "num", "data-field": "episodes", text: fmt.int(r.episodes) }),
+      el("td", { class: "num muted", "data-field": "planned", text: r.planned === undefined ? "" : "of " + fmt.int(r.planned) }),
+      el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(r.success_rate) }),
+      el("td", { class: "num", "data-field": "mean_reward", text: fmt.reward(r.mean_reward) }),
+      el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(r.infra_errors) }),
+      el("td", { "data-field": "first", text: fmt.time(r.first) }),
+      el("td", { "data-field": "last", text: fmt.time(r.last) }),
+      el("td", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })));
+  main.replaceChildren(
+    el("h1", { text: "Runs" }),
+    runs.length === 0
+      ? el("p", { class: "muted", text: "No episode has ended yet. Start a run with `gauntlet run`." })
+      : el("table", { id: "runs" },
+        el("thead", {}, el("tr", {},
+          ["run", "env"].map((h) => el("th", { text: h })),
+          ["episodes ended", "", "success", "mean reward", "infra errors"].map((h) => el("th", { class: "num", text: h })),
+          ["first started", "last ended", ""].map((h) => el("th", { text: h })))),
+        el("tbody", {}, rows)));
+  return runs.some((r) => r.live) ? LIVE_MS : IDLE_MS;
+}
+
+// stateText says where a run is: the scheduler's state when it has a record of the run,
+// else whether an episode ended lately.
+function stateText(r) {
+  if (r.state === "running") return "running";
+  if (r.state === "done") return r.live ? "done, storing" : "done";
+  return r.live ? "active" : "idle";
+}
+
+// --- run page ----------------------------------------------------------------------
+
+function card(key, value, field) {
+  return el("div", { class: "card" }, el("div", { class: "v", "data-field": field, text: value }), el("div", { class: "k", text: key }));
+}
+
+function chart(title, opts, data) {
+  const box = el("div", { class: "chart" });
+  // uPlot measures its container, so it is built once the box is in the document.
+  queueMicrotask(() => new uPlot({ title, width: 540, height: 260, ...opts }, data, box));
+  return box;
+}
+
+const EPISODES_PAGE = 200; // episodes listed at once on the run page
+
+async function runPage(gen, runID, offset) {
+  setCrumbs(el("a", { href: "#/", text: "runs" }), el("span", { text: runID }));
+  const enc = encodeURIComponent(runID);
+  const [page, eps] = await Promise.all([getJSON(`runs/${enc}`), getJSON(`runs/${enc}/episodes?offset=${offset}&limit=${EPISODES_PAGE}`)]);
+  if (gen !== generation) return;
+  const r = page.run;
+  const xs = page.series.map((p) => p.from);
+  const bars = uPlot.paths.bars({ size: [0.9, 100] });
+  const histX = page.reward_histogram.map((b) => (b.lo + b.hi) / 2);
+  const hist = page.reward_histogram;
+  const histRange = (u, lo, hi) => (hist.length ? [hist[0].lo - (hist.length === 1 ? 1 : 0), hist[hist.length - 1].hi + (hist.length === 1 ? 1 : 0)] : [lo, hi]);
+  main.replaceChildren(
+    el("h1", {}, "Run ", el("span", { id: "run-id", text: r.run_id }), " ", el("span", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })),
+    el("div", { class: "cards" },
+      card("env", r.env, "env"),
+      card(r.planned === undefined ? "episodes ended" : `episodes ended of ${r.planned}`, fmt.int(r.episodes), "episodes"),
+      card("success rate", fmt.pct(r.success_rate), "success_rate"),
+      card("mean reward", fmt.reward(r.mean_reward), "mean_reward"),
+      card("steps", fmt.int(r.steps), "steps"),
+      card("infra errors", fmt.int(r.infra_errors), "infra_errors")),
+    el("h2", { text: "Over the run" }),
+    el("div", { class: "charts" },
+      chart(`success rate and mean reward by episode index (${page.series_width} per point)`, {
+        scales: { x: { time: false }, rate: { range: [0, 1] } },
+        axes: [{ label: "episode index" }, { scale: "rate", label: "success rate" }, { scale: "reward", side: 1, label: "mean reward", grid: { show: false } }],
+        series: [{ label: "from episode" }, { label: "success rate", scale: "rate", stroke: "#1f7a3d", width: 2 }, { label: "mean reward", scale: "reward", stroke: "#2456a6", width: 2 }],
+      }, [xs, page.series.map((p) => p.success_rate), page.series.map((p) => p.mean_reward)]),
+      chart("reward distribution (episodes)", {
+        // The bars are drawn at their bins' centres; the axis spans the bins' edges.
+        scales: { x: { time: false, range: histRange } },
+        axes: [{ label: "episode reward" }, { label: "episodes" }],
+        series: [{ label: "reward" }, { label: "episodes", fill: "#2456a655", stroke: "#2456a6", paths: bars, points: { show: false } }],
+      }, [histX, page.reward_histogram.map((b) => b.count)])),
+    el("h2", { text: "By fault kind" }),
+    el("table", { id: "fault-kinds" },
+      el("thead", {}, el("tr", {}, el("th", { text: "fault kind met" }), ["episodes", "success", "mean reward"].map((h) => el("th", { class: "num", text: h })))),
+      el("tbody", {}, page.fault_kinds.map((k) => el("tr", { "data-kind": k.kind },
+        el("td", { text: k.kind || "(no fault)" }),
+        el("td", { class: "num", text: fmt.int(k.episodes) }),
+        el("td", { class: "num", text: fmt.pct(k.success_rate) }),
+        el("td", { class: "num", text: fmt.reward(k.mean_reward) }))))),
+    el("h2", { text: eps.episodes.length ? `Episodes ${offset}–${offset + eps.episodes.length - 1} of ${r.episodes} ended` : "Episodes" }),
+    el("div", { class: "stepper" },
+      offset > 0 ? el("a", { id: "episodes-prev", href: `#/runs/${enc}?offset=${Math.max(0, offset - EPISODES_PAGE)}`, text: "◀ previous" }) : null,
+      offset + eps.episodes.length < r.episodes ? el("a", { id: "episodes-next", href: `#/runs/${enc}?offset=${offset + EPISODES_PAGE}`, text: "next ▶" }) : null),
+    el("table", { id: "episodes" },
+      el("thead", {}, el("tr", {}, el("th", { text: "episode" }), el("th", { class: "num", text: "idx" }),
+        ["policy", "profile"].map((h) => el("th", { text: h })),
+        ["steps", "faults", "reward"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "outcome" }))),
+      el("tbody", {}, eps.episodes.map((e) => el("tr", { "data-episode": e.episode_id },
+        el("td", {}, el("a", { href: `#/episodes/${encodeURIComponent(e.episode_id)}`, text: e.episode_id })),
+        el("td", { class: "num", text: fmt.int(e.idx) }),
+        el("td", { text: e.policy }), el("td", { text: e.profile }),
+        el("td", { class: "num", text: fmt.int(e.steps) }),
+        el("td", { class: "num", text: fmt.int(e.faults_fired) }),
+        el("td", { class: "num", text: fmt.reward(e.total_reward) }),
+        el("td", { class: e.success ? "ok" : "bad", text: e.infra_error ? "infra error" : e.reason }))))));
+  return r.live ? LIVE_MS : 0;
+}
+
+// --- replay viewer -----------------------------------------------------------------
+
+const PAGE = 100; // steps fetched at once
+let replay = null; // {id, episode, pages: Map(from -> steps), total}
+
+async function stepAt(id, n) {
+  const from = Math.floor(n / PAGE) * PAGE;
+  if (!replay.pages.has(from)) {
+    const page = await getJSON(`episodes/${encodeURIComponent(id)}?from=${from}&limit=${PAGE}`);
+    replay.pages.set(from, page.steps);
+    replay.episode = page.episode;
+  }
+  return replay.pages.get(from)[n - from];
+}
+
+function pretty(text) {
+  if (!text) return "";
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
+function goStep(id, n) {
+  location.hash = `#/episodes/${encodeURIComponent(id)}?step=${n}`;
+}
+
+async function episodePage(gen, id, n) {
+  setCrumbs(el("a", { href: "#/", text: "runs" }), el("span", { text: id }));
+  if (!replay || replay.id !== id) replay = { id, episode: null, pages: new Map() };
+  const step = await stepAt(id, n);
+  if (gen !== generation) return;
+  const ep = replay.episode;
+  if (ep) {
+    setCrumbs(el("a", { href: "#/", text: "runs" }), el("a", { href: `#/runs/${encodeURIComponent(ep.run_id)}`, text: ep.run_id }), el("span", { text: id }));
+  }
+  const total = ep ? ep.steps : null;
+  const last = total !== null ? total - 1 : null;
+  const head = el("div", { class: "cards" },
+    ep ? [card("env", ep.env, "env"), card("policy", ep.policy, "policy"), card("profile", ep.profile, "profile"),
+      card("seed", String(ep.seed), "seed"), card("outcome", ep.infra_error ? "infra error: " + ep.error : ep.reason, "reason"),
+      card("total reward", fmt.reward(ep.total_reward), "total_reward")]
+      : el("p", { class: "muted", text: "This episode has not ended yet." }));
+  const stepper = el("div", { class: "stepper" },
+    el("button", { id: "prev", disabled: n <= 0 ? "" : null, onclick: () => goStep(id, n - 1), text: "◀ previous" }),
+    el("span", {}, "step ", el("b", { id: "step-index", text: String(n) }), total !== null ? ` of 0–${last}` : ""),
+    el("button", { id: "next", disabled: step === undefined || (last !== null && n >= last) ? "" : null, onclick: () => goStep(id, n + 1), text: "next ▶" }));
+  if (step === undefined) {
+    main.replaceChildren(el("h1", { text: "Episode " + id }), head, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
+    return ep ? 0 : LIVE_MS;
+  }
+  const flags = [step.terminated && "terminated", step.truncated && "truncated", step.success && "success", step.invalid_action && "invalid action", step.reason].filter(Boolean);
+  main.replaceChildren(
+    el("h1", { text: "Episode " + id }), head, stepper,
+    el("div", { class: "grid" },
+      el("section", {}, el("h3", { text: "action" }), el("pre", { id: "step-action", text: step.tool + " " + pretty(step.args) })),
+      el("section", {}, el("h3", { text: "observation" }), el("pre", { id: "step-observation", text: pretty(step.observation) })),
+      el("section", {}, el("h3", { text: "state diff" }), el("pre", { id: "step-diff", text: pretty(step.state_diff) })),
+      el("section", {},
+        el("h3", { text: "reward" }),
+        el("table", { id: "step-reward" },
+          el("tbody", {},
+            el("tr", {}, el("th", { text: "total" }), el("td", { class: "num", "data-field": "reward", text: fmt.reward(step.reward) })),
+            step.components.map((c) => el("tr", {}, el("td", { text: c.name }), el("td", { class: "num", text: fmt.reward(c.value) }))))),
+        el("p", { class: "muted", text: [step.reward_spec && "spec " + step.reward_spec, `progress ${step.progress.toFixed(2)}`, ...flags].filter(Boolean).join(" · ") }),
+        el("h3", { text: `faults fired (${step.faults.length})` }),
+        step.faults.length === 0 ? el("p", { class: "muted", text: "none" })
+          : el("table", { id: "step-faults" }, el("tbody", {}, step.faults.map((f) => el("tr", {}, el("td", { text: f.kind }), el("td", { text: f.target }), el("td", { text: f.detail }))))),
+        step.violations.length ? [el("h3", { text: "causal feedback" }), el("ul", {}, step.violations.map((v) => el("li", { text: v })))] : null,
+        step.safety_events.length ? [el("h3", { text: "safety events" }), el("ul", {}, step.safety_events.map((v) => el("li", { text: v })))] : null)));
+  return ep ? 0 : LIVE_MS;
+}
+
+document.addEventListener("keydown", (e) => {
+  if (e.target instanceof HTMLInputElement) return;
+  const button = e.key === "ArrowLeft" ? "prev" : e.key === "ArrowRight" ? "next" : null;
+  const b = button && document.getElementById(button);
+  if (b && !b.disabled) b.click();
+});
+
+// --- routing -----------------------------------------------------------------------
+
+async function route(refresh) {
+  const gen = refresh ? generation : ++generation;
+  clearTimeout(timer);
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = hash.split("?");
+  const params = new URLSearchParams(query || "");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  try {
+    let next;
+    if (parts.length === 0) next = await runsPage(gen);
+    else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1], Math.max(0, parseInt(params.get("offset") || "0", 10) || 0));
+    else if (parts[0] === "episodes" && parts.length === 2) {
+      // Pages of an ended episode are kept while stepping; one in flight is read again.
+      if (!replay || replay.id !== parts[1] || !replay.episode) replay = null;
+      next = await episodePage(gen, parts[1], Math.max(0, parseInt(params.get("step") || "0", 10) || 0));
+    } else throw new Error(`no page at #${hash}`);
+    if (gen !== generation) return;
+    statusEl.textContent = "updated " + new Date().toLocaleTimeString() + (next === LIVE_MS ? " · live" : "");
+    if (next) schedule(next, gen);
+  } catch (err) {
+    if (gen !== generation) return;
+    showError(err);
+    statusEl.textContent = "";
+    schedule(IDLE_MS, gen);
+  }
+}
+
+window.addEventListener("hashchange", () => route(false));
+route(false);
