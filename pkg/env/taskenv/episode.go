@@ -427,7 +427,9 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 // when it names no directory. Writes to the verifier's paths are reported.
 func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage, []string) {
 	var m map[string]any
-	if err := json.Unmarshal(args, &m); err != nil {
+	d := json.NewDecoder(bytes.NewReader(args))
+	d.UseNumber() // numbers go back to the tool as they came
+	if err := d.Decode(&m); err != nil {
 		return args, nil // the tool reports it
 	}
 	key := "path"
