@@ -249,7 +249,7 @@ func TestPlantedRewardIsRemoved(t *testing.T) {
 }
 
 // writeTask writes a task folder whose test.sh is script.
-func writeTask(t *testing.T, script string, verifierTimeout string) string {
+func writeTask(t testing.TB, script string, verifierTimeout string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "broken")
 	files := map[string]string{
