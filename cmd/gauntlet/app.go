@@ -129,7 +129,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	}, modBus, modHTTP)
 	m.Register(modWorker, func() (lifecycle.Service, error) {
 		wc := cfg.Worker
-		wc.Policies, wc.Sandboxes = policies, a.getSandboxes
+		wc.Policies, wc.Sandboxes, wc.Datasets = policies, a.getSandboxes, cfg.Tasks.Datasets
 		return worker.New(wc, a.busFor(modWorker), a.busFor(connWorkerRPC), tel, log.With("module", modWorker)), nil
 	}, modBus, modHTTP, modSandbox)
 	m.Register(modStore, func() (lifecycle.Service, error) {
@@ -142,7 +142,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 			return lifecycle.Funcs{}, nil // off
 		}
 		ec := cfg.EnvAPI
-		ec.Sandboxes = a.getSandboxes
+		ec.Sandboxes, ec.Datasets = a.getSandboxes, cfg.Tasks.Datasets
 		a.envapi = envapi.New(ec, a.busFor(modEnvAPI), tel, log.With("module", modEnvAPI))
 		return a.envapi, nil
 	}, modBus, modHTTP, modSandbox)
@@ -152,7 +152,7 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 		return curriculum.New(curriculum.Config{
 			Address: a.temporalAddr, Namespace: cfg.TemporalNamespace,
 			WorkerID: cfg.Worker.ID, Version: version, StopTimeout: cfg.StopTimeout / 2,
-			Sandboxes: a.getSandboxes, Policies: policies,
+			Sandboxes: a.getSandboxes, Policies: policies, Datasets: cfg.Tasks.Datasets,
 		}, a.busFor(modCurriculum), log.With("module", modCurriculum)), nil
 	}, modBus, modTemporal, modHTTP, modSandbox)
 	// Services depend on each other only through NATS (requests retry until a responder

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
@@ -61,6 +62,8 @@ type config struct {
 	// Sandbox is the process's sandbox runtime, opened once by the sandbox module and
 	// shared by every module that plays episodes (worker, env API, durable episodes).
 	Sandbox runtimes.Config
+	// Tasks names the task datasets the process's episodes may play (--tasks.datasets).
+	Tasks taskenv.Config
 	// Worlds are the user worlds this process registers as envs, next to the built-in
 	// ones, before any module starts.
 	Worlds world.Config
@@ -96,6 +99,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.EnvAPI.RegisterFlags(fs)
 	c.PolicyHTTP.RegisterFlags(fs)
 	c.Sandbox.RegisterFlags(fs)
+	c.Tasks.RegisterFlags(fs)
 	c.Worlds.RegisterFlags(fs)
 }
 
@@ -124,7 +128,7 @@ func (c *config) validate() error {
 	if c.EventsHistoryBytes < 0 {
 		errs = append(errs, fmt.Errorf("nats.events-history-bytes: %d must not be negative", c.EventsHistoryBytes))
 	}
-	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Worlds.Validate())
+	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Worlds.Validate(), c.Tasks.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off
 		errs = append(errs, c.EnvAPI.Validate())
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,5 +176,40 @@ func TestStackFlagsResolve(t *testing.T) {
 	addr, db := sf.clickHouseIfKnown()
 	if err != nil || url != "nats://s:1" || addr != "s:2" || db != "mine" {
 		t.Errorf("from stack.json: nats %q (%v), clickhouse %q, database %q", url, err, addr, db)
+	}
+}
+
+// TestTasksDatasetsValidated: --tasks.datasets is read at start: a malformed entry is
+// refused by the flag, an invalid dataset by the configuration's validation, with the
+// others' problems, before anything runs.
+func TestTasksDatasetsValidated(t *testing.T) {
+	var cfg config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg.register(fs)
+	if err := fs.Parse([]string{"--tasks.datasets", "no-dir"}); err == nil || !strings.Contains(err.Error(), "want NAME=DIR") {
+		t.Errorf("--tasks.datasets no-dir: %v", err)
+	}
+	if err := fs.Parse([]string{"--tasks.datasets", "a=x,a=y"}); err == nil || !strings.Contains(err.Error(), "named twice") {
+		t.Errorf("a name twice: %v", err)
+	}
+	broken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(broken, "task.toml"), []byte("[agent]\ntimeout_sec = -1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg = config{}
+	fs = flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := fs.Parse([]string{"--tasks.datasets", "good=../../datasets/gauntlet,bad=" + broken, "--log.level", "loud"}); err != nil {
+		t.Fatal(err)
+	}
+	err := cfg.validate()
+	for _, want := range []string{"tasks.datasets: bad:", "agent.timeout_sec", "--log.level"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: %v, want it to say %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "good:") {
+		t.Errorf("the good dataset was refused: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	// Envs and policies register themselves.
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world"
 )
 
@@ -102,7 +103,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "reward":
 		return cmdReward(ctx, rest, stdout, stderr)
 	case "tasks":
-		return cmdTasks(args[1:], stdout, stderr)
+		return cmdTasks(ctx, args[1:], stdout, stderr)
 	case "faults":
 		return cmdFaults(ctx, rest, stdout, stderr)
 	case "worlds":

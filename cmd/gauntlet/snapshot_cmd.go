@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
@@ -68,6 +69,9 @@ type replayOpts struct {
 	step     int
 	maxSteps uint
 	sandbox  runtimes.Config
+	// tasks names the datasets episodes of the tasks env were played from, by the names
+	// their params use.
+	tasks taskenv.Config
 	// worlds are user worlds the recorded episode may be of.
 	worlds world.Config
 }
@@ -86,6 +90,7 @@ func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.StateDir, "sandbox.state-dir", "", "state directory of the runtime (default: <data-dir>/sandbox-cli)")
 	fs.StringVar(&o.sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (default: start a private one)")
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
+	o.tasks.RegisterFlags(fs)
 	o.worlds.RegisterFlags(fs)
 }
 
@@ -380,7 +385,7 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 	// Replayed steps print nothing; fork turns the printing on.
 	out := &cliOut{}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", scorer, out)
-	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes}); err != nil {
+	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes, Datasets: o.tasks.Datasets}); err != nil {
 		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), sess.Close())
 	}
 	obs, err := sess.Reset(ctx, 1)

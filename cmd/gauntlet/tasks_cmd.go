@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,11 @@ const tasksUsage = `Usage:
                                             the tasks of a dataset, filtered (tags: all must
                                             match; difficulties and globs: any)
   gauntlet tasks describe DIR/TASK [--json] one task: its configuration, environment, digest
+  gauntlet tasks check DIR|MANIFEST [--tag T]... [--difficulty D]... [--glob G]... [--sandbox.runtime R]
+                                            play every task twice in real sandboxes: the oracle
+                                            (solution/solve.sh) must succeed, a no-op agent
+                                            must fail; report per task, exit non-zero if one
+                                            does not
   gauntlet tasks generate --n N [--seed S] DIR
                                             write N synthetic tasks under DIR, for load tests
 
@@ -30,7 +36,7 @@ task folder: see docs/tasks.md.
 `
 
 // cmdTasks is `gauntlet tasks`.
-func cmdTasks(args []string, stdout, stderr io.Writer) error {
+func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, tasksUsage)
 		return errUsage
@@ -42,6 +48,8 @@ func cmdTasks(args []string, stdout, stderr io.Writer) error {
 		return tasksLs(args[1:], stdout, stderr)
 	case "describe":
 		return tasksDescribe(args[1:], stdout, stderr)
+	case "check":
+		return tasksCheck(ctx, args[1:], stdout, stderr)
 	case "generate":
 		return tasksGenerate(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

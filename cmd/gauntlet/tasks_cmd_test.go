@@ -106,3 +106,52 @@ func TestTasksLsAndDescribe(t *testing.T) {
 		t.Error("describe of a folder that is no task succeeded")
 	}
 }
+
+// TestTasksCheck: tasks check plays tasks of the in-repo dataset through the episode
+// runner on the process runtime and passes them (oracle succeeds, no-op fails); a task
+// whose tests pass without the work, or whose solution does not solve it, fails the
+// command and is named.
+func TestTasksCheck(t *testing.T) {
+	out, errOut, err := runTasksCmd("check", "--data-dir", t.TempDir(), "--glob", "codefix/sum", "--glob", "data/status-summary", "--glob", "python/fix-median", "../../datasets/gauntlet")
+	if err != nil {
+		t.Fatalf("check: %v\n%s%s", err, out, errOut)
+	}
+	for _, want := range []string{"ok   codefix/sum  oracle {\"reward\":1}  no-op {\"reward\":0}", "ok   data/status-summary", "ok   python/fix-median", "3 of 3 tasks pass"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	root := t.TempDir()
+	task := func(test, solve string) map[string]string {
+		return map[string]string{
+			"task.toml":      "version = \"1.0\"\n[verifier]\ntimeout_sec = 10.0\n[agent]\ntimeout_sec = 10.0\n",
+			"instruction.md": "Write done.txt in /app.\n", "environment/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n",
+			"tests/test.sh": test, "solution/solve.sh": solve,
+		}
+	}
+	files := map[string]string{}
+	for name, fs := range map[string]map[string]string{
+		"good":      task("#!/bin/bash\n[ -f /app/done.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n", "#!/bin/bash\ntouch done.txt\n"),
+		"lenient":   task("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n", "#!/bin/bash\ntouch done.txt\n"),
+		"unsolved":  task("#!/bin/bash\n[ -f /app/done.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n", "#!/bin/bash\ntrue\n"),
+		"no-reward": task("#!/bin/bash\nexit 3\n", "#!/bin/bash\ntrue\n"),
+	} {
+		for p, c := range fs {
+			files[name+"/"+p] = c
+		}
+	}
+	writeFiles(t, root, files)
+	out, _, err = runTasksCmd("check", "--data-dir", t.TempDir(), root)
+	if err == nil || !strings.Contains(err.Error(), "3 of 4 tasks fail") {
+		t.Fatalf("check of a dataset with broken tasks: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"ok   good", "FAIL lenient\n  a no-op agent succeeds", "FAIL unsolved\n  oracle did not succeed",
+		"FAIL no-reward\n  oracle: step 1 of no-reward-oracle: tasks: verifier failed: task no-reward: the verifier wrote no reward.txt or reward.json (test.sh exited 3)\n", "1 of 4 tasks pass",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

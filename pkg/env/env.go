@@ -84,6 +84,11 @@ type Config struct {
 	// Sandboxes lends real sandboxes to envs that need them (codefix); nil when the worker
 	// runs none. Such envs' NewEpisode then fails with ErrNoSandbox.
 	Sandboxes Sandboxes
+	// Datasets are the task datasets the process may play, by name (a folder, task folder
+	// or manifest each): envs that play task folders (tasks) find the dataset an episode
+	// names here, so a request can never point the process at a path of its choosing.
+	// Nil when the process was started without any.
+	Datasets map[string]string
 }
 
 // StepResult is what one step produced.

@@ -32,6 +32,9 @@ type Deps struct {
 	// Policies are the policies agents come from, with the process's configuration (the
 	// "http" policy's endpoint); nil is the registered policies alone.
 	Policies *policy.Set
+	// Datasets are the task datasets the process may play, by name (env.Config.Datasets);
+	// nil when it was started without any.
+	Datasets map[string]string
 }
 
 // PlanExpander is plans.Expand with the template a compact plan names found somewhere
@@ -63,7 +66,7 @@ func (d Deps) Prepare(ctx context.Context, req *gauntletv1.EpisodeRequested, pla
 	if err != nil {
 		return nil, nil, fmt.Errorf("fault plan: %w", err)
 	}
-	ep, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps, Faults: inj, Sandboxes: d.Sandboxes})
+	ep, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps, Faults: inj, Sandboxes: d.Sandboxes, Datasets: d.Datasets})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -78,7 +81,7 @@ func (d Deps) Check(req *gauntletv1.EpisodeRequested) (env.Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	ep, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps})
+	ep, err := e.NewEpisode(env.Config{Seed: req.Seed, Params: json.RawMessage(req.ParamsJson), MaxSteps: req.MaxSteps, Datasets: d.Datasets})
 	if err != nil {
 		return e, fmt.Errorf("params_json: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -138,11 +139,11 @@ func (s *Sandboxes) acquireWarm(ctx context.Context, spec sandbox.Spec) (sandbox
 }
 
 // sameShape reports whether a sandbox of template t can serve spec: everything but the
-// workspace and labels is the same (services too: they shape the sandbox's network).
+// workspace and labels is the same (services and links too: they shape its network and root).
 func sameShape(t, spec sandbox.Spec) bool {
 	t, spec = t.WithDefaults(), spec.WithDefaults()
 	return t.Image == spec.Image && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env) &&
-		slices.Equal(t.Services, spec.Services)
+		slices.Equal(t.Services, spec.Services) && maps.Equal(t.Links, spec.Links)
 }
 
 // Release gives a sandbox back: a pooled one is reset for the next episode, any other is

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -31,7 +33,17 @@ type Spec struct {
 	// Services are the host services the sandbox may reach through a fault gateway
 	// (see Service; runtimes implementing ServiceListener support them).
 	Services []Service `json:"services,omitempty"`
+	// Links are paths at the root of the sandbox's filesystem that lead into its workspace
+	// (path such as "/app": folder relative to the workspace, such as "app"), for tasks
+	// written for fixed paths (Harbor's /app, /logs, /tests). The process runtime makes
+	// them symlinks in every exec's root, and the folders in a new workspace (a fork keeps
+	// its snapshot's); a runtime that cannot refuses the spec with
+	// ErrUnsupported rather than run a task that would not find its files.
+	Links map[string]string `json:"links,omitempty"`
 }
+
+// reservedRoots are the root folders every runtime provides itself; a link may not hide one.
+var reservedRoots = []string{"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp", "usr", "workspace"}
 
 // Limits are a sandbox's resource limits; zero fields take the Default* values.
 type Limits struct {
@@ -152,6 +164,18 @@ func (s Spec) Validate() error {
 		}
 	}
 	errs = append(errs, validateServices(s.Services)...)
+	for _, p := range slices.Sorted(maps.Keys(s.Links)) {
+		name := strings.TrimPrefix(p, "/")
+		switch {
+		case !strings.HasPrefix(p, "/") || name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == "..":
+			bad("links", "%q must be one folder at the root, such as /app", p)
+		case slices.Contains(reservedRoots, name):
+			bad("links", "%q would hide the sandbox's own %s", p, p)
+		}
+		if _, err := CleanRelPath(s.Links[p]); err != nil {
+			bad("links["+p+"]", "%v", err)
+		}
+	}
 	seen := map[string]bool{}
 	for i, f := range s.Workspace {
 		p, err := CleanRelPath(f.Path)

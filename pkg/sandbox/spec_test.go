@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,6 +23,33 @@ func TestNameCheckersMatchTheirPatterns(t *testing.T) {
 		}
 		if got, want := validServiceName(c), svcRE.MatchString(c); got != want {
 			t.Errorf("validServiceName(%q) = %v, want %v", c, got, want)
+		}
+	}
+}
+
+// TestValidateLinks: a link is one folder at the root leading to a workspace folder; it
+// may not hide a folder the runtime provides, nor lead out of the workspace.
+func TestValidateLinks(t *testing.T) {
+	good := Spec{Links: map[string]string{"/app": "app", "/logs": "logs/x"}}
+	if err := good.Validate(); err != nil {
+		t.Errorf("good links: %v", err)
+	}
+	for _, c := range []struct {
+		links map[string]string
+		want  string
+	}{
+		{map[string]string{"app": "app"}, `"app" must be one folder at the root`},
+		{map[string]string{"/": "app"}, `"/" must be one folder at the root`},
+		{map[string]string{"/a/b": "app"}, `"/a/b" must be one folder at the root`},
+		{map[string]string{"/..": "app"}, `"/.." must be one folder at the root`},
+		{map[string]string{"/usr": "app"}, "would hide the sandbox's own /usr"},
+		{map[string]string{"/workspace": "app"}, "would hide"},
+		{map[string]string{"/app": "../etc"}, "links[/app]: \"../etc\" leaves the workspace"},
+		{map[string]string{"/app": "/etc"}, "links[/app]: \"/etc\" is absolute"},
+	} {
+		err := Spec{Links: c.links}.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("links %v: %v, want ErrInvalid saying %q", c.links, err, c.want)
 		}
 	}
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// Policies are the policies durable episodes play, with their configuration; nil is
 	// the registered policies alone.
 	Policies *policy.Set
+	// Datasets are the task datasets episodes may play, by name (--tasks.datasets, set by
+	// the process); nil: none.
+	Datasets map[string]string
 }
 
 // Service is the Temporal worker.
@@ -70,7 +73,7 @@ func New(cfg Config, getBus func() *bus.Bus, log *slog.Logger) *Service {
 // Starting dials Temporal and registers the workflows and activities, whose durable
 // episodes take the sandboxes of the process's runtime, if any.
 func (s *Service) Starting(ctx context.Context) error {
-	deps := play.Deps{Policies: s.cfg.Policies}
+	deps := play.Deps{Policies: s.cfg.Policies, Datasets: s.cfg.Datasets}
 	if s.cfg.Sandboxes != nil {
 		deps.Sandboxes = s.cfg.Sandboxes()
 	}

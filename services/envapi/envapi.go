@@ -97,6 +97,9 @@ type Config struct {
 	// sandbox runtime (--sandbox.*), shared with the worker. Nil, or a nil result, makes
 	// such envs' Reset fail with env.ErrNoSandbox.
 	Sandboxes func() env.Sandboxes
+	// Datasets are the task datasets episodes may play, by name (--tasks.datasets, set by
+	// the process); nil: none.
+	Datasets map[string]string
 }
 
 // Validate reports every problem at once, naming the flag.
@@ -278,6 +281,7 @@ func (s *Service) Starting(ctx context.Context) error {
 	if s.cfg.Sandboxes != nil {
 		s.deps.Sandboxes = s.cfg.Sandboxes()
 	}
+	s.deps.Datasets = s.cfg.Datasets
 	if b := s.bus(); b != nil {
 		s.deps.Templates = templates.NewClient(b.JS)
 	}

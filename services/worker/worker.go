@@ -84,6 +84,9 @@ type Config struct {
 	// Policies are the policies the worker plays with their configuration (the "http"
 	// policy's endpoint); nil is the registered policies alone.
 	Policies *policy.Set
+	// Datasets are the task datasets episodes may play, by name (--tasks.datasets, set by
+	// the process); nil: none.
+	Datasets map[string]string
 }
 
 // Validate reports every problem at once.
@@ -594,7 +597,7 @@ func countKind(counts []kindCount, kind string) []kindCount {
 
 // prepare builds the episode and its agent; its errors are the request's fault.
 func (w *Service) prepare(ctx context.Context, sess *play.Session) (env.Agent, error) {
-	deps := play.Deps{Sandboxes: w.sandboxes, Templates: w.templates, Policies: w.cfg.Policies}
+	deps := play.Deps{Sandboxes: w.sandboxes, Templates: w.templates, Policies: w.cfg.Policies, Datasets: w.cfg.Datasets}
 	e, err := sess.Prepare(ctx, deps)
 	if err != nil {
 		return nil, err

@@ -326,6 +326,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 	if err := spec.Validate(); err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create sandbox: %w", err)
 	}
+	if len(spec.Links) > 0 {
+		// The sandbox's root is the image's; links there would need the agent to make
+		// them, which a read-only root forbids. A task image makes such paths itself.
+		return sandbox.Handle{}, fmt.Errorf("create sandbox: %w: links: the containerd runtime shows the image's own root", sandbox.ErrUnsupported)
+	}
 	spec = spec.WithDefaults()
 	ctx = r.ctx(ctx)
 	parent, chain := "", 0

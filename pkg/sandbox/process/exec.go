@@ -10,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -494,6 +497,11 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec, ws st
 	a = append(a,
 		"--size", strconv.FormatInt(spec.Limits.DiskBytes, 10), "--tmpfs", "/tmp",
 		"--bind", ws, sandbox.WorkspacePath,
+	)
+	for _, l := range slices.Sorted(maps.Keys(spec.Links)) {
+		a = append(a, "--symlink", path.Join(sandbox.WorkspacePath, spec.Links[l]), l)
+	}
+	a = append(a,
 		"--remount-ro", "/",
 		"--chdir", sandbox.ExecDir(req.Dir),
 		"--", "/bin/sh", "-c", innerScript, "sh",

@@ -255,3 +255,34 @@ func TestMeteringCountsManyProcesses(t *testing.T) {
 		})
 	}
 }
+
+// TestLinks: a spec's links show workspace folders at the root, in the sandbox and in its
+// forks, and the root stays read-only around them.
+func TestLinks(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{
+		Links:     map[string]string{"/app": "app", "/logs": "logs"},
+		Workspace: []sandbox.File{{Path: "app/hello", Data: []byte("hi\n")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `cat /app/hello && mkdir -p /logs/v && echo x > /logs/v/r && cat /workspace/logs/v/r && cd /app && ls && ! mkdir /elsewhere 2>/dev/null`
+	res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}})
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "hi\nx\nhello\n" {
+		t.Fatalf("exec: %v, exit %d, %q %q", err, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	s, err := rt.Snapshot(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := rt.Fork(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = rt.Exec(ctx, f.ID, sandbox.ExecRequest{Argv: []string{"cat", "/app/hello", "/logs/v/r"}})
+	if err != nil || string(res.Stdout) != "hi\nx\n" {
+		t.Fatalf("exec in the fork: %v, %q %q", err, res.Stdout, res.Stderr)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -528,9 +529,17 @@ func mountOverlayAPI(target string, lowers []string, upper, work string) error {
 	return nil
 }
 
-// seed writes spec.Workspace into the workspace, owned by the sandbox user.
+// seed writes spec.Workspace into the workspace, and makes the folders spec.Links lead
+// to, owned by the sandbox user.
 func (r *Runtime) seed(rec *boxRecord) error {
 	ws := r.wsDir(rec.Handle.ID)
+	for _, l := range slices.Sorted(maps.Keys(rec.Handle.Spec.Links)) {
+		// A link to a missing folder would make "mkdir -p /logs/x" fail in the sandbox.
+		p, _ := sandbox.CleanRelPath(rec.Handle.Spec.Links[l]) // validated
+		if err := r.mkdirOwned(ws, filepath.Join(ws, filepath.FromSlash(p))); err != nil {
+			return fmt.Errorf("seed link %s: %w", l, err)
+		}
+	}
 	for _, f := range rec.Handle.Spec.Workspace {
 		p, _ := sandbox.CleanRelPath(f.Path) // validated
 		full := filepath.Join(ws, filepath.FromSlash(p))

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
+)
+
+// TestTasksEndToEnd plays episodes of the tasks env (tasks of datasets/gauntlet picked by
+// the seed) through the whole pipeline on the process runtime into a real ClickHouse:
+// every oracle episode succeeds, each step is recorded exactly once, the reset names the
+// task's digest and the last step holds the verifier's rewards; then a recorded episode is
+// rebuilt by replay with `gauntlet episode snapshot`, every observation identical.
+func TestTasksEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")
+	}
+	dataset, err := filepath.Abs("../../datasets/gauntlet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := sandboxConfig(t, runtimes.Process)
+	ch := chtest.Start(t)
+	cfg := testConfig(t)
+	cfg.ClickHouse = ch.Addr()
+	cfg.Worker.Concurrency = 2
+	cfg.Sandbox = sc
+	if err := cfg.Tasks.Datasets.Set("gauntlet=" + dataset); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, cfg)
+	db := cfg.Database
+	conn := connect(t, ch.Addr(), db)
+
+	params, _ := json.Marshal(map[string]string{"dataset": "gauntlet"})
+	o := runOpts{env: "tasks", params: string(params), policies: "oracle=1", profiles: "baseline=1",
+		episodes: 4, seed: 11, maxInFlight: 4, label: t.Name()}
+	req, err := o.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := runToEnd(t, s.app.getBus(), conn, db, req)
+	if final.Ended != req.Episodes || final.InfraErrors != 0 {
+		t.Fatalf("ended %d of %d, infra errors %d", final.Ended, req.Episodes, final.InfraErrors)
+	}
+	assertExact(t, s.app.getBus(), conn, db, req, final)
+	got := queryOne(t, conn, fmt.Sprintf(`SELECT concat(toString(count()), ' ', toString(sum(success))) FROM %s.episodes FINAL WHERE run_id = '%s'`, db, req.RunId))
+	if got != "4 4" {
+		t.Errorf("episodes, successes = %s, want 4 4", got)
+	}
+	last := queryOne(t, conn, fmt.Sprintf(`SELECT any(observation) FROM %s.steps FINAL WHERE run_id = '%s' AND tool = 'submit'`, db, req.RunId))
+	if !strings.Contains(last, `"pass":true`) || !strings.Contains(last, `"rewards":{`) {
+		t.Errorf("a submit's observation is no passing verdict: %.300s", last)
+	}
+
+	ep := queryOne(t, conn, fmt.Sprintf(`SELECT any(episode_id) FROM %s.episodes FINAL WHERE run_id = '%s'`, db, req.RunId))
+	out := filepath.Join(t.TempDir(), "ws")
+	var stdout, stderr bytes.Buffer
+	args := []string{"episode", "snapshot", ep, "--step", "1", "--out", out, "--clickhouse", ch.Addr(), "--database", db,
+		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli", "--tasks.datasets", "gauntlet=" + dataset}
+	if err := runMain(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "every observation identical") {
+		t.Errorf("snapshot --step 1: replay not exact:\n%s", stdout.String())
+	}
+	// The workspace after the oracle's solution: /app's files, and no tests/ (the
+	// verifier's copy lives in its fork only).
+	if _, err := os.Stat(filepath.Join(out, "app")); err != nil {
+		t.Errorf("snapshot holds no app/: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(out, "tests")); len(ents) != 0 {
+		t.Errorf("the agent's workspace holds tests/: %v", ents)
+	}
+}
