@@ -75,13 +75,16 @@ func CommIs(pid int, comm string) bool {
 	return err == nil && string(bytes.TrimSpace(b)) == comm
 }
 
-// WaitGone waits until pid has exited, for at most bound. A zombie counts as gone: it
-// holds no ports, files or memory, and only its parent can reap it.
+// WaitGone waits until pid has exited, for at most bound. A zombie counts as gone once
+// it is the last of its threads: it then holds no ports, files or memory, and only its
+// parent can reap it. Its main thread alone being a zombie does not count: a
+// multi-threaded server killed with SIGKILL passes through that state while its other
+// threads still exit, holding its open files (ClickHouse's lock on its data directory).
 func WaitGone(pid int, bound time.Duration) error {
 	deadline := time.Now().Add(bound)
 	for {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || IsZombie(stat) {
+		if err != nil || (IsZombie(stat) && lastThread(pid)) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -89,6 +92,12 @@ func WaitGone(pid int, bound time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// lastThread reports whether pid has no threads left but its main one.
+func lastThread(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return err != nil || len(tasks) <= 1
 }
 
 // IsZombie reads the state field of a /proc/<pid>/stat line, which follows the command
