@@ -34,13 +34,22 @@ func dnsServer(t *testing.T, spec string) (addr string, fired func() []string) {
 			}
 		},
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
+	// The same port for UDP and TCP, as a resolver expects: a free UDP port's number may
+	// be taken for TCP by another process, so try a few.
+	var pc net.PacketConn
+	var l net.Listener
+	for attempt := 1; ; attempt++ {
+		var err error
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			break
+		}
+		_ = pc.Close()
+		if attempt == 20 {
+			t.Fatalf("no port free for both UDP and TCP in %d attempts: %v", attempt, err)
+		}
 	}
 	go func() { _ = s.ServePacket(pc) }()
 	go func() { _ = s.Serve(l) }()
