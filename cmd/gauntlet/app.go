@@ -518,7 +518,26 @@ func writeStack(dataDir string, s stack) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(stackPath(dataDir), append(b, '\n'), 0o644)
+	// Written aside and renamed over, so a client reading it as gauntlet starts sees the
+	// whole file or none, never a truncated one.
+	f, err := os.CreateTemp(dataDir, ".stack-*.json")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), stackPath(dataDir))
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 func readStack(dataDir string) (stack, error) {
