@@ -101,6 +101,15 @@ type StepRow struct {
 	// choosing the action, the scoring of the step.
 	PolicyNs uint64
 	RewardNs uint64
+
+	// The rest of the step's signals (migration 8): with the columns above, every input
+	// of its score, so it can be re-scored from the row (Rescore). ScoringInputs says
+	// the row has them; rows recorded before have 0 here and cannot be re-scored.
+	ProgressDelta        float64
+	Budget               float64
+	DeadlineVirtualNs    int64
+	ViolationSuggestions []string
+	ScoringInputs        bool
 }
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
@@ -249,6 +258,9 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	r.CPUNs, r.PeakMemoryBytes, r.Processes = m.GetCpuNs(), m.GetPeakMemoryBytes(), m.GetProcesses()
 	r.ReadBytes, r.WrittenBytes, r.Runtime = m.GetReadBytes(), m.GetWrittenBytes(), m.GetRuntime()
 	r.PolicyNs, r.RewardNs = m.GetPolicyNs(), m.GetRewardNs()
+	sig := s.GetSignals()
+	r.ProgressDelta, r.Budget, r.DeadlineVirtualNs = sig.GetProgressDelta(), sig.GetBudget(), sig.GetDeadlineVirtualNs()
+	r.ScoringInputs = true
 
 	faults := s.GetFaults()
 	r.FaultIDs = make([]string, len(faults))
@@ -263,8 +275,9 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	violations := s.GetSignals().GetViolations()
 	r.ViolationRules = make([]string, len(violations))
 	r.ViolationReasons = make([]string, len(violations))
+	r.ViolationSuggestions = make([]string, len(violations))
 	for i, v := range violations {
-		r.ViolationRules[i], r.ViolationReasons[i] = v.GetRule(), v.GetReason()
+		r.ViolationRules[i], r.ViolationReasons[i], r.ViolationSuggestions[i] = v.GetRule(), v.GetReason(), v.GetSuggestion()
 	}
 
 	for i, name := range r.RewardNames {
