@@ -87,6 +87,39 @@ func TestRewardSpecRun(t *testing.T) {
 		}
 	}
 
+	// reward rescore re-derives the whole run's scores from its rows, to the bit, and
+	// scores it under the default spec beside them.
+	cliCH := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", db, "--run", run}
+	var rs strings.Builder
+	if err := runMain(context.Background(), append([]string{"reward", "rescore", "--spec", path}, cliCH...), &rs, &rs); err != nil {
+		t.Fatalf("reward rescore under the run's spec: %v\n%s", err, rs.String())
+	}
+	if want := steps + " steps were recorded under this spec: " + steps + " re-derived to the bit"; !strings.Contains(rs.String(), want) {
+		t.Errorf("reward rescore says\n%s\nwant %q", rs.String(), want)
+	}
+	rs.Reset()
+	if err := runMain(context.Background(), append([]string{"reward", "rescore", "--spec", "default"}, cliCH...), &rs, &rs); err != nil {
+		t.Fatalf("reward rescore under default/1: %v\n%s", err, rs.String())
+	}
+	t.Logf("reward rescore:\n%s", rs.String())
+	rescored := []struct{ what, query, want string }{
+		{"re-scored steps that differ from the recorded ones, under the run's spec",
+			fmt.Sprintf(`SELECT countIf(s.reward != r.reward OR s.reward_values != r.reward_values) FROM %s.steps_final AS s
+				ANY INNER JOIN (SELECT episode_id, step, reward, reward_values FROM %s.step_scores_final
+					WHERE run_id = '%s' AND spec_digest = '%s') AS r USING (episode_id, step)
+				WHERE run_id = '%s'`, db, db, run, o.spec.Digest, run), "0"},
+		// docs/rewards.md's side by side: each spec's steps and episodes.
+		{"steps and episodes per spec",
+			fmt.Sprintf(`SELECT arrayStringConcat(groupArray(concat(spec, ' ', toString(n), ' ', toString(e))), ', ') FROM (
+				SELECT spec, count() AS n, uniqExact(episode_id) AS e FROM %s.step_scores FINAL WHERE run_id = '%s' GROUP BY spec ORDER BY spec)`, db, run),
+			"default/1 " + steps + " 60, e2e/1 " + steps + " 60"},
+	}
+	for _, c := range rescored {
+		if got := queryOne(t, conn, c.query); got != c.want {
+			t.Errorf("%s: %s, want %s", c.what, got, c.want)
+		}
+	}
+
 	// reward explain re-derives a recorded episode's rewards, step by step, from its replay.
 	ep := queryOne(t, conn, fmt.Sprintf(`SELECT episode_id FROM %s.episodes_final WHERE run_id = '%s' AND success = 1 AND steps > 3
 		ORDER BY episode_id LIMIT 1`, db, run))
