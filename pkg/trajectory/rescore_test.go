@@ -150,20 +150,37 @@ func TestRescore(t *testing.T) {
 		t.Error("step_scores has no rows")
 	}
 
-	// docs/rewards.md's side-by-side comparison: per episode, the total under each spec.
-	_, rows, err := Query(ctx, conn, `SELECT spec, count(), uniqExact(episode_id)
+	// docs/rewards.md's side-by-side comparisons: per episode, the total under each spec;
+	// per policy, the mean return under each.
+	_, rows, err := Query(ctx, conn, `SELECT count(), countIf(total_a != total_b), toString(abs(sum(total_a) - `+fmt.Sprint(wantSum)+`) < 1e-9)
 		FROM (
-			SELECT episode_id, spec_digest, sum(reward) AS total
-			FROM `+testDB+`.step_scores FINAL WHERE run_id = 'run-s'
-			GROUP BY episode_id, spec_digest
-		)
-		ANY INNER JOIN (SELECT digest AS spec_digest, spec FROM `+testDB+`.reward_specs FINAL) USING spec_digest
-		GROUP BY spec ORDER BY spec`)
+		SELECT episode_id, total_a, total_b, total_b - total_a AS change
+		FROM (SELECT episode_id, sum(reward) AS total_a FROM `+testDB+`.step_scores FINAL
+		      WHERE run_id = 'run-s' AND spec_digest = '`+def.Digest+`' GROUP BY episode_id)
+		ANY INNER JOIN
+		     (SELECT episode_id, sum(reward) AS total_b FROM `+testDB+`.step_scores FINAL
+		      WHERE run_id = 'run-s' AND spec_digest = '`+shaped.Digest+`' GROUP BY episode_id)
+		USING episode_id
+		ORDER BY abs(change) DESC LIMIT 20)`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprint([][]string{{"default/1", "10", "10"}, {"rescore/1", "10", "10"}}); fmt.Sprint(rows) != want {
-		t.Errorf("episode totals per spec: %v, want %v", rows, want)
+	if fmt.Sprint(rows) != "[[10 10 1]]" {
+		t.Errorf("episode totals side by side (episodes, differing, default's sum right): %v", rows)
+	}
+	_, rows, err = Query(ctx, conn, `SELECT policy, spec, count(), round(avg(total), 3) AS return_mean
+		FROM (
+		  SELECT episode_id, spec, sum(reward) AS total
+		  FROM `+testDB+`.step_scores FINAL WHERE run_id = 'run-s'
+		  GROUP BY episode_id, spec
+		)
+		ANY INNER JOIN (SELECT episode_id, policy FROM `+testDB+`.episodes FINAL WHERE run_id = 'run-s' AND infra_error = 0) USING episode_id
+		GROUP BY policy, spec ORDER BY policy, spec`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0][1] != "default/1" || rows[0][2] != "10" || rows[1][1] != "rescore/1" || rows[1][2] != "10" {
+		t.Errorf("mean return per policy and spec: %v", rows)
 	}
 }
 
