@@ -176,6 +176,8 @@ var episodeColumns = []column[EpisodeRow]{
 	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
 	// Migration 7.
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
+	// Migration 8.
+	col("infra_kind", func(r *EpisodeRow) *string { return &r.InfraKind }),
 }
 
 // rewardSpecColumns is the reward_specs table of migration 7.

@@ -157,6 +157,19 @@ type EpisodeRow struct {
 	// RewardSpecDigest is the digest of the spec the episode's steps were scored under
 	// (migration 7).
 	RewardSpecDigest string
+	// InfraKind is what failed in an infra error (migration 8): "model_endpoint",
+	// "sandbox", "verifier" or "gauntlet"; "" for every other end, and for an infra error
+	// recorded before infra errors said what failed.
+	InfraKind string
+}
+
+// infraKind is the InfraKind column of an end: an infra error recorded by a sender that
+// predates kinds says nothing, and is recorded as "".
+func infraKind(e *gauntletv1.EpisodeEnded) string {
+	if !e.GetInfraError() {
+		return ""
+	}
+	return e.GetInfraKind().Name()
 }
 
 // RewardSpecRow is one row of reward_specs: a reward spec, recorded once by digest.
@@ -369,6 +382,7 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		Truncated:        e.GetTruncated(),
 		Reason:           e.GetReason().Name(),
 		InfraError:       e.GetInfraError(),
+		InfraKind:        infraKind(e),
 		Error:            e.GetError(),
 		Success:          e.GetSuccess(),
 		TotalReward:      e.GetTotalReward(),

@@ -318,19 +318,27 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.episodes_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
+	// Typed infra errors: what failed (episodes.infra_kind).
 	// Re-scoring (rescore.go): the signals scoring reads that steps did not record yet,
 	// so a step row holds every input of its score (scoring_inputs = 1 says it does; 0 for
 	// rows recorded before), and step_scores, the scores of recorded steps under other
 	// specs, one row per (run, spec digest, episode, step).
-	{version: 8, name: "scoring inputs in steps, re-scored steps",
+	{version: 8, name: "scoring inputs in steps, re-scored steps, infra error kinds",
 		addColumns: []addColumn{
 			{"steps", "progress_delta", "Float64", "reward_ns"},
 			{"steps", "budget", "Float64", "progress_delta"},
 			{"steps", "deadline_virtual_ns", "Int64", "budget"},
 			{"steps", "violation_suggestions", "Array(String)", "deadline_virtual_ns"},
 			{"steps", "scoring_inputs", "UInt8", "violation_suggestions"},
+			// What failed in an infra error: model_endpoint, sandbox, verifier, gauntlet.
+			{"episodes", "infra_kind", "String", "reward_spec_digest"},
 		},
 		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+			// The episodes training statistics count: an infra error carries no reward.
+			// Like the _final views, re-created by a migration that adds episodes columns.
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_scored AS SELECT * FROM {db}.episodes FINAL WHERE infra_error = 0`,
 			`DROP TABLE IF EXISTS {db}.steps_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
 			// requested_at is the step's, fixed per episode, as in steps. version is

@@ -52,6 +52,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"curriculum_stages_final", "View"},
 		{"episodes", "ReplacingMergeTree"},
 		{"episodes_final", "View"},
+		{"episodes_scored", "View"},
 		{"faults", "ReplacingMergeTree"},
 		{"faults_final", "View"},
 		{"plan_templates", "ReplacingMergeTree"},
