@@ -32,9 +32,9 @@ type runOpts struct {
 	drift, profileFiles, rewardSpec        string
 	// endpoint and model are the run's model endpoint, for a policy that asks one (the
 	// http policy): run declares them (registerEndpoint), demo takes its serving config's.
-	endpoint, model string
-	episodes, seed  uint64
-	maxInFlight, maxSteps                  uint
+	endpoint, model       string
+	episodes, seed        uint64
+	maxInFlight, maxSteps uint
 	// worlds are user worlds the run's env may be one of: the run is checked here, so
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
