@@ -20,6 +20,7 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 1}, weight: 0.5}
   - {name: seen, expr: "double(episode.steps) / 100.0", weight: 0}
   - {name: calls, expr: double(metering.virtual_ns) / 1e9, weight: 0.1, normalise: [{zscore: {window: 4}}]}
+  - {name: idle, detector: {kind: idle, window: 5}, weight: 0}
 `
 
 // TestRewardSpecRun submits a run naming a reward spec file, as gauntlet run does, and
@@ -64,7 +65,7 @@ func TestRewardSpecRun(t *testing.T) {
 			fmt.Sprintf(`SELECT count() FROM %s.episodes_final WHERE run_id = '%s' AND reward_spec_digest = '%s'`, db, run, o.spec.Digest), "60"},
 		{"the spec in reward_specs",
 			fmt.Sprintf(`SELECT concat(spec, ' ', toString(weights), ' ', toString(source = '')) FROM %s.reward_specs_final WHERE digest = '%s'`, db, o.spec.Digest),
-			"e2e/1 [1,0.2,0.5,0,0.1] 0"},
+			"e2e/1 [1,0.2,0.5,0,0.1,0] 0"},
 		{"totals rebuilt in SQL that differ",
 			fmt.Sprintf(`SELECT countIf(arraySum(arrayMap((v, w) -> v * w, reward_values, weights)) != reward) FROM %s.steps_final
 				ANY INNER JOIN (SELECT digest AS reward_spec_digest, weights FROM %s.reward_specs_final) USING reward_spec_digest
@@ -78,6 +79,12 @@ func TestRewardSpecRun(t *testing.T) {
 				WHERE episode_id IN (SELECT episode_id FROM %s.episodes_final WHERE run_id = '%s' AND terminated = 1)`, db, run, db, run), "0"},
 		{"terminated episodes",
 			fmt.Sprintf(`SELECT toString(count() > 10) FROM %s.episodes_final WHERE run_id = '%s' AND terminated = 1`, db, run), "1"},
+		// The idle detector, in the reward service: random idles, the oracle never does.
+		{"episodes flagged idle, by policy",
+			fmt.Sprintf(`SELECT arrayStringConcat(groupArray(concat(policy, ' ', toString(flagged > 0))), ', ') FROM (
+				SELECT policy, uniqExactIf(episode_id, reward_values[indexOf(reward_names, 'idle')] < 0) AS flagged
+				FROM %s.steps_final WHERE run_id = '%s' GROUP BY policy ORDER BY policy)`, db, run),
+			"oracle 0, random 1"},
 		{"steps with a z-score away from 0",
 			fmt.Sprintf(`SELECT toString(countIf(reward_values[indexOf(reward_names, 'calls')] != 0) > 0) FROM %s.steps_final WHERE run_id = '%s'`, db, run), "1"},
 	}
