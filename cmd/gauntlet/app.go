@@ -464,7 +464,8 @@ func (a *app) initHTTP() (lifecycle.Service, error) {
 
 // initConsole mounts the web console (pkg/console) on the http server, reading the
 // ClickHouse database the store writes and, for runs in flight, the scheduler's records
-// in the gauntlet_runs bucket; off, like /ready, when --http is empty. It is mounted
+// in the gauntlet_runs bucket, and curricula from Temporal (whose signals it sends to a
+// holder of an env API token); off, like /ready, when --http is empty. It is mounted
 // once its dependencies have started, so its handlers never see a half-built app.
 func (a *app) initConsole() (lifecycle.Service, error) {
 	if a.mux == nil {
@@ -474,8 +475,16 @@ func (a *app) initConsole() (lifecycle.Service, error) {
 	return lifecycle.Funcs{
 		OnStarting: func(context.Context) error {
 			runs := bus.NewBucket(a.bus.JS, bus.BucketRuns)
+			// Actions on curricula take the env API's tokens, read as the env API
+			// reads them (the same tenants file, or the same dev token).
+			tokens, err := envapi.OpenTokens(a.cfg.EnvAPI, a.log.With("module", modConsole))
+			if err != nil {
+				return fmt.Errorf("console: %w", err)
+			}
 			c = console.New(console.Config{
 				ClickHouse: a.clickHouseAddr, Database: a.cfg.Database,
+				Temporal: a.temporalAddr, Namespace: a.cfg.TemporalNamespace,
+				Authorize: func(tok string) bool { return tokens.Lookup(tok) != nil },
 				Progress: func(ctx context.Context, runID string) (*gauntletv1.RunProgress, bool) {
 					kv, err := runs.KV(ctx)
 					if err != nil {
