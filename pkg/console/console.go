@@ -331,7 +331,9 @@ func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p pa
 // it has not ended) and a page of its steps from step From.
 type EpisodePage struct {
 	Episode *EpisodeSummary `json:"episode"`
-	Steps   []Step          `json:"steps"`
+	// Forks are the episodes forked from this one (once it has ended).
+	Forks []Fork `json:"forks"`
+	Steps []Step `json:"steps"`
 	From    int             `json:"from"`
 	Limit   int             `json:"limit"`
 }
@@ -350,7 +352,13 @@ func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p par
 	if ep == nil && len(steps) == 0 && from == 0 {
 		return nil, fmt.Errorf("episode %s: %w (no step recorded)", id, errNotFound)
 	}
-	return EpisodePage{Episode: ep, Steps: steps, From: from, Limit: limit}, nil
+	forks := []Fork{}
+	if ep != nil {
+		if forks, err = rd.Forks(ctx, ep.RunID, id); err != nil {
+			return nil, err
+		}
+	}
+	return EpisodePage{Episode: ep, Forks: forks, Steps: steps, From: from, Limit: limit}, nil
 }
 
 // HeatmapPage is the answer of /console/api/runs/{run}/faults: the run's summary and

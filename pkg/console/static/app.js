@@ -194,6 +194,7 @@ async function stepAt(id, n) {
     const page = await getJSON(`episodes/${encodeURIComponent(id)}?from=${from}&limit=${PAGE}`);
     replay.pages.set(from, page.steps);
     replay.episode = page.episode;
+    replay.forks = page.forks;
   }
   return replay.pages.get(from)[n - from];
 }
@@ -221,6 +222,16 @@ async function episodePage(gen, id, n) {
     setCrumbs(el("a", { href: "#/", text: "runs" }), el("a", { href: `#/runs/${encodeURIComponent(ep.run_id)}`, text: ep.run_id }), el("span", { text: id }));
   }
   const total = ep ? ep.steps : null;
+  // Fork lineage: the episode this one was forked from (its steps before parent_step
+  // are the parent's, replayed), and the episodes forked from this one.
+  const lineage = ep && (ep.parent_episode_id || (replay.forks && replay.forks.length))
+    ? el("div", { id: "lineage", class: "stepper" },
+      ep.parent_episode_id ? el("span", {}, "forked from ",
+        el("a", { id: "parent-link", href: `#/episodes/${encodeURIComponent(ep.parent_episode_id)}?step=${ep.parent_step || 0}`, text: ep.parent_episode_id }),
+        " at step ", el("b", { id: "parent-step", text: String(ep.parent_step || 0) })) : null,
+      replay.forks && replay.forks.length ? el("span", {}, "forks: ",
+        replay.forks.map((f, i) => [i ? ", " : "", el("a", { class: "fork-link", href: `#/episodes/${encodeURIComponent(f.episode_id)}?step=${f.step}`, text: `${f.episode_id} (step ${f.step})` })])) : null)
+    : null;
   const last = total !== null ? total - 1 : null;
   const head = el("div", { class: "cards" },
     ep ? [card("env", ep.env, "env"), card("policy", ep.policy, "policy"), card("profile", ep.profile, "profile"),
@@ -232,12 +243,12 @@ async function episodePage(gen, id, n) {
     el("span", {}, "step ", el("b", { id: "step-index", text: String(n) }), total !== null ? ` of 0–${last}` : ""),
     el("button", { id: "next", disabled: step === undefined || (last !== null && n >= last) ? "" : null, onclick: () => goStep(id, n + 1), text: "next ▶" }));
   if (step === undefined) {
-    main.replaceChildren(el("h1", { text: "Episode " + id }), head, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
+    main.replaceChildren(el("h1", { text: "Episode " + id }), head, lineage, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
     return ep ? 0 : LIVE_MS;
   }
   const flags = [step.terminated && "terminated", step.truncated && "truncated", step.success && "success", step.invalid_action && "invalid action", step.reason].filter(Boolean);
   main.replaceChildren(
-    el("h1", { text: "Episode " + id }), head, stepper,
+    el("h1", { text: "Episode " + id }), head, lineage, stepper,
     el("div", { class: "grid" },
       el("section", {}, el("h3", { text: "action" }), el("pre", { id: "step-action", text: step.tool + " " + pretty(step.args) })),
       el("section", {}, el("h3", { text: "observation" }), el("pre", { id: "step-observation", text: pretty(step.observation) })),
