@@ -334,8 +334,8 @@ type EpisodePage struct {
 	// Forks are the episodes forked from this one (once it has ended).
 	Forks []Fork `json:"forks"`
 	Steps []Step `json:"steps"`
-	From    int             `json:"from"`
-	Limit   int             `json:"limit"`
+	From  int    `json:"from"`
+	Limit int    `json:"limit"`
 }
 
 func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
