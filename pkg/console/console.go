@@ -89,8 +89,8 @@ func New(cfg Config, log *slog.Logger) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"api/episodes/{episode}", c.api(c.episode,
 		map[string]bound{"limit": {100, MaxSteps}, "from": {0, 1_000_000}}))
 	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/faults", c.api(c.faultHeatmap, nil))
-	c.mux.HandleFunc("GET "+Prefix+"api/curricula", c.api(c.curricula, map[string]bound{"limit": {50, MaxCurricula}}))
-	c.mux.HandleFunc("GET "+Prefix+"api/curricula/{curriculum}", c.api(c.curriculum, nil))
+	c.mux.HandleFunc("GET "+Prefix+"api/curricula", c.serve(map[string]bound{"limit": {50, MaxCurricula}}, c.curricula))
+	c.mux.HandleFunc("GET "+Prefix+"api/curricula/{curriculum}", c.serve(nil, c.curriculum))
 	// An action reads nothing from ClickHouse: it works while ClickHouse is away.
 	c.mux.HandleFunc("POST "+Prefix+"api/curricula/{curriculum}/signal/{signal}", c.serve(nil, c.signal))
 	return c

@@ -147,8 +147,14 @@ type CurriculaPage struct {
 	Curricula []CurriculumSummary `json:"curricula"`
 }
 
-func (c *Console) curricula(ctx context.Context, rd reader, _ *http.Request, p params) (any, error) {
+// curricula and curriculum ask Temporal first, then ClickHouse: a console without
+// Temporal says so whatever ClickHouse's state.
+func (c *Console) curricula(ctx context.Context, _ *http.Request, p params) (any, error) {
 	tc, err := c.temporalClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := c.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -222,9 +228,13 @@ type CurriculumPage struct {
 	Actions bool `json:"actions"`
 }
 
-func (c *Console) curriculum(ctx context.Context, rd reader, r *http.Request, _ params) (any, error) {
+func (c *Console) curriculum(ctx context.Context, r *http.Request, _ params) (any, error) {
 	id := r.PathValue("curriculum")
 	tc, err := c.temporalClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := c.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
