@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -142,5 +144,22 @@ func TestActionsNeedAToken(t *testing.T) {
 	guarded.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/console/api/curricula/c1/signal/pause", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("GET of a signal: status %d, want 405", rec.Code)
+	}
+}
+
+// TestDocsShowTheHeatmapQuery: docs/querying.md prints the fault heatmap's query as the
+// console runs it (less the console's LIMIT), so an analyst's numbers are the page's.
+func TestDocsShowTheHeatmapQuery(t *testing.T) {
+	data, err := os.ReadFile("../../docs/querying.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- console:fault_heatmap -->\n```sql\n(.*?)\n```").FindSubmatch(data)
+	if m == nil {
+		t.Fatal("docs/querying.md has no <!-- console:fault_heatmap --> block")
+	}
+	want := strings.ReplaceAll(strings.ReplaceAll(faultHeatmapSQL, "{db}", "gauntlet"), "?", "'r…'")
+	if string(m[1]) != want {
+		t.Errorf("docs/querying.md, console:fault_heatmap:\n%s\nthe console runs:\n%s", m[1], want)
 	}
 }

@@ -454,13 +454,15 @@ const maxHeatmapCells = 2000
 // faultHeatmapSQL is, per fault kind and service (the target's part before "/": the
 // service a call fault hit, or the whole target of a sandbox-wide fault), the scored
 // (not infra-error) episodes of a run where that kind fired on that service at least
-// once, and how many of them succeeded. docs/querying.md prints it.
-const faultHeatmapSQL = `SELECT kind, service, count() AS episodes, sum(success) AS succeeded
+// once, how many succeeded and their success rate. docs/querying.md prints it (under
+// <!-- console:fault_heatmap -->, with gauntlet for {db} and 'r…' for the run id); the
+// console runs it with a LIMIT.
+const faultHeatmapSQL = `SELECT kind, service, count() AS episodes, sum(success) AS succeeded, sum(success) / count() AS success_rate
 FROM (SELECT DISTINCT episode_id, kind, splitByChar('/', target)[1] AS service
       FROM {db}.faults FINAL WHERE run_id = ?)
 ANY INNER JOIN (SELECT episode_id, success FROM {db}.episodes FINAL WHERE run_id = ? AND infra_error = 0)
 USING episode_id
-GROUP BY kind, service ORDER BY kind, service LIMIT ?`
+GROUP BY kind, service ORDER BY kind, service`
 
 // HeatCell is one cell of a run's fault heatmap.
 type HeatCell struct {
@@ -473,7 +475,7 @@ type HeatCell struct {
 
 // FaultHeatmap returns the run's fault kind × service cells (faultHeatmapSQL).
 func (r reader) FaultHeatmap(ctx context.Context, runID string) ([]HeatCell, error) {
-	rows, err := r.conn.Query(ctx, r.sql(faultHeatmapSQL), runID, runID, maxHeatmapCells)
+	rows, err := r.conn.Query(ctx, r.sql(faultHeatmapSQL)+" LIMIT ?", runID, runID, maxHeatmapCells)
 	if err != nil {
 		return nil, fmt.Errorf("run %s fault heatmap: %w", runID, err)
 	}
@@ -481,10 +483,9 @@ func (r reader) FaultHeatmap(ctx context.Context, runID string) ([]HeatCell, err
 	out := []HeatCell{}
 	for rows.Next() {
 		var h HeatCell
-		if err := rows.Scan(&h.Kind, &h.Service, &h.Episodes, &h.Succeeded); err != nil {
+		if err := rows.Scan(&h.Kind, &h.Service, &h.Episodes, &h.Succeeded, &h.SuccessRate); err != nil {
 			return nil, fmt.Errorf("run %s fault heatmap: scan: %w", runID, err)
 		}
-		h.SuccessRate = ratio(float64(h.Succeeded), h.Episodes)
 		out = append(out, h)
 	}
 	if err := rows.Err(); err != nil {
