@@ -26,7 +26,7 @@ import (
 )
 
 // consoleCurriculum passes its first stage with the oracle, then stays in its second
-// (a threshold no success rate reaches) under a latency ramp until it is aborted.
+// (a reward mean no episode reaches) under a latency ramp until it is aborted.
 const consoleCurriculum = `
 name: console-e2e
 seed: 5
@@ -45,7 +45,7 @@ stages:
     profiles: stress=1
     episodes: {min: 20, max: 4000}
     batch: 10
-    promotion: {metric: success_rate, threshold: 1.01, window: 20}
+    promotion: {metric: reward_mean, threshold: 1000, window: 20}
     drift:
       - {selector: "*.latency.mean_ms", from: 10, to: 500}
 `

@@ -230,7 +230,7 @@ async function episodePage(gen, id, n) {
         el("a", { id: "parent-link", href: `#/episodes/${encodeURIComponent(ep.parent_episode_id)}?step=${ep.parent_step || 0}`, text: ep.parent_episode_id }),
         " at step ", el("b", { id: "parent-step", text: String(ep.parent_step || 0) })) : null,
       replay.forks && replay.forks.length ? el("span", {}, "forks: ",
-        replay.forks.map((f, i) => [i ? ", " : "", el("a", { class: "fork-link", href: `#/episodes/${encodeURIComponent(f.episode_id)}?step=${f.step}`, text: `${f.episode_id} (step ${f.step})` })])) : null)
+        replay.forks.flatMap((f, i) => [i ? ", " : "", el("a", { class: "fork-link", href: `#/episodes/${encodeURIComponent(f.episode_id)}?step=${f.step}`, text: `${f.episode_id} (step ${f.step})` })])) : null)
     : null;
   const last = total !== null ? total - 1 : null;
   const head = el("div", { class: "cards" },
@@ -411,7 +411,10 @@ async function curriculumPage(gen, id) {
       : el("div", { class: "charts" }, chart("per batch, by episodes ended", {
         width: 1000,
         scales: { x: { time: false }, rate: { range: [0, 1] } },
-        axes: [{ label: "episodes ended" }, { scale: "rate", label: "success rate" }, { scale: "stage", side: 1, label: "stage", grid: { show: false } }],
+        // Stages are whole numbers; the drift, when there is one, has its own axis.
+        axes: [{ label: "episodes ended" }, { scale: "rate", label: "success rate" },
+          { scale: "stage", side: 1, label: "stage", grid: { show: false }, incrs: [1], values: (u, ticks) => ticks.map((v) => String(v)) },
+          ...(page.selectors.length ? [{ scale: "drift", side: 1, label: "drift", grid: { show: false } }] : [])],
         series: [{ label: "episodes" },
           { label: "success rate", scale: "rate", stroke: "#1f7a3d", width: 2 },
           { label: "stage", scale: "stage", stroke: "#2456a6", width: 2, paths: stepped },
@@ -429,11 +432,12 @@ async function curriculumPage(gen, id) {
           el("td", { class: "num", text: fmt.int(s.batches) }), el("td", { text: fmt.time(s.closed_at) }))))),
     el("h2", { text: "Batches" }),
     el("table", { id: "batches" },
-      el("thead", {}, el("tr", {}, ["run", "stage", "batch", "drift"].map((h) => el("th", { text: h })),
+      el("thead", {}, el("tr", {}, ["run", "stage", "batch", "drift (batch mean)"].map((h) => el("th", { text: h })),
         ["episodes", "success", "mean reward"].map((h) => el("th", { class: "num", text: h })))),
       el("tbody", {}, page.batches.map((b) => el("tr", { "data-run": b.run_id },
         el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(b.run_id)}`, text: b.run_id })),
-        el("td", { text: `${b.stage} ${b.stage_name}` }), el("td", { text: String(b.batch) }), el("td", { class: "muted", text: b.drift_text }),
+        el("td", { text: `${b.stage} ${b.stage_name}` }), el("td", { text: String(b.batch) }),
+        el("td", { class: "muted", title: b.drift_text, text: page.selectors.map((sel, i) => (b.drift[i] === null ? null : `${sel}=${+b.drift[i].toFixed(3)}`)).filter(Boolean).join(", ") || b.drift_text }),
         el("td", { class: "num", "data-field": "episodes", text: fmt.int(b.episodes) }),
         el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(b.success_rate) }),
         el("td", { class: "num", "data-field": "mean_reward", text: fmt.reward(b.mean_reward) }))))));
