@@ -91,12 +91,12 @@ func TestConsoleCurriculaInABrowser(t *testing.T) {
 	}
 	id := strings.TrimSpace(out)
 	memoState := func() string {
-		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+		d, err := tc.DescribeWorkflow(ctx, id, "")
 		if err != nil {
 			t.Fatalf("describe %s: %v", id, err)
 		}
 		var st string
-		if p := d.GetWorkflowExecutionInfo().GetMemo().GetFields()[workflows.MemoState]; p != nil {
+		if p := d.RawResponse.GetWorkflowExecutionInfo().GetMemo().GetFields()[workflows.MemoState]; p != nil {
 			_ = converter.GetDefaultDataConverter().FromPayload(p, &st)
 		}
 		return st
@@ -235,9 +235,12 @@ func TestConsoleCurriculaInABrowser(t *testing.T) {
 	if err := tc.GetWorkflow(ctx, id, "").Get(ctx, nil); err == nil {
 		t.Fatal("aborted curriculum: closed without an error, want canceled")
 	}
-	d, err := tc.DescribeWorkflowExecution(ctx, id, "")
-	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_CANCELED {
-		t.Fatalf("aborted curriculum: %v %v, want canceled", d.GetWorkflowExecutionInfo().GetStatus(), err)
+	d, err := tc.DescribeWorkflow(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st != enums.WORKFLOW_EXECUTION_STATUS_CANCELED {
+		t.Fatalf("aborted curriculum closed as %v, want canceled", st)
 	}
 	if err := b.do(chromedp.Navigate(base + "#/curricula")); err != nil {
 		t.Fatal(err)

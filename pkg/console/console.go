@@ -64,8 +64,12 @@ type Console struct {
 	mux *http.ServeMux
 
 	mu   sync.Mutex
-	conn driver.Conn   // nil until the first successful connect
-	tc   client.Client // nil until the curricula pages first dial Temporal
+	conn driver.Conn // nil until the first successful connect
+
+	// tmu guards tc apart from conn, so a Temporal slow to answer a dial never holds up
+	// the runs pages.
+	tmu sync.Mutex
+	tc  client.Client // nil until the curricula pages first dial Temporal
 }
 
 // New returns a console reading cfg.Database; it connects on the first API request.
@@ -101,12 +105,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.Serv
 
 // Close closes the ClickHouse connection, if one was opened.
 func (c *Console) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.tmu.Lock()
 	if c.tc != nil {
 		c.tc.Close()
 		c.tc = nil
 	}
+	c.tmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.conn == nil {
 		return nil
 	}

@@ -53,8 +53,8 @@ var (
 // temporalClient returns the console's Temporal client, dialling it on first use and
 // again after a failed attempt.
 func (c *Console) temporalClient(ctx context.Context) (client.Client, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
 	if c.tc != nil {
 		return c.tc, nil
 	}
@@ -198,7 +198,7 @@ func (c *Console) namespace() string {
 // describeCurriculum returns Temporal's record of the curriculum id; errNotFound when
 // there is none or the workflow is not a curriculum (the console steers curricula only).
 func (c *Console) describeCurriculum(ctx context.Context, tc client.Client, id string) (*workflowpb.WorkflowExecutionInfo, error) {
-	d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+	d, err := tc.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
@@ -206,7 +206,7 @@ func (c *Console) describeCurriculum(ctx context.Context, tc client.Client, id s
 		}
 		return nil, fmt.Errorf("describe curriculum %s: %w", id, err)
 	}
-	info := d.GetWorkflowExecutionInfo()
+	info := d.RawResponse.GetWorkflowExecutionInfo()
 	if t := info.GetType().GetName(); t != workflows.WorkflowCurriculum {
 		return nil, fmt.Errorf("workflow %s is a %s, not a curriculum: %w", id, t, errNotFound)
 	}
