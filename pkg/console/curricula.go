@@ -160,7 +160,9 @@ func (c *Console) curricula(ctx context.Context, _ *http.Request, p params) (any
 	}
 	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 		Namespace: c.namespace(), PageSize: int32(p["limit"]),
-		Query: fmt.Sprintf("WorkflowType = '%s'", workflows.WorkflowCurriculum),
+		// A curriculum that continued as new is listed once per run of its chain; the
+		// open (or last) run stands for it.
+		Query: fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus != 'ContinuedAsNew'", workflows.WorkflowCurriculum),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list curricula: %w", err)
@@ -170,6 +172,9 @@ func (c *Console) curricula(ctx context.Context, _ *http.Request, p params) (any
 	for _, info := range resp.GetExecutions() {
 		if len(out.Curricula) == p["limit"] {
 			break
+		}
+		if info.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			continue
 		}
 		out.Curricula = append(out.Curricula, summaryOf(info))
 		ids = append(ids, info.GetExecution().GetWorkflowId())
