@@ -74,6 +74,9 @@ type app struct {
 	mux *http.ServeMux
 
 	temporal *temporallocal.Server // nil when --temporal names an external server
+	// temporalUp is temporal once started: what other goroutines read (the console's
+	// handlers may ask for the address while the temporal module starts).
+	temporalUp atomic.Pointer[temporallocal.Server]
 	// children are the supervisors of the local servers this process runs, for the
 	// restart counter.
 	children children
@@ -358,16 +361,16 @@ func externalClickHouse(addr string, log *slog.Logger) lifecycle.Service {
 
 // temporalAddr is where Temporal clients reach the frontend.
 func (a *app) temporalAddr() string {
-	if a.temporal != nil {
-		return a.temporal.Addr()
+	if t := a.temporalUp.Load(); t != nil {
+		return t.Addr()
 	}
 	return a.cfg.Temporal
 }
 
 // temporalUI is the Web UI of the local dev server ("" for an external server).
 func (a *app) temporalUI() string {
-	if a.temporal != nil {
-		return a.temporal.UIURL()
+	if t := a.temporalUp.Load(); t != nil {
+		return t.UIURL()
 	}
 	return ""
 }
@@ -396,6 +399,7 @@ func (a *app) initTemporal() (lifecycle.Service, error) {
 			}
 			// A dev server that dies is restarted on its SQLite database: workflows
 			// resume where they were, and the curriculum worker reconnects.
+			a.temporalUp.Store(a.temporal)
 			sup = a.temporal.Supervise(childproc.DefaultBackoff)
 			a.children.add(modTemporal, sup)
 			return nil
