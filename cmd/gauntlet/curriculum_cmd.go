@@ -325,11 +325,13 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	if _, err := o.request(); err != nil {
+	o.tasks.datasets = tf.datasets
+	req, err := o.request()
+	if err != nil {
 		return err
 	}
 	var params map[string]any
-	if err := json.Unmarshal([]byte(o.params), &params); err != nil {
+	if err := json.Unmarshal([]byte(req.ParamsJson), &params); err != nil {
 		return fmt.Errorf("--params: want a JSON object: %w", err)
 	}
 	spec := workflows.BatchSpec{
