@@ -87,6 +87,16 @@ type TaskSet struct {
 	Difficulty []string `json:"difficulty,omitempty" yaml:"difficulty"`
 	// Glob: a task's id must match one of these patterns (path.Match).
 	Glob []string `json:"glob,omitempty" yaml:"glob"`
+	// Tasks pins the selection by id and digest. `gauntlet curriculum start` fills it
+	// from the dataset when the stack's stack.json names the dataset's folder, so the
+	// curriculum's runs record the tasks they cover and refuse a task changed since.
+	Tasks []TaskPin `json:"tasks,omitempty" yaml:"tasks"`
+}
+
+// TaskPin is one task of a pinned selection (pkg/env/taskenv.Pinned).
+type TaskPin struct {
+	ID     string `json:"id" yaml:"id"`
+	Digest string `json:"digest" yaml:"digest"`
 }
 
 // tasksEnv is the env task sets are played by (pkg/env/taskenv.Name).
@@ -484,6 +494,9 @@ func (st StageSpec) ParamsJSON() (string, error) {
 			if len(v) > 0 {
 				params[k] = v
 			}
+		}
+		if len(ts.Tasks) > 0 {
+			params["tasks"] = ts.Tasks
 		}
 	}
 	if len(params) == 0 {

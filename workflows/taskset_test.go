@@ -54,6 +54,16 @@ stages:
 			}
 		}
 	}
+	// Pinned by `curriculum start`, the tasks go into the params, as `run --tasks` puts them.
+	d := "sha256:" + strings.Repeat("a", 64)
+	s.Stages[1].Tasks.Tasks = []TaskPin{{ID: "shell/backup-tar", Digest: d}}
+	req, err := s.Stages[1].runRequest("c-s1-b0", 1, 10, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"dataset":"gauntlet","difficulty":["medium"],"glob":["shell/*","data/*"],"tasks":[{"id":"shell/backup-tar","digest":"` + d + `"}]}`; req.ParamsJson != want {
+		t.Errorf("pinned stage's params %s, want %s", req.ParamsJson, want)
+	}
 }
 
 // TestStageTaskSetRefused: a task set without a dataset, beside another env, beside
