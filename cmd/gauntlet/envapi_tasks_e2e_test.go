@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,6 +49,12 @@ func TestEnvAPITaskEpisodes(t *testing.T) {
 		}
 	})
 	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
+
+	// A reset whose filter selects nothing is the trainer's mistake, named.
+	code, _, body := jsonCall(t, s.app.envapi.Addr(), tokenAcme, "Reset", `{"env":"tasks","paramsJson":"{\"dataset\":\"gauntlet\",\"tags\":[\"python\"],\"difficulty\":[\"hard\"]}"}`)
+	if msg := fmt.Sprint(body["message"]); code != http.StatusBadRequest || !strings.Contains(msg, `selects none of the 30 tasks of dataset gauntlet`) {
+		t.Errorf("Reset over an empty selection: %d %v", code, body)
+	}
 
 	t0 := time.Now()
 	cmd := exec.Command(py, filepath.Join("..", "..", "examples", "tasks_scripted.py"),
