@@ -13,6 +13,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
+	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
 // runRequestOf parses a run's flags as `gauntlet run` does, on a stack that plays
@@ -126,5 +127,47 @@ func TestRunTasksRefused(t *testing.T) {
 	sf.dataDir = dataDir
 	if got, err := sf.datasets(); err != nil || got["gauntlet"] != dir {
 		t.Errorf("datasets from stack.json: %v %v", got, err)
+	}
+}
+
+// TestCurriculumStartPinsStageTasks: `curriculum start` pins a task-set stage's tasks from
+// the folder stack.json names, refuses a stage whose filters select nothing, naming it,
+// and leaves a stage of a dataset it cannot read to select on the stack.
+func TestCurriculumStartPinsStageTasks(t *testing.T) {
+	dir, _ := filepath.Abs("../../datasets/gauntlet")
+	known := func() (map[string]string, error) { return map[string]string{"gauntlet": dir}, nil }
+	spec := func(dataset, difficulty string) workflows.CurriculumSpec {
+		s, err := workflows.LoadSpec(strings.NewReader(`
+stages:
+  - {name: a, tasks: {dataset: ` + dataset + `, tags: [python], difficulty: [` + difficulty + `]}, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var stderr bytes.Buffer
+	s := spec("gauntlet", "medium")
+	if err := pinStageTasks(&s, known, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := tasks.LoadDataset(dir)
+	want := ds.Select(tasks.Filter{Tags: []string{"python"}, Difficulties: []string{"medium"}})
+	got := s.Stages[0].Tasks.Tasks
+	if len(got) != len(want) || got[0].ID != want[0].ID || got[0].Digest != want[0].Digest {
+		t.Errorf("pinned %v, want the %d medium python tasks", got, len(want))
+	}
+	if !strings.Contains(stderr.String(), "stage a: 6 of the 30 tasks of dataset gauntlet") {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+	s = spec("gauntlet", "hard")
+	if err := pinStageTasks(&s, known, &stderr); err == nil || !strings.Contains(err.Error(), "stages[0].tasks: tasks: no task selected") {
+		t.Errorf("an empty stage: %v", err)
+	}
+	stderr.Reset()
+	s = spec("elsewhere", "easy")
+	if err := pinStageTasks(&s, known, &stderr); err != nil || len(s.Stages[0].Tasks.Tasks) != 0 ||
+		!strings.Contains(stderr.String(), "stages[0].tasks: dataset elsewhere is not in the stack's stack.json") {
+		t.Errorf("a dataset the client cannot read: %v, %v, %q", err, s.Stages[0].Tasks.Tasks, stderr.String())
 	}
 }
