@@ -88,20 +88,6 @@ func (s Selection) Params() json.RawMessage {
 	return b
 }
 
-// PinnedTasks returns the tasks the params of a run of the tasks env pin, and its
-// dataset's name: what the run covers. Params that pin none (a selection by filters
-// alone, one task, or the whole dataset) return none.
-func PinnedTasks(params string) (dataset string, pinned []Pinned, err error) {
-	var p struct {
-		Dataset string   `json:"dataset"`
-		Tasks   []Pinned `json:"tasks"`
-	}
-	if err := json.Unmarshal([]byte(params), &p); err != nil {
-		return "", nil, fmt.Errorf("tasks: read params: %w", err)
-	}
-	return p.Dataset, p.Tasks, nil
-}
-
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // checkSelection reports what is wrong with p's choice of task: a task named beside
