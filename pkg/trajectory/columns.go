@@ -170,7 +170,7 @@ var episodeColumns = []column[EpisodeRow]{
 	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
 	// Migration 7.
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
-	// Migration 8.
+	// Migration 9.
 	col("parent_episode_id", func(r *EpisodeRow) *string { return &r.ParentEpisodeID }),
 	col("parent_step", func(r *EpisodeRow) *uint32 { return &r.ParentStep }),
 }

@@ -149,7 +149,7 @@ type EpisodeRow struct {
 	// (migration 7).
 	RewardSpecDigest string
 	// ParentEpisodeID and ParentStep are, for an episode forked from another, that
-	// episode and the step it was forked at (migration 8); empty and 0 otherwise.
+	// episode and the step it was forked at (migration 9); empty and 0 otherwise.
 	ParentEpisodeID string
 	ParentStep      uint32
 }
