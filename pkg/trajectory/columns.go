@@ -107,7 +107,7 @@ var stepColumns = []column[StepRow]{
 	// Migration 6.
 	col("policy_ns", func(r *StepRow) *uint64 { return &r.PolicyNs }),
 	col("reward_ns", func(r *StepRow) *uint64 { return &r.RewardNs }),
-	// Migration 8.
+	// Migration 10.
 	col("progress_delta", func(r *StepRow) *float64 { return &r.ProgressDelta }),
 	col("budget", func(r *StepRow) *float64 { return &r.Budget }),
 	col("deadline_virtual_ns", func(r *StepRow) *int64 { return &r.DeadlineVirtualNs }),
@@ -176,7 +176,10 @@ var episodeColumns = []column[EpisodeRow]{
 	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
 	// Migration 7.
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
-	// Migration 8.
+	// Migration 9.
+	col("parent_episode_id", func(r *EpisodeRow) *string { return &r.ParentEpisodeID }),
+	col("parent_step", func(r *EpisodeRow) *uint32 { return &r.ParentStep }),
+	// Migration 10.
 	col("infra_kind", func(r *EpisodeRow) *string { return &r.InfraKind }),
 }
 

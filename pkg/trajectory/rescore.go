@@ -31,7 +31,7 @@ type ScoreRow struct {
 	Version      uint64
 }
 
-// scoreColumns is the step_scores table of migration 8.
+// scoreColumns is the step_scores table of migration 10.
 var scoreColumns = []column[ScoreRow]{
 	col("run_id", func(r *ScoreRow) *string { return &r.RunID }),
 	col("spec_digest", func(r *ScoreRow) *string { return &r.SpecDigest }),
@@ -113,7 +113,7 @@ func (r *StepRow) ScoringStep() *gauntletv1.StepTaken {
 }
 
 // ErrNotRescorable is wrapped by Rescore's error for a run whose rows do not hold every
-// input of their scores (recorded before migration 8), or miss steps.
+// input of their scores (recorded before migration 10), or miss steps.
 var ErrNotRescorable = errors.New("cannot be re-scored from its rows")
 
 // RescoreOptions tune Rescore.

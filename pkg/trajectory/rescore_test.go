@@ -10,7 +10,7 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// rescoreSpec reads every signal steps gained in migration 8 (budget, deadline,
+// rescoreSpec reads every signal steps gained in migration 10 (budget, deadline,
 // progress_delta, a violation's suggestion) and the metering the worker measured before
 // scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps.
 const rescoreSpec = `name: rescore
@@ -184,7 +184,7 @@ func TestRescore(t *testing.T) {
 	}
 }
 
-// A run whose rows lack the scoring inputs (recorded before migration 8) is refused, not
+// A run whose rows lack the scoring inputs (recorded before migration 10) is refused, not
 // scored from zeros.
 func TestRescoreRefusesRowsWithoutInputs(t *testing.T) {
 	ctx := context.Background()

@@ -102,7 +102,7 @@ type StepRow struct {
 	PolicyNs uint64
 	RewardNs uint64
 
-	// The rest of the step's signals (migration 8): with the columns above, every input
+	// The rest of the step's signals (migration 10): with the columns above, every input
 	// of its score, so it can be re-scored from the row (Rescore). ScoringInputs says
 	// the row has them; rows recorded before have 0 here and cannot be re-scored.
 	ProgressDelta        float64
@@ -157,7 +157,11 @@ type EpisodeRow struct {
 	// RewardSpecDigest is the digest of the spec the episode's steps were scored under
 	// (migration 7).
 	RewardSpecDigest string
-	// InfraKind is what failed in an infra error (migration 8): "model_endpoint",
+	// ParentEpisodeID and ParentStep are, for an episode forked from another, that
+	// episode and the step it was forked at (migration 9); empty and 0 otherwise.
+	ParentEpisodeID string
+	ParentStep      uint32
+	// InfraKind is what failed in an infra error (migration 10): "model_endpoint",
 	// "sandbox", "verifier" or "gauntlet"; "" for every other end, and for an infra error
 	// recorded before infra errors said what failed.
 	InfraKind string
@@ -371,6 +375,8 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		PlanTemplate:     e.GetPlan().GetTemplate(),
 		PlanDigest:       e.GetPlan().GetDigest(),
 		RewardSpecDigest: rewardSpecDigest(e.GetEpisode()),
+		ParentEpisodeID:  req.GetParentEpisodeId(),
+		ParentStep:       req.GetParentStep(),
 		WorkerID:         e.GetWorkerId(),
 		RequestedAt:      dateTime(req.GetRequestedAtUnixNano()),
 		StartedAt:        dateTime(e.GetStartedAtUnixNano()),

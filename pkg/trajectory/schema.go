@@ -318,12 +318,37 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.episodes_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
+	// Runs of the tasks env record the tasks they cover: the dataset's name and the
+	// tasks their params pin (pkg/env/taskenv.Selection), id and content digest in
+	// parallel arrays, so an analyst sees which tasks a run covered without reading
+	// its params' JSON.
+	{version: 8, name: "runs record their tasks",
+		addColumns: []addColumn{
+			{"runs", "task_dataset", "String", "params"},
+			{"runs", "task_ids", "Array(String)", "task_dataset"},
+			{"runs", "task_digests", "Array(String)", "task_ids"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.runs_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
+		}},
+	// Fork lineage: an episode forked from another (the env API's Fork) records the
+	// episode it was forked from and the step (EpisodeRequested.parent_*).
+	{version: 9, name: "fork lineage of episodes",
+		addColumns: []addColumn{
+			{"episodes", "parent_episode_id", "String", "reward_spec_digest"},
+			{"episodes", "parent_step", "UInt32", "parent_episode_id"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+		}},
 	// Typed infra errors: what failed (episodes.infra_kind).
 	// Re-scoring (rescore.go): the signals scoring reads that steps did not record yet,
 	// so a step row holds every input of its score (scoring_inputs = 1 says it does; 0 for
 	// rows recorded before), and step_scores, the scores of recorded steps under other
 	// specs, one row per (run, spec digest, episode, step).
-	{version: 8, name: "scoring inputs in steps, re-scored steps, infra error kinds",
+	{version: 10, name: "scoring inputs in steps, re-scored steps, infra error kinds",
 		addColumns: []addColumn{
 			{"steps", "progress_delta", "Float64", "reward_ns"},
 			{"steps", "budget", "Float64", "progress_delta"},
@@ -331,7 +356,7 @@ var migrations = []migration{
 			{"steps", "violation_suggestions", "Array(String)", "deadline_virtual_ns"},
 			{"steps", "scoring_inputs", "UInt8", "violation_suggestions"},
 			// What failed in an infra error: model_endpoint, sandbox, verifier, gauntlet.
-			{"episodes", "infra_kind", "String", "reward_spec_digest"},
+			{"episodes", "infra_kind", "String", "parent_step"},
 		},
 		stmts: []string{
 			`DROP TABLE IF EXISTS {db}.episodes_final`,

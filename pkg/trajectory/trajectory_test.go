@@ -204,7 +204,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		RewardSpec:       "default/1",
 		Version:          1,
 		RewardSpecDigest: scoring.DefaultDigest(),
-		// Migration 8.
+		// Migration 10.
 		ProgressDelta:        0.1,
 		Budget:               500,
 		DeadlineVirtualNs:    60_000_000_000,
