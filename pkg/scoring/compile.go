@@ -63,7 +63,7 @@ type comp struct {
 	detector string
 	window   int
 	stages   []stage
-	rule    string // what produced the raw value, for Explain
+	rule     string // what produced the raw value, for Explain
 }
 
 // compiled is what a spec file compiles to, shared by every copy of the Spec (read only).
