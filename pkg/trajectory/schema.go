@@ -343,6 +343,48 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.episodes_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
+	// Typed infra errors: what failed (episodes.infra_kind).
+	// Re-scoring (rescore.go): the signals scoring reads that steps did not record yet,
+	// so a step row holds every input of its score (scoring_inputs = 1 says it does; 0 for
+	// rows recorded before), and step_scores, the scores of recorded steps under other
+	// specs, one row per (run, spec digest, episode, step).
+	{version: 10, name: "scoring inputs in steps, re-scored steps, infra error kinds",
+		addColumns: []addColumn{
+			{"steps", "progress_delta", "Float64", "reward_ns"},
+			{"steps", "budget", "Float64", "progress_delta"},
+			{"steps", "deadline_virtual_ns", "Int64", "budget"},
+			{"steps", "violation_suggestions", "Array(String)", "deadline_virtual_ns"},
+			{"steps", "scoring_inputs", "UInt8", "violation_suggestions"},
+			// What failed in an infra error: model_endpoint, sandbox, verifier, gauntlet.
+			{"episodes", "infra_kind", "String", "parent_step"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+			// The episodes training statistics count: an infra error carries no reward.
+			// Like the _final views, re-created by a migration that adds episodes columns.
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_scored AS SELECT * FROM {db}.episodes FINAL WHERE infra_error = 0`,
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+			// requested_at is the step's, fixed per episode, as in steps. version is
+			// the time of the re-score: re-scoring again replaces a row with an equal one.
+			`CREATE TABLE IF NOT EXISTS {db}.step_scores (
+				run_id String,
+				spec_digest String,
+				episode_id String,
+				step UInt32,
+				requested_at DateTime,
+				env String,
+				spec String,
+				reward Float64,
+				reward_names Array(String),
+				reward_values Array(Float64),
+				version UInt64
+			) ENGINE = ReplacingMergeTree(version)
+			PARTITION BY toYYYYMMDD(requested_at)
+			ORDER BY (run_id, spec_digest, episode_id, step)`,
+			`CREATE VIEW IF NOT EXISTS {db}.step_scores_final AS SELECT * FROM {db}.step_scores FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
