@@ -1,0 +1,176 @@
+package trajectory
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
+)
+
+// TestReplicateCoversEveryTable: every CREATE TABLE of the migrations has a replicated
+// twin and a Distributed table; a statement the rewrite does not understand is an
+// error, never a table left unreplicated.
+func TestReplicateCoversEveryTable(t *testing.T) {
+	tables := 0
+	for _, m := range migrations {
+		for _, stmt := range m.stmts {
+			out, err := replicate(stmt, "g", "c")
+			if err != nil {
+				t.Fatalf("migration %d: %v", m.version, err)
+			}
+			if !strings.Contains(stmt, "CREATE TABLE") {
+				if len(out) != 1 || out[0] != stmt {
+					t.Errorf("migration %d: %q changed to %q", m.version, stmt, out)
+				}
+				continue
+			}
+			tables++
+			if len(out) != 2 || !strings.Contains(out[0], "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/g/") ||
+				!strings.Contains(out[0], "_local (") || !strings.Contains(out[1], "ENGINE = Distributed(c, g, ") {
+				t.Errorf("migration %d: %q became %q", m.version, stmt, out)
+			}
+		}
+	}
+	if tables != 8 {
+		t.Errorf("%d tables replicated, want the schema's 8", tables)
+	}
+	if _, err := replicate("CREATE TABLE {db}.x (a UInt8) ENGINE = Memory", "g", "c"); err == nil {
+		t.Error("a CREATE TABLE without IF NOT EXISTS passed unreplicated")
+	}
+	if _, err := replicate("CREATE TABLE IF NOT EXISTS {db}.x (a UInt8) ENGINE = Memory", "g", "c"); err == nil {
+		t.Error("a table without a MergeTree engine passed unreplicated")
+	}
+}
+
+// TestMigrateReplicasConcurrently starts two stores' migrations at once against a
+// two-replica cluster, in opposite orders, and checks they leave one schema: on both
+// replicas the same tables, each the single server's table under its name (now
+// Distributed, same columns in the same order) with its Replicated* twin behind it,
+// and every migration recorded.
+func TestMigrateReplicasConcurrently(t *testing.T) {
+	ctx := context.Background()
+	single := setup(t)
+	_, servers := chtest.StartCluster(t)
+	addrs := chlocal.Addrs(servers)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, order := range [][]string{addrs, {addrs[1], addrs[0]}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = MigrateReplicas(ctx, order, testDB, log)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	// And again, as every later start of a store does: nothing to do.
+	if err := MigrateReplicas(ctx, addrs, testDB, log); err != nil {
+		t.Fatalf("migrate again: %v", err)
+	}
+
+	want := schemaOf(ctx, t, single)
+	var got []map[string]tableSchema
+	for _, addr := range addrs {
+		conn, err := Connect(ctx, addr, testDB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		s := schemaOf(ctx, t, conn)
+		got = append(got, s)
+		applied, err := appliedVersions(ctx, conn, testDB)
+		if err != nil || len(applied) != len(migrations) {
+			t.Errorf("replica %s: applied %v (%v), want every one of %d migrations", addr, applied, err, len(migrations))
+		}
+		for name, w := range want {
+			g := s[name]
+			switch w.engine {
+			case "View", "MergeTree": // views and schema_migrations are each server's own
+				if g.engine != w.engine || !reflect.DeepEqual(g.columns, w.columns) {
+					t.Errorf("replica %s: %s is %v, the single server's %v", addr, name, g, w)
+				}
+				continue
+			}
+			local := s[name+localSuffix]
+			if g.engine != "Distributed" || local.engine != "Replicated"+w.engine {
+				t.Errorf("replica %s: %s is %s over %s, want Distributed over Replicated%s", addr, name, g.engine, local.engine, w.engine)
+			}
+			if !reflect.DeepEqual(g.columns, w.columns) || !reflect.DeepEqual(local.columns, w.columns) {
+				t.Errorf("replica %s: columns of %s differ from the single server's:\n%v\n%v\nwant %v", addr, name, g.columns, local.columns, w.columns)
+			}
+		}
+		if len(s) != len(want)+len(want)-countEngines(want, "View", "MergeTree") {
+			t.Errorf("replica %s has tables %v", addr, slices.Sorted(maps.Keys(s)))
+		}
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Errorf("the replicas' schemas differ:\n%v\n%v", got[0], got[1])
+	}
+}
+
+type tableSchema struct {
+	engine  string
+	columns []string // "name type", in order
+}
+
+func (s tableSchema) String() string { return fmt.Sprintf("%s%v", s.engine, s.columns) }
+
+// schemaOf reads testDB's tables and their columns.
+func schemaOf(ctx context.Context, t *testing.T, conn driver.Conn) map[string]tableSchema {
+	t.Helper()
+	out := map[string]tableSchema{}
+	rows, err := conn.Query(ctx, "SELECT name, engine FROM system.tables WHERE database = ?", testDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name, engine string
+		if err := rows.Scan(&name, &engine); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = tableSchema{engine: engine}
+	}
+	rows.Close()
+	rows, err = conn.Query(ctx, "SELECT table, name, type FROM system.columns WHERE database = ?", testDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table, name, typ string
+		if err := rows.Scan(&table, &name, &typ); err != nil {
+			t.Fatal(err)
+		}
+		s := out[table]
+		s.columns = append(s.columns, name+" "+typ)
+		out[table] = s
+	}
+	return out
+}
+
+func countEngines(s map[string]tableSchema, engines ...string) int {
+	n := 0
+	for _, t := range s {
+		if slices.Contains(engines, t.engine) {
+			n++
+		}
+	}
+	return n
+}
