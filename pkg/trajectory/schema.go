@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -389,7 +390,7 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 		for i, stmt := range m.stmts {
 			stmts := []string{stmt}
 			if cluster != "" {
-				if stmts, err = replicate(stmt, database, cluster); err != nil {
+				if stmts, err = replicate(stmt, database, cluster, laterColumns(m.version)); err != nil {
 					return fmt.Errorf("migrate: apply %d (%s) statement %d: %w", m.version, m.name, i+1, err)
 				}
 			}
@@ -496,7 +497,8 @@ var (
 const localSuffix = "_local"
 
 // replicate turns one migration statement into what a replica of cluster runs: a
-// CREATE TABLE becomes the table's Replicated* twin named table_local, its state in
+// CREATE TABLE becomes the table's Replicated* twin named table_local, created with the
+// columns later migrations add (later) already in place, its state in
 // ZooKeeper under /clickhouse/tables/{shard}/<database>/<table> ({shard} and
 // {replica} are the server's macros), followed by a Distributed table under the
 // original name over the cluster's table_local. The cluster has one shard whose
@@ -505,7 +507,13 @@ const localSuffix = "_local"
 // and FINAL collapses there exactly as on a single server. An insert into the
 // Distributed table lands synchronously in the local replica's table. Every other
 // statement (views, drops) is unchanged: views read the Distributed tables.
-func replicate(stmt, database, cluster string) ([]string, error) {
+//
+// Why the later columns: a replica's table must be created with the structure its
+// table has in ZooKeeper, which is the latest the other replicas migrated to, not the
+// structure of the migration that first created it. A replica migrated after another
+// (or down while the other was migrated) then joins with the same columns, and the
+// later migrations' ALTERs find their columns there.
+func replicate(stmt, database, cluster string, later []addColumn) ([]string, error) {
 	m := createTableRE.FindStringSubmatchIndex(stmt)
 	if m == nil {
 		if strings.Contains(stmt, "CREATE TABLE") {
@@ -525,9 +533,55 @@ func replicate(stmt, database, cluster string) ([]string, error) {
 	}
 	repl += ")"
 	local := stmt[:m[4]] + table + localSuffix + stmt[m[5]:e[0]] + repl + stmt[e[1]:]
+	local, err := withColumns(local, table, later)
+	if err != nil {
+		return nil, err
+	}
 	dist := fmt.Sprintf("CREATE TABLE IF NOT EXISTS {db}.%s AS {db}.%s%s ENGINE = Distributed(%s, %s, %s%s)",
 		table, table, localSuffix, cluster, database, table, localSuffix)
 	return []string{local, dist}, nil
+}
+
+// laterColumns returns the columns migrations after version add, in order.
+func laterColumns(version uint32) []addColumn {
+	var out []addColumn
+	for _, m := range migrations {
+		if m.version > version {
+			out = append(out, m.addColumns...)
+		}
+	}
+	return out
+}
+
+// withColumns inserts into a CREATE TABLE statement of table the columns of add that
+// belong to it, each after its column, as ALTER TABLE … ADD COLUMN … AFTER would. The
+// statement lists one column per line, ending in ",", up to the line starting with ")".
+func withColumns(stmt, table string, add []addColumn) (string, error) {
+	open := strings.Index(stmt, "(\n")
+	end := strings.Index(stmt, "\n\t\t) ENGINE")
+	if end < 0 {
+		end = strings.Index(stmt, "\n\t\t\t) ENGINE")
+	}
+	if open < 0 || end < open {
+		return "", fmt.Errorf("cannot add later columns to %s: unexpected layout of its CREATE TABLE", table)
+	}
+	var cols []string
+	for _, line := range strings.Split(stmt[open+2:end], "\n") {
+		if line = strings.TrimSuffix(strings.TrimSpace(line), ","); line != "" {
+			cols = append(cols, line)
+		}
+	}
+	for _, c := range add {
+		if c.table != table {
+			continue
+		}
+		at := slices.IndexFunc(cols, func(col string) bool { return strings.Fields(col)[0] == c.after })
+		if at < 0 {
+			return "", fmt.Errorf("cannot add column %s.%s after %s: no such column", table, c.name, c.after)
+		}
+		cols = slices.Insert(cols, at+1, c.name+" "+c.typ)
+	}
+	return stmt[:open+2] + "\t\t\t" + strings.Join(cols, ",\n\t\t\t") + stmt[end:], nil
 }
 
 // ensureReplicatedColumn adds c on a replica: to table_local (a replicated ALTER, which
