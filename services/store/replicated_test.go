@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
@@ -33,7 +32,8 @@ const replSteps = 5 // steps per episode in the replicated tests
 func TestStoreOnReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The store's warnings (failed inserts while a replica is down) go to t.Log.
+	log := childproctest.Logger(t)
 	_, replicas := chtest.StartCluster(t)
 	a, b := replicas[0], replicas[1]
 	addrs := strings.Join(chlocal.Addrs(replicas), ",")
@@ -123,19 +123,23 @@ func TestStoreOnReplicas(t *testing.T) {
 	waitExactlyOnce(ctx, t, a, db, want)
 	waitExactlyOnce(ctx, t, b, db, want)
 
-	// 3. The replica written to killed mid-write: the store fails over.
+	// 3. The replica written to killed mid-write: the store fails over to the other, which
+	// takes every batch from then on. What the killed one acknowledged but the other had
+	// not fetched yet is on the killed one's disk and reaches the other once it is back.
 	publishWhile(func() {
 		if err := a.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		publish(50)
 	})
-	want = int(published.Load())
-	waitExactlyOnce(ctx, t, b, db, want)
+	mark := published.Load()
+	publish(50)
+	waitFor(ctx, t, b, db, fmt.Sprintf("repl-%06d", mark), 50)
 	if err := a.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
+	want = int(published.Load())
 	waitExactlyOnce(ctx, t, a, db, want)
+	waitExactlyOnce(ctx, t, b, db, want)
 	t.Logf("%d episodes of %d steps, each exactly once on both replicas", want, replSteps)
 }
 
@@ -153,6 +157,31 @@ func waitExactlyOnce(ctx context.Context, t *testing.T, srv *chlocal.Server, db 
 		last = fmt.Sprintf("episodes, steps FINAL, distinct steps = %v (err %v)", got, err)
 		if time.Now().After(deadline) {
 			t.Fatalf("replica %s after two minutes: %s; want %d episodes of %d steps", srv.Replica(), last, episodes, replSteps)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitFor waits until srv holds, each once, the steps of the episodes after the
+// episode id after, and of exactly n episodes.
+func waitFor(ctx context.Context, t *testing.T, srv *chlocal.Server, db, after string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var steps, distinct uint64
+		conn, err := trajectory.Connect(ctx, srv.Addr(), db)
+		if err == nil {
+			err = conn.QueryRow(ctx, `SELECT
+				(SELECT count() FROM `+db+`.steps FINAL WHERE run_id = 'repl' AND episode_id > ?),
+				(SELECT uniqExact(episode_id) FROM `+db+`.steps WHERE run_id = 'repl' AND episode_id > ?)`, after, after).Scan(&steps, &distinct)
+			conn.Close()
+		}
+		if err == nil && steps == uint64(n*replSteps) && distinct == uint64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s after two minutes holds %d steps of %d episodes after %s (err %v); want %d episodes of %d steps",
+				srv.Replica(), steps, distinct, after, err, n, replSteps)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
