@@ -11,11 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // TestReplicateCoversEveryTable: every CREATE TABLE of the migrations has a replicated
@@ -194,6 +196,69 @@ func countEngines(s map[string]tableSchema, engines ...string) int {
 		if slices.Contains(engines, t.engine) {
 			n++
 		}
+	}
+	return n
+}
+
+// TestFinalThroughDistributed checks FINAL on ClickHouse 18.16's Distributed tables of
+// a one-shard, two-replica cluster: rows written twice into one replica (in different
+// blocks, so insert deduplication keeps both copies) show twice in the Distributed
+// table read on the other replica, and once with FINAL, in the *_final views, and in
+// the trajectory readers, which read with FINAL: FINAL is applied on the one replica
+// the shard is read from, which holds every row, so it collapses exactly as on a
+// single server.
+func TestFinalThroughDistributed(t *testing.T) {
+	ctx := context.Background()
+	_, servers := chtest.StartCluster(t)
+	addrs := chlocal.Addrs(servers)
+	if err := MigrateReplicas(ctx, addrs, testDB, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Connect(ctx, addrs[0], testDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const episodes, steps = 6, 5
+	events := runEvents("fin", episodes, steps)
+	w := NewWriter(a, testDB)
+	for _, batch := range [][]*gauntletv1.Event{events, events[:len(events)/2]} {
+		if _, err := w.Write(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := Connect(ctx, addrs[1], testDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	count := func(from string) uint64 { return countIn(ctx, t, b, from) }
+	// Both writes replicated: the other replica holds every copy the first one does.
+	written := countIn(ctx, t, a, "steps_local")
+	deadline := time.Now().Add(time.Minute)
+	for count("steps_local") < written {
+		if time.Now().After(deadline) {
+			t.Fatalf("the other replica holds %d of %d steps after a minute", count("steps_local"), written)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	raw, final, view := count("steps"), count("steps FINAL"), count("steps_final")
+	if raw != written || raw <= episodes*steps || final != episodes*steps || view != episodes*steps {
+		t.Errorf("steps read through Distributed on the other replica: %d raw, %d FINAL, %d in steps_final; want %d raw (more than %d) and %d with FINAL",
+			raw, final, view, written, episodes*steps, episodes*steps)
+	}
+	got, err := EpisodeSteps(ctx, b, testDB, fmt.Sprintf("fin-ep-%06d", 0))
+	if err != nil || len(got) != steps {
+		t.Errorf("EpisodeSteps on the other replica: %d steps (%v), want %d", len(got), err, steps)
+	}
+}
+
+// countIn counts the run fin's rows of testDB.from on conn.
+func countIn(ctx context.Context, t *testing.T, conn driver.Conn, from string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+testDB+"."+from+" WHERE run_id = 'fin'").Scan(&n); err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

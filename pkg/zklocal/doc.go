@@ -6,7 +6,7 @@
 // service manager. [Start] writes a minimal zoo.cfg (127.0.0.1 only, no admin web
 // server, the ruok and srvr four-letter words allowed), starts Debian's zookeeper
 // package (scripts/deps.sh installs it) on the installed JVM with a small heap, and
-// returns once the server answers ruok with imok. Production runs a real ZooKeeper
+// returns once the server serves clients (it answers srvr with its version). Production runs a real ZooKeeper
 // ensemble and never uses this package.
 //
 // Ownership: the [Server] owns the JVM process and the files it writes into

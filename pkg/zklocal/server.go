@@ -80,7 +80,7 @@ type Server struct {
 }
 
 // Start starts a standalone ZooKeeper with its state under opts.Dir and returns once it
-// answers ruok. A server left running on the same Dir by an earlier, crashed program is
+// serves clients (Ping). A server left running on the same Dir by an earlier, crashed program is
 // killed first.
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	dir, err := childproc.StateDir(opts.Dir)
@@ -167,7 +167,7 @@ func (s *Server) command() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// probe opens the readiness probe: ruok over the client port.
+// probe opens the readiness probe: Ping.
 func (s *Server) probe() (childproc.Probe, func(), error) {
 	addr := s.Addr()
 	return func(ctx context.Context) error { return Ping(ctx, addr) }, func() {}, nil
@@ -203,8 +203,10 @@ func (s *Server) Restart(ctx context.Context) error {
 	return nil
 }
 
-// Ping reports whether the ZooKeeper server at addr (host:port) answers the ruok
-// four-letter word with imok: nil when it does, else what the attempt met. ctx bounds it.
+// Ping reports whether the ZooKeeper server at addr (host:port) serves clients: nil when
+// it answers the srvr four-letter word with its version, else what the attempt met.
+// ruok is not enough: it answers imok as soon as the port is open, while sessions are
+// still refused (a client then fails its handshake). ctx bounds it.
 func Ping(ctx context.Context, addr string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -219,15 +221,15 @@ func Ping(ctx context.Context, addr string) error {
 	if err := conn.SetDeadline(deadline); err != nil {
 		return err
 	}
-	if _, err := conn.Write([]byte("ruok")); err != nil {
+	if _, err := conn.Write([]byte("srvr")); err != nil {
 		return err
 	}
-	b, err := io.ReadAll(io.LimitReader(conn, 64))
+	b, err := io.ReadAll(io.LimitReader(conn, 4096))
 	if err != nil {
 		return err
 	}
-	if string(b) != "imok" {
-		return fmt.Errorf("zookeeper at %s answered ruok with %q", addr, b)
+	if !strings.HasPrefix(string(b), "Zookeeper version:") {
+		return fmt.Errorf("zookeeper at %s is not serving: %q", addr, strings.TrimSpace(string(b)))
 	}
 	return nil
 }
