@@ -321,11 +321,13 @@ func (s *Server) probe() (childproc.Probe, func(), error) {
 }
 
 // Ping reports whether the ClickHouse server at addr (host:port, native protocol) answers
-// SELECT 1: nil when it does, else what the attempt met. It opens and closes a connection
-// of its own; ctx bounds it.
+// SELECT 1: nil when it does, else what the attempt met. addr may list the replicas of a
+// replicated cluster, comma-separated: nil then when one of them answers, as a client
+// failing over from one to the next is served. It opens and closes a connection of its
+// own; ctx bounds it.
 func Ping(ctx context.Context, addr string) error {
 	conn, err := clickhouse.Open(&clickhouse.Options{
-		Addr:         []string{addr},
+		Addr:         strings.Split(addr, ","),
 		DialTimeout:  time.Second,
 		ReadTimeout:  5 * time.Second,
 		MaxOpenConns: 1,
