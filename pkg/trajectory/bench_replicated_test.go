@@ -73,6 +73,10 @@ func BenchmarkWriteReplicated(b *testing.B) {
 				return d
 			}
 			cpu0, server0 := processCPU(b), serverCPUs()
+			each0 := make([]time.Duration, len(tc.servers))
+			for i, pid := range tc.servers {
+				each0[i] = serverCPU(b, pid)
+			}
 			for b.Loop() {
 				b.StopTimer()
 				renumber()
@@ -91,6 +95,12 @@ func BenchmarkWriteReplicated(b *testing.B) {
 			b.ReportMetric(rows/elapsed.Seconds(), "rows/s")
 			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/rows, "client_us/row")
 			b.ReportMetric(float64((serverCPUs()-server0).Microseconds())/rows, "server_us/row")
+			// Of which: the replica written to, the one fetching, ZooKeeper.
+			for i, unit := range []string{"", "fetching_replica_us/row", "zookeeper_us/row"}[:len(tc.servers)] {
+				if unit != "" {
+					b.ReportMetric(float64((serverCPU(b, tc.servers[i])-each0[i]).Microseconds())/rows, unit)
+				}
+			}
 		})
 	}
 }
