@@ -2,6 +2,7 @@ package trajectory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -124,6 +125,32 @@ func TestMigrateReplicasConcurrently(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got[0], got[1]) {
 		t.Errorf("the replicas' schemas differ:\n%v\n%v", got[0], got[1])
+	}
+
+	// Refused before any table is created: a database a single server created, found on a replica;
+	// and a single server among the replicas.
+	a, err := Connect(ctx, addrs[0], "mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, stmt := range []string{
+		"CREATE TABLE mixed.schema_migrations (version UInt32, applied_at DateTime) ENGINE = MergeTree() ORDER BY version",
+		"CREATE TABLE mixed.steps (episode_id String) ENGINE = ReplacingMergeTree() ORDER BY episode_id",
+	} {
+		if err := a.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := recordVersion(ctx, a, "mixed", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, a, "mixed"); !errors.Is(err, ErrMixedSchema) {
+		t.Errorf("migrating a single server's database on a replica: %v, want ErrMixedSchema", err)
+	}
+	lone := chtest.Start(t)
+	if err := MigrateReplicas(ctx, []string{addrs[0], lone.Addr()}, testDB, log); !errors.Is(err, ErrMixedSchema) {
+		t.Errorf("migrating a single server as a replica: %v, want ErrMixedSchema", err)
 	}
 
 	// One replica migrated only after the other was (it was down, say): it joins with

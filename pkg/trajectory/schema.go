@@ -436,7 +436,7 @@ func MigrateReplicas(ctx context.Context, addrs []string, database string, log *
 			unreached = append(unreached, err)
 			continue
 		}
-		err = Migrate(ctx, conn, database)
+		err = migrateReplica(ctx, conn, database)
 		conn.Close()
 		if err != nil {
 			return fmt.Errorf("migrate replica %s: %w", addr, err)
@@ -446,6 +446,20 @@ func MigrateReplicas(ctx context.Context, addrs []string, database string, log *
 		return fmt.Errorf("migrate replicas: none reachable: %w", errors.Join(unreached...))
 	}
 	return nil
+}
+
+// migrateReplica migrates a server that must be a replica: several independent servers
+// given as replicas would each get tables of their own, and the store's failover would
+// split the data between them.
+func migrateReplica(ctx context.Context, conn driver.Conn, database string) error {
+	cluster, err := replicationCluster(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if cluster == "" {
+		return fmt.Errorf("%w: the server is not a replica (no shard and replica macros), and several addresses are for the replicas of one cluster only", ErrMixedSchema)
+	}
+	return Migrate(ctx, conn, database)
 }
 
 // replicationCluster returns the cluster the server is a replica of: its cluster macro
@@ -480,7 +494,8 @@ func replicationCluster(ctx context.Context, conn driver.Conn) (string, error) {
 
 // ErrMixedSchema is wrapped by Migrate's error when a server's tables and its
 // replication settings disagree: a database created by a single server on a server
-// now configured as a replica, or a replica without a usable cluster macro. Migrate
+// now configured as a replica, or a replica without a usable cluster macro; and by
+// MigrateReplicas's when a server it is given is not a replica. Migrate
 // changes nothing then; moving data between the two layouts is an operator's job
 // (docs/architecture.md, Replicated ClickHouse).
 var ErrMixedSchema = errors.New("schema and replication settings disagree")
