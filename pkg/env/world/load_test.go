@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 )
 
@@ -177,7 +180,9 @@ func TestTemplateBraces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := render(w.tools[0].pre[0].reason, &activation{ep: &episode{w: w, vars: map[string]any{"n": int64(7)}}, args: map[string]any{"by": int64(1)}})
+	args := newObject(w.tools[0].args.otype)
+	args.vals[0] = types.Int(1)
+	got, err := render(w.tools[0].pre[0].reason, &activation{ep: &episode{w: w, vars: []ref.Val{types.Int(7)}}, args: args})
 	if err != nil || got != "n is 7 and }" {
 		t.Fatalf("got %q, %v", got, err)
 	}

@@ -24,6 +24,7 @@ import (
 // agents read in the spec is exactly what the world checks.
 type argSchema struct {
 	typeName string
+	otype    *objType
 	props    []argProp
 	required []string
 	// schema is the canonical JSON Schema the spec publishes; usage the call shape the
@@ -257,7 +258,7 @@ func (s *argSchema) render() ([]byte, string) {
 // parse decodes an action's args against the schema; its error lists every problem,
 // each naming the argument, in a deterministic order. Optional arguments not given hold
 // their type's zero value.
-func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
+func (s *argSchema) parse(raw json.RawMessage) (*object, error) {
 	if len(raw) > env.MaxArgsBytes {
 		return nil, fmt.Errorf("args: %d bytes exceeds the limit of %d", len(raw), env.MaxArgsBytes)
 	}
@@ -285,7 +286,7 @@ func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
 			errs = append(errs, fmt.Errorf("args.%s: unknown argument", clip(k)))
 		}
 	}
-	out := make(map[string]any, len(s.props))
+	out := newObject(s.otype)
 	for i := range s.props {
 		p := &s.props[i]
 		v, ok := m[p.name]
@@ -293,7 +294,7 @@ func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
 			if p.required {
 				errs = append(errs, fmt.Errorf("args.%s: required", p.name))
 			}
-			out[p.name] = p.kind.zero()
+			out.vals[i] = p.kind.zero()
 			continue
 		}
 		val, err := p.decode(v)
@@ -301,7 +302,7 @@ func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
 			errs = append(errs, fmt.Errorf("args.%s: %w", p.name, err))
 			continue
 		}
-		out[p.name] = val
+		out.vals[i] = celValue(val)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
