@@ -329,7 +329,7 @@ func (c *compiler) load(root *yaml.Node) {
 	// Declare the state first (names and types), then compile what refers to it.
 	varNodes := c.declareVars(get("vars"))
 	entNodes := c.declareEntities(get("entities"))
-	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(),
+	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
 		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType)}
 	for _, v := range w.vars {
 		opts = append(opts, cel.Variable(v.name, v.draw.kind.cel()))
@@ -1033,7 +1033,7 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 	// The plan reads only what agents see: the first observation and the answers.
 	c.plan = true
 	defer func() { c.plan = false }()
-	env, err := cel.NewEnv(cel.CustomTypeProvider(c.prov), ext.Strings(), ext.Lists(), ext.Math(),
+	env, err := cel.NewEnv(cel.CustomTypeProvider(c.prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
 		cel.Variable("task", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("results", cel.MapType(cel.StringType, cel.MapType(cel.StringType, cel.DynType))))
 	if err != nil {

@@ -202,3 +202,36 @@ func TestToolWithoutArgsHasASchema(t *testing.T) {
 	}
 	t.Fatal("no account.list")
 }
+
+// TestParseFlatAgreesWithParse: the hot path of argument parsing accepts only what the
+// encoding/json path accepts, with the same values, and leaves every error to it.
+func TestParseFlatAgreesWithParse(t *testing.T) {
+	w, err := Load("t.yaml", []byte(strings.Replace(small, "        by: {type: integer, minimum: 1, maximum: 3}",
+		"        by: {type: integer, minimum: 1, maximum: 3}\n        s: {type: string, maxLength: 4, minLength: 1, enum: [ab, abc, abcd, \"a b\"]}\n        f: {type: boolean}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &w.tools[0].args
+	inputs := []string{`{"by":1}`, ` { "by" : 2 , "s" : "ab" , "f" : true } `, `{"by":3,"f":false}`, `{"by":0}`, `{"by":4}`,
+		`{"by":01}`, `{"by":-0}`, `{"by":1.0}`, `{"by":1e0}`, `{"by":"1"}`, `{"by":1,"by":2}`, `{"by":1,}`, `{"by":1}x`,
+		`{"s":"ab"}`, `{"by":1,"s":"abcde"}`, `{"by":1,"s":""}`, `{"by":1,"s":"zz"}`, `{"by":1,"s":"a\u0062"}`, `{"by":1,"s":"a b"}`,
+		`{"by":1,"x":1}`, `{"by":1,"f":truex}`, `{"by":1,"f":tru}`, `{}`, ``, `null`, `[]`, `{"by":1`, `{"by":9223372036854775808}`,
+		`{"by":-1}`, `{"by": 2}`, "{\"by\":2}\n", `{"by":1,"f":null}`}
+	for _, in := range inputs {
+		fast, ok := sc.parseFlat([]byte(in))
+		slow, err := sc.parseJSON([]byte(in))
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: the hot path accepts what parse refuses: %v", in, err)
+			continue
+		}
+		if fast.Equal(slow) != types.True {
+			t.Errorf("%s: hot path %v, parse %v", in, fast.vals, slow.vals)
+		}
+	}
+	if _, ok := sc.parseFlat([]byte(`{"by":2,"s":"abc","f":true}`)); !ok {
+		t.Error("the hot path refuses plain arguments")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
@@ -262,6 +263,14 @@ func (s *argSchema) parse(raw json.RawMessage) (*object, error) {
 	if len(raw) > env.MaxArgsBytes {
 		return nil, fmt.Errorf("args: %d bytes exceeds the limit of %d", len(raw), env.MaxArgsBytes)
 	}
+	if o, ok := s.parseFlat(raw); ok {
+		return o, nil
+	}
+	return s.parseJSON(raw)
+}
+
+// parseJSON is parse through encoding/json: every shape of arguments, and every error.
+func (s *argSchema) parseJSON(raw json.RawMessage) (*object, error) {
 	raw = bytes.TrimSpace(raw)
 	var m map[string]json.RawMessage
 	if len(raw) > 0 && string(raw) != "null" {
@@ -308,6 +317,125 @@ func (s *argSchema) parse(raw json.RawMessage) (*object, error) {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// parseFlat is parse's hot path: the arguments nearly every action has, an object of
+// known keys, each once, whose values are plain strings (printable ASCII without escapes),
+// integers written as digits, or booleans, all valid, every required one given. It reads
+// them without encoding/json's reflection and maps; anything else (ok false) is left to
+// parse, which also words every error.
+func (s *argSchema) parseFlat(raw []byte) (*object, bool) {
+	i := skipWS(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	out := newObject(s.otype)
+	i = skipWS(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		i++
+	} else {
+		for {
+			key, j, ok := plainString(raw, i)
+			if !ok {
+				return nil, false
+			}
+			k := -1
+			for n := range s.props {
+				if s.props[n].name == key {
+					k = n
+					break
+				}
+			}
+			if k < 0 || out.vals[k] != nil {
+				return nil, false
+			}
+			if j = skipWS(raw, j); j >= len(raw) || raw[j] != ':' {
+				return nil, false
+			}
+			j = skipWS(raw, j+1)
+			p := &s.props[k]
+			switch p.kind {
+			case kString:
+				v, end, ok := plainString(raw, j)
+				if !ok || len(v) > p.maxLen || len(v) < p.minLen || len(p.enum) > 0 && !slices.Contains(p.enum, v) {
+					return nil, false
+				}
+				out.vals[k], j = types.String(v), end
+			case kInt:
+				end := j
+				if end < len(raw) && raw[end] == '-' {
+					end++
+				}
+				if end+1 < len(raw) && raw[end] == '0' && raw[end+1] >= '0' && raw[end+1] <= '9' {
+					return nil, false // a leading zero is not JSON
+				}
+				for end < len(raw) && raw[end] >= '0' && raw[end] <= '9' {
+					end++
+				}
+				n, err := strconv.ParseInt(string(raw[j:end]), 10, 64)
+				if err != nil || n < p.min || n > p.max || end < len(raw) && (raw[end] == '.' || raw[end] == 'e' || raw[end] == 'E') {
+					return nil, false
+				}
+				out.vals[k], j = types.Int(n), end
+			case kBool:
+				switch {
+				case bytes.HasPrefix(raw[j:], []byte("true")):
+					out.vals[k], j = types.True, j+4
+				case bytes.HasPrefix(raw[j:], []byte("false")):
+					out.vals[k], j = types.False, j+5
+				default:
+					return nil, false
+				}
+			}
+			if j = skipWS(raw, j); j >= len(raw) {
+				return nil, false
+			}
+			if raw[j] == '}' {
+				i = j + 1
+				break
+			}
+			if raw[j] != ',' {
+				return nil, false
+			}
+			i = skipWS(raw, j+1)
+		}
+	}
+	if skipWS(raw, i) != len(raw) {
+		return nil, false
+	}
+	for k := range s.props {
+		if out.vals[k] == nil {
+			if s.props[k].required {
+				return nil, false
+			}
+			out.vals[k] = s.props[k].kind.zero()
+		}
+	}
+	return out, true
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString reads a JSON string at b[i] made of printable ASCII without escapes, and
+// returns it and the index after its closing quote.
+func plainString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
 }
 
 func (p *argProp) decode(raw json.RawMessage) (any, error) {
