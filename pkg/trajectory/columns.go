@@ -172,6 +172,16 @@ var episodeColumns = []column[EpisodeRow]{
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
 }
 
+// worldColumns is the episode_worlds table of migration 8.
+var worldColumns = []column[WorldRow]{
+	col("run_id", func(r *WorldRow) *string { return &r.RunID }),
+	col("episode_id", func(r *WorldRow) *string { return &r.EpisodeID }),
+	col("requested_at", func(r *WorldRow) *time.Time { return &r.RequestedAt }),
+	col("world", func(r *WorldRow) *string { return &r.World }),
+	col("digest", func(r *WorldRow) *string { return &r.Digest }),
+	col("version", func(r *WorldRow) *uint64 { return &r.Version }),
+}
+
 // rewardSpecColumns is the reward_specs table of migration 7.
 var rewardSpecColumns = []column[RewardSpecRow]{
 	col("digest", func(r *RewardSpecRow) *string { return &r.Digest }),
