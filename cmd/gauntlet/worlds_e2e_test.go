@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,6 +61,13 @@ func TestUserWorldRun(t *testing.T) {
 	}
 	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND success = 1 AND r_task > 0`); got == "0" {
 		t.Fatal("no successful step was rewarded")
+	}
+	// Every episode says which world file it played: the digest of the user's file.
+	sum := sha256.Sum256([]byte(file))
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	if got, want := q(`SELECT concat(toString(count()), ' ', toString(uniqExact(digest)), ' ', any(world), ' ', any(digest)) FROM %s.episodes FINAL ANY INNER JOIN (SELECT run_id, episode_id, world, digest FROM `+cfg.Database+`.episode_worlds FINAL) USING (run_id, episode_id) WHERE run_id = '%s'`),
+		fmt.Sprintf("%d 1 user_bank %s", o.episodes, digest); got != want {
+		t.Fatalf("episodes with their world: %s, want %s", got, want)
 	}
 	// The random policy breaks the world's rules; each break is a recorded violation.
 	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND hasAny(violation_rules, ['account_not_frozen', 'sufficient_funds', 'daily_limit', 'transfer_held', 'code_before_verify', 'code_matches', 'completed_is_final'])`); got == "0" {
