@@ -70,6 +70,10 @@ type episode struct {
 	invalid  int64
 	progress int
 	budget   int64
+	// known[k] says verdict[k] is end condition k's value on the current state (see
+	// World.ends): evaluated since the last step that wrote what it reads.
+	known   []bool
+	verdict []bool
 
 	downUntil  []time.Duration
 	downStatus []uint32
@@ -257,6 +261,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		}
 		act.i, act.id, act.self = nil, nil, nil
 	}
+	e.known, e.verdict = make([]bool, len(w.ends)), make([]bool, len(w.ends))
 	if w.budget != nil {
 		b, err := evalInt(w.budget, act)
 		if err != nil {
@@ -460,10 +465,15 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	// a step that changed nothing cannot change their verdict (the first step checks the
 	// state as drawn).
 	if s.ran && (s.changed || e.step == 0 || w.endsReadClock) {
+		for k := range w.ends {
+			if w.ends[k].clock || s.changed && t.writes.intersects(w.ends[k].reads) {
+				e.known[k] = false
+			}
+		}
 		act := e.scope(nil)
 		var err error
-		if success, err = evalBool(w.success, act); err == nil && w.failure != nil {
-			failure, err = evalBool(w.failure, act)
+		if success, err = e.end(0, act); err == nil && w.failure != nil {
+			failure, err = e.end(1, act)
 		}
 		if err == nil {
 			var level int
@@ -512,8 +522,23 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	return res, nil
 }
 
+// end is end condition k's verdict on the current state: the last one, unless a write
+// to what it reads (or the clock) made it stale.
+func (e *episode) end(k int, act *activation) (bool, error) {
+	if e.known[k] {
+		return e.verdict[k], nil
+	}
+	v, err := evalBool(e.w.ends[k].p, act)
+	if err != nil {
+		return false, err
+	}
+	e.known[k], e.verdict[k] = true, v
+	return v, nil
+}
+
 // level is the progress milestone the state has reached: the highest one that holds
-// (without milestones, 1 on success).
+// (without milestones, 1 on success). Progress never decreases, so milestones below
+// the episode's progress are not checked (0 then).
 func (e *episode) level(act *activation, success bool) (int, error) {
 	if len(e.w.progress) == 0 {
 		if success {
@@ -521,8 +546,8 @@ func (e *episode) level(act *activation, success bool) (int, error) {
 		}
 		return 0, nil
 	}
-	for i := len(e.w.progress) - 1; i >= 0; i-- {
-		ok, err := evalBool(e.w.progress[i], act)
+	for i := len(e.w.progress) - 1; i >= e.progress; i-- {
+		ok, err := e.end(2+i, act)
 		if err != nil {
 			return 0, err
 		}

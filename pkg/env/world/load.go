@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/cost"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
@@ -151,6 +152,8 @@ type toolDef struct {
 	spend   *program
 	advance *program
 	at      place
+	// writes holds the state its effects may change.
+	writes stateSet
 }
 
 type oracleCall struct {
@@ -197,6 +200,36 @@ type World struct {
 	endsReadClock bool
 	// slots resolves a name of the state: a variable's position, or -1-k for entity k.
 	slots map[string]int
+	// ends are the end conditions a step checks, in order: success, failure (nil when
+	// the file has none), then the progress milestones.
+	ends []endCond
+}
+
+// endCond is an end condition and what it depends on: a step re-evaluates it only when
+// it may have changed, its last verdict standing otherwise.
+type endCond struct {
+	p *program
+	// reads holds the state it names (a bit per variable, then per entity collection);
+	// clock: it reads now_ms or step, which every step moves.
+	reads stateSet
+	clock bool
+}
+
+// stateSet is a set of the state's names: bit i for variable i, bit len(vars)+k for
+// entity collection k.
+type stateSet []uint64
+
+func newStateSet(n int) stateSet { return make(stateSet, (n+63)/64) }
+
+func (s stateSet) add(i int) { s[i/64] |= 1 << (i % 64) }
+
+func (s stateSet) intersects(o stateSet) bool {
+	for i := range s {
+		if s[i]&o[i] != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Name is the name the world registers under.
@@ -400,6 +433,44 @@ func (c *compiler) load(root *yaml.Node) {
 		if readsIdent(p, "now_ms", "step") {
 			w.endsReadClock = true
 		}
+	}
+	c.dependencies()
+}
+
+// dependencies records what each end condition reads and what each tool writes.
+func (c *compiler) dependencies() {
+	w := c.w
+	n := len(w.vars) + len(w.entities)
+	for i := range w.tools {
+		t := &w.tools[i]
+		t.writes = newStateSet(n)
+		for _, ef := range t.effects {
+			switch {
+			case ef.setVar >= 0:
+				t.writes.add(ef.setVar)
+			case ef.entity >= 0:
+				t.writes.add(len(w.vars) + ef.entity)
+			}
+		}
+	}
+	for _, p := range append([]*program{w.success, w.failure}, w.progress...) {
+		ec := endCond{p: p, reads: newStateSet(n), clock: readsIdent(p, "now_ms", "step")}
+		if p != nil && p.ast != nil {
+			celast.PostOrderVisit(p.ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+				if e.Kind() != celast.IdentKind {
+					return
+				}
+				// A comprehension's variable of a state name shadows it: counted as a
+				// read, which only costs an evaluation.
+				if k, ok := w.slots[e.AsIdent()]; ok {
+					if k < 0 {
+						k = len(w.vars) - 1 - k
+					}
+					ec.reads.add(k)
+				}
+			}))
+		}
+		w.ends = append(w.ends, ec)
 	}
 }
 

@@ -235,3 +235,52 @@ func TestParseFlatAgreesWithParse(t *testing.T) {
 		t.Error("the hot path refuses plain arguments")
 	}
 }
+
+// TestEndConditionsFollowTheirReads: a step re-evaluates only the end conditions that
+// read what its tool writes; the others keep their verdicts, which stay right.
+func TestEndConditionsFollowTheirReads(t *testing.T) {
+	src := `name: deps
+services: [s]
+vars:
+  a: {type: int, value: 0}
+  b: {type: int, value: 0}
+tools:
+  - {name: inc_a, description: add one to a, effects: [{set: a, to: a + 1}], observation: {a: a}}
+  - {name: inc_b, description: add one to b, effects: [{set: b, to: b + 1}], observation: {b: b}}
+progress: [a >= 1, b >= 1]
+success: b >= 2
+`
+	w, err := Load("deps.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := w.Env().NewEpisode(env.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	e := ep.(*episode)
+	for i, tc := range []struct {
+		tool     string
+		progress float64
+		success  bool
+		// known: which of success, failure, a >= 1, b >= 1 hold a verdict after the step.
+		known [4]bool
+	}{
+		{"inc_a", 0.5, false, [4]bool{true, false, true, true}},
+		{"inc_a", 0.5, false, [4]bool{true, false, false, true}}, // a changed; the milestones above progress are checked
+		{"inc_b", 1, false, [4]bool{true, false, false, true}},
+		{"inc_a", 1, false, [4]bool{true, false, false, true}}, // b unchanged: success not evaluated again
+		{"inc_b", 1, true, [4]bool{true, false, false, false}},
+	} {
+		r, err := ep.Step(env.Action{Tool: tc.tool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Signals.Progress != tc.progress || r.Signals.Success != tc.success || [4]bool(e.known) != tc.known {
+			t.Fatalf("step %d %s: progress %v success %v known %v, want %v %v %v", i, tc.tool, r.Signals.Progress, r.Signals.Success, e.known, tc.progress, tc.success, tc.known)
+		}
+	}
+}
