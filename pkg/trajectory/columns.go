@@ -172,7 +172,7 @@ var episodeColumns = []column[EpisodeRow]{
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
 }
 
-// worldColumns is the episode_worlds table of migration 8.
+// worldColumns is the episode_worlds table of migration 9.
 var worldColumns = []column[WorldRow]{
 	col("run_id", func(r *WorldRow) *string { return &r.RunID }),
 	col("episode_id", func(r *WorldRow) *string { return &r.EpisodeID }),

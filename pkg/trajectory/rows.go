@@ -33,7 +33,7 @@ import (
 //   - episode_worlds: the episode's started_at_unix_nano, for the same reason.
 const stepVersion = 1
 
-// WorldRow is one row of the episode_worlds table (migration 8): the world file an
+// WorldRow is one row of the episode_worlds table (migration 9): the world file an
 // episode of a world env played, by name and digest. It comes from the episode's first
 // observation (EpisodeStarted), which a world begins with {"world":NAME,"digest":...}:
 // the digest is what the worker loaded, whatever another process has.
