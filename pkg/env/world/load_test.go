@@ -1,6 +1,7 @@
 package world
 
 import (
+	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
@@ -282,5 +283,29 @@ success: b >= 2
 		if r.Signals.Progress != tc.progress || r.Signals.Success != tc.success || [4]bool(e.known) != tc.known {
 			t.Fatalf("step %d %s: progress %v success %v known %v, want %v %v %v", i, tc.tool, r.Signals.Progress, r.Signals.Success, e.known, tc.progress, tc.success, tc.known)
 		}
+	}
+}
+
+// TestSchemaIsCanonical: a tool's published schema is canonical JSON, its properties'
+// keys sorted like every other object's, whatever order the file declares them in (the
+// Go shop publishes {"qty":...,"sku":...}; the shop port declared sku first).
+func TestSchemaIsCanonical(t *testing.T) {
+	src := strings.Replace(small, "        by: {type: integer, minimum: 1, maximum: 3}",
+		"        zeta: {type: string, maxLength: 4}\n        by: {type: integer, minimum: 1, maximum: 3}", 1)
+	w, err := Load("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(w.Env().Spec().Tools[0].Schema)
+	var v any
+	if err := json.Unmarshal([]byte(got), &v); err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(v) // encoding/json writes map keys sorted
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("schema %s\nwant     %s", got, want)
 	}
 }

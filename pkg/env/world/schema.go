@@ -196,7 +196,11 @@ func (c *compiler) prop(name string, n *yaml.Node, f string) argProp {
 func (s *argSchema) render() ([]byte, string) {
 	b := []byte(`{"additionalProperties":false,"properties":{`)
 	var usage []string
-	for i, p := range s.props {
+	// The properties' keys sorted, as every object of canonical JSON; the usage line
+	// keeps the file's order.
+	sorted := slices.Clone(s.props)
+	slices.SortFunc(sorted, func(x, y argProp) int { return cmpString(x.name, y.name) })
+	for i, p := range sorted {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -223,7 +227,6 @@ func (s *argSchema) render() ([]byte, string) {
 				parts = append(parts, strconv.AppendInt([]byte(`"minLength":`), int64(p.minLen), 10))
 			}
 			parts = append(parts, []byte(`"type":"string"`))
-			usage = append(usage, fmt.Sprintf("%q: %s", p.name, "string"))
 		case kInt:
 			if p.max != math.MaxInt64 {
 				parts = append(parts, strconv.AppendInt([]byte(`"maximum":`), p.max, 10))
@@ -232,15 +235,16 @@ func (s *argSchema) render() ([]byte, string) {
 				parts = append(parts, strconv.AppendInt([]byte(`"minimum":`), p.min, 10))
 			}
 			parts = append(parts, []byte(`"type":"integer"`))
-			usage = append(usage, fmt.Sprintf("%q: %s", p.name, "integer"))
 		case kBool:
 			parts = append(parts, []byte(`"type":"boolean"`))
-			usage = append(usage, fmt.Sprintf("%q: %s", p.name, "boolean"))
 		}
 		b = append(b, bytes.Join(parts, []byte(","))...)
 		b = append(b, '}')
 	}
 	b = append(b, '}')
+	for _, p := range s.props {
+		usage = append(usage, fmt.Sprintf("%q: %s", p.name, map[kind]string{kString: "string", kInt: "integer", kBool: "boolean"}[p.kind]))
+	}
 	if len(s.required) > 0 {
 		req := slices.Clone(s.required)
 		b = append(b, `,"required":[`...)
