@@ -574,7 +574,11 @@ func (e *episode) call(t *toolDef, args *object, s *stepState) ([]byte, []*gaunt
 		wait := ceilMs(e.downUntil[svc] - now)
 		s.errors++
 		reason := fmt.Sprintf("%s is unavailable for another %d ms", name, wait)
-		sugg := fmt.Sprintf("wait retry_after_ms before calling %s again", name)
+		sugg := "wait retry_after_ms before calling " + name + " again"
+		if o := e.w.oracle; o != nil && o.waitTool != nil {
+			// The shop's words, naming the tool that waits.
+			sugg = "wait retry_after_ms (the " + o.waitTool.name + " tool) before calling " + name + " again"
+		}
 		s.violations = append(s.violations, &gauntletv1.CausalViolation{Rule: RuleRespectRetryAfter, Reason: reason, Suggestion: sugg})
 		return failObs(e.downStatus[svc], statusText(e.downStatus[svc]), wait, RuleRespectRetryAfter, reason, sugg), nil, nil
 	}
