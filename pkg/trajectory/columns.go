@@ -170,9 +170,12 @@ var episodeColumns = []column[EpisodeRow]{
 	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
 	// Migration 7.
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
+	// Migration 9.
+	col("parent_episode_id", func(r *EpisodeRow) *string { return &r.ParentEpisodeID }),
+	col("parent_step", func(r *EpisodeRow) *uint32 { return &r.ParentStep }),
 }
 
-// worldColumns is the episode_worlds table of migration 9.
+// worldColumns is the episode_worlds table of migration 10.
 var worldColumns = []column[WorldRow]{
 	col("run_id", func(r *WorldRow) *string { return &r.RunID }),
 	col("episode_id", func(r *WorldRow) *string { return &r.EpisodeID }),

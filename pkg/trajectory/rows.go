@@ -33,7 +33,7 @@ import (
 //   - episode_worlds: the episode's started_at_unix_nano, for the same reason.
 const stepVersion = 1
 
-// WorldRow is one row of the episode_worlds table (migration 9): the world file an
+// WorldRow is one row of the episode_worlds table (migration 10): the world file an
 // episode of a world env played, by name and digest. It comes from the episode's first
 // observation (EpisodeStarted), which a world begins with {"world":NAME,"digest":...}:
 // the digest is what the worker loaded, whatever another process has.
@@ -199,6 +199,10 @@ type EpisodeRow struct {
 	// RewardSpecDigest is the digest of the spec the episode's steps were scored under
 	// (migration 7).
 	RewardSpecDigest string
+	// ParentEpisodeID and ParentStep are, for an episode forked from another, that
+	// episode and the step it was forked at (migration 9); empty and 0 otherwise.
+	ParentEpisodeID string
+	ParentStep      uint32
 }
 
 // RewardSpecRow is one row of reward_specs: a reward spec, recorded once by digest.
@@ -396,6 +400,8 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		PlanTemplate:     e.GetPlan().GetTemplate(),
 		PlanDigest:       e.GetPlan().GetDigest(),
 		RewardSpecDigest: rewardSpecDigest(e.GetEpisode()),
+		ParentEpisodeID:  req.GetParentEpisodeId(),
+		ParentStep:       req.GetParentStep(),
 		WorkerID:         e.GetWorkerId(),
 		RequestedAt:      dateTime(req.GetRequestedAtUnixNano()),
 		StartedAt:        dateTime(e.GetStartedAtUnixNano()),

@@ -332,10 +332,21 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.runs_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
 		}},
+	// Fork lineage: an episode forked from another (the env API's Fork) records the
+	// episode it was forked from and the step (EpisodeRequested.parent_*).
+	{version: 9, name: "fork lineage of episodes",
+		addColumns: []addColumn{
+			{"episodes", "parent_episode_id", "String", "reward_spec_digest"},
+			{"episodes", "parent_step", "UInt32", "parent_episode_id"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+		}},
 	// The world file each episode of a world env played: its name and the SHA-256 of
 	// its bytes, from the episode's first observation, joined to episodes on
 	// (run_id, episode_id) (docs/querying.md).
-	{version: 9, name: "episode worlds", stmts: []string{
+	{version: 10, name: "episode worlds", stmts: []string{
 		`CREATE TABLE IF NOT EXISTS {db}.episode_worlds (
 			run_id String,
 			episode_id String,
