@@ -183,6 +183,16 @@ var episodeColumns = []column[EpisodeRow]{
 	col("infra_kind", func(r *EpisodeRow) *string { return &r.InfraKind }),
 }
 
+// worldColumns is the episode_worlds table of migration 10.
+var worldColumns = []column[WorldRow]{
+	col("run_id", func(r *WorldRow) *string { return &r.RunID }),
+	col("episode_id", func(r *WorldRow) *string { return &r.EpisodeID }),
+	col("requested_at", func(r *WorldRow) *time.Time { return &r.RequestedAt }),
+	col("world", func(r *WorldRow) *string { return &r.World }),
+	col("digest", func(r *WorldRow) *string { return &r.Digest }),
+	col("version", func(r *WorldRow) *uint64 { return &r.Version }),
+}
+
 // rewardSpecColumns is the reward_specs table of migration 7.
 var rewardSpecColumns = []column[RewardSpecRow]{
 	col("digest", func(r *RewardSpecRow) *string { return &r.Digest }),

@@ -30,7 +30,58 @@ import (
 //   - episodes: the episode's ended_at_unix_nano. An episode retried after an infra
 //     error ends again, later: the later end is the one that counts, whatever the
 //     order in which the two EpisodeEnded events arrive.
+//   - episode_worlds: the episode's started_at_unix_nano, for the same reason.
 const stepVersion = 1
+
+// WorldRow is one row of the episode_worlds table (migration 11): the world file an
+// episode of a world env played, by name and digest. It comes from the episode's first
+// observation (EpisodeStarted), which a world begins with {"world":NAME,"digest":...}:
+// the digest is what the worker loaded, whatever another process has.
+type WorldRow struct {
+	RunID       string
+	EpisodeID   string
+	RequestedAt time.Time
+	World       string
+	Digest      string
+	Version     uint64
+}
+
+// worldRowOf projects the start of an episode of a world; ok is false for any other env.
+func worldRowOf(s *gauntletv1.EpisodeStarted) (WorldRow, bool) {
+	world, digest, ok := worldOf(s.GetObservationJson())
+	if !ok || s.GetEpisode().GetEpisodeId() == "" {
+		return WorldRow{}, false
+	}
+	req := s.GetEpisode()
+	return WorldRow{
+		RunID:       req.GetRunId(),
+		EpisodeID:   req.GetEpisodeId(),
+		RequestedAt: dateTime(req.GetRequestedAtUnixNano()),
+		World:       world,
+		Digest:      digest,
+		Version:     unsigned(s.GetStartedAtUnixNano()),
+	}, true
+}
+
+// worldOf reads the name and digest a world's first observation starts with (its name is
+// letters, digits and _, its digest "sha256:" and hex, so neither has escapes). Any other
+// observation is not a world's.
+func worldOf(obs string) (world, digest string, ok bool) {
+	const head, mid = `{"world":"`, `","digest":"`
+	rest, found := strings.CutPrefix(obs, head)
+	if !found {
+		return "", "", false
+	}
+	world, rest, found = strings.Cut(rest, mid)
+	if !found || world == "" || strings.ContainsAny(world, `"\`) {
+		return "", "", false
+	}
+	digest, _, found = strings.Cut(rest, `"`)
+	if !found || !strings.HasPrefix(digest, "sha256:") || strings.Contains(digest, `\`) {
+		return "", "", false
+	}
+	return world, digest, true
+}
 
 // StepRow is one row of the steps table: one step of one episode, with its metering,
 // signals and reward vector. Times are DateTime, so RequestedAt has whole seconds.

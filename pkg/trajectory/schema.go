@@ -389,6 +389,22 @@ var migrations = []migration{
 			ORDER BY (run_id, spec_digest, episode_id, step)`,
 			`CREATE VIEW IF NOT EXISTS {db}.step_scores_final AS SELECT * FROM {db}.step_scores FINAL`,
 		}},
+	// The world file each episode of a world env played: its name and the SHA-256 of
+	// its bytes, from the episode's first observation, joined to episodes on
+	// (run_id, episode_id) (docs/querying.md).
+	{version: 11, name: "episode worlds", stmts: []string{
+		`CREATE TABLE IF NOT EXISTS {db}.episode_worlds (
+			run_id String,
+			episode_id String,
+			requested_at DateTime,
+			world String,
+			digest String,
+			version UInt64
+		) ENGINE = ReplacingMergeTree(version)
+		PARTITION BY toYYYYMMDD(requested_at)
+		ORDER BY (run_id, episode_id)`,
+		`CREATE VIEW IF NOT EXISTS {db}.episode_worlds_final AS SELECT * FROM {db}.episode_worlds FINAL`,
+	}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -50,6 +50,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	want := [][]string{
 		{"curriculum_stages", "ReplacingMergeTree"},
 		{"curriculum_stages_final", "View"},
+		{"episode_worlds", "ReplacingMergeTree"},
+		{"episode_worlds_final", "View"},
 		{"episodes", "ReplacingMergeTree"},
 		{"episodes_final", "View"},
 		{"episodes_scored", "View"},
@@ -86,6 +88,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"runs", columnList(runColumns)},
 		{"curriculum_stages", columnList(stageColumns)},
 		{"step_scores", columnList(scoreColumns)},
+		{"episode_worlds", columnList(worldColumns)},
 	} {
 		_, rows, err := Query(ctx, conn, "SELECT name FROM system.columns WHERE database = '"+testDB+"' AND table = '"+table.name+"'")
 		if err != nil {
@@ -910,6 +913,7 @@ func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
 	}
 	want := [][]string{
 		{"curriculum_stages", "curriculum_prefix, stage"},
+		{"episode_worlds", "run_id, episode_id"},
 		{"episodes", "run_id, episode_id"},
 		{"faults", "episode_id, step, seq"},
 		{"plan_templates", "template"},
@@ -921,5 +925,99 @@ func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
 	}
 	if !reflect.DeepEqual(rows, want) {
 		t.Errorf("sorting keys = %v, want %v: they are the de-duplication keys of re-run episodes (docs/architecture.md)", rows, want)
+	}
+}
+
+// An episode of a world begins with the world's name and digest; the start of each such
+// episode (alone or opening a segment) is a row of episode_worlds, joined to episodes on
+// run_id and episode_id, the later start of a retried episode winning. Other envs' starts
+// make no row.
+func TestWorldStartsRecordTheirDigest(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	w := NewWriter(conn, testDB)
+	const d1, d2 = "sha256:1111111111111111111111111111111111111111111111111111111111111111", "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	start := func(episode int, obs string, at int64) *gauntletv1.EpisodeStarted {
+		end := endEvent("run-w", episode, 1, requestedAt+5_000_000_000).GetEnded()
+		return &gauntletv1.EpisodeStarted{Episode: end.GetEpisode(), ObservationJson: obs, StartedAtUnixNano: at}
+	}
+	worldObs := func(digest string) string {
+		return `{"world":"bank","digest":"` + digest + `","task":"pay the landlord bill","tools":["wait"]}`
+	}
+	seg := &gauntletv1.StepsTaken{Started: start(0, worldObs(d1), requestedAt+1), Ended: endEvent("run-w", 0, 0, requestedAt+5_000_000_000).GetEnded()}
+	events := []*gauntletv1.Event{
+		{Body: &gauntletv1.Event_Steps{Steps: seg}},
+		{Body: &gauntletv1.Event_Started{Started: start(1, worldObs(d1), requestedAt+1)}},
+		{Body: &gauntletv1.Event_Started{Started: start(2, `{"task":"buy a mug","tools":["wait"]}`, requestedAt+1)}},
+		{Body: &gauntletv1.Event_Started{Started: start(3, `{"world":"bank","digest":"not a digest"}`, requestedAt+1)}},
+		endEvent("run-w", 1, 0, requestedAt+5_000_000_000),
+		endEvent("run-w", 2, 0, requestedAt+5_000_000_000),
+	}
+	if _, err := w.Write(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	// Episode 1 retried on another worker that loaded another version of the file: the
+	// later start wins, whichever arrives last.
+	for _, at := range []int64{requestedAt + 9, requestedAt + 2} {
+		digest := d2
+		if at == requestedAt+2 {
+			digest = d1
+		}
+		ev := &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: start(1, worldObs(digest), at)}}
+		if _, err := w.Write(ctx, []*gauntletv1.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The query docs/querying.md gives.
+	_, rows, err := Query(ctx, conn, `SELECT episode_id, world, digest
+FROM `+testDB+`.episodes FINAL
+ANY LEFT JOIN (SELECT run_id, episode_id, world, digest FROM `+testDB+`.episode_worlds FINAL) USING (run_id, episode_id)
+WHERE run_id = 'run-w' ORDER BY episode_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"run-w-ep-000000", "bank", d1},
+		{"run-w-ep-000001", "bank", d2},
+		{"run-w-ep-000002", "", ""},
+	}
+	if fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Fatalf("episodes with their worlds:\n%v\nwant\n%v", rows, want)
+	}
+	_, rows, err = Query(ctx, conn, `SELECT world, digest, count() AS episodes, min(requested_at) AS first_played,
+       round(avg(success), 3) AS success_rate
+FROM `+testDB+`.episodes FINAL
+ANY INNER JOIN (SELECT run_id, episode_id, world, digest FROM `+testDB+`.episode_worlds FINAL)
+USING (run_id, episode_id)
+WHERE infra_error = 0
+GROUP BY world, digest ORDER BY world, digest`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0][1] != d1 || rows[0][2] != "1" || rows[1][1] != d2 || rows[1][2] != "1" {
+		t.Fatalf("success by world version: %v", rows)
+	}
+}
+
+func TestWorldOf(t *testing.T) {
+	for obs, want := range map[string]string{
+		`{"world":"bank","digest":"sha256:ab","task":"x"}`:  "bank sha256:ab",
+		`{"world":"bank","digest":"sha256:ab"}`:             "bank sha256:ab",
+		`{"world":"bank"}`:                                  "",
+		`{"world":"","digest":"sha256:ab"}`:                 "",
+		`{"world":"b\"x","digest":"sha256:ab"}`:             "",
+		`{"world":"bank","digest":"md5:ab"}`:                "",
+		`{"world":"bank","digest":"sha256:ab`:               "",
+		`{"task":"buy","world":"bank","digest":"sha256:a"}`: "",
+		``: "",
+	} {
+		w, d, ok := worldOf(obs)
+		got := ""
+		if ok {
+			got = w + " " + d
+		}
+		if got != want {
+			t.Errorf("worldOf(%s) = %q, want %q", obs, got, want)
+		}
 	}
 }

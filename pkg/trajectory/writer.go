@@ -15,7 +15,7 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-// Writer projects events into the steps, faults, episodes and plan_templates tables of
+// Writer projects events into the steps, faults, episodes, episode_worlds and plan_templates tables of
 // one database. Its only state between calls is the set of templates it has written; it
 // is safe for concurrent use.
 type Writer struct {
@@ -47,6 +47,8 @@ type scratch struct {
 	episodeAt  map[string]int
 	faults     []FaultRow
 	trainer    []TrainerRow
+	worlds     []WorldRow
+	worldAt    map[string]int
 	// blocks holds, per table, the value slice of each column last appended.
 	blocks map[string][]any
 	ptrs   elemPtrs
@@ -62,6 +64,9 @@ func (sc *scratch) release() {
 	clear(sc.episodeAt)
 	clear(sc.faults)
 	clear(sc.trainer)
+	clear(sc.worlds)
+	clear(sc.worldAt)
+	sc.worlds = sc.worlds[:0]
 	sc.steps, sc.stepEvents, sc.episodes = sc.steps[:0], sc.stepEvents[:0], sc.episodes[:0]
 	sc.faults, sc.trainer = sc.faults[:0], sc.trainer[:0]
 	for _, bufs := range sc.blocks {
@@ -142,7 +147,8 @@ func NewWriter(conn driver.Conn, database string) *Writer {
 // Write inserts the rows projected from events: one row per StepTaken (alone or in a
 // StepsTaken segment) into steps, one per step carrying trainer data into trainer_steps,
 // one per fired fault into faults, one per EpisodeEnded (alone or ending a segment) into
-// episodes, each table in one batch. Episode starts produce no rows. Within one call only one event per key
+// episodes, one per start of a world's episode into episode_worlds, each table in one
+// batch. Other episode starts produce no rows. Within one call only one event per key
 // is kept (see Counts.Duplicates), so batches carry no duplicates; across calls
 // ReplacingMergeTree collapses them. An empty events is a no-op.
 //
@@ -170,7 +176,7 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	select {
 	case sc = <-w.spare:
 	default:
-		sc = &scratch{stepAt: make(map[stepKey]int, nSteps), episodeAt: make(map[string]int)}
+		sc = &scratch{stepAt: make(map[stepKey]int, nSteps), episodeAt: make(map[string]int), worldAt: make(map[string]int)}
 	}
 	var (
 		steps      = slices.Grow(sc.steps, nSteps)
@@ -214,6 +220,21 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 		steps = append(steps, row)
 		stepEvents = append(stepEvents, s)
 	}
+	// A start makes a row only for a world's episode: which world file it played.
+	addStart := func(s *gauntletv1.EpisodeStarted) {
+		row, ok := worldRowOf(s)
+		if !ok {
+			return
+		}
+		if i, dup := sc.worldAt[row.EpisodeID]; dup {
+			if row.Version >= sc.worlds[i].Version {
+				sc.worlds[i] = row
+			}
+			return
+		}
+		sc.worldAt[row.EpisodeID] = len(sc.worlds)
+		sc.worlds = append(sc.worlds, row)
+	}
 	addEpisode := func(e *gauntletv1.EpisodeEnded) error {
 		if e == nil || e.GetEpisode().GetEpisodeId() == "" {
 			n.Invalid++
@@ -246,7 +267,9 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 			for _, st := range seg.GetSteps() {
 				addStep(seg, st)
 			}
-			// A segment's start makes no row, like a lone EpisodeStarted.
+			if seg.GetStarted() != nil {
+				addStart(seg.GetStarted())
+			}
 			if seg.GetEnded() != nil {
 				if err := addEpisode(seg.GetEnded()); err != nil {
 					return n, err
@@ -257,7 +280,8 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 				return n, err
 			}
 		case *gauntletv1.Event_Started:
-			// Starts stay in the stream: an episode's row comes from its end.
+			// An episode's row comes from its end; a world's start says which world.
+			addStart(body.Started)
 		default:
 			n.Invalid++
 		}
@@ -309,6 +333,9 @@ func (w *Writer) Write(ctx context.Context, events []*gauntletv1.Event) (Counts,
 	}
 	for _, t := range tmpls {
 		w.written.Store(strings.Clone(t.Template), struct{}{}) // not the batch's memory
+	}
+	if err := insert(ctx, w.conn, w.database, "episode_worlds", worldColumns, sc.worlds, sc); err != nil {
+		return n, err
 	}
 	if err := insert(ctx, w.conn, w.database, "episodes", episodeColumns, episodes, sc); err != nil {
 		return n, err

@@ -1,30 +1,45 @@
 package world
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 )
 
 // BenchmarkOracleEpisode runs whole bank oracle episodes without faults (Reset included) and
 // reports env steps per second of one goroutine.
 func BenchmarkOracleEpisode(b *testing.B) {
-	benchEpisodes(b, func(uint64) env.Config { return env.Config{} })
+	benchEpisodes(b, bank(b), func(uint64) env.Config { return env.Config{} })
 }
 
 // BenchmarkOracleEpisodeFaults is BenchmarkOracleEpisode under the stress fault plan.
 func BenchmarkOracleEpisodeFaults(b *testing.B) {
-	benchEpisodes(b, func(seed uint64) env.Config { return env.Config{Faults: stressPlan(b, seed)} })
+	benchEpisodes(b, bank(b), func(seed uint64) env.Config { return env.Config{Faults: stressPlan(b, seed)} })
 }
 
-func benchEpisodes(b *testing.B, mk func(seed uint64) env.Config) {
-	e := bank(b)
+// BenchmarkShopStep and BenchmarkShopWorldStep run the same oracle episodes of the same
+// world side by side: the Go shop, and the shop as a world file (examples/worlds/shop.yaml).
+// ns/env-step is what one Step costs; ns/op a whole episode with its Reset and the
+// oracle's choices.
+func BenchmarkShopStep(b *testing.B) {
+	benchEpisodes(b, shop.New(), func(uint64) env.Config { return env.Config{} })
+}
+
+// BenchmarkShopWorldStep is BenchmarkShopStep for the shop as a world file.
+func BenchmarkShopWorldStep(b *testing.B) {
+	benchEpisodes(b, shopPort(b), func(uint64) env.Config { return env.Config{} })
+}
+
+func benchEpisodes(b *testing.B, e env.Env, mk func(seed uint64) env.Config) {
 	o := e.(env.Oracle)
 	steps := 0
-	var stepTime time.Duration
+	var stepTime, stepCPU time.Duration
 	b.ReportAllocs()
 	seed := uint64(0)
+	cpu0 := cpuTime(b)
 	for b.Loop() {
 		seed++
 		cfg := mk(seed)
@@ -38,6 +53,7 @@ func benchEpisodes(b *testing.B, mk func(seed uint64) env.Config) {
 			b.Fatal(err)
 		}
 		agent := o.Oracle(seed)
+		var acts []env.Action
 		for i := uint32(0); ; i++ {
 			a, err := agent.Act(env.Turn{Step: i, Observation: obs})
 			if err != nil {
@@ -51,13 +67,42 @@ func benchEpisodes(b *testing.B, mk func(seed uint64) env.Config) {
 			}
 			steps++
 			obs = r.Observation
+			acts = append(acts, a)
 			if r.Done() {
 				break
 			}
 		}
+		// The same episode again, its actions replayed, to read the CPU its steps alone
+		// take: a shared machine stretches wall time, not CPU time.
+		ep, err = e.NewEpisode(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ep.Reset(); err != nil {
+			b.Fatal(err)
+		}
+		c0 := cpuTime(b)
+		for _, a := range acts {
+			if _, err := ep.Step(a); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stepCPU += cpuTime(b) - c0
 	}
-	b.ReportMetric(float64(steps)/b.Elapsed().Seconds(), "steps/s")
+	b.ReportMetric(float64(2*steps)/b.Elapsed().Seconds(), "steps/s") // each episode is played twice
 	b.ReportMetric(float64(stepTime.Nanoseconds())/float64(steps), "ns/env-step")
+	b.ReportMetric(float64(stepCPU.Nanoseconds())/float64(steps), "cpu-ns/env-step")
+	b.ReportMetric(float64((cpuTime(b)-cpu0-stepCPU).Nanoseconds())/float64(b.N), "cpu-ns/episode")
+}
+
+// cpuTime is the CPU time the process has used, every thread (the garbage collector's
+// too).
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkLoadBank loads the bank's file: what `worlds validate`, a process's start and

@@ -1,19 +1,23 @@
 package world
 
 import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
 )
 
-// provider declares the world's object types to the CEL type checker: one per entity kind
-// (its fields and id) and one per tool's arguments. At run time such objects are plain
-// maps, whose fields CEL selects by key; the checker alone needs the declared types, which
-// is what catches a misspelt field when the world loads.
+// provider declares the world's object types to CEL: one per entity kind (its fields
+// and id) and one per tool's arguments. The checker reads the declared field types, which
+// is what catches a misspelt field when the world loads; the interpreter reads a field
+// of an object by its position (FieldType.GetFrom), without a map lookup or reflection.
 type provider struct {
 	types.Provider
-	structs map[string]map[string]*types.Type
-	order   map[string][]string
+	objs map[string]*objType
 }
 
 func newProvider() (*provider, error) {
@@ -21,113 +25,263 @@ func newProvider() (*provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &provider{Provider: reg, structs: map[string]map[string]*types.Type{}, order: map[string][]string{}}, nil
+	return &provider{Provider: reg, objs: map[string]*objType{}}, nil
 }
 
-func (p *provider) declare(name string, fields []string, ftypes []*types.Type) {
-	m := make(map[string]*types.Type, len(fields))
+// objType is a declared object type: its fields in order, their CEL types, and for
+// each field the FieldType the interpreter selects it with.
+type objType struct {
+	name   string
+	typ    *types.Type
+	fields []string
+	index  map[string]int
+	ftypes []*types.FieldType
+	// sorted lists the field positions in the order of their names: an object's JSON.
+	sorted []int
+}
+
+func (p *provider) declare(name string, fields []string, ftypes []*types.Type) *objType {
+	t := &objType{name: name, typ: types.NewObjectType(name), fields: fields, index: make(map[string]int, len(fields)),
+		ftypes: make([]*types.FieldType, len(fields)), sorted: make([]int, len(fields))}
 	for i, f := range fields {
-		m[f] = ftypes[i]
+		t.index[f] = i
+		t.sorted[i] = i
+		t.ftypes[i] = &types.FieldType{Type: ftypes[i], IsSet: isSet, GetFrom: getField(i, f)}
 	}
-	p.structs[name] = m
-	p.order[name] = fields
+	slices.SortFunc(t.sorted, func(a, b int) int { return cmpString(fields[a], fields[b]) })
+	p.objs[name] = t
+	return t
+}
+
+func isSet(any) bool { return true }
+
+// getField reads field i of an object. A field not set yet is one an entity's draw reads
+// before drawing it: an error of the world file, which trial resets report at load.
+func getField(i int, name string) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		o, ok := obj.(*object)
+		if !ok || i >= len(o.vals) {
+			return nil, fmt.Errorf("no field %s on %T", name, obj)
+		}
+		if v := o.vals[i]; v != nil {
+			return v, nil
+		}
+		return nil, fmt.Errorf("field %s is read before it is drawn", name)
+	}
 }
 
 func (p *provider) FindStructType(name string) (*types.Type, bool) {
-	if _, ok := p.structs[name]; ok {
+	if _, ok := p.objs[name]; ok {
 		return types.NewTypeTypeWithParam(types.NewObjectType(name)), true
 	}
 	return p.Provider.FindStructType(name)
 }
 
 func (p *provider) FindStructFieldNames(name string) ([]string, bool) {
-	if f, ok := p.order[name]; ok {
-		return f, true
+	if t, ok := p.objs[name]; ok {
+		return t.fields, true
 	}
 	return p.Provider.FindStructFieldNames(name)
 }
 
 func (p *provider) FindStructFieldType(name, field string) (*types.FieldType, bool) {
-	if m, ok := p.structs[name]; ok {
-		t, ok := m[field]
+	if t, ok := p.objs[name]; ok {
+		i, ok := t.index[field]
 		if !ok {
 			return nil, false
 		}
-		// No IsSet/GetFrom: the interpreter then selects the field from the map value.
-		return &types.FieldType{Type: t}, true
+		return t.ftypes[i], true
 	}
 	return p.Provider.FindStructFieldType(name, field)
 }
 
 func (p *provider) NewValue(name string, fields map[string]ref.Val) ref.Val {
-	if _, ok := p.structs[name]; ok {
+	if _, ok := p.objs[name]; ok {
 		return types.NewErr("world objects of type %s are made by the world, not by expressions", name)
 	}
 	return p.Provider.NewValue(name, fields)
 }
 
-// orderedMap is an entity collection as CEL sees it: a map from id to the entity, whose
-// comprehensions (exists, all, map, filter) visit the entities in the order they were
-// made, so that what an expression builds from a collection is the same on every run.
-// Each entity's CEL value is made once and kept (vals) until the entity changes: end
-// conditions fold over whole collections after every step that changes the state.
-type orderedMap struct {
-	traits.Mapper
-	keys []string
-	vals map[string]ref.Val
+// object is an entity or a tool call's arguments as CEL sees it: its field values by
+// position (an entity's id first). Values are CEL values already, so reading one
+// converts nothing.
+type object struct {
+	t    *objType
+	vals []ref.Val
 }
 
-var _ traits.Foldable = (*orderedMap)(nil)
+var (
+	_ ref.Val        = (*object)(nil)
+	_ traits.Indexer = (*object)(nil)
+)
 
-func newOrderedMap(rows map[string]any, keys []string) *orderedMap {
-	return &orderedMap{Mapper: types.DefaultTypeAdapter.NativeToValue(rows).(traits.Mapper), keys: keys, vals: make(map[string]ref.Val, len(keys))}
+func newObject(t *objType) *object { return &object{t: t, vals: make([]ref.Val, len(t.fields))} }
+
+func (o *object) ConvertToNative(typeDesc reflect.Type) (any, error) {
+	if typeDesc.Kind() == reflect.Map && typeDesc.Key().Kind() == reflect.String {
+		m := reflect.MakeMapWithSize(typeDesc, len(o.vals))
+		for i, f := range o.t.fields {
+			if o.vals[i] == nil {
+				continue
+			}
+			v, err := o.vals[i].ConvertToNative(typeDesc.Elem())
+			if err != nil {
+				return nil, err
+			}
+			m.SetMapIndex(reflect.ValueOf(f), reflect.ValueOf(v))
+		}
+		return m.Interface(), nil
+	}
+	return nil, fmt.Errorf("type conversion error from %s to %v", o.t.name, typeDesc)
 }
 
-// Find returns the entity of an id, from the kept values.
-func (m *orderedMap) Find(key ref.Val) (ref.Val, bool) {
+func (o *object) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case types.TypeType:
+		return o.t.typ
+	case o.t.typ:
+		return o
+	}
+	return types.NewErr("type conversion error from %s to %s", o.t.name, t.TypeName())
+}
+
+func (o *object) Equal(other ref.Val) ref.Val {
+	x, ok := other.(*object)
+	if !ok || x.t != o.t {
+		return types.False
+	}
+	for i, v := range o.vals {
+		if v == nil || x.vals[i] == nil {
+			if v != x.vals[i] {
+				return types.False
+			}
+			continue
+		}
+		if v.Equal(x.vals[i]) != types.True {
+			return types.False
+		}
+	}
+	return types.True
+}
+
+func (o *object) Type() ref.Type { return o.t.typ }
+
+// Value is the object itself: the interpreter hands it to FieldType.GetFrom.
+func (o *object) Value() any { return o }
+
+// Get selects a field by name (a dyn-typed selection).
+func (o *object) Get(key ref.Val) ref.Val {
 	k, ok := key.(types.String)
 	if !ok {
-		return m.Mapper.Find(key)
+		return types.ValOrErr(key, "no such overload")
 	}
-	if v, ok := m.vals[string(k)]; ok {
-		return v, true
+	i, ok := o.t.index[string(k)]
+	if !ok || o.vals[i] == nil {
+		return types.NewErr("no such key: %s", string(k))
 	}
-	v, ok := m.Mapper.Find(key)
-	if ok {
-		m.vals[string(k)] = v
+	return o.vals[i]
+}
+
+// collection is an entity collection as CEL sees it: a map from id to entity whose
+// comprehensions (exists, all, map, filter) visit the entities in the order they were
+// made, so that what an expression builds from a collection is the same on every run.
+type collection struct {
+	ids  []string
+	rows map[string]*object
+}
+
+var (
+	_ traits.Mapper   = (*collection)(nil)
+	_ traits.Foldable = (*collection)(nil)
+)
+
+func (m *collection) Contains(key ref.Val) ref.Val {
+	_, ok := m.Find(key)
+	return types.Bool(ok)
+}
+
+// Find returns the entity of an id.
+func (m *collection) Find(key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		return nil, false
 	}
-	return v, ok
+	o, ok := m.rows[string(k)]
+	if !ok {
+		return nil, false
+	}
+	return o, true
 }
 
 // Get returns the entity of an id, or CEL's no-such-key error.
-func (m *orderedMap) Get(key ref.Val) ref.Val {
+func (m *collection) Get(key ref.Val) ref.Val {
 	if v, ok := m.Find(key); ok {
 		return v
 	}
-	return m.Mapper.Get(key)
+	return types.NewErr("no such key: %v", key)
 }
 
-// Contains reports whether an id names an entity.
-func (m *orderedMap) Contains(key ref.Val) ref.Val { return m.Mapper.Contains(key) }
-
-// changed forgets the kept value of an entity that changed.
-func (m *orderedMap) changed(id string) { delete(m.vals, id) }
+func (m *collection) Size() ref.Val { return types.Int(len(m.ids)) }
 
 // Fold visits the entries in creation order.
-func (m *orderedMap) Fold(f traits.Folder) {
-	for _, k := range m.keys {
-		key := types.String(k)
-		if !f.FoldEntry(key, m.Get(key)) {
+func (m *collection) Fold(f traits.Folder) {
+	for _, k := range m.ids {
+		if !f.FoldEntry(types.String(k), m.rows[k]) {
 			return
 		}
 	}
 }
 
 // Iterator visits the keys in creation order.
-func (m *orderedMap) Iterator() traits.Iterator { return &keyIter{Val: m.Mapper, keys: m.keys} }
+func (m *collection) Iterator() traits.Iterator { return &keyIter{keys: m.ids} }
 
+func (m *collection) ConvertToNative(typeDesc reflect.Type) (any, error) {
+	if typeDesc.Kind() == reflect.Map && typeDesc.Key().Kind() == reflect.String {
+		out := reflect.MakeMapWithSize(typeDesc, len(m.ids))
+		for _, k := range m.ids {
+			v, err := m.rows[k].ConvertToNative(typeDesc.Elem())
+			if err != nil {
+				return nil, err
+			}
+			out.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(v))
+		}
+		return out.Interface(), nil
+	}
+	return nil, fmt.Errorf("type conversion error from map to %v", typeDesc)
+}
+
+func (m *collection) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case types.MapType:
+		return m
+	case types.TypeType:
+		return types.MapType
+	}
+	return types.NewErr("type conversion error from map to %s", t.TypeName())
+}
+
+func (m *collection) Equal(other ref.Val) ref.Val {
+	x, ok := other.(traits.Mapper)
+	if !ok || x.Size() != m.Size() {
+		return types.False
+	}
+	for _, k := range m.ids {
+		v, found := x.Find(types.String(k))
+		if !found || m.rows[k].Equal(v) != types.True {
+			return types.False
+		}
+	}
+	return types.True
+}
+
+func (m *collection) Type() ref.Type { return types.MapType }
+
+func (m *collection) Value() any { return m }
+
+var errNoMore = errors.New("iterator has no more elements")
+
+// keyIter visits a collection's ids.
 type keyIter struct {
-	ref.Val
 	keys []string
 	i    int
 }
@@ -136,8 +290,16 @@ func (it *keyIter) HasNext() ref.Val { return types.Bool(it.i < len(it.keys)) }
 
 func (it *keyIter) Next() ref.Val {
 	if it.i >= len(it.keys) {
-		return nil
+		return types.WrapErr(errNoMore)
 	}
 	it.i++
 	return types.String(it.keys[it.i-1])
 }
+
+func (it *keyIter) ConvertToNative(reflect.Type) (any, error) {
+	return nil, errors.New("an iterator has no native form")
+}
+func (it *keyIter) ConvertToType(ref.Type) ref.Val { return types.NewErr("an iterator has no type") }
+func (it *keyIter) Equal(ref.Val) ref.Val          { return types.False }
+func (it *keyIter) Type() ref.Type                 { return types.IteratorType }
+func (it *keyIter) Value() any                     { return it }

@@ -71,7 +71,7 @@ func (x worldEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 	if maxSteps == 0 {
 		maxSteps = w.maxSteps
 	}
-	return &episode{w: w, cfg: cfg, maxSteps: maxSteps, deadlineMs: deadline, maxInvalid: maxInvalid}, nil
+	return &episode{w: w, cfg: cfg, maxSteps: maxSteps, deadlineMs: deadline, maxInvalid: maxInvalid, fast: maxSteps <= w.maxSteps}, nil
 }
 
 // Oracle returns the world's plan-following agent for one episode. The plan draws no

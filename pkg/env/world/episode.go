@@ -46,31 +46,34 @@ func (e *evalError) Error() string {
 
 func (e *evalError) Unwrap() error { return e.err }
 
-type entState struct {
-	ids  []string
-	rows map[string]any
-	// val is the collection as CEL sees it, made on first use; it wraps rows, so it
-	// sees new entities (its keys are ids) and is told which entity changed.
-	val *orderedMap
-}
-
 type episode struct {
 	w          *World
 	cfg        env.Config
 	maxSteps   uint32
 	deadlineMs int64
 	maxInvalid int64
+	// fast: the episode stays within the world's max_steps, so the programs whose cost
+	// the world bounded at load run without cost tracking (program.fast).
+	fast bool
 
-	ready    bool
-	done     bool
-	reason   gauntletv1.TerminationReason
-	vars     map[string]any
-	ents     []entState
+	ready  bool
+	done   bool
+	reason gauntletv1.TerminationReason
+	// vars holds the variables by position, ents the entity collections: as CEL values,
+	// so that expressions read them without converting anything.
+	vars []ref.Val
+	ents []collection
+	// act is the activation of the episode's expressions, reused by every evaluation.
+	act      activation
 	clock    time.Duration
 	step     uint32
 	invalid  int64
 	progress int
 	budget   int64
+	// known[k] says verdict[k] is end condition k's value on the current state (see
+	// World.ends): evaluated since the last step that wrote what it reads.
+	known   []bool
+	verdict []bool
 
 	downUntil  []time.Duration
 	downStatus []uint32
@@ -78,62 +81,65 @@ type episode struct {
 	lat        *rand.Rand
 }
 
-// activation resolves the names expressions read: the state, the clock, the step, and
-// what the evaluation adds (args, new_id, an entity's i and id while it is drawn).
+// activation resolves the names expressions read: the state (by the position the world
+// gave each name when it loaded), the clock, the step, and what the evaluation adds
+// (args, new_id, an entity's i, id and self while it is drawn).
 type activation struct {
 	ep    *episode
-	args  map[string]any
-	newID string
-	hasID bool
-	i     int64
-	id    string
-	self  map[string]any
-	inEnt bool
+	args  *object
+	newID ref.Val
+	i     ref.Val
+	id    ref.Val
+	self  *object
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
-	switch name {
-	case "args":
-		if a.args != nil {
-			return a.args, true
+	if k, ok := a.ep.w.slots[name]; ok {
+		if k >= 0 {
+			v := a.ep.vars[k]
+			return v, v != nil // a variable is read before it is drawn
+		}
+		if k = -k - 1; k < len(a.ep.ents) {
+			return &a.ep.ents[k], true
 		}
 		return nil, false
+	}
+	switch name {
+	case "args":
+		return a.args, a.args != nil
 	case "now_ms":
-		return a.ep.clock.Milliseconds(), true
+		return types.Int(a.ep.clock.Milliseconds()), true
 	case "step":
-		return int64(a.ep.step), true
+		return types.Int(a.ep.step), true
 	case "new_id":
-		return a.newID, a.hasID
+		return a.newID, a.newID != nil
 	case "i":
-		return a.i, a.inEnt
+		return a.i, a.self != nil
 	case "id":
-		return a.id, a.inEnt
+		return a.id, a.self != nil
 	case "self":
-		return a.self, a.inEnt
-	}
-	if v, ok := a.ep.vars[name]; ok {
-		return v, true
-	}
-	for k := range a.ep.w.entities {
-		if k < len(a.ep.ents) && a.ep.w.entities[k].name == name {
-			return a.ep.entVal(k), true
-		}
+		return a.self, a.self != nil
 	}
 	return nil, false
 }
 
 func (a *activation) Parent() interpreter.Activation { return nil }
 
-func (e *episode) entVal(k int) ref.Val {
-	s := &e.ents[k]
-	if s.val == nil {
-		s.val = newOrderedMap(s.rows, s.ids)
-	}
-	return s.val
+// scope points the reused activation at a tool call's arguments (nil for none) and
+// forgets what an earlier evaluation added.
+func (e *episode) scope(args *object) *activation {
+	e.act = activation{ep: e, args: args}
+	return &e.act
 }
 
 func eval(p *program, act interpreter.Activation) (ref.Val, error) {
-	out, _, err := p.prg.Eval(act)
+	prg := p.prg
+	if p.fast != nil {
+		if a, ok := act.(*activation); ok && a.ep.fast {
+			prg = p.fast
+		}
+	}
+	out, _, err := prg.Eval(act)
 	if err != nil {
 		return nil, &evalError{at: p.at, err: err}
 	}
@@ -164,23 +170,40 @@ func evalBool(p *program, act interpreter.Activation) (bool, error) {
 	return bool(b), nil
 }
 
-// native turns a state value computed by an expression into its Go form.
-func native(v ref.Val, k kind, at place) (any, error) {
+// checkKind checks that a state value computed by an expression has the state's type
+// (and a string, its bound).
+func checkKind(v ref.Val, k kind, at place) (ref.Val, error) {
 	switch x := v.(type) {
 	case types.Int:
 		if k == kInt {
-			return int64(x), nil
+			return v, nil
 		}
 	case types.String:
 		if k == kString {
-			return string(x), nil
+			if len(x) > maxStateString {
+				return nil, &evalError{at: at, err: fmt.Errorf("a string of %d bytes exceeds the limit of %d for a string of the state", len(x), maxStateString)}
+			}
+			return v, nil
 		}
 	case types.Bool:
 		if k == kBool {
-			return bool(x), nil
+			return v, nil
 		}
 	}
 	return nil, &evalError{at: at, err: fmt.Errorf("got %s, want %s", v.Type(), k)}
+}
+
+// celValue is a literal of the world file (int64, string or bool) as a CEL value.
+func celValue(v any) ref.Val {
+	switch x := v.(type) {
+	case int64:
+		return types.Int(x)
+	case string:
+		return types.String(x)
+	case bool:
+		return types.Bool(x)
+	}
+	return types.NullValue
 }
 
 func (e *episode) Now() time.Duration { return e.clock }
@@ -197,47 +220,48 @@ func (e *episode) Reset() (json.RawMessage, error) {
 
 func (e *episode) reset(seed uint64) ([]byte, error) {
 	w := e.w
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, ready: true}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true}
 	r := rng.New(seed, "world/"+w.name+"/state", 0)
-	e.vars = make(map[string]any, len(w.vars))
-	act := &activation{ep: e}
+	e.vars = make([]ref.Val, len(w.vars))
+	act := e.scope(nil)
 	for i := range w.vars {
-		v, err := drawValue(r, &w.vars[i].draw, act, place{field: sub("vars", w.vars[i].name)})
+		v, err := drawValue(r, &w.vars[i].draw, act)
 		if err != nil {
 			return nil, err
 		}
-		e.vars[w.vars[i].name] = v
+		e.vars[i] = v
 	}
-	e.ents = make([]entState, 0, len(w.entities))
+	e.ents = make([]collection, 0, len(w.entities))
 	for k := range w.entities {
 		ed := &w.entities[k]
-		n, err := drawValue(r, &ed.count, act, place{field: sub(sub("entities", ed.name), "count")})
+		n, err := drawValue(r, &ed.count, act)
 		if err != nil {
 			return nil, err
 		}
-		count := n.(int64)
+		count := int64(n.(types.Int))
 		if count < 0 || count > 10000 {
 			return nil, &evalError{at: place{field: sub(sub("entities", ed.name), "count")}, err: fmt.Errorf("count %d is out of range [0, 10000]", count)}
 		}
-		st := entState{rows: make(map[string]any, count)}
-		e.ents = append(e.ents, st)
+		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count)})
+		st := &e.ents[k]
 		for i := range count {
 			id := ed.prefix + strconv.FormatInt(i+1, 10)
-			row := make(map[string]any, len(ed.fields)+1)
-			row["id"] = id
-			fa := &activation{ep: e, i: i, id: id, self: row, inEnt: true}
+			row := newObject(ed.otype)
+			row.vals[0] = types.String(id)
+			act.i, act.id, act.self = types.Int(i), row.vals[0], row
 			for j := range ed.fields {
-				v, err := drawValue(r, &ed.fields[j].draw, fa, place{field: sub(sub(sub("entities", ed.name), "fields"), ed.fields[j].name)})
+				v, err := drawValue(r, &ed.fields[j].draw, act)
 				if err != nil {
 					return nil, err
 				}
-				row[ed.fields[j].name] = v
+				row.vals[j+1] = v
 			}
-			e.ents[k].rows[id] = row
-			e.ents[k].ids = append(e.ents[k].ids, id)
-			e.ents[k].val = nil
+			st.rows[id] = row
+			st.ids = append(st.ids, id)
 		}
+		act.i, act.id, act.self = nil, nil, nil
 	}
+	e.known, e.verdict = make([]bool, len(w.ends)), make([]bool, len(w.ends))
 	if w.budget != nil {
 		b, err := evalInt(w.budget, act)
 		if err != nil {
@@ -282,14 +306,14 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	return b, nil
 }
 
-func drawValue(r *rand.Rand, dr *draw, act *activation, at place) (any, error) {
+func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 	switch {
 	case dr.expr != nil:
 		v, err := eval(dr.expr, act)
 		if err != nil {
 			return nil, err
 		}
-		return native(v, dr.kind, dr.expr.at)
+		return checkKind(v, dr.kind, dr.expr.at)
 	case dr.lo != nil:
 		lo, err := evalInt(dr.lo, act)
 		if err != nil {
@@ -302,13 +326,13 @@ func drawValue(r *rand.Rand, dr *draw, act *activation, at place) (any, error) {
 		if hi < lo || hi-lo < 0 || hi-lo == math.MaxInt64 {
 			return nil, &evalError{at: dr.lo.at, err: fmt.Errorf("uniform [%d, %d] is empty or too wide", lo, hi)}
 		}
-		return lo + r.Int64N(hi-lo+1), nil
+		return types.Int(lo + r.Int64N(hi-lo+1)), nil
 	case len(dr.choice) > 0:
-		return dr.choice[r.IntN(len(dr.choice))], nil
+		return celValue(dr.choice[r.IntN(len(dr.choice))]), nil
 	case dr.isP:
-		return r.Float64() < dr.p, nil
+		return types.Bool(r.Float64() < dr.p), nil
 	case dr.value != nil:
-		return dr.value, nil
+		return celValue(dr.value), nil
 	}
 	return dr.kind.zero(), nil
 }
@@ -336,12 +360,12 @@ func (s *stepState) open(op, path string) {
 	s.diff = canonjson.AppendString(s.diff, path)
 }
 
-func (s *stepState) set(path string, from, to any) {
+func (s *stepState) set(path string, from, to ref.Val) {
 	s.open("set", path)
 	s.diff = append(s.diff, `,"from":`...)
-	s.diff = appendNative(s.diff, from)
+	s.diff = appendScalar(s.diff, from)
 	s.diff = append(s.diff, `,"to":`...)
-	s.diff = appendNative(s.diff, to)
+	s.diff = appendScalar(s.diff, to)
 	s.diff = append(s.diff, '}')
 }
 
@@ -352,14 +376,15 @@ func (s *stepState) diffBytes() []byte {
 	return append(s.diff, ']')
 }
 
-func appendNative(b []byte, v any) []byte {
+// appendScalar writes a state value (int, string or bool) as JSON.
+func appendScalar(b []byte, v ref.Val) []byte {
 	switch x := v.(type) {
-	case int64:
-		return strconv.AppendInt(b, x, 10)
-	case string:
-		return canonjson.AppendString(b, x)
-	case bool:
-		return strconv.AppendBool(b, x)
+	case types.Int:
+		return strconv.AppendInt(b, int64(x), 10)
+	case types.String:
+		return canonjson.AppendString(b, string(x))
+	case types.Bool:
+		return strconv.AppendBool(b, bool(x))
 	}
 	return append(b, "null"...)
 }
@@ -413,7 +438,7 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	start := e.clock
 	calls := uint32(1)
 	t := w.tool(act.Tool)
-	var args map[string]any
+	var args *object
 	var bad []byte
 	if t == nil {
 		bad = failObs(0, fmt.Sprintf("unknown tool %q", clip(act.Tool)), 0, "", "", "use one of: "+strings.Join(w.toolNames, ", "))
@@ -440,10 +465,15 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	// a step that changed nothing cannot change their verdict (the first step checks the
 	// state as drawn).
 	if s.ran && (s.changed || e.step == 0 || w.endsReadClock) {
-		act := &activation{ep: e}
+		for k := range w.ends {
+			if w.ends[k].clock || s.changed && t.writes.intersects(w.ends[k].reads) {
+				e.known[k] = false
+			}
+		}
+		act := e.scope(nil)
 		var err error
-		if success, err = evalBool(w.success, act); err == nil && w.failure != nil {
-			failure, err = evalBool(w.failure, act)
+		if success, err = e.end(0, act); err == nil && w.failure != nil {
+			failure, err = e.end(1, act)
 		}
 		if err == nil {
 			var level int
@@ -492,8 +522,23 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	return res, nil
 }
 
+// end is end condition k's verdict on the current state: the last one, unless a write
+// to what it reads (or the clock) made it stale.
+func (e *episode) end(k int, act *activation) (bool, error) {
+	if e.known[k] {
+		return e.verdict[k], nil
+	}
+	v, err := evalBool(e.w.ends[k].p, act)
+	if err != nil {
+		return false, err
+	}
+	e.known[k], e.verdict[k] = true, v
+	return v, nil
+}
+
 // level is the progress milestone the state has reached: the highest one that holds
-// (without milestones, 1 on success).
+// (without milestones, 1 on success). Progress never decreases, so milestones below
+// the episode's progress are not checked (0 then).
 func (e *episode) level(act *activation, success bool) (int, error) {
 	if len(e.w.progress) == 0 {
 		if success {
@@ -501,8 +546,8 @@ func (e *episode) level(act *activation, success bool) (int, error) {
 		}
 		return 0, nil
 	}
-	for i := len(e.w.progress) - 1; i >= 0; i-- {
-		ok, err := evalBool(e.w.progress[i], act)
+	for i := len(e.w.progress) - 1; i >= e.progress; i-- {
+		ok, err := e.end(2+i, act)
 		if err != nil {
 			return 0, err
 		}
@@ -515,7 +560,7 @@ func (e *episode) level(act *activation, success bool) (int, error) {
 
 // call runs a valid action: through the fault injector for service tools, then the tool,
 // exactly as the shop does.
-func (e *episode) call(t *toolDef, args map[string]any, s *stepState) ([]byte, []*gauntletv1.FaultFired, error) {
+func (e *episode) call(t *toolDef, args *object, s *stepState) ([]byte, []*gauntletv1.FaultFired, error) {
 	if t.svc < 0 {
 		b, err := e.run(t, args, s)
 		return b, nil, err
@@ -529,7 +574,11 @@ func (e *episode) call(t *toolDef, args map[string]any, s *stepState) ([]byte, [
 		wait := ceilMs(e.downUntil[svc] - now)
 		s.errors++
 		reason := fmt.Sprintf("%s is unavailable for another %d ms", name, wait)
-		sugg := fmt.Sprintf("wait retry_after_ms before calling %s again", name)
+		sugg := "wait retry_after_ms before calling " + name + " again"
+		if o := e.w.oracle; o != nil && o.waitTool != nil {
+			// The shop's words, naming the tool that waits.
+			sugg = "wait retry_after_ms (the " + o.waitTool.name + " tool) before calling " + name + " again"
+		}
 		s.violations = append(s.violations, &gauntletv1.CausalViolation{Rule: RuleRespectRetryAfter, Reason: reason, Suggestion: sugg})
 		return failObs(e.downStatus[svc], statusText(e.downStatus[svc]), wait, RuleRespectRetryAfter, reason, sugg), nil, nil
 	}
@@ -539,7 +588,7 @@ func (e *episode) call(t *toolDef, args map[string]any, s *stepState) ([]byte, [
 		s.errors++
 		if out.RetryAfter > 0 {
 			until := e.clock + out.RetryAfter
-			s.set("services/"+name+"/unavailable_until_ns", int64(e.downUntil[svc]), int64(until))
+			s.set("services/"+name+"/unavailable_until_ns", types.Int(e.downUntil[svc]), types.Int(until))
 			e.downUntil[svc], e.downStatus[svc] = until, out.Status
 		}
 		return failObs(out.Status, statusText(out.Status), ceilMs(out.RetryAfter), "", "", ""), out.Fired, nil
@@ -592,16 +641,16 @@ func statusText(status uint32) string {
 type change struct {
 	ef    *effect
 	key   string
-	to    any
-	added map[string]any
+	to    ref.Val
+	added *object
 }
 
 // run checks the tool's preconditions in order; the first that fails answers the call.
 // Otherwise every effect is computed against the state as it was, then applied in
 // order, and the observation is computed against the new state.
-func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, error) {
+func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	w := e.w
-	act := &activation{ep: e, args: args}
+	act := e.scope(args)
 	for i := range t.pre {
 		p := &t.pre[i]
 		ok, err := evalBool(p.require, act)
@@ -642,18 +691,18 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 		switch {
 		case ef.add:
 			ed := &w.entities[ef.entity]
-			c.added = make(map[string]any, len(ed.fields)+1)
+			c.added = newObject(ed.otype)
 			for j, fp := range ef.addFields {
 				k := ed.fields[j].draw.kind
 				if fp == nil {
-					c.added[ed.fields[j].name] = k.zero()
+					c.added.vals[j+1] = k.zero()
 					continue
 				}
 				v, err := eval(fp, act)
 				if err != nil {
 					return nil, err
 				}
-				if c.added[ed.fields[j].name], err = native(v, k, fp.at); err != nil {
+				if c.added.vals[j+1], err = checkKind(v, k, fp.at); err != nil {
 					return nil, err
 				}
 			}
@@ -678,13 +727,15 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 			} else {
 				k = w.entities[ef.entity].fields[ef.field].draw.kind
 			}
-			if c.to, err = native(v, k, ef.to.at); err != nil {
+			if c.to, err = checkKind(v, k, ef.to.at); err != nil {
 				return nil, err
 			}
 		}
 		changes[i] = c
 	}
-	var newID string
+	var newID ref.Val = types.String("")
+	// Every value was computed before the first change, and the observation is written
+	// as bytes after the last: entities change in place.
 	for _, c := range changes {
 		ef := c.ef
 		switch {
@@ -692,13 +743,10 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 			ed := &w.entities[ef.entity]
 			st := &e.ents[ef.entity]
 			id := ed.prefix + strconv.Itoa(len(st.ids)+1)
-			c.added["id"] = id
+			c.added.vals[0] = types.String(id)
 			st.rows[id] = c.added
 			st.ids = append(st.ids, id)
-			if st.val != nil {
-				st.val.keys = st.ids
-			}
-			newID = id
+			newID = c.added.vals[0]
 			s.changed = true
 			s.open("add", ed.name+"/"+id)
 			s.diff = append(s.diff, `,"to":{`...)
@@ -708,35 +756,22 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 				}
 				s.diff = canonjson.AppendString(s.diff, f.name)
 				s.diff = append(s.diff, ':')
-				s.diff = appendNative(s.diff, c.added[f.name])
+				s.diff = appendScalar(s.diff, c.added.vals[j+1])
 			}
 			s.diff = append(s.diff, "}}"...)
 		case ef.setVar >= 0:
-			name := w.vars[ef.setVar].name
-			if old := e.vars[name]; old != c.to {
+			if old := e.vars[ef.setVar]; old != c.to {
 				s.changed = true
-				s.set(name, old, c.to)
-				e.vars[name] = c.to
+				s.set(w.vars[ef.setVar].name, old, c.to)
+				e.vars[ef.setVar] = c.to
 			}
 		default:
 			ed := &w.entities[ef.entity]
-			st := &e.ents[ef.entity]
-			// A row is copied before it changes: the CEL view of the collection (and
-			// observations built from it) must not see a later write.
-			row := st.rows[c.key].(map[string]any)
-			fname := ed.fields[ef.field].name
-			if old := row[fname]; old != c.to {
+			row := e.ents[ef.entity].rows[c.key]
+			if old := row.vals[ef.field+1]; old != c.to {
 				s.changed = true
-				s.set(ed.name+"/"+c.key+"/"+fname, old, c.to)
-				nrow := make(map[string]any, len(row))
-				for k, v := range row {
-					nrow[k] = v
-				}
-				nrow[fname] = c.to
-				st.rows[c.key] = nrow
-				if st.val != nil {
-					st.val.changed(c.key)
-				}
+				s.set(ed.name+"/"+c.key+"/"+ed.fields[ef.field].name, old, c.to)
+				row.vals[ef.field+1] = c.to
 			}
 		}
 	}
@@ -747,7 +782,8 @@ func (e *episode) run(t *toolDef, args map[string]any, s *stepState) ([]byte, er
 		}
 		s.spend = sp
 	}
-	post := &activation{ep: e, args: args, newID: newID, hasID: true}
+	post := act
+	post.newID = newID
 	b := []byte(`{"ok":true`)
 	for _, f := range t.obs {
 		v, err := eval(f.val, post)
@@ -807,8 +843,22 @@ func appendVal(b []byte, v ref.Val) ([]byte, error) {
 		return strconv.AppendBool(b, bool(x)), nil
 	case types.Null:
 		return append(b, "null"...), nil
-	case *orderedMap:
-		return appendMap(b, x, x.keys)
+	case *collection:
+		return appendMap(b, x, x.ids)
+	case *object:
+		b = append(b, '{')
+		for n, i := range x.t.sorted {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = canonjson.AppendString(b, x.t.fields[i])
+			b = append(b, ':')
+			var err error
+			if b, err = appendVal(b, x.vals[i]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
 	case traits.Lister:
 		b = append(b, '[')
 		n := int64(x.Size().(types.Int))

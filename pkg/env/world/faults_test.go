@@ -14,8 +14,13 @@ import (
 // one account that can pay, to the bill's payee, of its amount.
 func goodTransfer(t *testing.T, ep env.Episode) string {
 	t.Helper()
+	return `{"from":"` + varOf(ep, "good_account").(string) + `","payee_id":"` + varOf(ep, "task_payee").(string) + `","amount":` + strconv.FormatInt(varOf(ep, "amount").(int64), 10) + `}`
+}
+
+// varOf reads a variable of an episode's state, as Go.
+func varOf(ep env.Episode, name string) any {
 	w := ep.(*episode)
-	return `{"from":"` + w.vars["good_account"].(string) + `","payee_id":"` + w.vars["task_payee"].(string) + `","amount":` + strconv.FormatInt(w.vars["amount"].(int64), 10) + `}`
+	return w.vars[w.w.slots[name]].Value()
 }
 
 func newBank(t *testing.T, cfg env.Config) env.Episode {
@@ -102,8 +107,7 @@ func TestLatencyMovesTheClock(t *testing.T) {
 // causal violation, and changes nothing.
 func TestPolicyRulesSayWhy(t *testing.T) {
 	ep := newBank(t, env.Config{Seed: 5})
-	w := ep.(*episode)
-	r := mustStep(t, ep, "transfer.create", `{"from":"`+w.vars["good_account"].(string)+`","payee_id":"p-1","amount":1000000}`)
+	r := mustStep(t, ep, "transfer.create", `{"from":"`+varOf(ep, "good_account").(string)+`","payee_id":"p-1","amount":1000000}`)
 	v := r.Signals.GetViolations()
 	if len(v) != 1 || v[0].GetRule() != "sufficient_funds" || !strings.Contains(v[0].GetReason(), "short of 1000000") || v[0].GetSuggestion() == "" || string(r.Diff) != "[]" {
 		t.Fatalf("over the balance: %s %v %s", r.Observation, v, r.Diff)

@@ -21,6 +21,10 @@ func FuzzLoad(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(b)
+	if b, err = builtinFS.ReadFile("builtin/airline.yaml"); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
 	f.Add([]byte("name: x\nservices: [a]\ntools: [{name: t, description: d}]\nsuccess: 'true'\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte("name: x\nentities: {e: {prefix: e-, count: {uniform: [1, 3]}, fields: {f: {type: int, expr: 'i * 2'}}}}\n"))

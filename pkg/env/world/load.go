@@ -9,6 +9,10 @@ import (
 	"strings"
 
 	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
 	"gopkg.in/yaml.v3"
 )
@@ -19,6 +23,10 @@ const MaxFileBytes = 1 << 20
 // maxCost bounds the work one expression may do in one evaluation (CEL's cost units), so
 // a runaway comprehension in a world file is an error, never a stalled worker.
 const maxCost = 1_000_000
+
+// maxStateString bounds a string of the state: what makes the cost of an expression over
+// the state boundable when the world loads (see program.fast).
+const maxStateString = 64 << 10
 
 // kind is the type of a state value or argument.
 type kind int
@@ -53,22 +61,28 @@ func (k kind) cel() *cel.Type {
 	return cel.BoolType
 }
 
-func (k kind) zero() any {
+func (k kind) zero() ref.Val {
 	switch k {
 	case kInt:
-		return int64(0)
+		return types.IntZero
 	case kString:
-		return ""
+		return types.String("")
 	}
-	return false
+	return types.False
 }
 
-// program is one compiled expression and where it was written.
+// program is one compiled expression and where it was written. prg tracks the cost of
+// each evaluation and stops it at maxCost. fast, when set, does not: CEL's static
+// estimate bounds the expression's cost under maxCost whatever the state, as long as the
+// episode stays within the world's own max_steps (which bounds how many entities tools
+// add) and strings within maxStateString; cost tracking is most of what a small
+// expression's evaluation costs.
 type program struct {
-	prg cel.Program
-	ast *cel.Ast
-	src string
-	at  place
+	prg  cel.Program
+	fast cel.Program
+	ast  *cel.Ast
+	src  string
+	at   place
 }
 
 // draw says how a state value starts: exactly one of a literal value, a uniform integer
@@ -95,8 +109,9 @@ type entityDef struct {
 	prefix string
 	count  draw
 	fields []varDef
-	// typeName is the CEL object type of one entity.
+	// typeName is the CEL object type of one entity; otype its fields (id first).
 	typeName string
+	otype    *objType
 }
 
 type precondition struct {
@@ -137,6 +152,8 @@ type toolDef struct {
 	spend   *program
 	advance *program
 	at      place
+	// writes holds the state its effects may change.
+	writes stateSet
 }
 
 type oracleCall struct {
@@ -181,6 +198,38 @@ type World struct {
 	// endsReadClock: success, failure or a milestone reads now_ms or step, so they are
 	// checked after every step, not only after those that change the state.
 	endsReadClock bool
+	// slots resolves a name of the state: a variable's position, or -1-k for entity k.
+	slots map[string]int
+	// ends are the end conditions a step checks, in order: success, failure (nil when
+	// the file has none), then the progress milestones.
+	ends []endCond
+}
+
+// endCond is an end condition and what it depends on: a step re-evaluates it only when
+// it may have changed, its last verdict standing otherwise.
+type endCond struct {
+	p *program
+	// reads holds the state it names (a bit per variable, then per entity collection);
+	// clock: it reads now_ms or step, which every step moves.
+	reads stateSet
+	clock bool
+}
+
+// stateSet is a set of the state's names: bit i for variable i, bit len(vars)+k for
+// entity collection k.
+type stateSet []uint64
+
+func newStateSet(n int) stateSet { return make(stateSet, (n+63)/64) }
+
+func (s stateSet) add(i int) { s[i/64] |= 1 << (i % 64) }
+
+func (s stateSet) intersects(o stateSet) bool {
+	for i := range s {
+		if s[i]&o[i] != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Name is the name the world registers under.
@@ -216,6 +265,7 @@ func Load(file string, data []byte) (*World, error) {
 	c := &compiler{d: d, w: w}
 	c.load(root)
 	if len(d.errs) == 0 {
+		c.bound()
 		c.trialResets()
 	}
 	if len(d.errs) > 0 {
@@ -230,6 +280,19 @@ type compiler struct {
 	w    *World
 	prov *provider
 	base *cel.Env // state, now_ms, step
+	// args is the schema of the tool being compiled; plan is set while the oracle's plan
+	// is (its expressions read observations, whose sizes nothing bounds).
+	args  *argSchema
+	plan  bool
+	state []stateProgram
+}
+
+// stateProgram is an expression over the state, kept until the whole world is read:
+// its cost is estimated when the entity collections' bounds are known.
+type stateProgram struct {
+	p    *program
+	env  *cel.Env
+	args *argSchema
 }
 
 func (c *compiler) load(root *yaml.Node) {
@@ -299,7 +362,7 @@ func (c *compiler) load(root *yaml.Node) {
 	// Declare the state first (names and types), then compile what refers to it.
 	varNodes := c.declareVars(get("vars"))
 	entNodes := c.declareEntities(get("entities"))
-	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(),
+	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
 		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType)}
 	for _, v := range w.vars {
 		opts = append(opts, cel.Variable(v.name, v.draw.kind.cel()))
@@ -311,6 +374,13 @@ func (c *compiler) load(root *yaml.Node) {
 	if err != nil {
 		d.errAt(at(root, ""), "declare state: %v", err)
 		return
+	}
+	w.slots = make(map[string]int, len(w.vars)+len(w.entities))
+	for i, v := range w.vars {
+		w.slots[v.name] = i
+	}
+	for k, e := range w.entities {
+		w.slots[e.name] = -1 - k
 	}
 	c.base = base
 	for i, n := range varNodes {
@@ -363,6 +433,44 @@ func (c *compiler) load(root *yaml.Node) {
 		if readsIdent(p, "now_ms", "step") {
 			w.endsReadClock = true
 		}
+	}
+	c.dependencies()
+}
+
+// dependencies records what each end condition reads and what each tool writes.
+func (c *compiler) dependencies() {
+	w := c.w
+	n := len(w.vars) + len(w.entities)
+	for i := range w.tools {
+		t := &w.tools[i]
+		t.writes = newStateSet(n)
+		for _, ef := range t.effects {
+			switch {
+			case ef.setVar >= 0:
+				t.writes.add(ef.setVar)
+			case ef.entity >= 0:
+				t.writes.add(len(w.vars) + ef.entity)
+			}
+		}
+	}
+	for _, p := range append([]*program{w.success, w.failure}, w.progress...) {
+		ec := endCond{p: p, reads: newStateSet(n), clock: readsIdent(p, "now_ms", "step")}
+		if p != nil && p.ast != nil {
+			celast.PostOrderVisit(p.ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+				if e.Kind() != celast.IdentKind {
+					return
+				}
+				// A comprehension's variable of a state name shadows it: counted as a
+				// read, which only costs an evaluation.
+				if k, ok := w.slots[e.AsIdent()]; ok {
+					if k < 0 {
+						k = len(w.vars) - 1 - k
+					}
+					ec.reads.add(k)
+				}
+			}))
+		}
+		w.ends = append(w.ends, ec)
 	}
 }
 
@@ -477,7 +585,7 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 			names = append(names, fd.name)
 			ftypes = append(ftypes, fd.draw.kind.cel())
 		}
-		c.prov.declare(e.typeName, names, ftypes)
+		e.otype = c.prov.declare(e.typeName, names, ftypes)
 		c.w.entities = append(c.w.entities, e)
 		out = append(out, en)
 	}
@@ -549,6 +657,9 @@ func (c *compiler) literal(n *yaml.Node, field string, k kind) any {
 		return v
 	case kString:
 		v, _ := c.d.text(n, field)
+		if len(v) > maxStateString {
+			c.d.errAt(at(n, field), "%d bytes exceeds the limit of %d for a string of the state", len(v), maxStateString)
+		}
 		return v
 	}
 	return nil
@@ -596,7 +707,107 @@ func (c *compiler) compile(env *cel.Env, n *yaml.Node, field string, want *cel.T
 		d.errAt(at(n, field), "%v", err)
 		return nil
 	}
-	return &program{prg: prg, ast: ast, src: src, at: at(n, field)}
+	p := &program{prg: prg, ast: ast, src: src, at: at(n, field)}
+	if !c.plan {
+		c.state = append(c.state, stateProgram{p: p, env: env, args: c.args})
+	}
+	return p
+}
+
+// bound gives each expression over the state whose cost CEL's static estimate keeps under
+// maxCost a program without cost tracking (program.fast). The estimate needs the size of
+// everything variable-length the expression reads: an entity collection holds at most
+// its largest initial count plus what the world's max_steps steps of its tools can add, a
+// string argument its maxLength, any other string of the state maxStateString.
+func (c *compiler) bound() {
+	w := c.w
+	ents := make(map[string]uint64, len(w.entities))
+	for k := range w.entities {
+		ed := &w.entities[k]
+		initial := uint64(10000) // the range a drawn count is checked against
+		switch {
+		case ed.count.value != nil:
+			initial = uint64(max(ed.count.value.(int64), 0))
+		case len(ed.count.choice) > 0:
+			initial = 0
+			for _, v := range ed.count.choice {
+				initial = max(initial, uint64(max(v.(int64), 0)))
+			}
+		}
+		adds := 0
+		for _, t := range w.tools {
+			n := 0
+			for _, ef := range t.effects {
+				if ef.add && ef.entity == k {
+					n++
+				}
+			}
+			adds = max(adds, n)
+		}
+		ents[ed.name] = initial + uint64(adds)*uint64(w.maxSteps)
+	}
+	for _, sp := range c.state {
+		est, err := sp.env.EstimateCost(sp.p.ast, &sizes{ents: ents, args: sp.args})
+		if err != nil || est.Max > maxCost {
+			continue
+		}
+		if fast, err := sp.env.Program(sp.p.ast, cel.EvalOptions(cel.OptOptimize)); err == nil {
+			sp.p.fast = fast
+		}
+	}
+	c.state = nil
+}
+
+// sizes bounds what an expression over the state reads, for CEL's cost estimate.
+type sizes struct {
+	ents map[string]uint64
+	args *argSchema
+}
+
+func (s *sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
+	path := n.Path()
+	if len(path) == 0 {
+		return nil
+	}
+	switch n.Type().Kind() {
+	case types.StringKind:
+		if path[0] == "args" && len(path) == 2 && s.args != nil {
+			if p := s.args.prop(path[1]); p != nil {
+				return &cost.SizeEstimate{Min: 0, Max: uint64(p.maxLen)}
+			}
+		}
+		return &cost.SizeEstimate{Min: 0, Max: maxStateString}
+	case types.MapKind:
+		if n, ok := s.ents[path[0]]; ok && len(path) == 1 {
+			return &cost.SizeEstimate{Min: 0, Max: n}
+		}
+	}
+	return nil
+}
+
+// EstimateCallCost sizes the results of the string functions of cel-go's strings
+// extension that make a word list from an argument (lowerAscii, upperAscii, trim, split),
+// which CEL leaves unsized: without it, no expression that searches by words could be
+// bounded.
+func (s *sizes) EstimateCallCost(function, _ string, target *cost.AstNode, _ []cost.AstNode) *cost.CallEstimate {
+	if target == nil {
+		return nil
+	}
+	in := (*target).ComputedSize()
+	if in == nil {
+		in = s.EstimateSize(*target)
+	}
+	if in == nil || (*target).Type().Kind() != types.StringKind {
+		return nil
+	}
+	work := cost.Estimate{Min: 1, Max: 1 + in.Max}
+	switch function {
+	case "lowerAscii", "upperAscii", "trim":
+		return &cost.CallEstimate{CostEstimate: work, ResultSize: &cost.SizeEstimate{Min: 0, Max: in.Max}}
+	case "split":
+		return &cost.CallEstimate{CostEstimate: work, ResultSize: &cost.SizeEstimate{Min: 0, Max: in.Max + 1}}
+	}
+	return nil
 }
 
 // observation compiles a mapping of keys to expressions, kept in file order.
@@ -709,7 +920,9 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 		t.args.schema, t.args.usage = t.args.render()
 	}
 	names, ftypes := t.args.celFields()
-	c.prov.declare(t.args.typeName, names, ftypes)
+	t.args.otype = c.prov.declare(t.args.typeName, names, ftypes)
+	c.args = &t.args
+	defer func() { c.args = nil }()
 	env, err := c.base.Extend(cel.Variable("args", cel.ObjectType(t.args.typeName)))
 	if err != nil {
 		d.errAt(at(tn, f), "declare args: %v", err)
@@ -889,7 +1102,9 @@ var stepKeys = []string{"name", "call", "args", "when", "recover", "done_if_rule
 func (c *compiler) oraclePlan(n *yaml.Node) {
 	d, w := c.d, c.w
 	// The plan reads only what agents see: the first observation and the answers.
-	env, err := cel.NewEnv(cel.CustomTypeProvider(c.prov), ext.Strings(), ext.Lists(), ext.Math(),
+	c.plan = true
+	defer func() { c.plan = false }()
+	env, err := cel.NewEnv(cel.CustomTypeProvider(c.prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
 		cel.Variable("task", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("results", cel.MapType(cel.StringType, cel.MapType(cel.StringType, cel.DynType))))
 	if err != nil {

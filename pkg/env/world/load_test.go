@@ -1,11 +1,15 @@
 package world
 
 import (
+	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 )
@@ -177,7 +181,9 @@ func TestTemplateBraces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := render(w.tools[0].pre[0].reason, &activation{ep: &episode{w: w, vars: map[string]any{"n": int64(7)}}, args: map[string]any{"by": int64(1)}})
+	args := newObject(w.tools[0].args.otype)
+	args.vals[0] = types.Int(1)
+	got, err := render(w.tools[0].pre[0].reason, &activation{ep: &episode{w: w, vars: []ref.Val{types.Int(7)}}, args: args})
 	if err != nil || got != "n is 7 and }" {
 		t.Fatalf("got %q, %v", got, err)
 	}
@@ -196,4 +202,110 @@ func TestToolWithoutArgsHasASchema(t *testing.T) {
 		}
 	}
 	t.Fatal("no account.list")
+}
+
+// TestParseFlatAgreesWithParse: the hot path of argument parsing accepts only what the
+// encoding/json path accepts, with the same values, and leaves every error to it.
+func TestParseFlatAgreesWithParse(t *testing.T) {
+	w, err := Load("t.yaml", []byte(strings.Replace(small, "        by: {type: integer, minimum: 1, maximum: 3}",
+		"        by: {type: integer, minimum: 1, maximum: 3}\n        s: {type: string, maxLength: 4, minLength: 1, enum: [ab, abc, abcd, \"a b\"]}\n        f: {type: boolean}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &w.tools[0].args
+	inputs := []string{`{"by":1}`, ` { "by" : 2 , "s" : "ab" , "f" : true } `, `{"by":3,"f":false}`, `{"by":0}`, `{"by":4}`,
+		`{"by":01}`, `{"by":-0}`, `{"by":1.0}`, `{"by":1e0}`, `{"by":"1"}`, `{"by":1,"by":2}`, `{"by":1,}`, `{"by":1}x`,
+		`{"s":"ab"}`, `{"by":1,"s":"abcde"}`, `{"by":1,"s":""}`, `{"by":1,"s":"zz"}`, `{"by":1,"s":"a\u0062"}`, `{"by":1,"s":"a b"}`,
+		`{"by":1,"x":1}`, `{"by":1,"f":truex}`, `{"by":1,"f":tru}`, `{}`, ``, `null`, `[]`, `{"by":1`, `{"by":9223372036854775808}`,
+		`{"by":-1}`, `{"by": 2}`, "{\"by\":2}\n", `{"by":1,"f":null}`}
+	for _, in := range inputs {
+		fast, ok := sc.parseFlat([]byte(in))
+		slow, err := sc.parseJSON([]byte(in))
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: the hot path accepts what parse refuses: %v", in, err)
+			continue
+		}
+		if fast.Equal(slow) != types.True {
+			t.Errorf("%s: hot path %v, parse %v", in, fast.vals, slow.vals)
+		}
+	}
+	if _, ok := sc.parseFlat([]byte(`{"by":2,"s":"abc","f":true}`)); !ok {
+		t.Error("the hot path refuses plain arguments")
+	}
+}
+
+// TestEndConditionsFollowTheirReads: a step re-evaluates only the end conditions that
+// read what its tool writes; the others keep their verdicts, which stay right.
+func TestEndConditionsFollowTheirReads(t *testing.T) {
+	src := `name: deps
+services: [s]
+vars:
+  a: {type: int, value: 0}
+  b: {type: int, value: 0}
+tools:
+  - {name: inc_a, description: add one to a, effects: [{set: a, to: a + 1}], observation: {a: a}}
+  - {name: inc_b, description: add one to b, effects: [{set: b, to: b + 1}], observation: {b: b}}
+progress: [a >= 1, b >= 1]
+success: b >= 2
+`
+	w, err := Load("deps.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := w.Env().NewEpisode(env.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	e := ep.(*episode)
+	for i, tc := range []struct {
+		tool     string
+		progress float64
+		success  bool
+		// known: which of success, failure, a >= 1, b >= 1 hold a verdict after the step.
+		known [4]bool
+	}{
+		{"inc_a", 0.5, false, [4]bool{true, false, true, true}},
+		{"inc_a", 0.5, false, [4]bool{true, false, false, true}}, // a changed; the milestones above progress are checked
+		{"inc_b", 1, false, [4]bool{true, false, false, true}},
+		{"inc_a", 1, false, [4]bool{true, false, false, true}}, // b unchanged: success not evaluated again
+		{"inc_b", 1, true, [4]bool{true, false, false, false}},
+	} {
+		r, err := ep.Step(env.Action{Tool: tc.tool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Signals.Progress != tc.progress || r.Signals.Success != tc.success || [4]bool(e.known) != tc.known {
+			t.Fatalf("step %d %s: progress %v success %v known %v, want %v %v %v", i, tc.tool, r.Signals.Progress, r.Signals.Success, e.known, tc.progress, tc.success, tc.known)
+		}
+	}
+}
+
+// TestSchemaIsCanonical: a tool's published schema is canonical JSON, its properties'
+// keys sorted like every other object's, whatever order the file declares them in (the
+// Go shop publishes {"qty":...,"sku":...}; the shop port declared sku first).
+func TestSchemaIsCanonical(t *testing.T) {
+	src := strings.Replace(small, "        by: {type: integer, minimum: 1, maximum: 3}",
+		"        zeta: {type: string, maxLength: 4}\n        by: {type: integer, minimum: 1, maximum: 3}", 1)
+	w, err := Load("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(w.Env().Spec().Tools[0].Schema)
+	var v any
+	if err := json.Unmarshal([]byte(got), &v); err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(v) // encoding/json writes map keys sorted
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("schema %s\nwant     %s", got, want)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
@@ -24,6 +25,7 @@ import (
 // agents read in the spec is exactly what the world checks.
 type argSchema struct {
 	typeName string
+	otype    *objType
 	props    []argProp
 	required []string
 	// schema is the canonical JSON Schema the spec publishes; usage the call shape the
@@ -194,7 +196,11 @@ func (c *compiler) prop(name string, n *yaml.Node, f string) argProp {
 func (s *argSchema) render() ([]byte, string) {
 	b := []byte(`{"additionalProperties":false,"properties":{`)
 	var usage []string
-	for i, p := range s.props {
+	// The properties' keys sorted, as every object of canonical JSON; the usage line
+	// keeps the file's order.
+	sorted := slices.Clone(s.props)
+	slices.SortFunc(sorted, func(x, y argProp) int { return cmpString(x.name, y.name) })
+	for i, p := range sorted {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -221,7 +227,6 @@ func (s *argSchema) render() ([]byte, string) {
 				parts = append(parts, strconv.AppendInt([]byte(`"minLength":`), int64(p.minLen), 10))
 			}
 			parts = append(parts, []byte(`"type":"string"`))
-			usage = append(usage, fmt.Sprintf("%q: %s", p.name, "string"))
 		case kInt:
 			if p.max != math.MaxInt64 {
 				parts = append(parts, strconv.AppendInt([]byte(`"maximum":`), p.max, 10))
@@ -230,15 +235,16 @@ func (s *argSchema) render() ([]byte, string) {
 				parts = append(parts, strconv.AppendInt([]byte(`"minimum":`), p.min, 10))
 			}
 			parts = append(parts, []byte(`"type":"integer"`))
-			usage = append(usage, fmt.Sprintf("%q: %s", p.name, "integer"))
 		case kBool:
 			parts = append(parts, []byte(`"type":"boolean"`))
-			usage = append(usage, fmt.Sprintf("%q: %s", p.name, "boolean"))
 		}
 		b = append(b, bytes.Join(parts, []byte(","))...)
 		b = append(b, '}')
 	}
 	b = append(b, '}')
+	for _, p := range s.props {
+		usage = append(usage, fmt.Sprintf("%q: %s", p.name, map[kind]string{kString: "string", kInt: "integer", kBool: "boolean"}[p.kind]))
+	}
 	if len(s.required) > 0 {
 		req := slices.Clone(s.required)
 		b = append(b, `,"required":[`...)
@@ -257,10 +263,18 @@ func (s *argSchema) render() ([]byte, string) {
 // parse decodes an action's args against the schema; its error lists every problem,
 // each naming the argument, in a deterministic order. Optional arguments not given hold
 // their type's zero value.
-func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
+func (s *argSchema) parse(raw json.RawMessage) (*object, error) {
 	if len(raw) > env.MaxArgsBytes {
 		return nil, fmt.Errorf("args: %d bytes exceeds the limit of %d", len(raw), env.MaxArgsBytes)
 	}
+	if o, ok := s.parseFlat(raw); ok {
+		return o, nil
+	}
+	return s.parseJSON(raw)
+}
+
+// parseJSON is parse through encoding/json: every shape of arguments, and every error.
+func (s *argSchema) parseJSON(raw json.RawMessage) (*object, error) {
 	raw = bytes.TrimSpace(raw)
 	var m map[string]json.RawMessage
 	if len(raw) > 0 && string(raw) != "null" {
@@ -285,7 +299,7 @@ func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
 			errs = append(errs, fmt.Errorf("args.%s: unknown argument", clip(k)))
 		}
 	}
-	out := make(map[string]any, len(s.props))
+	out := newObject(s.otype)
 	for i := range s.props {
 		p := &s.props[i]
 		v, ok := m[p.name]
@@ -293,7 +307,7 @@ func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
 			if p.required {
 				errs = append(errs, fmt.Errorf("args.%s: required", p.name))
 			}
-			out[p.name] = p.kind.zero()
+			out.vals[i] = p.kind.zero()
 			continue
 		}
 		val, err := p.decode(v)
@@ -301,12 +315,131 @@ func (s *argSchema) parse(raw json.RawMessage) (map[string]any, error) {
 			errs = append(errs, fmt.Errorf("args.%s: %w", p.name, err))
 			continue
 		}
-		out[p.name] = val
+		out.vals[i] = celValue(val)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// parseFlat is parse's hot path: the arguments nearly every action has, an object of
+// known keys, each once, whose values are plain strings (printable ASCII without escapes),
+// integers written as digits, or booleans, all valid, every required one given. It reads
+// them without encoding/json's reflection and maps; anything else (ok false) is left to
+// parse, which also words every error.
+func (s *argSchema) parseFlat(raw []byte) (*object, bool) {
+	i := skipWS(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	out := newObject(s.otype)
+	i = skipWS(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		i++
+	} else {
+		for {
+			key, j, ok := plainString(raw, i)
+			if !ok {
+				return nil, false
+			}
+			k := -1
+			for n := range s.props {
+				if s.props[n].name == key {
+					k = n
+					break
+				}
+			}
+			if k < 0 || out.vals[k] != nil {
+				return nil, false
+			}
+			if j = skipWS(raw, j); j >= len(raw) || raw[j] != ':' {
+				return nil, false
+			}
+			j = skipWS(raw, j+1)
+			p := &s.props[k]
+			switch p.kind {
+			case kString:
+				v, end, ok := plainString(raw, j)
+				if !ok || len(v) > p.maxLen || len(v) < p.minLen || len(p.enum) > 0 && !slices.Contains(p.enum, v) {
+					return nil, false
+				}
+				out.vals[k], j = types.String(v), end
+			case kInt:
+				end := j
+				if end < len(raw) && raw[end] == '-' {
+					end++
+				}
+				if end+1 < len(raw) && raw[end] == '0' && raw[end+1] >= '0' && raw[end+1] <= '9' {
+					return nil, false // a leading zero is not JSON
+				}
+				for end < len(raw) && raw[end] >= '0' && raw[end] <= '9' {
+					end++
+				}
+				n, err := strconv.ParseInt(string(raw[j:end]), 10, 64)
+				if err != nil || n < p.min || n > p.max || end < len(raw) && (raw[end] == '.' || raw[end] == 'e' || raw[end] == 'E') {
+					return nil, false
+				}
+				out.vals[k], j = types.Int(n), end
+			case kBool:
+				switch {
+				case bytes.HasPrefix(raw[j:], []byte("true")):
+					out.vals[k], j = types.True, j+4
+				case bytes.HasPrefix(raw[j:], []byte("false")):
+					out.vals[k], j = types.False, j+5
+				default:
+					return nil, false
+				}
+			}
+			if j = skipWS(raw, j); j >= len(raw) {
+				return nil, false
+			}
+			if raw[j] == '}' {
+				i = j + 1
+				break
+			}
+			if raw[j] != ',' {
+				return nil, false
+			}
+			i = skipWS(raw, j+1)
+		}
+	}
+	if skipWS(raw, i) != len(raw) {
+		return nil, false
+	}
+	for k := range s.props {
+		if out.vals[k] == nil {
+			if s.props[k].required {
+				return nil, false
+			}
+			out.vals[k] = s.props[k].kind.zero()
+		}
+	}
+	return out, true
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString reads a JSON string at b[i] made of printable ASCII without escapes, and
+// returns it and the index after its closing quote.
+func plainString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
 }
 
 func (p *argProp) decode(raw json.RawMessage) (any, error) {

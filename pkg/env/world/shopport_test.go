@@ -119,3 +119,49 @@ func TestShopPortAgainstTheGoShop(t *testing.T) {
 		t.Errorf("the Go shop's oracle won %d of %d: the comparison's baseline moved", goWins, seeds)
 	}
 }
+
+// TestRetryAfterSuggestionIsTheShops: calling a service before its Retry-After passed is
+// refused with the Go shop's own suggestion, naming the world's wait tool.
+func TestRetryAfterSuggestionIsTheShops(t *testing.T) {
+	suggestion := func(e env.Env) string {
+		t.Helper()
+		ep, err := e.NewEpisode(env.Config{Seed: 3, Faults: injector(t, 3, httpErr("pay-503", "payment", 1, 503, 250))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ep.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		var r env.StepResult
+		for range 2 {
+			if r, err = ep.Step(env.Action{Tool: "wallet.balance", Args: json.RawMessage(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v := r.Signals.GetViolations()
+		if len(v) != 1 || v[0].GetRule() != RuleRespectRetryAfter {
+			t.Fatalf("%s: the second call in the Retry-After window: %s %v", e.Spec().Name, r.Observation, v)
+		}
+		return v[0].GetSuggestion()
+	}
+	if got, want := suggestion(shopPort(t)), suggestion(shop.New()); got != want {
+		t.Fatalf("the port suggests %q, the Go shop %q", got, want)
+	}
+}
+
+// TestShopPortSpecIsTheShops: the port publishes the Go shop's action space, tool for
+// tool (name, service, description, schema), but for the example id in the sku's
+// description: the port's skus are sku-1..sku-12, the shop's hex.
+func TestShopPortSpecIsTheShops(t *testing.T) {
+	goSpec, port := shop.New().Spec(), shopPort(t).Spec()
+	if len(goSpec.Tools) != len(port.Tools) || goSpec.Description != port.Description {
+		t.Fatalf("%d tools against the shop's %d; description %q against %q", len(port.Tools), len(goSpec.Tools), port.Description, goSpec.Description)
+	}
+	for i, g := range goSpec.Tools {
+		p := port.Tools[i]
+		schema := strings.ReplaceAll(string(g.Schema), `e.g. \"sku-3f2a\"`, `e.g. \"sku-3\"`)
+		if p.Name != g.Name || p.Service != g.Service || p.Description != g.Description || string(p.Schema) != schema {
+			t.Errorf("tool %d:\n port %s %s %q %s\n shop %s %s %q %s", i, p.Name, p.Service, p.Description, p.Schema, g.Name, g.Service, g.Description, schema)
+		}
+	}
+}
