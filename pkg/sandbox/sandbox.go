@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"time"
 )
 
@@ -39,6 +40,17 @@ type Runtime interface {
 	// Close releases the runtime's own resources (connections, background goroutines). It
 	// does not destroy sandboxes. Calls after Close return ErrClosed.
 	Close() error
+}
+
+// Streamer is the optional ability to run a command whose stdin and stdout are streams the
+// caller holds while it runs, instead of bytes given before and collected after: a stdio
+// server (an MCP server, say) speaks through them for as long as the caller talks to it.
+// It is Exec otherwise (validation, limits, timeout, metering, events; req.Stdin is
+// ignored and the result's Stdout is empty). The command ends when it exits (typically
+// once stdin is closed), at req.Timeout or when ctx ends. Other Execs on the sandbox wait
+// until it ends: one command at a time, as with Exec.
+type Streamer interface {
+	ExecStream(ctx context.Context, id string, req ExecRequest, stdin io.Reader, stdout io.Writer) (ExecResult, error)
 }
 
 // Snapshotter is the optional ability to capture a sandbox's workspace and roll back to it.
