@@ -84,4 +84,3 @@ func TestExecStream(t *testing.T) {
 		t.Fatal("ExecStream without streams succeeded")
 	}
 }
-

@@ -1,0 +1,112 @@
+package mcpenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// verdict is a command verifier's judgement: it passed when the command exited 0.
+type verdict struct {
+	Pass     bool   `json:"pass"`
+	ExitCode int    `json:"exit_code"`
+	Output   string `json:"output,omitempty"`
+}
+
+// maxVerdictOutput caps what a verdict keeps of the command's output.
+const maxVerdictOutput = 2 << 10
+
+// verify stops the server and runs the verifier command in its sandbox, the recorded
+// calls as JSON on its stdin (a cassette plays the recorded verdict instead).
+func (e *episode) verify() (*verdict, error) {
+	if e.cassette != nil {
+		if len(e.cassette.Verdicts) == 0 {
+			return nil, fmt.Errorf("mcp %s: %w: it holds no verdict", e.d.Name, ErrCassette)
+		}
+		v := e.cassette.Verdicts[0]
+		return &v, nil
+	}
+	if e.srv == nil || e.srv.sb == "" {
+		return nil, fmt.Errorf("mcp %s: verifier: %w: no sandbox", e.d.Name, ErrServer)
+	}
+	e.srv.stop()
+	calls, err := json.Marshal(e.calls)
+	if err != nil {
+		return nil, fmt.Errorf("mcp %s: verifier: encode calls: %w", e.d.Name, err)
+	}
+	timeout := msDuration(e.d.Verifier.TimeoutMs)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+opTimeout)
+	defer cancel()
+	r, err := e.cfg.Sandboxes.Runtime().Exec(ctx, e.srv.sb, sandbox.ExecRequest{
+		Argv: e.d.Verifier.Command, Stdin: calls, Timeout: timeout, OutputLimit: 64 << 10,
+		Env: []string{fmt.Sprintf("GAUNTLET_SEED=%d", e.cfg.Seed)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mcp %s: verifier: %w", e.d.Name, err)
+	}
+	out := strings.TrimSpace(strings.ToValidUTF8(string(r.Stdout), ""))
+	if len(out) > maxVerdictOutput {
+		out = strings.ToValidUTF8(out[len(out)-maxVerdictOutput:], "")
+	}
+	return &verdict{Pass: r.ExitCode == 0 && !r.TimedOut, ExitCode: r.ExitCode, Output: out}, nil
+}
+
+// ErrCassette is wrapped by the errors of a replay whose cassette does not hold what the
+// episode asks of it: the actions are not the recorded ones.
+var ErrCassette = errors.New("cassette")
+
+// Cassette is a recorded episode's server side: the tools its server listed (the first
+// observation's tools) and every answer, in call order (the steps' diffs), with the
+// command verifier's verdict. Given as the `cassette` parameter, the episode plays them
+// back instead of reaching a server: a replay needs neither the server nor a sandbox, and
+// the fault plan and the actions decide the rest, as they did when it was recorded.
+type Cassette struct {
+	Tools    []cassetteTool `json:"tools"`
+	Answers  []answer       `json:"answers"`
+	Verdicts []verdict      `json:"verdicts,omitempty"`
+}
+
+type cassetteTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+// CassetteFrom builds the cassette of a recorded episode from its first observation and
+// its steps' diffs, in step order (what ClickHouse's episodes and steps tables hold).
+func CassetteFrom(firstObs []byte, diffs [][]byte) (*Cassette, error) {
+	var c Cassette
+	var first struct {
+		Tools []cassetteTool `json:"tools"`
+	}
+	if err := json.Unmarshal(firstObs, &first); err != nil {
+		return nil, fmt.Errorf("cassette: first observation: %w", err)
+	}
+	for _, t := range first.Tools {
+		if t.Name != ToolSubmit {
+			c.Tools = append(c.Tools, t)
+		}
+	}
+	for i, d := range diffs {
+		var es []diffEntry
+		if err := json.Unmarshal(d, &es); err != nil {
+			return nil, fmt.Errorf("cassette: step %d's diff: %w", i, err)
+		}
+		for _, e := range es {
+			if e.Answer != nil {
+				c.Answers = append(c.Answers, *e.Answer)
+			}
+			if e.Verdict != nil {
+				c.Verdicts = append(c.Verdicts, *e.Verdict)
+			}
+		}
+	}
+	return &c, nil
+}
+
+var _ env.Episode = (*episode)(nil)
