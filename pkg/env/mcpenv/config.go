@@ -189,8 +189,10 @@ func (d *Decl) check() []error {
 			}
 			if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 				bad("server.workspace", "%q is not a directory", s.Workspace)
+			} else if p, err = filepath.EvalSymlinks(p); err != nil {
+				bad("server.workspace", "%v", err)
 			} else {
-				s.Workspace = p
+				s.Workspace = p // the folder itself may be a link; links inside it are refused
 			}
 		}
 	}

@@ -61,3 +61,27 @@ func TestConformance(t *testing.T) {
 		Seeds:       []uint64{1, 2},
 	})
 }
+
+func injectorOf(t testing.TB, rules ...*gauntletv1.FaultRule) *inject.Injector {
+	t.Helper()
+	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: 1, Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func httpErr(id, target string, p float64, status, retryMs uint32) *gauntletv1.FaultRule {
+	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
+		Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: status, RetryAfterMs: retryMs}}}
+}
+
+func latency(id, target string, ms float64) *gauntletv1.FaultRule {
+	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: 1,
+		Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: ms}}}
+}
+
+func cut(id, target string, keep float64) *gauntletv1.FaultRule {
+	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: 1,
+		Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: keep}}}
+}

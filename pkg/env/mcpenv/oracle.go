@@ -17,7 +17,9 @@ var ErrNoOraclePlan = errors.New("mcp: the declaration has no oracle plan")
 // arguments replaced, repeating an action whose call failed (an injected fault, a tool
 // error, a truncated answer) until it goes through, and the last one while the episode
 // goes on.
-func (x *mcpEnv) Oracle(seed uint64) env.Agent { return &oracle{d: x.d, seed: strconv.FormatUint(seed, 10)} }
+func (x *mcpEnv) Oracle(seed uint64) env.Agent {
+	return &oracle{d: x.d, seed: strconv.FormatUint(seed, 10)}
+}
 
 type oracle struct {
 	d    *Decl
