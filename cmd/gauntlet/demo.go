@@ -28,6 +28,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		o.label = "demo"
 	}
 	o.worlds = cfg.Worlds
+	o.mcp = cfg.MCP
 	req, err := o.request()
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
@@ -36,6 +37,8 @@ type runOpts struct {
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
 	worlds world.Config
+	// mcp are user MCP envs (--env.mcp), known here for the same reason.
+	mcp mcpenv.Config
 
 	// spec is --reward-spec parsed by request; it must be in the stack's bucket before
 	// the run is submitted (putRewardSpec).
@@ -62,6 +65,9 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
 	if err := o.worlds.Register(); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	}
+	if err := o.mcp.Register(); err != nil {
 		errs = append(errs, fmt.Errorf("--%w", err))
 	}
 	o.spec = nil
@@ -162,6 +168,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var o runOpts
 	o.register(fs, 1000)
 	o.worlds.RegisterFlags(fs)
+	o.mcp.RegisterFlags(fs)
 	var sf stackFlags
 	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")

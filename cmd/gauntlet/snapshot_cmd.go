@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
@@ -74,6 +75,8 @@ type replayOpts struct {
 	tasks taskenv.Config
 	// worlds are user worlds the recorded episode may be of.
 	worlds world.Config
+	// mcp are user MCP envs the recorded episode may be of.
+	mcp mcpenv.Config
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
@@ -92,6 +95,7 @@ func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
 	o.tasks.RegisterFlags(fs)
 	o.worlds.RegisterFlags(fs)
+	o.mcp.RegisterFlags(fs)
 }
 
 // parseInterspersed parses flags that may come before or after the one positional
@@ -331,6 +335,9 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 		return nil, fmt.Errorf("--step %d: episode %s has only %d steps", o.step, id, len(steps))
 	}
 	if err := o.worlds.Register(); err != nil {
+		return nil, fmt.Errorf("--%w", err)
+	}
+	if err := o.mcp.Register(); err != nil {
 		return nil, fmt.Errorf("--%w", err)
 	}
 	e, err := env.Lookup(row.Env)

@@ -2,6 +2,7 @@ package mcpenv
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -56,6 +57,7 @@ type Decl struct {
 
 	dir      string // the file's directory: relative server paths resolve against it
 	file     string
+	digest   [32]byte // of the file's content, so registering it again is a no-op
 	success  cel.Program
 	failure  cel.Program
 	deadline time.Duration
@@ -130,7 +132,7 @@ func Load(path string) (*Decl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load MCP env %s: %w", path, err)
 	}
-	d.file, d.dir = path, filepath.Dir(abs)
+	d.file, d.dir, d.digest = path, filepath.Dir(abs), sha256.Sum256(data)
 	if errs := d.check(); len(errs) > 0 {
 		for i, e := range errs {
 			errs[i] = fmt.Errorf("%s: %w", path, e)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -138,31 +139,55 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	ds, err := LoadDir(c.Dir)
+	mu.Lock()
+	defer mu.Unlock()
 	if err := errors.Join(err, taken(ds)); err != nil {
 		return fmt.Errorf("env.mcp: %w", err)
 	}
 	return nil
 }
 
-// Register registers the directory's MCP envs, all or none.
+// Register registers the directory's MCP envs, all or none. Registering a declaration
+// again (a client command after the stack in one process) is a no-op when its content is
+// the same; a changed one is refused.
 func (c *Config) Register() error {
 	if c.Dir == "" {
 		return nil
 	}
 	ds, err := LoadDir(c.Dir)
-	if err := errors.Join(err, taken(ds)); err != nil {
+	if err != nil {
+		return fmt.Errorf("env.mcp: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if err := taken(ds); err != nil {
 		return fmt.Errorf("env.mcp: %w", err)
 	}
 	for _, d := range ds {
-		env.Register(New(d))
+		if _, ok := done[d.Name]; !ok {
+			env.Register(New(d))
+			done[d.Name] = d.digest
+		}
 	}
 	return nil
 }
 
-// taken reports declarations whose name another env has.
+var (
+	mu   sync.Mutex
+	done = map[string][32]byte{} // env name → declaration digest, registered by Register
+)
+
+// taken reports declarations whose name another env has (the same declaration,
+// registered before, excepted).
 func taken(ds []*Decl) error {
 	var errs []error
 	for _, d := range ds {
+		if dg, ok := done[d.Name]; ok {
+			if dg != d.digest {
+				errs = append(errs, fmt.Errorf("%s: %w: name: %q was registered from other content", d.file, ErrInvalid, d.Name))
+			}
+			continue
+		}
 		if _, err := env.Lookup(d.Name); err == nil {
 			errs = append(errs, fmt.Errorf("%s: %w: name: %q is already an env", d.file, ErrInvalid, d.Name))
 		}

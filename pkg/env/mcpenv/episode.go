@@ -48,6 +48,7 @@ type episode struct {
 	tools   []*toolInfo
 	calls   []any // what the verifier sees, one map per call
 	answers int   // cassette answers played
+	listed  bool  // the tools' listing is in a diff already
 	ready   bool
 	done    bool
 	reason  gauntletv1.TerminationReason
@@ -188,12 +189,13 @@ type callObs struct {
 	Error      string          `json:"error,omitempty"`
 }
 
-// diffEntry is one entry of a step's diff: a call's answer, or the command verifier's
-// verdict.
+// diffEntry is one entry of a step's diff: the tools the server listed (in the first
+// step that is not an invalid action), a call's answer, or the command verifier's verdict.
 type diffEntry struct {
-	Tool    string   `json:"tool,omitempty"`
-	Answer  *answer  `json:"answer,omitempty"`
-	Verdict *verdict `json:"verdict,omitempty"`
+	Tools   []*toolInfo `json:"tools,omitempty"`
+	Tool    string      `json:"tool,omitempty"`
+	Answer  *answer     `json:"answer,omitempty"`
+	Verdict *verdict    `json:"verdict,omitempty"`
 }
 
 // Step applies one action. Invalid actions and the server's tool errors are observations;
@@ -262,6 +264,14 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			}
 		}
 		e.calls = append(e.calls, rec)
+	}
+	if calls > 0 && !e.listed {
+		// The listing rides with the first valid step, so the steps' diffs alone hold
+		// everything a replay needs of the server (Cassette).
+		e.listed = true
+		var es []diffEntry
+		_ = json.Unmarshal(diff, &es) // the package's own encoding
+		diff = marshal(append([]diffEntry{{Tools: e.tools}}, es...))
 	}
 	e.step++
 	if calls > 0 && v == nil {

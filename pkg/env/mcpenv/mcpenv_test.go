@@ -62,7 +62,8 @@ func TestFaultsAtTheMCPBoundary(t *testing.T) {
 	}
 	r := mustStep(t, ep, "notes.put", `{"name":"n7","text":"remember the milk"}`)
 	if string(r.Observation) != `{"ok":false,"error":"notes.put failed: injected status 503","status":503,"retry_after_ms":250,"suggestion":"the call had no effect; try it again"}` ||
-		len(r.Faults) != 1 || r.Faults[0].GetFaultId() != "down" || r.Metering.GetErrors() != 1 || string(r.Diff) != "[]" {
+		len(r.Faults) != 1 || r.Faults[0].GetFaultId() != "down" || r.Metering.GetErrors() != 1 ||
+		!bytes.HasPrefix(r.Diff, []byte(`[{"tools":[{"name":"notes.put",`)) || bytes.Contains(r.Diff, []byte(`"answer"`)) {
 		t.Fatalf("aborted put: %s faults %v metering %v diff %s", r.Observation, r.Faults, r.Metering, r.Diff)
 	}
 	before := ep.Now()
@@ -137,7 +138,7 @@ func TestCassetteReplaysWithoutTheServer(t *testing.T) {
 		if fired == 0 {
 			t.Fatalf("seed %d: no fault fired on %d calls: the test proves nothing", seed, len(actions))
 		}
-		cas, err := mcpenv.CassetteFrom(first, diffs)
+		cas, err := mcpenv.CassetteFrom(diffs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,12 +14,11 @@ import (
 var ErrNoOraclePlan = errors.New("mcp: the declaration has no oracle plan")
 
 // Oracle plays the declaration's oracle plan: each action in turn, "{seed}" in its
-// arguments replaced, repeating an action whose call failed (an injected fault, a tool
+// arguments replaced by the episode's seed (read from the first observation: the seed
+// the policy hands Oracle is its own, not the episode's), repeating an action whose call failed (an injected fault, a tool
 // error, a truncated answer) until it goes through, and the last one while the episode
 // goes on.
-func (x *mcpEnv) Oracle(seed uint64) env.Agent {
-	return &oracle{d: x.d, seed: strconv.FormatUint(seed, 10)}
-}
+func (x *mcpEnv) Oracle(uint64) env.Agent { return &oracle{d: x.d} }
 
 type oracle struct {
 	d    *Decl
@@ -32,7 +31,9 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if len(o.d.Oracle) == 0 {
 		return env.Action{}, fmt.Errorf("%w (%s)", ErrNoOraclePlan, o.d.Name)
 	}
-	if t.Step > 0 && failed(t.Observation) {
+	if t.Step == 0 {
+		o.readSeed(t.Observation)
+	} else if failed(t.Observation) {
 		o.next = o.last
 	}
 	i := min(o.next, len(o.d.Oracle)-1)
@@ -45,8 +46,20 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	return env.Action{Tool: a.Tool, Args: args}, nil
 }
 
+// readSeed takes the episode's seed from its first observation.
+func (o *oracle) readSeed(first []byte) {
+	var r struct {
+		Seed uint64 `json:"seed"`
+	}
+	_ = json.Unmarshal(first, &r) // the env's own first observation
+	o.seed = strconv.FormatUint(r.Seed, 10)
+}
+
 // Follow takes over an episode at a step: the plan goes on after the action played.
 func (o *oracle) Follow(t env.Turn, played env.Action) {
+	if t.Step == 0 {
+		o.readSeed(t.Observation)
+	}
 	for i, a := range o.d.Oracle {
 		if a.Tool == played.Tool && i >= o.next {
 			o.last, o.next = i, i+1

@@ -60,9 +60,8 @@ func (e *episode) verify() (*verdict, error) {
 // episode asks of it: the actions are not the recorded ones.
 var ErrCassette = errors.New("cassette")
 
-// Cassette is a recorded episode's server side: the tools its server listed (the first
-// observation's tools) and every answer, in call order (the steps' diffs), with the
-// command verifier's verdict. Given as the `cassette` parameter, the episode plays them
+// Cassette is a recorded episode's server side, as its steps' diffs hold it: the tools
+// its server listed, every answer in call order, and the command verifier's verdict. Given as the `cassette` parameter, the episode plays them
 // back instead of reaching a server: a replay needs neither the server nor a sandbox, and
 // the fault plan and the actions decide the rest, as they did when it was recorded.
 type Cassette struct {
@@ -77,27 +76,32 @@ type cassetteTool struct {
 	InputSchema json.RawMessage `json:"input_schema"`
 }
 
-// CassetteFrom builds the cassette of a recorded episode from its first observation and
-// its steps' diffs, in step order (what ClickHouse's episodes and steps tables hold).
-func CassetteFrom(firstObs []byte, diffs [][]byte) (*Cassette, error) {
+// ErrNoListing is returned by CassetteFrom for a recording none of whose steps reached
+// the server's tools (every action was invalid): it holds nothing to replay.
+var ErrNoListing = errors.New("cassette: no step of the recording holds the server's tools")
+
+// CassetteFrom builds the cassette of a recorded episode from its steps' diffs, in step
+// order (the steps table's state_diff column).
+func CassetteFrom(diffs [][]byte) (*Cassette, error) {
 	var c Cassette
-	var first struct {
-		Tools []cassetteTool `json:"tools"`
-	}
-	if err := json.Unmarshal(firstObs, &first); err != nil {
-		return nil, fmt.Errorf("cassette: first observation: %w", err)
-	}
-	for _, t := range first.Tools {
-		if t.Name != ToolSubmit {
-			c.Tools = append(c.Tools, t)
-		}
-	}
+	listed := false
 	for i, d := range diffs {
-		var es []diffEntry
+		var es []struct {
+			Tools []cassetteTool `json:"tools"`
+			diffEntry
+		}
 		if err := json.Unmarshal(d, &es); err != nil {
 			return nil, fmt.Errorf("cassette: step %d's diff: %w", i, err)
 		}
 		for _, e := range es {
+			if e.Tools != nil && !listed {
+				listed = true
+				for _, t := range e.Tools {
+					if t.Name != ToolSubmit {
+						c.Tools = append(c.Tools, t)
+					}
+				}
+			}
 			if e.Answer != nil {
 				c.Answers = append(c.Answers, *e.Answer)
 			}
@@ -105,6 +109,9 @@ func CassetteFrom(firstObs []byte, diffs [][]byte) (*Cassette, error) {
 				c.Verdicts = append(c.Verdicts, *e.Verdict)
 			}
 		}
+	}
+	if !listed {
+		return nil, ErrNoListing
 	}
 	return &c, nil
 }
