@@ -63,9 +63,8 @@ func TestMCPHarnessRun(t *testing.T) {
 	cfg.Sandbox = sandboxConfig(t, runtimes.Process)
 	cfg.MCP = mcpenv.Config{Dir: dir}
 	s := startStack(t, cfg)
-	o := runOpts{env: "notes", params: "{}", policies: "oracle=1", profiles: "stress=1,flaky-notes=3",
-		profileFiles: profile,
-		episodes:     16, seed: 3, maxInFlight: 4, label: t.Name(), mcp: mcpenv.Config{Dir: dir}}
+	o := runOpts{env: "notes", params: "{}", policies: "oracle=1", profiles: "stress=1,flaky-notes=3", profileFiles: profile,
+		episodes: 16, seed: 3, maxInFlight: 4, label: t.Name(), mcp: mcpenv.Config{Dir: dir}}
 	req, err := o.request()
 	if err != nil {
 		t.Fatal(err)
