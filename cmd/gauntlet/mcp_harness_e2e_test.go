@@ -29,7 +29,7 @@ func notesEnvDir(t *testing.T) (string, string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the notes server: %v: %s", err, out)
 	}
-	profile, err := os.ReadFile("../../examples/mcp-notes-server/flaky-notes.yaml")
+	profile, err := os.ReadFile("../../examples/mcp-notes-server/profiles/flaky-notes.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -313,4 +312,18 @@ func TestDeclarationErrorsNameTheField(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
+// TestExampleFolder: examples/mcp-notes-server works as an --env.mcp folder as the docs
+// say: its one declaration loads, and nothing else there is read as one (bin/, absent
+// until the server is built, is the only problem allowed).
+func TestExampleFolder(t *testing.T) {
+	ds, err := mcpenv.LoadDir("../../../examples/mcp-notes-server")
+	if err != nil {
+		if strings.Count(err.Error(), mcpenv.ErrInvalid.Error()) != 1 || !strings.Contains(err.Error(), `notes.yaml: invalid MCP env declaration: server.workspace: "bin" is not a directory`) {
+			t.Fatal(err)
+		}
+		return
+	}
+	if len(ds) != 1 || ds[0].Name != "notes" {
+		t.Fatalf("%d declarations", len(ds))
+	}
+}
