@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -155,4 +156,19 @@ func TestMCPHarnessRun(t *testing.T) {
 		}
 	}
 	t.Logf("episode %s: %d steps, replayed from ClickHouse without the server; the run: %d of 16 won, %d steps met faults, %d calls aborted", id, len(steps), won, faulted, aborted)
+
+	// `reward explain` replays it the same way: with the server's binary gone, every
+	// reward is re-derived bit for bit.
+	if err := os.Remove(filepath.Join(dir, "bin", "mcp-notes-server")); err != nil {
+		t.Fatal(err)
+	}
+	cli := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", cfg.Database, "--data-dir", t.TempDir(), "--env.mcp", dir}
+	var out, errOut strings.Builder
+	if err := runMain(ctx, append([]string{"reward", "explain"}, append(cli, id)...), &out, &errOut); err != nil {
+		t.Fatalf("reward explain: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if want := fmt.Sprintf("re-derived rewards: %d of %d steps equal to the recorded ones, bit for bit", len(steps), len(steps)); !strings.Contains(out.String(), want) ||
+		strings.Contains(out.String(), "WARNING") {
+		t.Fatalf("reward explain does not say %q:\n%s", want, out.String())
+	}
 }

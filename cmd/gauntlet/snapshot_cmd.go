@@ -77,6 +77,10 @@ type replayOpts struct {
 	worlds world.Config
 	// mcp are user MCP envs the recorded episode may be of.
 	mcp mcpenv.Config
+	// cassette replays an MCP env's episode from its recorded answers, without its server
+	// (set by commands that replay only what was recorded: not fork, whose new steps need
+	// the server).
+	cassette bool
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
@@ -353,6 +357,19 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 		return nil, err
 	}
 	rec := &recording{id: id, row: *row, steps: steps, plan: plan, env: e, spec: spec}
+	if o.cassette && mcpenv.Is(e) {
+		// The server's recorded answers replay instead of the server: no sandbox.
+		diffs := make([][]byte, len(steps))
+		for i, st := range steps {
+			diffs[i] = []byte(st.StateDiff)
+		}
+		p, err := mcpenv.ReplayParams([]byte(row.Params), diffs)
+		if err != nil {
+			return nil, fmt.Errorf("episode %s: %w", id, err)
+		}
+		rec.row.Params = string(p)
+		return rec, nil
+	}
 	if _, sandboxed := e.(env.SandboxTemplater); !sandboxed {
 		return rec, nil // a pure env: its episodes are rebuilt in memory
 	}

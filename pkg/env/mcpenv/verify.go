@@ -117,3 +117,30 @@ func CassetteFrom(diffs [][]byte) (*Cassette, error) {
 }
 
 var _ env.Episode = (*episode)(nil)
+
+// Is reports whether e is an MCP env (its recorded episodes replay from a cassette).
+func Is(e env.Env) bool {
+	_, ok := e.(*mcpEnv)
+	return ok
+}
+
+// ReplayParams returns a recorded episode's params with the cassette its steps' diffs
+// hold added, so the episode replays without its server (see Cassette).
+func ReplayParams(params []byte, diffs [][]byte) (json.RawMessage, error) {
+	c, err := CassetteFrom(diffs)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]json.RawMessage{}
+	if p := strings.TrimSpace(string(params)); p != "" && p != "null" {
+		if err := json.Unmarshal([]byte(p), &m); err != nil {
+			return nil, fmt.Errorf("cassette: the episode's params: %w", err)
+		}
+	}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("cassette: %w", err)
+	}
+	m["cassette"] = raw
+	return json.Marshal(m)
+}
