@@ -5,14 +5,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
 )
 
 // notesDir is a copy of examples/mcp-notes-server's declaration with the server built
-// into its bin/, made once for the package's tests.
-var notesDir string
+// into its bin/, made once, by the first test that needs it (fuzzing workers never do).
+var (
+	notesDir  string
+	notesOnce sync.Once
+	notesErr  error
+	tmpDir    string
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "mcpenv-test-")
@@ -20,14 +26,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := func() int {
-		if err := NotesDir(dir); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		notesDir = dir
-		return m.Run()
-	}()
+	tmpDir = dir
+	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -55,6 +55,14 @@ func NotesDir(dir string) error {
 // notes loads the test's notes declaration.
 func notes(t testing.TB) *mcpenv.Decl {
 	t.Helper()
+	notesOnce.Do(func() {
+		if notesErr = NotesDir(tmpDir); notesErr == nil {
+			notesDir = tmpDir
+		}
+	})
+	if notesErr != nil {
+		t.Fatal(notesErr)
+	}
 	d, err := mcpenv.Load(filepath.Join(notesDir, "notes.yaml"))
 	if err != nil {
 		t.Fatal(err)

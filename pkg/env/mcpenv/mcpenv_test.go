@@ -182,6 +182,7 @@ func done(rs []env.StepResult) bool { return len(rs) > 0 && rs[len(rs)-1].Done()
 // steps asks it too.
 func TestCommandVerifier(t *testing.T) {
 	sb := runtimestest.Open(t, runtimes.Process, 0)
+	notes(t) // builds the server
 	dir := t.TempDir()
 	if err := os.Symlink(filepath.Join(notesDir, "bin"), filepath.Join(dir, "bin")); err != nil {
 		t.Fatal(err)
@@ -233,6 +234,7 @@ func TestURLServer(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	notes(t) // builds the server
 	cmd := exec.Command(filepath.Join(notesDir, "bin", "mcp-notes-server"), "--http", addr)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
