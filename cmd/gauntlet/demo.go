@@ -29,6 +29,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	o.worlds = cfg.Worlds
 	o.mcp = cfg.MCP
+	o.tasks.datasets = func() (map[string]string, error) { return cfg.Tasks.Datasets, nil }
 	req, err := o.request()
 	if err != nil {
 		return err
