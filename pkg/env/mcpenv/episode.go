@@ -278,11 +278,11 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		if e.d.success != nil {
 			var err error
 			if success, err = eval(e.d.success, e.calls, e.cfg.Seed, int(e.step)); err != nil {
-				return env.StepResult{}, fmt.Errorf("mcp %s: verifier.success: %w", e.d.Name, err)
+				return env.StepResult{}, fmt.Errorf("mcp %s: %s: verifier.success: %w", e.d.Name, e.d.file, err)
 			}
 			if !success && e.d.failure != nil {
 				if failure, err = eval(e.d.failure, e.calls, e.cfg.Seed, int(e.step)); err != nil {
-					return env.StepResult{}, fmt.Errorf("mcp %s: verifier.failure: %w", e.d.Name, err)
+					return env.StepResult{}, fmt.Errorf("mcp %s: %s: verifier.failure: %w", e.d.Name, e.d.file, err)
 				}
 			}
 		} else if e.step >= e.maxSteps || e.clock > e.deadline {
