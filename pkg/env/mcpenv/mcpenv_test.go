@@ -329,3 +329,24 @@ func TestExampleFolder(t *testing.T) {
 		t.Fatalf("%d declarations", len(ds))
 	}
 }
+
+// TestVerifierEvaluationError: a condition that fails on real calls (a key of a null
+// structured answer) is an infra error naming the file and the condition, never a panic
+// nor a silent false. The server is a cassette: no server is needed to play answers.
+func TestVerifierEvaluationError(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.yaml")
+	decl := "env: mcp\nname: x\nserver: {url: 'http://127.0.0.1:1/mcp'}\ntools: [{name: t}]\ntask: t\nverifier: {success: 'calls.exists(c, c.structured.name == \"x\")'}\n"
+	if err := os.WriteFile(p, []byte(decl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := mcpenv.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := `{"cassette":{"tools":[{"name":"t","input_schema":{"type":"object"}}],"answers":[{"result":{"content":[],"isError":false}}]}}`
+	ep, _ := newEpisode(t, mcpenv.New(d), env.Config{Seed: 1, Params: json.RawMessage(params)})
+	_, err = ep.Step(env.Action{Tool: "t", Args: json.RawMessage(`{}`)})
+	if err == nil || !strings.Contains(err.Error(), p+": verifier.success: no such key") {
+		t.Fatalf("step: %v", err)
+	}
+}
