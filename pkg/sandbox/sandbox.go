@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"time"
 )
 
@@ -51,6 +52,16 @@ type Runtime interface {
 // until it ends: one command at a time, as with Exec.
 type Streamer interface {
 	ExecStream(ctx context.Context, id string, req ExecRequest, stdin io.Reader, stdout io.Writer) (ExecResult, error)
+}
+
+// Dialer is the optional ability to connect from the host to a port a command listens on
+// in a sandbox's own loopback-only network (127.0.0.1:port as the sandbox sees it): a
+// server started with ExecStream that speaks over TCP (a streamable HTTP MCP server) is
+// reached this way, and nothing else of the sandbox's network becomes reachable. It fails
+// with ErrInvalid while no such network exists (a sandbox without declared services and
+// no ExecStream command running: each Exec then gets a network of its own).
+type Dialer interface {
+	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // Snapshotter is the optional ability to capture a sandbox's workspace and roll back to it.

@@ -316,6 +316,9 @@ func (x *execution) start() error {
 		}
 		if json.NewDecoder(x.infoR).Decode(&info) == nil {
 			x.initPid.Store(info.ChildPid)
+			if x.streamIn != nil {
+				b.streamInit.Store(info.ChildPid)
+			}
 		}
 		_, _ = io.Copy(io.Discard, x.infoR)
 	}()
@@ -406,6 +409,7 @@ func (x *execution) wait(ctx context.Context) {
 	}()
 	x.waitErr = cmd.Wait()
 	finished.Store(true)
+	b.streamInit.Store(0)
 	x.end = time.Now()
 	timer.Stop()
 	close(stop)

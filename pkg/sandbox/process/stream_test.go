@@ -5,6 +5,9 @@ package process_test
 import (
 	"bufio"
 	"context"
+	"errors"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -82,5 +85,60 @@ func TestExecStream(t *testing.T) {
 	}
 	if _, err := rt.ExecStream(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"true"}}, nil, nil); err == nil {
 		t.Fatal("ExecStream without streams succeeded")
+	}
+}
+
+// TestDialSandbox reaches a port a streaming command listens on in its sandbox's own
+// loopback network, and only while it runs; the host's loopback does not see it.
+func TestDialSandbox(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.DialSandbox(ctx, h.ID, 8123); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("dial with nothing running: %v, want ErrInvalid", err)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		script := `import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8123)); s.listen()
+c, _ = s.accept(); c.sendall(b"hello from inside\n"); c.close()
+sys.stdin.read()`
+		_, err := rt.ExecStream(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"python3", "-c", script}, Timeout: 30 * time.Second}, inR, io.Discard)
+		inR.Close()
+		ended <- err
+	}()
+	var c net.Conn
+	for i := 0; ; i++ {
+		if c, err = rt.DialSandbox(ctx, h.ID, 8123); err == nil {
+			break
+		}
+		if i == 250 {
+			t.Fatalf("dial: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if err != nil || line != "hello from inside\n" {
+		t.Fatalf("read %q: %v", line, err)
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:8123", time.Second); err == nil {
+		c.Close()
+		t.Error("the host's loopback reached the sandbox's port")
+	}
+	inW.Close()
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.DialSandbox(ctx, h.ID, 8123); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("dial after the command ended: %v, want ErrInvalid", err)
 	}
 }
