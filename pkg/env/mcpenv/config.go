@@ -74,10 +74,19 @@ type Server struct {
 	Workspace string `yaml:"workspace"`
 	// Env adds KEY=VALUE entries to the server's environment (GAUNTLET_SEED is set too).
 	Env []string `yaml:"env"`
+	// HTTP, for a command, says the server speaks streamable HTTP on a port of the
+	// sandbox's own loopback network instead of stdio.
+	HTTP *ServerHTTP `yaml:"http"`
 	// URL is a streamable HTTP MCP endpoint; each episode opens its own session.
 	URL string `yaml:"url"`
 	// TimeoutMs bounds one call's wall time (default 30000).
 	TimeoutMs int64 `yaml:"timeout_ms"`
+}
+
+// ServerHTTP is where a command server listens in its sandbox: 127.0.0.1:Port, Path.
+type ServerHTTP struct {
+	Port int    `yaml:"port"`
+	Path string `yaml:"path"`
 }
 
 // DeclTool is one tool of the action space.
@@ -170,13 +179,24 @@ func (d *Decl) check() []error {
 		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("server.url", "%q: must be an http or https URL", s.URL)
 		}
-		if s.Workspace != "" || len(s.Env) > 0 {
-			bad("server", "workspace and env are for a command server, not a url")
+		if s.Workspace != "" || len(s.Env) > 0 || s.HTTP != nil {
+			bad("server", "workspace, env and http are for a command server, not a url")
 		}
 	default:
 		for i, a := range s.Command {
 			if a == "" || strings.ContainsRune(a, 0) {
 				bad(fmt.Sprintf("server.command[%d]", i), "empty or holds a NUL byte")
+			}
+		}
+		if h := s.HTTP; h != nil {
+			if h.Port < 1 || h.Port > 65535 {
+				bad("server.http.port", "%d must be 1-65535", h.Port)
+			}
+			if h.Path == "" {
+				h.Path = "/mcp"
+			}
+			if !strings.HasPrefix(h.Path, "/") || strings.ContainsAny(h.Path, "?# ") {
+				bad("server.http.path", "%q must be a URL path starting with /", h.Path)
 			}
 		}
 		for i, e := range s.Env {

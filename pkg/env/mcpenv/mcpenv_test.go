@@ -350,3 +350,47 @@ func TestVerifierEvaluationError(t *testing.T) {
 		t.Fatalf("step: %v", err)
 	}
 }
+
+// TestHTTPServerInSandbox: a command server that speaks streamable HTTP instead of stdio
+// listens on its sandbox's own loopback network; the harness dials into it, faults and
+// verifier as over stdio, and the server stops, measured, when the episode ends. A
+// server that exits without listening fails the reset at once, with what it said.
+func TestHTTPServerInSandbox(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 0)
+	notes(t) // builds the server
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(notesDir, "bin"), filepath.Join(dir, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	load := func(command string) env.Env {
+		decl := strings.Replace(readFile(t, filepath.Join(notesDir, "notes.yaml")),
+			"  command: [/workspace/mcp-notes-server]\n", "  command: "+command+"\n  http: {port: 8931}\n", 1)
+		if err := os.WriteFile(filepath.Join(dir, "notes.yaml"), []byte(decl), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := mcpenv.Load(filepath.Join(dir, "notes.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mcpenv.New(d)
+	}
+	e := load("[/workspace/mcp-notes-server, --http, '127.0.0.1:8931']")
+	ep, first := newEpisode(t, e, env.Config{Seed: 5, Sandboxes: sb, Faults: injectorOf(t, latency("slow", "*", 50))})
+	if !bytes.Contains(first, []byte(`"name":"notes.get","description":"Read one note."`)) {
+		t.Fatalf("first observation %s", first)
+	}
+	mustStep(t, ep, "notes.put", `{"name":"n5","text":"remember the milk"}`)
+	r := mustStep(t, ep, "notes.get", `{"name":"n5"}`)
+	if !r.Signals.GetSuccess() || len(r.Faults) != 1 || r.Metering.GetRuntime() != runtimes.Process || r.Metering.GetCpuNs() == 0 {
+		t.Fatalf("get: %s faults %v metering %v", r.Observation, r.Faults, r.Metering)
+	}
+	bad := load(`[sh, -c, 'echo no port for you >&2; exit 3']`)
+	ep2, err := bad.NewEpisode(env.Config{Seed: 5, Sandboxes: sb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := ep2.Reset(); !errors.Is(err, mcpenv.ErrServer) || !strings.Contains(err.Error(), "no port for you") || time.Since(start) > 20*time.Second {
+		t.Fatalf("reset of a server that exits: %v after %v", err, time.Since(start))
+	}
+}

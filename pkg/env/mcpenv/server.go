@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path"
@@ -39,9 +41,11 @@ type server struct {
 
 	sbs    env.Sandboxes
 	sb     string
-	ended  chan execEnd // the server's exec, once it returns
+	ended  chan execEnd  // the server's exec, once it returns
+	exited chan struct{} // closed when the server's exec returns
 	cancel context.CancelFunc
 	result *execEnd // set once stop has waited for it
+	stdin  *os.File // an HTTP command server's stdin, closed to stop it
 }
 
 type execEnd struct {
@@ -71,7 +75,7 @@ func startCommand(d *Decl, sbs env.Sandboxes, seed uint64) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcp %s: acquire sandbox: %w", d.Name, err)
 	}
-	s := &server{sbs: sbs, sb: h.ID, ended: make(chan execEnd, 1)}
+	s := &server{sbs: sbs, sb: h.ID, ended: make(chan execEnd, 1), exited: make(chan struct{})}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("mcp %s: %w", d.Name, err), s.release(ctx))
@@ -88,15 +92,37 @@ func startCommand(d *Decl, sbs env.Sandboxes, seed uint64) (*server, error) {
 		Argv: d.Server.Command, Env: append([]string{"GAUNTLET_SEED=" + strconv.FormatUint(seed, 10)}, d.Server.Env...),
 		Timeout: serverLife, OutputLimit: 64 << 10,
 	}
+	var stdout io.Writer = outW
+	if d.Server.HTTP != nil {
+		// An HTTP server ignores its stdin: a shell beside it stops it when stdin closes,
+		// so the command ends as a stdio server does, measured; and ends when the server
+		// does (the sandbox's init gone, nothing of the command survives).
+		req.Argv = append([]string{"sh", "-c", `exec 3<&0; "$@" & p=$!; (cat <&3 >/dev/null; kill $p 2>/dev/null) & wait $p`, "sh"}, d.Server.Command...)
+		stdout = io.Discard
+		outR.Close()
+		outW.Close()
+	}
 	go func() {
-		res, err := st.ExecStream(life, h.ID, req, inR, outW)
+		res, err := st.ExecStream(life, h.ID, req, inR, stdout)
 		// The command is gone: the client's reads end, its writes fail.
 		inR.Close()
-		outW.Close()
+		if d.Server.HTTP == nil {
+			outW.Close()
+		}
+		close(s.exited)
 		s.ended <- execEnd{res, err}
 	}()
-	sess, err := client().Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
-	if err != nil {
+	var (
+		sess *mcp.ClientSession
+		err2 error
+	)
+	if d.Server.HTTP == nil {
+		sess, err2 = client().Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	} else {
+		s.stdin = inW
+		sess, err2 = dialInSandbox(ctx, d, sbs.Runtime(), h.ID, s.exited)
+	}
+	if err := err2; err != nil {
 		inW.Close()
 		outR.Close()
 		return nil, errors.Join(fmt.Errorf("mcp %s: %w: initialize: %w%s", d.Name, ErrServer, err, s.stderr(ctx)), s.release(ctx))
@@ -115,6 +141,37 @@ func (s *server) stderr(ctx context.Context) string {
 		return fmt.Sprintf(" (the server exited %d: %.500s)", r.res.ExitCode, r.res.Stderr)
 	}
 	return ""
+}
+
+// dialInSandbox waits for an HTTP command server to listen on its port in the sandbox's
+// network (until ctx ends, or the server exits) and opens a session over connections
+// dialled into it.
+func dialInSandbox(ctx context.Context, d *Decl, rt sandbox.Runtime, id string, exited <-chan struct{}) (*mcp.ClientSession, error) {
+	dl, ok := rt.(sandbox.Dialer)
+	if !ok {
+		return nil, fmt.Errorf("runtime %s cannot reach a port in a sandbox: %w", rt.Name(), sandbox.ErrUnsupported)
+	}
+	port := d.Server.HTTP.Port
+	for {
+		c, err := dl.DialSandbox(ctx, id, port)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the server never listened on port %d: %w", port, err)
+		case <-exited:
+			return nil, fmt.Errorf("the server exited before it listened on port %d", port)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dl.DialSandbox(ctx, id, port) },
+		MaxIdleConnsPerHost: 2,
+	}}
+	endpoint := "http://127.0.0.1:" + strconv.Itoa(port) + d.Server.HTTP.Path
+	return client().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
 }
 
 // seedHeader carries the episode's seed to a URL server, as GAUNTLET_SEED does to a
@@ -170,6 +227,10 @@ func (s *server) stop() execEnd {
 	if s.sess != nil {
 		_ = s.sess.Close()
 		s.sess = nil
+	}
+	if s.stdin != nil {
+		_ = s.stdin.Close()
+		s.stdin = nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
