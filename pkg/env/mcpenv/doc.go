@@ -1,6 +1,7 @@
 // Package mcpenv owns `env: mcp`, gauntlet as an MCP harness: an env that wraps a team's
 // own MCP server, declared in a YAML file (docs/mcp.md). The server is a command run in
-// the episode's sandbox and spoken to over stdio, or a streamable HTTP URL. Its tools are
+// the episode's sandbox, spoken to over stdio or over streamable HTTP in the sandbox's own
+// loopback network, or a streamable HTTP URL. Its tools are
 // the episode's action space; every tools/call passes the episode's fault injector at the
 // MCP boundary (aborts answered without calling the server, latency on the virtual clock,
 // truncation of the answer), is metered and recorded like any step, and the reward comes
