@@ -97,6 +97,9 @@ func newApp(cfg config, log *slog.Logger) (*app, error) {
 	if err := cfg.Worlds.Register(); err != nil {
 		return nil, err
 	}
+	if err := cfg.MCP.Register(); err != nil {
+		return nil, err
+	}
 	httpPolicy, err := httppolicy.New(cfg.PolicyHTTP)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
@@ -67,6 +68,9 @@ type config struct {
 	// Worlds are the user worlds this process registers as envs, next to the built-in
 	// ones, before any module starts.
 	Worlds world.Config
+	// MCP are the user MCP envs (`env: mcp` declarations) this process registers, as
+	// Worlds.
+	MCP mcpenv.Config
 }
 
 // register declares every serving flag on fs: the process's own here, the components'
@@ -101,6 +105,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.Sandbox.RegisterFlags(fs)
 	c.Tasks.RegisterFlags(fs)
 	c.Worlds.RegisterFlags(fs)
+	c.MCP.RegisterFlags(fs)
 }
 
 // resolve fills in what components take from the process: defaults under the data dir
@@ -128,7 +133,7 @@ func (c *config) validate() error {
 	if c.EventsHistoryBytes < 0 {
 		errs = append(errs, fmt.Errorf("nats.events-history-bytes: %d must not be negative", c.EventsHistoryBytes))
 	}
-	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Worlds.Validate(), c.Tasks.Validate())
+	errs = append(errs, c.Worker.Validate(), c.Sandbox.Validate(), c.Scheduler.Validate(), c.Store.Validate(), c.PolicyHTTP.Validate(), c.Worlds.Validate(), c.MCP.Validate(), c.Tasks.Validate())
 	if c.EnvAPI.Addr != "" { // empty: the env API is off
 		errs = append(errs, c.EnvAPI.Validate())
 	}

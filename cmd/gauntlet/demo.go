@@ -38,6 +38,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// The demo's runs ask the endpoint its own stack is configured with.
 		o.endpoint, o.model = cfg.PolicyHTTP.URL, cfg.PolicyHTTP.Model
 	}
+	o.mcp = cfg.MCP
 	o.tasks.datasets = func() (map[string]string, error) { return cfg.Tasks.Datasets, nil }
 	req, err := o.request()
 	if err != nil {

@@ -61,6 +61,9 @@ func cmdRewardExplain(ctx context.Context, args []string, stdout, stderr io.Writ
 	if !episodeIDRe.MatchString(id) {
 		return fmt.Errorf("episode id %q: only letters, digits, '-' and '_' are allowed", id)
 	}
+	// Every step replays from its recording: an MCP env's server answers from the
+	// recorded diffs (mcpenv.Cassette), not live.
+	o.cassette = true
 	rec, err := o.load(ctx, id)
 	if err != nil {
 		return err

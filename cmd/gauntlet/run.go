@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
@@ -40,6 +41,8 @@ type runOpts struct {
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
 	worlds world.Config
+	// mcp are user MCP envs (--env.mcp), known here for the same reason.
+	mcp mcpenv.Config
 	// tasks are --tasks and its filters: a run of the tasks env over a selection.
 	tasks taskOpts
 
@@ -75,6 +78,9 @@ func (o *runOpts) registerEndpoint(fs *flag.FlagSet) {
 func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	var errs []error
 	if err := o.worlds.Register(); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	}
+	if err := o.mcp.Register(); err != nil {
 		errs = append(errs, fmt.Errorf("--%w", err))
 	}
 	o.spec = nil
@@ -194,6 +200,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	o.register(fs, 1000)
 	o.registerEndpoint(fs)
 	o.worlds.RegisterFlags(fs)
+	o.mcp.RegisterFlags(fs)
 	var sf stackFlags
 	sf.register(fs, partNATS|partClickHouse)
 	wait := fs.Bool("wait", true, "follow the run to the end and print a summary")

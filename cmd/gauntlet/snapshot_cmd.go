@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
@@ -74,6 +75,12 @@ type replayOpts struct {
 	tasks taskenv.Config
 	// worlds are user worlds the recorded episode may be of.
 	worlds world.Config
+	// mcp are user MCP envs the recorded episode may be of.
+	mcp mcpenv.Config
+	// cassette replays an MCP env's episode from its recorded answers, without its server
+	// (set by commands that replay only what was recorded: not fork, whose new steps need
+	// the server).
+	cassette bool
 }
 
 func (o *replayOpts) register(fs *flag.FlagSet) {
@@ -92,6 +99,7 @@ func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
 	o.tasks.RegisterFlags(fs)
 	o.worlds.RegisterFlags(fs)
+	o.mcp.RegisterFlags(fs)
 }
 
 // parseInterspersed parses flags that may come before or after the one positional
@@ -333,6 +341,9 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 	if err := o.worlds.Register(); err != nil {
 		return nil, fmt.Errorf("--%w", err)
 	}
+	if err := o.mcp.Register(); err != nil {
+		return nil, fmt.Errorf("--%w", err)
+	}
 	e, err := env.Lookup(row.Env)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", id, err)
@@ -346,6 +357,19 @@ func (o *replayOpts) load(ctx context.Context, id string) (*recording, error) {
 		return nil, err
 	}
 	rec := &recording{id: id, row: *row, steps: steps, plan: plan, env: e, spec: spec}
+	if o.cassette && mcpenv.Is(e) {
+		// The server's recorded answers replay instead of the server: no sandbox.
+		diffs := make([][]byte, len(steps))
+		for i, st := range steps {
+			diffs[i] = []byte(st.StateDiff)
+		}
+		p, err := mcpenv.ReplayParams([]byte(row.Params), diffs)
+		if err != nil {
+			return nil, fmt.Errorf("episode %s: %w", id, err)
+		}
+		rec.row.Params = string(p)
+		return rec, nil
+	}
 	if _, sandboxed := e.(env.SandboxTemplater); !sandboxed {
 		return rec, nil // a pure env: its episodes are rebuilt in memory
 	}

@@ -1,8 +1,9 @@
 // Command mcp-notes-server is a small, real MCP server written with the official MCP Go
 // SDK: a notebook of named notes behind four tools (notes.put, notes.get, notes.list,
-// notes.delete). It is the kind of server a team brings to gauntlet's MCP harness (the
-// `env: mcp` design in docs/mcp.md), where its tools become an env's action space and
-// every call passes the fault injector; on its own it serves any MCP client.
+// notes.delete). It is the kind of server a team brings to gauntlet's MCP harness
+// (`env: mcp`, docs/mcp.md; its declaration is notes.yaml beside this file), where its
+// tools become an env's action space and every call passes the fault injector; on its
+// own it serves any MCP client.
 //
 //	go run ./examples/mcp-notes-server                  # over stdio, as a host launches it
 //	go run ./examples/mcp-notes-server --http :8931     # streamable HTTP at /mcp

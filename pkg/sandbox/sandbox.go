@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"time"
 )
 
@@ -39,6 +41,27 @@ type Runtime interface {
 	// Close releases the runtime's own resources (connections, background goroutines). It
 	// does not destroy sandboxes. Calls after Close return ErrClosed.
 	Close() error
+}
+
+// Streamer is the optional ability to run a command whose stdin and stdout are streams the
+// caller holds while it runs, instead of bytes given before and collected after: a stdio
+// server (an MCP server, say) speaks through them for as long as the caller talks to it.
+// It is Exec otherwise (validation, limits, timeout, metering, events; req.Stdin is
+// ignored and the result's Stdout is empty). The command ends when it exits (typically
+// once stdin is closed), at req.Timeout or when ctx ends. Other Execs on the sandbox wait
+// until it ends: one command at a time, as with Exec.
+type Streamer interface {
+	ExecStream(ctx context.Context, id string, req ExecRequest, stdin io.Reader, stdout io.Writer) (ExecResult, error)
+}
+
+// Dialer is the optional ability to connect from the host to a port a command listens on
+// in a sandbox's own loopback-only network (127.0.0.1:port as the sandbox sees it): a
+// server started with ExecStream that speaks over TCP (a streamable HTTP MCP server) is
+// reached this way, and nothing else of the sandbox's network becomes reachable. It fails
+// with ErrInvalid while no such network exists (a sandbox without declared services and
+// no ExecStream command running: each Exec then gets a network of its own).
+type Dialer interface {
+	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // Snapshotter is the optional ability to capture a sandbox's workspace and roll back to it.

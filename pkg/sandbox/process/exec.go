@@ -77,9 +77,35 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 		return sandbox.ExecResult{}, err
 	}
 	defer b.mu.Unlock()
-	res, err := r.exec(ctx, b, req)
+	res, err := r.exec(ctx, b, req, nil, nil)
 	if err != nil {
 		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+	}
+	b.execs++
+	b.total.Add(res.Metering)
+	return res, nil
+}
+
+var _ sandbox.Streamer = (*Runtime)(nil)
+
+// ExecStream implements sandbox.Streamer: Exec with the command's stdin and stdout
+// connected to the caller's streams (an *os.File is handed to the command as it is,
+// without a copying goroutine).
+func (r *Runtime) ExecStream(ctx context.Context, id string, req sandbox.ExecRequest, stdin io.Reader, stdout io.Writer) (sandbox.ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec stream %s: %w", id, err)
+	}
+	if stdin == nil || stdout == nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec stream %s: %w: stdin and stdout are required", id, sandbox.ErrInvalid)
+	}
+	b, err := r.lock("exec stream", id)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer b.mu.Unlock()
+	res, err := r.exec(ctx, b, req, stdin, stdout)
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec stream %s: %w", id, err)
 	}
 	b.execs++
 	b.total.Add(res.Metering)
@@ -91,12 +117,15 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 // start launches it from a thread carrying the notification filter; wait bounds it by its
 // timeout and ctx and makes sure nothing of it survives; collect turns what the cgroup,
 // the inner script and the safety watchers saw into the result.
-func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+//
+// stdin and stdout, when set, are the command's streams (ExecStream) instead of req.Stdin
+// and the captured output.
+func (r *Runtime) exec(ctx context.Context, b *box, req sandbox.ExecRequest, stdin io.Reader, stdout io.Writer) (sandbox.ExecResult, error) {
 	if err := ctx.Err(); err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	x := &execution{r: r, b: b, req: req, timeout: req.Timeout, limit: req.OutputLimit, spec: b.rec.Handle.Spec,
-		closers: make([]func(), 0, 16)}
+		closers: make([]func(), 0, 16), streamIn: stdin, streamOut: stdout}
 	defer x.close()
 	if err := x.prepare(); err != nil {
 		return sandbox.ExecResult{}, err
@@ -133,6 +162,9 @@ type execution struct {
 
 	cmd            *exec.Cmd
 	stdout, stderr *capped
+	// streamIn and streamOut replace req.Stdin and the captured stdout (ExecStream).
+	streamIn  io.Reader
+	streamOut io.Writer
 
 	before   counters
 	peak     *peakTracker
@@ -235,6 +267,9 @@ func (x *execution) prepare() error {
 	cmd.Dir = "/"
 	cmd.Stdin = bytes.NewReader(x.req.Stdin)
 	cmd.Stdout = x.stdout
+	if x.streamIn != nil {
+		cmd.Stdin, cmd.Stdout = x.streamIn, x.streamOut
+	}
 	cmd.Stderr = x.stderr
 	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
@@ -281,6 +316,9 @@ func (x *execution) start() error {
 		}
 		if json.NewDecoder(x.infoR).Decode(&info) == nil {
 			x.initPid.Store(info.ChildPid)
+			if x.streamIn != nil {
+				b.streamInit.Store(info.ChildPid)
+			}
 		}
 		_, _ = io.Copy(io.Discard, x.infoR)
 	}()
@@ -371,6 +409,7 @@ func (x *execution) wait(ctx context.Context) {
 	}()
 	x.waitErr = cmd.Wait()
 	finished.Store(true)
+	b.streamInit.Store(0)
 	x.end = time.Now()
 	timer.Stop()
 	close(stop)

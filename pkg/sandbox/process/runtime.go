@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -115,6 +116,10 @@ type box struct {
 	// fuse is the storage-fault layer commands see as their workspace (nil: none; see
 	// storagefaults.go). Guarded by mu.
 	fuse *faultfuse.Layer
+	// streamInit is the host pid of the sandbox init of the ExecStream command running
+	// (0: none), whose network namespace DialSandbox enters. Not guarded by mu, which
+	// the command holds while it runs.
+	streamInit atomic.Int64
 }
 
 // New checks the host and returns a Runtime over cfg.StateDir. Missing isolation features

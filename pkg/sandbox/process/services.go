@@ -138,3 +138,27 @@ func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn
 	}
 	return pc, l, nil
 }
+
+var _ sandbox.Dialer = (*Runtime)(nil)
+
+// DialSandbox implements sandbox.Dialer: a connection to 127.0.0.1:port in the network of
+// the sandbox's declared services, or else in that of its running ExecStream command
+// (bwrap gives every command a network of its own; the command's init holds it).
+func (r *Runtime) DialSandbox(ctx context.Context, id string, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("dial %s: %w: port %d must be 1-65535", id, sandbox.ErrInvalid, port)
+	}
+	b, err := r.get("dial", id)
+	if err != nil {
+		return nil, err
+	}
+	ns := r.netnsPath(id)
+	if len(b.rec.Handle.Spec.Services) == 0 {
+		pid := b.streamInit.Load()
+		if pid == 0 {
+			return nil, fmt.Errorf("dial %s: %w: no network to dial into: the sandbox declares no services and runs no ExecStream command", id, sandbox.ErrInvalid)
+		}
+		ns = "/proc/" + strconv.FormatInt(pid, 10) + "/ns/net"
+	}
+	return netns.Dial(ctx, ns, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
