@@ -239,6 +239,19 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketCurricula, err)
 	}
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketLeases,
+			Description: "leader leases of singleton roles (the scheduler), expiring unless renewed",
+			History:     1,
+			TTL:         LeaseTTL,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketLeases, err)
+	}
 	return nil
 }
 
