@@ -508,7 +508,10 @@ type stack struct {
 	EnvAPI     string `json:"envapi,omitempty"`
 	// Console is the web console's address, when this process serves it.
 	Console string `json:"console,omitempty"`
-	PID     int    `json:"pid"`
+	// Datasets are the task datasets the stack's episodes may play, by name
+	// (--tasks.datasets): `gauntlet run --tasks` finds a dataset's name and folder here.
+	Datasets map[string]string `json:"datasets,omitempty"`
+	PID      int               `json:"pid"`
 }
 
 func stackPath(dataDir string) string { return filepath.Join(dataDir, "stack.json") }
