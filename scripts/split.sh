@@ -7,6 +7,7 @@
 # restarted when it dies.
 #
 #   scripts/split.sh up       # build gauntlet and nats-server if needed, start, wait until ready
+#   scripts/split.sh up -- --worker.concurrency=64   # flags after -- go to every gauntlet serve
 #   scripts/split.sh status   # every part and whether it is ready
 #   scripts/split.sh down     # stop everything (the data stays in the data dir)
 #
