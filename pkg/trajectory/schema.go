@@ -332,6 +332,17 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.runs_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
 		}},
+	// Fork lineage: an episode forked from another (the env API's Fork) records the
+	// episode it was forked from and the step (EpisodeRequested.parent_*).
+	{version: 9, name: "fork lineage of episodes",
+		addColumns: []addColumn{
+			{"episodes", "parent_episode_id", "String", "reward_spec_digest"},
+			{"episodes", "parent_step", "UInt32", "parent_episode_id"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
