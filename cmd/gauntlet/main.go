@@ -33,6 +33,7 @@ const usage = `gauntlet: RL training episodes in hostile sandboxes, recorded for
 Usage:
   gauntlet up [flags]                  run every service (embedded NATS, local ClickHouse)
   gauntlet serve --target=a,b [flags]  run some modules (against --nats / --clickhouse)
+  gauntlet split up|down|status        split mode on this machine: a 3-node NATS cluster, one process per service
   gauntlet run [flags]                 submit a run of episodes and follow it
   gauntlet demo [flags]                start the stack, run a campaign, print results, stop
   gauntlet curriculum start -f FILE    start a curriculum workflow (prints its id)
@@ -87,6 +88,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdServe(ctx, "up", rest, stdout, stderr)
 	case "serve":
 		return cmdServe(ctx, "serve", rest, stdout, stderr)
+	case "split":
+		return cmdSplit(ctx, rest, stdout, stderr)
 	case "run":
 		return cmdRun(ctx, rest, stdout, stderr)
 	case "demo":

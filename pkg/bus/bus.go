@@ -167,59 +167,90 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 			return err
 		}
 	}
-	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketRuns,
-		Description: "scheduler run state",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketRuns,
+			Description: "scheduler run state",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketRuns, err)
 	}
-	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketDrift,
-		Description: "global fault drift; every revision kept as the change record",
-		History:     64, // JetStream's maximum
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketDrift,
+			Description: "global fault drift; every revision kept as the change record",
+			History:     64, // JetStream's maximum
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketDrift, err)
 	}
-	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketPlanTemplates,
-		Description: "templates of user-defined profiles' fault plans, by id (pkg/faults/templates)",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketPlanTemplates,
+			Description: "templates of user-defined profiles' fault plans, by id (pkg/faults/templates)",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketPlanTemplates, err)
 	}
-	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketRewardSpecs,
-		Description: "reward spec files runs name, by digest (pkg/rewardspecs)",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketRewardSpecs,
+			Description: "reward spec files runs name, by digest (pkg/rewardspecs)",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketRewardSpecs, err)
 	}
-	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketStore,
-		Description: "what the store has written to ClickHouse (StoreProgress)",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketStore,
+			Description: "what the store has written to ClickHouse (StoreProgress)",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketStore, err)
 	}
-	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketCurricula,
-		Description: "closed curriculum stages (StageTransition), projected by the store",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketCurricula,
+			Description: "closed curriculum stages (StageTransition), projected by the store",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketCurricula, err)
+	}
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketLeases,
+			Description: "leader leases of singleton roles (the scheduler), expiring unless renewed",
+			History:     1,
+			TTL:         LeaseTTL,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketLeases, err)
 	}
 	return nil
 }
@@ -227,6 +258,22 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 // errStorageResourcesExceeded is the JetStream API error of a stream whose MaxBytes the
 // server cannot reserve (nats-server's JSStorageResourcesExceededErr).
 const errStorageResourcesExceeded jetstream.ErrorCode = 10047
+
+// errClusterNoPeers is a clustered JetStream's refusal to place a stream
+// (JSClusterNoPeersErrF); with "insufficient storage" in its description, no node can
+// reserve the stream's MaxBytes, as 10047 says of a single server.
+const errClusterNoPeers jetstream.ErrorCode = 10005
+
+// storageRefused tells whether err refuses a stream's MaxBytes for lack of room, on a
+// single server or on every peer of a cluster.
+func storageRefused(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == errStorageResourcesExceeded ||
+		apiErr.ErrorCode == errClusterNoPeers && strings.Contains(apiErr.Description, "insufficient storage")
+}
 
 // minStreamBytes is the smallest MaxBytes createStream halves a stream down to.
 const minStreamBytes = 16 << 20
@@ -241,9 +288,11 @@ const minStreamBytes = 16 << 20
 func (b *Bus) createStream(ctx context.Context, sc jetstream.StreamConfig) error {
 	want := sc.MaxBytes
 	for {
-		_, err := b.JS.CreateOrUpdateStream(ctx, sc)
-		var apiErr *jetstream.APIError
-		refused := errors.As(err, &apiErr) && apiErr.ErrorCode == errStorageResourcesExceeded
+		err := b.apiRetry(ctx, func(ctx context.Context) error {
+			_, err := b.JS.CreateOrUpdateStream(ctx, sc)
+			return err
+		})
+		refused := storageRefused(err)
 		switch {
 		case refused && sc.MaxBytes/2 >= minStreamBytes:
 			sc.MaxBytes /= 2
@@ -254,12 +303,51 @@ func (b *Bus) createStream(ctx context.Context, sc jetstream.StreamConfig) error
 			return nil
 		}
 		sc.MaxBytes = max(sc.MaxBytes/2, minStreamBytes)
-		if _, err := b.JS.UpdateStream(ctx, sc); err != nil {
+		if err := b.apiRetry(ctx, func(ctx context.Context) error {
+			_, err := b.JS.UpdateStream(ctx, sc)
+			return err
+		}); err != nil {
 			return fmt.Errorf("cap stream %s at max_bytes %d: %w", sc.Name, sc.MaxBytes, err)
 		}
 		b.log.Warn("stream capped below its configured size: JetStream cannot reserve more on this disk",
 			"stream", sc.Name, "max_bytes", sc.MaxBytes, "configured_max_bytes", want)
 		return nil
+	}
+}
+
+// apiAttemptTimeout bounds one JetStream API request of EnsureStreams. A clustered
+// JetStream leaves unanswered all but one of several requests creating the same stream
+// at once (every process of a split deployment creates the streams at its start, and pods
+// start together), so a request is asked again rather than waited for: the stream then
+// exists and the retry answers at once.
+const apiAttemptTimeout = 3 * time.Second
+
+// errStreamNameInUse is the refusal to create a stream another process has just created
+// (JSStreamNameExistErr): asked again, create-or-update finds it and updates it.
+const errStreamNameInUse jetstream.ErrorCode = 10058
+
+// apiRetry calls req with a context bounded by apiAttemptTimeout until it answers (with
+// success or an API error) or ctx ends; an attempt that timed out, or lost a race to
+// create the same stream, is retried.
+func (b *Bus) apiRetry(ctx context.Context, req func(ctx context.Context) error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
+		err := req(actx)
+		cancel()
+		var apiErr *jetstream.APIError
+		again := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.As(err, &apiErr) && apiErr.ErrorCode == errStreamNameInUse
+		if err == nil || !again || ctx.Err() != nil {
+			return err
+		}
+		b.log.Debug("jetstream api request unanswered; asking again", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
 	}
 }
 

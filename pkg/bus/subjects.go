@@ -61,6 +61,9 @@ const (
 	// BucketCurricula holds each closed curriculum stage, a StageTransition under
 	// "<curriculum run prefix>.<stage>", for the store to project (curriculum_stages).
 	BucketCurricula = "gauntlet_curricula"
+	// BucketLeases holds leader leases (Lease): a key per singleton role, held by the
+	// instance that acts while the others stand by; entries expire after LeaseTTL.
+	BucketLeases = "gauntlet_leases"
 )
 
 // SubjectEpisode is where the scheduler assigns the episodes of a run.

@@ -12,17 +12,22 @@
 // errors here (stalledLoop). Assignment is idempotent: an episode's id, seed and message
 // id derive from (run, index), so re-assigning after a crash duplicates nothing downstream.
 //
-// One scheduler instance runs per deployment. Its run table is guarded by one mutex.
+// Several instances may run: one leads (it holds a leader lease in KV) and the others
+// stand by, taking over within seconds when the leader dies. The leader's run table is
+// guarded by one mutex.
 package scheduler
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +42,18 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
+
+// LeaseKey is the scheduler's leader lease in bus.BucketLeases.
+const LeaseKey = "scheduler"
+
+// instanceID names this scheduler in its lease: host, pid and a random part, so a log
+// line tells which process leads.
+func instanceID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
+}
 
 // Consumer names.
 const (
@@ -88,8 +105,17 @@ type Service struct {
 	stalledCons jetstream.Consumer
 	wake        chan struct{}
 
+	// instance names this process in the lease; lease is held while it leads, and
+	// stopHolding stops its renewal (set when it leads).
+	instance    string
+	lease       *bus.Lease
+	stopHolding func()
+	// lost is set from the moment the lease is lost until it is taken again: nothing
+	// is persisted meanwhile.
+	lost atomic.Bool
+
 	mu        sync.Mutex
-	runs      map[string]*run // runs not yet done
+	runs      map[string]*run // runs not yet done (the leader's; empty on a standby)
 	persistMu sync.Mutex      // serialises writes of run state to KV
 
 	assigned metric.Int64Counter
@@ -99,8 +125,9 @@ type Service struct {
 func New(cfg Config, getBus func() *bus.Bus, meter metric.Meter, log *slog.Logger) *Service {
 	return &Service{
 		cfg: cfg, bus: getBus, log: log,
-		wake: make(chan struct{}, 1),
-		runs: map[string]*run{},
+		instance: instanceID(),
+		wake:     make(chan struct{}, 1),
+		runs:     map[string]*run{},
 		assigned: telemetry.Must(meter.Int64Counter("gauntlet_scheduler_episodes_assigned_total",
 			metric.WithDescription("Episodes assigned to workers."))),
 	}
@@ -117,6 +144,7 @@ func (s *Service) Starting(ctx context.Context) error {
 		return fmt.Errorf("open kv %s: %w", bus.BucketRuns, err)
 	}
 	s.kv = kv
+	s.lease = s.bus().NewLease(LeaseKey, s.instance, s.log)
 	if s.runsCons, err = js.CreateOrUpdateConsumer(ctx, bus.StreamCommands, jetstream.ConsumerConfig{
 		// A short lease: accepting a run takes a KV read and write, and a request held by
 		// a scheduler that was killed waits out the whole lease before another takes it
@@ -140,6 +168,14 @@ func (s *Service) Starting(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerStalled, err)
 	}
+	return nil
+}
+
+// loadRuns reads every unfinished run from KV into a fresh run table: what the leader
+// continues from.
+func (s *Service) loadRuns(ctx context.Context) error {
+	kv := s.kv
+	loaded := map[string]*run{}
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("list runs: %w", err)
@@ -167,17 +203,73 @@ func (s *Service) Starting(ctx context.Context) error {
 			}
 		}
 		if !r.done() {
-			s.runs[k] = r
+			loaded[k] = r
 			s.log.Info("resuming run", "run_id", k, "assigned", r.Assigned, "ended", r.Ended.Count())
 		}
+	}
+	s.mu.Lock()
+	s.runs = loaded
+	s.mu.Unlock()
+	return nil
+}
+
+// Running leads or stands by until the stop. An instance acts only while it holds the
+// scheduler's leader lease (bus.Lease, key LeaseKey): it then loads the unfinished runs
+// from KV and runs the five loops (run intake, dispatch, ended tracking, stalled
+// assignments and progress). Another instance stands by, trying to take the lease, and
+// takes over within about bus.LeaseTTL of the leader's death, from the state the leader
+// persisted (ends are acknowledged only once persisted, so none is lost). A leader that
+// loses the lease stops its loops at once, drops its run table and stands by again.
+func (s *Service) Running(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := s.lease.Acquire(ctx); err != nil {
+			return nil // only ctx ends Acquire
+		}
+		s.lost.Store(false)
+		s.log.Info("leading: took the scheduler's leader lease", "instance", s.instance)
+		err := s.lead(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, bus.ErrLeaseLost) {
+			return err
+		}
+		s.log.Warn("lost the scheduler's leader lease; standing by", "err", err)
+		s.mu.Lock()
+		s.runs = map[string]*run{}
+		s.mu.Unlock()
 	}
 	return nil
 }
 
-// Running runs the five loops: run intake, dispatch, ended tracking, stalled assignments
-// and progress.
-func (s *Service) Running(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
+// lead runs the loops while the lease is held. It returns nil at the stop (still holding
+// the lease: Stopping persists, then releases it), ErrLeaseLost when the lease is lost,
+// or a loop's failure.
+func (s *Service) lead(ctx context.Context) error {
+	hctx, stopHolding := context.WithCancel(context.WithoutCancel(ctx))
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var holdErr error
+	holding := make(chan struct{})
+	go func() {
+		defer close(holding)
+		holdErr = s.lease.Hold(hctx, func() { s.lost.Store(true); cancel(bus.ErrLeaseLost) })
+	}()
+	s.stopHolding = func() { stopHolding(); <-holding }
+	stepDown := func(err error) error {
+		if errors.Is(context.Cause(lctx), bus.ErrLeaseLost) {
+			s.stopHolding()
+			return holdErr
+		}
+		return err
+	}
+	if err := s.loadRuns(lctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return stepDown(err)
+	}
+	g, gctx := errgroup.WithContext(lctx)
 	g.Go(func() error { return s.intakeLoop(gctx) })
 	g.Go(func() error { return s.dispatchLoop(gctx) })
 	g.Go(func() error { return s.endedLoop(gctx) })
@@ -189,15 +281,21 @@ func (s *Service) Running(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	return err
+	return stepDown(err)
 }
 
-// Stopping persists every run's latest state.
+// Stopping persists every run's latest state and gives the leader lease up, so a standby
+// takes over at once.
 func (s *Service) Stopping(ctx context.Context) error {
-	if s.kv == nil {
+	if s.kv == nil || !s.lease.Held() {
+		if s.stopHolding != nil {
+			s.stopHolding()
+		}
 		return nil
 	}
-	return s.persist(ctx, s.activeIDs()...)
+	err := s.persist(ctx, s.activeIDs()...)
+	s.stopHolding()
+	return errors.Join(err, s.lease.Release(ctx))
 }
 
 func (s *Service) poke() {
@@ -776,6 +874,10 @@ func (s *Service) persist(ctx context.Context, ids ...string) error {
 	for i, id := range ids {
 		if states[i] == nil {
 			continue
+		}
+		// A leader that lost its lease must not overwrite what the new one wrote.
+		if s.lost.Load() {
+			return fmt.Errorf("persist run %s: %w", id, bus.ErrLeaseLost)
 		}
 		if _, err := s.kv.Put(ctx, id, states[i]); err != nil {
 			return fmt.Errorf("persist run %s: %w", id, err)

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/childproc/childproctest"
+	"github.com/gauntlet-rl/gauntlet/pkg/natslocal/natstest"
+	"github.com/gauntlet-rl/gauntlet/pkg/splitlocal"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	"github.com/gauntlet-rl/gauntlet/services/scheduler"
+	"github.com/gauntlet-rl/gauntlet/workflows"
+)
+
+// startSplit starts the split stack as `gauntlet split up` does (pkg/splitlocal: a 3-node
+// NATS cluster at 3 replicas, ClickHouse, Temporal, one gauntlet process per instance of
+// the Layout), supervised until the test ends.
+func startSplit(t *testing.T, args ...string) *splitlocal.Stack {
+	t.Helper()
+	bin := buildBinary(t)
+	natsBin := natstest.Binary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := splitlocal.Start(ctx, splitlocal.Options{Dir: t.TempDir(), Gauntlet: bin, NATSServer: natsBin,
+		Args:                     append([]string{"--log.level=warn"}, args...),
+		TemporalSearchAttributes: workflows.SearchAttributes, Logger: childproctest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = s.Run(rctx)
+	}()
+	t.Cleanup(func() {
+		stopRun()
+		<-ran
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := s.Stop(sctx); err != nil {
+			t.Errorf("stop the split stack: %v", err)
+		}
+	})
+	return s
+}
+
+// leaderProc is the scheduler process holding the leader lease, "" when none does.
+func leaderProc(ctx context.Context, b *bus.Bus, s *splitlocal.Stack) string {
+	kv, err := b.JS.KeyValue(ctx, bus.BucketLeases)
+	if err != nil {
+		return ""
+	}
+	e, err := kv.Get(ctx, scheduler.LeaseKey)
+	if err != nil {
+		return ""
+	}
+	parts := strings.Split(string(e.Value()), "/") // host/pid/random
+	if len(parts) != 3 {
+		return ""
+	}
+	pid, _ := strconv.Atoi(parts[1])
+	for _, p := range s.Procs {
+		if p.Target == "scheduler" && p.Pid() == pid {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// The split stack, the whole way: a run on separate processes over a 3-node JetStream
+// cluster, while one NATS node, one worker, one store and the scheduler leader are killed
+// with SIGKILL in turn (each brought back by the stack's supervision, as a Deployment
+// would) ends with every episode and step in ClickHouse exactly once and no infra error,
+// and the standby scheduler takes over within seconds.
+func TestSplitStackSurvivesKills(t *testing.T) {
+	s := startSplit(t, "--worker.concurrency=32", "--worker.ack-wait=10s",
+		"--store.batch-rows=2000", "--store.flush-every=200ms")
+	b, err := bus.Connect(s.NATS.URL(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	conn := connect(t, s.CH.Addr(), "gauntlet")
+
+	for _, name := range []string{bus.StreamCommands, bus.StreamEvents, "KV_" + bus.BucketRuns, "KV_" + bus.BucketLeases} {
+		st, err := b.JS.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != splitlocal.StreamReplicas {
+			t.Fatalf("stream %s has %d replicas, want %d", name, r, splitlocal.StreamReplicas)
+		}
+	}
+
+	const episodes = 800
+	req := newRun(t, episodes, "oracle=1,random=1", 23)
+	req.MaxInFlight = 24 // slow enough that every kill lands mid-run
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	if err := b.PublishCommand(ctx, bus.SubjectRun, req.RunId+"/run", req); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := b.JS.KeyValue(ctx, bus.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, unguard := guardStall(ctx, t, b, req.RunId)
+	defer unguard()
+	ended := func(n uint64) func() bool {
+		return func() bool {
+			p := progressFromKV(ctx, kv, req.RunId)
+			return p != nil && p.Ended >= n
+		}
+	}
+	restarted := func(pid func() int, old int) func() bool {
+		return func() bool { p := pid(); return p != 0 && p != old }
+	}
+
+	waitFor(ctx, t, ended(episodes/8))
+	old := s.NATS.Pid(0)
+	if err := s.NATS.Kill(0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, restarted(func() int { return s.NATS.Pid(0) }, old))
+	t.Logf("NATS node 1 killed and restarted at %d ended", progressFromKV(ctx, kv, req.RunId).GetEnded())
+
+	for i, name := range []string{"worker-1", "store-1"} {
+		waitFor(ctx, t, ended(uint64(i+2)*episodes/8))
+		p := s.Proc(name)
+		old := p.Pid()
+		if err := s.Kill(name); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, restarted(p.Pid, old))
+		t.Logf("%s killed and restarted at %d ended", name, progressFromKV(ctx, kv, req.RunId).GetEnded())
+	}
+
+	waitFor(ctx, t, ended(episodes/2))
+	leader := leaderProc(ctx, b, s)
+	if leader == "" {
+		t.Fatal("no scheduler process holds the leader lease")
+	}
+	before := progressFromKV(ctx, kv, req.RunId).GetAssigned()
+	if err := s.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	waitFor(ctx, t, func() bool { l := leaderProc(ctx, b, s); return l != "" && l != leader })
+	waitFor(ctx, t, func() bool { return progressFromKV(ctx, kv, req.RunId).GetAssigned() > before })
+	took := time.Since(killed)
+	t.Logf("scheduler leader %s killed at %d ended; %s leads, assigning again after %v", leader, progressFromKV(ctx, kv, req.RunId).GetEnded(), leaderProc(ctx, b, s), took)
+	if took > 4*bus.LeaseTTL {
+		t.Errorf("assignments resumed %v after the leader was killed; want within seconds (lease TTL %v)", took, bus.LeaseTTL)
+	}
+
+	var final *gauntletv1.RunProgress
+	waitFor(ctx, t, func() bool {
+		final = progressFromKV(ctx, kv, req.RunId)
+		return final != nil && final.Done
+	})
+	if err := waitPersisted(ctx, b, conn, "gauntlet", req.RunId, req.Episodes, final.Steps, io.Discard); err != nil {
+		failStalled(t, ctx, err, missingEpisodes(conn, "gauntlet", req.RunId, req.Episodes))
+	}
+	assertExact(t, b, conn, "gauntlet", req, final)
+	if n := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM gauntlet.episodes FINAL WHERE run_id = '%s' AND infra_error = 1`, req.RunId)); n != "0" {
+		t.Errorf("%s episodes recorded as infra errors; the kills must cost none", n)
+	}
+	if final.InfraErrors != 0 {
+		t.Errorf("the scheduler counted %d infra errors", final.InfraErrors)
+	}
+}
