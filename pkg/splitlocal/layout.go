@@ -7,11 +7,6 @@ type Target struct {
 	Name string
 	// Count is how many processes of it the local split stack runs.
 	Count int
-	// OneFirst starts one process of the kind alone, the others once it is ready: a store
-	// migrates ClickHouse's schema at start, and two migrations at once are not safe yet
-	// (one fails on a column the other added; a view may be re-created from an older
-	// migration's definition).
-	OneFirst bool
 }
 
 // Layout is the split stack: one scheduler leader and its hot standby (the leader lease
@@ -19,7 +14,7 @@ type Target struct {
 // each request/reply service (queue groups), two stores sharing the store consumer, the
 // env API and the curriculum worker. Stores come first: each migrates ClickHouse at start.
 var Layout = []Target{
-	{Name: "store", Count: 2, OneFirst: true},
+	{Name: "store", Count: 2},
 	{Name: "faults", Count: 2},
 	{Name: "reward", Count: 2},
 	{Name: "scheduler", Count: 2},

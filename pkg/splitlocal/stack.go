@@ -157,14 +157,8 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			procs[i] = p
 			s.Procs = append(s.Procs, p)
 		}
-		// A kind's processes start together (after the first, if OneFirst); kinds in
-		// Layout's order.
-		if t.OneFirst {
-			if err := procs[0].d.Start(ctx); err != nil {
-				return nil, fmt.Errorf("start split stack: start %s: %w", procs[0].Name, err)
-			}
-			procs = procs[1:]
-		}
+		// A kind's processes start together (the stores migrate ClickHouse at once, as
+		// a deployment's do); kinds in Layout's order.
 		g, gctx := errgroup.WithContext(ctx)
 		for _, p := range procs {
 			g.Go(func() error {

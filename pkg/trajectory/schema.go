@@ -759,13 +759,21 @@ func recordVersion(ctx context.Context, conn driver.Conn, database string, versi
 }
 
 // ensureColumn adds c unless its table already has it (a migration that crashed half-way
-// runs again).
+// runs again). Another store migrating the same server at the same time may add it
+// between the look and the ALTER, which then fails: the column being there is success.
 func ensureColumn(ctx context.Context, conn driver.Conn, database string, c addColumn) error {
 	has, err := hasColumn(ctx, conn, database, c)
 	if err != nil || has {
 		return err
 	}
-	return addColumnNow(ctx, conn, database, c)
+	err = addColumnNow(ctx, conn, database, c)
+	if err == nil {
+		return nil
+	}
+	if has, herr := hasColumn(ctx, conn, database, c); herr == nil && has {
+		return nil
+	}
+	return err
 }
 
 // hasColumn reports whether c's table has c's column on this server.
