@@ -31,6 +31,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/images"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
@@ -93,6 +94,9 @@ type Options struct {
 	// gives every sandbox its own shim. A shim that dies takes its sandboxes' tasks
 	// with it (they fail like a host crash would); it never runs inside a sandbox.
 	SandboxesPerShim int
+	// Images builds and pulls the images of PrepareImage (task images); nil leaves
+	// the runtime with the images containerd already holds.
+	Images *images.Store
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
 }
@@ -113,6 +117,7 @@ type Runtime struct {
 	shims     shimGroups
 	shimStart string   // the shim start script (shimstart.go); "" names the runc v2 shim
 	bpf       bpfCache // precompiled seccomp filters for crun (seccompbpf.go)
+	agentDir  string   // the agent's folder, bound at agentMount in other images' sandboxes (links.go)
 
 	// test hooks (export_test.go): the cold-start breakdown benchmark changes the spec
 	// and reads the phase timings of each start.
@@ -183,6 +188,7 @@ var (
 	_ sandbox.Snapshotter    = (*Runtime)(nil)
 	_ sandbox.Forker         = (*Runtime)(nil)
 	_ sandbox.WorkspaceDirer = (*Runtime)(nil)
+	_ sandbox.ImagePreparer  = (*Runtime)(nil)
 )
 
 // New connects to containerd, makes sure the base image is there (building the agent
@@ -269,6 +275,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		c.Close()
 		return nil, fmt.Errorf("new containerd runtime: %w: %v", sandbox.ErrUnavailable, err)
 	}
+	if r.agentDir, err = installAgent(dir, bin); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("new containerd runtime: %w", err)
+	}
 	return r, nil
 }
 
@@ -325,11 +335,6 @@ func (r *Runtime) leaseID(id string) string  { return "gauntlet-" + r.key + "-" 
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
 	if err := spec.Validate(); err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create sandbox: %w", err)
-	}
-	if len(spec.Links) > 0 {
-		// The sandbox's root is the image's; links there would need the agent to make
-		// them, which a read-only root forbids. A task image makes such paths itself.
-		return sandbox.Handle{}, fmt.Errorf("create sandbox: %w: links: the containerd runtime shows the image's own root", sandbox.ErrUnsupported)
 	}
 	spec = spec.WithDefaults()
 	ctx = r.ctx(ctx)
@@ -395,6 +400,14 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, parent string, 
 	if err := r.start(ctx, b); err != nil {
 		_ = os.RemoveAll(r.sandboxDir(id))
 		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if chain == 0 {
+		// On the image: a fork or restore finds them in its snapshot.
+		if err := r.makeLinks(b); err != nil {
+			r.teardown(ctx, b)
+			_ = os.RemoveAll(r.sandboxDir(id))
+			return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
 	}
 	if err := r.seed(b, spec.Workspace); err != nil {
 		r.teardown(ctx, b)
@@ -625,6 +638,16 @@ func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 	quota := l.CPUMillis * int64(period) / 1000
 	mem := l.MemoryBytes
 	pids := l.Pids
+	mounts := append([]specs.Mount{{
+		Destination: agent.SocketDir,
+		Type:        "bind",
+		Source:      filepath.Dir(r.socketPath(b.handle.ID)),
+		Options:     []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
+	}}, append(r.serviceMounts(spec), r.decoyMounts(b.handle.ID)...)...)
+	if spec.Image != BaseImage {
+		// Any other image lacks the agent: it is shown where the base image has it.
+		mounts = append(mounts, specs.Mount{Destination: agentMount, Type: "bind", Source: r.agentDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
 	return []oci.SpecOpts{
 		oci.WithProcessArgs(AgentPath),
 		oci.WithProcessCwd("/"),
@@ -634,12 +657,7 @@ func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 		oci.WithEnv(append(env, "GOMAXPROCS=1")),
 		oci.WithHostname("sandbox"),
 		oci.WithCgroup(r.cgroupPath(b.handle.ID)),
-		oci.WithMounts(append([]specs.Mount{{
-			Destination: agent.SocketDir,
-			Type:        "bind",
-			Source:      filepath.Dir(r.socketPath(b.handle.ID)),
-			Options:     []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
-		}}, append(r.serviceMounts(spec), r.decoyMounts(b.handle.ID)...)...)),
+		oci.WithMounts(mounts),
 		oci.WithNoNewPrivileges,
 		func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 			s.Process.User = specs.User{UID: 0, GID: 0}
