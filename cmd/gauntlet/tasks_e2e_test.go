@@ -100,9 +100,9 @@ func TestTasksEndToEnd(t *testing.T) {
 	if final.Ended != req.Episodes || final.InfraErrors != 0 {
 		t.Fatalf("under faults: ended %d of %d, infra errors %d", final.Ended, req.Episodes, final.InfraErrors)
 	}
-	row := strings.Fields(queryOne(t, conn, fmt.Sprintf(`SELECT concat(e.episode_id, ' ', toString(e.steps), ' ', toString(e.success))
-		FROM %s.episodes FINAL AS e WHERE e.run_id = '%s' AND e.episode_id IN
-		(SELECT episode_id FROM %s.faults_final WHERE run_id = '%s' AND kind = 'http_error') ORDER BY e.episode_id LIMIT 1`, db, req.RunId, db, req.RunId)))
+	row := strings.Fields(queryOne(t, conn, fmt.Sprintf(`SELECT concat(episode_id, ' ', toString(steps), ' ', toString(success))
+		FROM %s.episodes FINAL WHERE run_id = '%s' AND episode_id IN
+		(SELECT episode_id FROM %s.faults_final WHERE run_id = '%s' AND kind = 'http_error') ORDER BY episode_id LIMIT 1`, db, req.RunId, db, req.RunId)))
 	if len(row) != 3 {
 		t.Fatalf("no episode met an http_error: %v", row)
 	}
