@@ -113,9 +113,9 @@ type resetObs struct {
 
 // sandboxSpec is the sandbox the task runs in: the task's links (Harbor's paths, each a
 // workspace folder) and limits, on the task's image where the runtime can prepare one
-// (sandbox.ImagePreparer: the image's /app becomes the workspace's app/); elsewhere on
-// the runtime's own root, with environment/app in the workspace (what the Dockerfile
-// copies to /app).
+// (sandbox.ImagePreparer: the image's /app becomes the workspace's app/); elsewhere (a
+// process runtime without an image store) on the runtime's own root, with
+// environment/app in the workspace (what the Dockerfile copies to /app).
 func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbox.Spec, error) {
 	c := t.Config.Environment
 	spec := sandbox.Spec{
@@ -131,8 +131,10 @@ func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbo
 		if err != nil {
 			return sandbox.Spec{}, err
 		}
-		spec.Image = ref
-		return spec, nil
+		if ref != "" {
+			spec.Image = ref
+			return spec, nil
+		}
 	}
 	files, err := workspaceFiles(filepath.Join(t.Environment.Context, taskstest.WorkspaceDir), appDir)
 	if err != nil {
@@ -156,7 +158,8 @@ type preparedKey struct {
 }
 
 // taskImage returns the runtime's image of the task: [environment].docker_image
-// pulled, or environment/Dockerfile built (under the task's build timeout) and pulled.
+// pulled, or environment/Dockerfile built (under the task's build timeout) and pulled;
+// "" when the runtime has no image store.
 func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (string, error) {
 	key := preparedKey{p, t.Digest}
 	if ref, ok := prepared.Load(key); ok {
@@ -169,6 +172,9 @@ func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (str
 	ctx, cancel := context.WithTimeout(ctx, t.Config.Environment.BuildTimeout+opTimeout)
 	defer cancel()
 	ref, err := p.PrepareImage(ctx, src)
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		ref, err = "", nil // the runtime has no image store: its own root
+	}
 	if err != nil {
 		return "", fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
 	}
