@@ -77,7 +77,10 @@ func TestEnvAPIAbuse(t *testing.T) {
 	}
 	s, _ := envAPIStackWith(t, func(cfg *config) {
 		cfg.EnvAPI.MaxConnsPerHost = 64
-		cfg.EnvAPI.ReadTimeout = 2 * time.Second
+		// Long enough for a 12 MB body to cross loopback on a loaded 2-core machine
+		// (2 s was not, once), short enough that a trickled body is cut well before
+		// it ends.
+		cfg.EnvAPI.ReadTimeout = 5 * time.Second
 	})
 	addr := s.app.envapi.Addr()
 	url := "http://" + addr + "/gauntlet.v1.EnvService/"
@@ -226,7 +229,7 @@ func TestEnvAPIAbuse(t *testing.T) {
 
 	t.Run("a slow authenticated body is cut at the read timeout", func(t *testing.T) {
 		// A good token, the headers of a 100-byte Step, then a byte every 200 ms: the
-		// body would take 20 s; the read timeout (2 s here) ends the request.
+		// body would take 20 s; the read timeout (5 s here) ends the request.
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -253,8 +256,8 @@ func TestEnvAPIAbuse(t *testing.T) {
 				}
 			}
 		}
-		if took := time.Since(t0); took > 5*time.Second {
-			t.Errorf("a body trickled over 20 s was read for %v, want about the 2 s read timeout", took.Round(time.Millisecond))
+		if took := time.Since(t0); took > 10*time.Second {
+			t.Errorf("a body trickled over 20 s was read for %v, want about the 5 s read timeout", took.Round(time.Millisecond))
 		}
 	})
 

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
@@ -151,19 +150,28 @@ func endedMessages(t *testing.T, b *bus.Bus, runID string) []*gauntletv1.Event {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Read as many messages as the stream holds on the subject, not "until a pause":
+	// on a loaded machine a pause between two 8 MB messages is no end.
+	subj := bus.SubjectEvent(bus.KindEnded, runID)
+	stream, err := b.JS.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int(si.State.Subjects[subj])
 	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.SubjectEvent(bus.KindEnded, runID)}})
+		FilterSubjects: []string{subj}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []*gauntletv1.Event
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
-		if errors.Is(err, nats.ErrTimeout) {
-			return out // all read
-		}
+	for len(out) < want {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("read message %d of %d on %s: %v", len(out)+1, want, subj, err)
 		}
 		var ev gauntletv1.Event
 		if err := gauntletv1.Unmarshal(m.Data(), &ev); err != nil {
@@ -171,6 +179,7 @@ func endedMessages(t *testing.T, b *bus.Bus, runID string) []*gauntletv1.Event {
 		}
 		out = append(out, &ev)
 	}
+	return out
 }
 
 func run(id string) *gauntletv1.RunRequested {
