@@ -1060,8 +1060,20 @@ func (r *Runtime) workspaceDir(b *box) (string, error) {
 	if b.task == nil {
 		return "", fmt.Errorf("workspace of %s: %w: no running task", b.handle.ID, sandbox.ErrNotFound)
 	}
-	return fmt.Sprintf("/proc/%d/root%s", b.task.Pid(), sandbox.WorkspacePath), nil
+	dir := fmt.Sprintf("/proc/%d/root%s", b.task.Pid(), sandbox.WorkspacePath)
+	// The sandbox's root owns /, so a command can replace /workspace with a link; an
+	// absolute one, followed here, would lead from the host's root. Callers that open
+	// the path open it without following a last link too (package tools), which closes
+	// the window between this check and their open.
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("workspace of %s: %w: %s is not a folder any more (replaced by a command?)", b.handle.ID, ErrWorkspaceReplaced, sandbox.WorkspacePath)
+	}
+	return dir, nil
 }
+
+// ErrWorkspaceReplaced is returned by WorkspaceDir when a command replaced the sandbox's
+// /workspace folder (with a link, say): the host never follows it.
+var ErrWorkspaceReplaced = errors.New("the sandbox's workspace was replaced")
 
 // UpdateLimits changes the memory, pids and CPU limits of a running sandbox
 // through containerd's task update; OpenFiles and DiskBytes cannot change while it

@@ -33,7 +33,9 @@ func (h *hostFS) root(ctx context.Context) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// O_NOFOLLOW: a runtime's workspace path may cross into the sandbox's root
+	// (/proc/PID/root/workspace), where the sandbox can swap the folder for a link.
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("open workspace: %w", err)
 	}
