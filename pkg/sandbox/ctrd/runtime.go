@@ -1066,14 +1066,10 @@ func (r *Runtime) workspaceDir(b *box) (string, error) {
 	// the path open it without following a last link too (package tools), which closes
 	// the window between this check and their open.
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-		return "", fmt.Errorf("workspace of %s: %w: %s is not a folder any more (replaced by a command?)", b.handle.ID, ErrWorkspaceReplaced, sandbox.WorkspacePath)
+		return "", fmt.Errorf("workspace of %s: %w: %s is not a folder any more", b.handle.ID, sandbox.ErrWorkspaceReplaced, sandbox.WorkspacePath)
 	}
 	return dir, nil
 }
-
-// ErrWorkspaceReplaced is returned by WorkspaceDir when a command replaced the sandbox's
-// /workspace folder (with a link, say): the host never follows it.
-var ErrWorkspaceReplaced = errors.New("the sandbox's workspace was replaced")
 
 // UpdateLimits changes the memory, pids and CPU limits of a running sandbox
 // through containerd's task update; OpenFiles and DiskBytes cannot change while it

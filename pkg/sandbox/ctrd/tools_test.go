@@ -105,9 +105,13 @@ func TestWorkspaceReplacedByALink(t *testing.T) {
 		ents, _ := os.ReadDir(dir)
 		t.Errorf("WorkspaceDir gave %s, which holds %d entries of the host's root", dir, len(ents))
 	}
-	tb := tools.New(rt, h.ID, tools.Options{})
-	if out, err := tb.Call(ctx, tools.FSList, []byte(`{"path":"."}`)); err == nil {
-		t.Errorf("fs.list of the replaced workspace: %s", out)
+	var events []sandbox.EventKind
+	tb := tools.New(rt, h.ID, tools.Options{OnEvent: func(e sandbox.Event) { events = append(events, e.Kind) }})
+	if out, err := tb.Call(ctx, tools.FSList, []byte(`{"path":"."}`)); err == nil || !tools.AgentError(err) {
+		t.Errorf("fs.list of the replaced workspace: %s, %v; want the agent's error", out, err)
+	}
+	if !slices.Contains(events, tools.EventSymlink) {
+		t.Errorf("events %v lack %s", events, tools.EventSymlink)
 	}
 	canary := "gauntlet-escape-" + h.ID
 	_, _ = tb.Call(ctx, tools.FSWrite, []byte(`{"path":"tmp/`+canary+`","content":"x"}`))
