@@ -52,6 +52,9 @@ type StageSpec struct {
 	Env string `json:"env" yaml:"env"`
 	// Params are the env's parameters (a mapping; default: the env's defaults).
 	Params map[string]any `json:"params,omitempty" yaml:"params"`
+	// Tasks makes the stage play a set of task folders: the tasks env (Env may be left
+	// out) over a dataset of the stack, filtered. Its keys become the env's params.
+	Tasks *TaskSet `json:"tasks,omitempty" yaml:"tasks"`
 	// Policies is the policy mix, "oracle=3,random=1" as `gauntlet run --policies` takes it.
 	Policies string `json:"policies" yaml:"policies"`
 	// Profiles is the fault profile mix, "baseline=60,stress=40" (default: baseline only).
@@ -72,6 +75,35 @@ type StageSpec struct {
 	// input is the whole curriculum.
 	RewardSpec string `json:"reward_spec,omitempty" yaml:"reward_spec"`
 }
+
+// TaskSet is a stage's tasks: a dataset the stack plays (one of its --tasks.datasets
+// names) and filters over its tasks, as `gauntlet run --tasks` takes them. Each episode
+// plays the task its seed picks among those the filters select (docs/tasks.md).
+type TaskSet struct {
+	Dataset string `json:"dataset" yaml:"dataset"`
+	// Tags: a task must have every one.
+	Tags []string `json:"tags,omitempty" yaml:"tags"`
+	// Difficulty: a task's difficulty must be one of these (easy, medium, hard).
+	Difficulty []string `json:"difficulty,omitempty" yaml:"difficulty"`
+	// Glob: a task's id must match one of these patterns (path.Match).
+	Glob []string `json:"glob,omitempty" yaml:"glob"`
+	// Tasks pins the selection by id and digest. `gauntlet curriculum start` fills it
+	// from the dataset when the stack's stack.json names the dataset's folder, so the
+	// curriculum's runs record the tasks they cover and refuse a task changed since.
+	Tasks []TaskPin `json:"tasks,omitempty" yaml:"tasks"`
+}
+
+// TaskPin is one task of a pinned selection (pkg/env/taskenv.Pinned).
+type TaskPin struct {
+	ID     string `json:"id" yaml:"id"`
+	Digest string `json:"digest" yaml:"digest"`
+}
+
+// tasksEnv is the env task sets are played by (pkg/env/taskenv.Name).
+const tasksEnv = "tasks"
+
+// selectionParams are the params of the tasks env a task set fills.
+var selectionParams = []string{"dataset", "task", "digest", "tags", "difficulty", "glob", "tasks"}
 
 // Budget bounds a stage's episodes: promotion is not considered before Min episodes ran,
 // and the curriculum stops at the stage when Max ran without promotion.
@@ -253,6 +285,9 @@ func (s *CurriculumSpec) Normalize() {
 		if st.Episodes.Min == 0 {
 			st.Episodes.Min = st.Promotion.Window
 		}
+		if st.Tasks != nil && st.Env == "" {
+			st.Env = tasksEnv
+		}
 	}
 }
 
@@ -367,6 +402,19 @@ func (s CurriculumSpec) problems(decoded []*FieldError) []*FieldError {
 		for _, d := range drift {
 			reached[d.Selector] = d.To
 		}
+		if ts := st.Tasks; ts != nil {
+			if st.Env != tasksEnv {
+				add(f+".env", "%s: a stage with tasks plays the %s env", quote(st.Env), tasksEnv)
+			}
+			if ts.Dataset == "" {
+				add(f+".tasks.dataset", "required: the name of a dataset the stack plays (its --tasks.datasets)")
+			}
+			for _, k := range selectionParams {
+				if _, ok := st.Params[k]; ok {
+					add(f+".params."+k, "the stage's tasks make the selection")
+				}
+			}
+		}
 		// What the scheduler would refuse, refused now with the stage's key names; the
 		// drift is checked as a ramp over the whole stage (selectors, value ranges).
 		req, err := st.runRequest("cvalidate-s0-b0", 1, max(st.Batch, 1), s.MaxInFlight, 0)
@@ -432,12 +480,29 @@ func stageErrors(stage string, err error) []*FieldError {
 	return out
 }
 
-// ParamsJSON is the stage's params as a JSON object (keys sorted, so stable).
+// ParamsJSON is the stage's params as a JSON object (keys sorted, so stable), with its
+// task set's keys.
 func (st StageSpec) ParamsJSON() (string, error) {
-	if len(st.Params) == 0 {
+	params := st.Params
+	if ts := st.Tasks; ts != nil {
+		params = make(map[string]any, len(st.Params)+4)
+		for k, v := range st.Params {
+			params[k] = v
+		}
+		params["dataset"] = ts.Dataset
+		for k, v := range map[string][]string{"tags": ts.Tags, "difficulty": ts.Difficulty, "glob": ts.Glob} {
+			if len(v) > 0 {
+				params[k] = v
+			}
+		}
+		if len(ts.Tasks) > 0 {
+			params["tasks"] = ts.Tasks
+		}
+	}
+	if len(params) == 0 {
 		return "{}", nil
 	}
-	b, err := json.Marshal(st.Params)
+	b, err := json.Marshal(params)
 	if err != nil {
 		return "", fmt.Errorf("params: %w", err)
 	}

@@ -111,6 +111,11 @@ func (d *specDecoder) decode(path string, line int, n *yaml.Node, v reflect.Valu
 		return // an empty value leaves the default
 	}
 	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		d.decode(path, line, n, v.Elem())
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			d.fail(path, line, "want a mapping of keys, got %s", describe(n))

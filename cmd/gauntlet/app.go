@@ -74,6 +74,9 @@ type app struct {
 	mux *http.ServeMux
 
 	temporal *temporallocal.Server // nil when --temporal names an external server
+	// temporalUp is temporal once started: what other goroutines read (the console's
+	// handlers may ask for the address while the temporal module starts).
+	temporalUp atomic.Pointer[temporallocal.Server]
 	// children are the supervisors of the local servers this process runs, for the
 	// restart counter.
 	children children
@@ -358,16 +361,16 @@ func externalClickHouse(addr string, log *slog.Logger) lifecycle.Service {
 
 // temporalAddr is where Temporal clients reach the frontend.
 func (a *app) temporalAddr() string {
-	if a.temporal != nil {
-		return a.temporal.Addr()
+	if t := a.temporalUp.Load(); t != nil {
+		return t.Addr()
 	}
 	return a.cfg.Temporal
 }
 
 // temporalUI is the Web UI of the local dev server ("" for an external server).
 func (a *app) temporalUI() string {
-	if a.temporal != nil {
-		return a.temporal.UIURL()
+	if t := a.temporalUp.Load(); t != nil {
+		return t.UIURL()
 	}
 	return ""
 }
@@ -396,6 +399,7 @@ func (a *app) initTemporal() (lifecycle.Service, error) {
 			}
 			// A dev server that dies is restarted on its SQLite database: workflows
 			// resume where they were, and the curriculum worker reconnects.
+			a.temporalUp.Store(a.temporal)
 			sup = a.temporal.Supervise(childproc.DefaultBackoff)
 			a.children.add(modTemporal, sup)
 			return nil
@@ -464,7 +468,8 @@ func (a *app) initHTTP() (lifecycle.Service, error) {
 
 // initConsole mounts the web console (pkg/console) on the http server, reading the
 // ClickHouse database the store writes and, for runs in flight, the scheduler's records
-// in the gauntlet_runs bucket; off, like /ready, when --http is empty. It is mounted
+// in the gauntlet_runs bucket, and curricula from Temporal (whose signals it sends to a
+// holder of an env API token); off, like /ready, when --http is empty. It is mounted
 // once its dependencies have started, so its handlers never see a half-built app.
 func (a *app) initConsole() (lifecycle.Service, error) {
 	if a.mux == nil {
@@ -474,8 +479,16 @@ func (a *app) initConsole() (lifecycle.Service, error) {
 	return lifecycle.Funcs{
 		OnStarting: func(context.Context) error {
 			runs := bus.NewBucket(a.bus.JS, bus.BucketRuns)
+			// Actions on curricula take the env API's tokens, read as the env API
+			// reads them (the same tenants file, or the same dev token).
+			tokens, err := envapi.OpenTokens(a.cfg.EnvAPI, a.log.With("module", modConsole))
+			if err != nil {
+				return fmt.Errorf("console: %w", err)
+			}
 			c = console.New(console.Config{
 				ClickHouse: a.clickHouseAddr, Database: a.cfg.Database,
+				Temporal: a.temporalAddr, Namespace: a.cfg.TemporalNamespace,
+				Authorize: func(tok string) bool { return tokens.Lookup(tok) != nil },
 				Progress: func(ctx context.Context, runID string) (*gauntletv1.RunProgress, bool) {
 					kv, err := runs.KV(ctx)
 					if err != nil {
@@ -508,7 +521,10 @@ type stack struct {
 	EnvAPI     string `json:"envapi,omitempty"`
 	// Console is the web console's address, when this process serves it.
 	Console string `json:"console,omitempty"`
-	PID     int    `json:"pid"`
+	// Datasets are the task datasets the stack's episodes may play, by name
+	// (--tasks.datasets): `gauntlet run --tasks` finds a dataset's name and folder here.
+	Datasets map[string]string `json:"datasets,omitempty"`
+	PID      int               `json:"pid"`
 }
 
 func stackPath(dataDir string) string { return filepath.Join(dataDir, "stack.json") }

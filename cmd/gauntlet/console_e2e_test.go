@@ -241,6 +241,12 @@ func (b *browser) eval(expr string) (int, error) {
 	return chromedp.Run(ctx, chromedp.Evaluate[int](expr))
 }
 
+func (b *browser) evalString(expr string) (string, error) {
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+}
+
 // state is what the page shows and what the browser logged, for a failure's message.
 func (b *browser) state() string {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)

@@ -18,7 +18,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -72,6 +74,39 @@ func loadSpecFile(path string) (workflows.CurriculumSpec, error) {
 	return spec, nil
 }
 
+// pinStageTasks pins the tasks of every stage that names a task set and pins none, as
+// `run --tasks` does, when the stack's stack.json names the dataset's folder: the
+// curriculum's runs then record the tasks they cover. A filter selecting nothing is
+// refused here, naming the stage. Where the stack's datasets are unknown the stages
+// select on the stack, by their filters.
+func pinStageTasks(spec *workflows.CurriculumSpec, datasets func() (map[string]string, error), stderr io.Writer) error {
+	for i := range spec.Stages {
+		ts := spec.Stages[i].Tasks
+		if ts == nil || len(ts.Tasks) > 0 {
+			continue
+		}
+		known, err := datasets()
+		dir, ok := known[ts.Dataset]
+		if err != nil || !ok {
+			fmt.Fprintf(stderr, "gauntlet: stages[%d].tasks: dataset %s is not in the stack's stack.json: its tasks are selected on the stack and not pinned\n", i, ts.Dataset)
+			continue
+		}
+		ds, err := tasks.LoadDataset(dir)
+		if err != nil {
+			return fmt.Errorf("stages[%d].tasks.dataset: %w", i, err)
+		}
+		sel, err := taskenv.Select(ts.Dataset, ds, tasks.Filter{Tags: ts.Tags, Difficulties: ts.Difficulty, Globs: ts.Glob})
+		if err != nil {
+			return fmt.Errorf("stages[%d].tasks: %w", i, err)
+		}
+		for _, p := range sel.Tasks {
+			ts.Tasks = append(ts.Tasks, workflows.TaskPin{ID: p.ID, Digest: p.Digest})
+		}
+		fmt.Fprintf(stderr, "gauntlet: stage %s: %d of the %d tasks of dataset %s\n", spec.Stages[i].Name, len(ds.Select(sel.Filter)), len(ds.Tasks), ts.Dataset)
+	}
+	return nil
+}
+
 func curriculumStart(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("curriculum "+sub, stderr)
 	var tf stackFlags
@@ -91,6 +126,9 @@ func curriculumStart(ctx context.Context, sub string, args []string, stdout, std
 	if sub == "validate" {
 		fmt.Fprintf(stdout, "%s: valid, %d stages\n", *file, len(spec.Stages))
 		return nil
+	}
+	if err := pinStageTasks(&spec, tf.datasets, stderr); err != nil {
+		return err
 	}
 	raw, err := workflows.EncodeSpec(spec)
 	if err != nil {
@@ -325,11 +363,13 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	if _, err := o.request(); err != nil {
+	o.tasks.datasets = tf.datasets
+	req, err := o.request()
+	if err != nil {
 		return err
 	}
 	var params map[string]any
-	if err := json.Unmarshal([]byte(o.params), &params); err != nil {
+	if err := json.Unmarshal([]byte(req.ParamsJson), &params); err != nil {
 		return fmt.Errorf("--params: want a JSON object: %w", err)
 	}
 	spec := workflows.BatchSpec{

@@ -28,6 +28,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		o.label = "demo"
 	}
 	o.worlds = cfg.Worlds
+	o.tasks.datasets = func() (map[string]string, error) { return cfg.Tasks.Datasets, nil }
 	req, err := o.request()
 	if err != nil {
 		return err

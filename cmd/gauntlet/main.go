@@ -201,7 +201,7 @@ func cmdServe(ctx context.Context, name string, args []string, stdout, stderr io
 		if !waitReady(ctx, a) {
 			return
 		}
-		st := stack{NATSURL: a.natsURL(), ClickHouse: a.clickHouseAddr(), Database: cfg.Database, HTTP: cfg.HTTPAddr, PID: os.Getpid()}
+		st := stack{NATSURL: a.natsURL(), ClickHouse: a.clickHouseAddr(), Database: cfg.Database, HTTP: cfg.HTTPAddr, PID: os.Getpid(), Datasets: cfg.Tasks.Datasets}
 		if slices.Contains(order, modTemporal) {
 			st.Temporal, st.TemporalUI = a.temporalAddr(), a.temporalUI()
 		}

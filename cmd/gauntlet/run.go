@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
@@ -36,6 +37,8 @@ type runOpts struct {
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
 	worlds world.Config
+	// tasks are --tasks and its filters: a run of the tasks env over a selection.
+	tasks taskOpts
 
 	// spec is --reward-spec parsed by request; it must be in the stack's bucket before
 	// the run is submitted (putRewardSpec).
@@ -43,7 +46,7 @@ type runOpts struct {
 }
 
 func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
-	fs.StringVar(&o.env, "env", "shop", "env to run")
+	fs.StringVar(&o.env, "env", "", "env to run (default shop, or tasks with --tasks)")
 	fs.StringVar(&o.params, "params", "{}", "env parameters as a JSON object")
 	fs.StringVar(&o.policies, "policies", "random=1,oracle=1", "policies and weights")
 	fs.StringVar(&o.profiles, "profiles", "baseline=60,stress=25,edge=15", "fault profiles and weights")
@@ -55,6 +58,7 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.StringVar(&o.profileFiles, "profile-files", "", "comma-separated YAML fault profiles that --profiles may name by their names (docs/faults.md)")
 	fs.StringVar(&o.rewardSpec, "reward-spec", "", "YAML reward spec file the run's steps are scored under (docs/rewards.md; default: the built-in default/1)")
 	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
+	o.tasks.register(fs)
 }
 
 // request builds and validates the run request, naming the bad flag; it keeps the parsed
@@ -105,8 +109,23 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--drift: %w", err))
 	}
+	params := o.params
 	if !json.Valid([]byte(o.params)) {
 		errs = append(errs, fmt.Errorf("--params: not valid JSON: %q", o.params))
+	} else if params, err = o.tasks.params(o.params); err != nil {
+		errs = append(errs, err)
+	}
+	if o.tasks.dataset != "" {
+		switch o.env {
+		case "":
+			o.env = taskenv.Name
+		case taskenv.Name:
+		default:
+			errs = append(errs, fmt.Errorf("--env %s: --tasks runs the %s env", o.env, taskenv.Name))
+		}
+	}
+	if o.env == "" {
+		o.env = "shop"
 	}
 	if o.maxInFlight > 1<<31 || o.maxSteps > 1<<31 {
 		errs = append(errs, errors.New("--max-in-flight and --max-steps must fit in 32 bits"))
@@ -115,7 +134,7 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 		return nil, errors.Join(errs...)
 	}
 	req := &gauntletv1.RunRequested{
-		RunId: runs.NewID(), Env: o.env, ParamsJson: o.params, Policies: pol, Profiles: prof,
+		RunId: runs.NewID(), Env: o.env, ParamsJson: params, Policies: pol, Profiles: prof,
 		Episodes: o.episodes, Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps),
 		RequestedAtUnixNano: time.Now().UnixNano(), Label: o.label, Drift: drift,
 		CustomProfiles: custom,
@@ -168,9 +187,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	o.tasks.datasets = sf.datasets
 	req, err := o.request()
 	if err != nil {
 		return err
+	}
+	if sel := o.tasks.selection; sel != nil {
+		if *wait {
+			fmt.Fprintln(stdout, sel)
+		} else {
+			fmt.Fprintln(stderr, sel)
+		}
 	}
 	b, err := sf.connectBus("gauntlet-run", stderr)
 	if err != nil {

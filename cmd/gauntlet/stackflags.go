@@ -84,6 +84,13 @@ func (f *stackFlags) stack() (stack, error) {
 	return f.st, f.stErr
 }
 
+// datasets are the task datasets the stack's episodes may play, by name, as its
+// stack.json says.
+func (f *stackFlags) datasets() (map[string]string, error) {
+	st, err := f.stack()
+	return st.Datasets, err
+}
+
 // natsURL is the NATS of the stack.
 func (f *stackFlags) natsURL() (string, error) {
 	if f.nats != "" {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"go.temporal.io/sdk/client"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -45,6 +46,15 @@ type Config struct {
 	// reach). It tells a run in flight from one that has ended, and how many episodes it
 	// plans. Nil: runs are known from ClickHouse alone.
 	Progress func(ctx context.Context, runID string) (p *gauntletv1.RunProgress, ok bool)
+	// Temporal returns the Temporal frontend's address ("host:port"), read when the
+	// console first needs it (the curricula pages). Nil or "": the curricula pages
+	// answer 503, naming what is missing.
+	Temporal func() string
+	// Namespace is the Temporal namespace curricula run in ("default" when empty).
+	Namespace string
+	// Authorize says whether a bearer token may act on curricula (pause, resume, skip,
+	// abort): the env API's tokens. Nil: the console is read-only.
+	Authorize func(token string) bool
 }
 
 // Console serves the web console: the pages and the JSON API under Prefix.
@@ -55,6 +65,11 @@ type Console struct {
 
 	mu   sync.Mutex
 	conn driver.Conn // nil until the first successful connect
+
+	// tmu guards tc apart from conn, so a Temporal slow to answer a dial never holds up
+	// the runs pages.
+	tmu sync.Mutex
+	tc  client.Client // nil until the curricula pages first dial Temporal
 }
 
 // New returns a console reading cfg.Database; it connects on the first API request.
@@ -77,6 +92,11 @@ func New(cfg Config, log *slog.Logger) *Console {
 		map[string]bound{"limit": {100, MaxEpisodes}, "offset": {0, 1_000_000_000}}))
 	c.mux.HandleFunc("GET "+Prefix+"api/episodes/{episode}", c.api(c.episode,
 		map[string]bound{"limit": {100, MaxSteps}, "from": {0, 1_000_000}}))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/faults", c.api(c.faultHeatmap, nil))
+	c.mux.HandleFunc("GET "+Prefix+"api/curricula", c.serve(map[string]bound{"limit": {50, MaxCurricula}}, c.curricula))
+	c.mux.HandleFunc("GET "+Prefix+"api/curricula/{curriculum}", c.serve(nil, c.curriculum))
+	// An action reads nothing from ClickHouse: it works while ClickHouse is away.
+	c.mux.HandleFunc("POST "+Prefix+"api/curricula/{curriculum}/signal/{signal}", c.serve(nil, c.signal))
 	return c
 }
 
@@ -85,6 +105,12 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.Serv
 
 // Close closes the ClickHouse connection, if one was opened.
 func (c *Console) Close() error {
+	c.tmu.Lock()
+	if c.tc != nil {
+		c.tc.Close()
+		c.tc = nil
+	}
+	c.tmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil {
@@ -134,16 +160,25 @@ type endpoint func(ctx context.Context, rd reader, r *http.Request, p params) (a
 // never waits on ClickHouse), a reader under the query timeout, the answer as JSON,
 // errors as {"error": "..."} with their status.
 func (c *Console) api(h endpoint, bounds map[string]bound) http.HandlerFunc {
+	return c.serve(bounds, func(ctx context.Context, r *http.Request, p params) (any, error) {
+		rd, err := c.reader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return h(ctx, rd, r, p)
+	})
+}
+
+// serve answers one API request from its checked parameters under the query timeout,
+// as JSON; errors as {"error": "..."} with their status.
+func (c *Console) serve(bounds map[string]bound, h func(ctx context.Context, r *http.Request, p params) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), c.cfg.QueryTimeout)
 		defer cancel()
 		var v any
 		p, err := checkParams(r, bounds)
 		if err == nil {
-			var rd reader
-			if rd, err = c.reader(ctx); err == nil {
-				v, err = h(ctx, rd, r, p)
-			}
+			v, err = h(ctx, r, p)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
@@ -154,7 +189,14 @@ func (c *Console) api(h endpoint, bounds map[string]bound) http.HandlerFunc {
 				status = http.StatusBadRequest
 			case errors.Is(err, errNotFound):
 				status = http.StatusNotFound
-			case errors.Is(err, errUnavailable):
+			case errors.Is(err, errUnauthorized):
+				status = http.StatusUnauthorized
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gauntlet"`)
+			case errors.Is(err, errReadOnly):
+				status = http.StatusForbidden
+			case errors.Is(err, errConflict):
+				status = http.StatusConflict
+			case errors.Is(err, errUnavailable), errors.Is(err, errNoTemporal):
 				status = http.StatusServiceUnavailable
 			case errors.Is(err, context.DeadlineExceeded):
 				status = http.StatusGatewayTimeout
@@ -177,7 +219,7 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 // checkParams refuses malformed ids, numbers out of their bounds and query parameters
 // the endpoint does not take, naming the parameter.
 func checkParams(r *http.Request, bounds map[string]bound) (params, error) {
-	for _, name := range []string{"run", "episode"} {
+	for _, name := range []string{"run", "episode", "curriculum"} {
 		if v := r.PathValue(name); v != "" && !idRE.MatchString(v) {
 			return nil, fmt.Errorf("%w: %s id %q: want up to 128 letters, digits, '_', '.', ':' or '-'", errBadRequest, name, v)
 		}
@@ -295,9 +337,11 @@ func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p pa
 // it has not ended) and a page of its steps from step From.
 type EpisodePage struct {
 	Episode *EpisodeSummary `json:"episode"`
-	Steps   []Step          `json:"steps"`
-	From    int             `json:"from"`
-	Limit   int             `json:"limit"`
+	// Forks are the episodes forked from this one (once it has ended).
+	Forks []Fork `json:"forks"`
+	Steps []Step `json:"steps"`
+	From  int    `json:"from"`
+	Limit int    `json:"limit"`
 }
 
 func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
@@ -314,5 +358,31 @@ func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p par
 	if ep == nil && len(steps) == 0 && from == 0 {
 		return nil, fmt.Errorf("episode %s: %w (no step recorded)", id, errNotFound)
 	}
-	return EpisodePage{Episode: ep, Steps: steps, From: from, Limit: limit}, nil
+	forks := []Fork{}
+	if ep != nil {
+		if forks, err = rd.Forks(ctx, ep.RunID, id); err != nil {
+			return nil, err
+		}
+	}
+	return EpisodePage{Episode: ep, Forks: forks, Steps: steps, From: from, Limit: limit}, nil
+}
+
+// HeatmapPage is the answer of /console/api/runs/{run}/faults: the run's summary and
+// its fault kind × service cells.
+type HeatmapPage struct {
+	Run   RunSummary `json:"run"`
+	Cells []HeatCell `json:"cells"`
+}
+
+func (c *Console) faultHeatmap(ctx context.Context, rd reader, r *http.Request, _ params) (any, error) {
+	id := r.PathValue("run")
+	var p HeatmapPage
+	var err error
+	if p.Run, err = rd.Run(ctx, id); err != nil {
+		return nil, err
+	}
+	if p.Cells, err = rd.FaultHeatmap(ctx, id); err != nil {
+		return nil, err
+	}
+	return p, nil
 }

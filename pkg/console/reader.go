@@ -302,16 +302,20 @@ type EpisodeSummary struct {
 	Error       string    `json:"error"`
 	FaultsFired uint32    `json:"faults_fired"`
 	EndedAt     time.Time `json:"ended_at"`
+	// ParentEpisodeID and ParentStep are, for a forked episode, the episode it was
+	// forked from and the step (its steps before that are the parent's, replayed).
+	ParentEpisodeID string `json:"parent_episode_id,omitempty"`
+	ParentStep      uint32 `json:"parent_step,omitempty"`
 }
 
 const episodeColumns = `episode_id, run_id, idx, env, seed, policy, profile, steps, success,
-	total_reward, reason, infra_error, error, faults_fired, ended_at`
+	total_reward, reason, infra_error, error, faults_fired, ended_at, parent_episode_id, parent_step`
 
 func scanEpisode(rows driver.Rows) (EpisodeSummary, error) {
 	var e EpisodeSummary
 	var success, infra uint8
 	err := rows.Scan(&e.EpisodeID, &e.RunID, &e.Idx, &e.Env, &e.Seed, &e.Policy, &e.Profile, &e.Steps,
-		&success, &e.TotalReward, &e.Reason, &infra, &e.Error, &e.FaultsFired, &e.EndedAt)
+		&success, &e.TotalReward, &e.Reason, &infra, &e.Error, &e.FaultsFired, &e.EndedAt, &e.ParentEpisodeID, &e.ParentStep)
 	e.Success, e.InfraError = success == 1, infra == 1
 	return e, err
 }
@@ -440,6 +444,85 @@ func (r reader) Steps(ctx context.Context, episodeID string, from, limit int) ([
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("episode %s steps: %w", episodeID, err)
+	}
+	return out, nil
+}
+
+// maxHeatmapCells bounds the fault heatmap's cells (kinds × services).
+const maxHeatmapCells = 2000
+
+// faultHeatmapSQL is, per fault kind and service (the target's part before "/": the
+// service a call fault hit, or the whole target of a sandbox-wide fault), the scored
+// (not infra-error) episodes of a run where that kind fired on that service at least
+// once, how many succeeded and their success rate. docs/querying.md prints it (under
+// <!-- console:fault_heatmap -->, with gauntlet for {db} and 'r…' for the run id); the
+// console runs it with a LIMIT.
+const faultHeatmapSQL = `SELECT kind, service, count() AS episodes, sum(success) AS succeeded, sum(success) / count() AS success_rate
+FROM (SELECT DISTINCT episode_id, kind, splitByChar('/', target)[1] AS service
+      FROM {db}.faults FINAL WHERE run_id = ?)
+ANY INNER JOIN (SELECT episode_id, success FROM {db}.episodes FINAL WHERE run_id = ? AND infra_error = 0)
+USING episode_id
+GROUP BY kind, service ORDER BY kind, service`
+
+// HeatCell is one cell of a run's fault heatmap.
+type HeatCell struct {
+	Kind        string  `json:"kind"`
+	Service     string  `json:"service"`
+	Episodes    uint64  `json:"episodes"`
+	Succeeded   uint64  `json:"succeeded"`
+	SuccessRate float64 `json:"success_rate"`
+}
+
+// FaultHeatmap returns the run's fault kind × service cells (faultHeatmapSQL).
+func (r reader) FaultHeatmap(ctx context.Context, runID string) ([]HeatCell, error) {
+	rows, err := r.conn.Query(ctx, r.sql(faultHeatmapSQL)+" LIMIT ?", runID, runID, maxHeatmapCells)
+	if err != nil {
+		return nil, fmt.Errorf("run %s fault heatmap: %w", runID, err)
+	}
+	defer rows.Close()
+	out := []HeatCell{}
+	for rows.Next() {
+		var h HeatCell
+		if err := rows.Scan(&h.Kind, &h.Service, &h.Episodes, &h.Succeeded, &h.SuccessRate); err != nil {
+			return nil, fmt.Errorf("run %s fault heatmap: scan: %w", runID, err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s fault heatmap: %w", runID, err)
+	}
+	return out, nil
+}
+
+// maxForks bounds the forks of one episode the replay viewer lists.
+const maxForks = 100
+
+// Fork is an episode forked from another, as the replay viewer lists it.
+type Fork struct {
+	EpisodeID string `json:"episode_id"`
+	Step      uint32 `json:"step"`
+}
+
+// Forks returns the ended episodes of run forked from episode, by the step they were
+// forked at. A fork runs in its parent's run (the env API's run of the tenant), so the
+// read stays within the run's rows.
+func (r reader) Forks(ctx context.Context, runID, episodeID string) ([]Fork, error) {
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT episode_id, parent_step FROM {db}.episodes FINAL
+		WHERE run_id = ? AND parent_episode_id = ? ORDER BY parent_step, episode_id LIMIT ?`), runID, episodeID, maxForks)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s forks: %w", episodeID, err)
+	}
+	defer rows.Close()
+	out := []Fork{}
+	for rows.Next() {
+		var f Fork
+		if err := rows.Scan(&f.EpisodeID, &f.Step); err != nil {
+			return nil, fmt.Errorf("episode %s forks: scan: %w", episodeID, err)
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("episode %s forks: %w", episodeID, err)
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -215,10 +216,168 @@ func TestAPIAgainstClickHouse(t *testing.T) {
 		t.Errorf("step 1 = %+v", s)
 	}
 
+	// The fault heatmap leaves the infra error (episode 4) out: http_error on api met
+	// episodes 1 and 2 (one success), latency on api episode 1.
+	var heat HeatmapPage
+	if code := get("/console/api/runs/rA/faults", &heat); code != http.StatusOK {
+		t.Fatalf("heatmap: status %d", code)
+	}
+	wantHeat := []HeatCell{{"http_error", "api", 2, 1, 0.5}, {"latency", "api", 1, 0, 0}}
+	if len(heat.Cells) != len(wantHeat) || heat.Run.RunID != "rA" {
+		t.Fatalf("heatmap = %+v, want %+v", heat, wantHeat)
+	}
+	for i, w := range wantHeat {
+		if heat.Cells[i] != w {
+			t.Errorf("heatmap cell %d = %+v, want %+v", i, heat.Cells[i], w)
+		}
+	}
+
+	// A fork names its parent and step; the parent lists its forks.
+	fb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".episodes (run_id, episode_id, idx, requested_at, steps, parent_episode_id, parent_step, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		id, parent string
+		step       uint32
+	}{{"rF-0", "", 0}, {"rF-1", "rF-0", 2}, {"rF-2", "rF-0", 1}} {
+		if err := fb.Append("rF", f.id, uint64(0), time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), uint32(4), f.parent, f.step, uint64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	var fork, parent EpisodePage
+	if code := get("/console/api/episodes/rF-1", &fork); code != http.StatusOK || fork.Episode == nil {
+		t.Fatalf("fork: status %d %+v", code, fork)
+	}
+	if fork.Episode.ParentEpisodeID != "rF-0" || fork.Episode.ParentStep != 2 || len(fork.Forks) != 0 {
+		t.Errorf("fork rF-1 = %+v, forks %+v; want parent rF-0 at step 2, no forks", fork.Episode, fork.Forks)
+	}
+	if code := get("/console/api/episodes/rF-0", &parent); code != http.StatusOK || parent.Episode == nil {
+		t.Fatalf("parent: status %d %+v", code, parent)
+	}
+	if want := []Fork{{"rF-2", 1}, {"rF-1", 2}}; len(parent.Forks) != 2 || parent.Forks[0] != want[0] || parent.Forks[1] != want[1] || parent.Episode.ParentEpisodeID != "" {
+		t.Errorf("parent rF-0: forks %+v, parent %q; want %+v and none", parent.Forks, parent.Episode.ParentEpisodeID, want)
+	}
+
 	for _, path := range []string{"/console/api/runs/rNone", "/console/api/episodes/rNone-0000000"} {
 		var v map[string]any
 		if code := get(path, &v); code != http.StatusNotFound {
 			t.Errorf("%s: status %d, want 404", path, code)
 		}
+	}
+}
+
+// TestCurriculumBatchesAgainstClickHouse reads a curriculum's batches, their episodes
+// and the drift each had from a real ClickHouse: batches in stage order, drift values
+// averaged per batch and selector, null where a batch had no such drift, and the counts
+// of the curricula list.
+func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ClickHouse; -short runs unit tests only")
+	}
+	srv := chtest.Start(t)
+	ctx := context.Background()
+	const db = "gauntlet"
+	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := trajectory.Migrate(ctx, conn, db); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	rb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".runs (run_id, curriculum_id, curriculum_name, stage, stage_name, batch, drift_text, submitted_at, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Inserted out of order, and the stage 1 batch twice (a rewritten row).
+	for _, r := range []struct {
+		run   string
+		stage uint32
+		batch uint32
+	}{{"c-s1-b0", 1, 0}, {"c-s0-b1", 0, 1}, {"c-s0-b0", 0, 0}, {"c-s1-b0", 1, 0}, {"other-s0-b0", 0, 0}} {
+		cur := "cur-1"
+		if r.run == "other-s0-b0" {
+			cur = "cur-2"
+		}
+		if err := rb.Append(r.run, cur, "demo", r.stage, "st", r.batch, "", t0, uint64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	eb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".episodes (run_id, episode_id, requested_at, success, total_reward, drift_selectors, drift_values, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []struct {
+		run, id string
+		ok      uint8
+		sels    []string
+		vals    []float64
+	}{
+		{"c-s0-b0", "a", 1, nil, nil}, {"c-s0-b0", "b", 0, nil, nil},
+		{"c-s0-b1", "c", 1, []string{"*.latency.mean_ms"}, []float64{10}},
+		{"c-s1-b0", "d", 1, []string{"*.latency.mean_ms"}, []float64{100}},
+		{"c-s1-b0", "e", 1, []string{"*.latency.mean_ms", "api.http_error.p"}, []float64{200, 0.5}},
+		{"other-s0-b0", "f", 0, nil, nil},
+	} {
+		if err := eb.Append(e.run, e.id, t0, e.ok, 1.0, e.sels, e.vals, uint64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	rd := reader{conn: conn, database: db}
+	batches, sels, err := rd.CurriculumBatches(ctx, "cur-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"*.latency.mean_ms", "api.http_error.p"}; len(sels) != 2 || sels[0] != want[0] || sels[1] != want[1] {
+		t.Fatalf("selectors = %v, want %v", sels, want)
+	}
+	if len(batches) != 3 {
+		t.Fatalf("batches = %+v, want 3", batches)
+	}
+	show := func(v *float64) string {
+		if v == nil {
+			return "null"
+		}
+		return strconv.FormatFloat(*v, 'g', -1, 64)
+	}
+	for i, w := range []struct {
+		run         string
+		eps, ok     uint64
+		rate        float64
+		lat, errorP string
+	}{
+		{"c-s0-b0", 2, 1, 0.5, "null", "null"},
+		{"c-s0-b1", 1, 1, 1, "10", "null"},
+		{"c-s1-b0", 2, 2, 1, "150", "0.5"},
+	} {
+		b := batches[i]
+		if b.RunID != w.run || b.Episodes != w.eps || b.Successes != w.ok || b.SuccessRate != w.rate ||
+			show(b.Drift[0]) != w.lat || show(b.Drift[1]) != w.errorP {
+			t.Errorf("batch %d = %+v (drift %s, %s), want %+v", i, b, show(b.Drift[0]), show(b.Drift[1]), w)
+		}
+	}
+	counts, err := rd.CurriculumCounts(ctx, []string{"cur-1", "cur-2", "cur-none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := counts["cur-1"]; got != (curriculumCount{Name: "demo", Runs: 3, Episodes: 5, Successes: 4}) {
+		t.Errorf("cur-1 counts = %+v", got)
+	}
+	if got := counts["cur-2"]; got != (curriculumCount{Name: "demo", Runs: 1, Episodes: 1}) {
+		t.Errorf("cur-2 counts = %+v", got)
+	}
+	if _, ok := counts["cur-none"]; ok || len(counts) != 2 {
+		t.Errorf("counts = %+v, want cur-1 and cur-2 only", counts)
 	}
 }

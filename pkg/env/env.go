@@ -39,7 +39,7 @@ type Tool struct {
 // Param describes one env parameter.
 type Param struct {
 	Name        string `json:"name"`
-	Type        string `json:"type"` // "int", "float", "string"
+	Type        string `json:"type"` // "int", "float", "string", "array" (of strings or objects, as its description says)
 	Default     string `json:"default"`
 	Description string `json:"description"`
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
@@ -56,14 +58,50 @@ func BenchmarkReport(b *testing.B) {
 			b.Fatalf("%v\n%s", err, stmt)
 		}
 	}
+	var r *Report
 	b.ResetTimer()
 	for b.Loop() {
-		r, err := Build(ctx, conn, Options{Database: "bench", RunIDs: []string{"rbench"}})
-		if err != nil {
+		if r, err = Build(ctx, conn, Options{Database: "bench", RunIDs: []string{"rbench"}}); err != nil {
 			b.Fatal(err)
 		}
 		if r.Episodes != uint64(n) {
 			b.Fatalf("report of %d episodes; want %d", r.Episodes, n)
+		}
+	}
+	b.StopTimer()
+	checkAgainstDocs(b, ctx, conn, r)
+}
+
+// checkAgainstDocs runs docs/querying.md's overview and per-policy queries, as printed
+// there, on the benchmark's run and checks the report's numbers against theirs: the
+// numbers timed are the numbers documented, at the benchmark's scale.
+func checkAgainstDocs(b *testing.B, ctx context.Context, conn driver.Conn, r *Report) {
+	docs := map[string]string{}
+	for _, blk := range sqlBlocks(b) {
+		if blk.marker != "" {
+			docs[blk.marker] = strings.ReplaceAll(blk.sql, "gauntlet.", "{db}.")
+		}
+	}
+	sc := Scope{Database: "bench", Runs: []string{"rbench"}}
+	ov, err := Run(ctx, conn, docs["overview"], sc)
+	if err != nil || len(ov) != 1 {
+		b.Fatalf("docs' overview query: %v (%d rows)", err, len(ov))
+	}
+	o := ov[0]
+	if r.Episodes != o.u("episodes") || r.InfraErrors != o.u("infra_errors") || r.Success.Trials != o.u("scored") ||
+		r.Success.Successes != o.u("succeeded") || r.RewardMean != o.f("reward_mean") ||
+		r.Reward != o.q("reward_p50_p90_p99") || r.Steps != o.q("steps_p50_p90_p99") {
+		b.Errorf("report overview %d episodes, %d infra, %d of %d, mean %v, reward %+v, steps %+v; docs' SQL gives %v",
+			r.Episodes, r.InfraErrors, r.Success.Successes, r.Success.Trials, r.RewardMean, r.Reward, r.Steps, o)
+	}
+	pol, err := Run(ctx, conn, docs["by_policy"], sc)
+	if err != nil || len(pol) != len(r.ByPolicy) {
+		b.Fatalf("docs' by_policy query: %v (%d rows; the report has %d)", err, len(pol), len(r.ByPolicy))
+	}
+	for i, row := range pol {
+		g := r.ByPolicy[i]
+		if g.Key != row["policy"] || g.Episodes != row.u("episodes") || g.Success.Successes != row.u("succeeded") || g.Success.Trials != row.u("scored") {
+			b.Errorf("report, policy %s: %d episodes, %d of %d; docs' SQL gives %v", g.Key, g.Episodes, g.Success.Successes, g.Success.Trials, row)
 		}
 	}
 }

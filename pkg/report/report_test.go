@@ -84,7 +84,7 @@ type sqlBlock struct {
 	sql    string
 }
 
-func sqlBlocks(t *testing.T) []sqlBlock {
+func sqlBlocks(t testing.TB) []sqlBlock {
 	t.Helper()
 	data, err := os.ReadFile("../../docs/querying.md")
 	if err != nil {

@@ -170,6 +170,9 @@ var episodeColumns = []column[EpisodeRow]{
 	col("plan_digest", func(r *EpisodeRow) *string { return &r.PlanDigest }),
 	// Migration 7.
 	col("reward_spec_digest", func(r *EpisodeRow) *string { return &r.RewardSpecDigest }),
+	// Migration 9.
+	col("parent_episode_id", func(r *EpisodeRow) *string { return &r.ParentEpisodeID }),
+	col("parent_step", func(r *EpisodeRow) *uint32 { return &r.ParentStep }),
 }
 
 // rewardSpecColumns is the reward_specs table of migration 7.

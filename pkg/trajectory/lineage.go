@@ -2,6 +2,7 @@ package trajectory
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,12 +25,17 @@ const (
 // as the run goes on; its version is the run state's update time, so the newest account
 // wins whatever order the rows arrive in.
 type RunRow struct {
-	RunID      string `json:"run_id"`
-	Label      string `json:"label"`
-	Env        string `json:"env"`
-	Params     string `json:"params"`
-	PolicyMix  string `json:"policy_mix"` // "random=1,oracle=3", as people write it
-	ProfileMix string `json:"profile_mix"`
+	RunID  string `json:"run_id"`
+	Label  string `json:"label"`
+	Env    string `json:"env"`
+	Params string `json:"params"`
+	// TaskDataset, TaskIDs and TaskDigests are, for a run of the tasks env, the
+	// dataset's name and the tasks its params pin (migration 8): what the run covers.
+	TaskDataset string   `json:"task_dataset"`
+	TaskIDs     []string `json:"task_ids"`
+	TaskDigests []string `json:"task_digests"`
+	PolicyMix   string   `json:"policy_mix"` // "random=1,oracle=3", as people write it
+	ProfileMix  string   `json:"profile_mix"`
 	// ProfileFiles are the files the custom profiles were read from; CustomProfiles the
 	// custom profiles' names.
 	ProfileFiles   []string `json:"profile_files"`
@@ -70,12 +76,15 @@ type RunRow struct {
 	Version      uint64    `json:"version"`
 }
 
-// runColumns is the runs table of migration 7.
+// runColumns is the runs table of migrations 7 and 8.
 var runColumns = []column[RunRow]{
 	col("run_id", func(r *RunRow) *string { return &r.RunID }),
 	col("label", func(r *RunRow) *string { return &r.Label }),
 	col("env", func(r *RunRow) *string { return &r.Env }),
 	col("params", func(r *RunRow) *string { return &r.Params }),
+	col("task_dataset", func(r *RunRow) *string { return &r.TaskDataset }),
+	col("task_ids", func(r *RunRow) *[]string { return &r.TaskIDs }),
+	col("task_digests", func(r *RunRow) *[]string { return &r.TaskDigests }),
 	col("policy_mix", func(r *RunRow) *string { return &r.PolicyMix }),
 	col("profile_mix", func(r *RunRow) *string { return &r.ProfileMix }),
 	col("profile_files", func(r *RunRow) *[]string { return &r.ProfileFiles }),
@@ -134,6 +143,7 @@ func RunRowOf(s *gauntletv1.RunState) RunRow {
 		FaultsFired: s.GetFaultsFired(), InfraErrors: s.GetInfraErrors(), RewardSum: s.GetRewardSum(),
 		Version: unsigned(max(s.GetUpdatedAtUnixNano(), s.GetStartedAtUnixNano())),
 	}
+	r.TaskDataset, r.TaskIDs, r.TaskDigests = runTasks(spec.GetEnv(), spec.GetParamsJson())
 	for _, c := range spec.GetCustomProfiles() {
 		r.CustomProfiles = append(r.CustomProfiles, c.GetName())
 	}
@@ -149,6 +159,34 @@ func RunRowOf(s *gauntletv1.RunState) RunRow {
 		r.FinishedAt, r.FinishedAtNs = dateTime(end), unsigned(end)
 	}
 	return r
+}
+
+// tasksEnv is the name of the env that plays task folders (pkg/env/taskenv.Name).
+const tasksEnv = "tasks"
+
+// runTasks reads, from the params of a run of the tasks env, its dataset and the tasks
+// they pin ({"dataset", "tasks": [{"id", "digest"}]}, as pkg/env/taskenv.Selection
+// writes them). Other runs, and params that do not parse (the scheduler refuses them),
+// cover no recorded task.
+func runTasks(env, params string) (dataset string, ids, digests []string) {
+	ids, digests = []string{}, []string{}
+	if env != tasksEnv {
+		return "", ids, digests
+	}
+	var p struct {
+		Dataset string `json:"dataset"`
+		Tasks   []struct {
+			ID     string `json:"id"`
+			Digest string `json:"digest"`
+		} `json:"tasks"`
+	}
+	if json.Unmarshal([]byte(params), &p) != nil {
+		return "", ids, digests
+	}
+	for _, t := range p.Tasks {
+		ids, digests = append(ids, t.ID), append(digests, t.Digest)
+	}
+	return p.Dataset, ids, digests
 }
 
 // formatShares writes shares as people do ("a=3,b=1"), as pkg/runs.FormatShares.

@@ -148,6 +148,10 @@ type EpisodeRow struct {
 	// RewardSpecDigest is the digest of the spec the episode's steps were scored under
 	// (migration 7).
 	RewardSpecDigest string
+	// ParentEpisodeID and ParentStep are, for an episode forked from another, that
+	// episode and the step it was forked at (migration 9); empty and 0 otherwise.
+	ParentEpisodeID string
+	ParentStep      uint32
 }
 
 // RewardSpecRow is one row of reward_specs: a reward spec, recorded once by digest.
@@ -345,6 +349,8 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		PlanTemplate:     e.GetPlan().GetTemplate(),
 		PlanDigest:       e.GetPlan().GetDigest(),
 		RewardSpecDigest: rewardSpecDigest(e.GetEpisode()),
+		ParentEpisodeID:  req.GetParentEpisodeId(),
+		ParentStep:       req.GetParentStep(),
 		WorkerID:         e.GetWorkerId(),
 		RequestedAt:      dateTime(req.GetRequestedAtUnixNano()),
 		StartedAt:        dateTime(e.GetStartedAtUnixNano()),

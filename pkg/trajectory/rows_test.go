@@ -51,3 +51,21 @@ func TestEncodedRowsMatchesRowsOf(t *testing.T) {
 		}
 	}
 }
+
+// TestForkLineageProjected: a forked episode's parent and step reach its episodes row,
+// and an episode that is no fork has neither.
+func TestForkLineageProjected(t *testing.T) {
+	for _, c := range []struct {
+		parent string
+		step   uint32
+	}{{"api-acme-1", 7}, {"", 0}} {
+		req := &gauntletv1.EpisodeRequested{EpisodeId: "api-acme-2", RunId: "api-acme", Env: "shop", ParentEpisodeId: c.parent, ParentStep: c.step}
+		row, err := newEpisodeRow(&gauntletv1.EpisodeEnded{Episode: req, Steps: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.ParentEpisodeID != c.parent || row.ParentStep != c.step {
+			t.Errorf("row of a fork of %q at %d: parent %q at %d", c.parent, c.step, row.ParentEpisodeID, row.ParentStep)
+		}
+	}
+}

@@ -318,6 +318,31 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.episodes_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
+	// Runs of the tasks env record the tasks they cover: the dataset's name and the
+	// tasks their params pin (pkg/env/taskenv.Selection), id and content digest in
+	// parallel arrays, so an analyst sees which tasks a run covered without reading
+	// its params' JSON.
+	{version: 8, name: "runs record their tasks",
+		addColumns: []addColumn{
+			{"runs", "task_dataset", "String", "params"},
+			{"runs", "task_ids", "Array(String)", "task_dataset"},
+			{"runs", "task_digests", "Array(String)", "task_ids"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.runs_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
+		}},
+	// Fork lineage: an episode forked from another (the env API's Fork) records the
+	// episode it was forked from and the step (EpisodeRequested.parent_*).
+	{version: 9, name: "fork lineage of episodes",
+		addColumns: []addColumn{
+			{"episodes", "parent_episode_id", "String", "reward_spec_digest"},
+			{"episodes", "parent_step", "UInt32", "parent_episode_id"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -258,16 +258,11 @@ func (s *Service) Starting(ctx context.Context) error {
 		return err
 	}
 	var err error
-	if s.cfg.TokensFile != "" {
-		s.tokens, err = LoadTokens(s.cfg.TokensFile)
-	} else {
-		s.tokens, _, err = DevTokens(s.cfg.DevTokenPath, s.log)
-		if err == nil {
-			s.log.Info("envapi: no --envapi.tokens; tenant \"default\" gets the token in " + s.cfg.DevTokenPath)
-		}
-	}
-	if err != nil {
+	if s.tokens, err = OpenTokens(s.cfg, s.log); err != nil {
 		return err
+	}
+	if s.cfg.TokensFile == "" {
+		s.log.Info("envapi: no --envapi.tokens; tenant \"default\" gets the token in " + s.cfg.DevTokenPath)
 	}
 	if s.cfg.IDKeyPath != "" {
 		if s.ids, err = loadEpisodeIDs(s.cfg.IDKeyPath, s.log); err != nil {

@@ -57,7 +57,10 @@ type tombstone struct {
 // snapshot is a point of an episode: its request, plan and actions so far, and what the
 // last of them observed (which a fork's replay must observe too).
 type snapshot struct {
-	tenant  string
+	tenant string
+	// episode is the episode snapshotted: a fork records it as its parent, at the
+	// step len(actions).
+	episode string
 	reset   *gauntletv1.ResetRequest
 	plan    *gauntletv1.FaultPlan
 	actions []env.Action
@@ -320,6 +323,9 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		Index: s.index.Add(1), Env: r.GetEnv(), ParamsJson: r.GetParamsJson(), Seed: r.GetSeed(),
 		Policy: envOr(r.GetPolicy(), "trainer"), MaxSteps: maxSteps, RequestedAtUnixNano: time.Now().UnixNano(),
 	}
+	if from != nil {
+		req.ParentEpisodeId, req.ParentStep = from.episode, uint32(len(from.actions))
+	}
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
 	if plan == nil {
@@ -579,7 +585,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[gauntletv1.
 	e.touch()
 	q := e.sess.Req
 	snap := &snapshot{
-		tenant: t.Name, plan: e.sess.Plan, actions: slices.Clone(e.actions), lastObs: e.lastObs, at: time.Now(),
+		tenant: t.Name, episode: e.id, plan: e.sess.Plan, actions: slices.Clone(e.actions), lastObs: e.lastObs, at: time.Now(),
 		reset: &gauntletv1.ResetRequest{Env: q.Env, ParamsJson: q.ParamsJson, Seed: q.Seed, MaxSteps: q.MaxSteps, Policy: q.Policy},
 	}
 	e.mu.Unlock()

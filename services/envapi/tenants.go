@@ -118,6 +118,17 @@ func DevTokens(path string, log *slog.Logger) (*Tokens, string, error) {
 	return t, tok, nil
 }
 
+// OpenTokens returns the tokens the env API of configuration c accepts: the tenants file
+// when c names one, else the dev token (made when missing). The web console checks its
+// actions against the same tokens.
+func OpenTokens(c Config, log *slog.Logger) (*Tokens, error) {
+	if c.TokensFile != "" {
+		return LoadTokens(c.TokensFile)
+	}
+	t, _, err := DevTokens(c.DevTokenPath, log)
+	return t, err
+}
+
 // Lookup returns the tenant of a token, or nil.
 func (t *Tokens) Lookup(token string) *Tenant {
 	if token == "" {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +65,11 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 		StartedAtUnixNano: started, UpdatedAtUnixNano: started + int64(time.Second)})
 	refused := &gauntletv1.RunRequested{RunId: "r2", Env: "nope", Episodes: 5, RequestedAtUnixNano: submitted}
 	put(&gauntletv1.RunState{Spec: refused, Error: "env: unknown env nope", StartedAtUnixNano: started, UpdatedAtUnixNano: started})
+	// A run over tasks records the tasks its params pin (as `gauntlet run --tasks` makes them).
+	d1, d2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
+	overTasks := &gauntletv1.RunRequested{RunId: "r3", Env: "tasks", Episodes: 4, RequestedAtUnixNano: submitted,
+		ParamsJson: `{"dataset":"gauntlet","tags":["python"],"tasks":[{"id":"python/a","digest":"` + d1 + `"},{"id":"python/b","digest":"` + d2 + `"}]}`}
+	put(&gauntletv1.RunState{Spec: overTasks, Assigned: 4, EndedLow: 4, StartedAtUnixNano: started, UpdatedAtUnixNano: started})
 
 	s := New(Config{Addr: ch.Addr, Database: "meta", BatchRows: 10, FlushEvery: time.Second, IdleFlush: 50 * time.Millisecond, AckWait: 30 * time.Second},
 		func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -97,7 +104,7 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 		if err == nil {
 			stages, err = trajectory.CurriculumStages(ctx, s.conn, "meta", "curriculum-t-1")
 		}
-		if err == nil && len(runs) == 2 && len(stages) == 1 && runs[0].State != trajectory.RunRunning && runs[1].State != trajectory.RunRunning {
+		if err == nil && len(runs) == 3 && len(stages) == 1 && runs[0].State != trajectory.RunRunning && runs[1].State != trajectory.RunRunning && runs[2].State != trajectory.RunRunning {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -111,7 +118,7 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	}
 	r := byID["cabc-s1-b2"]
 	want := trajectory.RunRow{
-		RunID: "cabc-s1-b2", Label: "curriculum t stage 1 (b)", Env: "shop", Params: "{}",
+		RunID: "cabc-s1-b2", Label: "curriculum t stage 1 (b)", Env: "shop", Params: "{}", TaskIDs: []string{}, TaskDigests: []string{},
 		PolicyMix: "random=1,oracle=3", ProfileMix: "baseline=1,mine=1", ProfileFiles: []string{"mine.yaml"},
 		CustomProfiles: []string{"mine"}, DriftText: "*.latency.mean_ms=linear(0:20,9:500)", DriftSelectors: []string{"*.latency.mean_ms"},
 		Seed: 42, Episodes: 10, RewardSpec: "default/1", CurriculumID: "curriculum-t-1", CurriculumName: "t", CurriculumPrefix: "cabc",
@@ -127,6 +134,9 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	}
 	if ref := byID["r2"]; ref.State != trajectory.RunRefused || ref.Error != "env: unknown env nope" || ref.FinishedAtNs != uint64(started) {
 		t.Errorf("refused run's row %+v", ref)
+	}
+	if tr := byID["r3"]; tr.TaskDataset != "gauntlet" || !slices.Equal(tr.TaskIDs, []string{"python/a", "python/b"}) || !slices.Equal(tr.TaskDigests, []string{d1, d2}) {
+		t.Errorf("the run over tasks records %q %v %v", tr.TaskDataset, tr.TaskIDs, tr.TaskDigests)
 	}
 	if one, err := trajectory.Runs(ctx, s.conn, "meta", "cabc-s1-b2"); err != nil || len(one) != 1 || one[0].RunID != "cabc-s1-b2" {
 		t.Errorf("runs by id: %+v, %v; want the one run", one, err)

@@ -13,7 +13,9 @@ It speaks the Connect protocol's HTTP/JSON (one POST per call) to the envapi mod
 * ``action_space`` and ``observation_space`` from DescribeEnv: ``ToolCall`` (a tool and
   its arguments, valid under the tool's JSON Schema) and ``JSONSchema`` (a JSON object),
   with Gymnasium's ``sample()``, ``contains()`` and ``seed()`` (module ``spaces``);
-* typed errors (``GauntletError`` and its subclasses), one per API error code.
+* typed errors (``GauntletError`` and its subclasses), one per API error code;
+* module ``tasks``: helpers for episodes of the ``tasks`` env (Harbor-format task
+  folders): its params, a task folder's solution as an action, the verifier's verdict.
 
 Semantics (no auto-reset on the server, terminated vs truncated, infra errors to mask) are in
 docs/envapi.md. When gymnasium is importable, ``GauntletEnv`` subclasses ``gymnasium.Env``

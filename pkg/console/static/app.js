@@ -1,7 +1,9 @@
-// The gauntlet console: three read-only pages over /console/api/ (docs/console.md).
-// Routes live in the URL's hash: #/ (runs), #/runs/ID (a run), #/episodes/ID?step=N
-// (the replay viewer). Everything is built with DOM calls and textContent, so no value
-// read from ClickHouse is ever parsed as HTML.
+// The gauntlet console: pages over /console/api/ (docs/console.md). Routes live in the
+// URL's hash: #/ (runs), #/runs/ID (a run), #/runs/ID/faults (its fault heatmap),
+// #/episodes/ID?step=N (the replay viewer), #/curricula and #/curricula/ID. Everything is
+// built with DOM calls and textContent, so no value read from ClickHouse or Temporal is
+// ever parsed as HTML. The one action, signalling a curriculum, sends the env API token
+// the user typed (kept in this tab's sessionStorage only).
 import uPlot from "./vendor/uPlot.esm.js";
 
 const main = document.getElementById("main");
@@ -32,8 +34,8 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-async function getJSON(path) {
-  const res = await fetch("api/" + path, { headers: { Accept: "application/json" } });
+async function getJSON(path, init) {
+  const res = await fetch("api/" + path, { ...init, headers: { Accept: "application/json", ...(init && init.headers) } });
   let body;
   try {
     body = await res.json();
@@ -154,7 +156,7 @@ async function runPage(gen, runID, offset) {
         axes: [{ label: "episode reward" }, { label: "episodes" }],
         series: [{ label: "reward" }, { label: "episodes", fill: "#2456a655", stroke: "#2456a6", paths: bars, points: { show: false } }],
       }, [histX, page.reward_histogram.map((b) => b.count)])),
-    el("h2", { text: "By fault kind" }),
+    el("h2", {}, "By fault kind ", el("a", { id: "heatmap-link", href: `#/runs/${enc}/faults`, text: "(heatmap by service)" })),
     el("table", { id: "fault-kinds" },
       el("thead", {}, el("tr", {}, el("th", { text: "fault kind met" }), ["episodes", "success", "mean reward"].map((h) => el("th", { class: "num", text: h })))),
       el("tbody", {}, page.fault_kinds.map((k) => el("tr", { "data-kind": k.kind },
@@ -192,6 +194,7 @@ async function stepAt(id, n) {
     const page = await getJSON(`episodes/${encodeURIComponent(id)}?from=${from}&limit=${PAGE}`);
     replay.pages.set(from, page.steps);
     replay.episode = page.episode;
+    replay.forks = page.forks;
   }
   return replay.pages.get(from)[n - from];
 }
@@ -219,6 +222,16 @@ async function episodePage(gen, id, n) {
     setCrumbs(el("a", { href: "#/", text: "runs" }), el("a", { href: `#/runs/${encodeURIComponent(ep.run_id)}`, text: ep.run_id }), el("span", { text: id }));
   }
   const total = ep ? ep.steps : null;
+  // Fork lineage: the episode this one was forked from (its steps before parent_step
+  // are the parent's, replayed), and the episodes forked from this one.
+  const lineage = ep && (ep.parent_episode_id || (replay.forks && replay.forks.length))
+    ? el("div", { id: "lineage", class: "stepper" },
+      ep.parent_episode_id ? el("span", {}, "forked from ",
+        el("a", { id: "parent-link", href: `#/episodes/${encodeURIComponent(ep.parent_episode_id)}?step=${ep.parent_step || 0}`, text: ep.parent_episode_id }),
+        " at step ", el("b", { id: "parent-step", text: String(ep.parent_step || 0) })) : null,
+      replay.forks && replay.forks.length ? el("span", {}, "forks: ",
+        replay.forks.flatMap((f, i) => [i ? ", " : "", el("a", { class: "fork-link", href: `#/episodes/${encodeURIComponent(f.episode_id)}?step=${f.step}`, text: `${f.episode_id} (step ${f.step})` })])) : null)
+    : null;
   const last = total !== null ? total - 1 : null;
   const head = el("div", { class: "cards" },
     ep ? [card("env", ep.env, "env"), card("policy", ep.policy, "policy"), card("profile", ep.profile, "profile"),
@@ -230,12 +243,12 @@ async function episodePage(gen, id, n) {
     el("span", {}, "step ", el("b", { id: "step-index", text: String(n) }), total !== null ? ` of 0–${last}` : ""),
     el("button", { id: "next", disabled: step === undefined || (last !== null && n >= last) ? "" : null, onclick: () => goStep(id, n + 1), text: "next ▶" }));
   if (step === undefined) {
-    main.replaceChildren(el("h1", { text: "Episode " + id }), head, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
+    main.replaceChildren(el("h1", { text: "Episode " + id }), head, lineage, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
     return ep ? 0 : LIVE_MS;
   }
   const flags = [step.terminated && "terminated", step.truncated && "truncated", step.success && "success", step.invalid_action && "invalid action", step.reason].filter(Boolean);
   main.replaceChildren(
-    el("h1", { text: "Episode " + id }), head, stepper,
+    el("h1", { text: "Episode " + id }), head, lineage, stepper,
     el("div", { class: "grid" },
       el("section", {}, el("h3", { text: "action" }), el("pre", { id: "step-action", text: step.tool + " " + pretty(step.args) })),
       el("section", {}, el("h3", { text: "observation" }), el("pre", { id: "step-observation", text: pretty(step.observation) })),
@@ -262,6 +275,178 @@ document.addEventListener("keydown", (e) => {
   if (b && !b.disabled) b.click();
 });
 
+// --- fault heatmap -----------------------------------------------------------------
+
+// heatColor shades a success rate from red (0) to green (1).
+function heatColor(rate) {
+  return `hsl(${Math.round(120 * rate)}, 60%, ${88 - 18 * (1 - Math.abs(2 * rate - 1))}%)`;
+}
+
+async function heatmapPage(gen, runID) {
+  const enc = encodeURIComponent(runID);
+  setCrumbs(el("a", { href: "#/", text: "runs" }), el("a", { href: `#/runs/${enc}`, text: runID }), el("span", { text: "faults" }));
+  const page = await getJSON(`runs/${enc}/faults`);
+  if (gen !== generation) return;
+  const kinds = [...new Set(page.cells.map((c) => c.kind))].sort();
+  const services = [...new Set(page.cells.map((c) => c.service))].sort();
+  const at = new Map(page.cells.map((c) => [c.kind + "\u0000" + c.service, c]));
+  main.replaceChildren(
+    el("h1", {}, "Faults of run ", el("span", { id: "run-id", text: page.run.run_id })),
+    el("p", { class: "muted", text: "Success rate of the scored episodes (infra errors left out) in which a fault kind fired on a service at least once; the cell's title gives the counts." }),
+    page.cells.length === 0 ? el("p", { class: "muted", text: "No fault fired in this run." })
+      : el("table", { id: "heatmap", class: "heatmap" },
+        el("thead", {}, el("tr", {}, el("th", { text: "fault kind \u2193 service \u2192" }), services.map((s) => el("th", { class: "num", text: s })))),
+        el("tbody", {}, kinds.map((k) => el("tr", { "data-kind": k }, el("th", { text: k }),
+          services.map((s) => {
+            const c = at.get(k + "\u0000" + s);
+            if (!c) return el("td", { class: "num muted", "data-service": s, text: "\u2013" });
+            return el("td", { class: "num", "data-service": s, "data-episodes": String(c.episodes), style: `background: ${heatColor(c.success_rate)}`,
+              title: `${c.succeeded} of ${c.episodes} episodes succeeded`, text: fmt.pct(c.success_rate) });
+          }))))));
+  return page.run.live ? LIVE_MS : 0;
+}
+
+// --- curricula ---------------------------------------------------------------------
+
+// A curriculum's states that still run (their pages refresh).
+const OPEN_STATES = new Set(["running", "paused"]);
+
+async function curriculaPage(gen) {
+  setCrumbs(el("span", { text: "curricula" }));
+  const { curricula } = await getJSON("curricula");
+  if (gen !== generation) return;
+  main.replaceChildren(
+    el("h1", { text: "Curricula" }),
+    curricula.length === 0
+      ? el("p", { class: "muted", text: "No curriculum yet. Start one with `gauntlet curriculum start -f spec.yaml`." })
+      : el("table", { id: "curricula" },
+        el("thead", {}, el("tr", {}, ["curriculum", "name", "state", "stage"].map((h) => el("th", { text: h })),
+          ["runs", "episodes ended", "success"].map((h) => el("th", { class: "num", text: h })),
+          ["started", "closed", "by"].map((h) => el("th", { text: h })))),
+        el("tbody", {}, curricula.map((c) => el("tr", { "data-curriculum": c.id },
+          el("td", {}, el("a", { href: `#/curricula/${encodeURIComponent(c.id)}`, text: c.id })),
+          el("td", { "data-field": "name", text: c.name }),
+          el("td", { class: c.open ? "live" : "muted", "data-field": "state", text: c.state }),
+          el("td", { "data-field": "stage", text: `${c.stage} ${c.stage_name}` }),
+          el("td", { class: "num", "data-field": "runs", text: fmt.int(c.runs) }),
+          el("td", { class: "num", "data-field": "episodes", text: fmt.int(c.episodes) }),
+          el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(c.success_rate) }),
+          el("td", { text: fmt.time(c.started) }),
+          el("td", { text: fmt.time(c.closed) }),
+          el("td", { text: c.submitted_by }))))));
+  return curricula.some((c) => c.open) ? LIVE_MS : IDLE_MS;
+}
+
+const TOKEN_KEY = "gauntlet.envapi-token";
+
+// signal sends a curriculum a signal with the token typed on the page; the answer (or
+// the refusal) is shown beside the buttons.
+async function signal(id, sig, note) {
+  const token = sessionStorage.getItem(TOKEN_KEY) || "";
+  note.textContent = `sending ${sig}…`;
+  note.className = "muted";
+  try {
+    await getJSON(`curricula/${encodeURIComponent(id)}/signal/${sig}`, { method: "POST", headers: { Authorization: "Bearer " + token } });
+    note.textContent = `${sig} sent; it takes effect after the batch in flight.`;
+    route(true);
+  } catch (err) {
+    note.textContent = err.message;
+    note.className = "bad";
+  }
+}
+
+function actions(id, page) {
+  if (!page.actions) return el("p", { class: "muted", id: "actions", text: "This console is read-only." });
+  if (!page.curriculum.open) return null;
+  const note = el("span", { id: "action-note", class: "muted", role: "status" });
+  const token = el("input", { id: "token", type: "password", placeholder: "env API token", autocomplete: "off", size: "28" });
+  token.value = sessionStorage.getItem(TOKEN_KEY) || "";
+  token.addEventListener("input", () => sessionStorage.setItem(TOKEN_KEY, token.value.trim()));
+  const paused = page.curriculum.state === "paused" || (page.progress && page.progress.pause_requested);
+  const buttons = [
+    ["pause", paused], ["resume", !paused], ["skip", false], ["abort", false],
+  ].map(([sig, off]) => el("button", {
+    id: "signal-" + sig, disabled: off ? "" : null,
+    onclick: () => {
+      sessionStorage.setItem(TOKEN_KEY, token.value.trim());
+      if ((sig === "abort" || sig === "skip") && !confirm(`${sig} curriculum ${id}?`)) return;
+      signal(id, sig, note);
+    },
+    text: sig,
+  }));
+  return el("div", { class: "stepper", id: "actions" }, token, buttons, note);
+}
+
+async function curriculumPage(gen, id) {
+  const enc = encodeURIComponent(id);
+  setCrumbs(el("a", { href: "#/curricula", text: "curricula" }), el("span", { text: id }));
+  // An action's note survives the page's refresh.
+  const note = document.getElementById("action-note");
+  const kept = note ? [note.textContent, note.className] : null;
+  const typing = document.activeElement && document.activeElement.id === "token";
+  const page = await getJSON(`curricula/${enc}`);
+  if (gen !== generation) return;
+  const c = page.curriculum;
+  const p = page.progress;
+  const stages = p ? p.stages : null;
+  // The chart: one point per batch, at the episodes ended by its end.
+  let ended = 0;
+  const xs = page.batches.map((b) => (ended += b.episodes));
+  const drift = page.selectors.map((sel, i) => ({ label: "drift " + sel, scale: "drift", stroke: ["#b3661e", "#7a1fa6", "#1e8fb3", "#a61f5e"][i % 4], width: 1.5, dash: [4, 3] }));
+  const stepped = uPlot.paths.stepped({ align: 1 });
+  main.replaceChildren(
+    el("h1", {}, "Curriculum ", el("span", { id: "curriculum-id", text: c.id }), " ", el("span", { class: c.open ? "live" : "muted", "data-field": "state", text: c.state })),
+    el("div", { class: "cards" },
+      card("name", c.name || (p && p.name) || "", "name"),
+      card("state", c.state + (p && p.pause_requested ? " (pausing after the batch in flight)" : ""), "state-card"),
+      card(stages ? `stage of ${stages}` : "stage", `${c.stage} ${c.stage_name}`, "stage"),
+      card("episodes ended", fmt.int(c.episodes), "episodes"),
+      card("success rate", fmt.pct(c.success_rate), "success_rate"),
+      card("runs", fmt.int(c.runs), "runs"),
+      p ? card(`window of ${p.window_episodes}: success`, fmt.pct(p.window_success_rate), "window_success_rate") : null,
+      ...(p && p.drift ? p.drift.map((d) => card("drift " + d.selector, String(+d.value.toFixed(3)), "drift")) : [])),
+    actions(id, page),
+    el("h2", { text: "Stage, drift and success over the curriculum" }),
+    page.batches.length === 0 ? el("p", { class: "muted", text: "No batch has run yet." })
+      : el("div", { class: "charts" }, chart("per batch, by episodes ended", {
+        width: 1000,
+        scales: { x: { time: false }, rate: { range: [0, 1] } },
+        // Stages are whole numbers; the drift, when there is one, has its own axis.
+        axes: [{ label: "episodes ended" }, { scale: "rate", label: "success rate" },
+          { scale: "stage", side: 1, label: "stage", grid: { show: false }, incrs: [1], values: (u, ticks) => ticks.map((v) => String(v)) },
+          ...(page.selectors.length ? [{ scale: "drift", side: 1, label: "drift", grid: { show: false } }] : [])],
+        series: [{ label: "episodes" },
+          { label: "success rate", scale: "rate", stroke: "#1f7a3d", width: 2 },
+          { label: "stage", scale: "stage", stroke: "#2456a6", width: 2, paths: stepped },
+          ...drift],
+      }, [xs, page.batches.map((b) => b.success_rate), page.batches.map((b) => b.stage), ...page.selectors.map((_, i) => page.batches.map((b) => b.drift[i]))])),
+    el("h2", { text: "Stages closed" }),
+    page.stages.length === 0 ? el("p", { class: "muted", text: "No stage has closed yet." })
+      : el("table", { id: "stages" },
+        el("thead", {}, el("tr", {}, ["stage", "name", "outcome", "metric"].map((h) => el("th", { text: h })),
+          ["window value", "threshold", "episodes", "success", "batches"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "closed" }))),
+        el("tbody", {}, page.stages.map((s) => el("tr", { "data-stage": String(s.stage) },
+          el("td", { text: String(s.stage) }), el("td", { text: s.stage_name }), el("td", { text: s.outcome }), el("td", { text: s.metric }),
+          el("td", { class: "num", text: fmt.reward(s.window_value) }), el("td", { class: "num", text: fmt.reward(s.threshold) }),
+          el("td", { class: "num", text: fmt.int(s.episodes) }), el("td", { class: "num", text: fmt.pct(s.episodes ? s.succeeded / s.episodes : 0) }),
+          el("td", { class: "num", text: fmt.int(s.batches) }), el("td", { text: fmt.time(s.closed_at) }))))),
+    el("h2", { text: "Batches" }),
+    el("table", { id: "batches" },
+      el("thead", {}, el("tr", {}, ["run", "stage", "batch", "drift (batch mean)"].map((h) => el("th", { text: h })),
+        ["episodes", "success", "mean reward"].map((h) => el("th", { class: "num", text: h })))),
+      el("tbody", {}, page.batches.map((b) => el("tr", { "data-run": b.run_id },
+        el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(b.run_id)}`, text: b.run_id })),
+        el("td", { text: `${b.stage} ${b.stage_name}` }), el("td", { text: String(b.batch) }),
+        el("td", { class: "muted", title: b.drift_text, text: page.selectors.map((sel, i) => (b.drift[i] === null ? null : `${sel}=${+b.drift[i].toFixed(3)}`)).filter(Boolean).join(", ") || b.drift_text }),
+        el("td", { class: "num", "data-field": "episodes", text: fmt.int(b.episodes) }),
+        el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(b.success_rate) }),
+        el("td", { class: "num", "data-field": "mean_reward", text: fmt.reward(b.mean_reward) }))))));
+  const again = document.getElementById("action-note");
+  if (kept && again) [again.textContent, again.className] = kept;
+  if (typing && document.getElementById("token")) document.getElementById("token").focus();
+  return OPEN_STATES.has(c.state) ? LIVE_MS : 0;
+}
+
 // --- routing -----------------------------------------------------------------------
 
 async function route(refresh) {
@@ -275,6 +460,9 @@ async function route(refresh) {
     let next;
     if (parts.length === 0) next = await runsPage(gen);
     else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1], Math.max(0, parseInt(params.get("offset") || "0", 10) || 0));
+    else if (parts[0] === "runs" && parts.length === 3 && parts[2] === "faults") next = await heatmapPage(gen, parts[1]);
+    else if (parts[0] === "curricula" && parts.length === 1) next = await curriculaPage(gen);
+    else if (parts[0] === "curricula" && parts.length === 2) next = await curriculumPage(gen, parts[1]);
     else if (parts[0] === "episodes" && parts.length === 2) {
       // Pages of an ended episode are kept while stepping; one in flight is read again.
       if (!replay || replay.id !== parts[1] || !replay.episode) replay = null;

@@ -3,9 +3,11 @@
 // replay and forks play task folders as they play shop and codefix.
 //
 // An episode names its dataset and task in its params ({"dataset": NAME, "task": ID}, NAME
-// one of the process's --tasks.datasets, see Config; a
-// task left out is picked by the seed among the dataset's tasks in ID order, and a
-// "digest" given must match the task's current content digest). Reset acquires a sandbox
+// one of the process's --tasks.datasets, see Config; a "digest" given must match the
+// task's current content digest). A task left out is picked by the seed, modulo their
+// count, among a selection (select.go): the tasks the params pin by ID and digest, as
+// `gauntlet run --tasks` and curriculum stages write them, else those their tags,
+// difficulty and glob filters select, else all the dataset's tasks, in ID order. Reset acquires a sandbox
 // whose workspace holds the task's environment/app folder, shown at /app as the task's
 // Dockerfile would COPY it, with /logs, /tests and /solution linked into the workspace
 // (sandbox.Spec.Links), and returns the instruction with the task's ID and digest, so a

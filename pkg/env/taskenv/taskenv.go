@@ -80,8 +80,12 @@ func (*taskEnv) Spec() env.Spec {
 		Tools: ts,
 		Params: []env.Param{
 			{Name: "dataset", Type: "string", Description: "the dataset's name, one of the process's --tasks.datasets (required)"},
-			{Name: "task", Type: "string", Description: "the task's ID in the dataset; empty: picked by the seed among the dataset's tasks"},
+			{Name: "task", Type: "string", Description: "the task's ID in the dataset; empty: picked by the seed (seed modulo their count) among the pinned tasks, else among those the filters select, else among all the dataset's tasks, in ID order"},
 			{Name: "digest", Type: "string", Description: "when set, the task's content digest must be this one (a recorded episode's task, unchanged)"},
+			{Name: "tags", Type: "array", Description: "only tasks with every one of these tags ([metadata].tags or [task].keywords)"},
+			{Name: "difficulty", Type: "array", Description: "only tasks of one of these difficulties (easy, medium, hard)"},
+			{Name: "glob", Type: "array", Description: "only tasks whose ID matches one of these patterns (path.Match, e.g. \"codefix/*\")"},
+			{Name: "tasks", Type: "array", Description: "the selection pinned: [{\"id\", \"digest\"}], as `gauntlet run --tasks` records it; a task whose content changed since is refused"},
 			{Name: "max_invalid", Type: "int", Default: "5", Description: "invalid actions that terminate the episode (1..1000)"},
 			{Name: "deadline_ms", Type: "int", Description: "virtual milliseconds the episode may take (default: the task's [agent] timeout; each command's wall time stays bounded by that timeout)"},
 		},
@@ -92,11 +96,15 @@ func (*taskEnv) Spec() env.Spec {
 
 // params are an episode's validated parameters.
 type params struct {
-	Dataset    string `json:"dataset"`
-	Task       string `json:"task"`
-	Digest     string `json:"digest"`
-	MaxInvalid *int   `json:"max_invalid"`
-	DeadlineMs *int64 `json:"deadline_ms"`
+	Dataset    string   `json:"dataset"`
+	Task       string   `json:"task"`
+	Digest     string   `json:"digest"`
+	Tags       []string `json:"tags"`
+	Difficulty []string `json:"difficulty"`
+	Glob       []string `json:"glob"`
+	Tasks      []Pinned `json:"tasks"`
+	MaxInvalid *int     `json:"max_invalid"`
+	DeadlineMs *int64   `json:"deadline_ms"`
 }
 
 func parseParams(raw json.RawMessage) (params, error) {
@@ -108,12 +116,13 @@ func parseParams(raw json.RawMessage) (params, error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&p); err != nil {
-		return p, fmt.Errorf("params: %w (known: dataset, task, digest, max_invalid, deadline_ms)", err)
+		return p, fmt.Errorf("params: %w (known: dataset, task, digest, tags, difficulty, glob, tasks, max_invalid, deadline_ms)", err)
 	}
 	var errs []error
 	if p.Dataset == "" {
 		errs = append(errs, errors.New("params.dataset: required: the name of the dataset the task comes from (one of the process's --tasks.datasets)"))
 	}
+	errs = append(errs, p.checkSelection()...)
 	if p.MaxInvalid != nil && (*p.MaxInvalid < 1 || *p.MaxInvalid > 1000) {
 		errs = append(errs, fmt.Errorf("params.max_invalid: %d is outside 1..1000", *p.MaxInvalid))
 	}
@@ -178,18 +187,20 @@ func (e *taskEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tasks: %w", err)
 	}
-	var pick *tasks.Task
-	if p.Task == "" {
-		pick = ds.Tasks[cfg.Seed%uint64(len(ds.Tasks))]
-	} else if pick = ds.Task(p.Task); pick == nil {
-		return nil, fmt.Errorf("tasks: params.task: %q is not a task of %s", p.Task, ds.Root)
+	pick, digest, err := p.pick(p.Dataset, ds, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: %w", err)
 	}
 	t, err := tasks.Load(pick.Dir, pick.ID)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: task %s changed since the dataset was read: %w", pick.ID, err)
 	}
-	if p.Digest != "" && p.Digest != t.Digest {
-		return nil, fmt.Errorf("tasks: params.digest: task %s has digest %s now, not %s: its content changed", t.ID, t.Digest, p.Digest)
+	if digest != "" && digest != t.Digest {
+		field := "params.digest"
+		if len(p.Tasks) > 0 {
+			field = "params.tasks"
+		}
+		return nil, fmt.Errorf("tasks: %s: task %s has digest %s now, not %s: its content changed", field, t.ID, t.Digest, digest)
 	}
 	remember(t)
 	maxSteps := cfg.MaxSteps

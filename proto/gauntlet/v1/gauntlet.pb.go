@@ -401,9 +401,14 @@ type EpisodeRequested struct {
 	// same episode lands in the same partition and de-duplicates.
 	RequestedAtUnixNano int64 `protobuf:"varint,9,opt,name=requested_at_unix_nano,json=requestedAtUnixNano,proto3" json:"requested_at_unix_nano,omitempty"`
 	// The run's reward spec, by digest (RunRequested.reward_spec); empty: the env's default.
-	RewardSpec    string `protobuf:"bytes,10,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RewardSpec string `protobuf:"bytes,10,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
+	// Set on an episode forked from another (the env API's Fork): the episode it was
+	// forked from, and the step it was forked at (the parent's steps before it were
+	// replayed, so the fork's step parent_step is the first it chose itself).
+	ParentEpisodeId string `protobuf:"bytes,11,opt,name=parent_episode_id,json=parentEpisodeId,proto3" json:"parent_episode_id,omitempty"`
+	ParentStep      uint32 `protobuf:"varint,12,opt,name=parent_step,json=parentStep,proto3" json:"parent_step,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EpisodeRequested) Reset() {
@@ -504,6 +509,20 @@ func (x *EpisodeRequested) GetRewardSpec() string {
 		return x.RewardSpec
 	}
 	return ""
+}
+
+func (x *EpisodeRequested) GetParentEpisodeId() string {
+	if x != nil {
+		return x.ParentEpisodeId
+	}
+	return ""
+}
+
+func (x *EpisodeRequested) GetParentStep() uint32 {
+	if x != nil {
+		return x.ParentStep
+	}
+	return 0
 }
 
 // EpisodeAssigned hands one episode and its fault plan to whichever worker pulls it.
@@ -3846,7 +3865,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xb0\x02\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xfd\x02\n" +
 	"\x10EpisodeRequested\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x15\n" +
@@ -3861,7 +3880,10 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x16requested_at_unix_nano\x18\t \x01(\x03R\x13requestedAtUnixNano\x12\x1f\n" +
 	"\vreward_spec\x18\n" +
 	" \x01(\tR\n" +
-	"rewardSpec\"v\n" +
+	"rewardSpec\x12*\n" +
+	"\x11parent_episode_id\x18\v \x01(\tR\x0fparentEpisodeId\x12\x1f\n" +
+	"\vparent_step\x18\f \x01(\rR\n" +
+	"parentStep\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"F\n" +

@@ -1,0 +1,150 @@
+package taskenv_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskgen"
+)
+
+// pickOf is the task an episode of seed with params p plays.
+func pickOf(t *testing.T, datasets map[string]string, p json.RawMessage, seed uint64) (string, string, error) {
+	t.Helper()
+	ep, err := taskenv.New().NewEpisode(env.Config{Seed: seed, Params: p, Datasets: datasets})
+	if err != nil {
+		return "", "", err
+	}
+	id, digest := taskenv.TaskOf(ep)
+	return id, digest, nil
+}
+
+// TestSelectionPicksBySeed: the filters choose the tasks, the seed one of them (seed
+// modulo their count, in ID order), on every process alike; pinned tasks are picked the
+// same way from the pinned list.
+func TestSelectionPicksBySeed(t *testing.T) {
+	ds, err := tasks.LoadDataset(dataset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := tasks.Filter{Tags: []string{"python"}, Difficulties: []string{"easy"}}
+	want := ds.Select(f)
+	if len(want) < 2 {
+		t.Fatalf("the in-repo dataset has %d easy python tasks, want several", len(want))
+	}
+	sel, err := taskenv.Select("gauntlet", ds, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sel.Tasks) != len(want) {
+		t.Fatalf("pinned %d tasks, want %d", len(sel.Tasks), len(want))
+	}
+	byFilter := json.RawMessage(`{"dataset": "gauntlet", "tags": ["python"], "difficulty": ["easy"]}`)
+	for seed := range uint64(2 * len(want)) {
+		w := want[seed%uint64(len(want))]
+		for name, p := range map[string]json.RawMessage{"filters": byFilter, "pinned": sel.Params()} {
+			id, digest, err := pickOf(t, gauntlet, p, seed)
+			if err != nil {
+				t.Fatalf("%s, seed %d: %v", name, seed, err)
+			}
+			if id != w.ID || digest != w.Digest {
+				t.Errorf("%s, seed %d: task %s %s, want %s %s", name, seed, id, digest, w.ID, w.Digest)
+			}
+		}
+	}
+	// A glob and several difficulties.
+	globbed := json.RawMessage(`{"dataset": "gauntlet", "glob": ["codefix/*", "shell/b*"], "difficulty": ["easy", "medium"]}`)
+	var seen []string
+	for seed := range uint64(20) {
+		id, _, err := pickOf(t, gauntlet, globbed, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(id, "codefix/") && id != "shell/backup-tar" {
+			t.Errorf("seed %d: %s passes no glob", seed, id)
+		}
+		if !slices.Contains(seen, id) {
+			seen = append(seen, id)
+		}
+	}
+	if len(seen) != 7 {
+		t.Errorf("20 seeds over 7 tasks picked %v", seen)
+	}
+}
+
+// TestSelectionRefused: an empty selection names the dataset and the filter; a pinned
+// task that changed, or is gone, is refused; params that name a task and a selection at
+// once, bad filters and bad pins name their field.
+func TestSelectionRefused(t *testing.T) {
+	ds, err := tasks.LoadDataset(dataset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskenv.Select("gauntlet", ds, tasks.Filter{Tags: []string{"python"}, Difficulties: []string{"hard"}}); !errors.Is(err, taskenv.ErrEmptySelection) ||
+		!strings.Contains(err.Error(), `the filter tags ["python"], difficulty ["hard"] selects none of the 30 tasks of dataset gauntlet (`+dataset+`)`) {
+		t.Errorf("Select of nothing: %v", err)
+	}
+	if _, err := taskenv.Select("gauntlet", ds, tasks.Filter{Globs: []string{"["}}); err == nil {
+		t.Error("a bad glob was accepted")
+	}
+	digest := ds.Task("codefix/sum").Digest
+	zero := "sha256:" + strings.Repeat("0", 64)
+	for _, c := range []struct{ params, want string }{
+		{`{"dataset": "gauntlet", "difficulty": ["hard"]}`, `params: tasks: no task selected: the filter difficulty ["hard"] selects none of the 30 tasks of dataset gauntlet`},
+		{`{"dataset": "gauntlet", "difficulty": ["trivial"]}`, `difficulty "trivial" is not one of easy, medium, hard`},
+		{`{"dataset": "gauntlet", "glob": ["["]}`, `glob "["`},
+		{`{"dataset": "gauntlet", "tags": [""]}`, `params.tags[0]: empty`},
+		{`{"dataset": "gauntlet", "task": "codefix/sum", "tags": ["shell"]}`, `params.task: names one task`},
+		{fmt.Sprintf(`{"dataset": "gauntlet", "tasks": [{"id": "codefix/sum", "digest": %q}], "digest": %q}`, digest, digest), `params.digest: with params.tasks`},
+		{`{"dataset": "gauntlet", "tasks": [{"id": "codefix/sum", "digest": "sha256:00"}]}`, `params.tasks[0].digest: "sha256:00" is not a task digest`},
+		{fmt.Sprintf(`{"dataset": "gauntlet", "tasks": [{"id": "codefix/sum", "digest": %q}, {"id": "codefix/sum", "digest": %q}]}`, digest, digest), `params.tasks[1].id: "codefix/sum" is listed twice`},
+		{`{"dataset": "gauntlet", "tasks": [{"digest": "` + zero + `"}]}`, `params.tasks[0].id: required`},
+		{`{"dataset": "gauntlet", "tasks": [{"id": "codefix/gone", "digest": "` + zero + `"}]}`, `params.tasks[0]: "codefix/gone" is not a task of dataset gauntlet`},
+		{`{"dataset": "gauntlet", "tasks": [{"id": "codefix/sum", "digest": "` + zero + `"}]}`, `params.tasks: task codefix/sum has digest ` + digest + ` now, not ` + zero},
+		{fmt.Sprintf(`{"dataset": "gauntlet", "tags": ["python"], "tasks": [{"id": "codefix/sum", "digest": %q}]}`, digest), `params.tasks[0]: "codefix/sum" does not pass the filter tags ["python"]`},
+	} {
+		if _, _, err := pickOf(t, gauntlet, json.RawMessage(c.params), 1); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("params %s: error %v, want %q", c.params, err, c.want)
+		}
+	}
+}
+
+// TestPinnedTaskChanged: a run pins its tasks by digest; a task edited after the run was
+// submitted is refused by its episodes rather than played as if it were the recorded one.
+func TestPinnedTaskChanged(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := taskgen.Generate(dir, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := tasks.LoadDataset(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, err := taskenv.Select("gen", ds, tasks.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	datasets := map[string]string{"gen": dir}
+	edited := sel.Tasks[1]
+	if _, _, err := pickOf(t, datasets, sel.Params(), 1); err != nil {
+		t.Fatalf("before the edit: %v", err)
+	}
+	f := filepath.Join(dir, filepath.FromSlash(edited.ID), tasks.InstructionFile)
+	if err := os.WriteFile(f, []byte("something else entirely\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pickOf(t, datasets, sel.Params(), 1); err == nil || !strings.Contains(err.Error(), "task "+edited.ID+" has digest") {
+		t.Errorf("the edited task: %v, want it refused", err)
+	}
+	if id, _, err := pickOf(t, datasets, sel.Params(), 0); err != nil || id != sel.Tasks[0].ID {
+		t.Errorf("an unchanged task of the same selection: %s, %v", id, err)
+	}
+}
