@@ -14,7 +14,6 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -69,7 +68,7 @@ func (s *Store) Unpack(ctx context.Context, img Image) (string, error) {
 	}
 
 	begin := time.Now()
-	cs, err := local.NewStore(filepath.Join(s.cache, "content"))
+	cs, err := s.contentStore()
 	if err != nil {
 		return "", fmt.Errorf("unpack image %s: open the content store: %w", ref, err)
 	}
