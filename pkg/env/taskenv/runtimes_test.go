@@ -55,18 +55,20 @@ func TestRootIsTheTasksImage(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			c := runtimestest.Config(t, rt)
 			c.Images = images
-			rootIsTheTasksImage(t, runtimestest.OpenConfig(t, c))
+			rootIsTheTasksImage(t, runtimestest.OpenConfig(t, c), rt == runtimes.Containerd)
 		})
 	}
 }
 
-func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes) {
+// rootIsTheTasksImage plays the test's task in sb; withEnv: the runtime applies the
+// image's ENV (containerd does; the process runtime not yet).
+func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes, withEnv bool) {
 	dir := writeTask(t, "#!/bin/bash\n"+
 		"test -f /app/marker && test ! -e /usr/local/bin/planted && test -f /workspace/app/kept && cat /etc/debian_version | grep -q '^12' && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n", "10.0")
 	if err := os.MkdirAll(filepath.Join(dir, "environment", "app"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "environment", "Dockerfile"), []byte("FROM debian:bookworm-slim\nWORKDIR /app\nCOPY app/ /app/\nRUN touch /app/marker\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "environment", "Dockerfile"), []byte("FROM debian:bookworm-slim\nWORKDIR /app\nENV TASK_VAR=from-image\nCOPY app/ /app/\nRUN touch /app/marker\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "environment", "app", "data.txt"), []byte("x\n"), 0o644); err != nil {
@@ -81,7 +83,7 @@ func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes) {
 	if _, err := ep.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := ep.Step(act(tools.ShellExec, map[string]string{"command": "cat /etc/debian_version; ls; readlink /app; touch kept; touch /usr/local/bin/planted 2>/dev/null; true"}))
+	res, err := ep.Step(act(tools.ShellExec, map[string]string{"command": "echo \"var=$TASK_VAR\"; cat /etc/debian_version; ls; readlink /app; touch kept; touch /usr/local/bin/planted 2>/dev/null; true"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +92,12 @@ func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes) {
 		Stdout   string `json:"stdout"`
 	}
 	_ = json.Unmarshal(res.Observation, &obs)
-	if want := "data.txt\nmarker\n/workspace/app\n"; obs.ExitCode != 0 || !strings.HasPrefix(obs.Stdout, "12.") || !strings.HasSuffix(obs.Stdout, want) {
-		t.Errorf("in the sandbox: %s; want Debian 12 and the image's /app in the workspace, ending %q", res.Observation, want)
+	variable := "var=\n"
+	if withEnv {
+		variable = "var=from-image\n"
+	}
+	if want := "data.txt\nmarker\n/workspace/app\n"; obs.ExitCode != 0 || !strings.HasPrefix(obs.Stdout, variable+"12.") || !strings.HasSuffix(obs.Stdout, want) {
+		t.Errorf("in the sandbox: %s; want %q, Debian 12 and the image's /app in the workspace, ending %q", res.Observation, variable, want)
 	}
 	res, err = ep.Step(env.Action{Tool: taskenv.ToolSubmit})
 	if err != nil {

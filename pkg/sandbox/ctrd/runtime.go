@@ -353,6 +353,21 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 	if err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create sandbox: image %s: %w", spec.Image, err)
 	}
+	if spec.Image != BaseImage {
+		// The image's ENV (a task's PATH to its tools, say) as docker run applies it:
+		// over the runtime's defaults, under the spec's own entries.
+		cfg, err := img.Spec(ctx)
+		if err != nil {
+			return sandbox.Handle{}, fmt.Errorf("create sandbox: image %s: config: %w", spec.Image, err)
+		}
+		env := make([]string, 0, len(cfg.Config.Env)+len(spec.Env))
+		for _, e := range cfg.Config.Env {
+			if k, _, ok := strings.Cut(e, "="); ok && k != "" && !strings.ContainsRune(e, 0) {
+				env = append(env, e)
+			}
+		}
+		spec.Env = append(env, spec.Env...)
+	}
 	parent = identity.ChainID(diffIDs).String()
 	return r.create(ctx, spec, parent, chain)
 }
