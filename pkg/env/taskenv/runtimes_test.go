@@ -44,7 +44,7 @@ func TestInTheTasksImage(t *testing.T) {
 // TestRootIsTheTasksImage: with an image store, on either runtime, the sandbox's root
 // is the task's image (Debian, as its Dockerfile says: not containerd's busybox nor the
 // process runtime's host /usr), /app is the image's /app (what a RUN step wrote there
-// included) in the workspace, and what the agent writes outside the workspace (where it
+// included) in the workspace, the image's ENV holds, and what the agent writes outside the workspace (where it
 // can: containerd's root is writable) does not reach the verifier's fork.
 func TestRootIsTheTasksImage(t *testing.T) {
 	if testing.Short() {
@@ -55,14 +55,12 @@ func TestRootIsTheTasksImage(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			c := runtimestest.Config(t, rt)
 			c.Images = images
-			rootIsTheTasksImage(t, runtimestest.OpenConfig(t, c), rt == runtimes.Containerd)
+			rootIsTheTasksImage(t, runtimestest.OpenConfig(t, c))
 		})
 	}
 }
 
-// rootIsTheTasksImage plays the test's task in sb; withEnv: the runtime applies the
-// image's ENV (containerd does; the process runtime not yet).
-func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes, withEnv bool) {
+func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes) {
 	dir := writeTask(t, "#!/bin/bash\n"+
 		"test -f /app/marker && test ! -e /usr/local/bin/planted && test -f /workspace/app/kept && cat /etc/debian_version | grep -q '^12' && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n", "10.0")
 	if err := os.MkdirAll(filepath.Join(dir, "environment", "app"), 0o755); err != nil {
@@ -92,10 +90,7 @@ func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes, withEnv bool) {
 		Stdout   string `json:"stdout"`
 	}
 	_ = json.Unmarshal(res.Observation, &obs)
-	variable := "var=\n"
-	if withEnv {
-		variable = "var=from-image\n"
-	}
+	variable := "var=from-image\n" // the image's ENV
 	if want := "data.txt\nmarker\n/workspace/app\n"; obs.ExitCode != 0 || !strings.HasPrefix(obs.Stdout, variable+"12.") || !strings.HasSuffix(obs.Stdout, want) {
 		t.Errorf("in the sandbox: %s; want %q, Debian 12 and the image's /app in the workspace, ending %q", res.Observation, variable, want)
 	}

@@ -79,6 +79,26 @@ func (r *Runtime) imageDir(ctx context.Context, image string) (string, error) {
 	return dir, nil
 }
 
+// imageEnv is the ENV of an image (PrepareImage's name), which its sandboxes get as
+// docker run applies it: over the runtime's defaults, under the spec's own entries.
+func (r *Runtime) imageEnv(ctx context.Context, image string) ([]string, error) {
+	dir, err := r.imageDir(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.cfg.Images.UnpackedConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, e := range c.Env {
+		if k, _, ok := strings.Cut(e, "="); ok && k != "" && !strings.ContainsRune(e, 0) {
+			env = append(env, e)
+		}
+	}
+	return env, nil
+}
+
 // rootDir is where a sandbox with an image root has its root mounted, beside its
 // workspace mount point ("." never occurs in an id).
 func (r *Runtime) rootDir(id string) string { return filepath.Join(r.runDir, id+".root") }

@@ -335,8 +335,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 	if err := spec.Validate(); err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create: %w", err)
 	}
-	if isImage(spec.Image) && r.cfg.Images == nil {
-		return sandbox.Handle{}, fmt.Errorf("create: %w: image: %q: this process runtime has no image store; it offers \"host\"", sandbox.ErrInvalid, spec.Image)
+	if isImage(spec.Image) {
+		env, err := r.imageEnv(ctx, spec.Image)
+		if err != nil {
+			return sandbox.Handle{}, fmt.Errorf("create: %w", err)
+		}
+		spec.Env = append(env, spec.Env...)
 	}
 	return r.create(ctx, spec.WithDefaults(), nil, "", true)
 }
