@@ -28,6 +28,10 @@
 #     mmdebstrap makes the Debian base image from Debian's packages
 #     (scripts/base-image.sh), buildah builds Dockerfiles, docker-registry is the local
 #     registry the images go through (pkg/registrylocal, scripts/registry.sh).
+#   - zookeeper (3.8, on the installed openjdk 17): the coordination ClickHouse 18.16's
+#     replicated tables need; pkg/zklocal runs it as a child process for chlocal's
+#     replicated mode (docs/architecture.md), never as a system service (that is the
+#     separate zookeeperd package, not installed).
 #   - chromium: the web console's browser tests (pkg/console, docs/console.md) drive it
 #     headless through chromedp.
 set -euo pipefail
@@ -48,6 +52,9 @@ APT_PACKAGES+=(mmdebstrap buildah docker-registry)
 
 # chromium: the web console's browser tests run it headless (docs/console.md).
 APT_PACKAGES+=(chromium)
+
+# zookeeper: replicated ClickHouse (pkg/zklocal, chlocal's replicated mode).
+APT_PACKAGES+=(zookeeper)
 
 # binary name, module path of its version, install path@version
 GO_TOOLS=(

@@ -5,7 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // cmdDemo starts the whole stack in this process, runs one campaign through it, prints the
@@ -28,6 +33,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		o.label = "demo"
 	}
 	o.worlds = cfg.Worlds
+	if pol, err := runs.ParseShares("--policies", o.policies); err == nil &&
+		slices.ContainsFunc(pol, func(s *gauntletv1.Share) bool { return s.Name == httppolicy.Name }) {
+		// The demo's runs ask the endpoint its own stack is configured with.
+		o.endpoint, o.model = cfg.PolicyHTTP.URL, cfg.PolicyHTTP.Model
+	}
 	o.tasks.datasets = func() (map[string]string, error) { return cfg.Tasks.Datasets, nil }
 	req, err := o.request()
 	if err != nil {

@@ -10,22 +10,34 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 const rewardUsage = `usage: gauntlet reward explain [flags] EPISODE_ID [--step N]
+       gauntlet reward rescore [flags] --run RUN_ID --spec FILE
 
 explain replays a recorded episode (its env, seed, fault plan and actions, as episode
 snapshot does) and scores each step again under the reward spec it was recorded with
 (docs/rewards.md): per component, its raw value and the rule that produced it, each
 normalisation stage, its weight and its contribution to the step's reward, and whether
 the re-derived reward equals the recorded one to the bit.
+
+rescore scores every recorded step of a run again under another spec (a file, or
+"default" for the built-in default/1), from the steps table, into step_scores keyed by
+the spec's digest, and records the spec in reward_specs, so the run's totals under both
+compare side by side in SQL (docs/rewards.md). Running it again skips what is done:
+after a crash or ^C it finishes the run. Steps recorded under the same spec must score as
+recorded, to the bit, or it fails.
 `
 
 // cmdReward routes `gauntlet reward explain`.
 func cmdReward(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "explain" {
 		return cmdRewardExplain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "rescore" {
+		return cmdRewardRescore(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, rewardUsage)
 	return errUsage
@@ -110,6 +122,55 @@ func cmdRewardExplain(ctx context.Context, args []string, stdout, stderr io.Writ
 	fmt.Fprintf(stdout, "\nre-derived rewards: %d of %d steps equal to the recorded ones, bit for bit\n", same, len(sc.steps))
 	if same != len(sc.steps) {
 		return errors.New("re-derived rewards differ from the recorded ones (see DIFFERS above)")
+	}
+	return nil
+}
+
+func cmdRewardRescore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("reward rescore", stderr)
+	var stack stackFlags
+	stack.register(fs, partClickHouse)
+	run := fs.String("run", "", "the run whose recorded steps to score (required)")
+	file := fs.String("spec", "", `the reward spec file to score them under, or "default" for the built-in default/1 (required)`)
+	batch := fs.Int("batch", 200, "episodes scored and written at a time: what a crash can lose")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || *run == "" || *file == "" {
+		fmt.Fprint(stderr, rewardUsage)
+		return errUsage
+	}
+	if !episodeIDRe.MatchString(*run) {
+		return fmt.Errorf("--run %q: only letters, digits, '-' and '_' are allowed", *run)
+	}
+	if *batch < 1 {
+		return fmt.Errorf("--batch %d: must be at least 1", *batch)
+	}
+	spec := scoring.SpecFor("")
+	if *file != "default" {
+		if spec, err = scoring.LoadFile(*file); err != nil {
+			return err
+		}
+	}
+	conn, db, err := stack.connectClickHouse(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	res, err := trajectory.Rescore(ctx, conn, db, *run, spec, trajectory.RescoreOptions{Episodes: *batch})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "run %s re-scored under %s (%s): %d episodes, %d steps scored; %d episodes were done already\n",
+		*run, spec.Version, spec.Digest, res.Scored, res.Steps, res.Done)
+	if res.Compared > 0 {
+		fmt.Fprintf(stdout, "%d steps were recorded under this spec: %d re-derived to the bit\n", res.Compared, res.Compared-res.Differ)
+	}
+	fmt.Fprintf(stdout, "compare: SELECT spec_digest, sum(reward) FROM %s.step_scores FINAL WHERE run_id = '%s' GROUP BY spec_digest\n", db, *run)
+	if res.Differ > 0 {
+		return fmt.Errorf("%d of %d steps recorded under %s score otherwise than recorded (the first: %s): scoring is not what it was when they were recorded",
+			res.Differ, res.Compared, spec.Version, res.FirstDiffer)
 	}
 	return nil
 }

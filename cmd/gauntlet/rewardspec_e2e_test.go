@@ -20,6 +20,7 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 1}, weight: 0.5}
   - {name: seen, expr: "double(episode.steps) / 100.0", weight: 0}
   - {name: calls, expr: double(metering.virtual_ns) / 1e9, weight: 0.1, normalise: [{zscore: {window: 4}}]}
+  - {name: idle, detector: {kind: idle, window: 5}, weight: 0}
 `
 
 // TestRewardSpecRun submits a run naming a reward spec file, as gauntlet run does, and
@@ -64,7 +65,7 @@ func TestRewardSpecRun(t *testing.T) {
 			fmt.Sprintf(`SELECT count() FROM %s.episodes_final WHERE run_id = '%s' AND reward_spec_digest = '%s'`, db, run, o.spec.Digest), "60"},
 		{"the spec in reward_specs",
 			fmt.Sprintf(`SELECT concat(spec, ' ', toString(weights), ' ', toString(source = '')) FROM %s.reward_specs_final WHERE digest = '%s'`, db, o.spec.Digest),
-			"e2e/1 [1,0.2,0.5,0,0.1] 0"},
+			"e2e/1 [1,0.2,0.5,0,0.1,0] 0"},
 		{"totals rebuilt in SQL that differ",
 			fmt.Sprintf(`SELECT countIf(arraySum(arrayMap((v, w) -> v * w, reward_values, weights)) != reward) FROM %s.steps_final
 				ANY INNER JOIN (SELECT digest AS reward_spec_digest, weights FROM %s.reward_specs_final) USING reward_spec_digest
@@ -78,10 +79,49 @@ func TestRewardSpecRun(t *testing.T) {
 				WHERE episode_id IN (SELECT episode_id FROM %s.episodes_final WHERE run_id = '%s' AND terminated = 1)`, db, run, db, run), "0"},
 		{"terminated episodes",
 			fmt.Sprintf(`SELECT toString(count() > 10) FROM %s.episodes_final WHERE run_id = '%s' AND terminated = 1`, db, run), "1"},
+		// The idle detector, in the reward service: random idles, the oracle never does.
+		{"episodes flagged idle, by policy",
+			fmt.Sprintf(`SELECT arrayStringConcat(groupArray(concat(policy, ' ', toString(flagged > 0))), ', ') FROM (
+				SELECT policy, uniqExactIf(episode_id, reward_values[indexOf(reward_names, 'idle')] < 0) AS flagged
+				FROM %s.steps_final WHERE run_id = '%s' GROUP BY policy ORDER BY policy)`, db, run),
+			"oracle 0, random 1"},
 		{"steps with a z-score away from 0",
 			fmt.Sprintf(`SELECT toString(countIf(reward_values[indexOf(reward_names, 'calls')] != 0) > 0) FROM %s.steps_final WHERE run_id = '%s'`, db, run), "1"},
 	}
 	for _, c := range checks {
+		if got := queryOne(t, conn, c.query); got != c.want {
+			t.Errorf("%s: %s, want %s", c.what, got, c.want)
+		}
+	}
+
+	// reward rescore re-derives the whole run's scores from its rows, to the bit, and
+	// scores it under the default spec beside them.
+	cliCH := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", db, "--run", run}
+	var rs strings.Builder
+	if err := runMain(context.Background(), append([]string{"reward", "rescore", "--spec", path}, cliCH...), &rs, &rs); err != nil {
+		t.Fatalf("reward rescore under the run's spec: %v\n%s", err, rs.String())
+	}
+	if want := steps + " steps were recorded under this spec: " + steps + " re-derived to the bit"; !strings.Contains(rs.String(), want) {
+		t.Errorf("reward rescore says\n%s\nwant %q", rs.String(), want)
+	}
+	rs.Reset()
+	if err := runMain(context.Background(), append([]string{"reward", "rescore", "--spec", "default"}, cliCH...), &rs, &rs); err != nil {
+		t.Fatalf("reward rescore under default/1: %v\n%s", err, rs.String())
+	}
+	t.Logf("reward rescore:\n%s", rs.String())
+	rescored := []struct{ what, query, want string }{
+		{"re-scored steps that differ from the recorded ones, under the run's spec",
+			fmt.Sprintf(`SELECT countIf(s.reward != r.reward OR s.reward_values != r.reward_values) FROM %s.steps_final AS s
+				ANY INNER JOIN (SELECT episode_id, step, reward, reward_values FROM %s.step_scores_final
+					WHERE run_id = '%s' AND spec_digest = '%s') AS r USING (episode_id, step)
+				WHERE run_id = '%s'`, db, db, run, o.spec.Digest, run), "0"},
+		// docs/rewards.md's side by side: each spec's steps and episodes.
+		{"steps and episodes per spec",
+			fmt.Sprintf(`SELECT arrayStringConcat(groupArray(concat(spec, ' ', toString(n), ' ', toString(e))), ', ') FROM (
+				SELECT spec, count() AS n, uniqExact(episode_id) AS e FROM %s.step_scores FINAL WHERE run_id = '%s' GROUP BY spec ORDER BY spec)`, db, run),
+			"default/1 " + steps + " 60, e2e/1 " + steps + " 60"},
+	}
+	for _, c := range rescored {
 		if got := queryOne(t, conn, c.query); got != c.want {
 			t.Errorf("%s: %s, want %s", c.what, got, c.want)
 		}

@@ -31,8 +31,11 @@ import (
 type runOpts struct {
 	env, params, policies, profiles, label string
 	drift, profileFiles, rewardSpec        string
-	episodes, seed                         uint64
-	maxInFlight, maxSteps                  uint
+	// endpoint and model are the run's model endpoint, for a policy that asks one (the
+	// http policy): run declares them (registerEndpoint), demo takes its serving config's.
+	endpoint, model       string
+	episodes, seed        uint64
+	maxInFlight, maxSteps uint
 	// worlds are user worlds the run's env may be one of: the run is checked here, so
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
@@ -59,6 +62,12 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 	fs.StringVar(&o.rewardSpec, "reward-spec", "", "YAML reward spec file the run's steps are scored under (docs/rewards.md; default: the built-in default/1)")
 	fs.StringVar(&o.drift, "drift", "", "fault parameters on a schedule, e.g. '*.latency.mean_ms=linear(0:20,999:500)' (docs/faults.md)")
 	o.tasks.register(fs)
+}
+
+// registerEndpoint declares the flags of the run's model endpoint.
+func (o *runOpts) registerEndpoint(fs *flag.FlagSet) {
+	fs.StringVar(&o.endpoint, "policy.http.url", "", "the run's model endpoint, for the http policy: an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (required with --policies http=N)")
+	fs.StringVar(&o.model, "policy.http.model", "", "model name the http policy sends to the run's endpoint (default: the workers' --policy.http.model)")
 }
 
 // request builds and validates the run request, naming the bad flag; it keeps the parsed
@@ -146,6 +155,9 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	if o.spec != nil {
 		req.RewardSpec, req.Origin.RewardSpec = o.spec.Digest, o.spec.Version
 	}
+	if o.endpoint != "" || o.model != "" {
+		req.PolicyEndpoint = &gauntletv1.PolicyEndpoint{Url: o.endpoint, Model: o.model}
+	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
@@ -180,6 +192,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("run", stderr)
 	var o runOpts
 	o.register(fs, 1000)
+	o.registerEndpoint(fs)
 	o.worlds.RegisterFlags(fs)
 	var sf stackFlags
 	sf.register(fs, partNATS|partClickHouse)

@@ -243,13 +243,14 @@ func printTable(w io.Writer, cols []string, rows [][]string) {
 // exampleQueries are printed after a run: three questions an analyst asks first.
 func exampleQueries(db, runID string) []string {
 	return []string{
-		fmt.Sprintf(`-- success rate and reward percentiles by policy and fault profile
+		fmt.Sprintf(`-- success rate and reward percentiles by policy and fault profile (infra errors carry no reward)
 SELECT policy, profile, count() AS episodes, round(avg(success), 3) AS success_rate,
        arrayMap(x -> round(x, 2), quantiles(0.5, 0.9, 0.99)(total_reward)) AS reward_p50_p90_p99
-FROM %s.episodes FINAL WHERE run_id = '%s' GROUP BY policy, profile ORDER BY policy, profile`, db, runID),
+FROM %s.episodes_scored WHERE run_id = '%s' GROUP BY policy, profile ORDER BY policy, profile`, db, runID),
 		fmt.Sprintf(`-- which injected faults the agents met, and what the steps that met them earned
 SELECT kind, count() AS fired, round(avg(reward), 3) AS mean_step_reward
-FROM %s.steps FINAL ARRAY JOIN fault_kinds AS kind WHERE run_id = '%s' GROUP BY kind ORDER BY fired DESC`, db, runID),
+FROM %s.steps FINAL ARRAY JOIN fault_kinds AS kind WHERE run_id = '%s'
+  AND episode_id IN (SELECT episode_id FROM %s.episodes_scored WHERE run_id = '%s') GROUP BY kind ORDER BY fired DESC`, db, runID, db, runID),
 		fmt.Sprintf(`-- the causal feedback agents got most often
 SELECT policy, reason, count() AS times
 FROM %s.steps FINAL ARRAY JOIN violation_reasons AS reason WHERE run_id = '%s'
@@ -260,8 +261,8 @@ GROUP BY policy, reason ORDER BY times DESC LIMIT 10`, db, runID),
 // printSummary prints the per-policy, per-profile table of a run and example queries.
 func printSummary(ctx context.Context, conn driver.Conn, addr, db, runID string, w io.Writer) error {
 	cols, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT policy, profile, count() AS episodes,
-		round(avg(success), 3) AS success_rate, round(avg(total_reward), 3) AS mean_reward, round(avg(steps), 1) AS mean_steps,
-		sum(faults_fired) AS faults, sum(infra_error) AS infra_errors
+		round(avgIf(success, infra_error = 0), 3) AS success_rate, round(avgIf(total_reward, infra_error = 0), 3) AS mean_reward,
+		round(avgIf(steps, infra_error = 0), 1) AS mean_steps, sum(faults_fired) AS faults, sum(infra_error) AS infra_errors
 		FROM %s.episodes FINAL WHERE run_id = '%s' GROUP BY policy, profile ORDER BY policy, profile`, db, runID))
 	if err != nil {
 		return err

@@ -66,7 +66,7 @@ func (f *stackFlags) register(fs *flag.FlagSet, parts stackParts) {
 		fs.StringVar(&f.nats, "nats", "", "NATS URL (default: from stack.json)")
 	}
 	if parts&partClickHouse != 0 {
-		fs.StringVar(&f.clickHouse, "clickhouse", "", "ClickHouse native address (default: from stack.json)")
+		fs.StringVar(&f.clickHouse, "clickhouse", "", "ClickHouse native address, or the replicas' comma-separated (default: from stack.json)")
 		fs.StringVar(&f.database, "database", "", "ClickHouse database (default: from stack.json, else gauntlet)")
 	}
 	if parts&partTemporal != 0 {

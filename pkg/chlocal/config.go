@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/xml"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"text/template"
 )
 
@@ -56,6 +59,35 @@ var configTemplate = template.Must(template.New("config").Funcs(template.FuncMap
     <mark_cache_size>67108864</mark_cache_size>
     <uncompressed_cache_size>67108864</uncompressed_cache_size>
     <mlock_executable>false</mlock_executable>
+{{- with .Replication}}
+    <!-- Replicated mode: one replica of a one-shard cluster (docs/architecture.md). -->
+    <interserver_http_host>127.0.0.1</interserver_http_host>
+    <interserver_http_port>{{.InterserverPort}}</interserver_http_port>
+    <zookeeper>
+{{- range .ZooKeeper}}
+        <node><host>{{x .Host}}</host><port>{{.Port}}</port></node>
+{{- end}}
+        <session_timeout_ms>{{.SessionTimeoutMs}}</session_timeout_ms>
+    </zookeeper>
+    <macros>
+        <cluster>{{x .Cluster}}</cluster>
+        <shard>{{x .Shard}}</shard>
+        <replica>{{x .Replica}}</replica>
+    </macros>
+    <remote_servers>
+        <{{.Cluster}}>
+            <shard>
+                <internal_replication>true</internal_replication>
+{{- range .Replicas}}
+                <replica><host>{{x .Host}}</host><port>{{.Port}}</port></replica>
+{{- end}}
+            </shard>
+        </{{.Cluster}}>
+    </remote_servers>
+    <distributed_ddl>
+        <path>/clickhouse/task_queue/ddl</path>
+    </distributed_ddl>
+{{- end}}
 </yandex>
 `))
 
@@ -96,6 +128,37 @@ const usersXML = `<?xml version="1.0"?>
 type configValues struct {
 	TCPPort, HTTPPort                                         int
 	ServerLog, ErrorLog, Data, Tmp, UserFiles, Schemas, Users string
+	Replication                                               *replicationValues
+}
+
+// replicationValues is the replicated part of config.xml.
+type replicationValues struct {
+	InterserverPort         int
+	ZooKeeper, Replicas     []hostPort
+	SessionTimeoutMs        int64
+	Cluster, Shard, Replica string
+}
+
+type hostPort struct {
+	Host string
+	Port int
+}
+
+// splitHostPorts parses host:port addresses.
+func splitHostPorts(addrs []string) ([]hostPort, error) {
+	out := make([]hostPort, 0, len(addrs))
+	for _, a := range addrs {
+		h, p, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, err
+		}
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, fmt.Errorf("port of %s: %w", a, err)
+		}
+		out = append(out, hostPort{h, port})
+	}
+	return out, nil
 }
 
 func xmlText(s string) (string, error) {
@@ -107,8 +170,8 @@ func xmlText(s string) (string, error) {
 }
 
 // writeConfig writes config.xml and users.xml into dir and creates the folders they
-// name. dir must be absolute.
-func writeConfig(dir string, tcpPort, httpPort int) error {
+// name. dir must be absolute; repl is nil for a single server.
+func writeConfig(dir string, tcpPort, httpPort int, repl *replicationValues) error {
 	in := func(rel string) string {
 		p := filepath.Join(dir, rel)
 		if rel[len(rel)-1] == '/' {
@@ -132,6 +195,8 @@ func writeConfig(dir string, tcpPort, httpPort int) error {
 		UserFiles: in(userFilesDir),
 		Schemas:   in(schemasDir),
 		Users:     in(usersFile),
+		// Cluster names an XML element: Replication.validate allows only identifiers.
+		Replication: repl,
 	})
 	if err != nil {
 		return fmt.Errorf("write clickhouse config: %w", err)
@@ -139,7 +204,14 @@ func writeConfig(dir string, tcpPort, httpPort int) error {
 	if err := os.WriteFile(in(configFile), b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write clickhouse config: %w", err)
 	}
-	if err := os.WriteFile(in(usersFile), []byte(usersXML), 0o644); err != nil {
+	users := usersXML
+	if repl != nil {
+		// An insert into a Distributed table goes to the local replica synchronously
+		// anyway (one shard, internal_replication); this keeps it synchronous should a
+		// client prefer a remote replica, so an acknowledged insert is never only queued.
+		users = strings.Replace(users, "<default>\n", "<default>\n            <insert_distributed_sync>1</insert_distributed_sync>\n", 1)
+	}
+	if err := os.WriteFile(in(usersFile), []byte(users), 0o644); err != nil {
 		return fmt.Errorf("write clickhouse users config: %w", err)
 	}
 	return nil

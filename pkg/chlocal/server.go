@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,7 +57,93 @@ type Options struct {
 	// Binary is the server executable; empty finds clickhouse-server (or the
 	// multi-call clickhouse binary) in PATH, /usr/sbin and /usr/bin.
 	Binary string
+	// Replication, when set, starts the server as one replica of a one-shard
+	// replicated cluster; nil (the default) starts a single server, as always.
+	// StartCluster fills it for every replica of a local cluster.
+	Replication *Replication
 }
+
+// DefaultCluster is the cluster's name in remote_servers and in the {cluster} macro.
+const DefaultCluster = "gauntlet"
+
+// DefaultSessionTimeout is the replicas' ZooKeeper session timeout. A replica killed
+// and restarted within it waits for its old session to expire before it is active
+// again, so it is shorter than ClickHouse's 30 s; ZooKeeper's tickTime of 2 s allows
+// 4 to 40 s.
+const DefaultSessionTimeout = 10 * time.Second
+
+// Replication makes a server one replica of a one-shard replicated cluster: it gets
+// ZooKeeper, the {cluster}, {shard} and {replica} macros that pkg/trajectory's
+// migrations put into the paths of Replicated* tables, a remote_servers entry
+// naming every replica (internal_replication on, for Distributed tables and the
+// cluster() function), an interserver port the other replicas fetch parts from, and
+// distributed DDL (ON CLUSTER).
+type Replication struct {
+	// ZooKeeper are the coordinator's client addresses (host:port). Required.
+	ZooKeeper []string
+	// Cluster names the cluster; empty means DefaultCluster. Letters, digits and
+	// underscores only: it is an XML element's name.
+	Cluster string
+	// Shard is the {shard} macro; empty means "01".
+	Shard string
+	// Replica is the {replica} macro, distinct per server. Required.
+	Replica string
+	// Replicas are the native addresses (host:port) of every replica of the shard,
+	// this server's Options.TCPPort on 127.0.0.1 included. Required.
+	Replicas []string
+	// InterserverPort is the HTTP port on 127.0.0.1 the other replicas fetch parts
+	// from; 0 picks a free one.
+	InterserverPort int
+	// SessionTimeout is the ZooKeeper session timeout; 0 means DefaultSessionTimeout.
+	SessionTimeout time.Duration
+}
+
+// values checks r and returns it as config values, for a server on tcpPort.
+func (r *Replication) values(tcpPort int) (*replicationValues, error) {
+	v := &replicationValues{
+		InterserverPort:  r.InterserverPort,
+		SessionTimeoutMs: r.SessionTimeout.Milliseconds(),
+		Cluster:          r.Cluster,
+		Shard:            r.Shard,
+		Replica:          r.Replica,
+	}
+	if v.Cluster == "" {
+		v.Cluster = DefaultCluster
+	}
+	if v.Shard == "" {
+		v.Shard = "01"
+	}
+	if v.SessionTimeoutMs <= 0 {
+		v.SessionTimeoutMs = DefaultSessionTimeout.Milliseconds()
+	}
+	var errs []error
+	if !identRE.MatchString(v.Cluster) {
+		errs = append(errs, fmt.Errorf("cluster %q: want letters, digits and underscores", v.Cluster))
+	}
+	if r.Replica == "" {
+		errs = append(errs, errors.New("replica: must not be empty"))
+	}
+	var err error
+	if v.ZooKeeper, err = splitHostPorts(r.ZooKeeper); err != nil || len(v.ZooKeeper) == 0 {
+		errs = append(errs, fmt.Errorf("zookeeper %q: want host:port addresses: %v", r.ZooKeeper, err))
+	}
+	if v.Replicas, err = splitHostPorts(r.Replicas); err != nil {
+		errs = append(errs, fmt.Errorf("replicas %q: want host:port addresses: %w", r.Replicas, err))
+	}
+	listed := false
+	for _, hp := range v.Replicas {
+		listed = listed || (hp.Port == tcpPort && tcpPort != 0)
+	}
+	if !listed {
+		errs = append(errs, fmt.Errorf("replicas %q: must list this server's TCPPort %d (a fixed port)", r.Replicas, tcpPort))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	return v, nil
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Server is a ClickHouse server process owned by this program. Its ports and Dir
 // stay fixed for its lifetime, across Kill and Restart.
@@ -65,6 +152,7 @@ type Server struct {
 	bin      []string // executable and leading arguments
 	tcpPort  int
 	httpPort int
+	repl     *replicationValues // nil for a single server
 	d        *childproc.Daemon
 }
 
@@ -109,17 +197,29 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := s.d.KillLeftover(); err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
+	if r := opts.Replication; r != nil {
+		if s.repl, err = r.values(opts.TCPPort); err != nil {
+			return nil, fmt.Errorf("start clickhouse: %w", err)
+		}
+	}
 	pick := func() error {
 		ports, err := childproc.FreePorts(opts.TCPPort, opts.HTTPPort)
 		if err != nil {
 			return err
 		}
 		s.tcpPort, s.httpPort = ports[0], ports[1]
-		return writeConfig(dir, s.tcpPort, s.httpPort)
+		if s.repl != nil {
+			if ports, err = childproc.FreePorts(opts.Replication.InterserverPort); err != nil {
+				return err
+			}
+			s.repl.InterserverPort = ports[0]
+		}
+		return writeConfig(dir, s.tcpPort, s.httpPort, s.repl)
 	}
 	// Only a port we picked can have been taken in between; a given one stays an error.
 	taken := func(ee *childproc.ExitError) bool {
-		return (opts.TCPPort == 0 && portInUse(ee, s.tcpPort)) || (opts.HTTPPort == 0 && portInUse(ee, s.httpPort))
+		return (opts.TCPPort == 0 && portInUse(ee, s.tcpPort)) || (opts.HTTPPort == 0 && portInUse(ee, s.httpPort)) ||
+			(s.repl != nil && opts.Replication.InterserverPort == 0 && portInUse(ee, s.repl.InterserverPort))
 	}
 	if err := s.d.StartOnFreePorts(ctx, portAttempts, pick, taken); err != nil {
 		return nil, fmt.Errorf("start clickhouse in %s: %w", dir, err)
@@ -136,6 +236,14 @@ func (s *Server) Addr() string {
 // queries there but clickhouse-go's HTTP inserts fail against it: use Addr.
 func (s *Server) HTTPAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.httpPort))
+}
+
+// Replica returns the server's {replica} macro, "" for a single server.
+func (s *Server) Replica() string {
+	if s.repl == nil {
+		return ""
+	}
+	return s.repl.Replica
 }
 
 // Dir returns the absolute directory holding the server's state.
@@ -213,11 +321,13 @@ func (s *Server) probe() (childproc.Probe, func(), error) {
 }
 
 // Ping reports whether the ClickHouse server at addr (host:port, native protocol) answers
-// SELECT 1: nil when it does, else what the attempt met. It opens and closes a connection
-// of its own; ctx bounds it.
+// SELECT 1: nil when it does, else what the attempt met. addr may list the replicas of a
+// replicated cluster, comma-separated: nil then when one of them answers, as a client
+// failing over from one to the next is served. It opens and closes a connection of its
+// own; ctx bounds it.
 func Ping(ctx context.Context, addr string) error {
 	conn, err := clickhouse.Open(&clickhouse.Options{
-		Addr:         []string{addr},
+		Addr:         strings.Split(addr, ","),
 		DialTimeout:  time.Second,
 		ReadTimeout:  5 * time.Second,
 		MaxOpenConns: 1,

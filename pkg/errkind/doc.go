@@ -6,5 +6,9 @@
 // codes only at gauntlet's edges: connect codes in the env API, Temporal's non-retryable
 // application errors in workflows. Nothing reads an error's text to decide.
 //
+// Apart from its kind, an error that ends an episode as an infra error may say what failed
+// (Infra, InfraOf: the model endpoint, the sandbox, the verifier, gauntlet), which the
+// episode's end records (EpisodeEnded.infra_kind).
+//
 // Everything here is a value or a pure function, safe for concurrent use.
 package errkind

@@ -43,3 +43,17 @@ func TestUnclassifiedAndOlderSenders(t *testing.T) {
 		t.Errorf("outer kind lost: %v", k)
 	}
 }
+
+func TestInfraMarkSurvivesWrapping(t *testing.T) {
+	base := errors.New("endpoint answered 503")
+	err := fmt.Errorf("policy http at step 3: %w", Infra(gauntletv1.InfraKind_INFRA_KIND_MODEL_ENDPOINT, E(Unavailable, base)))
+	if got := InfraOf(err); got != gauntletv1.InfraKind_INFRA_KIND_MODEL_ENDPOINT {
+		t.Errorf("InfraOf = %v, want model endpoint", got)
+	}
+	if !Is(Unavailable, err) || !errors.Is(err, base) || err.Error() != "policy http at step 3: endpoint answered 503" {
+		t.Errorf("the mark changed the error: kind %v, %q", Of(err), err)
+	}
+	if InfraOf(base) != gauntletv1.InfraKind_INFRA_KIND_UNSPECIFIED || InfraOf(nil) != gauntletv1.InfraKind_INFRA_KIND_UNSPECIFIED || Infra(gauntletv1.InfraKind_INFRA_KIND_SANDBOX, nil) != nil {
+		t.Error("unmarked and nil errors")
+	}
+}

@@ -118,11 +118,19 @@ func servicesOf(name string, e env.Env) []string {
 
 // NewAgent returns the agent of the policy req names (from d.Policies) for an episode of
 // e, seeded from the episode's seed as every runner seeds it, so a policy plays the same
-// episode the same way wherever it runs. Its errors are the request's fault.
+// episode the same way wherever it runs; a policy that asks a model endpoint asks the
+// run's (EpisodeRequested.policy_endpoint). Its errors are the request's fault.
 func (d Deps) NewAgent(e env.Env, req *gauntletv1.EpisodeRequested) (env.Agent, error) {
 	p, err := d.Policies.Lookup(req.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if ep := req.GetPolicyEndpoint(); ep.GetUrl() != "" {
+		if e, ok := p.(policy.Endpointed); ok {
+			if p, err = e.WithEndpoint(ep.GetUrl(), ep.GetModel()); err != nil {
+				return nil, fmt.Errorf("policy %s: %w", req.Policy, err)
+			}
+		}
 	}
 	agent, err := p.NewAgent(e, rng.Derive(req.Seed, "policy"))
 	if err != nil {

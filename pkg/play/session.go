@@ -256,13 +256,19 @@ func (s *Session) Truncate(ctx context.Context, reason gauntletv1.TerminationRea
 	return s.Finish(ctx)
 }
 
-// FinishInfra ends the episode as an infra error (gauntlet failed, not the policy), so
-// trainers mask it rather than punish it, and records the end.
+// FinishInfra ends the episode as an infra error (gauntlet, its sandbox, the task's
+// verifier or the policy's model endpoint failed, not the policy), with what failed
+// (InfraKind), so trainers mask it rather than punish it, and records the end. The end
+// carries no reward: the steps it played keep theirs, but the episode's total is 0 and
+// means nothing; summaries leave infra errors out.
 func (s *Session) FinishInfra(ctx context.Context, err error) error {
 	s.Ended.Terminated = false
 	s.Ended.Truncated = true
 	s.Ended.Reason = gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR
 	s.Ended.InfraError = true
+	s.Ended.InfraKind = InfraKind(err)
+	s.Ended.Success = false
+	s.Ended.TotalReward = 0
 	s.Ended.Error = err.Error()
 	return s.Finish(ctx)
 }

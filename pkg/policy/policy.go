@@ -24,6 +24,15 @@ type Policy interface {
 	NewAgent(e env.Env, seed uint64) (env.Agent, error)
 }
 
+// Endpointed is a policy that asks a model endpoint, which each run names
+// (RunRequested.policy_endpoint; runs.Validate refuses a run naming such a policy without
+// one). WithEndpoint returns the policy asking url for model (empty: its own), keeping the
+// rest of its configuration (a key, a timeout), which is the process's.
+type Endpointed interface {
+	Policy
+	WithEndpoint(url, model string) (Policy, error)
+}
+
 // ErrUnknownPolicy is returned by Lookup for a name nobody registered.
 var ErrUnknownPolicy = errors.New("unknown policy")
 

@@ -2,12 +2,16 @@ package report
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
@@ -26,6 +30,29 @@ func TestQueriesRunOnTheSchema(t *testing.T) {
 	if err := trajectory.Migrate(ctx, conn, "rep"); err != nil {
 		t.Fatal(err)
 	}
+	runQueries(ctx, t, conn)
+}
+
+// TestQueriesRunOnTheReplicatedSchema runs the same queries, unchanged, on a replica of
+// a two-replica cluster, where the tables they name are Distributed tables over
+// replicated ones (pkg/trajectory, Migrate): analysts change nothing.
+func TestQueriesRunOnTheReplicatedSchema(t *testing.T) {
+	ctx := context.Background()
+	_, replicas := chtest.StartCluster(t)
+	if err := trajectory.MigrateReplicas(ctx, chlocal.Addrs(replicas), "rep", slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := trajectory.Connect(ctx, replicas[1].Addr(), "rep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	runQueries(ctx, t, conn)
+}
+
+// runQueries runs the report's queries and every query docs/querying.md shows.
+func runQueries(ctx context.Context, t *testing.T, conn driver.Conn) {
+	t.Helper()
 	for _, q := range Queries {
 		if _, err := Run(ctx, conn, q.SQL, Scope{Database: "rep", Runs: []string{"r1", "it's"}, First: 1764547200, Last: 1764633600}); err != nil {
 			t.Errorf("query %s: %v", q.Name, err)

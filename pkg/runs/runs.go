@@ -128,6 +128,24 @@ func Validate(r *gauntletv1.RunRequested) error {
 	if len(r.GetPolicies()) > 0 && total == 0 {
 		add("policies: weights add up to zero")
 	}
+	// A policy that asks a model endpoint cannot play without one: refused here, not
+	// recorded later as failed episodes.
+	endpointed := ""
+	for _, p := range r.GetPolicies() {
+		if pol, err := policy.Lookup(p.Name); err == nil {
+			if _, ok := pol.(policy.Endpointed); ok && endpointed == "" {
+				endpointed = p.Name
+			}
+		}
+	}
+	switch url := r.GetPolicyEndpoint().GetUrl(); {
+	case endpointed != "" && url == "":
+		add("policy_endpoint.url: policy %s needs its model endpoint (gauntlet run --policy.http.url URL)", endpointed)
+	case url != "" && !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://"):
+		add("policy_endpoint.url: %q is not an http(s) URL", url)
+	case r.GetPolicyEndpoint() != nil && endpointed == "":
+		add("policy_endpoint: no policy of the run asks a model endpoint")
+	}
 	// A profile must fit the env (its kinds, its services, a sandbox for storage and
 	// resource faults): the check `faults validate --env` and `faults plan --env` make,
 	// every problem at once.
@@ -189,6 +207,7 @@ func Episode(r *gauntletv1.RunRequested, index uint64) *gauntletv1.EpisodeReques
 		MaxSteps:            r.MaxSteps,
 		RequestedAtUnixNano: r.RequestedAtUnixNano,
 		RewardSpec:          r.RewardSpec,
+		PolicyEndpoint:      r.PolicyEndpoint, // shared: messages are read only once built
 	}
 }
 
@@ -212,18 +231,30 @@ func choose(shares []*gauntletv1.Share, draw uint64) string {
 	return shares[len(shares)-1].Name
 }
 
-// SuccessRate is ended successes over ended episodes (NaN-free: 0 when none ended).
+// SuccessRate is ended successes over ended episodes that are not infra errors (NaN-free:
+// 0 when none ended).
 func SuccessRate(p *gauntletv1.RunProgress) float64 {
-	if p.GetEnded() == 0 {
+	n := scored(p)
+	if n == 0 {
 		return 0
 	}
-	return float64(p.GetSucceeded()) / float64(p.GetEnded())
+	return float64(p.GetSucceeded()) / float64(n)
 }
 
-// MeanReward is the mean episode reward of a run so far.
+// MeanReward is the mean episode reward of a run so far, over the episodes that did not
+// end as infra errors (they carry no reward).
 func MeanReward(p *gauntletv1.RunProgress) float64 {
-	if p.GetEnded() == 0 || math.IsNaN(p.GetRewardSum()) {
+	n := scored(p)
+	if n == 0 || math.IsNaN(p.GetRewardSum()) {
 		return 0
 	}
-	return p.GetRewardSum() / float64(p.GetEnded())
+	return p.GetRewardSum() / float64(n)
+}
+
+// scored is how many of a run's ended episodes are not infra errors.
+func scored(p *gauntletv1.RunProgress) uint64 {
+	if p.GetInfraErrors() >= p.GetEnded() {
+		return 0
+	}
+	return p.GetEnded() - p.GetInfraErrors()
 }

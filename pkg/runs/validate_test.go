@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	_ "github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy" // registers the http policy
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -84,5 +85,55 @@ func TestRatesBeforeAnyEnd(t *testing.T) {
 	p := &gauntletv1.RunProgress{Ended: 4, Succeeded: 1, RewardSum: 2}
 	if runs.SuccessRate(p) != 0.25 || runs.MeanReward(p) != 0.5 {
 		t.Errorf("rates of %v: %v %v", p, runs.SuccessRate(p), runs.MeanReward(p))
+	}
+}
+
+// Infra errors carry no reward: a run's success rate and mean reward are over the
+// episodes that did not end as one.
+func TestRatesLeaveInfraErrorsOut(t *testing.T) {
+	p := &gauntletv1.RunProgress{Ended: 10, InfraErrors: 6, Succeeded: 1, RewardSum: 2}
+	if runs.SuccessRate(p) != 0.25 || runs.MeanReward(p) != 0.5 {
+		t.Errorf("rates of %v: success %v, reward %v; want 0.25 and 0.5, over the 4 episodes scored", p, runs.SuccessRate(p), runs.MeanReward(p))
+	}
+	all := &gauntletv1.RunProgress{Ended: 3, InfraErrors: 3}
+	if runs.SuccessRate(all) != 0 || runs.MeanReward(all) != 0 {
+		t.Errorf("rates of a run of infra errors only: %v %v", runs.SuccessRate(all), runs.MeanReward(all))
+	}
+}
+
+// A run naming the http policy without its model endpoint is refused when submitted,
+// naming the field, instead of recording every episode as an infra error; the endpoint
+// travels with each of its episodes.
+func TestHTTPPolicyRunNeedsItsEndpoint(t *testing.T) {
+	run := func(policies string, ep *gauntletv1.PolicyEndpoint) *gauntletv1.RunRequested {
+		pol, err := runs.ParseShares("policies", policies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &gauntletv1.RunRequested{RunId: "r1", Env: "shop", Episodes: 4, MaxInFlight: 2, Policies: pol, PolicyEndpoint: ep}
+	}
+	for _, c := range []struct {
+		policies string
+		ep       *gauntletv1.PolicyEndpoint
+		want     string // "" for valid
+	}{
+		{"random=1,http=1", nil, "policy_endpoint.url: policy http needs its model endpoint (gauntlet run --policy.http.url URL)"},
+		{"http=1", &gauntletv1.PolicyEndpoint{Model: "m"}, "policy_endpoint.url: policy http needs its model endpoint"},
+		{"http=1", &gauntletv1.PolicyEndpoint{Url: "ftp://x"}, `policy_endpoint.url: "ftp://x" is not an http(s) URL`},
+		{"oracle=1", &gauntletv1.PolicyEndpoint{Url: "http://127.0.0.1:1/v1"}, "policy_endpoint: no policy of the run asks a model endpoint"},
+		{"http=1", &gauntletv1.PolicyEndpoint{Url: "http://127.0.0.1:1/v1", Model: "m"}, ""},
+		{"oracle=1", nil, ""},
+	} {
+		err := runs.Validate(run(c.policies, c.ep))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s with %v: refused: %v", c.policies, c.ep, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s with %v: %v, want %q", c.policies, c.ep, err, c.want)
+		}
+	}
+	r := run("http=1", &gauntletv1.PolicyEndpoint{Url: "http://127.0.0.1:1/v1", Model: "m"})
+	if ep := runs.Episode(r, 3).GetPolicyEndpoint(); ep.GetUrl() != "http://127.0.0.1:1/v1" || ep.GetModel() != "m" {
+		t.Errorf("episode 3's endpoint: %v", ep)
 	}
 }

@@ -21,6 +21,7 @@ const (
 	kindBuiltin   kind = iota // one of the formulas of value
 	kindExpr                  // a CEL expression
 	kindPotential             // potential-based shaping: gamma*phi(after) - phi(before)
+	kindDetector              // an anti-hacking detector (detect.go)
 )
 
 // stageOp is one normalisation stage.
@@ -58,8 +59,11 @@ type comp struct {
 	builtin string
 	prg     cel.Program
 	gamma   float64
-	stages  []stage
-	rule    string // what produced the raw value, for Explain
+	// detector and window: a detector's kind and its window (idle: steps in a row).
+	detector string
+	window   int
+	stages   []stage
+	rule     string // what produced the raw value, for Explain
 }
 
 // compiled is what a spec file compiles to, shared by every copy of the Spec (read only).
@@ -196,6 +200,8 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 		v = value(cp.builtin, sig, met)
 	case kindExpr:
 		v, err = eval(cp.prg, act)
+	case kindDetector:
+		v = detect(cp, sig, &st.Potentials[i])
 	case kindPotential:
 		var phi float64
 		if !terminated { // an absorbing state's potential is 0, so shaping telescopes

@@ -42,7 +42,11 @@
 // file (default.yaml) embedded in the binary; specs whose components are all built-ins
 // without stages are scored by the built-in formulas alone, exactly as before spec files.
 //
-// A spec with expressions, shaping or z-scores is stateful: its steps are scored in order,
+// A component may also be a detector (detect.go: idle, verifier_paths), an anti-hacking
+// check that is -1 on a step it flags and 0 otherwise, so the step is marked in its vector
+// under the component's name; weight 0 marks without penalising.
+//
+// A spec with expressions, shaping, z-scores or detectors is stateful: its steps are scored in order,
 // each with the RewardState the previous one left (ScoreState, TableStates), which the
 // worker carries between an episode's score requests. Scoring remains a pure function of
 // the spec, the state and the step; expressions are compiled once per spec.

@@ -53,6 +53,7 @@ type componentFile struct {
 	Builtin     string         `yaml:"builtin"`
 	Expr        string         `yaml:"expr"`
 	Potential   *potentialFile `yaml:"potential"`
+	Detector    *detectorFile  `yaml:"detector"`
 	Weight      *float64       `yaml:"weight"`
 	Normalise   []stageFile    `yaml:"normalise"`
 }
@@ -60,6 +61,13 @@ type componentFile struct {
 type potentialFile struct {
 	Expr  string   `yaml:"expr"`
 	Gamma *float64 `yaml:"gamma"`
+}
+
+// detectorFile is an anti-hacking detector: a component that is -1 on the steps it flags
+// and 0 on the others (docs/rewards.md, Detectors).
+type detectorFile struct {
+	Kind   string `yaml:"kind"`
+	Window int    `yaml:"window"`
 }
 
 type stageFile struct {
@@ -152,8 +160,9 @@ var unknownKeyRE = regexp.MustCompile(`field (\S+) not found in type scoring\.(\
 // knownKeys lists each part of a spec file's keys, for the error about an unknown one.
 var knownKeys = map[string]string{
 	"file":          "name, version, description, components",
-	"componentFile": "name, description, builtin, expr, potential, weight, normalise",
+	"componentFile": "name, description, builtin, expr, potential, detector, weight, normalise",
 	"potentialFile": "expr, gamma",
+	"detectorFile":  "kind, window",
 	"stageFile":     "clip, scale, zscore",
 	"zscoreFile":    "window",
 }
@@ -343,8 +352,28 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 		}
 		cp.rule = fmt.Sprintf("potential gamma*phi(after) - phi(before), phi = %s, gamma = %v", cf.Potential.Expr, cp.gamma)
 	}
+	if cf.Detector != nil {
+		sources++
+		dp := at(path, "detector")
+		cp.kind, cp.detector = kindDetector, cf.Detector.Kind
+		switch cf.Detector.Kind {
+		case DetectorIdle:
+			if w := cf.Detector.Window; w < 2 || w > maxWindow {
+				p.add(at(dp, "window"), "%d must be in [2, %d] steps", w, maxWindow)
+			}
+			cp.window = cf.Detector.Window
+			cp.rule = fmt.Sprintf("detector idle: -1 from the %dth step in a row that does not advance the task", cp.window)
+		case DetectorVerifierPaths:
+			if cf.Detector.Window != 0 {
+				p.add(at(dp, "window"), "verifier_paths has no window")
+			}
+			cp.rule = "detector verifier_paths: -1 on a step that wrote to or planted in the verifier's paths"
+		default:
+			p.add(at(dp, "kind"), "unknown detector %q (known: %s, %s)", cf.Detector.Kind, DetectorIdle, DetectorVerifierPaths)
+		}
+	}
 	if sources != 1 {
-		p.add(path, "must have exactly one of builtin, expr and potential (has %d)", sources)
+		p.add(path, "must have exactly one of builtin, expr, potential and detector (has %d)", sources)
 	}
 	for j, sf := range cf.Normalise {
 		sp := at(path, "normalise", j)

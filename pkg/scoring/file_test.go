@@ -174,7 +174,7 @@ components:
 		"bad.yaml:9: components[1].weight: -1 must be a finite number >= 0",
 		"bad.yaml:11: components[2].expr: expression 1:8: undefined field 'progres'",
 		`bad.yaml:14: components[3].expr: "\"text\"" gives string, want a number`,
-		"bad.yaml:16: components[4]: must have exactly one of builtin, expr and potential (has 2)",
+		"bad.yaml:16: components[4]: must have exactly one of builtin, expr, potential and detector (has 2)",
 		"bad.yaml:21: components[4].normalise[0].clip: [1, 0] must be finite with low <= high",
 		"bad.yaml:22: components[4].normalise[1]: must have exactly one of clip, scale and zscore (has 2)",
 		"bad.yaml:24: components[4].normalise[2].zscore.window: 1 must be in [2, 10000] steps",

@@ -59,7 +59,7 @@ type Spec struct {
 }
 
 // Stateful reports whether scoring under s reads what came before in the episode (a
-// running z-score, potential-based shaping, an expression): its steps must then be
+// running z-score, potential-based shaping, an expression, a detector): its steps must then be
 // scored in order with a RewardState carried from each to the next (ScoreState).
 func (s Spec) Stateful() bool { return s.c != nil && s.c.stateful }
 

@@ -107,6 +107,12 @@ var stepColumns = []column[StepRow]{
 	// Migration 6.
 	col("policy_ns", func(r *StepRow) *uint64 { return &r.PolicyNs }),
 	col("reward_ns", func(r *StepRow) *uint64 { return &r.RewardNs }),
+	// Migration 10.
+	col("progress_delta", func(r *StepRow) *float64 { return &r.ProgressDelta }),
+	col("budget", func(r *StepRow) *float64 { return &r.Budget }),
+	col("deadline_virtual_ns", func(r *StepRow) *int64 { return &r.DeadlineVirtualNs }),
+	col("violation_suggestions", func(r *StepRow) *[]string { return &r.ViolationSuggestions }),
+	flag("scoring_inputs", func(r *StepRow) *bool { return &r.ScoringInputs }),
 	col("progress", func(r *StepRow) *float64 { return &r.Progress }),
 	flag("invalid_action", func(r *StepRow) *bool { return &r.InvalidAction }),
 	flag("success", func(r *StepRow) *bool { return &r.Success }),
@@ -173,6 +179,8 @@ var episodeColumns = []column[EpisodeRow]{
 	// Migration 9.
 	col("parent_episode_id", func(r *EpisodeRow) *string { return &r.ParentEpisodeID }),
 	col("parent_step", func(r *EpisodeRow) *uint32 { return &r.ParentStep }),
+	// Migration 10.
+	col("infra_kind", func(r *EpisodeRow) *string { return &r.InfraKind }),
 }
 
 // rewardSpecColumns is the reward_specs table of migration 7.

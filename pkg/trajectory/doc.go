@@ -14,6 +14,12 @@
 //     requested_at, so a redelivered event collapses with its first copy. Until
 //     ClickHouse merges them, both copies are stored: exact reads use FINAL, the
 //     *_final views, or GROUP BY / uniqExact over the key, as the readers here do.
+//   - On the replicas of a replicated ClickHouse (a server with the cluster, shard and
+//     replica macros), Migrate creates each table as a Replicated* table_local with a
+//     Distributed table under the table's name, so every reader, the writer and
+//     analysts use the same names on either replica; MigrateReplicas migrates them all
+//     (docs/architecture.md, Replicated ClickHouse). Connect takes the replicas'
+//     addresses comma-separated and fails over from one to the next.
 //   - Writer.Write turns one slice of events into at most one batch per table, with an
 //     explicit column list (the only INSERT that works on 18.16 through clickhouse-go).
 //     It is safe for concurrent use. On error nothing is rolled back: some tables may

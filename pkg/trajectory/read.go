@@ -32,7 +32,9 @@ const (
 )
 
 // Connect opens a pool of native-protocol connections to the ClickHouse server at
-// addr ("host:port") with database as the default for unqualified table names, and
+// addr ("host:port"; or several, comma-separated, the replicas of a replicated cluster:
+// each connection goes to the first that answers, in order, so a client fails over
+// when one is down) with database as the default for unqualified table names, and
 // checks that the server answers. A missing database is created (empty: Migrate
 // creates the tables), because ClickHouse refuses connections to a database that does
 // not exist. The caller closes the returned connection.
@@ -54,10 +56,23 @@ func Connect(ctx context.Context, addr, database string) (driver.Conn, error) {
 	return conn, nil
 }
 
+// SplitAddrs splits a comma-separated list of ClickHouse addresses, the form the
+// --clickhouse flag takes for the replicas of a replicated cluster.
+func SplitAddrs(addr string) []string {
+	parts := strings.Split(addr, ",")
+	out := parts[:0]
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // dial opens a pool and pings it; on error the pool is closed.
 func dial(ctx context.Context, addr, database string) (driver.Conn, error) {
 	conn, err := clickhouse.Open(&clickhouse.Options{
-		Addr:        []string{addr},
+		Addr:        SplitAddrs(addr),
 		Auth:        clickhouse.Auth{Database: database},
 		DialTimeout: dialTimeout,
 		ReadTimeout: readTimeout,

@@ -101,6 +101,15 @@ type StepRow struct {
 	// choosing the action, the scoring of the step.
 	PolicyNs uint64
 	RewardNs uint64
+
+	// The rest of the step's signals (migration 10): with the columns above, every input
+	// of its score, so it can be re-scored from the row (Rescore). ScoringInputs says
+	// the row has them; rows recorded before have 0 here and cannot be re-scored.
+	ProgressDelta        float64
+	Budget               float64
+	DeadlineVirtualNs    int64
+	ViolationSuggestions []string
+	ScoringInputs        bool
 }
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
@@ -152,6 +161,19 @@ type EpisodeRow struct {
 	// episode and the step it was forked at (migration 9); empty and 0 otherwise.
 	ParentEpisodeID string
 	ParentStep      uint32
+	// InfraKind is what failed in an infra error (migration 10): "model_endpoint",
+	// "sandbox", "verifier" or "gauntlet"; "" for every other end, and for an infra error
+	// recorded before infra errors said what failed.
+	InfraKind string
+}
+
+// infraKind is the InfraKind column of an end: an infra error recorded by a sender that
+// predates kinds says nothing, and is recorded as "".
+func infraKind(e *gauntletv1.EpisodeEnded) string {
+	if !e.GetInfraError() {
+		return ""
+	}
+	return e.GetInfraKind().Name()
 }
 
 // RewardSpecRow is one row of reward_specs: a reward spec, recorded once by digest.
@@ -253,6 +275,9 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	r.CPUNs, r.PeakMemoryBytes, r.Processes = m.GetCpuNs(), m.GetPeakMemoryBytes(), m.GetProcesses()
 	r.ReadBytes, r.WrittenBytes, r.Runtime = m.GetReadBytes(), m.GetWrittenBytes(), m.GetRuntime()
 	r.PolicyNs, r.RewardNs = m.GetPolicyNs(), m.GetRewardNs()
+	sig := s.GetSignals()
+	r.ProgressDelta, r.Budget, r.DeadlineVirtualNs = sig.GetProgressDelta(), sig.GetBudget(), sig.GetDeadlineVirtualNs()
+	r.ScoringInputs = true
 
 	faults := s.GetFaults()
 	r.FaultIDs = make([]string, len(faults))
@@ -267,8 +292,9 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	violations := s.GetSignals().GetViolations()
 	r.ViolationRules = make([]string, len(violations))
 	r.ViolationReasons = make([]string, len(violations))
+	r.ViolationSuggestions = make([]string, len(violations))
 	for i, v := range violations {
-		r.ViolationRules[i], r.ViolationReasons[i] = v.GetRule(), v.GetReason()
+		r.ViolationRules[i], r.ViolationReasons[i], r.ViolationSuggestions[i] = v.GetRule(), v.GetReason(), v.GetSuggestion()
 	}
 
 	for i, name := range r.RewardNames {
@@ -362,6 +388,7 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		Truncated:        e.GetTruncated(),
 		Reason:           e.GetReason().Name(),
 		InfraError:       e.GetInfraError(),
+		InfraKind:        infraKind(e),
 		Error:            e.GetError(),
 		Success:          e.GetSuccess(),
 		TotalReward:      e.GetTotalReward(),

@@ -2,8 +2,12 @@ package trajectory
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -343,6 +347,48 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.episodes_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
+	// Typed infra errors: what failed (episodes.infra_kind).
+	// Re-scoring (rescore.go): the signals scoring reads that steps did not record yet,
+	// so a step row holds every input of its score (scoring_inputs = 1 says it does; 0 for
+	// rows recorded before), and step_scores, the scores of recorded steps under other
+	// specs, one row per (run, spec digest, episode, step).
+	{version: 10, name: "scoring inputs in steps, re-scored steps, infra error kinds",
+		addColumns: []addColumn{
+			{"steps", "progress_delta", "Float64", "reward_ns"},
+			{"steps", "budget", "Float64", "progress_delta"},
+			{"steps", "deadline_virtual_ns", "Int64", "budget"},
+			{"steps", "violation_suggestions", "Array(String)", "deadline_virtual_ns"},
+			{"steps", "scoring_inputs", "UInt8", "violation_suggestions"},
+			// What failed in an infra error: model_endpoint, sandbox, verifier, gauntlet.
+			{"episodes", "infra_kind", "String", "parent_step"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+			// The episodes training statistics count: an infra error carries no reward.
+			// Like the _final views, re-created by a migration that adds episodes columns.
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_scored AS SELECT * FROM {db}.episodes FINAL WHERE infra_error = 0`,
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+			// requested_at is the step's, fixed per episode, as in steps. version is
+			// the time of the re-score: re-scoring again replaces a row with an equal one.
+			`CREATE TABLE IF NOT EXISTS {db}.step_scores (
+				run_id String,
+				spec_digest String,
+				episode_id String,
+				step UInt32,
+				requested_at DateTime,
+				env String,
+				spec String,
+				reward Float64,
+				reward_names Array(String),
+				reward_values Array(Float64),
+				version UInt64
+			) ENGINE = ReplacingMergeTree(version)
+			PARTITION BY toYYYYMMDD(requested_at)
+			ORDER BY (run_id, spec_digest, episode_id, step)`,
+			`CREATE VIEW IF NOT EXISTS {db}.step_scores_final AS SELECT * FROM {db}.step_scores FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -359,6 +405,16 @@ func checkDatabase(database string) error {
 // migration not yet recorded in its schema_migrations table. Running it again, or in
 // several processes at once, is harmless: statements are idempotent and applied
 // versions are skipped.
+//
+// On a replica of a replicated cluster (a server whose config sets the shard, replica
+// and cluster macros, as pkg/chlocal's replicated mode does) every table is created as
+// a Replicated* table named table_local, with a Distributed table under the table's
+// own name in front of it (see replicate): analysts, readers and the writer use the
+// same names on either replica. schema_migrations stays a table of each server, since
+// creating tables and views is each server's own; a column added to a replicated table
+// reaches the other replicas through ZooKeeper, and the migration on the other replica
+// then finds it there (ensureReplicatedColumn). To migrate every replica, see
+// MigrateReplicas.
 func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 	if err := checkDatabase(database); err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -366,7 +422,11 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database); err != nil {
 		return fmt.Errorf("migrate: create database %s: %w", database, err)
 	}
-	err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+database+
+	cluster, err := replicationCluster(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	err = conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+database+
 		".schema_migrations (version UInt32, applied_at DateTime) ENGINE = MergeTree() ORDER BY version")
 	if err != nil {
 		return fmt.Errorf("migrate: create %s.schema_migrations: %w", database, err)
@@ -375,18 +435,36 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	if cluster != "" && len(applied) > 0 {
+		if err := checkReplicated(ctx, conn, database); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
 	for _, m := range migrations {
 		if applied[m.version] {
 			continue
 		}
 		for _, c := range m.addColumns {
-			if err := ensureColumn(ctx, conn, database, c); err != nil {
+			if cluster != "" {
+				err = ensureReplicatedColumn(ctx, conn, database, c)
+			} else {
+				err = ensureColumn(ctx, conn, database, c)
+			}
+			if err != nil {
 				return fmt.Errorf("migrate: apply %d (%s): %w", m.version, m.name, err)
 			}
 		}
 		for i, stmt := range m.stmts {
-			if err := conn.Exec(ctx, strings.ReplaceAll(stmt, "{db}", database)); err != nil {
-				return fmt.Errorf("migrate: apply %d (%s) statement %d: %w", m.version, m.name, i+1, err)
+			stmts := []string{stmt}
+			if cluster != "" {
+				if stmts, err = replicate(stmt, database, cluster, laterColumns(m.version)); err != nil {
+					return fmt.Errorf("migrate: apply %d (%s) statement %d: %w", m.version, m.name, i+1, err)
+				}
+			}
+			for _, st := range stmts {
+				if err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", database)); err != nil {
+					return fmt.Errorf("migrate: apply %d (%s) statement %d: %w", m.version, m.name, i+1, err)
+				}
 			}
 		}
 		if err := recordVersion(ctx, conn, database, m.version); err != nil {
@@ -395,6 +473,237 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 	}
 	return nil
 }
+
+// MigrateReplicas runs Migrate on each server of addrs (host:port, the replicas of a
+// replicated cluster), one after the other, each over a connection of its own. A
+// replica that cannot be reached is logged and left for a later run (a store's next
+// start, or the store's retry of an insert the replica refused): its replicated
+// tables still receive every added column through ZooKeeper once it is back. It fails
+// when a reachable replica's migration fails, or when no replica could be reached.
+func MigrateReplicas(ctx context.Context, addrs []string, database string, log *slog.Logger) error {
+	var unreached []error
+	for _, addr := range addrs {
+		conn, err := Connect(ctx, addr, database)
+		if err != nil {
+			log.Warn("replica unreachable; migrating it later", "addr", addr, "err", err)
+			unreached = append(unreached, err)
+			continue
+		}
+		err = migrateReplica(ctx, conn, database)
+		conn.Close()
+		if err != nil {
+			return fmt.Errorf("migrate replica %s: %w", addr, err)
+		}
+	}
+	if len(unreached) == len(addrs) {
+		return fmt.Errorf("migrate replicas: none reachable: %w", errors.Join(unreached...))
+	}
+	return nil
+}
+
+// migrateReplica migrates a server that must be a replica: several independent servers
+// given as replicas would each get tables of their own, and the store's failover would
+// split the data between them.
+func migrateReplica(ctx context.Context, conn driver.Conn, database string) error {
+	cluster, err := replicationCluster(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if cluster == "" {
+		return fmt.Errorf("%w: the server is not a replica (no shard and replica macros), and several addresses are for the replicas of one cluster only", ErrMixedSchema)
+	}
+	return Migrate(ctx, conn, database)
+}
+
+// replicationCluster returns the cluster the server is a replica of: its cluster macro
+// when it also has the shard and replica macros, "" for a single server.
+func replicationCluster(ctx context.Context, conn driver.Conn) (string, error) {
+	rows, err := conn.Query(ctx, "SELECT macro, substitution FROM system.macros")
+	if err != nil {
+		return "", fmt.Errorf("read system.macros: %w", err)
+	}
+	defer rows.Close()
+	macros := make(map[string]string)
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return "", fmt.Errorf("read system.macros: %w", err)
+		}
+		macros[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("read system.macros: %w", err)
+	}
+	if macros["shard"] == "" || macros["replica"] == "" {
+		return "", nil
+	}
+	cluster := macros["cluster"]
+	if !identRE.MatchString(cluster) {
+		return "", fmt.Errorf("%w: the server has shard and replica macros but its cluster macro %q does not name a cluster of remote_servers",
+			ErrMixedSchema, cluster)
+	}
+	return cluster, nil
+}
+
+// ErrMixedSchema is wrapped by Migrate's error when a server's tables and its
+// replication settings disagree: a database created by a single server on a server
+// now configured as a replica, or a replica without a usable cluster macro; and by
+// MigrateReplicas's when a server it is given is not a replica. Migrate
+// changes nothing then; moving data between the two layouts is an operator's job
+// (docs/architecture.md, Replicated ClickHouse).
+var ErrMixedSchema = errors.New("schema and replication settings disagree")
+
+// checkReplicated refuses a database whose steps table is not Distributed on a replica.
+func checkReplicated(ctx context.Context, conn driver.Conn, database string) error {
+	var engine string
+	err := conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = 'steps'", database).Scan(&engine)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up %s.steps: %w", database, err)
+	}
+	if engine != "Distributed" {
+		return fmt.Errorf("%w: %s.steps is a %s table, created by a single server; a replica needs a fresh database", ErrMixedSchema, database, engine)
+	}
+	return nil
+}
+
+// createTableRE matches the migrations' CREATE TABLE statements and their engine.
+var (
+	createTableRE = regexp.MustCompile(`^(\s*CREATE TABLE IF NOT EXISTS \{db\}\.)([A-Za-z_][A-Za-z0-9_]*)(\s)`)
+	engineRE      = regexp.MustCompile(`ENGINE = ([A-Za-z]*MergeTree)\(([^)]*)\)`)
+)
+
+// localSuffix names the replicated table behind each Distributed table.
+const localSuffix = "_local"
+
+// replicate turns one migration statement into what a replica of cluster runs: a
+// CREATE TABLE becomes the table's Replicated* twin named table_local, created with the
+// columns later migrations add (later) already in place, its state in
+// ZooKeeper under /clickhouse/tables/{shard}/<database>/<table> ({shard} and
+// {replica} are the server's macros), followed by a Distributed table under the
+// original name over the cluster's table_local. The cluster has one shard whose
+// replicas each hold every row (internal_replication: an insert goes to one replica,
+// which replicates it), so a Distributed query reads one replica, the local one first,
+// and FINAL collapses there exactly as on a single server. An insert into the
+// Distributed table lands synchronously in the local replica's table. Every other
+// statement (views, drops) is unchanged: views read the Distributed tables.
+//
+// Why the later columns: a replica's table must be created with the structure its
+// table has in ZooKeeper, which is the latest the other replicas migrated to, not the
+// structure of the migration that first created it. A replica migrated after another
+// (or down while the other was migrated) then joins with the same columns, and the
+// later migrations' ALTERs find their columns there.
+func replicate(stmt, database, cluster string, later []addColumn) ([]string, error) {
+	m := createTableRE.FindStringSubmatchIndex(stmt)
+	if m == nil {
+		if strings.Contains(stmt, "CREATE TABLE") {
+			return nil, fmt.Errorf("cannot make a replicated twin of %.60q: not CREATE TABLE IF NOT EXISTS {db}.name", stmt)
+		}
+		return []string{stmt}, nil
+	}
+	table := stmt[m[4]:m[5]]
+	e := engineRE.FindStringSubmatchIndex(stmt)
+	if e == nil {
+		return nil, fmt.Errorf("cannot make a replicated twin of %s: no *MergeTree engine", table)
+	}
+	engine, args := stmt[e[2]:e[3]], stmt[e[4]:e[5]]
+	repl := fmt.Sprintf("ENGINE = Replicated%s('/clickhouse/tables/{shard}/%s/%s', '{replica}'", engine, database, table)
+	if strings.TrimSpace(args) != "" {
+		repl += ", " + args
+	}
+	repl += ")"
+	local := stmt[:m[4]] + table + localSuffix + stmt[m[5]:e[0]] + repl + stmt[e[1]:]
+	local, err := withColumns(local, table, later)
+	if err != nil {
+		return nil, err
+	}
+	dist := fmt.Sprintf("CREATE TABLE IF NOT EXISTS {db}.%s AS {db}.%s%s ENGINE = Distributed(%s, %s, %s%s)",
+		table, table, localSuffix, cluster, database, table, localSuffix)
+	return []string{local, dist}, nil
+}
+
+// laterColumns returns the columns migrations after version add, in order.
+func laterColumns(version uint32) []addColumn {
+	var out []addColumn
+	for _, m := range migrations {
+		if m.version > version {
+			out = append(out, m.addColumns...)
+		}
+	}
+	return out
+}
+
+// withColumns inserts into a CREATE TABLE statement of table the columns of add that
+// belong to it, each after its column, as ALTER TABLE … ADD COLUMN … AFTER would. The
+// statement lists one column per line, ending in ",", up to the line starting with ")".
+func withColumns(stmt, table string, add []addColumn) (string, error) {
+	open := strings.Index(stmt, "(\n")
+	end := strings.Index(stmt, "\n\t\t) ENGINE")
+	if end < 0 {
+		end = strings.Index(stmt, "\n\t\t\t) ENGINE")
+	}
+	if open < 0 || end < open {
+		return "", fmt.Errorf("cannot add later columns to %s: unexpected layout of its CREATE TABLE", table)
+	}
+	var cols []string
+	for _, line := range strings.Split(stmt[open+2:end], "\n") {
+		if line = strings.TrimSuffix(strings.TrimSpace(line), ","); line != "" {
+			cols = append(cols, line)
+		}
+	}
+	for _, c := range add {
+		if c.table != table {
+			continue
+		}
+		at := slices.IndexFunc(cols, func(col string) bool { return strings.Fields(col)[0] == c.after })
+		if at < 0 {
+			return "", fmt.Errorf("cannot add column %s.%s after %s: no such column", table, c.name, c.after)
+		}
+		cols = slices.Insert(cols, at+1, c.name+" "+c.typ)
+	}
+	return stmt[:open+2] + "\t\t\t" + strings.Join(cols, ",\n\t\t\t") + stmt[end:], nil
+}
+
+// ensureReplicatedColumn adds c on a replica: to table_local (a replicated ALTER, which
+// reaches the other replicas through ZooKeeper), then to the Distributed table, whose
+// columns are this server's own and must never outnumber the local table's (an insert
+// would fail). Another replica's migration may add the same column at the same time, or
+// have added it already with this replica not yet caught up: the ALTER then fails
+// ("already exists", "metadata is not up to date"), and the column is waited for until
+// this replica has it.
+func ensureReplicatedColumn(ctx context.Context, conn driver.Conn, database string, c addColumn) error {
+	local := c
+	local.table += localSuffix
+	deadline := time.Now().Add(replicatedAlterWait)
+	for {
+		has, err := hasColumn(ctx, conn, database, local)
+		if err != nil {
+			return err
+		}
+		if has {
+			break
+		}
+		err = addColumnNow(ctx, conn, database, local)
+		if err == nil {
+			continue
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (waited %v for the column to reach this replica)", err, replicatedAlterWait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (then %w)", err, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return ensureColumn(ctx, conn, database, c)
+}
+
+// replicatedAlterWait bounds how long a replica's migration waits for a column another
+// replica added: replication of an ALTER takes a few seconds at most on loopback.
+const replicatedAlterWait = time.Minute
 
 func appliedVersions(ctx context.Context, conn driver.Conn, database string) (map[uint32]bool, error) {
 	rows, err := conn.Query(ctx, "SELECT DISTINCT version FROM "+database+".schema_migrations")
@@ -436,15 +745,26 @@ func recordVersion(ctx context.Context, conn driver.Conn, database string, versi
 // ensureColumn adds c unless its table already has it (a migration that crashed half-way
 // runs again).
 func ensureColumn(ctx context.Context, conn driver.Conn, database string, c addColumn) error {
+	has, err := hasColumn(ctx, conn, database, c)
+	if err != nil || has {
+		return err
+	}
+	return addColumnNow(ctx, conn, database, c)
+}
+
+// hasColumn reports whether c's table has c's column on this server.
+func hasColumn(ctx context.Context, conn driver.Conn, database string, c addColumn) (bool, error) {
 	var n uint64
 	err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
 		database, c.table, c.name).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("look up column %s.%s.%s: %w", database, c.table, c.name, err)
+		return false, fmt.Errorf("look up column %s.%s.%s: %w", database, c.table, c.name, err)
 	}
-	if n > 0 {
-		return nil
-	}
+	return n > 0, nil
+}
+
+// addColumnNow runs the ALTER that adds c.
+func addColumnNow(ctx context.Context, conn driver.Conn, database string, c addColumn) error {
 	stmt := fmt.Sprintf("ALTER TABLE %s.%s ADD COLUMN %s %s AFTER %s", database, c.table, c.name, c.typ, c.after)
 	if err := conn.Exec(ctx, stmt); err != nil {
 		return fmt.Errorf("add column %s.%s.%s: %w", database, c.table, c.name, err)

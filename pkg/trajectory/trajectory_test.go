@@ -52,6 +52,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"curriculum_stages_final", "View"},
 		{"episodes", "ReplacingMergeTree"},
 		{"episodes_final", "View"},
+		{"episodes_scored", "View"},
 		{"faults", "ReplacingMergeTree"},
 		{"faults_final", "View"},
 		{"plan_templates", "ReplacingMergeTree"},
@@ -61,6 +62,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"runs", "ReplacingMergeTree"},
 		{"runs_final", "View"},
 		{"schema_migrations", "MergeTree"},
+		{"step_scores", "ReplacingMergeTree"},
+		{"step_scores_final", "View"},
 		{"steps", "ReplacingMergeTree"},
 		{"steps_final", "View"},
 		{"trainer_steps", "ReplacingMergeTree"},
@@ -82,6 +85,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"plan_templates", columnList(templateColumns)},
 		{"runs", columnList(runColumns)},
 		{"curriculum_stages", columnList(stageColumns)},
+		{"step_scores", columnList(scoreColumns)},
 	} {
 		_, rows, err := Query(ctx, conn, "SELECT name FROM system.columns WHERE database = '"+testDB+"' AND table = '"+table.name+"'")
 		if err != nil {
@@ -200,6 +204,12 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		RewardSpec:       "default/1",
 		Version:          1,
 		RewardSpecDigest: scoring.DefaultDigest(),
+		// Migration 10.
+		ProgressDelta:        0.1,
+		Budget:               500,
+		DeadlineVirtualNs:    60_000_000_000,
+		ViolationSuggestions: []string{"call payment.pay first"},
+		ScoringInputs:        true,
 	}
 	steps, err := EpisodeSteps(ctx, conn, testDB, "run-a-ep-000000")
 	if err != nil {
@@ -905,6 +915,7 @@ func TestRerunOnAnotherWorkerIsOneEpisode(t *testing.T) {
 		{"plan_templates", "template"},
 		{"reward_specs", "digest"},
 		{"runs", "run_id"},
+		{"step_scores", "run_id, spec_digest, episode_id, step"},
 		{"steps", "episode_id, step"},
 		{"trainer_steps", "episode_id, step"},
 	}

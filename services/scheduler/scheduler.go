@@ -628,7 +628,7 @@ func (s *Service) stalled(ctx context.Context, advisory []byte) error {
 			continue
 		}
 		s.log.Error("episode stalled on every delivery; recording an infra error", "episode_id", req.GetEpisodeId(), "deliveries", adv.Deliveries)
-		end := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ep.InfraErrorEnd("scheduler", why, time.Now().UnixNano())}}
+		end := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ep.InfraErrorEnd("scheduler", gauntletv1.InfraKind_INFRA_KIND_GAUNTLET, why, time.Now().UnixNano())}}
 		if err := s.bus().PublishEvent(ctx, end); err != nil {
 			return err
 		}

@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
@@ -52,7 +53,10 @@ const ConsumerName = bus.ConsumerStore
 
 // Config configures the store.
 type Config struct {
-	// Addr returns ClickHouse's native address (host:port) once known.
+	// Addr returns ClickHouse's native address (host:port) once known; for a replicated
+	// ClickHouse, the replicas' addresses, comma-separated: the store writes to the first
+	// that answers and fails over to the next (docs/architecture.md, Replicated
+	// ClickHouse).
 	Addr     func() string
 	Database string
 	// BatchRows is the most step and episode rows (trajectory.RowsOf) inserted at once; a
@@ -148,7 +152,7 @@ func (s *Service) Starting(ctx context.Context) error {
 		return fmt.Errorf("connect to clickhouse %s: %w", addr, err)
 	}
 	s.conn = conn
-	if err := trajectory.Migrate(ctx, conn, s.cfg.Database); err != nil {
+	if err := s.migrate(ctx, addr); err != nil {
 		return fmt.Errorf("migrate clickhouse schema: %w", err)
 	}
 	// Compact plans of user-defined profiles name templates, recorded once each.
@@ -175,6 +179,30 @@ func (s *Service) Starting(ctx context.Context) error {
 	s.publishWritten(ctx, s.cons.CachedInfo())
 	return nil
 }
+
+// migrate brings the schema up to date: on the server, or on every replica when addr
+// lists several (tables and views are each replica's own, so every replica is
+// migrated, not only the one written to).
+func (s *Service) migrate(ctx context.Context, addr string) error {
+	if addrs := trajectory.SplitAddrs(addr); len(addrs) > 1 {
+		return trajectory.MigrateReplicas(ctx, addrs, s.cfg.Database, s.log)
+	}
+	return trajectory.Migrate(ctx, s.conn, s.cfg.Database)
+}
+
+// schemaMissing reports whether err is a server's refusal for want of a table, a column
+// or the database: a replica that was down while the store migrated the others.
+func schemaMissing(err error) bool {
+	var ex *clickhouse.Exception
+	return errors.As(err, &ex) && (ex.Code == codeNoSuchColumn || ex.Code == codeUnknownTable || ex.Code == codeUnknownDatabase)
+}
+
+// ClickHouse's error codes for what schemaMissing looks for.
+const (
+	codeNoSuchColumn    = 16
+	codeUnknownTable    = 60
+	codeUnknownDatabase = 81
+)
 
 // publishWritten publishes the consumer's ack floor as the store's StoreProgress (ci: the
 // consumer's info, read again when nil). A failure is logged: the next batch publishes
@@ -339,6 +367,14 @@ func (s *Service) write(ctx context.Context, b *batch) {
 			return
 		}
 		s.log.Warn("insert failed; retrying", "attempt", attempt, "events", len(b.msgs), "backoff", backoff, "err", err)
+		if len(trajectory.SplitAddrs(s.cfg.Addr())) > 1 && schemaMissing(err) {
+			// The replica written to missed a migration while it was down.
+			mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			if err := s.migrate(mctx, s.cfg.Addr()); err != nil {
+				s.log.Warn("migrate the replicas again", "err", err)
+			}
+			mcancel()
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -442,7 +442,7 @@ func (w *Service) settle(ctx context.Context, l *lot) {
 			continue
 		}
 		w.log.Error("episode failed on its last attempt; recording an infra error", "episode_id", ep.Episode.EpisodeId, "err", err)
-		infra := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ep.InfraErrorEnd(w.cfg.ID, err.Error(), time.Now().UnixNano())}}
+		infra := &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: ep.InfraErrorEnd(w.cfg.ID, play.InfraKind(err), err.Error(), time.Now().UnixNano())}}
 		data, merr := gauntletv1.Marshal(infra)
 		if merr != nil {
 			w.log.Error("encode an infra error end; the assignment will be retried", "episode_id", ep.Episode.EpisodeId, "err", merr)

@@ -10,9 +10,12 @@
 // the model chose, however odd (an unknown tool, arguments that are not JSON), is played
 // as its action, and the env answers with an invalid-action observation it can learn from.
 //
-// The registered "http" policy has no endpoint: its NewAgent fails naming --policy.http.url.
-// New makes one holding an endpoint (flags --policy.http.*, see Config.RegisterFlags), which
-// the process hands to whoever builds agents in a policy.Set; nothing is configured
+// Each run names its endpoint (RunRequested.policy_endpoint, `gauntlet run
+// --policy.http.url`); a run naming the policy without one is refused when submitted
+// (runs.Validate). The process's configuration (flags --policy.http.*, see
+// Config.RegisterFlags; New) holds the key and bounds, and an endpoint for whoever plays
+// without a run (episode fork); the process hands it to whoever builds agents in a
+// policy.Set, which gives it each run's endpoint (WithEndpoint). Nothing is configured
 // globally, so two configurations in one process do not clash. An agent keeps the
 // conversation of one episode and belongs to one goroutine; the policy value is safe for
 // concurrent use.
@@ -29,7 +32,9 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // Name is the policy's registered name.
@@ -77,6 +82,28 @@ func New(cfg Config) (policy.Policy, error) {
 
 func init() { policy.Register(httpPolicy{}) }
 
+// DefaultTimeout bounds one completion of a policy made without a configured timeout (the
+// registered row, given a run's endpoint).
+const DefaultTimeout = 60 * time.Second
+
+// WithEndpoint implements policy.Endpointed: the policy asking url for model (empty: the
+// configured model), with the configured key and bounds. A run's endpoint replaces the
+// process's (--policy.http.url).
+func (p httpPolicy) WithEndpoint(url, model string) (policy.Policy, error) {
+	cfg := p.cfg
+	cfg.URL = url
+	if model != "" {
+		cfg.Model = model
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if url == "" {
+		return nil, errors.New("policy_endpoint.url: must not be empty")
+	}
+	return New(cfg)
+}
+
 type httpPolicy struct{ cfg Config }
 
 func (httpPolicy) Name() string { return Name }
@@ -86,7 +113,7 @@ func (httpPolicy) Name() string { return Name }
 func (p httpPolicy) NewAgent(e env.Env, _ uint64) (env.Agent, error) {
 	cfg := p.cfg
 	if cfg.URL == "" {
-		return nil, fmt.Errorf("policy %s: no endpoint configured (--policy.http.url)", Name)
+		return nil, fmt.Errorf("policy %s: no endpoint: the run names none (gauntlet run --policy.http.url)", Name)
 	}
 	return NewAgent(cfg, e.Spec())
 }
@@ -177,7 +204,17 @@ type completion struct {
 
 // Act sends the conversation so far (with the latest observation as the result of the
 // previous tool call, or as the first user message) and plays the tool call of the reply.
+// Its errors are the endpoint's failures, marked so (errkind.Infra): the episode ends as an
+// infra error of kind model endpoint, never as the policy's move.
 func (a *agent) Act(t env.Turn) (env.Action, error) {
+	act, err := a.act(t)
+	if err != nil {
+		return act, errkind.Infra(gauntletv1.InfraKind_INFRA_KIND_MODEL_ENDPOINT, err)
+	}
+	return act, nil
+}
+
+func (a *agent) act(t env.Turn) (env.Action, error) {
 	if a.lastCall == "" {
 		a.messages = append(a.messages, message{Role: "user", Content: string(t.Observation)})
 	} else {

@@ -54,11 +54,12 @@ func AppendBatch(dst []byte, events [][]byte) []byte {
 // InfraErrorEnd is the end of assigned episode a recorded by whoever gave up on it without
 // playing it to its end (workerID: a worker on an assignment's last delivery, or the
 // scheduler for one that ran out of deliveries): truncated as an infra error, which
-// trainers mask rather than punish, with why, at endedAt (unix nanoseconds).
-func (a *EpisodeAssigned) InfraErrorEnd(workerID, why string, endedAt int64) *EpisodeEnded {
+// trainers mask rather than punish, with what failed and why, at endedAt (unix
+// nanoseconds). It carries no reward.
+func (a *EpisodeAssigned) InfraErrorEnd(workerID string, kind InfraKind, why string, endedAt int64) *EpisodeEnded {
 	return &EpisodeEnded{
 		Episode: a.GetEpisode(), Profile: a.GetPlan().GetProfile(), Plan: a.GetPlan(), WorkerId: workerID,
 		Truncated: true, Reason: TerminationReason_TERMINATION_REASON_INFRA_ERROR,
-		InfraError: true, Error: why, EndedAtUnixNano: endedAt,
+		InfraError: true, InfraKind: kind, Error: why, EndedAtUnixNano: endedAt,
 	}
 }

@@ -162,6 +162,68 @@ func (TerminationReason) EnumDescriptor() ([]byte, []int) {
 	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{1}
 }
 
+// InfraKind is what failed when an episode ends as an infra error: not the policy's doing,
+// so the episode carries no reward and trainers mask it.
+type InfraKind int32
+
+const (
+	InfraKind_INFRA_KIND_UNSPECIFIED InfraKind = 0
+	// gauntlet itself: a service, the bus, the store, a bug.
+	InfraKind_INFRA_KIND_GAUNTLET InfraKind = 1
+	// The policy's model endpoint: unreachable, too slow, an error status, a reply that is
+	// not a chat completion with a tool call.
+	InfraKind_INFRA_KIND_MODEL_ENDPOINT InfraKind = 2
+	// The sandbox runtime: it could not create, run in or reach the episode's sandbox.
+	InfraKind_INFRA_KIND_SANDBOX InfraKind = 3
+	// The task's verifier: it timed out, could not run or left no valid reward.
+	InfraKind_INFRA_KIND_VERIFIER InfraKind = 4
+)
+
+// Enum value maps for InfraKind.
+var (
+	InfraKind_name = map[int32]string{
+		0: "INFRA_KIND_UNSPECIFIED",
+		1: "INFRA_KIND_GAUNTLET",
+		2: "INFRA_KIND_MODEL_ENDPOINT",
+		3: "INFRA_KIND_SANDBOX",
+		4: "INFRA_KIND_VERIFIER",
+	}
+	InfraKind_value = map[string]int32{
+		"INFRA_KIND_UNSPECIFIED":    0,
+		"INFRA_KIND_GAUNTLET":       1,
+		"INFRA_KIND_MODEL_ENDPOINT": 2,
+		"INFRA_KIND_SANDBOX":        3,
+		"INFRA_KIND_VERIFIER":       4,
+	}
+)
+
+func (x InfraKind) Enum() *InfraKind {
+	p := new(InfraKind)
+	*p = x
+	return p
+}
+
+func (x InfraKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InfraKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[2].Descriptor()
+}
+
+func (InfraKind) Type() protoreflect.EnumType {
+	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[2]
+}
+
+func (x InfraKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InfraKind.Descriptor instead.
+func (InfraKind) EnumDescriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{2}
+}
+
 // RunRequested asks the scheduler to run a campaign of episodes of one env.
 // Subject: gauntlet.cmd.run
 type RunRequested struct {
@@ -191,6 +253,10 @@ type RunRequested struct {
 	// whose file is kept in the KV bucket gauntlet_reward_specs under it; empty: each env's
 	// default spec.
 	RewardSpec string `protobuf:"bytes,14,opt,name=reward_spec,json=rewardSpec,proto3" json:"reward_spec,omitempty"`
+	// The model endpoint of a policy that needs one (the "http" policy): a run naming such
+	// a policy without it is refused. Its bearer key is the workers' own configuration,
+	// never part of a run.
+	PolicyEndpoint *PolicyEndpoint `protobuf:"bytes,15,opt,name=policy_endpoint,json=policyEndpoint,proto3" json:"policy_endpoint,omitempty"`
 	// Where the run came from (who, which build, which curriculum batch); recorded in the
 	// runs table, ignored by the scheduler.
 	Origin        *RunOrigin `protobuf:"bytes,30,opt,name=origin,proto3" json:"origin,omitempty"`
@@ -326,11 +392,72 @@ func (x *RunRequested) GetRewardSpec() string {
 	return ""
 }
 
+func (x *RunRequested) GetPolicyEndpoint() *PolicyEndpoint {
+	if x != nil {
+		return x.PolicyEndpoint
+	}
+	return nil
+}
+
 func (x *RunRequested) GetOrigin() *RunOrigin {
 	if x != nil {
 		return x.Origin
 	}
 	return nil
+}
+
+// PolicyEndpoint is the model endpoint a run's "http" policy asks: an OpenAI-compatible API
+// base (requests go to url + "/chat/completions") and the model name it sends.
+type PolicyEndpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyEndpoint) Reset() {
+	*x = PolicyEndpoint{}
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyEndpoint) ProtoMessage() {}
+
+func (x *PolicyEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyEndpoint.ProtoReflect.Descriptor instead.
+func (*PolicyEndpoint) Descriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PolicyEndpoint) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PolicyEndpoint) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
 }
 
 // Share is one named option with a relative weight.
@@ -344,7 +471,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[1]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +483,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[1]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +496,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{1}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Share) GetName() string {
@@ -407,13 +534,15 @@ type EpisodeRequested struct {
 	// replayed, so the fork's step parent_step is the first it chose itself).
 	ParentEpisodeId string `protobuf:"bytes,11,opt,name=parent_episode_id,json=parentEpisodeId,proto3" json:"parent_episode_id,omitempty"`
 	ParentStep      uint32 `protobuf:"varint,12,opt,name=parent_step,json=parentStep,proto3" json:"parent_step,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The run's policy endpoint (RunRequested.policy_endpoint), for a policy that needs one.
+	PolicyEndpoint *PolicyEndpoint `protobuf:"bytes,13,opt,name=policy_endpoint,json=policyEndpoint,proto3" json:"policy_endpoint,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EpisodeRequested) Reset() {
 	*x = EpisodeRequested{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[2]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +554,7 @@ func (x *EpisodeRequested) String() string {
 func (*EpisodeRequested) ProtoMessage() {}
 
 func (x *EpisodeRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[2]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +567,7 @@ func (x *EpisodeRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeRequested.ProtoReflect.Descriptor instead.
 func (*EpisodeRequested) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{2}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EpisodeRequested) GetEpisodeId() string {
@@ -525,6 +654,13 @@ func (x *EpisodeRequested) GetParentStep() uint32 {
 	return 0
 }
 
+func (x *EpisodeRequested) GetPolicyEndpoint() *PolicyEndpoint {
+	if x != nil {
+		return x.PolicyEndpoint
+	}
+	return nil
+}
+
 // EpisodeAssigned hands one episode and its fault plan to whichever worker pulls it.
 // Subject: gauntlet.cmd.episode.<run_id>
 type EpisodeAssigned struct {
@@ -537,7 +673,7 @@ type EpisodeAssigned struct {
 
 func (x *EpisodeAssigned) Reset() {
 	*x = EpisodeAssigned{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[3]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +685,7 @@ func (x *EpisodeAssigned) String() string {
 func (*EpisodeAssigned) ProtoMessage() {}
 
 func (x *EpisodeAssigned) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[3]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +698,7 @@ func (x *EpisodeAssigned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeAssigned.ProtoReflect.Descriptor instead.
 func (*EpisodeAssigned) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{3}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EpisodeAssigned) GetEpisode() *EpisodeRequested {
@@ -592,7 +728,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +740,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[4]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +753,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{4}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Assignment) GetEpisodes() []*EpisodeAssigned {
@@ -659,7 +795,7 @@ type FaultPlan struct {
 
 func (x *FaultPlan) Reset() {
 	*x = FaultPlan{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +807,7 @@ func (x *FaultPlan) String() string {
 func (*FaultPlan) ProtoMessage() {}
 
 func (x *FaultPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[5]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +820,7 @@ func (x *FaultPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultPlan.ProtoReflect.Descriptor instead.
 func (*FaultPlan) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{5}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FaultPlan) GetProfile() string {
@@ -771,7 +907,7 @@ type FaultRule struct {
 
 func (x *FaultRule) Reset() {
 	*x = FaultRule{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +919,7 @@ func (x *FaultRule) String() string {
 func (*FaultRule) ProtoMessage() {}
 
 func (x *FaultRule) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +932,7 @@ func (x *FaultRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRule.ProtoReflect.Descriptor instead.
 func (*FaultRule) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{6}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FaultRule) GetId() string {
@@ -888,7 +1024,7 @@ type HTTPErrorFault struct {
 
 func (x *HTTPErrorFault) Reset() {
 	*x = HTTPErrorFault{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1036,7 @@ func (x *HTTPErrorFault) String() string {
 func (*HTTPErrorFault) ProtoMessage() {}
 
 func (x *HTTPErrorFault) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1049,7 @@ func (x *HTTPErrorFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPErrorFault.ProtoReflect.Descriptor instead.
 func (*HTTPErrorFault) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{7}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HTTPErrorFault) GetStatus() uint32 {
@@ -941,7 +1077,7 @@ type LatencyFault struct {
 
 func (x *LatencyFault) Reset() {
 	*x = LatencyFault{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1089,7 @@ func (x *LatencyFault) String() string {
 func (*LatencyFault) ProtoMessage() {}
 
 func (x *LatencyFault) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[8]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1102,7 @@ func (x *LatencyFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyFault.ProtoReflect.Descriptor instead.
 func (*LatencyFault) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{8}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LatencyFault) GetMeanMs() float64 {
@@ -993,7 +1129,7 @@ type TruncateFault struct {
 
 func (x *TruncateFault) Reset() {
 	*x = TruncateFault{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1141,7 @@ func (x *TruncateFault) String() string {
 func (*TruncateFault) ProtoMessage() {}
 
 func (x *TruncateFault) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[9]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1154,7 @@ func (x *TruncateFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateFault.ProtoReflect.Descriptor instead.
 func (*TruncateFault) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{9}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TruncateFault) GetKeepFraction() float64 {
@@ -1043,7 +1179,7 @@ type FaultFired struct {
 
 func (x *FaultFired) Reset() {
 	*x = FaultFired{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1191,7 @@ func (x *FaultFired) String() string {
 func (*FaultFired) ProtoMessage() {}
 
 func (x *FaultFired) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[10]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1204,7 @@ func (x *FaultFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultFired.ProtoReflect.Descriptor instead.
 func (*FaultFired) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{10}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FaultFired) GetFaultId() string {
@@ -1123,7 +1259,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1271,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[11]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1284,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{11}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlanRequest) GetEpisodes() []*EpisodeRequested {
@@ -1193,7 +1329,7 @@ type PlanReply struct {
 
 func (x *PlanReply) Reset() {
 	*x = PlanReply{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1341,7 @@ func (x *PlanReply) String() string {
 func (*PlanReply) ProtoMessage() {}
 
 func (x *PlanReply) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[12]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1354,7 @@ func (x *PlanReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanReply.ProtoReflect.Descriptor instead.
 func (*PlanReply) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{12}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlanReply) GetPlans() []*FaultPlan {
@@ -1257,7 +1393,7 @@ type PlanReplyPassThrough struct {
 
 func (x *PlanReplyPassThrough) Reset() {
 	*x = PlanReplyPassThrough{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1405,7 @@ func (x *PlanReplyPassThrough) String() string {
 func (*PlanReplyPassThrough) ProtoMessage() {}
 
 func (x *PlanReplyPassThrough) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[13]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1418,7 @@ func (x *PlanReplyPassThrough) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanReplyPassThrough.ProtoReflect.Descriptor instead.
 func (*PlanReplyPassThrough) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{13}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlanReplyPassThrough) GetPlans() [][]byte {
@@ -1318,7 +1454,7 @@ type EpisodeAssignedPassThrough struct {
 
 func (x *EpisodeAssignedPassThrough) Reset() {
 	*x = EpisodeAssignedPassThrough{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1466,7 @@ func (x *EpisodeAssignedPassThrough) String() string {
 func (*EpisodeAssignedPassThrough) ProtoMessage() {}
 
 func (x *EpisodeAssignedPassThrough) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[14]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1479,7 @@ func (x *EpisodeAssignedPassThrough) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeAssignedPassThrough.ProtoReflect.Descriptor instead.
 func (*EpisodeAssignedPassThrough) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{14}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EpisodeAssignedPassThrough) GetEpisode() *EpisodeRequested {
@@ -1371,7 +1507,7 @@ type AssignmentPassThrough struct {
 
 func (x *AssignmentPassThrough) Reset() {
 	*x = AssignmentPassThrough{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1519,7 @@ func (x *AssignmentPassThrough) String() string {
 func (*AssignmentPassThrough) ProtoMessage() {}
 
 func (x *AssignmentPassThrough) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[15]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1532,7 @@ func (x *AssignmentPassThrough) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignmentPassThrough.ProtoReflect.Descriptor instead.
 func (*AssignmentPassThrough) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{15}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AssignmentPassThrough) GetEpisodes() []*EpisodeAssignedPassThrough {
@@ -1417,7 +1553,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1565,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[16]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1578,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{16}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Action) GetTool() string {
@@ -1494,7 +1630,7 @@ type Metering struct {
 
 func (x *Metering) Reset() {
 	*x = Metering{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1642,7 @@ func (x *Metering) String() string {
 func (*Metering) ProtoMessage() {}
 
 func (x *Metering) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[17]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1655,7 @@ func (x *Metering) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metering.ProtoReflect.Descriptor instead.
 func (*Metering) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{17}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Metering) GetToolCalls() uint32 {
@@ -1632,7 +1768,7 @@ type CausalViolation struct {
 
 func (x *CausalViolation) Reset() {
 	*x = CausalViolation{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1780,7 @@ func (x *CausalViolation) String() string {
 func (*CausalViolation) ProtoMessage() {}
 
 func (x *CausalViolation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[18]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1793,7 @@ func (x *CausalViolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CausalViolation.ProtoReflect.Descriptor instead.
 func (*CausalViolation) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{18}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CausalViolation) GetRule() string {
@@ -1705,7 +1841,7 @@ type Signals struct {
 
 func (x *Signals) Reset() {
 	*x = Signals{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1853,7 @@ func (x *Signals) String() string {
 func (*Signals) ProtoMessage() {}
 
 func (x *Signals) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[19]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1866,7 @@ func (x *Signals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signals.ProtoReflect.Descriptor instead.
 func (*Signals) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{19}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Signals) GetProgress() float64 {
@@ -1835,7 +1971,7 @@ type StepTaken struct {
 
 func (x *StepTaken) Reset() {
 	*x = StepTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1983,7 @@ func (x *StepTaken) String() string {
 func (*StepTaken) ProtoMessage() {}
 
 func (x *StepTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[20]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1996,7 @@ func (x *StepTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepTaken.ProtoReflect.Descriptor instead.
 func (*StepTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{20}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StepTaken) GetEpisodeId() string {
@@ -2023,7 +2159,7 @@ type RewardComponent struct {
 
 func (x *RewardComponent) Reset() {
 	*x = RewardComponent{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2171,7 @@ func (x *RewardComponent) String() string {
 func (*RewardComponent) ProtoMessage() {}
 
 func (x *RewardComponent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[21]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2184,7 @@ func (x *RewardComponent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewardComponent.ProtoReflect.Descriptor instead.
 func (*RewardComponent) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{21}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RewardComponent) GetName() string {
@@ -2096,7 +2232,7 @@ type StepScored struct {
 
 func (x *StepScored) Reset() {
 	*x = StepScored{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2244,7 @@ func (x *StepScored) String() string {
 func (*StepScored) ProtoMessage() {}
 
 func (x *StepScored) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[22]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2257,7 @@ func (x *StepScored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepScored.ProtoReflect.Descriptor instead.
 func (*StepScored) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{22}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StepScored) GetEpisodeId() string {
@@ -2196,7 +2332,7 @@ type ScoreRequest struct {
 
 func (x *ScoreRequest) Reset() {
 	*x = ScoreRequest{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2344,7 @@ func (x *ScoreRequest) String() string {
 func (*ScoreRequest) ProtoMessage() {}
 
 func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[23]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2357,7 @@ func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreRequest.ProtoReflect.Descriptor instead.
 func (*ScoreRequest) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{23}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ScoreRequest) GetSteps() []*StepTaken {
@@ -2253,7 +2389,7 @@ type ScoreReply struct {
 
 func (x *ScoreReply) Reset() {
 	*x = ScoreReply{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2401,7 @@ func (x *ScoreReply) String() string {
 func (*ScoreReply) ProtoMessage() {}
 
 func (x *ScoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[24]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2414,7 @@ func (x *ScoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreReply.ProtoReflect.Descriptor instead.
 func (*ScoreReply) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{24}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ScoreReply) GetScores() []*StepScored {
@@ -2333,7 +2469,7 @@ type ScoreTable struct {
 
 func (x *ScoreTable) Reset() {
 	*x = ScoreTable{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2481,7 @@ func (x *ScoreTable) String() string {
 func (*ScoreTable) ProtoMessage() {}
 
 func (x *ScoreTable) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[25]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2494,7 @@ func (x *ScoreTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreTable.ProtoReflect.Descriptor instead.
 func (*ScoreTable) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{25}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ScoreTable) GetSpecs() []*ScoreSpec {
@@ -2418,7 +2554,7 @@ type EpisodeSoFar struct {
 
 func (x *EpisodeSoFar) Reset() {
 	*x = EpisodeSoFar{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2566,7 @@ func (x *EpisodeSoFar) String() string {
 func (*EpisodeSoFar) ProtoMessage() {}
 
 func (x *EpisodeSoFar) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[26]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2579,7 @@ func (x *EpisodeSoFar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeSoFar.ProtoReflect.Descriptor instead.
 func (*EpisodeSoFar) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{26}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EpisodeSoFar) GetSteps() uint32 {
@@ -2526,7 +2662,7 @@ type RewardState struct {
 
 func (x *RewardState) Reset() {
 	*x = RewardState{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2674,7 @@ func (x *RewardState) String() string {
 func (*RewardState) ProtoMessage() {}
 
 func (x *RewardState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[27]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2687,7 @@ func (x *RewardState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewardState.ProtoReflect.Descriptor instead.
 func (*RewardState) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{27}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RewardState) GetEpisode() *EpisodeSoFar {
@@ -2585,7 +2721,7 @@ type ZWindow struct {
 
 func (x *ZWindow) Reset() {
 	*x = ZWindow{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2733,7 @@ func (x *ZWindow) String() string {
 func (*ZWindow) ProtoMessage() {}
 
 func (x *ZWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[28]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2746,7 @@ func (x *ZWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZWindow.ProtoReflect.Descriptor instead.
 func (*ZWindow) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{28}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ZWindow) GetValues() []float64 {
@@ -2635,7 +2771,7 @@ type ScoreSpec struct {
 
 func (x *ScoreSpec) Reset() {
 	*x = ScoreSpec{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2783,7 @@ func (x *ScoreSpec) String() string {
 func (*ScoreSpec) ProtoMessage() {}
 
 func (x *ScoreSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[29]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2796,7 @@ func (x *ScoreSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreSpec.ProtoReflect.Descriptor instead.
 func (*ScoreSpec) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{29}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ScoreSpec) GetVersion() string {
@@ -2707,7 +2843,7 @@ type EpisodeStarted struct {
 
 func (x *EpisodeStarted) Reset() {
 	*x = EpisodeStarted{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2855,7 @@ func (x *EpisodeStarted) String() string {
 func (*EpisodeStarted) ProtoMessage() {}
 
 func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[30]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2868,7 @@ func (x *EpisodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeStarted.ProtoReflect.Descriptor instead.
 func (*EpisodeStarted) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{30}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EpisodeStarted) GetEpisode() *EpisodeRequested {
@@ -2796,13 +2932,15 @@ type EpisodeEnded struct {
 	StartedAtUnixNano int64                  `protobuf:"varint,14,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
 	EndedAtUnixNano   int64                  `protobuf:"varint,15,opt,name=ended_at_unix_nano,json=endedAtUnixNano,proto3" json:"ended_at_unix_nano,omitempty"`
 	Plan              *FaultPlan             `protobuf:"bytes,16,opt,name=plan,proto3" json:"plan,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For an infra error, what failed; unspecified otherwise.
+	InfraKind     InfraKind `protobuf:"varint,17,opt,name=infra_kind,json=infraKind,proto3,enum=gauntlet.v1.InfraKind" json:"infra_kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpisodeEnded) Reset() {
 	*x = EpisodeEnded{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2952,7 @@ func (x *EpisodeEnded) String() string {
 func (*EpisodeEnded) ProtoMessage() {}
 
 func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[31]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +2965,7 @@ func (x *EpisodeEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeEnded.ProtoReflect.Descriptor instead.
 func (*EpisodeEnded) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{31}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EpisodeEnded) GetEpisode() *EpisodeRequested {
@@ -2942,6 +3080,13 @@ func (x *EpisodeEnded) GetPlan() *FaultPlan {
 	return nil
 }
 
+func (x *EpisodeEnded) GetInfraKind() InfraKind {
+	if x != nil {
+		return x.InfraKind
+	}
+	return InfraKind_INFRA_KIND_UNSPECIFIED
+}
+
 // StepsTaken is a segment of one episode: a run of its consecutive steps, published
 // together, with the episode's start when it is the first segment and its end when it is
 // the last. Workers publish an episode in segments (every few steps, and at the end)
@@ -2968,7 +3113,7 @@ type StepsTaken struct {
 
 func (x *StepsTaken) Reset() {
 	*x = StepsTaken{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3125,7 @@ func (x *StepsTaken) String() string {
 func (*StepsTaken) ProtoMessage() {}
 
 func (x *StepsTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[32]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3138,7 @@ func (x *StepsTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsTaken.ProtoReflect.Descriptor instead.
 func (*StepsTaken) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{32}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StepsTaken) GetSteps() []*StepTaken {
@@ -3041,7 +3186,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3198,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3211,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{33}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -3169,7 +3314,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3326,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3339,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{34}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -3221,7 +3366,7 @@ type EndedView struct {
 
 func (x *EndedView) Reset() {
 	*x = EndedView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3378,7 @@ func (x *EndedView) String() string {
 func (*EndedView) ProtoMessage() {}
 
 func (x *EndedView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3391,7 @@ func (x *EndedView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedView.ProtoReflect.Descriptor instead.
 func (*EndedView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{35}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EndedView) GetBody() isEndedView_Body {
@@ -3300,7 +3445,7 @@ type SegmentEndView struct {
 
 func (x *SegmentEndView) Reset() {
 	*x = SegmentEndView{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3457,7 @@ func (x *SegmentEndView) String() string {
 func (*SegmentEndView) ProtoMessage() {}
 
 func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3470,7 @@ func (x *SegmentEndView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentEndView.ProtoReflect.Descriptor instead.
 func (*SegmentEndView) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{36}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SegmentEndView) GetEnded() *EndedSummary {
@@ -3350,7 +3495,7 @@ type EndedSummary struct {
 
 func (x *EndedSummary) Reset() {
 	*x = EndedSummary{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3362,7 +3507,7 @@ func (x *EndedSummary) String() string {
 func (*EndedSummary) ProtoMessage() {}
 
 func (x *EndedSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[37]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3375,7 +3520,7 @@ func (x *EndedSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedSummary.ProtoReflect.Descriptor instead.
 func (*EndedSummary) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{37}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EndedSummary) GetEpisode() *EpisodeRef {
@@ -3432,7 +3577,7 @@ type EpisodeRef struct {
 
 func (x *EpisodeRef) Reset() {
 	*x = EpisodeRef{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3589,7 @@ func (x *EpisodeRef) String() string {
 func (*EpisodeRef) ProtoMessage() {}
 
 func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[38]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3602,7 @@ func (x *EpisodeRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeRef.ProtoReflect.Descriptor instead.
 func (*EpisodeRef) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{38}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *EpisodeRef) GetEpisodeId() string {
@@ -3507,7 +3652,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3664,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[39]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3677,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{39}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RunProgress) GetRunId() string {
@@ -3670,7 +3815,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +3827,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[40]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +3840,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{40}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RunState) GetSpec() *RunRequested {
@@ -3797,7 +3942,7 @@ type StoreProgress struct {
 
 func (x *StoreProgress) Reset() {
 	*x = StoreProgress{}
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +3954,7 @@ func (x *StoreProgress) String() string {
 func (*StoreProgress) ProtoMessage() {}
 
 func (x *StoreProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[41]
+	mi := &file_proto_gauntlet_v1_gauntlet_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +3967,7 @@ func (x *StoreProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreProgress.ProtoReflect.Descriptor instead.
 func (*StoreProgress) Descriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{41}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StoreProgress) GetWrittenSeq() uint64 {
@@ -3843,7 +3988,7 @@ var File_proto_gauntlet_v1_gauntlet_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\n" +
-	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\x1a\x1fproto/gauntlet/v1/lineage.proto\"\xb4\x04\n" +
+	" proto/gauntlet/v1/gauntlet.proto\x12\vgauntlet.v1\x1a\x1eproto/gauntlet/v1/faults.proto\x1a\x1fproto/gauntlet/v1/trainer.proto\x1a\x1fproto/gauntlet/v1/lineage.proto\"\xfa\x04\n" +
 	"\fRunRequested\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1f\n" +
@@ -3861,11 +4006,15 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05drift\x18\f \x03(\v2\x12.gauntlet.v1.DriftR\x05drift\x12C\n" +
 	"\x0fcustom_profiles\x18\r \x03(\v2\x1a.gauntlet.v1.CustomProfileR\x0ecustomProfiles\x12\x1f\n" +
 	"\vreward_spec\x18\x0e \x01(\tR\n" +
-	"rewardSpec\x12.\n" +
-	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"3\n" +
+	"rewardSpec\x12D\n" +
+	"\x0fpolicy_endpoint\x18\x0f \x01(\v2\x1b.gauntlet.v1.PolicyEndpointR\x0epolicyEndpoint\x12.\n" +
+	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"8\n" +
+	"\x0ePolicyEndpoint\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xfd\x02\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xc3\x03\n" +
 	"\x10EpisodeRequested\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x15\n" +
@@ -3883,7 +4032,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"rewardSpec\x12*\n" +
 	"\x11parent_episode_id\x18\v \x01(\tR\x0fparentEpisodeId\x12\x1f\n" +
 	"\vparent_step\x18\f \x01(\rR\n" +
-	"parentStep\"v\n" +
+	"parentStep\x12D\n" +
+	"\x0fpolicy_endpoint\x18\r \x01(\v2\x1b.gauntlet.v1.PolicyEndpointR\x0epolicyEndpoint\"v\n" +
 	"\x0fEpisodeAssigned\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"F\n" +
@@ -4080,7 +4230,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12/\n" +
 	"\x14started_at_unix_nano\x18\x04 \x01(\x03R\x11startedAtUnixNano\x12)\n" +
 	"\x10observation_json\x18\x05 \x01(\tR\x0fobservationJson\x12\x18\n" +
-	"\aattempt\x18\x06 \x01(\rR\aattempt\"\xd3\x04\n" +
+	"\aattempt\x18\x06 \x01(\rR\aattempt\"\x8a\x05\n" +
 	"\fEpisodeEnded\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x1b\n" +
@@ -4101,7 +4251,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x0fvirtual_time_ns\x18\r \x01(\x03R\rvirtualTimeNs\x12/\n" +
 	"\x14started_at_unix_nano\x18\x0e \x01(\x03R\x11startedAtUnixNano\x12+\n" +
 	"\x12ended_at_unix_nano\x18\x0f \x01(\x03R\x0fendedAtUnixNano\x12*\n" +
-	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\"\xdb\x01\n" +
+	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x125\n" +
+	"\n" +
+	"infra_kind\x18\x11 \x01(\x0e2\x16.gauntlet.v1.InfraKindR\tinfraKind\"\xdb\x01\n" +
 	"\n" +
 	"StepsTaken\x12,\n" +
 	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x125\n" +
@@ -4191,7 +4343,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x1cTERMINATION_REASON_MAX_STEPS\x10\x03\x12\x1e\n" +
 	"\x1aTERMINATION_REASON_TIMEOUT\x10\x04\x12+\n" +
 	"'TERMINATION_REASON_INVALID_ACTION_LIMIT\x10\x05\x12\"\n" +
-	"\x1eTERMINATION_REASON_INFRA_ERROR\x10\x06B>Z<github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1;gauntletv1b\x06proto3"
+	"\x1eTERMINATION_REASON_INFRA_ERROR\x10\x06*\x90\x01\n" +
+	"\tInfraKind\x12\x1a\n" +
+	"\x16INFRA_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13INFRA_KIND_GAUNTLET\x10\x01\x12\x1d\n" +
+	"\x19INFRA_KIND_MODEL_ENDPOINT\x10\x02\x12\x16\n" +
+	"\x12INFRA_KIND_SANDBOX\x10\x03\x12\x17\n" +
+	"\x13INFRA_KIND_VERIFIER\x10\x04B>Z<github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1;gauntletv1b\x06proto3"
 
 var (
 	file_proto_gauntlet_v1_gauntlet_proto_rawDescOnce sync.Once
@@ -4205,125 +4363,130 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 	return file_proto_gauntlet_v1_gauntlet_proto_rawDescData
 }
 
-var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
 	(ErrorKind)(0),                     // 0: gauntlet.v1.ErrorKind
 	(TerminationReason)(0),             // 1: gauntlet.v1.TerminationReason
-	(*RunRequested)(nil),               // 2: gauntlet.v1.RunRequested
-	(*Share)(nil),                      // 3: gauntlet.v1.Share
-	(*EpisodeRequested)(nil),           // 4: gauntlet.v1.EpisodeRequested
-	(*EpisodeAssigned)(nil),            // 5: gauntlet.v1.EpisodeAssigned
-	(*Assignment)(nil),                 // 6: gauntlet.v1.Assignment
-	(*FaultPlan)(nil),                  // 7: gauntlet.v1.FaultPlan
-	(*FaultRule)(nil),                  // 8: gauntlet.v1.FaultRule
-	(*HTTPErrorFault)(nil),             // 9: gauntlet.v1.HTTPErrorFault
-	(*LatencyFault)(nil),               // 10: gauntlet.v1.LatencyFault
-	(*TruncateFault)(nil),              // 11: gauntlet.v1.TruncateFault
-	(*FaultFired)(nil),                 // 12: gauntlet.v1.FaultFired
-	(*PlanRequest)(nil),                // 13: gauntlet.v1.PlanRequest
-	(*PlanReply)(nil),                  // 14: gauntlet.v1.PlanReply
-	(*PlanReplyPassThrough)(nil),       // 15: gauntlet.v1.PlanReplyPassThrough
-	(*EpisodeAssignedPassThrough)(nil), // 16: gauntlet.v1.EpisodeAssignedPassThrough
-	(*AssignmentPassThrough)(nil),      // 17: gauntlet.v1.AssignmentPassThrough
-	(*Action)(nil),                     // 18: gauntlet.v1.Action
-	(*Metering)(nil),                   // 19: gauntlet.v1.Metering
-	(*CausalViolation)(nil),            // 20: gauntlet.v1.CausalViolation
-	(*Signals)(nil),                    // 21: gauntlet.v1.Signals
-	(*StepTaken)(nil),                  // 22: gauntlet.v1.StepTaken
-	(*RewardComponent)(nil),            // 23: gauntlet.v1.RewardComponent
-	(*StepScored)(nil),                 // 24: gauntlet.v1.StepScored
-	(*ScoreRequest)(nil),               // 25: gauntlet.v1.ScoreRequest
-	(*ScoreReply)(nil),                 // 26: gauntlet.v1.ScoreReply
-	(*ScoreTable)(nil),                 // 27: gauntlet.v1.ScoreTable
-	(*EpisodeSoFar)(nil),               // 28: gauntlet.v1.EpisodeSoFar
-	(*RewardState)(nil),                // 29: gauntlet.v1.RewardState
-	(*ZWindow)(nil),                    // 30: gauntlet.v1.ZWindow
-	(*ScoreSpec)(nil),                  // 31: gauntlet.v1.ScoreSpec
-	(*EpisodeStarted)(nil),             // 32: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),               // 33: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),                 // 34: gauntlet.v1.StepsTaken
-	(*Event)(nil),                      // 35: gauntlet.v1.Event
-	(*EventBatch)(nil),                 // 36: gauntlet.v1.EventBatch
-	(*EndedView)(nil),                  // 37: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),             // 38: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),               // 39: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),                 // 40: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),                // 41: gauntlet.v1.RunProgress
-	(*RunState)(nil),                   // 42: gauntlet.v1.RunState
-	(*StoreProgress)(nil),              // 43: gauntlet.v1.StoreProgress
-	(*Drift)(nil),                      // 44: gauntlet.v1.Drift
-	(*CustomProfile)(nil),              // 45: gauntlet.v1.CustomProfile
-	(*RunOrigin)(nil),                  // 46: gauntlet.v1.RunOrigin
-	(*DriftValue)(nil),                 // 47: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 48: gauntlet.v1.TrainerData
+	(InfraKind)(0),                     // 2: gauntlet.v1.InfraKind
+	(*RunRequested)(nil),               // 3: gauntlet.v1.RunRequested
+	(*PolicyEndpoint)(nil),             // 4: gauntlet.v1.PolicyEndpoint
+	(*Share)(nil),                      // 5: gauntlet.v1.Share
+	(*EpisodeRequested)(nil),           // 6: gauntlet.v1.EpisodeRequested
+	(*EpisodeAssigned)(nil),            // 7: gauntlet.v1.EpisodeAssigned
+	(*Assignment)(nil),                 // 8: gauntlet.v1.Assignment
+	(*FaultPlan)(nil),                  // 9: gauntlet.v1.FaultPlan
+	(*FaultRule)(nil),                  // 10: gauntlet.v1.FaultRule
+	(*HTTPErrorFault)(nil),             // 11: gauntlet.v1.HTTPErrorFault
+	(*LatencyFault)(nil),               // 12: gauntlet.v1.LatencyFault
+	(*TruncateFault)(nil),              // 13: gauntlet.v1.TruncateFault
+	(*FaultFired)(nil),                 // 14: gauntlet.v1.FaultFired
+	(*PlanRequest)(nil),                // 15: gauntlet.v1.PlanRequest
+	(*PlanReply)(nil),                  // 16: gauntlet.v1.PlanReply
+	(*PlanReplyPassThrough)(nil),       // 17: gauntlet.v1.PlanReplyPassThrough
+	(*EpisodeAssignedPassThrough)(nil), // 18: gauntlet.v1.EpisodeAssignedPassThrough
+	(*AssignmentPassThrough)(nil),      // 19: gauntlet.v1.AssignmentPassThrough
+	(*Action)(nil),                     // 20: gauntlet.v1.Action
+	(*Metering)(nil),                   // 21: gauntlet.v1.Metering
+	(*CausalViolation)(nil),            // 22: gauntlet.v1.CausalViolation
+	(*Signals)(nil),                    // 23: gauntlet.v1.Signals
+	(*StepTaken)(nil),                  // 24: gauntlet.v1.StepTaken
+	(*RewardComponent)(nil),            // 25: gauntlet.v1.RewardComponent
+	(*StepScored)(nil),                 // 26: gauntlet.v1.StepScored
+	(*ScoreRequest)(nil),               // 27: gauntlet.v1.ScoreRequest
+	(*ScoreReply)(nil),                 // 28: gauntlet.v1.ScoreReply
+	(*ScoreTable)(nil),                 // 29: gauntlet.v1.ScoreTable
+	(*EpisodeSoFar)(nil),               // 30: gauntlet.v1.EpisodeSoFar
+	(*RewardState)(nil),                // 31: gauntlet.v1.RewardState
+	(*ZWindow)(nil),                    // 32: gauntlet.v1.ZWindow
+	(*ScoreSpec)(nil),                  // 33: gauntlet.v1.ScoreSpec
+	(*EpisodeStarted)(nil),             // 34: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 35: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 36: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 37: gauntlet.v1.Event
+	(*EventBatch)(nil),                 // 38: gauntlet.v1.EventBatch
+	(*EndedView)(nil),                  // 39: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 40: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 41: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 42: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 43: gauntlet.v1.RunProgress
+	(*RunState)(nil),                   // 44: gauntlet.v1.RunState
+	(*StoreProgress)(nil),              // 45: gauntlet.v1.StoreProgress
+	(*Drift)(nil),                      // 46: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 47: gauntlet.v1.CustomProfile
+	(*RunOrigin)(nil),                  // 48: gauntlet.v1.RunOrigin
+	(*DriftValue)(nil),                 // 49: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 50: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
-	3,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
-	3,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	44, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	45, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	46, // 4: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
-	4,  // 5: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 6: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	5,  // 7: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
-	8,  // 8: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	47, // 9: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
-	9,  // 10: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	10, // 11: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	11, // 12: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	4,  // 13: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	3,  // 14: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	44, // 15: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	45, // 16: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	7,  // 17: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	0,  // 18: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	0,  // 19: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
-	4,  // 20: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
-	16, // 21: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
-	20, // 22: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	18, // 23: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	12, // 24: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	19, // 25: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	21, // 26: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	1,  // 27: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	24, // 28: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	48, // 29: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
-	23, // 30: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	22, // 31: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	29, // 32: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
-	24, // 33: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	27, // 34: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
-	0,  // 35: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	31, // 36: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
-	29, // 37: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
-	28, // 38: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
-	30, // 39: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
-	4,  // 40: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	7,  // 41: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	4,  // 42: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	1,  // 43: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	7,  // 44: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	22, // 45: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	32, // 46: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	33, // 47: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	31, // 48: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
-	32, // 49: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	22, // 50: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	33, // 51: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	34, // 52: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	36, // 53: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	35, // 54: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	39, // 55: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	38, // 56: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	39, // 57: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	40, // 58: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	2,  // 59: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	5,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
+	5,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
+	46, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	47, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	4,  // 4: gauntlet.v1.RunRequested.policy_endpoint:type_name -> gauntlet.v1.PolicyEndpoint
+	48, // 5: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
+	4,  // 6: gauntlet.v1.EpisodeRequested.policy_endpoint:type_name -> gauntlet.v1.PolicyEndpoint
+	6,  // 7: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
+	9,  // 8: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	7,  // 9: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
+	10, // 10: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	49, // 11: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	11, // 12: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	12, // 13: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	13, // 14: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	6,  // 15: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	5,  // 16: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	46, // 17: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	47, // 18: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	9,  // 19: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	0,  // 20: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	0,  // 21: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
+	6,  // 22: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
+	18, // 23: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
+	22, // 24: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	20, // 25: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	14, // 26: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	21, // 27: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	23, // 28: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	1,  // 29: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	26, // 30: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	50, // 31: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	25, // 32: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	24, // 33: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	31, // 34: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
+	26, // 35: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	29, // 36: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	0,  // 37: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	33, // 38: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	31, // 39: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
+	30, // 40: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
+	32, // 41: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
+	6,  // 42: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	9,  // 43: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	6,  // 44: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	1,  // 45: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	9,  // 46: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	2,  // 47: gauntlet.v1.EpisodeEnded.infra_kind:type_name -> gauntlet.v1.InfraKind
+	24, // 48: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	34, // 49: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	35, // 50: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	33, // 51: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	34, // 52: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	24, // 53: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	35, // 54: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	36, // 55: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	38, // 56: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	37, // 57: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	41, // 58: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	40, // 59: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	41, // 60: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	42, // 61: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	3,  // 62: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -4334,19 +4497,19 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 	file_proto_gauntlet_v1_faults_proto_init()
 	file_proto_gauntlet_v1_trainer_proto_init()
 	file_proto_gauntlet_v1_lineage_proto_init()
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[6].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[7].OneofWrappers = []any{
 		(*FaultRule_HttpError)(nil),
 		(*FaultRule_Latency)(nil),
 		(*FaultRule_Truncate)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[33].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[34].OneofWrappers = []any{
 		(*Event_Started)(nil),
 		(*Event_Step)(nil),
 		(*Event_Ended)(nil),
 		(*Event_Steps)(nil),
 		(*Event_Batch)(nil),
 	}
-	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[35].OneofWrappers = []any{
+	file_proto_gauntlet_v1_gauntlet_proto_msgTypes[36].OneofWrappers = []any{
 		(*EndedView_Ended)(nil),
 		(*EndedView_Steps)(nil),
 	}
@@ -4355,8 +4518,8 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   42,
+			NumEnums:      3,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
