@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 )
 
 // writeFiles writes path: content under dir; ".sh" files are executable.
@@ -153,5 +156,38 @@ func TestTasksCheck(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestTasksCheckOnContainerd: tasks check on the containerd runtime, each task in its
+// own image built from its Dockerfile through a local registry, passes a representative
+// part of the in-repo dataset: a codefix bug, a shell task, a data task, and a Python
+// task whose image installs python3 with apt-get.
+// The whole dataset, checked by hand, is in docs/benchmarks.md (its 10 apt-get builds
+// take minutes).
+func TestTasksCheckOnContainerd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds task images and runs containerd; -short runs unit tests only")
+	}
+	c := runtimestest.Config(t, runtimes.Containerd)
+	im := runtimestest.Images(t)
+	ids := []string{"codefix/sum", "shell/count-errors", "data/transpose", "python/fix-median"}
+	args := []string{"check", "--data-dir", t.TempDir(), "--sandbox.runtime", runtimes.Containerd, "--sandbox.pool-size", "0",
+		"--sandbox.state-dir", c.StateDir, "--sandbox.containerd", c.Containerd, "--sandbox.agent", c.AgentBinary,
+		"--images.registry", im.Registry, "--images.docker-hub-mirror", im.DockerHubMirror, "--images.cache-dir", im.CacheDir}
+	for _, id := range ids {
+		args = append(args, "--glob", id)
+	}
+	out, errOut, err := runTasksCmd(append(args, "../../datasets/gauntlet")...)
+	if err != nil {
+		t.Fatalf("check: %v\n%s%s", err, out, errOut)
+	}
+	for _, id := range ids {
+		if want := "ok   " + id + "  oracle {\"reward\":1}  no-op {\"reward\":0}"; !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if want := "4 of 4 tasks pass (oracle succeeds, no-op fails) on the containerd runtime"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }

@@ -80,4 +80,45 @@ func TestTasksEndToEnd(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(out, "tests")); len(ents) != 0 {
 		t.Errorf("the agent's workspace holds tests/: %v", ents)
 	}
+
+	// Under faults on the workspace tools (latency on every call, a 503 on some), a
+	// recorded episode whose tool call failed replays to its end: the same steps, the
+	// same faults (the failed call's observation says so) and the same verdict.
+	path := filepath.Join(t.TempDir(), "flaky-tools.yaml")
+	profile := "name: flaky-tools\nfaults:\n" +
+		"  - {id: slow, kind: latency, match: {services: [sandbox]}, params: {mean_ms: 40, jitter_ms: 10}}\n" +
+		"  - {id: down, kind: http_error, probability: 0.5, match: {services: [sandbox]}, params: {status: 503, retry_after_ms: 100}}\n"
+	if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o = runOpts{env: "tasks", params: string(params), policies: "oracle=1", profiles: "flaky-tools=1", profileFiles: path,
+		episodes: 6, seed: 12, maxInFlight: 4, label: t.Name() + "-faults"}
+	if req, err = o.request(); err != nil {
+		t.Fatal(err)
+	}
+	final = runToEnd(t, s.app.getBus(), conn, db, req)
+	if final.Ended != req.Episodes || final.InfraErrors != 0 {
+		t.Fatalf("under faults: ended %d of %d, infra errors %d", final.Ended, req.Episodes, final.InfraErrors)
+	}
+	row := strings.Fields(queryOne(t, conn, fmt.Sprintf(`SELECT concat(episode_id, ' ', toString(steps), ' ', toString(success))
+		FROM %s.episodes FINAL WHERE run_id = '%s' AND episode_id IN
+		(SELECT episode_id FROM %s.faults_final WHERE run_id = '%s' AND kind = 'http_error') ORDER BY episode_id LIMIT 1`, db, req.RunId, db, req.RunId)))
+	if len(row) != 3 {
+		t.Fatalf("no episode met an http_error: %v", row)
+	}
+	faulty, steps := row[0], row[1]
+	recorded := queryOne(t, conn, fmt.Sprintf(`SELECT any(observation) FROM %s.steps FINAL WHERE episode_id = '%s' AND tool = 'submit'`, db, faulty))
+	stdout.Reset()
+	stderr.Reset()
+	args = []string{"episode", "snapshot", faulty, "--step", steps, "--out", filepath.Join(t.TempDir(), "ws-faults"), "--clickhouse", ch.Addr(), "--database", db,
+		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli", "--tasks.datasets", "gauntlet=" + dataset}
+	if err := runMain(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
+	}
+	if want := "replayed " + steps + " of " + steps + " steps; every observation identical"; !strings.Contains(stdout.String(), want) {
+		t.Errorf("replay of %s under faults: want %q:\n%s", faulty, want, stdout.String())
+	}
+	if !strings.Contains(recorded, `"rewards":{`) || row[2] != "0" {
+		t.Errorf("episode %s met a failed call yet its verdict is %s (success %s)", faulty, recorded, row[2])
+	}
 }

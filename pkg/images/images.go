@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 )
@@ -78,7 +80,11 @@ type Store struct {
 	hosts    string
 	log      *slog.Logger
 
-	mu sync.Mutex // guards buildah
+	mu sync.Mutex // guards buildah and content
+
+	// content is Unpack's content store, opened once: opening it logs a warning through
+	// containerd's global logger on filesystems without fs-verity, once per open.
+	content content.Store
 }
 
 // Source is where a task's image comes from: a build context (a task's
@@ -202,4 +208,18 @@ func normalize(ref string) (string, error) {
 		return "", fmt.Errorf("%w: image reference %q: %v", ErrInvalid, ref, err)
 	}
 	return named.String(), nil
+}
+
+// contentStore returns Unpack's content store under the cache directory.
+func (s *Store) contentStore() (content.Store, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.content == nil {
+		cs, err := local.NewStore(filepath.Join(s.cache, "content"))
+		if err != nil {
+			return nil, err
+		}
+		s.content = cs
+	}
+	return s.content, nil
 }

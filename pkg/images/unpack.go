@@ -3,8 +3,10 @@ package images
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,7 +16,6 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -69,7 +70,7 @@ func (s *Store) Unpack(ctx context.Context, img Image) (string, error) {
 	}
 
 	begin := time.Now()
-	cs, err := local.NewStore(filepath.Join(s.cache, "content"))
+	cs, err := s.contentStore()
 	if err != nil {
 		return "", fmt.Errorf("unpack image %s: open the content store: %w", ref, err)
 	}
@@ -109,6 +110,12 @@ func (s *Store) Unpack(ctx context.Context, img Image) (string, error) {
 			os.RemoveAll(tmp)
 			return "", fmt.Errorf("unpack image %s: layer %d (%s): %w", ref, i, l.Digest, err)
 		}
+	}
+	// The image's runtime configuration (ENV, WORKDIR, USER) beside the directory,
+	// for the runtime that runs it (UnpackedConfig).
+	if err := writeConfig(dir, cfg.Config); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("unpack image %s: %w", ref, err)
 	}
 	// The marker tells a complete directory from one a crash interrupted; it sits at
 	// the root of the lower layer, where a sandbox sees it, so it says what it is.
@@ -158,4 +165,37 @@ func readJSON(ctx context.Context, p content.Provider, desc ocispec.Descriptor, 
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// configPath is where Unpack keeps the runtime configuration of the image unpacked at dir.
+func configPath(dir string) string { return dir + ".config.json" }
+
+func writeConfig(dir string, c ocispec.ImageConfig) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	tmp := configPath(dir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o444); err != nil {
+		return err
+	}
+	return os.Rename(tmp, configPath(dir))
+}
+
+// UnpackedConfig returns the runtime configuration (ENV, WORKDIR, USER, ...) of the image
+// Unpack unpacked at dir. A directory unpacked by a gauntlet before it kept the
+// configuration has none: the zero config.
+func (s *Store) UnpackedConfig(dir string) (ocispec.ImageConfig, error) {
+	var c ocispec.ImageConfig
+	b, err := os.ReadFile(configPath(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("image config of %s: %w", dir, err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("image config of %s: %w", dir, err)
+	}
+	return c, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/images"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 )
 
@@ -48,7 +49,14 @@ func openContainerd(ctx context.Context, c Config, stateDir string, log *slog.Lo
 		}
 		addr = srv.Address()
 	}
-	rt, err := ctrd.New(ctx, ctrd.Options{Address: addr, StateDir: filepath.Join(stateDir, "ctrd"), AgentBinary: c.AgentBinary, Logger: log})
+	store, err := images.New(images.Options{Registry: c.Images.Registry, DockerHubMirror: c.Images.DockerHubMirror, CacheDir: c.Images.CacheDir, Logger: log})
+	if err != nil {
+		if o.Stop != nil {
+			_ = o.Stop()
+		}
+		return Opened{}, err
+	}
+	rt, err := ctrd.New(ctx, ctrd.Options{Address: addr, StateDir: filepath.Join(stateDir, "ctrd"), AgentBinary: c.AgentBinary, Images: store, Logger: log})
 	if err != nil {
 		if o.Stop != nil {
 			_ = o.Stop()

@@ -11,5 +11,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "sandbox.state-dir", "", "state directory of the sandbox runtime (default: <data-dir>/sandbox)")
 	fs.StringVar(&c.Containerd, "sandbox.containerd", "", "socket of a running containerd (scripts/containerd.sh start; default: start a private one)")
 	fs.IntVar(&c.PoolSize, "sandbox.pool-size", 2, "warm sandboxes kept per sandbox template (0: create each on demand)")
+	c.Images.RegisterFlags(fs)
 	fs.StringVar(&c.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd sandboxes (default: build it with the Go toolchain)")
+}
+
+// RegisterFlags declares the images.* flags: where task images are built and pulled.
+func (c *ImagesConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Registry, "images.registry", "", "registry (host:port) task images are built into and pulled from (scripts/registry.sh start; needed by tasks with a Dockerfile on containerd)")
+	fs.StringVar(&c.DockerHubMirror, "images.docker-hub-mirror", "", "registry asked first for Docker Hub images (FROM debian:...): a pull-through cache, or offline the local registry")
+	fs.StringVar(&c.CacheDir, "images.cache-dir", "", "image builder's storage and logs (default: the user's cache directory, gauntlet/images)")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/images"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 )
 
@@ -15,8 +16,17 @@ const Process = "process"
 func init() {
 	Register(Registration{
 		Name: Process,
-		Open: func(_ context.Context, _ Config, stateDir string, log *slog.Logger) (Opened, error) {
-			rt, err := process.New(process.Config{StateDir: stateDir, Logger: log})
+		Open: func(_ context.Context, c Config, stateDir string, log *slog.Logger) (Opened, error) {
+			pc := process.Config{StateDir: stateDir, Logger: log}
+			if c.Images.Registry != "" || c.Images.DockerHubMirror != "" {
+				// Tasks run on their images unpacked; without a registry, on the host's root.
+				store, err := images.New(images.Options{Registry: c.Images.Registry, DockerHubMirror: c.Images.DockerHubMirror, CacheDir: c.Images.CacheDir, Logger: log})
+				if err != nil {
+					return Opened{}, err
+				}
+				pc.Images = store
+			}
+			rt, err := process.New(pc)
 			return Opened{Runtime: rt}, err
 		},
 		Validate: func(c Config) []error {

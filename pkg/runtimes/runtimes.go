@@ -49,6 +49,21 @@ type Config struct {
 	// PoolSize is how many warm sandboxes to keep per template of the registered envs
 	// (env.SandboxTemplater); 0 creates every sandbox on demand.
 	PoolSize int
+	// Images configures the image store of runtimes that build and pull task images
+	// (sandbox.ImagePreparer: containerd).
+	Images ImagesConfig
+}
+
+// ImagesConfig is where task images are built, kept and pulled from (package images).
+type ImagesConfig struct {
+	// Registry is the registry (host[:port]) built images are pushed to and found in;
+	// empty: tasks that bring a Dockerfile cannot run (those naming an image can).
+	Registry string
+	// DockerHubMirror is asked first for Docker Hub images (FROM debian:bookworm-slim);
+	// offline, the local registry the base image was pushed to.
+	DockerHubMirror string
+	// CacheDir holds the builder's storage and logs; empty: the user's cache directory.
+	CacheDir string
 }
 
 // Validate reports every problem at once.

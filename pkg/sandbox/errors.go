@@ -21,6 +21,10 @@ var (
 	ErrUnavailable = errors.New("sandbox: isolation unavailable")
 	// ErrClosed: the runtime was closed.
 	ErrClosed = errors.New("sandbox: runtime closed")
+	// ErrWorkspaceReplaced: the sandbox's own commands replaced its workspace folder
+	// (with a link, say), which the host will not follow: the sandbox's doing, not a
+	// failure of the runtime.
+	ErrWorkspaceReplaced = errors.New("sandbox: the workspace folder was replaced")
 	// ErrLimit: a runtime-wide cap was reached (too many sandboxes, snapshot chain too
 	// long for the backend); retry later or free resources.
 	ErrLimit = errors.New("sandbox: limit reached")

@@ -263,3 +263,25 @@ type Stats struct {
 	// Total is the cumulative metering of those commands.
 	Total Metering `json:"total"`
 }
+
+// ImageSource is where a task's root filesystem comes from: a build context (a task's
+// environment/ folder with its Dockerfile) or an image reference. Exactly one of
+// Context and Image.
+type ImageSource struct {
+	// Context is the build context directory.
+	Context string `json:"context,omitempty"`
+	// Dockerfile is the Dockerfile's path relative to Context; empty means "Dockerfile".
+	Dockerfile string `json:"dockerfile,omitempty"`
+	// Image is an image reference, pulled from the registry it names.
+	Image string `json:"image,omitempty"`
+	// Repository names a built image in the runtime's registry ("tasks/fix-cron").
+	Repository string `json:"repository,omitempty"`
+}
+
+// ImagePreparer is the optional ability to turn an ImageSource into a Spec.Image the
+// runtime can create sandboxes from: the image is built or pulled, and made ready
+// (containerd: in its image store, unpacked). A runtime that has the ability but was
+// configured without an image store returns ErrUnavailable saying what to configure.
+type ImagePreparer interface {
+	PrepareImage(ctx context.Context, src ImageSource) (string, error)
+}

@@ -42,8 +42,9 @@ type Spec struct {
 	Links map[string]string `json:"links,omitempty"`
 }
 
-// reservedRoots are the root folders every runtime provides itself; a link may not hide one.
-var reservedRoots = []string{"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp", "usr", "workspace"}
+// reservedRoots are the root folders every runtime provides itself (.gauntlet: the
+// containerd runtime's agent); a link may not hide one.
+var reservedRoots = []string{".gauntlet", "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp", "usr", "workspace"}
 
 // Limits are a sandbox's resource limits; zero fields take the Default* values.
 type Limits struct {

@@ -12,10 +12,13 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
@@ -427,7 +430,15 @@ func parseMD5Sums(out []byte) map[string]string {
 // it runs (between steps nothing runs there, but a process left in the background may),
 // so files that vanish are skipped and nothing is followed out of dir.
 func hostListing(dir string) (map[string]string, error) {
-	root, err := os.OpenRoot(dir)
+	// The path may cross into the sandbox's root (containerd: /proc/PID/root/workspace),
+	// where a command can swap the folder for a link: it is opened without following a
+	// last link, and the root is that folder.
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	root, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(fd))
+	unix.Close(fd)
 	if err != nil {
 		return nil, err
 	}

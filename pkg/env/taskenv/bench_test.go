@@ -1,12 +1,16 @@
 package taskenv_test
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
 // BenchmarkEpisodeStart measures a task episode's start on the process runtime (NewEpisode,
@@ -40,6 +44,88 @@ func BenchmarkEpisodeStart(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkTaskRuntimes puts the two runtimes side by side on one task, codefix/sum (on
+// containerd in its own image, built once before the timings):
+//
+//   - start: NewEpisode and Reset, a sandbox made on demand, then Close;
+//   - verify: the submit step of a fresh episode, which snapshots the sandbox, forks it,
+//     clears the verifier's paths, copies tests/ in, runs test.sh and reads the reward;
+//   - test.sh: the same test.sh run directly in the agent's sandbox (tests/ copied in
+//     beforehand, outside the timing), the baseline of the verifier's overhead.
+//
+// Run with -benchtime=10x: a containerd verify costs a sandbox start.
+func BenchmarkTaskRuntimes(b *testing.B) {
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
+		b.Run(rt, func(b *testing.B) {
+			c := runtimestest.Config(b, rt)
+			if rt == runtimes.Containerd {
+				c.Images = runtimestest.Images(b)
+			}
+			sb := runtimestest.OpenConfig(b, c)
+			e := taskenv.New()
+			start := func(b *testing.B) env.Episode {
+				ep, err := e.NewEpisode(env.Config{Seed: 1, Params: params("codefix/sum"), Sandboxes: sb, Datasets: gauntlet})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ep.Reset(); err != nil {
+					b.Fatal(err)
+				}
+				return ep
+			}
+			_ = env.Close(start(b)) // the image, built and pulled once
+			b.Run("start", func(b *testing.B) {
+				for b.Loop() {
+					if err := env.Close(start(b)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("verify", func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					ep := start(b)
+					b.StartTimer()
+					res, err := ep.Step(env.Action{Tool: taskenv.ToolSubmit})
+					if err != nil || !res.Done() {
+						b.Fatalf("submit: %v, %s", err, res.Observation)
+					}
+					b.StopTimer()
+					_ = env.Close(ep)
+					b.StartTimer()
+				}
+			})
+			b.Run("test.sh", func(b *testing.B) {
+				ep := start(b)
+				defer env.Close(ep)
+				r, id := ep.(env.Workspacer).Sandbox()
+				ctx := context.Background()
+				dir := filepath.Join(dataset, "codefix/sum/tests")
+				ents, err := os.ReadDir(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, f := range ents {
+					data, err := os.ReadFile(filepath.Join(dir, f.Name()))
+					if err != nil {
+						b.Fatal(err)
+					}
+					res, err := r.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sh", "-c", "mkdir -p /workspace/logs/verifier /workspace/tests && cat > /workspace/tests/" + f.Name()}, Stdin: data})
+					if err != nil || res.ExitCode != 0 {
+						b.Fatalf("copy tests/%s in: %v, %s", f.Name(), err, res.Stderr)
+					}
+				}
+				for b.Loop() {
+					res, err := r.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"bash", "--noprofile", "--norc", "/tests/test.sh"}, Dir: "app"})
+					if err != nil || res.ExitCode != 0 {
+						b.Fatalf("test.sh: %v, exit %d: %s%s", err, res.ExitCode, res.Stdout, res.Stderr)
+					}
+				}
+			})
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -110,23 +111,75 @@ type resetObs struct {
 	DeadlineMs  int64    `json:"deadline_ms"`
 }
 
-// sandboxSpec is the sandbox the task runs in: environment/app in the workspace (what
-// the Dockerfile copies to /app), Harbor's paths linked into it, the task's limits.
-func sandboxSpec(t *tasks.Task) (sandbox.Spec, error) {
+// sandboxSpec is the sandbox the task runs in: the task's links (Harbor's paths, each a
+// workspace folder) and limits, on the task's image where the runtime can prepare one
+// (sandbox.ImagePreparer: the image's /app becomes the workspace's app/); elsewhere (a
+// process runtime without an image store) on the runtime's own root, with
+// environment/app in the workspace (what the Dockerfile copies to /app).
+func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbox.Spec, error) {
+	c := t.Config.Environment
+	spec := sandbox.Spec{
+		Template: Template,
+		Limits:   limits(c.CPUs, c.MemoryMB, c.StorageMB),
+		// The runtime makes the folders: /app, /logs, /tests and /solution exist and are
+		// empty unless environment/app or the image fills /app.
+		Links:  links,
+		Labels: map[string]string{"env": Name, "task": t.ID},
+	}
+	if p, ok := rt.(sandbox.ImagePreparer); ok {
+		ref, err := taskImage(ctx, p, t)
+		if err != nil {
+			return sandbox.Spec{}, err
+		}
+		if ref != "" {
+			spec.Image = ref
+			return spec, nil
+		}
+	}
 	files, err := workspaceFiles(filepath.Join(t.Environment.Context, taskstest.WorkspaceDir), appDir)
 	if err != nil {
 		return sandbox.Spec{}, fmt.Errorf("tasks: task %s: environment/%s: %w", t.ID, taskstest.WorkspaceDir, err)
 	}
-	c := t.Config.Environment
-	return sandbox.Spec{
-		Template:  Template,
-		Limits:    limits(c.CPUs, c.MemoryMB, c.StorageMB),
-		Workspace: files,
-		// The runtime makes the folders: /app, /logs, /tests and /solution exist and are
-		// empty unless environment/app fills /app.
-		Links:  links,
-		Labels: map[string]string{"env": Name, "task": t.ID},
-	}, nil
+	spec.Workspace = files
+	return spec, nil
+}
+
+// ImageRepository is the repository of the task images built from Dockerfiles, in the
+// runtime's registry; each is tagged by the digest of its build context.
+const ImageRepository = "gauntlet/tasks"
+
+// prepared holds the image each task (by content digest, which covers environment/)
+// got from each runtime, so an episode start after the first costs no registry lookup.
+var prepared sync.Map // preparedKey → string
+
+type preparedKey struct {
+	rt     sandbox.ImagePreparer
+	digest string
+}
+
+// taskImage returns the runtime's image of the task: [environment].docker_image
+// pulled, or environment/Dockerfile built (under the task's build timeout) and pulled;
+// "" when the runtime has no image store.
+func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (string, error) {
+	key := preparedKey{p, t.Digest}
+	if ref, ok := prepared.Load(key); ok {
+		return ref.(string), nil
+	}
+	src := sandbox.ImageSource{Image: t.Environment.Image}
+	if src.Image == "" {
+		src = sandbox.ImageSource{Context: t.Environment.Context, Repository: ImageRepository}
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.Config.Environment.BuildTimeout+opTimeout)
+	defer cancel()
+	ref, err := p.PrepareImage(ctx, src)
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		ref, err = "", nil // the runtime has no image store: its own root
+	}
+	if err != nil {
+		return "", fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
+	}
+	prepared.Store(key, ref)
+	return ref, nil
 }
 
 // limits are a sandbox's limits for [environment]'s cpus, memory_mb and storage_mb.
@@ -177,16 +230,16 @@ func (e *episode) Reset() (json.RawMessage, error) {
 	if e.cfg.Sandboxes == nil {
 		return nil, fmt.Errorf("tasks: %w", env.ErrNoSandbox)
 	}
+	spec, err := sandboxSpec(context.Background(), e.cfg.Sandboxes.Runtime(), e.task)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := e.release(ctx); err != nil {
 		return nil, err
 	}
 	*e = episode{cfg: e.cfg, task: e.task, maxSteps: e.maxSteps, maxInvalid: e.maxInvalid, deadline: e.deadline, faults: e.cfg.Faults}
-	spec, err := sandboxSpec(e.task)
-	if err != nil {
-		return nil, err
-	}
 	h, err := e.cfg.Sandboxes.Acquire(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: task %s: acquire sandbox: %w", e.task.ID, err)

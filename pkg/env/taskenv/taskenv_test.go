@@ -117,27 +117,32 @@ func verdictOf(t *testing.T, s step) verdict {
 func TestOracleSucceedsNoopFails(t *testing.T) {
 	sb := runtimestest.Open(t, runtimes.Process, 0)
 	for _, id := range []string{"codefix/sum", "shell/count-errors", "data/transpose"} {
-		t.Run(id, func(t *testing.T) {
-			first, last := play(t, sb, gauntlet, params(id), taskenv.New().(env.Oracle).Oracle(1))
-			v := verdictOf(t, last)
-			if !v.Pass || v.Rewards[tasks.RewardName] != 1 || !last.res.Signals.Success || last.res.Signals.Progress != 1 {
-				t.Errorf("oracle: verdict %+v, signals %v", v, last.res.Signals)
-			}
-			var r struct{ Task, Digest, Instruction string }
-			_ = json.Unmarshal(first, &r)
-			task, err := tasks.Load(filepath.Join(dataset, id), id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Task != id || r.Digest != task.Digest || r.Instruction != task.Instruction {
-				t.Errorf("reset observation %s does not name the task, its digest and instruction", first)
-			}
-			_, last = play(t, sb, gauntlet, params(id), &scripted{})
-			v = verdictOf(t, last)
-			if v.Pass || v.Rewards[tasks.RewardName] != 0 || last.res.Signals.Success || !last.res.Done() {
-				t.Errorf("no-op: verdict %+v, signals %v", v, last.res.Signals)
-			}
-		})
+		t.Run(id, func(t *testing.T) { oracleSucceedsNoopFails(t, sb, id) })
+	}
+}
+
+// oracleSucceedsNoopFails plays task id with the oracle and with a no-op agent in
+// sandboxes of sb.
+func oracleSucceedsNoopFails(t *testing.T, sb env.Sandboxes, id string) {
+	t.Helper()
+	first, last := play(t, sb, gauntlet, params(id), taskenv.New().(env.Oracle).Oracle(1))
+	v := verdictOf(t, last)
+	if !v.Pass || v.Rewards[tasks.RewardName] != 1 || !last.res.Signals.Success || last.res.Signals.Progress != 1 {
+		t.Errorf("oracle: verdict %+v, signals %v", v, last.res.Signals)
+	}
+	var r struct{ Task, Digest, Instruction string }
+	_ = json.Unmarshal(first, &r)
+	task, err := tasks.Load(filepath.Join(dataset, id), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Task != id || r.Digest != task.Digest || r.Instruction != task.Instruction {
+		t.Errorf("reset observation %s does not name the task, its digest and instruction", first)
+	}
+	_, last = play(t, sb, gauntlet, params(id), &scripted{})
+	v = verdictOf(t, last)
+	if v.Pass || v.Rewards[tasks.RewardName] != 0 || last.res.Signals.Success || !last.res.Done() {
+		t.Errorf("no-op: verdict %+v, signals %v", v, last.res.Signals)
 	}
 }
 
@@ -145,7 +150,10 @@ func TestOracleSucceedsNoopFails(t *testing.T) {
 // and relative paths (from /app, the working directory) reach the task's files in every
 // tool, and commands run in /app.
 func TestPathsAreTheTasks(t *testing.T) {
-	sb := runtimestest.Open(t, runtimes.Process, 0)
+	pathsAreTheTasks(t, runtimestest.Open(t, runtimes.Process, 0))
+}
+
+func pathsAreTheTasks(t *testing.T, sb env.Sandboxes) {
 	ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params("codefix/sum"), Sandboxes: sb, Datasets: gauntlet})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +189,10 @@ func TestPathsAreTheTasks(t *testing.T) {
 // TestVerifierCannotBeFooled: an agent that does nothing of its task but prepares the
 // verifier's paths gets an honest verdict (reward 0), and what it planted is recorded.
 func TestVerifierCannotBeFooled(t *testing.T) {
-	sb := runtimestest.Open(t, runtimes.Process, 0)
+	verifierCannotBeFooled(t, runtimestest.Open(t, runtimes.Process, 0))
+}
+
+func verifierCannotBeFooled(t *testing.T, sb env.Sandboxes) {
 	const win = "echo 1 > /logs/verifier/reward.txt\n"
 	for _, c := range []struct {
 		name    string

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
@@ -46,19 +48,29 @@ func (v *verdict) progress() float64 {
 	return min(max(r, 0), 1)
 }
 
-// prepScript runs first in the verifier's fork: it reports and removes what the agent
-// left on the verifier's paths (the workspace's logs/ when it is not a plain folder,
-// logs/verifier, tests/, solution/), and makes logs/verifier empty. rm -rf removes a link
-// itself, never what it leads to.
-const prepScript = `cd /workspace || exit 1
+// verifyScript is the verifier's one command in its fork: one exec, since each costs a
+// process start or an agent round trip and the verifier's overhead over test.sh itself
+// is mostly those. It reports and removes what the agent left on the verifier's paths
+// (the workspace's logs/ when it is not a plain folder, logs/verifier, tests/,
+// solution/: rm -rf removes a link itself, never what it leads to) and makes
+// logs/verifier empty; unpacks tests/ from its stdin; runs test.sh in /app with no
+// start-up file read, its output on stderr, under the [verifier] timeout ($1 seconds);
+// and prints, on stdout, "planted: ..." lines, "timedout" when test.sh ran out of time,
+// then "rc N" with test.sh's exit status, then the reward left: "txt" or "json" and the
+// file, or "none". Exit 124 means the paths could not be cleared, 125 that tests/ could
+// not be unpacked.
+const verifyScript = `cd /workspace || exit 124
 if [ -L logs ] || { [ -e logs ] && [ ! -d logs ]; }; then echo "planted: /logs is not a folder"; rm -rf logs; fi
 if [ -n "$(ls -A logs/verifier 2>/dev/null)" ]; then echo "planted: /logs/verifier held $(ls -A logs/verifier | head -c 200 | tr '\n' ' ')"; fi
 if [ -n "$(ls -A tests 2>/dev/null)" ] || [ -L tests ]; then echo "planted: /tests was not empty before the verifier"; fi
-rm -rf logs/verifier tests solution && mkdir -p logs/verifier logs/agent tests
-`
-
-// readScript prints the reward the verifier left: "txt" or "json" and the file, or "none".
-const readScript = `cd /workspace/logs/verifier || { echo none; exit 0; }
+rm -rf logs/verifier tests solution && mkdir -p logs/verifier logs/agent tests || exit 124
+tar -x -f - -C /workspace/tests || exit 125
+cd /workspace/app 2>/dev/null || cd /workspace
+timeout -k 1 "$1" bash --noprofile --norc /tests/test.sh </dev/null 1>&2
+rc=$?
+[ $rc -eq 124 ] && echo timedout
+echo "rc $rc"
+cd /workspace/logs/verifier || { echo none; exit 0; }
 if [ -f reward.txt ] && [ ! -L reward.txt ]; then echo txt; head -c 65537 reward.txt
 elif [ -f reward.json ] && [ ! -L reward.json ]; then echo json; head -c 65537 reward.json
 else echo none; fi
@@ -66,13 +78,18 @@ else echo none; fi
 
 // verify judges the agent's final state. The agent's sandbox is snapshotted and a fresh
 // sandbox forked from the snapshot, where nothing of the agent runs (the process runtime
-// ends every command's processes with it; a fork starts none); there the verifier's paths
-// are cleared, tests/ copied in, and tests/test.sh run under the [verifier] timeout.
+// ends every command's processes with it; a fork starts none); there verifyScript clears
+// the verifier's paths, copies tests/ in and runs tests/test.sh, under the [verifier]
+// timeout.
 func (e *episode) verify(ctx context.Context) (*verdict, error) {
 	rt := e.cfg.Sandboxes.Runtime()
 	snap, fork, err := snapshotFork(rt)
 	if err != nil {
 		return nil, err
+	}
+	tests, err := tarFolder(filepath.Join(e.task.Dir, tasks.TestsDir))
+	if err != nil {
+		return nil, fmt.Errorf("%w: task %s: %v", ErrVerifier, e.task.ID, err)
 	}
 	s, err := snap.Snapshot(ctx, e.sb)
 	if err != nil {
@@ -85,56 +102,52 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 	}
 	defer func() { _ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID) }()
 
-	run := func(req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-		r, err := rt.Exec(ctx, h.ID, req)
-		if err != nil {
-			return r, fmt.Errorf("tasks: verify in sandbox %s: %w", h.ID, err)
-		}
-		return r, nil
-	}
-	v := &verdict{}
-	r, err := run(sandbox.ExecRequest{Argv: []string{"sh", "-c", prepScript}, Timeout: opTimeout, OutputLimit: 4 << 10})
-	if err != nil {
-		return nil, err
-	}
-	if r.ExitCode != 0 {
-		return nil, fmt.Errorf("%w: task %s: clearing the verifier's paths: exit %d: %s", ErrVerifier, e.task.ID, r.ExitCode, r.Stderr)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(r.Stdout)), "\n") {
-		if d, ok := strings.CutPrefix(line, "planted: "); ok {
-			v.safety = append(v.safety, EventVerifierPlanted+": "+d)
-		}
-	}
-	tests, err := tarFolder(filepath.Join(e.task.Dir, tasks.TestsDir))
-	if err != nil {
-		return nil, fmt.Errorf("%w: task %s: %v", ErrVerifier, e.task.ID, err)
-	}
-	r, err = run(sandbox.ExecRequest{Argv: []string{"tar", "-x", "-f", "-", "-C", "/workspace/" + testsDir}, Stdin: tests, Timeout: opTimeout})
-	if err != nil {
-		return nil, err
-	}
-	if r.ExitCode != 0 {
-		return nil, fmt.Errorf("%w: task %s: copying tests/ in: exit %d: %s", ErrVerifier, e.task.ID, r.ExitCode, r.Stderr)
-	}
-	r, err = run(sandbox.ExecRequest{
-		// --noprofile --norc: no start-up file the agent could have planted is read.
-		Argv: []string{"bash", "--noprofile", "--norc", tasks.TestsMount + "/test.sh"},
-		Env:  envList(e.task.Config.Verifier.Env), Dir: appDir,
-		Timeout: e.task.Config.Verifier.Timeout, OutputLimit: maxOutput,
+	timeout := e.task.Config.Verifier.Timeout
+	r, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", verifyScript, "sh", strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64)}, Stdin: tests,
+		Env: envList(e.task.Config.Verifier.Env),
+		// The clearing, unpacking and reading around test.sh take milliseconds.
+		Timeout: timeout + verifyMargin, OutputLimit: 128 << 10,
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tasks: verify in sandbox %s: %w", h.ID, err)
 	}
-	out := text(string(r.Stdout) + string(r.Stderr))
-	if r.TimedOut {
-		return nil, fmt.Errorf("%w: task %s: test.sh timed out after %v%s", ErrVerifier, e.task.ID, e.task.Config.Verifier.Timeout, said(out))
+	out := text(string(r.Stderr))
+	switch {
+	case r.TimedOut:
+		return nil, fmt.Errorf("%w: task %s: test.sh timed out after %v%s", ErrVerifier, e.task.ID, timeout, said(out))
+	case r.ExitCode == 124:
+		return nil, fmt.Errorf("%w: task %s: clearing the verifier's paths: %s", ErrVerifier, e.task.ID, out)
+	case r.ExitCode == 125:
+		return nil, fmt.Errorf("%w: task %s: copying tests/ in: %s", ErrVerifier, e.task.ID, out)
 	}
-	v.ExitCode, v.Output = r.ExitCode, tail(out)
-	rr, err := run(sandbox.ExecRequest{Argv: []string{"sh", "-c", readScript}, Timeout: opTimeout, OutputLimit: 128 << 10})
-	if err != nil {
-		return nil, err
+	v := &verdict{ExitCode: -1}
+	timedOut := false
+	rest := r.Stdout
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if d, ok := bytes.CutPrefix(line, []byte("planted: ")); ok {
+			v.safety = append(v.safety, EventVerifierPlanted+": "+string(d))
+			continue
+		}
+		if string(line) == "timedout" {
+			timedOut = true
+			continue
+		}
+		if rc, ok := bytes.CutPrefix(line, []byte("rc ")); ok {
+			v.ExitCode, _ = strconv.Atoi(string(rc))
+			break
+		}
 	}
-	kind, data, _ := bytes.Cut(rr.Stdout, []byte("\n"))
+	if timedOut {
+		return nil, fmt.Errorf("%w: task %s: test.sh timed out after %v%s", ErrVerifier, e.task.ID, timeout, said(out))
+	}
+	if v.ExitCode < 0 {
+		return nil, fmt.Errorf("%w: task %s: test.sh did not run (exit %d)%s", ErrVerifier, e.task.ID, r.ExitCode, said(out))
+	}
+	v.Output = tail(out)
+	kind, data, _ := bytes.Cut(rest, []byte("\n"))
 	switch string(kind) {
 	case "txt":
 		var x float64
@@ -150,11 +163,14 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 		err = errors.New("the reward file is larger than 64 KiB")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: task %s: %w (test.sh exited %d)%s", ErrVerifier, e.task.ID, err, r.ExitCode, said(out))
+		return nil, fmt.Errorf("%w: task %s: %w (test.sh exited %d)%s", ErrVerifier, e.task.ID, err, v.ExitCode, said(out))
 	}
 	v.Pass = v.progress() >= 1
 	return v, nil
 }
+
+// verifyMargin is what the verifier's command may take beyond test.sh's own timeout.
+const verifyMargin = 5 * time.Second
 
 // tarFolder packs the regular files and folders below dir, keeping their permission bits.
 // A link or special file is refused, as Load refuses them among the task's own files.

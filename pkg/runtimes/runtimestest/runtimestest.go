@@ -15,6 +15,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal/ctrdtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/images/imagestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 )
@@ -89,6 +90,14 @@ func Open(t testing.TB, name string, poolSize int) env.Sandboxes {
 	t.Helper()
 	c := Config(t, name)
 	c.PoolSize = poolSize
+	return OpenConfig(t, c)
+}
+
+// OpenConfig opens the runtime c configures (from Config, changed by the test) and
+// closes it at the end, as Open does.
+func OpenConfig(t testing.TB, c runtimes.Config) env.Sandboxes {
+	t.Helper()
+	name := c.Runtime
 	sb, err := runtimes.Open(context.Background(), c, nil)
 	if err != nil {
 		t.Fatalf("runtimestest: open %s runtime: %v", name, err)
@@ -106,4 +115,14 @@ func Open(t testing.TB, name string, poolSize int) env.Sandboxes {
 		}
 	})
 	return sb
+}
+
+// Images starts a local registry serving gauntlet's Debian base image (package
+// imagestest) for the test and returns the image configuration under which a runtime
+// builds task images through it, their FROM debian:... lines included (the registry is
+// the Docker Hub mirror). The builder's storage is the test's.
+func Images(t testing.TB) runtimes.ImagesConfig {
+	t.Helper()
+	reg := imagestest.Registry(t)
+	return runtimes.ImagesConfig{Registry: reg.Addr(), DockerHubMirror: reg.Addr(), CacheDir: t.TempDir()}
 }

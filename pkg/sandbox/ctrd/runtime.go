@@ -31,6 +31,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/images"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd/agent"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
@@ -93,6 +94,9 @@ type Options struct {
 	// gives every sandbox its own shim. A shim that dies takes its sandboxes' tasks
 	// with it (they fail like a host crash would); it never runs inside a sandbox.
 	SandboxesPerShim int
+	// Images builds and pulls the images of PrepareImage (task images); nil leaves
+	// the runtime with the images containerd already holds.
+	Images *images.Store
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
 }
@@ -113,6 +117,7 @@ type Runtime struct {
 	shims     shimGroups
 	shimStart string   // the shim start script (shimstart.go); "" names the runc v2 shim
 	bpf       bpfCache // precompiled seccomp filters for crun (seccompbpf.go)
+	agentDir  string   // the agent's folder, bound at agentMount in other images' sandboxes (links.go)
 
 	// test hooks (export_test.go): the cold-start breakdown benchmark changes the spec
 	// and reads the phase timings of each start.
@@ -183,6 +188,7 @@ var (
 	_ sandbox.Snapshotter    = (*Runtime)(nil)
 	_ sandbox.Forker         = (*Runtime)(nil)
 	_ sandbox.WorkspaceDirer = (*Runtime)(nil)
+	_ sandbox.ImagePreparer  = (*Runtime)(nil)
 )
 
 // New connects to containerd, makes sure the base image is there (building the agent
@@ -269,6 +275,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		c.Close()
 		return nil, fmt.Errorf("new containerd runtime: %w: %v", sandbox.ErrUnavailable, err)
 	}
+	if r.agentDir, err = installAgent(dir, bin); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("new containerd runtime: %w", err)
+	}
 	return r, nil
 }
 
@@ -326,11 +336,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 	if err := spec.Validate(); err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create sandbox: %w", err)
 	}
-	if len(spec.Links) > 0 {
-		// The sandbox's root is the image's; links there would need the agent to make
-		// them, which a read-only root forbids. A task image makes such paths itself.
-		return sandbox.Handle{}, fmt.Errorf("create sandbox: %w: links: the containerd runtime shows the image's own root", sandbox.ErrUnsupported)
-	}
 	spec = spec.WithDefaults()
 	ctx = r.ctx(ctx)
 	parent, chain := "", 0
@@ -347,6 +352,21 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 	diffIDs, err := img.RootFS(ctx)
 	if err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create sandbox: image %s: %w", spec.Image, err)
+	}
+	if spec.Image != BaseImage {
+		// The image's ENV (a task's PATH to its tools, say) as docker run applies it:
+		// over the runtime's defaults, under the spec's own entries.
+		cfg, err := img.Spec(ctx)
+		if err != nil {
+			return sandbox.Handle{}, fmt.Errorf("create sandbox: image %s: config: %w", spec.Image, err)
+		}
+		env := make([]string, 0, len(cfg.Config.Env)+len(spec.Env))
+		for _, e := range cfg.Config.Env {
+			if k, _, ok := strings.Cut(e, "="); ok && k != "" && !strings.ContainsRune(e, 0) {
+				env = append(env, e)
+			}
+		}
+		spec.Env = append(env, spec.Env...)
 	}
 	parent = identity.ChainID(diffIDs).String()
 	return r.create(ctx, spec, parent, chain)
@@ -395,6 +415,14 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, parent string, 
 	if err := r.start(ctx, b); err != nil {
 		_ = os.RemoveAll(r.sandboxDir(id))
 		return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	if chain == 0 {
+		// On the image: a fork or restore finds them in its snapshot.
+		if err := r.makeLinks(b); err != nil {
+			r.teardown(ctx, b)
+			_ = os.RemoveAll(r.sandboxDir(id))
+			return sandbox.Handle{}, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
 	}
 	if err := r.seed(b, spec.Workspace); err != nil {
 		r.teardown(ctx, b)
@@ -625,6 +653,16 @@ func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 	quota := l.CPUMillis * int64(period) / 1000
 	mem := l.MemoryBytes
 	pids := l.Pids
+	mounts := append([]specs.Mount{{
+		Destination: agent.SocketDir,
+		Type:        "bind",
+		Source:      filepath.Dir(r.socketPath(b.handle.ID)),
+		Options:     []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
+	}}, append(r.serviceMounts(spec), r.decoyMounts(b.handle.ID)...)...)
+	if spec.Image != BaseImage {
+		// Any other image lacks the agent: it is shown where the base image has it.
+		mounts = append(mounts, specs.Mount{Destination: agentMount, Type: "bind", Source: r.agentDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
 	return []oci.SpecOpts{
 		oci.WithProcessArgs(AgentPath),
 		oci.WithProcessCwd("/"),
@@ -634,12 +672,7 @@ func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 		oci.WithEnv(append(env, "GOMAXPROCS=1")),
 		oci.WithHostname("sandbox"),
 		oci.WithCgroup(r.cgroupPath(b.handle.ID)),
-		oci.WithMounts(append([]specs.Mount{{
-			Destination: agent.SocketDir,
-			Type:        "bind",
-			Source:      filepath.Dir(r.socketPath(b.handle.ID)),
-			Options:     []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
-		}}, append(r.serviceMounts(spec), r.decoyMounts(b.handle.ID)...)...)),
+		oci.WithMounts(mounts),
 		oci.WithNoNewPrivileges,
 		func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 			s.Process.User = specs.User{UID: 0, GID: 0}
@@ -1042,7 +1075,15 @@ func (r *Runtime) workspaceDir(b *box) (string, error) {
 	if b.task == nil {
 		return "", fmt.Errorf("workspace of %s: %w: no running task", b.handle.ID, sandbox.ErrNotFound)
 	}
-	return fmt.Sprintf("/proc/%d/root%s", b.task.Pid(), sandbox.WorkspacePath), nil
+	dir := fmt.Sprintf("/proc/%d/root%s", b.task.Pid(), sandbox.WorkspacePath)
+	// The sandbox's root owns /, so a command can replace /workspace with a link; an
+	// absolute one, followed here, would lead from the host's root. Callers that open
+	// the path open it without following a last link too (package tools), which closes
+	// the window between this check and their open.
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("workspace of %s: %w: %s is not a folder any more", b.handle.ID, sandbox.ErrWorkspaceReplaced, sandbox.WorkspacePath)
+	}
+	return dir, nil
 }
 
 // UpdateLimits changes the memory, pids and CPU limits of a running sandbox

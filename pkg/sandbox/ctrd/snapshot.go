@@ -87,7 +87,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string) (sandbox.Snapshot, er
 		_ = sn.Remove(ctx, tmpKey)
 		return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: pause: %w", id, err)
 	}
-	copyErr := copyTree(src, dst)
+	copyErr := copyTree(src, dst, snapshotKeeps(b.handle.Spec))
 	if err := b.task.Resume(context.WithoutCancel(ctx)); err != nil {
 		r.log.Warn("resume after snapshot", "sandbox", id, "err", err)
 	}
@@ -265,8 +265,9 @@ func upperDir(ms []mount.Mount) (string, error) {
 
 // copyTree copies an overlay upper directory: regular files, directories, symlinks,
 // whiteouts (0/0 character devices) and the trusted.overlay.* attributes that mark
-// opaque directories, with owners, modes and times.
-func copyTree(src, dst string) error {
+// opaque directories, with owners, modes and times. keep, when not nil, says which
+// top-level entries to copy.
+func copyTree(src, dst string, keep func(top string) bool) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -274,6 +275,12 @@ func copyTree(src, dst string) error {
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
 			return err
+		}
+		if keep != nil && rel != "." && !strings.Contains(rel, string(filepath.Separator)) && !keep(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		target := filepath.Join(dst, rel)
 		info, err := d.Info()

@@ -87,3 +87,36 @@ func TestToolsOnContainerd(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkspaceReplacedByALink: a command that replaces /workspace with a symlink to
+// the container's / (its root may do that: it owns /) must not lead the host-side tools
+// into the host's root, which /proc/PID/root/workspace would resolve to (an absolute
+// link is followed from the host's root): WorkspaceDir refuses, and a tool neither lists
+// nor writes the host's files.
+func TestWorkspaceReplacedByALink(t *testing.T) {
+	_, rt := start(t)
+	ctx := context.Background()
+	h := mustCreate(t, rt, sandbox.Spec{})
+	res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "cd / && rm -rf /workspace && ln -s / /workspace"}, Dir: "/"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("replace the workspace: %v, %s", err, res.Stderr)
+	}
+	if dir, err := rt.WorkspaceDir(ctx, h.ID); err == nil {
+		ents, _ := os.ReadDir(dir)
+		t.Errorf("WorkspaceDir gave %s, which holds %d entries of the host's root", dir, len(ents))
+	}
+	var events []sandbox.EventKind
+	tb := tools.New(rt, h.ID, tools.Options{OnEvent: func(e sandbox.Event) { events = append(events, e.Kind) }})
+	if out, err := tb.Call(ctx, tools.FSList, []byte(`{"path":"."}`)); err == nil || !tools.AgentError(err) {
+		t.Errorf("fs.list of the replaced workspace: %s, %v; want the agent's error", out, err)
+	}
+	if !slices.Contains(events, tools.EventSymlink) {
+		t.Errorf("events %v lack %s", events, tools.EventSymlink)
+	}
+	canary := "gauntlet-escape-" + h.ID
+	_, _ = tb.Call(ctx, tools.FSWrite, []byte(`{"path":"tmp/`+canary+`","content":"x"}`))
+	if _, err := os.Stat("/tmp/" + canary); err == nil {
+		_ = os.Remove("/tmp/" + canary)
+		t.Errorf("fs.write reached the host's /tmp")
+	}
+}

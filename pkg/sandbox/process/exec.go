@@ -529,7 +529,11 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec, ws st
 	for _, k := range order {
 		a = append(a, "--setenv", k, env[k])
 	}
-	a = append(a, r.rootfs...)
+	if b.rec.Root != "" {
+		a = append(a, r.imageRootArgs(b.rec.Handle.ID)...)
+	} else {
+		a = append(a, r.rootfs...)
+	}
 	for _, d := range safety.DecoyDevices {
 		a = append(a, "--ro-bind", filepath.Join(r.decoyDir(b.rec.Handle.ID), d), "/dev/"+d)
 	}
@@ -537,8 +541,10 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec, ws st
 		"--size", strconv.FormatInt(spec.Limits.DiskBytes, 10), "--tmpfs", "/tmp",
 		"--bind", ws, sandbox.WorkspacePath,
 	)
-	for _, l := range slices.Sorted(maps.Keys(spec.Links)) {
-		a = append(a, "--symlink", path.Join(sandbox.WorkspacePath, spec.Links[l]), l)
+	if b.rec.Root == "" { // an image root's skeleton holds the links
+		for _, l := range slices.Sorted(maps.Keys(spec.Links)) {
+			a = append(a, "--symlink", path.Join(sandbox.WorkspacePath, spec.Links[l]), l)
+		}
 	}
 	a = append(a,
 		"--remount-ro", "/",

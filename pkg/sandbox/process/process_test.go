@@ -286,3 +286,16 @@ func TestLinks(t *testing.T) {
 		t.Fatalf("exec in the fork: %v, %q %q", err, res.Stdout, res.Stderr)
 	}
 }
+
+// TestImageNeedsAStore: a runtime made without an image store offers the host's root
+// only: an image is refused naming the field, and PrepareImage says the store is missing.
+func TestImageNeedsAStore(t *testing.T) {
+	rt := open(t, t.TempDir())
+	ctx := context.Background()
+	if _, err := rt.Create(ctx, sandbox.Spec{Image: "127.0.0.1:5000/gauntlet/tasks:ctx-1@sha256:" + strings.Repeat("0", 64)}); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "image") {
+		t.Errorf("create with an image: %v, want ErrInvalid naming the image", err)
+	}
+	if _, err := rt.PrepareImage(ctx, sandbox.ImageSource{Image: "debian:bookworm-slim"}); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Errorf("prepare image: %v, want ErrUnavailable", err)
+	}
+}

@@ -25,6 +25,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/images"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/faultfuse"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
@@ -58,6 +59,9 @@ type Config struct {
 	HostUID, HostGID int
 	// Bwrap and Setpriv are the helper binaries; defaults are looked up in PATH.
 	Bwrap, Setpriv string
+	// Images, when set, lets sandboxes run on images (PrepareImage, Spec.Image) unpacked
+	// by it; nil: every sandbox's root is the host's.
+	Images *images.Store
 	// Logger receives warnings about cleanup problems; default slog.Default().
 	Logger *slog.Logger
 }
@@ -92,6 +96,8 @@ type boxRecord struct {
 	Volume string `json:"volume"`
 	// Chain lists the lower layers, top first, relative to the state directory.
 	Chain []string `json:"chain"`
+	// Root is the unpacked image under the sandbox's root (image.go); "" for the host's.
+	Root string `json:"root,omitempty"`
 }
 
 // snapRecord is a snapshot's persisted state (snapshots/<id>.json).
@@ -334,8 +340,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 	if err := spec.Validate(); err != nil {
 		return sandbox.Handle{}, fmt.Errorf("create: %w", err)
 	}
-	if spec.Image != "" && spec.Image != "host" {
-		return sandbox.Handle{}, fmt.Errorf("create: %w: image: %q: the process runtime only offers \"host\"", sandbox.ErrInvalid, spec.Image)
+	if isImage(spec.Image) {
+		env, err := r.imageEnv(ctx, spec.Image)
+		if err != nil {
+			return sandbox.Handle{}, fmt.Errorf("create: %w", err)
+		}
+		spec.Env = append(env, spec.Env...)
 	}
 	return r.create(ctx, spec.WithDefaults(), nil, "", true)
 }
@@ -395,6 +405,19 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 	}
 	if err := r.mountWorkspace(rec); err != nil {
 		return fail(err)
+	}
+	if isImage(spec.Image) {
+		if rec.Root, err = r.imageDir(ctx, spec.Image); err != nil {
+			return fail(err)
+		}
+		if err := r.mountRoot(rec); err != nil {
+			return fail(err)
+		}
+		if seed {
+			if err := r.seedFromImage(rec); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	if seed {
 		if err := r.seed(rec); err != nil {
@@ -670,6 +693,9 @@ func (r *Runtime) teardown(b *box) error {
 	if err := r.detachFuse(b); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.unmountRoot(b.rec); err != nil {
+		errs = append(errs, err)
+	}
 	ws := r.wsDir(b.rec.Handle.ID)
 	if err := unmount(ws); err != nil {
 		errs = append(errs, err)
@@ -681,7 +707,7 @@ func (r *Runtime) teardown(b *box) error {
 		errs = append(errs, err)
 	}
 	vd := r.volDir(b.rec.Volume)
-	for _, d := range []string{"upper", "work"} {
+	for _, d := range []string{"upper", "work", "root"} {
 		if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -801,6 +827,11 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(r.wsDir(h.ID), &st); err != nil || st.Type != unix.OVERLAYFS_SUPER_MAGIC {
 		return fmt.Errorf("recover %s: workspace mount gone (host rebooted?): %w", h.ID, sandbox.ErrNotFound)
+	}
+	if rec.Root != "" {
+		if err := unix.Statfs(r.rootDir(h.ID), &st); err != nil || st.Type != unix.OVERLAYFS_SUPER_MAGIC {
+			return fmt.Errorf("recover %s: image root mount gone (host rebooted?): %w", h.ID, sandbox.ErrNotFound)
+		}
 	}
 	b := &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, h.ID))}
 	// A storage-fault layer served by a previous worker process is dead; its gate was

@@ -30,10 +30,18 @@ type hostFS struct {
 // and an fd kept across it would see the old mount.
 func (h *hostFS) root(ctx context.Context) (int, error) {
 	dir, err := h.wd.WorkspaceDir(ctx, h.id)
+	if errors.Is(err, sandbox.ErrWorkspaceReplaced) {
+		return -1, fmt.Errorf("%w: %w", ErrSymlink, err) // the sandbox's doing: refused, reported
+	}
 	if err != nil {
 		return -1, err
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// O_NOFOLLOW: a runtime's workspace path may cross into the sandbox's root
+	// (/proc/PID/root/workspace), where the sandbox can swap the folder for a link.
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return -1, fmt.Errorf("open workspace: %w: %w", ErrSymlink, sandbox.ErrWorkspaceReplaced)
+	}
 	if err != nil {
 		return -1, fmt.Errorf("open workspace: %w", err)
 	}

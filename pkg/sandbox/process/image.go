@@ -1,0 +1,253 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/images"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// Image roots.
+//
+// A sandbox whose Spec.Image names an image (PrepareImage's result: a reference with
+// its digest) sees that image, unpacked by package images, as its root instead of the
+// host's /usr. The unpacked tree is shared by every sandbox of the image and is never
+// written: each sandbox's root is a read-only overlay of two lower layers, a small
+// skeleton of its own (the mount points bwrap needs: /workspace, /tmp, /proc, /dev, the
+// synthetic /etc files; and the spec's links as symlinks into the workspace) on top of
+// the image. What the image holds at a link's path (a task image's /app) is copied into
+// the workspace folder the link leads to when the sandbox is seeded, owned by the
+// sandbox user, so the agent works on the image's files as the task's Dockerfile left
+// them. Snapshots, forks and restores are of the workspace as always; a fork gets its
+// own skeleton on the same image.
+
+// PrepareImage implements sandbox.ImagePreparer: it builds the source's context (or
+// resolves its reference) with Config.Images, unpacks the image for this host, and
+// returns the reference, with its digest, that Spec.Image takes. Without
+// Config.Images it returns ErrUnavailable: such a runtime runs on the host's root.
+func (r *Runtime) PrepareImage(ctx context.Context, src sandbox.ImageSource) (string, error) {
+	if r.cfg.Images == nil {
+		return "", fmt.Errorf("prepare image: %w: the process runtime was made without an image store (Config.Images)", sandbox.ErrUnavailable)
+	}
+	img, err := r.cfg.Images.Prepare(ctx, images.Source{Context: src.Context, Dockerfile: src.Dockerfile, Image: src.Image, Repository: src.Repository})
+	if err != nil {
+		return "", fmt.Errorf("prepare image: %w", err)
+	}
+	dir, err := r.cfg.Images.Unpack(ctx, img)
+	if err != nil {
+		return "", fmt.Errorf("prepare image: %w", err)
+	}
+	ref, _, _ := strings.Cut(img.Ref, "@")
+	return ref + "@" + string(digest.NewDigestFromEncoded(digest.SHA256, filepath.Base(dir))), nil
+}
+
+// isImage reports whether a spec's image names one (not the host's root).
+func isImage(image string) bool { return image != "" && image != "host" }
+
+// imageDir returns the unpacked root of an image named as PrepareImage names it: the
+// store's cache, found again by digest without the registry once unpacked.
+func (r *Runtime) imageDir(ctx context.Context, image string) (string, error) {
+	if r.cfg.Images == nil {
+		return "", fmt.Errorf("%w: image: %q: this process runtime has no image store (it offers \"host\")", sandbox.ErrInvalid, image)
+	}
+	i := strings.LastIndexByte(image, '@')
+	if i < 0 {
+		return "", fmt.Errorf("%w: image: %q has no digest (use PrepareImage's result)", sandbox.ErrInvalid, image)
+	}
+	d, err := digest.Parse(image[i+1:])
+	if err != nil {
+		return "", fmt.Errorf("%w: image: %q: %v", sandbox.ErrInvalid, image, err)
+	}
+	dir, err := r.cfg.Images.Unpack(ctx, images.Image{Ref: image, Digest: d})
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", image, err)
+	}
+	return dir, nil
+}
+
+// imageEnv is the ENV of an image (PrepareImage's name), which its sandboxes get as
+// docker run applies it: over the runtime's defaults, under the spec's own entries.
+func (r *Runtime) imageEnv(ctx context.Context, image string) ([]string, error) {
+	dir, err := r.imageDir(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.cfg.Images.UnpackedConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, e := range c.Env {
+		if k, _, ok := strings.Cut(e, "="); ok && k != "" && !strings.ContainsRune(e, 0) {
+			env = append(env, e)
+		}
+	}
+	return env, nil
+}
+
+// rootDir is where a sandbox with an image root has its root mounted, beside its
+// workspace mount point ("." never occurs in an id).
+func (r *Runtime) rootDir(id string) string { return filepath.Join(r.runDir, id+".root") }
+
+// mountRoot makes rec's skeleton in its volume and mounts its read-only root over the
+// image at rootDir.
+func (r *Runtime) mountRoot(rec *boxRecord) error {
+	skel := filepath.Join(r.volDir(rec.Volume), "root")
+	if err := os.RemoveAll(skel); err != nil {
+		return err
+	}
+	for _, d := range []string{"", "workspace", "tmp", "proc", "dev", "etc"} {
+		if err := os.Mkdir(filepath.Join(skel, d), 0o755); err != nil {
+			return fmt.Errorf("root skeleton: %w", err)
+		}
+	}
+	for _, f := range etcFiles {
+		if err := os.WriteFile(filepath.Join(skel, "etc", f), nil, 0o644); err != nil {
+			return fmt.Errorf("root skeleton: %w", err)
+		}
+	}
+	links := rec.Handle.Spec.Links
+	for _, l := range slices.Sorted(maps.Keys(links)) {
+		rel, _ := sandbox.CleanRelPath(links[l]) // validated
+		if err := os.Symlink(path.Join(sandbox.WorkspacePath, rel), filepath.Join(skel, strings.TrimPrefix(l, "/"))); err != nil {
+			return fmt.Errorf("root skeleton: link %s: %w", l, err)
+		}
+	}
+	target := r.rootDir(rec.Handle.ID)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	opts := "lowerdir=" + skel + ":" + rec.Root
+	if err := unix.Mount("gauntlet-root", target, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount image root: %w", err)
+	}
+	return nil
+}
+
+// unmountRoot undoes mountRoot; nothing for a sandbox on the host's root.
+func (r *Runtime) unmountRoot(rec *boxRecord) error {
+	if rec.Root == "" {
+		return nil
+	}
+	target := r.rootDir(rec.Handle.ID)
+	err := unmount(target)
+	if rerr := os.Remove(target); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// seedFromImage copies what the image holds at each link's path into the workspace
+// folder the link leads to, owned by the sandbox user. The image is read through
+// os.Root, so its own links cannot lead the copy out of it.
+func (r *Runtime) seedFromImage(rec *boxRecord) error {
+	root, err := os.OpenRoot(rec.Root)
+	if err != nil {
+		return fmt.Errorf("image root: %w", err)
+	}
+	defer root.Close()
+	ws := r.wsDir(rec.Handle.ID)
+	links := rec.Handle.Spec.Links
+	for _, l := range slices.Sorted(maps.Keys(links)) {
+		name := strings.TrimPrefix(l, "/")
+		fi, err := root.Lstat(name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("image's %s: %w", l, err)
+		case !fi.IsDir():
+			return fmt.Errorf("%w: links: the image holds %s, which is not a folder (%v)", sandbox.ErrInvalid, l, fi.Mode().Type())
+		}
+		rel, _ := sandbox.CleanRelPath(links[l]) // validated
+		if err := r.copyFromImage(root, name, filepath.Join(ws, filepath.FromSlash(rel))); err != nil {
+			return fmt.Errorf("copy the image's %s into the workspace: %w", l, err)
+		}
+	}
+	return nil
+}
+
+// copyFromImage copies the tree src of root to the host folder dst: folders, regular
+// files and symlinks (not followed), with their modes, owned by the sandbox user.
+func (r *Runtime) copyFromImage(root *os.Root, src, dst string) error {
+	return fs.WalkDir(root.FS(), src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, filepath.FromSlash(strings.TrimPrefix(strings.TrimPrefix(p, src), "/")))
+		fi, err := root.Lstat(p)
+		if err != nil {
+			return err
+		}
+		mode := fi.Mode()
+		switch {
+		case mode.IsDir():
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		case mode&fs.ModeSymlink != 0:
+			to, err := root.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(to, target); err != nil {
+				return err
+			}
+		case mode.IsRegular():
+			if err := copyRootFile(root, p, target); err != nil {
+				return err
+			}
+		default:
+			return nil // devices, fifos and sockets are no part of a workspace
+		}
+		if err := os.Lchown(target, r.cfg.HostUID, r.cfg.HostGID); err != nil {
+			return err
+		}
+		if mode&fs.ModeSymlink == 0 {
+			// Set-id bits are dropped: the files are the sandbox user's now.
+			return os.Chmod(target, mode.Perm())
+		}
+		return nil
+	})
+}
+
+func copyRootFile(root *os.Root, src, dst string) error {
+	in, err := root.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// imageRootArgs are the bwrap arguments of a root over an image: the sandbox's
+// read-only overlay, the synthetic /etc files over the image's, /proc and /dev.
+func (r *Runtime) imageRootArgs(id string) []string {
+	a := []string{"--ro-bind", r.rootDir(id), "/"}
+	for i, f := range etcFiles {
+		a = append(a, "--ro-bind-data", strconv.Itoa(7+i), "/etc/"+f)
+	}
+	return append(a, "--proc", "/proc", "--dev", "/dev")
+}
