@@ -150,9 +150,13 @@ func splitUp(ctx context.Context, dataDir, natsServer string, chReplicas int, ex
 		werr = writeStack(dataDir, stack{NATSURL: st.NATSURL, ClickHouse: st.ClickHouse, Database: "gauntlet",
 			Temporal: st.Temporal, EnvAPI: st.EnvAPI, PID: st.PID})
 	}
+	chKind := "one server"
+	if n := len(st.ClickHouseReplicas); n > 1 {
+		chKind = fmt.Sprintf("%d replicas", n)
+	}
 	if werr == nil {
-		fmt.Fprintf(stdout, "gauntlet split stack is up in %v: nats %s (3 nodes, 3 replicas), clickhouse %s (%d replicas), temporal %s, env api %s, %d gauntlet processes\n",
-			time.Since(begin).Round(time.Millisecond), st.NATSURL, st.ClickHouse, len(st.ClickHouseReplicas), st.Temporal, st.EnvAPI, len(st.Procs))
+		fmt.Fprintf(stdout, "gauntlet split stack is up in %v: nats %s (3 nodes, 3 replicas), clickhouse %s (%s), temporal %s, env api %s, %d gauntlet processes\n",
+			time.Since(begin).Round(time.Millisecond), st.NATSURL, st.ClickHouse, chKind, st.Temporal, st.EnvAPI, len(st.Procs))
 		werr = s.Run(ctx)
 	}
 	_ = os.Remove(stackPath(dataDir))
