@@ -1834,9 +1834,15 @@ type Signals struct {
 	// Change of progress caused by this step (may be negative).
 	ProgressDelta float64 `protobuf:"fixed64,8,opt,name=progress_delta,json=progressDelta,proto3" json:"progress_delta,omitempty"`
 	// Dangerous behaviour observed in the step; penalised, never blocked.
-	SafetyEvents  []string `protobuf:"bytes,9,rep,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SafetyEvents []string `protobuf:"bytes,9,rep,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
+	// The named numbers a task's verifier wrote (reward.txt as "reward", or reward.json's
+	// names), in parallel and sorted by name: verifier_names[i] held verifier_values[i].
+	// Set on a task episode's verdict step only; reward specs read them (CEL: verifier.NAME)
+	// and the store records them (steps.verifier_names, verifier_values).
+	VerifierNames  []string  `protobuf:"bytes,10,rep,name=verifier_names,json=verifierNames,proto3" json:"verifier_names,omitempty"`
+	VerifierValues []float64 `protobuf:"fixed64,11,rep,packed,name=verifier_values,json=verifierValues,proto3" json:"verifier_values,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Signals) Reset() {
@@ -1928,6 +1934,20 @@ func (x *Signals) GetProgressDelta() float64 {
 func (x *Signals) GetSafetyEvents() []string {
 	if x != nil {
 		return x.SafetyEvents
+	}
+	return nil
+}
+
+func (x *Signals) GetVerifierNames() []string {
+	if x != nil {
+		return x.VerifierNames
+	}
+	return nil
+}
+
+func (x *Signals) GetVerifierValues() []float64 {
+	if x != nil {
+		return x.VerifierValues
 	}
 	return nil
 }
@@ -4122,7 +4142,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
 	"\n" +
 	"suggestion\x18\x03 \x01(\tR\n" +
-	"suggestion\"\xce\x02\n" +
+	"suggestion\"\x9e\x03\n" +
 	"\aSignals\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12%\n" +
 	"\x0einvalid_action\x18\x02 \x01(\bR\rinvalidAction\x12<\n" +
@@ -4134,7 +4154,10 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06budget\x18\x06 \x01(\x01R\x06budget\x12.\n" +
 	"\x13deadline_virtual_ns\x18\a \x01(\x03R\x11deadlineVirtualNs\x12%\n" +
 	"\x0eprogress_delta\x18\b \x01(\x01R\rprogressDelta\x12#\n" +
-	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\xa1\x06\n" +
+	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\x12%\n" +
+	"\x0everifier_names\x18\n" +
+	" \x03(\tR\rverifierNames\x12'\n" +
+	"\x0fverifier_values\x18\v \x03(\x01R\x0everifierValues\"\xa1\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
