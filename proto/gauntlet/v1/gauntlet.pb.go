@@ -2953,9 +2953,13 @@ type EpisodeEnded struct {
 	EndedAtUnixNano   int64                  `protobuf:"varint,15,opt,name=ended_at_unix_nano,json=endedAtUnixNano,proto3" json:"ended_at_unix_nano,omitempty"`
 	Plan              *FaultPlan             `protobuf:"bytes,16,opt,name=plan,proto3" json:"plan,omitempty"`
 	// For an infra error, what failed; unspecified otherwise.
-	InfraKind     InfraKind `protobuf:"varint,17,opt,name=infra_kind,json=infraKind,proto3,enum=gauntlet.v1.InfraKind" json:"infra_kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InfraKind InfraKind `protobuf:"varint,17,opt,name=infra_kind,json=infraKind,proto3,enum=gauntlet.v1.InfraKind" json:"infra_kind,omitempty"`
+	// The named numbers of a task's verifier, from the last step's signals
+	// (Signals.verifier_names, verifier_values); empty for an infra error.
+	VerifierNames  []string  `protobuf:"bytes,18,rep,name=verifier_names,json=verifierNames,proto3" json:"verifier_names,omitempty"`
+	VerifierValues []float64 `protobuf:"fixed64,19,rep,packed,name=verifier_values,json=verifierValues,proto3" json:"verifier_values,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EpisodeEnded) Reset() {
@@ -3105,6 +3109,20 @@ func (x *EpisodeEnded) GetInfraKind() InfraKind {
 		return x.InfraKind
 	}
 	return InfraKind_INFRA_KIND_UNSPECIFIED
+}
+
+func (x *EpisodeEnded) GetVerifierNames() []string {
+	if x != nil {
+		return x.VerifierNames
+	}
+	return nil
+}
+
+func (x *EpisodeEnded) GetVerifierValues() []float64 {
+	if x != nil {
+		return x.VerifierValues
+	}
+	return nil
 }
 
 // StepsTaken is a segment of one episode: a run of its consecutive steps, published
@@ -4253,7 +4271,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12/\n" +
 	"\x14started_at_unix_nano\x18\x04 \x01(\x03R\x11startedAtUnixNano\x12)\n" +
 	"\x10observation_json\x18\x05 \x01(\tR\x0fobservationJson\x12\x18\n" +
-	"\aattempt\x18\x06 \x01(\rR\aattempt\"\x8a\x05\n" +
+	"\aattempt\x18\x06 \x01(\rR\aattempt\"\xda\x05\n" +
 	"\fEpisodeEnded\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x1b\n" +
@@ -4276,7 +4294,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x12ended_at_unix_nano\x18\x0f \x01(\x03R\x0fendedAtUnixNano\x12*\n" +
 	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x125\n" +
 	"\n" +
-	"infra_kind\x18\x11 \x01(\x0e2\x16.gauntlet.v1.InfraKindR\tinfraKind\"\xdb\x01\n" +
+	"infra_kind\x18\x11 \x01(\x0e2\x16.gauntlet.v1.InfraKindR\tinfraKind\x12%\n" +
+	"\x0everifier_names\x18\x12 \x03(\tR\rverifierNames\x12'\n" +
+	"\x0fverifier_values\x18\x13 \x03(\x01R\x0everifierValues\"\xdb\x01\n" +
 	"\n" +
 	"StepsTaken\x12,\n" +
 	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x125\n" +
