@@ -91,8 +91,11 @@ components:
 		}
 	}
 	ex, _ := scoring.Explain(spec, nil, before)
-	if ex[2].Err == nil || ex[0].Rule != `verifier "tests"` {
-		t.Errorf("explain before the verdict: both err %v, tests rule %q", ex[2].Err, ex[0].Rule)
+	if ex[2].Err == nil || ex[0].Rule != `verifier "tests"` || ex[0].Inputs != `"tests" not written` {
+		t.Errorf("explain before the verdict: both err %v, tests rule %q inputs %q", ex[2].Err, ex[0].Rule, ex[0].Inputs)
+	}
+	if ex, _ = scoring.Explain(spec, nil, verdict); ex[0].Inputs != `"tests" 0.75` {
+		t.Errorf("explain the verdict: tests inputs %q", ex[0].Inputs)
 	}
 	if _, err := scoring.Parse("bad.yaml", []byte(`name: t
 version: "1"
