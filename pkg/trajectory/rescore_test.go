@@ -12,7 +12,8 @@ import (
 
 // rescoreSpec reads every signal steps gained in migration 10 (budget, deadline,
 // progress_delta, a violation's suggestion) and the metering the worker measured before
-// scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps.
+// scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps,
+// and a task verifier's named numbers on each episode's last step (migration 12).
 const rescoreSpec = `name: rescore
 version: "1"
 components:
@@ -23,6 +24,8 @@ components:
   - {name: latency, expr: "double(metering.policy_ns + metering.reward_ns) / 1e6", weight: 0.1, normalise: [{zscore: {window: 3}}]}
   - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.4}
   - {name: delta, expr: "signals.progress_delta * double(episode.steps)", weight: 0.05, normalise: [{clip: [-1, 1]}]}
+  - {name: tests, verifier: tests, weight: 0.5}
+  - {name: style, expr: "'style' in verifier ? verifier.style - 0.5 : 0.0", weight: 0.25}
 `
 
 // rescoreRun writes a run of episodes × steps scored under spec, as the pipeline does: each
@@ -42,6 +45,10 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 			st.Signals.DeadlineVirtualNs = int64(1+e%3) * 1_000_000_000
 			st.Metering.PolicyNs = uint64(1_000_000 + (i*e%13)*250_000)
 			st.Terminated = i == steps-1 && e%2 == 0
+			if i == steps-1 {
+				st.Signals.VerifierNames = []string{"style", "tests"}
+				st.Signals.VerifierValues = []float64{float64(e%4) / 3, float64(e%3) / 2}
+			}
 			st.Score = scoring.ScoreState(spec, &state, st)
 			st.Metering.RewardNs = uint64(300_000 + i*1000) // measured after scoring
 			events = append(events, ev)

@@ -443,9 +443,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		}{obs, v})
 	}
 	progress, success := 0.0, false
+	var names []string
+	var values []float64
 	if v != nil {
 		safety = append(safety, v.safety...)
 		progress, success = v.progress(), v.Pass
+		names, values = v.named()
 	}
 	m := &gauntletv1.Metering{
 		ToolCalls: calls, Errors: errs, VirtualNs: uint64(e.clock - start),
@@ -463,6 +466,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		Signals: &gauntletv1.Signals{
 			Progress: progress, ProgressDelta: progress, InvalidAction: calls == 0, Success: success,
 			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety,
+			VerifierNames: names, VerifierValues: values,
 		},
 	}
 	env.End{
