@@ -154,11 +154,17 @@ func TestSplitStackSurvivesKills(t *testing.T) {
 		t.Fatal("no scheduler process holds the leader lease")
 	}
 	before := progressFromKV(ctx, kv, req.RunId).GetAssigned()
+	killedPid := s.Proc(leader).Pid()
 	if err := s.Kill(leader); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	waitFor(ctx, t, func() bool { l := leaderProc(ctx, b, s); return l != "" && l != leader })
+	// The standby or the killed one restarted may win the expired lease: either is a
+	// new leader, told apart by its pid.
+	waitFor(ctx, t, func() bool {
+		l := leaderProc(ctx, b, s)
+		return l != "" && s.Proc(l).Pid() != killedPid
+	})
 	waitFor(ctx, t, func() bool { return progressFromKV(ctx, kv, req.RunId).GetAssigned() > before })
 	took := time.Since(killed)
 	t.Logf("scheduler leader %s killed at %d ended; %s leads, assigning again after %v", leader, progressFromKV(ctx, kv, req.RunId).GetEnded(), leaderProc(ctx, b, s), took)
