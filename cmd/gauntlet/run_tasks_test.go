@@ -76,7 +76,7 @@ func TestRunTasksSelects(t *testing.T) {
 				t.Errorf("--tasks %s: pinned[%d] = %v, want %s %s", given, i, p.Tasks[i], w.ID, w.Digest)
 			}
 		}
-		if s := o.tasks.selection.String(); !strings.HasPrefix(s, "tasks: 6 of 30 of dataset gauntlet ("+dir+"), pinned by digest: python/") {
+		if s := o.tasks.selection.String(); !strings.HasPrefix(s, "tasks: 6 of 31 of dataset gauntlet ("+dir+"), pinned by digest: python/") {
 			t.Errorf("the selection as printed: %s", s)
 		}
 	}
