@@ -23,6 +23,7 @@ components:
   - {name: latency, expr: "double(metering.policy_ns + metering.reward_ns) / 1e6", weight: 0.1, normalise: [{zscore: {window: 3}}]}
   - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.4}
   - {name: delta, expr: "signals.progress_delta * double(episode.steps)", weight: 0.05, normalise: [{clip: [-1, 1]}]}
+  - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.1}
 `
 
 // rescoreRun writes a run of episodes × steps scored under spec, as the pipeline does: each
@@ -42,6 +43,9 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 			st.Signals.DeadlineVirtualNs = int64(1+e%3) * 1_000_000_000
 			st.Metering.PolicyNs = uint64(1_000_000 + (i*e%13)*250_000)
 			st.Terminated = i == steps-1 && e%2 == 0
+			if i >= 4 && i < 10 { // one search six times in a row: the repeat detector reads actions
+				st.Action.ArgsJson = `{"query":"usb-c cable"}`
+			}
 			st.Score = scoring.ScoreState(spec, &state, st)
 			st.Metering.RewardNs = uint64(300_000 + i*1000) // measured after scoring
 			events = append(events, ev)
