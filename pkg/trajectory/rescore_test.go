@@ -12,7 +12,8 @@ import (
 
 // rescoreSpec reads every signal steps gained in migration 10 (budget, deadline,
 // progress_delta, a violation's suggestion) and the metering the worker measured before
-// scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps.
+// scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps;
+// and the action (tool and arguments), which a repeat detector reads.
 const rescoreSpec = `name: rescore
 version: "1"
 components:
