@@ -120,7 +120,7 @@ func (r *Runtime) makeLinks(b *box) error {
 		fi, err := root.Lstat(name)
 		switch {
 		case err == nil && fi.IsDir():
-			if err := copyInRoot(root, name, dst); err != nil {
+			if err := sandbox.CopyTree(root, name, root, dst, fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky, imageOwner); err != nil {
 				return fmt.Errorf("links: move the image's %s into the workspace: %w", l, err)
 			}
 			if err := root.RemoveAll(name); err != nil {
@@ -141,66 +141,12 @@ func (r *Runtime) makeLinks(b *box) error {
 	return nil
 }
 
-// copyInRoot copies the tree src of root to dst (which must not hold what it copies):
-// folders, regular files and symlinks (not followed), with their modes and owners.
-func copyInRoot(root *os.Root, src, dst string) error {
-	return fs.WalkDir(root.FS(), src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		target := path.Join(dst, strings.TrimPrefix(strings.TrimPrefix(p, src), "/"))
-		fi, err := root.Lstat(p)
-		if err != nil {
-			return err
-		}
-		mode := fi.Mode()
-		switch {
-		case mode.IsDir():
-			if err := root.MkdirAll(target, 0o700); err != nil {
-				return err
-			}
-		case mode&fs.ModeSymlink != 0:
-			to, err := root.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := root.Symlink(to, target); err != nil {
-				return err
-			}
-		case mode.IsRegular():
-			if err := copyFileInRoot(root, p, target); err != nil {
-				return err
-			}
-		default:
-			return nil // devices, fifos and sockets are no part of a workspace
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			if err := root.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
-				return err
-			}
-		}
-		if mode&fs.ModeSymlink == 0 {
-			return root.Chmod(target, mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
-		}
-		return nil
-	})
-}
-
-func copyFileInRoot(root *os.Root, src, dst string) error {
-	in, err := root.Open(src)
-	if err != nil {
-		return err
+// imageOwner keeps a copied file's owner: the image's own.
+func imageOwner(fi fs.FileInfo) (uid, gid int) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid), int(st.Gid)
 	}
-	defer in.Close()
-	out, err := root.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return -1, -1 // unchanged
 }
 
 // snapshotKeeps is what a snapshot of the sandbox copies of its writable layer: every

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -160,7 +159,13 @@ func (r *Runtime) seedFromImage(rec *boxRecord) error {
 		return fmt.Errorf("image root: %w", err)
 	}
 	defer root.Close()
-	ws := r.wsDir(rec.Handle.ID)
+	ws, err := os.OpenRoot(r.wsDir(rec.Handle.ID))
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	defer ws.Close()
+	// The files are the sandbox user's now; set-id bits are dropped.
+	owner := func(fs.FileInfo) (int, int) { return r.cfg.HostUID, r.cfg.HostGID }
 	links := rec.Handle.Spec.Links
 	for _, l := range slices.Sorted(maps.Keys(links)) {
 		name := strings.TrimPrefix(l, "/")
@@ -174,72 +179,11 @@ func (r *Runtime) seedFromImage(rec *boxRecord) error {
 			return fmt.Errorf("%w: links: the image holds %s, which is not a folder (%v)", sandbox.ErrInvalid, l, fi.Mode().Type())
 		}
 		rel, _ := sandbox.CleanRelPath(links[l]) // validated
-		if err := r.copyFromImage(root, name, filepath.Join(ws, filepath.FromSlash(rel))); err != nil {
+		if err := sandbox.CopyTree(root, name, ws, rel, fs.ModePerm, owner); err != nil {
 			return fmt.Errorf("copy the image's %s into the workspace: %w", l, err)
 		}
 	}
 	return nil
-}
-
-// copyFromImage copies the tree src of root to the host folder dst: folders, regular
-// files and symlinks (not followed), with their modes, owned by the sandbox user.
-func (r *Runtime) copyFromImage(root *os.Root, src, dst string) error {
-	return fs.WalkDir(root.FS(), src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, filepath.FromSlash(strings.TrimPrefix(strings.TrimPrefix(p, src), "/")))
-		fi, err := root.Lstat(p)
-		if err != nil {
-			return err
-		}
-		mode := fi.Mode()
-		switch {
-		case mode.IsDir():
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-		case mode&fs.ModeSymlink != 0:
-			to, err := root.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(to, target); err != nil {
-				return err
-			}
-		case mode.IsRegular():
-			if err := copyRootFile(root, p, target); err != nil {
-				return err
-			}
-		default:
-			return nil // devices, fifos and sockets are no part of a workspace
-		}
-		if err := os.Lchown(target, r.cfg.HostUID, r.cfg.HostGID); err != nil {
-			return err
-		}
-		if mode&fs.ModeSymlink == 0 {
-			// Set-id bits are dropped: the files are the sandbox user's now.
-			return os.Chmod(target, mode.Perm())
-		}
-		return nil
-	})
-}
-
-func copyRootFile(root *os.Root, src, dst string) error {
-	in, err := root.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // imageRootArgs are the bwrap arguments of a root over an image: the sandbox's
