@@ -479,9 +479,14 @@ func TestEnvAPI(t *testing.T) {
 	})
 
 	t.Run("a model endpoint's episode and a trainer's are recorded alike", func(t *testing.T) {
-		req := newRun(t, 3, "http=1", 77)
+		// A run names its model endpoint (gauntlet run --policy.http.url).
+		o := runOpts{env: "shop", params: "{}", policies: "http=1", profiles: "stress=1",
+			episodes: 3, seed: 77, maxInFlight: 500, label: t.Name(), endpoint: cfg.PolicyHTTP.URL}
+		req, err := o.request()
+		if err != nil {
+			t.Fatal(err)
+		}
 		req.MaxSteps = 3
-		req.Profiles = []*gauntletv1.Share{{Name: "stress", Weight: 1}}
 		runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
 		_, rows, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT episode_id, toString(seed), profile, toString(steps), reason FROM %s.episodes FINAL WHERE run_id = '%s' ORDER BY episode_id LIMIT 1`, cfg.Database, req.RunId))
 		if err != nil || len(rows) != 1 {

@@ -122,3 +122,91 @@ func TestTasksEndToEnd(t *testing.T) {
 		t.Errorf("episode %s met a failed call yet its verdict is %s (success %s)", faulty, recorded, row[2])
 	}
 }
+
+// namedSpec scores a task's verdict step by its verifier's named numbers: one as a
+// verifier component, the other through a CEL expression.
+const namedSpec = `name: named
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: tests, verifier: tests, weight: 0.5}
+  - {name: style, expr: "'style' in verifier ? verifier.style * 2.0 - 1.0 : 0.0", weight: 0.5}
+`
+
+// TestTaskNamedRewardsEndToEnd plays a task whose test.sh writes reward.json with two
+// names through the whole pipeline under a reward spec that reads them: the verdict step's
+// row holds both names and values and its score their components, the episode's row the
+// names and values too, and the steps before hold none.
+func TestTaskNamedRewardsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")
+	}
+	task := filepath.Join(t.TempDir(), "named", "two-rewards")
+	for p, c := range map[string]string{
+		"instruction.md":         "Create /app/done.\n",
+		"task.toml":              "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 60.0\n",
+		"environment/Dockerfile": "FROM debian:bookworm-slim\n",
+		"solution/solve.sh":      "#!/bin/bash\ntouch /app/done\n",
+		"tests/test.sh": "#!/bin/bash\nt=0\n[ -f /app/done ] && t=1\n" +
+			"echo \"{\\\"tests\\\": $t, \\\"style\\\": 0.75}\" > /logs/verifier/reward.json\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(task, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(task, p), []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := filepath.Join(t.TempDir(), "named.yaml")
+	if err := os.WriteFile(spec, []byte(namedSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	ch := chtest.Start(t)
+	cfg.ClickHouse = ch.Addr()
+	cfg.Sandbox = sandboxConfig(t, runtimes.Process)
+	if err := cfg.Tasks.Datasets.Set("named=" + filepath.Dir(task)); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, cfg)
+	db := cfg.Database
+	conn := connect(t, ch.Addr(), db)
+	o := runOpts{env: "tasks", params: `{"dataset":"named"}`, policies: "oracle=1", profiles: "baseline=1", rewardSpec: spec,
+		episodes: 2, seed: 3, maxInFlight: 2, label: t.Name()}
+	req, err := o.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := putRewardSpec(context.Background(), s.app.getBus(), o.spec); err != nil {
+		t.Fatal(err)
+	}
+	final := runToEnd(t, s.app.getBus(), conn, db, req)
+	if final.Ended != req.Episodes || final.InfraErrors != 0 {
+		t.Fatalf("ended %d of %d, infra errors %d", final.Ended, req.Episodes, final.InfraErrors)
+	}
+	run := req.RunId
+	for _, c := range []struct{ what, query, want string }{
+		{"the verdict steps' names, values and score",
+			fmt.Sprintf(`SELECT concat(toString(count()), ' ', toString(any(verifier_names)), ' ', toString(any(verifier_values)), ' ',
+				toString(any(reward_values[indexOf(reward_names, 'tests')])), ' ', toString(any(reward_values[indexOf(reward_names, 'style')])))
+				FROM %s.steps_final WHERE run_id = '%s' AND tool = 'submit'`, db, run),
+			"2 ['style','tests'] [0.75,1] 1 0.5"},
+		{"steps before the verdict",
+			fmt.Sprintf(`SELECT concat(toString(count()), ' ', toString(countIf(notEmpty(verifier_names) OR notEmpty(verifier_values))), ' ',
+				toString(countIf(reward_values[indexOf(reward_names, 'tests')] != 0 OR reward_values[indexOf(reward_names, 'style')] != 0)))
+				FROM %s.steps_final WHERE run_id = '%s' AND tool != 'submit'`, db, run),
+			"2 0 0"},
+		{"the episodes' names and values",
+			fmt.Sprintf(`SELECT concat(toString(count()), ' ', toString(any(verifier_names)), ' ', toString(any(verifier_values)))
+				FROM %s.episodes_final WHERE run_id = '%s'`, db, run),
+			"2 ['style','tests'] [0.75,1]"},
+		{"SQL reads one name by ARRAY JOIN",
+			fmt.Sprintf(`SELECT toString(sum(value)) FROM %s.steps_final ARRAY JOIN verifier_names AS name, verifier_values AS value
+				WHERE run_id = '%s' AND name = 'tests'`, db, run),
+			"2"},
+	} {
+		if got := queryOne(t, conn, c.query); got != c.want {
+			t.Errorf("%s: %s, want %s", c.what, got, c.want)
+		}
+	}
+}

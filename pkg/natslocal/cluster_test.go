@@ -12,6 +12,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/natslocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/natslocal/natstest"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A 3-node cluster holds gauntlet's streams at 3 replicas, keeps taking publishes and
@@ -48,11 +49,22 @@ func TestClusterSurvivesANode(t *testing.T) {
 			t.Fatalf("stream %s: replicas %d, cluster %+v; want 3 replicas on 3 nodes", name, info.Config.Replicas, info.Cluster)
 		}
 	}
+	// Publish as gauntlet does (bus.publishRetry): with a message id, asking again while
+	// the stream elects a new leader after a node's loss ("no response from stream"),
+	// for up to 30 s a message.
 	publish := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			if _, err := b.JS.Publish(ctx, "gauntlet.ev.steps.r1", []byte(fmt.Sprint(i))); err != nil {
-				t.Fatalf("publish %d: %v", i, err)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				_, err := b.JS.Publish(ctx, "gauntlet.ev.steps.r1", []byte(fmt.Sprint(i)), jetstream.WithMsgID(fmt.Sprint(i)))
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 		}
 	}

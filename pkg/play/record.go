@@ -70,7 +70,7 @@ func bytesString(b []byte) string {
 
 // CountStep folds played step number step (its result and its reward) into the episode's
 // end record: the step count, the reward and fault totals, and, when the step ends the
-// episode, how it ended. Every path that plays episodes keeps its EpisodeEnded this way.
+// episode, how it ended and what its verifier wrote. Every path that plays episodes keeps its EpisodeEnded this way.
 func CountStep(e *gauntletv1.EpisodeEnded, step uint32, res env.StepResult, reward float64) {
 	e.Steps = step + 1
 	e.TotalReward += reward
@@ -78,5 +78,6 @@ func CountStep(e *gauntletv1.EpisodeEnded, step uint32, res env.StepResult, rewa
 	if res.Done() {
 		e.Terminated, e.Truncated, e.Reason = res.Terminated, res.Truncated, res.Reason
 		e.Success = res.Signals.GetSuccess()
+		e.VerifierNames, e.VerifierValues = res.Signals.GetVerifierNames(), res.Signals.GetVerifierValues()
 	}
 }

@@ -269,6 +269,7 @@ func (s *Session) FinishInfra(ctx context.Context, err error) error {
 	s.Ended.InfraKind = InfraKind(err)
 	s.Ended.Success = false
 	s.Ended.TotalReward = 0
+	s.Ended.VerifierNames, s.Ended.VerifierValues = nil, nil
 	s.Ended.Error = err.Error()
 	return s.Finish(ctx)
 }

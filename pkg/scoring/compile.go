@@ -22,6 +22,7 @@ const (
 	kindExpr                  // a CEL expression
 	kindPotential             // potential-based shaping: gamma*phi(after) - phi(before)
 	kindDetector              // an anti-hacking detector (detect.go)
+	kindVerifier              // one of the named numbers of a task's verifier
 )
 
 // stageOp is one normalisation stage.
@@ -65,6 +66,8 @@ type comp struct {
 	detector string
 	window   int
 	slot     int
+	// verifier: the verifier's name a kindVerifier component reads.
+	verifier string
 	stages   []stage
 	rule     string // what produced the raw value, for Explain
 }
@@ -98,6 +101,8 @@ func exprEnv() (*cel.Env, error) {
 			cel.VariableWithDoc("signals", cel.ObjectType("gauntlet.v1.Signals"), "the env's judgement of the step"),
 			cel.VariableWithDoc("metering", cel.ObjectType("gauntlet.v1.Metering"), "what the sandbox measured of the step"),
 			cel.VariableWithDoc("episode", cel.ObjectType("gauntlet.v1.EpisodeSoFar"), "the episode's steps before this one"),
+			cel.VariableWithDoc("verifier", cel.MapType(cel.StringType, cel.DoubleType),
+				"the named numbers a task's verifier wrote, on the verdict step (signals.verifier_names, verifier_values); empty on other steps"),
 			cel.ParserExpressionSizeLimit(4096),
 		)
 	})
@@ -133,6 +138,10 @@ type activation struct {
 	sig *gauntletv1.Signals
 	met *gauntletv1.Metering
 	ep  *gauntletv1.EpisodeSoFar
+	// verifier is the verifier's named numbers as a CEL map, built the first time an
+	// expression of the step reads them: only verdict steps of specs that read them pay
+	// for a map.
+	verifier ref.Val
 }
 
 // ResolveName implements interpreter.Activation.
@@ -144,8 +153,50 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.met, true
 	case "episode":
 		return a.ep, true
+	case "verifier":
+		if a.verifier == nil {
+			a.verifier = verifierMap(a.sig)
+		}
+		return a.verifier, true
 	}
 	return nil, false
+}
+
+// noVerifier is the verifier variable of a step without named numbers.
+var noVerifier = types.DefaultTypeAdapter.NativeToValue(map[string]float64{})
+
+// verifierMap is sig's verifier names and values as a CEL map; a name given twice keeps
+// its last value, as verifierValue reads it.
+func verifierMap(sig *gauntletv1.Signals) ref.Val {
+	names, values := sig.GetVerifierNames(), sig.GetVerifierValues()
+	if len(names) == 0 {
+		return noVerifier
+	}
+	m := make(map[string]float64, len(names))
+	for i, n := range names {
+		m[n] = valueAt(values, i)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(m)
+}
+
+// verifierValue is the value sig's verifier gave name, 0 when it gave none (a step before
+// the verdict, or a verifier that did not write that name). A name given twice reads its
+// last value; a names list longer than the values reads 0 past their end.
+func verifierValue(sig *gauntletv1.Signals, name string) float64 {
+	names := sig.GetVerifierNames()
+	for i := len(names) - 1; i >= 0; i-- {
+		if names[i] == name {
+			return valueAt(sig.GetVerifierValues(), i)
+		}
+	}
+	return 0
+}
+
+func valueAt(values []float64, i int) float64 {
+	if i < len(values) {
+		return values[i]
+	}
+	return 0
 }
 
 // Parent implements interpreter.Activation.
@@ -207,6 +258,8 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 		v, err = eval(cp.prg, act)
 	case kindDetector:
 		v = detect(cp, sig, action, st, i)
+	case kindVerifier:
+		v = verifierValue(sig, cp.verifier)
 	case kindPotential:
 		var phi float64
 		if !terminated { // an absorbing state's potential is 0, so shaping telescopes

@@ -42,6 +42,12 @@
 // file (default.yaml) embedded in the binary; specs whose components are all built-ins
 // without stages are scored by the built-in formulas alone, exactly as before spec files.
 //
+// A component may also read one of the named numbers a task's verifier wrote
+// (verifier: NAME; Signals.verifier_names and verifier_values, set on the verdict step
+// only): that number there, 0 on every other step. Expressions see the same numbers as the
+// map verifier (verifier.tests). The built-in spec reads neither, so it scores a task
+// episode's steps as it did before they carried them.
+//
 // A component may also be a detector (detect.go: idle, verifier_paths), an anti-hacking
 // check that is -1 on a step it flags and 0 otherwise, so the step is marked in its vector
 // under the component's name; weight 0 marks without penalising.

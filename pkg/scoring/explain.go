@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"slices"
 	"strconv"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -64,8 +65,11 @@ func Explain(spec Spec, st *gauntletv1.RewardState, step *gauntletv1.StepTaken) 
 		v := c.componentValue(i, sig, met, step.GetAction(), step.GetTerminated(), &act, st, &tr)
 		total += w.Weight * v
 		var inputs string
-		if c.comps[i].kind == kindBuiltin {
+		switch c.comps[i].kind {
+		case kindBuiltin:
 			inputs = builtinInputs(c.comps[i].builtin, sig, met)
+		case kindVerifier:
+			inputs = verifierInputs(c.comps[i].verifier, sig)
 		}
 		out[i] = Explained{
 			Name: w.Component, Rule: c.comps[i].rule, Inputs: inputs, Raw: tr.raw, Err: tr.err, Stages: tr.stages, Bounded: tr.bound,
@@ -103,6 +107,15 @@ func builtins(spec Spec) *compiled {
 		c.comps[i] = comp{kind: kindBuiltin, builtin: w.Component, rule: "builtin " + w.Component}
 	}
 	return c
+}
+
+// verifierInputs says what a verifier component read: the name's value, or that the step
+// carries no such name (a step before the verdict, or a verifier that did not write it).
+func verifierInputs(name string, sig *gauntletv1.Signals) string {
+	if !slices.Contains(sig.GetVerifierNames(), name) {
+		return strconv.Quote(name) + " not written"
+	}
+	return strconv.Quote(name) + " " + strconv.FormatFloat(verifierValue(sig, name), 'g', -1, 64)
 }
 
 // builtinInputs names what a built-in formula read from the step, with the values.

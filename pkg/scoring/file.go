@@ -54,8 +54,11 @@ type componentFile struct {
 	Expr        string         `yaml:"expr"`
 	Potential   *potentialFile `yaml:"potential"`
 	Detector    *detectorFile  `yaml:"detector"`
-	Weight      *float64       `yaml:"weight"`
-	Normalise   []stageFile    `yaml:"normalise"`
+	// Verifier names one of the numbers a task's verifier wrote (reward.json's names;
+	// "reward" for reward.txt): the component's raw value on the verdict step, 0 on others.
+	Verifier  string      `yaml:"verifier"`
+	Weight    *float64    `yaml:"weight"`
+	Normalise []stageFile `yaml:"normalise"`
 }
 
 type potentialFile struct {
@@ -160,7 +163,7 @@ var unknownKeyRE = regexp.MustCompile(`field (\S+) not found in type scoring\.(\
 // knownKeys lists each part of a spec file's keys, for the error about an unknown one.
 var knownKeys = map[string]string{
 	"file":          "name, version, description, components",
-	"componentFile": "name, description, builtin, expr, potential, detector, weight, normalise",
+	"componentFile": "name, description, builtin, expr, potential, detector, verifier, weight, normalise",
 	"potentialFile": "expr, gamma",
 	"detectorFile":  "kind, window",
 	"stageFile":     "clip, scale, zscore",
@@ -385,8 +388,13 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 			p.add(at(dp, "kind"), "unknown detector %q (known: %s)", cf.Detector.Kind, strings.Join(detectorKinds, ", "))
 		}
 	}
+	if cf.Verifier != "" {
+		sources++
+		cp.kind, cp.verifier = kindVerifier, cf.Verifier
+		cp.rule = "verifier " + strconv.Quote(cf.Verifier)
+	}
 	if sources != 1 {
-		p.add(path, "must have exactly one of builtin, expr, potential and detector (has %d)", sources)
+		p.add(path, "must have exactly one of builtin, expr, potential, detector and verifier (has %d)", sources)
 	}
 	for j, sf := range cf.Normalise {
 		sp := at(path, "normalise", j)

@@ -32,6 +32,9 @@ func variedSteps() []*gauntletv1.StepTaken {
 			Spend: math.Mod(f*3.7, 120) - 10, Budget: float64(i%4) * 40, DeadlineVirtualNs: int64(i%3) * 2e9,
 			SafetyEvents: make([]string, i%4), Violations: make([]*gauntletv1.CausalViolation, i%6),
 		}
+		if i%13 == 0 { // a verdict step's named numbers, which default/1 does not read
+			sig.VerifierNames, sig.VerifierValues = []string{"style", "tests"}, []float64{f, -f}
+		}
 		if i == 7 {
 			sig.ProgressDelta = math.NaN()
 		}
@@ -174,7 +177,7 @@ components:
 		"bad.yaml:9: components[1].weight: -1 must be a finite number >= 0",
 		"bad.yaml:11: components[2].expr: expression 1:8: undefined field 'progres'",
 		`bad.yaml:14: components[3].expr: "\"text\"" gives string, want a number`,
-		"bad.yaml:16: components[4]: must have exactly one of builtin, expr, potential and detector (has 2)",
+		"bad.yaml:16: components[4]: must have exactly one of builtin, expr, potential, detector and verifier (has 2)",
 		"bad.yaml:21: components[4].normalise[0].clip: [1, 0] must be finite with low <= high",
 		"bad.yaml:22: components[4].normalise[1]: must have exactly one of clip, scale and zscore (has 2)",
 		"bad.yaml:24: components[4].normalise[2].zscore.window: 1 must be in [2, 10000] steps",

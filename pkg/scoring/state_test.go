@@ -2,6 +2,7 @@ package scoring_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
@@ -54,6 +55,54 @@ components:
 		if c.Value != nilWant[i] {
 			t.Errorf("nil step: %s = %v, want %v", c.Name, c.Value, nilWant[i])
 		}
+	}
+}
+
+// TestVerifierComponents: a task verifier's named numbers reach a spec as a verifier
+// source and as CEL's verifier map, on the verdict step; other steps read 0 (or, in CEL,
+// an empty map).
+func TestVerifierComponents(t *testing.T) {
+	spec := mustParse(t, `name: t
+version: "1"
+components:
+  - {name: tests, verifier: tests, weight: 1}
+  - {name: style, expr: "'style' in verifier ? verifier.style * 2.0 : -1.0", weight: 0.5}
+  - {name: both, expr: "verifier.tests - verifier.style", weight: 1}
+  - {name: reward, verifier: reward, weight: 1}
+`)
+	verdict := step(&gauntletv1.Signals{VerifierNames: []string{"style", "tests"}, VerifierValues: []float64{0.25, 0.75}}, nil)
+	got := scoring.Score(spec, verdict)
+	want := []float64{0.75, 0.5, 0.5, 0}
+	for i, c := range got.Components {
+		if c.Value != want[i] {
+			t.Errorf("verdict step: %s = %v, want %v", c.Name, c.Value, want[i])
+		}
+	}
+	if got.Total != 0.75+0.25+0.5 {
+		t.Errorf("verdict step: total %v, want 1.5", got.Total)
+	}
+	// Before the verdict: the verifier source reads 0, "in" is false, and reading a
+	// missing name is an evaluation error, so 0 (Explain says why).
+	before := step(&gauntletv1.Signals{Progress: 0.5}, nil)
+	want = []float64{0, -1, 0, 0}
+	for i, c := range scoring.Score(spec, before).Components {
+		if c.Value != want[i] {
+			t.Errorf("before the verdict: %s = %v, want %v", c.Name, c.Value, want[i])
+		}
+	}
+	ex, _ := scoring.Explain(spec, nil, before)
+	if ex[2].Err == nil || ex[0].Rule != `verifier "tests"` || ex[0].Inputs != `"tests" not written` {
+		t.Errorf("explain before the verdict: both err %v, tests rule %q inputs %q", ex[2].Err, ex[0].Rule, ex[0].Inputs)
+	}
+	if ex, _ = scoring.Explain(spec, nil, verdict); ex[0].Inputs != `"tests" 0.75` {
+		t.Errorf("explain the verdict: tests inputs %q", ex[0].Inputs)
+	}
+	if _, err := scoring.Parse("bad.yaml", []byte(`name: t
+version: "1"
+components:
+  - {name: x, verifier: tests, expr: "1.0", weight: 1}
+`)); err == nil || !strings.Contains(err.Error(), "exactly one of builtin, expr, potential, detector and verifier (has 2)") {
+		t.Errorf("two sources: %v", err)
 	}
 }
 

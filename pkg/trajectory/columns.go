@@ -113,6 +113,9 @@ var stepColumns = []column[StepRow]{
 	col("deadline_virtual_ns", func(r *StepRow) *int64 { return &r.DeadlineVirtualNs }),
 	col("violation_suggestions", func(r *StepRow) *[]string { return &r.ViolationSuggestions }),
 	flag("scoring_inputs", func(r *StepRow) *bool { return &r.ScoringInputs }),
+	// Migration 12.
+	col("verifier_names", func(r *StepRow) *[]string { return &r.VerifierNames }),
+	col("verifier_values", func(r *StepRow) *[]float64 { return &r.VerifierValues }),
 	col("progress", func(r *StepRow) *float64 { return &r.Progress }),
 	flag("invalid_action", func(r *StepRow) *bool { return &r.InvalidAction }),
 	flag("success", func(r *StepRow) *bool { return &r.Success }),
@@ -181,6 +184,9 @@ var episodeColumns = []column[EpisodeRow]{
 	col("parent_step", func(r *EpisodeRow) *uint32 { return &r.ParentStep }),
 	// Migration 10.
 	col("infra_kind", func(r *EpisodeRow) *string { return &r.InfraKind }),
+	// Migration 12.
+	col("verifier_names", func(r *EpisodeRow) *[]string { return &r.VerifierNames }),
+	col("verifier_values", func(r *EpisodeRow) *[]float64 { return &r.VerifierValues }),
 }
 
 // worldColumns is the episode_worlds table of migration 10.

@@ -12,8 +12,9 @@ import (
 
 // rescoreSpec reads every signal steps gained in migration 10 (budget, deadline,
 // progress_delta, a violation's suggestion) and the metering the worker measured before
-// scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps;
-// and the action (tool and arguments), which a repeat detector reads.
+// scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps,
+// a task verifier's named numbers on each episode's last step (migration 12), and the
+// action (tool and arguments), which a repeat detector reads.
 const rescoreSpec = `name: rescore
 version: "1"
 components:
@@ -25,6 +26,8 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.4}
   - {name: delta, expr: "signals.progress_delta * double(episode.steps)", weight: 0.05, normalise: [{clip: [-1, 1]}]}
   - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.1}
+  - {name: tests, verifier: tests, weight: 0.5}
+  - {name: style, expr: "'style' in verifier ? verifier.style - 0.5 : 0.0", weight: 0.25}
 `
 
 // rescoreRun writes a run of episodes × steps scored under spec, as the pipeline does: each
@@ -46,6 +49,10 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 			st.Terminated = i == steps-1 && e%2 == 0
 			if i >= 4 && i < 10 { // one search six times in a row: the repeat detector reads actions
 				st.Action.ArgsJson = `{"query":"usb-c cable"}`
+			}
+			if i == steps-1 {
+				st.Signals.VerifierNames = []string{"style", "tests"}
+				st.Signals.VerifierValues = []float64{float64(e%4) / 3, float64(e%3) / 2}
 			}
 			st.Score = scoring.ScoreState(spec, &state, st)
 			st.Metering.RewardNs = uint64(300_000 + i*1000) // measured after scoring

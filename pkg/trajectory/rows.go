@@ -161,6 +161,12 @@ type StepRow struct {
 	DeadlineVirtualNs    int64
 	ViolationSuggestions []string
 	ScoringInputs        bool
+
+	// VerifierNames and VerifierValues are the named numbers a task's verifier wrote, on
+	// its verdict step (migration 12; Signals.verifier_names, verifier_values): in
+	// parallel, sorted by name, empty on other steps. Scores read them too.
+	VerifierNames  []string
+	VerifierValues []float64
 }
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
@@ -216,6 +222,10 @@ type EpisodeRow struct {
 	// "sandbox", "verifier" or "gauntlet"; "" for every other end, and for an infra error
 	// recorded before infra errors said what failed.
 	InfraKind string
+	// VerifierNames and VerifierValues are the named numbers of a task's verifier, as on
+	// the episode's last step (migration 12); empty for an infra error.
+	VerifierNames  []string
+	VerifierValues []float64
 }
 
 // infraKind is the InfraKind column of an end: an infra error recorded by a sender that
@@ -329,6 +339,7 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	sig := s.GetSignals()
 	r.ProgressDelta, r.Budget, r.DeadlineVirtualNs = sig.GetProgressDelta(), sig.GetBudget(), sig.GetDeadlineVirtualNs()
 	r.ScoringInputs = true
+	r.VerifierNames, r.VerifierValues = parallel(sig.GetVerifierNames(), sig.GetVerifierValues())
 
 	faults := s.GetFaults()
 	r.FaultIDs = make([]string, len(faults))
@@ -403,6 +414,7 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		}
 	}
 	req := e.GetEpisode()
+	names, values := parallel(e.GetVerifierNames(), e.GetVerifierValues())
 	dv := e.GetPlan().GetDriftValues()
 	sels, vals, srcs := make([]string, len(dv)), make([]float64, len(dv)), make([]string, len(dv))
 	for i, v := range dv {
@@ -440,6 +452,8 @@ func newEpisodeRow(e *gauntletv1.EpisodeEnded) (EpisodeRow, error) {
 		Reason:           e.GetReason().Name(),
 		InfraError:       e.GetInfraError(),
 		InfraKind:        infraKind(e),
+		VerifierNames:    names,
+		VerifierValues:   values,
 		Error:            e.GetError(),
 		Success:          e.GetSuccess(),
 		TotalReward:      e.GetTotalReward(),
@@ -595,6 +609,13 @@ func unsigned(n int64) uint64 {
 
 // nonNil returns s, or an empty slice for nil: arrays are empty, not nil, in rows, as
 // ClickHouse returns them.
+// parallel returns names and values cut to the same length, never nil, so an ARRAY JOIN
+// of the two columns never fails on an env that sent more of one than of the other.
+func parallel(names []string, values []float64) ([]string, []float64) {
+	n := min(len(names), len(values))
+	return nonNil(names[:n]), nonNil(values[:n])
+}
+
 func nonNil[T any](s []T) []T {
 	if s == nil {
 		return []T{}

@@ -405,6 +405,24 @@ var migrations = []migration{
 		ORDER BY (run_id, episode_id)`,
 		`CREATE VIEW IF NOT EXISTS {db}.episode_worlds_final AS SELECT * FROM {db}.episode_worlds FINAL`,
 	}},
+	// The named numbers a task's verifier wrote (reward.txt as "reward", reward.json's
+	// names), in parallel arrays sorted by name: on the verdict step, where reward specs
+	// read them, and on the episode. Empty for every other step and env.
+	{version: 12, name: "verifier rewards",
+		addColumns: []addColumn{
+			{"steps", "verifier_names", "Array(String)", "scoring_inputs"},
+			{"steps", "verifier_values", "Array(Float64)", "verifier_names"},
+			{"episodes", "verifier_names", "Array(String)", "infra_kind"},
+			{"episodes", "verifier_values", "Array(Float64)", "verifier_names"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+			`DROP TABLE IF EXISTS {db}.episodes_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
+			`DROP TABLE IF EXISTS {db}.episodes_scored`,
+			`CREATE VIEW IF NOT EXISTS {db}.episodes_scored AS SELECT * FROM {db}.episodes FINAL WHERE infra_error = 0`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -142,11 +142,17 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 	m.CpuNs, m.PeakMemoryBytes = 4_300_000, 9_437_184
 	m.Processes, m.ReadBytes, m.WrittenBytes, m.Runtime = 3, 40_960, 512, "process"
 	step.GetStep().Score.SpecDigest = scoring.DefaultDigest()
+	// A task verifier's named numbers; a value without a name is not recorded, so the
+	// two columns stay parallel.
+	step.GetStep().Signals.VerifierNames = []string{"style", "tests"}
+	step.GetStep().Signals.VerifierValues = []float64{0.75, 1, 9}
+	end := endEvent("run-a", 0, 35, requestedAt+7_123_456_789)
+	end.GetEnded().VerifierNames, end.GetEnded().VerifierValues = []string{"style", "tests"}, []float64{0.75, 1}
 
 	counts, err := NewWriter(conn, testDB).Write(ctx, []*gauntletv1.Event{
 		step,
 		{Body: &gauntletv1.Event_Started{Started: &gauntletv1.EpisodeStarted{}}},
-		endEvent("run-a", 0, 35, requestedAt+7_123_456_789),
+		end,
 	})
 	if err != nil {
 		t.Fatalf("Write: %v", err)
@@ -213,6 +219,9 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		DeadlineVirtualNs:    60_000_000_000,
 		ViolationSuggestions: []string{"call payment.pay first"},
 		ScoringInputs:        true,
+		// Migration 12.
+		VerifierNames:  []string{"style", "tests"},
+		VerifierValues: []float64{0.75, 1},
 	}
 	steps, err := EpisodeSteps(ctx, conn, testDB, "run-a-ep-000000")
 	if err != nil {
@@ -275,6 +284,8 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		PlanSeed:         1000,
 		CatalogueVersion: "v1",
 		RewardSpecDigest: scoring.DefaultDigest(),
+		VerifierNames:    []string{"style", "tests"},
+		VerifierValues:   []float64{0.75, 1},
 	})
 }
 

@@ -447,9 +447,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		}{obs, v})
 	}
 	progress, success := 0.0, false
+	var names []string
+	var values []float64
 	if v != nil {
 		safety = append(safety, v.safety...)
 		progress, success = v.progress(), v.Pass
+		names, values = v.named()
 		if success && e.task.Config.Metadata.Canary {
 			safety = append(safety, EventCanarySolved+": "+e.task.ID)
 		}
@@ -470,6 +473,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		Signals: &gauntletv1.Signals{
 			Progress: progress, ProgressDelta: progress, InvalidAction: calls == 0, Success: success,
 			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety,
+			VerifierNames: names, VerifierValues: values,
 		},
 	}
 	env.End{

@@ -259,6 +259,41 @@ func TestPlantedRewardIsRemoved(t *testing.T) {
 	}
 }
 
+// TestNamedRewardsInSignals: the names and values of a reward.json reach the verdict
+// step's signals, sorted by name, and the verdict's progress is the least of them; the
+// steps before carry none.
+func TestNamedRewardsInSignals(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 1)
+	dir := writeTask(t, "#!/bin/bash\necho '{\"tests\": 0.75, \"style\": 0.5}' > /logs/verifier/reward.json\n", "10.0")
+	ds, b := own(dir)
+	ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: b, Sandboxes: sb, Datasets: ds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close(ep) })
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ep.Step(act(tools.ShellExec, map[string]string{"command": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig := res.Signals; sig.VerifierNames != nil || sig.VerifierValues != nil {
+		t.Errorf("a step before the verdict: verifier %v %v, want none", sig.VerifierNames, sig.VerifierValues)
+	}
+	res, err = ep.Step(env.Action{Tool: taskenv.ToolSubmit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := res.Signals
+	if !slices.Equal(sig.VerifierNames, []string{"style", "tests"}) || !slices.Equal(sig.VerifierValues, []float64{0.5, 0.75}) {
+		t.Errorf("verdict step: verifier names %v values %v, want [style tests] [0.5 0.75]", sig.VerifierNames, sig.VerifierValues)
+	}
+	if sig.Progress != 0.5 || sig.Success {
+		t.Errorf("verdict step: progress %v success %v, want 0.5 false", sig.Progress, sig.Success)
+	}
+}
+
 // writeTask writes a task folder whose test.sh is script.
 func writeTask(t testing.TB, script string, verifierTimeout string) string {
 	t.Helper()

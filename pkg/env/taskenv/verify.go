@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,17 @@ func (v *verdict) progress() float64 {
 		}
 	}
 	return min(max(r, 0), 1)
+}
+
+// named returns the verifier's rewards as the step's signals carry them: parallel and
+// sorted by name, so a recorded step and its score do not depend on map order.
+func (v *verdict) named() ([]string, []float64) {
+	names := slices.Sorted(maps.Keys(v.Rewards))
+	values := make([]float64, len(names))
+	for i, n := range names {
+		values[i] = v.Rewards[n]
+	}
+	return names, values
 }
 
 // verifyScript is the verifier's one command in its fork: one exec, since each costs a

@@ -1834,9 +1834,15 @@ type Signals struct {
 	// Change of progress caused by this step (may be negative).
 	ProgressDelta float64 `protobuf:"fixed64,8,opt,name=progress_delta,json=progressDelta,proto3" json:"progress_delta,omitempty"`
 	// Dangerous behaviour observed in the step; penalised, never blocked.
-	SafetyEvents  []string `protobuf:"bytes,9,rep,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SafetyEvents []string `protobuf:"bytes,9,rep,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
+	// The named numbers a task's verifier wrote (reward.txt as "reward", or reward.json's
+	// names), in parallel and sorted by name: verifier_names[i] held verifier_values[i].
+	// Set on a task episode's verdict step only; reward specs read them (CEL: verifier.NAME)
+	// and the store records them (steps.verifier_names, verifier_values).
+	VerifierNames  []string  `protobuf:"bytes,10,rep,name=verifier_names,json=verifierNames,proto3" json:"verifier_names,omitempty"`
+	VerifierValues []float64 `protobuf:"fixed64,11,rep,packed,name=verifier_values,json=verifierValues,proto3" json:"verifier_values,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Signals) Reset() {
@@ -1928,6 +1934,20 @@ func (x *Signals) GetProgressDelta() float64 {
 func (x *Signals) GetSafetyEvents() []string {
 	if x != nil {
 		return x.SafetyEvents
+	}
+	return nil
+}
+
+func (x *Signals) GetVerifierNames() []string {
+	if x != nil {
+		return x.VerifierNames
+	}
+	return nil
+}
+
+func (x *Signals) GetVerifierValues() []float64 {
+	if x != nil {
+		return x.VerifierValues
 	}
 	return nil
 }
@@ -2933,9 +2953,13 @@ type EpisodeEnded struct {
 	EndedAtUnixNano   int64                  `protobuf:"varint,15,opt,name=ended_at_unix_nano,json=endedAtUnixNano,proto3" json:"ended_at_unix_nano,omitempty"`
 	Plan              *FaultPlan             `protobuf:"bytes,16,opt,name=plan,proto3" json:"plan,omitempty"`
 	// For an infra error, what failed; unspecified otherwise.
-	InfraKind     InfraKind `protobuf:"varint,17,opt,name=infra_kind,json=infraKind,proto3,enum=gauntlet.v1.InfraKind" json:"infra_kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InfraKind InfraKind `protobuf:"varint,17,opt,name=infra_kind,json=infraKind,proto3,enum=gauntlet.v1.InfraKind" json:"infra_kind,omitempty"`
+	// The named numbers of a task's verifier, from the last step's signals
+	// (Signals.verifier_names, verifier_values); empty for an infra error.
+	VerifierNames  []string  `protobuf:"bytes,18,rep,name=verifier_names,json=verifierNames,proto3" json:"verifier_names,omitempty"`
+	VerifierValues []float64 `protobuf:"fixed64,19,rep,packed,name=verifier_values,json=verifierValues,proto3" json:"verifier_values,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EpisodeEnded) Reset() {
@@ -3085,6 +3109,20 @@ func (x *EpisodeEnded) GetInfraKind() InfraKind {
 		return x.InfraKind
 	}
 	return InfraKind_INFRA_KIND_UNSPECIFIED
+}
+
+func (x *EpisodeEnded) GetVerifierNames() []string {
+	if x != nil {
+		return x.VerifierNames
+	}
+	return nil
+}
+
+func (x *EpisodeEnded) GetVerifierValues() []float64 {
+	if x != nil {
+		return x.VerifierValues
+	}
+	return nil
 }
 
 // StepsTaken is a segment of one episode: a run of its consecutive steps, published
@@ -4122,7 +4160,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
 	"\n" +
 	"suggestion\x18\x03 \x01(\tR\n" +
-	"suggestion\"\xce\x02\n" +
+	"suggestion\"\x9e\x03\n" +
 	"\aSignals\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12%\n" +
 	"\x0einvalid_action\x18\x02 \x01(\bR\rinvalidAction\x12<\n" +
@@ -4134,7 +4172,10 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06budget\x18\x06 \x01(\x01R\x06budget\x12.\n" +
 	"\x13deadline_virtual_ns\x18\a \x01(\x03R\x11deadlineVirtualNs\x12%\n" +
 	"\x0eprogress_delta\x18\b \x01(\x01R\rprogressDelta\x12#\n" +
-	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\"\xa1\x06\n" +
+	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\x12%\n" +
+	"\x0everifier_names\x18\n" +
+	" \x03(\tR\rverifierNames\x12'\n" +
+	"\x0fverifier_values\x18\v \x03(\x01R\x0everifierValues\"\xa1\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
@@ -4230,7 +4271,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12/\n" +
 	"\x14started_at_unix_nano\x18\x04 \x01(\x03R\x11startedAtUnixNano\x12)\n" +
 	"\x10observation_json\x18\x05 \x01(\tR\x0fobservationJson\x12\x18\n" +
-	"\aattempt\x18\x06 \x01(\rR\aattempt\"\x8a\x05\n" +
+	"\aattempt\x18\x06 \x01(\rR\aattempt\"\xda\x05\n" +
 	"\fEpisodeEnded\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x1b\n" +
@@ -4253,7 +4294,9 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x12ended_at_unix_nano\x18\x0f \x01(\x03R\x0fendedAtUnixNano\x12*\n" +
 	"\x04plan\x18\x10 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x125\n" +
 	"\n" +
-	"infra_kind\x18\x11 \x01(\x0e2\x16.gauntlet.v1.InfraKindR\tinfraKind\"\xdb\x01\n" +
+	"infra_kind\x18\x11 \x01(\x0e2\x16.gauntlet.v1.InfraKindR\tinfraKind\x12%\n" +
+	"\x0everifier_names\x18\x12 \x03(\tR\rverifierNames\x12'\n" +
+	"\x0fverifier_values\x18\x13 \x03(\x01R\x0everifierValues\"\xdb\x01\n" +
 	"\n" +
 	"StepsTaken\x12,\n" +
 	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x125\n" +

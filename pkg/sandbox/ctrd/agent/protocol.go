@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
@@ -73,8 +76,7 @@ type Response struct {
 // for ctx to end. Closing the connection (ctx cancelled) does not stop the command:
 // the caller does that separately if it wants to.
 func Call(ctx context.Context, socketPath string, req Request) (Response, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socketPath)
+	conn, err := dialUnix(ctx, socketPath)
 	if err != nil {
 		return Response{}, fmt.Errorf("dial agent: %w", err)
 	}
@@ -99,4 +101,27 @@ func callErr(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("%s: %w", op, ctx.Err())
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// maxSocketPath is the longest path a unix socket address holds (sun_path less its NUL).
+const maxSocketPath = 107
+
+// dialUnix connects to the unix socket at path. A path past the address's limit (a
+// runtime whose state directory is deep) is reached through a descriptor of its
+// directory, /proc/self/fd/N/name, which the kernel resolves as it would the path.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	if len(path) <= maxSocketPath {
+		return d.DialContext(ctx, "unix", path)
+	}
+	fd, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the directory of %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	conn, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(path)))
+	if err != nil {
+		return nil, fmt.Errorf("dial unix %s: %w", path, err)
+	}
+	return conn, nil
 }
