@@ -90,7 +90,8 @@ func TestSmokeManifest(t *testing.T) {
 }
 
 // TestGauntletOracleAndNoop runs every task on the host: its oracle solution must earn
-// every reward component 1, and an agent that does nothing must not.
+// every reward component 1, and an agent that does nothing must not. A canary's oracle,
+// an honest attempt at the impossible, must fail too.
 func TestGauntletOracleAndNoop(t *testing.T) {
 	if err := taskstest.Require("python3", "jq", "timeout", "cmp", "sha256sum"); err != nil {
 		t.Fatal(err)
@@ -103,7 +104,9 @@ func TestGauntletOracleAndNoop(t *testing.T) {
 			if err != nil {
 				t.Fatalf("oracle: %v", err)
 			}
-			if !solved(res.Rewards) {
+			if canary := task.Config.Metadata.Canary; canary && solved(res.Rewards) {
+				t.Errorf("the oracle solved a canary: %v\ntest.sh said:\n%s", res.Rewards, res.TestOutput)
+			} else if !canary && !solved(res.Rewards) {
 				t.Errorf("oracle earned %v\nsolve.sh said:\n%s\ntest.sh said:\n%s", res.Rewards, res.SolveOutput, res.TestOutput)
 			}
 			res, err = taskstest.Run(ctx, task, false)

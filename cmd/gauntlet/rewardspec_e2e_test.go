@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
 // e2eSpec shapes progress, counts the episode's earlier steps and normalises each step's
 // virtual time with a running z-score: every part needs the episode's state to travel from
-// step to step.
+// step to step. Its detectors mark without penalising; repeat reads each step's action,
+// which the worker sends the reward service with the steps of a run naming a spec.
 const e2eSpec = `name: e2e
 version: "1"
 components:
@@ -21,6 +24,7 @@ components:
   - {name: seen, expr: "double(episode.steps) / 100.0", weight: 0}
   - {name: calls, expr: double(metering.virtual_ns) / 1e9, weight: 0.1, normalise: [{zscore: {window: 4}}]}
   - {name: idle, detector: {kind: idle, window: 5}, weight: 0}
+  - {name: repeat, detector: {kind: repeat, window: 2}, weight: 0}
 `
 
 // TestRewardSpecRun submits a run naming a reward spec file, as gauntlet run does, and
@@ -65,7 +69,7 @@ func TestRewardSpecRun(t *testing.T) {
 			fmt.Sprintf(`SELECT count() FROM %s.episodes_final WHERE run_id = '%s' AND reward_spec_digest = '%s'`, db, run, o.spec.Digest), "60"},
 		{"the spec in reward_specs",
 			fmt.Sprintf(`SELECT concat(spec, ' ', toString(weights), ' ', toString(source = '')) FROM %s.reward_specs_final WHERE digest = '%s'`, db, o.spec.Digest),
-			"e2e/1 [1,0.2,0.5,0,0.1,0] 0"},
+			"e2e/1 [1,0.2,0.5,0,0.1,0,0] 0"},
 		{"totals rebuilt in SQL that differ",
 			fmt.Sprintf(`SELECT countIf(arraySum(arrayMap((v, w) -> v * w, reward_values, weights)) != reward) FROM %s.steps_final
 				ANY INNER JOIN (SELECT digest AS reward_spec_digest, weights FROM %s.reward_specs_final) USING reward_spec_digest
@@ -92,6 +96,35 @@ func TestRewardSpecRun(t *testing.T) {
 		if got := queryOne(t, conn, c.query); got != c.want {
 			t.Errorf("%s: %s, want %s", c.what, got, c.want)
 		}
+	}
+	// The repeat detector (window 2), in the reward service: a step is flagged exactly
+	// when its recorded action is the same as the step before's; random repeats itself
+	// now and then, the oracle (under the baseline profile's rare faults) never.
+	_, rows, err := trajectory.Query(context.Background(), conn, fmt.Sprintf(`SELECT episode_id, policy, tool, args,
+		toString(reward_values[indexOf(reward_names, 'repeat')]) FROM %s.steps_final WHERE run_id = '%s' ORDER BY episode_id, step`, db, run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inRow, flagged, oracleFlagged int
+	for i, r := range rows {
+		if i > 0 && r[0] == rows[i-1][0] && r[2] == rows[i-1][2] && r[3] == rows[i-1][3] {
+			inRow++
+		} else {
+			inRow = 1
+		}
+		if got, want := r[4] == "-1", inRow >= 2; got != want {
+			t.Errorf("episode %s, action %s %s, %d in a row: repeat flagged %v", r[0], r[2], r[3], inRow, got)
+		}
+		if r[4] == "-1" {
+			flagged++
+			if r[1] == "oracle" {
+				oracleFlagged++
+			}
+		}
+	}
+	t.Logf("repeat: %d of %d steps flagged, %d of the oracle's", flagged, len(rows), oracleFlagged)
+	if flagged == 0 || oracleFlagged != 0 {
+		t.Errorf("repeat flagged %d steps, %d of them the oracle's: want some of random's, none of the oracle's", flagged, oracleFlagged)
 	}
 
 	// reward rescore re-derives the whole run's scores from its rows, to the bit, and

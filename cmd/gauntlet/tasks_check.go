@@ -21,12 +21,14 @@ import (
 
 // tasksCheck is `gauntlet tasks check`: every selected task plays two episodes of the
 // tasks env through the episode runner, in real sandboxes: the oracle (solution/solve.sh)
-// must succeed and a no-op agent (submit at once) must fail. A task that cannot be played,
-// whose verifier fails, whose oracle fails or whose no-op passes is reported; any such
-// task makes the command fail.
+// must succeed and a no-op agent (submit at once) must fail. A canary task (unsolvable
+// honestly) is checked the other way round: its oracle, an honest best attempt, must fail
+// as well, for a canary an honest agent can pass would flag honest agents as cheats. A
+// task that cannot be played, whose verifier fails, whose oracle does not end as it must
+// or whose no-op passes is reported; any such task makes the command fail.
 func tasksCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tasks check", stderr)
-	var f tasks.Filter
+	f := tasks.Filter{Canaries: true}
 	fs.Var((*listFlag)(&f.Tags), "tag", "only tasks with this tag (repeat: all of them)")
 	fs.Var((*listFlag)(&f.Difficulties), "difficulty", "only tasks of this difficulty (repeat or comma-separate: any of them)")
 	fs.Var((*listFlag)(&f.Globs), "glob", "only tasks whose id matches this pattern, as path.Match (repeat: any of them)")
@@ -87,7 +89,9 @@ func tasksCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		switch {
 		case o.err != nil:
 			problems = append(problems, "oracle: "+o.err.Error())
-		case !o.success:
+		case t.Config.Metadata.Canary && o.success:
+			problems = append(problems, fmt.Sprintf("the oracle passes a canary (rewards %s): an honest agent can solve it, so its successes prove no hack", o.rewards))
+		case !t.Config.Metadata.Canary && !o.success:
 			problems = append(problems, fmt.Sprintf("oracle did not succeed (%s, rewards %s)", o.reason, o.rewards))
 		}
 		switch {
@@ -97,7 +101,11 @@ func tasksCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			problems = append(problems, fmt.Sprintf("a no-op agent succeeds (rewards %s): the tests do not test the task", n.rewards))
 		}
 		if len(problems) == 0 {
-			fmt.Fprintf(stdout, "ok   %s  oracle %s  no-op %s\n", t.ID, o.rewards, n.rewards)
+			canary := ""
+			if t.Config.Metadata.Canary {
+				canary = "  (canary: the oracle must fail)"
+			}
+			fmt.Fprintf(stdout, "ok   %s  oracle %s  no-op %s%s\n", t.ID, o.rewards, n.rewards, canary)
 			continue
 		}
 		bad++

@@ -160,6 +160,7 @@ type taskJSON struct {
 	AllowInternet bool              `json:"allow_internet"`
 	VerifierEnv   map[string]string `json:"verifier_env,omitempty"`
 	Metadata      map[string]any    `json:"metadata,omitempty"`
+	Canary        bool              `json:"canary,omitempty"`
 	Instruction   string            `json:"instruction,omitempty"`
 }
 
@@ -175,6 +176,7 @@ func toJSON(t *tasks.Task, withInstruction bool) taskJSON {
 		BuildTimeout: c.Environment.BuildTimeout.Seconds(), CPUs: c.Environment.CPUs,
 		MemoryMB: c.Environment.MemoryMB, StorageMB: c.Environment.StorageMB, GPUs: c.Environment.GPUs,
 		AllowInternet: c.Environment.AllowInternet, VerifierEnv: c.Verifier.Env, Metadata: c.Metadata.Extra,
+		Canary: c.Metadata.Canary,
 	}
 	if withInstruction {
 		j.Instruction = t.Instruction
@@ -184,7 +186,7 @@ func toJSON(t *tasks.Task, withInstruction bool) taskJSON {
 
 func tasksLs(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tasks ls", stderr)
-	var f tasks.Filter
+	f := tasks.Filter{Canaries: true} // listed like any task; describe says which are canaries
 	fs.Var((*listFlag)(&f.Tags), "tag", "only tasks with this tag (repeat: all of them)")
 	fs.Var((*listFlag)(&f.Difficulties), "difficulty", "only tasks of this difficulty (repeat or comma-separate: any of them)")
 	fs.Var((*listFlag)(&f.Globs), "glob", "only tasks whose id matches this pattern, as path.Match (repeat: any of them)")
@@ -292,6 +294,9 @@ func tasksDescribe(args []string, stdout, stderr io.Writer) error {
 	row("difficulty", c.Metadata.Difficulty)
 	row("category", c.Metadata.Category)
 	row("tags", strings.Join(c.Tags(), ", "))
+	if c.Metadata.Canary {
+		row("canary", "yes: unsolvable honestly, any success is a hack")
+	}
 	var authors []string
 	for _, a := range slices.Concat(c.Task.Authors, c.Metadata.Authors) {
 		if a.Email != "" {

@@ -113,13 +113,15 @@ func TestTasksLsAndDescribe(t *testing.T) {
 // TestTasksCheck: tasks check plays tasks of the in-repo dataset through the episode
 // runner on the process runtime and passes them (oracle succeeds, no-op fails); a task
 // whose tests pass without the work, or whose solution does not solve it, fails the
-// command and is named.
+// command and is named. A canary passes when its oracle fails, and a canary its oracle
+// solves fails the command.
 func TestTasksCheck(t *testing.T) {
-	out, errOut, err := runTasksCmd("check", "--data-dir", t.TempDir(), "--glob", "codefix/sum", "--glob", "data/status-summary", "--glob", "python/fix-median", "../../datasets/gauntlet")
+	out, errOut, err := runTasksCmd("check", "--data-dir", t.TempDir(), "--glob", "codefix/sum", "--glob", "data/status-summary", "--glob", "python/fix-median", "--glob", "canary/*", "../../datasets/gauntlet")
 	if err != nil {
 		t.Fatalf("check: %v\n%s%s", err, out, errOut)
 	}
-	for _, want := range []string{"ok   codefix/sum  oracle {\"reward\":1}  no-op {\"reward\":0}", "ok   data/status-summary", "ok   python/fix-median", "3 of 3 tasks pass"} {
+	for _, want := range []string{"ok   codefix/sum  oracle {\"reward\":1}  no-op {\"reward\":0}", "ok   data/status-summary", "ok   python/fix-median",
+		"ok   canary/predict-draw  oracle {\"reward\":0}  no-op {\"reward\":0}  (canary: the oracle must fail)", "4 of 4 tasks pass"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -139,6 +141,11 @@ func TestTasksCheck(t *testing.T) {
 		"lenient":   task("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n", "#!/bin/bash\ntouch done.txt\n"),
 		"unsolved":  task("#!/bin/bash\n[ -f /app/done.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n", "#!/bin/bash\ntrue\n"),
 		"no-reward": task("#!/bin/bash\nexit 3\n", "#!/bin/bash\ntrue\n"),
+		"solvable-canary": func() map[string]string {
+			fs := task("#!/bin/bash\n[ -f /app/done.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n", "#!/bin/bash\ntouch done.txt\n")
+			fs["task.toml"] += "[metadata]\ncanary = true\n"
+			return fs
+		}(),
 	} {
 		for p, c := range fs {
 			files[name+"/"+p] = c
@@ -146,12 +153,13 @@ func TestTasksCheck(t *testing.T) {
 	}
 	writeFiles(t, root, files)
 	out, _, err = runTasksCmd("check", "--data-dir", t.TempDir(), root)
-	if err == nil || !strings.Contains(err.Error(), "3 of 4 tasks fail") {
+	if err == nil || !strings.Contains(err.Error(), "4 of 5 tasks fail") {
 		t.Fatalf("check of a dataset with broken tasks: %v\n%s", err, out)
 	}
 	for _, want := range []string{
 		"ok   good", "FAIL lenient\n  a no-op agent succeeds", "FAIL unsolved\n  oracle did not succeed",
-		"FAIL no-reward\n  oracle: step 1 of no-reward-oracle: tasks: verifier failed: task no-reward: the verifier wrote no reward.txt or reward.json (test.sh exited 3)\n", "1 of 4 tasks pass",
+		"FAIL no-reward\n  oracle: step 1 of no-reward-oracle: tasks: verifier failed: task no-reward: the verifier wrote no reward.txt or reward.json (test.sh exited 3)\n",
+		"FAIL solvable-canary\n  the oracle passes a canary", "1 of 5 tasks pass",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

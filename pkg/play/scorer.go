@@ -139,7 +139,9 @@ func (s *Scorer) Run(ctx context.Context) {
 
 func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	// The reward service scores from a step's signals and metering (pkg/scoring); the
-	// observation and diff, the bulk of a step, stay here.
+	// observation and diff, the bulk of a step, stay here. A step of a named spec also
+	// carries its action (a pointer to the step's own, no copy), which a repeat detector
+	// reads: the env's default spec never does, so its requests stay as small as they were.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
 	for i, c := range batch {
 		req.Steps[i] = &gauntletv1.StepTaken{
@@ -150,7 +152,7 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 			if req.States == nil {
 				req.States = make([]*gauntletv1.RewardState, len(batch))
 			}
-			req.Steps[i].RewardSpec, req.Steps[i].Terminated = c.named.Spec, c.step.Terminated
+			req.Steps[i].RewardSpec, req.Steps[i].Terminated, req.Steps[i].Action = c.named.Spec, c.step.Terminated, c.step.Action
 			req.States[i] = c.named.State
 		}
 	}

@@ -60,9 +60,12 @@ type comp struct {
 	builtin string
 	prg     cel.Program
 	gamma   float64
-	// detector and window: a detector's kind and its window (idle: steps in a row).
+	// detector and window: a detector's kind and its window (idle, repeat: steps in a
+	// row); slot: repeat's window in RewardState.windows, which holds the fingerprint of
+	// the last action.
 	detector string
 	window   int
+	slot     int
 	// verifier: the verifier's name a kindVerifier component reads.
 	verifier string
 	stages   []stage
@@ -77,7 +80,9 @@ type compiled struct {
 	plain bool
 	// stateful: scoring reads and advances a RewardState.
 	stateful bool
-	windows  int // running z-score stages, each with its window in RewardState.windows
+	windows  int // running z-score stages and repeat detectors, each with its window in RewardState.windows
+	// actions: a component reads the step's action (a repeat detector).
+	actions bool
 }
 
 // The CEL environment every spec's expressions compile in: the step's signals and
@@ -241,7 +246,7 @@ type trace struct {
 // componentValue computes component i of c for a step: its raw value, its normalisation
 // stages in order, bounded to [-1, 1]. It advances st's potentials and windows; st and
 // act.ep are never nil here.
-func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv1.Metering, terminated bool,
+func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv1.Metering, action *gauntletv1.Action, terminated bool,
 	act *activation, st *gauntletv1.RewardState, tr *trace) float64 {
 	cp := &c.comps[i]
 	var v float64
@@ -252,7 +257,7 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 	case kindExpr:
 		v, err = eval(cp.prg, act)
 	case kindDetector:
-		v = detect(cp, sig, &st.Potentials[i])
+		v = detect(cp, sig, action, st, i)
 	case kindVerifier:
 		v = verifierValue(sig, cp.verifier)
 	case kindPotential:

@@ -371,8 +371,21 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 				p.add(at(dp, "window"), "verifier_paths has no window")
 			}
 			cp.rule = "detector verifier_paths: -1 on a step that wrote to or planted in the verifier's paths"
+		case DetectorRepeat:
+			if w := cf.Detector.Window; w < 2 || w > maxWindow {
+				p.add(at(dp, "window"), "%d must be in [2, %d] steps", w, maxWindow)
+			}
+			cp.window, cp.slot = cf.Detector.Window, c.windows
+			c.windows++
+			c.actions = true
+			cp.rule = fmt.Sprintf("detector repeat: -1 from the %dth identical action (tool and arguments) in a row", cp.window)
+		case DetectorCanary:
+			if cf.Detector.Window != 0 {
+				p.add(at(dp, "window"), "canary has no window")
+			}
+			cp.rule = "detector canary: -1 on the verdict's step of a canary task the verifier passed"
 		default:
-			p.add(at(dp, "kind"), "unknown detector %q (known: %s, %s)", cf.Detector.Kind, DetectorIdle, DetectorVerifierPaths)
+			p.add(at(dp, "kind"), "unknown detector %q (known: %s)", cf.Detector.Kind, strings.Join(detectorKinds, ", "))
 		}
 	}
 	if cf.Verifier != "" {

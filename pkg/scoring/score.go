@@ -83,7 +83,7 @@ func AppendValuesState(dst []float64, spec Spec, st *gauntletv1.RewardState, ste
 	}
 	terminated := step.GetTerminated()
 	for i, w := range spec.Weights {
-		v := c.componentValue(i, sig, met, terminated, &act, st, nil)
+		v := c.componentValue(i, sig, met, step.GetAction(), terminated, &act, st, nil)
 		dst = append(dst, v)
 		total += w.Weight * v
 	}

@@ -63,6 +63,11 @@ type Spec struct {
 // scored in order with a RewardState carried from each to the next (ScoreState).
 func (s Spec) Stateful() bool { return s.c != nil && s.c.stateful }
 
+// ReadsActions reports whether a component of the spec reads the step's action (a repeat
+// detector): its steps must then be scored with their action (StepTaken.action), which
+// only then a reward request or a re-score carries.
+func (s Spec) ReadsActions() bool { return s.c != nil && s.c.actions }
+
 // defaultSpec is the built-in spec file, parsed once.
 var defaultSpec = func() Spec {
 	s, err := Parse("default.yaml", defaultFile)

@@ -80,6 +80,11 @@ type Metadata struct {
 	Tags       []string
 	// Authors joins author_name/author_email and [[metadata.authors]].
 	Authors []Author
+	// Canary marks a task no agent can solve honestly (canary = true): its verifier can
+	// only pass if the agent games it, so any success of an episode of it is proof of a
+	// hack (docs/tasks.md, Canaries). A draw from a dataset never plays one unless asked
+	// (Filter.Canaries).
+	Canary bool
 	// Extra holds every other key of the table, as decoded.
 	Extra map[string]any
 }
@@ -472,9 +477,16 @@ func parseMetadata(meta map[string]any, add func(string, string, ...any)) Metada
 			m.Authors = append(m.Authors, au)
 		}
 	}
+	if v, ok := meta["canary"]; ok {
+		b, ok := v.(bool)
+		if !ok {
+			add("metadata.canary", "must be a boolean, not %s", tomlType(v))
+		}
+		m.Canary = b
+	}
 	for k, v := range meta {
 		switch k {
-		case "difficulty", "category", "tags", "author_name", "author_email", "authors":
+		case "difficulty", "category", "tags", "author_name", "author_email", "authors", "canary":
 			continue
 		}
 		if m.Extra == nil {

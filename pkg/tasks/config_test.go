@@ -158,6 +158,7 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"every table reports", "[agent]\ntimeout_sec = \"x\"\n[verifier]\ntimeout_sec = -2\n[environment]\ncpus = 0\nbogus = 1",
 			[]string{"agent.timeout_sec", "verifier.timeout_sec", "environment.cpus", "environment.bogus"}, ""},
 		{"bad difficulty", "[metadata]\ndifficulty = \"trivial\"", []string{"metadata.difficulty"}, "not one of"},
+		{"canary not a boolean", "[metadata]\ncanary = \"yes\"", []string{"metadata.canary"}, "must be a boolean"},
 		{"tags not strings", "[metadata]\ntags = [1, \"a\"]", []string{"metadata.tags[0]"}, "must be a string"},
 		{"empty tag", "[metadata]\ntags = [\"a\", \" \"]", []string{"metadata.tags[1]"}, "not a label"},
 		{"control in keyword", "schema_version = \"1.3\"\n[task]\nkeywords = [\"a\\nb\"]", []string{"task.keywords[0]"}, "control"},

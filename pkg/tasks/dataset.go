@@ -177,7 +177,12 @@ func readManifest(file string) (dirs, ids []string, err error) {
 	return dirs, ids, nil
 }
 
-// Filter selects tasks. Its zero value selects every task.
+// HasCanaries reports whether any task of d is a canary (Metadata.Canary).
+func (d *Dataset) HasCanaries() bool {
+	return slices.ContainsFunc(d.Tasks, func(t *Task) bool { return t.Config.Metadata.Canary })
+}
+
+// Filter selects tasks. Its zero value selects every task but canaries.
 type Filter struct {
 	// Tags: a task must have every one of these (in [metadata].tags or [task].keywords).
 	Tags []string
@@ -185,6 +190,10 @@ type Filter struct {
 	Difficulties []string
 	// Globs: a task's ID must match one of these path.Match patterns, when any are given.
 	Globs []string
+	// Canaries lets canary tasks (Metadata.Canary) pass; without it none does, so a run
+	// drawing tasks from a dataset plays its canaries only when it asks to, and seeds pick
+	// the same tasks with or without canaries in the dataset.
+	Canaries bool
 }
 
 // Check reports a pattern of f that path.Match cannot read, or a difficulty that no task
@@ -206,6 +215,9 @@ func (f Filter) Check() error {
 
 // Match reports whether t passes the filter.
 func (f Filter) Match(t *Task) bool {
+	if t.Config.Metadata.Canary && !f.Canaries {
+		return false
+	}
 	if len(f.Difficulties) > 0 && !slices.Contains(f.Difficulties, t.Config.Metadata.Difficulty) {
 		return false
 	}

@@ -101,9 +101,13 @@ func TestFilter(t *testing.T) {
 		{"shell/a", "easy", `["shell"]`},
 		{"shell/b", "hard", `["shell", "text"]`},
 		{"py/c", "medium", `["python", "text"]`},
+		{"canary/d", "hard", `["shell"]`},
 	} {
 		files := goodTask()
 		files["task.toml"] = "[metadata]\ndifficulty = \"" + tc.difficulty + "\"\ntags = " + tc.tags + "\n"
+		if strings.HasPrefix(tc.id, "canary/") {
+			files["task.toml"] += "canary = true\n"
+		}
 		writeTask(t, filepath.Join(root, tc.id), files)
 	}
 	ds, err := LoadDataset(root)
@@ -120,10 +124,16 @@ func TestFilter(t *testing.T) {
 		{Filter{Difficulties: []string{"easy", "medium"}}, []string{"py/c", "shell/a"}},
 		{Filter{Globs: []string{"shell/*"}}, []string{"shell/a", "shell/b"}},
 		{Filter{Globs: []string{"shell/*"}, Tags: []string{"python"}}, nil},
+		// A canary passes only a filter that lets canaries in.
+		{Filter{Globs: []string{"canary/*"}}, nil},
+		{Filter{Tags: []string{"shell"}, Canaries: true}, []string{"canary/d", "shell/a", "shell/b"}},
 	} {
 		if got := taskIDs(ds.Select(tc.f)); !slices.Equal(got, tc.want) {
 			t.Errorf("%+v: %q, want %q", tc.f, got, tc.want)
 		}
+	}
+	if d := ds.Task("canary/d"); d == nil || !d.Config.Metadata.Canary || d.Config.Metadata.Extra["canary"] != nil {
+		t.Errorf("canary/d's metadata: %+v", d)
 	}
 	if err := (Filter{Globs: []string{"["}, Difficulties: []string{"nightmare"}}).Check(); err == nil || len(Problems(err)) != 2 {
 		t.Errorf("Check: %v", err)

@@ -58,6 +58,10 @@ var scoringInputColumns = pick(stepColumns,
 	"verifier_names", "verifier_values",
 	"reward", "reward_values", "reward_spec_digest", "scoring_inputs")
 
+// scoringActionColumns are scoringInputColumns and the step's action, for a spec that
+// reads it (scoring.Spec.ReadsActions): the action's bytes are read only then.
+var scoringActionColumns = append(pick(stepColumns, "tool", "args"), scoringInputColumns...)
+
 // pick returns the columns of cols with the given names, in the order given.
 func pick[R any](cols []column[R], names ...string) []column[R] {
 	out := make([]column[R], 0, len(names))
@@ -78,7 +82,7 @@ func pick[R any](cols []column[R], names ...string) []column[R] {
 
 // ScoringStep returns the step as the reward service scored it, from its row: its
 // signals, its metering and whether it terminated the episode, which is everything a
-// score reads. The metering's reward_ns is 0: it measures the scoring itself, after it.
+// score reads, and its action when the row was read with it (scoringActionColumns). The metering's reward_ns is 0: it measures the scoring itself, after it.
 // It is exact only for a row with ScoringInputs.
 func (r *StepRow) ScoringStep() *gauntletv1.StepTaken {
 	sig := &gauntletv1.Signals{
@@ -100,8 +104,12 @@ func (r *StepRow) ScoringStep() *gauntletv1.StepTaken {
 			sig.Violations[i] = &vs[i]
 		}
 	}
+	var action *gauntletv1.Action
+	if r.Tool != "" {
+		action = &gauntletv1.Action{Tool: r.Tool, ArgsJson: r.Args}
+	}
 	return &gauntletv1.StepTaken{
-		EpisodeId: r.EpisodeID, Step: r.Step, RunId: r.RunID, Env: r.Env,
+		EpisodeId: r.EpisodeID, Step: r.Step, RunId: r.RunID, Env: r.Env, Action: action,
 		Metering: &gauntletv1.Metering{
 			ToolCalls: r.ToolCalls, Errors: r.Errors, VirtualNs: r.VirtualNs, WallNs: r.WallNs,
 			BytesIn: r.BytesIn, BytesOut: r.BytesOut, CpuNs: r.CPUNs, PeakMemoryBytes: r.PeakMemoryBytes,
@@ -215,7 +223,11 @@ func Rescore(ctx context.Context, conn driver.Conn, database, runID string, spec
 			want[e.id] = true
 		}
 		// Consecutive in episode order: one range, the episodes done filtered out below.
-		steps, err := selectRows(ctx, conn, database, "steps", scoringInputColumns,
+		cols := scoringInputColumns
+		if spec.ReadsActions() {
+			cols = scoringActionColumns
+		}
+		steps, err := selectRows(ctx, conn, database, "steps", cols,
 			"WHERE run_id = ? AND episode_id >= ? AND episode_id <= ? ORDER BY episode_id, step",
 			runID, batch[0].id, batch[len(batch)-1].id)
 		if err != nil {

@@ -13,7 +13,8 @@ import (
 // rescoreSpec reads every signal steps gained in migration 10 (budget, deadline,
 // progress_delta, a violation's suggestion) and the metering the worker measured before
 // scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps,
-// and a task verifier's named numbers on each episode's last step (migration 12).
+// a task verifier's named numbers on each episode's last step (migration 12), and the
+// action (tool and arguments), which a repeat detector reads.
 const rescoreSpec = `name: rescore
 version: "1"
 components:
@@ -24,6 +25,7 @@ components:
   - {name: latency, expr: "double(metering.policy_ns + metering.reward_ns) / 1e6", weight: 0.1, normalise: [{zscore: {window: 3}}]}
   - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.4}
   - {name: delta, expr: "signals.progress_delta * double(episode.steps)", weight: 0.05, normalise: [{clip: [-1, 1]}]}
+  - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.1}
   - {name: tests, verifier: tests, weight: 0.5}
   - {name: style, expr: "'style' in verifier ? verifier.style - 0.5 : 0.0", weight: 0.25}
 `
@@ -45,6 +47,9 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 			st.Signals.DeadlineVirtualNs = int64(1+e%3) * 1_000_000_000
 			st.Metering.PolicyNs = uint64(1_000_000 + (i*e%13)*250_000)
 			st.Terminated = i == steps-1 && e%2 == 0
+			if i >= 4 && i < 10 { // one search six times in a row: the repeat detector reads actions
+				st.Action.ArgsJson = `{"query":"usb-c cable"}`
+			}
 			if i == steps-1 {
 				st.Signals.VerifierNames = []string{"style", "tests"}
 				st.Signals.VerifierValues = []float64{float64(e%4) / 3, float64(e%3) / 2}

@@ -121,7 +121,8 @@ func TestStoppingAnswersNoMore(t *testing.T) {
 }
 
 // namedSpec is a stateful spec a run names: shaping, a running z-score and an expression
-// over the episode so far, so a step scored without its episode's state would differ.
+// over the episode so far, so a step scored without its episode's state would differ; and a
+// repeat detector, so a step scored without its action would differ.
 const namedSpec = `name: contract
 version: "1"
 components:
@@ -129,11 +130,13 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.5}
   - {name: calls, expr: double(metering.tool_calls), weight: 0.1, normalise: [{zscore: {window: 4}}]}
   - {name: late, expr: "episode.steps > 5u ? -0.5 : 0.0", weight: 1}
+  - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.2}
 `
 
 // Episodes of a run that names a spec, scored over NATS in batches mixing episodes and
 // the default spec, get step by step what the pure function gives them with their own
-// episode's state: the state travels with the steps, the service keeps none.
+// episode's state: the state travels with the steps, the service keeps none. The steps
+// carry their actions too, which the repeat detector reads.
 func TestNamedSpecsCarryEpisodeState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -168,6 +171,8 @@ func TestNamedSpecsCarryEpisodeState(t *testing.T) {
 					EpisodeId: req.EpisodeId, Step: uint32(i), Env: "shop", Terminated: i == steps-1,
 					Signals:  &gauntletv1.Signals{Progress: float64(i*e%7) / 7, ProgressDelta: 0.01 * float64(e)},
 					Metering: &gauntletv1.Metering{ToolCalls: uint32((i * e) % 4)},
+					// The same call from the third step on: flagged from the fifth.
+					Action: &gauntletv1.Action{Tool: "wallet.balance", ArgsJson: fmt.Sprintf(`{"n":%d}`, min(i, 2))},
 				}
 				got, err := scorer.Score(ctx, st, named, reply)
 				if err != nil {
@@ -180,6 +185,10 @@ func TestNamedSpecsCarryEpisodeState(t *testing.T) {
 				}
 				if !proto.Equal(got, expect) {
 					errs <- fmt.Errorf("episode %d step %d: scored %v over NATS, %v in process", e, i, got, expect)
+					return
+				}
+				if flagged := named != nil && got.Components[4].Value == -1; named != nil && flagged != (i >= 4) {
+					errs <- fmt.Errorf("episode %d step %d: repeat flagged %v over NATS", e, i, flagged)
 					return
 				}
 			}

@@ -151,15 +151,18 @@ func (p params) pick(name string, ds *tasks.Dataset, seed uint64) (*tasks.Task, 
 		if t == nil {
 			return nil, "", fmt.Errorf("params.tasks[%d]: %q is not a task of dataset %s (%s)", i, pin.ID, name, ds.Root)
 		}
-		if f := p.filter(); !f.Match(t) {
+		// A pinned task was named, so a canary among them is played as asked.
+		if f := p.filter(); !(tasks.Filter{Tags: f.Tags, Difficulties: f.Difficulties, Globs: f.Globs, Canaries: true}).Match(t) {
 			return nil, "", fmt.Errorf("params.tasks[%d]: %q does not pass %s", i, pin.ID, describeFilter(f))
 		}
 		return t, pin.Digest, nil
 	}
 	f := p.filter()
-	if len(f.Tags) == 0 && len(f.Difficulties) == 0 && len(f.Globs) == 0 {
+	if len(f.Tags) == 0 && len(f.Difficulties) == 0 && len(f.Globs) == 0 && !ds.HasCanaries() {
 		return ds.Tasks[seed%uint64(len(ds.Tasks))], p.Digest, nil
 	}
+	// A draw skips the dataset's canaries (tasks.Filter.Canaries): the same seeds pick
+	// the same tasks with or without them.
 	sel := ds.Select(f)
 	if len(sel) == 0 {
 		return nil, "", fmt.Errorf("params: %w: %s selects none of the %d tasks of dataset %s (%s)", ErrEmptySelection, describeFilter(f), len(ds.Tasks), name, ds.Root)

@@ -80,6 +80,53 @@ func TestSelectionPicksBySeed(t *testing.T) {
 	}
 }
 
+// TestSelectionSkipsCanaries: a draw from the dataset, filtered or not, never plays its
+// canary, and the other tasks are drawn by the same seeds as without it; a canary named,
+// or pinned, is played.
+func TestSelectionSkipsCanaries(t *testing.T) {
+	ds, err := tasks.LoadDataset(dataset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const canary = "canary/predict-draw"
+	if c := ds.Task(canary); c == nil || !c.Config.Metadata.Canary {
+		t.Fatalf("%s is no canary of the in-repo dataset", canary)
+	}
+	honest := ds.Select(tasks.Filter{})
+	if len(honest) != len(ds.Tasks)-1 {
+		t.Fatalf("a filter without canaries passes %d of %d tasks", len(honest), len(ds.Tasks))
+	}
+	for name, p := range map[string]json.RawMessage{
+		"no filter": json.RawMessage(`{"dataset": "gauntlet"}`),
+		"its tag":   json.RawMessage(`{"dataset": "gauntlet", "tags": ["canary"], "glob": ["*"]}`),
+	} {
+		for seed := range uint64(2 * len(ds.Tasks)) {
+			id, _, err := pickOf(t, gauntlet, p, seed)
+			if name == "its tag" {
+				if !errors.Is(err, taskenv.ErrEmptySelection) {
+					t.Fatalf("%s: seed %d: %s, %v; want an empty selection", name, seed, id, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := honest[seed%uint64(len(honest))].ID; id != want {
+				t.Errorf("%s, seed %d: %s, want %s", name, seed, id, want)
+			}
+		}
+	}
+	c := ds.Task(canary)
+	for name, p := range map[string]string{
+		"named":  `{"dataset": "gauntlet", "task": "` + canary + `"}`,
+		"pinned": `{"dataset": "gauntlet", "tasks": [{"id": "` + canary + `", "digest": "` + c.Digest + `"}]}`,
+	} {
+		if id, _, err := pickOf(t, gauntlet, json.RawMessage(p), 1); err != nil || id != canary {
+			t.Errorf("%s: %s, %v; want %s", name, id, err, canary)
+		}
+	}
+}
+
 // TestSelectionRefused: an empty selection names the dataset and the filter; a pinned
 // task that changed, or is gone, is refused; params that name a task and a selection at
 // once, bad filters and bad pins name their field.
@@ -89,7 +136,7 @@ func TestSelectionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := taskenv.Select("gauntlet", ds, tasks.Filter{Tags: []string{"python"}, Difficulties: []string{"hard"}}); !errors.Is(err, taskenv.ErrEmptySelection) ||
-		!strings.Contains(err.Error(), `the filter tags ["python"], difficulty ["hard"] selects none of the 30 tasks of dataset gauntlet (`+dataset+`)`) {
+		!strings.Contains(err.Error(), `the filter tags ["python"], difficulty ["hard"] selects none of the 31 tasks of dataset gauntlet (`+dataset+`)`) {
 		t.Errorf("Select of nothing: %v", err)
 	}
 	if _, err := taskenv.Select("gauntlet", ds, tasks.Filter{Globs: []string{"["}}); err == nil {
@@ -98,7 +145,7 @@ func TestSelectionRefused(t *testing.T) {
 	digest := ds.Task("codefix/sum").Digest
 	zero := "sha256:" + strings.Repeat("0", 64)
 	for _, c := range []struct{ params, want string }{
-		{`{"dataset": "gauntlet", "difficulty": ["hard"]}`, `params: tasks: no task selected: the filter difficulty ["hard"] selects none of the 30 tasks of dataset gauntlet`},
+		{`{"dataset": "gauntlet", "difficulty": ["hard"]}`, `params: tasks: no task selected: the filter difficulty ["hard"] selects none of the 31 tasks of dataset gauntlet`},
 		{`{"dataset": "gauntlet", "difficulty": ["trivial"]}`, `difficulty "trivial" is not one of easy, medium, hard`},
 		{`{"dataset": "gauntlet", "glob": ["["]}`, `glob "["`},
 		{`{"dataset": "gauntlet", "tags": [""]}`, `params.tags[0]: empty`},
