@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # split.sh runs gauntlet in split mode on this machine, in the background: a 3-node NATS
 # JetStream cluster of the version gauntlet embeds (streams and KV buckets at 3 replicas),
-# ClickHouse, the Temporal dev server, and every service as its own `gauntlet serve
+# ClickHouse as two replicas on a ZooKeeper (every process given both addresses), the
+# Temporal dev server, and every service as its own `gauntlet serve
 # --target=...` process (pkg/splitlocal's Layout: 2 schedulers, leader and standby, 3
 # workers, 2 reward, 2 faults, 2 stores, the env API, the curriculum worker), each
 # restarted when it dies.
 #
 #   scripts/split.sh up       # build gauntlet and nats-server if needed, start, wait until ready
 #   scripts/split.sh up -- --worker.concurrency=64   # flags after -- go to every gauntlet serve
+#   scripts/split.sh up --clickhouse.replicas 1      # one ClickHouse server, no ZooKeeper
 #   scripts/split.sh status   # every part and whether it is ready
 #   scripts/split.sh down     # stop everything (the data stays in the data dir)
 #
@@ -16,7 +18,7 @@
 #
 # Idempotent: up when the stack runs and down when it does not change nothing. The state
 # file is <data dir>/split.json (the data dir is $GAUNTLET_DATA, else .gauntlet); up's log
-# is <data dir>/split.log. Needs what scripts/deps.sh installs (ClickHouse, the Temporal CLI)
+# is <data dir>/split.log. Needs what scripts/deps.sh installs (ClickHouse, ZooKeeper, the Temporal CLI)
 # and Go.
 set -euo pipefail
 

@@ -440,7 +440,7 @@ func TestKilledProcessResumesExactly(t *testing.T) {
 
 // buildBinary builds cmd/gauntlet once per test binary (the kill tests share it; a build
 // costs tens of seconds on a busy machine). TestMain removes it.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs gauntlet as a process, with its local servers; -short runs unit tests only")

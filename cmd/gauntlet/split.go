@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/splitlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/zklocal"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -24,13 +26,17 @@ import (
 // stack it runs, in <data-dir>/split.json. Client commands find the stack through the
 // stack.json written next to it, as for `gauntlet up`.
 type splitState struct {
-	PID        int         `json:"pid"`
-	Dir        string      `json:"dir"`
-	NATSURL    string      `json:"nats_url"`
-	ClickHouse string      `json:"clickhouse"`
-	Temporal   string      `json:"temporal"`
-	EnvAPI     string      `json:"envapi,omitempty"`
-	Procs      []splitProc `json:"procs"`
+	PID        int    `json:"pid"`
+	Dir        string `json:"dir"`
+	NATSURL    string `json:"nats_url"`
+	ClickHouse string `json:"clickhouse"` // every replica, comma-separated, as --clickhouse takes them
+	// ClickHouseReplicas are the replicas' addresses one by one; ZooKeeper is their
+	// coordinator, empty when ClickHouse is a single server.
+	ClickHouseReplicas []string    `json:"clickhouse_replicas"`
+	ZooKeeper          string      `json:"zookeeper,omitempty"`
+	Temporal           string      `json:"temporal"`
+	EnvAPI             string      `json:"envapi,omitempty"`
+	Procs              []splitProc `json:"procs"`
 }
 
 type splitProc struct {
@@ -44,13 +50,13 @@ func splitStatePath(dataDir string) string { return filepath.Join(dataDir, "spli
 
 // splitUsage is `gauntlet split -h`.
 const splitUsage = `Usage:
-  gauntlet split up [--data-dir DIR] [--nats-server BIN] [-- SERVE FLAGS...]
+  gauntlet split up [--data-dir DIR] [--nats-server BIN] [--clickhouse.replicas N] [-- SERVE FLAGS...]
   gauntlet split down [--data-dir DIR]
   gauntlet split status [--data-dir DIR]
 
 up runs gauntlet in split mode on this machine, in the foreground until SIGTERM: a 3-node
-NATS JetStream cluster (streams and KV buckets at 3 replicas), ClickHouse, the Temporal dev
-server, and each service as its own 'gauntlet serve --target=...' process, restarted when
+NATS JetStream cluster (streams and KV buckets at 3 replicas), ClickHouse as two replicas
+on a ZooKeeper (every process given both addresses), the Temporal dev server, and each service as its own 'gauntlet serve --target=...' process, restarted when
 it dies. scripts/split.sh runs it in the background. Flags after -- go to every serve.
 `
 
@@ -66,6 +72,7 @@ func cmdSplit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	registerDataDir(fs, &dataDir, "directory of the split stack's state, split.json and stack.json")
 	natsServer := fs.String("nats-server", "", "nats-server binary of the version gauntlet embeds (empty: as scripts/nats-server.sh builds it)")
 	logLevel := fs.String("log.level", "info", "log level of the stack's own lifecycle messages")
+	chReplicas := fs.Int("clickhouse.replicas", splitlocal.ClickHouseReplicas, "ClickHouse replicas of the one shard (1: a single server and no ZooKeeper)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -84,7 +91,7 @@ func cmdSplit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return splitUp(ctx, dataDir, *natsServer, extra, stdout, log)
+	return splitUp(ctx, dataDir, *natsServer, *chReplicas, extra, stdout, log)
 }
 
 // readSplitState reads split.json; ok is false when no split stack of a live process
@@ -104,7 +111,7 @@ func readSplitState(dataDir string) (st splitState, ok bool, err error) {
 }
 
 // splitUp runs the split stack in the foreground until ctx ends.
-func splitUp(ctx context.Context, dataDir, natsServer string, extra []string, stdout io.Writer, log *slog.Logger) error {
+func splitUp(ctx context.Context, dataDir, natsServer string, chReplicas int, extra []string, stdout io.Writer, log *slog.Logger) error {
 	if st, ok, err := readSplitState(dataDir); err != nil {
 		return err
 	} else if ok {
@@ -122,13 +129,19 @@ func splitUp(ctx context.Context, dataDir, natsServer string, extra []string, st
 		return fmt.Errorf("split up: %w", err)
 	}
 	begin := time.Now()
+	if chReplicas < 1 {
+		return fmt.Errorf("split up: --clickhouse.replicas %d: want 1 or more", chReplicas)
+	}
 	s, err := splitlocal.Start(ctx, splitlocal.Options{Dir: dir, Gauntlet: bin, NATSServer: natsServer, Args: extra,
-		TemporalSearchAttributes: workflows.SearchAttributes, Logger: log})
+		ClickHouseReplicas: chReplicas, TemporalSearchAttributes: workflows.SearchAttributes, Logger: log})
 	if err != nil {
 		return err
 	}
-	st := splitState{PID: os.Getpid(), Dir: dir, NATSURL: s.NATS.URL(), ClickHouse: s.CH.Addr(),
-		Temporal: s.Temporal.Addr(), EnvAPI: s.EnvAPI}
+	st := splitState{PID: os.Getpid(), Dir: dir, NATSURL: s.NATS.URL(), ClickHouse: s.CHAddr(),
+		ClickHouseReplicas: chlocal.Addrs(s.CH), Temporal: s.Temporal.Addr(), EnvAPI: s.EnvAPI}
+	if s.ZK != nil {
+		st.ZooKeeper = s.ZK.Addr()
+	}
 	for _, p := range s.Procs {
 		st.Procs = append(st.Procs, splitProc{Name: p.Name, Target: p.Target, HTTP: p.HTTP, Dir: p.Dir})
 	}
@@ -137,9 +150,13 @@ func splitUp(ctx context.Context, dataDir, natsServer string, extra []string, st
 		werr = writeStack(dataDir, stack{NATSURL: st.NATSURL, ClickHouse: st.ClickHouse, Database: "gauntlet",
 			Temporal: st.Temporal, EnvAPI: st.EnvAPI, PID: st.PID})
 	}
+	chKind := "one server"
+	if n := len(st.ClickHouseReplicas); n > 1 {
+		chKind = fmt.Sprintf("%d replicas", n)
+	}
 	if werr == nil {
-		fmt.Fprintf(stdout, "gauntlet split stack is up in %v: nats %s (3 nodes, 3 replicas), clickhouse %s, temporal %s, env api %s, %d gauntlet processes\n",
-			time.Since(begin).Round(time.Millisecond), st.NATSURL, st.ClickHouse, st.Temporal, st.EnvAPI, len(st.Procs))
+		fmt.Fprintf(stdout, "gauntlet split stack is up in %v: nats %s (3 nodes, 3 replicas), clickhouse %s (%s), temporal %s, env api %s, %d gauntlet processes\n",
+			time.Since(begin).Round(time.Millisecond), st.NATSURL, st.ClickHouse, chKind, st.Temporal, st.EnvAPI, len(st.Procs))
 		werr = s.Run(ctx)
 	}
 	_ = os.Remove(stackPath(dataDir))
@@ -193,6 +210,16 @@ func splitDown(ctx context.Context, dataDir string, stdout io.Writer) error {
 	return nil
 }
 
+// serverState asks a server of the stack whether it serves ("ready" or "down"), within 2 s.
+func serverState(ctx context.Context, addr string, ping func(context.Context, string) error) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if ping(ctx, addr) != nil {
+		return "down"
+	}
+	return "ready"
+}
+
 // splitStatus prints every part of the split stack and whether it is ready; an error when
 // no stack runs or a part is not ready.
 func splitStatus(ctx context.Context, dataDir string, stdout io.Writer) error {
@@ -206,9 +233,27 @@ func splitStatus(ctx context.Context, dataDir string, stdout io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "split stack\tpid %d\t%s\n", st.PID, st.Dir)
 	fmt.Fprintf(tw, "nats\t\t%s\n", st.NATSURL)
-	fmt.Fprintf(tw, "clickhouse\t\t%s\n", st.ClickHouse)
-	fmt.Fprintf(tw, "temporal\t\t%s\n", st.Temporal)
 	var notReady []string
+	if st.ZooKeeper != "" {
+		state := serverState(ctx, st.ZooKeeper, zklocal.Ping)
+		if state != "ready" {
+			notReady = append(notReady, "zookeeper")
+		}
+		fmt.Fprintf(tw, "zookeeper\t%s\t%s\n", state, st.ZooKeeper)
+	}
+	replicas := st.ClickHouseReplicas
+	if len(replicas) == 0 { // a split.json written before the replicas were listed
+		replicas = strings.Split(st.ClickHouse, ",")
+	}
+	for i, addr := range replicas {
+		name := fmt.Sprintf("clickhouse-%d", i+1)
+		state := serverState(ctx, addr, chlocal.Ping)
+		if state != "ready" {
+			notReady = append(notReady, name)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, state, addr)
+	}
+	fmt.Fprintf(tw, "temporal\t\t%s\n", st.Temporal)
 	client := http.Client{Timeout: 2 * time.Second}
 	for _, p := range st.Procs {
 		state := "ready"

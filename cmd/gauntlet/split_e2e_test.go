@@ -20,7 +20,7 @@ import (
 )
 
 // startSplit starts the split stack as `gauntlet split up` does (pkg/splitlocal: a 3-node
-// NATS cluster at 3 replicas, ClickHouse, Temporal, one gauntlet process per instance of
+// NATS cluster at 3 replicas, two ClickHouse replicas on a ZooKeeper, Temporal, one gauntlet process per instance of
 // the Layout), supervised until the test ends.
 func startSplit(t *testing.T, args ...string) *splitlocal.Stack {
 	t.Helper()
@@ -76,10 +76,12 @@ func leaderProc(ctx context.Context, b *bus.Bus, s *splitlocal.Stack) string {
 }
 
 // The split stack, the whole way: a run on separate processes over a 3-node JetStream
-// cluster, while one NATS node, one worker, one store and the scheduler leader are killed
-// with SIGKILL in turn (each brought back by the stack's supervision, as a Deployment
-// would) ends with every episode and step in ClickHouse exactly once and no infra error,
-// and the standby scheduler takes over within seconds.
+// cluster and a two-replica ClickHouse, while one NATS node, one worker, one store, the
+// scheduler leader and the ClickHouse replica the stores write to are killed with SIGKILL
+// in turn (each brought back by the stack's supervision, as a Deployment would) ends with
+// every episode and step exactly once and no infra error, read with FINAL through the
+// Distributed tables and on each replica's own tables, and the standby scheduler takes
+// over within seconds.
 func TestSplitStackSurvivesKills(t *testing.T) {
 	s := startSplit(t, "--worker.concurrency=32", "--worker.ack-wait=10s",
 		"--store.batch-rows=2000", "--store.flush-every=200ms")
@@ -88,7 +90,10 @@ func TestSplitStackSurvivesKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	conn := connect(t, s.CH.Addr(), "gauntlet")
+	if len(s.CH) != splitlocal.ClickHouseReplicas {
+		t.Fatalf("the split stack runs %d ClickHouse servers, want %d replicas", len(s.CH), splitlocal.ClickHouseReplicas)
+	}
+	conn := connect(t, s.CHAddr(), "gauntlet") // fails over, as the stack's processes do
 
 	for _, name := range []string{bus.StreamCommands, bus.StreamEvents, "KV_" + bus.BucketRuns, "KV_" + bus.BucketLeases} {
 		st, err := b.JS.Stream(context.Background(), name)
@@ -149,17 +154,32 @@ func TestSplitStackSurvivesKills(t *testing.T) {
 		t.Fatal("no scheduler process holds the leader lease")
 	}
 	before := progressFromKV(ctx, kv, req.RunId).GetAssigned()
+	killedPid := s.Proc(leader).Pid()
 	if err := s.Kill(leader); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	waitFor(ctx, t, func() bool { l := leaderProc(ctx, b, s); return l != "" && l != leader })
+	// The standby or the killed one restarted may win the expired lease: either is a
+	// new leader, told apart by its pid.
+	waitFor(ctx, t, func() bool {
+		l := leaderProc(ctx, b, s)
+		return l != "" && s.Proc(l).Pid() != killedPid
+	})
 	waitFor(ctx, t, func() bool { return progressFromKV(ctx, kv, req.RunId).GetAssigned() > before })
 	took := time.Since(killed)
 	t.Logf("scheduler leader %s killed at %d ended; %s leads, assigning again after %v", leader, progressFromKV(ctx, kv, req.RunId).GetEnded(), leaderProc(ctx, b, s), took)
 	if took > 4*bus.LeaseTTL {
 		t.Errorf("assignments resumed %v after the leader was killed; want within seconds (lease TTL %v)", took, bus.LeaseTTL)
 	}
+
+	// The replica first in every process's --clickhouse: the one the stores write to.
+	waitFor(ctx, t, ended(5*episodes/8))
+	old = s.CH[0].Pid()
+	if err := s.CH[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, restarted(s.CH[0].Pid, old))
+	t.Logf("clickhouse replica %s killed and restarted at %d ended", s.CH[0].Replica(), progressFromKV(ctx, kv, req.RunId).GetEnded())
 
 	var final *gauntletv1.RunProgress
 	waitFor(ctx, t, func() bool {
@@ -175,5 +195,20 @@ func TestSplitStackSurvivesKills(t *testing.T) {
 	}
 	if final.InfraErrors != 0 {
 		t.Errorf("the scheduler counted %d infra errors", final.InfraErrors)
+	}
+	// Each replica holds every row itself, the killed one included once it has caught up.
+	for _, r := range s.CH {
+		rc := connect(t, r.Addr(), "gauntlet")
+		for _, q := range []string{"SYSTEM SYNC REPLICA gauntlet.episodes_local", "SYSTEM SYNC REPLICA gauntlet.steps_local"} {
+			if err := rc.Exec(ctx, q); err != nil {
+				t.Fatalf("replica %s: %s: %v", r.Replica(), q, err)
+			}
+		}
+		for table, want := range map[string]uint64{"episodes_local": req.Episodes, "steps_local": final.Steps} {
+			q := fmt.Sprintf(`SELECT count() FROM gauntlet.%s FINAL WHERE run_id = '%s'`, table, req.RunId)
+			if got := queryOne(t, rc, q); got != fmt.Sprint(want) {
+				t.Errorf("replica %s: %s holds %s rows of the run, want %d", r.Replica(), table, got, want)
+			}
+		}
 	}
 }

@@ -1,11 +1,12 @@
 // Package splitlocal runs gauntlet in split mode on one machine: a NATS JetStream cluster
-// (pkg/natslocal, 3 nodes, every stream and KV bucket at 3 replicas), a ClickHouse server
-// (pkg/chlocal), the Temporal dev server (pkg/temporallocal), and each gauntlet service as
+// (pkg/natslocal, 3 nodes, every stream and KV bucket at 3 replicas), a replicated
+// ClickHouse (pkg/zklocal's ZooKeeper and two pkg/chlocal replicas, or one server when
+// asked), the Temporal dev server (pkg/temporallocal), and each gauntlet service as
 // a separate `gauntlet serve --target=...` process, as many of each as [Layout] says.
 //
 // It is the code behind `gauntlet split up` (and so scripts/split.sh) and behind the
-// end-to-end tests that kill a NATS node, a worker, a store or the scheduler leader
-// mid-run: what the tests prove is what the script runs. [Layout] is also the one list of
+// end-to-end tests that kill a NATS node, a worker, a store, the scheduler leader or a
+// ClickHouse replica mid-run: what the tests prove is what the script runs. [Layout] is also the one list of
 // targets and counts that deploy/compose and deploy/kubernetes are checked against.
 //
 // Ownership: a [Stack] owns every process it started and the files under Options.Dir (one

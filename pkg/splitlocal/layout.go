@@ -33,3 +33,8 @@ const (
 	NATSNodes      = 3
 	StreamReplicas = 3
 )
+
+// ClickHouseReplicas is the local split stack's ClickHouse: two replicas of one shard
+// (ReplicatedReplacingMergeTree behind Distributed tables, coordinated by ZooKeeper), so
+// that losing one loses no write and stops no store.
+const ClickHouseReplicas = 2

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/natslocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/temporallocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/zklocal"
 )
 
 // Bounds of the gauntlet processes' lifecycle.
@@ -34,13 +36,20 @@ const (
 
 // Options configures Start.
 type Options struct {
-	// Dir holds everything: nats/, clickhouse/, temporal/, and procs/<name>-<i>/ for each
+	// Dir holds everything: nats/, zookeeper/, clickhouse/ (replica-1/, replica-2/ when
+	// replicated), temporal/, and procs/<name>-<i>/ for each
 	// gauntlet process (its --data-dir and gauntlet.log). Required.
 	Dir string
 	// Gauntlet is the gauntlet binary the processes run. Required.
 	Gauntlet string
 	// NATSServer is the nats-server binary; empty finds it as natslocal does.
 	NATSServer string
+	// ClickHouseReplicas is how many replicas of the one shard ClickHouse runs; 0 means
+	// ClickHouseReplicas (the package's constant). At 2 or more, a ZooKeeper runs too
+	// and every gauntlet process is given every replica's address (--clickhouse a,b: the
+	// store migrates each and fails over between them); 1 runs a single server without
+	// ZooKeeper, as `gauntlet up` does.
+	ClickHouseReplicas int
 	// Layout is what runs; nil means the package's Layout.
 	Layout []Target
 	// Args are added to every gauntlet process's command line (flags such as
@@ -84,10 +93,13 @@ func (p *Proc) Ready() error {
 
 // Stack is a running split stack.
 type Stack struct {
-	opts     Options
-	log      *slog.Logger
-	NATS     *natslocal.Cluster
-	CH       *chlocal.Server
+	opts Options
+	log  *slog.Logger
+	NATS *natslocal.Cluster
+	// ZK is the replicas' coordinator; nil when ClickHouse is a single server.
+	ZK *zklocal.Server
+	// CH are the ClickHouse replicas in the order of CHAddr's list (one when single).
+	CH       []*chlocal.Server
 	Temporal *temporallocal.Server
 	// Procs are the gauntlet processes, in start order.
 	Procs []*Proc
@@ -115,6 +127,12 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.ClickHouseReplicas == 0 {
+		opts.ClickHouseReplicas = ClickHouseReplicas
+	}
+	if opts.ClickHouseReplicas < 1 {
+		return nil, fmt.Errorf("start split stack: %d clickhouse replicas", opts.ClickHouseReplicas)
+	}
 	s := &Stack{opts: opts, log: opts.Logger}
 	ok := false
 	defer func() {
@@ -130,11 +148,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		s.NATS = c
 		return err
 	})
-	g.Go(func() error {
-		ch, err := chlocal.Start(gctx, chlocal.Options{Dir: filepath.Join(dir, "clickhouse"), Logger: opts.Logger})
-		s.CH = ch
-		return err
-	})
+	g.Go(func() error { return s.startClickHouse(gctx) })
 	g.Go(func() error {
 		t, err := temporallocal.Start(gctx, temporallocal.Options{Dir: filepath.Join(dir, "temporal"), NoUI: true,
 			SearchAttributes: opts.TemporalSearchAttributes, Logger: opts.Logger})
@@ -176,6 +190,31 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	return s, nil
 }
 
+// startClickHouse starts ClickHouse: one server, or ZooKeeper and then the replicas
+// (which need ZooKeeper to start).
+func (s *Stack) startClickHouse(ctx context.Context) error {
+	dir := filepath.Join(s.opts.Dir, "clickhouse")
+	if s.opts.ClickHouseReplicas == 1 {
+		ch, err := chlocal.Start(ctx, chlocal.Options{Dir: dir, Logger: s.log})
+		if ch != nil {
+			s.CH = []*chlocal.Server{ch}
+		}
+		return err
+	}
+	zk, err := zklocal.Start(ctx, zklocal.Options{Dir: filepath.Join(s.opts.Dir, "zookeeper"), Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.ZK = zk
+	s.CH, err = chlocal.StartCluster(ctx, chlocal.ClusterOptions{Dir: dir, ZooKeeper: []string{zk.Addr()},
+		Replicas: s.opts.ClickHouseReplicas, Logger: s.log})
+	return err
+}
+
+// CHAddr is what every gauntlet process of the stack is given as --clickhouse: the
+// replicas' native addresses, comma-separated (one address when single).
+func (s *Stack) CHAddr() string { return strings.Join(chlocal.Addrs(s.CH), ",") }
+
 // newProc prepares gauntlet process name-i: its folder, its ports, its command.
 func (s *Stack) newProc(target string, i int) (*Proc, error) {
 	name := target + "-" + strconv.Itoa(i)
@@ -191,7 +230,7 @@ func (s *Stack) newProc(target string, i int) (*Proc, error) {
 	args := []string{"serve", "--target=" + target,
 		"--data-dir", dir,
 		"--nats", s.NATS.URL(), "--nats.replicas", strconv.Itoa(min(StreamReplicas, s.NATS.Nodes())),
-		"--clickhouse", s.CH.Addr(),
+		"--clickhouse", s.CHAddr(),
 		"--temporal", s.Temporal.Addr(),
 		"--http", p.HTTP,
 		"--stop-timeout", "75s",
@@ -263,7 +302,13 @@ func (s *Stack) Run(ctx context.Context) error {
 		return errors.New("split stack: Run called twice")
 	}
 	s.running = true
-	sups := []*childproc.Supervisor{s.CH.Supervise(Backoff), s.Temporal.Supervise(Backoff)}
+	sups := []*childproc.Supervisor{s.Temporal.Supervise(Backoff)}
+	if s.ZK != nil {
+		sups = append(sups, s.ZK.Supervise(Backoff))
+	}
+	for _, ch := range s.CH {
+		sups = append(sups, ch.Supervise(Backoff))
+	}
 	for i := range s.NATS.Nodes() {
 		sups = append(sups, s.NATS.Supervise(i, Backoff))
 	}
@@ -352,8 +397,11 @@ func (s *Stack) Stop(ctx context.Context) error {
 	if s.Temporal != nil {
 		errs = append(errs, s.Temporal.Stop(ctx))
 	}
-	if s.CH != nil {
-		errs = append(errs, s.CH.Stop(ctx))
+	for _, ch := range s.CH {
+		errs = append(errs, ch.Stop(ctx))
+	}
+	if s.ZK != nil {
+		errs = append(errs, s.ZK.Stop(ctx))
 	}
 	if s.NATS != nil {
 		errs = append(errs, s.NATS.Stop(ctx))

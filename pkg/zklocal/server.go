@@ -185,6 +185,13 @@ func (s *Server) Dir() string { return s.dir }
 // Pid returns the process id of the current server process, or 0 when it has exited.
 func (s *Server) Pid() int { return s.d.Pid() }
 
+// Supervise returns a supervisor that, while it runs, restarts the server whenever it
+// exits without Stop (a crash, a kill -9) on the same Dir and port, with backoff b, and
+// tells meanwhile that it is down.
+func (s *Server) Supervise(b childproc.Backoff) *childproc.Supervisor {
+	return childproc.NewSupervisor(s.d, b)
+}
+
 // Stop shuts the server down: SIGTERM, then SIGKILL if it has not exited after 10 s or
 // when ctx ends first. The data in Dir is kept. Stopping a stopped server is a no-op.
 func (s *Server) Stop(ctx context.Context) error { return s.d.Stop(ctx) }
