@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import threading
+import tomllib
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
@@ -30,12 +31,17 @@ from gauntlet_env import tasks as gt  # noqa: E402
 
 
 def task_ids(root):
-    """The dataset's task ids, sorted as gauntlet sorts them: folders holding task.toml,
-    relative to root, hidden folders skipped."""
+    """The tasks a seed draws from, sorted as gauntlet sorts them: folders holding
+    task.toml, relative to root, hidden folders skipped, and canaries (unsolvable tasks
+    marked `canary = true` in [metadata]) left out, as gauntlet's draws leave them out."""
     out = []
     for d, subdirs, files in os.walk(root):
         subdirs[:] = sorted(s for s in subdirs if not s.startswith("."))
         if "task.toml" in files:
+            with open(os.path.join(d, "task.toml"), "rb") as f:
+                if tomllib.load(f).get("metadata", {}).get("canary") is True:
+                    subdirs[:] = []
+                    continue
             out.append(os.path.relpath(d, root).replace(os.sep, "/"))
             subdirs[:] = []
     return sorted(out)

@@ -51,18 +51,32 @@ func TestClusterSurvivesANode(t *testing.T) {
 	}
 	// Publish as gauntlet does (bus.publishRetry): with a message id, asking again while
 	// the stream elects a new leader after a node's loss ("no response from stream"),
-	// for up to 30 s a message.
+	// for up to 60 s a message.
 	publish := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				_, err := b.JS.Publish(ctx, "gauntlet.ev.steps.r1", []byte(fmt.Sprint(i)), jetstream.WithMsgID(fmt.Sprint(i)))
+			deadline := time.Now().Add(60 * time.Second)
+			for attempt := 1; ; attempt++ {
+				actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := b.JS.Publish(actx, "gauntlet.ev.steps.r1", []byte(fmt.Sprint(i)), jetstream.WithMsgID(fmt.Sprint(i)))
+				cancel()
 				if err == nil {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("publish %d: %v", i, err)
+					var cluster any
+					ictx, icancel := context.WithTimeout(context.Background(), 5*time.Second)
+					if st, err := b.JS.Stream(ictx, bus.StreamEvents); err == nil {
+						if info, err := st.Info(ictx); err == nil {
+							cluster = info.Cluster
+						} else {
+							cluster = err
+						}
+					} else {
+						cluster = err
+					}
+					icancel()
+					t.Fatalf("publish %d: %d attempts in 60 s, the last: %v (client on %q, status %v; stream cluster %+v)", i, attempt, err, b.NC.ConnectedUrl(), b.NC.Status(), cluster)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -101,9 +115,23 @@ func TestClusterSurvivesANode(t *testing.T) {
 	if info.State.Msgs != 300 {
 		t.Fatalf("events stream holds %d messages, want 300", info.State.Msgs)
 	}
-	for _, r := range info.Cluster.Replicas {
-		if !r.Current {
-			t.Errorf("replica %s is not current after the restart: %+v", r.Name, r)
+	// The restarted node catches up from the others: current within seconds.
+	for caughtUp := time.Now().Add(30 * time.Second); ; {
+		behind := ""
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current {
+				behind += fmt.Sprintf(" %+v", r)
+			}
+		}
+		if behind == "" {
+			break
+		}
+		if time.Now().After(caughtUp) {
+			t.Fatalf("replicas not current 30 s after the restart:%s", behind)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if info, err = s.Info(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
