@@ -115,3 +115,8 @@ func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn
 	}
 	return pc, l, nil
 }
+
+var _ sandbox.HostMapper = (*Runtime)(nil)
+
+// HostUpstream implements sandbox.HostMapper with Options.Hosts.
+func (r *Runtime) HostUpstream(name string) (string, bool) { return r.opts.Hosts.HostUpstream(name) }
