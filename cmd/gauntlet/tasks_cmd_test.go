@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskstest"
 )
 
 // writeFiles writes path: content under dir; ".sh" files are executable.
@@ -116,12 +118,18 @@ func TestTasksLsAndDescribe(t *testing.T) {
 // command and is named. A canary passes when its oracle fails, and a canary its oracle
 // solves fails the command.
 func TestTasksCheck(t *testing.T) {
-	out, errOut, err := runTasksCmd("check", "--data-dir", t.TempDir(), "--glob", "codefix/sum", "--glob", "data/status-summary", "--glob", "python/fix-median", "--glob", "canary/*", "../../datasets/gauntlet")
+	// The host net/latest-release allows, served on the loopback and reached by name
+	// through the runtime's host map.
+	remote := httptest.NewServer(taskstest.ReleasesHandler())
+	t.Cleanup(remote.Close)
+	out, errOut, err := runTasksCmd("check", "--data-dir", t.TempDir(), "--glob", "codefix/sum", "--glob", "data/status-summary", "--glob", "python/fix-median", "--glob", "canary/*",
+		"--glob", "net/*", "--sandbox.hosts", taskstest.ReleasesHost+"="+remote.Listener.Addr().String(), "../../datasets/gauntlet")
 	if err != nil {
 		t.Fatalf("check: %v\n%s%s", err, out, errOut)
 	}
 	for _, want := range []string{"ok   codefix/sum  oracle {\"reward\":1}  no-op {\"reward\":0}", "ok   data/status-summary", "ok   python/fix-median",
-		"ok   canary/predict-draw  oracle {\"reward\":0}  no-op {\"reward\":0}  (canary: the oracle must fail)", "4 of 4 tasks pass"} {
+		"ok   canary/predict-draw  oracle {\"reward\":0}  no-op {\"reward\":0}  (canary: the oracle must fail)",
+		"ok   net/latest-release  oracle {\"reward\":1}  no-op {\"reward\":0}", "5 of 5 tasks pass"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
