@@ -45,7 +45,8 @@ const MethodDNS = "DNS"
 // refuses those to other hosts (403, recorded as denied) and CONNECT tunnels (only plain
 // HTTP is proxied: a tunnel would carry requests the gateway cannot see, fault or
 // record), and forwards the rest through the fault proxy, one decision per request keyed
-// "http/<host>", to where the runtime says the host is reached (sandbox.HostMapper),
+// "http/<host>" and selected by the rules for the service (and by hosts), to where the
+// runtime says the host is reached (sandbox.HostMapper),
 // else to the host itself. Origin-form requests (a client that resolved the name) and
 // absolute-form ones (a client configured with http_proxy) are treated alike.
 func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Handler {
@@ -70,10 +71,17 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 	if allowed == "" {
 		allowed = "none"
 	}
+	// Requests are decided as the service's (the plan's rules for it select them) and
+	// recorded on the host they named.
+	svc := make(map[string]string, len(ups))
+	for h := range ups {
+		svc[h] = s.Name
+	}
 	nd := &net.Dialer{Timeout: g.opt.DialTimeout}
 	base := faultnet.Proxy{
 		D:         g.opt.Decider,
 		Upstreams: ups,
+		Services:  svc,
 		// A plain transport: the faults act once, in the proxy.
 		Transport: &http.Transport{DialContext: nd.DialContext, DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second},
 	}
@@ -112,6 +120,7 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 		cw := &countingWriter{ResponseWriter: w}
 		p := base
 		p.OnFire = func(key string, ev catalogue.Event, fired []catalogue.Fired) {
+			ev.Service = "" // recorded on the host
 			if g.opt.OnFire != nil {
 				g.opt.OnFire(key, ev, fired)
 			}

@@ -150,6 +150,7 @@ func (g *Gateway) serveDNS(ctx context.Context, rt sandbox.Runtime, id string, s
 			egress = true
 			for _, h := range s.Hosts {
 				hosts[h] = []netip.Addr{lo4}
+				names[h] = s.Name
 			}
 		}
 	}
