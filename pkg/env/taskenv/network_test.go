@@ -2,7 +2,6 @@ package taskenv_test
 
 import (
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -75,10 +74,8 @@ func playNet(t *testing.T, sb env.Sandboxes, plan *gauntletv1.FaultPlan, agent e
 // host. Other hosts and names are refused at once and recorded as denied, and the host's
 // real address is unreachable.
 func TestAllowedHosts(t *testing.T) {
-	remote := httptest.NewServer(taskstest.ReleasesHandler())
-	t.Cleanup(remote.Close)
-	c := runtimestest.Config(t, runtimes.Process)
-	c.Hosts = runtimes.HostsFlag{taskstest.ReleasesHost: remote.Listener.Addr().String()}
+	c := runtimestest.Config(t, runtimes.Process) // serves the allowed host
+	addr := c.Hosts[taskstest.ReleasesHost]
 	sb := runtimestest.OpenConfig(t, c)
 	// Under seed 3 the oracle's first request meets the 503 and a retry gets through.
 	plan := &gauntletv1.FaultPlan{Profile: "custom", Seed: 3, Rules: []*gauntletv1.FaultRule{
@@ -123,7 +120,7 @@ func TestAllowedHosts(t *testing.T) {
 	steps, _ = playNet(t, sb, plan, &scripted{actions: []env.Action{
 		act(tools.ShellExec, map[string]any{"command": `busybox wget -q -O- http://pypi.org/simple/ ; echo rc=$?
 printf 'GET /simple/ HTTP/1.0\r\nHost: pypi.org\r\n\r\n' | busybox nc 127.0.0.1 80
-busybox wget -T 3 -q -O- http://` + remote.Listener.Addr().String() + `/v1/widget/releases.json ; echo rc=$?`}),
+busybox wget -T 3 -q -O- http://` + addr + `/v1/widget/releases.json ; echo rc=$?`}),
 	}})
 	s := steps[0]
 	if strings.Count(s.obs, "rc=1") != 2 || !strings.Contains(s.obs, `host \"pypi.org\" is not allowed in this sandbox (allowed hosts: releases.example.test)`) || strings.Contains(s.obs, "widget") {
