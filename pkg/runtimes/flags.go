@@ -20,8 +20,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Containerd, "sandbox.containerd", "", "socket of a running containerd (scripts/containerd.sh start; default: start a private one)")
 	fs.IntVar(&c.PoolSize, "sandbox.pool-size", 2, "warm sandboxes kept per sandbox template (0: create each on demand)")
 	c.Images.RegisterFlags(fs)
-	fs.Var(&c.Hosts, "sandbox.hosts", "where the allowed hosts of tasks (task.toml's allowed_hosts) are reached from this machine: NAME=HOST:PORT, comma-separated or repeated; a host not listed is reached at NAME:80")
+	c.RegisterHostsFlag(fs)
 	fs.StringVar(&c.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd sandboxes (default: build it with the Go toolchain)")
+}
+
+// RegisterHostsFlag declares --sandbox.hosts alone, for commands that declare the other
+// sandbox flags their own way.
+func (c *Config) RegisterHostsFlag(fs *flag.FlagSet) {
+	fs.Var(&c.Hosts, "sandbox.hosts", "where the allowed hosts of tasks (task.toml's allowed_hosts) are reached from this machine: NAME=HOST:PORT, comma-separated or repeated; a host not listed is reached at NAME:80")
 }
 
 // RegisterFlags declares the images.* flags: where task images are built and pulled.
