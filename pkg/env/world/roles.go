@@ -71,6 +71,16 @@ var (
 	ruleKeys    = []string{"when", "call", "args"}
 )
 
+// Roles names the world's roles in their turn order; it is empty for a world of one
+// agent.
+func (w *World) Roles() []string {
+	out := make([]string, len(w.roles))
+	for i, r := range w.roles {
+		out[i] = r.name
+	}
+	return out
+}
+
 // declareMessages declares the message entity when the file has messages, before the
 // state is handed to CEL, so that every expression may read the messages.
 func (c *compiler) declareMessages(n *yaml.Node) {
