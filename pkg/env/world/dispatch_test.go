@@ -269,3 +269,63 @@ success: "true"
 		}
 	}
 }
+
+// TestSimultaneousTurns: moving simultaneously, every agent chooses from its view at the
+// round's start, so the second sees nothing of the first's move in the same round; in
+// turn (aec), it sees the state the first left.
+func TestSimultaneousTurns(t *testing.T) {
+	const file = `name: duel
+services: [s]
+turns: TURNS
+vars:
+  a: {type: int, value: 0}
+  b: {type: int, value: 0}
+roles:
+  left: {tools: [l.inc], view: {a: a, b: b}}
+  right: {tools: [r.inc], view: {a: a, b: b}}
+tools:
+  - name: l.inc
+    service: s
+    description: add one to a
+    effects: [{set: a, to: a + 1}]
+  - name: r.inc
+    service: s
+    description: add one to b
+    effects: [{set: b, to: b + 1}]
+success: a + b >= 10
+`
+	for _, c := range []struct{ turns, second, third string }{
+		{"simultaneous", `"view":{"a":0,"b":0}`, `"view":{"a":1,"b":1}`},
+		{"aec", `"view":{"a":1,"b":0}`, `"view":{"a":1,"b":1}`},
+	} {
+		w, err := Load("duel.yaml", []byte(strings.Replace(file, "TURNS", c.turns, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := w.Env().NewEpisode(env.Config{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := ep.Reset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(first), `"turns":"`+c.turns+`","agent":"left"`) {
+			t.Errorf("%s: first observation %s", c.turns, first)
+		}
+		r1, err := ep.Step(env.Action{Tool: "left:l.inc", Args: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := ep.Step(env.Action{Tool: "right:r.inc", Args: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(r1.Observation), `"agent":"right"`) || !strings.Contains(string(r1.Observation), c.second) {
+			t.Errorf("%s: the second agent's turn: %s, want %s", c.turns, r1.Observation, c.second)
+		}
+		if !strings.Contains(string(r2.Observation), `"agent":"left","answer":{"ok":true}`) || !strings.Contains(string(r2.Observation), c.third) {
+			t.Errorf("%s: the next round's first turn: %s, want %s", c.turns, r2.Observation, c.third)
+		}
+	}
+}
