@@ -17,7 +17,7 @@ import (
 // multi is the turn-taking state of an episode of a world with roles.
 type multi struct {
 	// progress is each role's progress: the milestone it was last rewarded for, so a
-	// milestone another agent reached is in the next step of each role's reward.
+	// milestone another agent reached is in the role's next step's reward.
 	progress []int
 	// answers holds each role's last answer (nil before it acted): it reaches the
 	// role in the observation of its next turn, and only there.
@@ -151,11 +151,13 @@ func (e *episode) stepRole(act env.Action) (env.StepResult, error) {
 	} else {
 		t = role.tools[i]
 	}
-	e.progress = e.ma.progress[r]
 	res, err := e.apply(act, t, bad)
 	if err != nil {
 		return res, err
 	}
+	// e.progress is the world's; the role's delta runs from what it was last given.
+	total := float64(max(len(w.progress), 1))
+	res.Signals.ProgressDelta = float64(e.progress-e.ma.progress[r]) / total
 	e.ma.progress[r] = e.progress
 	e.ma.answers[r] = res.Observation
 	obs, err := e.nextTurn()
