@@ -266,6 +266,7 @@ success: "true"
 		{"roles:\n  x:\n    tools: [a]\n    oracle:\n      - call: say\n        args: {to: \"'y'\", text: \"'hi'\"}\n  y:\n    tools: [say]\n    oracle:\n      - call: say\n        args: {to: \"'x'\", text: \"'hi'\"}\n", "two.yaml:21:15: roles.x.oracle[0].call: tool say is not one of role x's tools"},
 		{"roles:\n  x:\n    tools: [a]\n    view: {n: nope}\n  y:\n    tools: [say]\n", "two.yaml:20:15: roles.x.view.n: "},
 		{"roles:\n  x:\n    tools: [a]\n    colour: red\n  y:\n    tools: [say]\n", "two.yaml:20:5: roles.x.colour: unknown key"},
+		{"observation: {inbox: \"1\"}\nroles:\n  x:\n    tools: [a]\n  y:\n    tools: [say]\n", "two.yaml:17:22: observation.inbox: key \"inbox\" is gauntlet's own in a world with roles"},
 	} {
 		_, err := Load("two.yaml", []byte(base+c.extra))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {

@@ -131,6 +131,12 @@ func (c *compiler) roles(turnsNode, rolesNode, msgNode, oracleNode *yaml.Node) {
 	if oracleNode != nil {
 		d.errAt(at(oracleNode, "oracle"), "a world with roles gives each role its oracle (roles.NAME.oracle), not one plan")
 	}
+	for _, f := range w.reset {
+		// The first observation goes on with the roles and the first agent's turn.
+		if f.val != nil && slices.Contains([]string{"roles", "turns", "agent", "answer", "inbox", "view"}, f.key) {
+			d.errAt(f.val.at, "key %q is gauntlet's own in a world with roles; choose another", f.key)
+		}
+	}
 	if msgNode != nil {
 		for _, m := range d.mapping(msgNode, "messages", messageKeys...) {
 			if s, ok := d.text(m.v, "messages.tool"); ok {
