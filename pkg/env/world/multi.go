@@ -139,7 +139,11 @@ func (e *episode) stepRole(act env.Action) (env.StepResult, error) {
 	role := &w.roles[r]
 	var t *toolDef
 	var bad []byte
-	if name, tool, ok := strings.Cut(act.Tool, ":"); !ok || name != role.name {
+	name, tool, ok := strings.Cut(act.Tool, ":")
+	if !ok {
+		bad = failObs(0, fmt.Sprintf("action %q names no role", clip(act.Tool)), 0, "", "",
+			"name the role that acts: "+role.name+":TOOL")
+	} else if name != role.name {
 		bad = failObs(0, fmt.Sprintf("it is %s's turn, not %q's", role.name, clip(name)), 0, "", "",
 			"name the role that acts: "+role.name+":TOOL")
 	} else if i := slices.IndexFunc(role.tools, func(t *toolDef) bool { return t.name == tool }); i < 0 {
