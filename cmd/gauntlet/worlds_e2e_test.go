@@ -1,15 +1,20 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
 // TestUserWorldRun: a world given only as a file in --env.worlds runs through the whole
@@ -121,5 +126,85 @@ func TestAirlineRun(t *testing.T) {
 	}
 	if got, want := q(`SELECT concat(toString(count()), ' ', any(digest)) FROM %s.episode_worlds FINAL WHERE run_id = '%s'`), fmt.Sprintf("%d %s", o.episodes, digest); got != want || digest == "" {
 		t.Fatalf("episode_worlds: %s, want %s", got, want)
+	}
+}
+
+// TestDispatchRun: the built-in dispatch world, two agents taking turns, runs through
+// the whole pipeline: every step records the agent that acted, and each agent's reward
+// is queryable with the SQL docs/querying.md shows, the agents' sums making up each
+// episode's total.
+func TestDispatchRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse; run without -short")
+	}
+	cfg := testConfig(t)
+	s := startStack(t, cfg)
+	o := runOpts{env: "dispatch", params: "{}", policies: "oracle=3,random=1", profiles: "baseline=60,stress=25,edge=15",
+		episodes: 80, seed: 13, maxInFlight: 80, label: t.Name()}
+	req, err := o.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
+	final := runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
+	assertExact(t, s.app.getBus(), conn, cfg.Database, req, final)
+	if final.InfraErrors != 0 {
+		t.Fatalf("%d infra errors", final.InfraErrors)
+	}
+	q := func(query string) string {
+		return queryOne(t, conn, fmt.Sprintf(query, cfg.Database, req.RunId))
+	}
+	var oracle, won int
+	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle'`), &oracle)
+	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle' AND success = 1`), &won)
+	if oracle < 40 || won < oracle*9/10 {
+		t.Fatalf("the oracles won %d of %d episodes, want at least 90 %%", won, oracle)
+	}
+	if got := q(`SELECT toString(groupUniqArray(agent)) FROM (SELECT agent FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'oracle' ORDER BY agent)`); got != "['dispatcher','driver']" && got != "['driver','dispatcher']" {
+		t.Fatalf("agents of the oracle's steps: %s", got)
+	}
+	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND (agent = '' OR agent != substring(tool, 1, position(tool, ':') - 1))`); got != "0" {
+		t.Fatalf("%s steps whose agent is not the role their action names", got)
+	}
+	// The documented per-agent query, run as printed.
+	docs, err := os.ReadFile("../../docs/querying.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- worlds:per_agent_rewards -->\n```sql\n(.*?)\n```").FindSubmatch(docs)
+	if m == nil {
+		t.Fatal("docs/querying.md shows no <!-- worlds:per_agent_rewards --> query")
+	}
+	sql := strings.ReplaceAll(strings.ReplaceAll(string(m[1]), "gauntlet.", cfg.Database+"."), "'r…'", "'"+req.RunId+"'")
+	_, rows, err := trajectory.Query(context.Background(), conn, sql)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	perEpisode := map[string]float64{}
+	agents := map[string]map[string]bool{}
+	for _, r := range rows {
+		ep, agent := r[0], r[1]
+		v, err := strconv.ParseFloat(r[3], 64)
+		if err != nil {
+			t.Fatalf("reward %q: %v", r[3], err)
+		}
+		perEpisode[ep] += v
+		if agents[ep] == nil {
+			agents[ep] = map[string]bool{}
+		}
+		agents[ep][agent] = true
+	}
+	_, eps, err := trajectory.Query(context.Background(), conn, fmt.Sprintf(`SELECT episode_id, total_reward, policy FROM %s.episodes FINAL WHERE run_id = '%s'`, cfg.Database, req.RunId))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range eps {
+		total, _ := strconv.ParseFloat(e[1], 64)
+		if math.Abs(perEpisode[e[0]]-total) > 1e-6 {
+			t.Errorf("episode %s: its agents' rewards sum to %v, its total is %v", e[0], perEpisode[e[0]], total)
+		}
+		if e[2] == "oracle" && len(agents[e[0]]) != 2 {
+			t.Errorf("oracle episode %s: rewards of agents %v, want both roles'", e[0], agents[e[0]])
+		}
 	}
 }

@@ -154,6 +154,10 @@ type toolDef struct {
 	at      place
 	// writes holds the state its effects may change.
 	writes stateSet
+	// msg: the world's message tool (World.msg); msgTo and msgText are the positions of
+	// its arguments to and text.
+	msg            bool
+	msgTo, msgText int
 }
 
 type oracleCall struct {
@@ -203,6 +207,16 @@ type World struct {
 	// ends are the end conditions a step checks, in order: success, failure (nil when
 	// the file has none), then the progress milestones.
 	ends []endCond
+
+	// roles is empty for a world of one agent (roles.go). turns says how the roles
+	// take turns; qualNames are their actions' names, "role:tool", role by role; msg is
+	// the message tool (nil: none), msgEntity the index of the message entity (-1: none).
+	roles         []roleDef
+	turns         turnOrder
+	qualNames     []string
+	msg           *toolDef
+	msgEntity     int
+	hasRoleOracle bool
 }
 
 // endCond is an end condition and what it depends on: a step re-evaluates it only when
@@ -241,11 +255,12 @@ func (w *World) Digest() string { return w.digest }
 // File is the name the world was loaded from.
 func (w *World) File() string { return w.file }
 
-// HasOracle reports whether the world declares an oracle plan.
-func (w *World) HasOracle() bool { return w.oracle != nil }
+// HasOracle reports whether the world declares an oracle: a plan, or rules for every
+// role.
+func (w *World) HasOracle() bool { return w.oracle != nil || w.hasRoleOracle }
 
 var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
-	"tools", "progress", "success", "failure", "budget", "oracle"}
+	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages"}
 
 // Load parses and checks one world file. file names it in errors. Every problem is
 // reported, each a *LoadError naming file, line and field, joined into one error that
@@ -261,7 +276,7 @@ func Load(file string, data []byte) (*World, error) {
 		return nil, errors.Join(d.errs...)
 	}
 	sum := sha256.Sum256(data)
-	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000}
+	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000, msgEntity: -1}
 	c := &compiler{d: d, w: w}
 	c.load(root)
 	if len(d.errs) == 0 {
@@ -362,6 +377,7 @@ func (c *compiler) load(root *yaml.Node) {
 	// Declare the state first (names and types), then compile what refers to it.
 	varNodes := c.declareVars(get("vars"))
 	entNodes := c.declareEntities(get("entities"))
+	c.declareMessages(get("messages"))
 	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
 		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType)}
 	for _, v := range w.vars {
@@ -426,9 +442,10 @@ func (c *compiler) load(root *yaml.Node) {
 	if n := get("budget"); n != nil {
 		w.budget = c.compile(base, n, "budget", cel.IntType)
 	}
-	if n := get("oracle"); n != nil {
+	if n := get("oracle"); n != nil && get("roles") == nil {
 		c.oraclePlan(n)
 	}
+	c.roles(get("turns"), get("roles"), get("messages"), get("oracle"))
 	for _, p := range append([]*program{w.success, w.failure}, w.progress...) {
 		if readsIdent(p, "now_ms", "step") {
 			w.endsReadClock = true
@@ -444,6 +461,9 @@ func (c *compiler) dependencies() {
 	for i := range w.tools {
 		t := &w.tools[i]
 		t.writes = newStateSet(n)
+		if t.msg {
+			t.writes.add(len(w.vars) + w.msgEntity)
+		}
 		for _, ef := range t.effects {
 			switch {
 			case ef.setVar >= 0:
