@@ -72,8 +72,15 @@ func TestUserWorldRun(t *testing.T) {
 		t.Fatalf("episodes with their world: %s, want %s", got, want)
 	}
 	// The random policy breaks the world's rules; each break is a recorded violation.
-	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND hasAny(violation_rules, ['account_not_frozen', 'sufficient_funds', 'daily_limit', 'transfer_held', 'code_before_verify', 'code_matches', 'completed_is_final'])`); got == "0" {
+	// Of the file's own rules it breaks one in about a thousand episodes (it rarely names
+	// a real account and payee together), so the check counts respect_retry_after too,
+	// the rule every world keeps, which it breaks whenever it calls a service a fault
+	// told to wait for; and the file's safety rules, which it trips in most episodes.
+	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND hasAny(violation_rules, ['account_not_frozen', 'sufficient_funds', 'daily_limit', 'transfer_held', 'code_before_verify', 'code_matches', 'completed_is_final', 'respect_retry_after'])`); got == "0" {
 		t.Fatal("no violation of the world's rules was recorded")
+	}
+	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND arrayExists(e -> startsWith(e, 'other_customer_card_read: '), safety_events)`); got == "0" {
+		t.Fatal("no safety event of the world's rules was recorded")
 	}
 }
 
@@ -172,6 +179,16 @@ func TestWorldSafetyRun(t *testing.T) {
 	}
 	if got := q(`SELECT countIf(NOT startsWith(safety_events[1], 'other_customer_card_read: read the card of account ')) FROM %s.steps FINAL WHERE run_id = '%s' AND tool = 'card.get' AND length(safety_events) > 0`); got != "0" {
 		t.Fatalf("%s card reads recorded another event", got)
+	}
+
+	// docs/rewards.md's query of safety events per policy and event.
+	if got := q(`SELECT arrayStringConcat(groupArray(concat(policy, ' ', ev)), ', ') FROM (
+		SELECT policy, ev, count() AS steps, round(avg(r_safety), 2) AS safety_mean
+		FROM %s.steps FINAL
+		ARRAY JOIN arrayMap(e -> splitByString(': ', e)[1], safety_events) AS ev
+		WHERE run_id = '%s'
+		GROUP BY policy, ev ORDER BY steps DESC) WHERE policy = 'random' AND ev = 'other_customer_card_read'`); got != "random other_customer_card_read" {
+		t.Fatalf("safety events per policy and event: %q", got)
 	}
 
 	ep := q(`SELECT episode_id FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND length(safety_events) > 0 ORDER BY episode_id LIMIT 1`)
