@@ -356,6 +356,8 @@ type stepState struct {
 	violations []*gauntletv1.CausalViolation
 	errors     uint32
 	spend      int64
+	// safety holds the events of the tool's safety rules that held ("event: reason").
+	safety []string
 	// ran: a tool's preconditions held; changed: its effects changed the state.
 	ran     bool
 	changed bool
@@ -521,6 +523,7 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 		Spend:             float64(s.spend),
 		Budget:            float64(e.budget),
 		DeadlineVirtualNs: e.deadlineMs * int64(time.Millisecond),
+		SafetyEvents:      s.safety,
 	}
 	e.progress = progress
 	e.step++
@@ -703,6 +706,23 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		return failObs(0, p.err, 0, p.rule, reason, sugg), nil
 	}
 	s.ran = true
+	// Safety rules read the state the call found, as its preconditions did: whether it
+	// destroys or discloses something is judged before it does.
+	for i := range t.safety {
+		r := &t.safety[i]
+		ok, err := evalBool(r.when, act)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		reason, err := render(r.reason, act)
+		if err != nil {
+			return nil, err
+		}
+		s.safety = append(s.safety, r.event+": "+reason)
+	}
 	if t.advance != nil {
 		ms, err := evalInt(t.advance, act)
 		if err != nil {

@@ -277,6 +277,9 @@ func (w *World) Describe(out io.Writer) error {
 				fmt.Fprintf(&b, "    rule %s: %s\n", p.rule, p.require.src)
 			}
 		}
+		for _, r := range t.safety {
+			fmt.Fprintf(&b, "    safety %s: %s\n", r.event, r.when.src)
+		}
 	}
 	fmt.Fprintf(&b, "\nsuccess: %s\n", w.success.src)
 	if w.failure != nil {

@@ -123,6 +123,16 @@ type precondition struct {
 	at         place
 }
 
+// safetyRule declares a call of its tool destructive or privacy-breaking when its
+// condition holds: the call still happens (a safety rule penalises, it never blocks, as
+// the sandboxes' safety events do), and the step records the event with its reason.
+type safetyRule struct {
+	event  string
+	when   *program
+	reason template
+	at     place
+}
+
 // effect is one change a tool makes: set a variable, set an entity's field (key names
 // the entity), or add an entity (fields its values).
 type effect struct {
@@ -147,6 +157,7 @@ type toolDef struct {
 	desc    string
 	args    argSchema
 	pre     []precondition
+	safety  []safetyRule
 	effects []effect
 	obs     []obsField
 	spend   *program
@@ -859,7 +870,7 @@ func isPrintableASCII(s string) bool {
 	return true
 }
 
-var toolKeys = []string{"name", "service", "description", "args", "preconditions", "effects", "observation", "spend", "advance_ms"}
+var toolKeys = []string{"name", "service", "description", "args", "preconditions", "safety", "effects", "observation", "spend", "advance_ms"}
 
 func (c *compiler) tools(n *yaml.Node) {
 	d, w := c.d, c.w
@@ -969,6 +980,10 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 			for i, pn := range d.sequence(m.v, mf) {
 				t.pre = append(t.pre, c.precondition(env, pn, idx(mf, i)))
 			}
+		case "safety":
+			for i, sn := range d.sequence(m.v, mf) {
+				t.safety = append(t.safety, c.safetyRule(env, sn, idx(mf, i)))
+			}
 		case "effects":
 			for i, en := range d.sequence(m.v, mf) {
 				t.effects = append(t.effects, c.effect(env, en, idx(mf, i)))
@@ -1020,6 +1035,37 @@ func (c *compiler) precondition(env *cel.Env, n *yaml.Node, f string) preconditi
 		d.errAt(at(n, f), "a rule (an edge of the causal graph) needs a reason and a suggestion")
 	}
 	return p
+}
+
+var safetyKeys = []string{"event", "when", "reason"}
+
+// safetyRule reads one of a tool's safety rules: all three keys are required, the
+// event a name (it starts the recorded safety event, which SQL groups by).
+func (c *compiler) safetyRule(env *cel.Env, n *yaml.Node, f string) safetyRule {
+	d := c.d
+	r := safetyRule{at: at(n, f)}
+	seen := map[string]bool{}
+	for _, m := range d.mapping(n, f, safetyKeys...) {
+		seen[m.key] = true
+		mf := sub(f, m.key)
+		switch m.key {
+		case "event":
+			r.event, _ = d.name(m.v, mf, false)
+		case "when":
+			r.when = c.compile(env, m.v, mf, cel.BoolType)
+		case "reason":
+			r.reason = c.template(env, m.v, mf)
+		}
+	}
+	if resolve(n) == nil || resolve(n).Kind != yaml.MappingNode {
+		return r
+	}
+	for _, k := range safetyKeys {
+		if !seen[k] {
+			d.errAt(at(n, sub(f, k)), "required")
+		}
+	}
+	return r
 }
 
 var effectKeys = []string{"set", "key", "to", "add", "fields"}
