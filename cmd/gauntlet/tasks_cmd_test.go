@@ -177,8 +177,9 @@ func TestTasksCheck(t *testing.T) {
 
 // TestTasksCheckOnContainerd: tasks check on the containerd runtime, each task in its
 // own image built from its Dockerfile through a local registry, passes a representative
-// part of the in-repo dataset: a codefix bug, a shell task, a data task, and a Python
-// task whose image installs python3 with apt-get.
+// part of the in-repo dataset: a codefix bug, a shell task, a data task, a Python task
+// whose image installs python3 with apt-get, and the task that reaches an allowed host
+// (served on the loopback by runtimestest.Config).
 // The whole dataset, checked by hand, is in docs/benchmarks.md (its 10 apt-get builds
 // take minutes).
 func TestTasksCheckOnContainerd(t *testing.T) {
@@ -187,8 +188,8 @@ func TestTasksCheckOnContainerd(t *testing.T) {
 	}
 	c := runtimestest.Config(t, runtimes.Containerd)
 	im := runtimestest.Images(t)
-	ids := []string{"codefix/sum", "shell/count-errors", "data/transpose", "python/fix-median"}
-	args := []string{"check", "--data-dir", t.TempDir(), "--sandbox.runtime", runtimes.Containerd, "--sandbox.pool-size", "0",
+	ids := []string{"codefix/sum", "shell/count-errors", "data/transpose", "python/fix-median", "net/latest-release"}
+	args := []string{"check", "--data-dir", t.TempDir(), "--sandbox.runtime", runtimes.Containerd, "--sandbox.pool-size", "0", "--sandbox.hosts", c.Hosts.String(),
 		"--sandbox.state-dir", c.StateDir, "--sandbox.containerd", c.Containerd, "--sandbox.agent", c.AgentBinary,
 		"--images.registry", im.Registry, "--images.docker-hub-mirror", im.DockerHubMirror, "--images.cache-dir", im.CacheDir}
 	for _, id := range ids {
@@ -203,7 +204,7 @@ func TestTasksCheckOnContainerd(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if want := "4 of 4 tasks pass (oracle succeeds, no-op fails) on the containerd runtime"; !strings.Contains(out, want) {
+	if want := "5 of 5 tasks pass (oracle succeeds, no-op fails) on the containerd runtime"; !strings.Contains(out, want) {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }
