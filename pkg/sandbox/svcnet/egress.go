@@ -3,6 +3,7 @@ package svcnet
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -61,13 +62,7 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 		}
 		ups[h] = u
 	}
-	allowed := strings.Join(slices.Sorted(func(yield func(string) bool) {
-		for h := range ups {
-			if !yield(h) {
-				return
-			}
-		}
-	}), ", ")
+	allowed := strings.Join(slices.Sorted(maps.Keys(ups)), ", ")
 	if allowed == "" {
 		allowed = "none"
 	}
