@@ -130,8 +130,9 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 	st.Trainer = trainer
 	t0 := time.Now()
 	score, err := s.scorer.Score(ctx, st, s.named, s.reply)
-	res.Metering.RewardNs = uint64(time.Since(t0))
 	if err != nil {
+		// The scorer may still be sending st, whose metering is res's: neither is
+		// written again.
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, res, ErrAbandoned
 		}
@@ -140,6 +141,7 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 		s.reply = make(chan ScoreResult, 1)
 		return nil, res, err
 	}
+	res.Metering.RewardNs = uint64(time.Since(t0))
 	st.Score = score
 	if err := s.out.Step(ctx, st); err != nil {
 		return nil, res, err
