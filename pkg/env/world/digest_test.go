@@ -11,7 +11,6 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
-	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 )
 
 // trajectoryDigests are the SHA-256 of 300 seeded episodes of each world, oracle and
@@ -38,12 +37,7 @@ func TestTrajectoryDigests(t *testing.T) {
 	}{
 		{bank(t), func(seed uint64) env.Config { return env.Config{Seed: seed, Faults: stressPlan(t, seed)} }},
 		{airline(t), func(seed uint64) env.Config { return airlineStress(t, seed) }},
-		{shopPort(t), func(seed uint64) env.Config {
-			return env.Config{Seed: seed, Faults: injector(t, rng.Derive(seed, "plan"),
-				httpErr("pay-503", "payment", 0.3, 503, 250), httpErr("any-429", "*", 0.05, 429, 500),
-				latency("lat", "*", 0.5, 40, 20),
-				truncate("cat-trunc", "catalog", 0.1, 0.5), truncate("pay-trunc", "payment.pay", 0.1, 0.2))}
-		}},
+		{shopPort(t), func(seed uint64) env.Config { return shopStress(t, seed) }},
 	}
 	const seeds = 300
 	for _, w := range worlds {

@@ -63,8 +63,10 @@ type episode struct {
 	// so that expressions read them without converting anything.
 	vars []ref.Val
 	ents []collection
-	// act is the activation of the episode's expressions, reused by every evaluation.
+	// act is the activation of the episode's expressions, reused by every evaluation;
+	// loc holds the comprehension variables of compiled expressions (program.run).
 	act      activation
+	loc      []ref.Val
 	clock    time.Duration
 	step     uint32
 	invalid  int64
@@ -134,9 +136,17 @@ func (e *episode) scope(args *object) *activation {
 
 func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 	prg := p.prg
-	if p.fast != nil {
-		if a, ok := act.(*activation); ok && a.ep.fast {
+	if a, ok := act.(*activation); ok {
+		if p.fast != nil && a.ep.fast {
 			prg = p.fast
+		}
+		if p.run != nil && (prg == p.fast || p.sized != nil && p.sized.under(a)) {
+			if v := p.run(a); !types.IsError(v) {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, nil
+			}
 		}
 	}
 	out, _, err := prg.Eval(act)
@@ -220,7 +230,11 @@ func (e *episode) Reset() (json.RawMessage, error) {
 
 func (e *episode) reset(seed uint64) ([]byte, error) {
 	w := e.w
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true}
+	loc := e.loc
+	if len(loc) < w.locals {
+		loc = make([]ref.Val, w.locals)
+	}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true, loc: loc}
 	r := rng.New(seed, "world/"+w.name+"/state", 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
