@@ -539,97 +539,123 @@ func (c *closures) comprehension(e ast.Expr) (cfn, bool) {
 		return nil, false
 	}
 	c.scope, c.depth = c.scope[:scope], depth
-	adapter := c.adapter
-
-	return func(a *activation) ref.Val {
-		r := rangeF(a)
-		if types.IsError(r) {
-			return r
-		}
-		loc := a.ep.loc
-		init := initF(a)
-		if types.IsError(init) {
-			return init
-		}
-		made := false
-		if mutable {
-			if l, ok := init.(traits.Lister); ok && l.Size() == types.IntZero {
-				init = types.NewMutableList(adapter)
-				made = true
-			}
-		}
-		loc[accu] = init
-		// turn folds one entry: false stops the fold, and an error of its condition
-		// leaves the whole evaluation to the interpreter.
-		stopped := false
-		turn := func(k, v ref.Val) bool {
-			loc[v1] = k
-			if two {
-				loc[v2] = v
-			}
-			switch condF(a) {
-			case types.True:
-			case types.False:
-				return false
-			default:
-				stopped = true
-				return false
-			}
-			loc[accu] = stepF(a)
-			return true
-		}
-		switch x := r.(type) {
-		case *collection:
-			for _, id := range x.ids {
-				if !turn(types.String(id), x.rows[id]) {
-					break
-				}
-			}
-		case traits.Lister:
-			n := int64(x.Size().(types.Int))
-			for i := int64(0); i < n; i++ {
-				el := x.Get(types.Int(i))
-				var ok bool
-				if two {
-					ok = turn(types.Int(i), el)
-				} else {
-					ok = turn(el, nil)
-				}
-				if !ok {
-					break
-				}
-			}
-		case traits.Mapper:
-			if sz, ok := x.Size().(types.Int); ok && sz == 0 {
-				break
-			}
-			types.ToFoldableMap(x).Fold(folder(turn))
-		default:
-			return errUnsure
-		}
-		if stopped {
-			return errUnsure
-		}
-		res := resultF(a)
-		if made && !types.IsError(res) {
-			if ml, ok := res.(traits.MutableLister); ok {
-				res = ml.ToImmutableList()
-			}
-		}
-		return res
-	}, true
+	f := &compFold{rangeF: rangeF, initF: initF, condF: condF, stepF: stepF, resultF: resultF,
+		accu: accu, v1: v1, v2: v2, two: two, mutable: mutable, adapter: c.adapter}
+	return f.eval, true
 }
 
-// folder turns a function into a traits.Folder of a map's entries.
-type folder func(k, v ref.Val) bool
+// compFold is a compiled comprehension: CEL's macros (exists, all, map, filter,
+// transformList, cel.bind) are comprehensions.
+type compFold struct {
+	rangeF, initF, condF, stepF, resultF cfn
+	accu, v1, v2                         int
+	two, mutable                         bool
+	adapter                              types.Adapter
+}
 
-func (f folder) FoldEntry(k, v any) bool {
+// turn folds one entry into the accumulator: false stops the fold, and stopped says
+// its condition was neither true nor false (the interpreter decides then).
+func (f *compFold) turn(a *activation, k, v ref.Val) (more, stopped bool) {
+	loc := a.ep.loc
+	loc[f.v1] = k
+	if f.two {
+		loc[f.v2] = v
+	}
+	switch f.condF(a) {
+	case types.True:
+	case types.False:
+		return false, false
+	default:
+		return false, true
+	}
+	loc[f.accu] = f.stepF(a)
+	return true, false
+}
+
+func (f *compFold) eval(a *activation) ref.Val {
+	r := f.rangeF(a)
+	if types.IsError(r) {
+		return r
+	}
+	init := f.initF(a)
+	if types.IsError(init) {
+		return init
+	}
+	made := false
+	if f.mutable {
+		if l, ok := init.(traits.Lister); ok && l.Size() == types.IntZero {
+			init = types.NewMutableList(f.adapter)
+			made = true
+		}
+	}
+	a.ep.loc[f.accu] = init
+	stopped := false
+	switch x := r.(type) {
+	case *collection:
+		for _, id := range x.ids {
+			o := x.rows[id]
+			var k ref.Val = o.vals[0] // an entity's id, already a CEL value
+			if s, ok := k.(types.String); !ok || string(s) != id {
+				k = types.String(id)
+			}
+			var more bool
+			if more, stopped = f.turn(a, k, o); !more {
+				break
+			}
+		}
+	case traits.Lister:
+		n := int64(x.Size().(types.Int))
+		for i := int64(0); i < n; i++ {
+			el := x.Get(types.Int(i))
+			var more bool
+			if f.two {
+				more, stopped = f.turn(a, types.Int(i), el)
+			} else {
+				more, stopped = f.turn(a, el, nil)
+			}
+			if !more {
+				break
+			}
+		}
+	case traits.Mapper:
+		if sz, ok := x.Size().(types.Int); ok && sz == 0 {
+			break
+		}
+		mf := &mapFolder{f: f, a: a}
+		types.ToFoldableMap(x).Fold(mf)
+		stopped = mf.stopped
+	default:
+		return errUnsure
+	}
+	if stopped {
+		return errUnsure
+	}
+	res := f.resultF(a)
+	if made && !types.IsError(res) {
+		if ml, ok := res.(traits.MutableLister); ok {
+			res = ml.ToImmutableList()
+		}
+	}
+	return res
+}
+
+// mapFolder folds the entries of a map that is not an entity collection.
+type mapFolder struct {
+	f       *compFold
+	a       *activation
+	stopped bool
+}
+
+func (m *mapFolder) FoldEntry(k, v any) bool {
 	kv, ok1 := k.(ref.Val)
 	vv, ok2 := v.(ref.Val)
 	if !ok1 || !ok2 {
+		m.stopped = true
 		return false
 	}
-	return f(kv, vv)
+	more, stopped := m.f.turn(m.a, kv, vv)
+	m.stopped = stopped
+	return more
 }
 
 // isListAppend is the shape of comprehension whose list accumulator the interpreter

@@ -65,13 +65,17 @@ type episode struct {
 	ents []collection
 	// act is the activation of the episode's expressions, reused by every evaluation;
 	// loc holds the comprehension variables of compiled expressions (program.run).
-	act      activation
-	loc      []ref.Val
-	clock    time.Duration
-	step     uint32
-	invalid  int64
-	progress int
-	budget   int64
+	act activation
+	loc []ref.Val
+	// changes is run's scratch; obsCap and diffCap the largest answer and diff so far,
+	// the capacity the next starts with.
+	changes         []change
+	obsCap, diffCap int
+	clock           time.Duration
+	step            uint32
+	invalid         int64
+	progress        int
+	budget          int64
 	// known[k] says verdict[k] is end condition k's value on the current state (see
 	// World.ends): evaluated since the last step that wrote what it reads.
 	known   []bool
@@ -351,6 +355,10 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 	return dr.kind.zero(), nil
 }
 
+// capHint caps the capacity an answer or a diff starts with (the largest of the
+// episode's before): enough for most, without making every small one large.
+const capHint = 512
+
 // stepState is what one step did besides its observation.
 type stepState struct {
 	diff       []byte
@@ -360,10 +368,15 @@ type stepState struct {
 	// ran: a tool's preconditions held; changed: its effects changed the state.
 	ran     bool
 	changed bool
+	// diffCap is the capacity a diff starts with: the episode's largest before.
+	diffCap int
 }
 
 func (s *stepState) open(op, path string) {
 	if len(s.diff) == 0 {
+		if s.diff == nil {
+			s.diff = make([]byte, 0, s.diffCap)
+		}
 		s.diff = append(s.diff, '[')
 	} else {
 		s.diff = append(s.diff, ',')
@@ -383,10 +396,11 @@ func (s *stepState) set(path string, from, to ref.Val) {
 	s.diff = append(s.diff, '}')
 }
 
-func (s *stepState) diffBytes() []byte {
+func (s *stepState) diffBytes(e *episode) []byte {
 	if len(s.diff) == 0 {
 		return []byte("[]")
 	}
+	e.diffCap = min(max(e.diffCap, len(s.diff)+1), capHint)
 	return append(s.diff, ']')
 }
 
@@ -446,7 +460,7 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 		return env.StepResult{}, fmt.Errorf("%w (%s)", ErrEpisodeOver, e.reason)
 	}
 	w := e.w
-	s := &stepState{}
+	s := &stepState{diffCap: e.diffCap}
 	var faults []*gauntletv1.FaultFired
 	var obs []byte
 	start := e.clock
@@ -515,7 +529,7 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	e.step++
 	res := env.StepResult{
 		Observation: obs,
-		Diff:        s.diffBytes(),
+		Diff:        s.diffBytes(e),
 		Signals:     sig,
 		Faults:      faults,
 		Metering: &gauntletv1.Metering{
@@ -698,7 +712,12 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 			e.clock += time.Duration(min(ms, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
 		}
 	}
-	changes := make([]change, len(t.effects))
+	// The changes of a step are scratch: reused by the next.
+	if cap(e.changes) < len(t.effects) {
+		e.changes = make([]change, len(t.effects))
+	}
+	changes := e.changes[:len(t.effects)]
+	clear(changes)
 	for i := range t.effects {
 		ef := &t.effects[i]
 		c := change{ef: ef}
@@ -798,7 +817,8 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	}
 	post := act
 	post.newID = newID
-	b := []byte(`{"ok":true`)
+	// An answer is the caller's, so each is a new buffer, sized by the largest before.
+	b := append(make([]byte, 0, e.obsCap), `{"ok":true`...)
 	for _, f := range t.obs {
 		v, err := eval(f.val, post)
 		if err != nil {
@@ -811,7 +831,9 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 			return nil, &evalError{at: f.val.at, err: err}
 		}
 	}
-	return append(b, '}'), nil
+	b = append(b, '}')
+	e.obsCap = min(max(e.obsCap, len(b)), capHint)
+	return b, nil
 }
 
 func render(t template, act interpreter.Activation) (string, error) {
