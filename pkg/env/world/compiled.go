@@ -1,6 +1,8 @@
 package world
 
 import (
+	"reflect"
+	"slices"
 	"strings"
 
 	"cel.dev/cel-go/cel"
@@ -306,6 +308,19 @@ func (c *closures) mapLit(e ast.Expr) (cfn, bool) {
 		}
 	}
 	adapter := c.adapter
+	if rk := constantKeys(m, adapter); rk != nil {
+		return func(a *activation) ref.Val {
+			r := &record{keys: rk, vals: make([]ref.Val, len(vals))}
+			for i, vf := range vals {
+				v := vf(a)
+				if types.IsError(v) {
+					return v
+				}
+				r.vals[i] = v
+			}
+			return r
+		}, true
+	}
 	return func(a *activation) ref.Val {
 		entries := make(map[ref.Val]ref.Val, len(keys))
 		for i, kf := range keys {
@@ -706,3 +721,90 @@ var noClosures bool
 // interpreter: the differential test evaluates the expression again with the
 // interpreter there.
 var checkClosures func(p *program, a *activation, v ref.Val)
+
+// record is a map literal whose keys are distinct string constants ({'sku': k, 'name':
+// p.name}), as a closure builds it: its values in the literal's order, its keys shared.
+// It is the map CEL's interpreter would build, without a Go map per evaluation; what
+// it does not do itself (equality, conversions) it does as that map.
+type record struct {
+	keys *recordKeys
+	vals []ref.Val
+}
+
+// recordKeys are the keys of a map literal: in the literal's order, as CEL values, and
+// the positions in the order of their names (JSON's).
+type recordKeys struct {
+	names   []string
+	vals    []ref.Val
+	sorted  []int
+	adapter types.Adapter
+}
+
+// constantKeys returns the keys of a map literal whose keys are distinct string
+// literals, or nil.
+func constantKeys(m ast.MapExpr, adapter types.Adapter) *recordKeys {
+	rk := &recordKeys{adapter: adapter}
+	for _, en := range m.Entries() {
+		k := en.AsMapEntry().Key()
+		if k.Kind() != ast.LiteralKind {
+			return nil
+		}
+		s, ok := k.AsLiteral().(types.String)
+		if !ok || slices.Contains(rk.names, string(s)) {
+			return nil
+		}
+		rk.names = append(rk.names, string(s))
+		rk.vals = append(rk.vals, s)
+	}
+	rk.sorted = make([]int, len(rk.names))
+	for i := range rk.sorted {
+		rk.sorted[i] = i
+	}
+	slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(rk.names[a], rk.names[b]) })
+	return rk
+}
+
+var (
+	_ traits.Mapper = (*record)(nil)
+)
+
+// asMap is the record as the map CEL's interpreter builds.
+func (r *record) asMap() traits.Mapper {
+	entries := make(map[ref.Val]ref.Val, len(r.vals))
+	for i, v := range r.vals {
+		entries[r.keys.vals[i]] = v
+	}
+	return types.NewRefValMap(r.keys.adapter, entries).(traits.Mapper)
+}
+
+func (r *record) ConvertToNative(t reflect.Type) (any, error) { return r.asMap().ConvertToNative(t) }
+func (r *record) ConvertToType(t ref.Type) ref.Val            { return r.asMap().ConvertToType(t) }
+func (r *record) Equal(other ref.Val) ref.Val                 { return r.asMap().Equal(other) }
+func (r *record) Type() ref.Type                              { return types.MapType }
+func (r *record) Value() any                                  { return r.asMap().Value() }
+func (r *record) Size() ref.Val                               { return types.Int(len(r.vals)) }
+func (r *record) Iterator() traits.Iterator                   { return r.asMap().Iterator() }
+
+func (r *record) Contains(key ref.Val) ref.Val {
+	if s, ok := key.(types.String); ok {
+		return types.Bool(slices.Contains(r.keys.names, string(s)))
+	}
+	return r.asMap().Contains(key)
+}
+
+func (r *record) Find(key ref.Val) (ref.Val, bool) {
+	if s, ok := key.(types.String); ok {
+		if i := slices.Index(r.keys.names, string(s)); i >= 0 {
+			return r.vals[i], true
+		}
+		return nil, false
+	}
+	return r.asMap().Find(key)
+}
+
+func (r *record) Get(key ref.Val) ref.Val {
+	if v, ok := r.Find(key); ok {
+		return v
+	}
+	return r.asMap().Get(key)
+}

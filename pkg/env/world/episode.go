@@ -881,6 +881,20 @@ func appendVal(b []byte, v ref.Val) ([]byte, error) {
 		return append(b, "null"...), nil
 	case *collection:
 		return appendMap(b, x, x.ids)
+	case *record:
+		b = append(b, '{')
+		for n, i := range x.keys.sorted {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = canonjson.AppendString(b, x.keys.names[i])
+			b = append(b, ':')
+			var err error
+			if b, err = appendVal(b, x.vals[i]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
 	case *object:
 		b = append(b, '{')
 		for n, i := range x.t.sorted {
