@@ -1,6 +1,7 @@
 package world
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -548,6 +549,12 @@ func (c *closures) comprehension(e ast.Expr) (cfn, bool) {
 	if !ok {
 		return nil, false
 	}
+	fast := false
+	if mutable {
+		if stepF, fast = c.appendStep(fold, accu); !fast {
+			return nil, false
+		}
+	}
 	c.scope = c.scope[:scope+1] // the result sees the accumulator, not the iteration variables
 	resultF, ok := c.expr(fold.Result())
 	if !ok {
@@ -599,7 +606,7 @@ func (f *compFold) eval(a *activation) ref.Val {
 	made := false
 	if f.mutable {
 		if l, ok := init.(traits.Lister); ok && l.Size() == types.IntZero {
-			init = types.NewMutableList(f.adapter)
+			init = &appendAcc{}
 			made = true
 		}
 	}
@@ -619,9 +626,15 @@ func (f *compFold) eval(a *activation) ref.Val {
 			}
 		}
 	case traits.Lister:
+		elems := a.ep.listElems(x)
 		n := int64(x.Size().(types.Int))
 		for i := int64(0); i < n; i++ {
-			el := x.Get(types.Int(i))
+			var el ref.Val
+			if elems != nil {
+				el = elems[i]
+			} else {
+				el = x.Get(types.Int(i))
+			}
 			var more bool
 			if f.two {
 				more, stopped = f.turn(a, types.Int(i), el)
@@ -646,10 +659,12 @@ func (f *compFold) eval(a *activation) ref.Val {
 		return errUnsure
 	}
 	res := f.resultF(a)
-	if made && !types.IsError(res) {
-		if ml, ok := res.(traits.MutableLister); ok {
-			res = ml.ToImmutableList()
+	if made {
+		acc, ok := res.(*appendAcc)
+		if !ok {
+			return errUnsure
 		}
+		res = types.NewRefValList(f.adapter, acc.elems)
 	}
 	return res
 }
@@ -808,3 +823,86 @@ func (r *record) Get(key ref.Val) ref.Val {
 	}
 	return r.asMap().Get(key)
 }
+
+// listElems returns the elements of a list a comprehension iterates for the second
+// time in a row (a list of words bound once and folded once per entity), read once:
+// a list of strings makes a new CEL value of each element on every read. Nil the first
+// time. The episode keeps the list, so that its address stands for it.
+func (e *episode) listElems(l traits.Lister) []ref.Val {
+	if reflect.TypeOf(l).Kind() != reflect.Pointer {
+		return nil
+	}
+	if e.lastList != l {
+		e.lastList, e.lastElems = l, nil
+		return nil
+	}
+	if e.lastElems == nil {
+		n := int64(l.Size().(types.Int))
+		elems := make([]ref.Val, n)
+		for i := range n {
+			elems[i] = l.Get(types.Int(i))
+		}
+		e.lastElems = elems
+	}
+	return e.lastElems
+}
+
+// appendStep compiles the step of a comprehension that builds a list (map, filter,
+// transformList: accu + [elem], or cond ? accu + [elem] : accu) to append to a Go slice,
+// where the interpreter appends to a mutable list a one-element list made per turn; the
+// list it ends with is the same. The accumulator is an appendAcc while the fold runs.
+func (c *closures) appendStep(fold ast.ComprehensionExpr, accu int) (cfn, bool) {
+	if l := fold.LoopCondition(); l.Kind() != ast.LiteralKind || l.AsLiteral() != types.True {
+		return nil, false
+	}
+	step := fold.LoopStep()
+	var when cfn
+	if call := step.AsCall(); call.FunctionName() == operators.Conditional {
+		args := call.Args()
+		if no := args[2]; no.Kind() != ast.IdentKind || no.AsIdent() != fold.AccuVar() {
+			return nil, false
+		}
+		var ok bool
+		if when, ok = c.expr(args[0]); !ok {
+			return nil, false
+		}
+		step = args[1]
+	}
+	elem, ok := c.expr(step.AsCall().Args()[1].AsList().Elements()[0])
+	if !ok {
+		return nil, false
+	}
+	return func(a *activation) ref.Val {
+		acc, ok := a.ep.loc[accu].(*appendAcc)
+		if !ok {
+			return errUnsure
+		}
+		if when != nil {
+			switch when(a) {
+			case types.True:
+			case types.False:
+				return acc
+			default:
+				return errUnsure
+			}
+		}
+		v := elem(a)
+		if types.IsError(v) {
+			return errUnsure
+		}
+		acc.elems = append(acc.elems, v)
+		return acc
+	}, true
+}
+
+// appendAcc is the accumulator of a list-building comprehension while it runs: never
+// seen by anything but its step and its result.
+type appendAcc struct{ elems []ref.Val }
+
+func (x *appendAcc) ConvertToNative(reflect.Type) (any, error) {
+	return nil, errors.New("an accumulator has no native form")
+}
+func (x *appendAcc) ConvertToType(ref.Type) ref.Val { return errUnsure }
+func (x *appendAcc) Equal(ref.Val) ref.Val          { return errUnsure }
+func (x *appendAcc) Type() ref.Type                 { return types.ErrType }
+func (x *appendAcc) Value() any                     { return x }

@@ -71,11 +71,14 @@ type episode struct {
 	// the capacity the next starts with.
 	changes         []change
 	obsCap, diffCap int
-	clock           time.Duration
-	step            uint32
-	invalid         int64
-	progress        int
-	budget          int64
+	// lastList and lastElems are listElems' memory.
+	lastList  traits.Lister
+	lastElems []ref.Val
+	clock     time.Duration
+	step      uint32
+	invalid   int64
+	progress  int
+	budget    int64
 	// known[k] says verdict[k] is end condition k's value on the current state (see
 	// World.ends): evaluated since the last step that wrote what it reads.
 	known   []bool
