@@ -71,6 +71,8 @@ type episode struct {
 	// the capacity the next starts with.
 	changes         []change
 	obsCap, diffCap int
+	// argObjs holds each tool's arguments object, reused by its next call.
+	argObjs []*object
 	// lastList and lastElems are listElems' memory.
 	lastList  traits.Lister
 	lastElems []ref.Val
@@ -453,6 +455,19 @@ func (w *World) tool(name string) *toolDef {
 	return nil
 }
 
+// argsOf returns the object a call of t reads its arguments into.
+func (e *episode) argsOf(t *toolDef) *object {
+	if e.argObjs == nil {
+		e.argObjs = make([]*object, len(e.w.tools))
+	}
+	o := e.argObjs[t.index]
+	if o == nil {
+		o = newObject(t.args.otype)
+		e.argObjs[t.index] = o
+	}
+	return o
+}
+
 // Step applies one action. Bad actions are observations; the errors are stepping before
 // Reset or after the end, and an expression of the world failing on real values.
 func (e *episode) Step(act env.Action) (env.StepResult, error) {
@@ -473,7 +488,7 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	var bad []byte
 	if t == nil {
 		bad = failObs(0, fmt.Sprintf("unknown tool %q", clip(act.Tool)), 0, "", "", "use one of: "+strings.Join(w.toolNames, ", "))
-	} else if a, err := t.args.parse(act.Args); err != nil {
+	} else if a, err := t.args.parseInto(act.Args, e.argsOf(t)); err != nil {
 		bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.name+" "+t.args.usage)
 	} else {
 		args = a

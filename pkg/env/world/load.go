@@ -148,6 +148,7 @@ type obsField struct {
 }
 
 type toolDef struct {
+	index   int // in World.tools
 	name    string
 	service string
 	svc     int // index into services, -1 for none
@@ -924,6 +925,7 @@ func (c *compiler) tools(n *yaml.Node) {
 			}
 		}
 		w.toolNames = append(w.toolNames, t.name)
+		t.index = len(w.tools)
 		w.tools = append(w.tools, t)
 	}
 	for i, tn := range nodes {
