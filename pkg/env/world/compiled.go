@@ -389,6 +389,16 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 			if types.IsError(rv) {
 				return rv
 			}
+			switch x := lv.(type) { // what types.Equal decides for two ints or two strings
+			case types.Int:
+				if y, ok := rv.(types.Int); ok {
+					return types.Bool((x == y) != ne)
+				}
+			case types.String:
+				if y, ok := rv.(types.String); ok {
+					return types.Bool((x == y) != ne)
+				}
+			}
 			eq := types.Equal(lv, rv)
 			if ne {
 				return types.Bool(eq != types.True)
@@ -451,6 +461,7 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 		}, true
 	case len(args) == 2 && impl.Binary != nil:
 		f, l, r := impl.Binary, args[0], args[1]
+		ints := intOps[fn]
 		return func(a *activation) ref.Val {
 			lv := l(a)
 			if strict && types.IsError(lv) {
@@ -459,6 +470,13 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 			rv := r(a)
 			if strict && types.IsError(rv) {
 				return rv
+			}
+			if ints != nil {
+				if li, ok := lv.(types.Int); ok {
+					if ri, ok := rv.(types.Int); ok {
+						return ints(li, ri)
+					}
+				}
 			}
 			if !ok(lv) {
 				return errUnsure
@@ -906,3 +924,17 @@ func (x *appendAcc) ConvertToType(ref.Type) ref.Val { return errUnsure }
 func (x *appendAcc) Equal(ref.Val) ref.Val          { return errUnsure }
 func (x *appendAcc) Type() ref.Type                 { return types.ErrType }
 func (x *appendAcc) Value() any                     { return x }
+
+// intOps are the operators on two ints as the standard library's bindings compute them
+// (Int's Compare and its overflow-checked arithmetic), without their dispatch.
+var intOps = map[string]func(a, b types.Int) ref.Val{
+	operators.Less:          func(a, b types.Int) ref.Val { return types.Bool(a < b) },
+	operators.LessEquals:    func(a, b types.Int) ref.Val { return types.Bool(a <= b) },
+	operators.Greater:       func(a, b types.Int) ref.Val { return types.Bool(a > b) },
+	operators.GreaterEquals: func(a, b types.Int) ref.Val { return types.Bool(a >= b) },
+	operators.Add:           func(a, b types.Int) ref.Val { return a.Add(b) },
+	operators.Subtract:      func(a, b types.Int) ref.Val { return a.Subtract(b) },
+	operators.Multiply:      func(a, b types.Int) ref.Val { return a.Multiply(b) },
+	operators.Divide:        func(a, b types.Int) ref.Val { return a.Divide(b) },
+	operators.Modulo:        func(a, b types.Int) ref.Val { return a.Modulo(b) },
+}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"cel.dev/cel-go/common/types"
@@ -311,4 +312,115 @@ func FuzzClosuresAgainstCEL(f *testing.F) {
 			}
 		})
 	})
+}
+
+// edges is a world whose one tool answers with expressions at the edges of CEL's
+// semantics: errors absorbed by || and &&, overflow, division by zero, missing keys,
+// indexes out of range, comprehensions that fail on some elements only.
+const edges = `name: edges
+services: [svc]
+vars:
+  big: {type: int, value: 9223372036854775807}
+  zero: {type: int, value: 0}
+  n: {type: int, uniform: [1, 5]}
+  word: {type: string, choice: [a, b, abc]}
+tools:
+  - name: probe
+    service: svc
+    description: answers with edge cases
+    args:
+      type: object
+      properties:
+        k: {type: string, maxLength: 8}
+        m: {type: integer, minimum: -3, maximum: 3}
+      required: [k]
+    observation:
+      overflow: big + 1
+      div_zero: n / zero
+      mod_zero: n % zero
+      or_true_after_error: big + 1 > 0 || zero == 0
+      or_true_before_error: zero == 0 || big + 1 > 0
+      or_false_and_error: zero == 1 || big + 1 > 0
+      and_false_after_error: big + 1 > 0 && zero == 1
+      and_true_and_error: zero == 0 && big + 1 > 0
+      out_of_range: "[1, 2, 3][n + 2]"
+      negative_index: "[1, 2, 3][args.m]"
+      missing_key: "{'a': 1}[args.k]"
+      record_field: "{'a': n, 'b': zero}.b"
+      record_in: "args.k in {'a': 1, 'abc': 2}"
+      exists_past_error: "[1, 2, 3].exists(x, x == 2 || x / zero > 0)"
+      exists_error: "[1, 2, 3].exists(x, x / zero > 0)"
+      all_error: "[1, 2, 3].all(x, x / (x - 2) > 0)"
+      map_overflow: "[1, 2].map(x, x * big)"
+      filter_error: "[1, 2, 0].filter(x, n / x > 1)"
+      filter: "['a', 'b', 'abc'].filter(w, w != args.k)"
+      transform: "['a', 'b'].transformList(i, w, w == args.k, {'i': i, 'w': w + word})"
+      contains: "'abc'.contains(args.k)"
+      conditional: "size(args.k) > 2 ? 'long' : 'short'"
+      conditional_error: "n / zero > 1 ? 'a' : 'b'"
+      in_list: "args.k in ['a', 'b']"
+      bind: cel.bind(v, n + args.m, v * v)
+      compare_mixed: args.m < n && word >= args.k
+      absent_arg: args.m + 1
+success: n > 100
+`
+
+// TestClosuresOnEdges: on every edge, a closure gives what CEL gives or leaves the
+// evaluation to it; where CEL fails, no closure answers.
+func TestClosuresOnEdges(t *testing.T) {
+	w, err := Load("edges.yaml", []byte(edges))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := w.Env().NewEpisode(env.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	we := ep.(*episode)
+	c := &closureCheck{t: t, decided: map[*program]int{}}
+	failed := 0
+	tool := &w.tools[0]
+	for seed := uint64(1); seed <= 50; seed++ {
+		if _, err := ep.(*episode).reset(seed); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"a", "b", "abc", "zz", ""} {
+			for m := int64(-3); m <= 3; m++ {
+				args := newObject(tool.args.otype)
+				args.vals[0] = types.String(k)
+				if m != 3 {
+					args.vals[1] = types.Int(m) // 3 stands for an absent m
+				}
+				for _, b := range w.bounded {
+					a := we.scope(args)
+					got := b.p.run(a)
+					prg := b.p.fast
+					if prg == nil {
+						prg = b.p.prg
+					}
+					if _, _, err := prg.Eval(a); err != nil {
+						failed++
+						if !types.IsError(got) {
+							t.Errorf("%s: k %q m %d: CEL fails (%v), the closure gives %v", b.p.at.field, k, m, err, got)
+						}
+						continue
+					}
+					if !types.IsError(got) {
+						c.decided[b.p]++
+						c.same(b.p, a, got)
+					}
+				}
+			}
+		}
+	}
+	for _, b := range w.bounded {
+		if c.decided[b.p] == 0 && !strings.Contains(b.p.at.field, "error") && !strings.Contains(b.p.at.field, "zero") &&
+			!strings.Contains(b.p.at.field, "overflow") && !strings.Contains(b.p.at.field, "range") {
+			t.Errorf("%s: %q: its closure never answered", b.p.at.field, b.p.src)
+		}
+	}
+	t.Logf("%d expressions, %d comparisons, %d evaluations CEL failed", len(w.bounded), c.checked, failed)
 }
