@@ -746,10 +746,6 @@ func isMapInsert(fold ast.ComprehensionExpr) bool {
 	return init.Kind() == ast.MapKind && init.AsMap().Size() == 0
 }
 
-// noClosures makes worlds loaded after it is set evaluate every expression with CEL's
-// interpreter: what tests compare the closures against.
-var noClosures bool
-
 // checkClosures, when set, is called with every value a closure gave instead of the
 // interpreter: the differential test evaluates the expression again with the
 // interpreter there.

@@ -789,9 +789,6 @@ func (c *compiler) bound() {
 			cl = newClosures(w, c.prov, sp.env)
 			cls[sp.env] = cl
 		}
-		if noClosures {
-			continue
-		}
 		if sp.p.run = cl.compile(sp.p.ast); sp.p.run != nil {
 			sp.p.sized = sized
 			w.bounded = append(w.bounded, boundExpr{p: sp.p, args: sp.args})
