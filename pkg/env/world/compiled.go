@@ -803,7 +803,7 @@ func (r *record) asMap() traits.Mapper {
 	for i, v := range r.vals {
 		entries[r.keys.vals[i]] = v
 	}
-	return types.NewRefValMap(r.keys.adapter, entries).(traits.Mapper)
+	return types.NewRefValMap(r.keys.adapter, entries)
 }
 
 func (r *record) ConvertToNative(t reflect.Type) (any, error) { return r.asMap().ConvertToNative(t) }

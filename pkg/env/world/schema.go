@@ -260,15 +260,12 @@ func (s *argSchema) render() ([]byte, string) {
 	return b, "{" + strings.Join(usage, ", ") + "}"
 }
 
-// parse decodes an action's args against the schema; its error lists every problem,
+// parseInto decodes an action's args against the schema; its error lists every problem,
 // each naming the argument, in a deterministic order. Optional arguments not given hold
 // their type's zero value.
-func (s *argSchema) parse(raw json.RawMessage) (*object, error) {
-	return s.parseInto(raw, nil)
-}
-
-// parseInto is parse that reads the flat shape into dst (an object of the arguments'
-// type, reused from step to step: no expression keeps the arguments), when not nil.
+//
+// The flat shape is read into dst, when not nil: an object of the arguments' type,
+// reused from step to step (no expression keeps the arguments).
 func (s *argSchema) parseInto(raw json.RawMessage, dst *object) (*object, error) {
 	if len(raw) > env.MaxArgsBytes {
 		return nil, fmt.Errorf("args: %d bytes exceeds the limit of %d", len(raw), env.MaxArgsBytes)
