@@ -172,6 +172,7 @@ func builtinWorlds(t testing.TB) []struct {
 		{bank(t), func(seed uint64) env.Config { return env.Config{Seed: seed, Faults: stressPlan(t, seed)} }},
 		{airline(t), func(seed uint64) env.Config { return airlineStress(t, seed) }},
 		{shopPort(t), func(seed uint64) env.Config { return shopStress(t, seed) }},
+		{dispatch(t), func(seed uint64) env.Config { return dispatchStress(t, seed) }},
 	}
 }
 
