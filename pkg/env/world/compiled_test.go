@@ -271,6 +271,7 @@ func FuzzClosuresAgainstCEL(f *testing.F) {
 	f.Add(uint8(0), uint64(1), []byte{0, 1, 2, 3, 4, 5, 6, 7})
 	f.Add(uint8(1), uint64(2), []byte{9, 9, 9, 1, 200, 3})
 	f.Add(uint8(2), uint64(3), []byte{0, 3, 1, 2, 4, 5, 6, 7, 0, 0})
+	f.Add(uint8(3), uint64(4), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Fuzz(func(t *testing.T, which uint8, seed uint64, moves []byte) {
 		ws := builtinWorlds(t)
 		w := ws[int(which)%len(ws)]
@@ -288,8 +289,24 @@ func FuzzClosuresAgainstCEL(f *testing.F) {
 			}
 			we := ep.(*episode)
 			r := rand.New(rand.NewPCG(seed, uint64(len(moves))))
+			type action struct {
+				name string
+				tool *toolDef
+			}
+			var actions []action
+			for _, role := range we.w.roles {
+				for _, t := range role.tools {
+					actions = append(actions, action{role.name + ":" + t.name, t})
+				}
+			}
+			if len(actions) == 0 {
+				for i := range we.w.tools {
+					actions = append(actions, action{we.w.tools[i].name, &we.w.tools[i]})
+				}
+			}
 			for _, m := range moves {
-				tool := &we.w.tools[int(m)%len(we.w.tools)]
+				act := actions[int(m)%len(actions)]
+				tool := act.tool
 				args := randomArgs(we, &tool.args, r)
 				raw, err := args.ConvertToNative(reflect.TypeFor[map[string]any]())
 				if err != nil {
@@ -299,7 +316,7 @@ func FuzzClosuresAgainstCEL(f *testing.F) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res, err := ep.Step(env.Action{Tool: tool.name, Args: js})
+				res, err := ep.Step(env.Action{Tool: act.name, Args: js})
 				if err != nil {
 					t.Fatalf("step %s: %v", tool.name, err)
 				}
