@@ -27,6 +27,7 @@ func notesEnvDir(t *testing.T) (string, string) {
 	dir := t.TempDir()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "mcp-notes-server"), "./examples/mcp-notes-server")
 	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, for containerd's root too
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the notes server: %v: %s", err, out)
 	}
