@@ -588,7 +588,8 @@ func (s *Service) close(ctx context.Context, t *Tenant, id, by string) (*gauntle
 	return &gauntletv1.CloseResponse{ClosedNow: now, Steps: e.sess.Ended.Steps, Reason: e.sess.Ended.Reason}, nil
 }
 
-// Snapshot records the episode's request, plan and actions so far. Episodes are
+// Snapshot records the episode's request, plan and actions so far (and, for an env with
+// outside state, the steps' diffs, which the fork's replay must reproduce). Episodes are
 // deterministic, so replaying them from the seed is an exact fork.
 func (s *Service) Snapshot(ctx context.Context, req *connect.Request[gauntletv1.SnapshotRequest]) (*connect.Response[gauntletv1.SnapshotResponse], error) {
 	t := tenantOf(ctx)
