@@ -176,14 +176,21 @@ func (s *Session) Run(ctx context.Context, agent env.Agent, turn env.Turn) error
 }
 
 // Recorded is one step of a recording to replay: its action and, when the recording has
-// it, the observation the action produced (nil: not checked).
+// them, the observation the action produced and the step's state diff as recorded
+// (StepTaken.StateDiffJson, cut as the recording cut it) (nil: not checked).
 type Recorded struct {
 	Action      env.Action
 	Observation []byte
+	Diff        []byte
 }
 
 // ErrReplayEnded is returned by Replay when the episode ends before the recording does.
 var ErrReplayEnded = errors.New("the episode ended before the recording")
+
+// ErrDiverged is returned by Replay when an env with outside state (env.OutsideState)
+// records another diff than the recording at a replayed step: the party outside answered
+// otherwise, so the replayed episode is not the recorded one and cannot be forked.
+var ErrDiverged = errors.New("the replay diverged from the recording")
 
 // Replay re-executes recorded steps on the reset episode, through Step (so they are scored
 // and sent to the output like any step), and proves the episode is the recorded one:
@@ -191,9 +198,14 @@ var ErrReplayEnded = errors.New("the episode ended before the recording")
 // every one is identical. Envs are deterministic given their seed, params, fault plan and
 // actions, so a divergence means a command whose output is not (a sandbox's clock, say).
 // turn is what an agent sees after the last replayed step, for Run to go on from.
+//
+// An env whose state is outside (env.OutsideState) is held to more: a replayed step whose
+// diff is not the recorded one (when the recording has it) ends the replay with
+// ErrDiverged, before any later step reaches the party in a state the recording never had.
 func (s *Session) Replay(ctx context.Context, rec []Recorded) (turn env.Turn, diverged int, err error) {
 	diverged = -1
 	turn = env.Turn{Step: s.step}
+	outside, _ := s.Env.(env.OutsideState)
 	for i, r := range rec {
 		if s.done {
 			return turn, diverged, fmt.Errorf("replay %s: %w: it ended at step %d of %d", s.Req.EpisodeId, ErrReplayEnded, s.step-1, len(rec))
@@ -201,6 +213,12 @@ func (s *Session) Replay(ctx context.Context, rec []Recorded) (turn env.Turn, di
 		st, res, err := s.Step(ctx, r.Action, nil)
 		if err != nil {
 			return turn, diverged, fmt.Errorf("replay step %d: %w", i, err)
+		}
+		if outside != nil && r.Diff != nil && st.StateDiffJson != string(r.Diff) {
+			return turn, int(st.Step), fmt.Errorf("replay %s: %w at step %d (%s): %s answered otherwise than it did when the step was recorded, "+
+				"so the replayed state is not the recorded one; a fork replays the recorded calls into a fresh party, "+
+				"which only a party whose answers depend on its calls and seed alone passes (recorded %.300s; now %.300s)",
+				s.Req.EpisodeId, ErrDiverged, st.Step, r.Action.Tool, outside.OutsideState(), r.Diff, st.StateDiffJson)
 		}
 		if diverged < 0 && r.Observation != nil && !bytes.Equal(res.Observation, r.Observation) {
 			diverged = int(st.Step)
