@@ -77,21 +77,36 @@ type BatchResult struct {
 	WallNs int64 `json:"wall_ns"`
 }
 
-// SuccessRate is Succeeded / Episodes (0 for none).
-func (r BatchResult) SuccessRate() float64 {
-	if r.Episodes == 0 {
+// Scored is how many of the batch's episodes are scored: those that did not end as
+// infra errors (which are not the policy's doing and carry no reward).
+func (r BatchResult) Scored() uint64 {
+	if r.InfraErrors >= r.Episodes {
 		return 0
 	}
-	return float64(r.Succeeded) / float64(r.Episodes)
+	return r.Episodes - r.InfraErrors
 }
 
-// RewardMean is RewardSum / Episodes (0 for none).
-func (r BatchResult) RewardMean() float64 {
-	if r.Episodes == 0 {
+// SuccessRate is Succeeded over the scored episodes (0 for none), as the run summary
+// and the episodes_scored view count it.
+func (r BatchResult) SuccessRate() float64 {
+	if r.Scored() == 0 {
 		return 0
 	}
-	return r.RewardSum / float64(r.Episodes)
+	return float64(r.Succeeded) / float64(r.Scored())
 }
+
+// RewardMean is RewardSum over the scored episodes (0 for none).
+func (r BatchResult) RewardMean() float64 {
+	if r.Scored() == 0 {
+		return 0
+	}
+	return r.RewardSum / float64(r.Scored())
+}
+
+// MostlyInfra reports whether more than half of the batch's episodes ended as infra
+// errors: what it measured is the infrastructure's health, not the policy's, so a
+// curriculum takes no stage decision on it and pauses (see Curriculum).
+func (r BatchResult) MostlyInfra() bool { return r.Episodes > 0 && 2*r.InfraErrors > r.Episodes }
 
 // request builds the run request.
 func (in BatchInput) request() (*gauntletv1.RunRequested, error) {

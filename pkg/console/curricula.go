@@ -94,6 +94,9 @@ type CurriculumSummary struct {
 	Episodes    uint64     `json:"episodes"`
 	Successes   uint64     `json:"successes"`
 	SuccessRate float64    `json:"success_rate"`
+	// InfraErrors is how many of Episodes ended as infra errors; SuccessRate leaves them
+	// out (the batches give them by kind).
+	InfraErrors uint64 `json:"infra_errors"`
 }
 
 // summaryOf reads a curriculum's state, stage and times from Temporal's record of it.
@@ -186,8 +189,8 @@ func (c *Console) curricula(ctx context.Context, _ *http.Request, p params) (any
 	for i := range out.Curricula {
 		s := &out.Curricula[i]
 		if n, ok := counts[s.ID]; ok {
-			s.Name, s.Runs, s.Episodes, s.Successes = n.Name, n.Runs, n.Episodes, n.Successes
-			s.SuccessRate = ratio(float64(n.Successes), n.Episodes)
+			s.Name, s.Runs, s.Episodes, s.Successes, s.InfraErrors = n.Name, n.Runs, n.Episodes, n.Successes, n.InfraErrors
+			s.SuccessRate = ratio(float64(n.Successes), scored(n.Episodes, n.InfraErrors))
 		}
 	}
 	return out, nil
@@ -270,8 +273,8 @@ func (c *Console) curriculum(ctx context.Context, r *http.Request, _ params) (an
 	}
 	if n, ok := counts[id]; ok {
 		s := &p.Curriculum
-		s.Name, s.Runs, s.Episodes, s.Successes = n.Name, n.Runs, n.Episodes, n.Successes
-		s.SuccessRate = ratio(float64(n.Successes), n.Episodes)
+		s.Name, s.Runs, s.Episodes, s.Successes, s.InfraErrors = n.Name, n.Runs, n.Episodes, n.Successes, n.InfraErrors
+		s.SuccessRate = ratio(float64(n.Successes), scored(n.Episodes, n.InfraErrors))
 	}
 	return p, nil
 }
