@@ -43,6 +43,9 @@ type BatchInput struct {
 	// empty: the built-in default/1. RunBatch puts it in the gauntlet_reward_specs bucket
 	// and the run names it by digest.
 	RewardSpec string `json:"reward_spec,omitempty"`
+	// PolicyEndpoint is the model endpoint of the batch's "http" policy (a name of its
+	// credential, never the key: the input is in Temporal's history).
+	PolicyEndpoint *EndpointSpec `json:"policy_endpoint,omitempty"`
 	// RequestedAtUnixNano is the workflow's time when it decided the batch (ClickHouse
 	// partitions by it); fixed in the input so retries submit the identical request.
 	RequestedAtUnixNano int64 `json:"requested_at_unix_nano"`
@@ -110,7 +113,7 @@ func (r BatchResult) MostlyInfra() bool { return r.Episodes > 0 && 2*r.InfraErro
 
 // request builds the run request.
 func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
-	st := StageSpec{Env: in.Env, Policies: in.Policies, Profiles: in.Profiles, MaxSteps: in.MaxSteps}
+	st := StageSpec{Env: in.Env, Policies: in.Policies, Profiles: in.Profiles, MaxSteps: in.MaxSteps, PolicyEndpoint: in.PolicyEndpoint}
 	req, err := st.runRequest(in.RunID, in.Seed, in.Episodes, in.MaxInFlight, in.RequestedAtUnixNano)
 	if err != nil {
 		return nil, err
@@ -334,6 +337,9 @@ type BatchSpec struct {
 	// RewardSpec is the text of the reward spec file the batch is scored under (empty: the
 	// built-in default/1).
 	RewardSpec string `json:"reward_spec,omitempty"`
+	// PolicyEndpoint is the model endpoint of the batch's "http" policy; required when
+	// its policies name it (`gauntlet batch start --policy.http.url`).
+	PolicyEndpoint *EndpointSpec `json:"policy_endpoint,omitempty"`
 }
 
 // Batch runs spec.Episodes episodes of one spec through the scheduler and returns their
@@ -355,7 +361,7 @@ func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
 		RunID: runPrefix(ctx, "b") + "-b0", Env: spec.Env, ParamsJSON: params, Policies: spec.Policies,
 		Profiles: st.Profiles, Episodes: spec.Episodes, Seed: spec.Seed, MaxInFlight: spec.MaxInFlight,
 		MaxSteps: spec.MaxSteps, Label: spec.Label, DriftText: spec.Drift, RewardSpec: spec.RewardSpec,
-		RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
+		PolicyEndpoint: spec.PolicyEndpoint, RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
 	}
 	if in.Label == "" {
 		in.Label = "batch " + workflow.GetInfo(ctx).WorkflowExecution.ID

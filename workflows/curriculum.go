@@ -372,6 +372,7 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 		Ramps:       batchRamps(c.stageDrift(), c.stageScored(), n, st.Episodes.Max),
 		RewardSpec:  st.RewardSpec,
 
+		PolicyEndpoint:      st.PolicyEndpoint,
 		RequestedAtUnixNano: now,
 		Origin: BatchOrigin{
 			SubmittedBy: c.submittedBy, CurriculumID: c.id, CurriculumName: c.spec.Name, CurriculumPrefix: s.Prefix,

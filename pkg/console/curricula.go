@@ -97,6 +97,9 @@ type CurriculumSummary struct {
 	// InfraErrors is how many of Episodes ended as infra errors; SuccessRate leaves them
 	// out (the batches give them by kind).
 	InfraErrors uint64 `json:"infra_errors"`
+	// PauseReason says why the curriculum paused itself (a batch mostly of infra errors),
+	// from its memo; empty otherwise.
+	PauseReason string `json:"pause_reason,omitempty"`
 }
 
 // summaryOf reads a curriculum's state, stage and times from Temporal's record of it.
@@ -115,6 +118,7 @@ func summaryOf(info *workflowpb.WorkflowExecutionInfo) CurriculumSummary {
 	memo(workflows.MemoStage, &s.Stage)
 	memo(workflows.MemoStageName, &s.StageName)
 	memo(workflows.MemoSubmittedBy, &s.SubmittedBy)
+	memo(workflows.MemoPauseReason, &s.PauseReason)
 	switch info.GetStatus() {
 	case enums.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		s.Open = true

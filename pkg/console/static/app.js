@@ -406,6 +406,7 @@ async function curriculumPage(gen, id) {
     el("div", { class: "cards" },
       card("name", c.name || (p && p.name) || "", "name"),
       card("state", c.state + (p && p.pause_requested ? " (pausing after the batch in flight)" : ""), "state-card"),
+      c.pause_reason ? card("paused by itself", c.pause_reason, "pause_reason") : null,
       card(stages ? `stage of ${stages}` : "stage", `${c.stage} ${c.stage_name}`, "stage"),
       card("episodes ended", fmt.int(c.episodes), "episodes"),
       card("success rate", fmt.pct(c.success_rate), "success_rate"),

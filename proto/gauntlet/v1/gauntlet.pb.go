@@ -409,9 +409,14 @@ func (x *RunRequested) GetOrigin() *RunOrigin {
 // PolicyEndpoint is the model endpoint a run's "http" policy asks: an OpenAI-compatible API
 // base (requests go to url + "/chat/completions") and the model name it sends.
 type PolicyEndpoint struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Url   string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Model string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The name of the credential (the bearer key) to send, which each worker reads from its
+	// own credentials directory (--policy.http.credentials-dir); empty: the worker's
+	// --policy.http.api-key. A name, never the secret: runs, their events, ClickHouse and
+	// Temporal's history carry this message as it is.
+	Credential    string `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -456,6 +461,13 @@ func (x *PolicyEndpoint) GetUrl() string {
 func (x *PolicyEndpoint) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *PolicyEndpoint) GetCredential() string {
+	if x != nil {
+		return x.Credential
 	}
 	return ""
 }
@@ -4046,10 +4058,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\vreward_spec\x18\x0e \x01(\tR\n" +
 	"rewardSpec\x12D\n" +
 	"\x0fpolicy_endpoint\x18\x0f \x01(\v2\x1b.gauntlet.v1.PolicyEndpointR\x0epolicyEndpoint\x12.\n" +
-	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"8\n" +
+	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"X\n" +
 	"\x0ePolicyEndpoint\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"3\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x03 \x01(\tR\n" +
+	"credential\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xc3\x03\n" +
