@@ -160,8 +160,8 @@ stages:
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, func() bool {
-		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
-		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_CANCELED
+		d, err := tc.DescribeWorkflow(ctx, id, "")
+		return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_CANCELED
 	})
 	// Temporal's history holds the endpoint and the credential's name, never the key.
 	iter := tc.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
