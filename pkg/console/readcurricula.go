@@ -52,24 +52,27 @@ func (r reader) CurriculumCounts(ctx context.Context, ids []string) (map[string]
 
 // StageRow is one closed stage of a curriculum (the curriculum_stages table).
 type StageRow struct {
-	Stage          uint32    `json:"stage"`
-	StageName      string    `json:"stage_name"`
-	Outcome        string    `json:"outcome"`
-	Metric         string    `json:"metric"`
-	Threshold      float64   `json:"threshold"`
-	WindowEpisodes uint64    `json:"window_episodes"`
-	WindowValue    float64   `json:"window_value"`
-	Episodes       uint64    `json:"episodes"`
-	Succeeded      uint64    `json:"succeeded"`
-	RewardSum      float64   `json:"reward_sum"`
-	Batches        uint32    `json:"batches"`
-	ClosedAt       time.Time `json:"closed_at"`
+	Stage          uint32  `json:"stage"`
+	StageName      string  `json:"stage_name"`
+	Outcome        string  `json:"outcome"`
+	Metric         string  `json:"metric"`
+	Threshold      float64 `json:"threshold"`
+	WindowEpisodes uint64  `json:"window_episodes"`
+	WindowValue    float64 `json:"window_value"`
+	Episodes       uint64  `json:"episodes"`
+	Succeeded      uint64  `json:"succeeded"`
+	RewardSum      float64 `json:"reward_sum"`
+	// InfraErrors is how many of Episodes ended as infra errors (0 for stages closed
+	// before they were recorded).
+	InfraErrors uint64    `json:"infra_errors"`
+	Batches     uint32    `json:"batches"`
+	ClosedAt    time.Time `json:"closed_at"`
 }
 
 // CurriculumStages returns the stages the curriculum closed, in order.
 func (r reader) CurriculumStages(ctx context.Context, id string) ([]StageRow, error) {
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT stage, stage_name, outcome, metric, threshold,
-		window_episodes, window_value, episodes, succeeded, reward_sum, batches, closed_at
+		window_episodes, window_value, episodes, succeeded, reward_sum, infra_errors, batches, closed_at
 		FROM {db}.curriculum_stages FINAL WHERE curriculum_id = ? ORDER BY stage, closed_at_ns LIMIT ?`), id, maxBatches)
 	if err != nil {
 		return nil, fmt.Errorf("curriculum %s stages: %w", id, err)
@@ -79,7 +82,7 @@ func (r reader) CurriculumStages(ctx context.Context, id string) ([]StageRow, er
 	for rows.Next() {
 		var s StageRow
 		if err := rows.Scan(&s.Stage, &s.StageName, &s.Outcome, &s.Metric, &s.Threshold, &s.WindowEpisodes,
-			&s.WindowValue, &s.Episodes, &s.Succeeded, &s.RewardSum, &s.Batches, &s.ClosedAt); err != nil {
+			&s.WindowValue, &s.Episodes, &s.Succeeded, &s.RewardSum, &s.InfraErrors, &s.Batches, &s.ClosedAt); err != nil {
 			return nil, fmt.Errorf("curriculum %s stages: scan: %w", id, err)
 		}
 		out = append(out, s)

@@ -407,4 +407,23 @@ func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
 	if _, ok := counts["cur-none"]; ok || len(counts) != 2 {
 		t.Errorf("counts = %+v, want cur-1 and cur-2 only", counts)
 	}
+
+	// A closed stage says how many of its episodes were infra errors.
+	sb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".curriculum_stages (curriculum_id, curriculum_prefix, stage, stage_name, outcome, episodes, succeeded, infra_errors, batches, closed_at, closed_at_ns, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Append("cur-1", "c", uint32(1), "st", "promoted", uint64(40), uint64(27), uint64(10), uint32(2), t0, uint64(t0.UnixNano()), uint64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	stages, err := rd.CurriculumStages(ctx, "cur-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stages) != 1 || stages[0].Episodes != 40 || stages[0].InfraErrors != 10 || stages[0].Succeeded != 27 {
+		t.Errorf("stages = %+v, want stage 1 with 40 episodes, 10 infra errors, 27 successes", stages)
+	}
 }
