@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,13 +69,17 @@ type BatchOrigin struct {
 
 // BatchResult is what a finished batch reports, read from the scheduler's run state.
 type BatchResult struct {
-	RunID       string  `json:"run_id"`
-	Episodes    uint64  `json:"episodes"`
-	Succeeded   uint64  `json:"succeeded"`
-	InfraErrors uint64  `json:"infra_errors"`
-	Steps       uint64  `json:"steps"`
-	FaultsFired uint64  `json:"faults_fired"`
-	RewardSum   float64 `json:"reward_sum"`
+	RunID       string `json:"run_id"`
+	Episodes    uint64 `json:"episodes"`
+	Succeeded   uint64 `json:"succeeded"`
+	InfraErrors uint64 `json:"infra_errors"`
+	// InfraByKind splits InfraErrors by what failed ("model_endpoint", "sandbox",
+	// "verifier", "gauntlet"; "unknown" for an end that did not say); kinds with none are
+	// absent.
+	InfraByKind map[string]uint64 `json:"infra_by_kind,omitempty"`
+	Steps       uint64            `json:"steps"`
+	FaultsFired uint64            `json:"faults_fired"`
+	RewardSum   float64           `json:"reward_sum"`
 	// WallNs is the batch's wall time as its activity saw it: from submitting the run (or,
 	// on a retry, from finding it submitted) to seeing it done. Time outside it is the
 	// control plane's (workflow tasks, activity dispatch).
@@ -104,6 +110,40 @@ func (r BatchResult) RewardMean() float64 {
 		return 0
 	}
 	return r.RewardSum / float64(r.Scored())
+}
+
+// InfraKinds names the counts of RunProgress.infra_by_kind by kind, leaving out zeros;
+// nil when there are none.
+func InfraKinds(byKind []uint64) map[string]uint64 {
+	var out map[string]uint64
+	for k, n := range byKind {
+		if n == 0 {
+			continue
+		}
+		name := gauntletv1.InfraKind(k).Name()
+		if name == "" {
+			name = "unknown"
+		}
+		if out == nil {
+			out = map[string]uint64{}
+		}
+		out[name] += n
+	}
+	return out
+}
+
+// FormatInfraKinds writes kinds as "model_endpoint 3, sandbox 1", by name.
+func FormatInfraKinds(kinds map[string]uint64) string {
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, kinds[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // MostlyInfra reports whether more than half of the batch's episodes ended as infra
@@ -228,7 +268,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 			if p.GetDone() {
 				return BatchResult{
 					RunID: in.RunID, Episodes: p.GetEnded(), Succeeded: p.GetSucceeded(),
-					InfraErrors: p.GetInfraErrors(), Steps: p.GetSteps(), FaultsFired: p.GetFaultsFired(),
+					InfraErrors: p.GetInfraErrors(), InfraByKind: InfraKinds(p.GetInfraByKind()), Steps: p.GetSteps(), FaultsFired: p.GetFaultsFired(),
 					RewardSum: p.GetRewardSum(), WallNs: int64(time.Since(t0)),
 				}, nil
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -82,14 +83,16 @@ type CurriculumState struct {
 	StageEpisodes  uint64  `json:"stage_episodes"`
 	StageSucceeded uint64  `json:"stage_succeeded"`
 	StageReward    float64 `json:"stage_reward"`
-	// StageInfraErrors is how many of StageEpisodes ended as infra errors.
-	StageInfraErrors uint64        `json:"stage_infra_errors,omitempty"`
-	StageBatches     int           `json:"stage_batches"`
-	StageRunWallNs   int64         `json:"stage_run_wall_ns"`
-	Window           []BatchResult `json:"window,omitempty"`
-	TotalEpisodes    uint64        `json:"total_episodes"`
-	Reports          []StageReport `json:"reports,omitempty"`
-	Paused           bool          `json:"paused,omitempty"`
+	// StageInfraErrors is how many of StageEpisodes ended as infra errors, by kind in
+	// StageInfraByKind.
+	StageInfraErrors uint64            `json:"stage_infra_errors,omitempty"`
+	StageInfraByKind map[string]uint64 `json:"stage_infra_by_kind,omitempty"`
+	StageBatches     int               `json:"stage_batches"`
+	StageRunWallNs   int64             `json:"stage_run_wall_ns"`
+	Window           []BatchResult     `json:"window,omitempty"`
+	TotalEpisodes    uint64            `json:"total_episodes"`
+	Reports          []StageReport     `json:"reports,omitempty"`
+	Paused           bool              `json:"paused,omitempty"`
 	// PauseReason says why the curriculum paused itself (a batch mostly of infra
 	// errors); empty for a pause signal. A resume clears it.
 	PauseReason string `json:"pause_reason,omitempty"`
@@ -123,8 +126,9 @@ type Progress struct {
 	StageEpisodes uint64 `json:"stage_episodes"`
 	// StageInfraErrors is how many of StageEpisodes ended as infra errors;
 	// StageSuccessRate leaves them out, and so do the window's figures.
-	StageInfraErrors uint64  `json:"stage_infra_errors,omitempty"`
-	StageSuccessRate float64 `json:"stage_success_rate"`
+	StageInfraErrors uint64            `json:"stage_infra_errors,omitempty"`
+	StageInfraByKind map[string]uint64 `json:"stage_infra_by_kind,omitempty"`
+	StageSuccessRate float64           `json:"stage_success_rate"`
 	// WindowEpisodes is how many scored episodes (not infra errors) the window holds.
 	WindowEpisodes    uint64        `json:"window_episodes"`
 	WindowSuccessRate float64       `json:"window_success_rate"`
@@ -244,10 +248,13 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		switch {
 		case c.infraOut && res.MostlyInfra():
 			state.Paused = true
-			state.PauseReason = fmt.Sprintf("stage %d (%s) batch %s: %d of %d episodes ended as infra errors "+
-				"(a model endpoint, a sandbox, a verifier or gauntlet failed; the batch's runs in ClickHouse say which); "+
+			what := FormatInfraKinds(res.InfraByKind)
+			if what == "" {
+				what = "the batch's episodes in ClickHouse say what failed"
+			}
+			state.PauseReason = fmt.Sprintf("stage %d (%s) batch %s: %d of %d episodes ended as infra errors (%s); "+
 				"no stage decision is taken on them: resume once the cause is fixed",
-				state.Stage, spec.Stages[state.Stage].Name, res.RunID, res.InfraErrors, res.Episodes)
+				state.Stage, spec.Stages[state.Stage].Name, res.RunID, res.InfraErrors, res.Episodes, what)
 			log.Warn("curriculum paused: a batch of infra errors", "stage", state.Stage, "run_id", res.RunID,
 				"infra_errors", res.InfraErrors, "episodes", res.Episodes)
 		case c.promotable():
@@ -388,6 +395,12 @@ func (c *curriculum) fold(r BatchResult) {
 	s.StageSucceeded += r.Succeeded
 	s.StageReward += r.RewardSum
 	s.StageInfraErrors += r.InfraErrors
+	for k, n := range r.InfraByKind { // sums: the order does not matter
+		if s.StageInfraByKind == nil {
+			s.StageInfraByKind = map[string]uint64{}
+		}
+		s.StageInfraByKind[k] += n
+	}
 	s.StageBatches++
 	s.StageRunWallNs += r.WallNs
 	s.TotalEpisodes += r.Episodes
@@ -459,7 +472,7 @@ func (c *curriculum) closeStage(outcome string) {
 	if outcome == OutcomePromoted || outcome == OutcomeSkipped {
 		s.Stage++
 		s.StageEpisodes, s.StageSucceeded, s.StageReward, s.StageBatches, s.StageRunWallNs, s.Window = 0, 0, 0, 0, 0, nil
-		s.StageInfraErrors = 0
+		s.StageInfraErrors, s.StageInfraByKind = 0, nil
 	}
 }
 
@@ -471,7 +484,7 @@ func (c *curriculum) progress() Progress {
 		Reports: append([]StageReport{}, s.Reports...), RunPrefix: s.Prefix, Executions: s.Executions,
 	}
 	p.PauseRequested = s.Paused && s.Status == StatusRunning
-	p.PauseReason, p.StageInfraErrors = s.PauseReason, s.StageInfraErrors
+	p.PauseReason, p.StageInfraErrors, p.StageInfraByKind = s.PauseReason, s.StageInfraErrors, maps.Clone(s.StageInfraByKind)
 	if n := c.stageScored(); n > 0 {
 		p.StageSuccessRate = float64(s.StageSucceeded) / float64(n)
 	}

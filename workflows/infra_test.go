@@ -105,7 +105,7 @@ stages:
 // budget. Counting them, the stage would stop at once (its budget is one batch), not
 // promoted, on what the model endpoint did.
 func TestCurriculumPausesOnABatchOfInfraErrors(t *testing.T) {
-	f := &infraBatches{results: []BatchResult{{InfraErrors: 20}, {Succeeded: 20}}}
+	f := &infraBatches{results: []BatchResult{{InfraErrors: 20, InfraByKind: map[string]uint64{"model_endpoint": 18, "sandbox": 2}}, {Succeeded: 20}}}
 	env := infraEnv(t, f)
 	var paused Progress
 	env.RegisterDelayedCallback(func() {
@@ -128,13 +128,32 @@ stages:
 `), nil)
 	p := result(t, env)
 	if paused.Status != StatusPaused || paused.StageInfraErrors != 20 || paused.StageEpisodes != 20 || paused.WindowEpisodes != 0 ||
-		!strings.Contains(paused.PauseReason, "20 of 20 episodes ended as infra errors") || !strings.Contains(paused.PauseReason, "resume once the cause is fixed") {
+		paused.StageInfraByKind["model_endpoint"] != 18 || paused.StageInfraByKind["sandbox"] != 2 ||
+		!strings.Contains(paused.PauseReason, "20 of 20 episodes ended as infra errors (model_endpoint 18, sandbox 2)") || !strings.Contains(paused.PauseReason, "resume once the cause is fixed") {
 		t.Errorf("progress while paused: %+v; want paused, 20 infra errors, the reason", paused)
 	}
 	if p.Status != StatusCompleted || len(p.Reports) != 1 || p.PauseReason != "" {
 		t.Fatalf("got %+v; want completed after the resume, no pause reason left", p)
 	}
+	if p.StageInfraByKind != nil {
+		t.Errorf("infra errors by kind %v left after the stage closed", p.StageInfraByKind)
+	}
 	if r := p.Reports[0]; r.Outcome != OutcomePromoted || r.Episodes != 40 || r.InfraErrors != 20 || r.Batches != 2 || r.WindowValue != 1 {
 		t.Errorf("report %+v; want promoted after 2 batches, 20 of 40 episodes infra errors", r)
+	}
+}
+
+// A run's infra errors by kind, as the scheduler counts them (entry k: InfraKind k), are
+// named for people and for the pause's reason.
+func TestInfraKindsNamed(t *testing.T) {
+	kinds := InfraKinds([]uint64{1, 0, 3, 2})
+	if len(kinds) != 3 || kinds["unknown"] != 1 || kinds["model_endpoint"] != 3 || kinds["sandbox"] != 2 {
+		t.Errorf("InfraKinds = %v", kinds)
+	}
+	if got := FormatInfraKinds(kinds); got != "model_endpoint 3, sandbox 2, unknown 1" {
+		t.Errorf("FormatInfraKinds = %q", got)
+	}
+	if InfraKinds(nil) != nil || InfraKinds([]uint64{0, 0}) != nil || FormatInfraKinds(nil) != "" {
+		t.Error("no infra error named something")
 	}
 }

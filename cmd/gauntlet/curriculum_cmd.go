@@ -305,7 +305,8 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 		fmt.Fprintf(w, "stage %d/%d %s: %d episodes, success rate %.3f; last %d: success rate %.3f, reward mean %.3f\n",
 			p.Stage+1, p.Stages, p.StageName, p.StageEpisodes, p.StageSuccessRate, p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean)
 		if p.StageInfraErrors > 0 {
-			fmt.Fprintf(w, "  %d of the stage's episodes ended as infra errors, left out of its rates, window and budget\n", p.StageInfraErrors)
+			fmt.Fprintf(w, "  %d of the stage's episodes ended as infra errors (%s), left out of its rates, window and budget\n",
+				p.StageInfraErrors, workflows.FormatInfraKinds(p.StageInfraByKind))
 		}
 	}
 	if p.Waiting != "" {
@@ -411,6 +412,9 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "run %s: %d episodes, success rate %.3f, reward mean %.3f, %d steps, %d faults fired, %d infra errors\n",
 		res.RunID, res.Episodes, res.SuccessRate(), res.RewardMean(), res.Steps, res.FaultsFired, res.InfraErrors)
+	if res.InfraErrors > 0 {
+		fmt.Fprintf(stdout, "infra errors (%s) are left out of the success rate and reward mean\n", workflows.FormatInfraKinds(res.InfraByKind))
+	}
 	return nil
 }
 

@@ -125,7 +125,7 @@ stages:
 		t.Errorf("stage served: %+v; want promoted after 10 episodes, no infra error", p.Reports)
 	}
 	if p.Stage != 1 || p.StageEpisodes != 10 || p.StageInfraErrors != 10 || p.WindowEpisodes != 0 ||
-		!strings.Contains(p.PauseReason, "10 of 10 episodes ended as infra errors") {
+		p.StageInfraByKind["model_endpoint"] != 10 || !strings.Contains(p.PauseReason, "10 of 10 episodes ended as infra errors (model_endpoint 10)") {
 		t.Errorf("stage down: %+v; want paused on its batch of 10 infra errors, no decision taken", p)
 	}
 	out, err = gauntletCLI(t, "curriculum", "status", id, "--data-dir", cfg.DataDir)
