@@ -48,7 +48,7 @@ type RunRow struct {
 	MaxSteps       uint32   `json:"max_steps"`
 	RewardSpec     string   `json:"reward_spec"`
 	// PolicyURL, PolicyModel and PolicyCredential are the model endpoint the run's
-	// "http" policy asks (RunRequested.policy_endpoint, migration 13): its URL, model
+	// "http" policy asks (RunRequested.policy_endpoint, migration 14): its URL, model
 	// and the name of the credential its workers send, never the secret; empty for runs
 	// of other policies.
 	PolicyURL        string `json:"policy_url"`
@@ -83,7 +83,7 @@ type RunRow struct {
 	Version      uint64    `json:"version"`
 }
 
-// runColumns is the runs table of migrations 7, 8 and 13.
+// runColumns is the runs table of migrations 7, 8 and 14.
 var runColumns = []column[RunRow]{
 	col("run_id", func(r *RunRow) *string { return &r.RunID }),
 	col("label", func(r *RunRow) *string { return &r.Label }),
@@ -231,7 +231,7 @@ type StageRow struct {
 	Episodes         uint64  `json:"episodes"`
 	Succeeded        uint64  `json:"succeeded"`
 	RewardSum        float64 `json:"reward_sum"`
-	// InfraErrors is how many of Episodes ended as infra errors (migration 13): the
+	// InfraErrors is how many of Episodes ended as infra errors (migration 14): the
 	// stage's window, rates and budget left them out.
 	InfraErrors uint64    `json:"infra_errors"`
 	Batches     uint32    `json:"batches"`
@@ -241,7 +241,7 @@ type StageRow struct {
 	Version     uint64    `json:"version"`
 }
 
-// stageColumns is the curriculum_stages table of migrations 7 and 13.
+// stageColumns is the curriculum_stages table of migrations 7 and 14.
 var stageColumns = []column[StageRow]{
 	col("curriculum_id", func(r *StageRow) *string { return &r.CurriculumID }),
 	col("curriculum_name", func(r *StageRow) *string { return &r.CurriculumName }),
