@@ -158,6 +158,7 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 // errors, the policy's included (ErrAbandoned when ctx ended); the caller then ends the
 // episode with FinishInfra, or leaves it to a retry.
 func (s *Session) Run(ctx context.Context, agent env.Agent, turn env.Turn) error {
+	src, _ := agent.(TrainerSource)
 	for !s.done {
 		if ctx.Err() != nil {
 			return ErrAbandoned
@@ -166,13 +167,26 @@ func (s *Session) Run(ctx context.Context, agent env.Agent, turn env.Turn) error
 		if err != nil {
 			return fmt.Errorf("policy %s at step %d: %w", s.Req.GetPolicy(), turn.Step, err)
 		}
-		st, res, err := s.Step(ctx, act, nil)
+		var td *gauntletv1.TrainerData
+		if src != nil {
+			td = src.LastTrainerData()
+		}
+		st, res, err := s.Step(ctx, act, td)
 		if err != nil {
 			return err
 		}
 		turn = env.Turn{Step: s.step, Observation: res.Observation, Reward: st.Score.GetTotal()}
 	}
 	return nil
+}
+
+// TrainerSource is an agent that can say how it produced its last action: the http
+// policy's agent, with the token ids and logprobs its model endpoint returned. Run
+// records that with the step (StepTaken.trainer, the trainer_steps table), as the env API
+// records a trainer's.
+type TrainerSource interface {
+	// LastTrainerData is the data of the action Act returned last; nil for none.
+	LastTrainerData() *gauntletv1.TrainerData
 }
 
 // Recorded is one step of a recording to replay: its action and, when the recording has
