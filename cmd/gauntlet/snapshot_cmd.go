@@ -98,6 +98,7 @@ func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (default: start a private one)")
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
 	o.sandbox.Images.RegisterFlags(fs)
+	o.sandbox.RegisterHostsFlag(fs)
 	o.tasks.RegisterFlags(fs)
 	o.worlds.RegisterFlags(fs)
 	o.mcp.RegisterFlags(fs)

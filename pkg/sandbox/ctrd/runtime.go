@@ -71,6 +71,9 @@ const (
 type Options struct {
 	// Address is containerd's socket (ctrdlocal.Server.Address). Required.
 	Address string
+	// Hosts says where the host process reaches the hosts sandboxes may be allowed
+	// (sandbox.HostMapper); a host not in it is reached at its own name, port 80.
+	Hosts sandbox.HostMap
 	// StateDir holds the runtime's files: handles, agent sockets, snapshot metadata.
 	// Runtimes over the same StateDir see the same sandboxes. Required.
 	StateDir string

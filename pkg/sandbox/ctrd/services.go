@@ -116,6 +116,11 @@ func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn
 	return pc, l, nil
 }
 
+var _ sandbox.HostMapper = (*Runtime)(nil)
+
+// HostUpstream implements sandbox.HostMapper with Options.Hosts.
+func (r *Runtime) HostUpstream(name string) (string, bool) { return r.opts.Hosts.HostUpstream(name) }
+
 var _ sandbox.Dialer = (*Runtime)(nil)
 
 // DialSandbox implements sandbox.Dialer: a connection to 127.0.0.1:port in the network
