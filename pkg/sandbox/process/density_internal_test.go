@@ -118,3 +118,17 @@ func TestLowerLayersOnTheirOwnMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateWritesCPUBandwidthOnce: a create writes the CPU bandwidth once (the quota),
+// not the period a new cgroup has already. The kernel checks every cgroup on the host
+// at each such write, so a second one made create cost grow with the count (v1).
+func TestCreateWritesCPUBandwidthOnce(t *testing.T) {
+	rt := openInternal(t)
+	before := rt.cg.bandwidthWrites.Load()
+	if _, err := rt.Create(context.Background(), sandbox.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.cg.bandwidthWrites.Load() - before; n != 1 {
+		t.Errorf("create wrote CPU bandwidth files %d times, want 1 (cgroup %s)", n, rt.CgroupVersion())
+	}
+}
