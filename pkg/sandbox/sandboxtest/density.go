@@ -139,6 +139,8 @@ func startLive(t testing.TB, rt sandbox.Runtime, ids []string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ended, firstEnd := 0, ""
 	sem := make(chan struct{}, 4) // starts in flight
 	for _, id := range ids {
 		sem <- struct{}{}
@@ -146,13 +148,23 @@ func startLive(t testing.TB, rt sandbox.Runtime, ids []string) (stop func()) {
 		go func() {
 			defer wg.Done()
 			go func() { time.Sleep(50 * time.Millisecond); <-sem }()
-			_, _ = rt.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sleep", liveArg}, Timeout: 24 * time.Hour})
+			res, err := rt.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sleep", liveArg}, Timeout: 24 * time.Hour})
+			if ctx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ended++; ended == 1 {
+				firstEnd = fmt.Sprintf("%s: exit %d, %v, stderr %q", id, res.ExitCode, err, res.Stderr)
+			}
 		}()
 	}
-	deadline := time.Now().Add(time.Duration(len(ids))*20*time.Millisecond + time.Minute)
+	deadline := time.Now().Add(time.Duration(len(ids))*200*time.Millisecond + time.Minute)
 	for n := countLive(); n < len(ids); n = countLive() {
 		if time.Now().After(deadline) {
-			t.Errorf("density: %d of %d live commands started", n, len(ids))
+			mu.Lock()
+			t.Errorf("density: %d of %d live commands running; %d ended early, the first %s", n, len(ids), ended, firstEnd)
+			mu.Unlock()
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
