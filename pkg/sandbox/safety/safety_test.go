@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -230,5 +231,62 @@ func TestDecoysAreEmptyAndWatched(t *testing.T) {
 	}
 	if _, err := safety.WatchDecoys(filepath.Join(t.TempDir(), "none")); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("watching missing decoys: %v, want ENOENT", err)
+	}
+}
+
+// TestTripwiresBeyondTheInotifyInstanceLimit: more sandboxes than the host's inotify
+// instances per user (fs.inotify.max_user_instances, 128 by default) can run commands at
+// once, each tripwire still seeing its own decoys' opens and no other's. With an inotify
+// instance per tripwire, the 129th live command failed ("too many open files").
+func TestTripwiresBeyondTheInotifyInstanceLimit(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Skip(err)
+	}
+	limit, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	n := limit + 20
+	if n > 2000 {
+		t.Skipf("max_user_instances is %d", limit)
+	}
+	base := t.TempDir()
+	var tws []*safety.Tripwire
+	defer func() {
+		for _, tw := range tws {
+			tw.Close()
+		}
+	}()
+	for i := range n {
+		dir := filepath.Join(base, strconv.Itoa(i))
+		if err := safety.CreateDecoys(dir); err != nil {
+			t.Fatal(err)
+		}
+		tw, err := safety.WatchDecoys(dir)
+		if err != nil {
+			t.Fatalf("tripwire %d of %d (max_user_instances %d): %v", i+1, n, limit, err)
+		}
+		tws = append(tws, tw)
+	}
+	opened := n - 1
+	if _, err := os.ReadFile(filepath.Join(base, strconv.Itoa(opened), "kmem")); err != nil {
+		t.Fatal(err)
+	}
+	for i, tw := range tws {
+		ev := tw.Events()
+		if i == opened {
+			if len(ev) != 1 || !strings.Contains(ev[0].Detail, "/dev/kmem opened") {
+				t.Errorf("tripwire %d: events %v, want /dev/kmem opened", i, ev)
+			}
+		} else if len(ev) != 0 {
+			t.Errorf("tripwire %d saw another sandbox's open: %v", i, ev)
+		}
+	}
+	// A closed tripwire's watches go; the others keep theirs.
+	tws[0].Close()
+	tws = tws[1:]
+	if _, err := os.ReadFile(filepath.Join(base, "1", "mem")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := tws[0].Events(); len(ev) != 1 {
+		t.Errorf("tripwire 1 after another closed: events %v, want /dev/mem opened", ev)
 	}
 }
