@@ -421,7 +421,9 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 	played := make([]play.Recorded, o.step)
 	for i := range played {
 		st := rec.steps[i]
-		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation)}
+		// The diffs hold an MCP server's answers: a fork of its episode is refused where a
+		// fresh server answers otherwise (play.ErrDiverged).
+		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation), Diff: []byte(st.StateDiff)}
 	}
 	_, differ, err := sess.Replay(ctx, played)
 	if err != nil {

@@ -80,9 +80,16 @@ func (k kind) zero() ref.Val {
 type program struct {
 	prg  cel.Program
 	fast cel.Program
-	ast  *cel.Ast
-	src  string
-	at   place
+	// run, when set, is the expression compiled to Go closures (compiled.go): what an
+	// evaluation without cost tracking tries first.
+	run cfn
+	// sized, for an expression CEL's estimate does not bound whatever the state, bounds
+	// it on the sizes of the state at hand: when those keep it under maxCost, run
+	// answers without cost tracking as well.
+	sized *sizedBound
+	ast   *cel.Ast
+	src   string
+	at    place
 }
 
 // draw says how a state value starts: exactly one of a literal value, a uniform integer
@@ -123,6 +130,16 @@ type precondition struct {
 	at         place
 }
 
+// safetyRule declares a call of its tool destructive or privacy-breaking when its
+// condition holds: the call still happens (a safety rule penalises, it never blocks, as
+// the sandboxes' safety events do), and the step records the event with its reason.
+type safetyRule struct {
+	event  string
+	when   *program
+	reason template
+	at     place
+}
+
 // effect is one change a tool makes: set a variable, set an entity's field (key names
 // the entity), or add an entity (fields its values).
 type effect struct {
@@ -141,12 +158,14 @@ type obsField struct {
 }
 
 type toolDef struct {
+	index   int // in World.tools
 	name    string
 	service string
 	svc     int // index into services, -1 for none
 	desc    string
 	args    argSchema
 	pre     []precondition
+	safety  []safetyRule
 	effects []effect
 	obs     []obsField
 	spend   *program
@@ -154,6 +173,10 @@ type toolDef struct {
 	at      place
 	// writes holds the state its effects may change.
 	writes stateSet
+	// msg: the world's message tool (World.msg); msgTo and msgText are the positions of
+	// its arguments to and text.
+	msg            bool
+	msgTo, msgText int
 }
 
 type oracleCall struct {
@@ -203,6 +226,27 @@ type World struct {
 	// ends are the end conditions a step checks, in order: success, failure (nil when
 	// the file has none), then the progress milestones.
 	ends []endCond
+
+	// roles is empty for a world of one agent (roles.go). turns says how the roles
+	// take turns; qualNames are their actions' names, "role:tool", role by role; msg is
+	// the message tool (nil: none), msgEntity the index of the message entity (-1: none).
+	roles         []roleDef
+	turns         turnOrder
+	qualNames     []string
+	msg           *toolDef
+	msgEntity     int
+	hasRoleOracle bool
+	// locals is how many comprehension variables the compiled closures hold at once.
+	locals int
+	// bounded lists the expressions over the state that may run compiled, and the
+	// arguments they read (nil for none): what the test comparing closures with CEL walks.
+	bounded []boundExpr
+}
+
+// boundExpr is an expression that may run compiled and the arguments it reads.
+type boundExpr struct {
+	p    *program
+	args *argSchema
 }
 
 // endCond is an end condition and what it depends on: a step re-evaluates it only when
@@ -241,11 +285,12 @@ func (w *World) Digest() string { return w.digest }
 // File is the name the world was loaded from.
 func (w *World) File() string { return w.file }
 
-// HasOracle reports whether the world declares an oracle plan.
-func (w *World) HasOracle() bool { return w.oracle != nil }
+// HasOracle reports whether the world declares an oracle: a plan, or rules for every
+// role.
+func (w *World) HasOracle() bool { return w.oracle != nil || w.hasRoleOracle }
 
 var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
-	"tools", "progress", "success", "failure", "budget", "oracle"}
+	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages"}
 
 // Load parses and checks one world file. file names it in errors. Every problem is
 // reported, each a *LoadError naming file, line and field, joined into one error that
@@ -261,7 +306,7 @@ func Load(file string, data []byte) (*World, error) {
 		return nil, errors.Join(d.errs...)
 	}
 	sum := sha256.Sum256(data)
-	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000}
+	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000, msgEntity: -1}
 	c := &compiler{d: d, w: w}
 	c.load(root)
 	if len(d.errs) == 0 {
@@ -362,6 +407,7 @@ func (c *compiler) load(root *yaml.Node) {
 	// Declare the state first (names and types), then compile what refers to it.
 	varNodes := c.declareVars(get("vars"))
 	entNodes := c.declareEntities(get("entities"))
+	c.declareMessages(get("messages"))
 	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
 		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType)}
 	for _, v := range w.vars {
@@ -426,9 +472,10 @@ func (c *compiler) load(root *yaml.Node) {
 	if n := get("budget"); n != nil {
 		w.budget = c.compile(base, n, "budget", cel.IntType)
 	}
-	if n := get("oracle"); n != nil {
+	if n := get("oracle"); n != nil && get("roles") == nil {
 		c.oraclePlan(n)
 	}
+	c.roles(get("turns"), get("roles"), get("messages"), get("oracle"))
 	for _, p := range append([]*program{w.success, w.failure}, w.progress...) {
 		if readsIdent(p, "now_ms", "step") {
 			w.endsReadClock = true
@@ -444,6 +491,9 @@ func (c *compiler) dependencies() {
 	for i := range w.tools {
 		t := &w.tools[i]
 		t.writes = newStateSet(n)
+		if t.msg {
+			t.writes.add(len(w.vars) + w.msgEntity)
+		}
 		for _, ef := range t.effects {
 			switch {
 			case ef.setVar >= 0:
@@ -746,13 +796,33 @@ func (c *compiler) bound() {
 		}
 		ents[ed.name] = initial + uint64(adds)*uint64(w.maxSteps)
 	}
+	cls := map[*cel.Env]*closures{}
 	for _, sp := range c.state {
-		est, err := sp.env.EstimateCost(sp.p.ast, &sizes{ents: ents, args: sp.args})
-		if err != nil || est.Max > maxCost {
+		sz := &sizes{ents: ents, args: sp.args, seen: map[string][]string{}}
+		est, err := sp.env.EstimateCost(sp.p.ast, sz)
+		if err != nil {
 			continue
 		}
-		if fast, err := sp.env.Program(sp.p.ast, cel.EvalOptions(cel.OptOptimize)); err == nil {
+		var sized *sizedBound
+		if est.Max > maxCost {
+			if sized = c.sizedBound(sp, ents, sz.seen); sized == nil {
+				continue
+			}
+		} else {
+			fast, err := sp.env.Program(sp.p.ast, cel.EvalOptions(cel.OptOptimize))
+			if err != nil {
+				continue
+			}
 			sp.p.fast = fast
+		}
+		cl := cls[sp.env]
+		if cl == nil {
+			cl = newClosures(w, c.prov, sp.env)
+			cls[sp.env] = cl
+		}
+		if sp.p.run = cl.compile(sp.p.ast); sp.p.run != nil {
+			sp.p.sized = sized
+			w.bounded = append(w.bounded, boundExpr{p: sp.p, args: sp.args})
 		}
 	}
 	c.state = nil
@@ -762,6 +832,10 @@ func (c *compiler) bound() {
 type sizes struct {
 	ents map[string]uint64
 	args *argSchema
+	// seen, when set, records the paths sized, by key (sizedBound).
+	seen map[string][]string
+	// actual, when set, holds the sizes of one state by key, replacing the bounds.
+	actual map[string]uint64
 }
 
 func (s *sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
@@ -769,7 +843,21 @@ func (s *sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 	if len(path) == 0 {
 		return nil
 	}
-	switch n.Type().Kind() {
+	e := s.bound(path, n.Type().Kind())
+	if e != nil && (s.seen != nil || s.actual != nil) {
+		k := strings.Join(path, "\x00")
+		if s.seen != nil {
+			s.seen[k] = path
+		}
+		if n, ok := s.actual[k]; ok {
+			return &cost.SizeEstimate{Min: 0, Max: n}
+		}
+	}
+	return e
+}
+
+func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
+	switch kind {
 	case types.StringKind:
 		if path[0] == "args" && len(path) == 2 && s.args != nil {
 			if p := s.args.prop(path[1]); p != nil {
@@ -839,7 +927,7 @@ func isPrintableASCII(s string) bool {
 	return true
 }
 
-var toolKeys = []string{"name", "service", "description", "args", "preconditions", "effects", "observation", "spend", "advance_ms"}
+var toolKeys = []string{"name", "service", "description", "args", "preconditions", "safety", "effects", "observation", "spend", "advance_ms"}
 
 func (c *compiler) tools(n *yaml.Node) {
 	d, w := c.d, c.w
@@ -865,6 +953,7 @@ func (c *compiler) tools(n *yaml.Node) {
 			}
 		}
 		w.toolNames = append(w.toolNames, t.name)
+		t.index = len(w.tools)
 		w.tools = append(w.tools, t)
 	}
 	for i, tn := range nodes {
@@ -949,6 +1038,10 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 			for i, pn := range d.sequence(m.v, mf) {
 				t.pre = append(t.pre, c.precondition(env, pn, idx(mf, i)))
 			}
+		case "safety":
+			for i, sn := range d.sequence(m.v, mf) {
+				t.safety = append(t.safety, c.safetyRule(env, sn, idx(mf, i)))
+			}
 		case "effects":
 			for i, en := range d.sequence(m.v, mf) {
 				t.effects = append(t.effects, c.effect(env, en, idx(mf, i)))
@@ -1000,6 +1093,37 @@ func (c *compiler) precondition(env *cel.Env, n *yaml.Node, f string) preconditi
 		d.errAt(at(n, f), "a rule (an edge of the causal graph) needs a reason and a suggestion")
 	}
 	return p
+}
+
+var safetyKeys = []string{"event", "when", "reason"}
+
+// safetyRule reads one of a tool's safety rules: all three keys are required, the
+// event a name (it starts the recorded safety event, which SQL groups by).
+func (c *compiler) safetyRule(env *cel.Env, n *yaml.Node, f string) safetyRule {
+	d := c.d
+	r := safetyRule{at: at(n, f)}
+	seen := map[string]bool{}
+	for _, m := range d.mapping(n, f, safetyKeys...) {
+		seen[m.key] = true
+		mf := sub(f, m.key)
+		switch m.key {
+		case "event":
+			r.event, _ = d.name(m.v, mf, false)
+		case "when":
+			r.when = c.compile(env, m.v, mf, cel.BoolType)
+		case "reason":
+			r.reason = c.template(env, m.v, mf)
+		}
+	}
+	if resolve(n) == nil || resolve(n).Kind != yaml.MappingNode {
+		return r
+	}
+	for _, k := range safetyKeys {
+		if !seen[k] {
+			d.errAt(at(n, sub(f, k)), "required")
+		}
+	}
+	return r
 }
 
 var effectKeys = []string{"set", "key", "to", "add", "fields"}

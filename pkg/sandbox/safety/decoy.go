@@ -48,74 +48,72 @@ func CreateDecoys(dir string) error {
 // queues an IN_OPEN event when an open of the file succeeds, before open returns, so every
 // open made by the command is in the queue once the command has exited.
 //
-// All tripwires of a process share one inotify instance: the host allows a user 128 of
-// them by default (fs.inotify.max_user_instances), and an instance per tripwire capped the
-// sandboxes running a command at once at that. Each read of the shared queue hands every
-// event to the tripwire that owns the watch.
+// Every tripwire of the process shares one inotify instance (watcher): a user may hold
+// only fs.inotify.max_user_instances of them (128 by default), far fewer than the execs a
+// worker runs at once, while watches (three per tripwire) are plentiful. With an instance
+// per tripwire, the 129th exec in flight on a host failed.
 type Tripwire struct {
-	wds    map[int32]string // guarded by decoyWatch.mu
-	opened map[string]bool  // guarded by decoyWatch.mu
-	closed bool
+	wds    []int32
+	opened map[string]bool // guarded by watcher.mu
 }
 
-// decoyWatch is the process's inotify instance for decoys.
-var decoyWatch struct {
-	mu      sync.Mutex
-	fd      int // -1 until the first tripwire
-	err     error
-	watches map[int32]*decoyWatched
+// watcher is the process's one inotify instance, opened at the first WatchDecoys.
+var watcher struct {
+	mu sync.Mutex
+	fd int // -1 until opened
+	// watches are the live watches by descriptor. A sandbox's decoys have one watch
+	// however many of its execs watch them (adding a watch on a watched file returns its
+	// descriptor), held by every tripwire of those execs.
+	watches map[int32]*decoyWatch
 }
 
-// decoyWatched is one watched decoy file and the tripwires watching it (two execs of one
-// sandbox watch the same files, and inotify gives them the same watch).
-type decoyWatched struct {
+// decoyWatch is one watched decoy and the tripwires it reports to.
+type decoyWatch struct {
 	name  string
-	trips map[*Tripwire]bool
+	trips map[*Tripwire]struct{}
 }
+
+func init() { watcher.fd = -1 }
 
 // WatchDecoys starts watching the decoys CreateDecoys made in dir.
 func WatchDecoys(dir string) (*Tripwire, error) {
-	w := &decoyWatch
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.watches == nil {
-		w.fd, w.err = unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-		if w.err != nil {
-			w.err = fmt.Errorf("decoys: inotify: %w", w.err)
-			w.fd = -1
+	watcher.mu.Lock()
+	defer watcher.mu.Unlock()
+	if watcher.fd < 0 {
+		fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+		if err != nil {
+			return nil, fmt.Errorf("decoys: inotify: %w", err)
 		}
-		w.watches = map[int32]*decoyWatched{}
+		watcher.fd, watcher.watches = fd, map[int32]*decoyWatch{}
 	}
-	if w.fd < 0 {
-		return nil, w.err
-	}
-	t := &Tripwire{wds: map[int32]string{}, opened: map[string]bool{}}
+	// Opens made before this tripwire began belong to the tripwires then watching.
+	drainLocked()
+	t := &Tripwire{opened: map[string]bool{}}
 	for _, n := range DecoyDevices {
-		wd, err := unix.InotifyAddWatch(w.fd, filepath.Join(dir, n), unix.IN_OPEN)
+		wd, err := unix.InotifyAddWatch(watcher.fd, filepath.Join(dir, n), unix.IN_OPEN)
 		if err != nil {
 			t.closeLocked()
 			return nil, fmt.Errorf("decoys: watch /dev/%s: %w", n, err)
 		}
-		// Opens before this watch are not this tripwire's; read them out to their owners.
-		drainDecoysLocked()
-		wt := w.watches[int32(wd)]
-		if wt == nil {
-			wt = &decoyWatched{name: n, trips: map[*Tripwire]bool{}}
-			w.watches[int32(wd)] = wt
+		w := watcher.watches[int32(wd)]
+		if w == nil {
+			w = &decoyWatch{name: n, trips: map[*Tripwire]struct{}{}}
+			watcher.watches[int32(wd)] = w
 		}
-		wt.trips[t] = true
-		t.wds[int32(wd)] = n
+		w.trips[t] = struct{}{}
+		t.wds = append(t.wds, int32(wd))
 	}
 	return t, nil
 }
 
-// drainDecoysLocked reads the shared queue and marks each event's decoy opened in the
-// tripwires watching it. decoyWatch.mu is held.
-func drainDecoysLocked() {
-	w := &decoyWatch
-	buf := make([]byte, 64*(unix.SizeofInotifyEvent+16))
+// drainLocked reads every queued event and marks the decoy opened for each tripwire
+// watching it. A watch the kernel dropped (its file deleted with its sandbox) is
+// forgotten; inotify hands out descriptors cyclically, so its number is not reused
+// soon. watcher.mu is held.
+func drainLocked() {
+	var buf [64 * (unix.SizeofInotifyEvent + 16)]byte
 	for {
-		n, err := unix.Read(w.fd, buf)
+		n, err := unix.Read(watcher.fd, buf[:])
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -124,11 +122,14 @@ func drainDecoysLocked() {
 		}
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			if ev.Mask&unix.IN_OPEN != 0 {
-				if wt, ok := w.watches[ev.Wd]; ok {
-					for t := range wt.trips {
-						t.opened[wt.name] = true
+			if w := watcher.watches[ev.Wd]; w != nil {
+				if ev.Mask&unix.IN_OPEN != 0 {
+					for t := range w.trips {
+						t.opened[w.name] = true
 					}
+				}
+				if ev.Mask&unix.IN_IGNORED != 0 {
+					delete(watcher.watches, ev.Wd)
 				}
 			}
 			off += unix.SizeofInotifyEvent + int(ev.Len)
@@ -139,13 +140,11 @@ func drainDecoysLocked() {
 // Events returns one device_access event per decoy opened since the watch began (or the
 // last call). inotify merges identical unread events, so opens are not counted.
 func (t *Tripwire) Events() []sandbox.Event {
-	decoyWatch.mu.Lock()
-	if !t.closed {
-		drainDecoysLocked()
-	}
+	watcher.mu.Lock()
+	drainLocked()
 	opened := t.opened
 	t.opened = map[string]bool{}
-	decoyWatch.mu.Unlock()
+	watcher.mu.Unlock()
 	var out []sandbox.Event
 	for _, n := range DecoyDevices {
 		if opened[n] {
@@ -156,30 +155,25 @@ func (t *Tripwire) Events() []sandbox.Event {
 	return out
 }
 
-// Close stops watching.
+// Close stops watching: a decoy no other tripwire watches loses its watch.
 func (t *Tripwire) Close() {
-	decoyWatch.mu.Lock()
-	defer decoyWatch.mu.Unlock()
+	watcher.mu.Lock()
+	defer watcher.mu.Unlock()
 	t.closeLocked()
 }
 
+// closeLocked is Close with watcher.mu held.
 func (t *Tripwire) closeLocked() {
-	if t.closed {
-		return
-	}
-	t.closed = true
-	w := &decoyWatch
-	for wd := range t.wds {
-		wt := w.watches[wd]
-		if wt == nil {
-			continue
+	for _, wd := range t.wds {
+		w := watcher.watches[wd]
+		if w == nil {
+			continue // dropped by the kernel
 		}
-		delete(wt.trips, t)
-		if len(wt.trips) == 0 {
-			delete(w.watches, wd)
-			_, _ = unix.InotifyRmWatch(w.fd, uint32(wd))
+		delete(w.trips, t)
+		if len(w.trips) == 0 {
+			delete(watcher.watches, wd)
+			_, _ = unix.InotifyRmWatch(watcher.fd, uint32(wd)) // EINVAL when already dropped
 		}
 	}
-	// Keep the queue short: the removals queue IN_IGNORED events.
-	drainDecoysLocked()
+	t.wds = nil
 }
