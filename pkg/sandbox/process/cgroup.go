@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +34,10 @@ type cgroupHost struct {
 	version cgroupVersion
 	// v1: controller name -> mount point; v2: "" -> the unified mount point.
 	mounts map[string]string
+	// bandwidthWrites counts writes of CPU bandwidth files. Each makes the kernel walk
+	// every cgroup on the host (tg_set_bandwidth checks the whole tree's quotas), so
+	// their number per create is what a test watches.
+	bandwidthWrites atomic.Int64
 }
 
 // v1Controllers are the controllers a sandbox needs on a v1 (or hybrid) host.
@@ -184,6 +189,7 @@ func (g *cgroup) setLimits(l sandbox.Limits) error {
 			w("", "memory.swap.max", "0")
 		}
 		w("", "pids.max", strconv.FormatInt(l.Pids, 10))
+		g.host.bandwidthWrites.Add(1)
 		w("", "cpu.max", fmt.Sprintf("%d %d", quota, period))
 	} else {
 		// memory.memsw.limit_in_bytes must never be below memory.limit_in_bytes: when
@@ -200,7 +206,13 @@ func (g *cgroup) setLimits(l sandbox.Limits) error {
 			}
 		}
 		w("pids", "pids.max", strconv.FormatInt(l.Pids, 10))
-		w("cpu", "cpu.cfs_period_us", strconv.Itoa(period))
+		// A new cgroup has the default period already: writing it again costs a walk
+		// of every cgroup on the host, which grows with the number of sandboxes.
+		if readInt(filepath.Join(g.dir("cpu"), "cpu.cfs_period_us")) != period {
+			g.host.bandwidthWrites.Add(1)
+			w("cpu", "cpu.cfs_period_us", strconv.Itoa(period))
+		}
+		g.host.bandwidthWrites.Add(1)
 		w("cpu", "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
 	}
 	return errors.Join(errs...)

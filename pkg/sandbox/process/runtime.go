@@ -90,6 +90,10 @@ type Runtime struct {
 	active    map[string]*box        // sandboxes this instance manages
 	known     map[string]*boxRecord  // every sandbox record on disk
 	snapshots map[string]*snapRecord // every snapshot record on disk
+
+	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
+	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
+	gcVolumes atomic.Int64
 }
 
 // boxRecord is a sandbox's persisted state (sandboxes/<id>.json).
@@ -398,7 +402,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		r.mu.Lock()
 		delete(r.known, spec.ID)
 		r.mu.Unlock()
-		r.gc()
+		r.gc(true)
 		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
 	}
 	err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes)
@@ -487,11 +491,10 @@ func (r *Runtime) mountWorkspace(rec *boxRecord) error {
 func (r *Runtime) mountOverlay(rec *boxRecord) error {
 	vd := r.volDir(rec.Volume)
 	upper, work := filepath.Join(vd, "upper"), filepath.Join(vd, "work")
-	lowers := make([]string, 0, len(rec.Chain)+1)
-	for _, l := range rec.Chain {
-		lowers = append(lowers, r.path(l))
+	lowers := r.lowers(rec)
+	if err := os.Mkdir(lowers[len(lowers)-1], 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
 	}
-	lowers = append(lowers, r.path("empty"))
 	if len(lowers) > maxLayers {
 		return fmt.Errorf("%w: %d snapshot layers exceed overlayfs's %d", sandbox.ErrLimit, len(rec.Chain), maxLayers-1)
 	}
@@ -513,6 +516,18 @@ func (r *Runtime) mountOverlay(rec *boxRecord) error {
 		return fmt.Errorf("mount workspace overlay: %w", err)
 	}
 	return nil
+}
+
+// lowers are the workspace overlay's lower layers, top first. The bottom one is an
+// empty folder in the sandbox's own volume: overlayfs checks each layer's mount against
+// every mount below it (clone_private_mount), and the state directory's filesystem has
+// every sandbox's volume below it, which made a create's cost grow with the count.
+func (r *Runtime) lowers(rec *boxRecord) []string {
+	lowers := make([]string, 0, len(rec.Chain)+1)
+	for _, l := range rec.Chain {
+		lowers = append(lowers, r.path(l))
+	}
+	return append(lowers, filepath.Join(r.volDir(rec.Volume), "base"))
 }
 
 // maxLayers is overlayfs's limit on lower layers (OVL_MAX_STACK).
@@ -672,11 +687,12 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	r.mu.Lock()
 	delete(r.active, id)
 	delete(r.known, id)
+	vols := volumes(b.rec.Volume, b.rec.Chain)
 	r.mu.Unlock()
 	if rerr := os.Remove(r.path("sandboxes", id+".json")); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
-	r.gc()
+	r.gc(false, vols...)
 	if err != nil {
 		return fmt.Errorf("destroy %s: %w", id, err)
 	}
@@ -710,7 +726,7 @@ func (r *Runtime) teardown(b *box) error {
 		errs = append(errs, err)
 	}
 	vd := r.volDir(b.rec.Volume)
-	for _, d := range []string{"upper", "work", "root"} {
+	for _, d := range []string{"upper", "work", "base", "root"} {
 		if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -735,32 +751,59 @@ func unmount(p string) error {
 }
 
 // gc removes layers no sandbox or snapshot references, and volumes left with nothing.
-func (r *Runtime) gc() {
+// Unless all, it looks at the given volumes only: those whose layers or upper directory
+// a destroy, restore or snapshot deletion just stopped using, as nothing else can have
+// become unused. With all it looks at every volume (after a failed create, and in
+// Purge, to collect what an earlier failure or a dead process left).
+func (r *Runtime) gc(all bool, vols ...string) {
 	r.layerMu.Lock()
 	defer r.layerMu.Unlock()
-	r.mu.Lock()
+	if all {
+		ents, err := os.ReadDir(r.path("vol"))
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			vols = append(vols, e.Name())
+		}
+	} else {
+		slices.Sort(vols)
+		vols = slices.Compact(vols)
+	}
+	// Only references into the volumes looked at matter: the maps stay small when a
+	// destroy among thousands of sandboxes looks at one or two.
+	look := make(map[string]bool, len(vols))
+	for _, v := range vols {
+		look[v] = true
+	}
 	used := map[string]bool{}    // layer paths
 	liveVol := map[string]bool{} // volumes holding an upper dir
+	r.mu.Lock()
 	for _, rec := range r.known {
-		liveVol[rec.Volume] = true
+		if look[rec.Volume] {
+			liveVol[rec.Volume] = true
+		}
 		for _, l := range rec.Chain {
-			used[l] = true
+			if look[layerVolume(l)] {
+				used[l] = true
+			}
 		}
 	}
 	for _, s := range r.snapshots {
 		for _, l := range s.Chain {
-			used[l] = true
+			if look[layerVolume(l)] {
+				used[l] = true
+			}
 		}
 	}
 	r.mu.Unlock()
-	vols, err := os.ReadDir(r.path("vol"))
-	if err != nil {
-		return
-	}
-	for _, v := range vols {
-		vol := v.Name()
+	for _, vol := range vols {
+		r.gcVolumes.Add(1)
 		vd := r.volDir(vol)
-		ents, _ := os.ReadDir(vd)
+		ents, err := os.ReadDir(vd)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // collected already
+		}
 		keep := liveVol[vol]
 		for _, e := range ents {
 			if !strings.HasPrefix(e.Name(), "l-") {
@@ -784,6 +827,31 @@ func (r *Runtime) gc() {
 			r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
 		}
 	}
+}
+
+// volumes are the volume of a sandbox's upper directory and those its layers live in:
+// what gc must look at once the sandbox stops using them.
+func volumes(vol string, chain []string) []string {
+	out := make([]string, 0, len(chain)+1)
+	if vol != "" {
+		out = append(out, vol)
+	}
+	for _, l := range chain {
+		if v := layerVolume(l); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// layerVolume is the volume a layer (vol/<volume>/l-<id>) lives in.
+func layerVolume(layer string) string {
+	rest, ok := strings.CutPrefix(layer, "vol/")
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, "/")
+	return v
 }
 
 // setChain replaces rec's lower layers under mu, where gc reads them.

@@ -147,7 +147,7 @@ func (r *Runtime) Restore(ctx context.Context, id, snapshotID string) error {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
 	if !slices.Equal(old, b.rec.Chain) {
-		r.gc()
+		r.gc(false, volumes("", old)...)
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 		r.mu.Unlock()
 		return fmt.Errorf("delete snapshot %s: %w", snapshotID, sandbox.ErrClosed)
 	}
-	_, ok := r.snapshots[snapshotID]
+	snap, ok := r.snapshots[snapshotID]
 	delete(r.snapshots, snapshotID)
 	r.mu.Unlock()
 	if !ok {
@@ -169,7 +169,7 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	if err := os.Remove(r.path("snapshots", snapshotID+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete snapshot %s: %w", snapshotID, err)
 	}
-	r.gc()
+	r.gc(false, volumes("", snap.Chain)...)
 	return nil
 }
 
@@ -234,6 +234,7 @@ func (r *Runtime) Purge(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	r.gc(true)             // what failures or dead processes left
 	r.removeEmptyParents() // now empty
 	return errors.Join(errs...)
 }

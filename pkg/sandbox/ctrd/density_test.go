@@ -1,0 +1,28 @@
+package ctrd_test
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/sandboxtest"
+)
+
+// TestDensity is the containerd side of the density measurement in docs/benchmarks.md
+// (the process runtime's is pkg/sandbox/process's TestDensity, with the same variables):
+// GAUNTLET_DENSITY=N sandboxes made one by one, then destroyed, timed per bucket of
+// GAUNTLET_DENSITY_STEP; GAUNTLET_DENSITY_LIVE=1 runs a command in each before the
+// destroys.
+//
+//	GAUNTLET_DENSITY=200 nice go test -run TestDensity -v -timeout 1h ./pkg/sandbox/ctrd/
+func TestDensity(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("GAUNTLET_DENSITY"))
+	if n <= 0 {
+		t.Skip("set GAUNTLET_DENSITY=N to measure N sandboxes")
+	}
+	step, _ := strconv.Atoi(os.Getenv("GAUNTLET_DENSITY_STEP"))
+	_, rt := start(t)
+	sandboxtest.Density(t, rt, sandboxtest.DensityConfig{
+		Count: n, Step: step, Live: os.Getenv("GAUNTLET_DENSITY_LIVE") == "1",
+	})
+}
