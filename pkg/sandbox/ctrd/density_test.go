@@ -16,13 +16,19 @@ import (
 //
 //	GAUNTLET_DENSITY=200 nice go test -run TestDensity -v -timeout 1h ./pkg/sandbox/ctrd/
 func TestDensity(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("GAUNTLET_DENSITY"))
-	if n <= 0 {
-		t.Skip("set GAUNTLET_DENSITY=N to measure N sandboxes")
+	// Without the variables, a small count with a live command in each, so that the
+	// harness runs in every test run and cannot rot.
+	n, step, live := 24, 8, true
+	if v := os.Getenv("GAUNTLET_DENSITY"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("GAUNTLET_DENSITY=%q: want a positive count", v)
+		}
+		step, _ = strconv.Atoi(os.Getenv("GAUNTLET_DENSITY_STEP"))
+		live = os.Getenv("GAUNTLET_DENSITY_LIVE") == "1"
 	}
-	step, _ := strconv.Atoi(os.Getenv("GAUNTLET_DENSITY_STEP"))
 	_, rt := start(t)
 	sandboxtest.Density(t, rt, sandboxtest.DensityConfig{
-		Count: n, Step: step, Live: os.Getenv("GAUNTLET_DENSITY_LIVE") == "1",
+		Count: n, Step: step, Live: live,
 	})
 }
