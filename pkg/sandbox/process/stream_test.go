@@ -120,7 +120,7 @@ sys.stdin.read()`
 		if c, err = rt.DialSandbox(ctx, h.ID, 8123); err == nil {
 			break
 		}
-		if i == 250 {
+		if i == 1500 { // 30 s: python3's start on a loaded machine took more than 5
 			t.Fatalf("dial: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
