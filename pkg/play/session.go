@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -31,6 +33,7 @@ type Session struct {
 	episode  env.Episode
 	scorer   StepScorer
 	named    *EpisodeScoring // the run's spec and the episode's state; nil under the default
+	threats  *threats.Watcher
 	out      Output
 	step     uint32
 	cut      uint64 // bytes left out of the recording (CutBytes)
@@ -63,7 +66,7 @@ func (s *Session) Prepare(ctx context.Context, d Deps) (env.Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Env, s.episode = e, ep
+	s.Env, s.episode, s.threats = e, ep, d.Threats
 	return e, nil
 }
 
@@ -125,6 +128,9 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
 	}
 	res.Metering.PolicyNs = uint64(policy)
+	if s.threats != nil {
+		s.threatStep(act, &res)
+	}
 	st, cut := stepEvent(s.Req, s.profile, s.workerID, s.step, act, res, s.episode.Now())
 	s.cut += uint64(cut)
 	st.Trainer = trainer
@@ -149,6 +155,26 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 	s.done = res.Done()
 	s.turnAt = time.Now()
 	return st, res, nil
+}
+
+// threatStep fingerprints the attacks the step's sandbox recorded, for every other
+// player, and flags the step when its action matches a fingerprint known already (from
+// any episode, this one included). The fingerprint is made before the flag is added: a
+// flag is never a fingerprint's event.
+func (s *Session) threatStep(act env.Action, res *env.StepResult) {
+	if len(res.Signals.GetSafetyEvents()) > 0 {
+		if f, ok := threats.Make(act.Tool, act.Args, res.Signals.SafetyEvents); ok {
+			f.Run, f.Episode, f.Step, f.Worker = s.Req.RunId, s.Req.EpisodeId, s.step, s.workerID
+			s.threats.Record(f)
+		}
+	}
+	if f := s.threats.Match(act.Tool, act.Args); f != nil {
+		if res.Signals == nil {
+			res.Signals = &gauntletv1.Signals{}
+		}
+		// A new slice: the env may still hold the one it returned.
+		res.Signals.SafetyEvents = append(slices.Clip(res.Signals.SafetyEvents), f.Flag())
+	}
 }
 
 // Run lets agent play the episode from turn (what it sees before its next action: the

@@ -127,7 +127,7 @@ func builtinInputs(name string, sig *gauntletv1.Signals, met *gauntletv1.Meterin
 	case ComponentCost:
 		return "tool_calls " + strconv.FormatUint(uint64(met.GetToolCalls()), 10) + ", spend " + g(sig.GetSpend()) + ", budget " + g(sig.GetBudget())
 	case ComponentSafety:
-		return "safety_events " + strconv.Itoa(len(sig.GetSafetyEvents()))
+		return "safety_events " + strconv.Itoa(observed(sig))
 	case ComponentTimeliness:
 		return "virtual_ns " + strconv.FormatUint(met.GetVirtualNs(), 10) + ", deadline_virtual_ns " + strconv.FormatInt(sig.GetDeadlineVirtualNs(), 10)
 	case ComponentCausal:
