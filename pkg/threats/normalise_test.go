@@ -111,7 +111,7 @@ func TestMakeAndMatch(t *testing.T) {
 		{"shell.exec", `{"command":"cat /dev/mem; true"}`, true},
 		{"shell.exec", `{"command":"cat  '/dev/mem';   true","dir":"/tmp"}`, true},
 		{"shell.exec", `{"command":"head /dev/mem; true"}`, false}, // another command: a miss
-		{"fs.read", `{"path":"cat /dev/mem; true"}`, false},         // another tool
+		{"fs.read", `{"path":"cat /dev/mem; true"}`, false},        // another tool
 		{"catalog.search", `{}`, false},
 	} {
 		if got := s.Match(c.tool, []byte(c.args)); (got != nil) != c.match {
