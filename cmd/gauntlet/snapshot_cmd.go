@@ -421,7 +421,8 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 	played := make([]play.Recorded, o.step)
 	for i := range played {
 		st := rec.steps[i]
-		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation)}
+		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation),
+			Flags: play.ThreatFlags(st.SafetyEvents)}
 	}
 	_, differ, err := sess.Replay(ctx, played)
 	if err != nil {

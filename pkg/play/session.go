@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -116,6 +117,12 @@ func (s *Session) Done() bool { return s.done }
 // the step, recorded with it. A non-nil error is an infra error (or ErrAbandoned when ctx
 // ended); the episode must then be ended with Fail or FinishInfra.
 func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.TrainerData) (*gauntletv1.StepTaken, env.StepResult, error) {
+	return s.step1(ctx, act, trainer, nil, false)
+}
+
+// step1 is Step; a replayed step (replay) gets the threat flags it was recorded with
+// (flags) instead of what this process's watcher knows now, so it scores as recorded.
+func (s *Session) step1(ctx context.Context, act env.Action, trainer *gauntletv1.TrainerData, flags []string, replay bool) (*gauntletv1.StepTaken, env.StepResult, error) {
 	if s.done {
 		return nil, env.StepResult{}, errors.New("step after the episode ended")
 	}
@@ -128,7 +135,13 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
 	}
 	res.Metering.PolicyNs = uint64(policy)
-	if s.threats != nil {
+	switch {
+	case replay && len(flags) > 0:
+		if res.Signals == nil {
+			res.Signals = &gauntletv1.Signals{}
+		}
+		res.Signals.SafetyEvents = append(slices.Clip(res.Signals.SafetyEvents), flags...)
+	case !replay && s.threats != nil:
 		s.threatStep(act, &res)
 	}
 	st, cut := stepEvent(s.Req, s.profile, s.workerID, s.step, act, res, s.episode.Now())
@@ -204,6 +217,22 @@ func (s *Session) Run(ctx context.Context, agent env.Agent, turn env.Turn) error
 type Recorded struct {
 	Action      env.Action
 	Observation []byte
+	// Flags are the threat fingerprint flags the step was recorded with (its safety
+	// events of kind threats.EventMatch, ThreatFlags): a replayed step gets these, not
+	// what the replaying process knows, so it scores as it was scored.
+	Flags []string
+}
+
+// ThreatFlags returns the threat fingerprint flags among a recorded step's safety events,
+// for Recorded.Flags.
+func ThreatFlags(events []string) []string {
+	var out []string
+	for _, ev := range events {
+		if strings.HasPrefix(ev, threats.EventMatch+": ") {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // ErrReplayEnded is returned by Replay when the episode ends before the recording does.
@@ -222,7 +251,7 @@ func (s *Session) Replay(ctx context.Context, rec []Recorded) (turn env.Turn, di
 		if s.done {
 			return turn, diverged, fmt.Errorf("replay %s: %w: it ended at step %d of %d", s.Req.EpisodeId, ErrReplayEnded, s.step-1, len(rec))
 		}
-		st, res, err := s.Step(ctx, r.Action, nil)
+		st, res, err := s.step1(ctx, r.Action, nil, r.Flags, true)
 		if err != nil {
 			return turn, diverged, fmt.Errorf("replay step %d: %w", i, err)
 		}
