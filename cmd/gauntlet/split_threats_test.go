@@ -100,7 +100,7 @@ func TestSplitThreatFingerprints(t *testing.T) {
 		t.Fatalf("the threats bucket has %d replicas, want %d", r, splitlocal.StreamReplicas)
 	}
 	stack := []string{"--nats", s.NATS.URL(), "--clickhouse", s.CHAddr(), "--database", "gauntlet", "--data-dir", t.TempDir()}
-	runID := regexp.MustCompile(`run (r[0-9]{8}-[0-9a-z]+):`)
+	runID := regexp.MustCompile(`run (r[0-9a-z]+):`)
 
 	// One episode records a fingerprint per step.
 	const steps = 120
@@ -155,13 +155,15 @@ func TestSplitThreatFingerprints(t *testing.T) {
 		}
 	}
 
-	// Another run repeats the first command: flagged on both workers, penalised.
+	// Another run repeats the first command: flagged on both workers, penalised. Its
+	// episodes are long enough (6 steps) that one worker's 2 episode slots cannot take
+	// them all.
 	spec := filepath.Join(t.TempDir(), "threats.yaml")
 	if err := os.WriteFile(spec, []byte(threatSpec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err = runCLI(t, append([]string{"run", "--env", "codefix", "--policies", "http=1", "--policy.http.url", srv.URL + "/v1",
-		"--policy.http.model", "same", "--profiles", "baseline=1", "--episodes", "16", "--max-steps", "2", "--seed", "6",
+		"--policy.http.model", "same", "--profiles", "baseline=1", "--episodes", "24", "--max-steps", "6", "--seed", "6",
 		"--reward-spec", spec}, stack...)...)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
