@@ -10,6 +10,7 @@
 #   scripts/split.sh up       # build gauntlet and nats-server if needed, start, wait until ready
 #   scripts/split.sh up -- --worker.concurrency=64   # flags after -- go to every gauntlet serve
 #   scripts/split.sh up --clickhouse.replicas 1      # one ClickHouse server, no ZooKeeper
+#   scripts/split.sh up --chaos.seed 7 --chaos.rounds 3   # and kill parts at seeded random times
 #   scripts/split.sh status   # every part and whether it is ready
 #   scripts/split.sh down     # stop everything (the data stays in the data dir)
 #

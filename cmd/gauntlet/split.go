@@ -50,7 +50,9 @@ func splitStatePath(dataDir string) string { return filepath.Join(dataDir, "spli
 
 // splitUsage is `gauntlet split -h`.
 const splitUsage = `Usage:
-  gauntlet split up [--data-dir DIR] [--nats-server BIN] [--clickhouse.replicas N] [-- SERVE FLAGS...]
+  gauntlet split up [--data-dir DIR] [--nats-server BIN] [--clickhouse.replicas N]
+                    [--chaos.seed N [--chaos.rounds R] [--chaos.min-wait D] [--chaos.max-wait D]]
+                    [-- SERVE FLAGS...]
   gauntlet split down [--data-dir DIR]
   gauntlet split status [--data-dir DIR]
 
@@ -58,6 +60,12 @@ up runs gauntlet in split mode on this machine, in the foreground until SIGTERM:
 NATS JetStream cluster (streams and KV buckets at 3 replicas), ClickHouse as two replicas
 on a ZooKeeper (every process given both addresses), the Temporal dev server, and each service as its own 'gauntlet serve --target=...' process, restarted when
 it dies. scripts/split.sh runs it in the background. Flags after -- go to every serve.
+
+With --chaos.seed, up also kills parts of the stack with SIGKILL at seeded random times,
+one at a time, each after a wait drawn from [min-wait, max-wait] once the previous one is
+back: every round kills one NATS node, one worker, one store, the scheduler leader and one
+ClickHouse replica, in an order drawn from the seed. Each kill is a line of
+<data dir>/chaos.jsonl; status counts them.
 `
 
 // cmdSplit is `gauntlet split up|down|status`.
@@ -73,6 +81,11 @@ func cmdSplit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	natsServer := fs.String("nats-server", "", "nats-server binary of the version gauntlet embeds (empty: as scripts/nats-server.sh builds it)")
 	logLevel := fs.String("log.level", "info", "log level of the stack's own lifecycle messages")
 	chReplicas := fs.Int("clickhouse.replicas", splitlocal.ClickHouseReplicas, "ClickHouse replicas of the one shard (1: a single server and no ZooKeeper)")
+	var chaos chaosFlags
+	fs.Uint64Var(&chaos.seed, "chaos.seed", 0, "kill parts of the stack at times drawn from this seed (0: no chaos)")
+	fs.IntVar(&chaos.rounds, "chaos.rounds", 1, "chaos rounds; each kills every kind of part once")
+	fs.DurationVar(&chaos.minWait, "chaos.min-wait", 20*time.Second, "shortest wait before a kill, counted from the previous part's recovery")
+	fs.DurationVar(&chaos.maxWait, "chaos.max-wait", time.Minute, "longest wait before a kill")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -91,7 +104,11 @@ func cmdSplit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return splitUp(ctx, dataDir, *natsServer, *chReplicas, extra, stdout, log)
+	if err := chaos.validate(); err != nil {
+		fmt.Fprintf(stderr, "gauntlet split %s: %v\n", sub, err)
+		return errUsage
+	}
+	return splitUp(ctx, dataDir, *natsServer, *chReplicas, chaos, extra, stdout, log)
 }
 
 // readSplitState reads split.json; ok is false when no split stack of a live process
@@ -111,7 +128,7 @@ func readSplitState(dataDir string) (st splitState, ok bool, err error) {
 }
 
 // splitUp runs the split stack in the foreground until ctx ends.
-func splitUp(ctx context.Context, dataDir, natsServer string, chReplicas int, extra []string, stdout io.Writer, log *slog.Logger) error {
+func splitUp(ctx context.Context, dataDir, natsServer string, chReplicas int, chaos chaosFlags, extra []string, stdout io.Writer, log *slog.Logger) error {
 	if st, ok, err := readSplitState(dataDir); err != nil {
 		return err
 	} else if ok {
@@ -157,7 +174,15 @@ func splitUp(ctx context.Context, dataDir, natsServer string, chReplicas int, ex
 	if werr == nil {
 		fmt.Fprintf(stdout, "gauntlet split stack is up in %v: nats %s (3 nodes, 3 replicas), clickhouse %s (%s), temporal %s, env api %s, %d gauntlet processes\n",
 			time.Since(begin).Round(time.Millisecond), st.NATSURL, st.ClickHouse, chKind, st.Temporal, st.EnvAPI, len(st.Procs))
+		var chaosDone <-chan struct{}
+		_ = os.Remove(chaosLogPath(dataDir)) // an earlier up's faults are not this one's
+		if chaos.seed != 0 {
+			chaosDone = startChaos(ctx, s, chaos, chaosLogPath(dataDir), log)
+		}
 		werr = s.Run(ctx)
+		if chaosDone != nil {
+			<-chaosDone
+		}
 	}
 	_ = os.Remove(stackPath(dataDir))
 	_ = os.Remove(splitStatePath(dataDir))
@@ -278,6 +303,9 @@ func splitStatus(ctx context.Context, dataDir string, stdout io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if c := chaosSummary(dataDir); c != "" {
+		fmt.Fprintln(stdout, c)
 	}
 	if len(notReady) > 0 {
 		return fmt.Errorf("split status: not ready: %s", strings.Join(notReady, ", "))

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/natslocal/natstest"
 	"github.com/gauntlet-rl/gauntlet/pkg/splitlocal"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
-	"github.com/gauntlet-rl/gauntlet/services/scheduler"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -59,33 +56,11 @@ func startSplitWith(t *testing.T, opts splitlocal.Options, args ...string) *spli
 	return s
 }
 
-// leaderProc is the scheduler process holding the leader lease, "" when none does.
-func leaderProc(ctx context.Context, b *bus.Bus, s *splitlocal.Stack) string {
-	kv, err := b.JS.KeyValue(ctx, bus.BucketLeases)
-	if err != nil {
-		return ""
-	}
-	e, err := kv.Get(ctx, scheduler.LeaseKey)
-	if err != nil {
-		return ""
-	}
-	parts := strings.Split(string(e.Value()), "/") // host/pid/random
-	if len(parts) != 3 {
-		return ""
-	}
-	pid, _ := strconv.Atoi(parts[1])
-	for _, p := range s.Procs {
-		if p.Target == "scheduler" && p.Pid() == pid {
-			return p.Name
-		}
-	}
-	return ""
-}
-
 // The split stack, the whole way: a run on separate processes over a 3-node JetStream
 // cluster and a two-replica ClickHouse, while one NATS node, one worker, one store, the
 // scheduler leader and the ClickHouse replica the stores write to are killed with SIGKILL
-// in turn (each brought back by the stack's supervision, as a Deployment would) ends with
+// in a seeded order by the stack's chaos (each brought back by the stack's supervision, as
+// a Deployment would) ends with
 // every episode and step exactly once and no infra error, read with FINAL through the
 // Distributed tables and on each replica's own tables, and the standby scheduler takes
 // over within seconds.
@@ -132,61 +107,43 @@ func TestSplitStackSurvivesKills(t *testing.T) {
 			return p != nil && p.Ended >= n
 		}
 	}
-	restarted := func(pid func() int, old int) func() bool {
-		return func() bool { p := pid(); return p != 0 && p != old }
-	}
 
-	waitFor(ctx, t, ended(episodes/8))
-	old := s.NATS.Pid(0)
-	if err := s.NATS.Kill(0); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, restarted(func() int { return s.NATS.Pid(0) }, old))
-	t.Logf("NATS node 1 killed and restarted at %d ended", progressFromKV(ctx, kv, req.RunId).GetEnded())
-
-	for i, name := range []string{"worker-1", "store-1"} {
-		waitFor(ctx, t, ended(uint64(i+2)*episodes/8))
-		p := s.Proc(name)
-		old := p.Pid()
-		if err := s.Kill(name); err != nil {
+	// One chaos round (splitlocal.PlanChaos: a NATS node, a worker, a store, the
+	// scheduler leader and a ClickHouse replica, in an order drawn from the seed), each
+	// kill done by Stack.Chaos as `gauntlet split up --chaos.seed` does, but struck at a
+	// fixed share of the run instead of after a wait, so that every kill lands mid-run on
+	// a machine of any speed. Instance 0 of the ClickHouse replicas is the first in every
+	// process's --clickhouse: the one the stores write to.
+	plan := splitlocal.PlanChaos(23, 1, 0, 0)
+	leader := func(ctx context.Context) (string, error) { return schedulerLeader(ctx, b, s) }
+	for i, f := range plan {
+		waitFor(ctx, t, ended(uint64(i+1)*episodes/8))
+		if f.Kind == splitlocal.KillClickHouse {
+			f.Instance = 0
+		}
+		before := progressFromKV(ctx, kv, req.RunId).GetAssigned()
+		var ev splitlocal.ChaosEvent
+		if err := s.Chaos(ctx, []splitlocal.Fault{f}, leader, func(e splitlocal.ChaosEvent) { ev = e }); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(ctx, t, restarted(p.Pid, old))
-		t.Logf("%s killed and restarted at %d ended", name, progressFromKV(ctx, kv, req.RunId).GetEnded())
+		t.Logf("%s %s killed at %d ended, back in %v", f.Kind, ev.Victim, progressFromKV(ctx, kv, req.RunId).GetEnded(), ev.Recovered)
+		if f.Kind != splitlocal.KillSchedulerLeader {
+			continue
+		}
+		// The standby or the killed one restarted wins the expired lease: either is a
+		// new leader, told apart by its pid.
+		waitFor(ctx, t, func() bool {
+			l, err := schedulerLeader(ctx, b, s)
+			return err == nil && s.Proc(l).Pid() != ev.Pid
+		})
+		waitFor(ctx, t, func() bool { return progressFromKV(ctx, kv, req.RunId).GetAssigned() > before })
+		took := time.Since(ev.At)
+		l, _ := schedulerLeader(ctx, b, s)
+		t.Logf("%s leads, assigning again %v after the leader's kill", l, took)
+		if took > 4*bus.LeaseTTL {
+			t.Errorf("assignments resumed %v after the leader was killed; want within seconds (lease TTL %v)", took, bus.LeaseTTL)
+		}
 	}
-
-	waitFor(ctx, t, ended(episodes/2))
-	leader := leaderProc(ctx, b, s)
-	if leader == "" {
-		t.Fatal("no scheduler process holds the leader lease")
-	}
-	before := progressFromKV(ctx, kv, req.RunId).GetAssigned()
-	killedPid := s.Proc(leader).Pid()
-	if err := s.Kill(leader); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	// The standby or the killed one restarted may win the expired lease: either is a
-	// new leader, told apart by its pid.
-	waitFor(ctx, t, func() bool {
-		l := leaderProc(ctx, b, s)
-		return l != "" && s.Proc(l).Pid() != killedPid
-	})
-	waitFor(ctx, t, func() bool { return progressFromKV(ctx, kv, req.RunId).GetAssigned() > before })
-	took := time.Since(killed)
-	t.Logf("scheduler leader %s killed at %d ended; %s leads, assigning again after %v", leader, progressFromKV(ctx, kv, req.RunId).GetEnded(), leaderProc(ctx, b, s), took)
-	if took > 4*bus.LeaseTTL {
-		t.Errorf("assignments resumed %v after the leader was killed; want within seconds (lease TTL %v)", took, bus.LeaseTTL)
-	}
-
-	// The replica first in every process's --clickhouse: the one the stores write to.
-	waitFor(ctx, t, ended(5*episodes/8))
-	old = s.CH[0].Pid()
-	if err := s.CH[0].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, restarted(s.CH[0].Pid, old))
-	t.Logf("clickhouse replica %s killed and restarted at %d ended", s.CH[0].Replica(), progressFromKV(ctx, kv, req.RunId).GetEnded())
 
 	var final *gauntletv1.RunProgress
 	waitFor(ctx, t, func() bool {

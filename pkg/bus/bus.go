@@ -338,11 +338,29 @@ const apiAttemptTimeout = 3 * time.Second
 // (JSStreamNameExistErr): asked again, create-or-update finds it and updates it.
 const errStreamNameInUse jetstream.ErrorCode = 10058
 
+// placementWait bounds how long a clustered JetStream's "peer offline" refusal to place a
+// stream is asked again. A server counts a peer only once it has had the peer's first
+// statistics message (sent 250 ms after the peer starts, then at growing intervals), so a
+// cluster that has just started, or a new meta leader, refuses placements on peers it has
+// not heard from yet for a second or two. A peer that is really down stays refused, and
+// the error is returned once this runs out.
+const placementWait = 30 * time.Second
+
+// peerNotHeardFrom tells whether err is a clustered JetStream's refusal to place a stream
+// because a peer it needs counts as offline.
+func peerNotHeardFrom(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errClusterNoPeers &&
+		strings.Contains(apiErr.Description, "peer offline")
+}
+
 // apiRetry calls req with a context bounded by apiAttemptTimeout until it answers (with
 // success or an API error) or ctx ends; an attempt that timed out, or lost a race to
-// create the same stream, is retried.
+// create the same stream, is retried, and so, for up to placementWait, is a placement
+// refused for a peer the cluster has not heard from yet.
 func (b *Bus) apiRetry(ctx context.Context, req func(ctx context.Context) error) error {
 	backoff := 50 * time.Millisecond
+	var offlineSince time.Time
 	for {
 		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
 		err := req(actx)
@@ -350,6 +368,12 @@ func (b *Bus) apiRetry(ctx context.Context, req func(ctx context.Context) error)
 		var apiErr *jetstream.APIError
 		again := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 			errors.As(err, &apiErr) && apiErr.ErrorCode == errStreamNameInUse
+		if peerNotHeardFrom(err) {
+			if offlineSince.IsZero() {
+				offlineSince = time.Now()
+			}
+			again = time.Since(offlineSince) < placementWait
+		}
 		if err == nil || !again || ctx.Err() != nil {
 			return err
 		}

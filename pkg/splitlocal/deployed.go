@@ -26,3 +26,11 @@ var Deployed = map[string]Replicas{
 // ComposeStreamReplicas is nats.replicas in deploy/compose, whose single NATS server
 // holds one replica of each stream.
 const ComposeStreamReplicas = 1
+
+// DeployedClickHouse is how many ClickHouse replicas of the one shard deploy/ runs:
+// compose's clickhouse-1, clickhouse-2, … and the Kubernetes StatefulSet clickhouse's pods
+// clickhouse-0, clickhouse-1, … (deploy/kubernetes/optional/clickhouse), as the local
+// split stack runs ClickHouseReplicas. TestDeployMatchesTheFacts checks that each
+// deployment's gauntlet.yaml names exactly those replicas and that their replica.xml
+// lists them in the cluster's one shard.
+var DeployedClickHouse = Replicas{Compose: 2, Kubernetes: 2}

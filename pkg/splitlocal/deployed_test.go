@@ -2,6 +2,8 @@ package splitlocal
 
 import (
 	"bytes"
+	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"io"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal"
 	"gopkg.in/yaml.v3"
 )
 
@@ -221,4 +224,114 @@ func strings_(v any) []string {
 		out = append(out, str)
 	}
 	return out
+}
+
+// TestDeployedClickHouseIsReplicated: deploy/compose and deploy/kubernetes run
+// DeployedClickHouse replicas, each configured as a replica of the one-shard cluster the
+// migrations recognise (cluster, shard and replica macros; the cluster's shard listing
+// every replica), and gauntlet is given every replica, in order.
+func TestDeployedClickHouseIsReplicated(t *testing.T) {
+	// compose: the services running clickhouse-server, each naming itself in REPLICA.
+	services, _ := readYAML(t, "compose/compose.yaml")[0]["services"].(map[string]any)
+	var compose []string
+	for name, v := range services {
+		image, _ := dig(v, "image").(string)
+		if !strings.HasPrefix(image, "clickhouse/clickhouse-server:") {
+			continue
+		}
+		compose = append(compose, name)
+		if got := dig(v, "environment", "REPLICA"); got != name {
+			t.Errorf("compose service %s: REPLICA %v, want its own name (the {replica} macro and interserver host)", name, got)
+		}
+		mounts := strings.Join(strings_(dig(v, "volumes")), " ")
+		for _, m := range []string{"./clickhouse/replica.xml:/etc/clickhouse-server/config.d/", "./clickhouse/users.xml:/etc/clickhouse-server/users.d/"} {
+			if !strings.Contains(mounts, m) {
+				t.Errorf("compose service %s does not mount %s", name, m)
+			}
+		}
+	}
+	sort.Strings(compose)
+	if len(compose) != DeployedClickHouse.Compose {
+		t.Errorf("deploy/compose runs %d ClickHouse replicas (%v), DeployedClickHouse says %d", len(compose), compose, DeployedClickHouse.Compose)
+	}
+	checkReplicas(t, "compose", compose, "compose/gauntlet.yaml", "compose/clickhouse/replica.xml")
+	var stack struct {
+		ClickHouse string `json:"clickhouse"`
+	}
+	raw, err := os.ReadFile(filepath.Join(deployDir, "compose/stack.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &stack); err != nil {
+		t.Fatalf("compose/stack.json: %v", err)
+	}
+	if want := addrs(compose); stack.ClickHouse != want {
+		t.Errorf("compose/stack.json: clickhouse %q, want %q", stack.ClickHouse, want)
+	}
+
+	// Kubernetes: the StatefulSet's pods under its headless Service.
+	var kube []string
+	for _, doc := range readYAML(t, "kubernetes/optional/clickhouse/clickhouse.yaml") {
+		if doc["kind"] != "StatefulSet" || dig(doc, "metadata", "name") != "clickhouse" {
+			continue
+		}
+		n, _ := dig(doc, "spec", "replicas").(int)
+		svc, _ := dig(doc, "spec", "serviceName").(string)
+		for i := range n {
+			kube = append(kube, "clickhouse-"+strconv.Itoa(i)+"."+svc+".clickhouse.svc.cluster.local")
+		}
+	}
+	if len(kube) != DeployedClickHouse.Kubernetes {
+		t.Errorf("deploy/kubernetes/optional/clickhouse runs %d ClickHouse replicas, DeployedClickHouse says %d", len(kube), DeployedClickHouse.Kubernetes)
+	}
+	checkReplicas(t, "kubernetes", kube, "kubernetes/gauntlet.yaml", "kubernetes/optional/clickhouse/replica.xml")
+}
+
+// addrs is the --clickhouse value naming hosts on the native port.
+func addrs(hosts []string) string {
+	out := make([]string, len(hosts))
+	for i, h := range hosts {
+		out[i] = h + ":9000"
+	}
+	return strings.Join(out, ",")
+}
+
+// checkReplicas checks one deployment: its gauntlet.yaml gives gauntlet exactly hosts,
+// and its replica.xml declares the macros the migrations need and a shard of exactly
+// hosts.
+func checkReplicas(t *testing.T, deployment string, hosts []string, gauntletYAML, replicaXML string) {
+	t.Helper()
+	if got, want := readYAML(t, gauntletYAML)[0]["clickhouse"], addrs(hosts); got != want {
+		t.Errorf("%s: clickhouse %v, want every replica %q", gauntletYAML, got, want)
+	}
+	raw, err := os.ReadFile(filepath.Join(deployDir, replicaXML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Macros struct {
+			Cluster string `xml:"cluster"`
+			Shard   string `xml:"shard"`
+			Replica struct {
+				FromEnv string `xml:"from_env,attr"`
+			} `xml:"replica"`
+		} `xml:"macros"`
+		Shard []struct {
+			InternalReplication bool     `xml:"internal_replication"`
+			Hosts               []string `xml:"replica>host"`
+		} `xml:"remote_servers>gauntlet>shard"`
+		ZooKeeper []string `xml:"zookeeper>node>host"`
+	}
+	if err := xml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf("%s: %v", replicaXML, err)
+	}
+	if cfg.Macros.Cluster != chlocal.DefaultCluster || cfg.Macros.Shard == "" || cfg.Macros.Replica.FromEnv != "REPLICA" {
+		t.Errorf("%s: macros %+v; want cluster %q, a shard, and the replica from $REPLICA", replicaXML, cfg.Macros, chlocal.DefaultCluster)
+	}
+	if len(cfg.ZooKeeper) == 0 {
+		t.Errorf("%s: no Keeper (zookeeper) node: replicated tables need one", replicaXML)
+	}
+	if len(cfg.Shard) != 1 || !cfg.Shard[0].InternalReplication || strings.Join(cfg.Shard[0].Hosts, ",") != strings.Join(hosts, ",") {
+		t.Errorf("%s: cluster %s is %+v; want one shard, internal_replication on, replicas %v (%s runs them)", replicaXML, chlocal.DefaultCluster, cfg.Shard, hosts, deployment)
+	}
 }
