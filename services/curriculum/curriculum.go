@@ -81,11 +81,13 @@ func (s *Service) Starting(ctx context.Context) error {
 		deps.Sandboxes = s.cfg.Sandboxes()
 	}
 	// Durable episodes share the threat fingerprints like every player (pkg/threats).
-	s.threats = threats.NewWatcher(s.bus().JS, otel.GetMeterProvider().Meter("gauntlet/curriculum"), "gauntlet_curriculum", s.log)
-	if err := s.threats.Start(ctx); err != nil {
-		return err
+	if b := s.bus(); b != nil {
+		s.threats = threats.NewWatcher(b.JS, otel.GetMeterProvider().Meter("gauntlet/curriculum"), "gauntlet_curriculum", s.log)
+		if err := s.threats.Start(ctx); err != nil {
+			return err
+		}
+		deps.Threats = s.threats
 	}
-	deps.Threats = s.threats
 	addr := s.cfg.Address()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -94,7 +96,9 @@ func (s *Service) Starting(ctx context.Context) error {
 		Logger: sdklog.NewStructuredLogger(warnOnly(s.log)),
 	})
 	if err != nil {
-		s.threats.Stop()
+		if s.threats != nil {
+			s.threats.Stop()
+		}
 		return fmt.Errorf("dial temporal at %s (namespace %s): %w", addr, s.cfg.Namespace, err)
 	}
 	s.client = c
@@ -108,7 +112,9 @@ func (s *Service) Starting(ctx context.Context) error {
 
 // Running polls the task queue until ctx ends.
 func (s *Service) Running(ctx context.Context) error {
-	go s.threats.Run(ctx)
+	if s.threats != nil {
+		go s.threats.Run(ctx)
+	}
 	if err := s.worker.Start(); err != nil {
 		return fmt.Errorf("start temporal worker on task queue %s: %w", workflows.TaskQueue, err)
 	}
