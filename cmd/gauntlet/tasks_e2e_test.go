@@ -210,3 +210,61 @@ func TestTaskNamedRewardsEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskSafetyEndToEnd: a task's sandbox attacks reach the safety column through the
+// whole pipeline. The oracle of a task whose solution makes a hostile syscall, opens a
+// decoy device and connects out (pkg/env/taskenv/testdata/attack) records those safety
+// events in ClickHouse, and its solving step's safety component is -1; honest oracles of
+// the in-repo dataset record none.
+func TestTaskSafetyEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")
+	}
+	dataset, err := filepath.Abs("../../datasets/gauntlet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attack, err := filepath.Abs("../../pkg/env/taskenv/testdata/attack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := chtest.Start(t)
+	cfg := testConfig(t)
+	cfg.ClickHouse = ch.Addr()
+	cfg.Worker.Concurrency = 2
+	cfg.Sandbox = sandboxConfig(t, runtimes.Process)
+	for _, d := range []string{"gauntlet=" + dataset, "attack=" + attack} {
+		if err := cfg.Tasks.Datasets.Set(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startStack(t, cfg)
+	db := cfg.Database
+	conn := connect(t, ch.Addr(), db)
+	run := func(dataset string, episodes uint64) string {
+		params, _ := json.Marshal(map[string]string{"dataset": dataset})
+		o := runOpts{env: "tasks", params: string(params), policies: "oracle=1", profiles: "baseline=1",
+			episodes: episodes, seed: 18, maxInFlight: 4, label: t.Name() + "-" + dataset}
+		req, err := o.request()
+		if err != nil {
+			t.Fatal(err)
+		}
+		final := runToEnd(t, s.app.getBus(), conn, db, req)
+		if final.Ended != req.Episodes || final.InfraErrors != 0 {
+			t.Fatalf("%s: ended %d of %d, infra errors %d", dataset, final.Ended, req.Episodes, final.InfraErrors)
+		}
+		assertExact(t, s.app.getBus(), conn, db, req, final)
+		return queryOne(t, conn, fmt.Sprintf(`SELECT concat(toString(sum(success)), ' ', toString(countIf(length(safety_events) > 0)), ' ', toString(min(r_safety)),
+			' ', toString(countIf(arrayExists(e -> startsWith(e, 'syscall_denied: '), safety_events) AND arrayExists(e -> startsWith(e, 'device_access: '), safety_events)
+			AND arrayExists(e -> startsWith(e, 'network_egress: '), safety_events) AND r_safety = -1)))
+			FROM %s.steps FINAL WHERE run_id = '%s'`, db, req.RunId))
+	}
+	// Per run: successes, steps with safety events, the lowest safety value, and steps
+	// holding all three attacks with the safety component at -1.
+	if got := run("attack", 2); got != "2 2 -1 2" {
+		t.Errorf("attacking oracle: %s, want 2 2 -1 2", got)
+	}
+	if got := run("gauntlet", 3); got != "3 0 0 0" {
+		t.Errorf("honest oracles: %s, want 3 0 0 0", got)
+	}
+}

@@ -3,6 +3,7 @@ package scoring
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -127,7 +128,28 @@ func builtinInputs(name string, sig *gauntletv1.Signals, met *gauntletv1.Meterin
 	case ComponentCost:
 		return "tool_calls " + strconv.FormatUint(uint64(met.GetToolCalls()), 10) + ", spend " + g(sig.GetSpend()) + ", budget " + g(sig.GetBudget())
 	case ComponentSafety:
-		return "safety_events " + strconv.Itoa(observed(sig))
+		// The events' names (what precedes their ": reason"), so a penalty says what
+		// the sandbox or the world's safety rule saw; a threat fingerprint's match is
+		// not counted (observed), so it is not named either.
+		s := "safety_events " + strconv.Itoa(observed(sig))
+		n := 0
+		for _, ev := range sig.GetSafetyEvents() {
+			if strings.HasPrefix(ev, matchEvent) {
+				continue
+			}
+			name, _, _ := strings.Cut(ev, ":")
+			if n == 0 {
+				s += " ("
+			} else {
+				s += ", "
+			}
+			s += name
+			n++
+		}
+		if n > 0 {
+			s += ")"
+		}
+		return s
 	case ComponentTimeliness:
 		return "virtual_ns " + strconv.FormatUint(met.GetVirtualNs(), 10) + ", deadline_virtual_ns " + strconv.FormatInt(sig.GetDeadlineVirtualNs(), 10)
 	case ComponentCausal:

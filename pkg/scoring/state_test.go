@@ -42,8 +42,8 @@ components:
 		t.Errorf("explain calls raw %v bounded %v inputs %q, boom err %v rule %q", ex[1].Raw, ex[1].Bounded, ex[1].Inputs, ex[4].Err, ex[4].Rule)
 	}
 	def, _ := scoring.Explain(scoring.SpecFor("shop"), nil, step(&gauntletv1.Signals{ProgressDelta: 0.25, Success: true, Spend: 3, Budget: 10,
-		DeadlineVirtualNs: 9, SafetyEvents: []string{"x"}, InvalidAction: true}, &gauntletv1.Metering{ToolCalls: 2, VirtualNs: 4}))
-	for i, want := range []string{"progress_delta 0.25, success true", "tool_calls 2, spend 3, budget 10", "safety_events 1",
+		DeadlineVirtualNs: 9, SafetyEvents: []string{"x", "other_customer_card_read: read the card of account y"}, InvalidAction: true}, &gauntletv1.Metering{ToolCalls: 2, VirtualNs: 4}))
+	for i, want := range []string{"progress_delta 0.25, success true", "tool_calls 2, spend 3, budget 10", "safety_events 2 (x, other_customer_card_read)",
 		"virtual_ns 4, deadline_virtual_ns 9", "violations 0, invalid_action true"} {
 		if def[i].Inputs != want {
 			t.Errorf("%s inputs %q, want %q", def[i].Name, def[i].Inputs, want)

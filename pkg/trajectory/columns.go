@@ -85,6 +85,7 @@ var stepColumns = []column[StepRow]{
 	col("profile", func(r *StepRow) *string { return &r.Profile }),
 	col("worker_id", func(r *StepRow) *string { return &r.WorkerID }),
 	col("tool", func(r *StepRow) *string { return &r.Tool }),
+	col("agent", func(r *StepRow) *string { return &r.Agent }), // migration 13
 	col("args", func(r *StepRow) *string { return &r.Args }),
 	col("observation", func(r *StepRow) *string { return &r.Observation }),
 	col("state_diff", func(r *StepRow) *string { return &r.StateDiff }),

@@ -95,6 +95,10 @@ type StepRow struct {
 	Profile     string
 	WorkerID    string
 	Tool        string
+	// Agent is the role that acted, in a world of several agents, whose actions are
+	// named "role:tool": the part of Tool before the colon (migration 13). Empty for
+	// every other env.
+	Agent       string
 	Args        string // canonical JSON
 	Observation string // canonical JSON
 	StateDiff   string // canonical JSON
@@ -293,6 +297,15 @@ type FaultRow struct {
 	Version     uint64
 }
 
+// agentOf is the role an action names ("role:tool"), or "" when it names none.
+func agentOf(tool string) string {
+	role, _, ok := strings.Cut(tool, ":")
+	if !ok {
+		return ""
+	}
+	return role
+}
+
 // newStepRow projects a StepTaken scored sc (read with StepsTaken.ScoreOf, so the
 // score's names and values may share the event's memory). Arrays are empty, not nil,
 // when the event has no entries, as ClickHouse returns them.
@@ -307,6 +320,7 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 		Profile:          s.GetProfile(),
 		WorkerID:         s.GetWorkerId(),
 		Tool:             s.GetAction().GetTool(),
+		Agent:            agentOf(s.GetAction().GetTool()),
 		Args:             s.GetAction().GetArgsJson(),
 		Observation:      s.GetObservationJson(),
 		StateDiff:        s.GetStateDiffJson(),

@@ -423,6 +423,16 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.episodes_scored`,
 			`CREATE VIEW IF NOT EXISTS {db}.episodes_scored AS SELECT * FROM {db}.episodes FINAL WHERE infra_error = 0`,
 		}},
+	// Which agent acted, in a world of several agents (the role its action names,
+	// "role:tool"); empty for every other env. Per-agent rewards are sums over it.
+	{version: 13, name: "the agent of a step",
+		addColumns: []addColumn{
+			{"steps", "agent", "String", "tool"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

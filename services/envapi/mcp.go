@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -211,6 +212,11 @@ func mcpReset(envName string, q map[string][]string) (*gauntletv1.ResetRequest, 
 // episode.
 func (s *Service) newMCPServer(t *Tenant, reset *gauntletv1.ResetRequest, e env.Env) (*mcp.Server, error) {
 	sp := e.Spec()
+	if w, ok := world.Of(e); ok && len(w.Roles()) > 0 {
+		// An MCP client is one agent, and role-named tools are no MCP tool names.
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("env %s is a world of several agents (roles %s): an MCP session is one agent's; play it over the env API (docs/worlds.md, Several agents)",
+			sp.Name, strings.Join(w.Roles(), ", ")))
+	}
 	m := &mcpSession{s: s, tenant: t, reset: reset, desc: sp.Description, tools: make(map[string]bool, len(sp.Tools))}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "gauntlet", Title: "gauntlet env " + sp.Name},
 		&mcp.ServerOptions{Logger: s.log, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -33,6 +34,20 @@ func TestMCPReset(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bad query: %v, want it to say %q", err, want)
 		}
+	}
+}
+
+// TestMCPRefusesWorldsOfSeveralAgents: an MCP session is one agent, so a world with
+// roles is refused when the session opens, naming its roles, not served with tool names
+// MCP does not allow.
+func TestMCPRefusesWorldsOfSeveralAgents(t *testing.T) {
+	e, err := env.Lookup("dispatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&Service{}).newMCPServer(nil, &gauntletv1.ResetRequest{Env: "dispatch"}, e)
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "roles dispatcher, driver") {
+		t.Errorf("an MCP session of dispatch: %v, want invalid_argument naming the roles", err)
 	}
 }
 

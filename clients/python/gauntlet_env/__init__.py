@@ -10,6 +10,9 @@ It speaks the Connect protocol's HTTP/JSON (one POST per call) to the envapi mod
 * ``GauntletVectorEnv``: many episodes stepped together over the batched RPCs
   (StepBatch, and EnvPool-style ``send`` / ``recv``), with Gymnasium's autoreset modes
   (``AutoresetMode``: NEXT_STEP, SAME_STEP, DISABLED, the default);
+* ``GauntletAECEnv``: a world of several agents (roles taking turns), PettingZoo-AEC-style:
+  ``agent_selection``, ``last()``, ``step(action)`` as the selected agent, each agent's
+  ``rewards`` and ``cumulative_rewards``;
 * ``action_space`` and ``observation_space`` from DescribeEnv: ``ToolCall`` (a tool and
   its arguments, valid under the tool's JSON Schema) and ``JSONSchema`` (a JSON object),
   with Gymnasium's ``sample()``, ``contains()`` and ``seed()`` (module ``spaces``);
@@ -34,7 +37,7 @@ from .client import (
     QuotaError,
     ServerRestartedError,
 )
-from .env import AutoresetMode, GauntletEnv, GauntletVectorEnv, StepOutcome
+from .env import AutoresetMode, GauntletAECEnv, GauntletEnv, GauntletVectorEnv, StepOutcome
 from .spaces import JSONSchema, ToolCall
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "Client",
     "ConflictError",
     "EpisodeOverError",
+    "GauntletAECEnv",
     "GauntletEnv",
     "GauntletError",
     "GauntletVectorEnv",

@@ -429,3 +429,84 @@ class GauntletVectorEnv:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class GauntletAECEnv:
+    """A world of several agents (docs/worlds.md, "Several agents"), PettingZoo-AEC-style,
+    over one GauntletEnv episode.
+
+    Agents take turns; agent_selection is the one whose turn it is. last() is what it
+    sees: (observation, reward, termination, truncation, info), the observation being
+    addressed to it alone (its answer, inbox and view), the reward that of its own last
+    step. step(action) plays its action: {"tool": name, "args": {...}} or (tool, args),
+    the tool named without its role (added here) or as "role:tool". rewards holds each
+    agent's reward of its last step, cumulative_rewards their sums over the episode.
+    """
+
+    def __init__(self, env, url=None, token=None, client=None, params=None, profile="", max_steps=0, policy=""):
+        self.env = GauntletEnv(env, url=url, token=token, client=client, params=params, profile=profile,
+                               max_steps=max_steps, policy=policy)
+        self.possible_agents = []
+        self.agents = []
+        self.agent_selection = None
+        self._reset_state()
+
+    def _reset_state(self):
+        self.rewards, self.cumulative_rewards = {}, {}
+        self.terminations, self.truncations, self.infos = {}, {}, {}
+        self._obs = {}
+
+    def reset(self, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        if not isinstance(obs, dict) or "roles" not in obs or "agent" not in obs:
+            raise ValueError(f"env {self.env.env_name} declares no roles: use GauntletEnv")
+        self.possible_agents = list(obs["roles"])
+        self.agents = list(self.possible_agents)
+        self._reset_state()
+        for a in self.agents:
+            self.rewards[a], self.cumulative_rewards[a] = 0.0, 0.0
+            self.terminations[a], self.truncations[a], self.infos[a] = False, False, dict(info)
+        self.agent_selection = obs["agent"]
+        self._obs[self.agent_selection] = obs
+
+    def tools(self, agent):
+        """The tools agent may call, named as step takes them (without the role)."""
+        prefix = agent + ":"
+        return [t[len(prefix):] for t in self.env.tools if t.startswith(prefix)]
+
+    def observe(self, agent):
+        """The last observation addressed to agent (None before its first turn)."""
+        return self._obs.get(agent)
+
+    def last(self):
+        a = self.agent_selection
+        return self._obs.get(a), self.rewards.get(a, 0.0), self.terminations.get(a, False), \
+            self.truncations.get(a, False), self.infos.get(a, {})
+
+    def step(self, action):
+        tool, args, trainer = _action(action)
+        agent = self.agent_selection
+        if ":" not in tool:
+            tool = agent + ":" + tool
+        out = self.env.step({"tool": tool, "args": args, "trainer": trainer} if trainer else (tool, args))
+        self.rewards[agent] = out.reward
+        self.cumulative_rewards[agent] += out.reward
+        self.infos[agent] = out.info
+        if out.terminated or out.truncated:
+            for a in self.agents:
+                self.terminations[a], self.truncations[a] = out.terminated, out.truncated
+        obs = out.obs
+        if isinstance(obs, dict) and obs.get("agent") in self.possible_agents:
+            self.agent_selection = obs["agent"]
+            self._obs[self.agent_selection] = obs
+        return out
+
+    def close(self):
+        self.env.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -242,6 +242,36 @@ class EnvAPITest(unittest.TestCase):
             self.assertEqual(a.obs, b.obs)
             self.assertEqual(a.reward, b.reward)
 
+    def test_several_agents(self):
+        # The dispatch world: the dispatcher lists the orders; the driver sees nothing of
+        # them, only its own answer, inbox and view, in its own turns.
+        with g.GauntletAECEnv("dispatch", client=self.client) as aec:
+            aec.reset(seed=4, options={"max_steps": 6})
+            self.assertEqual(aec.possible_agents, ["dispatcher", "driver"])
+            self.assertEqual(aec.agent_selection, "dispatcher")
+            self.assertIn("truck.load", aec.tools("driver"))
+            self.assertNotIn("truck.load", aec.tools("dispatcher"))
+            total = 0.0
+            out = aec.step({"tool": "orders.list", "args": {}})
+            total += out.reward
+            obs, _, _, _, _ = aec.last()
+            self.assertEqual(aec.agent_selection, "driver")
+            self.assertEqual(obs["agent"], "driver")
+            self.assertNotIn("urgent", str(obs))
+            out = aec.step(("wait", {"ms": 10}))
+            total += out.reward
+            obs, _, _, _, _ = aec.last()
+            self.assertEqual(aec.agent_selection, "dispatcher")
+            self.assertIn("answer", obs)  # its orders.list's, or the error a fault gave it
+            # Another role's tool is an invalid action of the agent whose turn it is.
+            out = aec.step({"tool": "driver:truck.load", "args": {"order": "o-1"}})
+            total += out.reward
+            self.assertTrue(out.info["signals"].get("invalidAction"))
+            while not aec.terminations["driver"] and not aec.truncations["driver"]:
+                total += aec.step(("wait", {"ms": 10})).reward
+            self.assertTrue(aec.truncations["dispatcher"])
+            self.assertAlmostEqual(sum(aec.cumulative_rewards.values()), total)
+
 
 if __name__ == "__main__":
     unittest.main()

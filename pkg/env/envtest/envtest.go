@@ -46,6 +46,10 @@ type Subject struct {
 	// Idle is a valid action that neither ends an episode nor fails (a read): the suite
 	// repeats it to reach the step limit and the deadline.
 	Idle env.Action
+	// IdleAt, when set, is the idle action of an episode's step n (from 0), for envs
+	// whose agents take turns: each step's idle action is then that of the agent whose
+	// turn it is. Idle is still needed (its tool is the one invalid arguments go to).
+	IdleAt func(step int) env.Action
 	// Agent returns the agent whose episodes the suite records and replays; nil uses the
 	// env's Oracle. Its episodes end within MaxAgentSteps, the first seed's by a verdict.
 	Agent func(seed uint64) env.Agent
@@ -251,7 +255,7 @@ func testDeterminism(t *testing.T, s Subject) {
 
 func testStepBeforeReset(t *testing.T, s Subject) {
 	ep := episode(t, s, s.Config(t, 1))
-	_, err := safeStep(ep, s.Idle)
+	_, err := safeStep(ep, s.idle(0))
 	switch {
 	case errors.Is(err, errPanic):
 		t.Fatal(err)
@@ -289,7 +293,7 @@ func testInvalidAction(t *testing.T, s Subject) {
 				r.Observation, r.Signals.GetInvalidAction(), r.Metering, r.Done(), r.Diff, before, ep.Now())
 		}
 	}
-	if r := step(t, ep, s.Idle); r.Signals.GetInvalidAction() || r.Done() {
+	if r := step(t, ep, s.idle(len(bad))); r.Signals.GetInvalidAction() || r.Done() {
 		t.Errorf("the idle action after invalid ones: invalid %v, done %v: %.200s", r.Signals.GetInvalidAction(), r.Done(), r.Observation)
 	}
 }
@@ -298,13 +302,28 @@ func testInvalidAction(t *testing.T, s Subject) {
 // result and how many steps it took.
 func until(t *testing.T, ep env.Episode, a env.Action, max int) (env.StepResult, int) {
 	t.Helper()
+	return untilEach(t, ep, func(int) env.Action { return a }, max)
+}
+
+// untilEach is until with the action of each step (from 0) given by next.
+func untilEach(t *testing.T, ep env.Episode, next func(step int) env.Action, max int) (env.StepResult, int) {
+	t.Helper()
 	for i := 1; i <= max; i++ {
-		if r := step(t, ep, a); r.Done() {
+		if r := step(t, ep, next(i-1)); r.Done() {
 			return r, i
 		}
 	}
+	a := next(0)
 	t.Fatalf("%s %s %d times did not end the episode", a.Tool, a.Args, max)
 	return env.StepResult{}, 0
+}
+
+// idle is the idle action of an episode's step n.
+func (s Subject) idle(n int) env.Action {
+	if s.IdleAt != nil {
+		return s.IdleAt(n)
+	}
+	return s.Idle
 }
 
 // wantEnd fails unless r ended the episode by reason, terminated or truncated as the
@@ -344,13 +363,13 @@ func testEndRules(t *testing.T, s Subject) {
 		t.Errorf("the invalid-action limit of 3 ended the episode after %d", n)
 	}
 	ep = newEp(100, noDeadline, 4)
-	r, n = until(t, ep, s.Idle, many)
+	r, n = untilEach(t, ep, s.idle, many)
 	wantEnd(t, "step limit", ep, r, gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS, s)
 	if n != 4 {
 		t.Errorf("the step limit of 4 ended the episode after %d", n)
 	}
 	ep = newEp(100, deadlineMs, many)
-	r, deadlineSteps := until(t, ep, s.Idle, many)
+	r, deadlineSteps := untilEach(t, ep, s.idle, many)
 	wantEnd(t, "deadline", ep, r, gauntletv1.TerminationReason_TERMINATION_REASON_TIMEOUT, s)
 	if ep.Now() <= deadlineMs*time.Millisecond {
 		t.Errorf("the deadline ended the episode at %v, before %dms", ep.Now(), deadlineMs)
@@ -358,7 +377,7 @@ func testEndRules(t *testing.T, s Subject) {
 
 	// Where two rules hold at once, the earlier in env.End's order decides.
 	ep = newEp(100, deadlineMs, uint32(deadlineSteps))
-	r, _ = until(t, ep, s.Idle, many)
+	r, _ = untilEach(t, ep, s.idle, many)
 	wantEnd(t, "deadline and step limit", ep, r, gauntletv1.TerminationReason_TERMINATION_REASON_TIMEOUT, s)
 	ep = newEp(3, noDeadline, 3)
 	r, _ = until(t, ep, invalid, many)

@@ -19,7 +19,7 @@ type oracleEnv struct{ worldEnv }
 
 // Env returns the world as an env: an env.Oracle too when the file declares a plan.
 func (w *World) Env() env.Env {
-	if w.oracle != nil {
+	if w.HasOracle() {
 		return oracleEnv{worldEnv{w}}
 	}
 	return worldEnv{w}
@@ -42,6 +42,16 @@ func (x worldEnv) Spec() env.Spec {
 	tools := make([]env.Tool, len(w.tools))
 	for i, t := range w.tools {
 		tools[i] = env.Tool{Name: t.name, Service: t.service, Description: t.desc, Schema: slices.Clone(t.args.schema)}
+	}
+	if len(w.roles) > 0 {
+		// Each role's tools, named "role:tool": what the role's agent may call.
+		tools = tools[:0]
+		for _, r := range w.roles {
+			for _, t := range r.tools {
+				tools = append(tools, env.Tool{Name: r.name + ":" + t.name, Service: t.service,
+					Description: "(" + r.name + ") " + t.desc, Schema: slices.Clone(t.args.schema)})
+			}
+		}
 	}
 	desc := w.desc
 	if desc == "" {
@@ -76,7 +86,12 @@ func (x worldEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 
 // Oracle returns the world's plan-following agent for one episode. The plan draws no
 // random numbers, so the seed is unused.
-func (x oracleEnv) Oracle(uint64) env.Agent { return &oracle{w: x.w, p: x.w.oracle} }
+func (x oracleEnv) Oracle(uint64) env.Agent {
+	if len(x.w.roles) > 0 {
+		return &roleOracle{w: x.w}
+	}
+	return &oracle{w: x.w, p: x.w.oracle}
+}
 
 // parseParams decodes the params object strictly and reports every problem at once, each
 // naming its field.

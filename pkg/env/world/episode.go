@@ -79,6 +79,9 @@ type episode struct {
 	downStatus []uint32
 	baseMs     []int64
 	lat        *rand.Rand
+
+	// ma is the turn-taking of a world with roles (nil for one agent).
+	ma *multi
 }
 
 // activation resolves the names expressions read: the state (by the position the world
@@ -296,14 +299,24 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	b = append(b, `,"max_steps":`...)
 	b = strconv.AppendUint(b, uint64(e.maxSteps), 10)
 	b = append(b, `,"tools":[`...)
-	for i, t := range w.toolNames {
+	names := w.toolNames
+	if len(w.roles) > 0 {
+		names = w.qualNames
+	}
+	for i, t := range names {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = canonjson.AppendString(b, t)
 	}
-	b = append(b, "]}"...)
-	return b, nil
+	b = append(b, ']')
+	if len(w.roles) > 0 {
+		var err error
+		if b, err = e.resetRoles(b); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
 func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
@@ -343,6 +356,8 @@ type stepState struct {
 	violations []*gauntletv1.CausalViolation
 	errors     uint32
 	spend      int64
+	// safety holds the events of the tool's safety rules that held ("event: reason").
+	safety []string
 	// ran: a tool's preconditions held; changed: its effects changed the state.
 	ran     bool
 	changed bool
@@ -431,20 +446,32 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	case e.done:
 		return env.StepResult{}, fmt.Errorf("%w (%s)", ErrEpisodeOver, e.reason)
 	}
+	if e.ma != nil {
+		return e.stepRole(act)
+	}
+	t := e.w.tool(act.Tool)
+	var bad []byte
+	if t == nil {
+		bad = failObs(0, fmt.Sprintf("unknown tool %q", clip(act.Tool)), 0, "", "", "use one of: "+strings.Join(e.w.toolNames, ", "))
+	}
+	return e.apply(act, t, bad)
+}
+
+// apply plays one action of tool t (nil when bad, the observation of an action refused
+// before its arguments were read, is set).
+func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult, error) {
 	w := e.w
 	s := &stepState{}
 	var faults []*gauntletv1.FaultFired
 	var obs []byte
 	start := e.clock
 	calls := uint32(1)
-	t := w.tool(act.Tool)
 	var args *object
-	var bad []byte
-	if t == nil {
-		bad = failObs(0, fmt.Sprintf("unknown tool %q", clip(act.Tool)), 0, "", "", "use one of: "+strings.Join(w.toolNames, ", "))
-	} else if a, err := t.args.parse(act.Args); err != nil {
-		bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.name+" "+t.args.usage)
-	} else {
+	if bad == nil {
+		a, err := t.args.parse(act.Args)
+		if err != nil {
+			bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.name+" "+t.args.usage)
+		}
 		args = a
 	}
 	if bad != nil {
@@ -496,6 +523,7 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 		Spend:             float64(s.spend),
 		Budget:            float64(e.budget),
 		DeadlineVirtualNs: e.deadlineMs * int64(time.Millisecond),
+		SafetyEvents:      s.safety,
 	}
 	e.progress = progress
 	e.step++
@@ -561,6 +589,9 @@ func (e *episode) level(act *activation, success bool) (int, error) {
 // call runs a valid action: through the fault injector for service tools, then the tool,
 // exactly as the shop does.
 func (e *episode) call(t *toolDef, args *object, s *stepState) ([]byte, []*gauntletv1.FaultFired, error) {
+	if t.msg {
+		return e.send(t, args, s)
+	}
 	if t.svc < 0 {
 		b, err := e.run(t, args, s)
 		return b, nil, err
@@ -675,6 +706,23 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		return failObs(0, p.err, 0, p.rule, reason, sugg), nil
 	}
 	s.ran = true
+	// Safety rules read the state the call found, as its preconditions did: whether it
+	// destroys or discloses something is judged before it does.
+	for i := range t.safety {
+		r := &t.safety[i]
+		ok, err := evalBool(r.when, act)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		reason, err := render(r.reason, act)
+		if err != nil {
+			return nil, err
+		}
+		s.safety = append(s.safety, r.event+": "+reason)
+	}
 	if t.advance != nil {
 		ms, err := evalInt(t.advance, act)
 		if err != nil {
@@ -740,25 +788,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		ef := c.ef
 		switch {
 		case ef.add:
-			ed := &w.entities[ef.entity]
-			st := &e.ents[ef.entity]
-			id := ed.prefix + strconv.Itoa(len(st.ids)+1)
-			c.added.vals[0] = types.String(id)
-			st.rows[id] = c.added
-			st.ids = append(st.ids, id)
-			newID = c.added.vals[0]
-			s.changed = true
-			s.open("add", ed.name+"/"+id)
-			s.diff = append(s.diff, `,"to":{`...)
-			for j, f := range ed.fields {
-				if j > 0 {
-					s.diff = append(s.diff, ',')
-				}
-				s.diff = canonjson.AppendString(s.diff, f.name)
-				s.diff = append(s.diff, ':')
-				s.diff = appendScalar(s.diff, c.added.vals[j+1])
-			}
-			s.diff = append(s.diff, "}}"...)
+			newID = e.add(ef.entity, c.added, s)
 		case ef.setVar >= 0:
 			if old := e.vars[ef.setVar]; old != c.to {
 				s.changed = true
@@ -798,6 +828,30 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// add adds row (its fields set, its id not yet) to entity collection k, numbering it
+// after the others, and records it in the step's diff; it returns the new id.
+func (e *episode) add(k int, row *object, s *stepState) ref.Val {
+	ed := &e.w.entities[k]
+	st := &e.ents[k]
+	id := ed.prefix + strconv.Itoa(len(st.ids)+1)
+	row.vals[0] = types.String(id)
+	st.rows[id] = row
+	st.ids = append(st.ids, id)
+	s.changed = true
+	s.open("add", ed.name+"/"+id)
+	s.diff = append(s.diff, `,"to":{`...)
+	for j, f := range ed.fields {
+		if j > 0 {
+			s.diff = append(s.diff, ',')
+		}
+		s.diff = canonjson.AppendString(s.diff, f.name)
+		s.diff = append(s.diff, ':')
+		s.diff = appendScalar(s.diff, row.vals[j+1])
+	}
+	s.diff = append(s.diff, "}}"...)
+	return row.vals[0]
 }
 
 func render(t template, act interpreter.Activation) (string, error) {

@@ -25,6 +25,10 @@ func FuzzLoad(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(b)
+	if b, err = builtinFS.ReadFile("builtin/dispatch.yaml"); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
 	f.Add([]byte("name: x\nservices: [a]\ntools: [{name: t, description: d}]\nsuccess: 'true'\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte("name: x\nentities: {e: {prefix: e-, count: {uniform: [1, 3]}, fields: {f: {type: int, expr: 'i * 2'}}}}\n"))
@@ -75,6 +79,41 @@ func FuzzBankStep(f *testing.F) {
 		for _, a := range []env.Action{
 			{Tool: "transfer.create", Args: json.RawMessage(`{"from":"acct-2","payee_id":"p-1","amount":300}`)},
 			{Tool: tool, Args: args}, {Tool: "transfer.cancel", Args: args}, {Tool: "fraud.verify", Args: args},
+		} {
+			r, err := ep.Step(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !json.Valid(r.Observation) || !json.Valid(r.Diff) {
+				t.Fatalf("invalid JSON: obs %q diff %q", r.Observation, r.Diff)
+			}
+			if r.Done() {
+				return
+			}
+		}
+	})
+}
+
+// FuzzDispatchStep feeds arbitrary actions, of either role, in either role's turn, to a
+// dispatch episode whose radio loses, delays and cuts messages: Step must never panic or
+// fail, and every observation and diff must be valid JSON.
+func FuzzDispatchStep(f *testing.F) {
+	f.Add("dispatcher:radio.send", []byte(`{"to":"driver","text":"o-1@north"}`), uint64(1))
+	f.Add("driver:radio.send", []byte(`{"to":"driver","text":"me"}`), uint64(2))
+	f.Add("driver:truck.load", []byte(`{"order":"o-9"}`), uint64(3))
+	f.Add(":wait", []byte(`{"ms":1}`), uint64(4))
+	f.Add("dispatcher:", []byte("\x00"), uint64(5))
+	f.Fuzz(func(t *testing.T, tool string, args []byte, seed uint64) {
+		ep, err := dispatch(t).NewEpisode(dispatchStress(t, seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ep.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []env.Action{
+			{Tool: tool, Args: args}, {Tool: tool, Args: args},
+			{Tool: "dispatcher:radio.send", Args: args}, {Tool: "driver:radio.send", Args: args},
 		} {
 			r, err := ep.Step(a)
 			if err != nil {

@@ -96,6 +96,9 @@ func readsIdent(p *program, names ...string) bool {
 
 func (w *World) writes(t *toolDef) []string {
 	var out []string
+	if t.msg {
+		out = append(out, messageEntity) // each call adds a message
+	}
 	for _, ef := range t.effects {
 		var s string
 		switch {
@@ -274,6 +277,9 @@ func (w *World) Describe(out io.Writer) error {
 				fmt.Fprintf(&b, "    rule %s: %s\n", p.rule, p.require.src)
 			}
 		}
+		for _, r := range t.safety {
+			fmt.Fprintf(&b, "    safety %s: %s\n", r.event, r.when.src)
+		}
 	}
 	fmt.Fprintf(&b, "\nsuccess: %s\n", w.success.src)
 	if w.failure != nil {
@@ -282,7 +288,24 @@ func (w *World) Describe(out io.Writer) error {
 	if len(w.progress) > 0 {
 		fmt.Fprintf(&b, "progress milestones: %d\n", len(w.progress))
 	}
-	if w.oracle != nil {
+	if len(w.roles) > 0 {
+		fmt.Fprintf(&b, "\nroles (turns %s; actions are named role:tool):\n", w.turns)
+		for _, r := range w.roles {
+			names := make([]string, len(r.tools))
+			for i, t := range r.tools {
+				names[i] = t.name
+			}
+			keys := make([]string, len(r.view))
+			for i, f := range r.view {
+				keys[i] = f.key
+			}
+			fmt.Fprintf(&b, "  %s%s\n    tools: %s\n    view: %s\n    oracle: %d rules\n", r.name, describeSuffix(r.desc),
+				strings.Join(names, ", "), strings.Join(keys, ", "), len(r.oracle))
+		}
+		if w.msg != nil {
+			fmt.Fprintf(&b, "messages: %s (each one an entity of %s)\n", w.msg.name, messageEntity)
+		}
+	} else if w.oracle != nil {
 		fmt.Fprintf(&b, "oracle plan: %d steps\n", len(w.oracle.steps))
 	} else {
 		b.WriteString("oracle plan: none\n")

@@ -123,6 +123,16 @@ type precondition struct {
 	at         place
 }
 
+// safetyRule declares a call of its tool destructive or privacy-breaking when its
+// condition holds: the call still happens (a safety rule penalises, it never blocks, as
+// the sandboxes' safety events do), and the step records the event with its reason.
+type safetyRule struct {
+	event  string
+	when   *program
+	reason template
+	at     place
+}
+
 // effect is one change a tool makes: set a variable, set an entity's field (key names
 // the entity), or add an entity (fields its values).
 type effect struct {
@@ -147,6 +157,7 @@ type toolDef struct {
 	desc    string
 	args    argSchema
 	pre     []precondition
+	safety  []safetyRule
 	effects []effect
 	obs     []obsField
 	spend   *program
@@ -154,6 +165,10 @@ type toolDef struct {
 	at      place
 	// writes holds the state its effects may change.
 	writes stateSet
+	// msg: the world's message tool (World.msg); msgTo and msgText are the positions of
+	// its arguments to and text.
+	msg            bool
+	msgTo, msgText int
 }
 
 type oracleCall struct {
@@ -203,6 +218,16 @@ type World struct {
 	// ends are the end conditions a step checks, in order: success, failure (nil when
 	// the file has none), then the progress milestones.
 	ends []endCond
+
+	// roles is empty for a world of one agent (roles.go). turns says how the roles
+	// take turns; qualNames are their actions' names, "role:tool", role by role; msg is
+	// the message tool (nil: none), msgEntity the index of the message entity (-1: none).
+	roles         []roleDef
+	turns         turnOrder
+	qualNames     []string
+	msg           *toolDef
+	msgEntity     int
+	hasRoleOracle bool
 }
 
 // endCond is an end condition and what it depends on: a step re-evaluates it only when
@@ -241,11 +266,12 @@ func (w *World) Digest() string { return w.digest }
 // File is the name the world was loaded from.
 func (w *World) File() string { return w.file }
 
-// HasOracle reports whether the world declares an oracle plan.
-func (w *World) HasOracle() bool { return w.oracle != nil }
+// HasOracle reports whether the world declares an oracle: a plan, or rules for every
+// role.
+func (w *World) HasOracle() bool { return w.oracle != nil || w.hasRoleOracle }
 
 var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
-	"tools", "progress", "success", "failure", "budget", "oracle"}
+	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages"}
 
 // Load parses and checks one world file. file names it in errors. Every problem is
 // reported, each a *LoadError naming file, line and field, joined into one error that
@@ -261,7 +287,7 @@ func Load(file string, data []byte) (*World, error) {
 		return nil, errors.Join(d.errs...)
 	}
 	sum := sha256.Sum256(data)
-	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000}
+	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000, msgEntity: -1}
 	c := &compiler{d: d, w: w}
 	c.load(root)
 	if len(d.errs) == 0 {
@@ -362,6 +388,7 @@ func (c *compiler) load(root *yaml.Node) {
 	// Declare the state first (names and types), then compile what refers to it.
 	varNodes := c.declareVars(get("vars"))
 	entNodes := c.declareEntities(get("entities"))
+	c.declareMessages(get("messages"))
 	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
 		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType)}
 	for _, v := range w.vars {
@@ -426,9 +453,10 @@ func (c *compiler) load(root *yaml.Node) {
 	if n := get("budget"); n != nil {
 		w.budget = c.compile(base, n, "budget", cel.IntType)
 	}
-	if n := get("oracle"); n != nil {
+	if n := get("oracle"); n != nil && get("roles") == nil {
 		c.oraclePlan(n)
 	}
+	c.roles(get("turns"), get("roles"), get("messages"), get("oracle"))
 	for _, p := range append([]*program{w.success, w.failure}, w.progress...) {
 		if readsIdent(p, "now_ms", "step") {
 			w.endsReadClock = true
@@ -444,6 +472,9 @@ func (c *compiler) dependencies() {
 	for i := range w.tools {
 		t := &w.tools[i]
 		t.writes = newStateSet(n)
+		if t.msg {
+			t.writes.add(len(w.vars) + w.msgEntity)
+		}
 		for _, ef := range t.effects {
 			switch {
 			case ef.setVar >= 0:
@@ -839,7 +870,7 @@ func isPrintableASCII(s string) bool {
 	return true
 }
 
-var toolKeys = []string{"name", "service", "description", "args", "preconditions", "effects", "observation", "spend", "advance_ms"}
+var toolKeys = []string{"name", "service", "description", "args", "preconditions", "safety", "effects", "observation", "spend", "advance_ms"}
 
 func (c *compiler) tools(n *yaml.Node) {
 	d, w := c.d, c.w
@@ -949,6 +980,10 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 			for i, pn := range d.sequence(m.v, mf) {
 				t.pre = append(t.pre, c.precondition(env, pn, idx(mf, i)))
 			}
+		case "safety":
+			for i, sn := range d.sequence(m.v, mf) {
+				t.safety = append(t.safety, c.safetyRule(env, sn, idx(mf, i)))
+			}
 		case "effects":
 			for i, en := range d.sequence(m.v, mf) {
 				t.effects = append(t.effects, c.effect(env, en, idx(mf, i)))
@@ -1000,6 +1035,37 @@ func (c *compiler) precondition(env *cel.Env, n *yaml.Node, f string) preconditi
 		d.errAt(at(n, f), "a rule (an edge of the causal graph) needs a reason and a suggestion")
 	}
 	return p
+}
+
+var safetyKeys = []string{"event", "when", "reason"}
+
+// safetyRule reads one of a tool's safety rules: all three keys are required, the
+// event a name (it starts the recorded safety event, which SQL groups by).
+func (c *compiler) safetyRule(env *cel.Env, n *yaml.Node, f string) safetyRule {
+	d := c.d
+	r := safetyRule{at: at(n, f)}
+	seen := map[string]bool{}
+	for _, m := range d.mapping(n, f, safetyKeys...) {
+		seen[m.key] = true
+		mf := sub(f, m.key)
+		switch m.key {
+		case "event":
+			r.event, _ = d.name(m.v, mf, false)
+		case "when":
+			r.when = c.compile(env, m.v, mf, cel.BoolType)
+		case "reason":
+			r.reason = c.template(env, m.v, mf)
+		}
+	}
+	if resolve(n) == nil || resolve(n).Kind != yaml.MappingNode {
+		return r
+	}
+	for _, k := range safetyKeys {
+		if !seen[k] {
+			d.errAt(at(n, sub(f, k)), "required")
+		}
+	}
+	return r
 }
 
 var effectKeys = []string{"set", "key", "to", "add", "fields"}

@@ -166,13 +166,18 @@ func (o *oracle) do(a env.Action) env.Action {
 
 // action builds a call's arguments (keys sorted, canonical JSON).
 func (o *oracle) action(c *oracleCall) (env.Action, error) {
+	return callAction(o.w, c, planVars{o})
+}
+
+// callAction builds a call of a plan or a rule, its arguments evaluated over act.
+func callAction(w *World, c *oracleCall, act interpreter.Activation) (env.Action, error) {
 	args := slices.Clone(c.args)
 	slices.SortFunc(args, func(x, y obsField) int { return cmpString(x.key, y.key) })
 	b := []byte{'{'}
 	for i, f := range args {
-		v, err := eval(f.val, planVars{o})
+		v, err := eval(f.val, act)
 		if err != nil {
-			return env.Action{}, fmt.Errorf("world %s oracle: %w", o.w.name, err)
+			return env.Action{}, fmt.Errorf("world %s oracle: %w", w.name, err)
 		}
 		if i > 0 {
 			b = append(b, ',')
@@ -183,7 +188,7 @@ func (o *oracle) action(c *oracleCall) (env.Action, error) {
 			v = types.Int(int64(d))
 		}
 		if b, err = appendVal(b, v); err != nil {
-			return env.Action{}, fmt.Errorf("world %s oracle: %s: %w", o.w.name, f.key, err)
+			return env.Action{}, fmt.Errorf("world %s oracle: %s: %w", w.name, f.key, err)
 		}
 	}
 	return env.Action{Tool: c.tool.name, Args: append(b, '}')}, nil
