@@ -186,6 +186,12 @@ func TestSplitThreatFingerprints(t *testing.T) {
 			elsewhere = true
 		}
 	}
+	// Infra errors (a sandbox that could not start on a machine out of inotify
+	// instances, say) end episodes early; they are logged, not hidden.
+	for _, r := range queryRows(t, conn, fmt.Sprintf(`SELECT toString(infra_error), toString(count()), any(error)
+		FROM gauntlet.episodes FINAL WHERE run_id = '%s' GROUP BY infra_error`, later)) {
+		t.Logf("second run: infra_error=%s: %s episodes (e.g. %q)", r[0], r[1], r[2])
+	}
 	if !elsewhere {
 		t.Errorf("every episode of the second run ran on %s, which recorded the fingerprints: nothing crossed processes", recorder)
 	}
