@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/splitlocal"
@@ -121,11 +123,11 @@ func TestSplitThreatFingerprints(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys, err := kv.Keys(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		t.Fatal(err)
 	}
 	if len(keys) < steps/2 {
-		t.Fatalf("%d fingerprints in the bucket after %d attacking steps", len(keys), steps)
+		t.Fatalf("%d fingerprints in the bucket after %d attacking steps; the run:\n%s", len(keys), steps, out)
 	}
 	first := fmt.Sprintf("%016x", threats.Key("shell.exec", threats.Text(attackCommand(0))))
 	if _, err := kv.Get(ctx, first); err != nil {
