@@ -32,8 +32,11 @@ import (
 // attackerModel is a stand-in model endpoint (the http policy's) whose agent attacks its
 // codefix sandbox: each call answers one shell.exec that opens the decoy /dev/mem. Asked
 // for model "distinct", call i's command ends in a word of its own, so every step makes
-// a new fingerprint; asked for any other model, it repeats the command of call 0.
-type attackerModel struct{ calls atomic.Int64 }
+// a new fingerprint; asked for any other model, it repeats the command repeat holds.
+type attackerModel struct {
+	calls  atomic.Int64
+	repeat atomic.Pointer[string]
+}
 
 func attackCommand(i int64) string {
 	word := ""
@@ -51,7 +54,10 @@ func (m *attackerModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Model string `json:"model"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&req)
-	cmd := attackCommand(0)
+	cmd := "true"
+	if c := m.repeat.Load(); c != nil {
+		cmd = *c
+	}
 	if req.Model == "distinct" {
 		cmd = attackCommand(m.calls.Add(1) - 1)
 	}
@@ -129,10 +135,21 @@ func TestSplitThreatFingerprints(t *testing.T) {
 	if len(keys) < steps/2 {
 		t.Fatalf("%d fingerprints in the bucket after %d attacking steps; the run:\n%s", len(keys), steps, out)
 	}
-	first := fmt.Sprintf("%016x", threats.Key("shell.exec", threats.Text(attackCommand(0))))
-	if _, err := kv.Get(ctx, first); err != nil {
-		t.Fatalf("the first command's fingerprint %s: %v", first, err)
+	// The second run repeats one of the commands that made a fingerprint (a step whose
+	// call an injected fault answered ran nothing and made none).
+	e, err := kv.Get(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
 	}
+	var fp threats.Fingerprint
+	if err := json.Unmarshal(e.Value(), &fp); err != nil {
+		t.Fatal(err)
+	}
+	first := fp.ID
+	if fp.Tool != "shell.exec" || first != fmt.Sprintf("%016x", threats.Key("shell.exec", threats.Text(fp.Command))) {
+		t.Fatalf("fingerprint %+v", fp)
+	}
+	model.repeat.Store(&fp.Command) // its own normal form: no quotes, digits or runs of blanks
 
 	// Every worker learns every fingerprint: its propagation histogram counts them all.
 	var workers []*splitlocal.Proc
@@ -157,7 +174,7 @@ func TestSplitThreatFingerprints(t *testing.T) {
 		}
 	}
 
-	// Another run repeats the first command: flagged on both workers, penalised. Its
+	// Another run repeats that command: flagged on both workers, penalised. Its
 	// episodes are long enough (6 steps) that one worker's 2 episode slots cannot take
 	// them all.
 	spec := filepath.Join(t.TempDir(), "threats.yaml")
