@@ -100,6 +100,11 @@ func TestGauntletOracleAndNoop(t *testing.T) {
 	ctx := context.Background()
 	for _, task := range ds.Tasks {
 		t.Run(task.ID, func(t *testing.T) {
+			if len(task.Config.Environment.AllowedHosts) > 0 {
+				// The host harness runs scripts with no network at all; tasks check plays
+				// this task in a sandbox, its host served on the loopback (TestTasksCheck).
+				t.Skipf("reaches %v, which only a sandbox's allow-list can", task.Config.Environment.AllowedHosts)
+			}
 			res, err := taskstest.Run(ctx, task, true)
 			if err != nil {
 				t.Fatalf("oracle: %v", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,6 +45,9 @@ type BatchInput struct {
 	// empty: the built-in default/1. RunBatch puts it in the gauntlet_reward_specs bucket
 	// and the run names it by digest.
 	RewardSpec string `json:"reward_spec,omitempty"`
+	// PolicyEndpoint is the model endpoint of the batch's "http" policy (a name of its
+	// credential, never the key: the input is in Temporal's history).
+	PolicyEndpoint *EndpointSpec `json:"policy_endpoint,omitempty"`
 	// RequestedAtUnixNano is the workflow's time when it decided the batch (ClickHouse
 	// partitions by it); fixed in the input so retries submit the identical request.
 	RequestedAtUnixNano int64 `json:"requested_at_unix_nano"`
@@ -64,38 +69,91 @@ type BatchOrigin struct {
 
 // BatchResult is what a finished batch reports, read from the scheduler's run state.
 type BatchResult struct {
-	RunID       string  `json:"run_id"`
-	Episodes    uint64  `json:"episodes"`
-	Succeeded   uint64  `json:"succeeded"`
-	InfraErrors uint64  `json:"infra_errors"`
-	Steps       uint64  `json:"steps"`
-	FaultsFired uint64  `json:"faults_fired"`
-	RewardSum   float64 `json:"reward_sum"`
+	RunID       string `json:"run_id"`
+	Episodes    uint64 `json:"episodes"`
+	Succeeded   uint64 `json:"succeeded"`
+	InfraErrors uint64 `json:"infra_errors"`
+	// InfraByKind splits InfraErrors by what failed ("model_endpoint", "sandbox",
+	// "verifier", "gauntlet"; "unknown" for an end that did not say); kinds with none are
+	// absent.
+	InfraByKind map[string]uint64 `json:"infra_by_kind,omitempty"`
+	Steps       uint64            `json:"steps"`
+	FaultsFired uint64            `json:"faults_fired"`
+	RewardSum   float64           `json:"reward_sum"`
 	// WallNs is the batch's wall time as its activity saw it: from submitting the run (or,
 	// on a retry, from finding it submitted) to seeing it done. Time outside it is the
 	// control plane's (workflow tasks, activity dispatch).
 	WallNs int64 `json:"wall_ns"`
 }
 
-// SuccessRate is Succeeded / Episodes (0 for none).
-func (r BatchResult) SuccessRate() float64 {
-	if r.Episodes == 0 {
+// Scored is how many of the batch's episodes are scored: those that did not end as
+// infra errors (which are not the policy's doing and carry no reward).
+func (r BatchResult) Scored() uint64 {
+	if r.InfraErrors >= r.Episodes {
 		return 0
 	}
-	return float64(r.Succeeded) / float64(r.Episodes)
+	return r.Episodes - r.InfraErrors
 }
 
-// RewardMean is RewardSum / Episodes (0 for none).
-func (r BatchResult) RewardMean() float64 {
-	if r.Episodes == 0 {
+// SuccessRate is Succeeded over the scored episodes (0 for none), as the run summary
+// and the episodes_scored view count it.
+func (r BatchResult) SuccessRate() float64 {
+	if r.Scored() == 0 {
 		return 0
 	}
-	return r.RewardSum / float64(r.Episodes)
+	return float64(r.Succeeded) / float64(r.Scored())
 }
+
+// RewardMean is RewardSum over the scored episodes (0 for none).
+func (r BatchResult) RewardMean() float64 {
+	if r.Scored() == 0 {
+		return 0
+	}
+	return r.RewardSum / float64(r.Scored())
+}
+
+// InfraKinds names the counts of RunProgress.infra_by_kind by kind, leaving out zeros;
+// nil when there are none.
+func InfraKinds(byKind []uint64) map[string]uint64 {
+	var out map[string]uint64
+	for k, n := range byKind {
+		if n == 0 {
+			continue
+		}
+		name := gauntletv1.InfraKind(k).Name()
+		if name == "" {
+			name = "unknown"
+		}
+		if out == nil {
+			out = map[string]uint64{}
+		}
+		out[name] += n
+	}
+	return out
+}
+
+// FormatInfraKinds writes kinds as "model_endpoint 3, sandbox 1", by name.
+func FormatInfraKinds(kinds map[string]uint64) string {
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, kinds[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// MostlyInfra reports whether more than half of the batch's episodes ended as infra
+// errors: what it measured is the infrastructure's health, not the policy's, so a
+// curriculum takes no stage decision on it and pauses (see Curriculum).
+func (r BatchResult) MostlyInfra() bool { return r.Episodes > 0 && 2*r.InfraErrors > r.Episodes }
 
 // request builds the run request.
 func (in BatchInput) request() (*gauntletv1.RunRequested, error) {
-	st := StageSpec{Env: in.Env, Policies: in.Policies, Profiles: in.Profiles, MaxSteps: in.MaxSteps}
+	st := StageSpec{Env: in.Env, Policies: in.Policies, Profiles: in.Profiles, MaxSteps: in.MaxSteps, PolicyEndpoint: in.PolicyEndpoint}
 	req, err := st.runRequest(in.RunID, in.Seed, in.Episodes, in.MaxInFlight, in.RequestedAtUnixNano)
 	if err != nil {
 		return nil, err
@@ -210,7 +268,7 @@ func (a *Activities) RunBatch(ctx context.Context, in BatchInput) (BatchResult, 
 			if p.GetDone() {
 				return BatchResult{
 					RunID: in.RunID, Episodes: p.GetEnded(), Succeeded: p.GetSucceeded(),
-					InfraErrors: p.GetInfraErrors(), Steps: p.GetSteps(), FaultsFired: p.GetFaultsFired(),
+					InfraErrors: p.GetInfraErrors(), InfraByKind: InfraKinds(p.GetInfraByKind()), Steps: p.GetSteps(), FaultsFired: p.GetFaultsFired(),
 					RewardSum: p.GetRewardSum(), WallNs: int64(time.Since(t0)),
 				}, nil
 			}
@@ -319,6 +377,9 @@ type BatchSpec struct {
 	// RewardSpec is the text of the reward spec file the batch is scored under (empty: the
 	// built-in default/1).
 	RewardSpec string `json:"reward_spec,omitempty"`
+	// PolicyEndpoint is the model endpoint of the batch's "http" policy; required when
+	// its policies name it (`gauntlet batch start --policy.http.url`).
+	PolicyEndpoint *EndpointSpec `json:"policy_endpoint,omitempty"`
 }
 
 // Batch runs spec.Episodes episodes of one spec through the scheduler and returns their
@@ -340,7 +401,7 @@ func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
 		RunID: runPrefix(ctx, "b") + "-b0", Env: spec.Env, ParamsJSON: params, Policies: spec.Policies,
 		Profiles: st.Profiles, Episodes: spec.Episodes, Seed: spec.Seed, MaxInFlight: spec.MaxInFlight,
 		MaxSteps: spec.MaxSteps, Label: spec.Label, DriftText: spec.Drift, RewardSpec: spec.RewardSpec,
-		RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
+		PolicyEndpoint: spec.PolicyEndpoint, RequestedAtUnixNano: workflow.Now(ctx).UnixNano(),
 	}
 	if in.Label == "" {
 		in.Label = "batch " + workflow.GetInfo(ctx).WorkflowExecution.ID

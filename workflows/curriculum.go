@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -62,7 +63,10 @@ type StageReport struct {
 	Episodes  uint64  `json:"episodes"`
 	Succeeded uint64  `json:"succeeded"`
 	RewardSum float64 `json:"reward_sum"`
-	Batches   int     `json:"batches"`
+	// InfraErrors is how many of Episodes ended as infra errors: the stage's rates,
+	// window and budget count the others only.
+	InfraErrors uint64 `json:"infra_errors,omitempty"`
+	Batches     int    `json:"batches"`
 	// RunWallNs is the stage's time in runs: the sum of its batches' wall times
 	// (BatchResult.WallNs, submission to completion).
 	RunWallNs int64 `json:"run_wall_ns"`
@@ -74,21 +78,28 @@ type StageReport struct {
 
 // CurriculumState is the curriculum's progress, carried across continue-as-new.
 type CurriculumState struct {
-	Prefix         string        `json:"prefix"`
-	Stage          int           `json:"stage"`
-	StageEpisodes  uint64        `json:"stage_episodes"`
-	StageSucceeded uint64        `json:"stage_succeeded"`
-	StageReward    float64       `json:"stage_reward"`
-	StageBatches   int           `json:"stage_batches"`
-	StageRunWallNs int64         `json:"stage_run_wall_ns"`
-	Window         []BatchResult `json:"window,omitempty"`
-	TotalEpisodes  uint64        `json:"total_episodes"`
-	Reports        []StageReport `json:"reports,omitempty"`
-	Paused         bool          `json:"paused,omitempty"`
-	Skip           bool          `json:"skip,omitempty"`
-	Abort          bool          `json:"abort,omitempty"`
-	Status         string        `json:"status"`
-	Executions     int           `json:"executions"`
+	Prefix         string  `json:"prefix"`
+	Stage          int     `json:"stage"`
+	StageEpisodes  uint64  `json:"stage_episodes"`
+	StageSucceeded uint64  `json:"stage_succeeded"`
+	StageReward    float64 `json:"stage_reward"`
+	// StageInfraErrors is how many of StageEpisodes ended as infra errors, by kind in
+	// StageInfraByKind.
+	StageInfraErrors uint64            `json:"stage_infra_errors,omitempty"`
+	StageInfraByKind map[string]uint64 `json:"stage_infra_by_kind,omitempty"`
+	StageBatches     int               `json:"stage_batches"`
+	StageRunWallNs   int64             `json:"stage_run_wall_ns"`
+	Window           []BatchResult     `json:"window,omitempty"`
+	TotalEpisodes    uint64            `json:"total_episodes"`
+	Reports          []StageReport     `json:"reports,omitempty"`
+	Paused           bool              `json:"paused,omitempty"`
+	// PauseReason says why the curriculum paused itself (a batch mostly of infra
+	// errors); empty for a pause signal. A resume clears it.
+	PauseReason string `json:"pause_reason,omitempty"`
+	Skip        bool   `json:"skip,omitempty"`
+	Abort       bool   `json:"abort,omitempty"`
+	Status      string `json:"status"`
+	Executions  int    `json:"executions"`
 	// DriftReached is, per drift selector of the last stage closed, the value its ramp
 	// had reached (in force for the next episode): where a ramp with continue: true of
 	// the next stage starts.
@@ -106,12 +117,19 @@ type Progress struct {
 	Name   string `json:"name"`
 	Status string `json:"status"`
 	// PauseRequested: a pause signal arrived and the batch in flight is finishing.
-	PauseRequested    bool          `json:"pause_requested,omitempty"`
-	Stage             int           `json:"stage"`
-	StageName         string        `json:"stage_name"`
-	Stages            int           `json:"stages"`
-	StageEpisodes     uint64        `json:"stage_episodes"`
-	StageSuccessRate  float64       `json:"stage_success_rate"`
+	PauseRequested bool `json:"pause_requested,omitempty"`
+	// PauseReason says why a curriculum paused itself (CurriculumState.PauseReason).
+	PauseReason   string `json:"pause_reason,omitempty"`
+	Stage         int    `json:"stage"`
+	StageName     string `json:"stage_name"`
+	Stages        int    `json:"stages"`
+	StageEpisodes uint64 `json:"stage_episodes"`
+	// StageInfraErrors is how many of StageEpisodes ended as infra errors;
+	// StageSuccessRate leaves them out, and so do the window's figures.
+	StageInfraErrors uint64            `json:"stage_infra_errors,omitempty"`
+	StageInfraByKind map[string]uint64 `json:"stage_infra_by_kind,omitempty"`
+	StageSuccessRate float64           `json:"stage_success_rate"`
+	// WindowEpisodes is how many scored episodes (not infra errors) the window holds.
 	WindowEpisodes    uint64        `json:"window_episodes"`
 	WindowSuccessRate float64       `json:"window_success_rate"`
 	WindowRewardMean  float64       `json:"window_reward_mean"`
@@ -150,6 +168,15 @@ func StageRunPrefix(prefix string, stage int) string { return fmt.Sprintf("%s-s%
 // skipped, not completed), abort (ends the curriculum likewise). Query:
 // progress. The result is the final Progress; an invalid spec fails the workflow at once
 // with a non-retryable InvalidSpec error naming every bad field.
+//
+// Infra errors (a model endpoint down, a sandbox that could not start) say nothing of
+// the policy: a stage's promotion metric, window, minimum and budget count only its
+// scored episodes, as the run summary and the episodes_scored view do. A batch whose
+// episodes are mostly infra errors (BatchResult.MostlyInfra) is kept for its scored
+// episodes but takes no stage decision: the curriculum pauses itself, saying why
+// (Progress.PauseReason, the memo's pause_reason), and waits for a resume once the
+// infrastructure is fixed, instead of promoting, or stopping a stage, on what the
+// infrastructure did.
 func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *CurriculumState) (Progress, error) {
 	spec, err := ParseSpecJSON(specJSON)
 	if err != nil {
@@ -166,6 +193,7 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 	if workflow.GetVersion(ctx, versionVisibility, workflow.DefaultVersion, 1) == 1 {
 		c.visible, c.searchAttrs = true, memoBool(ctx, MemoSearchAttributes)
 	}
+	c.infraOut = workflow.GetVersion(ctx, versionInfraUnscored, workflow.DefaultVersion, 1) == 1
 	c.publish(ctx)
 	chans := signalChannels(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -216,12 +244,23 @@ func Curriculum(ctx workflow.Context, specJSON json.RawMessage, state *Curriculu
 		ran++
 		c.fold(res)
 		log.Info("batch done", "stage", state.Stage, "run_id", res.RunID, "episodes", res.Episodes,
-			"stage_episodes", state.StageEpisodes, "window", c.windowValue())
+			"infra_errors", res.InfraErrors, "stage_episodes", state.StageEpisodes, "window", c.windowValue())
 		switch {
+		case c.infraOut && res.MostlyInfra():
+			state.Paused = true
+			what := FormatInfraKinds(res.InfraByKind)
+			if what == "" {
+				what = "the batch's episodes in ClickHouse say what failed"
+			}
+			state.PauseReason = fmt.Sprintf("stage %d (%s) batch %s: %d of %d episodes ended as infra errors (%s); "+
+				"no stage decision is taken on them: resume once the cause is fixed",
+				state.Stage, spec.Stages[state.Stage].Name, res.RunID, res.InfraErrors, res.Episodes, what)
+			log.Warn("curriculum paused: a batch of infra errors", "stage", state.Stage, "run_id", res.RunID,
+				"infra_errors", res.InfraErrors, "episodes", res.Episodes)
 		case c.promotable():
 			c.closeStage(OutcomePromoted)
 			c.recordStage(ctx)
-		case state.StageEpisodes >= spec.Stages[state.Stage].Episodes.Max:
+		case c.stageScored() >= spec.Stages[state.Stage].Episodes.Max:
 			c.closeStage(OutcomeNotPromoted)
 			state.Status = StatusStopped
 			c.recordStage(ctx)
@@ -281,6 +320,27 @@ type curriculum struct {
 	// status and stage (publish); last is what was published last.
 	visible, searchAttrs bool
 	last                 *shown
+	// infraOut: infra errors are left out of the stage's figures and decisions (see
+	// Curriculum); false for workflows started before, which replay as they ran.
+	infraOut bool
+}
+
+// versionInfraUnscored is the change id under which curricula leave infra errors out of
+// their stage decisions and pause on a batch mostly of them.
+const versionInfraUnscored = "infra-errors-unscored"
+
+// scored is how many of r's episodes count for the stage: those not infra errors (all
+// of them for a workflow started before infra errors were left out).
+func (c *curriculum) scored(r BatchResult) uint64 {
+	if !c.infraOut {
+		return r.Episodes
+	}
+	return r.Scored()
+}
+
+// stageScored is how many of the stage's episodes count for it (see scored).
+func (c *curriculum) stageScored() uint64 {
+	return c.scored(BatchResult{Episodes: c.st.StageEpisodes, InfraErrors: c.st.StageInfraErrors})
 }
 
 func (c *curriculum) apply(signal string) {
@@ -288,7 +348,7 @@ func (c *curriculum) apply(signal string) {
 	case SignalPause:
 		c.st.Paused = true
 	case SignalResume:
-		c.st.Paused = false
+		c.st.Paused, c.st.PauseReason = false, ""
 	case SignalSkip:
 		c.st.Skip = true
 	case SignalAbort:
@@ -304,7 +364,7 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 	if err != nil {
 		return BatchInput{}, fmt.Errorf("stages[%d].%w", s.Stage, err)
 	}
-	n := min(st.Batch, st.Episodes.Max-s.StageEpisodes)
+	n := min(st.Batch, st.Episodes.Max-c.stageScored())
 	return BatchInput{
 		RunID:       fmt.Sprintf("%s%d", StageRunPrefix(s.Prefix, s.Stage), s.StageBatches),
 		Env:         st.Env,
@@ -316,9 +376,10 @@ func (c *curriculum) nextBatch(now int64) (BatchInput, error) {
 		MaxInFlight: c.spec.MaxInFlight,
 		MaxSteps:    st.MaxSteps,
 		Label:       fmt.Sprintf("curriculum %s stage %d (%s)", c.spec.Name, s.Stage, st.Name),
-		Ramps:       batchRamps(c.stageDrift(), s.StageEpisodes, n, st.Episodes.Max),
+		Ramps:       batchRamps(c.stageDrift(), c.stageScored(), n, st.Episodes.Max),
 		RewardSpec:  st.RewardSpec,
 
+		PolicyEndpoint:      st.PolicyEndpoint,
 		RequestedAtUnixNano: now,
 		Origin: BatchOrigin{
 			SubmittedBy: c.submittedBy, CurriculumID: c.id, CurriculumName: c.spec.Name, CurriculumPrefix: s.Prefix,
@@ -333,31 +394,44 @@ func (c *curriculum) fold(r BatchResult) {
 	s.StageEpisodes += r.Episodes
 	s.StageSucceeded += r.Succeeded
 	s.StageReward += r.RewardSum
+	s.StageInfraErrors += r.InfraErrors
+	for k, n := range r.InfraByKind { // sums: the order does not matter
+		if s.StageInfraByKind == nil {
+			s.StageInfraByKind = map[string]uint64{}
+		}
+		s.StageInfraByKind[k] += n
+	}
 	s.StageBatches++
 	s.StageRunWallNs += r.WallNs
 	s.TotalEpisodes += r.Episodes
 	s.Window = append(s.Window, r)
 	window := c.spec.Stages[s.Stage].Promotion.Window
 	// Keep the fewest newest batches that cover the window.
-	for len(s.Window) > 1 && sumEpisodes(s.Window[1:]) >= window {
+	for len(s.Window) > 1 && c.sumScored(s.Window[1:]) >= window {
 		s.Window = s.Window[1:]
 	}
 }
 
-func sumEpisodes(rs []BatchResult) uint64 {
+// sumScored is how many episodes of rs count for the stage.
+func (c *curriculum) sumScored(rs []BatchResult) uint64 {
 	var n uint64
 	for _, r := range rs {
-		n += r.Episodes
+		n += c.scored(r)
 	}
 	return n
 }
 
+// window is the stage's window as one batch. For a workflow that counts infra errors
+// (started before they were left out) it carries none, so its rates are over them all.
 func (c *curriculum) window() BatchResult {
 	var w BatchResult
 	for _, r := range c.st.Window {
 		w.Episodes += r.Episodes
 		w.Succeeded += r.Succeeded
 		w.RewardSum += r.RewardSum
+		if c.infraOut {
+			w.InfraErrors += r.InfraErrors
+		}
 	}
 	return w
 }
@@ -374,12 +448,12 @@ func (c *curriculum) windowValue() float64 {
 	return w.SuccessRate()
 }
 
-// promotable reports whether the stage's rule holds: at least Min episodes ran, the
-// window is full, and the metric over it reaches the threshold.
+// promotable reports whether the stage's rule holds: at least Min scored episodes ran,
+// the window is full of scored episodes, and the metric over it reaches the threshold.
 func (c *curriculum) promotable() bool {
 	st := c.spec.Stages[c.st.Stage]
-	return c.st.StageEpisodes >= st.Episodes.Min &&
-		c.window().Episodes >= st.Promotion.Window &&
+	return c.stageScored() >= st.Episodes.Min &&
+		c.window().Scored() >= st.Promotion.Window &&
 		c.windowValue() >= st.Promotion.Threshold
 }
 
@@ -392,12 +466,13 @@ func (c *curriculum) closeStage(outcome string) {
 	s.DriftReached = c.driftInForce()
 	s.Reports = append(s.Reports, StageReport{
 		Index: s.Stage, Name: c.spec.Stages[s.Stage].Name, Outcome: outcome,
-		Episodes: s.StageEpisodes, Succeeded: s.StageSucceeded, RewardSum: s.StageReward,
+		Episodes: s.StageEpisodes, Succeeded: s.StageSucceeded, RewardSum: s.StageReward, InfraErrors: s.StageInfraErrors,
 		Batches: s.StageBatches, RunWallNs: s.StageRunWallNs, WindowValue: c.windowValue(), RunPrefix: StageRunPrefix(s.Prefix, s.Stage),
 	})
 	if outcome == OutcomePromoted || outcome == OutcomeSkipped {
 		s.Stage++
 		s.StageEpisodes, s.StageSucceeded, s.StageReward, s.StageBatches, s.StageRunWallNs, s.Window = 0, 0, 0, 0, 0, nil
+		s.StageInfraErrors, s.StageInfraByKind = 0, nil
 	}
 }
 
@@ -409,11 +484,12 @@ func (c *curriculum) progress() Progress {
 		Reports: append([]StageReport{}, s.Reports...), RunPrefix: s.Prefix, Executions: s.Executions,
 	}
 	p.PauseRequested = s.Paused && s.Status == StatusRunning
-	if s.StageEpisodes > 0 {
-		p.StageSuccessRate = float64(s.StageSucceeded) / float64(s.StageEpisodes)
+	p.PauseReason, p.StageInfraErrors, p.StageInfraByKind = s.PauseReason, s.StageInfraErrors, maps.Clone(s.StageInfraByKind)
+	if n := c.stageScored(); n > 0 {
+		p.StageSuccessRate = float64(s.StageSucceeded) / float64(n)
 	}
 	w := c.window()
-	p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean = w.Episodes, w.SuccessRate(), w.RewardMean()
+	p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean = w.Scored(), w.SuccessRate(), w.RewardMean()
 	if s.Stage < len(c.spec.Stages) {
 		p.StageName = c.spec.Stages[s.Stage].Name
 		p.Drift = c.driftInForce()
@@ -451,7 +527,7 @@ func (c *curriculum) driftInForce() []DriftValue {
 	st := c.spec.Stages[c.st.Stage]
 	var out []DriftValue
 	for _, d := range c.stageDrift() {
-		out = append(out, DriftValue{Selector: d.Selector, Value: rampAt(d.From, d.To, c.st.StageEpisodes, st.Episodes.Max)})
+		out = append(out, DriftValue{Selector: d.Selector, Value: rampAt(d.From, d.To, c.stageScored(), st.Episodes.Max)})
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 // Package workflows is gauntlet's Temporal control plane (curricula, durable episodes,
 // drift; see README.md here and docs/curriculum.md): the Curriculum workflow
-// (ordered stages run in batches, promotion by a rule over the last window of episodes,
+// (ordered stages run in batches, promotion by a rule over the last window of scored
+// episodes, infra errors left out and a batch mostly of them pausing the curriculum,
 // drift of fault parameters over a stage, pause / resume / skip / abort signals, a progress
 // query, continue-as-new), the Batch workflow (N episodes of one spec and their
 // statistics) and the DurableEpisode workflow (one episode whose step loop is a
@@ -23,6 +24,9 @@
 // the memo and, where registered, the search attributes follow the curriculum's state and
 // stage in Temporal's UI, and an aborted curriculum closes as canceled with its progress
 // (visibility.go). These are versioned changes: older histories replay as they ran.
+//
+// Secrets: a stage's or a batch's model endpoint names its credential, never the key
+// (EndpointSpec): workflow inputs are kept in Temporal's history.
 //
 // Errors: an invalid spec fails the workflow at once with a non-retryable application
 // error of type InvalidSpec whose message names every bad field; a run the scheduler

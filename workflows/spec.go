@@ -74,6 +74,30 @@ type StageSpec struct {
 	// (docs/rewards.md; default: the built-in default/1), written inline so the workflow's
 	// input is the whole curriculum.
 	RewardSpec string `json:"reward_spec,omitempty" yaml:"reward_spec"`
+	// PolicyEndpoint is the model endpoint the stage's "http" policy asks; required
+	// when its policies name it, refused otherwise.
+	PolicyEndpoint *EndpointSpec `json:"policy_endpoint,omitempty" yaml:"policy_endpoint"`
+}
+
+// EndpointSpec is the model endpoint of a stage's or a batch's "http" policy
+// (gauntlet.v1.PolicyEndpoint). It is part of the workflow's input, kept in Temporal's
+// history, and recorded with each run: it names the credential whose key the workers
+// send (a file of their --policy.http.credentials-dir), never the key.
+type EndpointSpec struct {
+	// URL is the OpenAI-compatible API base, e.g. http://10.0.0.7:8000/v1.
+	URL string `json:"url" yaml:"url"`
+	// Model is the model name sent (default: the workers' --policy.http.model).
+	Model string `json:"model,omitempty" yaml:"model"`
+	// Credential names the key to send (default: the workers' --policy.http.api-key).
+	Credential string `json:"credential,omitempty" yaml:"credential"`
+}
+
+// proto is the endpoint as runs carry it; nil for none.
+func (e *EndpointSpec) proto() *gauntletv1.PolicyEndpoint {
+	if e == nil {
+		return nil
+	}
+	return &gauntletv1.PolicyEndpoint{Url: e.URL, Model: e.Model, Credential: e.Credential}
 }
 
 // TaskSet is a stage's tasks: a dataset the stack plays (one of its --tasks.datasets
@@ -574,6 +598,6 @@ func (st StageSpec) runRequest(runID string, seed, episodes uint64, maxInFlight 
 	return &gauntletv1.RunRequested{
 		RunId: runID, Env: st.Env, ParamsJson: params, Policies: pol, Profiles: prof,
 		Episodes: episodes, Seed: seed, MaxInFlight: maxInFlight, MaxSteps: st.MaxSteps,
-		RequestedAtUnixNano: requestedAt,
+		RequestedAtUnixNano: requestedAt, PolicyEndpoint: st.PolicyEndpoint.proto(),
 	}, nil
 }

@@ -59,7 +59,7 @@ func (c *curriculum) recordStage(ctx workflow.Context) {
 		CurriculumId: workflow.GetInfo(ctx).WorkflowExecution.ID, CurriculumName: c.spec.Name, CurriculumPrefix: s.Prefix,
 		Stage: uint32(r.Index), StageName: r.Name, Outcome: r.Outcome,
 		Metric: st.Promotion.Metric, Threshold: st.Promotion.Threshold, Window: st.Promotion.Window, WindowValue: r.WindowValue,
-		Episodes: r.Episodes, Succeeded: r.Succeeded, RewardSum: r.RewardSum, Batches: uint32(r.Batches),
+		Episodes: r.Episodes, Succeeded: r.Succeeded, RewardSum: r.RewardSum, InfraErrors: r.InfraErrors, Batches: uint32(r.Batches),
 		NextStage: uint32(s.Stage), ClosedAtUnixNano: workflow.Now(ctx).UnixNano(),
 	}
 	if r.Outcome != OutcomePromoted && r.Outcome != OutcomeSkipped {

@@ -44,6 +44,9 @@ const (
 	MemoState     = "state"
 	MemoStage     = "stage"
 	MemoStageName = "stage_name"
+	// MemoPauseReason says why a curriculum paused itself (Progress.PauseReason); empty
+	// otherwise.
+	MemoPauseReason = "pause_reason"
 	// MemoSearchAttributes, set true by the starter, says the namespace has
 	// SearchAttributes registered, so the workflow may set them.
 	MemoSearchAttributes = "search_attributes"
@@ -123,7 +126,11 @@ func (c *curriculum) publish(ctx workflow.Context) {
 	stage := min(s.Stage, len(c.spec.Stages)-1)
 	name := c.spec.Stages[stage].Name
 	log := workflow.GetLogger(ctx)
-	if err := workflow.UpsertMemo(ctx, map[string]any{MemoState: s.Status, MemoStage: stage, MemoStageName: name}); err != nil {
+	memo := map[string]any{MemoState: s.Status, MemoStage: stage, MemoStageName: name}
+	if c.infraOut {
+		memo[MemoPauseReason] = s.PauseReason
+	}
+	if err := workflow.UpsertMemo(ctx, memo); err != nil {
 		log.Warn("update the curriculum's memo", "err", err)
 	}
 	if !c.searchAttrs {

@@ -148,7 +148,7 @@ func TestConsoleCurriculaInABrowser(t *testing.T) {
 		return queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.episodes FINAL WHERE %s`, db, inCurriculum)) == strconv.FormatUint(paused.TotalEpisodes, 10)
 	})
 	episodes := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.episodes FINAL WHERE %s`, db, inCurriculum))
-	success := pct(queryOne(t, conn, fmt.Sprintf(`SELECT avg(success) FROM %s.episodes FINAL WHERE %s`, db, inCurriculum)))
+	success := pct(queryOne(t, conn, fmt.Sprintf(`SELECT avg(success) FROM %s.episodes_scored WHERE %s`, db, inCurriculum)))
 	waitText(t, b, `.card [data-field="episodes"]`, episodes, time.Minute)
 	if got := text(t, b, `.card [data-field="success_rate"]`); got != success {
 		t.Errorf("curriculum page: success rate %q, SQL gives %q", got, success)
@@ -156,7 +156,7 @@ func TestConsoleCurriculaInABrowser(t *testing.T) {
 	if got := text(t, b, `.card [data-field="stage"]`); got != "1 weather" {
 		t.Errorf("curriculum page: stage %q, want \"1 weather\"", got)
 	}
-	_, batches, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT run_id, count(), avg(success) FROM %s.episodes FINAL WHERE %s GROUP BY run_id`, db, inCurriculum))
+	_, batches, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT run_id, count(), avgIf(success, infra_error = 0) FROM %s.episodes FINAL WHERE %s GROUP BY run_id`, db, inCurriculum))
 	if err != nil || len(batches) < 4 {
 		t.Fatalf("batches by SQL: %v (%d)", err, len(batches))
 	}

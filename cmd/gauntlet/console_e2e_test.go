@@ -69,10 +69,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		return queryOne(t, conn, fmt.Sprintf(`SELECT %s FROM %s.episodes FINAL WHERE run_id = '%s'`, expr, cfg.Database, run))
 	}
 	want := map[string]string{
-		"env":          q("any(env)"),
-		"episodes":     q("count()"),
-		"success_rate": pct(q("avg(success)")),
-		"mean_reward":  fixed3(q("avg(total_reward)")),
+		"env":      q("any(env)"),
+		"episodes": q("count()"),
+		// Over the scored episodes, as episodes_scored counts them.
+		"success_rate": pct(q("avgIf(success, infra_error = 0)")),
+		"mean_reward":  fixed3(q("avgIf(total_reward, infra_error = 0)")),
 		"infra_errors": q("sum(infra_error)"),
 	}
 	for field, w := range want {

@@ -298,9 +298,16 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 		status += " (pausing after the batch in flight)"
 	}
 	fmt.Fprintf(w, "curriculum %s (%s): %s\n", id, p.Name, status)
+	if p.PauseReason != "" {
+		fmt.Fprintf(w, "paused by itself: %s\n", p.PauseReason)
+	}
 	if p.Stage < p.Stages {
 		fmt.Fprintf(w, "stage %d/%d %s: %d episodes, success rate %.3f; last %d: success rate %.3f, reward mean %.3f\n",
 			p.Stage+1, p.Stages, p.StageName, p.StageEpisodes, p.StageSuccessRate, p.WindowEpisodes, p.WindowSuccessRate, p.WindowRewardMean)
+		if p.StageInfraErrors > 0 {
+			fmt.Fprintf(w, "  %d of the stage's episodes ended as infra errors (%s), left out of its rates, window and budget\n",
+				p.StageInfraErrors, workflows.FormatInfraKinds(p.StageInfraByKind))
+		}
 	}
 	if p.Waiting != "" {
 		fmt.Fprintf(w, "%s\n", p.Waiting)
@@ -316,13 +323,11 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STAGE\tNAME\tOUTCOME\tEPISODES\tSUCCESS\tREWARD MEAN\tWINDOW\tBATCHES")
+	fmt.Fprintln(tw, "STAGE\tNAME\tOUTCOME\tEPISODES\tSUCCESS\tREWARD MEAN\tWINDOW\tBATCHES\tINFRA ERRORS")
 	for _, r := range p.Reports {
-		rate, mean := 0.0, 0.0
-		if r.Episodes > 0 {
-			rate, mean = float64(r.Succeeded)/float64(r.Episodes), r.RewardSum/float64(r.Episodes)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\n", r.Index+1, r.Name, r.Outcome, r.Episodes, rate, mean, r.WindowValue, r.Batches)
+		// Rates over the scored episodes: infra errors carry no reward.
+		b := workflows.BatchResult{Episodes: r.Episodes, InfraErrors: r.InfraErrors, Succeeded: r.Succeeded, RewardSum: r.RewardSum}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\t%d\n", r.Index+1, r.Name, r.Outcome, r.Episodes, b.SuccessRate(), b.RewardMean(), r.WindowValue, r.Batches, r.InfraErrors)
 	}
 	_ = tw.Flush()
 }
@@ -358,6 +363,7 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tf.register(fs, partTemporal)
 	var o runOpts
 	o.register(fs, 1000)
+	o.registerEndpoint(fs)
 	id := fs.String("id", "", "workflow id (default: batch-<random>)")
 	wait := fs.Bool("wait", true, "wait for the batch and print its statistics")
 	if err := parse(fs, args[1:]); err != nil {
@@ -375,6 +381,9 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	spec := workflows.BatchSpec{
 		Env: o.env, Params: params, Policies: o.policies, Profiles: o.profiles, Episodes: o.episodes,
 		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label, Drift: o.drift,
+	}
+	if ep := req.GetPolicyEndpoint(); ep != nil {
+		spec.PolicyEndpoint = &workflows.EndpointSpec{URL: ep.GetUrl(), Model: ep.GetModel(), Credential: ep.GetCredential()}
 	}
 	if o.spec != nil {
 		spec.RewardSpec = o.spec.Source // the workflow puts it in the stack's bucket
@@ -403,6 +412,9 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "run %s: %d episodes, success rate %.3f, reward mean %.3f, %d steps, %d faults fired, %d infra errors\n",
 		res.RunID, res.Episodes, res.SuccessRate(), res.RewardMean(), res.Steps, res.FaultsFired, res.InfraErrors)
+	if res.InfraErrors > 0 {
+		fmt.Fprintf(stdout, "infra errors (%s) are left out of the success rate and reward mean\n", workflows.FormatInfraKinds(res.InfraByKind))
+	}
 	return nil
 }
 

@@ -476,6 +476,9 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	if notesRoot != "" {
+		os.RemoveAll(notesRoot)
+	}
 	os.Exit(code)
 }
 

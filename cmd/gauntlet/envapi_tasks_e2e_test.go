@@ -52,7 +52,7 @@ func TestEnvAPITaskEpisodes(t *testing.T) {
 
 	// A reset whose filter selects nothing is the trainer's mistake, named.
 	code, _, body := jsonCall(t, s.app.envapi.Addr(), tokenAcme, "Reset", `{"env":"tasks","paramsJson":"{\"dataset\":\"gauntlet\",\"tags\":[\"python\"],\"difficulty\":[\"hard\"]}"}`)
-	if msg := fmt.Sprint(body["message"]); code != http.StatusBadRequest || !strings.Contains(msg, `selects none of the 31 tasks of dataset gauntlet`) {
+	if msg := fmt.Sprint(body["message"]); code != http.StatusBadRequest || !strings.Contains(msg, `selects none of the 32 tasks of dataset gauntlet`) {
 		t.Errorf("Reset over an empty selection: %d %v", code, body)
 	}
 

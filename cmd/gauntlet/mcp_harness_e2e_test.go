@@ -8,60 +8,90 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
+	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
 // notesEnvDir builds examples/mcp-notes-server into a folder beside a copy of its
 // declaration (examples/mcp-notes-server/notes.yaml), as docs/mcp.md tells a user to, and
 // returns it with the path of a copy of the example's fault profile (kept out of the
-// folder: --env.mcp reads every YAML file there as a declaration).
+// folder: --env.mcp reads every YAML file there as a declaration). It is made once per
+// test binary and shared: the env is registered once per process, from the first folder
+// it is given, so every test that plays it must give the same one. TestMain removes it.
 func notesEnvDir(t *testing.T) (string, string) {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "mcp-notes-server"), "./examples/mcp-notes-server")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the notes server: %v: %s", err, out)
+	notesOnce.Do(func() {
+		root, err := os.MkdirTemp("", "gauntlet-notes-")
+		if err != nil {
+			notesErr = err
+			return
+		}
+		notesRoot = root
+		dir := filepath.Join(root, "env")
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "mcp-notes-server"), "./examples/mcp-notes-server")
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, for containerd's root too
+		if out, err := cmd.CombinedOutput(); err != nil {
+			notesErr = fmt.Errorf("build the notes server: %v: %s", err, out)
+			return
+		}
+		for _, c := range []struct{ from, to string }{
+			{"../../examples/mcp-notes-server/profiles/flaky-notes.yaml", filepath.Join(root, "flaky-notes.yaml")},
+			{"../../examples/mcp-notes-server/notes.yaml", filepath.Join(dir, "notes.yaml")},
+		} {
+			b, err := os.ReadFile(c.from)
+			if err == nil {
+				err = os.WriteFile(c.to, b, 0o644)
+			}
+			if err != nil {
+				notesErr = err
+				return
+			}
+		}
+		notesDir, notesProfile = dir, filepath.Join(root, "flaky-notes.yaml")
+	})
+	if notesErr != nil {
+		t.Fatal(notesErr)
 	}
-	profile, err := os.ReadFile("../../examples/mcp-notes-server/profiles/flaky-notes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	profilePath := filepath.Join(t.TempDir(), "flaky-notes.yaml")
-	if err := os.WriteFile(profilePath, profile, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	decl, err := os.ReadFile("../../examples/mcp-notes-server/notes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "notes.yaml"), decl, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir, profilePath
+	return notesDir, notesProfile
 }
 
+var (
+	notesOnce                         sync.Once
+	notesRoot, notesDir, notesProfile string
+	notesErr                          error
+)
+
 // TestMCPHarnessRun: a user's MCP server, declared as `env: mcp` in --env.mcp, runs
-// through the whole pipeline in `process` sandboxes: the scheduler accepts it, workers
-// start the server in each episode's sandbox and play the declaration's oracle with the
-// stress profile's faults firing on its calls, the reward service scores the CEL
-// verifier's verdicts, and ClickHouse holds every step exactly once, with the server's
-// answers in the state diffs. One recorded episode then replays from ClickHouse alone,
-// without the server or a sandbox, to the same observations.
+// through the whole pipeline in sandboxes of each runtime (`process`, `containerd`): the
+// scheduler accepts it, workers start the server in each episode's sandbox and play the
+// declaration's oracle with the stress profile's faults firing on its calls, the reward
+// service scores the CEL verifier's verdicts, and ClickHouse holds every step exactly
+// once, with the server's answers in the state diffs. One recorded episode then replays
+// from ClickHouse alone, without the server or a sandbox, to the same observations; and
+// (process) `episode fork` replays its calls into a fresh server and goes on from there.
 func TestMCPHarnessRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs ClickHouse and a sandbox runtime; run without -short")
 	}
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
+		t.Run(rt, func(t *testing.T) { testMCPHarnessRun(t, rt) })
+	}
+}
+
+func testMCPHarnessRun(t *testing.T, rt string) {
 	dir, profile := notesEnvDir(t)
 	cfg := testConfig(t)
-	cfg.Sandbox = sandboxConfig(t, runtimes.Process)
+	cfg.Sandbox = sandboxConfig(t, rt)
 	cfg.MCP = mcpenv.Config{Dir: dir}
 	s := startStack(t, cfg)
 	o := runOpts{env: "notes", params: "{}", policies: "oracle=1", profiles: "stress=1,flaky-notes=3", profileFiles: profile,
@@ -90,8 +120,8 @@ func TestMCPHarnessRun(t *testing.T) {
 		}
 		t.Fatalf("the oracle won %d of 16 episodes (want at least 12), %d steps met faults and %d were aborted (want some)", won, faulted, aborted)
 	}
-	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND runtime = 'process' AND tool_calls = 1 AND position(state_diff, '"answer":{"result":') > 0`); got == "0" {
-		t.Fatal("no step recorded a server's answer from a process sandbox")
+	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND runtime = '` + rt + `' AND tool_calls = 1 AND position(state_diff, '"answer":{"result":') > 0`); got == "0" {
+		t.Fatalf("no step recorded a server's answer from a %s sandbox", rt)
 	}
 	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND success = 1 AND r_task > 0`); got == "0" {
 		t.Fatal("no successful step was rewarded")
@@ -157,11 +187,33 @@ func TestMCPHarnessRun(t *testing.T) {
 	}
 	t.Logf("episode %s: %d steps, replayed from ClickHouse without the server; the run: %d of 16 won, %d steps met faults, %d calls aborted", id, len(steps), won, faulted, aborted)
 
+	if rt == runtimes.Process {
+		// `episode fork` goes on from before the episode's last step: the recorded calls
+		// are replayed into a fresh server (checked against the recorded answers), and the
+		// oracle finishes the task on it.
+		state := runtimestest.Config(t, runtimes.Process).StateDir
+		fork := []string{"episode", "fork", "--clickhouse", s.app.clickHouseAddr(), "--database", cfg.Database, "--data-dir", t.TempDir(),
+			"--env.mcp", dir, "--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", state, id, "--step", strconv.Itoa(len(steps) - 1), "--policy", "oracle"}
+		var out, errOut strings.Builder
+		if err := runMain(ctx, fork, &out, &errOut); err != nil {
+			t.Fatalf("episode fork: %v\n%s%s", err, out.String(), errOut.String())
+		}
+		if !strings.Contains(out.String(), "every observation identical to the recording") || !strings.Contains(out.String(), "success=true") {
+			t.Fatalf("episode fork of %s at step %d:\n%s", id, len(steps)-1, out.String())
+		}
+	}
+
 	// `reward explain` replays it the same way: with the server's binary gone, every
 	// reward is re-derived bit for bit.
-	if err := os.Remove(filepath.Join(dir, "bin", "mcp-notes-server")); err != nil {
+	bin := filepath.Join(dir, "bin", "mcp-notes-server")
+	if err := os.Rename(bin, bin+".away"); err != nil {
 		t.Fatal(err)
 	}
+	defer func() { // other tests of this binary play the notes env after this one
+		if err := os.Rename(bin+".away", bin); err != nil {
+			t.Error(err)
+		}
+	}()
 	cli := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", cfg.Database, "--data-dir", t.TempDir(), "--env.mcp", dir}
 	var out, errOut strings.Builder
 	if err := runMain(ctx, append([]string{"reward", "explain"}, append(cli, id)...), &out, &errOut); err != nil {

@@ -34,9 +34,9 @@ type runOpts struct {
 	drift, profileFiles, rewardSpec        string
 	// endpoint and model are the run's model endpoint, for a policy that asks one (the
 	// http policy): run declares them (registerEndpoint), demo takes its serving config's.
-	endpoint, model       string
-	episodes, seed        uint64
-	maxInFlight, maxSteps uint
+	endpoint, model, credential string
+	episodes, seed              uint64
+	maxInFlight, maxSteps       uint
 	// worlds are user worlds the run's env may be one of: the run is checked here, so
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
@@ -71,6 +71,7 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 func (o *runOpts) registerEndpoint(fs *flag.FlagSet) {
 	fs.StringVar(&o.endpoint, "policy.http.url", "", "the run's model endpoint, for the http policy: an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (required with --policies http=N)")
 	fs.StringVar(&o.model, "policy.http.model", "", "model name the http policy sends to the run's endpoint (default: the workers' --policy.http.model)")
+	fs.StringVar(&o.credential, "policy.http.credential", "", "name of the credential whose key the workers send to the run's endpoint: a file of their --policy.http.credentials-dir (default: their --policy.http.api-key); the name, never the key, is recorded with the run")
 }
 
 // request builds and validates the run request, naming the bad flag; it keeps the parsed
@@ -161,8 +162,8 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	if o.spec != nil {
 		req.RewardSpec, req.Origin.RewardSpec = o.spec.Digest, o.spec.Version
 	}
-	if o.endpoint != "" || o.model != "" {
-		req.PolicyEndpoint = &gauntletv1.PolicyEndpoint{Url: o.endpoint, Model: o.model}
+	if o.endpoint != "" || o.model != "" || o.credential != "" {
+		req.PolicyEndpoint = &gauntletv1.PolicyEndpoint{Url: o.endpoint, Model: o.model, Credential: o.credential}
 	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))

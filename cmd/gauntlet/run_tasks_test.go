@@ -76,7 +76,7 @@ func TestRunTasksSelects(t *testing.T) {
 				t.Errorf("--tasks %s: pinned[%d] = %v, want %s %s", given, i, p.Tasks[i], w.ID, w.Digest)
 			}
 		}
-		if s := o.tasks.selection.String(); !strings.HasPrefix(s, "tasks: 6 of 31 of dataset gauntlet ("+dir+"), pinned by digest: python/") {
+		if s := o.tasks.selection.String(); !strings.HasPrefix(s, "tasks: 6 of 32 of dataset gauntlet ("+dir+"), pinned by digest: python/") {
 			t.Errorf("the selection as printed: %s", s)
 		}
 	}
@@ -94,7 +94,7 @@ func TestRunTasksRefused(t *testing.T) {
 		want string
 	}{
 		{[]string{"--tasks", "gauntlet", "--tasks.tag", "python", "--tasks.difficulty", "hard"},
-			`--tasks.tag python --tasks.difficulty hard: tasks: no task selected: the filter tags ["python"], difficulty ["hard"] selects none of the 31 tasks of dataset gauntlet (` + dir + `)`},
+			`--tasks.tag python --tasks.difficulty hard: tasks: no task selected: the filter tags ["python"], difficulty ["hard"] selects none of the 32 tasks of dataset gauntlet (` + dir + `)`},
 		{[]string{"--tasks", "gauntlet", "--tasks.glob", "nothing/*"}, `--tasks.glob nothing/*: tasks: no task selected`},
 		{[]string{"--tasks", "gauntlet", "--tasks.difficulty", "trivial"}, `difficulty "trivial" is not one of easy, medium, hard`},
 		{[]string{"--tasks", "mine"}, "--tasks mine: neither a dataset of the stack nor a folder (the stack's datasets: gauntlet=" + dir + ")"},
@@ -157,7 +157,7 @@ stages:
 	if len(got) != len(want) || got[0].ID != want[0].ID || got[0].Digest != want[0].Digest {
 		t.Errorf("pinned %v, want the %d medium python tasks", got, len(want))
 	}
-	if !strings.Contains(stderr.String(), "stage a: 6 of the 31 tasks of dataset gauntlet") {
+	if !strings.Contains(stderr.String(), "stage a: 6 of the 32 tasks of dataset gauntlet") {
 		t.Errorf("stderr: %q", stderr.String())
 	}
 	s = spec("gauntlet", "hard")

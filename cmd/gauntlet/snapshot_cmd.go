@@ -98,6 +98,7 @@ func (o *replayOpts) registerSandbox(fs *flag.FlagSet) {
 	fs.StringVar(&o.sandbox.Containerd, "sandbox.containerd", "", "socket of a running containerd (default: start a private one)")
 	fs.StringVar(&o.sandbox.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd (default: build it with the Go toolchain)")
 	o.sandbox.Images.RegisterFlags(fs)
+	o.sandbox.RegisterHostsFlag(fs)
 	o.tasks.RegisterFlags(fs)
 	o.worlds.RegisterFlags(fs)
 	o.mcp.RegisterFlags(fs)
@@ -421,7 +422,9 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 	played := make([]play.Recorded, o.step)
 	for i := range played {
 		st := rec.steps[i]
-		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation),
+		// The diffs hold an MCP server's answers: a fork of its episode is refused where a
+		// fresh server answers otherwise (play.ErrDiverged).
+		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation), Diff: []byte(st.StateDiff),
 			Flags: play.ThreatFlags(st.SafetyEvents)}
 	}
 	_, differ, err := sess.Replay(ctx, played)

@@ -158,6 +158,8 @@ type taskJSON struct {
 	StorageMB     int               `json:"storage_mb"`
 	GPUs          int               `json:"gpus,omitempty"`
 	AllowInternet bool              `json:"allow_internet"`
+	NetworkMode   string            `json:"network_mode"`
+	AllowedHosts  []string          `json:"allowed_hosts,omitempty"`
 	VerifierEnv   map[string]string `json:"verifier_env,omitempty"`
 	Metadata      map[string]any    `json:"metadata,omitempty"`
 	Canary        bool              `json:"canary,omitempty"`
@@ -175,7 +177,7 @@ func toJSON(t *tasks.Task, withInstruction bool) taskJSON {
 		AgentTimeout: c.Agent.Timeout.Seconds(), VerifierTime: c.Verifier.Timeout.Seconds(),
 		BuildTimeout: c.Environment.BuildTimeout.Seconds(), CPUs: c.Environment.CPUs,
 		MemoryMB: c.Environment.MemoryMB, StorageMB: c.Environment.StorageMB, GPUs: c.Environment.GPUs,
-		AllowInternet: c.Environment.AllowInternet, VerifierEnv: c.Verifier.Env, Metadata: c.Metadata.Extra,
+		AllowInternet: c.Environment.AllowInternet, NetworkMode: c.Environment.NetworkMode, AllowedHosts: c.Environment.AllowedHosts, VerifierEnv: c.Verifier.Env, Metadata: c.Metadata.Extra,
 		Canary: c.Metadata.Canary,
 	}
 	if withInstruction {
@@ -314,6 +316,14 @@ func tasksDescribe(args []string, stdout, stderr io.Writer) error {
 	}
 	row("resources", fmt.Sprintf("%d cpus, %d MB memory, %d MB storage, %d gpus", c.Environment.CPUs, c.Environment.MemoryMB, c.Environment.StorageMB, c.Environment.GPUs))
 	row("internet", fmt.Sprint(c.Environment.AllowInternet))
+	row("network", c.Environment.NetworkMode)
+	if c.Environment.NetworkMode == tasks.NetworkAllowlist {
+		hosts := strings.Join(c.Environment.AllowedHosts, ", ")
+		if hosts == "" {
+			hosts = "none (every request is refused)"
+		}
+		row("allowed hosts", hosts)
+	}
 	row("timeouts", fmt.Sprintf("agent %v, verifier %v, build %v", c.Agent.Timeout, c.Verifier.Timeout, c.Environment.BuildTimeout))
 	row("agent user", c.Agent.User)
 	row("verifier user", c.Verifier.User)

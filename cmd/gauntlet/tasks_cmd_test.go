@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskstest"
 )
 
 // writeFiles writes path: content under dir; ".sh" files are executable.
@@ -116,12 +118,18 @@ func TestTasksLsAndDescribe(t *testing.T) {
 // command and is named. A canary passes when its oracle fails, and a canary its oracle
 // solves fails the command.
 func TestTasksCheck(t *testing.T) {
-	out, errOut, err := runTasksCmd("check", "--data-dir", t.TempDir(), "--glob", "codefix/sum", "--glob", "data/status-summary", "--glob", "python/fix-median", "--glob", "canary/*", "../../datasets/gauntlet")
+	// The host net/latest-release allows, served on the loopback and reached by name
+	// through the runtime's host map.
+	remote := httptest.NewServer(taskstest.ReleasesHandler())
+	t.Cleanup(remote.Close)
+	out, errOut, err := runTasksCmd("check", "--data-dir", t.TempDir(), "--glob", "codefix/sum", "--glob", "data/status-summary", "--glob", "python/fix-median", "--glob", "canary/*",
+		"--glob", "net/*", "--sandbox.hosts", taskstest.ReleasesHost+"="+remote.Listener.Addr().String(), "../../datasets/gauntlet")
 	if err != nil {
 		t.Fatalf("check: %v\n%s%s", err, out, errOut)
 	}
 	for _, want := range []string{"ok   codefix/sum  oracle {\"reward\":1}  no-op {\"reward\":0}", "ok   data/status-summary", "ok   python/fix-median",
-		"ok   canary/predict-draw  oracle {\"reward\":0}  no-op {\"reward\":0}  (canary: the oracle must fail)", "4 of 4 tasks pass"} {
+		"ok   canary/predict-draw  oracle {\"reward\":0}  no-op {\"reward\":0}  (canary: the oracle must fail)",
+		"ok   net/latest-release  oracle {\"reward\":1}  no-op {\"reward\":0}", "5 of 5 tasks pass"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -169,8 +177,9 @@ func TestTasksCheck(t *testing.T) {
 
 // TestTasksCheckOnContainerd: tasks check on the containerd runtime, each task in its
 // own image built from its Dockerfile through a local registry, passes a representative
-// part of the in-repo dataset: a codefix bug, a shell task, a data task, and a Python
-// task whose image installs python3 with apt-get.
+// part of the in-repo dataset: a codefix bug, a shell task, a data task, a Python task
+// whose image installs python3 with apt-get, and the task that reaches an allowed host
+// (served on the loopback by runtimestest.Config).
 // The whole dataset, checked by hand, is in docs/benchmarks.md (its 10 apt-get builds
 // take minutes).
 func TestTasksCheckOnContainerd(t *testing.T) {
@@ -179,8 +188,8 @@ func TestTasksCheckOnContainerd(t *testing.T) {
 	}
 	c := runtimestest.Config(t, runtimes.Containerd)
 	im := runtimestest.Images(t)
-	ids := []string{"codefix/sum", "shell/count-errors", "data/transpose", "python/fix-median"}
-	args := []string{"check", "--data-dir", t.TempDir(), "--sandbox.runtime", runtimes.Containerd, "--sandbox.pool-size", "0",
+	ids := []string{"codefix/sum", "shell/count-errors", "data/transpose", "python/fix-median", "net/latest-release"}
+	args := []string{"check", "--data-dir", t.TempDir(), "--sandbox.runtime", runtimes.Containerd, "--sandbox.pool-size", "0", "--sandbox.hosts", c.Hosts.String(),
 		"--sandbox.state-dir", c.StateDir, "--sandbox.containerd", c.Containerd, "--sandbox.agent", c.AgentBinary,
 		"--images.registry", im.Registry, "--images.docker-hub-mirror", im.DockerHubMirror, "--images.cache-dir", im.CacheDir}
 	for _, id := range ids {
@@ -195,7 +204,7 @@ func TestTasksCheckOnContainerd(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if want := "4 of 4 tasks pass (oracle succeeds, no-op fails) on the containerd runtime"; !strings.Contains(out, want) {
+	if want := "5 of 5 tasks pass (oracle succeeds, no-op fails) on the containerd runtime"; !strings.Contains(out, want) {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }

@@ -65,7 +65,7 @@ func TestTasksEndToEnd(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "ws")
 	var stdout, stderr bytes.Buffer
 	args := []string{"episode", "snapshot", ep, "--step", "1", "--out", out, "--clickhouse", ch.Addr(), "--database", db,
-		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli", "--tasks.datasets", "gauntlet=" + dataset}
+		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli", "--sandbox.hosts", sc.Hosts.String(), "--tasks.datasets", "gauntlet=" + dataset}
 	if err := runMain(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
 	}
@@ -111,7 +111,7 @@ func TestTasksEndToEnd(t *testing.T) {
 	stdout.Reset()
 	stderr.Reset()
 	args = []string{"episode", "snapshot", faulty, "--step", steps, "--out", filepath.Join(t.TempDir(), "ws-faults"), "--clickhouse", ch.Addr(), "--database", db,
-		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli", "--tasks.datasets", "gauntlet=" + dataset}
+		"--sandbox.runtime", runtimes.Process, "--sandbox.state-dir", sc.StateDir + "-cli", "--sandbox.hosts", sc.Hosts.String(), "--tasks.datasets", "gauntlet=" + dataset}
 	if err := runMain(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
 	}

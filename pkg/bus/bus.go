@@ -506,7 +506,7 @@ func EndedHeader(e *gauntletv1.EpisodeEnded) (string, error) {
 	b, err := gauntletv1.Marshal(&gauntletv1.EndedSummary{
 		Episode: &gauntletv1.EpisodeRef{EpisodeId: req.GetEpisodeId(), RunId: req.GetRunId(), Index: req.GetIndex()},
 		Steps:   e.GetSteps(), InfraError: e.GetInfraError(), Success: e.GetSuccess(),
-		TotalReward: e.GetTotalReward(), FaultsFired: e.GetFaultsFired(),
+		TotalReward: e.GetTotalReward(), FaultsFired: e.GetFaultsFired(), InfraKind: e.GetInfraKind(),
 	})
 	if err != nil {
 		return "", fmt.Errorf("encode ended summary: %w", err)

@@ -94,6 +94,12 @@ type CurriculumSummary struct {
 	Episodes    uint64     `json:"episodes"`
 	Successes   uint64     `json:"successes"`
 	SuccessRate float64    `json:"success_rate"`
+	// InfraErrors is how many of Episodes ended as infra errors; SuccessRate leaves them
+	// out (the batches give them by kind).
+	InfraErrors uint64 `json:"infra_errors"`
+	// PauseReason says why the curriculum paused itself (a batch mostly of infra errors),
+	// from its memo; empty otherwise.
+	PauseReason string `json:"pause_reason,omitempty"`
 }
 
 // summaryOf reads a curriculum's state, stage and times from Temporal's record of it.
@@ -112,6 +118,7 @@ func summaryOf(info *workflowpb.WorkflowExecutionInfo) CurriculumSummary {
 	memo(workflows.MemoStage, &s.Stage)
 	memo(workflows.MemoStageName, &s.StageName)
 	memo(workflows.MemoSubmittedBy, &s.SubmittedBy)
+	memo(workflows.MemoPauseReason, &s.PauseReason)
 	switch info.GetStatus() {
 	case enums.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		s.Open = true
@@ -186,8 +193,8 @@ func (c *Console) curricula(ctx context.Context, _ *http.Request, p params) (any
 	for i := range out.Curricula {
 		s := &out.Curricula[i]
 		if n, ok := counts[s.ID]; ok {
-			s.Name, s.Runs, s.Episodes, s.Successes = n.Name, n.Runs, n.Episodes, n.Successes
-			s.SuccessRate = ratio(float64(n.Successes), n.Episodes)
+			s.Name, s.Runs, s.Episodes, s.Successes, s.InfraErrors = n.Name, n.Runs, n.Episodes, n.Successes, n.InfraErrors
+			s.SuccessRate = ratio(float64(n.Successes), scored(n.Episodes, n.InfraErrors))
 		}
 	}
 	return out, nil
@@ -270,8 +277,8 @@ func (c *Console) curriculum(ctx context.Context, r *http.Request, _ params) (an
 	}
 	if n, ok := counts[id]; ok {
 		s := &p.Curriculum
-		s.Name, s.Runs, s.Episodes, s.Successes = n.Name, n.Runs, n.Episodes, n.Successes
-		s.SuccessRate = ratio(float64(n.Successes), n.Episodes)
+		s.Name, s.Runs, s.Episodes, s.Successes, s.InfraErrors = n.Name, n.Runs, n.Episodes, n.Successes, n.InfraErrors
+		s.SuccessRate = ratio(float64(n.Successes), scored(n.Episodes, n.InfraErrors))
 	}
 	return p, nil
 }

@@ -4,27 +4,28 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
 // curriculumCountsSQL counts, per curriculum, its runs (from the runs table) and their
-// ended episodes and successes (from episodes). {db} is the database; the one parameter
-// is the curricula's ids.
-const curriculumCountsSQL = `SELECT curriculum_id, any(curriculum_name), count(), sum(eps), sum(ok)
+// ended episodes, infra errors and successes (from episodes). {db} is the database; the
+// one parameter is the curricula's ids.
+const curriculumCountsSQL = `SELECT curriculum_id, any(curriculum_name), count(), sum(eps), sum(infra), sum(ok)
 FROM (SELECT run_id, curriculum_id, curriculum_name FROM {db}.runs FINAL WHERE has(?, curriculum_id))
-ANY LEFT JOIN (SELECT run_id, count() AS eps, sum(success) AS ok FROM {db}.episodes FINAL
+ANY LEFT JOIN (SELECT run_id, count() AS eps, sum(infra_error) AS infra, sum(success) AS ok FROM {db}.episodes FINAL
 	WHERE run_id IN (SELECT run_id FROM {db}.runs FINAL WHERE has(?, curriculum_id)) GROUP BY run_id)
 USING run_id
 GROUP BY curriculum_id`
 
 // curriculumCount is one curriculum's row of curriculumCountsSQL.
 type curriculumCount struct {
-	Name                      string
-	Runs, Episodes, Successes uint64
+	Name                                   string
+	Runs, Episodes, InfraErrors, Successes uint64
 }
 
-// CurriculumCounts returns, by curriculum id, its name, runs and their ended episodes
-// and successes; a curriculum without a run yet is absent.
+// CurriculumCounts returns, by curriculum id, its name, runs and their ended episodes,
+// infra errors and successes; a curriculum without a run yet is absent.
 func (r reader) CurriculumCounts(ctx context.Context, ids []string) (map[string]curriculumCount, error) {
 	out := map[string]curriculumCount{}
 	if len(ids) == 0 {
@@ -38,7 +39,7 @@ func (r reader) CurriculumCounts(ctx context.Context, ids []string) (map[string]
 	for rows.Next() {
 		var id string
 		var n curriculumCount
-		if err := rows.Scan(&id, &n.Name, &n.Runs, &n.Episodes, &n.Successes); err != nil {
+		if err := rows.Scan(&id, &n.Name, &n.Runs, &n.Episodes, &n.InfraErrors, &n.Successes); err != nil {
 			return nil, fmt.Errorf("count curricula's episodes: scan: %w", err)
 		}
 		out[id] = n
@@ -51,24 +52,27 @@ func (r reader) CurriculumCounts(ctx context.Context, ids []string) (map[string]
 
 // StageRow is one closed stage of a curriculum (the curriculum_stages table).
 type StageRow struct {
-	Stage          uint32    `json:"stage"`
-	StageName      string    `json:"stage_name"`
-	Outcome        string    `json:"outcome"`
-	Metric         string    `json:"metric"`
-	Threshold      float64   `json:"threshold"`
-	WindowEpisodes uint64    `json:"window_episodes"`
-	WindowValue    float64   `json:"window_value"`
-	Episodes       uint64    `json:"episodes"`
-	Succeeded      uint64    `json:"succeeded"`
-	RewardSum      float64   `json:"reward_sum"`
-	Batches        uint32    `json:"batches"`
-	ClosedAt       time.Time `json:"closed_at"`
+	Stage          uint32  `json:"stage"`
+	StageName      string  `json:"stage_name"`
+	Outcome        string  `json:"outcome"`
+	Metric         string  `json:"metric"`
+	Threshold      float64 `json:"threshold"`
+	WindowEpisodes uint64  `json:"window_episodes"`
+	WindowValue    float64 `json:"window_value"`
+	Episodes       uint64  `json:"episodes"`
+	Succeeded      uint64  `json:"succeeded"`
+	RewardSum      float64 `json:"reward_sum"`
+	// InfraErrors is how many of Episodes ended as infra errors (0 for stages closed
+	// before they were recorded).
+	InfraErrors uint64    `json:"infra_errors"`
+	Batches     uint32    `json:"batches"`
+	ClosedAt    time.Time `json:"closed_at"`
 }
 
 // CurriculumStages returns the stages the curriculum closed, in order.
 func (r reader) CurriculumStages(ctx context.Context, id string) ([]StageRow, error) {
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT stage, stage_name, outcome, metric, threshold,
-		window_episodes, window_value, episodes, succeeded, reward_sum, batches, closed_at
+		window_episodes, window_value, episodes, succeeded, reward_sum, infra_errors, batches, closed_at
 		FROM {db}.curriculum_stages FINAL WHERE curriculum_id = ? ORDER BY stage, closed_at_ns LIMIT ?`), id, maxBatches)
 	if err != nil {
 		return nil, fmt.Errorf("curriculum %s stages: %w", id, err)
@@ -78,7 +82,7 @@ func (r reader) CurriculumStages(ctx context.Context, id string) ([]StageRow, er
 	for rows.Next() {
 		var s StageRow
 		if err := rows.Scan(&s.Stage, &s.StageName, &s.Outcome, &s.Metric, &s.Threshold, &s.WindowEpisodes,
-			&s.WindowValue, &s.Episodes, &s.Succeeded, &s.RewardSum, &s.Batches, &s.ClosedAt); err != nil {
+			&s.WindowValue, &s.Episodes, &s.Succeeded, &s.RewardSum, &s.InfraErrors, &s.Batches, &s.ClosedAt); err != nil {
 			return nil, fmt.Errorf("curriculum %s stages: scan: %w", id, err)
 		}
 		out = append(out, s)
@@ -101,18 +105,41 @@ type BatchPoint struct {
 	Successes   uint64    `json:"successes"`
 	SuccessRate float64   `json:"success_rate"`
 	MeanReward  float64   `json:"mean_reward"`
+	// InfraErrors is how many of Episodes ended as infra errors, by kind in InfraByKind
+	// (as RunSummary's); the rates leave them out, as the curriculum's promotion does.
+	InfraErrors uint64            `json:"infra_errors"`
+	InfraByKind map[string]uint64 `json:"infra_by_kind"`
 	// Drift is, per selector of CurriculumPage.Selectors, the mean value its ramp had
 	// over the batch's episodes; null where the batch had no such drift.
 	Drift []*float64 `json:"drift"`
 }
 
-// curriculumBatchesSQL is a curriculum's batches in order with their ended episodes.
-const curriculumBatchesSQL = `SELECT run_id, stage, stage_name, batch, drift_text, submitted_at, eps, ok, reward
+// curriculumBatchesSQL is a curriculum's batches in order with their ended episodes;
+// its last columns count each batch's infra errors of each kind of infraKinds.
+var curriculumBatchesSQL = `SELECT run_id, stage, stage_name, batch, drift_text, submitted_at, eps, infra, ok, reward` + batchKindColumns() + `
 FROM (SELECT run_id, stage, stage_name, batch, drift_text, submitted_at FROM {db}.runs FINAL WHERE curriculum_id = ?)
-ANY LEFT JOIN (SELECT run_id, count() AS eps, sum(success) AS ok, sum(total_reward) AS reward FROM {db}.episodes FINAL
+ANY LEFT JOIN (SELECT run_id, count() AS eps, sum(infra_error) AS infra, sum(success) AS ok, sum(total_reward) AS reward` + infraKindColumnsAs() + ` FROM {db}.episodes FINAL
 	WHERE run_id IN (SELECT run_id FROM {db}.runs FINAL WHERE curriculum_id = ?) GROUP BY run_id)
 USING run_id
 ORDER BY stage, batch LIMIT ?`
+
+// infraKindColumnsAs is infraKindColumns with each count named k0, k1, ... for the outer
+// query of curriculumBatchesSQL, which batchKindColumns selects.
+func infraKindColumnsAs() string {
+	var b strings.Builder
+	for i, k := range infraKinds {
+		fmt.Fprintf(&b, ", countIf(infra_error = 1 AND infra_kind = '%s') AS k%d", k, i)
+	}
+	return b.String()
+}
+
+func batchKindColumns() string {
+	var b strings.Builder
+	for i := range infraKinds {
+		fmt.Fprintf(&b, ", k%d", i)
+	}
+	return b.String()
+}
 
 // curriculumDriftSQL is, per batch of a curriculum and drift selector, the mean value in
 // force over the batch's episodes.
@@ -134,10 +161,17 @@ func (r reader) CurriculumBatches(ctx context.Context, id string) ([]BatchPoint,
 	for rows.Next() {
 		var b BatchPoint
 		var reward float64
-		if err := rows.Scan(&b.RunID, &b.Stage, &b.StageName, &b.Batch, &b.DriftText, &b.SubmittedAt, &b.Episodes, &b.Successes, &reward); err != nil {
+		kinds := make([]uint64, len(infraKinds))
+		dest := []any{&b.RunID, &b.Stage, &b.StageName, &b.Batch, &b.DriftText, &b.SubmittedAt, &b.Episodes, &b.InfraErrors, &b.Successes, &reward}
+		for i := range kinds {
+			dest = append(dest, &kinds[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("curriculum %s batches: scan: %w", id, err)
 		}
-		b.SuccessRate, b.MeanReward = ratio(float64(b.Successes), b.Episodes), ratio(reward, b.Episodes)
+		n := scored(b.Episodes, b.InfraErrors)
+		b.SuccessRate, b.MeanReward = ratio(float64(b.Successes), n), ratio(reward, n)
+		b.InfraByKind = byKind(kinds)
 		index[b.RunID] = len(out)
 		out = append(out, b)
 	}

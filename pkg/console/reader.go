@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // Bounds on what one request reads. Every query carries a LIMIT no larger than these,
@@ -31,16 +34,22 @@ const (
 
 // RunSummary is one run as the runs list and the run page show it.
 type RunSummary struct {
-	RunID       string    `json:"run_id"`
-	Env         string    `json:"env"`
-	Episodes    uint64    `json:"episodes"`
-	Successes   uint64    `json:"successes"`
-	SuccessRate float64   `json:"success_rate"`
-	MeanReward  float64   `json:"mean_reward"`
-	Steps       uint64    `json:"steps"`
-	InfraErrors uint64    `json:"infra_errors"`
-	First       time.Time `json:"first"`
-	Last        time.Time `json:"last"`
+	RunID       string  `json:"run_id"`
+	Env         string  `json:"env"`
+	Episodes    uint64  `json:"episodes"`
+	Successes   uint64  `json:"successes"`
+	SuccessRate float64 `json:"success_rate"`
+	MeanReward  float64 `json:"mean_reward"`
+	Steps       uint64  `json:"steps"`
+	// InfraErrors is how many of Episodes ended as infra errors: they carry no reward
+	// and SuccessRate and MeanReward leave them out, as the run summary and the
+	// episodes_scored view do. InfraByKind splits them by what failed
+	// (episodes.infra_kind; "unknown" for one recorded before infra errors had kinds);
+	// kinds with none are absent.
+	InfraErrors uint64            `json:"infra_errors"`
+	InfraByKind map[string]uint64 `json:"infra_by_kind"`
+	First       time.Time         `json:"first"`
+	Last        time.Time         `json:"last"`
 	// State is the scheduler's: StateRunning or StateDone; empty when it has no record
 	// of the run (runs of env API sessions).
 	State string `json:"state,omitempty"`
@@ -61,12 +70,58 @@ const (
 
 // runSummarySQL summarises runs from their ended episodes; {db} is the database and
 // {where} the filter. A table of runs written at submission would replace this query.
-// Rates and means are computed in Go from sums: an empty group has none (not NaN).
-const runSummarySQL = `SELECT run_id, any(env), count(), sum(success), sum(total_reward),
+// Rates and means are computed in Go from sums: an empty group has none (not NaN). Its
+// last columns count the infra errors of each kind of infraKinds, in that order.
+var runSummarySQL = `SELECT run_id, any(env), count(), sum(success), sum(total_reward),
 	sum(steps), sum(infra_error), min(started_at), max(ended_at),
-	max(ended_at) >= now() - 15
+	max(ended_at) >= now() - 15` + infraKindColumns() + `
 FROM {db}.episodes FINAL {where}
 GROUP BY run_id`
+
+// infraKinds are the values episodes.infra_kind takes, in the enum's order: "" for an
+// infra error recorded before infra errors said what failed, then each kind's name.
+var infraKinds = func() []string {
+	nums := make([]int, 0, len(gauntletv1.InfraKind_name))
+	for n := range gauntletv1.InfraKind_name {
+		nums = append(nums, int(n))
+	}
+	sort.Ints(nums)
+	out := make([]string, len(nums))
+	for i, n := range nums {
+		out[i] = gauntletv1.InfraKind(n).Name()
+	}
+	return out
+}()
+
+// unknownInfraKind is what InfraByKind calls the kind of an infra error recorded before
+// infra errors said what failed.
+const unknownInfraKind = "unknown"
+
+// infraKindColumns counts a group's infra errors of each of infraKinds (the kinds are
+// the enum's own names, safe to quote).
+func infraKindColumns() string {
+	var b strings.Builder
+	for _, k := range infraKinds {
+		fmt.Fprintf(&b, ", countIf(infra_error = 1 AND infra_kind = '%s')", k)
+	}
+	return b.String()
+}
+
+// byKind maps the counts of infraKindColumns to their kinds, leaving out the zeros.
+func byKind(counts []uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for i, n := range counts {
+		if n == 0 {
+			continue
+		}
+		k := infraKinds[i]
+		if k == "" {
+			k = unknownInfraKind
+		}
+		out[k] = n
+	}
+	return out
+}
 
 // reader runs the console's queries on one connection.
 type reader struct {
@@ -80,11 +135,17 @@ func scanSummary(rows driver.Rows) (RunSummary, error) {
 	var s RunSummary
 	var reward float64
 	var live uint8
-	if err := rows.Scan(&s.RunID, &s.Env, &s.Episodes, &s.Successes, &reward, &s.Steps,
-		&s.InfraErrors, &s.First, &s.Last, &live); err != nil {
+	kinds := make([]uint64, len(infraKinds))
+	dest := []any{&s.RunID, &s.Env, &s.Episodes, &s.Successes, &reward, &s.Steps, &s.InfraErrors, &s.First, &s.Last, &live}
+	for i := range kinds {
+		dest = append(dest, &kinds[i])
+	}
+	if err := rows.Scan(dest...); err != nil {
 		return s, err
 	}
-	s.SuccessRate, s.MeanReward = ratio(float64(s.Successes), s.Episodes), ratio(reward, s.Episodes)
+	n := scored(s.Episodes, s.InfraErrors)
+	s.SuccessRate, s.MeanReward = ratio(float64(s.Successes), n), ratio(reward, n)
+	s.InfraByKind = byKind(kinds)
 	s.Live = live == 1
 	return s, nil
 }
@@ -94,6 +155,16 @@ func ratio(sum float64, n uint64) float64 {
 		return 0
 	}
 	return sum / float64(n)
+}
+
+// scored is how many of n ended episodes, infra of them infra errors, are scored: the
+// denominator of every success rate and mean reward the console shows (an infra error
+// is not the policy's doing and carries no reward).
+func scored(n, infra uint64) uint64 {
+	if infra >= n {
+		return 0
+	}
+	return n - infra
 }
 
 // Runs returns the limit runs whose last episode ended most recently.
@@ -151,12 +222,13 @@ type Bin struct {
 }
 
 // RewardHistogram returns the distribution of the run's episode rewards in
-// histogramBins equal bins between the lowest and the highest.
+// histogramBins equal bins between the lowest and the highest, over the scored episodes
+// (an infra error's reward of 0 is no reward).
 func (r reader) RewardHistogram(ctx context.Context, runID string) ([]Bin, error) {
 	var lo, hi float64
 	var n uint64
 	if err := r.conn.QueryRow(ctx, r.sql(`SELECT count(), min(total_reward), max(total_reward)
-		FROM {db}.episodes FINAL WHERE run_id = ?`), runID).Scan(&n, &lo, &hi); err != nil {
+		FROM {db}.episodes FINAL WHERE run_id = ? AND infra_error = 0`), runID).Scan(&n, &lo, &hi); err != nil {
 		return nil, fmt.Errorf("run %s reward range: %w", runID, err)
 	}
 	if n == 0 {
@@ -172,7 +244,7 @@ func (r reader) RewardHistogram(ctx context.Context, runID string) ([]Bin, error
 	}
 	bins[len(bins)-1].Hi = hi
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT toUInt64(floor((total_reward - (?)) / (?))) AS bin, count()
-		FROM {db}.episodes FINAL WHERE run_id = ? GROUP BY bin ORDER BY bin LIMIT ?`), lo, width, runID, histogramBins+1)
+		FROM {db}.episodes FINAL WHERE run_id = ? AND infra_error = 0 GROUP BY bin ORDER BY bin LIMIT ?`), lo, width, runID, histogramBins+1)
 	if err != nil {
 		return nil, fmt.Errorf("run %s reward histogram: %w", runID, err)
 	}
@@ -201,12 +273,13 @@ type FaultKind struct {
 	MeanReward  float64 `json:"mean_reward"`
 }
 
-// FaultKinds returns, for each fault kind fired in the run, the episodes where it fired
-// at least once and how they did, most met first; then the episodes that met no fault.
+// FaultKinds returns, for each fault kind fired in the run, the scored episodes (not
+// infra errors) where it fired at least once and how they did, most met first; then the
+// scored episodes that met no fault.
 func (r reader) FaultKinds(ctx context.Context, runID string) ([]FaultKind, error) {
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT kind, count(), sum(success), sum(total_reward)
 		FROM (SELECT DISTINCT episode_id, kind FROM {db}.faults FINAL WHERE run_id = ?)
-		ANY INNER JOIN (SELECT episode_id, success, total_reward FROM {db}.episodes FINAL WHERE run_id = ?)
+		ANY INNER JOIN (SELECT episode_id, success, total_reward FROM {db}.episodes FINAL WHERE run_id = ? AND infra_error = 0)
 		USING episode_id
 		GROUP BY kind ORDER BY count() DESC, kind LIMIT ?`), runID, runID, maxFaultKinds)
 	if err != nil {
@@ -229,7 +302,7 @@ func (r reader) FaultKinds(ctx context.Context, runID string) ([]FaultKind, erro
 	var none FaultKind
 	var reward float64
 	if err := r.conn.QueryRow(ctx, r.sql(`SELECT count(), sum(success), sum(total_reward)
-		FROM {db}.episodes FINAL WHERE run_id = ? AND faults_fired = 0`), runID).Scan(&none.Episodes, &none.Successes, &reward); err != nil {
+		FROM {db}.episodes FINAL WHERE run_id = ? AND faults_fired = 0 AND infra_error = 0`), runID).Scan(&none.Episodes, &none.Successes, &reward); err != nil {
 		return nil, fmt.Errorf("run %s episodes without faults: %w", runID, err)
 	}
 	if none.Episodes > 0 {
@@ -241,8 +314,10 @@ func (r reader) FaultKinds(ctx context.Context, runID string) ([]FaultKind, erro
 
 // Point is one point of a run's chart: the episodes with index in [From, From+Width).
 type Point struct {
-	From        uint64    `json:"from"`
-	Episodes    uint64    `json:"episodes"`
+	From     uint64 `json:"from"`
+	Episodes uint64 `json:"episodes"`
+	// InfraErrors is how many of Episodes ended as infra errors; the rates leave them out.
+	InfraErrors uint64    `json:"infra_errors"`
 	SuccessRate float64   `json:"success_rate"`
 	MeanReward  float64   `json:"mean_reward"`
 	LastEnded   time.Time `json:"last_ended"`
@@ -259,7 +334,7 @@ func (r reader) Series(ctx context.Context, runID string) (points []Point, width
 		return []Point{}, 1, nil
 	}
 	width = max(1, uint64(math.Ceil(float64(maxIdx+1)/seriesPoints)))
-	rows, err := r.conn.Query(ctx, r.sql(`SELECT toUInt64(intDiv(idx, ?)) AS b, count(), sum(success), sum(total_reward), max(ended_at)
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT toUInt64(intDiv(idx, ?)) AS b, count(), sum(infra_error), sum(success), sum(total_reward), max(ended_at)
 		FROM {db}.episodes FINAL WHERE run_id = ? GROUP BY b ORDER BY b LIMIT ?`), width, runID, seriesPoints+1)
 	if err != nil {
 		return nil, 0, fmt.Errorf("run %s series: %w", runID, err)
@@ -270,11 +345,12 @@ func (r reader) Series(ctx context.Context, runID string) (points []Point, width
 		var p Point
 		var b, successes uint64
 		var reward float64
-		if err := rows.Scan(&b, &p.Episodes, &successes, &reward, &p.LastEnded); err != nil {
+		if err := rows.Scan(&b, &p.Episodes, &p.InfraErrors, &successes, &reward, &p.LastEnded); err != nil {
 			return nil, 0, fmt.Errorf("run %s series: scan: %w", runID, err)
 		}
 		p.From = b * width
-		p.SuccessRate, p.MeanReward = ratio(float64(successes), p.Episodes), ratio(reward, p.Episodes)
+		n := scored(p.Episodes, p.InfraErrors)
+		p.SuccessRate, p.MeanReward = ratio(float64(successes), n), ratio(reward, n)
 		points = append(points, p)
 	}
 	if err := rows.Err(); err != nil {

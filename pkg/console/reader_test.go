@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -27,8 +28,9 @@ type episodeFixture struct {
 	faults  []string // kinds, one per fired fault
 }
 
-// runFixture: 3 of 5 episodes succeed, rewards sum to 3.0, one infra error; http_error
-// fired in episodes 1, 2 and 4 (twice in 4), latency in 1; 0 and 3 met no fault.
+// runFixture: 3 of 5 episodes succeed, rewards sum to 3.0, one infra error (a model
+// endpoint's, episode 4); http_error fired in episodes 1, 2 and 4 (twice in 4), latency
+// in 1; 0 and 3 met no fault.
 var runFixture = []episodeFixture{
 	{1, 1.0, 3, 0, nil},
 	{0, -0.5, 3, 0, []string{"http_error", "latency"}},
@@ -44,7 +46,7 @@ func insertFixture(t *testing.T, conn driver.Conn, db, runID string, eps []episo
 	// Each copy is its own insert, as a redelivered event would be: FINAL must show
 	// each episode once.
 	for range copies {
-		eb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".episodes (run_id, episode_id, idx, env, seed, policy, profile, requested_at, started_at, ended_at, steps, success, total_reward, infra_error, faults_fired, reason, version)")
+		eb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".episodes (run_id, episode_id, idx, env, seed, policy, profile, requested_at, started_at, ended_at, steps, success, total_reward, infra_error, infra_kind, faults_fired, reason, version)")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,8 +57,12 @@ func insertFixture(t *testing.T, conn driver.Conn, db, runID string, eps []episo
 		for i, e := range eps {
 			id := episodeID(runID, i)
 			at := t0.Add(time.Duration(i) * time.Second)
+			kind := ""
+			if e.infra == 1 {
+				kind = "model_endpoint"
+			}
 			if err := eb.Append(runID, id, uint64(i), "shop", uint64(100+i), "oracle", "stress", at, at, at.Add(time.Second),
-				e.steps, e.success, e.reward, e.infra, uint32(len(e.faults)), "success", uint64(1)); err != nil {
+				e.steps, e.success, e.reward, e.infra, kind, uint32(len(e.faults)), "success", uint64(1)); err != nil {
 				t.Fatal(err)
 			}
 			for j, k := range e.faults {
@@ -148,8 +154,13 @@ func TestAPIAgainstClickHouse(t *testing.T) {
 	if a.Env != "shop" || a.Episodes != 5 || a.Successes != 3 || a.InfraErrors != 1 || a.Steps != 13 || a.Live {
 		t.Errorf("rA summary = %+v", a)
 	}
-	near("rA success rate", a.SuccessRate, 0.6)
-	near("rA mean reward", a.MeanReward, 0.6)
+	// The infra error is left out of the rates, as the run summary and episodes_scored
+	// leave it out: 3 successes and 3.0 of reward over the 4 scored episodes.
+	near("rA success rate", a.SuccessRate, 0.75)
+	near("rA mean reward", a.MeanReward, 0.75)
+	if len(a.InfraByKind) != 1 || a.InfraByKind["model_endpoint"] != 1 {
+		t.Errorf("rA infra errors by kind = %v, want model_endpoint 1", a.InfraByKind)
+	}
 	if want := time.Date(2026, 12, 1, 12, 0, 5, 0, time.UTC); !a.Last.Equal(want) {
 		t.Errorf("rA last = %v, want %v", a.Last, want)
 	}
@@ -161,8 +172,9 @@ func TestAPIAgainstClickHouse(t *testing.T) {
 	if code := get("/console/api/runs/rA", &run); code != http.StatusOK {
 		t.Fatalf("run rA: status %d", code)
 	}
+	// Over the scored episodes: http_error met 1 and 2 (the infra error 4 left out).
 	wantKinds := []FaultKind{
-		{Kind: "http_error", Episodes: 3, Successes: 1, SuccessRate: 1.0 / 3, MeanReward: 0},
+		{Kind: "http_error", Episodes: 2, Successes: 1, SuccessRate: 0.5, MeanReward: 0},
 		{Kind: "latency", Episodes: 1, Successes: 0, SuccessRate: 0, MeanReward: -0.5},
 		{Kind: "", Episodes: 2, Successes: 2, SuccessRate: 1, MeanReward: 1.5},
 	}
@@ -177,9 +189,9 @@ func TestAPIAgainstClickHouse(t *testing.T) {
 		near("success rate of "+w.Kind, g.SuccessRate, w.SuccessRate)
 		near("mean reward of "+w.Kind, g.MeanReward, w.MeanReward)
 	}
-	// Rewards -0.5 .. 2.0 in 20 bins of 0.125: -0.5, 0, 0.5, 1.0 open bins 0, 4, 8, 12;
-	// the highest, 2.0, falls in the last.
-	wantBins := map[int]uint64{0: 1, 4: 1, 8: 1, 12: 1, 19: 1}
+	// Rewards of the scored episodes -0.5 .. 2.0 in 20 bins of 0.125: -0.5, 0.5, 1.0 open
+	// bins 0, 8, 12; the highest, 2.0, falls in the last. The infra error's 0 is no reward.
+	wantBins := map[int]uint64{0: 1, 8: 1, 12: 1, 19: 1}
 	if len(run.Histogram) != histogramBins {
 		t.Fatalf("%d bins, want %d", len(run.Histogram), histogramBins)
 	}
@@ -188,7 +200,8 @@ func TestAPIAgainstClickHouse(t *testing.T) {
 			t.Errorf("bin %d [%v, %v) = %d, want %d", i, b.Lo, b.Hi, b.Count, wantBins[i])
 		}
 	}
-	if run.SeriesWidth != 1 || len(run.Series) != 5 || run.Series[1].SuccessRate != 0 || run.Series[3].MeanReward != 2 {
+	if run.SeriesWidth != 1 || len(run.Series) != 5 || run.Series[1].SuccessRate != 0 || run.Series[3].MeanReward != 2 ||
+		run.Series[4].InfraErrors != 1 || run.Series[4].SuccessRate != 0 || run.Series[0].InfraErrors != 0 {
 		t.Errorf("series (width %d) = %+v", run.SeriesWidth, run.Series)
 	}
 
@@ -311,23 +324,36 @@ func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
 	if err := rb.Send(); err != nil {
 		t.Fatal(err)
 	}
-	eb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".episodes (run_id, episode_id, requested_at, success, total_reward, drift_selectors, drift_values, version)")
+	eb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".episodes (run_id, episode_id, requested_at, success, total_reward, infra_error, infra_kind, drift_selectors, drift_values, version)")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Batch c-s1-b0 has two infra errors (a sandbox's, and one recorded before infra
+	// errors had kinds) beside its two successes: left out of its rates, counted by kind.
 	for _, e := range []struct {
 		run, id string
 		ok      uint8
 		sels    []string
 		vals    []float64
+		infra   string // "-": none; else the kind
 	}{
-		{"c-s0-b0", "a", 1, nil, nil}, {"c-s0-b0", "b", 0, nil, nil},
-		{"c-s0-b1", "c", 1, []string{"*.latency.mean_ms"}, []float64{10}},
-		{"c-s1-b0", "d", 1, []string{"*.latency.mean_ms"}, []float64{100}},
-		{"c-s1-b0", "e", 1, []string{"*.latency.mean_ms", "api.http_error.p"}, []float64{200, 0.5}},
-		{"other-s0-b0", "f", 0, nil, nil},
+		{"c-s0-b0", "a", 1, nil, nil, "-"}, {"c-s0-b0", "b", 0, nil, nil, "-"},
+		{"c-s0-b1", "c", 1, []string{"*.latency.mean_ms"}, []float64{10}, "-"},
+		{"c-s1-b0", "d", 1, []string{"*.latency.mean_ms"}, []float64{100}, "-"},
+		{"c-s1-b0", "e", 1, []string{"*.latency.mean_ms", "api.http_error.p"}, []float64{200, 0.5}, "-"},
+		{"c-s1-b0", "g", 0, nil, nil, "sandbox"},
+		{"c-s1-b0", "h", 0, nil, nil, ""},
+		{"other-s0-b0", "f", 0, nil, nil, "-"},
 	} {
-		if err := eb.Append(e.run, e.id, t0, e.ok, 1.0, e.sels, e.vals, uint64(1)); err != nil {
+		infra, kind := uint8(0), ""
+		if e.infra != "-" {
+			infra, kind = 1, e.infra
+		}
+		reward := 1.0
+		if infra == 1 {
+			reward = 0
+		}
+		if err := eb.Append(e.run, e.id, t0, e.ok, reward, infra, kind, e.sels, e.vals, uint64(1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -352,18 +378,19 @@ func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
 		return strconv.FormatFloat(*v, 'g', -1, 64)
 	}
 	for i, w := range []struct {
-		run         string
-		eps, ok     uint64
-		rate        float64
-		lat, errorP string
+		run            string
+		eps, infra, ok uint64
+		rate, reward   float64
+		lat, errorP    string
+		kinds          string
 	}{
-		{"c-s0-b0", 2, 1, 0.5, "null", "null"},
-		{"c-s0-b1", 1, 1, 1, "10", "null"},
-		{"c-s1-b0", 2, 2, 1, "150", "0.5"},
+		{"c-s0-b0", 2, 0, 1, 0.5, 1, "null", "null", "map[]"},
+		{"c-s0-b1", 1, 0, 1, 1, 1, "10", "null", "map[]"},
+		{"c-s1-b0", 4, 2, 2, 1, 1, "150", "0.5", "map[sandbox:1 unknown:1]"},
 	} {
 		b := batches[i]
-		if b.RunID != w.run || b.Episodes != w.eps || b.Successes != w.ok || b.SuccessRate != w.rate ||
-			show(b.Drift[0]) != w.lat || show(b.Drift[1]) != w.errorP {
+		if b.RunID != w.run || b.Episodes != w.eps || b.InfraErrors != w.infra || b.Successes != w.ok || b.SuccessRate != w.rate ||
+			b.MeanReward != w.reward || show(b.Drift[0]) != w.lat || show(b.Drift[1]) != w.errorP || fmt.Sprint(b.InfraByKind) != w.kinds {
 			t.Errorf("batch %d = %+v (drift %s, %s), want %+v", i, b, show(b.Drift[0]), show(b.Drift[1]), w)
 		}
 	}
@@ -371,7 +398,7 @@ func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := counts["cur-1"]; got != (curriculumCount{Name: "demo", Runs: 3, Episodes: 5, Successes: 4}) {
+	if got := counts["cur-1"]; got != (curriculumCount{Name: "demo", Runs: 3, Episodes: 7, InfraErrors: 2, Successes: 4}) {
 		t.Errorf("cur-1 counts = %+v", got)
 	}
 	if got := counts["cur-2"]; got != (curriculumCount{Name: "demo", Runs: 1, Episodes: 1}) {
@@ -379,5 +406,24 @@ func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
 	}
 	if _, ok := counts["cur-none"]; ok || len(counts) != 2 {
 		t.Errorf("counts = %+v, want cur-1 and cur-2 only", counts)
+	}
+
+	// A closed stage says how many of its episodes were infra errors.
+	sb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".curriculum_stages (curriculum_id, curriculum_prefix, stage, stage_name, outcome, episodes, succeeded, infra_errors, batches, closed_at, closed_at_ns, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Append("cur-1", "c", uint32(1), "st", "promoted", uint64(40), uint64(27), uint64(10), uint32(2), t0, uint64(t0.UnixNano()), uint64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	stages, err := rd.CurriculumStages(ctx, "cur-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stages) != 1 || stages[0].Episodes != 40 || stages[0].InfraErrors != 10 || stages[0].Succeeded != 27 {
+		t.Errorf("stages = %+v, want stage 1 with 40 episodes, 10 infra errors, 27 successes", stages)
 	}
 }

@@ -158,6 +158,19 @@ type Follower interface {
 	Follow(t Turn, played Action)
 }
 
+// OutsideState is implemented by envs whose episodes keep their state in a party outside
+// gauntlet that a replay reaches again (an MCP server). Such an episode is forked by
+// replaying its recorded steps into a fresh party (play.Session.Replay), which is a fork
+// of the recording only if the party answers every replayed call as it did: only a party
+// whose answers depend on its calls and seed alone can be forked. These envs record what
+// the party answered in each step's diff, and a replay given the recorded diffs refuses
+// the fork at the first step whose diff differs (play.ErrDiverged), where other envs'
+// replays only report a differing observation.
+type OutsideState interface {
+	// OutsideState names the party, for that refusal ("the MCP server of notes.yaml").
+	OutsideState() string
+}
+
 // ErrUnknownEnv is returned by Lookup for a name nobody registered.
 var ErrUnknownEnv = errors.New("unknown env")
 

@@ -149,8 +149,9 @@ func (s *Session) step1(ctx context.Context, act env.Action, trainer *gauntletv1
 	st.Trainer = trainer
 	t0 := time.Now()
 	score, err := s.scorer.Score(ctx, st, s.named, s.reply)
-	res.Metering.RewardNs = uint64(time.Since(t0))
 	if err != nil {
+		// The scorer may still be sending st, whose metering is res's: neither is
+		// written again.
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, res, ErrAbandoned
 		}
@@ -159,6 +160,7 @@ func (s *Session) step1(ctx context.Context, act env.Action, trainer *gauntletv1
 		s.reply = make(chan ScoreResult, 1)
 		return nil, res, err
 	}
+	res.Metering.RewardNs = uint64(time.Since(t0))
 	st.Score = score
 	if err := s.out.Step(ctx, st); err != nil {
 		return nil, res, err
@@ -195,6 +197,7 @@ func (s *Session) threatStep(act env.Action, res *env.StepResult) {
 // errors, the policy's included (ErrAbandoned when ctx ended); the caller then ends the
 // episode with FinishInfra, or leaves it to a retry.
 func (s *Session) Run(ctx context.Context, agent env.Agent, turn env.Turn) error {
+	src, _ := agent.(TrainerSource)
 	for !s.done {
 		if ctx.Err() != nil {
 			return ErrAbandoned
@@ -203,7 +206,11 @@ func (s *Session) Run(ctx context.Context, agent env.Agent, turn env.Turn) error
 		if err != nil {
 			return fmt.Errorf("policy %s at step %d: %w", s.Req.GetPolicy(), turn.Step, err)
 		}
-		st, res, err := s.Step(ctx, act, nil)
+		var td *gauntletv1.TrainerData
+		if src != nil {
+			td = src.LastTrainerData()
+		}
+		st, res, err := s.Step(ctx, act, td)
 		if err != nil {
 			return err
 		}
@@ -212,11 +219,22 @@ func (s *Session) Run(ctx context.Context, agent env.Agent, turn env.Turn) error
 	return nil
 }
 
+// TrainerSource is an agent that can say how it produced its last action: the http
+// policy's agent, with the token ids and logprobs its model endpoint returned. Run
+// records that with the step (StepTaken.trainer, the trainer_steps table), as the env API
+// records a trainer's.
+type TrainerSource interface {
+	// LastTrainerData is the data of the action Act returned last; nil for none.
+	LastTrainerData() *gauntletv1.TrainerData
+}
+
 // Recorded is one step of a recording to replay: its action and, when the recording has
-// it, the observation the action produced (nil: not checked).
+// them, the observation the action produced and the step's state diff as recorded
+// (StepTaken.StateDiffJson, cut as the recording cut it) (nil: not checked).
 type Recorded struct {
 	Action      env.Action
 	Observation []byte
+	Diff        []byte
 	// Flags are the threat fingerprint flags the step was recorded with (its safety
 	// events of kind threats.EventMatch, ThreatFlags): a replayed step gets these, not
 	// what the replaying process knows, so it scores as it was scored.
@@ -238,15 +256,25 @@ func ThreatFlags(events []string) []string {
 // ErrReplayEnded is returned by Replay when the episode ends before the recording does.
 var ErrReplayEnded = errors.New("the episode ended before the recording")
 
+// ErrDiverged is returned by Replay when an env with outside state (env.OutsideState)
+// records another diff than the recording at a replayed step: the party outside answered
+// otherwise, so the replayed episode is not the recorded one and cannot be forked.
+var ErrDiverged = errors.New("the replay diverged from the recording")
+
 // Replay re-executes recorded steps on the reset episode, through Step (so they are scored
 // and sent to the output like any step), and proves the episode is the recorded one:
 // diverged is the first step whose observation differs from the recording's, or -1 when
 // every one is identical. Envs are deterministic given their seed, params, fault plan and
 // actions, so a divergence means a command whose output is not (a sandbox's clock, say).
 // turn is what an agent sees after the last replayed step, for Run to go on from.
+//
+// An env whose state is outside (env.OutsideState) is held to more: a replayed step whose
+// diff is not the recorded one (when the recording has it) ends the replay with
+// ErrDiverged, before any later step reaches the party in a state the recording never had.
 func (s *Session) Replay(ctx context.Context, rec []Recorded) (turn env.Turn, diverged int, err error) {
 	diverged = -1
 	turn = env.Turn{Step: s.step}
+	outside, _ := s.Env.(env.OutsideState)
 	for i, r := range rec {
 		if s.done {
 			return turn, diverged, fmt.Errorf("replay %s: %w: it ended at step %d of %d", s.Req.EpisodeId, ErrReplayEnded, s.step-1, len(rec))
@@ -254,6 +282,12 @@ func (s *Session) Replay(ctx context.Context, rec []Recorded) (turn env.Turn, di
 		st, res, err := s.step1(ctx, r.Action, nil, r.Flags, true)
 		if err != nil {
 			return turn, diverged, fmt.Errorf("replay step %d: %w", i, err)
+		}
+		if outside != nil && r.Diff != nil && st.StateDiffJson != string(r.Diff) {
+			return turn, int(st.Step), fmt.Errorf("replay %s: %w at step %d (%s): %s answered otherwise than it did when the step was recorded, "+
+				"so the replayed state is not the recorded one; a fork replays the recorded calls into a fresh party, "+
+				"which only a party whose answers depend on its calls and seed alone passes (recorded %.300s; now %.300s)",
+				s.Req.EpisodeId, ErrDiverged, st.Step, r.Action.Tool, outside.OutsideState(), r.Diff, st.StateDiffJson)
 		}
 		if diverged < 0 && r.Observation != nil && !bytes.Equal(res.Observation, r.Observation) {
 			diverged = int(st.Step)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,5 +232,76 @@ func TestStepRecordsPolicyAndRewardTime(t *testing.T) {
 		if m.GetRewardNs() == 0 {
 			t.Errorf("step %d: no scoring time recorded", i)
 		}
+	}
+}
+
+// outsideEnv is counterEnv whose state stands for a party outside gauntlet
+// (env.OutsideState): each step's diff records what the party answered.
+type outsideEnv struct{ counterEnv }
+
+func (outsideEnv) OutsideState() string { return "the test's counter" }
+
+func (outsideEnv) NewEpisode(env.Config) (env.Episode, error) { return &outsideEpisode{}, nil }
+
+type outsideEpisode struct{ counterEpisode }
+
+func (c *outsideEpisode) Step(a env.Action) (env.StepResult, error) {
+	r, err := c.counterEpisode.Step(a)
+	r.Diff = r.Observation
+	return r, err
+}
+
+// A replay of an env with outside state is refused at the first step whose diff is not
+// the recorded one (the party answered otherwise), and goes no further; without the
+// recorded diffs, or for an env whose state is gauntlet's own, a differing diff changes
+// nothing.
+func TestReplayOfOutsideStateRefusesAnotherDiff(t *testing.T) {
+	ctx := context.Background()
+	start := func(e env.Env) (*play.Session, *memOut) {
+		t.Helper()
+		deps := play.Deps{Envs: func(string) (env.Env, error) { return e, nil }}
+		out := &memOut{}
+		s := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: &gauntletv1.EpisodeRequested{EpisodeId: "r-0", Env: "counter-test", Seed: 1}},
+			"w-test", play.LocalScorer{}, out)
+		t.Cleanup(func() { _ = s.Close() })
+		if _, err := s.Prepare(ctx, deps); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Reset(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		return s, out
+	}
+	add := env.Action{Tool: "counter.add", Args: []byte(`{}`)}
+	rec := []play.Recorded{{Action: add, Diff: []byte(`{"n":1}`)}, {Action: add, Diff: []byte(`{"n":2}`)}, {Action: add, Diff: []byte(`{"n":3}`)}}
+	s, _ := start(outsideEnv{})
+	if _, diverged, err := s.Replay(ctx, rec); err != nil || diverged != -1 {
+		t.Fatalf("replay of the recorded diffs: diverged at %d, %v", diverged, err)
+	}
+
+	bad := append([]play.Recorded(nil), rec...)
+	bad[1].Diff = []byte(`{"n":20}`)
+	s, out := start(outsideEnv{})
+	_, diverged, err := s.Replay(ctx, bad)
+	if !errors.Is(err, play.ErrDiverged) || diverged != 1 || len(out.steps) != 2 {
+		t.Fatalf("replay of a recording the party no longer answers: diverged at %d after %d steps, %v; want ErrDiverged at 1", diverged, len(out.steps), err)
+	}
+	for _, want := range []string{"at step 1 (counter.add)", "the test's counter answered otherwise", `recorded {"n":20}; now {"n":2}`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
+
+	noDiffs := append([]play.Recorded(nil), bad...)
+	for i := range noDiffs {
+		noDiffs[i].Diff = nil
+	}
+	s, _ = start(outsideEnv{})
+	if _, _, err := s.Replay(ctx, noDiffs); err != nil {
+		t.Fatalf("replay without recorded diffs: %v", err)
+	}
+	s, _ = start(counterEnv{})
+	if _, _, err := s.Replay(ctx, bad); err != nil {
+		t.Fatalf("replay of an env without outside state: %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/registry"
@@ -26,11 +28,41 @@ type Policy interface {
 
 // Endpointed is a policy that asks a model endpoint, which each run names
 // (RunRequested.policy_endpoint; runs.Validate refuses a run naming such a policy without
-// one). WithEndpoint returns the policy asking url for model (empty: its own), keeping the
-// rest of its configuration (a key, a timeout), which is the process's.
+// one). WithEndpoint returns the policy asking ep, keeping the rest of its configuration
+// (a timeout, where credentials are read), which is the process's.
 type Endpointed interface {
 	Policy
-	WithEndpoint(url, model string) (Policy, error)
+	WithEndpoint(ep Endpoint) (Policy, error)
+}
+
+// Endpoint is the model endpoint a run names: an OpenAI-compatible API base, the model
+// (empty: the process's) and the name of the credential to send (empty: the process's
+// key). The name, never the secret, travels with the run: each process reads the secret
+// from its own credentials.
+type Endpoint struct {
+	URL, Model, Credential string
+}
+
+// credentialName is what a credential's name may be: a file name, with no path in it.
+var credentialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// secretPrefixes start the keys of well-known model APIs: a credential "name" starting
+// with one is most likely the secret itself, which must not travel with a run.
+var secretPrefixes = []string{"sk-", "sk_", "hf_", "gsk_", "xai-", "AIza", "Bearer "}
+
+// CheckCredentialName reports why name cannot name a credential: it must be a plain file
+// name (letters, digits, '.', '_', '-'; at most 128 bytes, no path) and must not look like
+// a key, which belongs in the credentials directory, not in the run.
+func CheckCredentialName(name string) error {
+	for _, p := range secretPrefixes {
+		if strings.HasPrefix(name, p) {
+			return fmt.Errorf("looks like a key (it starts with %q): put the key in a file of the workers' --policy.http.credentials-dir and name that file", p)
+		}
+	}
+	if !credentialName.MatchString(name) {
+		return fmt.Errorf("%q is not a credential name: letters, digits, '.', '_' and '-', at most 128, starting with a letter or digit", name)
+	}
+	return nil
 }
 
 // ErrUnknownPolicy is returned by Lookup for a name nobody registered.

@@ -15,11 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"os/user"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -146,6 +148,9 @@ func Validate(r *gauntletv1.RunRequested) error {
 	case r.GetPolicyEndpoint() != nil && endpointed == "":
 		add("policy_endpoint: no policy of the run asks a model endpoint")
 	}
+	for _, p := range endpointProblems(r.GetPolicyEndpoint()) {
+		add("%s", p)
+	}
 	// A profile must fit the env (its kinds, its services, a sandbox for storage and
 	// resource faults): the check `faults validate --env` and `faults plan --env` make,
 	// every problem at once.
@@ -257,4 +262,52 @@ func scored(p *gauntletv1.RunProgress) uint64 {
 		return 0
 	}
 	return p.GetEnded() - p.GetInfraErrors()
+}
+
+// maxModelBytes bounds a policy endpoint's model name.
+const maxModelBytes = 256
+
+// secretQuery matches the query parameters that carry keys in some APIs' URLs.
+var secretQuery = regexp.MustCompile(`(?i)(key|token|secret|password|signature|sig)$`)
+
+// endpointProblems are what is wrong with a run's model endpoint beyond its presence
+// and scheme, each naming its field. The endpoint is recorded with the run (its events,
+// the runs table, a curriculum's Temporal history), so no part of it may carry a secret:
+// a key goes in a credential file the run names.
+func endpointProblems(ep *gauntletv1.PolicyEndpoint) []string {
+	if ep == nil {
+		return nil
+	}
+	var out []string
+	if raw := ep.GetUrl(); strings.HasPrefix(raw, "http://") || strings.HasPrefix(raw, "https://") {
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("policy_endpoint.url: %q does not parse: %v", raw, err))
+		case u.Host == "":
+			out = append(out, fmt.Sprintf("policy_endpoint.url: %q names no host", raw))
+		case u.User != nil:
+			out = append(out, "policy_endpoint.url: carries a user and password; name a credential instead (policy_endpoint.credential)")
+		case u.Fragment != "":
+			out = append(out, fmt.Sprintf("policy_endpoint.url: %q has a fragment (#...)", raw))
+		}
+		if err == nil {
+			for k := range u.Query() {
+				if secretQuery.MatchString(k) {
+					out = append(out, fmt.Sprintf("policy_endpoint.url: its query parameter %q may carry a key; name a credential instead (policy_endpoint.credential)", k))
+				}
+			}
+		}
+	}
+	if m := ep.GetModel(); len(m) > maxModelBytes {
+		out = append(out, fmt.Sprintf("policy_endpoint.model: %d bytes is longer than %d", len(m), maxModelBytes))
+	} else if strings.ContainsFunc(m, unicode.IsControl) {
+		out = append(out, fmt.Sprintf("policy_endpoint.model: %q has control characters", m))
+	}
+	if c := ep.GetCredential(); c != "" {
+		if err := policy.CheckCredentialName(c); err != nil {
+			out = append(out, "policy_endpoint.credential: "+err.Error())
+		}
+	}
+	return out
 }

@@ -137,3 +137,35 @@ func TestHTTPPolicyRunNeedsItsEndpoint(t *testing.T) {
 		t.Errorf("episode 3's endpoint: %v", ep)
 	}
 }
+
+// The endpoint is recorded with the run (its events, the runs table, a curriculum's
+// Temporal history): no part of it may carry a key, and each problem names its field.
+func TestPolicyEndpointCarriesNoSecret(t *testing.T) {
+	pol, err := runs.ParseShares("policies", "http=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ep   *gauntletv1.PolicyEndpoint
+		want string // "" for valid
+	}{
+		{&gauntletv1.PolicyEndpoint{Url: "https://10.0.0.7:8000/v1", Model: "qwen3-8b", Credential: "lab-vllm.key"}, ""},
+		{&gauntletv1.PolicyEndpoint{Url: "https://api.example/v1?api-version=2024-10-01"}, ""},
+		{&gauntletv1.PolicyEndpoint{Url: "https://user:sk-123@api.example/v1"}, "policy_endpoint.url: carries a user and password; name a credential instead (policy_endpoint.credential)"},
+		{&gauntletv1.PolicyEndpoint{Url: "https://api.example/v1?api_key=sk-1"}, `policy_endpoint.url: its query parameter "api_key" may carry a key`},
+		{&gauntletv1.PolicyEndpoint{Url: "http:///v1"}, `policy_endpoint.url: "http:///v1" names no host`},
+		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Credential: "sk-abcdef0123"}, `policy_endpoint.credential: looks like a key (it starts with "sk-")`},
+		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Credential: "../etc/passwd"}, `policy_endpoint.credential: "../etc/passwd" is not a credential name`},
+		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Model: strings.Repeat("m", 300)}, "policy_endpoint.model: 300 bytes is longer than 256"},
+		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Model: "m\n"}, `policy_endpoint.model: "m\n" has control characters`},
+		{&gauntletv1.PolicyEndpoint{Credential: "lab"}, "policy_endpoint.url: policy http needs its model endpoint"},
+	} {
+		err := runs.Validate(&gauntletv1.RunRequested{RunId: "r1", Env: "shop", Episodes: 4, MaxInFlight: 2, Policies: pol, PolicyEndpoint: c.ep})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: refused: %v", c.ep, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want %q", c.ep, err, c.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/childproc"
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
 	"github.com/gauntlet-rl/gauntlet/pkg/images"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 )
 
@@ -56,7 +57,7 @@ func openContainerd(ctx context.Context, c Config, stateDir string, log *slog.Lo
 		}
 		return Opened{}, err
 	}
-	rt, err := ctrd.New(ctx, ctrd.Options{Address: addr, StateDir: filepath.Join(stateDir, "ctrd"), AgentBinary: c.AgentBinary, Images: store, Logger: log})
+	rt, err := ctrd.New(ctx, ctrd.Options{Address: addr, Hosts: sandbox.HostMap(c.Hosts), StateDir: filepath.Join(stateDir, "ctrd"), AgentBinary: c.AgentBinary, Images: store, Logger: log})
 	if err != nil {
 		if o.Stop != nil {
 			_ = o.Stop()

@@ -1,6 +1,14 @@
 package runtimes
 
-import "flag"
+import (
+	"flag"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
 
 // RegisterFlags declares the sandbox.* flags of a serving process on fs with their
 // defaults. StateDir's default depends on the data dir, so it is left empty here and
@@ -12,7 +20,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Containerd, "sandbox.containerd", "", "socket of a running containerd (scripts/containerd.sh start; default: start a private one)")
 	fs.IntVar(&c.PoolSize, "sandbox.pool-size", 2, "warm sandboxes kept per sandbox template (0: create each on demand)")
 	c.Images.RegisterFlags(fs)
+	c.RegisterHostsFlag(fs)
 	fs.StringVar(&c.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd sandboxes (default: build it with the Go toolchain)")
+}
+
+// RegisterHostsFlag declares --sandbox.hosts alone, for commands that declare the other
+// sandbox flags their own way.
+func (c *Config) RegisterHostsFlag(fs *flag.FlagSet) {
+	fs.Var(&c.Hosts, "sandbox.hosts", "where the allowed hosts of tasks (task.toml's allowed_hosts) are reached from this machine: NAME=HOST:PORT, comma-separated or repeated; a host not listed is reached at NAME:80")
 }
 
 // RegisterFlags declares the images.* flags: where task images are built and pulled.
@@ -20,4 +35,42 @@ func (c *ImagesConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Registry, "images.registry", "", "registry (host:port) task images are built into and pulled from (scripts/registry.sh start; needed by tasks with a Dockerfile on containerd)")
 	fs.StringVar(&c.DockerHubMirror, "images.docker-hub-mirror", "", "registry asked first for Docker Hub images (FROM debian:...): a pull-through cache, or offline the local registry")
 	fs.StringVar(&c.CacheDir, "images.cache-dir", "", "image builder's storage and logs (default: the user's cache directory, gauntlet/images)")
+}
+
+// HostsFlag is NAME=HOST:PORT entries, as a flag.Value: Config.Hosts.
+type HostsFlag map[string]string
+
+// String lists the entries, sorted.
+func (h HostsFlag) String() string {
+	out := make([]string, 0, len(h))
+	for k, v := range h {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+// Set adds NAME=HOST:PORT entries (comma-separated); NAME is a lower-case host name,
+// each once.
+func (h *HostsFlag) Set(v string) error {
+	if *h == nil {
+		*h = HostsFlag{}
+	}
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		name, addr, ok := strings.Cut(e, "=")
+		if !ok || !sandbox.ValidHostName(name) {
+			return fmt.Errorf("%q: want NAME=HOST:PORT, NAME a lower-case host name", e)
+		}
+		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
+			return fmt.Errorf("%q: %q is not HOST:PORT", e, addr)
+		}
+		if _, dup := (*h)[name]; dup {
+			return fmt.Errorf("%q: host %s is mapped twice", e, name)
+		}
+		(*h)[name] = addr
+	}
+	return nil
 }

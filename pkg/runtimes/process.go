@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/images"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 )
 
@@ -17,7 +18,7 @@ func init() {
 	Register(Registration{
 		Name: Process,
 		Open: func(_ context.Context, c Config, stateDir string, log *slog.Logger) (Opened, error) {
-			pc := process.Config{StateDir: stateDir, Logger: log}
+			pc := process.Config{StateDir: stateDir, Hosts: sandbox.HostMap(c.Hosts), Logger: log}
 			if c.Images.Registry != "" || c.Images.DockerHubMirror != "" {
 				// Tasks run on their images unpacked; without a registry, on the host's root.
 				store, err := images.New(images.Options{Registry: c.Images.Registry, DockerHubMirror: c.Images.DockerHubMirror, CacheDir: c.Images.CacheDir, Logger: log})

@@ -52,6 +52,10 @@ type Config struct {
 	// Images configures the image store of runtimes that build and pull task images
 	// (sandbox.ImagePreparer: containerd).
 	Images ImagesConfig
+	// Hosts says where the host process reaches the hosts a task may allow
+	// (sandbox.HostMapper): NAME=HOST:PORT; a host not in it is reached at its own name,
+	// port 80, through the host's resolver.
+	Hosts HostsFlag
 }
 
 // ImagesConfig is where task images are built, kept and pulled from (package images).
@@ -158,7 +162,12 @@ func (s *Sandboxes) acquireWarm(ctx context.Context, spec sandbox.Spec) (sandbox
 func sameShape(t, spec sandbox.Spec) bool {
 	t, spec = t.WithDefaults(), spec.WithDefaults()
 	return t.Image == spec.Image && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env) &&
-		slices.Equal(t.Services, spec.Services) && maps.Equal(t.Links, spec.Links)
+		slices.EqualFunc(t.Services, spec.Services, sameService) && maps.Equal(t.Links, spec.Links)
+}
+
+// sameService reports whether two services are the same, allowed hosts included.
+func sameService(a, b sandbox.Service) bool {
+	return a.Name == b.Name && a.Port == b.Port && a.Upstream == b.Upstream && a.Protocol == b.Protocol && slices.Equal(a.Hosts, b.Hosts)
 }
 
 // Release gives a sandbox back: a pooled one is reset for the next episode, any other is

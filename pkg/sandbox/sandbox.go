@@ -58,8 +58,9 @@ type Streamer interface {
 // in a sandbox's own loopback-only network (127.0.0.1:port as the sandbox sees it): a
 // server started with ExecStream that speaks over TCP (a streamable HTTP MCP server) is
 // reached this way, and nothing else of the sandbox's network becomes reachable. It fails
-// with ErrInvalid while no such network exists (a sandbox without declared services and
-// no ExecStream command running: each Exec then gets a network of its own).
+// with ErrInvalid while no such network exists (process: a sandbox without declared
+// services and no ExecStream command running, where each Exec gets a network of its own;
+// a containerd sandbox's task holds one network for all its commands).
 type Dialer interface {
 	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
 }

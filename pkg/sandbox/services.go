@@ -25,16 +25,68 @@ type Service struct {
 	// Upstream is where the host process forwards to: host:port, reached from the host's
 	// network (typically a service the env runs on the host's loopback).
 	Upstream string `json:"upstream"`
-	// Protocol is "http" (the default: requests pass through the fault proxy) or "tcp"
-	// (bytes pass through the fault connection layer).
+	// Protocol is "http" (the default: requests pass through the fault proxy), "tcp"
+	// (bytes pass through the fault connection layer) or "egress" (see Hosts).
 	Protocol string `json:"protocol,omitempty"`
+	// Hosts are, for an egress service only, the host names the sandbox may reach over
+	// HTTP: each resolves (through the sandbox's name server) to 127.0.0.1, where the
+	// gateway on Port takes the request, refuses it unless its host is one of these, and
+	// forwards it to where the host process reaches that host (HostMapper, else the name
+	// itself on port 80). An egress service has no Upstream. Every other name stays
+	// unresolvable and no address outside the sandbox becomes reachable, so a task's
+	// allow-list cannot be bypassed by an address.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // Service protocols.
 const (
 	ProtocolHTTP = "http"
 	ProtocolTCP  = "tcp"
+	// ProtocolEgress is the gateway to a sandbox's allowed hosts (Service.Hosts).
+	ProtocolEgress = "egress"
 )
+
+// HostMapper is the optional ability of a runtime to say where the host process reaches
+// an allowed host (Service.Hosts) by name: an operator's mapping (--sandbox.hosts), such
+// as a mirror, or in tests a server on the host's loopback. Hosts it does not map are
+// reached at their own name, port 80, through the host's resolver.
+type HostMapper interface {
+	// HostUpstream returns the host:port that name is reached at, and whether the
+	// runtime maps it.
+	HostUpstream(name string) (string, bool)
+}
+
+// HostMap maps allowed host names to the host:port the host process reaches each at: a
+// runtime's configured mapping (its HostUpstream is a HostMapper's).
+type HostMap map[string]string
+
+// HostUpstream returns where name is reached, and whether m maps it.
+func (m HostMap) HostUpstream(name string) (string, bool) {
+	a, ok := m[name]
+	return a, ok
+}
+
+// ValidHostName reports whether name is a DNS host name as allow-lists write it: lower
+// case, dot-separated labels of letters, digits and '-' (not at a label's ends), at most
+// 63 bytes each and 253 in all, the last not all digits (so no IPv4 address passes).
+func ValidHostName(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			if c := l[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	last := labels[len(labels)-1]
+	return strings.Trim(last, "0123456789") != ""
+}
 
 // ServiceListener is the optional ability to open a listening socket inside a sandbox's
 // network namespace while the listener itself lives in the caller's process, so Accept
@@ -65,7 +117,11 @@ func validServiceName(name string) bool {
 // validateServices checks the services of a spec, each problem wrapping ErrInvalid.
 func validateServices(svcs []Service) []error {
 	var errs []error
-	names, ports := map[string]bool{}, map[int]bool{}
+	names, ports, all := map[string]bool{}, map[int]bool{}, map[string]bool{}
+	for _, s := range svcs {
+		all[s.Name] = true
+	}
+	egress := false
 	for i, s := range svcs {
 		f := fmt.Sprintf("services[%d]", i)
 		bad := func(field, format string, args ...any) {
@@ -87,13 +143,38 @@ func validateServices(svcs []Service) []error {
 			bad("port", "%d is used by another service", s.Port)
 		}
 		ports[s.Port] = true
+		if s.Protocol == ProtocolEgress {
+			if egress {
+				bad("protocol", "a second egress service; one gateway serves every allowed host")
+			}
+			egress = true
+			if s.Upstream != "" {
+				bad("upstream", "%q: an egress service forwards to its hosts, it has no upstream", s.Upstream)
+			}
+			seen := map[string]bool{}
+			for j, h := range s.Hosts {
+				switch {
+				case !ValidHostName(h):
+					bad(fmt.Sprintf("hosts[%d]", j), "%q is not a lower-case DNS host name", h)
+				case h == "localhost" || h == "sandbox" || all[h]:
+					bad(fmt.Sprintf("hosts[%d]", j), "%q is reserved or a service's name", h)
+				case seen[h]:
+					bad(fmt.Sprintf("hosts[%d]", j), "%q appears twice", h)
+				}
+				seen[h] = true
+			}
+			continue
+		}
+		if len(s.Hosts) > 0 {
+			bad("hosts", "only an egress service has hosts")
+		}
 		if host, port, err := net.SplitHostPort(s.Upstream); err != nil || host == "" {
 			bad("upstream", "%q must be host:port", s.Upstream)
 		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			bad("upstream", "%q: port must be 1-65535", s.Upstream)
 		}
 		if s.Protocol != "" && s.Protocol != ProtocolHTTP && s.Protocol != ProtocolTCP {
-			bad("protocol", "%q is not %q or %q", s.Protocol, ProtocolHTTP, ProtocolTCP)
+			bad("protocol", "%q is not %q, %q or %q", s.Protocol, ProtocolHTTP, ProtocolTCP, ProtocolEgress)
 		}
 	}
 	return errs
@@ -110,10 +191,14 @@ func ServiceByPort(svcs []Service, port int) (Service, bool) {
 }
 
 // ServiceEnv returns the environment announcing the services: <NAME>_ADDR=name:port for
-// each, and <NAME>_URL=http://name:port for HTTP ones (NAME upper-cased, '-' as '_').
+// each, and <NAME>_URL=http://name:port for HTTP ones (NAME upper-cased, '-' as '_'). An
+// egress service is announced by nothing: its hosts are reached by their own names.
 func ServiceEnv(svcs []Service) []string {
 	var env []string
 	for _, s := range svcs {
+		if s.Protocol == ProtocolEgress {
+			continue
+		}
 		k := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
 		addr := net.JoinHostPort(s.Name, strconv.Itoa(s.Port))
 		env = append(env, k+"_ADDR="+addr)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,6 +25,17 @@ const (
 	DefaultStorageMB    = 10240
 	DefaultAllowNetwork = true
 )
+
+// Harbor's network modes ([environment].network_mode).
+const (
+	NetworkPublic    = "public"
+	NetworkNone      = "no-network"
+	NetworkAllowlist = "allowlist"
+)
+
+// MaxAllowedHosts bounds allowed_hosts: a task that needs more is not what an allow-list
+// is for.
+const MaxAllowedHosts = 64
 
 // MaxTimeout bounds every timeout of a task.toml: a day is longer than any task gauntlet
 // should hold a sandbox for, and a bound keeps a typo (an extra zero or two) from pinning
@@ -127,9 +139,18 @@ type EnvironmentConfig struct {
 	GPUs        int
 	GPUTypes    []string
 	// AllowInternet is whether the sandbox may reach the network (default true in Harbor's
-	// format; gauntlet's runtimes decide what they grant).
+	// format; gauntlet's runtimes decide what they grant): NetworkMode is NetworkPublic.
 	AllowInternet bool
-	MCPServers    []MCPServer
+	// NetworkMode is Harbor's network_mode: NetworkPublic, NetworkNone or
+	// NetworkAllowlist; when the file leaves it out, allow_internet decides between the
+	// first two. gauntlet's sandboxes never reach the internet: public and no-network
+	// both run without a network, and an allowlist reaches AllowedHosts alone, through
+	// gauntlet's proxy.
+	NetworkMode string
+	// AllowedHosts are the host names an allowlist task may reach (allowed_hosts): over
+	// plain HTTP, port 80, each request through the fault proxy and recorded.
+	AllowedHosts []string
+	MCPServers   []MCPServer
 	// SkillsDir is a folder of the environment whose contents go to the agent's skills.
 	SkillsDir string
 }
@@ -180,12 +201,32 @@ type rawAgent struct {
 	TimeoutSec      *float64 `toml:"timeout_sec"`
 	SetupTimeoutSec *float64 `toml:"setup_timeout_sec"`
 	User            string   `toml:"user"`
+	rawPhaseNetwork
 }
 
 type rawVerifier struct {
 	TimeoutSec *float64          `toml:"timeout_sec"`
 	Env        map[string]string `toml:"env"`
 	User       string            `toml:"user"`
+	rawPhaseNetwork
+}
+
+// rawPhaseNetwork are Harbor's per-phase network overrides of [agent] and [verifier],
+// read to be refused by name: gauntlet sets a sandbox's network once, for the episode.
+type rawPhaseNetwork struct {
+	NetworkMode  *string  `toml:"network_mode"`
+	AllowedHosts []string `toml:"allowed_hosts"`
+}
+
+// refuse reports the overrides of table as unsupported.
+func (r rawPhaseNetwork) refuse(add func(string, string, ...any), table string) {
+	const why = "per-phase network policies are not supported by gauntlet (its sandbox's network is set once per episode); set [environment].network_mode and allowed_hosts"
+	if r.NetworkMode != nil {
+		add(table+".network_mode", why)
+	}
+	if r.AllowedHosts != nil {
+		add(table+".allowed_hosts", why)
+	}
 }
 
 type rawSolution struct {
@@ -203,6 +244,8 @@ type rawEnvironment struct {
 	GPUs            *int64      `toml:"gpus"`
 	GPUTypes        []string    `toml:"gpu_types"`
 	AllowInternet   *bool       `toml:"allow_internet"`
+	NetworkMode     *string     `toml:"network_mode"`
+	AllowedHosts    []string    `toml:"allowed_hosts"`
 	MCPServers      []MCPServer `toml:"mcp_servers"`
 	SkillsDir       string      `toml:"skills_dir"`
 }
@@ -294,6 +337,7 @@ func ParseConfig(data []byte) (Config, error) {
 		c.Agent.SetupTimeout = timeout(add, "agent.setup_timeout_sec", ra.SetupTimeoutSec, 0)
 		c.Agent.User = ra.User
 		checkUser(add, "agent.user", ra.User)
+		ra.refuse(add, "agent")
 	}
 
 	c.Verifier.Timeout = DefaultTimeout
@@ -304,6 +348,7 @@ func ParseConfig(data []byte) (Config, error) {
 		c.Verifier.User = rv.User
 		checkEnv(add, "verifier.env", rv.Env)
 		checkUser(add, "verifier.user", rv.User)
+		rv.refuse(add, "verifier")
 	}
 
 	var rs rawSolution
@@ -314,7 +359,7 @@ func ParseConfig(data []byte) (Config, error) {
 
 	c.Environment = EnvironmentConfig{
 		BuildTimeout: DefaultTimeout, CPUs: DefaultCPUs, MemoryMB: DefaultMemoryMB,
-		StorageMB: DefaultStorageMB, AllowInternet: DefaultAllowNetwork,
+		StorageMB: DefaultStorageMB, AllowInternet: DefaultAllowNetwork, NetworkMode: NetworkPublic,
 	}
 	var re rawEnvironment
 	if decode("environment", doc.Environment, &re) {
@@ -560,7 +605,11 @@ func parseEnvironment(e *EnvironmentConfig, r *rawEnvironment, add func(string, 
 	e.GPUTypes = r.GPUTypes
 	if r.AllowInternet != nil {
 		e.AllowInternet = *r.AllowInternet
+		if !e.AllowInternet {
+			e.NetworkMode = NetworkNone
+		}
 	}
+	parseNetwork(e, r, add)
 	for i, s := range r.MCPServers {
 		f := fmt.Sprintf("environment.mcp_servers[%d]", i)
 		if s.Name == "" {
@@ -588,6 +637,64 @@ func parseEnvironment(e *EnvironmentConfig, r *rawEnvironment, add func(string, 
 	e.MCPServers = r.MCPServers
 	e.SkillsDir = r.SkillsDir
 }
+
+// parseNetwork reads network_mode and allowed_hosts, as Harbor's "Network Policy" page
+// gives them: a mode of public, no-network or allowlist, and for an allowlist the hosts
+// it may reach (none: no egress at all). allow_internet is the deprecated spelling of
+// the first two, so it may not be set with network_mode.
+func parseNetwork(e *EnvironmentConfig, r *rawEnvironment, add func(string, string, ...any)) {
+	if r.NetworkMode != nil {
+		switch m := *r.NetworkMode; m {
+		case NetworkPublic, NetworkNone, NetworkAllowlist:
+			e.NetworkMode = m
+			e.AllowInternet = m == NetworkPublic
+		default:
+			add("environment.network_mode", "%q is not one of %s, %s, %s", m, NetworkPublic, NetworkNone, NetworkAllowlist)
+		}
+		if r.AllowInternet != nil {
+			add("environment.allow_internet", "set together with network_mode; write only network_mode (allow_internet is its deprecated spelling)")
+		}
+	}
+	if r.AllowedHosts == nil {
+		return
+	}
+	if e.NetworkMode != NetworkAllowlist {
+		add("environment.allowed_hosts", "only read with network_mode = %q (this task's mode is %q)", NetworkAllowlist, e.NetworkMode)
+		return
+	}
+	if len(r.AllowedHosts) > MaxAllowedHosts {
+		add("environment.allowed_hosts", "%d hosts: at most %d", len(r.AllowedHosts), MaxAllowedHosts)
+		return
+	}
+	seen := map[string]bool{}
+	for i, h := range r.AllowedHosts {
+		f := fmt.Sprintf("environment.allowed_hosts[%d]", i)
+		switch {
+		case strings.Contains(h, "://") || strings.Contains(h, "/"):
+			add(f, "%q is a URL or a path: write the host name alone", h)
+		case strings.Contains(h, "*"):
+			add(f, "%q: wildcards are not supported; list each host", h)
+		case net.ParseIP(strings.Trim(h, "[]")) != nil:
+			add(f, "%q is an address: gauntlet allows named hosts only", h)
+		case strings.Contains(h, ":"):
+			add(f, "%q: no port; allowed hosts are reached over HTTP on port 80", h)
+		case h != strings.ToLower(h):
+			add(f, "%q: write host names in lower case", h)
+		case !hostNameRE.MatchString(h) || len(h) > 253 || strings.Trim(h[strings.LastIndexByte(h, '.')+1:], "0123456789") == "":
+			add(f, "%q is not a DNS host name", h)
+		case h == "localhost" || h == "sandbox":
+			add(f, "%q names the sandbox itself", h)
+		case seen[h]:
+			add(f, "%q appears twice", h)
+		}
+		seen[h] = true
+	}
+	e.AllowedHosts = r.AllowedHosts
+}
+
+// hostNameRE is a DNS host name: dot-separated labels of lower-case letters, digits and
+// '-' (not at a label's ends), each at most 63 long.
+var hostNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 
 // imageRefRE accepts the shape of a Docker image reference: an optional registry host,
 // path components, an optional tag and an optional digest.

@@ -97,8 +97,8 @@ func TestParseConfigHarborExamples(t *testing.T) {
 		Environment: EnvironmentConfig{
 			BuildTimeout: 600 * time.Second, DockerImage: "some-org/some-name:some-tag",
 			CPUs: 1, MemoryMB: 2048, StorageMB: 10240, GPUTypes: []string{"H100", "A100"},
-			AllowInternet: true,
-			MCPServers:    []MCPServer{{Name: "mcp-server", Transport: "streamable-http", URL: "http://mcp-server:8000/mcp"}},
+			AllowInternet: true, NetworkMode: NetworkPublic,
+			MCPServers: []MCPServer{{Name: "mcp-server", Transport: "streamable-http", URL: "http://mcp-server:8000/mcp"}},
 		},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -173,6 +173,15 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"bad mcp", "[[environment.mcp_servers]]\nname = \"m\"\ntransport = \"carrier-pigeon\"", []string{"environment.mcp_servers[0].transport"}, "not one of"},
 		{"bad task name", "schema_version = \"1.3\"\n[task]\nname = \"hello world\"", []string{"task.name"}, "org"},
 		{"syntax", "[agent\ntimeout_sec = 1", []string{""}, ""},
+		{"bad network mode", "[environment]\nnetwork_mode = \"bridge\"", []string{"environment.network_mode"}, "not one of public, no-network, allowlist"},
+		{"network mode and allow_internet", "[environment]\nnetwork_mode = \"no-network\"\nallow_internet = false", []string{"environment.allow_internet"}, "write only network_mode"},
+		{"hosts without allowlist", "[environment]\nnetwork_mode = \"public\"\nallowed_hosts = [\"pypi.org\"]", []string{"environment.allowed_hosts"}, "only read with network_mode = \"allowlist\""},
+		{"hosts by default mode", "[environment]\nallowed_hosts = [\"pypi.org\"]", []string{"environment.allowed_hosts"}, "this task's mode is \"public\""},
+		{"bad hosts", "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"https://pypi.org\", \"*.pypi.org\", \"10.0.0.1\", \"pypi.org:443\", \"PyPI.org\", \"-x.org\", \"1.2.3\", \"sandbox\", \"a.org\", \"a.org\"]",
+			[]string{"environment.allowed_hosts[0]", "environment.allowed_hosts[1]", "environment.allowed_hosts[2]", "environment.allowed_hosts[3]", "environment.allowed_hosts[4]",
+				"environment.allowed_hosts[5]", "environment.allowed_hosts[6]", "environment.allowed_hosts[7]", "environment.allowed_hosts[9]"}, "gauntlet allows named hosts only"},
+		{"phase network overrides", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n[verifier]\nnetwork_mode = \"no-network\"",
+			[]string{"agent.network_mode", "agent.allowed_hosts", "verifier.network_mode"}, "per-phase network policies are not supported by gauntlet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.toml))
@@ -199,6 +208,33 @@ func TestParseConfigRefuses(t *testing.T) {
 				t.Errorf("error %q does not say %q", err, tc.reason)
 			}
 		})
+	}
+}
+
+// TestParseConfigNetwork: Harbor's network_mode and allowed_hosts, and allow_internet as
+// their deprecated spelling.
+func TestParseConfigNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		toml     string
+		mode     string
+		internet bool
+		hosts    []string
+	}{
+		{"", NetworkPublic, true, nil},
+		{"[environment]\nallow_internet = false", NetworkNone, false, nil},
+		{"[environment]\nallow_internet = true", NetworkPublic, true, nil},
+		{"[environment]\nnetwork_mode = \"no-network\"", NetworkNone, false, nil},
+		{"[environment]\nnetwork_mode = \"allowlist\"", NetworkAllowlist, false, nil},
+		{"[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\", \"releases.example.test\"]", NetworkAllowlist, false, []string{"pypi.org", "releases.example.test"}},
+	} {
+		c, err := ParseConfig([]byte(tc.toml))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.toml, err)
+		}
+		e := c.Environment
+		if e.NetworkMode != tc.mode || e.AllowInternet != tc.internet || !slices.Equal(e.AllowedHosts, tc.hosts) {
+			t.Errorf("%q: mode %q internet %v hosts %q, want %q %v %q", tc.toml, e.NetworkMode, e.AllowInternet, e.AllowedHosts, tc.mode, tc.internet, tc.hosts)
+		}
 	}
 }
 

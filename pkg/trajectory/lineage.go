@@ -47,6 +47,13 @@ type RunRow struct {
 	MaxInFlight    uint32   `json:"max_in_flight"`
 	MaxSteps       uint32   `json:"max_steps"`
 	RewardSpec     string   `json:"reward_spec"`
+	// PolicyURL, PolicyModel and PolicyCredential are the model endpoint the run's
+	// "http" policy asks (RunRequested.policy_endpoint, migration 14): its URL, model
+	// and the name of the credential its workers send, never the secret; empty for runs
+	// of other policies.
+	PolicyURL        string `json:"policy_url"`
+	PolicyModel      string `json:"policy_model"`
+	PolicyCredential string `json:"policy_credential"`
 	// CurriculumID is the curriculum workflow's id when the run is one of its batches.
 	CurriculumID     string    `json:"curriculum_id"`
 	CurriculumName   string    `json:"curriculum_name"`
@@ -76,7 +83,7 @@ type RunRow struct {
 	Version      uint64    `json:"version"`
 }
 
-// runColumns is the runs table of migrations 7 and 8.
+// runColumns is the runs table of migrations 7, 8 and 14.
 var runColumns = []column[RunRow]{
 	col("run_id", func(r *RunRow) *string { return &r.RunID }),
 	col("label", func(r *RunRow) *string { return &r.Label }),
@@ -96,6 +103,9 @@ var runColumns = []column[RunRow]{
 	col("max_in_flight", func(r *RunRow) *uint32 { return &r.MaxInFlight }),
 	col("max_steps", func(r *RunRow) *uint32 { return &r.MaxSteps }),
 	col("reward_spec", func(r *RunRow) *string { return &r.RewardSpec }),
+	col("policy_url", func(r *RunRow) *string { return &r.PolicyURL }),
+	col("policy_model", func(r *RunRow) *string { return &r.PolicyModel }),
+	col("policy_credential", func(r *RunRow) *string { return &r.PolicyCredential }),
 	col("curriculum_id", func(r *RunRow) *string { return &r.CurriculumID }),
 	col("curriculum_name", func(r *RunRow) *string { return &r.CurriculumName }),
 	col("curriculum_prefix", func(r *RunRow) *string { return &r.CurriculumPrefix }),
@@ -134,6 +144,8 @@ func RunRowOf(s *gauntletv1.RunState) RunRow {
 		DriftSelectors: []string{},
 		Seed:           spec.GetSeed(), Episodes: spec.GetEpisodes(), MaxInFlight: spec.GetMaxInFlight(), MaxSteps: spec.GetMaxSteps(),
 		RewardSpec: o.GetRewardSpec(), CurriculumID: o.GetCurriculumId(), CurriculumName: o.GetCurriculumName(),
+		PolicyURL: spec.GetPolicyEndpoint().GetUrl(), PolicyModel: spec.GetPolicyEndpoint().GetModel(),
+		PolicyCredential: spec.GetPolicyEndpoint().GetCredential(),
 		CurriculumPrefix: o.GetCurriculumPrefix(), Stage: o.GetStage(), StageName: o.GetStageName(), Batch: o.GetBatch(),
 		GauntletVersion: o.GetGauntletVersion(), SubmittedBy: o.GetSubmittedBy(),
 		SubmittedAt: dateTime(spec.GetRequestedAtUnixNano()), SubmittedAtNs: unsigned(spec.GetRequestedAtUnixNano()),
@@ -206,27 +218,30 @@ func formatShares(shares []*gauntletv1.Share) string {
 // StageRow is one row of the curriculum_stages table (migration 7): a curriculum stage
 // closing, from a gauntlet.v1.StageTransition.
 type StageRow struct {
-	CurriculumID     string    `json:"curriculum_id"`
-	CurriculumName   string    `json:"curriculum_name"`
-	CurriculumPrefix string    `json:"curriculum_prefix"`
-	Stage            uint32    `json:"stage"`
-	StageName        string    `json:"stage_name"`
-	Outcome          string    `json:"outcome"`
-	Metric           string    `json:"metric"`
-	Threshold        float64   `json:"threshold"`
-	WindowEpisodes   uint64    `json:"window_episodes"`
-	WindowValue      float64   `json:"window_value"`
-	Episodes         uint64    `json:"episodes"`
-	Succeeded        uint64    `json:"succeeded"`
-	RewardSum        float64   `json:"reward_sum"`
-	Batches          uint32    `json:"batches"`
-	NextStage        uint32    `json:"next_stage"`
-	ClosedAt         time.Time `json:"closed_at"`
-	ClosedAtNs       uint64    `json:"closed_at_ns"`
-	Version          uint64    `json:"version"`
+	CurriculumID     string  `json:"curriculum_id"`
+	CurriculumName   string  `json:"curriculum_name"`
+	CurriculumPrefix string  `json:"curriculum_prefix"`
+	Stage            uint32  `json:"stage"`
+	StageName        string  `json:"stage_name"`
+	Outcome          string  `json:"outcome"`
+	Metric           string  `json:"metric"`
+	Threshold        float64 `json:"threshold"`
+	WindowEpisodes   uint64  `json:"window_episodes"`
+	WindowValue      float64 `json:"window_value"`
+	Episodes         uint64  `json:"episodes"`
+	Succeeded        uint64  `json:"succeeded"`
+	RewardSum        float64 `json:"reward_sum"`
+	// InfraErrors is how many of Episodes ended as infra errors (migration 14): the
+	// stage's window, rates and budget left them out.
+	InfraErrors uint64    `json:"infra_errors"`
+	Batches     uint32    `json:"batches"`
+	NextStage   uint32    `json:"next_stage"`
+	ClosedAt    time.Time `json:"closed_at"`
+	ClosedAtNs  uint64    `json:"closed_at_ns"`
+	Version     uint64    `json:"version"`
 }
 
-// stageColumns is the curriculum_stages table of migration 7.
+// stageColumns is the curriculum_stages table of migrations 7 and 14.
 var stageColumns = []column[StageRow]{
 	col("curriculum_id", func(r *StageRow) *string { return &r.CurriculumID }),
 	col("curriculum_name", func(r *StageRow) *string { return &r.CurriculumName }),
@@ -241,6 +256,7 @@ var stageColumns = []column[StageRow]{
 	col("episodes", func(r *StageRow) *uint64 { return &r.Episodes }),
 	col("succeeded", func(r *StageRow) *uint64 { return &r.Succeeded }),
 	col("reward_sum", func(r *StageRow) *float64 { return &r.RewardSum }),
+	col("infra_errors", func(r *StageRow) *uint64 { return &r.InfraErrors }),
 	col("batches", func(r *StageRow) *uint32 { return &r.Batches }),
 	col("next_stage", func(r *StageRow) *uint32 { return &r.NextStage }),
 	col("closed_at", func(r *StageRow) *time.Time { return &r.ClosedAt }),
@@ -255,7 +271,7 @@ func StageRowOf(t *gauntletv1.StageTransition) StageRow {
 		CurriculumID: t.GetCurriculumId(), CurriculumName: t.GetCurriculumName(), CurriculumPrefix: t.GetCurriculumPrefix(),
 		Stage: t.GetStage(), StageName: t.GetStageName(), Outcome: t.GetOutcome(), Metric: t.GetMetric(),
 		Threshold: t.GetThreshold(), WindowEpisodes: t.GetWindow(), WindowValue: t.GetWindowValue(),
-		Episodes: t.GetEpisodes(), Succeeded: t.GetSucceeded(), RewardSum: t.GetRewardSum(), Batches: t.GetBatches(),
+		Episodes: t.GetEpisodes(), Succeeded: t.GetSucceeded(), RewardSum: t.GetRewardSum(), InfraErrors: t.GetInfraErrors(), Batches: t.GetBatches(),
 		NextStage: t.GetNextStage(), ClosedAt: dateTime(t.GetClosedAtUnixNano()), ClosedAtNs: unsigned(t.GetClosedAtUnixNano()),
 		Version: unsigned(t.GetClosedAtUnixNano()),
 	}

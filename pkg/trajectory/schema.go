@@ -433,6 +433,22 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.steps_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
 		}},
+	// The model endpoint of a run's "http" policy (its URL, model and credential name,
+	// never the secret), and a closed stage's infra errors, which its decisions leave
+	// out.
+	{version: 14, name: "policy endpoints of runs, infra errors of stages",
+		addColumns: []addColumn{
+			{"runs", "policy_url", "String", "reward_spec"},
+			{"runs", "policy_model", "String", "policy_url"},
+			{"runs", "policy_credential", "String", "policy_model"},
+			{"curriculum_stages", "infra_errors", "UInt64", "reward_sum"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.runs_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
+			`DROP TABLE IF EXISTS {db}.curriculum_stages_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -39,6 +39,10 @@ type episode struct {
 	mu      sync.Mutex
 	sess    *play.Session
 	actions []env.Action // so far, for Snapshot (replayed by Fork)
+	// diffs are the steps' recorded diffs so far, kept only for an env with outside
+	// state (env.OutsideState: an MCP server), whose fork's replay must reproduce them.
+	diffs   []string
+	outside bool
 	lastObs string
 	over    bool
 }
@@ -64,6 +68,7 @@ type snapshot struct {
 	reset   *gauntletv1.ResetRequest
 	plan    *gauntletv1.FaultPlan
 	actions []env.Action
+	diffs   []string // for an env with outside state (episode.diffs)
 	lastObs string
 	at      time.Time
 }
@@ -344,7 +349,8 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		_ = sess.Close()
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: %w", err))
 	}
-	ep := &episode{id: req.EpisodeId, tenant: t.Name, started: time.Now(), sess: sess, lastObs: string(obs)}
+	_, outside := e.(env.OutsideState)
+	ep := &episode{id: req.EpisodeId, tenant: t.Name, started: time.Now(), sess: sess, lastObs: string(obs), outside: outside}
 	ep.info = &gauntletv1.ResetInfo{
 		Env: req.Env, Seed: req.Seed, Profile: plan.GetProfile(), MaxSteps: maxSteps, RunId: req.RunId,
 		StepTimeoutMs: uint32(s.cfg.StepTimeout.Milliseconds()), EpisodeTimeoutMs: uint32(s.cfg.EpisodeTimeout.Milliseconds()),
@@ -355,6 +361,9 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 		rec := make([]play.Recorded, len(replay))
 		for i, act := range replay {
 			rec[i] = play.Recorded{Action: act}
+			if outside && i < len(from.diffs) {
+				rec[i].Diff = []byte(from.diffs[i])
+			}
 		}
 		// The snapshot kept its last observation only: enough to prove the fork is there.
 		rec[len(rec)-1].Observation = []byte(from.lastObs)
@@ -367,6 +376,10 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 			_ = sess.FinishInfra(fctx, err)
 			cancel()
 			_ = sess.Close()
+			if errors.Is(err, play.ErrDiverged) {
+				// Not a passing failure: the env's outside party cannot be forked.
+				return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("fork refused: %w", err))
+			}
 			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("infra error: %w", err))
 		}
 		if diverged >= 0 {
@@ -374,6 +387,9 @@ func (s *Service) start(ctx context.Context, t *Tenant, r *gauntletv1.ResetReque
 				"episode_id", ep.id, "step", diverged)
 		}
 		ep.actions = append(ep.actions, replay...)
+		if outside {
+			ep.diffs = append(ep.diffs, from.diffs...) // the replay reproduced them
+		}
 		ep.lastObs = string(turn.Observation)
 	}
 	s.mu.Lock()
@@ -465,6 +481,9 @@ func (s *Service) step(ctx context.Context, t *Tenant, r *gauntletv1.StepRequest
 	}
 	s.steps.Add(ctx, 1)
 	e.actions = append(e.actions, act)
+	if e.outside {
+		e.diffs = append(e.diffs, st.StateDiffJson)
+	}
 	e.lastObs = st.ObservationJson
 	out := stepResult(st)
 	if res.Done() {
@@ -569,7 +588,8 @@ func (s *Service) close(ctx context.Context, t *Tenant, id, by string) (*gauntle
 	return &gauntletv1.CloseResponse{ClosedNow: now, Steps: e.sess.Ended.Steps, Reason: e.sess.Ended.Reason}, nil
 }
 
-// Snapshot records the episode's request, plan and actions so far. Episodes are
+// Snapshot records the episode's request, plan and actions so far (and, for an env with
+// outside state, the steps' diffs, which the fork's replay must reproduce). Episodes are
 // deterministic, so replaying them from the seed is an exact fork.
 func (s *Service) Snapshot(ctx context.Context, req *connect.Request[gauntletv1.SnapshotRequest]) (*connect.Response[gauntletv1.SnapshotResponse], error) {
 	t := tenantOf(ctx)
@@ -585,7 +605,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[gauntletv1.
 	e.touch()
 	q := e.sess.Req
 	snap := &snapshot{
-		tenant: t.Name, episode: e.id, plan: e.sess.Plan, actions: slices.Clone(e.actions), lastObs: e.lastObs, at: time.Now(),
+		tenant: t.Name, episode: e.id, plan: e.sess.Plan, actions: slices.Clone(e.actions), diffs: slices.Clone(e.diffs), lastObs: e.lastObs, at: time.Now(),
 		reset: &gauntletv1.ResetRequest{Env: q.Env, ParamsJson: q.ParamsJson, Seed: q.Seed, MaxSteps: q.MaxSteps, Policy: q.Policy},
 	}
 	e.mu.Unlock()

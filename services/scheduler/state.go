@@ -75,6 +75,9 @@ type run struct {
 	Steps       uint64
 	Faults      uint64
 	InfraErrors uint64
+	// InfraByKind counts InfraErrors by gauntletv1.InfraKind (index), trailing zeros
+	// left out.
+	InfraByKind []uint64
 	RewardSum   float64
 	StartedAt   int64
 	UpdatedAt   int64
@@ -100,7 +103,7 @@ func decodeRun(b []byte) (r *run, legacy bool, err error) {
 	r = &run{
 		spec: st.GetSpec(), Assigned: st.GetAssigned(), Ended: endedSet{Low: st.GetEndedLow()},
 		Succeeded: st.GetSucceeded(), Steps: st.GetSteps(), Faults: st.GetFaultsFired(),
-		InfraErrors: st.GetInfraErrors(), RewardSum: st.GetRewardSum(),
+		InfraErrors: st.GetInfraErrors(), InfraByKind: st.GetInfraByKind(), RewardSum: st.GetRewardSum(),
 		StartedAt: st.GetStartedAtUnixNano(), UpdatedAt: st.GetUpdatedAtUnixNano(), Error: st.GetError(),
 	}
 	if r.spec == nil {
@@ -123,7 +126,7 @@ func (r *run) encode() ([]byte, error) {
 		Assigned: r.Assigned, EndedLow: r.Ended.Low, EndedAbove: r.Ended.sortedAbove(),
 		Succeeded: r.Succeeded, Steps: r.Steps, FaultsFired: r.Faults, InfraErrors: r.InfraErrors,
 		RewardSum: r.RewardSum, StartedAtUnixNano: r.StartedAt, UpdatedAtUnixNano: r.UpdatedAt,
-		Error: r.Error,
+		Error: r.Error, InfraByKind: r.InfraByKind,
 	}
 	n := st.SizeVT()
 	b := make([]byte, 0, protowire.SizeTag(1)+protowire.SizeBytes(len(r.Spec))+n)
@@ -156,6 +159,11 @@ func (r *run) record(e *gauntletv1.EndedSummary) {
 	}
 	if e.GetInfraError() {
 		r.InfraErrors++
+		k := int(e.GetInfraKind())
+		if k >= len(r.InfraByKind) {
+			r.InfraByKind = append(r.InfraByKind, make([]uint64, k+1-len(r.InfraByKind))...)
+		}
+		r.InfraByKind[k]++
 	}
 	r.dirty = true
 }
@@ -167,5 +175,7 @@ func (r *run) progress() *gauntletv1.RunProgress {
 		Succeeded: r.Succeeded, Steps: r.Steps, FaultsFired: r.Faults, InfraErrors: r.InfraErrors,
 		RewardSum: r.RewardSum, Done: r.done(), StartedAtUnixNano: r.StartedAt,
 		UpdatedAtUnixNano: r.UpdatedAt, Error: r.Error,
+		// A copy: the message may be encoded after the next end updates the counts.
+		InfraByKind: slices.Clone(r.InfraByKind),
 	}
 }

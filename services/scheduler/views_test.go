@@ -103,7 +103,7 @@ func TestDecodeEnded(t *testing.T) {
 	ended := &gauntletv1.EpisodeEnded{
 		Episode: &gauntletv1.EpisodeRequested{EpisodeId: "e1", RunId: "r1", Index: 7, Env: "shop"},
 		Steps:   2, InfraError: true, Success: true, TotalReward: 0.75, FaultsFired: 3,
-		Plan: &gauntletv1.FaultPlan{Profile: "edge"},
+		InfraKind: gauntletv1.InfraKind_INFRA_KIND_SANDBOX, Plan: &gauntletv1.FaultPlan{Profile: "edge"},
 	}
 	seg := &gauntletv1.StepsTaken{
 		Started: &gauntletv1.EpisodeStarted{Episode: ended.Episode},
@@ -125,6 +125,7 @@ func TestDecodeEnded(t *testing.T) {
 		want := &gauntletv1.EndedSummary{
 			Episode: &gauntletv1.EpisodeRef{EpisodeId: "e1", RunId: "r1", Index: 7},
 			Steps:   2, InfraError: true, Success: true, TotalReward: 0.75, FaultsFired: 3,
+			InfraKind: gauntletv1.InfraKind_INFRA_KIND_SANDBOX,
 		}
 		if !proto.Equal(got, want) {
 			t.Errorf("%s: decoded %v, want %v", name, got, want)
@@ -142,12 +143,13 @@ func TestDecodeEnded(t *testing.T) {
 	want := &gauntletv1.EndedSummary{
 		Episode: &gauntletv1.EpisodeRef{EpisodeId: "e1", RunId: "r1", Index: 7},
 		Steps:   2, InfraError: true, Success: true, TotalReward: 0.75, FaultsFired: 3,
+		InfraKind: gauntletv1.InfraKind_INFRA_KIND_SANDBOX,
 	}
 	if !proto.Equal(got, want) {
 		t.Errorf("header decoded as %v, want %v", got, want)
 	}
-	if n := want.ProtoReflect().Descriptor().Fields().Len(); n != 6 {
-		t.Errorf("EndedSummary has %d fields; bus.EndedHeader and this test set 6", n)
+	if n := want.ProtoReflect().Descriptor().Fields().Len(); n != 7 {
+		t.Errorf("EndedSummary has %d fields; bus.EndedHeader and this test set 7", n)
 	}
 	if _, err := bus.DecodeEndedHeader("not base64!"); err == nil {
 		t.Error("a garbled header decoded")

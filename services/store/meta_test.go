@@ -40,6 +40,7 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	spec := &gauntletv1.RunRequested{
 		RunId: "cabc-s1-b2", Env: "shop", ParamsJson: "{}", Episodes: 10, Seed: 42, Label: "curriculum t stage 1 (b)",
 		Policies:            []*gauntletv1.Share{{Name: "random", Weight: 1}, {Name: "oracle", Weight: 3}},
+		PolicyEndpoint:      &gauntletv1.PolicyEndpoint{Url: "http://10.0.0.7:8000/v1", Model: "qwen3-8b", Credential: "lab-vllm"},
 		Profiles:            []*gauntletv1.Share{{Name: "baseline", Weight: 1}, {Name: "mine", Weight: 1}},
 		CustomProfiles:      []*gauntletv1.CustomProfile{{Name: "mine", SpecYaml: "name: mine\n"}},
 		Drift:               []*gauntletv1.Drift{{Selector: "*.latency.mean_ms"}},
@@ -87,7 +88,7 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	closed := finished + int64(time.Second)
 	tr := &gauntletv1.StageTransition{CurriculumId: "curriculum-t-1", CurriculumName: "t", CurriculumPrefix: "cabc",
 		Stage: 1, StageName: "b", Outcome: "promoted", Metric: "success_rate", Threshold: 0.8, Window: 10, WindowValue: 0.8,
-		Episodes: 30, Succeeded: 22, RewardSum: 20, Batches: 3, NextStage: 2, ClosedAtUnixNano: closed}
+		Episodes: 30, Succeeded: 22, RewardSum: 20, InfraErrors: 4, Batches: 3, NextStage: 2, ClosedAtUnixNano: closed}
 	data, err := gauntletv1.Marshal(tr)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +122,8 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 		RunID: "cabc-s1-b2", Label: "curriculum t stage 1 (b)", Env: "shop", Params: "{}", TaskIDs: []string{}, TaskDigests: []string{},
 		PolicyMix: "random=1,oracle=3", ProfileMix: "baseline=1,mine=1", ProfileFiles: []string{"mine.yaml"},
 		CustomProfiles: []string{"mine"}, DriftText: "*.latency.mean_ms=linear(0:20,9:500)", DriftSelectors: []string{"*.latency.mean_ms"},
-		Seed: 42, Episodes: 10, RewardSpec: "default/1", CurriculumID: "curriculum-t-1", CurriculumName: "t", CurriculumPrefix: "cabc",
+		Seed: 42, Episodes: 10, RewardSpec: "default/1",
+		PolicyURL: "http://10.0.0.7:8000/v1", PolicyModel: "qwen3-8b", PolicyCredential: "lab-vllm", CurriculumID: "curriculum-t-1", CurriculumName: "t", CurriculumPrefix: "cabc",
 		Stage: 1, StageName: "b", Batch: 2, GauntletVersion: "v1.2.3", SubmittedBy: "ana@lab",
 		SubmittedAt: time.Unix(0, submitted).UTC(), SubmittedAtNs: uint64(submitted),
 		StartedAt: time.Unix(0, started).UTC().Truncate(time.Second), StartedAtNs: uint64(started),
@@ -145,7 +147,7 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 		t.Errorf("runs of curriculum cabc: %+v, %v; want its one batch", cur, err)
 	}
 	st := stages[0]
-	if st.Outcome != "promoted" || st.Stage != 1 || st.NextStage != 2 || st.WindowValue != 0.8 || st.Episodes != 30 ||
+	if st.Outcome != "promoted" || st.Stage != 1 || st.NextStage != 2 || st.WindowValue != 0.8 || st.Episodes != 30 || st.InfraErrors != 4 ||
 		st.ClosedAtNs != uint64(closed) || st.CurriculumName != "t" || st.Metric != "success_rate" {
 		t.Errorf("curriculum_stages row %+v", st)
 	}

@@ -52,6 +52,9 @@ export const fmt = {
   reward: (x) => x.toFixed(3),
   int: (x) => String(x),
   time: (s) => (s ? s.replace("T", " ").replace("Z", "") : ""),
+  // kinds says what failed in a run's or batch's infra errors: "model_endpoint 3,
+  // sandbox 1"; "" when there were none. Success rates and mean rewards leave them out.
+  kinds: (m) => Object.entries(m || {}).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, n]) => `${k} ${n}`).join(", "),
 };
 
 function setCrumbs(...parts) {
@@ -84,6 +87,7 @@ async function runsPage(gen) {
       el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(r.success_rate) }),
       el("td", { class: "num", "data-field": "mean_reward", text: fmt.reward(r.mean_reward) }),
       el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(r.infra_errors) }),
+      el("td", { class: "muted", "data-field": "infra_by_kind", text: fmt.kinds(r.infra_by_kind) }),
       el("td", { "data-field": "first", text: fmt.time(r.first) }),
       el("td", { "data-field": "last", text: fmt.time(r.last) }),
       el("td", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })));
@@ -95,7 +99,7 @@ async function runsPage(gen) {
         el("thead", {}, el("tr", {},
           ["run", "env"].map((h) => el("th", { text: h })),
           ["episodes ended", "", "success", "mean reward", "infra errors"].map((h) => el("th", { class: "num", text: h })),
-          ["first started", "last ended", ""].map((h) => el("th", { text: h })))),
+          ["of kind", "first started", "last ended", ""].map((h) => el("th", { text: h })))),
         el("tbody", {}, rows)));
   return runs.some((r) => r.live) ? LIVE_MS : IDLE_MS;
 }
@@ -142,7 +146,9 @@ async function runPage(gen, runID, offset) {
       card("success rate", fmt.pct(r.success_rate), "success_rate"),
       card("mean reward", fmt.reward(r.mean_reward), "mean_reward"),
       card("steps", fmt.int(r.steps), "steps"),
-      card("infra errors", fmt.int(r.infra_errors), "infra_errors")),
+      card("infra errors", fmt.int(r.infra_errors), "infra_errors"),
+      r.infra_errors ? card("infra errors by kind", fmt.kinds(r.infra_by_kind), "infra_by_kind") : null),
+    r.infra_errors ? el("p", { class: "muted", text: "Success rate, mean reward, the reward distribution and the per fault kind table leave infra errors out: they carry no reward." }) : null,
     el("h2", { text: "Over the run" }),
     el("div", { class: "charts" },
       chart(`success rate and mean reward by episode index (${page.series_width} per point)`, {
@@ -321,7 +327,7 @@ async function curriculaPage(gen) {
       ? el("p", { class: "muted", text: "No curriculum yet. Start one with `gauntlet curriculum start -f spec.yaml`." })
       : el("table", { id: "curricula" },
         el("thead", {}, el("tr", {}, ["curriculum", "name", "state", "stage"].map((h) => el("th", { text: h })),
-          ["runs", "episodes ended", "success"].map((h) => el("th", { class: "num", text: h })),
+          ["runs", "episodes ended", "success", "infra errors"].map((h) => el("th", { class: "num", text: h })),
           ["started", "closed", "by"].map((h) => el("th", { text: h })))),
         el("tbody", {}, curricula.map((c) => el("tr", { "data-curriculum": c.id },
           el("td", {}, el("a", { href: `#/curricula/${encodeURIComponent(c.id)}`, text: c.id })),
@@ -331,6 +337,7 @@ async function curriculaPage(gen) {
           el("td", { class: "num", "data-field": "runs", text: fmt.int(c.runs) }),
           el("td", { class: "num", "data-field": "episodes", text: fmt.int(c.episodes) }),
           el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(c.success_rate) }),
+          el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(c.infra_errors) }),
           el("td", { text: fmt.time(c.started) }),
           el("td", { text: fmt.time(c.closed) }),
           el("td", { text: c.submitted_by }))))));
@@ -399,9 +406,11 @@ async function curriculumPage(gen, id) {
     el("div", { class: "cards" },
       card("name", c.name || (p && p.name) || "", "name"),
       card("state", c.state + (p && p.pause_requested ? " (pausing after the batch in flight)" : ""), "state-card"),
+      c.pause_reason ? card("paused by itself", c.pause_reason, "pause_reason") : null,
       card(stages ? `stage of ${stages}` : "stage", `${c.stage} ${c.stage_name}`, "stage"),
       card("episodes ended", fmt.int(c.episodes), "episodes"),
       card("success rate", fmt.pct(c.success_rate), "success_rate"),
+      card("infra errors", fmt.int(c.infra_errors), "infra_errors"),
       card("runs", fmt.int(c.runs), "runs"),
       p ? card(`window of ${p.window_episodes}: success`, fmt.pct(p.window_success_rate), "window_success_rate") : null,
       ...(p && p.drift ? p.drift.map((d) => card("drift " + d.selector, String(+d.value.toFixed(3)), "drift")) : [])),
@@ -424,23 +433,26 @@ async function curriculumPage(gen, id) {
     page.stages.length === 0 ? el("p", { class: "muted", text: "No stage has closed yet." })
       : el("table", { id: "stages" },
         el("thead", {}, el("tr", {}, ["stage", "name", "outcome", "metric"].map((h) => el("th", { text: h })),
-          ["window value", "threshold", "episodes", "success", "batches"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "closed" }))),
+          ["window value", "threshold", "episodes", "success", "infra errors", "batches"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "closed" }))),
         el("tbody", {}, page.stages.map((s) => el("tr", { "data-stage": String(s.stage) },
           el("td", { text: String(s.stage) }), el("td", { text: s.stage_name }), el("td", { text: s.outcome }), el("td", { text: s.metric }),
           el("td", { class: "num", text: fmt.reward(s.window_value) }), el("td", { class: "num", text: fmt.reward(s.threshold) }),
-          el("td", { class: "num", text: fmt.int(s.episodes) }), el("td", { class: "num", text: fmt.pct(s.episodes ? s.succeeded / s.episodes : 0) }),
+          el("td", { class: "num", text: fmt.int(s.episodes) }), el("td", { class: "num", text: fmt.pct(s.episodes > s.infra_errors ? s.succeeded / (s.episodes - s.infra_errors) : 0) }),
+          el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(s.infra_errors) }),
           el("td", { class: "num", text: fmt.int(s.batches) }), el("td", { text: fmt.time(s.closed_at) }))))),
     el("h2", { text: "Batches" }),
     el("table", { id: "batches" },
       el("thead", {}, el("tr", {}, ["run", "stage", "batch", "drift (batch mean)"].map((h) => el("th", { text: h })),
-        ["episodes", "success", "mean reward"].map((h) => el("th", { class: "num", text: h })))),
+        ["episodes", "success", "mean reward", "infra errors"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "of kind" }))),
       el("tbody", {}, page.batches.map((b) => el("tr", { "data-run": b.run_id },
         el("td", {}, el("a", { href: `#/runs/${encodeURIComponent(b.run_id)}`, text: b.run_id })),
         el("td", { text: `${b.stage} ${b.stage_name}` }), el("td", { text: String(b.batch) }),
         el("td", { class: "muted", title: b.drift_text, text: page.selectors.map((sel, i) => (b.drift[i] === null ? null : `${sel}=${+b.drift[i].toFixed(3)}`)).filter(Boolean).join(", ") || b.drift_text }),
         el("td", { class: "num", "data-field": "episodes", text: fmt.int(b.episodes) }),
         el("td", { class: "num", "data-field": "success_rate", text: fmt.pct(b.success_rate) }),
-        el("td", { class: "num", "data-field": "mean_reward", text: fmt.reward(b.mean_reward) }))))));
+        el("td", { class: "num", "data-field": "mean_reward", text: fmt.reward(b.mean_reward) }),
+        el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(b.infra_errors) }),
+        el("td", { class: "muted", "data-field": "infra_by_kind", text: fmt.kinds(b.infra_by_kind) }))))));
   const again = document.getElementById("action-note");
   if (kept && again) [again.textContent, again.className] = kept;
   if (typing && document.getElementById("token")) document.getElementById("token").focus();

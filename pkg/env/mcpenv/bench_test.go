@@ -20,7 +20,7 @@ import (
 )
 
 // BenchmarkCallOverhead measures what the harness adds to one tools/call: the notes
-// server runs in a process sandbox, and the same session is called directly with the
+// server runs in a sandbox of each runtime (a sub-benchmark each), and the same session is called directly with the
 // SDK's client and through the episode's Step (schema check, fault injector with a
 // latency rule that fires on every call, the observation, the CEL verifier, metering),
 // alternately, call for call. It reports each one's median wall time per call and the
@@ -31,6 +31,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 	dir := b.TempDir()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "mcp-notes-server"), ".")
 	cmd.Dir = "../../../examples/mcp-notes-server"
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, for containerd's root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("build: %v: %s", err, out)
 	}
@@ -45,7 +46,12 @@ func BenchmarkCallOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sb := runtimestest.Open(b, runtimes.Process, 0)
+	for _, name := range []string{runtimes.Process, runtimes.Containerd} {
+		b.Run(name, func(b *testing.B) { benchCallOverhead(b, d, runtimestest.Open(b, name, 0)) })
+	}
+}
+
+func benchCallOverhead(b *testing.B, d *Decl, sb env.Sandboxes) {
 	x := New(d)
 	var ep *episode
 	start := func() {

@@ -64,6 +64,18 @@ func (x *mcpEnv) Spec() env.Spec {
 	}
 }
 
+var _ env.OutsideState = (*mcpEnv)(nil)
+
+// OutsideState implements env.OutsideState: an episode's state is its server's, so a
+// fork replays the recorded calls into a fresh server and is refused where that server
+// answers otherwise than the recording (docs/mcp.md, Forks).
+func (x *mcpEnv) OutsideState() string {
+	if x.d.Server.URL != "" {
+		return "the MCP server at " + x.d.Server.URL + " (" + x.d.file + ")"
+	}
+	return "the MCP server of " + x.d.file
+}
+
 // SandboxTemplates is a command server's sandbox, for warm pools; a URL server's episodes
 // need none.
 func (x *mcpEnv) SandboxTemplates() []sandbox.Spec {

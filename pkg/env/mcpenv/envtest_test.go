@@ -18,16 +18,21 @@ import (
 // writes, latency everywhere, truncated reads.
 func faulty(t testing.TB, seed uint64) *inject.Injector {
 	t.Helper()
-	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: []*gauntletv1.FaultRule{
-		{Id: "write-503", Target: "notes-write", Probability: 0.3,
-			Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: 503, RetryAfterMs: 200}}},
-		{Id: "lat", Target: "*", Probability: 0.5, Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: 40, JitterMs: 20}}},
-		{Id: "cut", Target: "notes.get", Probability: 0.3, Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: 0.5}}},
-	}})
+	in, err := inject.NewInjector(faultyPlan(seed))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return in
+}
+
+// faultyPlan is faulty's plan.
+func faultyPlan(seed uint64) *gauntletv1.FaultPlan {
+	return &gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: []*gauntletv1.FaultRule{
+		{Id: "write-503", Target: "notes-write", Probability: 0.3,
+			Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: 503, RetryAfterMs: 200}}},
+		{Id: "lat", Target: "*", Probability: 0.5, Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: 40, JitterMs: 20}}},
+		{Id: "cut", Target: "notes.get", Probability: 0.3, Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: 0.5}}},
+	}}
 }
 
 var registered = map[string]env.Env{}

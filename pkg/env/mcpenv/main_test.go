@@ -32,16 +32,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// NotesDir builds examples/mcp-notes-server into dir/bin and copies its declaration
-// beside it.
+// NotesDir builds examples/mcp-notes-server (statically) into dir/bin and copies its
+// declaration beside it.
 func NotesDir(dir string) error {
 	root, err := filepath.Abs("../../..")
 	if err != nil {
 		return err
 	}
 	ex := filepath.Join(root, "examples", "mcp-notes-server")
+	// Static, as docs/mcp.md tells: a containerd sandbox's root has no C library.
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "mcp-notes-server"), ".")
 	cmd.Dir = ex
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build the notes server: %v: %s", err, out)
 	}

@@ -52,7 +52,18 @@ func mustStep(t *testing.T, ep env.Episode, tool, args string) env.StepResult {
 // a truncation cuts what the agent sees of the server's answer; the server's own tool
 // errors are observations; and without faults the verifier's condition ends the episode.
 func TestFaultsAtTheMCPBoundary(t *testing.T) {
-	sb := runtimestest.Open(t, runtimes.Process, 0)
+	onEveryRuntime(t, testFaultsAtTheMCPBoundary)
+}
+
+// onEveryRuntime runs test in a subtest per sandbox runtime that runs command servers
+// (sandbox.Streamer, and sandbox.Dialer for HTTP ones).
+func onEveryRuntime(t *testing.T, test func(t *testing.T, sb env.Sandboxes)) {
+	for _, name := range []string{runtimes.Process, runtimes.Containerd} {
+		t.Run(name, func(t *testing.T) { test(t, runtimestest.Open(t, name, 0)) })
+	}
+}
+
+func testFaultsAtTheMCPBoundary(t *testing.T, sb env.Sandboxes) {
 	e := mcpenv.New(notes(t))
 	ep, first := newEpisode(t, e, env.Config{Seed: 7, Sandboxes: sb, Faults: injectorOf(t,
 		httpErr("down", "notes.put", 1, 503, 250), latency("slow", "notes.list", 300), cut("cut", "notes.get", 0.5))})
@@ -356,7 +367,10 @@ func TestVerifierEvaluationError(t *testing.T) {
 // verifier as over stdio, and the server stops, measured, when the episode ends. A
 // server that exits without listening fails the reset at once, with what it said.
 func TestHTTPServerInSandbox(t *testing.T) {
-	sb := runtimestest.Open(t, runtimes.Process, 0)
+	onEveryRuntime(t, testHTTPServerInSandbox)
+}
+
+func testHTTPServerInSandbox(t *testing.T, sb env.Sandboxes) {
 	notes(t) // builds the server
 	dir := t.TempDir()
 	if err := os.Symlink(filepath.Join(notesDir, "bin"), filepath.Join(dir, "bin")); err != nil {
@@ -381,7 +395,7 @@ func TestHTTPServerInSandbox(t *testing.T) {
 	}
 	mustStep(t, ep, "notes.put", `{"name":"n5","text":"remember the milk"}`)
 	r := mustStep(t, ep, "notes.get", `{"name":"n5"}`)
-	if !r.Signals.GetSuccess() || len(r.Faults) != 1 || r.Metering.GetRuntime() != runtimes.Process || r.Metering.GetCpuNs() == 0 {
+	if !r.Signals.GetSuccess() || len(r.Faults) != 1 || r.Metering.GetRuntime() != sb.Runtime().Name() || r.Metering.GetCpuNs() == 0 {
 		t.Fatalf("get: %s faults %v metering %v", r.Observation, r.Faults, r.Metering)
 	}
 	bad := load(`[sh, -c, 'echo no port for you >&2; exit 3']`)

@@ -83,6 +83,8 @@ type episode struct {
 	sb     string
 	tb     *tools.Toolbox
 	events []sandbox.Event
+	// net is the sandbox's gateway to the task's allowed hosts; nil without.
+	net    *network
 	faults *inject.Injector
 	// calls are the calls the injector evaluated, so a branch can rebuild one in the same
 	// state.
@@ -127,8 +129,9 @@ func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbo
 		Limits:   limits(c.CPUs, c.MemoryMB, c.StorageMB),
 		// The runtime makes the folders: /app, /logs, /tests and /solution exist and are
 		// empty unless environment/app or the image fills /app.
-		Links:  links,
-		Labels: map[string]string{"env": Name, "task": t.ID},
+		Links:    links,
+		Labels:   map[string]string{"env": Name, "task": t.ID},
+		Services: egressServices(c),
 	}
 	if p, ok := rt.(sandbox.ImagePreparer); ok {
 		ref, err := taskImage(ctx, p, t)
@@ -249,6 +252,9 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("tasks: task %s: acquire sandbox: %w", e.task.ID, err)
 	}
 	e.sb, e.ready = h.ID, true
+	if e.net, err = attachNetwork(ctx, e.cfg.Sandboxes.Runtime(), h.ID, spec.Services, servicesDecider(e.faults), nil, 0); err != nil {
+		return nil, errors.Join(err, e.release(ctx))
+	}
 	e.tb = e.toolbox()
 	return json.Marshal(resetObs{
 		Task: e.task.ID, Digest: e.task.Digest, Instruction: e.task.Instruction, WorkDir: WorkDir,
@@ -287,9 +293,16 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	}
 	b := &episode{}
 	*b = *e
-	b.sb, b.events, b.calls = h.ID, nil, slices.Clone(e.calls)
+	b.sb, b.events, b.calls, b.net = h.ID, nil, slices.Clone(e.calls), nil
+	if e.net != nil {
+		// The branch's requests meet what this episode's would from here on.
+		if b.net, err = attachNetwork(ctx, e.cfg.Sandboxes.Runtime(), h.ID, e.net.services, e.net.d.Clone(), nil, e.clock); err != nil {
+			return nil, errors.Join(err, e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+		}
+	}
 	if e.cfg.Faults != nil {
 		if b.faults, err = inject.NewInjector(e.cfg.Faults.Plan()); err != nil {
+			b.net.close()
 			return nil, errors.Join(fmt.Errorf("tasks: branch: fault plan: %w", err), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
 		}
 		for _, c := range e.calls {
@@ -324,6 +337,8 @@ func (e *episode) release(ctx context.Context) error {
 	}
 	id := e.sb
 	e.sb = ""
+	e.net.close()
+	e.net = nil
 	if err := e.cfg.Sandboxes.Release(ctx, id); err != nil {
 		return fmt.Errorf("tasks: release sandbox %s: %w", id, err)
 	}
@@ -395,6 +410,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		}
 		out := e.faults.Call(t.service, t.name, e.clock)
 		e.calls = append(e.calls, faultCall{t.service, t.name, e.clock})
+		e.net.publish(e.clock)
 		e.clock += cost + out.Latency
 		fired = out.Fired
 		if out.Status != 0 {
@@ -446,6 +462,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			Verdict *verdict        `json:"verdict"`
 		}{obs, v})
 	}
+	// What the agent's requests met and where they went (the verifier's too, on the
+	// step that ran it).
+	if nf := e.net.faults(); len(nf) > 0 {
+		fired = append(slices.Clip(fired), nf...)
+	}
+	diff := e.net.diff()
 	progress, success := 0.0, false
 	var names []string
 	var values []float64
@@ -469,7 +491,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		m.WrittenBytes = uint64(max(meter.BytesWritten, 0))
 	}
 	res := env.StepResult{
-		Observation: obs, Diff: []byte("[]"), Faults: fired, Metering: m,
+		Observation: obs, Diff: diff, Faults: fired, Metering: m,
 		Signals: &gauntletv1.Signals{
 			Progress: progress, ProgressDelta: progress, InvalidAction: calls == 0, Success: success,
 			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety,

@@ -136,7 +136,7 @@ func TestSelectionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := taskenv.Select("gauntlet", ds, tasks.Filter{Tags: []string{"python"}, Difficulties: []string{"hard"}}); !errors.Is(err, taskenv.ErrEmptySelection) ||
-		!strings.Contains(err.Error(), `the filter tags ["python"], difficulty ["hard"] selects none of the 31 tasks of dataset gauntlet (`+dataset+`)`) {
+		!strings.Contains(err.Error(), `the filter tags ["python"], difficulty ["hard"] selects none of the 32 tasks of dataset gauntlet (`+dataset+`)`) {
 		t.Errorf("Select of nothing: %v", err)
 	}
 	if _, err := taskenv.Select("gauntlet", ds, tasks.Filter{Globs: []string{"["}}); err == nil {
@@ -145,7 +145,7 @@ func TestSelectionRefused(t *testing.T) {
 	digest := ds.Task("codefix/sum").Digest
 	zero := "sha256:" + strings.Repeat("0", 64)
 	for _, c := range []struct{ params, want string }{
-		{`{"dataset": "gauntlet", "difficulty": ["hard"]}`, `params: tasks: no task selected: the filter difficulty ["hard"] selects none of the 31 tasks of dataset gauntlet`},
+		{`{"dataset": "gauntlet", "difficulty": ["hard"]}`, `params: tasks: no task selected: the filter difficulty ["hard"] selects none of the 32 tasks of dataset gauntlet`},
 		{`{"dataset": "gauntlet", "difficulty": ["trivial"]}`, `difficulty "trivial" is not one of easy, medium, hard`},
 		{`{"dataset": "gauntlet", "glob": ["["]}`, `glob "["`},
 		{`{"dataset": "gauntlet", "tags": [""]}`, `params.tags[0]: empty`},

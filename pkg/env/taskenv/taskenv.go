@@ -89,7 +89,9 @@ func (*taskEnv) Spec() env.Spec {
 			{Name: "max_invalid", Type: "int", Default: "5", Description: "invalid actions that terminate the episode (1..1000)"},
 			{Name: "deadline_ms", Type: "int", Description: "virtual milliseconds the episode may take (default: the task's [agent] timeout; each command's wall time stays bounded by that timeout)"},
 		},
-		Services:        []string{tools.Service},
+		// The egress service is the gateway to an allowlist task's hosts: the plan's
+		// rules for it are what the agent's requests meet there.
+		Services:        []string{tools.Service, EgressService},
 		DefaultMaxSteps: DefaultMaxSteps,
 	}
 }

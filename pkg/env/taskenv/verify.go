@@ -113,6 +113,16 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 		return nil, fmt.Errorf("tasks: verify: fork %s: %w", s.ID, err)
 	}
 	defer func() { _ = e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID) }()
+	if e.net != nil {
+		// test.sh reaches the allowed hosts as the agent did, through a gateway of its
+		// own whose requests meet no faults (a verdict is no draw) and are recorded with
+		// the step's.
+		vn, err := attachNetwork(ctx, rt, h.ID, e.net.services, nil, e.net.rec, e.clock)
+		if err != nil {
+			return nil, fmt.Errorf("tasks: verify: %w", err)
+		}
+		defer vn.close()
+	}
 
 	timeout := e.task.Config.Verifier.Timeout
 	r, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{

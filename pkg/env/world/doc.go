@@ -2,7 +2,9 @@
 // (the fault targets), its state (variables and entities, drawn from the episode's seed),
 // its tools (arguments as JSON Schema, preconditions that form the causal graph, effects,
 // observations), its success, failure and progress conditions, its limits and, optionally,
-// an oracle plan. Expressions are CEL (cel.dev/cel-go), type-checked when the world loads.
+// an oracle plan. Expressions are CEL (cel.dev/cel-go), type-checked when the world loads
+// and compiled to Go closures that leave to CEL's interpreter whatever they cannot decide
+// (compiled.go), so that every result is the interpreter's.
 //
 // A loaded World is an env.Env like the Go envs (and an env.Oracle when the file declares a
 // plan): deterministic from the seed, on the episode's virtual clock, every service call

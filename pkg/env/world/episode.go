@@ -63,13 +63,24 @@ type episode struct {
 	// so that expressions read them without converting anything.
 	vars []ref.Val
 	ents []collection
-	// act is the activation of the episode's expressions, reused by every evaluation.
-	act      activation
-	clock    time.Duration
-	step     uint32
-	invalid  int64
-	progress int
-	budget   int64
+	// act is the activation of the episode's expressions, reused by every evaluation;
+	// loc holds the comprehension variables of compiled expressions (program.run).
+	act activation
+	loc []ref.Val
+	// changes is run's scratch; obsCap and diffCap the largest answer and diff so far,
+	// the capacity the next starts with.
+	changes         []change
+	obsCap, diffCap int
+	// argObjs holds each tool's arguments object, reused by its next call.
+	argObjs []*object
+	// lastList and lastElems are listElems' memory.
+	lastList  traits.Lister
+	lastElems []ref.Val
+	clock     time.Duration
+	step      uint32
+	invalid   int64
+	progress  int
+	budget    int64
 	// known[k] says verdict[k] is end condition k's value on the current state (see
 	// World.ends): evaluated since the last step that wrote what it reads.
 	known   []bool
@@ -137,9 +148,17 @@ func (e *episode) scope(args *object) *activation {
 
 func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 	prg := p.prg
-	if p.fast != nil {
-		if a, ok := act.(*activation); ok && a.ep.fast {
+	if a, ok := act.(*activation); ok {
+		if p.fast != nil && a.ep.fast {
 			prg = p.fast
+		}
+		if p.run != nil && (prg == p.fast || p.sized != nil && p.sized.under(a)) {
+			if v := p.run(a); !types.IsError(v) {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, nil
+			}
 		}
 	}
 	out, _, err := prg.Eval(act)
@@ -223,7 +242,11 @@ func (e *episode) Reset() (json.RawMessage, error) {
 
 func (e *episode) reset(seed uint64) ([]byte, error) {
 	w := e.w
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true}
+	loc := e.loc
+	if len(loc) < w.locals {
+		loc = make([]ref.Val, w.locals)
+	}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true, loc: loc}
 	r := rng.New(seed, "world/"+w.name+"/state", 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
@@ -350,6 +373,10 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 	return dr.kind.zero(), nil
 }
 
+// capHint caps the capacity an answer or a diff starts with (the largest of the
+// episode's before): enough for most, without making every small one large.
+const capHint = 512
+
 // stepState is what one step did besides its observation.
 type stepState struct {
 	diff       []byte
@@ -361,10 +388,15 @@ type stepState struct {
 	// ran: a tool's preconditions held; changed: its effects changed the state.
 	ran     bool
 	changed bool
+	// diffCap is the capacity a diff starts with: the episode's largest before.
+	diffCap int
 }
 
 func (s *stepState) open(op, path string) {
 	if len(s.diff) == 0 {
+		if s.diff == nil {
+			s.diff = make([]byte, 0, s.diffCap)
+		}
 		s.diff = append(s.diff, '[')
 	} else {
 		s.diff = append(s.diff, ',')
@@ -384,10 +416,11 @@ func (s *stepState) set(path string, from, to ref.Val) {
 	s.diff = append(s.diff, '}')
 }
 
-func (s *stepState) diffBytes() []byte {
+func (s *stepState) diffBytes(e *episode) []byte {
 	if len(s.diff) == 0 {
 		return []byte("[]")
 	}
+	e.diffCap = min(max(e.diffCap, len(s.diff)+1), capHint)
 	return append(s.diff, ']')
 }
 
@@ -437,6 +470,19 @@ func (w *World) tool(name string) *toolDef {
 	return nil
 }
 
+// argsOf returns the object a call of t reads its arguments into.
+func (e *episode) argsOf(t *toolDef) *object {
+	if e.argObjs == nil {
+		e.argObjs = make([]*object, len(e.w.tools))
+	}
+	o := e.argObjs[t.index]
+	if o == nil {
+		o = newObject(t.args.otype)
+		e.argObjs[t.index] = o
+	}
+	return o
+}
+
 // Step applies one action. Bad actions are observations; the errors are stepping before
 // Reset or after the end, and an expression of the world failing on real values.
 func (e *episode) Step(act env.Action) (env.StepResult, error) {
@@ -461,14 +507,14 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 // before its arguments were read, is set).
 func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult, error) {
 	w := e.w
-	s := &stepState{}
+	s := &stepState{diffCap: e.diffCap}
 	var faults []*gauntletv1.FaultFired
 	var obs []byte
 	start := e.clock
 	calls := uint32(1)
 	var args *object
 	if bad == nil {
-		a, err := t.args.parse(act.Args)
+		a, err := t.args.parseInto(act.Args, e.argsOf(t))
 		if err != nil {
 			bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.name+" "+t.args.usage)
 		}
@@ -529,7 +575,7 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 	e.step++
 	res := env.StepResult{
 		Observation: obs,
-		Diff:        s.diffBytes(),
+		Diff:        s.diffBytes(e),
 		Signals:     sig,
 		Faults:      faults,
 		Metering: &gauntletv1.Metering{
@@ -732,7 +778,12 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 			e.clock += time.Duration(min(ms, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
 		}
 	}
-	changes := make([]change, len(t.effects))
+	// The changes of a step are scratch: reused by the next.
+	if cap(e.changes) < len(t.effects) {
+		e.changes = make([]change, len(t.effects))
+	}
+	changes := e.changes[:len(t.effects)]
+	clear(changes)
 	for i := range t.effects {
 		ef := &t.effects[i]
 		c := change{ef: ef}
@@ -814,7 +865,8 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	}
 	post := act
 	post.newID = newID
-	b := []byte(`{"ok":true`)
+	// An answer is the caller's, so each is a new buffer, sized by the largest before.
+	b := append(make([]byte, 0, e.obsCap), `{"ok":true`...)
 	for _, f := range t.obs {
 		v, err := eval(f.val, post)
 		if err != nil {
@@ -827,7 +879,9 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 			return nil, &evalError{at: f.val.at, err: err}
 		}
 	}
-	return append(b, '}'), nil
+	b = append(b, '}')
+	e.obsCap = min(max(e.obsCap, len(b)), capHint)
+	return b, nil
 }
 
 // add adds row (its fields set, its id not yet) to entity collection k, numbering it
@@ -899,6 +953,20 @@ func appendVal(b []byte, v ref.Val) ([]byte, error) {
 		return append(b, "null"...), nil
 	case *collection:
 		return appendMap(b, x, x.ids)
+	case *record:
+		b = append(b, '{')
+		for n, i := range x.keys.sorted {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = canonjson.AppendString(b, x.keys.names[i])
+			b = append(b, ':')
+			var err error
+			if b, err = appendVal(b, x.vals[i]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
 	case *object:
 		b = append(b, '{')
 		for n, i := range x.t.sorted {

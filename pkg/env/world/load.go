@@ -80,9 +80,16 @@ func (k kind) zero() ref.Val {
 type program struct {
 	prg  cel.Program
 	fast cel.Program
-	ast  *cel.Ast
-	src  string
-	at   place
+	// run, when set, is the expression compiled to Go closures (compiled.go): what an
+	// evaluation without cost tracking tries first.
+	run cfn
+	// sized, for an expression CEL's estimate does not bound whatever the state, bounds
+	// it on the sizes of the state at hand: when those keep it under maxCost, run
+	// answers without cost tracking as well.
+	sized *sizedBound
+	ast   *cel.Ast
+	src   string
+	at    place
 }
 
 // draw says how a state value starts: exactly one of a literal value, a uniform integer
@@ -151,6 +158,7 @@ type obsField struct {
 }
 
 type toolDef struct {
+	index   int // in World.tools
 	name    string
 	service string
 	svc     int // index into services, -1 for none
@@ -228,6 +236,17 @@ type World struct {
 	msg           *toolDef
 	msgEntity     int
 	hasRoleOracle bool
+	// locals is how many comprehension variables the compiled closures hold at once.
+	locals int
+	// bounded lists the expressions over the state that may run compiled, and the
+	// arguments they read (nil for none): what the test comparing closures with CEL walks.
+	bounded []boundExpr
+}
+
+// boundExpr is an expression that may run compiled and the arguments it reads.
+type boundExpr struct {
+	p    *program
+	args *argSchema
 }
 
 // endCond is an end condition and what it depends on: a step re-evaluates it only when
@@ -777,13 +796,33 @@ func (c *compiler) bound() {
 		}
 		ents[ed.name] = initial + uint64(adds)*uint64(w.maxSteps)
 	}
+	cls := map[*cel.Env]*closures{}
 	for _, sp := range c.state {
-		est, err := sp.env.EstimateCost(sp.p.ast, &sizes{ents: ents, args: sp.args})
-		if err != nil || est.Max > maxCost {
+		sz := &sizes{ents: ents, args: sp.args, seen: map[string][]string{}}
+		est, err := sp.env.EstimateCost(sp.p.ast, sz)
+		if err != nil {
 			continue
 		}
-		if fast, err := sp.env.Program(sp.p.ast, cel.EvalOptions(cel.OptOptimize)); err == nil {
+		var sized *sizedBound
+		if est.Max > maxCost {
+			if sized = c.sizedBound(sp, ents, sz.seen); sized == nil {
+				continue
+			}
+		} else {
+			fast, err := sp.env.Program(sp.p.ast, cel.EvalOptions(cel.OptOptimize))
+			if err != nil {
+				continue
+			}
 			sp.p.fast = fast
+		}
+		cl := cls[sp.env]
+		if cl == nil {
+			cl = newClosures(w, c.prov, sp.env)
+			cls[sp.env] = cl
+		}
+		if sp.p.run = cl.compile(sp.p.ast); sp.p.run != nil {
+			sp.p.sized = sized
+			w.bounded = append(w.bounded, boundExpr{p: sp.p, args: sp.args})
 		}
 	}
 	c.state = nil
@@ -793,6 +832,10 @@ func (c *compiler) bound() {
 type sizes struct {
 	ents map[string]uint64
 	args *argSchema
+	// seen, when set, records the paths sized, by key (sizedBound).
+	seen map[string][]string
+	// actual, when set, holds the sizes of one state by key, replacing the bounds.
+	actual map[string]uint64
 }
 
 func (s *sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
@@ -800,7 +843,21 @@ func (s *sizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 	if len(path) == 0 {
 		return nil
 	}
-	switch n.Type().Kind() {
+	e := s.bound(path, n.Type().Kind())
+	if e != nil && (s.seen != nil || s.actual != nil) {
+		k := strings.Join(path, "\x00")
+		if s.seen != nil {
+			s.seen[k] = path
+		}
+		if n, ok := s.actual[k]; ok {
+			return &cost.SizeEstimate{Min: 0, Max: n}
+		}
+	}
+	return e
+}
+
+func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
+	switch kind {
 	case types.StringKind:
 		if path[0] == "args" && len(path) == 2 && s.args != nil {
 			if p := s.args.prop(path[1]); p != nil {
@@ -896,6 +953,7 @@ func (c *compiler) tools(n *yaml.Node) {
 			}
 		}
 		w.toolNames = append(w.toolNames, t.name)
+		t.index = len(w.tools)
 		w.tools = append(w.tools, t)
 	}
 	for i, tn := range nodes {

@@ -260,14 +260,22 @@ func (s *argSchema) render() ([]byte, string) {
 	return b, "{" + strings.Join(usage, ", ") + "}"
 }
 
-// parse decodes an action's args against the schema; its error lists every problem,
+// parseInto decodes an action's args against the schema; its error lists every problem,
 // each naming the argument, in a deterministic order. Optional arguments not given hold
 // their type's zero value.
-func (s *argSchema) parse(raw json.RawMessage) (*object, error) {
+//
+// The flat shape is read into dst, when not nil: an object of the arguments' type,
+// reused from step to step (no expression keeps the arguments).
+func (s *argSchema) parseInto(raw json.RawMessage, dst *object) (*object, error) {
 	if len(raw) > env.MaxArgsBytes {
 		return nil, fmt.Errorf("args: %d bytes exceeds the limit of %d", len(raw), env.MaxArgsBytes)
 	}
-	if o, ok := s.parseFlat(raw); ok {
+	if dst == nil {
+		dst = newObject(s.otype)
+	} else {
+		clear(dst.vals)
+	}
+	if o, ok := s.parseFlatInto(raw, dst); ok {
 		return o, nil
 	}
 	return s.parseJSON(raw)
@@ -329,23 +337,26 @@ func (s *argSchema) parseJSON(raw json.RawMessage) (*object, error) {
 // them without encoding/json's reflection and maps; anything else (ok false) is left to
 // parse, which also words every error.
 func (s *argSchema) parseFlat(raw []byte) (*object, bool) {
+	return s.parseFlatInto(raw, newObject(s.otype))
+}
+
+func (s *argSchema) parseFlatInto(raw []byte, out *object) (*object, bool) {
 	i := skipWS(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return nil, false
 	}
-	out := newObject(s.otype)
 	i = skipWS(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
 		i++
 	} else {
 		for {
-			key, j, ok := plainString(raw, i)
+			key, j, ok := plainBytes(raw, i)
 			if !ok {
 				return nil, false
 			}
 			k := -1
 			for n := range s.props {
-				if s.props[n].name == key {
+				if s.props[n].name == string(key) {
 					k = n
 					break
 				}
@@ -428,18 +439,24 @@ func skipWS(b []byte, i int) int {
 // plainString reads a JSON string at b[i] made of printable ASCII without escapes, and
 // returns it and the index after its closing quote.
 func plainString(b []byte, i int) (string, int, bool) {
+	s, j, ok := plainBytes(b, i)
+	return string(s), j, ok
+}
+
+// plainBytes is plainString's bytes, in b.
+func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	if i >= len(b) || b[i] != '"' {
-		return "", 0, false
+		return nil, 0, false
 	}
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '"':
-			return string(b[i+1 : j]), j + 1, true
+			return b[i+1 : j], j + 1, true
 		case c == '\\' || c < 0x20 || c > 0x7e:
-			return "", 0, false
+			return nil, 0, false
 		}
 	}
-	return "", 0, false
+	return nil, 0, false
 }
 
 func (p *argProp) decode(raw json.RawMessage) (any, error) {

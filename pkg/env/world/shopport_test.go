@@ -14,26 +14,34 @@ import (
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
-var shopPortOnce sync.Once
+var (
+	shopPortOnce sync.Once
+	shopPortEnv  env.Env
+	shopPortErr  error
+)
 
-// shopPort loads examples/worlds/shop.yaml, the shop re-expressed as a world file, and
-// registers it (the conformance suite looks an env up by its name).
+// shopPort loads examples/worlds/shop.yaml, the shop re-expressed as a world file, once,
+// and registers it (the conformance suite looks an env up by its name).
 func shopPort(t testing.TB) env.Env {
 	t.Helper()
-	data, err := os.ReadFile("../../../examples/worlds/shop.yaml")
-	if err != nil {
-		t.Fatal(err)
+	shopPortOnce.Do(func() {
+		data, err := os.ReadFile("../../../examples/worlds/shop.yaml")
+		if err != nil {
+			shopPortErr = err
+			return
+		}
+		w, err := Load("shop.yaml", data)
+		if err != nil {
+			shopPortErr = err
+			return
+		}
+		env.Register(w.Env())
+		shopPortEnv, shopPortErr = env.Lookup(w.Name())
+	})
+	if shopPortErr != nil {
+		t.Fatal(shopPortErr)
 	}
-	w, err := Load("shop.yaml", data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shopPortOnce.Do(func() { env.Register(w.Env()) })
-	e, err := env.Lookup(w.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return shopPortEnv
 }
 
 // TestShopPortConformance: the shop as a world file passes the suite every env passes,

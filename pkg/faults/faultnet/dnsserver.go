@@ -45,6 +45,9 @@ type DNSServer struct {
 	Hosts map[string][]netip.Addr
 	// Services maps a name to the service its events carry (optional).
 	Services map[string]string
+	// OnUnknown is told of each lookup of a name Hosts does not hold, once per lookup as
+	// faults are decided (optional): the names a sandbox tried and was refused.
+	OnUnknown func(name string)
 	// Logger receives serving errors (default slog.Default()).
 	Logger *slog.Logger
 
@@ -233,7 +236,12 @@ func (s *DNSServer) answer(q []byte, client string, ls *lookups) (resp []byte, h
 		return reply(h, &question, dnsmessage.RCodeRefused, nil), 0, true
 	}
 	name := strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
-	dec := ls.of(client, name, h.ID, func() catalogue.Decision { return s.decide(name) })
+	dec := ls.of(client, name, h.ID, func() catalogue.Decision {
+		if _, known := s.Hosts[name]; !known && s.OnUnknown != nil {
+			s.OnUnknown(name)
+		}
+		return s.decide(name)
+	})
 	switch dec.Abort {
 	case catalogue.KindDNSNXDomain:
 		return reply(h, &question, dnsmessage.RCodeNameError, nil), 0, true

@@ -11,14 +11,22 @@
 // as its action, and the env answers with an invalid-action observation it can learn from.
 //
 // Each run names its endpoint (RunRequested.policy_endpoint, `gauntlet run
-// --policy.http.url`); a run naming the policy without one is refused when submitted
-// (runs.Validate). The process's configuration (flags --policy.http.*, see
-// Config.RegisterFlags; New) holds the key and bounds, and an endpoint for whoever plays
-// without a run (episode fork); the process hands it to whoever builds agents in a
-// policy.Set, which gives it each run's endpoint (WithEndpoint). Nothing is configured
-// globally, so two configurations in one process do not clash. An agent keeps the
-// conversation of one episode and belongs to one goroutine; the policy value is safe for
-// concurrent use.
+// --policy.http.url`, a batch's or a curriculum stage's policy_endpoint); a run naming the
+// policy without one is refused when submitted (runs.Validate). A run names the key to
+// send by the name of a credential, never the key itself: each process reads the file of
+// that name in its --policy.http.credentials-dir when it makes an agent, so the secret is
+// in no run, event, ClickHouse row or Temporal history. The process's configuration
+// (flags --policy.http.*, see Config.RegisterFlags; New) holds its own key and bounds, and
+// an endpoint for whoever plays without a run (episode fork); the process hands it to
+// whoever builds agents in a policy.Set, which gives it each run's endpoint
+// (WithEndpoint). Nothing is configured globally, so two configurations in one process do
+// not clash. An agent keeps the conversation of one episode and belongs to one goroutine;
+// the policy value is safe for concurrent use.
+//
+// With --policy.http.logprobs the policy asks for the completion's logprobs and token ids
+// (OpenAI's "logprobs", vLLM's "return_token_ids") and records what the endpoint returns
+// with each step as trainer data (LastTrainerData; the trainer_steps table), held to
+// MaxRecordedTokens token ids a step (docs/querying.md).
 package httppolicy
 
 import (
@@ -28,6 +36,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +60,13 @@ type Config struct {
 	Model string
 	// APIKey, when set, is sent as "Authorization: Bearer <key>".
 	APIKey string
+	// CredentialsDir is where the credentials runs name are read: the file
+	// CredentialsDir/NAME holds the key of credential NAME (surrounding white space
+	// dropped). Empty: runs may name none.
+	CredentialsDir string
+	// Logprobs asks the endpoint for the completion's logprobs and token ids, recorded
+	// with each step (an endpoint that refuses unknown request fields fails with it).
+	Logprobs bool
 	// Timeout bounds one completion request.
 	Timeout time.Duration
 	// MaxTokens and Temperature go into each request (0: the server's defaults).
@@ -68,7 +86,35 @@ func (c Config) Validate() error {
 	if c.MaxTokens < 0 {
 		errs = append(errs, fmt.Errorf("policy.http.max-tokens: %d must not be negative", c.MaxTokens))
 	}
+	if c.CredentialsDir != "" {
+		if fi, err := os.Stat(c.CredentialsDir); err != nil || !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("policy.http.credentials-dir: %q is not a readable directory", c.CredentialsDir))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// ErrCredential is the failure to read the credential a run names: the episode ends as
+// an infra error of kind model endpoint, naming the credential.
+var ErrCredential = errors.New("credential")
+
+// readCredential reads credential name's key from dir.
+func readCredential(dir, name string) (string, error) {
+	if dir == "" {
+		return "", fmt.Errorf("%w %s: this process reads no credentials (--policy.http.credentials-dir)", ErrCredential, name)
+	}
+	if err := policy.CheckCredentialName(name); err != nil {
+		return "", fmt.Errorf("%w %s: %v", ErrCredential, name, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return "", fmt.Errorf("%w %s: %v", ErrCredential, name, err)
+	}
+	key := strings.TrimSpace(string(b))
+	if key == "" {
+		return "", fmt.Errorf("%w %s: the file %s is empty", ErrCredential, name, filepath.Join(dir, name))
+	}
+	return key, nil
 }
 
 // New returns the "http" policy asking cfg's endpoint. With an empty URL its agents fail
@@ -86,20 +132,29 @@ func init() { policy.Register(httpPolicy{}) }
 // registered row, given a run's endpoint).
 const DefaultTimeout = 60 * time.Second
 
-// WithEndpoint implements policy.Endpointed: the policy asking url for model (empty: the
-// configured model), with the configured key and bounds. A run's endpoint replaces the
-// process's (--policy.http.url).
-func (p httpPolicy) WithEndpoint(url, model string) (policy.Policy, error) {
+// WithEndpoint implements policy.Endpointed: the policy asking ep's URL for its model
+// (empty: the configured model) with the key of its credential (empty: the configured
+// key), and the configured bounds. A run's endpoint replaces the process's
+// (--policy.http.url). A credential that cannot be read is an infra error of kind model
+// endpoint (the episode's, not the run's: another worker may hold it).
+func (p httpPolicy) WithEndpoint(ep policy.Endpoint) (policy.Policy, error) {
 	cfg := p.cfg
-	cfg.URL = url
-	if model != "" {
-		cfg.Model = model
+	cfg.URL = ep.URL
+	if ep.Model != "" {
+		cfg.Model = ep.Model
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	if url == "" {
+	if ep.URL == "" {
 		return nil, errors.New("policy_endpoint.url: must not be empty")
+	}
+	if ep.Credential != "" {
+		key, err := readCredential(cfg.CredentialsDir, ep.Credential)
+		if err != nil {
+			return nil, errkind.Infra(gauntletv1.InfraKind_INFRA_KIND_MODEL_ENDPOINT, err)
+		}
+		cfg.APIKey = key
 	}
 	return New(cfg)
 }
@@ -158,7 +213,21 @@ type agent struct {
 	messages []message
 	lastCall string // id of the tool call whose result the next turn carries
 	calls    int
+	// trainer is how the endpoint produced the last action (nil: it said nothing).
+	trainer *gauntletv1.TrainerData
 }
+
+// MaxRecordedTokens bounds the token ids recorded with one step (prompt and completion
+// together; the env API holds a trainer to play.MaxTrainerTokens). A conversation's
+// prompt grows with every turn: past the bound its token ids are left out and the
+// completion's kept (what a policy-gradient loss needs, with the logprobs); a completion
+// over the bound alone is recorded without token ids or logprobs.
+const MaxRecordedTokens = 1 << 16
+
+// LastTrainerData is how the endpoint produced the action Act returned last: the token
+// ids and logprobs it returned (with --policy.http.logprobs), the model that answered as
+// the policy version; nil when it returned none. play.Session.Run records it with the step.
+func (a *agent) LastTrainerData() *gauntletv1.TrainerData { return a.trainer }
 
 type toolDef struct {
 	Type     string      `json:"type"`
@@ -194,12 +263,83 @@ type request struct {
 	ToolChoice  string    `json:"tool_choice"`
 	MaxTokens   int       `json:"max_tokens,omitempty"`
 	Temperature float64   `json:"temperature,omitempty"`
+	// Logprobs is OpenAI's request for the sampled tokens' logprobs; ReturnTokenIDs is
+	// vLLM's for the prompt's and the completion's token ids (prompt_token_ids,
+	// choices[].token_ids).
+	Logprobs       bool `json:"logprobs,omitempty"`
+	ReturnTokenIDs bool `json:"return_token_ids,omitempty"`
 }
 
 type completion struct {
-	Choices []struct {
+	Model string `json:"model"`
+	// PromptTokenIDs is vLLM's (return_token_ids).
+	PromptTokenIDs []uint32 `json:"prompt_token_ids"`
+	Choices        []struct {
 		Message message `json:"message"`
+		// TokenIDs is vLLM's (return_token_ids).
+		TokenIDs []uint32 `json:"token_ids"`
+		Logprobs *struct {
+			Content []struct {
+				// Token is the token's text, or "token_id:N" from a vLLM server run
+				// with --return-tokens-as-token-ids.
+				Token   string  `json:"token"`
+				Logprob float64 `json:"logprob"`
+			} `json:"content"`
+		} `json:"logprobs"`
 	} `json:"choices"`
+}
+
+// trainerData is what c says of how its first choice was produced; nil when nothing.
+// Completion token ids come from choices[0].token_ids, else from logprob tokens of the
+// form "token_id:N" when every one is.
+func (c *completion) trainerData(model string) *gauntletv1.TrainerData {
+	ch := &c.Choices[0]
+	var td gauntletv1.TrainerData
+	td.CompletionTokenIds = ch.TokenIDs
+	if ch.Logprobs != nil && len(ch.Logprobs.Content) > 0 {
+		lp := ch.Logprobs.Content
+		td.Logprobs = make([]float32, len(lp))
+		for i, t := range lp {
+			td.Logprobs[i] = float32(t.Logprob)
+		}
+		if len(td.CompletionTokenIds) == 0 {
+			ids := make([]uint32, 0, len(lp))
+			for _, t := range lp {
+				n, ok := tokenID(t.Token)
+				if !ok {
+					ids = nil
+					break
+				}
+				ids = append(ids, n)
+			}
+			td.CompletionTokenIds = ids
+		}
+	}
+	td.PromptTokenIds = c.PromptTokenIDs
+	if len(td.CompletionTokenIds) == 0 && len(td.Logprobs) == 0 && len(td.PromptTokenIds) == 0 {
+		return nil
+	}
+	if len(td.CompletionTokenIds)+len(td.PromptTokenIds) > MaxRecordedTokens {
+		td.PromptTokenIds = nil
+	}
+	if len(td.CompletionTokenIds) > MaxRecordedTokens || len(td.Logprobs) > MaxRecordedTokens {
+		td.CompletionTokenIds, td.Logprobs = nil, nil
+	}
+	td.PolicyVersion = c.Model
+	if td.PolicyVersion == "" {
+		td.PolicyVersion = model
+	}
+	return &td
+}
+
+// tokenID reads vLLM's "token_id:N" form of a logprob's token.
+func tokenID(tok string) (uint32, bool) {
+	rest, ok := strings.CutPrefix(tok, "token_id:")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 32)
+	return uint32(n), err == nil
 }
 
 // Act sends the conversation so far (with the latest observation as the result of the
@@ -215,6 +355,7 @@ func (a *agent) Act(t env.Turn) (env.Action, error) {
 }
 
 func (a *agent) act(t env.Turn) (env.Action, error) {
+	a.trainer = nil
 	if a.lastCall == "" {
 		a.messages = append(a.messages, message{Role: "user", Content: string(t.Observation)})
 	} else {
@@ -223,6 +364,7 @@ func (a *agent) act(t env.Turn) (env.Action, error) {
 	body, _ := json.Marshal(request{
 		Model: a.cfg.Model, Messages: a.messages, Tools: a.tools, ToolChoice: "required",
 		MaxTokens: a.cfg.MaxTokens, Temperature: a.cfg.Temperature,
+		Logprobs: a.cfg.Logprobs, ReturnTokenIDs: a.cfg.Logprobs,
 	})
 	req, err := http.NewRequest(http.MethodPost, strings.TrimRight(a.cfg.URL, "/")+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
@@ -259,6 +401,7 @@ func (a *agent) act(t env.Turn) (env.Action, error) {
 	if len(msg.ToolCalls) == 0 || msg.ToolCalls[0].Function.Name == "" {
 		return env.Action{}, fmt.Errorf("policy %s: infra error: malformed reply: no tool call (content %.100q)", Name, msg.Content)
 	}
+	a.trainer = c.trainerData(a.cfg.Model)
 	call := msg.ToolCalls[0]
 	msg.ToolCalls = msg.ToolCalls[:1] // one action per turn; the rest are dropped
 	a.calls++

@@ -7,6 +7,7 @@ package runtimestest
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/images/imagestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskstest"
 )
 
 var agent struct {
@@ -64,7 +66,9 @@ func AgentBinary(t testing.TB) string {
 }
 
 // Config returns a runtimes.Config for the named runtime ("process", "containerd") whose
-// state lives in t.TempDir(); for containerd it starts the daemon for the test.
+// state lives in t.TempDir(); for containerd it starts the daemon for the test. The
+// in-repo dataset's allowed host (taskstest.ReleasesHost) is served on the loopback for
+// the test and mapped in Hosts, so any episode drawn from the dataset can be played.
 func Config(t testing.TB, name string) runtimes.Config {
 	t.Helper()
 	dir := t.TempDir()
@@ -75,7 +79,9 @@ func Config(t testing.TB, name string) runtimes.Config {
 			t.Fatalf("runtimestest: %v", err)
 		}
 	}
-	c := runtimes.Config{Runtime: name, StateDir: dir}
+	remote := httptest.NewServer(taskstest.ReleasesHandler())
+	t.Cleanup(remote.Close)
+	c := runtimes.Config{Runtime: name, StateDir: dir, Hosts: runtimes.HostsFlag{taskstest.ReleasesHost: remote.Listener.Addr().String()}}
 	if name == runtimes.Containerd {
 		c.Containerd = ctrdtest.Start(t).Address()
 		c.AgentBinary = AgentBinary(t)

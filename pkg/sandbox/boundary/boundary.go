@@ -279,6 +279,11 @@ type gateway struct {
 	clock *atomic.Int64
 }
 
+// ServicesDecider is the decider of the faults a sandbox's services and allowed hosts
+// meet (svcnet.Options.Decider), for an env that attaches a gateway itself: the layer's
+// own (see servicesDecider). Nil without a plan.
+func ServicesDecider(in *inject.Injector) *inject.Decider { return servicesDecider(in) }
+
 // servicesDecider decides the faults of the services' traffic: the plan's rules for
 // them, and its DNS faults (boundary_spec), which meet the sandbox's lookups at the
 // gateway's name server; they act on lookups only, so the other rules' draws are the same

@@ -14,5 +14,5 @@ func TestConformance(t *testing.T) {
 	srv := ctrdtest.Start(t)
 	sandboxtest.Run(t, func(t *testing.T, stateDir string) sandbox.Runtime {
 		return open(t, srv, stateDir)
-	}, sandboxtest.Expect(sandboxtest.Snapshots, sandboxtest.Forks, sandboxtest.WorkspaceDirs))
+	}, sandboxtest.Expect(sandboxtest.Snapshots, sandboxtest.Forks, sandboxtest.WorkspaceDirs, sandboxtest.Streams, sandboxtest.Dials))
 }

@@ -55,6 +55,12 @@
 // /bin/sh, one crun create and start (crun runs from a read-only mount and need not copy
 // itself: pkg/ctrdlocal), and the agent's own start.
 //
+// Streams and dials: [Runtime.ExecStream] hands the caller's pipes to the agent
+// (agent.OpStream), which gives them to the command as its stdin and stdout, so a stdio
+// server talks to the host with no copy in between; it holds the sandbox's op lock while
+// it runs, as any exec. [Runtime.DialSandbox] connects to 127.0.0.1:port inside the
+// task's network namespace, shared by every command of the sandbox, without that lock.
+//
 // Concurrency: a Runtime is safe for concurrent use. Operations on one sandbox are
 // serialised (one exec at a time, which keeps per-exec metering exact); different
 // sandboxes proceed in parallel.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,20 +21,72 @@ import (
 // memory peak, OOM kills and pids-limit hits are read from the sandbox's cgroup
 // around it.
 func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	if err := req.Validate(); err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+	return r.exec(ctx, "exec", id, req, nil, nil)
+}
+
+var _ sandbox.Streamer = (*Runtime)(nil)
+
+// ExecStream implements sandbox.Streamer: Exec whose command's stdin and stdout are
+// the caller's streams. The agent is handed the descriptors themselves (agent.OpStream),
+// so an *os.File (a pipe, say) reaches the command with no copy on either side; another
+// reader or writer goes through a pipe the runtime copies.
+func (r *Runtime) ExecStream(ctx context.Context, id string, req sandbox.ExecRequest, stdin io.Reader, stdout io.Writer) (sandbox.ExecResult, error) {
+	if stdin == nil || stdout == nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec stream %s: %w: stdin and stdout are required", id, sandbox.ErrInvalid)
 	}
-	b, err := r.get("exec", id)
+	in, ok := stdin.(*os.File)
+	if !ok {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return sandbox.ExecResult{}, fmt.Errorf("exec stream %s: %w", id, err)
+		}
+		defer pr.Close()
+		// The copy ends when stdin does, or, once the command is gone, at its next
+		// write (the pipe's reader closed); like os/exec, Exec does not wait for it.
+		go func() {
+			_, _ = io.Copy(pw, stdin)
+			pw.Close()
+		}()
+		in = pr
+	}
+	out, ok := stdout.(*os.File)
+	if !ok {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return sandbox.ExecResult{}, fmt.Errorf("exec stream %s: %w", id, err)
+		}
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			_, _ = io.Copy(stdout, pr)
+		}()
+		defer func() {
+			pw.Close() // the command's copies are gone: the copy reads to the end
+			<-copied
+			pr.Close()
+		}()
+		out = pw
+	}
+	return r.exec(ctx, "exec stream", id, req, in, out)
+}
+
+// exec runs one command through the agent: with stdin and stdout set, as an
+// agent.OpStream whose command gets them as its own.
+func (r *Runtime) exec(ctx context.Context, op, id string, req sandbox.ExecRequest, stdin, stdout *os.File) (sandbox.ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	b, err := r.get(op, id)
 	if err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	b.op.Lock()
 	defer b.op.Unlock()
 	if b.gone {
-		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, sandbox.ErrNotFound)
+		return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrNotFound)
 	}
 	if r.isClosed() {
-		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, sandbox.ErrClosed)
+		return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrClosed)
 	}
 	timeout := req.Timeout
 	if timeout == 0 {
@@ -48,13 +101,13 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 
 	trip, err := safety.WatchDecoys(r.decoyDir(id))
 	if err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+		return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
 	defer trip.Close()
 	// The storage-fault layer, when attached, is the command's workspace for its span.
 	if b.fuse != nil {
 		if err := b.fuse.Begin(); err != nil {
-			return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+			return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
 		}
 		defer func() {
 			r.waitIdle(id) // the layer closes once the command's processes are gone
@@ -66,7 +119,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	cg := r.cgroup(id)
 	before := cg.counters()
 	cg.resetPeak()
-	resp, err := agent.Call(ctx, r.socketPath(id), agent.Request{
+	areq := agent.Request{
 		Op:          agent.OpExec,
 		Argv:        req.Argv,
 		Env:         env,
@@ -74,15 +127,22 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 		Stdin:       req.Stdin,
 		TimeoutNS:   int64(timeout),
 		OutputLimit: limit,
-	})
+	}
+	var resp agent.Response
+	if stdin != nil {
+		areq.Stdin = nil
+		resp, err = agent.CallStream(ctx, r.socketPath(id), areq, stdin, stdout)
+	} else {
+		resp, err = agent.Call(ctx, r.socketPath(id), areq)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// The agent kills the command when the connection drops; wait for that so
 			// the next exec starts clean.
 			r.waitIdle(id)
-			return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, ctx.Err())
+			return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, ctx.Err())
 		}
-		return sandbox.ExecResult{}, fmt.Errorf("exec %s: %w", id, err)
+		return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
 	after := cg.counters()
 	res := sandbox.ExecResult{

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,6 +71,9 @@ const (
 type Options struct {
 	// Address is containerd's socket (ctrdlocal.Server.Address). Required.
 	Address string
+	// Hosts says where the host process reaches the hosts sandboxes may be allowed
+	// (sandbox.HostMapper); a host not in it is reached at its own name, port 80.
+	Hosts sandbox.HostMap
 	// StateDir holds the runtime's files: handles, agent sockets, snapshot metadata.
 	// Runtimes over the same StateDir see the same sandboxes. Required.
 	StateDir string
@@ -144,6 +148,10 @@ type box struct {
 	st     boxState
 	task   client.Task
 	gone   bool // destroyed
+	// pid is the task's host pid (0: no task), whose network namespace is the
+	// sandbox's; DialSandbox reads it without op, which a streaming command holds for
+	// as long as it runs.
+	pid atomic.Int64
 
 	statMu sync.Mutex
 	execs  int64
@@ -553,6 +561,7 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		}
 	}
 	b.task = task
+	b.pid.Store(int64(task.Pid()))
 	if !r.noAgent {
 		if err := r.waitAgent(ctx, id); err != nil {
 			r.teardown(ctx, b)
@@ -780,6 +789,7 @@ func (r *Runtime) teardown(ctx context.Context, b *box) {
 		r.log.Warn("delete sandbox container", "sandbox", b.handle.ID, "err", err)
 	}
 	b.task = nil
+	b.pid.Store(0)
 }
 
 // seed writes the spec's workspace files through the container's root.
@@ -1025,6 +1035,7 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 		return fmt.Errorf("recover %s: %w: no running task: %v", h.ID, sandbox.ErrNotFound, err)
 	}
 	b.task = task
+	b.pid.Store(int64(task.Pid()))
 	b.quota = r.findQuota(ctx, b.st.SnapshotKey, int(task.Pid()))
 	if b.quota == nil && b.st.DiskQuota {
 		return fmt.Errorf("recover %s: %w: the tmpfs of its writable layer is not mounted any more", h.ID, sandbox.ErrNotFound)

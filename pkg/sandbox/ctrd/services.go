@@ -115,3 +115,30 @@ func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn
 	}
 	return pc, l, nil
 }
+
+var _ sandbox.HostMapper = (*Runtime)(nil)
+
+// HostUpstream implements sandbox.HostMapper with Options.Hosts.
+func (r *Runtime) HostUpstream(name string) (string, bool) { return r.opts.Hosts.HostUpstream(name) }
+
+var _ sandbox.Dialer = (*Runtime)(nil)
+
+// DialSandbox implements sandbox.Dialer: a connection to 127.0.0.1:port in the network
+// namespace of the sandbox's task, which every command of the sandbox shares (loopback
+// only, whether or not the sandbox declares services). A server started with ExecStream
+// is reached this way while it runs: the dial does not wait for the sandbox's op lock,
+// which the streaming command holds.
+func (r *Runtime) DialSandbox(ctx context.Context, id string, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("dial %s: %w: port %d must be 1-65535", id, sandbox.ErrInvalid, port)
+	}
+	b, err := r.get("dial", id)
+	if err != nil {
+		return nil, err
+	}
+	pid := b.pid.Load()
+	if pid == 0 {
+		return nil, fmt.Errorf("dial %s: %w: the sandbox has no running task", id, sandbox.ErrNotFound)
+	}
+	return netns.Dial(ctx, "/proc/"+strconv.FormatInt(pid, 10)+"/ns/net", "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}

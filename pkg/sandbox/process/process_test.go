@@ -39,7 +39,7 @@ func open(t testing.TB, dir string) *process.Runtime {
 
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T, dir string) sandbox.Runtime { return open(t, dir) },
-		sandboxtest.Expect(sandboxtest.Snapshots, sandboxtest.Forks, sandboxtest.WorkspaceDirs))
+		sandboxtest.Expect(sandboxtest.Snapshots, sandboxtest.Forks, sandboxtest.WorkspaceDirs, sandboxtest.Streams, sandboxtest.Dials))
 }
 
 // TestLongSnapshotChain takes a snapshot after each of 120 changes (an episode snapshotted

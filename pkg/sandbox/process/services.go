@@ -162,3 +162,8 @@ func (r *Runtime) DialSandbox(ctx context.Context, id string, port int) (net.Con
 	}
 	return netns.Dial(ctx, ns, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 }
+
+var _ sandbox.HostMapper = (*Runtime)(nil)
+
+// HostUpstream implements sandbox.HostMapper with Config.Hosts.
+func (r *Runtime) HostUpstream(name string) (string, bool) { return r.cfg.Hosts.HostUpstream(name) }

@@ -232,3 +232,60 @@ func TestDecoysAreEmptyAndWatched(t *testing.T) {
 		t.Fatalf("watching missing decoys: %v, want ENOENT", err)
 	}
 }
+
+// More execs watch their sandboxes' decoys at once than a user may have inotify
+// instances (fs.inotify.max_user_instances, 128 by default): each tripwire sees the opens
+// of its own decoys only, two execs in one sandbox both see an open there, and one's
+// Close leaves the other watching. With one instance per tripwire, the 129th exec of the
+// host failed ("decoys: inotify: too many open files").
+func TestTripwiresOutnumberInotifyInstances(t *testing.T) {
+	limit := 128
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances"); err == nil {
+		fmt.Sscan(string(b), &limit)
+	}
+	n := limit + 20
+	root := t.TempDir()
+	trips := make([]*safety.Tripwire, n)
+	dirs := make([]string, n)
+	for i := range n {
+		dirs[i] = filepath.Join(root, fmt.Sprint(i))
+		if err := safety.CreateDecoys(dirs[i]); err != nil {
+			t.Fatal(err)
+		}
+		tw, err := safety.WatchDecoys(dirs[i])
+		if err != nil {
+			t.Fatalf("tripwire %d of %d (max_user_instances %d): %v", i+1, n, limit, err)
+		}
+		trips[i] = tw
+	}
+	// A second exec in sandbox 0.
+	again, err := safety.WatchDecoys(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for _, i := range []int{0, n - 1} {
+		if _, err := os.ReadFile(filepath.Join(dirs[i], "kmem")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tw := range trips {
+		ev := tw.Events()
+		opened := i == 0 || i == n-1
+		if opened != (len(ev) == 1) || opened && !strings.Contains(ev[0].Detail, "/dev/kmem opened") {
+			t.Errorf("tripwire %d: events %v, want one /dev/kmem open: %v", i, ev, opened)
+		}
+	}
+	if ev := again.Events(); len(ev) != 1 {
+		t.Errorf("the second tripwire of sandbox 0: events %v, want its /dev/kmem open", ev)
+	}
+	for _, tw := range trips {
+		tw.Close()
+	}
+	if _, err := os.ReadFile(filepath.Join(dirs[0], "mem")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := again.Events(); len(ev) != 1 || !strings.Contains(ev[0].Detail, "/dev/mem opened") {
+		t.Errorf("after the first tripwire of sandbox 0 closed, the second: events %v, want /dev/mem opened", ev)
+	}
+}

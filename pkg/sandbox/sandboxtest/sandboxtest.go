@@ -46,6 +46,8 @@ const (
 	Snapshots     Ability = "sandbox.Snapshotter"
 	Forks         Ability = "sandbox.Forker"
 	WorkspaceDirs Ability = "sandbox.WorkspaceDirer"
+	Streams       Ability = "sandbox.Streamer"
+	Dials         Ability = "sandbox.Dialer"
 )
 
 // Expect declares the abilities the runtime offers (as its documentation says): the suite
@@ -96,6 +98,8 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 	t.Run("Snapshotter", s.snapshotter)
 	t.Run("Forker", s.forker)
 	t.Run("WorkspaceDirer", s.workspaceDirer)
+	t.Run("Streamer", s.streamer)
+	t.Run("Dialer", s.dialer)
 }
 
 type suite struct {

@@ -83,3 +83,58 @@ func benchUpstream(b *testing.B) string {
 	b.Cleanup(func() { _ = srv.Close() })
 	return l.Addr().String()
 }
+
+// BenchmarkEgressRequest measures one HTTP GET (2,000-byte answer, keep-alive) to an
+// allowed host from inside a process sandbox's network namespace, through the egress
+// gateway (the host check, the fault proxy with the egress test profile's five rules, and
+// the request's record), beside the same GET straight to the upstream.
+//
+//	go test -run '^$' -bench BenchmarkEgressRequest -count 5 ./pkg/sandbox/svcnet/
+func BenchmarkEgressRequest(b *testing.B) {
+	dir := b.TempDir()
+	api := benchUpstream(b)
+	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api}})
+	if err != nil {
+		b.Fatalf("process runtime unavailable: %v", err)
+	}
+	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, rules, err := plans.ParseSpec([]byte(egressProfile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := filepath.Join(dir, "netns", h.ID)
+	inside := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return netns.Dial(ctx, ns, network, "127.0.0.1:80") // where the host resolves in the sandbox
+	}}}
+	get := func(b *testing.B, c *http.Client, url string) {
+		for b.Loop() {
+			resp, err := c.Get(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n, _ := io.Copy(io.Discard, resp.Body); n != bodyLen {
+				b.Fatalf("%d bytes", n)
+			}
+			resp.Body.Close()
+		}
+	}
+	b.Run("direct", func(b *testing.B) { get(b, &http.Client{Transport: &http.Transport{}}, "http://"+api+"/ok") })
+	b.Run("egress-5-rules", func(b *testing.B) {
+		rec := &svcnet.Recorder{}
+		g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: inject.NewDecider(1, rules), OnFire: rec.OnFire, OnRequest: rec.OnRequest})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Close()
+		get(b, inside, "http://"+remoteHost+"/ok")
+		inside.CloseIdleConnections()
+		if n := len(rec.TakeRequests()); n < b.N {
+			b.Fatalf("%d requests recorded of %d", n, b.N)
+		}
+	})
+}

@@ -16,8 +16,26 @@ type Recorder struct {
 	// Now gives the event's time on the episode's clock (nil: zero).
 	Now func() time.Duration
 
-	mu     sync.Mutex
-	events []*gauntletv1.FaultFired
+	mu       sync.Mutex
+	events   []*gauntletv1.FaultFired
+	requests []Request
+}
+
+// OnRequest records a request through the egress gateway (an Options.OnRequest).
+func (r *Recorder) OnRequest(req Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, req)
+}
+
+// TakeRequests returns the requests recorded since the last TakeRequests, in the order
+// they ended, and forgets them.
+func (r *Recorder) TakeRequests() []Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.requests
+	r.requests = nil
+	return out
 }
 
 // OnFire records fired faults; the target is the service (for a name lookup, the name

@@ -24,6 +24,13 @@
 // The gateway is strictly a reverse proxy to the declared upstream: absolute-form
 // requests (a client treating it as a forward proxy) and CONNECT are refused, so
 // attaching services opens no path to anywhere else.
+//
+// An egress service (sandbox.ProtocolEgress) is a task's allow-list: its hosts resolve to
+// the sandbox's loopback, where its gateway proxies plain HTTP to them alone, through the
+// same fault proxy (keyed "http/<host>"), and reports every request (Options.OnRequest:
+// host, method, path, status, bytes, the faults met, denied or not). A request naming
+// another host is refused with 403, and a lookup of a name the name server does not hold
+// is reported as denied, so what a sandbox tried to reach is in the record too.
 package svcnet
 
 import (
@@ -52,6 +59,9 @@ type Options struct {
 	Decider *inject.Decider
 	// OnFire receives every fault that fires (optional).
 	OnFire faultnet.OnFire
+	// OnRequest receives every request through an egress service's gateway and every
+	// refused lookup of a sandbox with one (optional; Recorder.OnRequest collects them).
+	OnRequest func(Request)
 	// DialTimeout bounds connecting to an upstream (default 5 s).
 	DialTimeout time.Duration
 	// Logger receives serving errors (default slog.Default()).
@@ -102,7 +112,11 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 			go g.serveTCP(l, s)
 			continue
 		}
-		srv := &http.Server{Handler: g.httpHandler(s), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
+		h := g.httpHandler(s)
+		if s.Protocol == sandbox.ProtocolEgress {
+			h = g.egressHandler(rt, s)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
 		g.servers = append(g.servers, srv)
 		g.wg.Add(1)
 		go func() {
@@ -128,11 +142,22 @@ func (g *Gateway) serveDNS(ctx context.Context, rt sandbox.Runtime, id string, s
 	lo4, lo6 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")
 	hosts := map[string][]netip.Addr{"localhost": {lo4, lo6}, "sandbox": {lo4}}
 	names := map[string]string{}
+	egress := false
 	for _, s := range services {
 		hosts[s.Name] = []netip.Addr{lo4}
 		names[s.Name] = s.Name
+		if s.Protocol == sandbox.ProtocolEgress {
+			egress = true
+			for _, h := range s.Hosts {
+				hosts[h] = []netip.Addr{lo4}
+				names[h] = s.Name
+			}
+		}
 	}
 	g.dns = &faultnet.DNSServer{D: g.opt.Decider, OnFire: g.opt.OnFire, Hosts: hosts, Services: names, Logger: g.opt.Logger}
+	if egress {
+		g.dns.OnUnknown = func(name string) { g.request(Request{Host: name, Method: MethodDNS, Denied: true}) }
+	}
 	for _, serve := range []func() error{func() error { return g.dns.ServePacket(pc) }, func() error { return g.dns.Serve(l) }} {
 		g.wg.Add(1)
 		go func() {

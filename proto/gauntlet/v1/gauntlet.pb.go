@@ -409,9 +409,14 @@ func (x *RunRequested) GetOrigin() *RunOrigin {
 // PolicyEndpoint is the model endpoint a run's "http" policy asks: an OpenAI-compatible API
 // base (requests go to url + "/chat/completions") and the model name it sends.
 type PolicyEndpoint struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Url   string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Model string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The name of the credential (the bearer key) to send, which each worker reads from its
+	// own credentials directory (--policy.http.credentials-dir); empty: the worker's
+	// --policy.http.api-key. A name, never the secret: runs, their events, ClickHouse and
+	// Temporal's history carry this message as it is.
+	Credential    string `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -456,6 +461,13 @@ func (x *PolicyEndpoint) GetUrl() string {
 func (x *PolicyEndpoint) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *PolicyEndpoint) GetCredential() string {
+	if x != nil {
+		return x.Credential
 	}
 	return ""
 }
@@ -3527,6 +3539,7 @@ type EndedSummary struct {
 	Success       bool                   `protobuf:"varint,10,opt,name=success,proto3" json:"success,omitempty"`
 	TotalReward   float64                `protobuf:"fixed64,11,opt,name=total_reward,json=totalReward,proto3" json:"total_reward,omitempty"`
 	FaultsFired   uint32                 `protobuf:"varint,12,opt,name=faults_fired,json=faultsFired,proto3" json:"faults_fired,omitempty"`
+	InfraKind     InfraKind              `protobuf:"varint,17,opt,name=infra_kind,json=infraKind,proto3,enum=gauntlet.v1.InfraKind" json:"infra_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3601,6 +3614,13 @@ func (x *EndedSummary) GetFaultsFired() uint32 {
 		return x.FaultsFired
 	}
 	return 0
+}
+
+func (x *EndedSummary) GetInfraKind() InfraKind {
+	if x != nil {
+		return x.InfraKind
+	}
+	return InfraKind_INFRA_KIND_UNSPECIFIED
 }
 
 // EpisodeRef is EpisodeRequested seen by the scheduler.
@@ -3683,7 +3703,10 @@ type RunProgress struct {
 	Env               string                 `protobuf:"bytes,13,opt,name=env,proto3" json:"env,omitempty"`
 	Label             string                 `protobuf:"bytes,14,opt,name=label,proto3" json:"label,omitempty"`
 	// Why the scheduler refused the run (done is then true and nothing ran).
-	Error         string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	// infra_errors by what failed: entry k counts those of InfraKind k (0: ended by a
+	// sender that predates kinds); trailing zeros are left out.
+	InfraByKind   []uint64 `protobuf:"varint,16,rep,packed,name=infra_by_kind,json=infraByKind,proto3" json:"infra_by_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3823,6 +3846,13 @@ func (x *RunProgress) GetError() string {
 	return ""
 }
 
+func (x *RunProgress) GetInfraByKind() []uint64 {
+	if x != nil {
+		return x.InfraByKind
+	}
+	return nil
+}
+
 // RunState is the scheduler's record of one run, the value of <run_id> in the KV bucket
 // gauntlet_runs. The scheduler writes it before acknowledging the ended events it counts
 // and resumes from it after a restart; workflows and CLIs read a run's progress from it
@@ -3846,7 +3876,9 @@ type RunState struct {
 	StartedAtUnixNano int64    `protobuf:"varint,10,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
 	UpdatedAtUnixNano int64    `protobuf:"varint,11,opt,name=updated_at_unix_nano,json=updatedAtUnixNano,proto3" json:"updated_at_unix_nano,omitempty"`
 	// Why the scheduler refused the run (it is then done and nothing more runs).
-	Error         string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	// infra_errors by what failed, as RunProgress.infra_by_kind.
+	InfraByKind   []uint64 `protobuf:"varint,13,rep,packed,name=infra_by_kind,json=infraByKind,proto3" json:"infra_by_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3965,6 +3997,13 @@ func (x *RunState) GetError() string {
 	return ""
 }
 
+func (x *RunState) GetInfraByKind() []uint64 {
+	if x != nil {
+		return x.InfraByKind
+	}
+	return nil
+}
+
 // StoreProgress is what the store has durably written to ClickHouse, the value of the key
 // "written" in the KV bucket gauntlet_store: every event of GAUNTLET_EVENTS up to stream
 // sequence written_seq is in ClickHouse (or was undecodable and dropped). Whoever waits for
@@ -4046,10 +4085,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\vreward_spec\x18\x0e \x01(\tR\n" +
 	"rewardSpec\x12D\n" +
 	"\x0fpolicy_endpoint\x18\x0f \x01(\v2\x1b.gauntlet.v1.PolicyEndpointR\x0epolicyEndpoint\x12.\n" +
-	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"8\n" +
+	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"X\n" +
 	"\x0ePolicyEndpoint\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"3\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x03 \x01(\tR\n" +
+	"credential\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xc3\x03\n" +
@@ -4319,7 +4361,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x05steps\x18\x04 \x01(\v2\x1b.gauntlet.v1.SegmentEndViewH\x00R\x05stepsB\x06\n" +
 	"\x04body\"A\n" +
 	"\x0eSegmentEndView\x12/\n" +
-	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EndedSummaryR\x05ended\"\xd8\x01\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.gauntlet.v1.EndedSummaryR\x05ended\"\x8f\x02\n" +
 	"\fEndedSummary\x121\n" +
 	"\aepisode\x18\x01 \x01(\v2\x17.gauntlet.v1.EpisodeRefR\aepisode\x12\x14\n" +
 	"\x05steps\x18\x04 \x01(\rR\x05steps\x12\x1f\n" +
@@ -4328,13 +4370,15 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\asuccess\x18\n" +
 	" \x01(\bR\asuccess\x12!\n" +
 	"\ftotal_reward\x18\v \x01(\x01R\vtotalReward\x12!\n" +
-	"\ffaults_fired\x18\f \x01(\rR\vfaultsFired\"X\n" +
+	"\ffaults_fired\x18\f \x01(\rR\vfaultsFired\x125\n" +
+	"\n" +
+	"infra_kind\x18\x11 \x01(\x0e2\x16.gauntlet.v1.InfraKindR\tinfraKind\"X\n" +
 	"\n" +
 	"EpisodeRef\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\xbf\x03\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\xe3\x03\n" +
 	"\vRunProgress\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bepisodes\x18\x02 \x01(\x04R\bepisodes\x12\x1a\n" +
@@ -4352,7 +4396,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x14updated_at_unix_nano\x18\f \x01(\x03R\x11updatedAtUnixNano\x12\x10\n" +
 	"\x03env\x18\r \x01(\tR\x03env\x12\x14\n" +
 	"\x05label\x18\x0e \x01(\tR\x05label\x12\x14\n" +
-	"\x05error\x18\x0f \x01(\tR\x05error\"\xa4\x03\n" +
+	"\x05error\x18\x0f \x01(\tR\x05error\x12\"\n" +
+	"\rinfra_by_kind\x18\x10 \x03(\x04R\vinfraByKind\"\xc8\x03\n" +
 	"\bRunState\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.gauntlet.v1.RunRequestedR\x04spec\x12\x1a\n" +
 	"\bassigned\x18\x02 \x01(\x04R\bassigned\x12\x1b\n" +
@@ -4368,7 +4413,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x14started_at_unix_nano\x18\n" +
 	" \x01(\x03R\x11startedAtUnixNano\x12/\n" +
 	"\x14updated_at_unix_nano\x18\v \x01(\x03R\x11updatedAtUnixNano\x12\x14\n" +
-	"\x05error\x18\f \x01(\tR\x05error\"a\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12\"\n" +
+	"\rinfra_by_kind\x18\r \x03(\x04R\vinfraByKind\"a\n" +
 	"\rStoreProgress\x12\x1f\n" +
 	"\vwritten_seq\x18\x01 \x01(\x04R\n" +
 	"writtenSeq\x12/\n" +
@@ -4524,12 +4570,13 @@ var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
 	40, // 59: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
 	41, // 60: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
 	42, // 61: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	3,  // 62: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	2,  // 62: gauntlet.v1.EndedSummary.infra_kind:type_name -> gauntlet.v1.InfraKind
+	3,  // 63: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }

@@ -186,8 +186,11 @@ type StageTransition struct {
 	NextStage uint32 `protobuf:"varint,15,opt,name=next_stage,json=nextStage,proto3" json:"next_stage,omitempty"`
 	// Workflow time when the stage closed.
 	ClosedAtUnixNano int64 `protobuf:"varint,16,opt,name=closed_at_unix_nano,json=closedAtUnixNano,proto3" json:"closed_at_unix_nano,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How many of episodes ended as infra errors: the stage's window, rates and budget
+	// leave them out.
+	InfraErrors   uint64 `protobuf:"varint,17,opt,name=infra_errors,json=infraErrors,proto3" json:"infra_errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StageTransition) Reset() {
@@ -332,6 +335,13 @@ func (x *StageTransition) GetClosedAtUnixNano() int64 {
 	return 0
 }
 
+func (x *StageTransition) GetInfraErrors() uint64 {
+	if x != nil {
+		return x.InfraErrors
+	}
+	return 0
+}
+
 var File_proto_gauntlet_v1_lineage_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_lineage_proto_rawDesc = "" +
@@ -352,7 +362,7 @@ const file_proto_gauntlet_v1_lineage_proto_rawDesc = "" +
 	"\n" +
 	"stage_name\x18\n" +
 	" \x01(\tR\tstageName\x12\x14\n" +
-	"\x05batch\x18\v \x01(\rR\x05batch\"\x8d\x04\n" +
+	"\x05batch\x18\v \x01(\rR\x05batch\"\xb0\x04\n" +
 	"\x0fStageTransition\x12#\n" +
 	"\rcurriculum_id\x18\x01 \x01(\tR\fcurriculumId\x12'\n" +
 	"\x0fcurriculum_name\x18\x02 \x01(\tR\x0ecurriculumName\x12+\n" +
@@ -373,7 +383,8 @@ const file_proto_gauntlet_v1_lineage_proto_rawDesc = "" +
 	"\abatches\x18\x0e \x01(\rR\abatches\x12\x1d\n" +
 	"\n" +
 	"next_stage\x18\x0f \x01(\rR\tnextStage\x12-\n" +
-	"\x13closed_at_unix_nano\x18\x10 \x01(\x03R\x10closedAtUnixNanoB>Z<github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1;gauntletv1b\x06proto3"
+	"\x13closed_at_unix_nano\x18\x10 \x01(\x03R\x10closedAtUnixNano\x12!\n" +
+	"\finfra_errors\x18\x11 \x01(\x04R\vinfraErrorsB>Z<github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1;gauntletv1b\x06proto3"
 
 var (
 	file_proto_gauntlet_v1_lineage_proto_rawDescOnce sync.Once

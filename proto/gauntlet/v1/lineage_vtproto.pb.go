@@ -159,6 +159,13 @@ func (m *StageTransition) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.InfraErrors != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.InfraErrors))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x88
+	}
 	if m.ClosedAtUnixNano != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ClosedAtUnixNano))
 		i--
@@ -372,6 +379,9 @@ func (m *StageTransition) SizeVT() (n int) {
 	}
 	if m.ClosedAtUnixNano != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.ClosedAtUnixNano))
+	}
+	if m.InfraErrors != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.InfraErrors))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1137,6 +1147,25 @@ func (m *StageTransition) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.ClosedAtUnixNano |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 17:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field InfraErrors", wireType)
+			}
+			m.InfraErrors = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.InfraErrors |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
@@ -1983,6 +2012,25 @@ func (m *StageTransition) UnmarshalVTUnsafe(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.ClosedAtUnixNano |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 17:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field InfraErrors", wireType)
+			}
+			m.InfraErrors = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.InfraErrors |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}

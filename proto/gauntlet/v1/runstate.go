@@ -79,7 +79,7 @@ func (s *RunState) Progress() *RunProgress {
 		Succeeded: s.GetSucceeded(), Steps: s.GetSteps(), FaultsFired: s.GetFaultsFired(),
 		InfraErrors: s.GetInfraErrors(), RewardSum: s.GetRewardSum(), Done: s.Done(),
 		StartedAtUnixNano: s.GetStartedAtUnixNano(), UpdatedAtUnixNano: s.GetUpdatedAtUnixNano(),
-		Error: s.GetError(),
+		Error: s.GetError(), InfraByKind: s.GetInfraByKind(),
 	}
 }
 

@@ -6,7 +6,10 @@
 // host, and runs one command per connection: one JSON [Request] in, one JSON
 // [Response] out. That is far quicker than a containerd task exec (a runc exec per
 // command; docs/benchmarks.md, Costs the code cites, containerd sandboxes), which is why
-// the runtime uses it for every Exec.
+// the runtime uses it for every Exec. A streaming exec (OpStream, the runtime's
+// ExecStream: a stdio MCP server) sends two descriptors with its request (SCM_RIGHTS),
+// the caller's pipes, which the command gets as its stdin and stdout: its bytes never
+// pass through the agent, and the response comes once it exits.
 //
 // What the agent owns inside the sandbox:
 //   - reaping: as PID 1 it reaps every process, orphans included, so the sandbox never

@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +26,11 @@ const SocketDir = "/run/gauntlet"
 const (
 	OpPing = "ping"
 	OpExec = "exec"
+	// OpStream is OpExec whose command reads its stdin from and writes its stdout to
+	// the two descriptors sent with the request (SCM_RIGHTS: CallStream), instead of
+	// Stdin and the captured Stdout: a stdio server speaks through them directly, with
+	// no copy in the agent, for as long as it runs.
+	OpStream = "stream"
 )
 
 // Request is one command for the agent.
@@ -36,7 +44,7 @@ type Request struct {
 	Env []string `json:"env,omitempty"`
 	// Dir is the absolute working directory.
 	Dir string `json:"dir,omitempty"`
-	// Stdin is written to the command's standard input, which is then closed.
+	// Stdin is written to the command's standard input, which is then closed (OpExec).
 	Stdin []byte `json:"stdin,omitempty"`
 	// TimeoutNS bounds the command's wall time in nanoseconds; 0 means no bound.
 	TimeoutNS int64 `json:"timeout_ns,omitempty"`
@@ -76,6 +84,22 @@ type Response struct {
 // for ctx to end. Closing the connection (ctx cancelled) does not stop the command:
 // the caller does that separately if it wants to.
 func Call(ctx context.Context, socketPath string, req Request) (Response, error) {
+	return call(ctx, socketPath, req, nil, nil)
+}
+
+// CallStream sends an OpStream request with stdin and stdout, which the command gets as
+// its own standard input and output (the caller keeps its descriptors and closes them
+// when it likes: the command sees end of input once every writer of stdin has closed
+// it), and waits for the command's end, as Call does.
+func CallStream(ctx context.Context, socketPath string, req Request, stdin, stdout *os.File) (Response, error) {
+	if stdin == nil || stdout == nil {
+		return Response{}, errors.New("call stream: stdin and stdout are required")
+	}
+	req.Op = OpStream
+	return call(ctx, socketPath, req, stdin, stdout)
+}
+
+func call(ctx context.Context, socketPath string, req Request, stdin, stdout *os.File) (Response, error) {
 	conn, err := dialUnix(ctx, socketPath)
 	if err != nil {
 		return Response{}, fmt.Errorf("dial agent: %w", err)
@@ -83,7 +107,17 @@ func Call(ctx context.Context, socketPath string, req Request) (Response, error)
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
+	msg, err := json.Marshal(req)
+	if err != nil {
+		return Response{}, fmt.Errorf("encode request: %w", err)
+	}
+	msg = append(msg, '\n')
+	if stdin == nil {
+		_, err = conn.Write(msg)
+	} else {
+		err = sendWithFiles(conn, msg, stdin, stdout)
+	}
+	if err != nil {
 		return Response{}, callErr(ctx, "send request", err)
 	}
 	var resp Response
@@ -94,6 +128,53 @@ func Call(ctx context.Context, socketPath string, req Request) (Response, error)
 		return resp, fmt.Errorf("agent: %s", resp.Error)
 	}
 	return resp, nil
+}
+
+// sendWithFiles writes msg with the descriptors of files attached to its first byte
+// (the agent receives them with its first read of the connection). The descriptors are
+// read through SyscallConn, which leaves the files as they were (Fd would make them
+// blocking).
+func sendWithFiles(conn net.Conn, msg []byte, files ...*os.File) error {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("send descriptors over %T: not a unix socket", conn)
+	}
+	fds := make([]int, 0, len(files))
+	var raws []syscall.RawConn
+	for _, f := range files {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("descriptor of %s: %w", f.Name(), err)
+		}
+		raws = append(raws, rc)
+	}
+	// Each file's descriptor stays valid while its Control callback runs: the message is
+	// sent from inside the innermost one.
+	var send func(i int) error
+	send = func(i int) error {
+		if i == len(raws) {
+			n, oobn, err := uc.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
+			if err != nil {
+				return err
+			}
+			if oobn == 0 {
+				return errors.New("the descriptors were not sent")
+			}
+			if n < len(msg) {
+				_, err = conn.Write(msg[n:])
+			}
+			return err
+		}
+		var err error
+		if cerr := raws[i].Control(func(fd uintptr) {
+			fds = append(fds, int(fd))
+			err = send(i + 1)
+		}); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	return send(0)
 }
 
 func callErr(ctx context.Context, op string, err error) error {

@@ -110,15 +110,28 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 
 func (s *Server) handle(conn net.Conn) {
 	defer conn.Close()
+	// The first read takes the descriptors an OpStream request carries (CallStream);
+	// the request is decoded from what it read and what follows.
+	first, files, err := readFirst(conn)
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 	var req Request
-	if err := json.NewDecoder(conn).Decode(&req); err != nil {
+	if err == nil {
+		err = json.NewDecoder(io.MultiReader(bytes.NewReader(first), conn)).Decode(&req)
+	}
+	if err != nil {
 		_ = json.NewEncoder(conn).Encode(Response{Error: "decode request: " + err.Error()})
 		return
 	}
 	var resp Response
-	switch req.Op {
-	case OpPing:
-	case OpExec:
+	switch {
+	case req.Op == OpPing:
+	case req.Op == OpStream && len(files) != 2:
+		resp.Error = fmt.Sprintf("op %q needs 2 descriptors (stdin, stdout) with the request; it came with %d", req.Op, len(files))
+	case req.Op == OpExec || req.Op == OpStream:
 		// The client sends nothing after its request: a read that returns means it
 		// hung up (its context ended), and the command is killed.
 		gone := make(chan struct{})
@@ -127,12 +140,52 @@ func (s *Server) handle(conn net.Conn) {
 			_, _ = conn.Read(b[:])
 			close(gone)
 		}()
-		resp = s.exec(req, gone)
+		resp = s.exec(req, gone, files)
 	default:
 		resp.Error = fmt.Sprintf("op %q is not known", req.Op)
 	}
 	resp.Supervised = s.supervised
 	_ = json.NewEncoder(conn).Encode(resp)
+}
+
+// maxFiles is the most descriptors a request may carry (OpStream's two, with room).
+const maxFiles = 4
+
+// readFirst reads the first bytes of a request together with the descriptors sent with
+// them (received close-on-exec: no other command inherits them).
+func readFirst(conn net.Conn) ([]byte, []*os.File, error) {
+	buf := make([]byte, 4<<10)
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		n, err := conn.Read(buf)
+		return buf[:n], nil, err
+	}
+	oob := make([]byte, syscall.CmsgSpace(maxFiles*4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, err
+	}
+	var files []*os.File
+	if oobn > 0 {
+		msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, nil, fmt.Errorf("control message: %w", err)
+		}
+		for _, m := range msgs {
+			fds, err := syscall.ParseUnixRights(&m)
+			if err != nil {
+				continue
+			}
+			for _, fd := range fds {
+				// The host's pipes are non-blocking (Go's poller): a command reading one
+				// as its stdin would see EAGAIN. The flag belongs to the pipe's open file
+				// description, which the host shares; os/exec clears it in the same way.
+				_ = syscall.SetNonblock(fd, false)
+				files = append(files, os.NewFile(uintptr(fd), "stream"))
+			}
+		}
+	}
+	return buf[:n], files, nil
 }
 
 // reap waits for every child of the process and hands the statuses of registered
@@ -192,10 +245,13 @@ func (c *capped) result() ([]byte, int64, bool) {
 	return bytes.Clone(c.buf.Bytes()), c.total, c.limit > 0 && c.total > c.limit
 }
 
-func (s *Server) exec(req Request, gone <-chan struct{}) Response {
+// exec runs req's command. With OpStream, files are the command's stdin and stdout
+// (the caller closes them once exec returns: the command has its own copies).
+func (s *Server) exec(req Request, gone <-chan struct{}, files []*os.File) Response {
 	if len(req.Argv) == 0 {
 		return Response{Error: "argv is empty"}
 	}
+	stream := req.Op == OpStream
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
 	<-s.warm
@@ -238,10 +294,14 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 		errW.Close()
 		return Response{ExitCode: 127, Stderr: []byte(fmt.Sprintf("%s: %v\n", req.Argv[0], err))}
 	}
+	stdio := []uintptr{inR.Fd(), outW.Fd(), errW.Fd()}
+	if stream {
+		stdio[0], stdio[1] = files[0].Fd(), files[1].Fd()
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   req.Env,
-		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+		Files: stdio,
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
 	done := make(chan syscall.WaitStatus, 1)
@@ -260,6 +320,11 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 	inR.Close()
 	outW.Close()
 	errW.Close()
+	for _, f := range files {
+		// The command holds its own copies: a reader of its stdout sees the end once it
+		// exits, not once the agent lets go.
+		f.Close()
+	}
 	if err != nil {
 		inW.Close()
 		outR.Close()
@@ -290,6 +355,9 @@ func (s *Server) exec(req Request, gone <-chan struct{}) Response {
 	writer.Add(1)
 	go func() {
 		defer writer.Done()
+		if stream {
+			return // the command reads the caller's stdin; this pipe is not its
+		}
 		n, _ := inW.Write(req.Stdin)
 		stdinWritten = int64(n)
 		closeIn.Do(func() { inW.Close() })

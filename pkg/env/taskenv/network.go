@@ -1,0 +1,119 @@
+package taskenv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/boundary"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
+	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// EgressService is the name of the sandbox service that is an allowlist task's gateway
+// to its allowed hosts; it answers on EgressPort, where the hosts resolve.
+const (
+	EgressService = "egress"
+	EgressPort    = 80
+)
+
+// egressServices are the services of a task's sandbox: for network_mode "allowlist", the
+// egress gateway to its allowed_hosts (none: every request refused and recorded);
+// nothing for "public" and "no-network", which both run without a network (there is no
+// internet to grant).
+func egressServices(c tasks.EnvironmentConfig) []sandbox.Service {
+	if c.NetworkMode != tasks.NetworkAllowlist {
+		return nil
+	}
+	return []sandbox.Service{{Name: EgressService, Port: EgressPort, Protocol: sandbox.ProtocolEgress, Hosts: c.AllowedHosts}}
+}
+
+// network is an episode's attachment of its sandbox's egress gateway: what the agent's
+// requests meet and how they are recorded.
+type network struct {
+	services []sandbox.Service
+	d        *inject.Decider
+	gw       *svcnet.Gateway
+	rec      *svcnet.Recorder
+	// clock is the virtual time the running call started at, as the gateway's goroutines
+	// read it to stamp faults.
+	clock *atomic.Int64
+}
+
+// attachNetwork opens the egress gateway of sandbox id with decider d, its requests
+// recorded in rec (a new one when nil). Nil when the task allows no network.
+func attachNetwork(ctx context.Context, rt sandbox.Runtime, id string, svcs []sandbox.Service, d *inject.Decider, rec *svcnet.Recorder, now time.Duration) (*network, error) {
+	if len(svcs) == 0 {
+		return nil, nil
+	}
+	n := &network{services: svcs, d: d, rec: rec, clock: new(atomic.Int64)}
+	n.clock.Store(int64(now))
+	if n.rec == nil {
+		n.rec = &svcnet.Recorder{Now: func() time.Duration { return time.Duration(n.clock.Load()) }}
+	}
+	gw, err := svcnet.Attach(ctx, rt, id, svcs, svcnet.Options{Decider: d, OnFire: n.rec.OnFire, OnRequest: n.rec.OnRequest})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: allowed hosts of sandbox %s: %w", id, err)
+	}
+	n.gw = gw
+	return n, nil
+}
+
+// publish makes at the time the gateway stamps faults with.
+func (n *network) publish(at time.Duration) {
+	if n != nil {
+		n.clock.Store(int64(at))
+	}
+}
+
+// close detaches the gateway; safe on nil.
+func (n *network) close() {
+	if n != nil && n.gw != nil {
+		_ = n.gw.Close()
+		n.gw = nil
+	}
+}
+
+// faults returns the faults the gateway fired since the last call.
+func (n *network) faults() []*gauntletv1.FaultFired {
+	if n == nil {
+		return nil
+	}
+	return n.rec.Take()
+}
+
+// netEntry is one entry of a step's diff: a request through the egress gateway, or a
+// refused lookup.
+type netEntry struct {
+	Net svcnet.Request `json:"net"`
+}
+
+// diff returns the step's diff: the requests made since the last call, in the order they
+// ended ("[]" for none, as steps without a network have).
+func (n *network) diff() []byte {
+	if n == nil {
+		return []byte("[]")
+	}
+	reqs := n.rec.TakeRequests()
+	if len(reqs) == 0 {
+		return []byte("[]")
+	}
+	out := make([]netEntry, len(reqs))
+	for i, r := range reqs {
+		out[i] = netEntry{r}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return []byte("[]")
+	}
+	return b
+}
+
+// servicesDecider is the decider of an episode's network faults: the plan's, as a
+// sandbox's services meet them.
+func servicesDecider(in *inject.Injector) *inject.Decider { return boundary.ServicesDecider(in) }

@@ -1,0 +1,936 @@
+package world
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/functions"
+	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+)
+
+// cfn is an expression compiled to Go closures when the world loads. It returns what
+// CEL's interpreter returns for the same state, or an error value whenever it cannot be
+// sure of that (an error of the expression, a shape it does not know at run time): the
+// caller then evaluates the expression with CEL's interpreter, which decides. CEL's
+// logic is such that an error in place of a value can only turn a result into an error,
+// never into another value, so a closure that gives up early never changes an answer.
+//
+// Every operation calls what the interpreter calls (the function bindings of the
+// expression's environment, types.Equal, the values' own Get, Find and Fold), so the
+// values are the interpreter's own; what the closures save is the interpreter's
+// machinery around them: names resolved by string per evaluation, attributes and
+// qualifiers, frames, folders and their pools.
+type cfn func(a *activation) ref.Val
+
+// errUnsure is what a closure returns when it leaves the decision to the interpreter.
+var errUnsure = types.NewErr("compiled expression leaves this evaluation to the interpreter")
+
+// closures compiles the checked expressions of one CEL environment.
+type closures struct {
+	w       *World
+	prov    *provider
+	adapter types.Adapter
+	fns     map[string]*functions.Overload
+	refs    map[int64]*ast.ReferenceInfo
+	types   map[int64]*types.Type
+	// scope lists the comprehension variables in reach, innermost last; depth is the
+	// number of local slots they take.
+	scope []local
+	depth int
+}
+
+type local struct {
+	name string
+	slot int
+}
+
+// newClosures reads the function bindings of env: the same the interpreter dispatches to.
+func newClosures(w *World, prov *provider, env *cel.Env) *closures {
+	c := &closures{w: w, prov: prov, adapter: env.CELTypeAdapter(), fns: map[string]*functions.Overload{}}
+	for _, fd := range env.Functions() {
+		bs, err := fd.Bindings()
+		if err != nil {
+			continue
+		}
+		for _, b := range bs {
+			c.fns[b.Operator] = b
+		}
+	}
+	return c
+}
+
+// compile returns the closure of a checked expression, or nil when some part of it is
+// a shape the closures do not cover (the interpreter then evaluates it every time).
+func (c *closures) compile(a *cel.Ast) cfn {
+	native := a.NativeRep()
+	c.refs, c.types = native.ReferenceMap(), native.TypeMap()
+	c.scope, c.depth = c.scope[:0], 0
+	f, ok := c.expr(native.Expr())
+	if !ok {
+		return nil
+	}
+	return f
+}
+
+func (c *closures) expr(e ast.Expr) (cfn, bool) {
+	switch e.Kind() {
+	case ast.LiteralKind:
+		v := e.AsLiteral()
+		return func(*activation) ref.Val { return v }, true
+	case ast.IdentKind:
+		return c.ident(e.ID(), e.AsIdent())
+	case ast.SelectKind:
+		return c.selectField(e)
+	case ast.ListKind:
+		return c.list(e)
+	case ast.MapKind:
+		return c.mapLit(e)
+	case ast.CallKind:
+		return c.call(e)
+	case ast.ComprehensionKind:
+		return c.comprehension(e)
+	}
+	return nil, false
+}
+
+// ident resolves a name when the world loads: a comprehension's variable, then the
+// state's names and the activation's own, in the order activation.ResolveName reads them.
+func (c *closures) ident(id int64, name string) (cfn, bool) {
+	if r, ok := c.refs[id]; ok {
+		if r.Value != nil {
+			v := r.Value
+			return func(*activation) ref.Val { return v }, true
+		}
+		if t := c.types[id]; t != nil && t.Kind() == types.TypeKind {
+			return nil, false
+		}
+		name = r.Name
+	}
+	for i := len(c.scope) - 1; i >= 0; i-- {
+		if c.scope[i].name == name {
+			s := c.scope[i].slot
+			return func(a *activation) ref.Val {
+				if v := a.ep.loc[s]; v != nil {
+					return v
+				}
+				return errUnsure
+			}, true
+		}
+	}
+	if k, ok := c.w.slots[name]; ok {
+		if k >= 0 {
+			return func(a *activation) ref.Val {
+				if v := a.ep.vars[k]; v != nil {
+					return v
+				}
+				return errUnsure
+			}, true
+		}
+		k = -k - 1
+		return func(a *activation) ref.Val {
+			if k < len(a.ep.ents) {
+				return &a.ep.ents[k]
+			}
+			return errUnsure
+		}, true
+	}
+	switch name {
+	case "args":
+		return func(a *activation) ref.Val {
+			if a.args != nil {
+				return a.args
+			}
+			return errUnsure
+		}, true
+	case "now_ms":
+		return func(a *activation) ref.Val { return types.Int(a.ep.clock.Milliseconds()) }, true
+	case "step":
+		return func(a *activation) ref.Val { return types.Int(a.ep.step) }, true
+	case "new_id":
+		return func(a *activation) ref.Val {
+			if a.newID != nil {
+				return a.newID
+			}
+			return errUnsure
+		}, true
+	case "i":
+		return func(a *activation) ref.Val {
+			if a.self != nil && a.i != nil {
+				return a.i
+			}
+			return errUnsure
+		}, true
+	case "id":
+		return func(a *activation) ref.Val {
+			if a.self != nil && a.id != nil {
+				return a.id
+			}
+			return errUnsure
+		}, true
+	case "self":
+		return func(a *activation) ref.Val {
+			if a.self != nil {
+				return a.self
+			}
+			return errUnsure
+		}, true
+	}
+	return nil, false
+}
+
+// selectField reads a field: of an object by its position, of a map by its key.
+func (c *closures) selectField(e ast.Expr) (cfn, bool) {
+	s := e.AsSelect()
+	if s.IsTestOnly() {
+		return nil, false
+	}
+	if r, ok := c.refs[e.ID()]; ok {
+		return c.ident(e.ID(), r.Name) // a qualified name
+	}
+	op, ok := c.expr(s.Operand())
+	if !ok {
+		return nil, false
+	}
+	field := s.FieldName()
+	key := types.String(field)
+	var ot *objType
+	if t := c.types[s.Operand().ID()]; t != nil && t.Kind() == types.StructKind {
+		ot = c.prov.objs[t.TypeName()]
+	}
+	if ot != nil {
+		if i, ok := ot.index[field]; ok {
+			return func(a *activation) ref.Val {
+				v := op(a)
+				if o, ok := v.(*object); ok && o.t == ot {
+					if x := o.vals[i]; x != nil {
+						return x
+					}
+					return errUnsure
+				}
+				return selectDyn(v, key)
+			}, true
+		}
+	}
+	return func(a *activation) ref.Val { return selectDyn(op(a), key) }, true
+}
+
+func selectDyn(v ref.Val, key types.String) ref.Val {
+	if m, ok := v.(traits.Mapper); ok {
+		if x, found := m.Find(key); found && !types.IsError(x) {
+			return x
+		}
+	}
+	return errUnsure
+}
+
+// index is a[k]: an entity of a collection or an entry of a map by its key, an element
+// of a list by its position.
+func index(v, k ref.Val) ref.Val {
+	switch x := v.(type) {
+	case *collection:
+		if s, ok := k.(types.String); ok {
+			if o, ok := x.rows[string(s)]; ok {
+				return o
+			}
+		}
+		return errUnsure
+	case traits.Mapper:
+		if r, found := x.Find(k); found && !types.IsError(r) {
+			return r
+		}
+		return errUnsure
+	case traits.Lister:
+		if n, ok := k.(types.Int); ok && n >= 0 && n < x.Size().(types.Int) {
+			return x.Get(n)
+		}
+	}
+	return errUnsure
+}
+
+func (c *closures) list(e ast.Expr) (cfn, bool) {
+	l := e.AsList()
+	if len(l.OptionalIndices()) > 0 {
+		return nil, false
+	}
+	elems := make([]cfn, len(l.Elements()))
+	constant := true
+	for i, x := range l.Elements() {
+		f, ok := c.expr(x)
+		if !ok {
+			return nil, false
+		}
+		elems[i] = f
+		constant = constant && x.Kind() == ast.LiteralKind
+	}
+	if constant {
+		vals := make([]ref.Val, len(elems))
+		for i, x := range l.Elements() {
+			vals[i] = x.AsLiteral()
+		}
+		v := types.NewRefValList(c.adapter, vals)
+		return func(*activation) ref.Val { return v }, true
+	}
+	adapter := c.adapter
+	return func(a *activation) ref.Val {
+		vals := make([]ref.Val, len(elems))
+		for i, f := range elems {
+			v := f(a)
+			if types.IsError(v) {
+				return v
+			}
+			vals[i] = v
+		}
+		return types.NewRefValList(adapter, vals)
+	}, true
+}
+
+func (c *closures) mapLit(e ast.Expr) (cfn, bool) {
+	m := e.AsMap()
+	keys := make([]cfn, len(m.Entries()))
+	vals := make([]cfn, len(m.Entries()))
+	for i, en := range m.Entries() {
+		me := en.AsMapEntry()
+		if me.IsOptional() {
+			return nil, false
+		}
+		var ok bool
+		if keys[i], ok = c.expr(me.Key()); !ok {
+			return nil, false
+		}
+		if vals[i], ok = c.expr(me.Value()); !ok {
+			return nil, false
+		}
+	}
+	adapter := c.adapter
+	if rk := constantKeys(m, adapter); rk != nil {
+		return func(a *activation) ref.Val {
+			r := &record{keys: rk, vals: make([]ref.Val, len(vals))}
+			for i, vf := range vals {
+				v := vf(a)
+				if types.IsError(v) {
+					return v
+				}
+				r.vals[i] = v
+			}
+			return r
+		}, true
+	}
+	return func(a *activation) ref.Val {
+		entries := make(map[ref.Val]ref.Val, len(keys))
+		for i, kf := range keys {
+			k := kf(a)
+			if types.IsError(k) {
+				return k
+			}
+			v := vals[i](a)
+			if types.IsError(v) {
+				return v
+			}
+			entries[k] = v
+		}
+		return types.NewRefValMap(adapter, entries)
+	}, true
+}
+
+func (c *closures) call(e ast.Expr) (cfn, bool) {
+	call := e.AsCall()
+	fn := call.FunctionName()
+	var exprs []ast.Expr
+	if call.IsMemberFunction() {
+		exprs = append(exprs, call.Target())
+	}
+	exprs = append(exprs, call.Args()...)
+	args := make([]cfn, len(exprs))
+	for i, x := range exprs {
+		f, ok := c.expr(x)
+		if !ok {
+			return nil, false
+		}
+		args[i] = f
+	}
+	switch fn {
+	case operators.LogicalAnd:
+		return logic(args, types.False), true
+	case operators.LogicalOr:
+		return logic(args, types.True), true
+	case operators.Conditional:
+		if len(args) != 3 {
+			return nil, false
+		}
+		cond, yes, no := args[0], args[1], args[2]
+		return func(a *activation) ref.Val {
+			switch cond(a) {
+			case types.True:
+				return yes(a)
+			case types.False:
+				return no(a)
+			}
+			return errUnsure
+		}, true
+	case operators.Equals, operators.NotEquals:
+		if len(args) != 2 {
+			return nil, false
+		}
+		l, r := args[0], args[1]
+		ne := fn == operators.NotEquals
+		return func(a *activation) ref.Val {
+			lv := l(a)
+			if types.IsError(lv) {
+				return lv
+			}
+			rv := r(a)
+			if types.IsError(rv) {
+				return rv
+			}
+			switch x := lv.(type) { // what types.Equal decides for two ints or two strings
+			case types.Int:
+				if y, ok := rv.(types.Int); ok {
+					return types.Bool((x == y) != ne)
+				}
+			case types.String:
+				if y, ok := rv.(types.String); ok {
+					return types.Bool((x == y) != ne)
+				}
+			}
+			eq := types.Equal(lv, rv)
+			if ne {
+				return types.Bool(eq != types.True)
+			}
+			return eq
+		}, true
+	case operators.Index:
+		if len(args) != 2 {
+			return nil, false
+		}
+		l, r := args[0], args[1]
+		return func(a *activation) ref.Val {
+			lv := l(a)
+			if types.IsError(lv) {
+				return lv
+			}
+			rv := r(a)
+			if types.IsError(rv) {
+				return rv
+			}
+			return index(lv, rv)
+		}, true
+	case operators.OptIndex, operators.OptSelect:
+		return nil, false
+	}
+	// The binding the interpreter would call: by the overload the checker chose, else
+	// the function's own dispatch by the arguments' types.
+	var impl *functions.Overload
+	if r, ok := c.refs[e.ID()]; ok && len(r.OverloadIDs) == 1 {
+		impl = c.fns[r.OverloadIDs[0]]
+	}
+	if impl == nil {
+		impl = c.fns[fn]
+	}
+	if impl == nil || impl.Async != nil || impl.LateBound {
+		return nil, false
+	}
+	strict, trait := !impl.NonStrict, impl.OperandTrait
+	ok := func(v ref.Val) bool {
+		if trait == 0 {
+			return true
+		}
+		if !strict && types.IsUnknownOrError(v) {
+			return true
+		}
+		return v.Type().HasTrait(trait)
+	}
+	switch {
+	case len(args) == 1 && impl.Unary != nil:
+		f, x := impl.Unary, args[0]
+		return func(a *activation) ref.Val {
+			v := x(a)
+			if strict && types.IsError(v) {
+				return v
+			}
+			if !ok(v) {
+				return errUnsure
+			}
+			return f(v)
+		}, true
+	case len(args) == 2 && impl.Binary != nil:
+		f, l, r := impl.Binary, args[0], args[1]
+		ints := intOps[fn]
+		return func(a *activation) ref.Val {
+			lv := l(a)
+			if strict && types.IsError(lv) {
+				return lv
+			}
+			rv := r(a)
+			if strict && types.IsError(rv) {
+				return rv
+			}
+			if ints != nil {
+				if li, ok := lv.(types.Int); ok {
+					if ri, ok := rv.(types.Int); ok {
+						return ints(li, ri)
+					}
+				}
+			}
+			if !ok(lv) {
+				return errUnsure
+			}
+			return f(lv, rv)
+		}, true
+	case impl.Function != nil && (len(args) > 2 || len(args) == 0 ||
+		(len(args) == 1 && impl.Unary == nil) || (len(args) == 2 && impl.Binary == nil)):
+		f := impl.Function
+		return func(a *activation) ref.Val {
+			vals := make([]ref.Val, len(args))
+			for i, x := range args {
+				v := x(a)
+				if strict && types.IsError(v) {
+					return v
+				}
+				vals[i] = v
+			}
+			if len(vals) > 0 && !ok(vals[0]) {
+				return errUnsure
+			}
+			return f(vals...)
+		}, true
+	}
+	return nil, false
+}
+
+// logic is && (stop False) or || (stop True): the first term equal to stop decides,
+// whatever the others are; otherwise an error among them is the answer.
+func logic(terms []cfn, stop types.Bool) cfn {
+	return func(a *activation) ref.Val {
+		var err ref.Val
+		for _, t := range terms {
+			v := t(a)
+			b, ok := v.(types.Bool)
+			if ok && b == stop {
+				return stop
+			}
+			if !ok && err == nil {
+				err = v
+			}
+		}
+		if err != nil {
+			if !types.IsError(err) {
+				return errUnsure
+			}
+			return err
+		}
+		return !stop
+	}
+}
+
+func (c *closures) push(name string) int {
+	s := c.depth
+	c.depth++
+	c.w.locals = max(c.w.locals, c.depth)
+	c.scope = append(c.scope, local{name: name, slot: s})
+	return s
+}
+
+func (c *closures) comprehension(e ast.Expr) (cfn, bool) {
+	fold := e.AsComprehension()
+	if isMapInsert(fold) {
+		return nil, false
+	}
+	mutable := isListAppend(fold)
+	rangeF, ok := c.expr(fold.IterRange())
+	if !ok {
+		return nil, false
+	}
+	initF, ok := c.expr(fold.AccuInit())
+	if !ok {
+		return nil, false
+	}
+	scope, depth := len(c.scope), c.depth
+	accu := c.push(fold.AccuVar())
+	v1 := c.push(fold.IterVar())
+	v2 := -1
+	two := fold.HasIterVar2() && fold.IterVar2() != ""
+	if two {
+		v2 = c.push(fold.IterVar2())
+	}
+	condF, ok := c.expr(fold.LoopCondition())
+	if !ok {
+		return nil, false
+	}
+	stepF, ok := c.expr(fold.LoopStep())
+	if !ok {
+		return nil, false
+	}
+	fast := false
+	if mutable {
+		if stepF, fast = c.appendStep(fold, accu); !fast {
+			return nil, false
+		}
+	}
+	c.scope = c.scope[:scope+1] // the result sees the accumulator, not the iteration variables
+	resultF, ok := c.expr(fold.Result())
+	if !ok {
+		return nil, false
+	}
+	c.scope, c.depth = c.scope[:scope], depth
+	f := &compFold{rangeF: rangeF, initF: initF, condF: condF, stepF: stepF, resultF: resultF,
+		accu: accu, v1: v1, v2: v2, two: two, mutable: mutable, adapter: c.adapter}
+	return f.eval, true
+}
+
+// compFold is a compiled comprehension: CEL's macros (exists, all, map, filter,
+// transformList, cel.bind) are comprehensions.
+type compFold struct {
+	rangeF, initF, condF, stepF, resultF cfn
+	accu, v1, v2                         int
+	two, mutable                         bool
+	adapter                              types.Adapter
+}
+
+// turn folds one entry into the accumulator: false stops the fold, and stopped says
+// its condition was neither true nor false (the interpreter decides then).
+func (f *compFold) turn(a *activation, k, v ref.Val) (more, stopped bool) {
+	loc := a.ep.loc
+	loc[f.v1] = k
+	if f.two {
+		loc[f.v2] = v
+	}
+	switch f.condF(a) {
+	case types.True:
+	case types.False:
+		return false, false
+	default:
+		return false, true
+	}
+	loc[f.accu] = f.stepF(a)
+	return true, false
+}
+
+func (f *compFold) eval(a *activation) ref.Val {
+	r := f.rangeF(a)
+	if types.IsError(r) {
+		return r
+	}
+	init := f.initF(a)
+	if types.IsError(init) {
+		return init
+	}
+	made := false
+	if f.mutable {
+		if l, ok := init.(traits.Lister); ok && l.Size() == types.IntZero {
+			init = &appendAcc{}
+			made = true
+		}
+	}
+	a.ep.loc[f.accu] = init
+	stopped := false
+	switch x := r.(type) {
+	case *collection:
+		for _, id := range x.ids {
+			o := x.rows[id]
+			var k ref.Val = o.vals[0] // an entity's id, already a CEL value
+			if s, ok := k.(types.String); !ok || string(s) != id {
+				k = types.String(id)
+			}
+			var more bool
+			if more, stopped = f.turn(a, k, o); !more {
+				break
+			}
+		}
+	case traits.Lister:
+		elems := a.ep.listElems(x)
+		n := int64(x.Size().(types.Int))
+		for i := int64(0); i < n; i++ {
+			var el ref.Val
+			if elems != nil {
+				el = elems[i]
+			} else {
+				el = x.Get(types.Int(i))
+			}
+			var more bool
+			if f.two {
+				more, stopped = f.turn(a, types.Int(i), el)
+			} else {
+				more, stopped = f.turn(a, el, nil)
+			}
+			if !more {
+				break
+			}
+		}
+	case traits.Mapper:
+		if sz, ok := x.Size().(types.Int); ok && sz == 0 {
+			break
+		}
+		mf := &mapFolder{f: f, a: a}
+		types.ToFoldableMap(x).Fold(mf)
+		stopped = mf.stopped
+	default:
+		return errUnsure
+	}
+	if stopped {
+		return errUnsure
+	}
+	res := f.resultF(a)
+	if made {
+		acc, ok := res.(*appendAcc)
+		if !ok {
+			return errUnsure
+		}
+		res = types.NewRefValList(f.adapter, acc.elems)
+	}
+	return res
+}
+
+// mapFolder folds the entries of a map that is not an entity collection.
+type mapFolder struct {
+	f       *compFold
+	a       *activation
+	stopped bool
+}
+
+func (m *mapFolder) FoldEntry(k, v any) bool {
+	kv, ok1 := k.(ref.Val)
+	vv, ok2 := v.(ref.Val)
+	if !ok1 || !ok2 {
+		m.stopped = true
+		return false
+	}
+	more, stopped := m.f.turn(m.a, kv, vv)
+	m.stopped = stopped
+	return more
+}
+
+// isListAppend is the shape of comprehension whose list accumulator the interpreter
+// backs by a mutable list (map, filter, transformList): its accumulator is a name
+// expressions cannot write, starts as [] and grows by accu + [elem].
+func isListAppend(fold ast.ComprehensionExpr) bool {
+	accu := fold.AccuVar()
+	if !strings.HasPrefix(accu, "@") || accu == fold.IterVar() || accu == fold.IterVar2() {
+		return false
+	}
+	if r := fold.Result(); r.Kind() != ast.IdentKind || r.AsIdent() != accu {
+		return false
+	}
+	init := fold.AccuInit()
+	if init.Kind() != ast.ListKind || init.AsList().Size() != 0 {
+		return false
+	}
+	step := fold.LoopStep()
+	if step.Kind() != ast.CallKind {
+		return false
+	}
+	call := step.AsCall()
+	if call.FunctionName() == operators.Conditional && len(call.Args()) == 3 {
+		branch := call.Args()[1]
+		if branch.Kind() != ast.CallKind {
+			return false
+		}
+		call = branch.AsCall()
+	}
+	args := call.Args()
+	return call.FunctionName() == operators.Add && len(args) == 2 &&
+		args[0].Kind() == ast.IdentKind && args[0].AsIdent() == accu &&
+		args[1].Kind() == ast.ListKind && args[1].AsList().Size() == 1
+}
+
+// isMapInsert is the shape whose map accumulator the interpreter backs by a mutable map
+// (transformMap): left to the interpreter.
+func isMapInsert(fold ast.ComprehensionExpr) bool {
+	init := fold.AccuInit()
+	return init.Kind() == ast.MapKind && init.AsMap().Size() == 0
+}
+
+// checkClosures, when set, is called with every value a closure gave instead of the
+// interpreter: the differential test evaluates the expression again with the
+// interpreter there.
+var checkClosures func(p *program, a *activation, v ref.Val)
+
+// record is a map literal whose keys are distinct string constants ({'sku': k, 'name':
+// p.name}), as a closure builds it: its values in the literal's order, its keys shared.
+// It is the map CEL's interpreter would build, without a Go map per evaluation; what
+// it does not do itself (equality, conversions) it does as that map.
+type record struct {
+	keys *recordKeys
+	vals []ref.Val
+}
+
+// recordKeys are the keys of a map literal: in the literal's order, as CEL values, and
+// the positions in the order of their names (JSON's).
+type recordKeys struct {
+	names   []string
+	vals    []ref.Val
+	sorted  []int
+	adapter types.Adapter
+}
+
+// constantKeys returns the keys of a map literal whose keys are distinct string
+// literals, or nil.
+func constantKeys(m ast.MapExpr, adapter types.Adapter) *recordKeys {
+	rk := &recordKeys{adapter: adapter}
+	for _, en := range m.Entries() {
+		k := en.AsMapEntry().Key()
+		if k.Kind() != ast.LiteralKind {
+			return nil
+		}
+		s, ok := k.AsLiteral().(types.String)
+		if !ok || slices.Contains(rk.names, string(s)) {
+			return nil
+		}
+		rk.names = append(rk.names, string(s))
+		rk.vals = append(rk.vals, s)
+	}
+	rk.sorted = make([]int, len(rk.names))
+	for i := range rk.sorted {
+		rk.sorted[i] = i
+	}
+	slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(rk.names[a], rk.names[b]) })
+	return rk
+}
+
+var (
+	_ traits.Mapper = (*record)(nil)
+)
+
+// asMap is the record as the map CEL's interpreter builds.
+func (r *record) asMap() traits.Mapper {
+	entries := make(map[ref.Val]ref.Val, len(r.vals))
+	for i, v := range r.vals {
+		entries[r.keys.vals[i]] = v
+	}
+	return types.NewRefValMap(r.keys.adapter, entries)
+}
+
+func (r *record) ConvertToNative(t reflect.Type) (any, error) { return r.asMap().ConvertToNative(t) }
+func (r *record) ConvertToType(t ref.Type) ref.Val            { return r.asMap().ConvertToType(t) }
+func (r *record) Equal(other ref.Val) ref.Val                 { return r.asMap().Equal(other) }
+func (r *record) Type() ref.Type                              { return types.MapType }
+func (r *record) Value() any                                  { return r.asMap().Value() }
+func (r *record) Size() ref.Val                               { return types.Int(len(r.vals)) }
+func (r *record) Iterator() traits.Iterator                   { return r.asMap().Iterator() }
+
+func (r *record) Contains(key ref.Val) ref.Val {
+	if s, ok := key.(types.String); ok {
+		return types.Bool(slices.Contains(r.keys.names, string(s)))
+	}
+	return r.asMap().Contains(key)
+}
+
+func (r *record) Find(key ref.Val) (ref.Val, bool) {
+	if s, ok := key.(types.String); ok {
+		if i := slices.Index(r.keys.names, string(s)); i >= 0 {
+			return r.vals[i], true
+		}
+		return nil, false
+	}
+	return r.asMap().Find(key)
+}
+
+func (r *record) Get(key ref.Val) ref.Val {
+	if v, ok := r.Find(key); ok {
+		return v
+	}
+	return r.asMap().Get(key)
+}
+
+// listElems returns the elements of a list a comprehension iterates for the second
+// time in a row (a list of words bound once and folded once per entity), read once:
+// a list of strings makes a new CEL value of each element on every read. Nil the first
+// time. The episode keeps the list, so that its address stands for it.
+func (e *episode) listElems(l traits.Lister) []ref.Val {
+	if reflect.TypeOf(l).Kind() != reflect.Pointer {
+		return nil
+	}
+	if e.lastList != l {
+		e.lastList, e.lastElems = l, nil
+		return nil
+	}
+	if e.lastElems == nil {
+		n := int64(l.Size().(types.Int))
+		elems := make([]ref.Val, n)
+		for i := range n {
+			elems[i] = l.Get(types.Int(i))
+		}
+		e.lastElems = elems
+	}
+	return e.lastElems
+}
+
+// appendStep compiles the step of a comprehension that builds a list (map, filter,
+// transformList: accu + [elem], or cond ? accu + [elem] : accu) to append to a Go slice,
+// where the interpreter appends to a mutable list a one-element list made per turn; the
+// list it ends with is the same. The accumulator is an appendAcc while the fold runs.
+func (c *closures) appendStep(fold ast.ComprehensionExpr, accu int) (cfn, bool) {
+	if l := fold.LoopCondition(); l.Kind() != ast.LiteralKind || l.AsLiteral() != types.True {
+		return nil, false
+	}
+	step := fold.LoopStep()
+	var when cfn
+	if call := step.AsCall(); call.FunctionName() == operators.Conditional {
+		args := call.Args()
+		if no := args[2]; no.Kind() != ast.IdentKind || no.AsIdent() != fold.AccuVar() {
+			return nil, false
+		}
+		var ok bool
+		if when, ok = c.expr(args[0]); !ok {
+			return nil, false
+		}
+		step = args[1]
+	}
+	elem, ok := c.expr(step.AsCall().Args()[1].AsList().Elements()[0])
+	if !ok {
+		return nil, false
+	}
+	return func(a *activation) ref.Val {
+		acc, ok := a.ep.loc[accu].(*appendAcc)
+		if !ok {
+			return errUnsure
+		}
+		if when != nil {
+			switch when(a) {
+			case types.True:
+			case types.False:
+				return acc
+			default:
+				return errUnsure
+			}
+		}
+		v := elem(a)
+		if types.IsError(v) {
+			return errUnsure
+		}
+		acc.elems = append(acc.elems, v)
+		return acc
+	}, true
+}
+
+// appendAcc is the accumulator of a list-building comprehension while it runs: never
+// seen by anything but its step and its result.
+type appendAcc struct{ elems []ref.Val }
+
+func (x *appendAcc) ConvertToNative(reflect.Type) (any, error) {
+	return nil, errors.New("an accumulator has no native form")
+}
+func (x *appendAcc) ConvertToType(ref.Type) ref.Val { return errUnsure }
+func (x *appendAcc) Equal(ref.Val) ref.Val          { return errUnsure }
+func (x *appendAcc) Type() ref.Type                 { return types.ErrType }
+func (x *appendAcc) Value() any                     { return x }
+
+// intOps are the operators on two ints as the standard library's bindings compute them
+// (Int's Compare and its overflow-checked arithmetic), without their dispatch.
+var intOps = map[string]func(a, b types.Int) ref.Val{
+	operators.Less:          func(a, b types.Int) ref.Val { return types.Bool(a < b) },
+	operators.LessEquals:    func(a, b types.Int) ref.Val { return types.Bool(a <= b) },
+	operators.Greater:       func(a, b types.Int) ref.Val { return types.Bool(a > b) },
+	operators.GreaterEquals: func(a, b types.Int) ref.Val { return types.Bool(a >= b) },
+	operators.Add:           func(a, b types.Int) ref.Val { return a.Add(b) },
+	operators.Subtract:      func(a, b types.Int) ref.Val { return a.Subtract(b) },
+	operators.Multiply:      func(a, b types.Int) ref.Val { return a.Multiply(b) },
+	operators.Divide:        func(a, b types.Int) ref.Val { return a.Divide(b) },
+	operators.Modulo:        func(a, b types.Int) ref.Val { return a.Modulo(b) },
+}

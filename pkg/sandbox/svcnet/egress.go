@@ -1,0 +1,182 @@
+package svcnet
+
+import (
+	"bufio"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faultnet"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// Request is one HTTP request a sandbox made through its egress gateway, or one lookup
+// of a name it may not reach, as a step records it.
+type Request struct {
+	// Host is the host the request named (its Host header, or its absolute URL's host),
+	// lower-case, without port.
+	Host string `json:"host"`
+	// Method is the request's method; "DNS" for a refused lookup.
+	Method string `json:"method"`
+	// Path is the request's path (empty for a lookup or a CONNECT).
+	Path string `json:"path,omitempty"`
+	// Status is the answer's status code; 0 when none was sent (a reset, a timeout, a
+	// lookup).
+	Status int `json:"status"`
+	// Bytes are the bytes of the answer's body the sandbox was sent.
+	Bytes int64 `json:"bytes"`
+	// Faults are the kinds of the faults that met the request, in the order they fired.
+	Faults []string `json:"faults,omitempty"`
+	// Denied: the host is not one the sandbox may reach; the request or lookup was
+	// refused and went nowhere.
+	Denied bool `json:"denied,omitempty"`
+}
+
+// MethodDNS is Request.Method of a refused lookup.
+const MethodDNS = "DNS"
+
+// egressHandler is the gateway of an egress service: the sandbox's allowed hosts
+// (s.Hosts) resolve to the sandbox's loopback, where this handler takes every request,
+// refuses those to other hosts (403, recorded as denied) and CONNECT tunnels (only plain
+// HTTP is proxied: a tunnel would carry requests the gateway cannot see, fault or
+// record), and forwards the rest through the fault proxy, one decision per request keyed
+// "http/<host>" and selected by the rules for the service (and by hosts), to where the
+// runtime says the host is reached (sandbox.HostMapper),
+// else to the host itself. Origin-form requests (a client that resolved the name) and
+// absolute-form ones (a client configured with http_proxy) are treated alike.
+func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Handler {
+	ups := make(map[string]*url.URL, len(s.Hosts))
+	hm, _ := rt.(sandbox.HostMapper)
+	for _, h := range s.Hosts {
+		u := &url.URL{Scheme: "http", Host: h}
+		if hm != nil {
+			if addr, ok := hm.HostUpstream(h); ok {
+				u.Host = addr
+			}
+		}
+		ups[h] = u
+	}
+	allowed := strings.Join(slices.Sorted(maps.Keys(ups)), ", ")
+	if allowed == "" {
+		allowed = "none"
+	}
+	// Requests are decided as the service's (the plan's rules for it select them) and
+	// recorded on the host they named.
+	svc := make(map[string]string, len(ups))
+	for h := range ups {
+		svc[h] = s.Name
+	}
+	nd := &net.Dialer{Timeout: g.opt.DialTimeout}
+	base := faultnet.Proxy{
+		D:         g.opt.Decider,
+		Upstreams: ups,
+		Services:  svc,
+		// A plain transport: the faults act once, in the proxy.
+		Transport: &http.Transport{DialContext: nd.DialContext, DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if r.URL.IsAbs() {
+			host = r.URL.Host
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		req := Request{Host: host, Method: r.Method, Path: r.URL.Path}
+		_, ok := ups[host]
+		if !ok || r.Method == http.MethodConnect {
+			msg := fmt.Sprintf("gauntlet: host %q is not allowed in this sandbox (allowed hosts: %s)\n", host, allowed)
+			if ok {
+				msg = fmt.Sprintf("gauntlet: CONNECT to %q refused: allowed hosts are reached over plain http://, through gauntlet's proxy\n", host)
+			}
+			if r.Method == http.MethodConnect {
+				req.Path = ""
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusForbidden)
+			n, _ := fmt.Fprint(w, msg)
+			req.Status, req.Bytes, req.Denied = http.StatusForbidden, int64(n), true
+			g.request(req)
+			return
+		}
+		if r.URL.IsAbs() {
+			u := *r.URL
+			u.Scheme, u.Host, u.User = "", "", nil
+			r.URL = &u
+		}
+		r.Host = host
+		cw := &countingWriter{ResponseWriter: w}
+		p := base
+		p.OnFire = func(key string, ev catalogue.Event, fired []catalogue.Fired) {
+			ev.Service = "" // recorded on the host
+			if g.opt.OnFire != nil {
+				g.opt.OnFire(key, ev, fired)
+			}
+			for _, f := range fired {
+				req.Faults = append(req.Faults, f.Kind)
+			}
+		}
+		p.ServeHTTP(cw, r)
+		req.Status, req.Bytes = cw.status, cw.n
+		if cw.hijacked {
+			req.Status, req.Bytes = 0, 0
+		}
+		g.request(req)
+	})
+}
+
+// request reports a request to Options.OnRequest.
+func (g *Gateway) request(r Request) {
+	if g.opt.OnRequest != nil {
+		g.opt.OnRequest(r)
+	}
+}
+
+// countingWriter notes the status and the body bytes a handler sends, and whether it
+// took the connection over (a reset or a timeout: no answer).
+type countingWriter struct {
+	http.ResponseWriter
+	status   int
+	n        int64
+	hijacked bool
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// Flush passes on to the server's writer, which paced bodies need.
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack passes on to the server's writer, which resets and timeouts need.
+func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := c.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, http.ErrNotSupported
+	}
+	c.hijacked = true
+	return hj.Hijack()
+}
