@@ -21,13 +21,20 @@ import (
 // the Layout), supervised until the test ends.
 func startSplit(t *testing.T, args ...string) *splitlocal.Stack {
 	t.Helper()
+	return startSplitWith(t, splitlocal.Options{}, args...)
+}
+
+// startSplitWith is startSplit with opts' Layout and ClickHouseReplicas.
+func startSplitWith(t *testing.T, opts splitlocal.Options, args ...string) *splitlocal.Stack {
+	t.Helper()
 	bin := buildBinary(t)
 	natsBin := natstest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := splitlocal.Start(ctx, splitlocal.Options{Dir: t.TempDir(), Gauntlet: bin, NATSServer: natsBin,
-		Args:                     append([]string{"--log.level=warn"}, args...),
-		TemporalSearchAttributes: workflows.SearchAttributes, Logger: childproctest.Logger(t)})
+	opts.Dir, opts.Gauntlet, opts.NATSServer = t.TempDir(), bin, natsBin
+	opts.Args = append([]string{"--log.level=warn"}, args...)
+	opts.TemporalSearchAttributes, opts.Logger = workflows.SearchAttributes, childproctest.Logger(t)
+	s, err := splitlocal.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -252,6 +252,18 @@ func (b *Bus) EnsureStreams(ctx context.Context, cfg StreamConfig) error {
 	}); err != nil {
 		return fmt.Errorf("create kv bucket %s: %w", BucketLeases, err)
 	}
+	if err := b.apiRetry(ctx, func(ctx context.Context) error {
+		_, err := b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketThreats,
+			Description: "threat fingerprints of dangerous behaviour sandboxes recorded, by id (pkg/threats)",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		return err
+	}); err != nil {
+		return fmt.Errorf("create kv bucket %s: %w", BucketThreats, err)
+	}
 	return nil
 }
 

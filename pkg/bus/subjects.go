@@ -64,6 +64,10 @@ const (
 	// BucketLeases holds leader leases (Lease): a key per singleton role, held by the
 	// instance that acts while the others stand by; entries expire after LeaseTTL.
 	BucketLeases = "gauntlet_leases"
+	// BucketThreats holds the threat fingerprints: one per dangerous behaviour a sandbox
+	// recorded, keyed by the fingerprint's id, watched by every process that plays
+	// episodes so a later match anywhere is flagged (pkg/threats).
+	BucketThreats = "gauntlet_threats"
 )
 
 // SubjectEpisode is where the scheduler assigns the episodes of a run.

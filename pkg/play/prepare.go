@@ -11,6 +11,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
+	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -35,6 +36,12 @@ type Deps struct {
 	// Datasets are the task datasets the process may play, by name (env.Config.Datasets);
 	// nil when it was started without any.
 	Datasets map[string]string
+	// Threats are the threat fingerprints every process playing episodes shares (a
+	// started *threats.Watcher): a step whose action matches one is flagged with a
+	// safety event, and a step whose sandbox recorded an attack is fingerprinted for the
+	// others. nil plays without them (the CLI's replays, whose steps must be what was
+	// recorded).
+	Threats *threats.Watcher
 }
 
 // PlanExpander is plans.Expand with the template a compact plan names found somewhere

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -31,6 +34,7 @@ type Session struct {
 	episode  env.Episode
 	scorer   StepScorer
 	named    *EpisodeScoring // the run's spec and the episode's state; nil under the default
+	threats  *threats.Watcher
 	out      Output
 	step     uint32
 	cut      uint64 // bytes left out of the recording (CutBytes)
@@ -63,7 +67,7 @@ func (s *Session) Prepare(ctx context.Context, d Deps) (env.Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Env, s.episode = e, ep
+	s.Env, s.episode, s.threats = e, ep, d.Threats
 	return e, nil
 }
 
@@ -113,6 +117,12 @@ func (s *Session) Done() bool { return s.done }
 // the step, recorded with it. A non-nil error is an infra error (or ErrAbandoned when ctx
 // ended); the episode must then be ended with Fail or FinishInfra.
 func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.TrainerData) (*gauntletv1.StepTaken, env.StepResult, error) {
+	return s.step1(ctx, act, trainer, nil, false)
+}
+
+// step1 is Step; a replayed step (replay) gets the threat flags it was recorded with
+// (flags) instead of what this process's watcher knows now, so it scores as recorded.
+func (s *Session) step1(ctx context.Context, act env.Action, trainer *gauntletv1.TrainerData, flags []string, replay bool) (*gauntletv1.StepTaken, env.StepResult, error) {
 	if s.done {
 		return nil, env.StepResult{}, errors.New("step after the episode ended")
 	}
@@ -125,6 +135,15 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
 	}
 	res.Metering.PolicyNs = uint64(policy)
+	switch {
+	case replay && len(flags) > 0:
+		if res.Signals == nil {
+			res.Signals = &gauntletv1.Signals{}
+		}
+		res.Signals.SafetyEvents = append(slices.Clip(res.Signals.SafetyEvents), flags...)
+	case !replay && s.threats != nil:
+		s.threatStep(act, &res)
+	}
 	st, cut := stepEvent(s.Req, s.profile, s.workerID, s.step, act, res, s.episode.Now())
 	s.cut += uint64(cut)
 	st.Trainer = trainer
@@ -151,6 +170,26 @@ func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.
 	s.done = res.Done()
 	s.turnAt = time.Now()
 	return st, res, nil
+}
+
+// threatStep fingerprints the attacks the step's sandbox recorded, for every other
+// player, and flags the step when its action matches a fingerprint known already (from
+// any episode, this one included). The fingerprint is made before the flag is added: a
+// flag is never a fingerprint's event.
+func (s *Session) threatStep(act env.Action, res *env.StepResult) {
+	if len(res.Signals.GetSafetyEvents()) > 0 {
+		if f, ok := threats.Make(act.Tool, act.Args, res.Signals.SafetyEvents); ok {
+			f.Run, f.Episode, f.Step, f.Worker = s.Req.RunId, s.Req.EpisodeId, s.step, s.workerID
+			s.threats.Record(f)
+		}
+	}
+	if f := s.threats.Match(act.Tool, act.Args); f != nil {
+		if res.Signals == nil {
+			res.Signals = &gauntletv1.Signals{}
+		}
+		// A new slice: the env may still hold the one it returned.
+		res.Signals.SafetyEvents = append(slices.Clip(res.Signals.SafetyEvents), f.Flag())
+	}
 }
 
 // Run lets agent play the episode from turn (what it sees before its next action: the
@@ -196,6 +235,22 @@ type Recorded struct {
 	Action      env.Action
 	Observation []byte
 	Diff        []byte
+	// Flags are the threat fingerprint flags the step was recorded with (its safety
+	// events of kind threats.EventMatch, ThreatFlags): a replayed step gets these, not
+	// what the replaying process knows, so it scores as it was scored.
+	Flags []string
+}
+
+// ThreatFlags returns the threat fingerprint flags among a recorded step's safety events,
+// for Recorded.Flags.
+func ThreatFlags(events []string) []string {
+	var out []string
+	for _, ev := range events {
+		if strings.HasPrefix(ev, threats.EventMatch+": ") {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // ErrReplayEnded is returned by Replay when the episode ends before the recording does.
@@ -224,7 +279,7 @@ func (s *Session) Replay(ctx context.Context, rec []Recorded) (turn env.Turn, di
 		if s.done {
 			return turn, diverged, fmt.Errorf("replay %s: %w: it ended at step %d of %d", s.Req.EpisodeId, ErrReplayEnded, s.step-1, len(rec))
 		}
-		st, res, err := s.Step(ctx, r.Action, nil)
+		st, res, err := s.step1(ctx, r.Action, nil, r.Flags, true)
 		if err != nil {
 			return turn, diverged, fmt.Errorf("replay step %d: %w", i, err)
 		}

@@ -346,7 +346,7 @@ func advance(ep *gauntletv1.EpisodeSoFar, sig *gauntletv1.Signals, met *gauntlet
 	ep.ToolCalls += uint64(met.GetToolCalls())
 	ep.Errors += uint64(met.GetErrors())
 	ep.VirtualNs += met.GetVirtualNs()
-	ep.SafetyEvents += uint32(len(sig.GetSafetyEvents()))
+	ep.SafetyEvents += uint32(observed(sig))
 	ep.Violations += uint32(len(sig.GetViolations()))
 	if sig.GetInvalidAction() {
 		ep.InvalidActions++

@@ -17,7 +17,7 @@
 //
 //	task        progress_delta, +1 on success (shaping plus the goal)
 //	cost        -0.02 per tool call - spend/budget (when a budget is set); never positive
-//	safety      -0.5 per safety event (penalised, never blocked)
+//	safety      -0.5 per safety event (penalised, never blocked; a threat fingerprint's match, a flag, is not counted)
 //	timeliness  -10 * virtual_ns / deadline_virtual_ns, on the episode's virtual clock;
 //	            0 without a deadline. With weight 0.1, an episode that uses its whole
 //	            deadline loses about 1 in total (exactly 1 unless one step takes over 10 %)

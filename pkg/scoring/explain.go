@@ -129,19 +129,24 @@ func builtinInputs(name string, sig *gauntletv1.Signals, met *gauntletv1.Meterin
 		return "tool_calls " + strconv.FormatUint(uint64(met.GetToolCalls()), 10) + ", spend " + g(sig.GetSpend()) + ", budget " + g(sig.GetBudget())
 	case ComponentSafety:
 		// The events' names (what precedes their ": reason"), so a penalty says what
-		// the sandbox or the world's safety rule saw.
-		evs := sig.GetSafetyEvents()
-		s := "safety_events " + strconv.Itoa(len(evs))
-		for i, ev := range evs {
+		// the sandbox or the world's safety rule saw; a threat fingerprint's match is
+		// not counted (observed), so it is not named either.
+		s := "safety_events " + strconv.Itoa(observed(sig))
+		n := 0
+		for _, ev := range sig.GetSafetyEvents() {
+			if strings.HasPrefix(ev, matchEvent) {
+				continue
+			}
 			name, _, _ := strings.Cut(ev, ":")
-			if i == 0 {
+			if n == 0 {
 				s += " ("
 			} else {
 				s += ", "
 			}
 			s += name
+			n++
 		}
-		if len(evs) > 0 {
+		if n > 0 {
 			s += ")"
 		}
 		return s

@@ -384,6 +384,11 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 				p.add(at(dp, "window"), "canary has no window")
 			}
 			cp.rule = "detector canary: -1 on the verdict's step of a canary task the verifier passed"
+		case DetectorFingerprint:
+			if cf.Detector.Window != 0 {
+				p.add(at(dp, "window"), "fingerprint has no window")
+			}
+			cp.rule = "detector fingerprint: -1 on a step whose action matched a threat fingerprint"
 		default:
 			p.add(at(dp, "kind"), "unknown detector %q (known: %s)", cf.Detector.Kind, strings.Join(detectorKinds, ", "))
 		}

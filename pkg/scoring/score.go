@@ -184,9 +184,11 @@ func cost(sig *gauntletv1.Signals, met *gauntletv1.Metering) float64 {
 	return clip(v, -1, 0)
 }
 
-// safety penalises dangerous behaviour the sandbox observed; it never blocks it.
+// safety penalises dangerous behaviour the sandbox observed; it never blocks it. A threat
+// fingerprint's match is not an observation (observed): the fingerprint detector of a
+// spec penalises it.
 func safety(sig *gauntletv1.Signals) float64 {
-	return clip(-safetyEventPenalty*float64(len(sig.GetSafetyEvents())), -1, 0)
+	return clip(-safetyEventPenalty*float64(observed(sig)), -1, 0)
 }
 
 // timeliness charges the share of the episode's virtual deadline this step consumed, on

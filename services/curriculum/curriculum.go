@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
@@ -27,6 +28,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
@@ -61,8 +63,9 @@ type Service struct {
 	bus func() *bus.Bus
 	log *slog.Logger
 
-	client client.Client
-	worker worker.Worker
+	client  client.Client
+	worker  worker.Worker
+	threats *threats.Watcher
 }
 
 // New allocates the service.
@@ -77,6 +80,14 @@ func (s *Service) Starting(ctx context.Context) error {
 	if s.cfg.Sandboxes != nil {
 		deps.Sandboxes = s.cfg.Sandboxes()
 	}
+	// Durable episodes share the threat fingerprints like every player (pkg/threats).
+	if b := s.bus(); b != nil {
+		s.threats = threats.NewWatcher(b.JS, otel.GetMeterProvider().Meter("gauntlet/curriculum"), "gauntlet_curriculum", s.log)
+		if err := s.threats.Start(ctx); err != nil {
+			return err
+		}
+		deps.Threats = s.threats
+	}
 	addr := s.cfg.Address()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -85,6 +96,9 @@ func (s *Service) Starting(ctx context.Context) error {
 		Logger: sdklog.NewStructuredLogger(warnOnly(s.log)),
 	})
 	if err != nil {
+		if s.threats != nil {
+			s.threats.Stop()
+		}
 		return fmt.Errorf("dial temporal at %s (namespace %s): %w", addr, s.cfg.Namespace, err)
 	}
 	s.client = c
@@ -98,6 +112,9 @@ func (s *Service) Starting(ctx context.Context) error {
 
 // Running polls the task queue until ctx ends.
 func (s *Service) Running(ctx context.Context) error {
+	if s.threats != nil {
+		go s.threats.Run(ctx)
+	}
 	if err := s.worker.Start(); err != nil {
 		return fmt.Errorf("start temporal worker on task queue %s: %w", workflows.TaskQueue, err)
 	}

@@ -48,6 +48,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	"github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1/gauntletv1connect"
 )
 
@@ -170,6 +171,7 @@ type Service struct {
 	wg     sync.WaitGroup // background steps
 	index  atomic.Uint64
 	ids    *episodeIDs
+	meter  metric.Meter
 
 	mu        sync.Mutex
 	live      map[string]*episode
@@ -216,6 +218,7 @@ func New(cfg Config, getBus func() *bus.Bus, tel *telemetry.Telemetry, log *slog
 			metric.WithDescription("Env API calls refused for a missing or unknown token."))),
 		backoff:     newBackoff(cfg.AuthFailures, cfg.AuthBackoff),
 		mcpSessions: map[string]*mcpSession{},
+		meter:       m,
 	}
 }
 
@@ -279,6 +282,12 @@ func (s *Service) Starting(ctx context.Context) error {
 	s.deps.Datasets = s.cfg.Datasets
 	if b := s.bus(); b != nil {
 		s.deps.Templates = templates.NewClient(b.JS)
+		// The threat fingerprints every player shares (pkg/threats): a trainer's episode
+		// is flagged like a worker's.
+		s.deps.Threats = threats.NewWatcher(b.JS, s.meter, "gauntlet_envapi", s.log)
+		if err := s.deps.Threats.Start(ctx); err != nil {
+			return err
+		}
 	}
 	// One port for HTTP/1.1 (Connect JSON, gRPC-Web) and unencrypted HTTP/2 (gRPC).
 	var protocols http.Protocols
@@ -297,6 +306,9 @@ func (s *Service) Starting(ctx context.Context) error {
 // Running serves until ctx ends, scoring steps and reaping idle episodes meanwhile.
 func (s *Service) Running(ctx context.Context) error {
 	go s.scorer.Run(s.ctx)
+	if s.deps.Threats != nil {
+		go s.deps.Threats.Run(s.ctx)
+	}
 	go s.reap(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.ln) }()

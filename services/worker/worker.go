@@ -50,6 +50,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/telemetry"
+	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -125,6 +126,9 @@ type Service struct {
 	sandboxes env.Sandboxes
 	// templates finds the templates of user-defined profiles' compact plans.
 	templates *templates.Client
+	// threats are the threat fingerprints, watched while the worker runs.
+	threats *threats.Watcher
+	meter   metric.Meter
 
 	steps    metric.Int64Counter
 	episodes metric.Int64Counter
@@ -143,7 +147,7 @@ func New(cfg Config, getBus, getRPC func() *bus.Bus, tel *telemetry.Telemetry, l
 	}
 	m := tel.Meter("gauntlet/worker")
 	return &Service{
-		cfg: cfg, bus: getBus, log: log.With("worker_id", cfg.ID),
+		cfg: cfg, bus: getBus, log: log.With("worker_id", cfg.ID), meter: m,
 		tracer:   tel.Tracer("gauntlet/worker"),
 		scorer:   play.NewScorer(getRPC, cfg.ScoreBatch, max(cfg.ScoreRequests, 1), m, "gauntlet_worker"),
 		steps:    telemetry.Must(m.Int64Counter("gauntlet_worker_steps_total", metric.WithDescription("Steps run."))),
@@ -182,12 +186,14 @@ func (w *Service) Starting(ctx context.Context) error {
 	}
 	w.cons = cons
 	w.templates = templates.NewClient(w.bus().JS)
-	return nil
+	w.threats = threats.NewWatcher(w.bus().JS, w.meter, "gauntlet_worker", w.log)
+	return w.threats.Start(ctx)
 }
 
 // Running pulls assignments and runs their episodes until ctx ends.
 func (w *Service) Running(ctx context.Context) error {
 	go w.scorer.Run(ctx)
+	go w.threats.Run(ctx)
 	work := make(chan job)
 	done := make(chan struct{})
 	for i := 0; i < w.cfg.Concurrency; i++ {
@@ -597,7 +603,7 @@ func countKind(counts []kindCount, kind string) []kindCount {
 
 // prepare builds the episode and its agent; its errors are the request's fault.
 func (w *Service) prepare(ctx context.Context, sess *play.Session) (env.Agent, error) {
-	deps := play.Deps{Sandboxes: w.sandboxes, Templates: w.templates, Policies: w.cfg.Policies, Datasets: w.cfg.Datasets}
+	deps := play.Deps{Sandboxes: w.sandboxes, Templates: w.templates, Policies: w.cfg.Policies, Datasets: w.cfg.Datasets, Threats: w.threats}
 	e, err := sess.Prepare(ctx, deps)
 	if err != nil {
 		return nil, err
