@@ -19,8 +19,8 @@
 #
 # Idempotent: up when the stack runs and down when it does not change nothing. The state
 # file is <data dir>/split.json (the data dir is $GAUNTLET_DATA, else .gauntlet); up's log
-# is <data dir>/split.log. Needs what scripts/deps.sh installs (ClickHouse, ZooKeeper, the Temporal CLI)
-# and Go.
+# is <data dir>/split.log. up runs scripts/deps.sh first (ClickHouse, ZooKeeper, the
+# Temporal CLI; idempotent), so a fresh machine with Go needs nothing else.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -47,6 +47,7 @@ up() {
 		return
 	fi
 	mkdir -p "$DATA" bin
+	bash scripts/deps.sh # idempotent: installs what a fresh machine lacks, else returns at once
 	go build -o "$BIN" ./cmd/gauntlet
 	local nats
 	nats="$(scripts/nats-server.sh)"
