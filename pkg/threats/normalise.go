@@ -1,6 +1,8 @@
 package threats
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"path"
 	"strconv"
@@ -86,16 +88,25 @@ func ParseEvent(ev string) (Event, bool) {
 
 // Normalise returns the command a step's action stands for, the part of a fingerprint a
 // later action is compared with: for shell.exec its command line (Text), for the file
-// tools the path they name (Path), for any other tool its arguments as text (Text). Two
+// tools the path they name (Path), for any other tool its arguments as text (Text). A
+// shell.exec given standard input adds a digest of it. Two
 // actions with the same tool and normalised command are the same threat.
 func Normalise(tool string, args []byte) string {
 	switch tool {
 	case tools.ShellExec:
 		var a struct {
 			Command string `json:"command"`
+			Stdin   string `json:"stdin"`
 		}
 		if json.Unmarshal(args, &a) == nil {
-			return Text(a.Command)
+			if a.Stdin == "" {
+				return Text(a.Command)
+			}
+			// What the command reads is part of what it does: one command line
+			// running scripts given on stdin (the tasks oracle runs every solution so)
+			// is as many threats as there are scripts.
+			sum := sha256.Sum256([]byte(a.Stdin))
+			return Text(a.Command) + " <stdin sha256:" + hex.EncodeToString(sum[:8]) + ">"
 		}
 	case tools.FSRead, tools.FSWrite, tools.FSList, tools.FSPatch:
 		var a struct {

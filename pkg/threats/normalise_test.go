@@ -1,8 +1,11 @@
 package threats
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
 func TestText(t *testing.T) {
@@ -129,5 +132,28 @@ func TestMakeAndMatch(t *testing.T) {
 	want := fmt.Sprintf(`threat_fingerprint: %s matches shell.exec "cat /dev/mem; true" (device_access open /dev/mem; first in episode  step 0)`, f.ID)
 	if flag != want {
 		t.Errorf("Flag() = %q, want %q", flag, want)
+	}
+}
+
+// A command's standard input is part of what it runs: the tasks oracle runs every task's
+// solution with one command line and the solution on stdin, so a fingerprint of one
+// attacking solution flagged every honest task's oracle (TestTaskSafetyEndToEnd: 3 honest
+// steps flagged). The same command with the same input still matches.
+func TestNormaliseKeepsStdinApart(t *testing.T) {
+	exec := func(cmd, stdin string) []byte {
+		b, _ := json.Marshal(map[string]string{"command": cmd, "stdin": stdin})
+		return b
+	}
+	const cmd = "base64 -d | tar -x -f - -C /solution; bash /solution/solve.sh"
+	attack := Normalise(tools.ShellExec, exec(cmd, "YXR0YWNr"))
+	honest := Normalise(tools.ShellExec, exec(cmd, "aG9uZXN0"))
+	if attack == honest {
+		t.Fatalf("one command with two inputs normalises to one threat: %q", attack)
+	}
+	if again := Normalise(tools.ShellExec, exec(cmd, "YXR0YWNr")); again != attack {
+		t.Errorf("the same command and input: %q, then %q", attack, again)
+	}
+	if got, want := Normalise(tools.ShellExec, exec("cat /dev/mem", "")), "cat /dev/mem"; got != want {
+		t.Errorf("without input: %q, want %q", got, want)
 	}
 }
