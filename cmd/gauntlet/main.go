@@ -47,6 +47,7 @@ Usage:
   gauntlet episode export ID --format atif|jsonl [-o FILE]   an episode as ATIF or JSONL
   gauntlet reward explain ID [--step N]   each step's reward, component by component (docs/rewards.md)
   gauntlet reward rescore --run R --spec F   a run's recorded steps scored under another spec (docs/rewards.md)
+  gauntlet reward fingerprints [--forget ID]   the threat fingerprints players flag (docs/rewards.md)
   gauntlet faults ls|plan|validate|from-log|drift   the fault spectrum (docs/faults.md)
   gauntlet tasks validate|ls|describe   Harbor-format task folders and datasets (docs/tasks.md)
   gauntlet worlds validate|describe|graph FILE   tool worlds written as YAML (docs/worlds.md)

@@ -16,6 +16,7 @@ import (
 
 const rewardUsage = `usage: gauntlet reward explain [flags] EPISODE_ID [--step N]
        gauntlet reward rescore [flags] --run RUN_ID --spec FILE
+       gauntlet reward fingerprints [--nats URL] [--json] [--forget ID]
 
 explain replays a recorded episode (its env, seed, fault plan and actions, as episode
 snapshot does) and scores each step again under the reward spec it was recorded with
@@ -29,15 +30,22 @@ the spec's digest, and records the spec in reward_specs, so the run's totals und
 compare side by side in SQL (docs/rewards.md). Running it again skips what is done:
 after a crash or ^C it finishes the run. Steps recorded under the same spec must score as
 recorded, to the bit, or it fails.
+
+fingerprints lists the threat fingerprints every player flags (a command some sandbox saw
+attack, normalised; docs/rewards.md), oldest first; --forget ID removes one, a false
+positive judged by an operator, and every player stops flagging it within milliseconds.
 `
 
-// cmdReward routes `gauntlet reward explain`.
+// cmdReward routes `gauntlet reward explain|rescore|fingerprints`.
 func cmdReward(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "explain" {
 		return cmdRewardExplain(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "rescore" {
 		return cmdRewardRescore(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "fingerprints" {
+		return cmdRewardFingerprints(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, rewardUsage)
 	return errUsage

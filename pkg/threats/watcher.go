@@ -1,11 +1,13 @@
 package threats
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -244,4 +246,65 @@ func (w *Watcher) decode(e jetstream.KeyValueEntry) (*Fingerprint, uint64, bool)
 func mustKey(id string) uint64 {
 	k, _ := strconv.ParseUint(id, 16, 64)
 	return k
+}
+
+// List returns every fingerprint the bucket holds, the oldest first: what an operator
+// reads to see what players flag, and before Forget.
+func List(ctx context.Context, js jetstream.JetStream) ([]*Fingerprint, error) {
+	kv, err := js.KeyValue(ctx, bus.BucketThreats)
+	if err != nil {
+		return nil, fmt.Errorf("threat fingerprints: open kv bucket %s: %w", bus.BucketThreats, err)
+	}
+	watch, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("threat fingerprints: read %s: %w", bus.BucketThreats, err)
+	}
+	defer watch.Stop()
+	var out []*Fingerprint
+	for {
+		select {
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return nil, fmt.Errorf("threat fingerprints: watch of %s closed while reading", bus.BucketThreats)
+			}
+			if e == nil { // every value held when the watch began has come
+				slices.SortFunc(out, func(a, b *Fingerprint) int {
+					return cmp.Or(cmp.Compare(a.RecordedAtUnixNano, b.RecordedAtUnixNano), cmp.Compare(a.ID, b.ID))
+				})
+				return out, nil
+			}
+			var f Fingerprint
+			if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &f) != nil || f.ID != e.Key() {
+				continue // what players ignore too (Watcher.decode)
+			}
+			out = append(out, &f)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("threat fingerprints: read %s: %w", bus.BucketThreats, ctx.Err())
+		}
+	}
+}
+
+// ErrUnknown is Forget's answer for an id the bucket does not hold.
+var ErrUnknown = errors.New("no such threat fingerprint")
+
+// Forget removes a fingerprint from the bucket, with its history: every player stops
+// flagging it within milliseconds (a false positive an operator has judged). The same
+// attack seen again makes it anew.
+func Forget(ctx context.Context, js jetstream.JetStream, id string) error {
+	if _, err := strconv.ParseUint(id, 16, 64); err != nil || len(id) != 16 {
+		return fmt.Errorf("forget threat fingerprint %q: an id is 16 hex digits", id)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketThreats)
+	if err != nil {
+		return fmt.Errorf("forget threat fingerprint %s: open kv bucket %s: %w", id, bus.BucketThreats, err)
+	}
+	if _, err := kv.Get(ctx, id); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("forget threat fingerprint %s: %w", id, ErrUnknown)
+	} else if err != nil {
+		return fmt.Errorf("forget threat fingerprint %s: %w", id, err)
+	}
+	if err := kv.Purge(ctx, id); err != nil {
+		return fmt.Errorf("forget threat fingerprint %s: %w", id, err)
+	}
+	return nil
 }

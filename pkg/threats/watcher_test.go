@@ -2,8 +2,10 @@ package threats_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +98,52 @@ func TestMatchAllocatesNothingWhenNoneIsKnown(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, func() { _ = w.Match("catalog.search", args) }); n != 0 {
 		t.Errorf("Match of a tool no fingerprint has: %v allocations, want 0", n)
+	}
+}
+
+// List reads every fingerprint, oldest first; Forget purges one so that players stop
+// flagging it, and refuses an id that is malformed or not held, naming it.
+func TestListAndForget(t *testing.T) {
+	b := bustest.Start(t)
+	w := start(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := threats.List(ctx, b.JS); err != nil || len(got) != 0 {
+		t.Fatalf("empty bucket: %v %v", got, err)
+	}
+	var ids []string
+	for _, cmd := range []string{"cat /dev/mem", "nc 10.0.0.7 4444"} {
+		f, ok := threats.Make("shell.exec", []byte(`{"command":"`+cmd+`"}`), []string{"device_access: /dev/mem opened: a decoy"})
+		if !ok {
+			t.Fatal("no fingerprint")
+		}
+		w.Record(f)
+		if err := w.WaitFor(ctx, f.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, f.ID)
+	}
+	got, err := threats.List(ctx, b.JS)
+	if err != nil || len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[1] || got[1].Command != "nc N.N.N.N N" {
+		t.Fatalf("list: %v %v; want %v oldest first", got, err, ids)
+	}
+	if err := threats.Forget(ctx, b.JS, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Match("shell.exec", []byte(`{"command":"cat /dev/mem"}`)) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a forgotten fingerprint still matches")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got, err := threats.List(ctx, b.JS); err != nil || len(got) != 1 || got[0].ID != ids[1] {
+		t.Fatalf("list after forget: %v %v", got, err)
+	}
+	if err := threats.Forget(ctx, b.JS, ids[0]); !errors.Is(err, threats.ErrUnknown) {
+		t.Errorf("forget twice: %v, want ErrUnknown", err)
+	}
+	if err := threats.Forget(ctx, b.JS, "cat /dev/mem"); err == nil || !strings.Contains(err.Error(), "16 hex digits") {
+		t.Errorf("forget a malformed id: %v", err)
 	}
 }
