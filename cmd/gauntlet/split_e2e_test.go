@@ -116,8 +116,12 @@ func TestSplitStackSurvivesKills(t *testing.T) {
 	// process's --clickhouse: the one the stores write to.
 	plan := splitlocal.PlanChaos(23, 1, 0, 0)
 	leader := func(ctx context.Context) (string, error) { return schedulerLeader(ctx, b, s) }
+	var after uint64 // episodes ended when the previous fault's part was back
 	for i, f := range plan {
-		waitFor(ctx, t, ended(uint64(i+1)*episodes/8))
+		// At its share of the run, and once the run has gone on after the previous
+		// fault. Back to back, a NATS node's restart then the leader's kill, the new
+		// leader once took 30 s to assign again (not yet explained; issue 22's note).
+		waitFor(ctx, t, ended(max(uint64(i+1)*episodes/8, after+episodes/16)))
 		if f.Kind == splitlocal.KillClickHouse {
 			f.Instance = 0
 		}
@@ -126,7 +130,8 @@ func TestSplitStackSurvivesKills(t *testing.T) {
 		if err := s.Chaos(ctx, []splitlocal.Fault{f}, leader, func(e splitlocal.ChaosEvent) { ev = e }); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s %s killed at %d ended, back in %v", f.Kind, ev.Victim, progressFromKV(ctx, kv, req.RunId).GetEnded(), ev.Recovered)
+		after = progressFromKV(ctx, kv, req.RunId).GetEnded()
+		t.Logf("%s %s killed at %d ended, back in %v", f.Kind, ev.Victim, after, ev.Recovered)
 		if f.Kind != splitlocal.KillSchedulerLeader {
 			continue
 		}
