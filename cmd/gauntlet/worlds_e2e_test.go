@@ -13,8 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // TestUserWorldRun: a world given only as a file in --env.worlds runs through the whole
@@ -36,28 +39,10 @@ func TestUserWorldRun(t *testing.T) {
 	}
 	cfg := testConfig(t)
 	cfg.Worlds = world.Config{Dir: dir}
-	s := startStack(t, cfg)
 	o := runOpts{env: "user_bank", params: "{}", policies: "oracle=1,random=1", profiles: "baseline=60,stress=25,edge=15",
 		episodes: 200, seed: 11, maxInFlight: 200, label: t.Name(), worlds: world.Config{Dir: dir}}
-	req, err := o.request()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
-	final := runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
-	assertExact(t, s.app.getBus(), conn, cfg.Database, req, final)
-	if final.InfraErrors != 0 {
-		t.Fatalf("%d infra errors", final.InfraErrors)
-	}
-	q := func(query string) string {
-		return queryOne(t, conn, fmt.Sprintf(query, cfg.Database, req.RunId))
-	}
-	var oracle, won int
-	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle' AND env = 'user_bank'`), &oracle)
-	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle' AND success = 1`), &won)
-	if oracle < 60 || won < oracle*9/10 {
-		t.Fatalf("the oracle won %d of %d episodes, want at least 90 %%", won, oracle)
-	}
+	_, _, _, q := runWorld(t, cfg, o)
+	oracleWins(t, q, 60, ` AND env = 'user_bank'`)
 	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND length(fault_ids) > 0`); got == "0" {
 		t.Fatal("no fault fired on the world's services")
 	}
@@ -96,28 +81,10 @@ func TestAirlineRun(t *testing.T) {
 		t.Skip("needs ClickHouse; run without -short")
 	}
 	cfg := testConfig(t)
-	s := startStack(t, cfg)
 	o := runOpts{env: "airline", params: "{}", policies: "oracle=1,random=1", profiles: "baseline=60,stress=25,edge=15",
 		episodes: 200, seed: 12, maxInFlight: 200, label: t.Name()}
-	req, err := o.request()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
-	final := runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
-	assertExact(t, s.app.getBus(), conn, cfg.Database, req, final)
-	if final.InfraErrors != 0 {
-		t.Fatalf("%d infra errors", final.InfraErrors)
-	}
-	q := func(query string) string {
-		return queryOne(t, conn, fmt.Sprintf(query, cfg.Database, req.RunId))
-	}
-	var oracle, won int
-	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle'`), &oracle)
-	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle' AND success = 1`), &won)
-	if oracle < 60 || won < oracle*9/10 {
-		t.Fatalf("the oracle won %d of %d episodes, want at least 90 %%", won, oracle)
-	}
+	_, _, _, q := runWorld(t, cfg, o)
+	oracleWins(t, q, 60, "")
 	if got := q(`SELECT count() FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND hasAny(violation_rules, ['fare_allows_change', 'same_route', 'check_in_open', 'rebook_window', 'seats_available', 'name_change_refused', 'no_cabin_downgrade'])`); got == "0" {
 		t.Fatal("no refusal of the desk's policies was recorded")
 	}
@@ -145,28 +112,10 @@ func TestDispatchRun(t *testing.T) {
 		t.Skip("needs ClickHouse; run without -short")
 	}
 	cfg := testConfig(t)
-	s := startStack(t, cfg)
 	o := runOpts{env: "dispatch", params: "{}", policies: "oracle=3,random=1", profiles: "baseline=60,stress=25,edge=15",
 		episodes: 80, seed: 13, maxInFlight: 80, label: t.Name()}
-	req, err := o.request()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
-	final := runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
-	assertExact(t, s.app.getBus(), conn, cfg.Database, req, final)
-	if final.InfraErrors != 0 {
-		t.Fatalf("%d infra errors", final.InfraErrors)
-	}
-	q := func(query string) string {
-		return queryOne(t, conn, fmt.Sprintf(query, cfg.Database, req.RunId))
-	}
-	var oracle, won int
-	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle'`), &oracle)
-	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle' AND success = 1`), &won)
-	if oracle < 40 || won < oracle*9/10 {
-		t.Fatalf("the oracles won %d of %d episodes, want at least 90 %%", won, oracle)
-	}
+	_, conn, req, q := runWorld(t, cfg, o)
+	oracleWins(t, q, 40, "")
 	if got := q(`SELECT toString(groupUniqArray(agent)) FROM (SELECT agent FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'oracle' ORDER BY agent)`); got != "['dispatcher','driver']" && got != "['driver','dispatcher']" {
 		t.Fatalf("agents of the oracle's steps: %s", got)
 	}
@@ -226,23 +175,9 @@ func TestWorldSafetyRun(t *testing.T) {
 		t.Skip("needs ClickHouse; run without -short")
 	}
 	cfg := testConfig(t)
-	s := startStack(t, cfg)
 	o := runOpts{env: "bank", params: "{}", policies: "oracle=1,random=1", profiles: "baseline=60,stress=40",
 		episodes: 100, seed: 18, maxInFlight: 100, label: t.Name()}
-	req, err := o.request()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := connect(t, s.app.clickHouseAddr(), cfg.Database)
-	final := runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
-	assertExact(t, s.app.getBus(), conn, cfg.Database, req, final)
-	if final.InfraErrors != 0 {
-		t.Fatalf("%d infra errors", final.InfraErrors)
-	}
-	db, run := cfg.Database, req.RunId
-	q := func(query string) string {
-		return queryOne(t, conn, fmt.Sprintf(query, db, run))
-	}
+	s, _, _, q := runWorld(t, cfg, o)
 	// Per policy: episodes, steps with a safety event, and the safety column's sum.
 	perPolicy := `SELECT concat(toString(uniqExact(episode_id)), ' ', toString(countIf(length(safety_events) > 0)), ' ', toString(sum(r_safety)))
 		FROM %s.steps FINAL WHERE run_id = '%s' AND policy = '`
@@ -275,7 +210,7 @@ func TestWorldSafetyRun(t *testing.T) {
 	}
 
 	ep := q(`SELECT episode_id FROM %s.steps FINAL WHERE run_id = '%s' AND policy = 'random' AND length(safety_events) > 0 ORDER BY episode_id LIMIT 1`)
-	cli := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", db, "--data-dir", t.TempDir()}
+	cli := []string{"--clickhouse", s.app.clickHouseAddr(), "--database", cfg.Database, "--data-dir", t.TempDir()}
 	var out, errOut strings.Builder
 	if err := runMain(context.Background(), append([]string{"reward", "explain"}, append(cli, ep)...), &out, &errOut); err != nil {
 		t.Fatalf("reward explain: %v\n%s%s", err, out.String(), errOut.String())
@@ -283,5 +218,38 @@ func TestWorldSafetyRun(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\s*safety +-0\.5 +-0\.5 +0\.5 +-0\.25 +builtin safety \(safety_events 1 \(other_customer_card_read\)\)`).MatchString(out.String()) ||
 		!strings.Contains(out.String(), "steps equal to the recorded ones, bit for bit") {
 		t.Errorf("reward explain does not show the safety penalty and its event:\n%s", out.String())
+	}
+}
+
+// runWorld starts a stack of cfg, runs o through it to the end and checks every episode
+// and step is recorded exactly once with no infra error. q runs a query whose two %s
+// are the database and the run id, and returns its single value.
+func runWorld(t *testing.T, cfg config, o runOpts) (s *testStack, conn driver.Conn, req *gauntletv1.RunRequested, q func(query string) string) {
+	t.Helper()
+	s = startStack(t, cfg)
+	req, err := o.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn = connect(t, s.app.clickHouseAddr(), cfg.Database)
+	final := runToEnd(t, s.app.getBus(), conn, cfg.Database, req)
+	assertExact(t, s.app.getBus(), conn, cfg.Database, req, final)
+	if final.InfraErrors != 0 {
+		t.Fatalf("%d infra errors", final.InfraErrors)
+	}
+	return s, conn, req, func(query string) string {
+		return queryOne(t, conn, fmt.Sprintf(query, cfg.Database, req.RunId))
+	}
+}
+
+// oracleWins fails the test unless the run played at least atLeast oracle episodes
+// (those matching and too, an SQL condition, when given) and won 90 % of them.
+func oracleWins(t *testing.T, q func(string) string, atLeast int, and string) {
+	t.Helper()
+	var oracle, won int
+	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle'`+and), &oracle)
+	fmt.Sscan(q(`SELECT count() FROM %s.episodes FINAL WHERE run_id = '%s' AND policy = 'oracle' AND success = 1`), &won)
+	if oracle < atLeast || won < oracle*9/10 {
+		t.Fatalf("the oracle won %d of %d episodes, want at least 90 %%", won, oracle)
 	}
 }
