@@ -157,9 +157,15 @@ func (s *Service) Starting(ctx context.Context) error {
 	}
 	// Headers only: an end travels with the episode's last steps, and the scheduler needs
 	// only the summary in its header (bus.HeaderEnded), not the steps.
+	//
+	// The lease on a fetched end is no longer than the leader's: ends a killed leader had
+	// fetched but not acknowledged are due again by the time its successor takes over.
+	// With 30 s, a new leader saw its runs' in-flight slots full of episodes that had
+	// ended and assigned nothing for 30 s. An end delivered twice (a slow persist that
+	// outlived the lease) is folded in once: run.record ignores indices it has.
 	if s.endedCons, err = js.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
 		Durable: ConsumerEnded, FilterSubject: bus.SubjectEndedAll, HeadersOnly: true,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 50_000,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: endedAckWait, MaxAckPending: 50_000,
 	}); err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerEnded, err)
 	}
@@ -599,6 +605,10 @@ func decodeEnded(data []byte) (*gauntletv1.EndedSummary, error) {
 	return e, nil
 }
 
+// endedAckWait is how long a fetched end stays with the scheduler that fetched it before
+// it is delivered again: the leader lease's TTL (see Starting).
+const endedAckWait = bus.LeaseTTL
+
 // endedLoop follows ended events, folds them into their runs, and acknowledges them only
 // after the runs' new state is persisted.
 func (s *Service) endedLoop(ctx context.Context) error {
@@ -636,7 +646,15 @@ func (s *Service) endedLoop(ctx context.Context) error {
 			ids = append(ids, id)
 		}
 		if perr := s.persist(ctx, ids...); perr != nil {
-			s.log.Warn("persist runs; ended events will be redelivered", "err", perr)
+			// Handed back rather than left to their lease, so this leader's next fetch, or
+			// a successor's, folds them in within a second; the stop cancels persist
+			// too, so a leader stepping down hands back its last batch here.
+			if ctx.Err() == nil {
+				s.log.Warn("persist runs; ended events handed back", "err", perr)
+			}
+			for _, m := range msgs {
+				_ = m.NakWithDelay(time.Second)
+			}
 			continue
 		}
 		for _, m := range msgs {

@@ -1,0 +1,159 @@
+package scheduler
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// A leader killed between fetching ends and acknowledging them leaves them pending on
+// the shared ended consumer. Its successor must fold them in about when it takes the
+// lease, not after a 30 s redelivery: until then the run's in-flight slots stay full of
+// episodes that have ended and nothing is assigned (the split stack's chaos test saw a
+// new leader idle for 30.0 s after the old one's kill).
+func TestEndsFetchedByAKilledLeaderReachItsSuccessor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	old, b := startScheduler(ctx, t)
+	spec := heldRun("rheld")
+	old.runs[spec.RunId] = assignedRun(t, spec, 3)
+	if err := old.persist(ctx, spec.RunId); err != nil {
+		t.Fatal(err)
+	}
+	publishEnds(ctx, t, b, spec, 3)
+	// The old leader fetches the three ends and dies before its ack.
+	batch, err := old.endedCons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Messages() {
+		n++
+	}
+	if n != 3 {
+		t.Fatalf("the old leader fetched %d ends, want 3", n)
+	}
+	killed := time.Now()
+
+	next := successor(ctx, t, b)
+	got := waitEnded(ctx, next, spec.RunId, 3)
+	// Its lease had to run out before a successor could lead, so by then the ends are
+	// due again; twice the lease leaves room for a loaded machine, and is far below the
+	// 30 s the ends once waited.
+	if took := time.Since(killed); got != 3 || took > 2*bus.LeaseTTL {
+		t.Fatalf("successor counted %d of 3 ends %v after the kill; want all within %v (the leader lease's TTL, %v, plus slack)",
+			got, took.Round(100*time.Millisecond), 2*bus.LeaseTTL, bus.LeaseTTL)
+	}
+}
+
+// A leader that cannot persist what a batch of ends changed (KV unavailable, or the lease
+// lost under it) hands the batch back rather than holding it for its whole lease: the
+// next fetch, its own or a successor's, gets the ends within a second or so.
+func TestEndsAreHandedBackWhenPersistFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	old, b := startScheduler(ctx, t)
+	spec := heldRun("rback")
+	old.runs[spec.RunId] = assignedRun(t, spec, 3)
+	if err := old.persist(ctx, spec.RunId); err != nil {
+		t.Fatal(err)
+	}
+	old.lost.Store(true) // every persist now fails, as after a lost lease
+	lctx, stopOld := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = old.endedLoop(lctx) }()
+	publishEnds(ctx, t, b, spec, 3)
+	// Wait until the old leader holds the ends (fetched, not acknowledged), then stop it.
+	for {
+		ci, err := old.endedCons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci.NumPending == 0 && ci.NumAckPending == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the ends never reached the old leader: %+v", ci)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopOld()
+	<-done
+	stopped := time.Now()
+
+	next := successor(ctx, t, b)
+	got := waitEnded(ctx, next, spec.RunId, 3)
+	if took := time.Since(stopped); got != 3 || took >= endedAckWait {
+		t.Fatalf("successor counted %d of 3 ends %v after the old leader stopped; want all before their lease (%v) ran out",
+			got, took.Round(100*time.Millisecond), endedAckWait)
+	}
+}
+
+// assignedRun is the scheduler's state of spec with its first n episodes assigned.
+func assignedRun(t *testing.T, spec *gauntletv1.RunRequested, n uint64) *run {
+	t.Helper()
+	r := &run{spec: spec, Assigned: n}
+	var err error
+	if r.Spec, err = proto.Marshal(spec); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func heldRun(id string) *gauntletv1.RunRequested {
+	return &gauntletv1.RunRequested{RunId: id, Env: "shop", Seed: 5, Episodes: 10, MaxInFlight: 3,
+		Policies: []*gauntletv1.Share{{Name: "oracle", Weight: 1}}}
+}
+
+// publishEnds publishes the ends of the run's first n episodes, as a worker does.
+func publishEnds(ctx context.Context, t *testing.T, b *bus.Bus, spec *gauntletv1.RunRequested, n uint64) {
+	t.Helper()
+	for i := range n {
+		end := &gauntletv1.EpisodeEnded{Episode: runs.Episode(spec, i), Steps: 1, Terminated: true, Success: true,
+			Reason: gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS}
+		if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: end}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// successor starts a second scheduler on b as a new leader does: it binds the consumers,
+// loads the runs from KV and follows the ends.
+func successor(ctx context.Context, t *testing.T, b *bus.Bus) *Service {
+	t.Helper()
+	s := New(testConfig(), func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := s.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.loadRuns(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.endedLoop(ctx) }()
+	return s
+}
+
+// waitEnded waits until run id counts want ends in s, or ctx ends, and returns the count.
+func waitEnded(ctx context.Context, s *Service, id string, want uint64) uint64 {
+	for {
+		s.mu.Lock()
+		var got uint64
+		if r, ok := s.runs[id]; ok {
+			got = r.Ended.Count()
+		}
+		s.mu.Unlock()
+		if got >= want || ctx.Err() != nil {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
