@@ -116,6 +116,8 @@ def main():
     ap.add_argument("--policy", choices=("solve", "mixed"), default="solve",
                     help="solve: every episode runs the task's solution; mixed: every third one is a no-op, which must fail")
     ap.add_argument("--glob", action="append", default=[], help="play only the tasks this pattern matches (repeatable)")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds a call may take; a reset builds its task's image the first time (minutes with apt-get)")
     args = ap.parse_args()
     ids = task_ids(args.dir, args.glob)
     if not ids:
@@ -124,7 +126,7 @@ def main():
 
     def run(i):
         if not hasattr(local, "client"):
-            local.client = g.Client()
+            local.client = g.Client(timeout=args.timeout)
         return play(local.client, args, ids, i)
 
     t0 = time.monotonic()

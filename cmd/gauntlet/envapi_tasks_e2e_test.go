@@ -74,7 +74,9 @@ func TestEnvAPITaskEpisodesOnContainerd(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	args := []string{"--policy", "mixed"}
+	// The first reset of a task builds its image: more than the client's default minute
+	// on a loaded machine, minutes for those whose Dockerfile runs apt-get.
+	args := []string{"--policy", "mixed", "--timeout", "900"}
 	switch g := os.Getenv(taskGlobEnv); g {
 	case "":
 		args = append(args, "--glob", "codefix/*", "--glob", "shell/*")
