@@ -83,7 +83,7 @@ def play(client, args, ids, i):
         steps = 0
         last = None
         look = {"tool": "shell.exec", "args": {"command": "ls"}}
-        actions = (look, gt.SUBMIT) if noop else (look, gt.solution_action(os.path.join(args.dir, task)), gt.SUBMIT)
+        actions = (look, gt.SUBMIT) if noop else (look, gt.solution_action(os.path.join(args.dir, task), obs.get("workdir") or gt.WORKDIR), gt.SUBMIT)
         for action in actions:
             out = env.step(action)
             steps += 1
