@@ -26,11 +26,7 @@ func TestEndsFetchedByAKilledLeaderReachItsSuccessor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	old, b := startScheduler(ctx, t)
-	spec := heldRun("rheld")
-	old.runs[spec.RunId] = assignedRun(t, spec, 3)
-	if err := old.persist(ctx, spec.RunId); err != nil {
-		t.Fatal(err)
-	}
+	spec := persistedRun(ctx, t, old, "rheld")
 	publishEnds(ctx, t, b, spec, 3)
 	// The old leader fetches the three ends and dies before its ack.
 	batch, err := old.endedCons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
@@ -64,11 +60,7 @@ func TestEndsAreHandedBackWhenPersistFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	old, b := startScheduler(ctx, t)
-	spec := heldRun("rback")
-	old.runs[spec.RunId] = assignedRun(t, spec, 3)
-	if err := old.persist(ctx, spec.RunId); err != nil {
-		t.Fatal(err)
-	}
+	spec := persistedRun(ctx, t, old, "rback")
 	old.lost.Store(true) // every persist now fails, as after a lost lease
 	lctx, stopOld := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -100,15 +92,21 @@ func TestEndsAreHandedBackWhenPersistFails(t *testing.T) {
 	}
 }
 
-// assignedRun is the scheduler's state of spec with its first n episodes assigned.
-func assignedRun(t *testing.T, spec *gauntletv1.RunRequested, n uint64) *run {
+// persistedRun puts a run of 10 episodes, 3 of them assigned, into s's table and KV, as
+// s would have it while leading, and returns its spec.
+func persistedRun(ctx context.Context, t *testing.T, s *Service, id string) *gauntletv1.RunRequested {
 	t.Helper()
-	r := &run{spec: spec, Assigned: n}
+	spec := heldRun(id)
+	r := &run{spec: spec, Assigned: 3}
 	var err error
 	if r.Spec, err = proto.Marshal(spec); err != nil {
 		t.Fatal(err)
 	}
-	return r
+	s.runs[id] = r
+	if err := s.persist(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 func heldRun(id string) *gauntletv1.RunRequested {
@@ -167,11 +165,7 @@ func TestAStaleLeaderCannotOverwriteItsSuccessor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stale, b := startScheduler(ctx, t)
-	spec := heldRun("rstale")
-	stale.runs[spec.RunId] = assignedRun(t, spec, 3)
-	if err := stale.persist(ctx, spec.RunId); err != nil {
-		t.Fatal(err)
-	}
+	spec := persistedRun(ctx, t, stale, "rstale")
 	next := successor(ctx, t, b)
 	publishEnds(ctx, t, b, spec, 2)
 	if got := waitEnded(ctx, next, spec.RunId, 2); got != 2 {
@@ -200,11 +194,7 @@ func TestASupersededLeaderReloadsWhatTheOtherWrote(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stale, b := startScheduler(ctx, t)
-	spec := heldRun("rrace")
-	stale.runs[spec.RunId] = assignedRun(t, spec, 3)
-	if err := stale.persist(ctx, spec.RunId); err != nil {
-		t.Fatal(err)
-	}
+	spec := persistedRun(ctx, t, stale, "rrace")
 	// The successor leads (lease taken, runs loaded), then the stale leader folds in
 	// episode 0's end, which its successor never sees on the consumer (acked by the
 	// stale one), and writes.
