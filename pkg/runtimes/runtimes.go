@@ -158,10 +158,11 @@ func (s *Sandboxes) acquireWarm(ctx context.Context, spec sandbox.Spec) (sandbox
 }
 
 // sameShape reports whether a sandbox of template t can serve spec: everything but the
-// workspace and labels is the same (services and links too: they shape its network and root).
+// workspace and labels is the same (services and links too: they shape its network and
+// root; the user, who its commands run as).
 func sameShape(t, spec sandbox.Spec) bool {
 	t, spec = t.WithDefaults(), spec.WithDefaults()
-	return t.Image == spec.Image && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env) &&
+	return t.Image == spec.Image && t.User == spec.User && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env) &&
 		slices.EqualFunc(t.Services, spec.Services, sameService) && maps.Equal(t.Links, spec.Links)
 }
 

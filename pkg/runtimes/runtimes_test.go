@@ -139,6 +139,19 @@ func TestPooledSandboxesStartClean(t *testing.T) {
 	if err := sb.Release(ctx, h.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("second release: %v, want ErrNotFound", err)
 	}
+	// So is a spec for another user: a warm sandbox runs its commands as the template's.
+	other = spec
+	other.User = "nobody"
+	if h, err = sb.Acquire(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Runtime().Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"id", "-u"}})
+	if err != nil || string(res.Stdout) != "65534\n" {
+		t.Errorf("a sandbox acquired for user nobody runs as %q (%v), want 65534", res.Stdout, err)
+	}
+	if err := sb.Release(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestOpenReapsLeftovers: sandboxes a crashed worker left in the state directory are
