@@ -131,7 +131,7 @@ func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbo
 		// empty unless environment/app or the image fills /app.
 		Links:    links,
 		Labels:   map[string]string{"env": Name, "task": t.ID},
-		Services: egressServices(c),
+		Services: egressServices(c, rt),
 	}
 	if p, ok := rt.(sandbox.ImagePreparer); ok {
 		ref, err := taskImage(ctx, p, t)

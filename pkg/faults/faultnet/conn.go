@@ -21,6 +21,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +42,8 @@ type Conn struct {
 	key    string
 	ev     catalogue.Event
 	onFire OnFire
+
+	written atomic.Int64 // bytes written to the peer (Written)
 
 	mu         sync.Mutex
 	passed     int64 // bytes read plus written
@@ -196,6 +199,7 @@ func (w *Conn) Write(p []byte) (int, error) {
 		return 0, ErrReset
 	}
 	n, err := w.Conn.Write(p[:k])
+	w.written.Add(int64(n))
 	w.throttle(n)
 	if n > 0 && w.count(n) {
 		w.doReset()
@@ -208,6 +212,10 @@ func (w *Conn) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Written returns the bytes written to the peer so far, counted as they leave (before
+// a bandwidth cap's pause).
+func (w *Conn) Written() int64 { return w.written.Load() }
 
 func (w *Conn) isReset() bool {
 	w.mu.Lock()
