@@ -44,6 +44,7 @@ type Conn struct {
 	onFire OnFire
 
 	written atomic.Int64 // bytes written to the peer (Written)
+	once    bool         // WrapStream: no decision per write
 
 	mu         sync.Mutex
 	passed     int64 // bytes read plus written
@@ -55,6 +56,16 @@ type Conn struct {
 	closed     chan struct{}
 	closeOnce  sync.Once
 	timer      *time.Timer
+}
+
+// WrapStream wraps c as WrapConn does, but decides once, when the connection opens (its
+// latency and loss are paid before its first byte): its writes meet no decisions of their
+// own, so what a connection meets does not depend on how its bytes happen to be cut into
+// writes, which an opaque stream (a relayed TLS connection) leaves to timing.
+func WrapStream(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onFire OnFire) *Conn {
+	w := WrapConn(c, d, key, ev, onFire)
+	w.once = true
+	return w
 }
 
 // WrapConn wraps c. ev describes the connection (Host, Service; Layer and Op are set
@@ -182,16 +193,18 @@ func (w *Conn) Write(p []byte) (int, error) {
 	if w.hole {
 		return len(p), nil // swallowed: nobody answers
 	}
-	ev := w.ev
-	ev.Op = catalogue.OpWrite
-	dec := w.d.Decide(w.key, ev)
-	w.report(ev, dec)
-	wait := dec.Delay
-	if dec.Abort == catalogue.KindPacketLoss {
-		wait += dec.RTO
-	}
-	if wait > 0 && !w.sleep(wait) {
-		return 0, net.ErrClosed
+	if !w.once {
+		ev := w.ev
+		ev.Op = catalogue.OpWrite
+		dec := w.d.Decide(w.key, ev)
+		w.report(ev, dec)
+		wait := dec.Delay
+		if dec.Abort == catalogue.KindPacketLoss {
+			wait += dec.RTO
+		}
+		if wait > 0 && !w.sleep(wait) {
+			return 0, net.ErrClosed
+		}
 	}
 	k, isReset := w.budget(len(p))
 	if isReset {

@@ -59,10 +59,11 @@ func newTLSPort(rt sandbox.Runtime, s sandbox.Service, port int) *tlsPort {
 
 // serveTLS accepts the connections of one TLS port of an egress service. Each one must
 // open with a ClientHello whose server name (SNI) is an allowed host: it is then relayed,
-// unopened, to that host, through the fault connection layer (faultnet.WrapConn, keyed
-// "tls/<host>:<port>/<n>" by the order the host's connections on that port named it, and
-// selected by the rules for the service and the host), and recorded when it ends (host,
-// port, bytes each way, the faults met). A connection naming another host, none, or not
+// unopened, to that host, through the fault connection layer (faultnet.WrapStream: one
+// decision per connection, keyed "tls/<host>:<port>/<n>" by the order the host's
+// connections on that port named it, and selected by the rules for the service and the
+// host), and recorded when the sandbox closes it (host, port, bytes each way, the faults
+// met). A connection naming another host, none, or not
 // speaking TLS is refused (an access_denied alert where it spoke TLS) and recorded as
 // denied. The gateway never terminates TLS: the sandbox talks to the host's own
 // certificate, so HTTP-level faults (status codes, truncated bodies) cannot apply here.
@@ -136,7 +137,7 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 			g.request(req)
 		})
 	}
-	fc = faultnet.WrapConn(c, g.opt.Decider, key, catalogue.Event{Service: p.svc, Host: name}, func(key string, ev catalogue.Event, fired []catalogue.Fired) {
+	fc = faultnet.WrapStream(c, g.opt.Decider, key, catalogue.Event{Service: p.svc, Host: name}, func(key string, ev catalogue.Event, fired []catalogue.Fired) {
 		ev.Service = "" // recorded on the host
 		if g.opt.OnFire != nil {
 			g.opt.OnFire(key, ev, fired)

@@ -43,14 +43,14 @@ const (
 var tlsHosts = []string{remoteHost, slowHost, cutHost, rstHost, thinHost, flakyHost}
 
 // tlsProfile: the faults a relay can apply to a stream it cannot open, one host each,
-// decided when the connection opens (ops: [connect]) so that what fires does not depend on
-// how the stream is cut into writes; flaky's half of the time, so seeds show.
+// decided once per connection; flaky's half of the time, so seeds show. The HTTP-level
+// rule cannot act on a stream the gateway does not open.
 const tlsProfile = `
 name: egress-tls-test
 faults:
   - id: tls-slow
     kind: latency
-    match: {hosts: [slow.example.test], ops: [connect]}
+    match: {hosts: [slow.example.test]}
     params: {mean_ms: 400, jitter_ms: 0}
   - id: tls-cut
     kind: reset
