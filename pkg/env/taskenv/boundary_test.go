@@ -2,6 +2,8 @@ package taskenv_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,10 +33,12 @@ faults:
 `
 
 // TestTaskBoundaryFaults: a task episode gets the storage, resource and DNS faults of its
-// plan as codefix's do (package boundary): each fires, on the step that met it (the
-// ambient ones on the first), the verdict stays honest (the verifier runs in a fork
-// with the sandbox's own limits and no fault: the right answer, written under the
-// faults, passes), and the same plan and seed replay to the same steps and faults.
+// plan as codefix's do (package boundary), on both runtimes: each fires, on the step that
+// met it (the ambient ones on the first), the verdict stays honest (the verifier runs in
+// a fork with the sandbox's own limits and no fault: the right answer, written under the
+// faults, passes), and the same plan and seed replay to the same steps and faults. The
+// task is net/latest-release's, on an image with no package to install (containerd runs
+// it on its image; process on the host's root).
 func TestTaskBoundaryFaults(t *testing.T) {
 	cps, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "task-faults", SpecYaml: taskFaults}})
 	if err != nil {
@@ -44,7 +48,44 @@ func TestTaskBoundaryFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb := runtimestest.Open(t, runtimes.Process, 0)
+	dir := filepath.Join(t.TempDir(), "release")
+	src := filepath.Join(dataset, "net", "latest-release")
+	for p, c := range map[string]string{
+		"instruction.md":         "",
+		"task.toml":              "",
+		"tests/test.sh":          "",
+		"environment/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n",
+	} {
+		if c == "" {
+			b, err := os.ReadFile(filepath.Join(src, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = string(b)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
+		t.Run(rt, func(t *testing.T) {
+			c := runtimestest.Config(t, rt)
+			if rt == runtimes.Containerd {
+				if testing.Short() {
+					t.Skip("builds a task image and runs containerd; -short runs unit tests only")
+				}
+				c.Images = runtimestest.Images(t)
+			}
+			runBoundaryFaults(t, runtimestest.OpenConfig(t, c), plan, dir)
+		})
+	}
+}
+
+// runBoundaryFaults plays the task at dir under plan twice on sb.
+func runBoundaryFaults(t *testing.T, sb env.Sandboxes, plan *gauntletv1.FaultPlan, dir string) {
 	const (
 		answer = `printf '2.10.1\n' > /app/VERSION; printf 'c0ffee00d15ea5e5ba5eba11facade0ddba11cafe0b0e5c0de5eed5ca1ab1e5\n' > /app/SHA256; echo written`
 		alloc  = `x=$(head -c 41943040 /dev/zero | tr '\0' a); echo ${#x}`
@@ -63,7 +104,8 @@ func TestTaskBoundaryFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params("net/latest-release"), Sandboxes: sb, Datasets: gauntlet, Faults: in})
+		ds, p := own(dir)
+		ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: p, Sandboxes: sb, Datasets: ds, Faults: in})
 		if err != nil {
 			t.Fatal(err)
 		}
