@@ -79,7 +79,7 @@ faults:
 // loopback with a self-signed certificate naming every host of tlsHosts; every path
 // answers bodyLen bytes. It returns the server's address and the certificate in PEM,
 // which clients in the sandbox trust.
-func tlsRemote(t *testing.T) (addr, certPEM string) {
+func tlsRemote(t testing.TB) (addr, certPEM string) {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
