@@ -184,7 +184,9 @@ func BenchmarkEgressTLS(b *testing.B) {
 	}
 	var d net.Dialer
 	b.Run("direct", func(b *testing.B) {
-		get(b, client(func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, addr) }))
+		get(b, client(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		}))
 	})
 	ns := filepath.Join(dir, "netns", h.ID)
 	b.Run("egress-relay", func(b *testing.B) {
