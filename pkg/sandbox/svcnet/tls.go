@@ -100,6 +100,9 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 	_ = c.SetReadDeadline(time.Time{})
 	req := Request{Host: name, Port: p.port, Method: MethodTLS, BytesUp: int64(len(hello))}
 	if err != nil {
+		if g.isClosed() {
+			return // the gateway closed the connection: nothing the sandbox did
+		}
 		req.Denied, req.Error = true, err.Error()
 		g.request(req)
 		return
@@ -248,3 +251,10 @@ type helloConn struct {
 func (h helloConn) Read(b []byte) (int, error)  { return h.r.Read(b) }
 func (h helloConn) Write(b []byte) (int, error) { return len(b), nil }
 func (h helloConn) Close() error                { return nil }
+
+// isClosed reports whether Close has begun.
+func (g *Gateway) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}

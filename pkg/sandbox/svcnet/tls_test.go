@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
@@ -344,5 +347,38 @@ curl -sS --max-time 20 -k https://127.0.0.1/x; echo rc=$?`
 	}
 	if !slices.Equal(a, b) {
 		t.Errorf("replay: faults %v, want %v", b, a)
+	}
+}
+
+// TestTLSCloseRecordsNothing: a connection to a TLS port that has sent nothing yet when
+// the gateway closes is no denial: the sandbox did nothing wrong, and nothing is recorded.
+func TestTLSCloseRecordsNothing(t *testing.T) {
+	dir := t.TempDir()
+	rt, err := process.New(process.Config{StateDir: dir})
+	if err != nil {
+		t.Fatalf("process runtime unavailable: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}, TLSPorts: []int{443}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &svcnet.Recorder{}
+	g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{OnRequest: rec.OnRequest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := netns.Dial(ctx, filepath.Join(dir, "netns", h.ID), "tcp", "127.0.0.1:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(100 * time.Millisecond) // the gateway is reading the ClientHello
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.TakeRequests(); len(got) != 0 {
+		t.Errorf("recorded %+v at close, want nothing", got)
 	}
 }
