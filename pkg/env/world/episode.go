@@ -372,7 +372,11 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return append(b, '}'), nil
+	b = append(b, '}')
+	if w.goStrings {
+		b = goStrings(b)
+	}
+	return b, nil
 }
 
 // maxRedraws bounds the rejections of one value's draw, so a redraw condition that always
@@ -610,7 +614,7 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 	if bad == nil {
 		a, err := t.args.parseInto(act.Args, e.argsOf(t))
 		if err != nil {
-			bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.name+" "+t.args.usage)
+			bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.args.call)
 		}
 		args = a
 	}
@@ -652,6 +656,9 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 			e.done = true
 			return env.StepResult{}, fmt.Errorf("world %s: %w", w.name, err)
 		}
+	}
+	if w.goStrings {
+		obs = goStrings(obs)
 	}
 	total := max(len(w.progress), 1)
 	sig := &gauntletv1.Signals{
@@ -770,6 +777,9 @@ func (e *episode) call(t *toolDef, args *object, s *stepState) ([]byte, []*gaunt
 	body, err := e.run(t, args, s)
 	if err != nil {
 		return nil, nil, err
+	}
+	if e.w.goStrings { // before a cut, which cuts the bytes the agent would have read
+		body = goStrings(body)
 	}
 	if out.Keep < 1 {
 		if s.readReach {

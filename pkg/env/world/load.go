@@ -268,6 +268,8 @@ type World struct {
 	// identify: the first observation starts with the world's name and digest.
 	stateStream, latencyStream string
 	identify                   bool
+	// goStrings: answers write their strings as Go's encoding/json does (goStrings).
+	goStrings bool
 	// endsReadClock: success, failure or a milestone reads now_ms or step, so they are
 	// checked after every step, not only after those that change the state.
 	endsReadClock bool
@@ -340,7 +342,7 @@ func (w *World) File() string { return w.file }
 func (w *World) HasOracle() bool { return w.oracle != nil || w.hasRoleOracle }
 
 var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
-	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages", "random", "identify"}
+	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages", "random", "identify", "json_strings"}
 
 // Load parses and checks one world file. file names it in errors. Every problem is
 // reported, each a *LoadError naming file, line and field, joined into one error that
@@ -430,6 +432,17 @@ func (c *compiler) load(root *yaml.Node) {
 	}
 	if n := get("identify"); n != nil {
 		w.identify, _ = d.boolean(n, "identify")
+	}
+	if n := get("json_strings"); n != nil {
+		if s, ok := d.text(n, "json_strings"); ok {
+			switch s {
+			case "canonical":
+			case "go":
+				w.goStrings = true
+			default:
+				d.errAt(at(n, "json_strings"), "want canonical or go, got %q", clip(s))
+			}
+		}
 	}
 	if n := get("description"); n != nil {
 		w.desc, _ = d.text(n, "description")
@@ -1077,13 +1090,39 @@ func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
 	return nil
 }
 
+// textCallCost sizes gauntlet's own text functions (textFunctions): words makes at most
+// one word per two bytes of its argument (and one more), each at most its length and a
+// half; quote at most 4 bytes per byte of the 48 it keeps, and the quotes and "..."
+// around them.
+func (s *sizes) textCallCost(function string, args []cost.AstNode) *cost.CallEstimate {
+	switch function {
+	case "quote":
+		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1 + 48}, ResultSize: &cost.SizeEstimate{Min: 2, Max: 4*48 + 5}}
+	case "words":
+		if len(args) != 1 {
+			return nil
+		}
+		in := args[0].ComputedSize()
+		if in == nil {
+			in = s.EstimateSize(args[0])
+		}
+		if in == nil {
+			return nil
+		}
+		// Lower-casing may lengthen a character by half (U+023A, 2 bytes, to U+2C65, 3).
+		word := &cost.SizeEstimate{Min: 1, Max: in.Max*3/2 + 1}
+		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1 + in.Max*3/2}, ResultSize: &cost.SizeEstimate{Min: 0, Max: in.Max/2 + 1, Elem: word}}
+	}
+	return nil
+}
+
 // EstimateCallCost sizes the results of the string functions of cel-go's strings
 // extension that make a word list from an argument (lowerAscii, upperAscii, trim, split),
 // which CEL leaves unsized: without it, no expression that searches by words could be
 // bounded.
-func (s *sizes) EstimateCallCost(function, _ string, target *cost.AstNode, _ []cost.AstNode) *cost.CallEstimate {
+func (s *sizes) EstimateCallCost(function, _ string, target *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
 	if target == nil {
-		return nil
+		return s.textCallCost(function, args)
 	}
 	in := (*target).ComputedSize()
 	if in == nil {
@@ -1305,6 +1344,7 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 	if t.args.schema == nil { // a tool without arguments takes the empty object
 		t.args.schema, t.args.usage = t.args.render()
 	}
+	t.args.call = t.name + " " + t.args.usage
 	names, ftypes := t.args.celFields()
 	t.args.otype = c.prov.declare(t.args.typeName, names, ftypes)
 	c.args = &t.args
