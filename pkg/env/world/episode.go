@@ -309,7 +309,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			if ed.key >= 0 {
 				id = string(row.vals[ed.key+1].(types.String))
 				if _, dup := st.rows[id]; dup || id == "" {
-					return nil, &evalError{at: place{field: sub(sub(sub("entities", ed.name), "fields"), ed.fields[ed.key].name)},
+					return nil, &evalError{at: ed.keyAt,
 						err: fmt.Errorf("key %q is empty or already another %s's id (redraw it while self.%s in %s)", clip(id), ed.name, ed.fields[ed.key].name, ed.name)}
 				}
 				row.vals[0] = types.String(id)

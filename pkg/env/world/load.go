@@ -140,8 +140,9 @@ type entityDef struct {
 	fields []varDef
 	// path names the collection in diffs (its name by default); key, when not -1, is
 	// the field whose drawn value is each entity's id.
-	path string
-	key  int
+	path  string
+	key   int
+	keyAt place
 	// typeName is the CEL object type of one entity; otype its fields (id first).
 	typeName string
 	otype    *objType
@@ -776,6 +777,7 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 			}
 		}
 		if keyNode != nil {
+			e.keyAt = at(keyNode, sub(f, "key"))
 			if s, ok := c.d.text(keyNode, sub(f, "key")); ok {
 				if e.key = slices.IndexFunc(e.fields, func(v varDef) bool { return v.name == s }); e.key < 0 || e.fields[e.key].draw.kind != kString {
 					c.d.errAt(at(keyNode, sub(f, "key")), "want a string field of %s, whose drawn value is each one's id", m.key)
