@@ -383,6 +383,8 @@ type compiler struct {
 	args  *argSchema
 	plan  bool
 	state []stateProgram
+	// lists names the list(int) variables a shuffle draws (sizes.lists).
+	lists map[string]bool
 }
 
 // stateProgram is an expression over the state, kept until the whole world is read:
@@ -1015,9 +1017,18 @@ func (c *compiler) bound() {
 		}
 		ents[ed.name] = initial + uint64(adds)*uint64(w.maxSteps)
 	}
+	// A list(int) variable holds at most the 10,000 a shuffle may draw; one computed by
+	// an expression is left unsized.
+	lists := map[string]bool{}
+	for _, v := range w.vars {
+		if v.draw.kind == kInts && v.draw.shuffle != nil {
+			lists[v.name] = true
+		}
+	}
+	c.lists = lists
 	cls := map[*cel.Env]*closures{}
 	for _, sp := range c.state {
-		sz := &sizes{ents: ents, args: sp.args, seen: map[string][]string{}}
+		sz := &sizes{ents: ents, lists: lists, args: sp.args, seen: map[string][]string{}}
 		est, err := sp.env.EstimateCost(sp.p.ast, sz)
 		if err != nil {
 			continue
@@ -1049,8 +1060,9 @@ func (c *compiler) bound() {
 
 // sizes bounds what an expression over the state reads, for CEL's cost estimate.
 type sizes struct {
-	ents map[string]uint64
-	args *argSchema
+	ents  map[string]uint64
+	lists map[string]bool
+	args  *argSchema
 	// seen, when set, records the paths sized, by key (sizedBound).
 	seen map[string][]string
 	// actual, when set, holds the sizes of one state by key, replacing the bounds.
@@ -1087,6 +1099,10 @@ func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
 	case types.MapKind:
 		if n, ok := s.ents[path[0]]; ok && len(path) == 1 {
 			return &cost.SizeEstimate{Min: 0, Max: n}
+		}
+	case types.ListKind:
+		if s.lists[path[0]] && len(path) == 1 {
+			return &cost.SizeEstimate{Min: 0, Max: 10000}
 		}
 	}
 	return nil
