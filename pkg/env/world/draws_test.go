@@ -261,3 +261,32 @@ func TestNewKeysAreCheckedWithTheirPlace(t *testing.T) {
 		t.Errorf("a tool adds to a keyed entity: %v", err)
 	}
 }
+
+// TestDescribeShowsTheDraws: gauntlet worlds describe says how each value is drawn
+// (shuffle, bits, when, redraw), where ids come from, diff paths and the milestones calls
+// reach.
+func TestDescribeShowsTheDraws(t *testing.T) {
+	w, err := Load("drawn.yaml", []byte(drawn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := w.Describe(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"generators: state my/state, latency my/latency",
+		"perm list(int) = shuffle of 0..7-1",
+		"bits int = 32 random bits",
+		"skipped int = uniform[0, 9] when perm[0] > 100, else perm[1] * 10",
+		"b int = uniform[0, 2] (from a, drawn again while a == b)",
+		"wallet int = 10 (in diffs wallet/balance)",
+		"item (ids its code; in diffs stock; 2 at start)",
+		"reaches (unless its answer is cut) milestone looked",
+		"1: looked (reached by calls)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in:\n%s", want, b.String())
+		}
+	}
+}
