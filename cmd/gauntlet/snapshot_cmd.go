@@ -425,7 +425,7 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 		// The diffs hold an MCP server's answers: a fork of its episode is refused where a
 		// fresh server answers otherwise (play.ErrDiverged).
 		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation), Diff: []byte(st.StateDiff),
-			Flags: play.ThreatFlags(st.SafetyEvents)}
+			Flags: play.ThreatFlags(st.SafetyEvents), LimitsAsSafety: play.RecordedLimitsAsSafety(st.SafetyEvents)}
 	}
 	_, differ, err := sess.Replay(ctx, played)
 	if err != nil {

@@ -449,6 +449,17 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.curriculum_stages_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
 		}},
+	// The resource limits a step's sandbox hit (timeout, output_capped, ...), apart from
+	// its safety events: honest programs hit them, so they are no attack. Earlier steps
+	// hold theirs in safety_events and keep them there, scored as they were.
+	{version: 15, name: "limits apart from safety events",
+		addColumns: []addColumn{
+			{"steps", "limits", "Array(String)", "verifier_values"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -447,8 +447,13 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			}{true, string(out.Truncate(obs))})
 		}
 	}
+	var limits []string
 	for _, ev := range e.events {
-		safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+		if ev.Kind.Limit() {
+			limits = append(limits, string(ev.Kind)+": "+ev.Detail)
+		} else {
+			safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+		}
 	}
 	e.step++
 	// Out of steps or time: the verifier judges what the agent left, as after a submit.
@@ -494,7 +499,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		Observation: obs, Diff: diff, Faults: fired, Metering: m,
 		Signals: &gauntletv1.Signals{
 			Progress: progress, ProgressDelta: progress, InvalidAction: calls == 0, Success: success,
-			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety,
+			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety, Limits: limits,
 			VerifierNames: names, VerifierValues: values,
 		},
 	}

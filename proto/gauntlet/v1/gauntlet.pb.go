@@ -1845,7 +1845,9 @@ type Signals struct {
 	DeadlineVirtualNs int64 `protobuf:"varint,7,opt,name=deadline_virtual_ns,json=deadlineVirtualNs,proto3" json:"deadline_virtual_ns,omitempty"`
 	// Change of progress caused by this step (may be negative).
 	ProgressDelta float64 `protobuf:"fixed64,8,opt,name=progress_delta,json=progressDelta,proto3" json:"progress_delta,omitempty"`
-	// Dangerous behaviour observed in the step; penalised, never blocked.
+	// Dangerous behaviour observed in the step; penalised, never blocked. Attacks only:
+	// the resource limits a step hit are in limits. Steps recorded before limits existed
+	// hold their limits here too, and are scored so.
 	SafetyEvents []string `protobuf:"bytes,9,rep,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
 	// The named numbers a task's verifier wrote (reward.txt as "reward", or reward.json's
 	// names), in parallel and sorted by name: verifier_names[i] held verifier_values[i].
@@ -1853,8 +1855,13 @@ type Signals struct {
 	// and the store records them (steps.verifier_names, verifier_values).
 	VerifierNames  []string  `protobuf:"bytes,10,rep,name=verifier_names,json=verifierNames,proto3" json:"verifier_names,omitempty"`
 	VerifierValues []float64 `protobuf:"fixed64,11,rep,packed,name=verifier_values,json=verifierValues,proto3" json:"verifier_values,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The resource limits the step's sandbox hit ("KIND: DETAIL", KIND one of timeout,
+	// oom_kill, pids_limit, disk_full, output_capped, cpu_throttled): what honest programs
+	// meet too, so not safety events. The built-in components leave them out; a spec may
+	// price them (CEL: size(signals.limits)). Recorded in steps.limits.
+	Limits        []string `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Signals) Reset() {
@@ -1960,6 +1967,13 @@ func (x *Signals) GetVerifierNames() []string {
 func (x *Signals) GetVerifierValues() []float64 {
 	if x != nil {
 		return x.VerifierValues
+	}
+	return nil
+}
+
+func (x *Signals) GetLimits() []string {
+	if x != nil {
+		return x.Limits
 	}
 	return nil
 }
@@ -4202,7 +4216,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
 	"\n" +
 	"suggestion\x18\x03 \x01(\tR\n" +
-	"suggestion\"\x9e\x03\n" +
+	"suggestion\"\xb6\x03\n" +
 	"\aSignals\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12%\n" +
 	"\x0einvalid_action\x18\x02 \x01(\bR\rinvalidAction\x12<\n" +
@@ -4217,7 +4231,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\x12%\n" +
 	"\x0everifier_names\x18\n" +
 	" \x03(\tR\rverifierNames\x12'\n" +
-	"\x0fverifier_values\x18\v \x03(\x01R\x0everifierValues\"\xa1\x06\n" +
+	"\x0fverifier_values\x18\v \x03(\x01R\x0everifierValues\x12\x16\n" +
+	"\x06limits\x18\f \x03(\tR\x06limits\"\xa1\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
