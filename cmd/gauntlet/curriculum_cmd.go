@@ -327,7 +327,11 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 	for _, r := range p.Reports {
 		// Rates over the scored episodes: infra errors carry no reward.
 		b := workflows.BatchResult{Episodes: r.Episodes, InfraErrors: r.InfraErrors, Succeeded: r.Succeeded, RewardSum: r.RewardSum}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\t%d\n", r.Index+1, r.Name, r.Outcome, r.Episodes, b.SuccessRate(), b.RewardMean(), r.WindowValue, r.Batches, r.InfraErrors)
+		infra := fmt.Sprint(r.InfraErrors)
+		if len(r.InfraByKind) > 0 {
+			infra += " (" + workflows.FormatInfraKinds(r.InfraByKind) + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\t%s\n", r.Index+1, r.Name, r.Outcome, r.Episodes, b.SuccessRate(), b.RewardMean(), r.WindowValue, r.Batches, infra)
 	}
 	_ = tw.Flush()
 }
