@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -90,6 +91,9 @@ type EndpointSpec struct {
 	Model string `json:"model,omitempty" yaml:"model"`
 	// Credential names the key to send (default: the workers' --policy.http.api-key).
 	Credential string `json:"credential,omitempty" yaml:"credential"`
+	// Logprobs says whether the policy asks for the completions' token ids and logprobs
+	// and records them (default: the workers' --policy.http.logprobs).
+	Logprobs *bool `json:"logprobs,omitempty" yaml:"logprobs"`
 }
 
 // proto is the endpoint as runs carry it; nil for none.
@@ -97,7 +101,7 @@ func (e *EndpointSpec) proto() *gauntletv1.PolicyEndpoint {
 	if e == nil {
 		return nil
 	}
-	return &gauntletv1.PolicyEndpoint{Url: e.URL, Model: e.Model, Credential: e.Credential}
+	return &gauntletv1.PolicyEndpoint{Url: e.URL, Model: e.Model, Credential: e.Credential, Logprobs: policy.LogprobsProto(e.Logprobs)}
 }
 
 // TaskSet is a stage's tasks: a dataset the stack plays (one of its --tasks.datasets

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
 	"github.com/gauntlet-rl/gauntlet/workflows"
@@ -387,7 +388,8 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label, Drift: o.drift,
 	}
 	if ep := req.GetPolicyEndpoint(); ep != nil {
-		spec.PolicyEndpoint = &workflows.EndpointSpec{URL: ep.GetUrl(), Model: ep.GetModel(), Credential: ep.GetCredential()}
+		spec.PolicyEndpoint = &workflows.EndpointSpec{URL: ep.GetUrl(), Model: ep.GetModel(), Credential: ep.GetCredential(),
+			Logprobs: policy.LogprobsOf(ep.GetLogprobs())}
 	}
 	if o.spec != nil {
 		spec.RewardSpec = o.spec.Source // the workflow puts it in the stack's bucket

@@ -214,6 +214,11 @@ func (m *PolicyEndpoint) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Logprobs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Logprobs))
+		i--
+		dAtA[i] = 0x20
+	}
 	if len(m.Credential) > 0 {
 		i -= len(m.Credential)
 		copy(dAtA[i:], m.Credential)
@@ -3567,6 +3572,9 @@ func (m *PolicyEndpoint) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.Logprobs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Logprobs))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -5570,6 +5578,25 @@ func (m *PolicyEndpoint) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Credential = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Logprobs", wireType)
+			}
+			m.Logprobs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Logprobs |= Logprobs(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -14715,6 +14742,25 @@ func (m *PolicyEndpoint) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Credential = stringValue
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Logprobs", wireType)
+			}
+			m.Logprobs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Logprobs |= Logprobs(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
