@@ -119,6 +119,9 @@ type TaskSet struct {
 	// from the dataset when the stack's stack.json names the dataset's folder, so the
 	// curriculum's runs record the tasks they cover and refuse a task changed since.
 	Tasks []TaskPin `json:"tasks,omitempty" yaml:"tasks"`
+	// CanaryRate mixes the dataset's canaries into the stage's draws: the share of its
+	// episodes (0..1) that play one, chosen by each episode's seed (docs/tasks.md).
+	CanaryRate float64 `json:"canary_rate,omitempty" yaml:"canary_rate"`
 }
 
 // TaskPin is one task of a pinned selection (pkg/env/taskenv.Pinned).
@@ -131,7 +134,7 @@ type TaskPin struct {
 const tasksEnv = "tasks"
 
 // selectionParams are the params of the tasks env a task set fills.
-var selectionParams = []string{"dataset", "task", "digest", "tags", "difficulty", "glob", "tasks"}
+var selectionParams = []string{"dataset", "task", "digest", "tags", "difficulty", "glob", "tasks", "canary_rate"}
 
 // Budget bounds a stage's episodes: promotion is not considered before Min episodes ran,
 // and the curriculum stops at the stage when Max ran without promotion.
@@ -525,6 +528,9 @@ func (st StageSpec) ParamsJSON() (string, error) {
 		}
 		if len(ts.Tasks) > 0 {
 			params["tasks"] = ts.Tasks
+		}
+		if ts.CanaryRate != 0 {
+			params["canary_rate"] = ts.CanaryRate
 		}
 	}
 	if len(params) == 0 {
