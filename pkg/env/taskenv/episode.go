@@ -540,8 +540,13 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			}{true, string(out.Truncate(obs))})
 		}
 	}
+	var limits []string
 	for _, ev := range e.events {
-		safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+		if ev.Kind.Limit() {
+			limits = append(limits, string(ev.Kind)+": "+ev.Detail)
+		} else {
+			safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+		}
 	}
 	if e.step == 0 {
 		// The resource faults in force, once, as codefix records them.
@@ -593,7 +598,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		Observation: obs, Diff: diff, Faults: fired, Metering: m,
 		Signals: &gauntletv1.Signals{
 			Progress: progress, ProgressDelta: progress, InvalidAction: calls == 0, Success: success,
-			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety,
+			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety, Limits: limits,
 			VerifierNames: names, VerifierValues: values,
 		},
 	}
