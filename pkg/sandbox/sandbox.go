@@ -286,3 +286,20 @@ type ImageSource struct {
 type ImagePreparer interface {
 	PrepareImage(ctx context.Context, src ImageSource) (string, error)
 }
+
+// ImageConfig is what an image's config says of how its commands run (the OCI image
+// config's User and WorkingDir: a Dockerfile's USER and WORKDIR).
+type ImageConfig struct {
+	// User is the USER, as the image gives it ("" when it gives none).
+	User string `json:"user,omitempty"`
+	// WorkingDir is the WORKDIR, an absolute path ("" when it gives none).
+	WorkingDir string `json:"working_dir,omitempty"`
+}
+
+// ImageInspector is the optional ability to read the config of an image PrepareImage
+// returned, before any sandbox runs it: a task env decides from the WORKDIR where the
+// agent's commands run and what its sandbox keeps for the verifier. (Create applies the
+// USER itself: see Spec.User.)
+type ImageInspector interface {
+	ImageConfig(ctx context.Context, image string) (ImageConfig, error)
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/boundary"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskstest"
@@ -46,8 +47,9 @@ var links = map[string]string{
 	tasks.TestsMount: testsDir, tasks.SolutionMount: solutionDir,
 }
 
-// WorkDir is where the agent's commands run unless they say otherwise: the WORKDIR the
-// datasets' Dockerfiles set.
+// WorkDir is where the agent's commands run unless they say otherwise when the task's
+// image gives no WORKDIR (or the runtime runs no image): the WORKDIR the datasets'
+// Dockerfiles set. An image's own WORKDIR takes its place (workDir).
 const WorkDir = "/app"
 
 // opTimeout bounds one sandbox operation gauntlet makes on its own (acquire, snapshot,
@@ -80,11 +82,20 @@ type episode struct {
 	maxInvalid int
 	deadline   time.Duration
 
-	sb     string
-	tb     *tools.Toolbox
-	events []sandbox.Event
+	sb string
+	// workdir is where commands run unless they name a folder (the image's WORKDIR, else
+	// WorkDir), and links the sandbox's paths that lead into its workspace: Harbor's,
+	// and the WORKDIR's top folder when it is none of them (workDir).
+	workdir string
+	links   map[string]string
+	tb      *tools.Toolbox
+	events  []sandbox.Event
 	// net is the sandbox's gateway to the task's allowed hosts; nil without.
-	net    *network
+	net *network
+	// bnd applies the plan's storage, resource and clock faults at the sandbox's
+	// boundaries (package boundary), as codefix's episodes get them; its DNS faults meet
+	// the lookups at net's name server.
+	bnd    *boundary.Layer
 	faults *inject.Injector
 	// calls are the calls the injector evaluated, so a branch can rebuild one in the same
 	// state.
@@ -117,12 +128,14 @@ type resetObs struct {
 	DeadlineMs  int64    `json:"deadline_ms"`
 }
 
-// sandboxSpec is the sandbox the task runs in: the task's links (Harbor's paths, each a
-// workspace folder) and limits, on the task's image where the runtime can prepare one
-// (sandbox.ImagePreparer: the image's /app becomes the workspace's app/); elsewhere (a
-// process runtime without an image store) on the runtime's own root, with
-// environment/app in the workspace (what the Dockerfile copies to /app).
-func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbox.Spec, error) {
+// sandboxSpec is the sandbox the task runs in, and the folder its commands run in: the
+// task's links (Harbor's paths, each a workspace folder) and limits, on the task's image
+// where the runtime can prepare one (sandbox.ImagePreparer: the image's /app becomes the
+// workspace's app/; the runtime runs commands as the image's USER, and they run in its
+// WORKDIR: workDir); elsewhere (a process runtime without an image store) on the
+// runtime's own root, with environment/app in the workspace (what the Dockerfile copies
+// to /app), in WorkDir.
+func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbox.Spec, string, error) {
 	c := t.Config.Environment
 	spec := sandbox.Spec{
 		Template: Template,
@@ -131,24 +144,64 @@ func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbo
 		// empty unless environment/app or the image fills /app.
 		Links:    links,
 		Labels:   map[string]string{"env": Name, "task": t.ID},
-		Services: egressServices(c),
+		Services: egressServices(c, rt),
 	}
 	if p, ok := rt.(sandbox.ImagePreparer); ok {
-		ref, err := taskImage(ctx, p, t)
+		img, err := taskImage(ctx, p, t)
 		if err != nil {
-			return sandbox.Spec{}, err
+			return sandbox.Spec{}, "", err
 		}
-		if ref != "" {
-			spec.Image = ref
-			return spec, nil
+		if img.ref != "" {
+			spec.Image = img.ref
+			wd, err := workDir(&spec, img.workdir)
+			if err != nil {
+				return sandbox.Spec{}, "", fmt.Errorf("tasks: task %s: %w", t.ID, err)
+			}
+			return spec, wd, nil
 		}
 	}
 	files, err := workspaceFiles(filepath.Join(t.Environment.Context, taskstest.WorkspaceDir), appDir)
 	if err != nil {
-		return sandbox.Spec{}, fmt.Errorf("tasks: task %s: environment/%s: %w", t.ID, taskstest.WorkspaceDir, err)
+		return sandbox.Spec{}, "", fmt.Errorf("tasks: task %s: environment/%s: %w", t.ID, taskstest.WorkspaceDir, err)
 	}
 	spec.Workspace = files
-	return spec, nil
+	return spec, WorkDir, nil
+}
+
+// ErrWorkDir is an image's WORKDIR the agent's work could not be kept in for the
+// verifier: below a folder the sandbox provides itself (/usr, /etc, /tmp, ...) or below
+// one of the verifier's paths.
+var ErrWorkDir = errors.New("tasks: unusable WORKDIR")
+
+// workDir is the folder an image's WORKDIR (wd, "" when it gives none) makes commands
+// run in, as Docker runs them there. The verifier judges the workspace and its links
+// only (a snapshot keeps nothing else of the root), so the WORKDIR must lie in them:
+// under /app or /workspace it does; otherwise its top folder (/srv of /srv/app)
+// becomes a link of spec into a workspace folder of the same name, which holds what the
+// image put there, as the image's /app goes to app/.
+func workDir(spec *sandbox.Spec, wd string) (string, error) {
+	if wd == "" {
+		return WorkDir, nil
+	}
+	wd = path.Clean("/" + wd)
+	top, _, _ := strings.Cut(strings.TrimPrefix(wd, "/"), "/")
+	switch {
+	case wd == "/":
+		return WorkDir, nil // Docker's default: Harbor's tasks expect /app
+	case top == appDir, "/"+top == sandbox.WorkspacePath:
+		return wd, nil
+	case spec.Links["/"+top] != "":
+		return "", fmt.Errorf("%w: the image's WORKDIR %s is below %s, the verifier's", ErrWorkDir, wd, "/"+top)
+	}
+	l := maps.Clone(spec.Links)
+	l["/"+top] = top
+	s := *spec
+	s.Links = l
+	if err := s.Validate(); err != nil {
+		return "", fmt.Errorf("%w: the image's WORKDIR %s: its folder /%s cannot be kept for the verifier: %v", ErrWorkDir, wd, top, err)
+	}
+	spec.Links = l
+	return wd, nil
 }
 
 // ImageRepository is the repository of the task images built from Dockerfiles, in the
@@ -157,7 +210,13 @@ const ImageRepository = "gauntlet/tasks"
 
 // prepared holds the image each task (by content digest, which covers environment/)
 // got from each runtime, so an episode start after the first costs no registry lookup.
-var prepared sync.Map // preparedKey → string
+var prepared sync.Map // preparedKey → preparedImage
+
+// preparedImage is a task's image on a runtime: its reference ("" when the runtime has
+// no image store) and its WORKDIR ("" when it gives none or the runtime cannot say).
+type preparedImage struct {
+	ref, workdir string
+}
 
 type preparedKey struct {
 	rt     sandbox.ImagePreparer
@@ -165,12 +224,13 @@ type preparedKey struct {
 }
 
 // taskImage returns the runtime's image of the task: [environment].docker_image
-// pulled, or environment/Dockerfile built (under the task's build timeout) and pulled;
-// "" when the runtime has no image store.
-func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (string, error) {
+// pulled, or environment/Dockerfile built (under the task's build timeout) and pulled,
+// with its WORKDIR where the runtime reads image configs (sandbox.ImageInspector); no
+// reference when the runtime has no image store.
+func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (preparedImage, error) {
 	key := preparedKey{p, t.Digest}
-	if ref, ok := prepared.Load(key); ok {
-		return ref.(string), nil
+	if img, ok := prepared.Load(key); ok {
+		return img.(preparedImage), nil
 	}
 	src := sandbox.ImageSource{Image: t.Environment.Image}
 	if src.Image == "" {
@@ -183,10 +243,18 @@ func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (str
 		ref, err = "", nil // the runtime has no image store: its own root
 	}
 	if err != nil {
-		return "", fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
+		return preparedImage{}, fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
 	}
-	prepared.Store(key, ref)
-	return ref, nil
+	img := preparedImage{ref: ref}
+	if ins, ok := p.(sandbox.ImageInspector); ok && ref != "" {
+		c, err := ins.ImageConfig(ctx, ref)
+		if err != nil {
+			return preparedImage{}, fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
+		}
+		img.workdir = c.WorkingDir
+	}
+	prepared.Store(key, img)
+	return img, nil
 }
 
 // limits are a sandbox's limits for [environment]'s cpus, memory_mb and storage_mb.
@@ -237,7 +305,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 	if e.cfg.Sandboxes == nil {
 		return nil, fmt.Errorf("tasks: %w", env.ErrNoSandbox)
 	}
-	spec, err := sandboxSpec(context.Background(), e.cfg.Sandboxes.Runtime(), e.task)
+	spec, workdir, err := sandboxSpec(context.Background(), e.cfg.Sandboxes.Runtime(), e.task)
 	if err != nil {
 		return nil, err
 	}
@@ -252,12 +320,21 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("tasks: task %s: acquire sandbox: %w", e.task.ID, err)
 	}
 	e.sb, e.ready = h.ID, true
+	e.workdir, e.links = workdir, spec.Links
+	// The layer attaches no gateway (Services unset): the task's own, net, records its
+	// requests as steps' diffs.
+	if e.bnd, err = boundary.Open(ctx, boundary.Options{
+		Env: "tasks", Target: tools.Service, Runtime: e.cfg.Sandboxes.Runtime(), Sandbox: h.ID,
+		Limits: spec.Limits, Faults: e.faults, Clock: &e.clock,
+	}); err != nil {
+		return nil, errors.Join(err, e.release(ctx))
+	}
 	if e.net, err = attachNetwork(ctx, e.cfg.Sandboxes.Runtime(), h.ID, spec.Services, servicesDecider(e.faults), nil, 0); err != nil {
 		return nil, errors.Join(err, e.release(ctx))
 	}
 	e.tb = e.toolbox()
 	return json.Marshal(resetObs{
-		Task: e.task.ID, Digest: e.task.Digest, Instruction: e.task.Instruction, WorkDir: WorkDir,
+		Task: e.task.ID, Digest: e.task.Digest, Instruction: e.task.Instruction, WorkDir: e.workdir,
 		Tools: toolNames, MaxSteps: e.maxSteps, DeadlineMs: e.deadline.Milliseconds(),
 	})
 }
@@ -268,6 +345,7 @@ func (e *episode) toolbox() *tools.Toolbox {
 	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
 		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
 		MaxFileBytes: maxFile, ExecTimeout: min(e.deadline, e.task.Config.Agent.Timeout), OutputLimit: maxOutput,
+		Storage: e.bnd.Gate(), ExecEnv: e.bnd.ExecEnv,
 	})
 }
 
@@ -294,16 +372,21 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	b := &episode{}
 	*b = *e
 	b.sb, b.events, b.calls, b.net = h.ID, nil, slices.Clone(e.calls), nil
+	// The branch's tools, commands and limits meet what this episode's would from here
+	// on.
+	if b.bnd, err = e.bnd.Branch(ctx, h.ID, &b.clock); err != nil {
+		return nil, errors.Join(err, e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+	}
 	if e.net != nil {
 		// The branch's requests meet what this episode's would from here on.
 		if b.net, err = attachNetwork(ctx, e.cfg.Sandboxes.Runtime(), h.ID, e.net.services, e.net.d.Clone(), nil, e.clock); err != nil {
-			return nil, errors.Join(err, e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+			return nil, errors.Join(err, b.bnd.Close(ctx), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
 		}
 	}
 	if e.cfg.Faults != nil {
 		if b.faults, err = inject.NewInjector(e.cfg.Faults.Plan()); err != nil {
 			b.net.close()
-			return nil, errors.Join(fmt.Errorf("tasks: branch: fault plan: %w", err), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+			return nil, errors.Join(fmt.Errorf("tasks: branch: fault plan: %w", err), b.bnd.Close(ctx), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
 		}
 		for _, c := range e.calls {
 			b.faults.Call(c.service, c.tool, c.now)
@@ -339,10 +422,12 @@ func (e *episode) release(ctx context.Context) error {
 	e.sb = ""
 	e.net.close()
 	e.net = nil
+	lerr := e.bnd.Close(ctx)
+	e.bnd = nil
 	if err := e.cfg.Sandboxes.Release(ctx, id); err != nil {
-		return fmt.Errorf("tasks: release sandbox %s: %w", id, err)
+		return errors.Join(lerr, fmt.Errorf("tasks: release sandbox %s: %w", id, err))
 	}
-	return nil
+	return lerr
 }
 
 // Sandbox returns the runtime and the id of the episode's current sandbox.
@@ -419,8 +504,16 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 				Status: out.Status, RetryAfterMs: out.RetryAfter.Milliseconds(), Suggestion: "the call had no effect; try it again"})
 			break
 		}
+		// The limits of this moment, and the call's storage faults collected from here.
+		if err := e.bnd.Begin(ctx, t.name, start); err != nil {
+			return env.StepResult{}, err
+		}
 		args, safety = e.translate(t.name, args)
 		res, err := e.tb.Call(ctx, t.name, args)
+		if t.name == tools.ShellExec {
+			e.bnd.CommandDone(e.clock)
+		}
+		fired = append(slices.Clip(fired), e.bnd.Fired()...)
 		switch {
 		case err != nil && !tools.AgentError(err):
 			return env.StepResult{}, fmt.Errorf("tasks: %s: %w", t.name, err)
@@ -449,6 +542,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 	}
 	for _, ev := range e.events {
 		safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+	}
+	if e.step == 0 {
+		// The resource faults in force, once, as codefix records them.
+		if amb := e.bnd.Ambient(); len(amb) > 0 {
+			fired = append(amb, fired...)
+		}
 	}
 	e.step++
 	// Out of steps or time: the verifier judges what the agent left, as after a submit.
@@ -522,7 +621,7 @@ func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage,
 	if tool == tools.ShellExec {
 		key = "dir"
 		if _, ok := m[key]; !ok {
-			m[key] = WorkDir
+			m[key] = e.workdir
 		}
 	}
 	p, ok := m[key].(string)
@@ -530,7 +629,7 @@ func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage,
 		return args, nil
 	}
 	var safety []string
-	if q, ok := inWorkspace(p); ok {
+	if q, ok := inWorkspace(p, e.workdir, e.links); ok {
 		m[key] = q
 		if (tool == tools.FSWrite || tool == tools.FSPatch) && verifierPath(q) {
 			safety = append(safety, fmt.Sprintf("%s: %s %s", EventVerifierPathWritten, tool, p))
@@ -543,14 +642,14 @@ func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage,
 	return out, safety
 }
 
-// inWorkspace maps a path relative to WorkDir, or an absolute one under one of the links,
+// inWorkspace maps a path relative to workdir, or an absolute one under one of the links,
 // to the workspace path it shows, and reports whether it did.
-func inWorkspace(p string) (string, bool) {
+func inWorkspace(p, workdir string, links map[string]string) (string, bool) {
 	if p == "" {
 		return p, false // the tool reports it
 	}
 	if !path.IsAbs(p) {
-		p = path.Join(WorkDir, p)
+		p = path.Join(workdir, p)
 	}
 	c := path.Clean(p)
 	for l, dir := range links {
