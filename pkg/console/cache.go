@@ -22,13 +22,19 @@ const (
 	// sooner than 2T after that computation started, so a reader of a large run costs
 	// ClickHouse at most a third of its time on that answer.
 	DefaultRefreshAfter = time.Second
-	// DefaultMaxAge is the age past which a kept answer is not served: a page asked for
-	// after that long waits for a fresh one.
+	// DefaultMaxAge is the age past which a kept answer is not served at once: a page
+	// asked for after that long waits for a fresh one, up to staleWait.
 	DefaultMaxAge = 2 * time.Minute
+	// staleWait is how long a page waits for a fresh answer when the kept one is past
+	// its max age; past that it gets the kept one, with its age, rather than a 504 (at
+	// 600,000 episodes of a run in flight on a busy machine, the heatmap's computation
+	// took more than a minute and its page failed once its answer was 2 minutes old).
+	staleWait = 2 * time.Second
 	// computeTimeout bounds one computation of an answer. It outlives the request that
 	// started it (which gives up at its own timeout, 504), so the slow first answer for a
-	// large run is still kept for the next request.
-	computeTimeout = time.Minute
+	// large run is still kept for the next request; it is long because a computation
+	// cut short gives nothing, and the next one would start from the beginning.
+	computeTimeout = 5 * time.Minute
 	// maxCached bounds the answers kept; the least recently served go first.
 	maxCached = 256
 )
@@ -82,22 +88,39 @@ func newAnswerCache(from uint64, refreshAfter, maxAge time.Duration, onError fun
 }
 
 // get returns the answer for key: a kept one younger than maxAge (starting its
-// recomputation once it is old enough), else the one being computed, waited for until
-// ctx ends. The computation runs under computeTimeout, not ctx's deadline, with ctx's
+// recomputation once it is old enough); for an older one, a fresh one if it comes within
+// staleWait, else the old one with its age; with none kept, the one being computed,
+// waited for until ctx ends. The computation runs under computeTimeout, not ctx's deadline, with ctx's
 // values (a request's query settings); it is kept if it summarises CacheFrom episodes or
 // more.
 func (c *answerCache) get(ctx context.Context, key string, compute sized) (any, error) {
 	now := time.Now()
 	c.mu.Lock()
-	if e := c.entries[key]; e != nil && now.Sub(e.at) < c.maxAge {
+	if e := c.entries[key]; e != nil {
 		e.used = now
 		age := now.Sub(e.at)
-		if age >= max(c.refreshAfter, 2*e.took) {
-			c.startLocked(c.base, key, compute)
-		}
 		v := e.v
+		if age < c.maxAge {
+			if age >= max(c.refreshAfter, 2*e.took) {
+				c.startLocked(c.base, key, compute)
+			}
+			c.mu.Unlock()
+			return cached{v: v, age: age}, nil
+		}
+		// Too old to serve at once: wait a little for a fresh one.
+		f := c.startLocked(c.base, key, compute)
 		c.mu.Unlock()
-		return cached{v: v, age: age}, nil
+		wait := time.NewTimer(staleWait)
+		defer wait.Stop()
+		select {
+		case <-f.done:
+			if f.err == nil {
+				return f.v, nil
+			}
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		return cached{v: v, age: time.Since(e.at)}, nil
 	}
 	f := c.startLocked(ctx, key, compute)
 	c.mu.Unlock()

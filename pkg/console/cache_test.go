@@ -158,3 +158,40 @@ func TestCacheCloseStopsComputations(t *testing.T) {
 		t.Fatal("close did not end the computation under way")
 	}
 }
+
+// A kept answer past its max age whose fresh computation takes longer than a page can
+// wait (ClickHouse busy with a run of a million episodes) is served with its age rather
+// than the page failing with a 504; the computation goes on, and its answer is served
+// once it comes.
+func TestCacheServesAnOldAnswerRatherThanNone(t *testing.T) {
+	c := newAnswerCache(1, time.Hour, 20*time.Millisecond, func(string, error) {})
+	defer c.close()
+	a := &counter{episodes: 5}
+	if _, err := c.get(context.Background(), "a", a.compute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond) // past maxAge
+	a.gate = make(chan struct{})      // the next computation hangs until released
+	ctx, cancel := context.WithTimeout(context.Background(), staleWait+5*time.Second)
+	defer cancel()
+	v, err := c.get(ctx, "a", a.compute)
+	if k, ok := v.(cached); err != nil || !ok || k.v != 1 || k.age < 20*time.Millisecond {
+		t.Fatalf("get past maxAge while the computation hangs: %#v, %v; want the kept 1 with its age", v, err)
+	}
+	close(a.gate)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := c.get(context.Background(), "a", a.compute)
+		if k, ok := v.(cached); ok {
+			v = k.v
+		}
+		// 2 or later: past maxAge every get starts another computation.
+		if n, ok := v.(int); ok && n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fresh answer never came: %#v, %v", v, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
