@@ -188,6 +188,16 @@ func (o *object) Get(key ref.Val) ref.Val {
 type collection struct {
 	ids  []string
 	rows map[string]*object
+	// objs are the entities in ids' order: what a comprehension visits, without a
+	// lookup by id.
+	objs []*object
+}
+
+// put adds an entity (its id set) after the others.
+func (m *collection) put(id string, o *object) {
+	m.rows[id] = o
+	m.ids = append(m.ids, id)
+	m.objs = append(m.objs, o)
 }
 
 var (
@@ -225,8 +235,8 @@ func (m *collection) Size() ref.Val { return types.Int(len(m.ids)) }
 
 // Fold visits the entries in creation order.
 func (m *collection) Fold(f traits.Folder) {
-	for _, k := range m.ids {
-		if !f.FoldEntry(types.String(k), m.rows[k]) {
+	for i, k := range m.ids {
+		if !f.FoldEntry(types.String(k), m.objs[i]) {
 			return
 		}
 	}

@@ -79,7 +79,20 @@ func (c *closures) compile(a *cel.Ast) cfn {
 	return f
 }
 
+// expr compiles an expression: to a typed closure where compiledtyped.go knows its
+// shape, else to a closure of CEL values.
 func (c *closures) expr(e ast.Expr) (cfn, bool) {
+	if t, mine, ok := c.native(e); mine {
+		if !ok {
+			return nil, false
+		}
+		return t.cfn(), true
+	}
+	return c.value(e)
+}
+
+// value compiles an expression to a closure of CEL values (its operands as expr does).
+func (c *closures) value(e ast.Expr) (cfn, bool) {
 	switch e.Kind() {
 	case ast.LiteralKind:
 		v := e.AsLiteral()
@@ -347,6 +360,12 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 		exprs = append(exprs, call.Target())
 	}
 	exprs = append(exprs, call.Args()...)
+	switch {
+	case fn == operators.Conditional && len(exprs) == 3:
+		return c.conditionalValue(exprs)
+	case fn == operators.Index && len(exprs) == 2 && c.isCollection(exprs[0]) && c.kindOf(exprs[1]) == types.StringKind:
+		return c.entityAt(exprs)
+	}
 	args := make([]cfn, len(exprs))
 	for i, x := range exprs {
 		f, ok := c.expr(x)
@@ -356,24 +375,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 		args[i] = f
 	}
 	switch fn {
-	case operators.LogicalAnd:
-		return logic(args, types.False), true
-	case operators.LogicalOr:
-		return logic(args, types.True), true
-	case operators.Conditional:
-		if len(args) != 3 {
-			return nil, false
-		}
-		cond, yes, no := args[0], args[1], args[2]
-		return func(a *activation) ref.Val {
-			switch cond(a) {
-			case types.True:
-				return yes(a)
-			case types.False:
-				return no(a)
-			}
-			return errUnsure
-		}, true
 	case operators.Equals, operators.NotEquals:
 		if len(args) != 2 {
 			return nil, false
@@ -388,16 +389,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 			rv := r(a)
 			if types.IsError(rv) {
 				return rv
-			}
-			switch x := lv.(type) { // what types.Equal decides for two ints or two strings
-			case types.Int:
-				if y, ok := rv.(types.Int); ok {
-					return types.Bool((x == y) != ne)
-				}
-			case types.String:
-				if y, ok := rv.(types.String); ok {
-					return types.Bool((x == y) != ne)
-				}
 			}
 			eq := types.Equal(lv, rv)
 			if ne {
@@ -461,7 +452,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 		}, true
 	case len(args) == 2 && impl.Binary != nil:
 		f, l, r := impl.Binary, args[0], args[1]
-		ints := intOps[fn]
 		return func(a *activation) ref.Val {
 			lv := l(a)
 			if strict && types.IsError(lv) {
@@ -470,13 +460,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 			rv := r(a)
 			if strict && types.IsError(rv) {
 				return rv
-			}
-			if ints != nil {
-				if li, ok := lv.(types.Int); ok {
-					if ri, ok := rv.(types.Int); ok {
-						return ints(li, ri)
-					}
-				}
 			}
 			if !ok(lv) {
 				return errUnsure
@@ -504,29 +487,27 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 	return nil, false
 }
 
-// logic is && (stop False) or || (stop True): the first term equal to stop decides,
-// whatever the others are; otherwise an error among them is the answer.
-func logic(terms []cfn, stop types.Bool) cfn {
-	return func(a *activation) ref.Val {
-		var err ref.Val
-		for _, t := range terms {
-			v := t(a)
-			b, ok := v.(types.Bool)
-			if ok && b == stop {
-				return stop
-			}
-			if !ok && err == nil {
-				err = v
-			}
-		}
-		if err != nil {
-			if !types.IsError(err) {
-				return errUnsure
-			}
-			return err
-		}
-		return !stop
+// conditionalValue is cond ? yes : no of values that are not bools, ints or strings
+// (compiledtyped.go has those).
+func (c *closures) conditionalValue(args []ast.Expr) (cfn, bool) {
+	cond, ok := c.boolOf(args[0])
+	if !ok {
+		return nil, false
 	}
+	yes, ok1 := c.expr(args[1])
+	no, ok2 := c.expr(args[2])
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	return func(a *activation) ref.Val {
+		switch v, ok := cond(a); {
+		case !ok:
+			return errUnsure
+		case bool(v):
+			return yes(a)
+		}
+		return no(a)
+	}, true
 }
 
 func (c *closures) push(name string) int {
@@ -591,6 +572,10 @@ type compFold struct {
 	accu, v1, v2                         int
 	two, mutable                         bool
 	adapter                              types.Adapter
+	// pred, for an exists (all false) or an all (all true) compiled by quantify, takes
+	// the place of the condition and the step.
+	pred boolFn
+	all  types.Bool
 }
 
 // turn folds one entry into the accumulator: false stops the fold, and stopped says
@@ -600,6 +585,18 @@ func (f *compFold) turn(a *activation, k, v ref.Val) (more, stopped bool) {
 	loc[f.v1] = k
 	if f.two {
 		loc[f.v2] = v
+	}
+	if f.pred != nil {
+		// The accumulator as CEL's: the start until an element decides, then what it
+		// decided; an element not sure leaves it unsure unless a later one decides.
+		switch p, ok := f.pred(a); {
+		case !ok:
+			loc[f.accu] = errUnsure
+		case p != f.all:
+			loc[f.accu] = p
+			return false, false
+		}
+		return true, false
 	}
 	switch f.condF(a) {
 	case types.True:
@@ -629,14 +626,45 @@ func (f *compFold) eval(a *activation) ref.Val {
 		}
 	}
 	a.ep.loc[f.accu] = init
+	if !f.each(a, r) {
+		return errUnsure
+	}
+	res := f.resultF(a)
+	if made {
+		acc, ok := res.(*appendAcc)
+		if !ok {
+			return errUnsure
+		}
+		res = types.NewRefValList(f.adapter, acc.elems)
+	}
+	return res
+}
+
+// quantify is an exists or an all.
+func (f *compFold) quantify(a *activation) (types.Bool, bool) {
+	r := f.rangeF(a)
+	if types.IsError(r) {
+		return false, false
+	}
+	a.ep.loc[f.accu] = f.all
+	if !f.each(a, r) {
+		return false, false
+	}
+	b, ok := a.ep.loc[f.accu].(types.Bool)
+	return b, ok
+}
+
+// each folds the entries of r in the interpreter's order until a turn stops: false
+// when the interpreter decides (r is not a range closures know, or a condition was
+// neither true nor false).
+func (f *compFold) each(a *activation, r ref.Val) bool {
 	stopped := false
 	switch x := r.(type) {
 	case *collection:
-		for _, id := range x.ids {
-			o := x.rows[id]
+		for i, o := range x.objs {
 			var k ref.Val = o.vals[0] // an entity's id, already a CEL value
-			if s, ok := k.(types.String); !ok || string(s) != id {
-				k = types.String(id)
+			if s, ok := k.(types.String); !ok || string(s) != x.ids[i] {
+				k = types.String(x.ids[i])
 			}
 			var more bool
 			if more, stopped = f.turn(a, k, o); !more {
@@ -671,20 +699,9 @@ func (f *compFold) eval(a *activation) ref.Val {
 		types.ToFoldableMap(x).Fold(mf)
 		stopped = mf.stopped
 	default:
-		return errUnsure
+		return false
 	}
-	if stopped {
-		return errUnsure
-	}
-	res := f.resultF(a)
-	if made {
-		acc, ok := res.(*appendAcc)
-		if !ok {
-			return errUnsure
-		}
-		res = types.NewRefValList(f.adapter, acc.elems)
-	}
-	return res
+	return !stopped
 }
 
 // mapFolder folds the entries of a map that is not an entity collection.
@@ -870,14 +887,14 @@ func (c *closures) appendStep(fold ast.ComprehensionExpr, accu int) (cfn, bool) 
 		return nil, false
 	}
 	step := fold.LoopStep()
-	var when cfn
+	var when boolFn
 	if call := step.AsCall(); call.FunctionName() == operators.Conditional {
 		args := call.Args()
 		if no := args[2]; no.Kind() != ast.IdentKind || no.AsIdent() != fold.AccuVar() {
 			return nil, false
 		}
 		var ok bool
-		if when, ok = c.expr(args[0]); !ok {
+		if when, ok = c.boolOf(args[0]); !ok {
 			return nil, false
 		}
 		step = args[1]
@@ -892,14 +909,14 @@ func (c *closures) appendStep(fold ast.ComprehensionExpr, accu int) (cfn, bool) 
 			return errUnsure
 		}
 		if when != nil {
-			switch when(a) {
-			case types.True:
-			case types.False:
-				return acc
-			default:
+			switch v, ok := when(a); {
+			case !ok:
 				return errUnsure
+			case !bool(v):
+				return acc
 			}
 		}
+
 		v := elem(a)
 		if types.IsError(v) {
 			return errUnsure
@@ -920,17 +937,3 @@ func (x *appendAcc) ConvertToType(ref.Type) ref.Val { return errUnsure }
 func (x *appendAcc) Equal(ref.Val) ref.Val          { return errUnsure }
 func (x *appendAcc) Type() ref.Type                 { return types.ErrType }
 func (x *appendAcc) Value() any                     { return x }
-
-// intOps are the operators on two ints as the standard library's bindings compute them
-// (Int's Compare and its overflow-checked arithmetic), without their dispatch.
-var intOps = map[string]func(a, b types.Int) ref.Val{
-	operators.Less:          func(a, b types.Int) ref.Val { return types.Bool(a < b) },
-	operators.LessEquals:    func(a, b types.Int) ref.Val { return types.Bool(a <= b) },
-	operators.Greater:       func(a, b types.Int) ref.Val { return types.Bool(a > b) },
-	operators.GreaterEquals: func(a, b types.Int) ref.Val { return types.Bool(a >= b) },
-	operators.Add:           func(a, b types.Int) ref.Val { return a.Add(b) },
-	operators.Subtract:      func(a, b types.Int) ref.Val { return a.Subtract(b) },
-	operators.Multiply:      func(a, b types.Int) ref.Val { return a.Multiply(b) },
-	operators.Divide:        func(a, b types.Int) ref.Val { return a.Divide(b) },
-	operators.Modulo:        func(a, b types.Int) ref.Val { return a.Modulo(b) },
-}

@@ -268,7 +268,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		if count < 0 || count > 10000 {
 			return nil, &evalError{at: place{field: sub(sub("entities", ed.name), "count")}, err: fmt.Errorf("count %d is out of range [0, 10000]", count)}
 		}
-		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count)})
+		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count), objs: make([]*object, 0, count)})
 		st := &e.ents[k]
 		for i := range count {
 			id := ed.prefix + strconv.FormatInt(i+1, 10)
@@ -282,8 +282,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 				}
 				row.vals[j+1] = v
 			}
-			st.rows[id] = row
-			st.ids = append(st.ids, id)
+			st.put(id, row)
 		}
 		act.i, act.id, act.self = nil, nil, nil
 	}
@@ -891,8 +890,7 @@ func (e *episode) add(k int, row *object, s *stepState) ref.Val {
 	st := &e.ents[k]
 	id := ed.prefix + strconv.Itoa(len(st.ids)+1)
 	row.vals[0] = types.String(id)
-	st.rows[id] = row
-	st.ids = append(st.ids, id)
+	st.put(id, row)
 	s.changed = true
 	s.open("add", ed.name+"/"+id)
 	s.diff = append(s.diff, `,"to":{`...)
