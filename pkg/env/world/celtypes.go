@@ -38,6 +38,9 @@ type objType struct {
 	ftypes []*types.FieldType
 	// sorted lists the field positions in the order of their names: an object's JSON.
 	sorted []int
+	// memoSlots numbers the calls that read nothing but arguments of this type
+	// (closures.memoize), by their text: set when the world loads.
+	memoSlots map[string]int
 }
 
 func (p *provider) declare(name string, fields []string, ftypes []*types.Type) *objType {
@@ -108,6 +111,10 @@ func (p *provider) NewValue(name string, fields map[string]ref.Val) ref.Val {
 type object struct {
 	t    *objType
 	vals []ref.Val
+	// memo holds, for a tool call's arguments, the values of the calls that read only
+	// them, by their slot in t.memoSlots: computed once per step, whichever expression
+	// of the tool reads them first. Cleared whenever vals change.
+	memo []ref.Val
 }
 
 var (

@@ -10,6 +10,7 @@ import (
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/functions"
 	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/parser"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
@@ -40,6 +41,7 @@ type closures struct {
 	fns     map[string]*functions.Overload
 	refs    map[int64]*ast.ReferenceInfo
 	types   map[int64]*types.Type
+	info    *ast.SourceInfo
 	// scope lists the comprehension variables in reach, innermost last; depth is the
 	// number of local slots they take.
 	scope []local
@@ -70,7 +72,7 @@ func newClosures(w *World, prov *provider, env *cel.Env) *closures {
 // a shape the closures do not cover (the interpreter then evaluates it every time).
 func (c *closures) compile(a *cel.Ast) cfn {
 	native := a.NativeRep()
-	c.refs, c.types = native.ReferenceMap(), native.TypeMap()
+	c.refs, c.types, c.info = native.ReferenceMap(), native.TypeMap(), native.SourceInfo()
 	c.scope, c.depth = c.scope[:0], 0
 	f, ok := c.expr(native.Expr())
 	if !ok {
@@ -88,7 +90,93 @@ func (c *closures) expr(e ast.Expr) (cfn, bool) {
 		}
 		return t.cfn(), true
 	}
-	return c.value(e)
+	f, ok := c.value(e)
+	if !ok {
+		return nil, false
+	}
+	return c.memoize(e, f), true
+}
+
+// memoize returns f, the closure of e, computed once per step when e is a library
+// call reading nothing but the tool's arguments (a query's words,
+// args.query.lowerAscii().split(' ')): every expression of the tool that has the same
+// call shares its value, kept with the arguments. CEL's functions are pure, so the
+// value is the one each would compute.
+func (c *closures) memoize(e ast.Expr, f cfn) cfn {
+	if e.Kind() != ast.CallKind || isOperator(e.AsCall().FunctionName()) {
+		return f
+	}
+	ot := c.argsOnly(e)
+	if ot == nil {
+		return f
+	}
+	text, err := parser.Unparse(e, c.info)
+	if err != nil {
+		return f
+	}
+	if ot.memoSlots == nil {
+		ot.memoSlots = map[string]int{}
+	}
+	slot, ok := ot.memoSlots[text]
+	if !ok {
+		slot = len(ot.memoSlots)
+		ot.memoSlots[text] = slot
+	}
+	return func(a *activation) ref.Val {
+		o := a.args
+		if o == nil || o.t != ot {
+			return f(a)
+		}
+		if slot >= len(o.memo) {
+			o.memo = make([]ref.Val, len(ot.memoSlots))
+		}
+		if v := o.memo[slot]; v != nil {
+			return v
+		}
+		v := f(a)
+		if !types.IsError(v) {
+			o.memo[slot] = v
+		}
+		return v
+	}
+}
+
+// isOperator tells CEL's operators (_+_, !_, -_, @in, ...) from its functions.
+func isOperator(fn string) bool {
+	return fn != "" && strings.ContainsRune("_@!-", rune(fn[0]))
+}
+
+// argsOnly is the type of the arguments e reads when it reads nothing else (no state,
+// no comprehension, no clock), nil otherwise.
+func (c *closures) argsOnly(e ast.Expr) *objType {
+	var ot *objType
+	only := true
+	ast.PreOrderVisit(e, ast.NewExprVisitor(func(x ast.Expr) {
+		switch x.Kind() {
+		case ast.ComprehensionKind:
+			only = false
+		case ast.IdentKind:
+			name, ok := c.name(x)
+			if _, local := c.local(name); !ok || local || name != "args" {
+				only = false
+				return
+			}
+			if _, isState := c.w.slots[name]; isState {
+				only = false
+				return
+			}
+			t := c.types[x.ID()]
+			if t == nil || t.Kind() != types.StructKind || c.prov.objs[t.TypeName()] == nil {
+				only = false
+				return
+			}
+			ot = c.prov.objs[t.TypeName()]
+		}
+	}))
+	if !only {
+		return nil
+	}
+	return ot
 }
 
 // value compiles an expression to a closure of CEL values (its operands as expr does).
@@ -520,6 +608,9 @@ func (c *closures) push(name string) int {
 
 func (c *closures) comprehension(e ast.Expr) (cfn, bool) {
 	fold := e.AsComprehension()
+	if isLet(fold) {
+		return c.let(fold)
+	}
 	if isMapInsert(fold) {
 		return nil, false
 	}
@@ -721,6 +812,45 @@ func (m *mapFolder) FoldEntry(k, v any) bool {
 	more, stopped := m.f.turn(m.a, kv, vv)
 	m.stopped = stopped
 	return more
+}
+
+// isLet is a comprehension over an empty list (cel.bind is one): its result read with
+// the accumulator at its start, the loop never run.
+func isLet(fold ast.ComprehensionExpr) bool {
+	r := fold.IterRange()
+	return r.Kind() == ast.ListKind && r.AsList().Size() == 0
+}
+
+// let compiles a comprehension isLet accepts: its start into the accumulator's slot,
+// then its result.
+func (c *closures) let(fold ast.ComprehensionExpr) (cfn, bool) {
+	initF, accu, ok := c.letStart(fold)
+	if !ok {
+		return nil, false
+	}
+	resultF, ok := c.expr(fold.Result())
+	c.scope, c.depth = c.scope[:len(c.scope)-1], c.depth-1
+	if !ok {
+		return nil, false
+	}
+	return func(a *activation) ref.Val {
+		v := initF(a)
+		if types.IsError(v) {
+			return v
+		}
+		a.ep.loc[accu] = v
+		return resultF(a)
+	}, true
+}
+
+// letStart compiles a let's start and puts its accumulator in reach (the caller takes
+// it out once the result is compiled).
+func (c *closures) letStart(fold ast.ComprehensionExpr) (cfn, int, bool) {
+	initF, ok := c.expr(fold.AccuInit())
+	if !ok {
+		return nil, 0, false
+	}
+	return initF, c.push(fold.AccuVar()), true
 }
 
 // isListAppend is the shape of comprehension whose list accumulator the interpreter

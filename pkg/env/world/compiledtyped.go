@@ -236,6 +236,18 @@ func (c *closures) native(e ast.Expr) (t typed, mine, ok bool) {
 	switch e.Kind() {
 	case ast.ComprehensionKind:
 		fold := e.AsComprehension()
+		if isLet(fold) {
+			switch k {
+			case types.BoolKind:
+				f, ok := letOf[types.Bool](c, fold)
+				return typed{b: f}, true, ok
+			case types.IntKind:
+				f, ok := letOf[types.Int](c, fold)
+				return typed{i: f}, true, ok
+			}
+			f, ok := letOf[types.String](c, fold)
+			return typed{s: f}, true, ok
+		}
 		pred, all, isQ := quantifier(fold)
 		if !isQ || k != types.BoolKind {
 			return typed{}, false, false
@@ -599,6 +611,28 @@ func (c *closures) entityAt(args []ast.Expr) (cfn, bool) {
 		}
 		return errUnsure
 	}, ok1 && ok2
+}
+
+// letOf is closures.let of a V.
+func letOf[V scalar](c *closures, fold ast.ComprehensionExpr) (fn[V], bool) {
+	initF, accu, ok := c.letStart(fold)
+	if !ok {
+		return nil, false
+	}
+	resultF, ok := typedOf[V](c, fold.Result())
+	c.scope, c.depth = c.scope[:len(c.scope)-1], c.depth-1
+	if !ok {
+		return nil, false
+	}
+	return func(a *activation) (V, bool) {
+		v := initF(a)
+		if types.IsError(v) {
+			var zero V
+			return zero, false
+		}
+		a.ep.loc[accu] = v
+		return resultF(a)
+	}, true
 }
 
 // quantifier reports whether a comprehension is CEL's exists (all false) or all (all
