@@ -10,10 +10,10 @@ import (
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/functions"
 	"cel.dev/cel-go/common/operators"
-	"cel.dev/cel-go/parser"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
+	"cel.dev/cel-go/parser"
 )
 
 // cfn is an expression compiled to Go closures when the world loads. It returns what
