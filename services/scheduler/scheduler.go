@@ -113,6 +113,9 @@ type Service struct {
 	// lost is set from the moment the lease is lost until it is taken again: nothing
 	// is persisted meanwhile.
 	lost atomic.Bool
+	// superseded, set while leading, stops the leader when a run's state in KV turns
+	// out to have been written by another instance (persist): see errSuperseded.
+	superseded func(error)
 
 	mu        sync.Mutex
 	runs      map[string]*run // runs not yet done (the leader's; empty on a standby)
@@ -200,13 +203,19 @@ func (s *Service) loadRuns(ctx context.Context) error {
 			// Written as JSON by an older scheduler: rewritten as a RunState once, only
 			// if nobody changed it meanwhile (readers take either form, so a failed
 			// rewrite costs nothing but the next attempt).
+			r.rev = e.Revision()
 			b, err := r.encode()
+			var rev uint64
 			if err == nil {
-				_, err = kv.Update(ctx, k, b, e.Revision())
+				rev, err = kv.Update(ctx, k, b, e.Revision())
 			}
 			if err != nil {
 				s.log.Warn("rewrite a JSON run state as a RunState", "run_id", k, "err", err)
+			} else {
+				r.rev = rev
 			}
+		} else {
+			r.rev = e.Revision()
 		}
 		if !r.done() {
 			loaded[k] = r
@@ -262,12 +271,24 @@ func (s *Service) lead(ctx context.Context) error {
 		holdErr = s.lease.Hold(hctx, func() { s.lost.Store(true); cancel(bus.ErrLeaseLost) })
 	}()
 	s.stopHolding = func() { stopHolding(); <-holding }
+	s.mu.Lock()
+	s.superseded = func(err error) { s.lost.Store(true); cancel(err) }
+	s.mu.Unlock()
 	stepDown := func(err error) error {
-		if errors.Is(context.Cause(lctx), bus.ErrLeaseLost) {
-			s.stopHolding()
+		cause := context.Cause(lctx)
+		if !errors.Is(cause, bus.ErrLeaseLost) {
+			return err
+		}
+		s.stopHolding()
+		if holdErr != nil {
 			return holdErr
 		}
-		return err
+		// Superseded while the lease looked held: give it up, so whoever leads next
+		// (this instance again, perhaps) starts from what KV holds now.
+		if rerr := s.lease.Release(context.WithoutCancel(ctx)); rerr != nil {
+			s.log.Warn("give up the leader lease after being superseded", "err", rerr)
+		}
+		return cause
 	}
 	if err := s.loadRuns(lctx); err != nil {
 		if ctx.Err() != nil {
@@ -361,7 +382,7 @@ func (s *Service) accept(ctx context.Context, m jetstream.Msg) {
 	}
 	b, err := r.encode()
 	if err == nil {
-		_, err = s.kv.Create(ctx, spec.RunId, b)
+		r.rev, err = s.kv.Create(ctx, spec.RunId, b)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		_ = m.Ack() // accepted by an earlier delivery whose ack was lost
@@ -875,6 +896,8 @@ func (s *Service) persist(ctx context.Context, ids ...string) error {
 	s.persistMu.Lock()
 	defer s.persistMu.Unlock()
 	states := make([][]byte, len(ids))
+	runs := make([]*run, len(ids))
+	revs := make([]uint64, len(ids))
 	s.mu.Lock()
 	for i, id := range ids {
 		r, ok := s.runs[id]
@@ -886,7 +909,7 @@ func (s *Service) persist(ctx context.Context, ids ...string) error {
 			s.mu.Unlock()
 			return fmt.Errorf("encode run %s: %w", id, err)
 		}
-		states[i] = b
+		states[i], runs[i], revs[i] = b, r, r.rev
 	}
 	s.mu.Unlock()
 	for i, id := range ids {
@@ -897,11 +920,41 @@ func (s *Service) persist(ctx context.Context, ids ...string) error {
 		if s.lost.Load() {
 			return fmt.Errorf("persist run %s: %w", id, bus.ErrLeaseLost)
 		}
-		if _, err := s.kv.Put(ctx, id, states[i]); err != nil {
+		// Revision-checked: the lease fences by time, and a leader paused past it
+		// (a stopped process, a long GC) may write once more before it learns it lost
+		// the lease. Whichever of the two writes second finds the revision moved and
+		// steps down, so neither overwrites ends the other had folded in and acked.
+		rev, err := s.kv.Update(ctx, id, states[i], revs[i])
+		if isWrongRevision(err) {
+			err = fmt.Errorf("%w: run %s", errSuperseded, id)
+			s.mu.Lock()
+			stop := s.superseded
+			s.mu.Unlock()
+			if stop != nil {
+				stop(err)
+			}
+			s.lost.Store(true)
+		}
+		if err != nil {
 			return fmt.Errorf("persist run %s: %w", id, err)
 		}
+		s.mu.Lock()
+		runs[i].rev = rev
+		s.mu.Unlock()
 	}
 	return nil
+}
+
+// errSuperseded is persist's error when a run's state in KV is not the revision this
+// instance last read or wrote: another instance led meanwhile. It wraps ErrLeaseLost, so
+// the leader steps down as on a lost lease.
+var errSuperseded = fmt.Errorf("%w: another scheduler wrote a run's state", bus.ErrLeaseLost)
+
+// isWrongRevision tells whether a revision-checked KV write was refused because the key
+// is at another revision.
+func isWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // fetch pulls up to n messages, waiting at most wait; on a failure it logs, pauses a

@@ -85,6 +85,9 @@ type run struct {
 
 	spec  *gauntletv1.RunRequested
 	dirty bool
+	// rev is the run's revision in KV as this instance last read or wrote it (0: never
+	// written); persist writes only over it.
+	rev uint64
 
 	// planBackoff is the pause before the next plan request after the faults service was
 	// unavailable (0: none pending); planRetryAt is when that pause ends. Not persisted:

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -25,11 +26,7 @@ func TestEndsFetchedByAKilledLeaderReachItsSuccessor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	old, b := startScheduler(ctx, t)
-	spec := heldRun("rheld")
-	old.runs[spec.RunId] = assignedRun(t, spec, 3)
-	if err := old.persist(ctx, spec.RunId); err != nil {
-		t.Fatal(err)
-	}
+	spec := persistedRun(ctx, t, old, "rheld")
 	publishEnds(ctx, t, b, spec, 3)
 	// The old leader fetches the three ends and dies before its ack.
 	batch, err := old.endedCons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
@@ -63,11 +60,7 @@ func TestEndsAreHandedBackWhenPersistFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	old, b := startScheduler(ctx, t)
-	spec := heldRun("rback")
-	old.runs[spec.RunId] = assignedRun(t, spec, 3)
-	if err := old.persist(ctx, spec.RunId); err != nil {
-		t.Fatal(err)
-	}
+	spec := persistedRun(ctx, t, old, "rback")
 	old.lost.Store(true) // every persist now fails, as after a lost lease
 	lctx, stopOld := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -99,15 +92,21 @@ func TestEndsAreHandedBackWhenPersistFails(t *testing.T) {
 	}
 }
 
-// assignedRun is the scheduler's state of spec with its first n episodes assigned.
-func assignedRun(t *testing.T, spec *gauntletv1.RunRequested, n uint64) *run {
+// persistedRun puts a run of 10 episodes, 3 of them assigned, into s's table and KV, as
+// s would have it while leading, and returns its spec.
+func persistedRun(ctx context.Context, t *testing.T, s *Service, id string) *gauntletv1.RunRequested {
 	t.Helper()
-	r := &run{spec: spec, Assigned: n}
+	spec := heldRun(id)
+	r := &run{spec: spec, Assigned: 3}
 	var err error
 	if r.Spec, err = proto.Marshal(spec); err != nil {
 		t.Fatal(err)
 	}
-	return r
+	s.runs[id] = r
+	if err := s.persist(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 func heldRun(id string) *gauntletv1.RunRequested {
@@ -153,6 +152,122 @@ func waitEnded(ctx context.Context, s *Service, id string, want uint64) uint64 {
 		s.mu.Unlock()
 		if got >= want || ctx.Err() != nil {
 			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A leader paused past its lease (a stopped process, a long GC) may write a run's state
+// once more before it learns that it lost the lease. Its write must not replace what its
+// successor wrote meanwhile: the successor's ends, acknowledged once persisted, would be
+// lost for good and the run would never finish.
+func TestAStaleLeaderCannotOverwriteItsSuccessor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stale, b := startScheduler(ctx, t)
+	spec := persistedRun(ctx, t, stale, "rstale")
+	next := successor(ctx, t, b)
+	publishEnds(ctx, t, b, spec, 2)
+	if got := waitEnded(ctx, next, spec.RunId, 2); got != 2 {
+		t.Fatalf("successor counted %d ends, want 2", got)
+	}
+	waitPersisted(ctx, t, next, spec.RunId, 2)
+
+	// The stale leader wakes up and writes what it knew: nothing ended.
+	err := stale.persist(ctx, spec.RunId)
+	if !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("stale leader's write: %v, want refused as superseded (ErrLeaseLost)", err)
+	}
+	if !stale.lost.Load() {
+		t.Error("the stale leader does not know it was superseded")
+	}
+	if got := persistedEnded(ctx, t, next, spec.RunId); got != 2 {
+		t.Fatalf("KV holds %d ended after the stale write, want the successor's 2", got)
+	}
+}
+
+// The other order: the paused leader's last write lands after its successor loaded the
+// run and before the successor's first write. The successor's write then finds the
+// revision moved; it steps down, gives the lease up and leads again from what KV holds,
+// so the ends of both count.
+func TestASupersededLeaderReloadsWhatTheOtherWrote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stale, b := startScheduler(ctx, t)
+	spec := persistedRun(ctx, t, stale, "rrace")
+	// The successor leads (lease taken, runs loaded), then the stale leader folds in
+	// episode 0's end, which its successor never sees on the consumer (acked by the
+	// stale one), and writes.
+	next := New(testConfig(), func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := next.Starting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	running := make(chan error, 1)
+	go func() { running <- next.Running(ctx) }()
+	if got := waitLoaded(ctx, next, spec.RunId); !got {
+		t.Fatal("the successor never loaded the run")
+	}
+	stale.mu.Lock()
+	stale.runs[spec.RunId].record(&gauntletv1.EndedSummary{Episode: &gauntletv1.EpisodeRef{RunId: spec.RunId, Index: 0}, Steps: 1, Success: true})
+	stale.mu.Unlock()
+	if err := stale.persist(ctx, spec.RunId); err != nil {
+		t.Fatal(err)
+	}
+	// Episode 1 ends on the consumer: the successor's write of it is refused.
+	ep := runs.Episode(spec, 1)
+	if err := b.PublishEvent(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: &gauntletv1.EpisodeEnded{Episode: ep, Steps: 1, Terminated: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPersisted(ctx, t, next, spec.RunId, 2)
+	if got := waitEnded(ctx, next, spec.RunId, 2); got != 2 {
+		t.Fatalf("the successor counts %d ends, want 2 (the stale leader's and its own)", got)
+	}
+	select {
+	case err := <-running:
+		t.Fatalf("the successor stopped leading for good: %v", err)
+	default:
+	}
+}
+
+// waitLoaded waits until s has run id in its table.
+func waitLoaded(ctx context.Context, s *Service, id string) bool {
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		_, ok := s.runs[id]
+		s.mu.Unlock()
+		if ok {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+// persistedEnded reads how many episodes of run id have ended by its state in KV.
+func persistedEnded(ctx context.Context, t *testing.T, s *Service, id string) uint64 {
+	t.Helper()
+	e, err := s.kv.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := decodeRun(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Ended.Count()
+}
+
+// waitPersisted waits, at most 20 s, until run id's state in KV counts want ends.
+func waitPersisted(ctx context.Context, t *testing.T, s *Service, id string, want uint64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := persistedEnded(ctx, t, s, id)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("KV holds %d ended of run %s, want %d", got, id, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
