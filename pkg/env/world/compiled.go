@@ -2,6 +2,7 @@ package world
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
-	"cel.dev/cel-go/parser"
 )
 
 // cfn is an expression compiled to Go closures when the world loads. It returns what
@@ -41,7 +41,9 @@ type closures struct {
 	fns     map[string]*functions.Overload
 	refs    map[int64]*ast.ReferenceInfo
 	types   map[int64]*types.Type
-	info    *ast.SourceInfo
+	// parts numbers the end conditions' parts (endparts.go) of the expression being
+	// compiled, by their expression's id: nil for other expressions.
+	parts map[int64]int
 	// scope lists the comprehension variables in reach, innermost last; depth is the
 	// number of local slots they take.
 	scope []local
@@ -72,7 +74,7 @@ func newClosures(w *World, prov *provider, env *cel.Env) *closures {
 // a shape the closures do not cover (the interpreter then evaluates it every time).
 func (c *closures) compile(a *cel.Ast) cfn {
 	native := a.NativeRep()
-	c.refs, c.types, c.info = native.ReferenceMap(), native.TypeMap(), native.SourceInfo()
+	c.refs, c.types = native.ReferenceMap(), native.TypeMap()
 	c.scope, c.depth = c.scope[:0], 0
 	f, ok := c.expr(native.Expr())
 	if !ok {
@@ -110,10 +112,7 @@ func (c *closures) memoize(e ast.Expr, f cfn) cfn {
 	if ot == nil {
 		return f
 	}
-	text, err := parser.Unparse(e, c.info)
-	if err != nil {
-		return f
-	}
+	text := exprKey(e)
 	if ot.memoSlots == nil {
 		ot.memoSlots = map[string]int{}
 	}
@@ -139,6 +138,73 @@ func (c *closures) memoize(e ast.Expr, f cfn) cfn {
 		}
 		return v
 	}
+}
+
+// exprKey writes an expression out whole: two expressions of one environment with the
+// same key compute the same value on the same state and arguments. (CEL's unparser
+// cannot write a comprehension without the macro calls the parser may not keep.)
+func exprKey(e ast.Expr) string {
+	var b strings.Builder
+	var write func(e ast.Expr)
+	list := func(open, close string, es []ast.Expr) {
+		b.WriteString(open)
+		for i, x := range es {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			write(x)
+		}
+		b.WriteString(close)
+	}
+	write = func(e ast.Expr) {
+		switch e.Kind() {
+		case ast.LiteralKind:
+			v := e.AsLiteral()
+			fmt.Fprintf(&b, "%s(%q)", v.Type().TypeName(), fmt.Sprint(v.Value()))
+		case ast.IdentKind:
+			b.WriteString(e.AsIdent())
+		case ast.SelectKind:
+			s := e.AsSelect()
+			if s.IsTestOnly() {
+				b.WriteString("has:")
+			}
+			write(s.Operand())
+			b.WriteString("." + s.FieldName())
+		case ast.CallKind:
+			call := e.AsCall()
+			if call.IsMemberFunction() {
+				write(call.Target())
+				b.WriteByte('.')
+			}
+			b.WriteString(call.FunctionName())
+			list("(", ")", call.Args())
+		case ast.ListKind:
+			l := e.AsList()
+			fmt.Fprint(&b, l.OptionalIndices())
+			list("[", "]", l.Elements())
+		case ast.MapKind:
+			b.WriteByte('{')
+			for _, en := range e.AsMap().Entries() {
+				me := en.AsMapEntry()
+				if me.IsOptional() {
+					b.WriteByte('?')
+				}
+				write(me.Key())
+				b.WriteByte(':')
+				write(me.Value())
+				b.WriteByte(',')
+			}
+			b.WriteByte('}')
+		case ast.ComprehensionKind:
+			f := e.AsComprehension()
+			b.WriteString("fold(" + f.IterVar() + "," + f.IterVar2() + "," + f.AccuVar())
+			list(";", ")", []ast.Expr{f.IterRange(), f.AccuInit(), f.LoopCondition(), f.LoopStep(), f.Result()})
+		default: // a struct literal: never the same key as another expression
+			fmt.Fprintf(&b, "#%d", e.ID())
+		}
+	}
+	write(e)
+	return b.String()
 }
 
 // isOperator tells CEL's operators (_+_, !_, -_, @in, ...) from its functions.

@@ -135,34 +135,16 @@ func leaf[V scalar](c *closures, e ast.Expr) (fn[V], bool) {
 		if ot == nil {
 			return nil, false
 		}
-		field := func(o *object) (V, bool) {
-			if o.t != ot {
-				var zero V
-				return zero, false
-			}
-			v, ok := o.vals[i].(V)
-			return v, ok
-		}
 		op := s.Operand()
 		if name, ok := c.name(op); ok && op.Kind() == ast.IdentKind {
 			if slot, ok := c.local(name); ok {
 				return func(a *activation) (V, bool) {
-					o, ok := a.ep.loc[slot].(*object)
-					if !ok {
-						var zero V
-						return zero, false
-					}
-					return field(o)
+					o, _ := a.ep.loc[slot].(*object)
+					return fieldAt[V](o, ot, i)
 				}, true
 			}
 			if _, isState := c.w.slots[name]; !isState && name == "args" {
-				return func(a *activation) (V, bool) {
-					if a.args == nil {
-						var zero V
-						return zero, false
-					}
-					return field(a.args)
-				}, true
+				return func(a *activation) (V, bool) { return fieldAt[V](a.args, ot, i) }, true
 			}
 		}
 		g, ok := c.expr(op)
@@ -170,15 +152,21 @@ func leaf[V scalar](c *closures, e ast.Expr) (fn[V], bool) {
 			return nil, false
 		}
 		return func(a *activation) (V, bool) {
-			o, ok := g(a).(*object)
-			if !ok {
-				var zero V
-				return zero, false
-			}
-			return field(o)
+			o, _ := g(a).(*object)
+			return fieldAt[V](o, ot, i)
 		}, true
 	}
 	return nil, false
+}
+
+// fieldAt is field i of o, an object of type ot (nil: not an object).
+func fieldAt[V scalar](o *object, ot *objType, i int) (V, bool) {
+	if o == nil || o.t != ot {
+		var zero V
+		return zero, false
+	}
+	v, ok := o.vals[i].(V)
+	return v, ok
 }
 
 // name is the name an identifier reads (its qualified name when the checker resolved
@@ -253,6 +241,9 @@ func (c *closures) native(e ast.Expr) (t typed, mine, ok bool) {
 			return typed{}, false, false
 		}
 		f, ok := c.quantify(fold, pred, all)
+		if j, isPart := c.parts[e.ID()]; isPart && ok {
+			f = remembered(j, f)
+		}
 		return typed{b: f}, true, ok
 	case ast.CallKind:
 		return c.nativeCall(e, k)

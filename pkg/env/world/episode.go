@@ -85,6 +85,10 @@ type episode struct {
 	// World.ends): evaluated since the last step that wrote what it reads.
 	known   []bool
 	verdict []bool
+	// partKnown[j] says partValue[j] is the value of the end conditions' part j
+	// (endparts.go) on the current state.
+	partKnown []bool
+	partValue []types.Bool
 
 	downUntil  []time.Duration
 	downStatus []uint32
@@ -105,6 +109,8 @@ type activation struct {
 	i     ref.Val
 	id    ref.Val
 	self  *object
+	// ends: the end conditions are being evaluated (their parts may be remembered).
+	ends bool
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
@@ -287,6 +293,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		act.i, act.id, act.self = nil, nil, nil
 	}
 	e.known, e.verdict = make([]bool, len(w.ends)), make([]bool, len(w.ends))
+	e.partKnown, e.partValue = make([]bool, len(w.parts)), make([]types.Bool, len(w.parts))
 	if w.budget != nil {
 		b, err := evalInt(w.budget, act)
 		if err != nil {
@@ -375,6 +382,14 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 // capHint caps the capacity an answer or a diff starts with (the largest of the
 // episode's before): enough for most, without making every small one large.
 const capHint = 512
+
+// stepAlloc is one step's state and the signals and metering the step reports,
+// allocated together, as the shop's are: one allocation where there were three.
+type stepAlloc struct {
+	s   stepState
+	sig gauntletv1.Signals
+	met gauntletv1.Metering
+}
 
 // stepState is what one step did besides its observation.
 type stepState struct {
@@ -506,7 +521,8 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 // before its arguments were read, is set).
 func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult, error) {
 	w := e.w
-	s := &stepState{diffCap: e.diffCap}
+	al := &stepAlloc{s: stepState{diffCap: e.diffCap}}
+	s := &al.s
 	var faults []*gauntletv1.FaultFired
 	var obs []byte
 	start := e.clock
@@ -542,7 +558,13 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 				e.known[k] = false
 			}
 		}
+		for j := range w.parts {
+			if s.changed && t.writes.intersects(w.parts[j].reads) {
+				e.partKnown[j] = false
+			}
+		}
 		act := e.scope(nil)
+		act.ends = true
 		var err error
 		if success, err = e.end(0, act); err == nil && w.failure != nil {
 			failure, err = e.end(1, act)
@@ -559,31 +581,30 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 		}
 	}
 	total := max(len(w.progress), 1)
-	sig := &gauntletv1.Signals{
-		Progress:          float64(progress) / float64(total),
-		ProgressDelta:     float64(progress-e.progress) / float64(total),
-		InvalidAction:     calls == 0,
-		Violations:        s.violations,
-		Success:           success,
-		Spend:             float64(s.spend),
-		Budget:            float64(e.budget),
-		DeadlineVirtualNs: e.deadlineMs * int64(time.Millisecond),
-		SafetyEvents:      s.safety,
-	}
+	sig := &al.sig
+	sig.Progress = float64(progress) / float64(total)
+	sig.ProgressDelta = float64(progress-e.progress) / float64(total)
+	sig.InvalidAction = calls == 0
+	sig.Violations = s.violations
+	sig.Success = success
+	sig.Spend = float64(s.spend)
+	sig.Budget = float64(e.budget)
+	sig.DeadlineVirtualNs = e.deadlineMs * int64(time.Millisecond)
+	sig.SafetyEvents = s.safety
 	e.progress = progress
 	e.step++
+	met := &al.met
+	met.ToolCalls = calls
+	met.Errors = s.errors
+	met.VirtualNs = uint64(e.clock - start)
+	met.BytesIn = uint32(len(act.Args))
+	met.BytesOut = uint32(len(obs))
 	res := env.StepResult{
 		Observation: obs,
 		Diff:        s.diffBytes(e),
 		Signals:     sig,
 		Faults:      faults,
-		Metering: &gauntletv1.Metering{
-			ToolCalls: calls,
-			Errors:    s.errors,
-			VirtualNs: uint64(e.clock - start),
-			BytesIn:   uint32(len(act.Args)),
-			BytesOut:  uint32(len(obs)),
-		},
+		Metering:    met,
 	}
 	env.End{
 		Success: success, Failure: failure,
