@@ -27,7 +27,9 @@ import (
 // expression's environment, types.Equal, the values' own Get, Find and Fold), so the
 // values are the interpreter's own; what the closures save is the interpreter's
 // machinery around them: names resolved by string per evaluation, attributes and
-// qualifiers, frames, folders and their pools.
+// qualifiers, frames, folders and their pools. Bools, ints and strings the checker
+// typed are computed without boxing them (compiledtyped.go: logic, comparisons,
+// arithmetic, string operations, exists and all); expr chooses between the two.
 type cfn func(a *activation) ref.Val
 
 // errUnsure is what a closure returns when it leaves the decision to the interpreter.

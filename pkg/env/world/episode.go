@@ -67,10 +67,11 @@ type episode struct {
 	// loc holds the comprehension variables of compiled expressions (program.run).
 	act activation
 	loc []ref.Val
-	// changes is run's scratch; obsCap and diffCap the largest answer and diff so far,
-	// the capacity the next starts with.
-	changes         []change
-	obsCap, diffCap int
+	// changes is run's scratch. caps holds, per tool, the largest answer (at
+	// 2*index) and diff (2*index+1) its calls made so far: the capacity the next
+	// starts with, so a small answer does not start at the size of a search's.
+	changes []change
+	caps    []int
 	// argObjs holds each tool's arguments object, reused by its next call.
 	argObjs []*object
 	// lastList and lastElems are listElems' memory.
@@ -402,8 +403,10 @@ type stepState struct {
 	// ran: a tool's preconditions held; changed: its effects changed the state.
 	ran     bool
 	changed bool
-	// diffCap is the capacity a diff starts with: the episode's largest before.
+	// diffCap is the capacity a diff starts with: its tool's largest before; tool
+	// the tool called (nil for a bad action).
 	diffCap int
+	tool    *toolDef
 }
 
 func (s *stepState) open(op, path string) {
@@ -434,7 +437,9 @@ func (s *stepState) diffBytes(e *episode) []byte {
 	if len(s.diff) == 0 {
 		return []byte("[]")
 	}
-	e.diffCap = min(max(e.diffCap, len(s.diff)+1), capHint)
+	if s.tool != nil {
+		e.grow(s.tool, 1, len(s.diff)+1)
+	}
 	return append(s.diff, ']')
 }
 
@@ -484,6 +489,23 @@ func (w *World) tool(name string) *toolDef {
 	return nil
 }
 
+// cap is the capacity tool t's next answer (what 0) or diff (1) starts with.
+func (e *episode) cap(t *toolDef, what int) int {
+	if e.caps == nil {
+		return 0
+	}
+	return e.caps[2*t.index+what]
+}
+
+// grow records the size of an answer or a diff of t (capped at capHint).
+func (e *episode) grow(t *toolDef, what, n int) {
+	if e.caps == nil {
+		e.caps = make([]int, 2*len(e.w.tools))
+	}
+	k := 2*t.index + what
+	e.caps[k] = min(max(e.caps[k], n), capHint)
+}
+
 // argsOf returns the object a call of t reads its arguments into.
 func (e *episode) argsOf(t *toolDef) *object {
 	if e.argObjs == nil {
@@ -521,7 +543,10 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 // before its arguments were read, is set).
 func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult, error) {
 	w := e.w
-	al := &stepAlloc{s: stepState{diffCap: e.diffCap}}
+	al := &stepAlloc{}
+	if t != nil {
+		al.s.diffCap, al.s.tool = e.cap(t, 1), t
+	}
 	s := &al.s
 	var faults []*gauntletv1.FaultFired
 	var obs []byte
@@ -886,7 +911,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	post := act
 	post.newID = newID
 	// An answer is the caller's, so each is a new buffer, sized by the largest before.
-	b := append(make([]byte, 0, e.obsCap), `{"ok":true`...)
+	b := append(make([]byte, 0, e.cap(t, 0)), `{"ok":true`...)
 	for _, f := range t.obs {
 		v, err := eval(f.val, post)
 		if err != nil {
@@ -900,7 +925,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		}
 	}
 	b = append(b, '}')
-	e.obsCap = min(max(e.obsCap, len(b)), capHint)
+	e.grow(t, 0, len(b))
 	return b, nil
 }
 
