@@ -81,13 +81,16 @@ func TestTasksEndToEnd(t *testing.T) {
 		t.Errorf("the agent's workspace holds tests/: %v", ents)
 	}
 
-	// Under faults on the workspace tools (latency on every call, a 503 on some), a
-	// recorded episode whose tool call failed replays to its end: the same steps, the
-	// same faults (the failed call's observation says so) and the same verdict.
+	// Under faults on the workspace tools (latency on every call, a 503 on some) and at
+	// the sandbox's boundaries (a throttled CPU, slow files under /app), a recorded
+	// episode whose tool call failed replays to its end: the same steps, the same faults
+	// (the failed call's observation says so) and the same verdict.
 	path := filepath.Join(t.TempDir(), "flaky-tools.yaml")
 	profile := "name: flaky-tools\nfaults:\n" +
 		"  - {id: slow, kind: latency, match: {services: [sandbox]}, params: {mean_ms: 40, jitter_ms: 10}}\n" +
-		"  - {id: down, kind: http_error, probability: 0.5, match: {services: [sandbox]}, params: {status: 503, retry_after_ms: 100}}\n"
+		"  - {id: down, kind: http_error, probability: 0.5, match: {services: [sandbox]}, params: {status: 503, retry_after_ms: 100}}\n" +
+		"  - {id: cpu, kind: cpu_throttle, params: {cpu_fraction: 0.5}}\n" +
+		"  - {id: slow-disk, kind: io_latency, probability: 0.3, match: {paths: [\"/app/*\"]}, params: {mean_ms: 5, jitter_ms: 0}}\n"
 	if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +110,9 @@ func TestTasksEndToEnd(t *testing.T) {
 		t.Fatalf("no episode met an http_error: %v", row)
 	}
 	faulty, steps := row[0], row[1]
+	if got := queryOne(t, conn, fmt.Sprintf(`SELECT toString(count()) FROM %s.faults_final WHERE episode_id = '%s' AND kind = 'cpu_throttle'`, db, faulty)); got != "1" {
+		t.Errorf("episode %s recorded cpu_throttle %s times, want once (its first step)", faulty, got)
+	}
 	recorded := queryOne(t, conn, fmt.Sprintf(`SELECT any(observation) FROM %s.steps FINAL WHERE episode_id = '%s' AND tool = 'submit'`, db, faulty))
 	stdout.Reset()
 	stderr.Reset()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
@@ -27,7 +28,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // RegisterHostsFlag declares --sandbox.hosts alone, for commands that declare the other
 // sandbox flags their own way.
 func (c *Config) RegisterHostsFlag(fs *flag.FlagSet) {
-	fs.Var(&c.Hosts, "sandbox.hosts", "where the allowed hosts of tasks (task.toml's allowed_hosts) are reached from this machine: NAME=HOST:PORT, comma-separated or repeated; a host not listed is reached at NAME:80")
+	fs.Var(&c.Hosts, "sandbox.hosts", "where the allowed hosts of tasks (task.toml's allowed_hosts) are reached from this machine: NAME=HOST:PORT (NAME's plain HTTP, port 80) or NAME:PORT=HOST:PORT (that port of NAME: 443 for HTTPS, or another, relayed as TLS), comma-separated or repeated; a port not listed is reached at NAME:PORT")
 }
 
 // RegisterFlags declares the images.* flags: where task images are built and pulled.
@@ -37,7 +38,8 @@ func (c *ImagesConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CacheDir, "images.cache-dir", "", "image builder's storage and logs (default: the user's cache directory, gauntlet/images)")
 }
 
-// HostsFlag is NAME=HOST:PORT entries, as a flag.Value: Config.Hosts.
+// HostsFlag is NAME=HOST:PORT and NAME:PORT=HOST:PORT entries, as a flag.Value:
+// Config.Hosts. Its keys are sandbox.HostMap's: NAME for port 80, NAME:PORT for another.
 type HostsFlag map[string]string
 
 // String lists the entries, sorted.
@@ -50,8 +52,9 @@ func (h HostsFlag) String() string {
 	return strings.Join(out, ",")
 }
 
-// Set adds NAME=HOST:PORT entries (comma-separated); NAME is a lower-case host name,
-// each once.
+// Set adds NAME=HOST:PORT and NAME:PORT=HOST:PORT entries (comma-separated); NAME is a
+// lower-case host name, each of its ports mapped once (NAME alone and NAME:80 are the
+// same port). Every error names the entry.
 func (h *HostsFlag) Set(v string) error {
 	if *h == nil {
 		*h = HostsFlag{}
@@ -60,17 +63,28 @@ func (h *HostsFlag) Set(v string) error {
 		if e = strings.TrimSpace(e); e == "" {
 			continue
 		}
-		name, addr, ok := strings.Cut(e, "=")
-		if !ok || !sandbox.ValidHostName(name) {
-			return fmt.Errorf("%q: want NAME=HOST:PORT, NAME a lower-case host name", e)
+		key, addr, ok := strings.Cut(e, "=")
+		if !ok {
+			return fmt.Errorf("entry %q: want NAME=HOST:PORT or NAME:PORT=HOST:PORT", e)
 		}
-		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
-			return fmt.Errorf("%q: %q is not HOST:PORT", e, addr)
+		name, port, ok := sandbox.SplitHostKey(key)
+		if !ok {
+			return fmt.Errorf("entry %q: %q is not NAME or NAME:PORT, NAME a lower-case host name and PORT 1-65535", e, key)
 		}
-		if _, dup := (*h)[name]; dup {
-			return fmt.Errorf("%q: host %s is mapped twice", e, name)
+		if host, p, err := net.SplitHostPort(addr); err != nil || host == "" || p == "" {
+			return fmt.Errorf("entry %q: %q is not HOST:PORT", e, addr)
+		} else if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("entry %q: %q: port must be 1-65535", e, addr)
 		}
-		(*h)[name] = addr
+		if port == sandbox.HTTPPort {
+			key = name // the form without a port, as before ports could be named
+		} else {
+			key = net.JoinHostPort(name, strconv.Itoa(port))
+		}
+		if _, dup := (*h)[key]; dup {
+			return fmt.Errorf("entry %q: port %d of host %s is mapped twice", e, port, name)
+		}
+		(*h)[key] = addr
 	}
 	return nil
 }

@@ -3,10 +3,13 @@ package runtimes
 import (
 	"strings"
 	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
-// TestHostsFlag: --sandbox.hosts takes NAME=HOST:PORT entries, names lower-case host
-// names, each once.
+// TestHostsFlag: --sandbox.hosts takes NAME=HOST:PORT (port 80 of NAME) and
+// NAME:PORT=HOST:PORT entries, names lower-case host names, each port once, and names
+// the entry in every error.
 func TestHostsFlag(t *testing.T) {
 	var h HostsFlag
 	if err := h.Set("releases.example.test=127.0.0.1:8080, pypi.org=mirror:3141"); err != nil {
@@ -15,10 +18,22 @@ func TestHostsFlag(t *testing.T) {
 	if err := h.Set("files.example.test=[::1]:80"); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.String(); got != "files.example.test=[::1]:80,pypi.org=mirror:3141,releases.example.test=127.0.0.1:8080" {
+	// Several ports of one host: NAME:PORT names one; NAME:80 is NAME.
+	if err := h.Set("releases.example.test:443=127.0.0.1:8443,releases.example.test:2222=127.0.0.1:22,files.example.test:443=[::1]:443"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.String(); got != "files.example.test:443=[::1]:443,files.example.test=[::1]:80,pypi.org=mirror:3141,releases.example.test:2222=127.0.0.1:22,releases.example.test:443=127.0.0.1:8443,releases.example.test=127.0.0.1:8080" {
 		t.Errorf("String() = %q", got)
 	}
-	for _, bad := range []string{"PyPI.org=a:1", "pypi.org=mirror", "pypi.org", "10.0.0.1=a:1", "pypi.org=a:1", "x.org=:80"} {
+	if a, ok := sandbox.HostMap(h).HostUpstream("releases.example.test", 443); !ok || a != "127.0.0.1:8443" {
+		t.Errorf("port 443 maps to %q, %v", a, ok)
+	}
+	var again HostsFlag
+	if err := again.Set(h.String()); err != nil || again.String() != h.String() {
+		t.Errorf("String() does not round-trip: %q, %v", again.String(), err)
+	}
+	for _, bad := range []string{"PyPI.org=a:1", "pypi.org=mirror", "pypi.org", "10.0.0.1=a:1", "pypi.org=a:1", "x.org=:80",
+		"pypi.org:80=a:1", "releases.example.test:443=a:2", "x.org:0=a:1", "x.org:65536=a:1", "x.org:08=a:1", "x.org:=a:1", "x.org:https=a:1", "x.org:443=a:99999"} {
 		if err := h.Set(bad); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("Set(%q) = %v, want an error naming it", bad, err)
 		}

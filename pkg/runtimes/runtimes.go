@@ -53,8 +53,8 @@ type Config struct {
 	// (sandbox.ImagePreparer: containerd).
 	Images ImagesConfig
 	// Hosts says where the host process reaches the hosts a task may allow
-	// (sandbox.HostMapper): NAME=HOST:PORT; a host not in it is reached at its own name,
-	// port 80, through the host's resolver.
+	// (sandbox.HostMapper): NAME=HOST:PORT (NAME's port 80) or NAME:PORT=HOST:PORT; a
+	// port not in it is reached at the host's own name, through the host's resolver.
 	Hosts HostsFlag
 }
 
@@ -165,9 +165,11 @@ func sameShape(t, spec sandbox.Spec) bool {
 		slices.EqualFunc(t.Services, spec.Services, sameService) && maps.Equal(t.Links, spec.Links)
 }
 
-// sameService reports whether two services are the same, allowed hosts included.
+// sameService reports whether two services are the same, allowed hosts and their ports
+// included.
 func sameService(a, b sandbox.Service) bool {
-	return a.Name == b.Name && a.Port == b.Port && a.Upstream == b.Upstream && a.Protocol == b.Protocol && slices.Equal(a.Hosts, b.Hosts)
+	return a.Name == b.Name && a.Port == b.Port && a.Upstream == b.Upstream && a.Protocol == b.Protocol &&
+		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.TLSPorts, b.TLSPorts)
 }
 
 // Release gives a sandbox back: a pooled one is reset for the next episode, any other is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -28,14 +29,20 @@ type Service struct {
 	// Protocol is "http" (the default: requests pass through the fault proxy), "tcp"
 	// (bytes pass through the fault connection layer) or "egress" (see Hosts).
 	Protocol string `json:"protocol,omitempty"`
-	// Hosts are, for an egress service only, the host names the sandbox may reach over
-	// HTTP: each resolves (through the sandbox's name server) to 127.0.0.1, where the
-	// gateway on Port takes the request, refuses it unless its host is one of these, and
-	// forwards it to where the host process reaches that host (HostMapper, else the name
-	// itself on port 80). An egress service has no Upstream. Every other name stays
+	// Hosts are, for an egress service only, the host names the sandbox may reach: each
+	// resolves (through the sandbox's name server) to 127.0.0.1, where the gateway on
+	// Port takes plain HTTP requests, refuses them unless their host is one of these, and
+	// forwards them to where the host process reaches that host (HostMapper, else the
+	// name itself on port 80). An egress service has no Upstream. Every other name stays
 	// unresolvable and no address outside the sandbox becomes reachable, so a task's
 	// allow-list cannot be bypassed by an address.
 	Hosts []string `json:"hosts,omitempty"`
+	// TLSPorts are, for an egress service only, the other ports its gateway answers on
+	// (443, and those the runtime maps for the hosts): each connection there must open
+	// with a TLS ClientHello naming one of Hosts (SNI), and is relayed unopened to where
+	// the host process reaches that host on that port (HostMapper, else the name itself
+	// on the port).
+	TLSPorts []int `json:"tls_ports,omitempty"`
 }
 
 // Service protocols.
@@ -47,23 +54,67 @@ const (
 )
 
 // HostMapper is the optional ability of a runtime to say where the host process reaches
-// an allowed host (Service.Hosts) by name: an operator's mapping (--sandbox.hosts), such
-// as a mirror, or in tests a server on the host's loopback. Hosts it does not map are
-// reached at their own name, port 80, through the host's resolver.
+// a port of an allowed host (Service.Hosts) by name: an operator's mapping
+// (--sandbox.hosts), such as a mirror, or in tests a server on the host's loopback. Ports
+// it does not map are reached at the host's own name and that port, through the host's
+// resolver.
 type HostMapper interface {
-	// HostUpstream returns the host:port that name is reached at, and whether the
-	// runtime maps it.
-	HostUpstream(name string) (string, bool)
+	// HostUpstream returns the host:port that port of name is reached at, and whether
+	// the runtime maps it.
+	HostUpstream(name string, port int) (string, bool)
+	// HostPorts returns the ports of name the runtime maps, ascending.
+	HostPorts(name string) []int
 }
 
-// HostMap maps allowed host names to the host:port the host process reaches each at: a
-// runtime's configured mapping (its HostUpstream is a HostMapper's).
+// HostMap maps allowed hosts' ports to the host:port the host process reaches each at: a
+// runtime's configured mapping (its methods are a HostMapper's). A key is a host name
+// (its port 80, the HTTP the gateway proxies) or NAME:PORT, as --sandbox.hosts writes
+// them.
 type HostMap map[string]string
 
-// HostUpstream returns where name is reached, and whether m maps it.
-func (m HostMap) HostUpstream(name string) (string, bool) {
-	a, ok := m[name]
+// HostUpstream returns where port of name is reached, and whether m maps it.
+func (m HostMap) HostUpstream(name string, port int) (string, bool) {
+	if port == HTTPPort {
+		if a, ok := m[name]; ok {
+			return a, true
+		}
+	}
+	a, ok := m[net.JoinHostPort(name, strconv.Itoa(port))]
 	return a, ok
+}
+
+// HostPorts returns the ports of name m maps, ascending.
+func (m HostMap) HostPorts(name string) []int {
+	var out []int
+	for k := range m {
+		h, p, ok := SplitHostKey(k)
+		if ok && h == name && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// HTTPPort is the port of an allowed host a HostMap key without a port names.
+const HTTPPort = 80
+
+// SplitHostKey splits a HostMap key into its host name and port (HTTPPort when it names
+// none); ok is false unless the name is a ValidHostName and the port 1-65535, written
+// in decimal without sign or leading zeros.
+func SplitHostKey(key string) (name string, port int, ok bool) {
+	name, ps, hasPort := strings.Cut(key, ":")
+	if !ValidHostName(name) {
+		return "", 0, false
+	}
+	if !hasPort {
+		return name, HTTPPort, true
+	}
+	p, err := strconv.Atoi(ps)
+	if err != nil || p < 1 || p > 65535 || strconv.Itoa(p) != ps {
+		return "", 0, false
+	}
+	return name, p, true
 }
 
 // ValidHostName reports whether name is a DNS host name as allow-lists write it: lower
@@ -151,6 +202,15 @@ func validateServices(svcs []Service) []error {
 			if s.Upstream != "" {
 				bad("upstream", "%q: an egress service forwards to its hosts, it has no upstream", s.Upstream)
 			}
+			for j, p := range s.TLSPorts {
+				switch {
+				case p < 1 || p > 65535:
+					bad(fmt.Sprintf("tls_ports[%d]", j), "%d must be 1-65535", p)
+				case ports[p]:
+					bad(fmt.Sprintf("tls_ports[%d]", j), "%d is used by another service or appears twice", p)
+				}
+				ports[p] = true
+			}
 			seen := map[string]bool{}
 			for j, h := range s.Hosts {
 				switch {
@@ -168,6 +228,9 @@ func validateServices(svcs []Service) []error {
 		if len(s.Hosts) > 0 {
 			bad("hosts", "only an egress service has hosts")
 		}
+		if len(s.TLSPorts) > 0 {
+			bad("tls_ports", "only an egress service has TLS ports")
+		}
 		if host, port, err := net.SplitHostPort(s.Upstream); err != nil || host == "" {
 			bad("upstream", "%q must be host:port", s.Upstream)
 		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
@@ -180,10 +243,11 @@ func validateServices(svcs []Service) []error {
 	return errs
 }
 
-// ServiceByPort returns the declared service answering on port inside the sandbox.
+// ServiceByPort returns the declared service answering on port inside the sandbox (an
+// egress service's TLSPorts are its too).
 func ServiceByPort(svcs []Service, port int) (Service, bool) {
 	for _, s := range svcs {
-		if s.Port == port {
+		if s.Port == port || slices.Contains(s.TLSPorts, port) {
 			return s, true
 		}
 	}

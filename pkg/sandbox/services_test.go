@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,7 +39,7 @@ func TestServicesValidate(t *testing.T) {
 // TestEgressValidate: an egress service names lower-case hosts, once each, and nothing
 // else a service has; one per sandbox; it is announced by no variable.
 func TestEgressValidate(t *testing.T) {
-	ok := Spec{Services: []Service{{Name: "egress", Port: 80, Protocol: ProtocolEgress, Hosts: []string{"pypi.org", "releases.example.test"}}, {Name: "api", Port: 8080, Upstream: "127.0.0.1:9000"}}}
+	ok := Spec{Services: []Service{{Name: "egress", Port: 80, Protocol: ProtocolEgress, Hosts: []string{"pypi.org", "releases.example.test"}, TLSPorts: []int{443, 8443}}, {Name: "api", Port: 8080, Upstream: "127.0.0.1:9000"}}}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid egress refused: %v", err)
 	}
@@ -47,22 +48,50 @@ func TestEgressValidate(t *testing.T) {
 	}
 	bad := Spec{Services: []Service{
 		{Name: "egress", Port: 80, Protocol: ProtocolEgress, Upstream: "127.0.0.1:1", Hosts: []string{"PyPI.org", "10.0.0.1", "a.org", "a.org", "api", "localhost", "x_y.org"}},
-		{Name: "api", Port: 81, Upstream: "127.0.0.1:2", Hosts: []string{"a.org"}},
-		{Name: "second", Port: 82, Protocol: ProtocolEgress},
+		{Name: "api", Port: 81, Upstream: "127.0.0.1:2", Hosts: []string{"a.org"}, TLSPorts: []int{443}},
+		{Name: "second", Port: 82, Protocol: ProtocolEgress, TLSPorts: []int{443, 0, 81, 443}},
 	}}
 	err := bad.Validate()
 	for _, want := range []string{
 		"services[0].upstream", `services[0].hosts[0]: "PyPI.org" is not`, `services[0].hosts[1]: "10.0.0.1" is not`, `services[0].hosts[3]: "a.org" appears twice`,
 		`services[0].hosts[4]: "api" is reserved or a service's name`, `services[0].hosts[5]: "localhost" is reserved`, `services[0].hosts[6]`,
 		"services[1].hosts: only an egress service has hosts", "services[2].protocol: a second egress service",
+		"services[1].tls_ports: only an egress service has TLS ports", "services[2].tls_ports[1]: 0 must be 1-65535",
+		"services[2].tls_ports[2]: 81 is used by another service", "services[2].tls_ports[3]: 443 is used by another service or appears twice",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s:\n%v", want, err)
 		}
 	}
+	if s, ok := ServiceByPort(ok.Services, 8443); !ok || s.Name != "egress" {
+		t.Errorf("ServiceByPort(8443) = %v, %v: want the egress service, whose TLS port it is", s, ok)
+	}
 	for name, valid := range map[string]bool{"a": true, "a-b.c1": true, "x.123": false, "-a.b": false, "a-.b": false, "a..b": false, "": false, strings.Repeat("a", 64) + ".b": false} {
 		if ValidHostName(name) != valid {
 			t.Errorf("ValidHostName(%q) = %v", name, !valid)
+		}
+	}
+}
+
+// TestHostMap: a key without a port maps a host's port 80, NAME:PORT another port; a
+// host's ports are listed once each, ascending.
+func TestHostMap(t *testing.T) {
+	m := HostMap{"a.test": "127.0.0.1:1", "a.test:443": "127.0.0.1:2", "a.test:8443": "127.0.0.1:3", "b.test:443": "127.0.0.1:4"}
+	for _, c := range []struct {
+		name string
+		port int
+		want string
+	}{{"a.test", 80, "127.0.0.1:1"}, {"a.test", 443, "127.0.0.1:2"}, {"a.test", 8443, "127.0.0.1:3"}, {"b.test", 443, "127.0.0.1:4"}, {"b.test", 80, ""}, {"a.test", 22, ""}} {
+		if got, ok := m.HostUpstream(c.name, c.port); got != c.want || ok != (c.want != "") {
+			t.Errorf("HostUpstream(%s, %d) = %q, %v, want %q", c.name, c.port, got, ok, c.want)
+		}
+	}
+	if got := m.HostPorts("a.test"); !slices.Equal(got, []int{80, 443, 8443}) {
+		t.Errorf("HostPorts(a.test) = %v", got)
+	}
+	for _, k := range []string{"A.test", "a.test:0", "a.test:080", "a.test:65536", "a.test:", "a.test:x", "10.0.0.1:443"} {
+		if _, _, ok := SplitHostKey(k); ok {
+			t.Errorf("SplitHostKey(%q) accepted", k)
 		}
 	}
 }

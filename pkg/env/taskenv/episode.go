@@ -20,6 +20,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/boundary"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskstest"
@@ -84,7 +85,11 @@ type episode struct {
 	tb     *tools.Toolbox
 	events []sandbox.Event
 	// net is the sandbox's gateway to the task's allowed hosts; nil without.
-	net    *network
+	net *network
+	// bnd applies the plan's storage, resource and clock faults at the sandbox's
+	// boundaries (package boundary), as codefix's episodes get them; its DNS faults meet
+	// the lookups at net's name server.
+	bnd    *boundary.Layer
 	faults *inject.Injector
 	// calls are the calls the injector evaluated, so a branch can rebuild one in the same
 	// state.
@@ -131,7 +136,7 @@ func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbo
 		// empty unless environment/app or the image fills /app.
 		Links:    links,
 		Labels:   map[string]string{"env": Name, "task": t.ID},
-		Services: egressServices(c),
+		Services: egressServices(c, rt),
 	}
 	if p, ok := rt.(sandbox.ImagePreparer); ok {
 		ref, err := taskImage(ctx, p, t)
@@ -252,6 +257,14 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("tasks: task %s: acquire sandbox: %w", e.task.ID, err)
 	}
 	e.sb, e.ready = h.ID, true
+	// The layer attaches no gateway (Services unset): the task's own, net, records its
+	// requests as steps' diffs.
+	if e.bnd, err = boundary.Open(ctx, boundary.Options{
+		Env: "tasks", Target: tools.Service, Runtime: e.cfg.Sandboxes.Runtime(), Sandbox: h.ID,
+		Limits: spec.Limits, Faults: e.faults, Clock: &e.clock,
+	}); err != nil {
+		return nil, errors.Join(err, e.release(ctx))
+	}
 	if e.net, err = attachNetwork(ctx, e.cfg.Sandboxes.Runtime(), h.ID, spec.Services, servicesDecider(e.faults), nil, 0); err != nil {
 		return nil, errors.Join(err, e.release(ctx))
 	}
@@ -268,6 +281,7 @@ func (e *episode) toolbox() *tools.Toolbox {
 	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
 		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
 		MaxFileBytes: maxFile, ExecTimeout: min(e.deadline, e.task.Config.Agent.Timeout), OutputLimit: maxOutput,
+		Storage: e.bnd.Gate(), ExecEnv: e.bnd.ExecEnv,
 	})
 }
 
@@ -294,16 +308,21 @@ func (e *episode) Branch(ctx context.Context) (env.Episode, error) {
 	b := &episode{}
 	*b = *e
 	b.sb, b.events, b.calls, b.net = h.ID, nil, slices.Clone(e.calls), nil
+	// The branch's tools, commands and limits meet what this episode's would from here
+	// on.
+	if b.bnd, err = e.bnd.Branch(ctx, h.ID, &b.clock); err != nil {
+		return nil, errors.Join(err, e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+	}
 	if e.net != nil {
 		// The branch's requests meet what this episode's would from here on.
 		if b.net, err = attachNetwork(ctx, e.cfg.Sandboxes.Runtime(), h.ID, e.net.services, e.net.d.Clone(), nil, e.clock); err != nil {
-			return nil, errors.Join(err, e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+			return nil, errors.Join(err, b.bnd.Close(ctx), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
 		}
 	}
 	if e.cfg.Faults != nil {
 		if b.faults, err = inject.NewInjector(e.cfg.Faults.Plan()); err != nil {
 			b.net.close()
-			return nil, errors.Join(fmt.Errorf("tasks: branch: fault plan: %w", err), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
+			return nil, errors.Join(fmt.Errorf("tasks: branch: fault plan: %w", err), b.bnd.Close(ctx), e.cfg.Sandboxes.Release(context.WithoutCancel(ctx), h.ID))
 		}
 		for _, c := range e.calls {
 			b.faults.Call(c.service, c.tool, c.now)
@@ -339,10 +358,12 @@ func (e *episode) release(ctx context.Context) error {
 	e.sb = ""
 	e.net.close()
 	e.net = nil
+	lerr := e.bnd.Close(ctx)
+	e.bnd = nil
 	if err := e.cfg.Sandboxes.Release(ctx, id); err != nil {
-		return fmt.Errorf("tasks: release sandbox %s: %w", id, err)
+		return errors.Join(lerr, fmt.Errorf("tasks: release sandbox %s: %w", id, err))
 	}
-	return nil
+	return lerr
 }
 
 // Sandbox returns the runtime and the id of the episode's current sandbox.
@@ -419,8 +440,16 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 				Status: out.Status, RetryAfterMs: out.RetryAfter.Milliseconds(), Suggestion: "the call had no effect; try it again"})
 			break
 		}
+		// The limits of this moment, and the call's storage faults collected from here.
+		if err := e.bnd.Begin(ctx, t.name, start); err != nil {
+			return env.StepResult{}, err
+		}
 		args, safety = e.translate(t.name, args)
 		res, err := e.tb.Call(ctx, t.name, args)
+		if t.name == tools.ShellExec {
+			e.bnd.CommandDone(e.clock)
+		}
+		fired = append(slices.Clip(fired), e.bnd.Fired()...)
 		switch {
 		case err != nil && !tools.AgentError(err):
 			return env.StepResult{}, fmt.Errorf("tasks: %s: %w", t.name, err)
@@ -449,6 +478,12 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 	}
 	for _, ev := range e.events {
 		safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+	}
+	if e.step == 0 {
+		// The resource faults in force, once, as codefix records them.
+		if amb := e.bnd.Ambient(); len(amb) > 0 {
+			fired = append(amb, fired...)
+		}
 	}
 	e.step++
 	// Out of steps or time: the verifier judges what the agent left, as after a submit.

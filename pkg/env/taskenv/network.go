@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -16,21 +17,35 @@ import (
 )
 
 // EgressService is the name of the sandbox service that is an allowlist task's gateway
-// to its allowed hosts; it answers on EgressPort, where the hosts resolve.
+// to its allowed hosts; it answers plain HTTP on EgressPort and TLS on EgressTLSPort
+// (and on the other ports the runtime maps for the hosts), where the hosts resolve.
 const (
 	EgressService = "egress"
 	EgressPort    = 80
+	EgressTLSPort = 443
 )
 
 // egressServices are the services of a task's sandbox: for network_mode "allowlist", the
-// egress gateway to its allowed_hosts (none: every request refused and recorded);
+// egress gateway to its allowed_hosts (none: every request refused and recorded), with
+// HTTPS and every other port rt maps for them (sandbox.HostMapper) relayed as TLS;
 // nothing for "public" and "no-network", which both run without a network (there is no
 // internet to grant).
-func egressServices(c tasks.EnvironmentConfig) []sandbox.Service {
+func egressServices(c tasks.EnvironmentConfig, rt sandbox.Runtime) []sandbox.Service {
 	if c.NetworkMode != tasks.NetworkAllowlist {
 		return nil
 	}
-	return []sandbox.Service{{Name: EgressService, Port: EgressPort, Protocol: sandbox.ProtocolEgress, Hosts: c.AllowedHosts}}
+	ports := []int{EgressTLSPort}
+	if hm, ok := rt.(sandbox.HostMapper); ok {
+		for _, h := range c.AllowedHosts {
+			for _, p := range hm.HostPorts(h) {
+				if p != EgressPort && !slices.Contains(ports, p) {
+					ports = append(ports, p)
+				}
+			}
+		}
+	}
+	slices.Sort(ports)
+	return []sandbox.Service{{Name: EgressService, Port: EgressPort, Protocol: sandbox.ProtocolEgress, Hosts: c.AllowedHosts, TLSPorts: ports}}
 }
 
 // network is an episode's attachment of its sandbox's egress gateway: what the agent's

@@ -2,6 +2,8 @@ package taskenv_test
 
 import (
 	"encoding/json"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -140,5 +142,62 @@ busybox wget -T 3 -q -O- http://` + addr + `/v1/widget/releases.json ; echo rc=$
 	}
 	if !lookup || !request {
 		t.Errorf("elsewhere: recorded %+v, want pypi.org's lookup and request denied", s.reqs)
+	}
+}
+
+// TestAllowedHostsTLS: an allowlist task's agent reaches its allowed host over HTTPS by
+// name, as curl does without configuration: the gateway relays the TLS connection to the
+// host (the runtime maps its port 443), where the plan's rules for the egress service
+// meet the stream (here latency, once per connection), and the connection is in the
+// step's diff (host, port, bytes each way, faults) with the fault in the step's faults.
+// A connection naming another host is refused and recorded. The same seed replays the
+// same record.
+func TestAllowedHostsTLS(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 0)
+	plan := &gauntletv1.FaultPlan{Profile: "custom", Seed: 5, Rules: []*gauntletv1.FaultRule{
+		{Id: "egress.slow", Target: taskenv.EgressService, Probability: 1,
+			Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: 200}}},
+	}}
+	agent := func() env.Agent {
+		return &scripted{actions: []env.Action{
+			act(tools.ShellExec, map[string]any{"command": `curl -sSk https://` + taskstest.ReleasesHost + `/v1/widget/releases.json | wc -c`}),
+			act(tools.ShellExec, map[string]any{"command": `curl -sSk --resolve pypi.org:443:127.0.0.1 https://pypi.org/simple/; echo rc=$?`}),
+		}}
+	}
+	steps, _ := playNet(t, sb, plan, agent())
+	if len(steps) < 2 {
+		t.Fatalf("steps: %+v", steps)
+	}
+	if got := strings.TrimSpace(steps[0].obs); !strings.Contains(got, strconv.Itoa(len(taskstest.ReleasesIndex))) {
+		t.Errorf("https: %s, want the index's %d bytes", got, len(taskstest.ReleasesIndex))
+	}
+	if r := steps[0].reqs; len(r) != 1 || r[0].Host != taskstest.ReleasesHost || r[0].Port != 443 || r[0].Method != svcnet.MethodTLS || r[0].Denied ||
+		r[0].Bytes <= int64(len(taskstest.ReleasesIndex)) || r[0].BytesUp == 0 || !slices.Equal(r[0].Faults, []string{"latency"}) {
+		t.Errorf("https: recorded %+v, want one TLS connection to the host on 443 that met the latency", r)
+	}
+	if f := steps[0].faults; len(f) != 1 || f[0].FaultId != "egress.slow" || f[0].Target != taskstest.ReleasesHost || !strings.Contains(f[0].Detail, "on tls/"+taskstest.ReleasesHost+":443/0") {
+		t.Errorf("https: faults %v, want the latency on the host's connection", f)
+	}
+	if s := steps[1]; strings.Contains(s.obs, "rc=0") || len(s.reqs) != 1 || s.reqs[0].Host != "pypi.org" || !s.reqs[0].Denied || s.reqs[0].Port != 443 {
+		t.Errorf("elsewhere over TLS: %s, recorded %+v, want it refused", s.obs, s.reqs)
+	}
+
+	// The same seed, the same record: connections, faults and what they met.
+	again, _ := playNet(t, sb, plan, agent())
+	for i := range min(len(steps), len(again)) {
+		a, b := steps[i], again[i]
+		if !slices.EqualFunc(a.reqs, b.reqs, func(x, y svcnet.Request) bool {
+			return x.Host == y.Host && x.Port == y.Port && x.Method == y.Method && x.Denied == y.Denied && x.Error == y.Error && slices.Equal(x.Faults, y.Faults)
+		}) {
+			t.Errorf("replay step %d: recorded %+v, want %+v", i, b.reqs, a.reqs)
+		}
+		if !slices.EqualFunc(a.faults, b.faults, func(x, y *gauntletv1.FaultFired) bool {
+			return x.FaultId == y.FaultId && x.Target == y.Target && x.Detail == y.Detail && x.AtVirtualNs == y.AtVirtualNs
+		}) {
+			t.Errorf("replay step %d: faults %v, want %v", i, b.faults, a.faults)
+		}
+	}
+	if len(steps) != len(again) {
+		t.Errorf("replay: %d steps, want %d", len(again), len(steps))
 	}
 }

@@ -103,6 +103,11 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: task %s: %v", ErrVerifier, e.task.ID, err)
 	}
+	// The verifier runs with the sandbox's own limits, not the episode's resource faults
+	// (a containerd fork keeps its source's), and in a fork no storage fault reaches.
+	if err := e.bnd.RestoreLimits(ctx); err != nil {
+		return nil, err
+	}
 	s, err := snap.Snapshot(ctx, e.sb)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: verify: snapshot %s: %w", e.sb, err)

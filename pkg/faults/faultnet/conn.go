@@ -21,6 +21,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,9 @@ type Conn struct {
 	ev     catalogue.Event
 	onFire OnFire
 
+	written atomic.Int64 // bytes written to the peer (Written)
+	once    bool         // WrapStream: no decision per write
+
 	mu         sync.Mutex
 	passed     int64 // bytes read plus written
 	resetAfter int64 // -1: no byte-count reset
@@ -52,6 +56,16 @@ type Conn struct {
 	closed     chan struct{}
 	closeOnce  sync.Once
 	timer      *time.Timer
+}
+
+// WrapStream wraps c as WrapConn does, but decides once, when the connection opens (its
+// latency and loss are paid before its first byte): its writes meet no decisions of their
+// own, so what a connection meets does not depend on how its bytes happen to be cut into
+// writes, which an opaque stream (a relayed TLS connection) leaves to timing.
+func WrapStream(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onFire OnFire) *Conn {
+	w := WrapConn(c, d, key, ev, onFire)
+	w.once = true
+	return w
 }
 
 // WrapConn wraps c. ev describes the connection (Host, Service; Layer and Op are set
@@ -179,16 +193,18 @@ func (w *Conn) Write(p []byte) (int, error) {
 	if w.hole {
 		return len(p), nil // swallowed: nobody answers
 	}
-	ev := w.ev
-	ev.Op = catalogue.OpWrite
-	dec := w.d.Decide(w.key, ev)
-	w.report(ev, dec)
-	wait := dec.Delay
-	if dec.Abort == catalogue.KindPacketLoss {
-		wait += dec.RTO
-	}
-	if wait > 0 && !w.sleep(wait) {
-		return 0, net.ErrClosed
+	if !w.once {
+		ev := w.ev
+		ev.Op = catalogue.OpWrite
+		dec := w.d.Decide(w.key, ev)
+		w.report(ev, dec)
+		wait := dec.Delay
+		if dec.Abort == catalogue.KindPacketLoss {
+			wait += dec.RTO
+		}
+		if wait > 0 && !w.sleep(wait) {
+			return 0, net.ErrClosed
+		}
 	}
 	k, isReset := w.budget(len(p))
 	if isReset {
@@ -196,6 +212,7 @@ func (w *Conn) Write(p []byte) (int, error) {
 		return 0, ErrReset
 	}
 	n, err := w.Conn.Write(p[:k])
+	w.written.Add(int64(n))
 	w.throttle(n)
 	if n > 0 && w.count(n) {
 		w.doReset()
@@ -208,6 +225,10 @@ func (w *Conn) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Written returns the bytes written to the peer so far, counted as they leave (before
+// a bandwidth cap's pause).
+func (w *Conn) Written() int64 { return w.written.Load() }
 
 func (w *Conn) isReset() bool {
 	w.mu.Lock()

@@ -326,3 +326,36 @@ func TestConnLatencyAndBandwidth(t *testing.T) {
 		t.Fatalf("echo took %v, want >= 200 ms under the caps", d)
 	}
 }
+
+// TestStreamDecidesOnce: a connection wrapped by WrapConn meets a latency rule when it
+// opens and again on every write; one wrapped by WrapStream only when it opens, so how
+// its bytes are cut into writes changes nothing of what it meets.
+func TestStreamDecidesOnce(t *testing.T) {
+	const spec = header + `
+  - {id: lat, kind: latency, params: {mean_ms: 20}}
+`
+	for _, c := range []struct {
+		name string
+		wrap func(net.Conn, *inject.Decider, string, catalogue.Event, faultnet.OnFire) *faultnet.Conn
+		want int
+	}{{"conn", faultnet.WrapConn, 4}, {"stream", faultnet.WrapStream, 1}} {
+		a, b := net.Pipe()
+		fired := 0
+		w := c.wrap(a, decider(t, spec), "k", catalogue.Event{Service: "s"}, func(_ string, _ catalogue.Event, f []catalogue.Fired) { fired += len(f) })
+		go func() { _, _ = io.Copy(io.Discard, b) }()
+		start := time.Now()
+		for range 3 {
+			if _, err := w.Write([]byte("abc")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		_ = w.Close()
+		if fired != c.want || took < time.Duration(c.want)*20*time.Millisecond {
+			t.Errorf("%s: %d faults in %v, want %d, each paid", c.name, fired, took, c.want)
+		}
+		if got := w.Written(); got != 9 {
+			t.Errorf("%s: Written() = %d, want 9", c.name, got)
+		}
+	}
+}

@@ -68,7 +68,8 @@ func AgentBinary(t testing.TB) string {
 // Config returns a runtimes.Config for the named runtime ("process", "containerd") whose
 // state lives in t.TempDir(); for containerd it starts the daemon for the test. The
 // in-repo dataset's allowed host (taskstest.ReleasesHost) is served on the loopback for
-// the test and mapped in Hosts, so any episode drawn from the dataset can be played.
+// the test, over HTTP and HTTPS (port 443), and mapped in Hosts, so any episode drawn from
+// the dataset can be played.
 func Config(t testing.TB, name string) runtimes.Config {
 	t.Helper()
 	dir := t.TempDir()
@@ -81,7 +82,12 @@ func Config(t testing.TB, name string) runtimes.Config {
 	}
 	remote := httptest.NewServer(taskstest.ReleasesHandler())
 	t.Cleanup(remote.Close)
-	c := runtimes.Config{Runtime: name, StateDir: dir, Hosts: runtimes.HostsFlag{taskstest.ReleasesHost: remote.Listener.Addr().String()}}
+	secure := httptest.NewTLSServer(taskstest.ReleasesHandler()) // its certificate names example.com
+	t.Cleanup(secure.Close)
+	c := runtimes.Config{Runtime: name, StateDir: dir, Hosts: runtimes.HostsFlag{
+		taskstest.ReleasesHost:          remote.Listener.Addr().String(),
+		taskstest.ReleasesHost + ":443": secure.Listener.Addr().String(),
+	}}
 	if name == runtimes.Containerd {
 		c.Containerd = ctrdtest.Start(t).Address()
 		c.AgentBinary = AgentBinary(t)

@@ -71,8 +71,8 @@ const (
 type Options struct {
 	// Address is containerd's socket (ctrdlocal.Server.Address). Required.
 	Address string
-	// Hosts says where the host process reaches the hosts sandboxes may be allowed
-	// (sandbox.HostMapper); a host not in it is reached at its own name, port 80.
+	// Hosts says where the host process reaches the ports of the hosts sandboxes may be
+	// allowed (sandbox.HostMapper); a port not in it is reached at the host's own name.
 	Hosts sandbox.HostMap
 	// StateDir holds the runtime's files: handles, agent sockets, snapshot metadata.
 	// Runtimes over the same StateDir see the same sandboxes. Required.

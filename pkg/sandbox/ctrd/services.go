@@ -119,7 +119,12 @@ func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn
 var _ sandbox.HostMapper = (*Runtime)(nil)
 
 // HostUpstream implements sandbox.HostMapper with Options.Hosts.
-func (r *Runtime) HostUpstream(name string) (string, bool) { return r.opts.Hosts.HostUpstream(name) }
+func (r *Runtime) HostUpstream(name string, port int) (string, bool) {
+	return r.opts.Hosts.HostUpstream(name, port)
+}
+
+// HostPorts implements sandbox.HostMapper with Options.Hosts.
+func (r *Runtime) HostPorts(name string) []int { return r.opts.Hosts.HostPorts(name) }
 
 var _ sandbox.Dialer = (*Runtime)(nil)
 

@@ -62,8 +62,8 @@ type Config struct {
 	// Images, when set, lets sandboxes run on images (PrepareImage, Spec.Image) unpacked
 	// by it; nil: every sandbox's root is the host's.
 	Images *images.Store
-	// Hosts says where the host process reaches the hosts sandboxes may be allowed
-	// (sandbox.HostMapper); a host not in it is reached at its own name, port 80.
+	// Hosts says where the host process reaches the ports of the hosts sandboxes may be
+	// allowed (sandbox.HostMapper); a port not in it is reached at the host's own name.
 	Hosts sandbox.HostMap
 	// Logger receives warnings about cleanup problems; default slog.Default().
 	Logger *slog.Logger

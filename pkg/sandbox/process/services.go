@@ -166,4 +166,9 @@ func (r *Runtime) DialSandbox(ctx context.Context, id string, port int) (net.Con
 var _ sandbox.HostMapper = (*Runtime)(nil)
 
 // HostUpstream implements sandbox.HostMapper with Config.Hosts.
-func (r *Runtime) HostUpstream(name string) (string, bool) { return r.cfg.Hosts.HostUpstream(name) }
+func (r *Runtime) HostUpstream(name string, port int) (string, bool) {
+	return r.cfg.Hosts.HostUpstream(name, port)
+}
+
+// HostPorts implements sandbox.HostMapper with Config.Hosts.
+func (r *Runtime) HostPorts(name string) []int { return r.cfg.Hosts.HostPorts(name) }

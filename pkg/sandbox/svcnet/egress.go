@@ -16,26 +16,38 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
-// Request is one HTTP request a sandbox made through its egress gateway, or one lookup
-// of a name it may not reach, as a step records it.
+// Request is one HTTP request a sandbox made through its egress gateway, one TLS
+// connection relayed (or refused) on one of its TLS ports, or one lookup of a name it may
+// not reach, as a step records it.
 type Request struct {
-	// Host is the host the request named (its Host header, or its absolute URL's host),
-	// lower-case, without port.
+	// Host is the host the request named (its Host header, or its absolute URL's host;
+	// a TLS connection's server name), lower-case, without port; empty for a TLS
+	// connection that named none.
 	Host string `json:"host"`
-	// Method is the request's method; "DNS" for a refused lookup.
+	// Port is a TLS connection's port (0 for HTTP requests, on the service's port 80,
+	// and lookups).
+	Port int `json:"port,omitempty"`
+	// Method is the request's method; "TLS" for a TLS connection, "DNS" for a refused
+	// lookup.
 	Method string `json:"method"`
-	// Path is the request's path (empty for a lookup or a CONNECT).
+	// Path is the request's path (empty for a lookup, a CONNECT or a TLS connection).
 	Path string `json:"path,omitempty"`
 	// Status is the answer's status code; 0 when none was sent (a reset, a timeout, a
-	// lookup).
+	// lookup, a TLS connection).
 	Status int `json:"status"`
-	// Bytes are the bytes of the answer's body the sandbox was sent.
+	// Bytes are the bytes of the answer's body the sandbox was sent; of a TLS
+	// connection, every byte the host sent it.
 	Bytes int64 `json:"bytes"`
+	// BytesUp are, of a TLS connection, the bytes the sandbox sent the host (its
+	// ClientHello included).
+	BytesUp int64 `json:"bytes_up,omitempty"`
 	// Faults are the kinds of the faults that met the request, in the order they fired.
 	Faults []string `json:"faults,omitempty"`
 	// Denied: the host is not one the sandbox may reach; the request or lookup was
 	// refused and went nowhere.
 	Denied bool `json:"denied,omitempty"`
+	// Error says why a TLS connection was refused or ended without reaching its host.
+	Error string `json:"error,omitempty"`
 }
 
 // MethodDNS is Request.Method of a refused lookup.
@@ -43,9 +55,9 @@ const MethodDNS = "DNS"
 
 // egressHandler is the gateway of an egress service: the sandbox's allowed hosts
 // (s.Hosts) resolve to the sandbox's loopback, where this handler takes every request,
-// refuses those to other hosts (403, recorded as denied) and CONNECT tunnels (only plain
-// HTTP is proxied: a tunnel would carry requests the gateway cannot see, fault or
-// record), and forwards the rest through the fault proxy, one decision per request keyed
+// refuses those to other hosts (403, recorded as denied) and CONNECT tunnels (no proxy
+// is needed: a client reaches https://host/ directly, through the service's TLS ports,
+// serveTLS), and forwards the rest through the fault proxy, one decision per request keyed
 // "http/<host>" and selected by the rules for the service (and by hosts), to where the
 // runtime says the host is reached (sandbox.HostMapper),
 // else to the host itself. Origin-form requests (a client that resolved the name) and
@@ -56,7 +68,7 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 	for _, h := range s.Hosts {
 		u := &url.URL{Scheme: "http", Host: h}
 		if hm != nil {
-			if addr, ok := hm.HostUpstream(h); ok {
+			if addr, ok := hm.HostUpstream(h, sandbox.HTTPPort); ok {
 				u.Host = addr
 			}
 		}
@@ -94,7 +106,7 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 		if !ok || r.Method == http.MethodConnect {
 			msg := fmt.Sprintf("gauntlet: host %q is not allowed in this sandbox (allowed hosts: %s)\n", host, allowed)
 			if ok {
-				msg = fmt.Sprintf("gauntlet: CONNECT to %q refused: allowed hosts are reached over plain http://, through gauntlet's proxy\n", host)
+				msg = fmt.Sprintf("gauntlet: CONNECT to %q refused: no proxy is needed, connect to the host itself (https://%s/ reaches it through gauntlet's gateway)\n", host, host)
 			}
 			if r.Method == http.MethodConnect {
 				req.Path = ""

@@ -70,12 +70,16 @@ func remote(t *testing.T) string {
 
 func TestProcessEgress(t *testing.T) {
 	addr := remote(t)
-	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: sandbox.HostMap{remoteHost: addr}})
+	tlsAddr, cert := tlsRemote(t)
+	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: tlsHostMap(addr, tlsAddr)})
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
 	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
 	runEgress(t, rt, "", addr)
+	t.Run("tls", func(t *testing.T) {
+		runEgressTLS(t, rt, "", cert, map[string]tlsClient{"curl": curlClient, "python": pythonClient, "wget": wgetClient})
+	})
 }
 
 func TestContainerdEgress(t *testing.T) {
@@ -83,15 +87,17 @@ func TestContainerdEgress(t *testing.T) {
 		t.Skip("runs containerd; -short runs unit tests only")
 	}
 	addr := remote(t)
+	tlsAddr, cert := tlsRemote(t)
 	srv := ctrdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: runtimestest.AgentBinary(t), Hosts: sandbox.HostMap{remoteHost: addr}})
+	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: runtimestest.AgentBinary(t), Hosts: tlsHostMap(addr, tlsAddr)})
 	if err != nil {
 		t.Fatalf("open containerd runtime: %v", err)
 	}
 	t.Cleanup(func() { _ = rt.Close() })
 	runEgress(t, rt, "", addr)
+	t.Run("tls", func(t *testing.T) { runEgressTLS(t, rt, "", cert, map[string]tlsClient{"wget": wgetClient}) })
 }
 
 // runEgress is the proof on one runtime that a sandbox reaches its allowed host only
@@ -197,7 +203,7 @@ printf 'CONNECT ` + remoteHost + `:443 HTTP/1.0\r\n\r\n' | busybox nc 127.0.0.1 
 	want("denied",
 		svcnet.Request{Host: "other.example.test", Method: "GET", Path: "/x", Status: 403, Bytes: n("other.example.test"), Denied: true},
 		svcnet.Request{Host: "evil.example.test", Method: "GET", Path: "/y", Status: 403, Bytes: n("evil.example.test"), Denied: true},
-		svcnet.Request{Host: remoteHost, Method: "CONNECT", Status: 403, Bytes: int64(len(`gauntlet: CONNECT to "` + remoteHost + `" refused: allowed hosts are reached over plain http://, through gauntlet's proxy` + "\n")), Denied: true},
+		svcnet.Request{Host: remoteHost, Method: "CONNECT", Status: 403, Bytes: int64(len(`gauntlet: CONNECT to "` + remoteHost + `" refused: no proxy is needed, connect to the host itself (https://` + remoteHost + `/ reaches it through gauntlet's gateway)` + "\n")), Denied: true},
 	)
 
 	// A name not allowed does not resolve, fast, and the lookup is recorded as denied.

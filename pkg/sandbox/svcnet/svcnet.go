@@ -27,10 +27,14 @@
 //
 // An egress service (sandbox.ProtocolEgress) is a task's allow-list: its hosts resolve to
 // the sandbox's loopback, where its gateway proxies plain HTTP to them alone, through the
-// same fault proxy (keyed "http/<host>"), and reports every request (Options.OnRequest:
-// host, method, path, status, bytes, the faults met, denied or not). A request naming
-// another host is refused with 403, and a lookup of a name the name server does not hold
-// is reported as denied, so what a sandbox tried to reach is in the record too.
+// same fault proxy (keyed "http/<host>"), and relays TLS on its TLS ports (443 and
+// others) to the host the ClientHello names, unopened, through the fault connection
+// layer (keyed "tls/<host>:<port>/<n>"). It reports every request and connection
+// (Options.OnRequest: host, port, method, path, status, bytes each way, the faults met,
+// denied or not). A request naming another host is refused with 403, a TLS connection
+// naming another host with an access_denied alert, and a lookup of a name the name
+// server does not hold is reported as denied, so what a sandbox tried to reach is in the
+// record too.
 package svcnet
 
 import (
@@ -115,6 +119,16 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 		h := g.httpHandler(s)
 		if s.Protocol == sandbox.ProtocolEgress {
 			h = g.egressHandler(rt, s)
+			for _, port := range s.TLSPorts {
+				tl, err := sl.ListenService(ctx, id, port)
+				if err != nil {
+					_ = g.Close()
+					return nil, fmt.Errorf("attach service %s to %s: port %d: %w", s.Name, id, port, err)
+				}
+				g.listeners = append(g.listeners, tl)
+				g.wg.Add(1)
+				go g.serveTLS(tl, newTLSPort(rt, s, port))
+			}
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
 		g.servers = append(g.servers, srv)
