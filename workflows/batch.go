@@ -132,6 +132,24 @@ func InfraKinds(byKind []uint64) map[string]uint64 {
 	return out
 }
 
+// sortedKinds returns kinds as parallel lists sorted by kind, as StageTransition carries
+// them; nil for none.
+func sortedKinds(kinds map[string]uint64) ([]string, []uint64) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	counts := make([]uint64, len(names))
+	for i, k := range names {
+		counts[i] = kinds[k]
+	}
+	return names, counts
+}
+
 // FormatInfraKinds writes kinds as "model_endpoint 3, sandbox 1", by name.
 func FormatInfraKinds(kinds map[string]uint64) string {
 	names := make([]string, 0, len(kinds))

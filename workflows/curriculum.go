@@ -66,7 +66,10 @@ type StageReport struct {
 	// InfraErrors is how many of Episodes ended as infra errors: the stage's rates,
 	// window and budget count the others only.
 	InfraErrors uint64 `json:"infra_errors,omitempty"`
-	Batches     int    `json:"batches"`
+	// InfraByKind splits InfraErrors by what failed, as BatchResult.InfraByKind: a stage
+	// that ended on a model endpoint's failures says so after it closed too.
+	InfraByKind map[string]uint64 `json:"infra_by_kind,omitempty"`
+	Batches     int               `json:"batches"`
 	// RunWallNs is the stage's time in runs: the sum of its batches' wall times
 	// (BatchResult.WallNs, submission to completion).
 	RunWallNs int64 `json:"run_wall_ns"`
@@ -466,7 +469,8 @@ func (c *curriculum) closeStage(outcome string) {
 	s.DriftReached = c.driftInForce()
 	s.Reports = append(s.Reports, StageReport{
 		Index: s.Stage, Name: c.spec.Stages[s.Stage].Name, Outcome: outcome,
-		Episodes: s.StageEpisodes, Succeeded: s.StageSucceeded, RewardSum: s.StageReward, InfraErrors: s.StageInfraErrors,
+		Episodes: s.StageEpisodes, Succeeded: s.StageSucceeded, RewardSum: s.StageReward,
+		InfraErrors: s.StageInfraErrors, InfraByKind: maps.Clone(s.StageInfraByKind),
 		Batches: s.StageBatches, RunWallNs: s.StageRunWallNs, WindowValue: c.windowValue(), RunPrefix: StageRunPrefix(s.Prefix, s.Stage),
 	})
 	if outcome == OutcomePromoted || outcome == OutcomeSkipped {

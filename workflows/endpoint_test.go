@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	_ "github.com/gauntlet-rl/gauntlet/pkg/policy/httppolicy" // registers the http policy
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 const httpStage = "stages:\n  - {env: shop, policies: http=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}%s}\n"
@@ -44,12 +45,13 @@ func TestStageEndpointIsCheckedStrictly(t *testing.T) {
 	}
 }
 
-// The stage's endpoint goes with each of its batches, into the run the batch submits.
+// The stage's endpoint goes with each of its batches, into the run the batch submits,
+// with its choice of token ids and logprobs.
 func TestStageEndpointReachesItsRuns(t *testing.T) {
 	f := &fakeBatches{rate: map[string]float64{"http=1": 1}}
 	env := newEnv(t, f)
 	env.ExecuteWorkflow(WorkflowCurriculum, specJSON(t, strings.Replace(httpStage, "%s",
-		", policy_endpoint: {url: 'http://10.0.0.7:8000/v1', model: qwen3-8b, credential: lab-vllm}", 1)), nil)
+		", policy_endpoint: {url: 'http://10.0.0.7:8000/v1', model: qwen3-8b, credential: lab-vllm, logprobs: false}", 1)), nil)
 	if p := result(t, env); p.Status != StatusCompleted || len(f.calls) != 1 {
 		t.Fatalf("got %+v after %d batches", p, len(f.calls))
 	}
@@ -57,7 +59,8 @@ func TestStageEndpointReachesItsRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ep := req.GetPolicyEndpoint(); ep.GetUrl() != "http://10.0.0.7:8000/v1" || ep.GetModel() != "qwen3-8b" || ep.GetCredential() != "lab-vllm" {
+	if ep := req.GetPolicyEndpoint(); ep.GetUrl() != "http://10.0.0.7:8000/v1" || ep.GetModel() != "qwen3-8b" || ep.GetCredential() != "lab-vllm" ||
+		ep.GetLogprobs() != gauntletv1.Logprobs_LOGPROBS_OFF {
 		t.Errorf("the batch's run names endpoint %v", ep)
 	}
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ func TestBatchResultRatesLeaveInfraErrorsOut(t *testing.T) {
 type infraBatches struct {
 	results []BatchResult // Episodes is a share of the batch asked: see run
 	calls   []BatchInput
+	rec     fakeBatches // the stage transitions recorded
 }
 
 // run returns the next scripted result scaled to the episodes asked: InfraErrors and
@@ -52,7 +54,7 @@ func infraEnv(t *testing.T, f *infraBatches) *testsuite.TestWorkflowEnvironment 
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(Curriculum, workflow.RegisterOptions{Name: WorkflowCurriculum})
 	env.RegisterActivityWithOptions(f.run, activity.RegisterOptions{Name: ActivityRunBatch})
-	env.RegisterActivityWithOptions((&fakeBatches{}).recordStage, activity.RegisterOptions{Name: ActivityRecordStage})
+	env.RegisterActivityWithOptions(f.rec.recordStage, activity.RegisterOptions{Name: ActivityRecordStage})
 	return env
 }
 
@@ -140,6 +142,14 @@ stages:
 	}
 	if r := p.Reports[0]; r.Outcome != OutcomePromoted || r.Episodes != 40 || r.InfraErrors != 20 || r.Batches != 2 || r.WindowValue != 1 {
 		t.Errorf("report %+v; want promoted after 2 batches, 20 of 40 episodes infra errors", r)
+	}
+	// The stage's report keeps them by kind, as its progress showed them.
+	if r := p.Reports[0]; len(r.InfraByKind) != 2 || r.InfraByKind["model_endpoint"] != 18 || r.InfraByKind["sandbox"] != 2 {
+		t.Errorf("report's infra errors by kind %v; want model_endpoint 18, sandbox 2", r.InfraByKind)
+	}
+	// And so does its record in ClickHouse (curriculum_stages), sorted by kind.
+	if len(f.rec.stages) != 1 || !slices.Equal(f.rec.stages[0].InfraKinds, []string{"model_endpoint", "sandbox"}) || !slices.Equal(f.rec.stages[0].InfraCounts, []uint64{18, 2}) {
+		t.Errorf("recorded stage transitions %v; want one, with model_endpoint 18, sandbox 2", f.rec.stages)
 	}
 }
 

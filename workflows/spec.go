@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -90,6 +91,9 @@ type EndpointSpec struct {
 	Model string `json:"model,omitempty" yaml:"model"`
 	// Credential names the key to send (default: the workers' --policy.http.api-key).
 	Credential string `json:"credential,omitempty" yaml:"credential"`
+	// Logprobs says whether the policy asks for the completions' token ids and logprobs
+	// and records them (default: the workers' --policy.http.logprobs).
+	Logprobs *bool `json:"logprobs,omitempty" yaml:"logprobs"`
 }
 
 // proto is the endpoint as runs carry it; nil for none.
@@ -97,7 +101,7 @@ func (e *EndpointSpec) proto() *gauntletv1.PolicyEndpoint {
 	if e == nil {
 		return nil
 	}
-	return &gauntletv1.PolicyEndpoint{Url: e.URL, Model: e.Model, Credential: e.Credential}
+	return &gauntletv1.PolicyEndpoint{Url: e.URL, Model: e.Model, Credential: e.Credential, Logprobs: policy.LogprobsProto(e.Logprobs)}
 }
 
 // TaskSet is a stage's tasks: a dataset the stack plays (one of its --tasks.datasets
@@ -115,6 +119,9 @@ type TaskSet struct {
 	// from the dataset when the stack's stack.json names the dataset's folder, so the
 	// curriculum's runs record the tasks they cover and refuse a task changed since.
 	Tasks []TaskPin `json:"tasks,omitempty" yaml:"tasks"`
+	// CanaryRate mixes the dataset's canaries into the stage's draws: the share of its
+	// episodes (0..1) that play one, chosen by each episode's seed (docs/tasks.md).
+	CanaryRate float64 `json:"canary_rate,omitempty" yaml:"canary_rate"`
 }
 
 // TaskPin is one task of a pinned selection (pkg/env/taskenv.Pinned).
@@ -127,7 +134,7 @@ type TaskPin struct {
 const tasksEnv = "tasks"
 
 // selectionParams are the params of the tasks env a task set fills.
-var selectionParams = []string{"dataset", "task", "digest", "tags", "difficulty", "glob", "tasks"}
+var selectionParams = []string{"dataset", "task", "digest", "tags", "difficulty", "glob", "tasks", "canary_rate"}
 
 // Budget bounds a stage's episodes: promotion is not considered before Min episodes ran,
 // and the curriculum stops at the stage when Max ran without promotion.
@@ -521,6 +528,9 @@ func (st StageSpec) ParamsJSON() (string, error) {
 		}
 		if len(ts.Tasks) > 0 {
 			params["tasks"] = ts.Tasks
+		}
+		if ts.CanaryRate != 0 {
+			params["canary_rate"] = ts.CanaryRate
 		}
 	}
 	if len(params) == 0 {

@@ -62,6 +62,7 @@ func (c *curriculum) recordStage(ctx workflow.Context) {
 		Episodes: r.Episodes, Succeeded: r.Succeeded, RewardSum: r.RewardSum, InfraErrors: r.InfraErrors, Batches: uint32(r.Batches),
 		NextStage: uint32(s.Stage), ClosedAtUnixNano: workflow.Now(ctx).UnixNano(),
 	}
+	t.InfraKinds, t.InfraCounts = sortedKinds(r.InfraByKind)
 	if r.Outcome != OutcomePromoted && r.Outcome != OutcomeSkipped {
 		t.NextStage = uint32(len(c.spec.Stages)) // the curriculum ends here
 	}

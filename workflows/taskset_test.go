@@ -14,7 +14,7 @@ func TestStageTaskSetReachesTheRun(t *testing.T) {
 	s, err := LoadSpec(strings.NewReader(`
 stages:
   - name: easy
-    tasks: {dataset: gauntlet, difficulty: [easy], tags: [python]}
+    tasks: {dataset: gauntlet, difficulty: [easy], tags: [python], canary_rate: 0.02}
     params: {max_invalid: 3}
     policies: oracle=1
     episodes: {max: 10}
@@ -40,7 +40,7 @@ stages:
 		t.Fatalf("the workflow's input: %v", err)
 	}
 	for i, want := range []string{
-		`{"dataset":"gauntlet","difficulty":["easy"],"max_invalid":3,"tags":["python"]}`,
+		`{"canary_rate":0.02,"dataset":"gauntlet","difficulty":["easy"],"max_invalid":3,"tags":["python"]}`,
 		`{"dataset":"gauntlet","difficulty":["medium"],"glob":["shell/*","data/*"]}`,
 	} {
 		for _, sp := range []CurriculumSpec{s, again} {
@@ -77,6 +77,7 @@ stages:
   - {tasks: {dataset: gauntlet}, params: {task: codefix/sum}, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}
   - {tasks: {dataset: gauntlet, difficulty: [trivial]}, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}
   - {tasks: {dataset: gauntlet, colour: red}, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}
+  - {tasks: {dataset: gauntlet, canary_rate: 3}, policies: oracle=1, episodes: {max: 10}, promotion: {metric: success_rate, threshold: 1, window: 10}}
 `))
 	if err == nil {
 		t.Fatal("no error")
@@ -87,6 +88,7 @@ stages:
 		"line 5: stages[2].params.task: the stage's tasks make the selection",
 		`stages[3].params: tasks: params: difficulty "trivial" is not one of easy, medium, hard`,
 		`line 7: unknown key "colour" in stages[4].tasks`,
+		"stages[5].params: tasks: params.canary_rate: 3 is outside 0..1",
 	} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q\ndoes not contain %q", err, w)

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
 	"github.com/gauntlet-rl/gauntlet/workflows"
@@ -327,7 +328,11 @@ func printProgress(w io.Writer, id string, p workflows.Progress) {
 	for _, r := range p.Reports {
 		// Rates over the scored episodes: infra errors carry no reward.
 		b := workflows.BatchResult{Episodes: r.Episodes, InfraErrors: r.InfraErrors, Succeeded: r.Succeeded, RewardSum: r.RewardSum}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\t%d\n", r.Index+1, r.Name, r.Outcome, r.Episodes, b.SuccessRate(), b.RewardMean(), r.WindowValue, r.Batches, r.InfraErrors)
+		infra := fmt.Sprint(r.InfraErrors)
+		if len(r.InfraByKind) > 0 {
+			infra += " (" + workflows.FormatInfraKinds(r.InfraByKind) + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\t%s\n", r.Index+1, r.Name, r.Outcome, r.Episodes, b.SuccessRate(), b.RewardMean(), r.WindowValue, r.Batches, infra)
 	}
 	_ = tw.Flush()
 }
@@ -383,7 +388,8 @@ func cmdBatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Seed: o.seed, MaxInFlight: uint32(o.maxInFlight), MaxSteps: uint32(o.maxSteps), Label: o.label, Drift: o.drift,
 	}
 	if ep := req.GetPolicyEndpoint(); ep != nil {
-		spec.PolicyEndpoint = &workflows.EndpointSpec{URL: ep.GetUrl(), Model: ep.GetModel(), Credential: ep.GetCredential()}
+		spec.PolicyEndpoint = &workflows.EndpointSpec{URL: ep.GetUrl(), Model: ep.GetModel(), Credential: ep.GetCredential(),
+			Logprobs: policy.LogprobsOf(ep.GetLogprobs())}
 	}
 	if o.spec != nil {
 		spec.RewardSpec = o.spec.Source // the workflow puts it in the stack's bucket

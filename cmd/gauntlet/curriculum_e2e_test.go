@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -450,7 +451,7 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	if p.Status != workflows.StatusCompleted || len(p.Reports) != 3 {
 		t.Fatalf("after restart: %+v; want completed", p)
 	}
-	if p.Reports[0] != before.Reports[0] {
+	if !reflect.DeepEqual(p.Reports[0], before.Reports[0]) {
 		t.Errorf("stage 1 report changed across the kill: %+v, then %+v", before.Reports[0], p.Reports[0])
 	}
 	conn := connect(t, fmt.Sprintf("127.0.0.1:%d", chPort), "gauntlet")

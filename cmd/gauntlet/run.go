@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/world"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
@@ -35,8 +37,10 @@ type runOpts struct {
 	// endpoint and model are the run's model endpoint, for a policy that asks one (the
 	// http policy): run declares them (registerEndpoint), demo takes its serving config's.
 	endpoint, model, credential string
-	episodes, seed              uint64
-	maxInFlight, maxSteps       uint
+	// logprobs is --policy.http.logprobs: nil when not given (the workers' own applies).
+	logprobs              optBool
+	episodes, seed        uint64
+	maxInFlight, maxSteps uint
 	// worlds are user worlds the run's env may be one of: the run is checked here, so
 	// this process must know them as the serving ones do. run declares its flag; demo
 	// shares its serving config's.
@@ -71,6 +75,7 @@ func (o *runOpts) register(fs *flag.FlagSet, episodes uint64) {
 func (o *runOpts) registerEndpoint(fs *flag.FlagSet) {
 	fs.StringVar(&o.endpoint, "policy.http.url", "", "the run's model endpoint, for the http policy: an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 (required with --policies http=N)")
 	fs.StringVar(&o.model, "policy.http.model", "", "model name the http policy sends to the run's endpoint (default: the workers' --policy.http.model)")
+	fs.Var(&o.logprobs, "policy.http.logprobs", "whether the http policy asks the run's endpoint for token ids and logprobs and records them with each step (trainer_steps); true or false (default: the workers' --policy.http.logprobs)")
 	fs.StringVar(&o.credential, "policy.http.credential", "", "name of the credential whose key the workers send to the run's endpoint: a file of their --policy.http.credentials-dir (default: their --policy.http.api-key); the name, never the key, is recorded with the run")
 }
 
@@ -162,8 +167,9 @@ func (o *runOpts) request() (*gauntletv1.RunRequested, error) {
 	if o.spec != nil {
 		req.RewardSpec, req.Origin.RewardSpec = o.spec.Digest, o.spec.Version
 	}
-	if o.endpoint != "" || o.model != "" || o.credential != "" {
-		req.PolicyEndpoint = &gauntletv1.PolicyEndpoint{Url: o.endpoint, Model: o.model, Credential: o.credential}
+	if o.endpoint != "" || o.model != "" || o.credential != "" || o.logprobs.v != nil {
+		req.PolicyEndpoint = &gauntletv1.PolicyEndpoint{Url: o.endpoint, Model: o.model, Credential: o.credential,
+			Logprobs: policy.LogprobsProto(o.logprobs.v)}
 	}
 	if err := runs.Validate(req); err != nil {
 		return nil, fmt.Errorf("invalid run:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
@@ -376,3 +382,25 @@ func isTerminal(w io.Writer) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// optBool is a boolean flag that knows whether it was given: -x, -x=true, -x=false.
+type optBool struct{ v *bool }
+
+func (b *optBool) String() string {
+	if b == nil || b.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(*b.v)
+}
+
+func (b *optBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.v = &v
+	return nil
+}
+
+// IsBoolFlag lets the flag be given without a value.
+func (b *optBool) IsBoolFlag() bool { return true }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,8 @@ import (
 type taskOpts struct {
 	dataset string
 	filter  tasks.Filter
+	// canaryRate is --tasks.canary-rate: the share of episodes that play a canary.
+	canaryRate float64
 	// datasets are the datasets the stack plays, by name (stack.json's, or the serving
 	// config's for demo); called only when --tasks needs them.
 	datasets func() (map[string]string, error)
@@ -40,6 +43,7 @@ func (o *taskOpts) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.dataset, "tasks", "", "run the tasks env over a dataset of the stack: its NAME (from the stack's --tasks.datasets), its DIR, or NAME=DIR (docs/tasks.md)")
 	fs.Var((*listFlag)(&o.filter.Tags), "tasks.tag", "with --tasks: only tasks with this tag (repeat: all of them)")
 	fs.Var((*listFlag)(&o.filter.Difficulties), "tasks.difficulty", "with --tasks: only tasks of this difficulty, easy, medium or hard (repeat or comma-separate: any of them)")
+	fs.Float64Var(&o.canaryRate, "tasks.canary-rate", 0, "with --tasks: the share of episodes (0 to 1) that play one of the dataset's canaries (tasks no agent solves honestly) instead of their draw, chosen by each episode's seed; the canary detector flags any success (docs/tasks.md)")
 	fs.Var((*listFlag)(&o.filter.Globs), "tasks.glob", "with --tasks: only tasks whose id matches this pattern, as path.Match (repeat: any of them)")
 }
 
@@ -117,6 +121,9 @@ func (o *taskOpts) params(extra string) (string, error) {
 		if o.filtered() {
 			return "", fmt.Errorf("%s: filters a dataset: give it with --tasks", o.filterFlags())
 		}
+		if o.canaryRate != 0 {
+			return "", errors.New("--tasks.canary-rate: mixes a dataset's canaries in: give it with --tasks")
+		}
 		return extra, nil
 	}
 	name, dir, err := o.resolve()
@@ -134,6 +141,13 @@ func (o *taskOpts) params(extra string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--tasks: %w", err)
 	}
+	switch r := o.canaryRate; {
+	case math.IsNaN(r) || r < 0 || r > 1:
+		return "", fmt.Errorf("--tasks.canary-rate: %v is outside 0..1", r)
+	case r > 0 && !ds.HasCanaries():
+		return "", fmt.Errorf("--tasks.canary-rate: dataset %s (%s) has no canary task (task.toml [metadata] canary = true)", name, ds.Root)
+	}
+	sel.CanaryRate = o.canaryRate
 	var p map[string]json.RawMessage
 	if err := json.Unmarshal(sel.Params(), &p); err != nil {
 		return "", err

@@ -46,7 +46,8 @@ func TestRunTasksSelects(t *testing.T) {
 	want := ds.Select(tasks.Filter{Tags: []string{"python"}, Difficulties: []string{"easy", "medium"}, Globs: []string{"python/*"}})
 	stackDatasets := map[string]string{"gauntlet": dir, "other": t.TempDir()}
 	for _, given := range []string{"gauntlet", dir, "../../datasets/gauntlet", "gauntlet=" + dir} {
-		o, envName, params, err := runRequestOf(t, stackDatasets, "--tasks", given, "--tasks.tag", "python", "--tasks.difficulty", "easy,medium", "--tasks.glob", "python/*", "--params", `{"max_invalid": 3}`)
+		o, envName, params, err := runRequestOf(t, stackDatasets, "--tasks", given, "--tasks.tag", "python", "--tasks.difficulty", "easy,medium", "--tasks.glob", "python/*", "--params", `{"max_invalid": 3}`,
+			"--tasks.canary-rate", "0.02")
 		if err != nil {
 			t.Fatalf("--tasks %s: %v", given, err)
 		}
@@ -60,12 +61,13 @@ func TestRunTasksSelects(t *testing.T) {
 			Glob       []string         `json:"glob"`
 			Tasks      []taskenv.Pinned `json:"tasks"`
 			MaxInvalid int              `json:"max_invalid"`
+			CanaryRate float64          `json:"canary_rate"`
 		}
 		if err := json.Unmarshal([]byte(params), &p); err != nil {
 			t.Fatal(err)
 		}
 		if p.Dataset != "gauntlet" || !slices.Equal(p.Tags, []string{"python"}) || !slices.Equal(p.Difficulty, []string{"easy", "medium"}) ||
-			!slices.Equal(p.Glob, []string{"python/*"}) || p.MaxInvalid != 3 {
+			!slices.Equal(p.Glob, []string{"python/*"}) || p.MaxInvalid != 3 || p.CanaryRate != 0.02 {
 			t.Errorf("--tasks %s: params %s", given, params)
 		}
 		if len(p.Tasks) != len(want) {
@@ -89,6 +91,10 @@ func TestRunTasksRefused(t *testing.T) {
 	dir, _ := filepath.Abs("../../datasets/gauntlet")
 	stackDatasets := map[string]string{"gauntlet": dir}
 	elsewhere := t.TempDir()
+	pythonOnly := t.TempDir()
+	if err := os.CopyFS(filepath.Join(pythonOnly, "python"), os.DirFS(filepath.Join(dir, "python"))); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -103,6 +109,9 @@ func TestRunTasksRefused(t *testing.T) {
 		{[]string{"--tasks.tag", "python"}, "--tasks.tag python: filters a dataset: give it with --tasks"},
 		{[]string{"--tasks", "gauntlet", "--params", `{"task": "codefix/sum"}`}, "--params: task: --tasks and its filters make the selection"},
 		{[]string{"--tasks", "gauntlet", "--env", "shop"}, "--env shop: --tasks runs the tasks env"},
+		{[]string{"--tasks.canary-rate", "0.1"}, "--tasks.canary-rate: mixes a dataset's canaries in: give it with --tasks"},
+		{[]string{"--tasks", "gauntlet", "--tasks.canary-rate", "2"}, "--tasks.canary-rate: 2 is outside 0..1"},
+		{[]string{"--tasks", "x=" + pythonOnly, "--tasks.canary-rate", "0.1"}, "--tasks.canary-rate: dataset x (" + pythonOnly + ") has no canary task"},
 	} {
 		if _, _, _, err := runRequestOf(t, stackDatasets, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", strings.Join(c.args, " "), err, c.want)

@@ -12,7 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
@@ -25,6 +28,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
+	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -81,10 +85,13 @@ type replayOpts struct {
 	// (set by commands that replay only what was recorded: not fork, whose new steps need
 	// the server).
 	cassette bool
+	// threats, when set, is the stack's threat fingerprints: a fork's new steps are matched
+	// against them, as a worker's are (replayed steps keep the flags they were recorded with).
+	threats *threats.Watcher
 }
 
-func (o *replayOpts) register(fs *flag.FlagSet) {
-	o.stack.register(fs, partClickHouse)
+func (o *replayOpts) register(fs *flag.FlagSet, parts stackParts) {
+	o.stack.register(fs, partClickHouse|parts)
 	fs.IntVar(&o.step, "step", -1, "rebuild the state after this many steps (required)")
 	fs.UintVar(&o.maxSteps, "max-steps", 0, "step limit of the rebuilt episode (0: the env's default, at least --step+1)")
 	o.registerSandbox(fs)
@@ -159,7 +166,7 @@ func cmdEpisodeSnapshot(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs := newFlagSet("episode snapshot", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, snapshotUsage); fs.PrintDefaults() }
 	var o replayOpts
-	o.register(fs)
+	o.register(fs, 0)
 	out := fs.String("out", "", "directory to write the workspace to (default: ./EPISODE_ID-stepN; must not exist)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -197,7 +204,7 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := newFlagSet("episode fork", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, snapshotUsage); fs.PrintDefaults() }
 	var o replayOpts
-	o.register(fs)
+	o.register(fs, partNATS)
 	pol := fs.String("policy", policy.Oracle, "policy that goes on from the step: "+strings.Join(policy.Names(), ", "))
 	branches := fs.Int("branches", 1, "independent branches to run from the step (each with its own policy seed)")
 	var httpCfg httppolicy.Config
@@ -221,6 +228,8 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
+	stop := o.watchThreats(ctx, stderr)
+	defer stop()
 	rec, r, err := o.replay(ctx, id, stdout)
 	if err != nil {
 		return err
@@ -233,6 +242,31 @@ func cmdEpisodeFork(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	return nil
+}
+
+// watchThreats watches the stack's threat fingerprints for the fork's new steps, which are
+// flagged where they match one and fingerprinted where their sandbox records an attack,
+// as the workers' steps are. A stack whose NATS cannot be reached leaves the fork without
+// them, saying so: a fork is a tool for looking, and the recording is in ClickHouse.
+func (o *replayOpts) watchThreats(ctx context.Context, stderr io.Writer) (stop func()) {
+	b, err := o.stack.connectBus("gauntlet-episode-fork", stderr)
+	if err == nil {
+		log, _ := newLogger("warn", stderr)
+		w := threats.NewWatcher(b.JS, noop.NewMeterProvider().Meter("gauntlet/fork"), "gauntlet_fork", log)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = w.Start(sctx)
+		cancel()
+		if err == nil {
+			wctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); w.Run(wctx) }()
+			o.threats = w
+			return func() { cancel(); <-done; w.Stop(); _ = b.Close() }
+		}
+		_ = b.Close()
+	}
+	fmt.Fprintf(stderr, "WARNING: the fork's new steps are not matched against threat fingerprints: %v\n", err)
+	return func() {}
 }
 
 // forkBranch plays branch b of a fork with policy p from the rebuilt episode r: the last
@@ -411,7 +445,7 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 	// Replayed steps print nothing; fork turns the printing on.
 	out := &cliOut{}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: req, Plan: rec.plan}, "cli", scorer, out)
-	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes, Datasets: o.tasks.Datasets}); err != nil {
+	if _, err := sess.Prepare(ctx, play.Deps{Sandboxes: rec.sandboxes, Datasets: o.tasks.Datasets, Threats: o.threats}); err != nil {
 		return nil, errors.Join(fmt.Errorf("episode %s: %w", id, err), sess.Close())
 	}
 	obs, err := sess.Reset(ctx, 1)
@@ -425,7 +459,7 @@ func (o *replayOpts) rebuildScored(ctx context.Context, rec *recording, scorer p
 		// The diffs hold an MCP server's answers: a fork of its episode is refused where a
 		// fresh server answers otherwise (play.ErrDiverged).
 		played[i] = play.Recorded{Action: env.Action{Tool: st.Tool, Args: json.RawMessage(st.Args)}, Observation: []byte(st.Observation), Diff: []byte(st.StateDiff),
-			Flags: play.ThreatFlags(st.SafetyEvents)}
+			Flags: play.ThreatFlags(st.SafetyEvents), LimitsAsSafety: play.RecordedLimitsAsSafety(st.SafetyEvents)}
 	}
 	_, differ, err := sess.Replay(ctx, played)
 	if err != nil {
@@ -457,6 +491,9 @@ func (o *cliOut) Step(_ context.Context, st *gauntletv1.StepTaken) error {
 	r := st.Score.GetTotal()
 	o.total += r
 	fmt.Fprintf(o.w, "  step %d  %s %s\n    reward %.3f  obs %s\n", st.Step, st.Action.GetTool(), cut(st.Action.GetArgsJson(), 100), r, cut(st.ObservationJson, 160))
+	for _, f := range play.ThreatFlags(st.Signals.GetSafetyEvents()) {
+		fmt.Fprintf(o.w, "    flagged: %s\n", f)
+	}
 	if st.Terminated || st.Truncated {
 		fmt.Fprintf(o.w, "  ended at step %d: %s, success=%v, reward from the fork %.3f\n", st.Step, st.Reason.Name(), st.Signals.GetSuccess(), o.total)
 	}

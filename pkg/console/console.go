@@ -55,6 +55,15 @@ type Config struct {
 	// Authorize says whether a bearer token may act on curricula (pause, resume, skip,
 	// abort): the env API's tokens. Nil: the console is read-only.
 	Authorize func(token string) bool
+	// CacheFrom is the size, in episodes, from which the answers that summarise whole
+	// runs (the runs list, a run's report, its fault heatmap) are kept and served from
+	// memory while a fresh one is computed in the background (cache.go):
+	// DefaultCacheFrom when 0.
+	CacheFrom uint64
+	// RefreshAfter is the age at which a kept answer is recomputed when served
+	// (DefaultRefreshAfter when 0); MaxAge the age past which it is not served
+	// (DefaultMaxAge when 0).
+	RefreshAfter, MaxAge time.Duration
 }
 
 // Console serves the web console: the pages and the JSON API under Prefix.
@@ -65,6 +74,9 @@ type Console struct {
 
 	mu   sync.Mutex
 	conn driver.Conn // nil until the first successful connect
+
+	// cache keeps the summaries of large runs (cache.go).
+	cache *answerCache
 
 	// tmu guards tc apart from conn, so a Temporal slow to answer a dial never holds up
 	// the runs pages.
@@ -77,7 +89,19 @@ func New(cfg Config, log *slog.Logger) *Console {
 	if cfg.QueryTimeout <= 0 {
 		cfg.QueryTimeout = DefaultQueryTimeout
 	}
+	if cfg.CacheFrom == 0 {
+		cfg.CacheFrom = DefaultCacheFrom
+	}
+	if cfg.RefreshAfter <= 0 {
+		cfg.RefreshAfter = DefaultRefreshAfter
+	}
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
 	c := &Console{cfg: cfg, log: log, mux: http.NewServeMux()}
+	c.cache = newAnswerCache(cfg.CacheFrom, cfg.RefreshAfter, cfg.MaxAge, func(key string, err error) {
+		log.Warn("console: computing a summary failed", "answer", key, "err", err)
+	})
 	static, _ := fs.Sub(staticFiles, "static") // the embedded directory exists
 	files := http.StripPrefix(Prefix+"static/", http.FileServerFS(static))
 	c.mux.Handle("GET "+Prefix+"static/", files)
@@ -86,13 +110,13 @@ func New(cfg Config, log *slog.Logger) *Console {
 		w.Header().Set("Cache-Control", "no-cache")
 		http.ServeFileFS(w, r, static, "index.html")
 	})
-	c.mux.HandleFunc("GET "+Prefix+"api/runs", c.api(c.runs, map[string]bound{"limit": {100, MaxRuns}}))
-	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}", c.api(c.run, nil))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs", c.summary("runs", "", c.runs, map[string]bound{"limit": {100, MaxRuns}}))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}", c.summary("run", "run", c.run, nil))
 	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/episodes", c.api(c.episodes,
 		map[string]bound{"limit": {100, MaxEpisodes}, "offset": {0, 1_000_000_000}}))
 	c.mux.HandleFunc("GET "+Prefix+"api/episodes/{episode}", c.api(c.episode,
 		map[string]bound{"limit": {100, MaxSteps}, "from": {0, 1_000_000}}))
-	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/faults", c.api(c.faultHeatmap, nil))
+	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/faults", c.summary("faults", "run", c.faultHeatmap, nil))
 	c.mux.HandleFunc("GET "+Prefix+"api/curricula", c.serve(map[string]bound{"limit": {50, MaxCurricula}}, c.curricula))
 	c.mux.HandleFunc("GET "+Prefix+"api/curricula/{curriculum}", c.serve(nil, c.curriculum))
 	// An action reads nothing from ClickHouse: it works while ClickHouse is away.
@@ -103,8 +127,10 @@ func New(cfg Config, log *slog.Logger) *Console {
 // ServeHTTP serves the paths under Prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
 
-// Close closes the ClickHouse connection, if one was opened.
+// Close stops the background refreshes and closes the ClickHouse connection, if one
+// was opened.
 func (c *Console) Close() error {
+	c.cache.close()
 	c.tmu.Lock()
 	if c.tc != nil {
 		c.tc.Close()
@@ -169,6 +195,38 @@ func (c *Console) api(h endpoint, bounds map[string]bound) http.HandlerFunc {
 	})
 }
 
+// summaryEndpoint answers a request whose answer summarises whole runs, from its id
+// (the path value idName; "" for none) and checked parameters, and says how many
+// episodes the answer summarises.
+type summaryEndpoint func(ctx context.Context, rd reader, id string, p params) (v any, episodes uint64, err error)
+
+// summary wraps a summaryEndpoint as api does, through the cache: a large answer is kept
+// under the endpoint's name, its id and its parameters, and served with an Age header.
+func (c *Console) summary(name, idName string, h summaryEndpoint, bounds map[string]bound) http.HandlerFunc {
+	return c.serve(bounds, func(ctx context.Context, r *http.Request, p params) (any, error) {
+		id := ""
+		if idName != "" {
+			id = r.PathValue(idName)
+		}
+		names := make([]string, 0, len(p))
+		for k := range p {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		key := name + "/" + id
+		for _, k := range names {
+			key += fmt.Sprintf("&%s=%d", k, p[k])
+		}
+		return c.cache.get(ctx, key, func(ctx context.Context) (any, uint64, error) {
+			rd, err := c.reader(ctx)
+			if err != nil {
+				return nil, 0, err
+			}
+			return h(ctx, rd, id, p)
+		})
+	})
+}
+
 // serve answers one API request from its checked parameters under the query timeout,
 // as JSON; errors as {"error": "..."} with their status.
 func (c *Console) serve(bounds map[string]bound, h func(ctx context.Context, r *http.Request, p params) (any, error)) http.HandlerFunc {
@@ -182,6 +240,11 @@ func (c *Console) serve(bounds map[string]bound, h func(ctx context.Context, r *
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
+		if k, ok := v.(cached); ok {
+			// A kept answer (cache.go): how old it is, in whole seconds as RFC 9111 says.
+			w.Header().Set("Age", strconv.Itoa(int(k.age/time.Second)))
+			v = k.v
+		}
 		if err != nil {
 			status := http.StatusInternalServerError
 			switch {
@@ -276,15 +339,17 @@ type RunsPage struct {
 	Runs []RunSummary `json:"runs"`
 }
 
-func (c *Console) runs(ctx context.Context, rd reader, _ *http.Request, p params) (any, error) {
+func (c *Console) runs(ctx context.Context, rd reader, _ string, p params) (any, uint64, error) {
 	runs, err := rd.Runs(ctx, p["limit"])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	var n uint64
 	for i := range runs {
 		c.addProgress(ctx, &runs[i])
+		n += runs[i].Episodes
 	}
-	return RunsPage{Runs: runs}, nil
+	return RunsPage{Runs: runs}, n, nil
 }
 
 // RunPage is the answer of /console/api/runs/{run}: the run's report.
@@ -297,24 +362,23 @@ type RunPage struct {
 	SeriesWidth uint64  `json:"series_width"`
 }
 
-func (c *Console) run(ctx context.Context, rd reader, r *http.Request, _ params) (any, error) {
-	id := r.PathValue("run")
+func (c *Console) run(ctx context.Context, rd reader, id string, _ params) (any, uint64, error) {
 	var p RunPage
 	var err error
 	if p.Run, err = rd.Run(ctx, id); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c.addProgress(ctx, &p.Run)
 	if p.Histogram, err = rd.RewardHistogram(ctx, id); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if p.FaultKinds, err = rd.FaultKinds(ctx, id); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if p.Series, p.SeriesWidth, err = rd.Series(ctx, id); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return p, nil
+	return p, p.Run.Episodes, nil
 }
 
 // EpisodesPage is the answer of /console/api/runs/{run}/episodes.
@@ -326,7 +390,16 @@ type EpisodesPage struct {
 
 func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
 	offset, limit := p["offset"], p["limit"]
-	eps, err := rd.Episodes(ctx, r.PathValue("run"), offset, limit)
+	id := r.PathValue("run")
+	read := rd.Episodes
+	if c.cfg.Progress != nil {
+		// A run the scheduler planned numbers its episodes 0 to planned-1: the page from
+		// offset is the episodes from that index, found without sorting the whole run.
+		if _, ok := c.cfg.Progress(ctx, id); ok {
+			read = rd.EpisodesFrom
+		}
+	}
+	eps, err := read(ctx, id, offset, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -374,15 +447,14 @@ type HeatmapPage struct {
 	Cells []HeatCell `json:"cells"`
 }
 
-func (c *Console) faultHeatmap(ctx context.Context, rd reader, r *http.Request, _ params) (any, error) {
-	id := r.PathValue("run")
+func (c *Console) faultHeatmap(ctx context.Context, rd reader, id string, _ params) (any, uint64, error) {
 	var p HeatmapPage
 	var err error
 	if p.Run, err = rd.Run(ctx, id); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if p.Cells, err = rd.FaultHeatmap(ctx, id); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return p, nil
+	return p, p.Run.Episodes, nil
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -273,15 +275,23 @@ type FaultKind struct {
 	MeanReward  float64 `json:"mean_reward"`
 }
 
+// runFaults selects a run's faults (its id three times as parameters). The faults
+// table is ordered by episode_id, not run_id: a filter on run_id alone reads the faults
+// of every run. The run's episodes that met a fault, read by the episodes table's key,
+// select the faults' key ranges instead. The faults are read without FINAL: copies of a
+// fault are identical rows (trajectory's stepVersion), and every read of them takes
+// distinct (episode, kind …), so a copy not yet merged away changes nothing.
+const runFaults = `run_id = ? AND episode_id IN (SELECT episode_id FROM {db}.episodes WHERE run_id = ? AND faults_fired > 0)`
+
 // FaultKinds returns, for each fault kind fired in the run, the scored episodes (not
 // infra errors) where it fired at least once and how they did, most met first; then the
 // scored episodes that met no fault.
 func (r reader) FaultKinds(ctx context.Context, runID string) ([]FaultKind, error) {
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT kind, count(), sum(success), sum(total_reward)
-		FROM (SELECT DISTINCT episode_id, kind FROM {db}.faults FINAL WHERE run_id = ?)
+		FROM (SELECT DISTINCT episode_id, kind FROM {db}.faults WHERE `+runFaults+`)
 		ANY INNER JOIN (SELECT episode_id, success, total_reward FROM {db}.episodes FINAL WHERE run_id = ? AND infra_error = 0)
 		USING episode_id
-		GROUP BY kind ORDER BY count() DESC, kind LIMIT ?`), runID, runID, maxFaultKinds)
+		GROUP BY kind ORDER BY count() DESC, kind LIMIT ?`), runID, runID, runID, maxFaultKinds)
 	if err != nil {
 		return nil, fmt.Errorf("run %s per fault kind: %w", runID, err)
 	}
@@ -418,10 +428,61 @@ func (r reader) Episodes(ctx context.Context, runID string, offset, limit int) (
 	return out, nil
 }
 
-// Episode returns one ended episode; nil (no error) while it has not ended.
-func (r reader) Episode(ctx context.Context, episodeID string) (*EpisodeSummary, error) {
+// EpisodesFrom returns the run's ended episodes with index from from to from+limit-1,
+// in index order, for a run the scheduler planned: its episodes are numbered 0 to
+// planned-1, each once, under the ids runs.EpisodeID gives. They are read by those ids,
+// the episodes table's key, where a page by rank (Episodes) sorts every episode of the
+// run to skip the first from.
+func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int) ([]EpisodeSummary, error) {
+	if limit == 0 {
+		return []EpisodeSummary{}, nil
+	}
+	args := make([]any, 0, limit+2)
+	args = append(args, runID)
+	for i := range limit {
+		args = append(args, runs.EpisodeID(runID, uint64(from+i)))
+	}
+	args = append(args, limit)
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
-		FROM {db}.episodes FINAL WHERE episode_id = ? LIMIT 1`), episodeID)
+		FROM {db}.episodes FINAL WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", limit-1)+`)
+		ORDER BY idx, episode_id LIMIT ?`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
+	}
+	defer rows.Close()
+	out := []EpisodeSummary{}
+	for rows.Next() {
+		e, err := scanEpisode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("run %s episodes: scan: %w", runID, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
+	}
+	return out, nil
+}
+
+// Episode returns one ended episode; nil (no error) while it has not ended.
+//
+// The episodes table is ordered by (run_id, episode_id), so an episode found by its id
+// alone is looked for in every episode of every run: seconds in a table of millions. Its
+// run is read first from one of its steps (the steps table is ordered by episode_id), and
+// the episode then by its whole key. Only an episode with no step recorded (one that
+// ended at its start, or has not recorded a step yet) is looked for by its id alone.
+func (r reader) Episode(ctx context.Context, episodeID string) (*EpisodeSummary, error) {
+	var runID string
+	err := r.conn.QueryRow(ctx, r.sql(`SELECT run_id FROM {db}.steps WHERE episode_id = ? LIMIT 1`), episodeID).Scan(&runID)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("episode %s: its run: %w", episodeID, err)
+	}
+	where, args := "run_id = ? AND episode_id = ?", []any{runID, episodeID}
+	if runID == "" {
+		where, args = "episode_id = ?", []any{episodeID}
+	}
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
+		FROM {db}.episodes FINAL WHERE `+where+` LIMIT 1`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", episodeID, err)
 	}
@@ -535,7 +596,7 @@ const maxHeatmapCells = 2000
 // console runs it with a LIMIT.
 const faultHeatmapSQL = `SELECT kind, service, count() AS episodes, sum(success) AS succeeded, sum(success) / count() AS success_rate
 FROM (SELECT DISTINCT episode_id, kind, splitByChar('/', target)[1] AS service
-      FROM {db}.faults FINAL WHERE run_id = ?)
+      FROM {db}.faults WHERE run_id = ? AND episode_id IN (SELECT episode_id FROM {db}.episodes WHERE run_id = ? AND faults_fired > 0))
 ANY INNER JOIN (SELECT episode_id, success FROM {db}.episodes FINAL WHERE run_id = ? AND infra_error = 0)
 USING episode_id
 GROUP BY kind, service ORDER BY kind, service`
@@ -551,7 +612,7 @@ type HeatCell struct {
 
 // FaultHeatmap returns the run's fault kind × service cells (faultHeatmapSQL).
 func (r reader) FaultHeatmap(ctx context.Context, runID string) ([]HeatCell, error) {
-	rows, err := r.conn.Query(ctx, r.sql(faultHeatmapSQL)+" LIMIT ?", runID, runID, maxHeatmapCells)
+	rows, err := r.conn.Query(ctx, r.sql(faultHeatmapSQL)+" LIMIT ?", runID, runID, runID, maxHeatmapCells)
 	if err != nil {
 		return nil, fmt.Errorf("run %s fault heatmap: %w", runID, err)
 	}
@@ -583,8 +644,11 @@ type Fork struct {
 // forked at. A fork runs in its parent's run (the env API's run of the tenant), so the
 // read stays within the run's rows.
 func (r reader) Forks(ctx context.Context, runID, episodeID string) ([]Fork, error) {
-	rows, err := r.conn.Query(ctx, r.sql(`SELECT episode_id, parent_step FROM {db}.episodes FINAL
-		WHERE run_id = ? AND parent_episode_id = ? ORDER BY parent_step, episode_id LIMIT ?`), runID, episodeID, maxForks)
+	// Without FINAL, one row per fork: an episode's parent and the step it was forked at
+	// are the same in every row of it, and FINAL would read the key of every episode of
+	// the run where this reads one narrow column of them.
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT episode_id, any(parent_step) AS at FROM {db}.episodes
+		WHERE run_id = ? AND parent_episode_id = ? GROUP BY episode_id ORDER BY at, episode_id LIMIT ?`), runID, episodeID, maxForks)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s forks: %w", episodeID, err)
 	}

@@ -134,7 +134,7 @@ func (d Deps) NewAgent(e env.Env, req *gauntletv1.EpisodeRequested) (env.Agent, 
 	}
 	if ep := req.GetPolicyEndpoint(); ep.GetUrl() != "" {
 		if e, ok := p.(policy.Endpointed); ok {
-			if p, err = e.WithEndpoint(policy.Endpoint{URL: ep.GetUrl(), Model: ep.GetModel(), Credential: ep.GetCredential()}); err != nil {
+			if p, err = e.WithEndpoint(policy.Endpoint{URL: ep.GetUrl(), Model: ep.GetModel(), Credential: ep.GetCredential(), Logprobs: policy.LogprobsOf(ep.GetLogprobs())}); err != nil {
 				return nil, fmt.Errorf("policy %s: %w", req.Policy, err)
 			}
 		}

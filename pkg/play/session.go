@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/threats"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -117,12 +118,13 @@ func (s *Session) Done() bool { return s.done }
 // the step, recorded with it. A non-nil error is an infra error (or ErrAbandoned when ctx
 // ended); the episode must then be ended with Fail or FinishInfra.
 func (s *Session) Step(ctx context.Context, act env.Action, trainer *gauntletv1.TrainerData) (*gauntletv1.StepTaken, env.StepResult, error) {
-	return s.step1(ctx, act, trainer, nil, false)
+	return s.step1(ctx, act, trainer, nil)
 }
 
-// step1 is Step; a replayed step (replay) gets the threat flags it was recorded with
-// (flags) instead of what this process's watcher knows now, so it scores as recorded.
-func (s *Session) step1(ctx context.Context, act env.Action, trainer *gauntletv1.TrainerData, flags []string, replay bool) (*gauntletv1.StepTaken, env.StepResult, error) {
+// step1 is Step; a replayed step (rec not nil) gets the threat flags it was recorded with
+// (rec.Flags) instead of what this process's watcher knows now, and its limits where
+// they were recorded (rec.LimitsAsSafety), so it scores as recorded.
+func (s *Session) step1(ctx context.Context, act env.Action, trainer *gauntletv1.TrainerData, rec *Recorded) (*gauntletv1.StepTaken, env.StepResult, error) {
 	if s.done {
 		return nil, env.StepResult{}, errors.New("step after the episode ended")
 	}
@@ -135,12 +137,17 @@ func (s *Session) step1(ctx context.Context, act env.Action, trainer *gauntletv1
 		return nil, res, fmt.Errorf("step %d of %s: %w", s.step, s.Req.EpisodeId, err)
 	}
 	res.Metering.PolicyNs = uint64(policy)
+	replay := rec != nil
+	if replay && rec.LimitsAsSafety && len(res.Signals.GetLimits()) > 0 {
+		res.Signals.SafetyEvents = append(slices.Clip(res.Signals.SafetyEvents), res.Signals.Limits...)
+		res.Signals.Limits = nil
+	}
 	switch {
-	case replay && len(flags) > 0:
+	case replay && len(rec.Flags) > 0:
 		if res.Signals == nil {
 			res.Signals = &gauntletv1.Signals{}
 		}
-		res.Signals.SafetyEvents = append(slices.Clip(res.Signals.SafetyEvents), flags...)
+		res.Signals.SafetyEvents = append(slices.Clip(res.Signals.SafetyEvents), rec.Flags...)
 	case !replay && s.threats != nil:
 		s.threatStep(act, &res)
 	}
@@ -239,6 +246,18 @@ type Recorded struct {
 	// events of kind threats.EventMatch, ThreatFlags): a replayed step gets these, not
 	// what the replaying process knows, so it scores as it was scored.
 	Flags []string
+	// LimitsAsSafety says the step was recorded before limits were kept apart from
+	// safety events (its recorded safety events hold a limit: RecordedLimitsAsSafety): the
+	// replayed step's limits go back among its safety events, so it scores as it was
+	// scored then.
+	LimitsAsSafety bool
+}
+
+// RecordedLimitsAsSafety reports whether a recorded step's safety events hold a limit
+// (sandbox.LimitEvent), as every step recorded before Signals.limits did, for
+// Recorded.LimitsAsSafety.
+func RecordedLimitsAsSafety(events []string) bool {
+	return slices.ContainsFunc(events, sandbox.LimitEvent)
 }
 
 // ThreatFlags returns the threat fingerprint flags among a recorded step's safety events,
@@ -279,7 +298,7 @@ func (s *Session) Replay(ctx context.Context, rec []Recorded) (turn env.Turn, di
 		if s.done {
 			return turn, diverged, fmt.Errorf("replay %s: %w: it ended at step %d of %d", s.Req.EpisodeId, ErrReplayEnded, s.step-1, len(rec))
 		}
-		st, res, err := s.step1(ctx, r.Action, nil, r.Flags, true)
+		st, res, err := s.step1(ctx, r.Action, nil, &rec[i])
 		if err != nil {
 			return turn, diverged, fmt.Errorf("replay step %d: %w", i, err)
 		}

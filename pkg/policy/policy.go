@@ -8,6 +8,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/registry"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // Names of the built-in policies.
@@ -41,6 +42,9 @@ type Endpointed interface {
 // from its own credentials.
 type Endpoint struct {
 	URL, Model, Credential string
+	// Logprobs says whether the run wants the completions' token ids and logprobs
+	// recorded; nil: the process's configuration (--policy.http.logprobs).
+	Logprobs *bool
 }
 
 // credentialName is what a credential's name may be: a file name, with no path in it.
@@ -99,4 +103,29 @@ func (oraclePolicy) NewAgent(e env.Env, seed uint64) (env.Agent, error) {
 		return nil, fmt.Errorf("policy %s: %w: env %q", Oracle, ErrNoOracle, e.Spec().Name)
 	}
 	return o.Oracle(seed), nil
+}
+
+// LogprobsOf is a run's choice of token ids and logprobs as Endpoint.Logprobs: nil when
+// it made none (the process's configuration applies).
+func LogprobsOf(l gauntletv1.Logprobs) *bool {
+	switch l {
+	case gauntletv1.Logprobs_LOGPROBS_ON:
+		on := true
+		return &on
+	case gauntletv1.Logprobs_LOGPROBS_OFF:
+		off := false
+		return &off
+	}
+	return nil
+}
+
+// LogprobsProto is Endpoint.Logprobs as a run carries it.
+func LogprobsProto(b *bool) gauntletv1.Logprobs {
+	switch {
+	case b == nil:
+		return gauntletv1.Logprobs_LOGPROBS_UNSPECIFIED
+	case *b:
+		return gauntletv1.Logprobs_LOGPROBS_ON
+	}
+	return gauntletv1.Logprobs_LOGPROBS_OFF
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
 // Formats of Write.
@@ -72,10 +74,10 @@ func sections(r *Report) []section {
 		out = append(out, s)
 	}
 	if len(r.Stages) > 0 {
-		s := section{title: "Stage transitions", head: []string{"stage", "outcome", "metric", "window value", "threshold", "episodes", "batches", "closed at"}}
+		s := section{title: "Stage transitions", head: []string{"stage", "outcome", "metric", "window value", "threshold", "episodes", "infra errors", "batches", "closed at"}}
 		for _, st := range r.Stages {
 			s.rows = append(s.rows, []string{fmt.Sprintf("%d %s", st.Stage, st.StageName), st.Outcome, st.Metric,
-				num(st.WindowValue), num(st.Threshold), fmt.Sprint(st.Episodes), fmt.Sprint(st.Batches), st.ClosedAt.UTC().Format(time.DateTime)})
+				num(st.WindowValue), num(st.Threshold), fmt.Sprint(st.Episodes), stageInfra(st), fmt.Sprint(st.Batches), st.ClosedAt.UTC().Format(time.DateTime)})
 		}
 		out = append(out, s)
 	}
@@ -177,4 +179,21 @@ func writeTable(w io.Writer, r *Report) error {
 		}
 	}
 	return nil
+}
+
+// stageInfra is a closed stage's infra errors, by kind when it recorded them:
+// "12 (model_endpoint 10, sandbox 2)".
+func stageInfra(st trajectory.StageRow) string {
+	if st.InfraErrors == 0 || len(st.InfraKinds) == 0 {
+		return fmt.Sprint(st.InfraErrors)
+	}
+	parts := make([]string, len(st.InfraKinds))
+	for i, k := range st.InfraKinds {
+		var n uint64
+		if i < len(st.InfraCounts) {
+			n = st.InfraCounts[i]
+		}
+		parts[i] = fmt.Sprintf("%s %d", k, n)
+	}
+	return fmt.Sprintf("%d (%s)", st.InfraErrors, strings.Join(parts, ", "))
 }

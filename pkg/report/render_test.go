@@ -69,3 +69,25 @@ func TestFormats(t *testing.T) {
 		t.Errorf("unknown format: %v", err)
 	}
 }
+
+// TestStagesShowInfraErrorsByKind: a curriculum report's stage transitions say how many
+// of each stage's episodes ended as infra errors and of which kind, as the curriculum's
+// progress did while the stage ran; a stage closed before kinds were recorded shows its
+// count alone.
+func TestStagesShowInfraErrorsByKind(t *testing.T) {
+	r := sample()
+	r.Stages = []trajectory.StageRow{
+		{Stage: 0, StageName: "easy", Outcome: "promoted", Episodes: 40, InfraErrors: 12,
+			InfraKinds: []string{"model_endpoint", "sandbox"}, InfraCounts: []uint64{10, 2}},
+		{Stage: 1, StageName: "hard", Outcome: "not_promoted", Episodes: 20, InfraErrors: 3},
+	}
+	var b bytes.Buffer
+	if err := Write(&b, r, FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"infra errors", "12 (model_endpoint 10, sandbox 2)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the stage transitions lack %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -309,5 +309,8 @@ func endpointProblems(ep *gauntletv1.PolicyEndpoint) []string {
 			out = append(out, "policy_endpoint.credential: "+err.Error())
 		}
 	}
+	if l := ep.GetLogprobs(); l < gauntletv1.Logprobs_LOGPROBS_UNSPECIFIED || l > gauntletv1.Logprobs_LOGPROBS_OFF {
+		out = append(out, fmt.Sprintf("policy_endpoint.logprobs: %d is none of unspecified, on, off", l))
+	}
 	return out
 }

@@ -154,6 +154,8 @@ func TestPolicyEndpointCarriesNoSecret(t *testing.T) {
 		{&gauntletv1.PolicyEndpoint{Url: "https://user:sk-123@api.example/v1"}, "policy_endpoint.url: carries a user and password; name a credential instead (policy_endpoint.credential)"},
 		{&gauntletv1.PolicyEndpoint{Url: "https://api.example/v1?api_key=sk-1"}, `policy_endpoint.url: its query parameter "api_key" may carry a key`},
 		{&gauntletv1.PolicyEndpoint{Url: "http:///v1"}, `policy_endpoint.url: "http:///v1" names no host`},
+		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Logprobs: gauntletv1.Logprobs_LOGPROBS_OFF}, ""},
+		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Logprobs: 7}, "policy_endpoint.logprobs: 7 is none of unspecified, on, off"},
 		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Credential: "sk-abcdef0123"}, `policy_endpoint.credential: looks like a key (it starts with "sk-")`},
 		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Credential: "../etc/passwd"}, `policy_endpoint.credential: "../etc/passwd" is not a credential name`},
 		{&gauntletv1.PolicyEndpoint{Url: "http://h/v1", Model: strings.Repeat("m", 300)}, "policy_endpoint.model: 300 bytes is longer than 256"},

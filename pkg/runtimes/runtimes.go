@@ -98,14 +98,23 @@ type Sandboxes struct {
 	rt      sandbox.Runtime
 	image   string
 	pool    *pool.Pool
-	tpl     map[string]sandbox.Spec // pool templates by name
-	closers []func() error          // run after the runtime's Close, in order
-	sup     *childproc.Supervisor   // the row's Opened.Supervisor; nil when it has none
+	size    int                   // the pool's size per template (Config.PoolSize)
+	closers []func() error        // run after the runtime's Close, in order
+	sup     *childproc.Supervisor // the row's Opened.Supervisor; nil when it has none
 	log     *slog.Logger
 
 	mu     sync.Mutex
 	leases map[string]*pool.Lease
+	// tpl are the pool's templates by name: the envs' own, and one per image of its own
+	// (a task's) that a spec named, made as it was first acquired (imageTemplate).
+	tpl    map[string]sandbox.Spec
+	images int // templates of the latter kind
 }
+
+// MaxImageTemplates bounds the templates the pool makes for specs with images of their
+// own (a dataset's task images): each keeps Config.PoolSize sandboxes warm, so the
+// images met after these many get sandboxes made on demand.
+const MaxImageTemplates = 32
 
 var _ env.Sandboxes = (*Sandboxes)(nil)
 
@@ -128,20 +137,53 @@ func (s *Sandboxes) Supervisor() *childproc.Supervisor { return s.sup }
 func (s *Sandboxes) Runtime() sandbox.Runtime { return s.rt }
 
 // Acquire returns a sandbox made from spec, with Config.Image when spec names none: a warm
-// one of the pool, its workspace filled with spec.Workspace, when spec matches a template;
-// otherwise a new one.
+// one of the pool, its workspace filled with spec.Workspace, when spec matches a template
+// (an env's, or the one its own image got: imageTemplate); otherwise a new one.
 func (s *Sandboxes) Acquire(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
 	if spec.Image == "" {
 		spec.Image = s.image
 	}
-	if t, ok := s.tpl[spec.Template]; ok && s.pool != nil && sameShape(t, spec) {
-		return s.acquireWarm(ctx, spec)
+	if s.pool != nil {
+		if name, ok := s.template(spec); ok {
+			return s.acquireWarm(ctx, name, spec)
+		}
 	}
 	return s.rt.Create(ctx, spec)
 }
 
-func (s *Sandboxes) acquireWarm(ctx context.Context, spec sandbox.Spec) (sandbox.Handle, error) {
-	l, err := s.pool.Acquire(ctx, spec.Template)
+// template is the pool's template that can serve spec, if any: the env's template it
+// names, or for a spec on an image of its own (a task's, which no env's template can
+// know) the template of that image, added to the pool the first time (that acquire is a
+// miss; the pool keeps the next ones warm), up to MaxImageTemplates.
+func (s *Sandboxes) template(spec sandbox.Spec) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.tpl[spec.Template]; ok && sameShape(t, spec) {
+		return spec.Template, true
+	}
+	if spec.Template == "" || spec.Image == "" || spec.Image == s.image {
+		return "", false
+	}
+	name := spec.Template + "@" + spec.Image
+	if t, ok := s.tpl[name]; ok {
+		return name, sameShape(t, spec)
+	}
+	if s.images >= MaxImageTemplates {
+		return "", false
+	}
+	t := spec
+	t.ID, t.Workspace, t.Labels = "", nil, nil
+	if err := s.pool.AddTemplate(pool.Template{Name: name, Spec: t, Size: s.size}); err != nil {
+		s.log.Warn("no warm pool for an image", "template", name, "err", err)
+		return "", false
+	}
+	s.tpl[name] = t
+	s.images++
+	return name, true
+}
+
+func (s *Sandboxes) acquireWarm(ctx context.Context, template string, spec sandbox.Spec) (sandbox.Handle, error) {
+	l, err := s.pool.Acquire(ctx, template)
 	if err != nil {
 		return sandbox.Handle{}, err
 	}
@@ -158,10 +200,11 @@ func (s *Sandboxes) acquireWarm(ctx context.Context, spec sandbox.Spec) (sandbox
 }
 
 // sameShape reports whether a sandbox of template t can serve spec: everything but the
-// workspace and labels is the same (services and links too: they shape its network and root).
+// workspace and labels is the same (services and links too: they shape its network and
+// root; the user, who its commands run as).
 func sameShape(t, spec sandbox.Spec) bool {
 	t, spec = t.WithDefaults(), spec.WithDefaults()
-	return t.Image == spec.Image && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env) &&
+	return t.Image == spec.Image && t.User == spec.User && t.Limits == spec.Limits && t.Network == spec.Network && slices.Equal(t.Env, spec.Env) &&
 		slices.EqualFunc(t.Services, spec.Services, sameService) && maps.Equal(t.Links, spec.Links)
 }
 
@@ -218,7 +261,7 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Sandboxes{image: c.Image, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}, log: log}
+	s := &Sandboxes{image: c.Image, size: c.PoolSize, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}, log: log}
 	r, _ := registered.Lookup(c.Runtime) // Validate found it
 	o, err := r.Open(ctx, c, filepath.Clean(c.StateDir), log)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/codefix"
@@ -138,6 +139,93 @@ func TestPooledSandboxesStartClean(t *testing.T) {
 	}
 	if err := sb.Release(ctx, h.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("second release: %v, want ErrNotFound", err)
+	}
+	// So is a spec for another user: a warm sandbox runs its commands as the template's.
+	other = spec
+	other.User = "nobody"
+	if h, err = sb.Acquire(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Runtime().Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"id", "-u"}})
+	if err != nil || string(res.Stdout) != "65534\n" {
+		t.Errorf("a sandbox acquired for user nobody runs as %q (%v), want 65534", res.Stdout, err)
+	}
+	if err := sb.Release(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestImagesGetWarmPools: a spec on an image of its own (a task's image, which no env's
+// template knows; here the process runtime's "host" root, another image than the
+// configured one) gets a template of that image in the pool on its first acquire: that
+// sandbox and the next ones come from the pool, each with exactly its spec's files. A
+// spec of another shape on the same image is made on demand.
+func TestImagesGetWarmPools(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 1)
+	ctx := context.Background()
+	spec := sandbox.Spec{Template: "task", Image: "host", Workspace: []sandbox.File{{Path: "seed.txt", Data: []byte("seed\n")}}}
+	pooled := func(round int) sandbox.Handle {
+		t.Helper()
+		h, err := sb.Acquire(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Spec.Template != "task@host" {
+			t.Fatalf("round %d: a sandbox of template %q, want one of the image's pool template task@host", round, h.Spec.Template)
+		}
+		tb := tools.New(sb.Runtime(), h.ID, tools.Options{})
+		if b, err := tb.Read(ctx, "seed.txt"); err != nil || string(b) != "seed\n" {
+			t.Fatalf("round %d: seeded file = %q, %v", round, b, err)
+		}
+		if _, err := tb.Read(ctx, "left-over"); !errors.Is(err, tools.ErrNotExist) {
+			t.Fatalf("round %d: the previous episode's file is still there (err %v)", round, err)
+		}
+		if err := tb.Write(ctx, "left-over", []byte("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	first := pooled(0)
+	// The pool fills the new template beside the leased sandbox.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		hs, err := sb.Runtime().List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, h := range hs {
+			if h.Spec.Template == "task@host" && h.ID != first.ID {
+				n++
+			}
+		}
+		if n >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm sandbox of template task@host after 30 s (%d sandboxes)", len(hs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := sb.Release(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round < 3; round++ {
+		if err := sb.Release(ctx, pooled(round).ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := spec
+	other.Limits.MemoryBytes = 64 << 20
+	h, err := sb.Acquire(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Spec.Template != "task" {
+		t.Errorf("a spec of another shape got a sandbox of template %q, want one made on demand", h.Spec.Template)
+	}
+	if err := sb.Release(ctx, h.ID); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -193,8 +194,9 @@ type ExecResult struct {
 	Truncated bool
 	// TimedOut is set when the command was killed because Timeout expired.
 	TimedOut bool
-	// Events are safety-relevant things the sandbox saw during the command (limits hit,
-	// kills); the worker records them as safety events.
+	// Events are what the sandbox saw during the command: attacks it refused, which envs
+	// record as the step's safety events, and limits hit (EventKind.Limit), which they
+	// record as its limits.
 	Events []Event
 	// Metering is what the sandbox measured for this command.
 	Metering Metering
@@ -215,6 +217,26 @@ const (
 	EventEgress        EventKind = "network_egress" // a connection or datagram to a non-loopback address was refused
 	EventDeviceAccess  EventKind = "device_access"  // a decoy host device (/dev/mem, /dev/kmem, /dev/port) was opened
 )
+
+// Limit reports whether k is a resource limit the command hit (timeout, oom_kill,
+// pids_limit, disk_full, output_capped, cpu_throttled) rather than an attack the sandbox
+// refused: honest programs hit limits, so envs record them as a step's limits, apart from
+// its safety events, and neither the safety component nor the threat fingerprints count
+// them.
+func (k EventKind) Limit() bool {
+	switch k {
+	case EventTimeout, EventOOMKill, EventPidsLimit, EventDiskFull, EventOutputCapped, EventCPUThrottled:
+		return true
+	}
+	return false
+}
+
+// LimitEvent reports whether a recorded event ("KIND: DETAIL", as envs record a sandbox's
+// events) is of a limit kind (EventKind.Limit).
+func LimitEvent(s string) bool {
+	k, _, ok := strings.Cut(s, ": ")
+	return ok && EventKind(k).Limit()
+}
 
 // Event is one safety-relevant observation.
 type Event struct {
@@ -285,4 +307,21 @@ type ImageSource struct {
 // configured without an image store returns ErrUnavailable saying what to configure.
 type ImagePreparer interface {
 	PrepareImage(ctx context.Context, src ImageSource) (string, error)
+}
+
+// ImageConfig is what an image's config says of how its commands run (the OCI image
+// config's User and WorkingDir: a Dockerfile's USER and WORKDIR).
+type ImageConfig struct {
+	// User is the USER, as the image gives it ("" when it gives none).
+	User string `json:"user,omitempty"`
+	// WorkingDir is the WORKDIR, an absolute path ("" when it gives none).
+	WorkingDir string `json:"working_dir,omitempty"`
+}
+
+// ImageInspector is the optional ability to read the config of an image PrepareImage
+// returned, before any sandbox runs it: a task env decides from the WORKDIR where the
+// agent's commands run and what its sandbox keeps for the verifier. (Create applies the
+// USER itself: see Spec.User.)
+type ImageInspector interface {
+	ImageConfig(ctx context.Context, image string) (ImageConfig, error)
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"maps"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -40,7 +41,17 @@ type Spec struct {
 	// its snapshot's); a runtime that cannot refuses the spec with
 	// ErrUnsupported rather than run a task that would not find its files.
 	Links map[string]string `json:"links,omitempty"`
+	// User is who the sandbox's commands run as, in an image's USER form: a name or uid,
+	// optionally ":" and a group name or gid; names are looked up in the root's
+	// /etc/passwd and /etc/group, and a user alone runs with its primary group, as
+	// Docker runs it. Empty: the image's USER when Image names one that says it (Create
+	// fills it in, as it adds the image's ENV), else the runtime's own user (process: an
+	// unprivileged "sandbox" user; containerd: root without capabilities).
+	User string `json:"user,omitempty"`
 }
+
+// userRE is an image's USER: POSIX-ish names or numbers, an optional :group.
+var userRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$`)
 
 // reservedRoots are the root folders every runtime provides itself (.gauntlet: the
 // containerd runtime's agent); a link may not hide one.
@@ -176,6 +187,9 @@ func (s Spec) Validate() error {
 		if _, err := CleanRelPath(s.Links[p]); err != nil {
 			bad("links["+p+"]", "%v", err)
 		}
+	}
+	if s.User != "" && !userRE.MatchString(s.User) {
+		bad("user", "%q is not a user (name or uid, optionally :group or :gid)", s.User)
 	}
 	seen := map[string]bool{}
 	for i, f := range s.Workspace {

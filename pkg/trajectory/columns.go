@@ -117,6 +117,8 @@ var stepColumns = []column[StepRow]{
 	// Migration 12.
 	col("verifier_names", func(r *StepRow) *[]string { return &r.VerifierNames }),
 	col("verifier_values", func(r *StepRow) *[]float64 { return &r.VerifierValues }),
+	// Migration 15.
+	col("limits", func(r *StepRow) *[]string { return &r.Limits }),
 	col("progress", func(r *StepRow) *float64 { return &r.Progress }),
 	flag("invalid_action", func(r *StepRow) *bool { return &r.InvalidAction }),
 	flag("success", func(r *StepRow) *bool { return &r.Success }),

@@ -233,7 +233,11 @@ type StageRow struct {
 	RewardSum        float64 `json:"reward_sum"`
 	// InfraErrors is how many of Episodes ended as infra errors (migration 14): the
 	// stage's window, rates and budget left them out.
-	InfraErrors uint64    `json:"infra_errors"`
+	InfraErrors uint64 `json:"infra_errors"`
+	// InfraKinds and InfraCounts split InfraErrors by what failed (migration 15), in
+	// parallel and sorted by kind; empty for stages closed before.
+	InfraKinds  []string  `json:"infra_kinds"`
+	InfraCounts []uint64  `json:"infra_counts"`
 	Batches     uint32    `json:"batches"`
 	NextStage   uint32    `json:"next_stage"`
 	ClosedAt    time.Time `json:"closed_at"`
@@ -241,7 +245,7 @@ type StageRow struct {
 	Version     uint64    `json:"version"`
 }
 
-// stageColumns is the curriculum_stages table of migrations 7 and 14.
+// stageColumns is the curriculum_stages table of migrations 7, 14 and 15.
 var stageColumns = []column[StageRow]{
 	col("curriculum_id", func(r *StageRow) *string { return &r.CurriculumID }),
 	col("curriculum_name", func(r *StageRow) *string { return &r.CurriculumName }),
@@ -257,6 +261,8 @@ var stageColumns = []column[StageRow]{
 	col("succeeded", func(r *StageRow) *uint64 { return &r.Succeeded }),
 	col("reward_sum", func(r *StageRow) *float64 { return &r.RewardSum }),
 	col("infra_errors", func(r *StageRow) *uint64 { return &r.InfraErrors }),
+	col("infra_kinds", func(r *StageRow) *[]string { return &r.InfraKinds }),   // migration 15
+	col("infra_counts", func(r *StageRow) *[]uint64 { return &r.InfraCounts }), // migration 15
 	col("batches", func(r *StageRow) *uint32 { return &r.Batches }),
 	col("next_stage", func(r *StageRow) *uint32 { return &r.NextStage }),
 	col("closed_at", func(r *StageRow) *time.Time { return &r.ClosedAt }),
@@ -273,7 +279,8 @@ func StageRowOf(t *gauntletv1.StageTransition) StageRow {
 		Threshold: t.GetThreshold(), WindowEpisodes: t.GetWindow(), WindowValue: t.GetWindowValue(),
 		Episodes: t.GetEpisodes(), Succeeded: t.GetSucceeded(), RewardSum: t.GetRewardSum(), InfraErrors: t.GetInfraErrors(), Batches: t.GetBatches(),
 		NextStage: t.GetNextStage(), ClosedAt: dateTime(t.GetClosedAtUnixNano()), ClosedAtNs: unsigned(t.GetClosedAtUnixNano()),
-		Version: unsigned(t.GetClosedAtUnixNano()),
+		Version:    unsigned(t.GetClosedAtUnixNano()),
+		InfraKinds: nonNil(t.GetInfraKinds()), InfraCounts: nonNil(t.GetInfraCounts()),
 	}
 }
 

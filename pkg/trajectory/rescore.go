@@ -55,7 +55,7 @@ var scoringInputColumns = pick(stepColumns,
 	"cpu_ns", "peak_memory_bytes", "processes", "read_bytes", "written_bytes", "runtime", "policy_ns",
 	"progress", "progress_delta", "invalid_action", "success", "violation_rules", "violation_reasons",
 	"violation_suggestions", "safety_events", "spend", "budget", "deadline_virtual_ns", "terminated",
-	"verifier_names", "verifier_values",
+	"verifier_names", "verifier_values", "limits",
 	"reward", "reward_values", "reward_spec_digest", "scoring_inputs")
 
 // scoringActionColumns are scoringInputColumns and the step's action, for a spec that
@@ -89,6 +89,7 @@ func (r *StepRow) ScoringStep() *gauntletv1.StepTaken {
 		Progress: r.Progress, InvalidAction: r.InvalidAction, Success: r.Success, Spend: r.Spend,
 		Budget: r.Budget, DeadlineVirtualNs: r.DeadlineVirtualNs, ProgressDelta: r.ProgressDelta,
 		SafetyEvents: r.SafetyEvents, VerifierNames: r.VerifierNames, VerifierValues: r.VerifierValues,
+		Limits: r.Limits,
 	}
 	if n := len(r.ViolationRules); n > 0 {
 		vs := make([]gauntletv1.CausalViolation, n)

@@ -13,8 +13,9 @@ import (
 // rescoreSpec reads every signal steps gained in migration 10 (budget, deadline,
 // progress_delta, a violation's suggestion) and the metering the worker measured before
 // scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps,
-// a task verifier's named numbers on each episode's last step (migration 12), and the
-// action (tool and arguments), which a repeat detector reads.
+// a task verifier's named numbers on each episode's last step (migration 12), the
+// action (tool and arguments), which a repeat detector reads, and the limits a step hit
+// (migration 15), recorded in the safety events before it (and scored so).
 const rescoreSpec = `name: rescore
 version: "1"
 components:
@@ -28,6 +29,8 @@ components:
   - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.1}
   - {name: tests, verifier: tests, weight: 0.5}
   - {name: style, expr: "'style' in verifier ? verifier.style - 0.5 : 0.0", weight: 0.25}
+  - {name: safety, builtin: safety, weight: 0.5}
+  - {name: limits, expr: "-double(size(signals.limits))", weight: 0.1}
 `
 
 // rescoreRun writes a run of episodes × steps scored under spec, as the pipeline does: each
@@ -50,6 +53,7 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 			if i >= 4 && i < 10 { // one search six times in a row: the repeat detector reads actions
 				st.Action.ArgsJson = `{"query":"usb-c cable"}`
 			}
+			hitLimit(st, e, i)
 			if i == steps-1 {
 				st.Signals.VerifierNames = []string{"style", "tests"}
 				st.Signals.VerifierValues = []float64{float64(e%4) / 3, float64(e%3) / 2}
@@ -64,6 +68,19 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 	}
 	if _, err := w.Write(context.Background(), events); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hitLimit makes every sixth step of episode e hit a limit: in its limits (migration 15)
+// in even episodes, in its safety events, as recorded before, in odd ones.
+func hitLimit(st *gauntletv1.StepTaken, e, i int) {
+	if i%6 != 2 {
+		return
+	}
+	if e%2 == 0 {
+		st.Signals.Limits = []string{"timeout: killed after 30s"}
+	} else {
+		st.Signals.SafetyEvents = []string{"timeout: killed after 30s"}
 	}
 }
 
@@ -149,6 +166,7 @@ func TestRescore(t *testing.T) {
 			st.Signals.ProgressDelta = float64((i+e)%5)/7 - 0.2
 			st.Signals.Progress = float64((i*3+e)%10) / 9
 			st.Signals.DeadlineVirtualNs = int64(1+e%3) * 1_000_000_000
+			hitLimit(st, e, i)
 			wantSum += scoring.Score(def, st).Total
 		}
 	}

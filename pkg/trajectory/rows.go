@@ -171,6 +171,11 @@ type StepRow struct {
 	// parallel, sorted by name, empty on other steps. Scores read them too.
 	VerifierNames  []string
 	VerifierValues []float64
+
+	// Limits are the resource limits the step's sandbox hit, "KIND: DETAIL" (migration
+	// 15; Signals.limits): kept apart from SafetyEvents since honest programs hit them.
+	// Steps recorded before hold theirs in SafetyEvents, and are scored so.
+	Limits []string
 }
 
 // EpisodeRow is one row of the episodes table, from an EpisodeEnded event.
@@ -354,6 +359,7 @@ func newStepRow(s *gauntletv1.StepTaken, sc gauntletv1.Score) StepRow {
 	r.ProgressDelta, r.Budget, r.DeadlineVirtualNs = sig.GetProgressDelta(), sig.GetBudget(), sig.GetDeadlineVirtualNs()
 	r.ScoringInputs = true
 	r.VerifierNames, r.VerifierValues = parallel(sig.GetVerifierNames(), sig.GetVerifierValues())
+	r.Limits = nonNil(sig.GetLimits())
 
 	faults := s.GetFaults()
 	r.FaultIDs = make([]string, len(faults))

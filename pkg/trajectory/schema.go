@@ -449,6 +449,22 @@ var migrations = []migration{
 			`DROP TABLE IF EXISTS {db}.curriculum_stages_final`,
 			`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
 		}},
+	// The resource limits a step's sandbox hit (timeout, output_capped, ...), apart from
+	// its safety events: honest programs hit them, so they are no attack. Earlier steps
+	// hold theirs in safety_events and keep them there, scored as they were.
+	// And a closed stage's infra errors by kind, as its report gives them.
+	{version: 15, name: "limits apart from safety events, stage infra errors by kind",
+		addColumns: []addColumn{
+			{"steps", "limits", "Array(String)", "verifier_values"},
+			{"curriculum_stages", "infra_kinds", "Array(String)", "infra_errors"},
+			{"curriculum_stages", "infra_counts", "Array(UInt64)", "infra_kinds"},
+		},
+		stmts: []string{
+			`DROP TABLE IF EXISTS {db}.steps_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
+			`DROP TABLE IF EXISTS {db}.curriculum_stages_final`,
+			`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
+		}},
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -134,6 +134,7 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 	conn := setup(t)
 	step := stepEvent("run-a", 0, 34) // step%5 == 4: a fault; step%7 == 6: a violation
 	step.GetStep().Signals.SafetyEvents = []string{"rm -rf /", "curl | sh"}
+	step.GetStep().Signals.Limits = []string{"timeout: killed after 30s"}
 	step.GetStep().Signals.Success = true
 	step.GetStep().Terminated = true
 	step.GetStep().Reason = gauntletv1.TerminationReason_TERMINATION_REASON_MAX_STEPS
@@ -222,6 +223,8 @@ func TestWriteReadsBackEveryColumn(t *testing.T) {
 		// Migration 12.
 		VerifierNames:  []string{"style", "tests"},
 		VerifierValues: []float64{0.75, 1},
+		// Migration 15.
+		Limits: []string{"timeout: killed after 30s"},
 	}
 	steps, err := EpisodeSteps(ctx, conn, testDB, "run-a-ep-000000")
 	if err != nil {

@@ -88,7 +88,8 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	closed := finished + int64(time.Second)
 	tr := &gauntletv1.StageTransition{CurriculumId: "curriculum-t-1", CurriculumName: "t", CurriculumPrefix: "cabc",
 		Stage: 1, StageName: "b", Outcome: "promoted", Metric: "success_rate", Threshold: 0.8, Window: 10, WindowValue: 0.8,
-		Episodes: 30, Succeeded: 22, RewardSum: 20, InfraErrors: 4, Batches: 3, NextStage: 2, ClosedAtUnixNano: closed}
+		Episodes: 30, Succeeded: 22, RewardSum: 20, InfraErrors: 4, Batches: 3, NextStage: 2, ClosedAtUnixNano: closed,
+		InfraKinds: []string{"model_endpoint", "sandbox"}, InfraCounts: []uint64{3, 1}}
 	data, err := gauntletv1.Marshal(tr)
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +151,9 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	if st.Outcome != "promoted" || st.Stage != 1 || st.NextStage != 2 || st.WindowValue != 0.8 || st.Episodes != 30 || st.InfraErrors != 4 ||
 		st.ClosedAtNs != uint64(closed) || st.CurriculumName != "t" || st.Metric != "success_rate" {
 		t.Errorf("curriculum_stages row %+v", st)
+	}
+	if !slices.Equal(st.InfraKinds, []string{"model_endpoint", "sandbox"}) || !slices.Equal(st.InfraCounts, []uint64{3, 1}) {
+		t.Errorf("curriculum_stages infra errors by kind %q %v; want model_endpoint 3, sandbox 1", st.InfraKinds, st.InfraCounts)
 	}
 	cancel()
 	if err := <-done; err != nil {

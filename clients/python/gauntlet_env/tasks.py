@@ -26,7 +26,8 @@ except ImportError:  # Python < 3.11: no [solution].env
 #: The action that ends a task episode; the verifier's verdict is its observation.
 SUBMIT = {"tool": "submit", "args": {}}
 
-#: Where the agent works in a task's sandbox.
+#: Where the agent works in a task's sandbox when its image names no WORKDIR; the reset's
+#: observation says where it works (``obs["workdir"]``).
 WORKDIR = "/app"
 
 
@@ -48,10 +49,11 @@ def _quote(s):
     return "'" + s.replace("'", "'\\''") + "'"
 
 
-def solution_action(task_dir):
+def solution_action(task_dir, workdir=WORKDIR):
     """The shell.exec action that runs ``task_dir/solution/solve.sh`` in the episode's
     sandbox: solution/ goes to /solution as a tar stream on the command's stdin, solve.sh
-    runs in /app with the task's [solution].env, and /solution is emptied again."""
+    runs in workdir (the reset observation's ``workdir``: the image's WORKDIR, else /app)
+    with the task's [solution].env, and /solution is emptied again."""
     sol = os.path.join(task_dir, "solution")
     if not os.path.isfile(os.path.join(sol, "solve.sh")):
         raise ValueError("%s: no solution/solve.sh" % task_dir)
@@ -68,7 +70,7 @@ def solution_action(task_dir):
     for k in sorted(env):
         cmd += "export %s\n" % _quote("%s=%s" % (k, env[k]))
     cmd += "bash /solution/solve.sh; rc=$?; rm -rf /solution/* /solution/.[!.]* 2>/dev/null; exit $rc\n"
-    return {"tool": "shell.exec", "args": {"command": cmd, "dir": WORKDIR,
+    return {"tool": "shell.exec", "args": {"command": cmd, "dir": workdir,
                                            "stdin": base64.b64encode(buf.getvalue()).decode("ascii")}}
 
 

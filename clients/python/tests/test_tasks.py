@@ -27,6 +27,7 @@ class TasksTest(unittest.TestCase):
         self.assertEqual(a["tool"], "shell.exec")
         self.assertEqual(a["args"]["dir"], "/app")
         self.assertIn("bash /solution/solve.sh", a["args"]["command"])
+        self.assertEqual(gt.solution_action(task, workdir="/srv/project")["args"]["dir"], "/srv/project")
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode(a["args"]["stdin"]))) as tar:
             names = sorted(tar.getnames())
             solve = tar.extractfile("solve.sh").read()

@@ -16,6 +16,8 @@
 //     summary line gives persisted steps/s, /proc/<pid>/status its memory over time.
 //
 // -memory-episodes runs one more, long demo to show whether memory grows with the run.
+// -console-episodes runs one more through `gauntlet up` and `gauntlet run` while a probe
+// loads every page of the web console up serves, and reports each page's latency.
 // See loadtest/README.md.
 package main
 
@@ -62,6 +64,10 @@ type options struct {
 	DemoArgs string `json:"demo_args,omitempty"`
 	// LiveHeapEvery samples the memory run's live heap (after a forced GC) that often.
 	LiveHeapEvery time.Duration `json:"live_heap_every_ns,omitempty"`
+	// ConsoleEpisodes > 0 runs the console probe (consolerun.go) over a run of that many
+	// episodes; ConsoleEvery is how often it loads each page.
+	ConsoleEpisodes uint64        `json:"console_episodes,omitempty"`
+	ConsoleEvery    time.Duration `json:"console_every_ns,omitempty"`
 	// Baseline, when set, makes the run a regression gate (gate.go); WriteBaseline
 	// records the run as one.
 	Baseline      string  `json:"baseline,omitempty"`
@@ -84,6 +90,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.PprofSeconds, "pprof-seconds", 0, "after the rounds, one extra untimed pipeline run profiled for this many seconds (0: skip)")
 	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the ClickHouse databases and the temp dir")
 	fs.DurationVar(&o.LiveHeapEvery, "live-heap-every", 30*time.Second, "in the memory run, sample the live heap (a forced GC, then /debug/pprof/heap) this often (0: never)")
+	fs.Uint64Var(&o.ConsoleEpisodes, "console-episodes", 0, "last, one run of this many episodes through `gauntlet up` and `gauntlet run` while a probe loads every console page; fails if a page errors (0: skip)")
+	fs.DurationVar(&o.ConsoleEvery, "console-every", time.Second, "in the console run, how often the probe loads each page (one page after another, like one reader)")
 	fs.StringVar(&o.DemoArgs, "demo-args", "", "extra flags for every `gauntlet demo`, white-space separated (e.g. \"--profiles edge=1\")")
 	fs.Int64Var(&o.MaxRSSMB, "max-rss-mb", defaultMaxRSSMB(), "stop a demo whose RSS passes this (default: half the machine's RAM; 0: no limit)")
 	fs.StringVar(&o.Baseline, "baseline", "", "a baseline JSON (from -write-baseline) to judge this run's CPU per step against; the run fails beyond -max-slowdown")
@@ -99,8 +107,11 @@ func (o *options) validate() error {
 	if o.Episodes == 0 && (o.Rounds > 0 || o.PprofSeconds > 0) {
 		errs = append(errs, errors.New("-episodes: must be at least 1"))
 	}
-	if o.Rounds == 0 && o.MemoryEpisodes == 0 && o.PprofSeconds == 0 {
-		errs = append(errs, errors.New("nothing to do: -rounds, -memory-episodes and -pprof-seconds are all 0"))
+	if o.Rounds == 0 && o.MemoryEpisodes == 0 && o.PprofSeconds == 0 && o.ConsoleEpisodes == 0 {
+		errs = append(errs, errors.New("nothing to do: -rounds, -memory-episodes, -pprof-seconds and -console-episodes are all 0"))
+	}
+	if o.ConsoleEvery < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("-console-every: %v is shorter than 10ms", o.ConsoleEvery))
 	}
 	if _, err := policy.Lookup(o.Policy); err != nil {
 		errs = append(errs, fmt.Errorf("-policy: %w", err))
@@ -145,6 +156,7 @@ type results struct {
 	Summary        *summaryResult  `json:"summary,omitempty"`
 	Memory         *pipelineResult `json:"memory_run,omitempty"`
 	Profile        *pipelineResult `json:"profile_run,omitempty"`
+	Console        *consoleResult  `json:"console_run,omitempty"`
 	Error          string          `json:"error,omitempty"`
 }
 
@@ -460,6 +472,29 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		}
 		printMemory(stdout, r)
 	}
+
+	if o.ConsoleEpisodes > 0 {
+		fmt.Fprintf(stdout, "\nconsole run: %d episodes through gauntlet up, each console page loaded every %v\n", o.ConsoleEpisodes, o.ConsoleEvery)
+		dataDir := filepath.Join(tmp, "data-console")
+		co := consoleOpts{
+			gauntlet: bin, dataDir: dataDir, chAddr: ch.Addr(), database: "lt_console", policy: o.Policy,
+			episodes: o.ConsoleEpisodes, maxInFlight: o.MaxInFlight, every: o.ConsoleEvery,
+			upLog: stem + "-console-up.log", runLog: stem + "-console-run.log", procs: procs,
+			extraArgs: strings.Fields(o.DemoArgs),
+		}
+		fmt.Fprintf(stdout, "  %s up … ; %s run --episodes %d … (logs %s, %s)\n", filepath.Base(bin), filepath.Base(bin), o.ConsoleEpisodes, co.upLog, co.runLog)
+		r, err := runConsoleProbe(ctx, co)
+		res.Console = &r
+		save()
+		if !o.KeepData {
+			_ = os.RemoveAll(dataDir)
+		}
+		drop("lt_console")
+		printConsole(stdout, r)
+		if err != nil {
+			return fmt.Errorf("console run: %w", err)
+		}
+	}
 	fmt.Fprintf(stdout, "\nload average at end: %s\n", readLoadAvg())
 	return nil
 }
@@ -597,5 +632,29 @@ func printLiveHeap(w io.Writer, samples []heapSample) {
 	tw.Flush()
 	if slope, n, ok := liveHeapSlope(samples); ok {
 		fmt.Fprintf(w, "  live heap slope over %d samples past 10%% of the episodes: %+.1f MB per 100,000 episodes\n", n, slope*100_000/(1<<20))
+	}
+}
+
+// printConsole shows the console run's throughput and each page's latencies.
+func printConsole(w io.Writer, r consoleResult) {
+	if r.Steps > 0 {
+		fmt.Fprintf(w, "  %d episodes, %d steps, all in ClickHouse after %.1fs: %.0f steps/s\n",
+			r.Episodes, r.Steps, r.PersistedSeconds, r.StepsPerSec)
+	}
+	fmt.Fprintf(w, "  %s\n", r.Window)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "page\tloads\terrors\tp50 ms\tp99 ms\tmax ms\t")
+	for _, p := range r.Pages {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", p.Page, p.Count, p.Errors, p.P50Ms, p.P99Ms, p.MaxMs)
+	}
+	fmt.Fprintln(tw, "\t\t\t\t\t\t")
+	for _, p := range r.Requests {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", p.Page, p.Count, p.Errors, p.P50Ms, p.P99Ms, p.MaxMs)
+	}
+	tw.Flush()
+	for _, p := range r.Pages {
+		if p.FirstError != "" {
+			fmt.Fprintf(w, "  %s: first error: %s\n", p.Page, p.FirstError)
+		}
 	}
 }

@@ -221,7 +221,7 @@ func TestCodefixMemoryLeakOverSteps(t *testing.T) {
 				if err := json.Unmarshal(res.Observation, &sh); err != nil {
 					t.Fatal(err)
 				}
-				outs = append(outs, fmt.Sprintf("step %d: exit %d %q (safety %v)", i, sh.ExitCode, sh.Stdout, res.Signals.SafetyEvents))
+				outs = append(outs, fmt.Sprintf("step %d: exit %d %q (limits %v)", i, sh.ExitCode, sh.Stdout, res.Signals.Limits))
 			}
 			t.Logf("%s:\n%s", rt, strings.Join(outs, "\n"))
 			if !strings.Contains(outs[0], `exit 0 "25165824\n"`) || strings.Contains(outs[1], "exit 0") || !strings.Contains(outs[1], "oom_kill") {

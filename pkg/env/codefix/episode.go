@@ -186,6 +186,7 @@ type outcome struct {
 	metered bool
 	errors  uint32
 	safety  []string
+	limits  []string
 	// touched: the step may have changed the workspace (diff it afterwards).
 	touched bool
 	// verdict is set by submit.
@@ -249,7 +250,11 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		fired = append(e.bnd.Ambient(), fired...)
 	}
 	for _, ev := range e.events {
-		o.safety = append(o.safety, string(ev.Kind)+": "+ev.Detail)
+		if ev.Kind.Limit() {
+			o.limits = append(o.limits, string(ev.Kind)+": "+ev.Detail)
+		} else {
+			o.safety = append(o.safety, string(ev.Kind)+": "+ev.Detail)
+		}
 	}
 	fired = append(fired, e.bnd.ServiceFaults()...)
 	diff := []byte("[]")
@@ -284,7 +289,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		Metering:    m,
 		Signals: &gauntletv1.Signals{
 			Progress: progress, ProgressDelta: delta, InvalidAction: calls == 0, Success: success,
-			DeadlineVirtualNs: int64(e.p.deadline), SafetyEvents: o.safety,
+			DeadlineVirtualNs: int64(e.p.deadline), SafetyEvents: o.safety, Limits: o.limits,
 		},
 	}
 	env.End{

@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
@@ -127,5 +129,75 @@ func BenchmarkTaskRuntimes(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkTaskStartFromPool puts a task episode's start (NewEpisode and Reset; Close is
+// left out of the timing) from a warm pool beside a cold one, on both runtimes, each
+// running codefix/sum in its own image (built once, before the timings): cold makes the
+// sandbox on demand (pool size 0); warm takes it from the pool the runtime keeps for
+// the task's image (pool size 2), filled before the timings, each Close resetting the
+// sandbox for the next start.
+func BenchmarkTaskStartFromPool(b *testing.B) {
+	images := runtimestest.Images(b)
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
+		for _, c := range []struct {
+			name string
+			pool int
+		}{{"cold", 0}, {"warm", 2}} {
+			b.Run(rt+"/"+c.name, func(b *testing.B) {
+				cfg := runtimestest.Config(b, rt)
+				cfg.Images, cfg.PoolSize = images, c.pool
+				sb := runtimestest.OpenConfig(b, cfg)
+				e := taskenv.New()
+				start := func() env.Episode {
+					ep, err := e.NewEpisode(env.Config{Seed: 1, Params: params("codefix/sum"), Sandboxes: sb, Datasets: gauntlet})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := ep.Reset(); err != nil {
+						b.Fatal(err)
+					}
+					return ep
+				}
+				_ = env.Close(start()) // the image, built and pulled; the pool's template, made
+				if c.pool > 0 {
+					waitWarm(b, sb.Runtime(), c.pool)
+				}
+				for b.Loop() {
+					ep := start()
+					b.StopTimer()
+					if err := env.Close(ep); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			})
+		}
+	}
+}
+
+// waitWarm waits until the runtime holds n sandboxes of a task image's pool template
+// ("task@" and the image).
+func waitWarm(b *testing.B, rt sandbox.Runtime, n int) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		hs, err := rt.List(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		warm := 0
+		for _, h := range hs {
+			if strings.HasPrefix(h.Spec.Template, taskenv.Template+"@") {
+				warm++
+			}
+		}
+		if warm >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d warm task sandboxes after 2 minutes", warm, n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

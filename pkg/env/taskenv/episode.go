@@ -47,8 +47,9 @@ var links = map[string]string{
 	tasks.TestsMount: testsDir, tasks.SolutionMount: solutionDir,
 }
 
-// WorkDir is where the agent's commands run unless they say otherwise: the WORKDIR the
-// datasets' Dockerfiles set.
+// WorkDir is where the agent's commands run unless they say otherwise when the task's
+// image gives no WORKDIR (or the runtime runs no image): the WORKDIR the datasets'
+// Dockerfiles set. An image's own WORKDIR takes its place (workDir).
 const WorkDir = "/app"
 
 // opTimeout bounds one sandbox operation gauntlet makes on its own (acquire, snapshot,
@@ -81,9 +82,14 @@ type episode struct {
 	maxInvalid int
 	deadline   time.Duration
 
-	sb     string
-	tb     *tools.Toolbox
-	events []sandbox.Event
+	sb string
+	// workdir is where commands run unless they name a folder (the image's WORKDIR, else
+	// WorkDir), and links the sandbox's paths that lead into its workspace: Harbor's,
+	// and the WORKDIR's top folder when it is none of them (workDir).
+	workdir string
+	links   map[string]string
+	tb      *tools.Toolbox
+	events  []sandbox.Event
 	// net is the sandbox's gateway to the task's allowed hosts; nil without.
 	net *network
 	// bnd applies the plan's storage, resource and clock faults at the sandbox's
@@ -122,12 +128,14 @@ type resetObs struct {
 	DeadlineMs  int64    `json:"deadline_ms"`
 }
 
-// sandboxSpec is the sandbox the task runs in: the task's links (Harbor's paths, each a
-// workspace folder) and limits, on the task's image where the runtime can prepare one
-// (sandbox.ImagePreparer: the image's /app becomes the workspace's app/); elsewhere (a
-// process runtime without an image store) on the runtime's own root, with
-// environment/app in the workspace (what the Dockerfile copies to /app).
-func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbox.Spec, error) {
+// sandboxSpec is the sandbox the task runs in, and the folder its commands run in: the
+// task's links (Harbor's paths, each a workspace folder) and limits, on the task's image
+// where the runtime can prepare one (sandbox.ImagePreparer: the image's /app becomes the
+// workspace's app/; the runtime runs commands as the image's USER, and they run in its
+// WORKDIR: workDir); elsewhere (a process runtime without an image store) on the
+// runtime's own root, with environment/app in the workspace (what the Dockerfile copies
+// to /app), in WorkDir.
+func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbox.Spec, string, error) {
 	c := t.Config.Environment
 	spec := sandbox.Spec{
 		Template: Template,
@@ -139,21 +147,61 @@ func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbo
 		Services: egressServices(c, rt),
 	}
 	if p, ok := rt.(sandbox.ImagePreparer); ok {
-		ref, err := taskImage(ctx, p, t)
+		img, err := taskImage(ctx, p, t)
 		if err != nil {
-			return sandbox.Spec{}, err
+			return sandbox.Spec{}, "", err
 		}
-		if ref != "" {
-			spec.Image = ref
-			return spec, nil
+		if img.ref != "" {
+			spec.Image = img.ref
+			wd, err := workDir(&spec, img.workdir)
+			if err != nil {
+				return sandbox.Spec{}, "", fmt.Errorf("tasks: task %s: %w", t.ID, err)
+			}
+			return spec, wd, nil
 		}
 	}
 	files, err := workspaceFiles(filepath.Join(t.Environment.Context, taskstest.WorkspaceDir), appDir)
 	if err != nil {
-		return sandbox.Spec{}, fmt.Errorf("tasks: task %s: environment/%s: %w", t.ID, taskstest.WorkspaceDir, err)
+		return sandbox.Spec{}, "", fmt.Errorf("tasks: task %s: environment/%s: %w", t.ID, taskstest.WorkspaceDir, err)
 	}
 	spec.Workspace = files
-	return spec, nil
+	return spec, WorkDir, nil
+}
+
+// ErrWorkDir is an image's WORKDIR the agent's work could not be kept in for the
+// verifier: below a folder the sandbox provides itself (/usr, /etc, /tmp, ...) or below
+// one of the verifier's paths.
+var ErrWorkDir = errors.New("tasks: unusable WORKDIR")
+
+// workDir is the folder an image's WORKDIR (wd, "" when it gives none) makes commands
+// run in, as Docker runs them there. The verifier judges the workspace and its links
+// only (a snapshot keeps nothing else of the root), so the WORKDIR must lie in them:
+// under /app or /workspace it does; otherwise its top folder (/srv of /srv/app)
+// becomes a link of spec into a workspace folder of the same name, which holds what the
+// image put there, as the image's /app goes to app/.
+func workDir(spec *sandbox.Spec, wd string) (string, error) {
+	if wd == "" {
+		return WorkDir, nil
+	}
+	wd = path.Clean("/" + wd)
+	top, _, _ := strings.Cut(strings.TrimPrefix(wd, "/"), "/")
+	switch {
+	case wd == "/":
+		return WorkDir, nil // Docker's default: Harbor's tasks expect /app
+	case top == appDir, "/"+top == sandbox.WorkspacePath:
+		return wd, nil
+	case spec.Links["/"+top] != "":
+		return "", fmt.Errorf("%w: the image's WORKDIR %s is below %s, the verifier's", ErrWorkDir, wd, "/"+top)
+	}
+	l := maps.Clone(spec.Links)
+	l["/"+top] = top
+	s := *spec
+	s.Links = l
+	if err := s.Validate(); err != nil {
+		return "", fmt.Errorf("%w: the image's WORKDIR %s: its folder /%s cannot be kept for the verifier: %v", ErrWorkDir, wd, top, err)
+	}
+	spec.Links = l
+	return wd, nil
 }
 
 // ImageRepository is the repository of the task images built from Dockerfiles, in the
@@ -162,7 +210,13 @@ const ImageRepository = "gauntlet/tasks"
 
 // prepared holds the image each task (by content digest, which covers environment/)
 // got from each runtime, so an episode start after the first costs no registry lookup.
-var prepared sync.Map // preparedKey → string
+var prepared sync.Map // preparedKey → preparedImage
+
+// preparedImage is a task's image on a runtime: its reference ("" when the runtime has
+// no image store) and its WORKDIR ("" when it gives none or the runtime cannot say).
+type preparedImage struct {
+	ref, workdir string
+}
 
 type preparedKey struct {
 	rt     sandbox.ImagePreparer
@@ -170,12 +224,13 @@ type preparedKey struct {
 }
 
 // taskImage returns the runtime's image of the task: [environment].docker_image
-// pulled, or environment/Dockerfile built (under the task's build timeout) and pulled;
-// "" when the runtime has no image store.
-func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (string, error) {
+// pulled, or environment/Dockerfile built (under the task's build timeout) and pulled,
+// with its WORKDIR where the runtime reads image configs (sandbox.ImageInspector); no
+// reference when the runtime has no image store.
+func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (preparedImage, error) {
 	key := preparedKey{p, t.Digest}
-	if ref, ok := prepared.Load(key); ok {
-		return ref.(string), nil
+	if img, ok := prepared.Load(key); ok {
+		return img.(preparedImage), nil
 	}
 	src := sandbox.ImageSource{Image: t.Environment.Image}
 	if src.Image == "" {
@@ -188,10 +243,18 @@ func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (str
 		ref, err = "", nil // the runtime has no image store: its own root
 	}
 	if err != nil {
-		return "", fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
+		return preparedImage{}, fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
 	}
-	prepared.Store(key, ref)
-	return ref, nil
+	img := preparedImage{ref: ref}
+	if ins, ok := p.(sandbox.ImageInspector); ok && ref != "" {
+		c, err := ins.ImageConfig(ctx, ref)
+		if err != nil {
+			return preparedImage{}, fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
+		}
+		img.workdir = c.WorkingDir
+	}
+	prepared.Store(key, img)
+	return img, nil
 }
 
 // limits are a sandbox's limits for [environment]'s cpus, memory_mb and storage_mb.
@@ -242,7 +305,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 	if e.cfg.Sandboxes == nil {
 		return nil, fmt.Errorf("tasks: %w", env.ErrNoSandbox)
 	}
-	spec, err := sandboxSpec(context.Background(), e.cfg.Sandboxes.Runtime(), e.task)
+	spec, workdir, err := sandboxSpec(context.Background(), e.cfg.Sandboxes.Runtime(), e.task)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +320,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("tasks: task %s: acquire sandbox: %w", e.task.ID, err)
 	}
 	e.sb, e.ready = h.ID, true
+	e.workdir, e.links = workdir, spec.Links
 	// The layer attaches no gateway (Services unset): the task's own, net, records its
 	// requests as steps' diffs.
 	if e.bnd, err = boundary.Open(ctx, boundary.Options{
@@ -270,7 +334,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 	}
 	e.tb = e.toolbox()
 	return json.Marshal(resetObs{
-		Task: e.task.ID, Digest: e.task.Digest, Instruction: e.task.Instruction, WorkDir: WorkDir,
+		Task: e.task.ID, Digest: e.task.Digest, Instruction: e.task.Instruction, WorkDir: e.workdir,
 		Tools: toolNames, MaxSteps: e.maxSteps, DeadlineMs: e.deadline.Milliseconds(),
 	})
 }
@@ -476,8 +540,13 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 			}{true, string(out.Truncate(obs))})
 		}
 	}
+	var limits []string
 	for _, ev := range e.events {
-		safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+		if ev.Kind.Limit() {
+			limits = append(limits, string(ev.Kind)+": "+ev.Detail)
+		} else {
+			safety = append(safety, string(ev.Kind)+": "+ev.Detail)
+		}
 	}
 	if e.step == 0 {
 		// The resource faults in force, once, as codefix records them.
@@ -529,7 +598,7 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		Observation: obs, Diff: diff, Faults: fired, Metering: m,
 		Signals: &gauntletv1.Signals{
 			Progress: progress, ProgressDelta: progress, InvalidAction: calls == 0, Success: success,
-			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety,
+			DeadlineVirtualNs: int64(e.deadline), SafetyEvents: safety, Limits: limits,
 			VerifierNames: names, VerifierValues: values,
 		},
 	}
@@ -557,7 +626,7 @@ func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage,
 	if tool == tools.ShellExec {
 		key = "dir"
 		if _, ok := m[key]; !ok {
-			m[key] = WorkDir
+			m[key] = e.workdir
 		}
 	}
 	p, ok := m[key].(string)
@@ -565,7 +634,7 @@ func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage,
 		return args, nil
 	}
 	var safety []string
-	if q, ok := inWorkspace(p); ok {
+	if q, ok := inWorkspace(p, e.workdir, e.links); ok {
 		m[key] = q
 		if (tool == tools.FSWrite || tool == tools.FSPatch) && verifierPath(q) {
 			safety = append(safety, fmt.Sprintf("%s: %s %s", EventVerifierPathWritten, tool, p))
@@ -578,14 +647,14 @@ func (e *episode) translate(tool string, args json.RawMessage) (json.RawMessage,
 	return out, safety
 }
 
-// inWorkspace maps a path relative to WorkDir, or an absolute one under one of the links,
+// inWorkspace maps a path relative to workdir, or an absolute one under one of the links,
 // to the workspace path it shows, and reports whether it did.
-func inWorkspace(p string) (string, bool) {
+func inWorkspace(p, workdir string, links map[string]string) (string, bool) {
 	if p == "" {
 		return p, false // the tool reports it
 	}
 	if !path.IsAbs(p) {
-		p = path.Join(WorkDir, p)
+		p = path.Join(workdir, p)
 	}
 	c := path.Clean(p)
 	for l, dir := range links {

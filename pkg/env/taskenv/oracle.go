@@ -12,9 +12,10 @@ import (
 )
 
 // oracle runs the task's solution, as Harbor's oracle agent does: one shell.exec copies
-// solution/ to /solution, runs solve.sh from /app with the [solution] env, and removes
-// /solution again; then it submits. It learns its task from the reset observation's
-// digest (a task this process's env read), so it needs nothing but what it sees.
+// solution/ to /solution, runs solve.sh in the task's working directory (/app, or the
+// image's WORKDIR) with the [solution] env, and removes /solution again; then it
+// submits. It learns its task from the reset observation's digest (a task this process's
+// env read), so it needs nothing but what it sees.
 type oracle struct{ solved bool }
 
 // Act chooses the next action: the solution, then submit.
@@ -43,7 +44,11 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		cmd += "export " + shQuote(kv) + "\n"
 	}
 	cmd += "bash /solution/solve.sh; rc=$?; rm -rf /solution/* /solution/.[!.]* 2>/dev/null; exit $rc\n"
-	args, err := json.Marshal(tools.ExecArgs{Command: cmd, Dir: WorkDir, Stdin: base64.StdEncoding.EncodeToString(sol)})
+	dir := first.WorkDir // the image's WORKDIR, where solve.sh runs as Harbor runs it
+	if dir == "" {
+		dir = WorkDir
+	}
+	args, err := json.Marshal(tools.ExecArgs{Command: cmd, Dir: dir, Stdin: base64.StdEncoding.EncodeToString(sol)})
 	if err != nil {
 		return env.Action{}, err
 	}

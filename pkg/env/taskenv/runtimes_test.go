@@ -2,6 +2,7 @@ package taskenv_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,5 +101,39 @@ func rootIsTheTasksImage(t *testing.T, sb env.Sandboxes) {
 	}
 	if v := verdictOf(t, step{res: res}); !v.Pass {
 		t.Errorf("verdict %+v", v)
+	}
+}
+
+// TestTaskImagesFromWarmPool: with a warm pool, task episodes on their own image take
+// their sandboxes from the pool the runtime keeps for that image, on both runtimes, and
+// play as on fresh ones: over rounds of the same sandboxes, reset between episodes, the
+// oracle succeeds and a no-op fails.
+func TestTaskImagesFromWarmPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a task image and runs containerd; -short runs unit tests only")
+	}
+	images := runtimestest.Images(t)
+	for _, rt := range []string{runtimes.Process, runtimes.Containerd} {
+		t.Run(rt, func(t *testing.T) {
+			c := runtimestest.Config(t, rt)
+			c.Images, c.PoolSize = images, 1
+			sb := runtimestest.OpenConfig(t, c)
+			for round := range 3 {
+				t.Run(fmt.Sprint("round ", round), func(t *testing.T) { oracleSucceedsNoopFails(t, sb, "codefix/sum") })
+			}
+			hs, err := sb.Runtime().List(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			pooled := 0
+			for _, h := range hs {
+				if strings.HasPrefix(h.Spec.Template, taskenv.Template+"@") {
+					pooled++
+				}
+			}
+			if pooled == 0 {
+				t.Errorf("no sandbox of the task image's pool template among %d", len(hs))
+			}
+		})
 	}
 }

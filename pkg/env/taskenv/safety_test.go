@@ -95,3 +95,36 @@ func TestSandboxAttacksAreStepSafetyEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsAreNotSafetyEvents: a task command that runs into its timeout and the output
+// cap records them as the step's limits, not as safety events, so the default spec's
+// safety component does not penalise an agent whose honest command ran long.
+func TestLimitsAreNotSafetyEvents(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 0)
+	ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params("codefix/sum"), Sandboxes: sb, Datasets: gauntlet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close(ep) })
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ep.Step(act(tools.ShellExec, map[string]any{"command": "head -c 2000000 /dev/zero; sleep 5", "timeout_ms": 300}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []sandbox.EventKind{sandbox.EventTimeout, sandbox.EventOutputCapped} {
+		if !hasKind(res.Signals.GetLimits(), k) {
+			t.Errorf("no %s among the step's limits %q (safety events %q)", k, res.Signals.GetLimits(), res.Signals.GetSafetyEvents())
+		}
+	}
+	if ev := res.Signals.GetSafetyEvents(); len(ev) != 0 {
+		t.Errorf("limits hit are safety events: %q", ev)
+	}
+	step := &gauntletv1.StepTaken{Signals: res.Signals, Metering: res.Metering}
+	for _, c := range scoring.Score(scoring.SpecFor(taskenv.Name), step).Components {
+		if c.Name == scoring.ComponentSafety && c.Value != 0 {
+			t.Errorf("the default spec's safety component is %v for a step that only hit limits", c.Value)
+		}
+	}
+}

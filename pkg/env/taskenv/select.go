@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks"
 )
 
@@ -30,6 +32,9 @@ type Selection struct {
 	Dataset string
 	Filter  tasks.Filter
 	Tasks   []Pinned
+	// CanaryRate is the share of the episodes that play one of the dataset's canaries
+	// instead (params.canary_rate; 0: none).
+	CanaryRate float64
 }
 
 // Select chooses the tasks of ds that pass f, for the dataset named name, and pins them
@@ -75,7 +80,7 @@ func describeFilter(f tasks.Filter) string {
 }
 
 // Params are the selection as the tasks env's params: {"dataset", "tags", "difficulty",
-// "glob", "tasks"}, empty ones left out.
+// "glob", "tasks", "canary_rate"}, empty ones left out.
 func (s Selection) Params() json.RawMessage {
 	p := struct {
 		Dataset    string   `json:"dataset"`
@@ -83,7 +88,8 @@ func (s Selection) Params() json.RawMessage {
 		Difficulty []string `json:"difficulty,omitempty"`
 		Glob       []string `json:"glob,omitempty"`
 		Tasks      []Pinned `json:"tasks,omitempty"`
-	}{s.Dataset, s.Filter.Tags, s.Filter.Difficulties, s.Filter.Globs, s.Tasks}
+		CanaryRate float64  `json:"canary_rate,omitempty"`
+	}{s.Dataset, s.Filter.Tags, s.Filter.Difficulties, s.Filter.Globs, s.Tasks, s.CanaryRate}
 	b, _ := json.Marshal(p) // strings and slices of them always marshal
 	return b
 }
@@ -109,6 +115,12 @@ func (p params) checkSelection() []error {
 		if strings.TrimSpace(t) == "" {
 			errs = append(errs, fmt.Errorf("params.tags[%d]: empty", i))
 		}
+	}
+	switch r := p.CanaryRate; {
+	case math.IsNaN(r) || r < 0 || r > 1:
+		errs = append(errs, fmt.Errorf("params.canary_rate: %v is outside 0..1", r))
+	case r > 0 && p.Task != "":
+		errs = append(errs, errors.New("params.canary_rate: mixes canaries into a draw; a task named by params.task is played as named"))
 	}
 	if len(p.Tasks) > MaxPinned {
 		errs = append(errs, fmt.Errorf("params.tasks: %d tasks, more than %d: select them by tags, difficulty or glob instead", len(p.Tasks), MaxPinned))
@@ -137,6 +149,12 @@ func (p params) filter() tasks.Filter {
 // count, so a run's seeds spread its episodes over its selection alike on every
 // process. The second result is the digest the task must have ("" when p says none).
 func (p params) pick(name string, ds *tasks.Dataset, seed uint64) (*tasks.Task, string, error) {
+	if p.CanaryRate > 0 && p.Task == "" {
+		t, err := drawCanary(name, ds, seed, p.CanaryRate)
+		if err != nil || t != nil {
+			return t, "", err
+		}
+	}
 	switch {
 	case p.Task != "":
 		t := ds.Task(p.Task)
@@ -168,4 +186,27 @@ func (p params) pick(name string, ds *tasks.Dataset, seed uint64) (*tasks.Task, 
 		return nil, "", fmt.Errorf("params: %w: %s selects none of the %d tasks of dataset %s (%s)", ErrEmptySelection, describeFilter(f), len(ds.Tasks), name, ds.Root)
 	}
 	return sel[seed%uint64(len(sel))], p.Digest, nil
+}
+
+// drawCanary is the canary an episode of seed plays instead of its draw, in a run that
+// mixes canaries in at rate (params.canary_rate): with probability rate, from the seed
+// alone (so a replay, a retry and every process draw the same), one of the dataset's
+// canaries (in ID order, whatever the run's filters: canaries are not among the tasks
+// they select); nil for an episode that plays its draw, which is then the task it would
+// play at rate 0: mixing canaries in changes no other episode's task.
+// A dataset without canaries is an error: the run asked for what it cannot have.
+func drawCanary(name string, ds *tasks.Dataset, seed uint64, rate float64) (*tasks.Task, error) {
+	if rng.Float64(seed, "canary", 0) >= rate {
+		return nil, nil
+	}
+	var canaries []*tasks.Task
+	for _, t := range ds.Tasks {
+		if t.Config.Metadata.Canary {
+			canaries = append(canaries, t)
+		}
+	}
+	if len(canaries) == 0 {
+		return nil, fmt.Errorf("params.canary_rate: dataset %s (%s) has no canary task (task.toml [metadata] canary = true)", name, ds.Root)
+	}
+	return canaries[rng.Derive(seed, "canary-task")%uint64(len(canaries))], nil
 }

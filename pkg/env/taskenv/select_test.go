@@ -195,3 +195,67 @@ func TestPinnedTaskChanged(t *testing.T) {
 		t.Errorf("an unchanged task of the same selection: %s, %v", id, err)
 	}
 }
+
+// TestCanaryRateMixesCanariesIn: a draw asking for canary_rate plays one of the
+// dataset's canaries in about that share of its episodes, whatever its filters, chosen by
+// the seed alone (the same seed plays the same task again, pinned or filtered); every
+// other episode plays the task it would without canaries. A dataset without canaries, a
+// rate outside 0..1 or a named task with a rate are refused naming the field.
+func TestCanaryRateMixesCanariesIn(t *testing.T) {
+	ds, err := tasks.LoadDataset(dataset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const canary = "canary/predict-draw"
+	sel, err := taskenv.Select("gauntlet", ds, tasks.Filter{Tags: []string{"python"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel.CanaryRate = 0.25
+	for name, p := range map[string]json.RawMessage{
+		"filters": json.RawMessage(`{"dataset": "gauntlet", "tags": ["python"], "canary_rate": 0.25}`),
+		"pinned":  sel.Params(),
+	} {
+		without := json.RawMessage(`{"dataset": "gauntlet", "tags": ["python"]}`)
+		const n = 120
+		canaries := 0
+		for seed := range uint64(n) {
+			id, _, err := pickOf(t, gauntlet, p, seed)
+			if err != nil {
+				t.Fatalf("%s, seed %d: %v", name, seed, err)
+			}
+			if id == canary {
+				if again, _, _ := pickOf(t, gauntlet, p, seed); again != id {
+					t.Fatalf("%s, seed %d: %s, then %s", name, seed, id, again)
+				}
+				canaries++
+				continue
+			}
+			if plain, _, _ := pickOf(t, gauntlet, without, seed); plain != id {
+				t.Errorf("%s, seed %d: %s, without canaries %s", name, seed, id, plain)
+			}
+		}
+		if canaries < n/4-15 || canaries > n/4+15 { // 3 standard deviations
+
+			t.Errorf("%s: %d canaries in %d episodes at rate 0.25", name, canaries, n)
+		}
+	}
+
+	noCanary := t.TempDir()
+	if err := os.CopyFS(filepath.Join(noCanary, "python"), os.DirFS(filepath.Join(dataset, "python"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pickOf(t, map[string]string{"plain": noCanary}, json.RawMessage(`{"dataset": "plain", "canary_rate": 1}`), 1); err == nil ||
+		!strings.Contains(err.Error(), "params.canary_rate: dataset plain") || !strings.Contains(err.Error(), "has no canary task") {
+		t.Errorf("a rate over a dataset without canaries: %v", err)
+	}
+	for p, want := range map[string]string{
+		`{"dataset": "gauntlet", "canary_rate": 1.5}`:                            "params.canary_rate: 1.5 is outside 0..1",
+		`{"dataset": "gauntlet", "canary_rate": -0.1}`:                           "params.canary_rate: -0.1 is outside 0..1",
+		`{"dataset": "gauntlet", "task": "python/fizzbuzz", "canary_rate": 0.1}`: "params.canary_rate: mixes canaries into a draw",
+	} {
+		if _, _, err := pickOf(t, gauntlet, json.RawMessage(p), 1); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want %q", p, err, want)
+		}
+	}
+}

@@ -86,6 +86,7 @@ func (*taskEnv) Spec() env.Spec {
 			{Name: "difficulty", Type: "array", Description: "only tasks of one of these difficulties (easy, medium, hard)"},
 			{Name: "glob", Type: "array", Description: "only tasks whose ID matches one of these patterns (path.Match, e.g. \"codefix/*\")"},
 			{Name: "tasks", Type: "array", Description: "the selection pinned: [{\"id\", \"digest\"}], as `gauntlet run --tasks` records it; a task whose content changed since is refused"},
+			{Name: "canary_rate", Type: "float", Default: "0", Description: "with a draw (no task named): the share of episodes (0..1) that play one of the dataset's canaries instead, chosen by the episode's seed"},
 			{Name: "max_invalid", Type: "int", Default: "5", Description: "invalid actions that terminate the episode (1..1000)"},
 			{Name: "deadline_ms", Type: "int", Description: "virtual milliseconds the episode may take (default: the task's [agent] timeout; each command's wall time stays bounded by that timeout)"},
 		},
@@ -105,8 +106,11 @@ type params struct {
 	Difficulty []string `json:"difficulty"`
 	Glob       []string `json:"glob"`
 	Tasks      []Pinned `json:"tasks"`
-	MaxInvalid *int     `json:"max_invalid"`
-	DeadlineMs *int64   `json:"deadline_ms"`
+	// CanaryRate is the share of a draw's episodes that play one of the dataset's
+	// canaries instead (0: none), each chosen from the episode's seed.
+	CanaryRate float64 `json:"canary_rate"`
+	MaxInvalid *int    `json:"max_invalid"`
+	DeadlineMs *int64  `json:"deadline_ms"`
 }
 
 func parseParams(raw json.RawMessage) (params, error) {
@@ -118,7 +122,7 @@ func parseParams(raw json.RawMessage) (params, error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&p); err != nil {
-		return p, fmt.Errorf("params: %w (known: dataset, task, digest, tags, difficulty, glob, tasks, max_invalid, deadline_ms)", err)
+		return p, fmt.Errorf("params: %w (known: dataset, task, digest, tags, difficulty, glob, tasks, canary_rate, max_invalid, deadline_ms)", err)
 	}
 	var errs []error
 	if p.Dataset == "" {

@@ -65,19 +65,20 @@ func (v *verdict) named() ([]string, []float64) {
 // is mostly those. It reports and removes what the agent left on the verifier's paths
 // (the workspace's logs/ when it is not a plain folder, logs/verifier, tests/,
 // solution/: rm -rf removes a link itself, never what it leads to) and makes
-// logs/verifier empty; unpacks tests/ from its stdin; runs test.sh in /app with no
+// logs/verifier empty; unpacks tests/ from its stdin; runs test.sh with no
 // start-up file read, its output on stderr, under the [verifier] timeout ($1 seconds);
 // and prints, on stdout, "planted: ..." lines, "timedout" when test.sh ran out of time,
 // then "rc N" with test.sh's exit status, then the reward left: "txt" or "json" and the
 // file, or "none". Exit 124 means the paths could not be cleared, 125 that tests/ could
-// not be unpacked.
+// not be unpacked. test.sh runs in the task's working directory ($2, its workspace path),
+// as Harbor runs it in the image's WORKDIR.
 const verifyScript = `cd /workspace || exit 124
 if [ -L logs ] || { [ -e logs ] && [ ! -d logs ]; }; then echo "planted: /logs is not a folder"; rm -rf logs; fi
 if [ -n "$(ls -A logs/verifier 2>/dev/null)" ]; then echo "planted: /logs/verifier held $(ls -A logs/verifier | head -c 200 | tr '\n' ' ')"; fi
 if [ -n "$(ls -A tests 2>/dev/null)" ] || [ -L tests ]; then echo "planted: /tests was not empty before the verifier"; fi
 rm -rf logs/verifier tests solution && mkdir -p logs/verifier logs/agent tests || exit 124
 tar -x -f - -C /workspace/tests || exit 125
-cd /workspace/app 2>/dev/null || cd /workspace
+cd "$2" 2>/dev/null || cd /workspace
 timeout -k 1 "$1" bash --noprofile --norc /tests/test.sh </dev/null 1>&2
 rc=$?
 [ $rc -eq 124 ] && echo timedout
@@ -130,8 +131,11 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 	}
 
 	timeout := e.task.Config.Verifier.Timeout
+	// The working directory through the workspace, as the agent left the workspace: a
+	// link at the root it may have replaced is not followed.
+	wd, _ := inWorkspace(e.workdir, e.workdir, e.links)
 	r, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{
-		Argv: []string{"sh", "-c", verifyScript, "sh", strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64)}, Stdin: tests,
+		Argv: []string{"sh", "-c", verifyScript, "sh", strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64), wd}, Stdin: tests,
 		Env: envList(e.task.Config.Verifier.Env),
 		// The clearing, unpacking and reading around test.sh take milliseconds.
 		Timeout: timeout + verifyMargin, OutputLimit: 128 << 10,

@@ -351,7 +351,14 @@ func (c *closures) ident(id int64, name string) (cfn, bool) {
 			return errUnsure
 		}, true
 	}
-	return nil, false
+	// Any other declared name is the element an answer's list of objects binds
+	// (obsField.as) while it writes the element's object.
+	return func(a *activation) ref.Val {
+		if a.elem != nil && a.elemName == name {
+			return a.elem
+		}
+		return errUnsure
+	}, true
 }
 
 // selectField reads a field: of an object by its position, of a map by its key.

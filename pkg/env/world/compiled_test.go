@@ -190,7 +190,7 @@ func shopStress(t testing.TB, seed uint64) env.Config {
 func TestClosuresAgreeWithCEL(t *testing.T) {
 	seeds := uint64(60)
 	if testing.Short() {
-		seeds = 15
+		seeds = 30
 	}
 	random, err := policy.Lookup("random")
 	if err != nil {

@@ -112,6 +112,9 @@ type activation struct {
 	self  *object
 	// ends: the end conditions are being evaluated (their parts may be remembered).
 	ends bool
+	// elemName and elem: the element an answer's list of objects is being written for.
+	elemName string
+	elem     ref.Val
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
@@ -140,6 +143,9 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.id, a.self != nil
 	case "self":
 		return a.self, a.self != nil
+	}
+	if a.elem != nil && name == a.elemName {
+		return a.elem, true
 	}
 	return nil, false
 }
@@ -218,6 +224,10 @@ func checkKind(v ref.Val, k kind, at place) (ref.Val, error) {
 		if k == kBool {
 			return v, nil
 		}
+	case traits.Lister:
+		if k == kInts {
+			return v, nil
+		}
 	}
 	return nil, &evalError{at: at, err: fmt.Errorf("got %s, want %s", v.Type(), k)}
 }
@@ -254,15 +264,22 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		loc = make([]ref.Val, w.locals)
 	}
 	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true, loc: loc}
-	r := rng.New(seed, "world/"+w.name+"/state", 0)
+	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
-	for i := range w.vars {
-		v, err := drawValue(r, &w.vars[i].draw, act)
+	redraws := 0
+	for i := 0; i < len(w.vars); i++ {
+		dr := &w.vars[i].draw
+		v, err := drawValue(r, dr, act)
 		if err != nil {
 			return nil, err
 		}
 		e.vars[i] = v
+		if again, err := redraw(dr, act, &redraws); err != nil {
+			return nil, err
+		} else if again {
+			i = dr.redrawFrom - 1
+		}
 	}
 	e.ents = make([]collection, 0, len(w.entities))
 	for k := range w.entities {
@@ -282,12 +299,27 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			row := newObject(ed.otype)
 			row.vals[0] = types.String(id)
 			act.i, act.id, act.self = types.Int(i), row.vals[0], row
-			for j := range ed.fields {
-				v, err := drawValue(r, &ed.fields[j].draw, act)
+			redraws := 0
+			for j := 0; j < len(ed.fields); j++ {
+				dr := &ed.fields[j].draw
+				v, err := drawValue(r, dr, act)
 				if err != nil {
 					return nil, err
 				}
 				row.vals[j+1] = v
+				if again, err := redraw(dr, act, &redraws); err != nil {
+					return nil, err
+				} else if again {
+					j = dr.redrawFrom - 1
+				}
+			}
+			if ed.key >= 0 {
+				id = string(row.vals[ed.key+1].(types.String))
+				if _, dup := st.rows[id]; dup || id == "" {
+					return nil, &evalError{at: ed.keyAt,
+						err: fmt.Errorf("key %q is empty or already another %s's id (redraw it while self.%s in %s)", clip(id), ed.name, ed.fields[ed.key].name, ed.name)}
+				}
+				row.vals[0] = types.String(id)
 			}
 			st.put(id, row)
 		}
@@ -304,27 +336,28 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	}
 	n := len(w.services)
 	e.downUntil, e.downStatus, e.baseMs = make([]time.Duration, n), make([]uint32, n), make([]int64, n)
-	e.lat = rng.New(seed, "world/"+w.name+"/latency", 0)
+	e.lat = rng.New(seed, w.latencyStream, 0)
 	for i := range e.baseMs {
 		e.baseMs[i] = 5 + e.lat.Int64N(36)
 	}
-	b := []byte(`{"world":`)
-	b = canonjson.AppendString(b, w.name)
-	b = append(b, `,"digest":`...)
-	b = canonjson.AppendString(b, w.digest)
-	for _, f := range w.reset {
-		v, err := eval(f.val, act)
-		if err != nil {
-			return nil, err
-		}
-		b = append(b, ',')
-		b = canonjson.AppendString(b, f.key)
-		b = append(b, ':')
-		if b, err = appendVal(b, v); err != nil {
-			return nil, &evalError{at: f.val.at, err: err}
+	b := []byte{'{'}
+	if w.identify {
+		b = append(b, `"world":`...)
+		b = canonjson.AppendString(b, w.name)
+		b = append(b, `,"digest":`...)
+		b = canonjson.AppendString(b, w.digest)
+		if len(w.reset) > 0 {
+			b = append(b, ',')
 		}
 	}
-	b = append(b, `,"deadline_ms":`...)
+	var err error
+	if b, err = e.appendFields(b, w.reset, act); err != nil {
+		return nil, err
+	}
+	if len(b) > 1 {
+		b = append(b, ',')
+	}
+	b = append(b, `"deadline_ms":`...)
 	b = strconv.AppendInt(b, e.deadlineMs, 10)
 	b = append(b, `,"max_steps":`...)
 	b = strconv.AppendUint(b, uint64(e.maxSteps), 10)
@@ -346,11 +379,72 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return append(b, '}'), nil
+	b = append(b, '}')
+	if w.goStrings {
+		b = goStrings(b)
+	}
+	return b, nil
+}
+
+// maxRedraws bounds the rejections of one value's draw, so a redraw condition that always
+// holds is an error, never a stalled reset.
+const maxRedraws = 10000
+
+// redraw reports whether a value's redraw condition rejects what was just drawn.
+func redraw(dr *draw, act *activation, n *int) (bool, error) {
+	if dr.redraw == nil {
+		return false, nil
+	}
+	again, err := evalBool(dr.redraw, act)
+	if err != nil || !again {
+		*n = 0
+		return false, err
+	}
+	if *n++; *n > maxRedraws {
+		return false, &evalError{at: dr.redraw.at, err: fmt.Errorf("still rejected after %d redraws", maxRedraws)}
+	}
+	return true, nil
 }
 
 func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
+	if dr.when != nil {
+		ok, err := evalBool(dr.when, act)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if dr.els == nil {
+				return dr.kind.zero(), nil
+			}
+			v, err := eval(dr.els, act)
+			if err != nil {
+				return nil, err
+			}
+			return checkKind(v, dr.kind, dr.els.at)
+		}
+	}
 	switch {
+	case dr.shuffle != nil:
+		n, err := evalInt(dr.shuffle, act)
+		if err != nil {
+			return nil, err
+		}
+		if n < 0 || n > 10000 {
+			return nil, &evalError{at: dr.shuffle.at, err: fmt.Errorf("shuffle of %d is out of range [0, 10000]", n)}
+		}
+		// math/rand/v2's Perm: the identity, then Fisher-Yates from the last position
+		// down, each swap partner one Int64N draw.
+		p := make([]ref.Val, n)
+		for i := range p {
+			p[i] = types.Int(i)
+		}
+		for i := n - 1; i > 0; i-- {
+			j := r.Int64N(i + 1)
+			p[i], p[j] = p[j], p[i]
+		}
+		return types.NewRefValList(types.DefaultTypeAdapter, p), nil
+	case dr.bits > 0:
+		return types.Int(int64(r.Uint64() >> (64 - dr.bits))), nil
 	case dr.expr != nil:
 		v, err := eval(dr.expr, act)
 		if err != nil {
@@ -407,6 +501,10 @@ type stepState struct {
 	// the tool called (nil for a bad action).
 	diffCap int
 	tool    *toolDef
+	// reached is the highest milestone the call's reach lists reached, readReach
+	// whether a reading reach reached it (a truncated answer then reaches nothing).
+	reached   int
+	readReach bool
 }
 
 func (s *stepState) open(op, path string) {
@@ -534,7 +632,7 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 	t := e.w.tool(act.Tool)
 	var bad []byte
 	if t == nil {
-		bad = failObs(0, fmt.Sprintf("unknown tool %q", clip(act.Tool)), 0, "", "", "use one of: "+strings.Join(e.w.toolNames, ", "))
+		bad = failObs(0, fmt.Sprintf("unknown tool %q", echo(act.Tool)), 0, "", "", "use one of: "+strings.Join(e.w.toolNames, ", "))
 	}
 	return e.apply(act, t, bad)
 }
@@ -556,7 +654,7 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 	if bad == nil {
 		a, err := t.args.parseInto(act.Args, e.argsOf(t))
 		if err != nil {
-			bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.name+" "+t.args.usage)
+			bad = failObs(0, err.Error(), 0, "", "", "call it as "+t.args.call)
 		}
 		args = a
 	}
@@ -573,7 +671,7 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 		}
 	}
 	var success, failure bool
-	progress := e.progress
+	progress := max(e.progress, s.reached)
 	// The end conditions read only the state unless they read the clock or the step:
 	// a step that changed nothing cannot change their verdict (the first step checks the
 	// state as drawn).
@@ -604,6 +702,9 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 			e.done = true
 			return env.StepResult{}, fmt.Errorf("world %s: %w", w.name, err)
 		}
+	}
+	if w.goStrings {
+		obs = goStrings(obs)
 	}
 	total := max(len(w.progress), 1)
 	sig := &al.sig
@@ -666,6 +767,9 @@ func (e *episode) level(act *activation, success bool) (int, error) {
 		return 0, nil
 	}
 	for i := len(e.w.progress) - 1; i >= e.progress; i-- {
+		if e.w.progress[i] == nil { // reached by tools, not a condition
+			continue
+		}
 		ok, err := e.end(2+i, act)
 		if err != nil {
 			return 0, err
@@ -719,7 +823,13 @@ func (e *episode) call(t *toolDef, args *object, s *stepState) ([]byte, []*gaunt
 	if err != nil {
 		return nil, nil, err
 	}
+	if e.w.goStrings { // before a cut, which cuts the bytes the agent would have read
+		body = goStrings(body)
+	}
 	if out.Keep < 1 {
+		if s.readReach {
+			s.reached = 0
+		}
 		cut := out.Truncate(body)
 		b := []byte(`{"truncated":true,"body":`)
 		b = canonjson.AppendString(b, string(cut))
@@ -794,7 +904,11 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		if p.rule != "" {
 			s.violations = append(s.violations, &gauntletv1.CausalViolation{Rule: p.rule, Reason: reason, Suggestion: sugg})
 		}
-		return failObs(0, p.err, 0, p.rule, reason, sugg), nil
+		msg, err := render(p.errT, act)
+		if err != nil {
+			return nil, err
+		}
+		return failObs(0, msg, 0, p.rule, reason, sugg), nil
 	}
 	s.ran = true
 	// Safety rules read the state the call found, as its preconditions did: whether it
@@ -888,7 +1002,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		case ef.setVar >= 0:
 			if old := e.vars[ef.setVar]; old != c.to {
 				s.changed = true
-				s.set(w.vars[ef.setVar].name, old, c.to)
+				s.set(w.vars[ef.setVar].path, old, c.to)
 				e.vars[ef.setVar] = c.to
 			}
 		default:
@@ -896,7 +1010,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 			row := e.ents[ef.entity].rows[c.key]
 			if old := row.vals[ef.field+1]; old != c.to {
 				s.changed = true
-				s.set(ed.name+"/"+c.key+"/"+ed.fields[ef.field].name, old, c.to)
+				s.set(ed.path+"/"+c.key+"/"+ed.fields[ef.field].name, old, c.to)
 				row.vals[ef.field+1] = c.to
 			}
 		}
@@ -910,22 +1024,79 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	}
 	post := act
 	post.newID = newID
+	for _, r := range t.reach {
+		if r.level <= s.reached {
+			continue
+		}
+		if r.when != nil {
+			ok, err := evalBool(r.when, post)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+		}
+		s.reached, s.readReach = r.level, r.read
+	}
 	// An answer is the caller's, so each is a new buffer, sized by the largest before.
 	b := append(make([]byte, 0, e.cap(t, 0)), `{"ok":true`...)
-	for _, f := range t.obs {
-		v, err := eval(f.val, post)
-		if err != nil {
-			return nil, err
-		}
+	if len(t.obs) > 0 {
 		b = append(b, ',')
-		b = canonjson.AppendString(b, f.key)
-		b = append(b, ':')
-		if b, err = appendVal(b, v); err != nil {
-			return nil, &evalError{at: f.val.at, err: err}
-		}
+	}
+	b, err := e.appendFields(b, t.obs, post)
+	if err != nil {
+		return nil, err
 	}
 	b = append(b, '}')
 	e.grow(t, 0, len(b))
+	return b, nil
+}
+
+// appendFields writes an answer's keys (comma-separated, without braces).
+func (e *episode) appendFields(b []byte, fields []obsField, act *activation) ([]byte, error) {
+	for n := range fields {
+		f := &fields[n]
+		if n > 0 {
+			b = append(b, ',')
+		}
+		b = canonjson.AppendString(b, f.key)
+		b = append(b, ':')
+		if f.each == nil {
+			v, err := eval(f.val, act)
+			if err != nil {
+				return nil, err
+			}
+			if b, err = appendVal(b, v); err != nil {
+				return nil, &evalError{at: f.val.at, err: err}
+			}
+			continue
+		}
+		v, err := eval(f.each, act)
+		if err != nil {
+			return nil, err
+		}
+		l, ok := v.(traits.Lister)
+		if !ok {
+			return nil, &evalError{at: f.each.at, err: fmt.Errorf("got %s, want a list", v.Type())}
+		}
+		b = append(b, '[')
+		outer, outerElem := act.elemName, act.elem
+		size := int64(l.Size().(types.Int))
+		for i := range size {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			act.elemName, act.elem = f.as, l.Get(types.Int(i))
+			b = append(b, '{')
+			if b, err = e.appendFields(b, f.fields, act); err != nil {
+				return nil, err
+			}
+			b = append(b, '}')
+		}
+		act.elemName, act.elem = outer, outerElem
+		b = append(b, ']')
+	}
 	return b, nil
 }
 
@@ -938,7 +1109,7 @@ func (e *episode) add(k int, row *object, s *stepState) ref.Val {
 	row.vals[0] = types.String(id)
 	st.put(id, row)
 	s.changed = true
-	s.open("add", ed.name+"/"+id)
+	s.open("add", ed.path+"/"+id)
 	s.diff = append(s.diff, `,"to":{`...)
 	for j, f := range ed.fields {
 		if j > 0 {

@@ -3,6 +3,7 @@ package world
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -31,6 +32,11 @@ func FuzzLoad(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte("name: x\nservices: [a]\ntools: [{name: t, description: d}]\nsuccess: 'true'\n"))
 	f.Add([]byte("a: &x [*x]\n"))
+	f.Add([]byte(drawn))
+	if b, err = os.ReadFile("../../../examples/worlds/shop.yaml"); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
 	f.Add([]byte("name: x\nentities: {e: {prefix: e-, count: {uniform: [1, 3]}, fields: {f: {type: int, expr: 'i * 2'}}}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, err := Load("f.yaml", data)

@@ -250,18 +250,33 @@ func (w *World) Describe(out io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\nservices: %s\n", strings.Join(w.services, ", "))
 	fmt.Fprintf(&b, "limits: max_steps %d, max_invalid %d, deadline_ms %d\n", w.maxSteps, w.maxInvalid, w.deadlineMs)
+	fmt.Fprintf(&b, "generators: state %s, latency %s\n", w.stateStream, w.latencyStream)
+	if !w.identify || w.goStrings {
+		fmt.Fprintf(&b, "first observation names the world: %v; strings as encoding/json writes them: %v\n", w.identify, w.goStrings)
+	}
 	if len(w.vars) > 0 {
 		b.WriteString("\nvariables:\n")
-		for _, v := range w.vars {
-			fmt.Fprintf(&b, "  %s %s = %s%s\n", v.name, v.draw.kind, describeDraw(&v.draw), describeSuffix(v.desc))
+		for i, v := range w.vars {
+			path := ""
+			if v.path != v.name {
+				path = " (in diffs " + v.path + ")"
+			}
+			fmt.Fprintf(&b, "  %s %s = %s%s%s\n", v.name, v.draw.kind, describeDraw(&v.draw, i, w.vars), path, describeSuffix(v.desc))
 		}
 	}
 	if len(w.entities) > 0 {
 		b.WriteString("\nentities:\n")
 		for _, e := range w.entities {
-			fmt.Fprintf(&b, "  %s (ids %s1, %s2, ...; %s at start)\n", e.name, e.prefix, e.prefix, describeDraw(&e.count))
-			for _, f := range e.fields {
-				fmt.Fprintf(&b, "    %s %s = %s%s\n", f.name, f.draw.kind, describeDraw(&f.draw), describeSuffix(f.desc))
+			ids := fmt.Sprintf("ids %s1, %s2, ...", e.prefix, e.prefix)
+			if e.key >= 0 {
+				ids = "ids its " + e.fields[e.key].name
+			}
+			if e.path != e.name {
+				ids += "; in diffs " + e.path
+			}
+			fmt.Fprintf(&b, "  %s (%s; %s at start)\n", e.name, ids, describeDraw(&e.count, 0, nil))
+			for j, f := range e.fields {
+				fmt.Fprintf(&b, "    %s %s = %s%s\n", f.name, f.draw.kind, describeDraw(&f.draw, j, e.fields), describeSuffix(f.desc))
 			}
 		}
 	}
@@ -280,6 +295,17 @@ func (w *World) Describe(out io.Writer) error {
 		for _, r := range t.safety {
 			fmt.Fprintf(&b, "    safety %s: %s\n", r.event, r.when.src)
 		}
+		for _, r := range t.reach {
+			how := "reaches"
+			if r.read {
+				how = "reaches (unless its answer is cut)"
+			}
+			when := ""
+			if r.when != nil {
+				when = " when " + r.when.src
+			}
+			fmt.Fprintf(&b, "    %s milestone %s%s\n", how, w.milestones[r.level-1], when)
+		}
 	}
 	fmt.Fprintf(&b, "\nsuccess: %s\n", w.success.src)
 	if w.failure != nil {
@@ -287,6 +313,13 @@ func (w *World) Describe(out io.Writer) error {
 	}
 	if len(w.progress) > 0 {
 		fmt.Fprintf(&b, "progress milestones: %d\n", len(w.progress))
+		for i, p := range w.progress {
+			if p != nil {
+				fmt.Fprintf(&b, "  %d: %s\n", i+1, p.src)
+			} else {
+				fmt.Fprintf(&b, "  %d: %s (reached by calls)\n", i+1, w.milestones[i])
+			}
+		}
 	}
 	if len(w.roles) > 0 {
 		fmt.Fprintf(&b, "\nroles (turns %s; actions are named role:tool):\n", w.turns)
@@ -321,8 +354,28 @@ func describeSuffix(desc string) string {
 	return "  # " + desc
 }
 
-func describeDraw(d *draw) string {
+// describeDraw says how value i of list (nil for a count) is drawn.
+func describeDraw(d *draw, i int, list []varDef) string {
+	s := describeOne(d)
+	if d.when != nil {
+		els := fmt.Sprintf("%v", d.kind.zero())
+		if d.els != nil {
+			els = d.els.src
+		}
+		s += " when " + d.when.src + ", else " + els
+	}
+	if d.redraw != nil && d.redrawFrom <= i && list != nil {
+		s += fmt.Sprintf(" (from %s, drawn again while %s)", list[d.redrawFrom].name, d.redraw.src)
+	}
+	return s
+}
+
+func describeOne(d *draw) string {
 	switch {
+	case d.shuffle != nil:
+		return "shuffle of 0.." + d.shuffle.src + "-1"
+	case d.bits > 0:
+		return fmt.Sprintf("%d random bits", d.bits)
 	case d.expr != nil:
 		return d.expr.src
 	case d.lo != nil:

@@ -35,9 +35,12 @@ const (
 	kInt kind = iota + 1
 	kString
 	kBool
+	// kInts is a list of integers: a variable drawn by shuffle (or computed), never set
+	// by a tool.
+	kInts
 )
 
-var kindNames = map[string]kind{"int": kInt, "string": kString, "bool": kBool}
+var kindNames = map[string]kind{"int": kInt, "string": kString, "bool": kBool, "list(int)": kInts}
 
 func (k kind) String() string {
 	switch k {
@@ -47,6 +50,8 @@ func (k kind) String() string {
 		return "string"
 	case kBool:
 		return "bool"
+	case kInts:
+		return "list(int)"
 	}
 	return "?"
 }
@@ -57,6 +62,8 @@ func (k kind) cel() *cel.Type {
 		return cel.IntType
 	case kString:
 		return cel.StringType
+	case kInts:
+		return cel.ListType(cel.IntType)
 	}
 	return cel.BoolType
 }
@@ -67,6 +74,8 @@ func (k kind) zero() ref.Val {
 		return types.IntZero
 	case kString:
 		return types.String("")
+	case kInts:
+		return types.NewRefValList(types.DefaultTypeAdapter, nil)
 	}
 	return types.False
 }
@@ -93,22 +102,35 @@ type program struct {
 }
 
 // draw says how a state value starts: exactly one of a literal value, a uniform integer
-// in [lo, hi], a choice among literals, a Bernoulli trial, or an expression over what was
-// drawn before.
+// in [lo, hi], a choice among literals, a Bernoulli trial, a shuffle of 0..n-1, the high
+// bits of the generator's next output, or an expression over what was drawn before.
+// Each random draw is one documented call of the episode's generator (docs/worlds.md,
+// Draws), so a world can reproduce a Go env's generation draw for draw.
 type draw struct {
-	kind   kind
-	value  any
-	lo, hi *program
-	choice []any
-	p      float64
-	expr   *program
-	isP    bool
+	kind    kind
+	value   any
+	lo, hi  *program
+	choice  []any
+	p       float64
+	expr    *program
+	isP     bool
+	shuffle *program
+	bits    int
+	// when, if set, decides whether the draw happens at all: when it is false the
+	// generator is not called and the value is els (the type's zero without it).
+	when, els *program
+	// redrawFrom is the position (in the same list of variables or fields) from which
+	// every draw is made again while redraw holds after this one: rejection sampling.
+	redrawFrom int
+	redraw     *program
 }
 
 type varDef struct {
 	name string
 	desc string
 	draw draw
+	// path names the variable in diffs (its name by default).
+	path string
 }
 
 type entityDef struct {
@@ -116,6 +138,11 @@ type entityDef struct {
 	prefix string
 	count  draw
 	fields []varDef
+	// path names the collection in diffs (its name by default); key, when not -1, is
+	// the field whose drawn value is each entity's id.
+	path  string
+	key   int
+	keyAt place
 	// typeName is the CEL object type of one entity; otype its fields (id first).
 	typeName string
 	otype    *objType
@@ -125,6 +152,7 @@ type precondition struct {
 	rule       string
 	require    *program
 	err        string
+	errT       template
 	reason     template
 	suggestion template
 	at         place
@@ -152,9 +180,14 @@ type effect struct {
 	at        place
 }
 
+// obsField is one key of an answer: a value, or (each set) a list with one object per
+// element of each's list, its keys in the file's order, as the element bound to as.
 type obsField struct {
-	key string
-	val *program
+	key    string
+	val    *program
+	each   *program
+	as     string
+	fields []obsField
 }
 
 type toolDef struct {
@@ -170,13 +203,24 @@ type toolDef struct {
 	obs     []obsField
 	spend   *program
 	advance *program
-	at      place
+	// reach lists the progress milestones a successful call reaches.
+	reach []reachDef
+	at    place
 	// writes holds the state its effects may change.
 	writes stateSet
 	// msg: the world's message tool (World.msg); msgTo and msgText are the positions of
 	// its arguments to and text.
 	msg            bool
 	msgTo, msgText int
+}
+
+// reachDef is a milestone a tool's call reaches when its condition holds on the state
+// after the call (level is its 1-based position in progress). read: the call only
+// reads, and a truncated answer (the agent did not see it whole) reaches nothing.
+type reachDef struct {
+	level int
+	when  *program
+	read  bool
 }
 
 type oracleCall struct {
@@ -214,10 +258,19 @@ type World struct {
 	toolNames  []string
 	reset      []obsField
 	progress   []*program
+	// milestones names the progress entries tools reach ("" for a condition on the
+	// state, whose program is then in progress; reached ones have a nil program).
+	milestones []string
 	success    *program
 	failure    *program
 	budget     *program
 	oracle     *oraclePlan
+	// stateStream and latencyStream name the episode's generators (rng.New's names);
+	// identify: the first observation starts with the world's name and digest.
+	stateStream, latencyStream string
+	identify                   bool
+	// goStrings: answers write their strings as Go's encoding/json does (goStrings).
+	goStrings bool
 	// endsReadClock: success, failure or a milestone reads now_ms or step, so they are
 	// checked after every step, not only after those that change the state.
 	endsReadClock bool
@@ -294,7 +347,7 @@ func (w *World) File() string { return w.file }
 func (w *World) HasOracle() bool { return w.oracle != nil || w.hasRoleOracle }
 
 var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
-	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages"}
+	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages", "random", "identify", "json_strings"}
 
 // Load parses and checks one world file. file names it in errors. Every problem is
 // reported, each a *LoadError naming file, line and field, joined into one error that
@@ -310,7 +363,7 @@ func Load(file string, data []byte) (*World, error) {
 		return nil, errors.Join(d.errs...)
 	}
 	sum := sha256.Sum256(data)
-	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000, msgEntity: -1}
+	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000, msgEntity: -1, identify: true}
 	c := &compiler{d: d, w: w}
 	c.load(root)
 	if len(d.errs) == 0 {
@@ -334,6 +387,8 @@ type compiler struct {
 	args  *argSchema
 	plan  bool
 	state []stateProgram
+	// lists names the list(int) variables a shuffle draws (sizes.lists).
+	lists map[string]bool
 }
 
 // stateProgram is an expression over the state, kept until the whole world is read:
@@ -362,6 +417,39 @@ func (c *compiler) load(root *yaml.Node) {
 		d.errAt(at(root, "name"), "required: the name the world registers under")
 	} else if s, ok := d.name(n, "name", false); ok {
 		w.name = s
+	}
+	w.stateStream, w.latencyStream = "world/"+w.name+"/state", "world/"+w.name+"/latency"
+	if n := get("random"); n != nil {
+		for _, m := range d.mapping(n, "random", "state", "latency") {
+			f := sub("random", m.key)
+			s, ok := d.text(m.v, f)
+			if !ok {
+				continue
+			}
+			if s == "" || len(s) > 64 || !isPrintableASCII(s) {
+				d.errAt(at(m.v, f), "want 1 to 64 printable ASCII characters")
+				continue
+			}
+			if m.key == "state" {
+				w.stateStream = s
+			} else {
+				w.latencyStream = s
+			}
+		}
+	}
+	if n := get("identify"); n != nil {
+		w.identify, _ = d.boolean(n, "identify")
+	}
+	if n := get("json_strings"); n != nil {
+		if s, ok := d.text(n, "json_strings"); ok {
+			switch s {
+			case "canonical":
+			case "go":
+				w.goStrings = true
+			default:
+				d.errAt(at(n, "json_strings"), "want canonical or go, got %q", clip(s))
+			}
+		}
 	}
 	if n := get("description"); n != nil {
 		w.desc, _ = d.text(n, "description")
@@ -413,7 +501,7 @@ func (c *compiler) load(root *yaml.Node) {
 	entNodes := c.declareEntities(get("entities"))
 	c.declareMessages(get("messages"))
 	opts := []cel.EnvOption{cel.CustomTypeProvider(prov), ext.Strings(), ext.Lists(), ext.Math(), ext.Bindings(), ext.TwoVarComprehensions(),
-		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType)}
+		cel.Variable("now_ms", cel.IntType), cel.Variable("step", cel.IntType), textFunctions}
 	for _, v := range w.vars {
 		opts = append(opts, cel.Variable(v.name, v.draw.kind.cel()))
 	}
@@ -435,6 +523,9 @@ func (c *compiler) load(root *yaml.Node) {
 	c.base = base
 	for i, n := range varNodes {
 		c.compileDraw(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), false)
+		c.redrawOf(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), i, func(name string) int {
+			return slices.IndexFunc(w.vars, func(v varDef) bool { return v.name == name })
+		})
 	}
 	for i, en := range entNodes {
 		e := &w.entities[i]
@@ -450,20 +541,45 @@ func (c *compiler) load(root *yaml.Node) {
 		}
 		for j, fn := range en.fields {
 			c.compileDraw(entityEnv, &e.fields[j].draw, fn, sub(sub(f, "fields"), e.fields[j].name), false)
+			c.redrawOf(entityEnv, &e.fields[j].draw, fn, sub(sub(f, "fields"), e.fields[j].name), j, func(name string) int {
+				return slices.IndexFunc(e.fields, func(v varDef) bool { return v.name == name })
+			})
 		}
 	}
 	if n := get("observation"); n != nil {
 		w.reset = c.observation(base, n, "observation")
 	}
+	// progress before the tools: their reach names its milestones.
+	if n := get("progress"); n != nil {
+		for i, p := range d.sequence(n, "progress") {
+			f := idx("progress", i)
+			if rp := resolve(p); rp != nil && rp.Kind == yaml.MappingNode {
+				name := ""
+				for _, m := range d.mapping(p, f, "milestone", "description") {
+					if m.key == "milestone" {
+						if s, ok := d.name(m.v, sub(f, "milestone"), false); ok {
+							if slices.Contains(w.milestones, s) {
+								d.errAt(at(m.v, sub(f, "milestone")), "duplicate milestone %q", s)
+							}
+							name = s
+						}
+					} else {
+						d.text(m.v, sub(f, "description"))
+					}
+				}
+				if name == "" && !hasKey(p, "milestone") {
+					d.errAt(at(p, sub(f, "milestone")), "required: the name tools reach it by")
+				}
+				w.progress, w.milestones = append(w.progress, nil), append(w.milestones, name)
+				continue
+			}
+			w.progress, w.milestones = append(w.progress, c.compile(base, p, f, cel.BoolType)), append(w.milestones, "")
+		}
+	}
 	if n := get("tools"); n == nil {
 		d.errAt(at(root, "tools"), "required: the tools agents call")
 	} else {
 		c.tools(n)
-	}
-	if n := get("progress"); n != nil {
-		for i, p := range d.sequence(n, "progress") {
-			w.progress = append(w.progress, c.compile(base, p, idx("progress", i), cel.BoolType))
-		}
 	}
 	if n := get("success"); n == nil {
 		d.errAt(at(root, "success"), "required: the condition over the state that ends an episode as a success")
@@ -542,9 +658,12 @@ func (c *compiler) declareVars(n *yaml.Node) []*yaml.Node {
 			continue
 		}
 		v := varDef{name: m.key}
-		v.draw.kind, v.desc = c.declareKind(m.v, f)
+		v.draw.kind, v.desc, v.path = c.declareKind(m.v, f)
 		if v.draw.kind == 0 {
 			continue
+		}
+		if v.path == "" {
+			v.path = v.name
 		}
 		c.w.vars = append(c.w.vars, v)
 		nodes = append(nodes, m.v)
@@ -557,12 +676,14 @@ func (c *compiler) taken(name string) bool {
 		slices.ContainsFunc(c.w.entities, func(e entityDef) bool { return e.name == name })
 }
 
-var drawKeys = []string{"type", "description", "value", "uniform", "choice", "bernoulli", "expr"}
+var drawKeys = []string{"type", "description", "path", "value", "uniform", "choice", "bernoulli", "expr",
+	"shuffle", "random_bits", "when", "else", "redraw"}
 
-// declareKind reads a value spec's type and description.
-func (c *compiler) declareKind(n *yaml.Node, field string) (kind, string) {
+// declareKind reads a value spec's type, description and diff path (path "" when the
+// spec has none).
+func (c *compiler) declareKind(n *yaml.Node, field string) (kind, string, string) {
 	var k kind
-	var desc string
+	var desc, path string
 	var typeNode *yaml.Node
 	for _, m := range c.d.mapping(n, field, drawKeys...) {
 		switch m.key {
@@ -570,17 +691,34 @@ func (c *compiler) declareKind(n *yaml.Node, field string) (kind, string) {
 			typeNode = m.v
 			if s, ok := c.d.text(m.v, sub(field, "type")); ok {
 				if k = kindNames[s]; k == 0 {
-					c.d.errAt(at(m.v, sub(field, "type")), "unknown type %q (known: bool, int, string)", clip(s))
+					c.d.errAt(at(m.v, sub(field, "type")), "unknown type %q (known: bool, int, list(int), string)", clip(s))
 				}
 			}
 		case "description":
 			desc, _ = c.d.text(m.v, sub(field, "description"))
+		case "path":
+			path, _ = c.diffPath(m.v, sub(field, "path"))
 		}
 	}
 	if typeNode == nil && resolve(n) != nil && resolve(n).Kind == yaml.MappingNode {
-		c.d.errAt(at(n, sub(field, "type")), "required: bool, int or string")
+		c.d.errAt(at(n, sub(field, "type")), "required: bool, int, list(int) or string")
 	}
-	return k, desc
+	return k, desc, path
+}
+
+// diffPath reads the name a variable or an entity collection has in diffs: 1 to 64
+// printable ASCII characters without spaces, slashes allowed between parts.
+func (c *compiler) diffPath(n *yaml.Node, field string) (string, bool) {
+	s, ok := c.d.text(n, field)
+	if !ok {
+		return "", false
+	}
+	if s == "" || len(s) > 64 || !isPrintableASCII(s) || strings.Contains(s, " ") || strings.HasPrefix(s, "/") ||
+		strings.HasSuffix(s, "/") || strings.Contains(s, "//") {
+		c.d.errAt(at(n, field), "want 1 to 64 printable ASCII characters without spaces, parts between single slashes")
+		return "", false
+	}
+	return s, true
 }
 
 type entityNodes struct {
@@ -600,11 +738,18 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 			c.d.errAt(at(m.k, f), "name %q is already declared", m.key)
 			continue
 		}
-		e := entityDef{name: m.key, typeName: "world.entity." + m.key, count: draw{kind: kInt, value: int64(0)}}
+		e := entityDef{name: m.key, path: m.key, key: -1, typeName: "world.entity." + m.key, count: draw{kind: kInt, value: int64(0)}}
 		var en entityNodes
 		hasPrefix := false
-		for _, em := range c.d.mapping(m.v, f, "prefix", "count", "fields") {
+		var keyNode *yaml.Node
+		for _, em := range c.d.mapping(m.v, f, "prefix", "count", "fields", "path", "key") {
 			switch em.key {
+			case "path":
+				if s, ok := c.diffPath(em.v, sub(f, "path")); ok {
+					e.path = s
+				}
+			case "key":
+				keyNode = em.v
 			case "prefix":
 				if s, ok := c.d.text(em.v, sub(f, "prefix")); ok {
 					if s == "" || len(s) > 32 || strings.ContainsAny(s, " \t\n\"\\") {
@@ -621,8 +766,15 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 						c.d.errAt(at(fm.k, ff), "bad field name %q", clip(fm.key))
 						continue
 					}
-					k, desc := c.declareKind(fm.v, ff)
+					k, desc, path := c.declareKind(fm.v, ff)
 					if k == 0 {
+						continue
+					}
+					if path != "" {
+						c.d.errAt(at(valueOf(fm.v, "path"), sub(ff, "path")), "a field has no path of its own: the entity's path names it in diffs")
+					}
+					if k == kInts {
+						c.d.errAt(at(valueOf(fm.v, "type"), sub(ff, "type")), "list(int) is a variable's type, not a field's")
 						continue
 					}
 					e.fields = append(e.fields, varDef{name: fm.key, desc: desc, draw: draw{kind: k}})
@@ -630,8 +782,17 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 				}
 			}
 		}
-		if !hasPrefix {
-			c.d.errAt(at(m.v, sub(f, "prefix")), "required: the prefix of the entities' ids (id = prefix + number from 1)")
+		if keyNode != nil {
+			e.keyAt = at(keyNode, sub(f, "key"))
+			if s, ok := c.d.text(keyNode, sub(f, "key")); ok {
+				if e.key = slices.IndexFunc(e.fields, func(v varDef) bool { return v.name == s }); e.key < 0 || e.fields[e.key].draw.kind != kString {
+					c.d.errAt(at(keyNode, sub(f, "key")), "want a string field of %s, whose drawn value is each one's id", m.key)
+					e.key = -1
+				}
+			}
+		}
+		if !hasPrefix && keyNode == nil {
+			c.d.errAt(at(m.v, sub(f, "prefix")), "required: the prefix of the entities' ids (id = prefix + number from 1), or key: a field whose value is the id")
 		}
 		names := []string{"id"}
 		ftypes := []*cel.Type{cel.StringType}
@@ -662,9 +823,29 @@ func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field strin
 	for _, m := range members {
 		f := sub(field, m.key)
 		switch m.key {
-		case "type", "description":
+		case "type", "description", "path", "redraw":
 			continue
+		case "when":
+			dr.when = c.compile(env, m.v, f, cel.BoolType)
+			continue
+		case "else":
+			dr.els = c.compile(env, m.v, f, dr.kind.cel())
+			continue
+		case "shuffle":
+			if dr.kind != kInts {
+				d.errAt(at(m.k, f), "shuffle draws a list(int); the type is %s", dr.kind)
+			}
+			dr.shuffle = c.compile(env, m.v, f, cel.IntType)
+		case "random_bits":
+			if dr.kind != kInt {
+				d.errAt(at(m.k, f), "random_bits draws an int; the type is %s", dr.kind)
+			}
+			v, _ := d.integer(m.v, f, 1, 63)
+			dr.bits = int(v)
 		case "value":
+			if dr.kind == kInts {
+				d.errAt(at(m.k, f), "a list(int) is drawn by shuffle or computed by expr")
+			}
 			dr.value = c.literal(m.v, f, dr.kind)
 		case "uniform":
 			if dr.kind != kInt {
@@ -697,7 +878,47 @@ func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field strin
 		how++
 	}
 	if how != 1 && resolve(n) != nil && resolve(n).Kind == yaml.MappingNode {
-		d.errAt(at(n, field), "want exactly one of value, uniform, choice, bernoulli, expr; got %d", how)
+		d.errAt(at(n, field), "want exactly one of value, uniform, choice, bernoulli, shuffle, random_bits, expr; got %d", how)
+	}
+	random := dr.lo != nil || len(dr.choice) > 0 || dr.isP || dr.shuffle != nil || dr.bits > 0
+	if dr.when != nil && !random {
+		d.errAt(at(valueOf(n, "when"), sub(field, "when")), "when decides whether a random draw happens: uniform, choice, bernoulli, shuffle or random_bits")
+	}
+	if hasKey(n, "else") && !hasKey(n, "when") {
+		d.errAt(at(valueOf(n, "else"), sub(field, "else")), "else is the value when the draw's when is false: add when")
+	}
+}
+
+// redrawOf reads a draw's redraw: {from, while}. from names this value or one before
+// it in the same list (at position self); while, evaluated after this draw, makes
+// every draw from there on happen again.
+func (c *compiler) redrawOf(env *cel.Env, dr *draw, n *yaml.Node, field string, self int, pos func(string) int) {
+	rn := valueOf(n, "redraw")
+	if rn == nil {
+		return
+	}
+	f := sub(field, "redraw")
+	seen := false
+	for _, m := range c.d.mapping(rn, f, "from", "while") {
+		mf := sub(f, m.key)
+		switch m.key {
+		case "from":
+			if s, ok := c.d.text(m.v, mf); ok {
+				if p := pos(s); p < 0 || p > self {
+					c.d.errAt(at(m.v, mf), "want this value or one declared before it, got %q", clip(s))
+				} else {
+					dr.redrawFrom, seen = p, true
+				}
+			}
+		case "while":
+			dr.redraw = c.compile(env, m.v, mf, cel.BoolType)
+		}
+	}
+	if !seen && !hasKey(rn, "from") {
+		c.d.errAt(at(rn, sub(f, "from")), "required: the first value drawn again")
+	}
+	if dr.redraw == nil && !hasKey(rn, "while") {
+		c.d.errAt(at(rn, sub(f, "while")), "required: the condition that rejects the draw")
 	}
 }
 
@@ -800,9 +1021,18 @@ func (c *compiler) bound() {
 		}
 		ents[ed.name] = initial + uint64(adds)*uint64(w.maxSteps)
 	}
+	// A list(int) variable holds at most the 10,000 a shuffle may draw; one computed by
+	// an expression is left unsized.
+	lists := map[string]bool{}
+	for _, v := range w.vars {
+		if v.draw.kind == kInts && v.draw.shuffle != nil {
+			lists[v.name] = true
+		}
+	}
+	c.lists = lists
 	cls := map[*cel.Env]*closures{}
 	for _, sp := range c.state {
-		sz := &sizes{ents: ents, args: sp.args, seen: map[string][]string{}}
+		sz := &sizes{ents: ents, lists: lists, args: sp.args, seen: map[string][]string{}}
 		est, err := sp.env.EstimateCost(sp.p.ast, sz)
 		if err != nil {
 			continue
@@ -835,8 +1065,9 @@ func (c *compiler) bound() {
 
 // sizes bounds what an expression over the state reads, for CEL's cost estimate.
 type sizes struct {
-	ents map[string]uint64
-	args *argSchema
+	ents  map[string]uint64
+	lists map[string]bool
+	args  *argSchema
 	// seen, when set, records the paths sized, by key (sizedBound).
 	seen map[string][]string
 	// actual, when set, holds the sizes of one state by key, replacing the bounds.
@@ -874,6 +1105,36 @@ func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
 		if n, ok := s.ents[path[0]]; ok && len(path) == 1 {
 			return &cost.SizeEstimate{Min: 0, Max: n}
 		}
+	case types.ListKind:
+		if s.lists[path[0]] && len(path) == 1 {
+			return &cost.SizeEstimate{Min: 0, Max: 10000}
+		}
+	}
+	return nil
+}
+
+// textCallCost sizes gauntlet's own text functions (textFunctions): words makes at most
+// one word per two bytes of its argument (and one more), each at most its length and a
+// half; quote at most 4 bytes per byte of the 48 it keeps, and the quotes and "..."
+// around them.
+func (s *sizes) textCallCost(function string, args []cost.AstNode) *cost.CallEstimate {
+	switch function {
+	case "quote":
+		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1 + 48}, ResultSize: &cost.SizeEstimate{Min: 2, Max: 4*48 + 5}}
+	case "words":
+		if len(args) != 1 {
+			return nil
+		}
+		in := args[0].ComputedSize()
+		if in == nil {
+			in = s.EstimateSize(args[0])
+		}
+		if in == nil {
+			return nil
+		}
+		// Lower-casing may lengthen a character by half (U+023A, 2 bytes, to U+2C65, 3).
+		word := &cost.SizeEstimate{Min: 1, Max: in.Max*3/2 + 1}
+		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1 + in.Max*3/2}, ResultSize: &cost.SizeEstimate{Min: 0, Max: in.Max/2 + 1, Elem: word}}
 	}
 	return nil
 }
@@ -882,9 +1143,9 @@ func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
 // extension that make a word list from an argument (lowerAscii, upperAscii, trim, split),
 // which CEL leaves unsized: without it, no expression that searches by words could be
 // bounded.
-func (s *sizes) EstimateCallCost(function, _ string, target *cost.AstNode, _ []cost.AstNode) *cost.CallEstimate {
+func (s *sizes) EstimateCallCost(function, _ string, target *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
 	if target == nil {
-		return nil
+		return s.textCallCost(function, args)
 	}
 	in := (*target).ComputedSize()
 	if in == nil {
@@ -918,9 +1179,102 @@ func (c *compiler) observation(env *cel.Env, n *yaml.Node, field string) []obsFi
 			c.d.errAt(at(m.k, f), "key %q is gauntlet's own (it marks failures); choose another", m.key)
 			continue
 		}
+		if rv := resolve(m.v); rv != nil && rv.Kind == yaml.MappingNode {
+			out = append(out, c.eachField(env, m.key, m.v, f))
+			continue
+		}
 		out = append(out, obsField{key: m.key, val: c.compile(env, m.v, f, nil)})
 	}
 	return out
+}
+
+// eachField reads an answer's list of objects: {each: a list, as: a name, fields: the
+// keys of each object, in the order written, over the element bound to the name}.
+// CEL's maps have no order (an answer writes a map's keys sorted); this form is how a
+// world answers with objects whose keys come in an order of its own.
+func (c *compiler) eachField(env *cel.Env, key string, n *yaml.Node, f string) obsField {
+	d := c.d
+	o := obsField{key: key}
+	var fieldsNode *yaml.Node
+	for _, m := range d.mapping(n, f, "each", "as", "fields") {
+		mf := sub(f, m.key)
+		switch m.key {
+		case "each":
+			o.each = c.compile(env, m.v, mf, nil)
+			if o.each != nil && o.each.ast.OutputType().Kind() != types.ListKind {
+				d.errAt(at(m.v, mf), "%q has type %s, want a list", clip(o.each.src), o.each.ast.OutputType())
+				o.each = nil
+			}
+		case "as":
+			if s, ok := d.name(m.v, mf, false); ok {
+				if _, taken := c.w.slots[s]; taken || slices.Contains([]string{"args", "new_id", "now_ms", "step", "i", "id", "self"}, s) {
+					d.errAt(at(m.v, mf), "%q is already a name of the world", s)
+				} else {
+					o.as = s
+				}
+			}
+		case "fields":
+			fieldsNode = m.v
+		}
+	}
+	for _, k := range []string{"each", "as", "fields"} {
+		if !hasKey(n, k) {
+			d.errAt(at(n, sub(f, k)), "required")
+		}
+	}
+	if o.each == nil || o.as == "" || fieldsNode == nil {
+		return o
+	}
+	elem := o.each.ast.OutputType().Parameters()[0]
+	inner, err := env.Extend(cel.Variable(o.as, elem))
+	if err != nil {
+		d.errAt(at(n, f), "declare %s: %v", o.as, err)
+		return o
+	}
+	for _, m := range d.mapping(fieldsNode, sub(f, "fields")) {
+		ff := sub(sub(f, "fields"), m.key)
+		if m.key == "" || len(m.key) > 64 || !isPrintableASCII(m.key) {
+			d.errAt(at(m.k, ff), "keys are 1 to 64 printable ASCII characters")
+			continue
+		}
+		o.fields = append(o.fields, obsField{key: m.key, val: c.compile(inner, m.v, ff, nil)})
+	}
+	if len(o.fields) == 0 {
+		d.errAt(at(fieldsNode, sub(f, "fields")), "at least one key")
+	}
+	return o
+}
+
+var reachKeys = []string{"milestone", "when", "read"}
+
+// reachOf reads one milestone a tool's call reaches: the milestone's name (a progress
+// entry of the mapping form), the condition over the state after the call (and its
+// arguments and new_id), and whether the call only reads.
+func (c *compiler) reachOf(env *cel.Env, n *yaml.Node, f string) reachDef {
+	d, w := c.d, c.w
+	r := reachDef{}
+	for _, m := range d.mapping(n, f, reachKeys...) {
+		mf := sub(f, m.key)
+		switch m.key {
+		case "milestone":
+			if s, ok := d.text(m.v, mf); ok {
+				i := slices.Index(w.milestones, s)
+				if s == "" || i < 0 {
+					d.errAt(at(m.v, mf), "unknown milestone %q (declare it in progress as {milestone: %s})", clip(s), clip(s))
+				} else {
+					r.level = i + 1
+				}
+			}
+		case "when":
+			r.when = c.compile(env, m.v, mf, cel.BoolType)
+		case "read":
+			r.read, _ = d.boolean(m.v, mf)
+		}
+	}
+	if rn := resolve(n); rn != nil && rn.Kind == yaml.MappingNode && !hasKey(n, "milestone") {
+		d.errAt(at(n, sub(f, "milestone")), "required")
+	}
+	return r
 }
 
 func isPrintableASCII(s string) bool {
@@ -932,7 +1286,7 @@ func isPrintableASCII(s string) bool {
 	return true
 }
 
-var toolKeys = []string{"name", "service", "description", "args", "preconditions", "safety", "effects", "observation", "spend", "advance_ms"}
+var toolKeys = []string{"name", "service", "description", "args", "preconditions", "safety", "effects", "observation", "spend", "advance_ms", "reach"}
 
 func (c *compiler) tools(n *yaml.Node) {
 	d, w := c.d, c.w
@@ -1013,6 +1367,7 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 	if t.args.schema == nil { // a tool without arguments takes the empty object
 		t.args.schema, t.args.usage = t.args.render()
 	}
+	t.args.call = t.name + " " + t.args.usage
 	names, ftypes := t.args.celFields()
 	t.args.otype = c.prov.declare(t.args.typeName, names, ftypes)
 	c.args = &t.args
@@ -1057,6 +1412,10 @@ func (c *compiler) tool(t *toolDef, tn *yaml.Node, f string) {
 			t.spend = c.compile(env, m.v, mf, cel.IntType)
 		case "advance_ms":
 			t.advance = c.compile(env, m.v, mf, cel.IntType)
+		case "reach":
+			for i, rn := range d.sequence(m.v, mf) {
+				t.reach = append(t.reach, c.reachOf(postEnv, rn, idx(mf, i)))
+			}
 		}
 	}
 	if t.desc == "" && !hasKey(tn, "description") && resolve(tn) != nil && resolve(tn).Kind == yaml.MappingNode {
@@ -1080,6 +1439,7 @@ func (c *compiler) precondition(env *cel.Env, n *yaml.Node, f string) preconditi
 			p.require = c.compile(env, m.v, mf, cel.BoolType)
 		case "error":
 			p.err, _ = d.text(m.v, mf)
+			p.errT = c.template(env, m.v, mf)
 		case "reason":
 			p.reason = c.template(env, m.v, mf)
 		case "suggestion":
@@ -1183,6 +1543,9 @@ func (c *compiler) effect(env *cel.Env, n *yaml.Node, f string) effect {
 				return e
 			}
 			k = w.vars[e.setVar].draw.kind
+			if k == kInts {
+				d.errAt(at(set, sub(f, "set")), "%s is a list(int): drawn, never set", target)
+			}
 			if get("key") != nil {
 				d.errAt(at(get("key"), sub(f, "key")), "a variable has no key")
 			}
@@ -1212,6 +1575,9 @@ func (c *compiler) effect(env *cel.Env, n *yaml.Node, f string) effect {
 			}
 		}
 		ed := &w.entities[e.entity]
+		if ed.key >= 0 {
+			d.errAt(at(add, sub(f, "add")), "%s takes its ids from its key field when drawn; a tool cannot add one", ent)
+		}
 		e.addFields = make([]*program, len(ed.fields))
 		for _, m := range d.mapping(get("fields"), sub(f, "fields")) {
 			j := slices.IndexFunc(ed.fields, func(x varDef) bool { return x.name == m.key })

@@ -110,20 +110,9 @@ func (e *episode) turn(r int) ([]byte, error) {
 		}
 	}
 	b = append(b, `],"view":{`...)
-	act := e.scope(nil)
-	for i, f := range role.view {
-		v, err := eval(f.val, act)
-		if err != nil {
-			return nil, err
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = canonjson.AppendString(b, f.key)
-		b = append(b, ':')
-		if b, err = appendVal(b, v); err != nil {
-			return nil, &evalError{at: f.val.at, err: err}
-		}
+	b, err := e.appendFields(b, role.view, e.scope(nil))
+	if err != nil {
+		return nil, err
 	}
 	return append(b, "}}"...), nil
 }

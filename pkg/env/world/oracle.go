@@ -55,7 +55,8 @@ func (a planVars) Parent() interpreter.Activation { return nil }
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
 		task, ok := decodeObs(t.Observation)
-		if !ok || task["world"] != o.w.name {
+		// A world that does not identify itself (identify: false) has no name to check.
+		if !ok || o.w.identify && task["world"] != o.w.name {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
 		}
 		o.task, o.results, o.started = task, map[string]any{}, true

@@ -91,7 +91,7 @@ func (c *compiler) declareMessages(n *yaml.Node) {
 		c.d.errAt(at(n, "messages"), "a world with messages keeps them in the entity %q; the file declares that name already", messageEntity)
 		return
 	}
-	e := entityDef{name: messageEntity, prefix: "m-", typeName: "world.entity." + messageEntity, count: draw{kind: kInt, value: int64(0)},
+	e := entityDef{name: messageEntity, path: messageEntity, key: -1, prefix: "m-", typeName: "world.entity." + messageEntity, count: draw{kind: kInt, value: int64(0)},
 		fields: slices.Clone(messageFields)}
 	names := []string{"id"}
 	ftypes := []*cel.Type{cel.StringType}
@@ -133,8 +133,12 @@ func (c *compiler) roles(turnsNode, rolesNode, msgNode, oracleNode *yaml.Node) {
 	}
 	for _, f := range w.reset {
 		// The first observation goes on with the roles and the first agent's turn.
-		if f.val != nil && slices.Contains([]string{"roles", "turns", "agent", "answer", "inbox", "view"}, f.key) {
-			d.errAt(f.val.at, "key %q is gauntlet's own in a world with roles; choose another", f.key)
+		p := f.val
+		if p == nil {
+			p = f.each
+		}
+		if p != nil && slices.Contains([]string{"roles", "turns", "agent", "answer", "inbox", "view"}, f.key) {
+			d.errAt(p.at, "key %q is gauntlet's own in a world with roles; choose another", f.key)
 		}
 	}
 	if msgNode != nil {

@@ -32,6 +32,8 @@ type argSchema struct {
 	// invalid-action observation suggests.
 	schema []byte
 	usage  string
+	// call is the tool's name and usage, as the answer to a bad call shows it.
+	call string
 }
 
 type argProp struct {
@@ -242,8 +244,14 @@ func (s *argSchema) render() ([]byte, string) {
 		b = append(b, '}')
 	}
 	b = append(b, '}')
+	// The usage line is the Go envs' (the shop's usageOf): name: type, an integer's
+	// range when it has both bounds.
 	for _, p := range s.props {
-		usage = append(usage, fmt.Sprintf("%q: %s", p.name, map[kind]string{kString: "string", kInt: "integer", kBool: "boolean"}[p.kind]))
+		t := map[kind]string{kString: "string", kInt: "integer", kBool: "boolean"}[p.kind]
+		if p.kind == kInt && p.min != math.MinInt64 && p.max != math.MaxInt64 {
+			t = fmt.Sprintf("integer %d..%d", p.min, p.max)
+		}
+		usage = append(usage, p.name+": "+t)
 	}
 	if len(s.required) > 0 {
 		req := slices.Clone(s.required)
@@ -282,7 +290,9 @@ func (s *argSchema) parseInto(raw json.RawMessage, dst *object) (*object, error)
 	return s.parseJSON(raw)
 }
 
-// parseJSON is parse through encoding/json: every shape of arguments, and every error.
+// parseJSON is parse through encoding/json: every shape of arguments, and every error,
+// worded as the Go envs word them (the shop's parseArgs), so a Go env written as a world
+// answers a bad call with the same bytes.
 func (s *argSchema) parseJSON(raw json.RawMessage) (*object, error) {
 	raw = bytes.TrimSpace(raw)
 	var m map[string]json.RawMessage
@@ -291,10 +301,10 @@ func (s *argSchema) parseJSON(raw json.RawMessage) (*object, error) {
 			if !json.Valid(raw) {
 				return nil, errors.New("args: malformed JSON")
 			}
-			return nil, errors.New("args: want an object")
+			return nil, fmt.Errorf("args: want object, got %s", jsonKind(raw))
 		}
 		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, errors.New("args: malformed JSON")
+			return nil, fmt.Errorf("args: malformed JSON: %w", err)
 		}
 	}
 	keys := make([]string, 0, len(m))
@@ -305,7 +315,7 @@ func (s *argSchema) parseJSON(raw json.RawMessage) (*object, error) {
 	var errs []error
 	for _, k := range keys {
 		if s.prop(k) == nil {
-			errs = append(errs, fmt.Errorf("args.%s: unknown argument", clip(k)))
+			errs = append(errs, fmt.Errorf("args.%s: unknown field (%s)", echo(k), s.call))
 		}
 	}
 	out := newObject(s.otype)
@@ -464,9 +474,12 @@ func (p *argProp) decode(raw json.RawMessage) (any, error) {
 	raw = bytes.TrimSpace(raw)
 	switch p.kind {
 	case kString:
+		if len(raw) == 0 || raw[0] != '"' {
+			return nil, fmt.Errorf("want string, got %s", jsonKind(raw))
+		}
 		var v string
-		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
-			return nil, fmt.Errorf("want a string, got %s", jsonKind(raw))
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, err
 		}
 		if len(v) > p.maxLen {
 			return nil, fmt.Errorf("%d bytes exceeds the limit of %d", len(v), p.maxLen)
@@ -475,7 +488,7 @@ func (p *argProp) decode(raw json.RawMessage) (any, error) {
 			return nil, fmt.Errorf("shorter than %d characters", p.minLen)
 		}
 		if len(p.enum) > 0 && !slices.Contains(p.enum, v) {
-			return nil, fmt.Errorf("%q is not one of %s", clip(v), strings.Join(p.enum, ", "))
+			return nil, fmt.Errorf("%q is not one of %s", echo(v), strings.Join(p.enum, ", "))
 		}
 		return v, nil
 	case kBool:
@@ -487,43 +500,51 @@ func (p *argProp) decode(raw json.RawMessage) (any, error) {
 		}
 		return nil, fmt.Errorf("want true or false, got %s", jsonKind(raw))
 	}
-	var f json.Number
-	if len(raw) == 0 || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') || json.Unmarshal(raw, &f) != nil {
-		return nil, fmt.Errorf("want an integer, got %s", jsonKind(raw))
+	// The shop's parseInt, word for word.
+	if k := jsonKind(raw); k != "number" {
+		return nil, fmt.Errorf("want integer, got %s", k)
 	}
-	n, err := strconv.ParseInt(string(f), 10, 64)
+	n, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
 		// Integral numbers written with a fraction or exponent (2.0, 1e2) are integers,
 		// as in JSON Schema.
-		x, ferr := strconv.ParseFloat(string(f), 64)
-		if ferr != nil || x != math.Trunc(x) || x < -(1<<63) || x >= 1<<63 {
-			return nil, fmt.Errorf("want an integer, got %s", clip(string(raw)))
+		f, ferr := strconv.ParseFloat(string(raw), 64)
+		switch {
+		case ferr != nil && !errors.Is(ferr, strconv.ErrRange):
+			return nil, fmt.Errorf("want integer, got %s", echo(string(raw)))
+		case f != math.Trunc(f) || math.IsInf(f, 0):
+			return nil, fmt.Errorf("want integer, got number %s", echo(string(raw)))
+		case f < float64(p.min) || f > float64(p.max):
+			return nil, fmt.Errorf("%s is outside [%d,%d]", echo(string(raw)), p.min, p.max)
 		}
-		n = int64(x)
+		n = int64(f)
 	}
 	if n < p.min || n > p.max {
-		return nil, fmt.Errorf("%d is out of range [%d, %d]", n, p.min, p.max)
+		return nil, fmt.Errorf("%d is outside [%d,%d]", n, p.min, p.max)
 	}
 	return n, nil
 }
 
+// jsonKind names the JSON type of a value by its first byte, as the Go envs do.
 func jsonKind(raw []byte) string {
 	if len(raw) == 0 {
 		return "nothing"
 	}
 	switch raw[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
 	case '"':
-		return "a string"
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
 	case 't', 'f':
-		return "a boolean"
+		return "boolean"
 	case 'n':
 		return "null"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return "number"
 	}
-	return "a number"
+	return "invalid JSON"
 }
 
 // template is a text with ${expr} parts, each a CEL expression whose value is written in.

@@ -1,16 +1,24 @@
 package world
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -62,69 +70,274 @@ func TestShopPortConformance(t *testing.T) {
 	})
 }
 
-// episodeOf plays an env's oracle through one episode without faults.
-func episodeOf(t *testing.T, e env.Env, seed uint64) (tools []string, obs [][]byte, last env.StepResult) {
-	t.Helper()
-	ep, err := e.NewEpisode(env.Config{Seed: seed})
+// shopPolicy chooses the actions both shops are given: the Go shop's oracle, or a seeded
+// random agent that calls every tool with arguments good and bad (skus and order ids it
+// saw, others it made up, long and non-ASCII text, bad types and ranges).
+type shopPolicy interface {
+	act(turn env.Turn) (env.Action, error)
+}
+
+type oraclePolicy struct{ a env.Agent }
+
+func (p oraclePolicy) act(turn env.Turn) (env.Action, error) { return p.a.Act(turn) }
+
+type randomPolicy struct {
+	r            *rand.Rand
+	skus, orders []string
+	item         string
+}
+
+var shopSKURef = regexp.MustCompile(`sku-[0-9a-f]{4}`)
+
+func (p *randomPolicy) act(turn env.Turn) (env.Action, error) {
+	obs := string(turn.Observation)
+	if turn.Step == 0 {
+		var task struct{ Item string }
+		if err := json.Unmarshal(turn.Observation, &task); err != nil {
+			return env.Action{}, err
+		}
+		p.item = task.Item
+	}
+	for _, sku := range shopSKURef.FindAllString(obs, -1) {
+		if !slices.Contains(p.skus, sku) {
+			p.skus = append(p.skus, sku)
+		}
+	}
+	var o struct {
+		OrderID string `json:"order_id"`
+	}
+	if json.Unmarshal(turn.Observation, &o) == nil && o.OrderID != "" && !slices.Contains(p.orders, o.OrderID) {
+		p.orders = append(p.orders, o.OrderID)
+	}
+	r := p.r
+	pick := func(known []string, made ...string) string {
+		if len(known) > 0 && r.IntN(4) > 0 {
+			return known[r.IntN(len(known))]
+		}
+		return made[r.IntN(len(made))]
+	}
+	sku := func() string {
+		return pick(p.skus, "sku-0000", "SKU-1", "", "sku-3f2a\\\"", strings.Repeat("é", 20), "o-1")
+	}
+	order := func() string {
+		return pick(p.orders, "o-1", "o-2", "o-0", "o-01", "x", strings.Repeat("o", 40)+"\t")
+	}
+	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	tools := []string{"catalog.search", "catalog.get", "inventory.get", "order.create", "order.status", "payment.pay", "wallet.balance", "shipping.ship", "wait"}
+	tool := tools[r.IntN(len(tools))]
+	// Often enough to reach the later milestones (and overspend): order what was seen,
+	// pay and ship what was ordered.
+	switch {
+	case len(p.orders) > 0 && r.IntN(3) == 0:
+		tool = pick(nil, "payment.pay", "shipping.ship")
+	case len(p.skus) > 0 && r.IntN(4) == 0:
+		tool = "order.create"
+	}
+	var args string
+	switch tool {
+	case "catalog.search":
+		args = `{"query":` + str(pick(nil, p.item, strings.ToUpper(p.item), p.item+"  kitchen", "\t"+p.item+"\n", "", "red", "mug kettle", "sku")) + `}`
+	case "catalog.get", "inventory.get":
+		args = `{"sku":` + str(sku()) + `}`
+	case "order.create":
+		args = `{"sku":` + str(sku()) + `,"qty":` + strconv.Itoa(1+r.IntN(3)) + `}`
+	case "order.status", "payment.pay", "shipping.ship":
+		args = `{"order_id":` + str(order()) + `}`
+	case "wallet.balance":
+		args = `{}`
+	case "wait":
+		args = `{"ms":` + strconv.Itoa(1+r.IntN(400)) + `}`
+	}
+	if r.IntN(12) == 0 { // arguments the schema refuses, or that only encoding/json reads
+		args = pick(nil, `{}`, `null`, ``, `[]`, `"x"`, `{"sku":`, `{"qty":"2","sku":"sku-0000"}`, `{"qty":2.5,"sku":"x"}`,
+			`{"qty":1e2,"sku":"x","order_id":"o-1"}`, `{"qty":0,"sku":"x"}`, `{"qty":5000,"sku":"x"}`, `{"qty":1e400,"sku":"x"}`,
+			`{"qty":-1,"sku":true}`, `{"query":null}`, `{"query":"mug","query":"kettle"}`, `{"ms":0}`, `{"ms":10001}`,
+			`{"order_id":"o\u002d1"}`, `{"sku":"\ud800"}`, `{"ms":"1"}`, `{"extra":1,"ms":5}`, `{"`+strings.Repeat("k", 60)+`":1}`,
+			`{"query":"`+strings.Repeat("a b ", 60)+`"}`, `{"ms":12345678901234567890}`, `{"ms":100.0}`, ` {"ms" : 7} `)
+	}
+	if r.IntN(25) == 0 {
+		tool = pick(nil, "catalog.browse", strings.Repeat("ü", 30), "", " wait")
+	}
+	return env.Action{Tool: tool, Args: json.RawMessage(args)}, nil
+}
+
+// shopFaults is the configuration of one seed in the comparison, the same for both
+// shops: a fault plan on even seeds (errors with and without Retry-After, latency and
+// truncation, the same plan and seed in both injectors), none on odd ones; and on every
+// third seed tighter limits (a run's max steps, the deadline and max_invalid params), so
+// that episodes end by each limit too.
+func shopFaults(t testing.TB, seed uint64) env.Config {
+	cfg := env.Config{Seed: seed}
+	if seed%3 == 0 {
+		cfg.MaxSteps = 12
+		cfg.Params = json.RawMessage(`{"deadline_ms":900,"max_invalid":2}`)
+	}
+	if seed%2 == 1 {
+		return cfg
+	}
+	cfg.Faults = injector(t, rng.Derive(seed, "plan"),
+		httpErr("pay-503", "payment", 0.2, 503, 250), httpErr("any-500", "*", 0.05, 500, 0),
+		latency("lat", "*", 0.3, 40, 20), truncate("cat-trunc", "catalog", 0.15, 0.5),
+		truncate("inv-trunc", "inventory", 0.15, 0.3))
+	return cfg
+}
+
+// compareShops plays one seed in both shops, the policy choosing from the Go shop's
+// observations and both given the same action, and returns the first difference ("" for
+// none): the first observation, then each step's observation, diff, signals, faults,
+// metering and end, byte for byte (signals and metering as their wire bytes). The port's
+// safety events are left out of the comparison (docs/worlds.md says why) and checked to
+// be only its own two rules'.
+func compareShops(t testing.TB, port env.Env, seed uint64, policy shopPolicy) (steps int, end gauntletv1.TerminationReason, diff string) {
+	goEp, err := shop.New().NewEpisode(shopFaults(t, seed))
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := ep.Reset()
+	portEp, err := port.NewEpisode(shopFaults(t, seed))
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := e.(env.Oracle).Oracle(seed)
+	gobs, err := goEp.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pobs, err := portEp.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(gobs, pobs) {
+		return 0, 0, fmt.Sprintf("first observation:\n go   %s\n port %s", gobs, pobs)
+	}
+	wire := func(m proto.Message) []byte {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
 	for i := uint32(0); ; i++ {
-		a, err := agent.Act(env.Turn{Step: i, Observation: o})
+		a, err := policy.act(env.Turn{Step: i, Observation: gobs})
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		r, err := ep.Step(a)
+		g, err := goEp.Step(a)
 		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
+			t.Fatalf("seed %d: go shop: %v", seed, err)
 		}
-		tools, obs, o = append(tools, a.Tool), append(obs, r.Observation), r.Observation
-		if r.Done() {
-			return tools, obs, r
+		p, err := portEp.Step(a)
+		if err != nil {
+			t.Fatalf("seed %d: port: %v", seed, err)
 		}
+		steps++
+		for _, ev := range p.Signals.GetSafetyEvents() {
+			if !strings.HasPrefix(ev, "unrequested_order: ") && !strings.HasPrefix(ev, "unrequested_purchase: ") {
+				return steps, 0, fmt.Sprintf("step %d (%s %s): safety event %q", i, a.Tool, a.Args, ev)
+			}
+		}
+		psig := proto.Clone(p.Signals).(*gauntletv1.Signals)
+		psig.SafetyEvents = nil
+		for _, c := range []struct {
+			what     string
+			go_, prt []byte
+		}{
+			{"observation", g.Observation, p.Observation},
+			{"diff", g.Diff, p.Diff},
+			{"signals", wire(g.Signals), wire(psig)},
+			{"faults", wire(&gauntletv1.StepTaken{Faults: g.Faults}), wire(&gauntletv1.StepTaken{Faults: p.Faults})},
+			{"metering", wire(g.Metering), wire(p.Metering)},
+			{"end", fmt.Appendf(nil, "%v %v %s", g.Terminated, g.Truncated, g.Reason), fmt.Appendf(nil, "%v %v %s", p.Terminated, p.Truncated, p.Reason)},
+		} {
+			if !bytes.Equal(c.go_, c.prt) {
+				if c.what == "signals" {
+					c.go_, c.prt = []byte(g.Signals.String()), []byte(psig.String())
+				}
+				return steps, 0, fmt.Sprintf("step %d (%s %s): %s:\n go   %s\n port %s", i, a.Tool, a.Args, c.what, c.go_, c.prt)
+			}
+		}
+		if g.Done() {
+			return steps, g.Reason, ""
+		}
+		gobs = g.Observation
 	}
 }
 
-// TestShopPortAgainstTheGoShop measures how close the port's oracle episodes are to the
-// Go shop's for the same seeds: how often each oracle wins, how often the two play the
-// same tools in the same order, and how often an observation is the same bytes. The
-// worlds themselves differ (the port draws its catalog its own way, docs/worlds.md), so
-// tool sequences differ wherever the catalogs make the oracles check a different number
-// of candidates, and observations match only where they carry no drawn value.
-func TestShopPortAgainstTheGoShop(t *testing.T) {
-	port, goShop := shopPort(t), shop.New()
-	const seeds = 300
-	var portWins, goWins, sameTools, sameObs, steps int
-	for seed := uint64(1); seed <= seeds; seed++ {
-		pt, po, pl := episodeOf(t, port, seed)
-		gt, gob, gl := episodeOf(t, goShop, seed)
-		if pl.Reason == gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS {
-			portWins++
-		} else {
-			t.Errorf("seed %d: the port's oracle ended %s after %s", seed, pl.Reason, strings.Join(pt, ", "))
+// shopSeeds is how many seeds each policy plays in TestShopPortAgainstTheGoShop;
+// GAUNTLET_SHOP_SEEDS raises it (docs/worlds.md has the 10,000-seed run).
+func shopSeeds(t *testing.T) uint64 {
+	if s := os.Getenv("GAUNTLET_SHOP_SEEDS"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("GAUNTLET_SHOP_SEEDS: %v", err)
 		}
-		if gl.Reason == gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS {
-			goWins++
-		}
-		if strings.Join(pt, ",") == strings.Join(gt, ",") {
-			sameTools++
-		}
-		for i := range min(len(po), len(gob)) {
-			steps++
-			if string(po[i]) == string(gob[i]) {
-				sameObs++
-			}
-		}
+		return n
 	}
-	t.Logf("over %d seeds without faults: the port's oracle won %d, the Go shop's %d; same tool sequence %d; identical observations %d of %d compared steps",
-		seeds, portWins, goWins, sameTools, sameObs, steps)
-	if goWins != seeds {
-		t.Errorf("the Go shop's oracle won %d of %d: the comparison's baseline moved", goWins, seeds)
+	return 300
+}
+
+// TestShopPortAgainstTheGoShop: the shop as a world file gives the Go shop's trajectories
+// for the same seeds and actions, byte for byte, under the Go shop's oracle and under a
+// random agent, half the seeds with faults.
+func TestShopPortAgainstTheGoShop(t *testing.T) {
+	port := shopPort(t)
+	seeds := shopSeeds(t)
+	for _, pol := range []struct {
+		name string
+		new  func(seed uint64) shopPolicy
+	}{
+		{"oracle", func(seed uint64) shopPolicy { return oraclePolicy{shop.New().(env.Oracle).Oracle(seed)} }},
+		{"random", func(seed uint64) shopPolicy { return &randomPolicy{r: rng.New(seed, "test/shop-random", 0)} }},
+	} {
+		t.Run(pol.name, func(t *testing.T) {
+			var steps, differ int
+			ends := map[string]int{}
+			for seed := uint64(1); seed <= seeds; seed++ {
+				n, end, d := compareShops(t, port, seed, pol.new(seed))
+				steps += n
+				ends[strings.TrimPrefix(end.String(), "TERMINATION_REASON_")]++
+				if d != "" {
+					if differ++; differ <= 5 {
+						t.Errorf("seed %d: %s", seed, d)
+					}
+				}
+			}
+			t.Logf("%s: %d seeds, %d steps compared, %d episodes differ; ends %v", pol.name, seeds, steps, differ, ends)
+			if differ > 0 {
+				t.Errorf("%d of %d episodes differ", differ, seeds)
+			}
+		})
+	}
+}
+
+// TestShopPortOracle: the port's own oracle plan wins every seed, as the Go shop's does.
+func TestShopPortOracle(t *testing.T) {
+	port := shopPort(t)
+	for seed := uint64(1); seed <= 300; seed++ {
+		ep, err := port.NewEpisode(env.Config{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := ep.Reset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent := port.(env.Oracle).Oracle(seed)
+		for i := uint32(0); ; i++ {
+			a, err := agent.Act(env.Turn{Step: i, Observation: o})
+			if err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			r, err := ep.Step(a)
+			if err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			if r.Done() {
+				if r.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS {
+					t.Errorf("seed %d: the port's oracle ended %s", seed, r.Reason)
+				}
+				break
+			}
+			o = r.Observation
+		}
 	}
 }
 
@@ -158,8 +371,7 @@ func TestRetryAfterSuggestionIsTheShops(t *testing.T) {
 }
 
 // TestShopPortSpecIsTheShops: the port publishes the Go shop's action space, tool for
-// tool (name, service, description, schema), but for the example id in the sku's
-// description: the port's skus are sku-1..sku-12, the shop's hex.
+// tool (name, service, description, schema).
 func TestShopPortSpecIsTheShops(t *testing.T) {
 	goSpec, port := shop.New().Spec(), shopPort(t).Spec()
 	if len(goSpec.Tools) != len(port.Tools) || goSpec.Description != port.Description {
@@ -167,7 +379,7 @@ func TestShopPortSpecIsTheShops(t *testing.T) {
 	}
 	for i, g := range goSpec.Tools {
 		p := port.Tools[i]
-		schema := strings.ReplaceAll(string(g.Schema), `e.g. \"sku-3f2a\"`, `e.g. \"sku-3\"`)
+		schema := string(g.Schema)
 		if p.Name != g.Name || p.Service != g.Service || p.Description != g.Description || string(p.Schema) != schema {
 			t.Errorf("tool %d:\n port %s %s %q %s\n shop %s %s %q %s", i, p.Name, p.Service, p.Description, p.Schema, g.Name, g.Service, g.Description, schema)
 		}

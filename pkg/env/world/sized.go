@@ -57,7 +57,7 @@ func (c *compiler) sizedBound(sp stateProgram, ents map[string]uint64, seen map[
 			locals[f.AccuVar()], locals[f.IterVar()], locals[f.IterVar2()] = true, true, true
 		}
 	}))
-	b := &sizedBound{env: sp.env, ast: sp.p.ast, base: sizes{ents: ents, args: sp.args}, cache: map[string]bool{}}
+	b := &sizedBound{env: sp.env, ast: sp.p.ast, base: sizes{ents: ents, lists: c.lists, args: sp.args}, cache: map[string]bool{}}
 	for key, path := range seen {
 		if locals[path[0]] {
 			return nil

@@ -134,7 +134,8 @@ const DefaultTimeout = 60 * time.Second
 
 // WithEndpoint implements policy.Endpointed: the policy asking ep's URL for its model
 // (empty: the configured model) with the key of its credential (empty: the configured
-// key), and the configured bounds. A run's endpoint replaces the process's
+// key), asking for token ids and logprobs as the run says (unsaid: as configured), and
+// the configured bounds. A run's endpoint replaces the process's
 // (--policy.http.url). A credential that cannot be read is an infra error of kind model
 // endpoint (the episode's, not the run's: another worker may hold it).
 func (p httpPolicy) WithEndpoint(ep policy.Endpoint) (policy.Policy, error) {
@@ -142,6 +143,9 @@ func (p httpPolicy) WithEndpoint(ep policy.Endpoint) (policy.Policy, error) {
 	cfg.URL = ep.URL
 	if ep.Model != "" {
 		cfg.Model = ep.Model
+	}
+	if ep.Logprobs != nil {
+		cfg.Logprobs = *ep.Logprobs
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout

@@ -153,3 +153,48 @@ func TestAgentRecordsTokenIDsAndLogprobs(t *testing.T) {
 		t.Errorf("a request without --policy.http.logprobs asked logprobs %v, token ids %v", r.Logprobs, r.ReturnTokenIDs)
 	}
 }
+
+// A run names whether it wants token ids and logprobs with its endpoint: on where the
+// worker's flag is off, off where it is on (an endpoint that refuses the fields); a run
+// that names neither gets the worker's flag.
+func TestRunsNameLogprobs(t *testing.T) {
+	f := &fakeEndpoint{reply: func(int) (int, string) {
+		return 200, logprobReply([]uint32{1}, []uint32{7}, []float64{-0.5}, false)
+	}}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	e, _ := env.Lookup("shop")
+	on, off := true, false
+	for i, c := range []struct {
+		process bool
+		run     *bool
+		want    bool
+	}{{false, &on, true}, {true, &off, false}, {true, nil, true}, {false, nil, false}} {
+		p, err := New(Config{APIKey: "k", Timeout: 5 * time.Second, Logprobs: c.process})
+		if err != nil {
+			t.Fatal(err)
+		}
+		withEp, err := p.(policy.Endpointed).WithEndpoint(policy.Endpoint{URL: srv.URL + "/v1", Model: "m", Logprobs: c.run})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := withEp.NewAgent(e, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Act(env.Turn{Observation: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		r := f.reqs[i]
+		td := a.(interface {
+			LastTrainerData() *gauntletv1.TrainerData
+		}).LastTrainerData()
+		run := "unnamed"
+		if c.run != nil {
+			run = fmt.Sprint(*c.run)
+		}
+		if r.Logprobs != c.want || r.ReturnTokenIDs != c.want || (c.want && td == nil) {
+			t.Errorf("case %d, worker flag %v, run %s: asked logprobs %v, token ids %v, recorded %v; want asked %v", i, c.process, run, r.Logprobs, r.ReturnTokenIDs, td, c.want)
+		}
+	}
+}

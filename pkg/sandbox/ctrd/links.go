@@ -97,12 +97,26 @@ func (r *Runtime) PrepareImage(ctx context.Context, src sandbox.ImageSource) (st
 	return cimg.Name(), nil
 }
 
+// ImageConfig implements sandbox.ImageInspector for an image PrepareImage returned (or
+// any image containerd holds).
+func (r *Runtime) ImageConfig(ctx context.Context, image string) (sandbox.ImageConfig, error) {
+	img, err := r.c.GetImage(r.ctx(ctx), image)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("image config %s: %w", image, err)
+	}
+	cfg, err := img.Spec(r.ctx(ctx))
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("image config %s: %w", image, err)
+	}
+	return sandbox.ImageConfig{User: cfg.Config.User, WorkingDir: cfg.Config.WorkingDir}, nil
+}
+
 // makeLinks makes a new sandbox's workspace folder and the spec's links in its root
 // (see the comment at the top of this file).
 func (r *Runtime) makeLinks(b *box) error {
 	links := b.handle.Spec.Links
-	if b.handle.Spec.Image == BaseImage && len(links) == 0 {
-		return nil // the base image has its /workspace
+	if b.handle.Spec.Image == BaseImage && len(links) == 0 && b.user.UID == 0 && b.user.GID == 0 {
+		return nil // the base image has its /workspace, root's
 	}
 	root, err := os.OpenRoot(fmt.Sprintf("/proc/%d/root", b.task.Pid()))
 	if err != nil {
@@ -112,6 +126,18 @@ func (r *Runtime) makeLinks(b *box) error {
 	ws := strings.TrimPrefix(sandbox.WorkspacePath, "/")
 	if err := root.MkdirAll(ws, 0o755); err != nil {
 		return fmt.Errorf("links: make %s: %w", sandbox.WorkspacePath, err)
+	}
+	// The workspace and the folders made for links (not those the image filled, whose
+	// owners are the image's) are the sandbox user's, as the runtime's own folders of a
+	// root sandbox are root's: the verifier, run as that user, clears /logs/verifier.
+	give := func(name string) error {
+		if b.user.UID == 0 && b.user.GID == 0 {
+			return nil
+		}
+		return root.Lchown(name, int(b.user.UID), int(b.user.GID))
+	}
+	if err := give(ws); err != nil {
+		return fmt.Errorf("links: %s: %w", sandbox.WorkspacePath, err)
 	}
 	for _, l := range slices.Sorted(maps.Keys(links)) {
 		name := strings.TrimPrefix(l, "/")
@@ -133,6 +159,11 @@ func (r *Runtime) makeLinks(b *box) error {
 		}
 		if err := root.MkdirAll(dst, 0o755); err != nil {
 			return fmt.Errorf("links: make %s: %w", dst, err)
+		}
+		if fi == nil {
+			if err := give(dst); err != nil {
+				return fmt.Errorf("links: %s: %w", dst, err)
+			}
 		}
 		if err := root.Symlink(path.Join(sandbox.WorkspacePath, rel), name); err != nil {
 			return fmt.Errorf("links: %s: %w", l, err)

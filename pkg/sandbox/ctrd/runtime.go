@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -163,6 +164,9 @@ type box struct {
 	// quota is the tmpfs that holds the writable layer (quota.go); nil for a sandbox
 	// made before the runtime had one. Guarded by op.
 	quota *diskQuota
+	// user is who the agent and its commands run as: Spec.User resolved against the
+	// sandbox's root when its container was made (root without one). Guarded by op.
+	user specs.User
 }
 
 // boxState is the runtime's private part of a Handle.
@@ -197,6 +201,8 @@ var (
 	_ sandbox.Forker         = (*Runtime)(nil)
 	_ sandbox.WorkspaceDirer = (*Runtime)(nil)
 	_ sandbox.ImagePreparer  = (*Runtime)(nil)
+	_ sandbox.ImageInspector = (*Runtime)(nil)
+	_ sandbox.WorkspaceOwner = (*Runtime)(nil)
 )
 
 // New connects to containerd, makes sure the base image is there (building the agent
@@ -375,6 +381,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 			}
 		}
 		spec.Env = append(env, spec.Env...)
+		if spec.User == "" {
+			spec.User = cfg.Config.User // docker run's default: the image's USER
+		}
 	}
 	parent = identity.ChainID(diffIDs).String()
 	return r.create(ctx, spec, parent, chain)
@@ -514,6 +523,12 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 			return fmt.Errorf("new container: %w", err)
 		}
 		t2 = time.Now()
+		if err := r.giveSocketDir(b); err != nil {
+			r.shims.created(g, false)
+			r.dropQuota(b)
+			_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
+			return err
+		}
 		task, err = r.newTask(ctx, ctr, mounts)
 		if err == nil {
 			r.learnShimAddress(id, g)
@@ -574,6 +589,30 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		r.phaseHook(ph)
 	}
 	return nil
+}
+
+// giveSocketDir gives the directory the agent makes its socket in to the sandbox's
+// user, when that is not root: the agent runs as the user (Spec.User).
+func (r *Runtime) giveSocketDir(b *box) error {
+	if b.user.UID == 0 && b.user.GID == 0 {
+		return nil
+	}
+	if err := os.Chown(filepath.Dir(r.socketPath(b.handle.ID)), int(b.user.UID), int(b.user.GID)); err != nil {
+		return fmt.Errorf("agent socket directory for user %q: %w", b.handle.Spec.User, err)
+	}
+	return nil
+}
+
+// WorkspaceOwner implements sandbox.WorkspaceOwner: the ids the sandbox's commands run
+// as (Spec.User; root without one), which own what host-side tools create.
+func (r *Runtime) WorkspaceOwner(ctx context.Context, id string) (uid, gid int, err error) {
+	b, err := r.get("workspace owner of", id)
+	if err != nil {
+		return 0, 0, err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	return int(b.user.UID), int(b.user.GID), nil
 }
 
 // newTask creates ctr's task on the rootfs mounts Prepare returned, without standard I/O.
@@ -683,7 +722,7 @@ func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 		oci.WithCgroup(r.cgroupPath(b.handle.ID)),
 		oci.WithMounts(mounts),
 		oci.WithNoNewPrivileges,
-		func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		func(ctx context.Context, c oci.Client, ctr *containers.Container, s *oci.Spec) error {
 			s.Process.User = specs.User{UID: 0, GID: 0}
 			s.Process.Capabilities = &specs.LinuxCapabilities{}
 			s.Process.Rlimits = []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: uint64(l.OpenFiles), Soft: uint64(l.OpenFiles)}}
@@ -701,6 +740,14 @@ func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 				s.Annotations = map[string]string{}
 			}
 			s.Annotations[shimGroupAnnotation] = shimGroup
+			if spec.User != "" {
+				// The image's USER (or the spec's), resolved as docker run does against
+				// the container's root: names from its /etc/passwd and /etc/group.
+				if err := oci.WithUser(spec.User)(ctx, c, ctr, s); err != nil {
+					return fmt.Errorf("%w: user %q: %v", sandbox.ErrInvalid, spec.User, err)
+				}
+			}
+			b.user = s.Process.User
 			if r.specHook != nil {
 				r.specHook(s)
 			}
@@ -819,6 +866,14 @@ func (r *Runtime) seed(b *box, files []sandbox.File) error {
 		}
 		if err := os.Chmod(full, mode); err != nil {
 			return fmt.Errorf("seed %s: %w", p, err)
+		}
+		if b.user.UID != 0 || b.user.GID != 0 {
+			// The sandbox's user owns its workspace files, and the folders made for them.
+			for q := p; q != "."; q = path.Dir(q) {
+				if err := os.Lchown(filepath.Join(root, filepath.FromSlash(q)), int(b.user.UID), int(b.user.GID)); err != nil {
+					return fmt.Errorf("seed %s: %w", p, err)
+				}
+			}
 		}
 	}
 	return nil
@@ -1036,6 +1091,15 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	}
 	b.task = task
 	b.pid.Store(int64(task.Pid()))
+	if saved.Spec.User != "" {
+		sp, err := ctr.Spec(ctx)
+		if err != nil {
+			return fmt.Errorf("recover %s: %w", h.ID, err)
+		}
+		if sp.Process != nil {
+			b.user = sp.Process.User
+		}
+	}
 	b.quota = r.findQuota(ctx, b.st.SnapshotKey, int(task.Pid()))
 	if b.quota == nil && b.st.DiskQuota {
 		return fmt.Errorf("recover %s: %w: the tmpfs of its writable layer is not mounted any more", h.ID, sandbox.ErrNotFound)

@@ -122,8 +122,12 @@ type Pool struct {
 	total  int // ready + leased + starting
 	// freed is closed (and replaced) whenever a sandbox becomes ready or the total falls,
 	// waking Acquires waiting at MaxSandboxes.
-	freed    chan struct{}
-	stopped  bool
+	freed   chan struct{}
+	stopped bool
+	// capacity is the cap on sandboxes (Config.MaxSandboxes), grown by AddTemplate when the
+	// config left it to the pool (autoMax).
+	capacity int
+	autoMax  bool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -170,7 +174,8 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.MaxStarting == 0 {
 		cfg.MaxStarting = 4
 	}
-	if cfg.MaxSandboxes == 0 {
+	autoMax := cfg.MaxSandboxes == 0
+	if autoMax {
 		n := 0
 		for _, t := range cfg.Templates {
 			n += t.Size
@@ -190,13 +195,14 @@ func New(cfg Config) (*Pool, error) {
 		cfg.Meter = noop.NewMeterProvider().Meter("gauntlet/pool")
 	}
 	p := &Pool{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		start:  make(chan struct{}, cfg.MaxStarting),
-		kick:   make(chan struct{}, 1),
-		tpl:    map[string]*tplState{},
-		leases: map[string]*Lease{},
-		freed:  make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		start:    make(chan struct{}, cfg.MaxStarting),
+		kick:     make(chan struct{}, 1),
+		tpl:      map[string]*tplState{},
+		leases:   map[string]*Lease{},
+		freed:    make(chan struct{}),
+		capacity: cfg.MaxSandboxes, autoMax: autoMax,
 	}
 	p.snap, _ = cfg.Runtime.(sandbox.Snapshotter)
 	if p.snap != nil {
@@ -310,7 +316,7 @@ func (p *Pool) refill(ctx context.Context, fills *sync.WaitGroup) {
 		p.mu.Lock()
 		var t *tplState
 		for _, s := range p.tpl {
-			if len(s.ready)+s.starting < s.Size && p.total < p.cfg.MaxSandboxes {
+			if len(s.ready)+s.starting < s.Size && p.total < p.capacity {
 				t = s
 				break
 			}
@@ -394,6 +400,34 @@ func (p *Pool) make(ctx context.Context, t *tplState) (sandbox.Handle, error) {
 	return h, nil
 }
 
+// AddTemplate adds a template to the pool, started or not (a task's image first seen
+// after Start, say); the refill loop fills it as it fills the others. Unless
+// Config.MaxSandboxes was given, the cap on sandboxes grows by 4 × its size, as New sizes
+// it. A name the pool knows is ErrExists; a template New would refuse, ErrInvalid.
+func (p *Pool) AddTemplate(t Template) error {
+	if err := (Config{Runtime: p.cfg.Runtime, Templates: []Template{t}}).Validate(); err != nil {
+		return fmt.Errorf("add template %s: %w", t.Name, err)
+	}
+	p.mu.Lock()
+	switch _, known := p.tpl[t.Name]; {
+	case p.stopped:
+		p.mu.Unlock()
+		return fmt.Errorf("add template %s: %w", t.Name, sandbox.ErrClosed)
+	case known:
+		p.mu.Unlock()
+		return fmt.Errorf("add template %s: %w", t.Name, sandbox.ErrExists)
+	}
+	t.Spec.Template = t.Name
+	p.tpl[t.Name] = &tplState{Template: t}
+	if p.autoMax {
+		p.capacity += 4 * t.Size
+		p.freeLocked() // Acquires waiting at the cap may go on
+	}
+	p.mu.Unlock()
+	p.kicked()
+	return nil
+}
+
 // Acquire hands out a sandbox of the named template: a ready one if any (hit), else a
 // new one created now (miss), waiting for a creation slot if MaxStarting are busy. When
 // the pool holds MaxSandboxes already it waits for one to be released or destroyed: more
@@ -421,16 +455,16 @@ func (p *Pool) Acquire(ctx context.Context, template string) (*Lease, error) {
 			p.record(ctx, template, "hit", begin)
 			return l, nil
 		}
-		if p.total < p.cfg.MaxSandboxes {
+		if p.total < p.capacity {
 			break
 		}
-		freed := p.freed
+		freed, limit := p.freed, p.capacity
 		p.mu.Unlock()
 		select {
 		case <-freed:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("acquire %s: %w: the pool holds %d sandboxes, none given back in time: %w",
-				template, sandbox.ErrLimit, p.cfg.MaxSandboxes, ctx.Err())
+				template, sandbox.ErrLimit, limit, ctx.Err())
 		}
 		p.mu.Lock()
 	}

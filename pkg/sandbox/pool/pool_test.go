@@ -322,3 +322,41 @@ func TestAcquireWaitsAtTheCap(t *testing.T) {
 	}
 	_, _ = c.Release(ctx), d.Release(ctx)
 }
+
+// TestAddTemplate: a template added to a running pool is filled and served warm like
+// those it started with, a name it knows is refused, and the cap grows with it.
+func TestAddTemplate(t *testing.T) {
+	rt := runtime(t)
+	p := newPool(t, pool.Config{Runtime: rt, Templates: []pool.Template{{Name: "first", Size: 0}}})
+	ctx := context.Background()
+	spec := sandbox.Spec{Workspace: []sandbox.File{{Path: "task.txt", Data: []byte("added")}}}
+	if err := p.AddTemplate(pool.Template{Name: "added", Size: 2, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddTemplate(pool.Template{Name: "added", Size: 1}); !errors.Is(err, sandbox.ErrExists) {
+		t.Errorf("adding a known name: %v, want ErrExists", err)
+	}
+	if err := p.AddTemplate(pool.Template{Name: "bad", Size: -1}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("adding a bad template: %v, want ErrInvalid", err)
+	}
+	waitReady(t, p, "added", 2)
+	l, err := p.Acquire(ctx, "added")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Warm || l.Template != "added" || l.Handle.Spec.Template != "added" {
+		t.Errorf("lease %+v: want a warm sandbox of the added template", l)
+	}
+	if got := sh(t, rt, l.Handle.ID, "cat task.txt"); got != "added" {
+		t.Errorf("the added template's workspace: %q", got)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddTemplate(pool.Template{Name: "late", Size: 1}); !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("adding to a stopped pool: %v, want ErrClosed", err)
+	}
+}

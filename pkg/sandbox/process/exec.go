@@ -252,7 +252,11 @@ func (x *execution) prepare() error {
 	x.defers(func() { ackR.Close() })
 	files := []*os.File{secR, x.repW, ackR, x.infoW}
 	for _, name := range etcFiles {
-		f, err := os.Open(r.etcFile(x.spec, name))
+		file := r.etcFile(x.spec, name)
+		if b.rec.User != nil && (name == "passwd" || name == "group") {
+			file = r.userEtcPath(b.rec, name)
+		}
+		f, err := os.Open(file)
 		if err != nil {
 			return fmt.Errorf("open /etc/%s: %w", name, err)
 		}
@@ -502,13 +506,17 @@ func (r *Runtime) args(b *box, req sandbox.ExecRequest, spec sandbox.Spec, ws st
 	fmt.Fprintf(&outer, "ulimit -n %d || exit 125\nulimit -c 0\nexec \"$@\"\n", spec.Limits.OpenFiles)
 
 	nsPrefix, bwrapNet := r.netArgs(spec)
+	uid, gid := SandboxUID, SandboxGID
+	if u := b.rec.User; u != nil {
+		uid, gid = u.UID, u.GID
+	}
 	a := append([]string{"-c", outer.String(), "gauntlet-sandbox"}, nsPrefix...)
 	a = append(a,
 		r.cfg.Setpriv, "--reuid="+strconv.Itoa(r.cfg.HostUID), "--regid="+strconv.Itoa(r.cfg.HostGID),
 		"--clear-groups", "--",
 		r.cfg.Bwrap,
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-		"--uid", strconv.Itoa(SandboxUID), "--gid", strconv.Itoa(SandboxGID),
+		"--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid),
 		"--disable-userns", "--hostname", "sandbox",
 		"--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
 		"--seccomp", "3", "--info-fd", "6",

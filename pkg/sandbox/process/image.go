@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/user"
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
@@ -78,24 +80,136 @@ func (r *Runtime) imageDir(ctx context.Context, image string) (string, error) {
 	return dir, nil
 }
 
-// imageEnv is the ENV of an image (PrepareImage's name), which its sandboxes get as
-// docker run applies it: over the runtime's defaults, under the spec's own entries.
-func (r *Runtime) imageEnv(ctx context.Context, image string) ([]string, error) {
+// imageDefaults are the ENV and USER of an image (PrepareImage's name), which its
+// sandboxes get as docker run applies them: the ENV over the runtime's defaults, under
+// the spec's own entries; the USER unless the spec names one.
+func (r *Runtime) imageDefaults(ctx context.Context, image string) (env []string, user string, err error) {
 	dir, err := r.imageDir(ctx, image)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	c, err := r.cfg.Images.UnpackedConfig(dir)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	var env []string
 	for _, e := range c.Env {
 		if k, _, ok := strings.Cut(e, "="); ok && k != "" && !strings.ContainsRune(e, 0) {
 			env = append(env, e)
 		}
 	}
-	return env, nil
+	return env, c.User, nil
+}
+
+var _ sandbox.ImageInspector = (*Runtime)(nil)
+
+// ImageConfig implements sandbox.ImageInspector for an image PrepareImage returned.
+func (r *Runtime) ImageConfig(ctx context.Context, image string) (sandbox.ImageConfig, error) {
+	dir, err := r.imageDir(ctx, image)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("image config: %w", err)
+	}
+	c, err := r.cfg.Images.UnpackedConfig(dir)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("image config %s: %w", image, err)
+	}
+	return sandbox.ImageConfig{User: c.User, WorkingDir: c.WorkingDir}, nil
+}
+
+// execUser is who a sandbox with Spec.User runs its commands as, inside its user
+// namespace (the host ids stay Config.HostUID/HostGID).
+type execUser struct {
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	Name string `json:"name"`
+}
+
+// resolveUser reads spec.User against the sandbox's root as runc does for Docker
+// (moby/sys/user's GetExecUser): a name from the root's /etc/passwd with its primary
+// group, a uid with the group its passwd line gives (0 without one), ":group" by name
+// from /etc/group or by gid. An image root is read through os.Root, so its links cannot
+// lead the reads out of it; a sandbox on the host's root has only the synthetic files'
+// users (root, sandbox, nobody) and numbers.
+func (r *Runtime) resolveUser(rec *boxRecord) (*execUser, error) {
+	spec := rec.Handle.Spec
+	if spec.User == "" {
+		return nil, nil
+	}
+	files := map[string][]byte{}
+	for _, name := range []string{"passwd", "group"} {
+		var b []byte
+		var err error
+		if rec.Root != "" {
+			b, err = readImageFile(rec.Root, "etc/"+name)
+		} else {
+			b, err = os.ReadFile(r.path("etc", name))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("user %q: /etc/%s: %w", spec.User, name, err)
+		}
+		files[name] = b
+	}
+	u, err := user.GetExecUser(spec.User, &user.ExecUser{}, bytes.NewReader(files["passwd"]), bytes.NewReader(files["group"]))
+	if err != nil {
+		return nil, fmt.Errorf("%w: user %q: %v", sandbox.ErrInvalid, spec.User, err)
+	}
+	eu := &execUser{UID: u.Uid, GID: u.Gid, Name: "user" + strconv.Itoa(u.Uid)}
+	if us, err := user.ParsePasswdFilter(bytes.NewReader(files["passwd"]), func(p user.User) bool { return p.Uid == u.Uid }); err == nil && len(us) > 0 {
+		eu.Name = us[0].Name
+	}
+	return eu, nil
+}
+
+// readImageFile reads name under an unpacked image root through os.Root (its links
+// cannot lead out of it); a missing file is empty, as runc takes it.
+func readImageFile(rootDir, name string) ([]byte, error) {
+	root, err := os.OpenRoot(rootDir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	b, err := root.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
+}
+
+// nobody is the overflow uid and gid, whose lines the synthetic files always hold.
+const nobody = 65534
+
+// userEtc is the sandbox's own /etc/passwd and /etc/group when it has Spec.User: the
+// runtime's synthetic files with its user (and group) in place of "sandbox", so that
+// whoami, id and ls -l name them, home in the workspace as the runtime's own user's.
+func userEtc(u *execUser) (passwd, group string) {
+	passwd = "root:x:0:0:root:/root:/bin/sh\n"
+	group = "root:x:0:\n"
+	if u.UID != 0 && u.UID != nobody {
+		passwd += fmt.Sprintf("%s:x:%d:%d:%s:%s:/bin/sh\n", u.Name, u.UID, u.GID, u.Name, sandbox.WorkspacePath)
+	}
+	if u.GID != 0 && u.GID != nobody {
+		group += fmt.Sprintf("%s:x:%d:\n", u.Name, u.GID)
+	}
+	return passwd + "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", group + "nogroup:x:65534:\n"
+}
+
+// userEtcPath is where a sandbox with Spec.User keeps its /etc/<name> (passwd, group):
+// in its volume, removed with it.
+func (r *Runtime) userEtcPath(rec *boxRecord, name string) string {
+	return filepath.Join(r.volDir(rec.Volume), "user", name)
+}
+
+// writeUserEtc writes rec's own /etc/passwd and /etc/group (userEtc).
+func (r *Runtime) writeUserEtc(rec *boxRecord) error {
+	passwd, group := userEtc(rec.User)
+	if err := os.MkdirAll(filepath.Dir(r.userEtcPath(rec, "passwd")), 0o755); err != nil {
+		return fmt.Errorf("user files: %w", err)
+	}
+	for name, body := range map[string]string{"passwd": passwd, "group": group} {
+		if err := os.WriteFile(r.userEtcPath(rec, name), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("user files: %w", err)
+		}
+	}
+	return nil
 }
 
 // rootDir is where a sandbox with an image root has its root mounted, beside its

@@ -105,6 +105,8 @@ type boxRecord struct {
 	Chain []string `json:"chain"`
 	// Root is the unpacked image under the sandbox's root (image.go); "" for the host's.
 	Root string `json:"root,omitempty"`
+	// User is who commands run as, resolved from Spec.User (image.go); nil: SandboxUID.
+	User *execUser `json:"user,omitempty"`
 }
 
 // snapRecord is a snapshot's persisted state (snapshots/<id>.json).
@@ -348,11 +350,14 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Handle
 		return sandbox.Handle{}, fmt.Errorf("create: %w", err)
 	}
 	if isImage(spec.Image) {
-		env, err := r.imageEnv(ctx, spec.Image)
+		env, user, err := r.imageDefaults(ctx, spec.Image)
 		if err != nil {
 			return sandbox.Handle{}, fmt.Errorf("create: %w", err)
 		}
 		spec.Env = append(env, spec.Env...)
+		if spec.User == "" {
+			spec.User = user
+		}
 	}
 	return r.create(ctx, spec.WithDefaults(), nil, "", true)
 }
@@ -424,6 +429,14 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 			if err := r.seedFromImage(rec); err != nil {
 				return fail(err)
 			}
+		}
+	}
+	if rec.User, err = r.resolveUser(rec); err != nil {
+		return fail(err)
+	}
+	if rec.User != nil {
+		if err := r.writeUserEtc(rec); err != nil {
+			return fail(err)
 		}
 	}
 	if seed {
@@ -726,7 +739,7 @@ func (r *Runtime) teardown(b *box) error {
 		errs = append(errs, err)
 	}
 	vd := r.volDir(b.rec.Volume)
-	for _, d := range []string{"upper", "work", "base", "root"} {
+	for _, d := range []string{"upper", "work", "base", "root", "user"} {
 		if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -98,6 +98,7 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 	t.Run("Snapshotter", s.snapshotter)
 	t.Run("Forker", s.forker)
 	t.Run("WorkspaceDirer", s.workspaceDirer)
+	t.Run("User", s.user)
 	t.Run("Streamer", s.streamer)
 	t.Run("Dialer", s.dialer)
 }
@@ -747,6 +748,26 @@ func (s *suite) forker(t *testing.T) {
 	}
 	if _, err := fk.Fork(ctx(t), snap.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("fork deleted snapshot: got %v, want ErrNotFound", err)
+	}
+}
+
+// user: Spec.User runs every command as that user, a name with its primary group from
+// the root's /etc/passwd or numbers as given, and the workspace (its seeded files
+// included) is the user's to change; a user the root does not know is refused.
+func (s *suite) user(t *testing.T) {
+	rt := s.open(t, t.TempDir())
+	for _, u := range []string{"nobody", "65534:65534"} {
+		h := s.create(t, rt, sandbox.Spec{User: u, Workspace: []sandbox.File{{Path: "dir/seeded", Data: []byte("seed\n")}}})
+		if got := ok(t, rt, h.ID, "id -u; id -g"); got != "65534\n65534\n" {
+			t.Errorf("user %q: id -u, id -g = %q, want 65534 twice", u, got)
+		}
+		ok(t, rt, h.ID, "echo more >> dir/seeded && echo new > dir/new && mkdir made && rm dir/new")
+		if got := ok(t, rt, h.ID, "cat dir/seeded"); got != "seed\nmore\n" {
+			t.Errorf("user %q: the seeded file holds %q", u, got)
+		}
+	}
+	if _, err := rt.Create(ctx(t), s.spec(sandbox.Spec{User: "no-such-user"})); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("create as a user the root does not know: %v, want ErrInvalid", err)
 	}
 }
 

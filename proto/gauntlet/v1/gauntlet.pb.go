@@ -28,6 +28,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Logprobs is a run's choice of token ids and logprobs from its model endpoint.
+type Logprobs int32
+
+const (
+	Logprobs_LOGPROBS_UNSPECIFIED Logprobs = 0 // the worker's --policy.http.logprobs
+	Logprobs_LOGPROBS_ON          Logprobs = 1
+	Logprobs_LOGPROBS_OFF         Logprobs = 2 // an endpoint that refuses the fields
+)
+
+// Enum value maps for Logprobs.
+var (
+	Logprobs_name = map[int32]string{
+		0: "LOGPROBS_UNSPECIFIED",
+		1: "LOGPROBS_ON",
+		2: "LOGPROBS_OFF",
+	}
+	Logprobs_value = map[string]int32{
+		"LOGPROBS_UNSPECIFIED": 0,
+		"LOGPROBS_ON":          1,
+		"LOGPROBS_OFF":         2,
+	}
+)
+
+func (x Logprobs) Enum() *Logprobs {
+	p := new(Logprobs)
+	*p = x
+	return p
+}
+
+func (x Logprobs) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Logprobs) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0].Descriptor()
+}
+
+func (Logprobs) Type() protoreflect.EnumType {
+	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0]
+}
+
+func (x Logprobs) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Logprobs.Descriptor instead.
+func (Logprobs) EnumDescriptor() ([]byte, []int) {
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{0}
+}
+
 // ErrorKind is what kind of failure an error that crossed NATS is, carried beside its
 // text so the receiver decides (refuse, retry, report) without reading the text. pkg/errkind
 // is its Go side; the env API maps it to connect codes and workflows to Temporal's
@@ -78,11 +128,11 @@ func (x ErrorKind) String() string {
 }
 
 func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0].Descriptor()
+	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[1].Descriptor()
 }
 
 func (ErrorKind) Type() protoreflect.EnumType {
-	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[0]
+	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[1]
 }
 
 func (x ErrorKind) Number() protoreflect.EnumNumber {
@@ -91,7 +141,7 @@ func (x ErrorKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorKind.Descriptor instead.
 func (ErrorKind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{0}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{1}
 }
 
 // TerminationReason says why an episode ended (Gymnasium's terminated vs truncated, with why).
@@ -146,11 +196,11 @@ func (x TerminationReason) String() string {
 }
 
 func (TerminationReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[1].Descriptor()
+	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[2].Descriptor()
 }
 
 func (TerminationReason) Type() protoreflect.EnumType {
-	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[1]
+	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[2]
 }
 
 func (x TerminationReason) Number() protoreflect.EnumNumber {
@@ -159,7 +209,7 @@ func (x TerminationReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TerminationReason.Descriptor instead.
 func (TerminationReason) EnumDescriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{1}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{2}
 }
 
 // InfraKind is what failed when an episode ends as an infra error: not the policy's doing,
@@ -208,11 +258,11 @@ func (x InfraKind) String() string {
 }
 
 func (InfraKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[2].Descriptor()
+	return file_proto_gauntlet_v1_gauntlet_proto_enumTypes[3].Descriptor()
 }
 
 func (InfraKind) Type() protoreflect.EnumType {
-	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[2]
+	return &file_proto_gauntlet_v1_gauntlet_proto_enumTypes[3]
 }
 
 func (x InfraKind) Number() protoreflect.EnumNumber {
@@ -221,7 +271,7 @@ func (x InfraKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InfraKind.Descriptor instead.
 func (InfraKind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{2}
+	return file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP(), []int{3}
 }
 
 // RunRequested asks the scheduler to run a campaign of episodes of one env.
@@ -416,7 +466,11 @@ type PolicyEndpoint struct {
 	// own credentials directory (--policy.http.credentials-dir); empty: the worker's
 	// --policy.http.api-key. A name, never the secret: runs, their events, ClickHouse and
 	// Temporal's history carry this message as it is.
-	Credential    string `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
+	Credential string `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
+	// Whether the policy asks the endpoint for the completions' token ids and logprobs and
+	// records them with each step (trainer_steps); unspecified: each worker's
+	// --policy.http.logprobs.
+	Logprobs      Logprobs `protobuf:"varint,4,opt,name=logprobs,proto3,enum=gauntlet.v1.Logprobs" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,6 +524,13 @@ func (x *PolicyEndpoint) GetCredential() string {
 		return x.Credential
 	}
 	return ""
+}
+
+func (x *PolicyEndpoint) GetLogprobs() Logprobs {
+	if x != nil {
+		return x.Logprobs
+	}
+	return Logprobs_LOGPROBS_UNSPECIFIED
 }
 
 // Share is one named option with a relative weight.
@@ -1845,7 +1906,9 @@ type Signals struct {
 	DeadlineVirtualNs int64 `protobuf:"varint,7,opt,name=deadline_virtual_ns,json=deadlineVirtualNs,proto3" json:"deadline_virtual_ns,omitempty"`
 	// Change of progress caused by this step (may be negative).
 	ProgressDelta float64 `protobuf:"fixed64,8,opt,name=progress_delta,json=progressDelta,proto3" json:"progress_delta,omitempty"`
-	// Dangerous behaviour observed in the step; penalised, never blocked.
+	// Dangerous behaviour observed in the step; penalised, never blocked. Attacks only:
+	// the resource limits a step hit are in limits. Steps recorded before limits existed
+	// hold their limits here too, and are scored so.
 	SafetyEvents []string `protobuf:"bytes,9,rep,name=safety_events,json=safetyEvents,proto3" json:"safety_events,omitempty"`
 	// The named numbers a task's verifier wrote (reward.txt as "reward", or reward.json's
 	// names), in parallel and sorted by name: verifier_names[i] held verifier_values[i].
@@ -1853,8 +1916,13 @@ type Signals struct {
 	// and the store records them (steps.verifier_names, verifier_values).
 	VerifierNames  []string  `protobuf:"bytes,10,rep,name=verifier_names,json=verifierNames,proto3" json:"verifier_names,omitempty"`
 	VerifierValues []float64 `protobuf:"fixed64,11,rep,packed,name=verifier_values,json=verifierValues,proto3" json:"verifier_values,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The resource limits the step's sandbox hit ("KIND: DETAIL", KIND one of timeout,
+	// oom_kill, pids_limit, disk_full, output_capped, cpu_throttled): what honest programs
+	// meet too, so not safety events. The built-in components leave them out; a spec may
+	// price them (CEL: size(signals.limits)). Recorded in steps.limits.
+	Limits        []string `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Signals) Reset() {
@@ -1960,6 +2028,13 @@ func (x *Signals) GetVerifierNames() []string {
 func (x *Signals) GetVerifierValues() []float64 {
 	if x != nil {
 		return x.VerifierValues
+	}
+	return nil
+}
+
+func (x *Signals) GetLimits() []string {
+	if x != nil {
+		return x.Limits
 	}
 	return nil
 }
@@ -4085,13 +4160,14 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\vreward_spec\x18\x0e \x01(\tR\n" +
 	"rewardSpec\x12D\n" +
 	"\x0fpolicy_endpoint\x18\x0f \x01(\v2\x1b.gauntlet.v1.PolicyEndpointR\x0epolicyEndpoint\x12.\n" +
-	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"X\n" +
+	"\x06origin\x18\x1e \x01(\v2\x16.gauntlet.v1.RunOriginR\x06origin\"\x8b\x01\n" +
 	"\x0ePolicyEndpoint\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
-	"credential\"3\n" +
+	"credential\x121\n" +
+	"\blogprobs\x18\x04 \x01(\x0e2\x15.gauntlet.v1.LogprobsR\blogprobs\"3\n" +
 	"\x05Share\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\xc3\x03\n" +
@@ -4202,7 +4278,7 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
 	"\n" +
 	"suggestion\x18\x03 \x01(\tR\n" +
-	"suggestion\"\x9e\x03\n" +
+	"suggestion\"\xb6\x03\n" +
 	"\aSignals\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12%\n" +
 	"\x0einvalid_action\x18\x02 \x01(\bR\rinvalidAction\x12<\n" +
@@ -4217,7 +4293,8 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\rsafety_events\x18\t \x03(\tR\fsafetyEvents\x12%\n" +
 	"\x0everifier_names\x18\n" +
 	" \x03(\tR\rverifierNames\x12'\n" +
-	"\x0fverifier_values\x18\v \x03(\x01R\x0everifierValues\"\xa1\x06\n" +
+	"\x0fverifier_values\x18\v \x03(\x01R\x0everifierValues\x12\x16\n" +
+	"\x06limits\x18\f \x03(\tR\x06limits\"\xa1\x06\n" +
 	"\tStepTaken\x12\x1d\n" +
 	"\n" +
 	"episode_id\x18\x01 \x01(\tR\tepisodeId\x12\x12\n" +
@@ -4418,7 +4495,11 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\rStoreProgress\x12\x1f\n" +
 	"\vwritten_seq\x18\x01 \x01(\x04R\n" +
 	"writtenSeq\x12/\n" +
-	"\x14updated_at_unix_nano\x18\x02 \x01(\x03R\x11updatedAtUnixNano*\x8e\x01\n" +
+	"\x14updated_at_unix_nano\x18\x02 \x01(\x03R\x11updatedAtUnixNano*G\n" +
+	"\bLogprobs\x12\x18\n" +
+	"\x14LOGPROBS_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vLOGPROBS_ON\x10\x01\x12\x10\n" +
+	"\fLOGPROBS_OFF\x10\x02*\x8e\x01\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ERROR_KIND_INVALID\x10\x01\x12\x18\n" +
@@ -4452,131 +4533,133 @@ func file_proto_gauntlet_v1_gauntlet_proto_rawDescGZIP() []byte {
 	return file_proto_gauntlet_v1_gauntlet_proto_rawDescData
 }
 
-var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_proto_gauntlet_v1_gauntlet_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_proto_gauntlet_v1_gauntlet_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_proto_gauntlet_v1_gauntlet_proto_goTypes = []any{
-	(ErrorKind)(0),                     // 0: gauntlet.v1.ErrorKind
-	(TerminationReason)(0),             // 1: gauntlet.v1.TerminationReason
-	(InfraKind)(0),                     // 2: gauntlet.v1.InfraKind
-	(*RunRequested)(nil),               // 3: gauntlet.v1.RunRequested
-	(*PolicyEndpoint)(nil),             // 4: gauntlet.v1.PolicyEndpoint
-	(*Share)(nil),                      // 5: gauntlet.v1.Share
-	(*EpisodeRequested)(nil),           // 6: gauntlet.v1.EpisodeRequested
-	(*EpisodeAssigned)(nil),            // 7: gauntlet.v1.EpisodeAssigned
-	(*Assignment)(nil),                 // 8: gauntlet.v1.Assignment
-	(*FaultPlan)(nil),                  // 9: gauntlet.v1.FaultPlan
-	(*FaultRule)(nil),                  // 10: gauntlet.v1.FaultRule
-	(*HTTPErrorFault)(nil),             // 11: gauntlet.v1.HTTPErrorFault
-	(*LatencyFault)(nil),               // 12: gauntlet.v1.LatencyFault
-	(*TruncateFault)(nil),              // 13: gauntlet.v1.TruncateFault
-	(*FaultFired)(nil),                 // 14: gauntlet.v1.FaultFired
-	(*PlanRequest)(nil),                // 15: gauntlet.v1.PlanRequest
-	(*PlanReply)(nil),                  // 16: gauntlet.v1.PlanReply
-	(*PlanReplyPassThrough)(nil),       // 17: gauntlet.v1.PlanReplyPassThrough
-	(*EpisodeAssignedPassThrough)(nil), // 18: gauntlet.v1.EpisodeAssignedPassThrough
-	(*AssignmentPassThrough)(nil),      // 19: gauntlet.v1.AssignmentPassThrough
-	(*Action)(nil),                     // 20: gauntlet.v1.Action
-	(*Metering)(nil),                   // 21: gauntlet.v1.Metering
-	(*CausalViolation)(nil),            // 22: gauntlet.v1.CausalViolation
-	(*Signals)(nil),                    // 23: gauntlet.v1.Signals
-	(*StepTaken)(nil),                  // 24: gauntlet.v1.StepTaken
-	(*RewardComponent)(nil),            // 25: gauntlet.v1.RewardComponent
-	(*StepScored)(nil),                 // 26: gauntlet.v1.StepScored
-	(*ScoreRequest)(nil),               // 27: gauntlet.v1.ScoreRequest
-	(*ScoreReply)(nil),                 // 28: gauntlet.v1.ScoreReply
-	(*ScoreTable)(nil),                 // 29: gauntlet.v1.ScoreTable
-	(*EpisodeSoFar)(nil),               // 30: gauntlet.v1.EpisodeSoFar
-	(*RewardState)(nil),                // 31: gauntlet.v1.RewardState
-	(*ZWindow)(nil),                    // 32: gauntlet.v1.ZWindow
-	(*ScoreSpec)(nil),                  // 33: gauntlet.v1.ScoreSpec
-	(*EpisodeStarted)(nil),             // 34: gauntlet.v1.EpisodeStarted
-	(*EpisodeEnded)(nil),               // 35: gauntlet.v1.EpisodeEnded
-	(*StepsTaken)(nil),                 // 36: gauntlet.v1.StepsTaken
-	(*Event)(nil),                      // 37: gauntlet.v1.Event
-	(*EventBatch)(nil),                 // 38: gauntlet.v1.EventBatch
-	(*EndedView)(nil),                  // 39: gauntlet.v1.EndedView
-	(*SegmentEndView)(nil),             // 40: gauntlet.v1.SegmentEndView
-	(*EndedSummary)(nil),               // 41: gauntlet.v1.EndedSummary
-	(*EpisodeRef)(nil),                 // 42: gauntlet.v1.EpisodeRef
-	(*RunProgress)(nil),                // 43: gauntlet.v1.RunProgress
-	(*RunState)(nil),                   // 44: gauntlet.v1.RunState
-	(*StoreProgress)(nil),              // 45: gauntlet.v1.StoreProgress
-	(*Drift)(nil),                      // 46: gauntlet.v1.Drift
-	(*CustomProfile)(nil),              // 47: gauntlet.v1.CustomProfile
-	(*RunOrigin)(nil),                  // 48: gauntlet.v1.RunOrigin
-	(*DriftValue)(nil),                 // 49: gauntlet.v1.DriftValue
-	(*TrainerData)(nil),                // 50: gauntlet.v1.TrainerData
+	(Logprobs)(0),                      // 0: gauntlet.v1.Logprobs
+	(ErrorKind)(0),                     // 1: gauntlet.v1.ErrorKind
+	(TerminationReason)(0),             // 2: gauntlet.v1.TerminationReason
+	(InfraKind)(0),                     // 3: gauntlet.v1.InfraKind
+	(*RunRequested)(nil),               // 4: gauntlet.v1.RunRequested
+	(*PolicyEndpoint)(nil),             // 5: gauntlet.v1.PolicyEndpoint
+	(*Share)(nil),                      // 6: gauntlet.v1.Share
+	(*EpisodeRequested)(nil),           // 7: gauntlet.v1.EpisodeRequested
+	(*EpisodeAssigned)(nil),            // 8: gauntlet.v1.EpisodeAssigned
+	(*Assignment)(nil),                 // 9: gauntlet.v1.Assignment
+	(*FaultPlan)(nil),                  // 10: gauntlet.v1.FaultPlan
+	(*FaultRule)(nil),                  // 11: gauntlet.v1.FaultRule
+	(*HTTPErrorFault)(nil),             // 12: gauntlet.v1.HTTPErrorFault
+	(*LatencyFault)(nil),               // 13: gauntlet.v1.LatencyFault
+	(*TruncateFault)(nil),              // 14: gauntlet.v1.TruncateFault
+	(*FaultFired)(nil),                 // 15: gauntlet.v1.FaultFired
+	(*PlanRequest)(nil),                // 16: gauntlet.v1.PlanRequest
+	(*PlanReply)(nil),                  // 17: gauntlet.v1.PlanReply
+	(*PlanReplyPassThrough)(nil),       // 18: gauntlet.v1.PlanReplyPassThrough
+	(*EpisodeAssignedPassThrough)(nil), // 19: gauntlet.v1.EpisodeAssignedPassThrough
+	(*AssignmentPassThrough)(nil),      // 20: gauntlet.v1.AssignmentPassThrough
+	(*Action)(nil),                     // 21: gauntlet.v1.Action
+	(*Metering)(nil),                   // 22: gauntlet.v1.Metering
+	(*CausalViolation)(nil),            // 23: gauntlet.v1.CausalViolation
+	(*Signals)(nil),                    // 24: gauntlet.v1.Signals
+	(*StepTaken)(nil),                  // 25: gauntlet.v1.StepTaken
+	(*RewardComponent)(nil),            // 26: gauntlet.v1.RewardComponent
+	(*StepScored)(nil),                 // 27: gauntlet.v1.StepScored
+	(*ScoreRequest)(nil),               // 28: gauntlet.v1.ScoreRequest
+	(*ScoreReply)(nil),                 // 29: gauntlet.v1.ScoreReply
+	(*ScoreTable)(nil),                 // 30: gauntlet.v1.ScoreTable
+	(*EpisodeSoFar)(nil),               // 31: gauntlet.v1.EpisodeSoFar
+	(*RewardState)(nil),                // 32: gauntlet.v1.RewardState
+	(*ZWindow)(nil),                    // 33: gauntlet.v1.ZWindow
+	(*ScoreSpec)(nil),                  // 34: gauntlet.v1.ScoreSpec
+	(*EpisodeStarted)(nil),             // 35: gauntlet.v1.EpisodeStarted
+	(*EpisodeEnded)(nil),               // 36: gauntlet.v1.EpisodeEnded
+	(*StepsTaken)(nil),                 // 37: gauntlet.v1.StepsTaken
+	(*Event)(nil),                      // 38: gauntlet.v1.Event
+	(*EventBatch)(nil),                 // 39: gauntlet.v1.EventBatch
+	(*EndedView)(nil),                  // 40: gauntlet.v1.EndedView
+	(*SegmentEndView)(nil),             // 41: gauntlet.v1.SegmentEndView
+	(*EndedSummary)(nil),               // 42: gauntlet.v1.EndedSummary
+	(*EpisodeRef)(nil),                 // 43: gauntlet.v1.EpisodeRef
+	(*RunProgress)(nil),                // 44: gauntlet.v1.RunProgress
+	(*RunState)(nil),                   // 45: gauntlet.v1.RunState
+	(*StoreProgress)(nil),              // 46: gauntlet.v1.StoreProgress
+	(*Drift)(nil),                      // 47: gauntlet.v1.Drift
+	(*CustomProfile)(nil),              // 48: gauntlet.v1.CustomProfile
+	(*RunOrigin)(nil),                  // 49: gauntlet.v1.RunOrigin
+	(*DriftValue)(nil),                 // 50: gauntlet.v1.DriftValue
+	(*TrainerData)(nil),                // 51: gauntlet.v1.TrainerData
 }
 var file_proto_gauntlet_v1_gauntlet_proto_depIdxs = []int32{
-	5,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
-	5,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
-	46, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
-	47, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	4,  // 4: gauntlet.v1.RunRequested.policy_endpoint:type_name -> gauntlet.v1.PolicyEndpoint
-	48, // 5: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
-	4,  // 6: gauntlet.v1.EpisodeRequested.policy_endpoint:type_name -> gauntlet.v1.PolicyEndpoint
-	6,  // 7: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
-	9,  // 8: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
-	7,  // 9: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
-	10, // 10: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
-	49, // 11: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
-	11, // 12: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
-	12, // 13: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
-	13, // 14: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
-	6,  // 15: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
-	5,  // 16: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
-	46, // 17: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
-	47, // 18: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
-	9,  // 19: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
-	0,  // 20: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	0,  // 21: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
-	6,  // 22: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
-	18, // 23: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
-	22, // 24: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
-	20, // 25: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
-	14, // 26: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
-	21, // 27: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
-	23, // 28: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
-	1,  // 29: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
-	26, // 30: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
-	50, // 31: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
-	25, // 32: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
-	24, // 33: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
-	31, // 34: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
-	26, // 35: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
-	29, // 36: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
-	0,  // 37: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
-	33, // 38: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
-	31, // 39: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
-	30, // 40: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
-	32, // 41: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
-	6,  // 42: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
-	9,  // 43: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
-	6,  // 44: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
-	1,  // 45: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
-	9,  // 46: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
-	2,  // 47: gauntlet.v1.EpisodeEnded.infra_kind:type_name -> gauntlet.v1.InfraKind
-	24, // 48: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
-	34, // 49: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
-	35, // 50: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
-	33, // 51: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
-	34, // 52: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
-	24, // 53: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
-	35, // 54: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
-	36, // 55: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
-	38, // 56: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
-	37, // 57: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
-	41, // 58: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
-	40, // 59: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
-	41, // 60: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
-	42, // 61: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
-	2,  // 62: gauntlet.v1.EndedSummary.infra_kind:type_name -> gauntlet.v1.InfraKind
-	3,  // 63: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	6,  // 0: gauntlet.v1.RunRequested.policies:type_name -> gauntlet.v1.Share
+	6,  // 1: gauntlet.v1.RunRequested.profiles:type_name -> gauntlet.v1.Share
+	47, // 2: gauntlet.v1.RunRequested.drift:type_name -> gauntlet.v1.Drift
+	48, // 3: gauntlet.v1.RunRequested.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	5,  // 4: gauntlet.v1.RunRequested.policy_endpoint:type_name -> gauntlet.v1.PolicyEndpoint
+	49, // 5: gauntlet.v1.RunRequested.origin:type_name -> gauntlet.v1.RunOrigin
+	0,  // 6: gauntlet.v1.PolicyEndpoint.logprobs:type_name -> gauntlet.v1.Logprobs
+	5,  // 7: gauntlet.v1.EpisodeRequested.policy_endpoint:type_name -> gauntlet.v1.PolicyEndpoint
+	7,  // 8: gauntlet.v1.EpisodeAssigned.episode:type_name -> gauntlet.v1.EpisodeRequested
+	10, // 9: gauntlet.v1.EpisodeAssigned.plan:type_name -> gauntlet.v1.FaultPlan
+	8,  // 10: gauntlet.v1.Assignment.episodes:type_name -> gauntlet.v1.EpisodeAssigned
+	11, // 11: gauntlet.v1.FaultPlan.rules:type_name -> gauntlet.v1.FaultRule
+	50, // 12: gauntlet.v1.FaultPlan.drift_values:type_name -> gauntlet.v1.DriftValue
+	12, // 13: gauntlet.v1.FaultRule.http_error:type_name -> gauntlet.v1.HTTPErrorFault
+	13, // 14: gauntlet.v1.FaultRule.latency:type_name -> gauntlet.v1.LatencyFault
+	14, // 15: gauntlet.v1.FaultRule.truncate:type_name -> gauntlet.v1.TruncateFault
+	7,  // 16: gauntlet.v1.PlanRequest.episodes:type_name -> gauntlet.v1.EpisodeRequested
+	6,  // 17: gauntlet.v1.PlanRequest.profiles:type_name -> gauntlet.v1.Share
+	47, // 18: gauntlet.v1.PlanRequest.drift:type_name -> gauntlet.v1.Drift
+	48, // 19: gauntlet.v1.PlanRequest.custom_profiles:type_name -> gauntlet.v1.CustomProfile
+	10, // 20: gauntlet.v1.PlanReply.plans:type_name -> gauntlet.v1.FaultPlan
+	1,  // 21: gauntlet.v1.PlanReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	1,  // 22: gauntlet.v1.PlanReplyPassThrough.error_kind:type_name -> gauntlet.v1.ErrorKind
+	7,  // 23: gauntlet.v1.EpisodeAssignedPassThrough.episode:type_name -> gauntlet.v1.EpisodeRequested
+	19, // 24: gauntlet.v1.AssignmentPassThrough.episodes:type_name -> gauntlet.v1.EpisodeAssignedPassThrough
+	23, // 25: gauntlet.v1.Signals.violations:type_name -> gauntlet.v1.CausalViolation
+	21, // 26: gauntlet.v1.StepTaken.action:type_name -> gauntlet.v1.Action
+	15, // 27: gauntlet.v1.StepTaken.faults:type_name -> gauntlet.v1.FaultFired
+	22, // 28: gauntlet.v1.StepTaken.metering:type_name -> gauntlet.v1.Metering
+	24, // 29: gauntlet.v1.StepTaken.signals:type_name -> gauntlet.v1.Signals
+	2,  // 30: gauntlet.v1.StepTaken.reason:type_name -> gauntlet.v1.TerminationReason
+	27, // 31: gauntlet.v1.StepTaken.score:type_name -> gauntlet.v1.StepScored
+	51, // 32: gauntlet.v1.StepTaken.trainer:type_name -> gauntlet.v1.TrainerData
+	26, // 33: gauntlet.v1.StepScored.components:type_name -> gauntlet.v1.RewardComponent
+	25, // 34: gauntlet.v1.ScoreRequest.steps:type_name -> gauntlet.v1.StepTaken
+	32, // 35: gauntlet.v1.ScoreRequest.states:type_name -> gauntlet.v1.RewardState
+	27, // 36: gauntlet.v1.ScoreReply.scores:type_name -> gauntlet.v1.StepScored
+	30, // 37: gauntlet.v1.ScoreReply.table:type_name -> gauntlet.v1.ScoreTable
+	1,  // 38: gauntlet.v1.ScoreReply.error_kind:type_name -> gauntlet.v1.ErrorKind
+	34, // 39: gauntlet.v1.ScoreTable.specs:type_name -> gauntlet.v1.ScoreSpec
+	32, // 40: gauntlet.v1.ScoreTable.states:type_name -> gauntlet.v1.RewardState
+	31, // 41: gauntlet.v1.RewardState.episode:type_name -> gauntlet.v1.EpisodeSoFar
+	33, // 42: gauntlet.v1.RewardState.windows:type_name -> gauntlet.v1.ZWindow
+	7,  // 43: gauntlet.v1.EpisodeStarted.episode:type_name -> gauntlet.v1.EpisodeRequested
+	10, // 44: gauntlet.v1.EpisodeStarted.plan:type_name -> gauntlet.v1.FaultPlan
+	7,  // 45: gauntlet.v1.EpisodeEnded.episode:type_name -> gauntlet.v1.EpisodeRequested
+	2,  // 46: gauntlet.v1.EpisodeEnded.reason:type_name -> gauntlet.v1.TerminationReason
+	10, // 47: gauntlet.v1.EpisodeEnded.plan:type_name -> gauntlet.v1.FaultPlan
+	3,  // 48: gauntlet.v1.EpisodeEnded.infra_kind:type_name -> gauntlet.v1.InfraKind
+	25, // 49: gauntlet.v1.StepsTaken.steps:type_name -> gauntlet.v1.StepTaken
+	35, // 50: gauntlet.v1.StepsTaken.started:type_name -> gauntlet.v1.EpisodeStarted
+	36, // 51: gauntlet.v1.StepsTaken.ended:type_name -> gauntlet.v1.EpisodeEnded
+	34, // 52: gauntlet.v1.StepsTaken.score_specs:type_name -> gauntlet.v1.ScoreSpec
+	35, // 53: gauntlet.v1.Event.started:type_name -> gauntlet.v1.EpisodeStarted
+	25, // 54: gauntlet.v1.Event.step:type_name -> gauntlet.v1.StepTaken
+	36, // 55: gauntlet.v1.Event.ended:type_name -> gauntlet.v1.EpisodeEnded
+	37, // 56: gauntlet.v1.Event.steps:type_name -> gauntlet.v1.StepsTaken
+	39, // 57: gauntlet.v1.Event.batch:type_name -> gauntlet.v1.EventBatch
+	38, // 58: gauntlet.v1.EventBatch.events:type_name -> gauntlet.v1.Event
+	42, // 59: gauntlet.v1.EndedView.ended:type_name -> gauntlet.v1.EndedSummary
+	41, // 60: gauntlet.v1.EndedView.steps:type_name -> gauntlet.v1.SegmentEndView
+	42, // 61: gauntlet.v1.SegmentEndView.ended:type_name -> gauntlet.v1.EndedSummary
+	43, // 62: gauntlet.v1.EndedSummary.episode:type_name -> gauntlet.v1.EpisodeRef
+	3,  // 63: gauntlet.v1.EndedSummary.infra_kind:type_name -> gauntlet.v1.InfraKind
+	4,  // 64: gauntlet.v1.RunState.spec:type_name -> gauntlet.v1.RunRequested
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_proto_gauntlet_v1_gauntlet_proto_init() }
@@ -4608,7 +4691,7 @@ func file_proto_gauntlet_v1_gauntlet_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_gauntlet_v1_gauntlet_proto_rawDesc), len(file_proto_gauntlet_v1_gauntlet_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -214,6 +214,11 @@ func (m *PolicyEndpoint) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Logprobs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Logprobs))
+		i--
+		dAtA[i] = 0x20
+	}
 	if len(m.Credential) > 0 {
 		i -= len(m.Credential)
 		copy(dAtA[i:], m.Credential)
@@ -1439,6 +1444,15 @@ func (m *Signals) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.Limits) > 0 {
+		for iNdEx := len(m.Limits) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.Limits[iNdEx])
+			copy(dAtA[i:], m.Limits[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Limits[iNdEx])))
+			i--
+			dAtA[i] = 0x62
+		}
 	}
 	if len(m.VerifierValues) > 0 {
 		for iNdEx := len(m.VerifierValues) - 1; iNdEx >= 0; iNdEx-- {
@@ -3558,6 +3572,9 @@ func (m *PolicyEndpoint) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.Logprobs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Logprobs))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -4106,6 +4123,12 @@ func (m *Signals) SizeVT() (n int) {
 	}
 	if len(m.VerifierValues) > 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(len(m.VerifierValues)*8)) + len(m.VerifierValues)*8
+	}
+	if len(m.Limits) > 0 {
+		for _, s := range m.Limits {
+			l = len(s)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
 	}
 	n += len(m.unknownFields)
 	return n
@@ -5555,6 +5578,25 @@ func (m *PolicyEndpoint) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Credential = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Logprobs", wireType)
+			}
+			m.Logprobs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Logprobs |= Logprobs(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -8821,6 +8863,38 @@ func (m *Signals) UnmarshalVT(dAtA []byte) error {
 			} else {
 				return fmt.Errorf("proto: wrong wireType = %d for field VerifierValues", wireType)
 			}
+		case 12:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Limits", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Limits = append(m.Limits, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -14668,6 +14742,25 @@ func (m *PolicyEndpoint) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Credential = stringValue
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Logprobs", wireType)
+			}
+			m.Logprobs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Logprobs |= Logprobs(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -18046,6 +18139,42 @@ func (m *Signals) UnmarshalVTUnsafe(dAtA []byte) error {
 			} else {
 				return fmt.Errorf("proto: wrong wireType = %d for field VerifierValues", wireType)
 			}
+		case 12:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Limits", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			var stringValue string
+			if intStringLen > 0 {
+				stringValue = unsafe.String(&dAtA[iNdEx], intStringLen)
+			}
+			m.Limits = append(m.Limits, stringValue)
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

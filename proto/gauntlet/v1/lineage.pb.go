@@ -188,7 +188,11 @@ type StageTransition struct {
 	ClosedAtUnixNano int64 `protobuf:"varint,16,opt,name=closed_at_unix_nano,json=closedAtUnixNano,proto3" json:"closed_at_unix_nano,omitempty"`
 	// How many of episodes ended as infra errors: the stage's window, rates and budget
 	// leave them out.
-	InfraErrors   uint64 `protobuf:"varint,17,opt,name=infra_errors,json=infraErrors,proto3" json:"infra_errors,omitempty"`
+	InfraErrors uint64 `protobuf:"varint,17,opt,name=infra_errors,json=infraErrors,proto3" json:"infra_errors,omitempty"`
+	// infra_errors by what failed, in parallel and sorted by kind: infra_counts[i] of them
+	// were of the InfraKind named infra_kinds[i] ("model_endpoint", "sandbox", ...).
+	InfraKinds    []string `protobuf:"bytes,18,rep,name=infra_kinds,json=infraKinds,proto3" json:"infra_kinds,omitempty"`
+	InfraCounts   []uint64 `protobuf:"varint,19,rep,packed,name=infra_counts,json=infraCounts,proto3" json:"infra_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +346,20 @@ func (x *StageTransition) GetInfraErrors() uint64 {
 	return 0
 }
 
+func (x *StageTransition) GetInfraKinds() []string {
+	if x != nil {
+		return x.InfraKinds
+	}
+	return nil
+}
+
+func (x *StageTransition) GetInfraCounts() []uint64 {
+	if x != nil {
+		return x.InfraCounts
+	}
+	return nil
+}
+
 var File_proto_gauntlet_v1_lineage_proto protoreflect.FileDescriptor
 
 const file_proto_gauntlet_v1_lineage_proto_rawDesc = "" +
@@ -362,7 +380,7 @@ const file_proto_gauntlet_v1_lineage_proto_rawDesc = "" +
 	"\n" +
 	"stage_name\x18\n" +
 	" \x01(\tR\tstageName\x12\x14\n" +
-	"\x05batch\x18\v \x01(\rR\x05batch\"\xb0\x04\n" +
+	"\x05batch\x18\v \x01(\rR\x05batch\"\xf4\x04\n" +
 	"\x0fStageTransition\x12#\n" +
 	"\rcurriculum_id\x18\x01 \x01(\tR\fcurriculumId\x12'\n" +
 	"\x0fcurriculum_name\x18\x02 \x01(\tR\x0ecurriculumName\x12+\n" +
@@ -384,7 +402,10 @@ const file_proto_gauntlet_v1_lineage_proto_rawDesc = "" +
 	"\n" +
 	"next_stage\x18\x0f \x01(\rR\tnextStage\x12-\n" +
 	"\x13closed_at_unix_nano\x18\x10 \x01(\x03R\x10closedAtUnixNano\x12!\n" +
-	"\finfra_errors\x18\x11 \x01(\x04R\vinfraErrorsB>Z<github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1;gauntletv1b\x06proto3"
+	"\finfra_errors\x18\x11 \x01(\x04R\vinfraErrors\x12\x1f\n" +
+	"\vinfra_kinds\x18\x12 \x03(\tR\n" +
+	"infraKinds\x12!\n" +
+	"\finfra_counts\x18\x13 \x03(\x04R\vinfraCountsB>Z<github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1;gauntletv1b\x06proto3"
 
 var (
 	file_proto_gauntlet_v1_lineage_proto_rawDescOnce sync.Once

@@ -1,0 +1,286 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// fillRun inserts a run of n ended episodes as a shop run records them: ids
+// "<run>-0000000"…, 7 steps each, and in two of every five episodes three faults (kinds
+// http_error, latency, http_error on services api and db). It is made in ClickHouse
+// (INSERT … SELECT FROM numbers), so a run of a million costs seconds.
+func fillRun(t testing.TB, conn driver.Conn, db, runID string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	id := `concat('` + runID + `', '-', substring(toString(10000000 + e), 2))`
+	stmts := []string{
+		`INSERT INTO ` + db + `.episodes (run_id, episode_id, idx, env, seed, policy, profile, requested_at, started_at, ended_at,
+			steps, success, total_reward, infra_error, infra_kind, faults_fired, reason, version)
+		SELECT '` + runID + `', ` + id + `, e, 'shop', e, 'oracle', if(e % 5 < 2, 'stress', 'baseline'),
+			toDateTime('2026-12-01 12:00:00'), toDateTime('2026-12-01 12:00:00') + intDiv(e, 1000), toDateTime('2026-12-01 12:00:01') + intDiv(e, 1000),
+			7, toUInt8(e % 10 != 3), (e % 13) / 4, toUInt8(e % 1000 = 999), if(e % 1000 = 999, 'sandbox', ''), if(e % 5 < 2, 3, 0), 'success', 1
+		FROM (SELECT number AS e FROM system.numbers LIMIT ` + strconv.Itoa(n) + `)`,
+		`INSERT INTO ` + db + `.faults (run_id, episode_id, step, seq, requested_at, kind, target, detail, version)
+		SELECT '` + runID + `', ` + id + `, toUInt32(f), 0, toDateTime('2026-12-01 12:00:00'), if(f = 1, 'latency', 'http_error'),
+			if(f = 2, 'db/query', 'api/search'), '', 1
+		FROM (SELECT intDiv(number, 3) AS e, number % 3 AS f FROM system.numbers LIMIT ` + strconv.Itoa(3*n) + `) WHERE e % 5 < 2`,
+		`INSERT INTO ` + db + `.steps (run_id, episode_id, step, requested_at, tool, args, observation, state_diff, reward, reward_names, reward_values, reward_spec, version)
+		SELECT '` + runID + `', ` + id + `, toUInt32(s), toDateTime('2026-12-01 12:00:00'), 'catalog.search', '{"q":"x"}', '{"ok":true}', '[]',
+			0.25, ['task'], [0.25], 'default/1', 1
+		FROM (SELECT intDiv(number, 7) AS e, number % 7 AS s FROM system.numbers LIMIT ` + strconv.Itoa(7*n) + `)`,
+	}
+	for _, s := range stmts {
+		if err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("fill run %s: %v", runID, err)
+		}
+	}
+}
+
+// plannedRun is Config.Progress for a console whose one scheduled run is runID, of n
+// episodes, in flight.
+func plannedRun(runID string, n uint64) func(context.Context, string) (*gauntletv1.RunProgress, bool) {
+	return func(_ context.Context, id string) (*gauntletv1.RunProgress, bool) {
+		if id != runID {
+			return nil, false
+		}
+		return &gauntletv1.RunProgress{RunId: id, Episodes: n, Ended: n}, true
+	}
+}
+
+// queryCost is what ClickHouse read for the queries of one console request.
+type queryCost struct {
+	queries  uint64
+	readRows uint64
+}
+
+// consoleCost serves path from c with every query logged under one query id, and
+// returns the status, the time it took and what ClickHouse read for it (system.query_log).
+func consoleCost(t testing.TB, c *Console, conn driver.Conn, path string) (int, time.Duration, queryCost) {
+	t.Helper()
+	qid := fmt.Sprintf("console-cost-%d", time.Now().UnixNano())
+	ctx := clickhouse.Context(context.Background(), clickhouse.WithQueryID(qid),
+		clickhouse.WithSettings(clickhouse.Settings{"log_queries": 1}))
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil).WithContext(ctx))
+	took := time.Since(start)
+	var qc queryCost
+	// A query's log row is written as it finishes, which on a loaded machine can be
+	// after the answer has been read: flush until it shows, for a while.
+	for range 20 {
+		if err := conn.Exec(context.Background(), "SYSTEM FLUSH LOGS"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(context.Background(), `SELECT count(), sum(read_rows) FROM system.query_log
+			WHERE query_id = ? AND type = 2`, qid).Scan(&qc.queries, &qc.readRows); err != nil {
+			t.Fatal(err)
+		}
+		if qc.queries > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if rec.Code != http.StatusOK {
+		t.Errorf("%s: status %d: %s", path, rec.Code, rec.Body.String())
+	}
+	return rec.Code, took, qc
+}
+
+// TestConsoleCostOfALargeRun prints, for a run of CONSOLE_COST_EPISODES episodes (skipped
+// without it), each console request's time and the rows ClickHouse read for it: the
+// figures behind docs/benchmarks.md's console section, measured without the pipeline.
+func TestConsoleCostOfALargeRun(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("CONSOLE_COST_EPISODES"))
+	if n <= 0 {
+		t.Skip("set CONSOLE_COST_EPISODES to the run's size")
+	}
+	srv := chtest.Start(t)
+	ctx := context.Background()
+	const db = "gauntlet"
+	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := trajectory.Migrate(ctx, conn, db); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fillRun(t, conn, db, "rbig", n)
+	fillRun(t, conn, db, "rsmall", 100)
+	t.Logf("filled %d episodes in %v", n, time.Since(start))
+	// Nothing kept: every request pays for its queries.
+	c := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rbig", uint64(n)), CacheFrom: 1 << 62},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	last := (n - 1) / 200 * 200
+	paths := []string{
+		"/console/api/runs",
+		"/console/api/runs/rbig",
+		"/console/api/runs/rbig/episodes?offset=0&limit=200",
+		fmt.Sprintf("/console/api/runs/rbig/episodes?offset=%d&limit=200", last),
+		"/console/api/runs/rbig/faults",
+		fmt.Sprintf("/console/api/episodes/rbig-%07d?from=0&limit=100", n-1),
+	}
+	for round := range 3 {
+		for _, p := range paths {
+			_, took, qc := consoleCost(t, c, conn, p)
+			t.Logf("round %d %-60s %8.1f ms  %2d queries  %10d rows read", round, p, float64(took.Microseconds())/1000, qc.queries, qc.readRows)
+		}
+	}
+}
+
+// TestReadsStayWithinTheRun: the pages of one run read that run's rows by the tables'
+// keys. Before, a run's fault table and heatmap filtered the faults, ordered by episode,
+// on run_id (every fault of every run: the small run's page read the large run's
+// faults), and a page of a planned run's episodes sorted all of them to skip to its
+// offset; each read more rows than half the large run.
+func TestReadsStayWithinTheRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ClickHouse; -short runs unit tests only")
+	}
+	srv := chtest.Start(t)
+	ctx := context.Background()
+	const db = "gauntlet"
+	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := trajectory.Migrate(ctx, conn, db); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100_000
+	fillRun(t, conn, db, "rbig", n)
+	fillRun(t, conn, db, "rsmall", 100)
+	c := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rbig", n)},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	// Half the large run: a read by key costs a few granules (8,192 rows) per part and
+	// query, a scan of the large run all of its rows.
+	const most = n / 2
+	for _, path := range []string{
+		"/console/api/runs/rsmall",
+		"/console/api/runs/rsmall/faults",
+		fmt.Sprintf("/console/api/runs/rbig/episodes?offset=%d&limit=200", n-200),
+	} {
+		_, took, qc := consoleCost(t, c, conn, path)
+		t.Logf("%s: %d queries, %d rows read, %v", path, qc.queries, qc.readRows, took)
+		if qc.queries == 0 || qc.readRows > most {
+			t.Errorf("%s: %d queries read %d rows; want at most %d", path, qc.queries, qc.readRows, most)
+		}
+	}
+
+	// The planned run's page by index is the page by rank: every episode has ended.
+	rd, err := c.reader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int{0, 4321, n - 200, n - 50} {
+		byRank, err := rd.Episodes(ctx, "rbig", off, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byIdx, err := rd.EpisodesFrom(ctx, "rbig", off, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(byRank) != min(200, n-off) || len(byIdx) != len(byRank) {
+			t.Fatalf("offset %d: %d episodes by rank, %d by index", off, len(byRank), len(byIdx))
+		}
+		for i := range byRank {
+			if byRank[i] != byIdx[i] {
+				t.Fatalf("offset %d, episode %d: by rank %+v, by index %+v", off, i, byRank[i], byIdx[i])
+			}
+		}
+	}
+}
+
+// TestLargeSummaryServedKept: a run of at least CacheFrom episodes is summarised once and
+// served from memory, with its age, until RefreshAfter; a smaller one is read for every
+// request, so it shows a new episode at once.
+func TestLargeSummaryServedKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ClickHouse; -short runs unit tests only")
+	}
+	srv := chtest.Start(t)
+	ctx := context.Background()
+	const db = "gauntlet"
+	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := trajectory.Migrate(ctx, conn, db); err != nil {
+		t.Fatal(err)
+	}
+	fillRun(t, conn, db, "rkept", 50)
+	fillRun(t, conn, db, "rread", 49)
+	c := New(Config{ClickHouse: srv.Addr, Database: db, CacheFrom: 50, RefreshAfter: time.Hour},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	episodes := func(run string) (uint64, string, queryCost) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		qid := fmt.Sprintf("kept-%d", time.Now().UnixNano())
+		rctx := clickhouse.Context(ctx, clickhouse.WithQueryID(qid), clickhouse.WithSettings(clickhouse.Settings{"log_queries": 1}))
+		c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/console/api/runs/"+run, nil).WithContext(rctx))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("run %s: status %d: %s", run, rec.Code, rec.Body.String())
+		}
+		var p RunPage
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		// A query's log row may be written after its answer was read: look for a while
+		// (a kept answer, which logs none, costs the whole while).
+		var qc queryCost
+		for range 10 {
+			if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.QueryRow(ctx, `SELECT count(), sum(read_rows) FROM system.query_log WHERE query_id = ? AND type = 2`, qid).Scan(&qc.queries, &qc.readRows); err != nil {
+				t.Fatal(err)
+			}
+			if qc.queries > 0 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return p.Run.Episodes, rec.Header().Get("Age"), qc
+	}
+	for _, run := range []string{"rkept", "rread"} {
+		if n, age, qc := episodes(run); age != "" || qc.queries == 0 {
+			t.Errorf("run %s, first look: %d episodes, Age %q, %d queries; want it read", run, n, age, qc.queries)
+		}
+	}
+	// One more ended episode in each.
+	for _, run := range []string{"rkept", "rread"} {
+		if err := conn.Exec(ctx, `INSERT INTO `+db+`.episodes (run_id, episode_id, idx, requested_at, steps, version)
+			SELECT '`+run+`', '`+run+`-0000999', 999, toDateTime('2026-12-01 12:00:00'), 1, 1`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, age, qc := episodes("rkept"); n != 50 || age == "" || qc.queries != 0 {
+		t.Errorf("run rkept, second look: %d episodes, Age %q, %d queries; want the kept 50 with its age, no query", n, age, qc.queries)
+	}
+	if n, age, qc := episodes("rread"); n != 50 || age != "" || qc.queries == 0 {
+		t.Errorf("run rread, second look: %d episodes, Age %q, %d queries; want 50 read now", n, age, qc.queries)
+	}
+}
