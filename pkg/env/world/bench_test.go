@@ -33,6 +33,71 @@ func BenchmarkShopWorldStep(b *testing.B) {
 	benchEpisodes(b, shopPort(b), func(uint64) env.Config { return env.Config{} })
 }
 
+// BenchmarkShopReplay and BenchmarkShopWorldReplay replay the recorded oracle
+// episodes of 200 seeds (their actions chosen before the timer): the env's own work as
+// the pipeline has it, a Reset and the steps, with the garbage collection that work
+// causes and no other. cpu-ns/env-step is the CPU of the steps; in BenchmarkShopStep
+// it also carries the collection of the oracle's garbage (its plan's CEL, the
+// observations it decodes), which is not the env's.
+func BenchmarkShopReplay(b *testing.B) { benchReplay(b, shop.New()) }
+
+// BenchmarkShopWorldReplay is BenchmarkShopReplay for the shop as a world file.
+func BenchmarkShopWorldReplay(b *testing.B) { benchReplay(b, shopPort(b)) }
+
+func benchReplay(b *testing.B, e env.Env) {
+	const seeds = 200
+	plays := make([][]env.Action, seeds)
+	for i := range plays {
+		seed := uint64(i + 1)
+		ep, err := e.NewEpisode(env.Config{Seed: seed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		obs, err := ep.Reset()
+		if err != nil {
+			b.Fatal(err)
+		}
+		agent := e.(env.Oracle).Oracle(seed)
+		for turn := uint32(0); ; turn++ {
+			a, err := agent.Act(env.Turn{Step: turn, Observation: obs})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := ep.Step(a)
+			if err != nil {
+				b.Fatal(err)
+			}
+			plays[i], obs = append(plays[i], a), r.Observation
+			if r.Done() {
+				break
+			}
+		}
+	}
+	b.ReportAllocs()
+	steps := 0
+	var stepCPU time.Duration
+	cpu0 := cpuTime(b)
+	for i := 0; b.Loop(); i++ {
+		ep, err := e.NewEpisode(env.Config{Seed: uint64(i%seeds + 1)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ep.Reset(); err != nil {
+			b.Fatal(err)
+		}
+		c0 := cpuTime(b)
+		for _, a := range plays[i%seeds] {
+			if _, err := ep.Step(a); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stepCPU += cpuTime(b) - c0
+		steps += len(plays[i%seeds])
+	}
+	b.ReportMetric(float64(stepCPU.Nanoseconds())/float64(steps), "cpu-ns/env-step")
+	b.ReportMetric(float64((cpuTime(b)-cpu0-stepCPU).Nanoseconds())/float64(b.N), "cpu-ns/reset")
+}
+
 func benchEpisodes(b *testing.B, e env.Env, mk func(seed uint64) env.Config) {
 	o := e.(env.Oracle)
 	steps := 0

@@ -38,6 +38,9 @@ type objType struct {
 	ftypes []*types.FieldType
 	// sorted lists the field positions in the order of their names: an object's JSON.
 	sorted []int
+	// memoSlots numbers the calls that read nothing but arguments of this type
+	// (closures.memoize), by their text: set when the world loads.
+	memoSlots map[string]int
 }
 
 func (p *provider) declare(name string, fields []string, ftypes []*types.Type) *objType {
@@ -108,6 +111,10 @@ func (p *provider) NewValue(name string, fields map[string]ref.Val) ref.Val {
 type object struct {
 	t    *objType
 	vals []ref.Val
+	// memo holds, for a tool call's arguments, the values of the calls that read only
+	// them, by their slot in t.memoSlots: computed once per step, whichever expression
+	// of the tool reads them first. Cleared whenever vals change.
+	memo []ref.Val
 }
 
 var (
@@ -188,6 +195,16 @@ func (o *object) Get(key ref.Val) ref.Val {
 type collection struct {
 	ids  []string
 	rows map[string]*object
+	// objs are the entities in ids' order: what a comprehension visits, without a
+	// lookup by id.
+	objs []*object
+}
+
+// put adds an entity (its id set) after the others.
+func (m *collection) put(id string, o *object) {
+	m.rows[id] = o
+	m.ids = append(m.ids, id)
+	m.objs = append(m.objs, o)
 }
 
 var (
@@ -225,8 +242,8 @@ func (m *collection) Size() ref.Val { return types.Int(len(m.ids)) }
 
 // Fold visits the entries in creation order.
 func (m *collection) Fold(f traits.Folder) {
-	for _, k := range m.ids {
-		if !f.FoldEntry(types.String(k), m.rows[k]) {
+	for i, k := range m.ids {
+		if !f.FoldEntry(types.String(k), m.objs[i]) {
 			return
 		}
 	}

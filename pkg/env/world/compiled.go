@@ -2,6 +2,7 @@ package world
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -26,7 +27,9 @@ import (
 // expression's environment, types.Equal, the values' own Get, Find and Fold), so the
 // values are the interpreter's own; what the closures save is the interpreter's
 // machinery around them: names resolved by string per evaluation, attributes and
-// qualifiers, frames, folders and their pools.
+// qualifiers, frames, folders and their pools. Bools, ints and strings the checker
+// typed are computed without boxing them (compiledtyped.go: logic, comparisons,
+// arithmetic, string operations, exists and all); expr chooses between the two.
 type cfn func(a *activation) ref.Val
 
 // errUnsure is what a closure returns when it leaves the decision to the interpreter.
@@ -40,6 +43,9 @@ type closures struct {
 	fns     map[string]*functions.Overload
 	refs    map[int64]*ast.ReferenceInfo
 	types   map[int64]*types.Type
+	// parts numbers the end conditions' parts (endparts.go) of the expression being
+	// compiled, by their expression's id: nil for other expressions.
+	parts map[int64]int
 	// scope lists the comprehension variables in reach, innermost last; depth is the
 	// number of local slots they take.
 	scope []local
@@ -79,7 +85,170 @@ func (c *closures) compile(a *cel.Ast) cfn {
 	return f
 }
 
+// expr compiles an expression: to a typed closure where compiledtyped.go knows its
+// shape, else to a closure of CEL values.
 func (c *closures) expr(e ast.Expr) (cfn, bool) {
+	if t, mine, ok := c.native(e); mine {
+		if !ok {
+			return nil, false
+		}
+		return t.cfn(), true
+	}
+	f, ok := c.value(e)
+	if !ok {
+		return nil, false
+	}
+	return c.memoize(e, f), true
+}
+
+// memoize returns f, the closure of e, computed once per step when e is a library
+// call reading nothing but the tool's arguments (a query's words,
+// args.query.lowerAscii().split(' ')): every expression of the tool that has the same
+// call shares its value, kept with the arguments. CEL's functions are pure, so the
+// value is the one each would compute.
+func (c *closures) memoize(e ast.Expr, f cfn) cfn {
+	if e.Kind() != ast.CallKind || isOperator(e.AsCall().FunctionName()) {
+		return f
+	}
+	ot := c.argsOnly(e)
+	if ot == nil {
+		return f
+	}
+	text := exprKey(e)
+	if ot.memoSlots == nil {
+		ot.memoSlots = map[string]int{}
+	}
+	slot, ok := ot.memoSlots[text]
+	if !ok {
+		slot = len(ot.memoSlots)
+		ot.memoSlots[text] = slot
+	}
+	return func(a *activation) ref.Val {
+		o := a.args
+		if o == nil || o.t != ot {
+			return f(a)
+		}
+		if slot >= len(o.memo) {
+			o.memo = make([]ref.Val, len(ot.memoSlots))
+		}
+		if v := o.memo[slot]; v != nil {
+			return v
+		}
+		v := f(a)
+		if !types.IsError(v) {
+			o.memo[slot] = v
+		}
+		return v
+	}
+}
+
+// exprKey writes an expression out whole: two expressions of one environment with the
+// same key compute the same value on the same state and arguments. (CEL's unparser
+// cannot write a comprehension without the macro calls the parser may not keep.)
+func exprKey(e ast.Expr) string {
+	var b strings.Builder
+	var write func(e ast.Expr)
+	list := func(open, close string, es []ast.Expr) {
+		b.WriteString(open)
+		for i, x := range es {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			write(x)
+		}
+		b.WriteString(close)
+	}
+	write = func(e ast.Expr) {
+		switch e.Kind() {
+		case ast.LiteralKind:
+			v := e.AsLiteral()
+			fmt.Fprintf(&b, "%s(%q)", v.Type().TypeName(), fmt.Sprint(v.Value()))
+		case ast.IdentKind:
+			b.WriteString(e.AsIdent())
+		case ast.SelectKind:
+			s := e.AsSelect()
+			if s.IsTestOnly() {
+				b.WriteString("has:")
+			}
+			write(s.Operand())
+			b.WriteString("." + s.FieldName())
+		case ast.CallKind:
+			call := e.AsCall()
+			if call.IsMemberFunction() {
+				write(call.Target())
+				b.WriteByte('.')
+			}
+			b.WriteString(call.FunctionName())
+			list("(", ")", call.Args())
+		case ast.ListKind:
+			l := e.AsList()
+			fmt.Fprint(&b, l.OptionalIndices())
+			list("[", "]", l.Elements())
+		case ast.MapKind:
+			b.WriteByte('{')
+			for _, en := range e.AsMap().Entries() {
+				me := en.AsMapEntry()
+				if me.IsOptional() {
+					b.WriteByte('?')
+				}
+				write(me.Key())
+				b.WriteByte(':')
+				write(me.Value())
+				b.WriteByte(',')
+			}
+			b.WriteByte('}')
+		case ast.ComprehensionKind:
+			f := e.AsComprehension()
+			b.WriteString("fold(" + f.IterVar() + "," + f.IterVar2() + "," + f.AccuVar())
+			list(";", ")", []ast.Expr{f.IterRange(), f.AccuInit(), f.LoopCondition(), f.LoopStep(), f.Result()})
+		default: // a struct literal: never the same key as another expression
+			fmt.Fprintf(&b, "#%d", e.ID())
+		}
+	}
+	write(e)
+	return b.String()
+}
+
+// isOperator tells CEL's operators (_+_, !_, -_, @in, ...) from its functions.
+func isOperator(fn string) bool {
+	return fn != "" && strings.ContainsRune("_@!-", rune(fn[0]))
+}
+
+// argsOnly is the type of the arguments e reads when it reads nothing else (no state,
+// no comprehension, no clock), nil otherwise.
+func (c *closures) argsOnly(e ast.Expr) *objType {
+	var ot *objType
+	only := true
+	ast.PreOrderVisit(e, ast.NewExprVisitor(func(x ast.Expr) {
+		switch x.Kind() {
+		case ast.ComprehensionKind:
+			only = false
+		case ast.IdentKind:
+			name, ok := c.name(x)
+			if _, local := c.local(name); !ok || local || name != "args" {
+				only = false
+				return
+			}
+			if _, isState := c.w.slots[name]; isState {
+				only = false
+				return
+			}
+			t := c.types[x.ID()]
+			if t == nil || t.Kind() != types.StructKind || c.prov.objs[t.TypeName()] == nil {
+				only = false
+				return
+			}
+			ot = c.prov.objs[t.TypeName()]
+		}
+	}))
+	if !only {
+		return nil
+	}
+	return ot
+}
+
+// value compiles an expression to a closure of CEL values (its operands as expr does).
+func (c *closures) value(e ast.Expr) (cfn, bool) {
 	switch e.Kind() {
 	case ast.LiteralKind:
 		v := e.AsLiteral()
@@ -354,6 +523,12 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 		exprs = append(exprs, call.Target())
 	}
 	exprs = append(exprs, call.Args()...)
+	switch {
+	case fn == operators.Conditional && len(exprs) == 3:
+		return c.conditionalValue(exprs)
+	case fn == operators.Index && len(exprs) == 2 && c.isCollection(exprs[0]) && c.kindOf(exprs[1]) == types.StringKind:
+		return c.entityAt(exprs)
+	}
 	args := make([]cfn, len(exprs))
 	for i, x := range exprs {
 		f, ok := c.expr(x)
@@ -363,24 +538,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 		args[i] = f
 	}
 	switch fn {
-	case operators.LogicalAnd:
-		return logic(args, types.False), true
-	case operators.LogicalOr:
-		return logic(args, types.True), true
-	case operators.Conditional:
-		if len(args) != 3 {
-			return nil, false
-		}
-		cond, yes, no := args[0], args[1], args[2]
-		return func(a *activation) ref.Val {
-			switch cond(a) {
-			case types.True:
-				return yes(a)
-			case types.False:
-				return no(a)
-			}
-			return errUnsure
-		}, true
 	case operators.Equals, operators.NotEquals:
 		if len(args) != 2 {
 			return nil, false
@@ -395,16 +552,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 			rv := r(a)
 			if types.IsError(rv) {
 				return rv
-			}
-			switch x := lv.(type) { // what types.Equal decides for two ints or two strings
-			case types.Int:
-				if y, ok := rv.(types.Int); ok {
-					return types.Bool((x == y) != ne)
-				}
-			case types.String:
-				if y, ok := rv.(types.String); ok {
-					return types.Bool((x == y) != ne)
-				}
 			}
 			eq := types.Equal(lv, rv)
 			if ne {
@@ -468,7 +615,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 		}, true
 	case len(args) == 2 && impl.Binary != nil:
 		f, l, r := impl.Binary, args[0], args[1]
-		ints := intOps[fn]
 		return func(a *activation) ref.Val {
 			lv := l(a)
 			if strict && types.IsError(lv) {
@@ -477,13 +623,6 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 			rv := r(a)
 			if strict && types.IsError(rv) {
 				return rv
-			}
-			if ints != nil {
-				if li, ok := lv.(types.Int); ok {
-					if ri, ok := rv.(types.Int); ok {
-						return ints(li, ri)
-					}
-				}
 			}
 			if !ok(lv) {
 				return errUnsure
@@ -511,29 +650,27 @@ func (c *closures) call(e ast.Expr) (cfn, bool) {
 	return nil, false
 }
 
-// logic is && (stop False) or || (stop True): the first term equal to stop decides,
-// whatever the others are; otherwise an error among them is the answer.
-func logic(terms []cfn, stop types.Bool) cfn {
-	return func(a *activation) ref.Val {
-		var err ref.Val
-		for _, t := range terms {
-			v := t(a)
-			b, ok := v.(types.Bool)
-			if ok && b == stop {
-				return stop
-			}
-			if !ok && err == nil {
-				err = v
-			}
-		}
-		if err != nil {
-			if !types.IsError(err) {
-				return errUnsure
-			}
-			return err
-		}
-		return !stop
+// conditionalValue is cond ? yes : no of values that are not bools, ints or strings
+// (compiledtyped.go has those).
+func (c *closures) conditionalValue(args []ast.Expr) (cfn, bool) {
+	cond, ok := c.boolOf(args[0])
+	if !ok {
+		return nil, false
 	}
+	yes, ok1 := c.expr(args[1])
+	no, ok2 := c.expr(args[2])
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	return func(a *activation) ref.Val {
+		switch v, ok := cond(a); {
+		case !ok:
+			return errUnsure
+		case bool(v):
+			return yes(a)
+		}
+		return no(a)
+	}, true
 }
 
 func (c *closures) push(name string) int {
@@ -546,6 +683,9 @@ func (c *closures) push(name string) int {
 
 func (c *closures) comprehension(e ast.Expr) (cfn, bool) {
 	fold := e.AsComprehension()
+	if isLet(fold) {
+		return c.let(fold)
+	}
 	if isMapInsert(fold) {
 		return nil, false
 	}
@@ -598,6 +738,10 @@ type compFold struct {
 	accu, v1, v2                         int
 	two, mutable                         bool
 	adapter                              types.Adapter
+	// pred, for an exists (all false) or an all (all true) compiled by quantify, takes
+	// the place of the condition and the step.
+	pred boolFn
+	all  types.Bool
 }
 
 // turn folds one entry into the accumulator: false stops the fold, and stopped says
@@ -607,6 +751,18 @@ func (f *compFold) turn(a *activation, k, v ref.Val) (more, stopped bool) {
 	loc[f.v1] = k
 	if f.two {
 		loc[f.v2] = v
+	}
+	if f.pred != nil {
+		// The accumulator as CEL's: the start until an element decides, then what it
+		// decided; an element not sure leaves it unsure unless a later one decides.
+		switch p, ok := f.pred(a); {
+		case !ok:
+			loc[f.accu] = errUnsure
+		case p != f.all:
+			loc[f.accu] = p
+			return false, false
+		}
+		return true, false
 	}
 	switch f.condF(a) {
 	case types.True:
@@ -636,14 +792,45 @@ func (f *compFold) eval(a *activation) ref.Val {
 		}
 	}
 	a.ep.loc[f.accu] = init
+	if !f.each(a, r) {
+		return errUnsure
+	}
+	res := f.resultF(a)
+	if made {
+		acc, ok := res.(*appendAcc)
+		if !ok {
+			return errUnsure
+		}
+		res = types.NewRefValList(f.adapter, acc.elems)
+	}
+	return res
+}
+
+// quantify is an exists or an all.
+func (f *compFold) quantify(a *activation) (types.Bool, bool) {
+	r := f.rangeF(a)
+	if types.IsError(r) {
+		return false, false
+	}
+	a.ep.loc[f.accu] = f.all
+	if !f.each(a, r) {
+		return false, false
+	}
+	b, ok := a.ep.loc[f.accu].(types.Bool)
+	return b, ok
+}
+
+// each folds the entries of r in the interpreter's order until a turn stops: false
+// when the interpreter decides (r is not a range closures know, or a condition was
+// neither true nor false).
+func (f *compFold) each(a *activation, r ref.Val) bool {
 	stopped := false
 	switch x := r.(type) {
 	case *collection:
-		for _, id := range x.ids {
-			o := x.rows[id]
+		for i, o := range x.objs {
 			var k ref.Val = o.vals[0] // an entity's id, already a CEL value
-			if s, ok := k.(types.String); !ok || string(s) != id {
-				k = types.String(id)
+			if s, ok := k.(types.String); !ok || string(s) != x.ids[i] {
+				k = types.String(x.ids[i])
 			}
 			var more bool
 			if more, stopped = f.turn(a, k, o); !more {
@@ -678,20 +865,9 @@ func (f *compFold) eval(a *activation) ref.Val {
 		types.ToFoldableMap(x).Fold(mf)
 		stopped = mf.stopped
 	default:
-		return errUnsure
+		return false
 	}
-	if stopped {
-		return errUnsure
-	}
-	res := f.resultF(a)
-	if made {
-		acc, ok := res.(*appendAcc)
-		if !ok {
-			return errUnsure
-		}
-		res = types.NewRefValList(f.adapter, acc.elems)
-	}
-	return res
+	return !stopped
 }
 
 // mapFolder folds the entries of a map that is not an entity collection.
@@ -711,6 +887,45 @@ func (m *mapFolder) FoldEntry(k, v any) bool {
 	more, stopped := m.f.turn(m.a, kv, vv)
 	m.stopped = stopped
 	return more
+}
+
+// isLet is a comprehension over an empty list (cel.bind is one): its result read with
+// the accumulator at its start, the loop never run.
+func isLet(fold ast.ComprehensionExpr) bool {
+	r := fold.IterRange()
+	return r.Kind() == ast.ListKind && r.AsList().Size() == 0
+}
+
+// let compiles a comprehension isLet accepts: its start into the accumulator's slot,
+// then its result.
+func (c *closures) let(fold ast.ComprehensionExpr) (cfn, bool) {
+	initF, accu, ok := c.letStart(fold)
+	if !ok {
+		return nil, false
+	}
+	resultF, ok := c.expr(fold.Result())
+	c.scope, c.depth = c.scope[:len(c.scope)-1], c.depth-1
+	if !ok {
+		return nil, false
+	}
+	return func(a *activation) ref.Val {
+		v := initF(a)
+		if types.IsError(v) {
+			return v
+		}
+		a.ep.loc[accu] = v
+		return resultF(a)
+	}, true
+}
+
+// letStart compiles a let's start and puts its accumulator in reach (the caller takes
+// it out once the result is compiled).
+func (c *closures) letStart(fold ast.ComprehensionExpr) (cfn, int, bool) {
+	initF, ok := c.expr(fold.AccuInit())
+	if !ok {
+		return nil, 0, false
+	}
+	return initF, c.push(fold.AccuVar()), true
 }
 
 // isListAppend is the shape of comprehension whose list accumulator the interpreter
@@ -877,14 +1092,14 @@ func (c *closures) appendStep(fold ast.ComprehensionExpr, accu int) (cfn, bool) 
 		return nil, false
 	}
 	step := fold.LoopStep()
-	var when cfn
+	var when boolFn
 	if call := step.AsCall(); call.FunctionName() == operators.Conditional {
 		args := call.Args()
 		if no := args[2]; no.Kind() != ast.IdentKind || no.AsIdent() != fold.AccuVar() {
 			return nil, false
 		}
 		var ok bool
-		if when, ok = c.expr(args[0]); !ok {
+		if when, ok = c.boolOf(args[0]); !ok {
 			return nil, false
 		}
 		step = args[1]
@@ -899,14 +1114,14 @@ func (c *closures) appendStep(fold ast.ComprehensionExpr, accu int) (cfn, bool) 
 			return errUnsure
 		}
 		if when != nil {
-			switch when(a) {
-			case types.True:
-			case types.False:
-				return acc
-			default:
+			switch v, ok := when(a); {
+			case !ok:
 				return errUnsure
+			case !bool(v):
+				return acc
 			}
 		}
+
 		v := elem(a)
 		if types.IsError(v) {
 			return errUnsure
@@ -927,17 +1142,3 @@ func (x *appendAcc) ConvertToType(ref.Type) ref.Val { return errUnsure }
 func (x *appendAcc) Equal(ref.Val) ref.Val          { return errUnsure }
 func (x *appendAcc) Type() ref.Type                 { return types.ErrType }
 func (x *appendAcc) Value() any                     { return x }
-
-// intOps are the operators on two ints as the standard library's bindings compute them
-// (Int's Compare and its overflow-checked arithmetic), without their dispatch.
-var intOps = map[string]func(a, b types.Int) ref.Val{
-	operators.Less:          func(a, b types.Int) ref.Val { return types.Bool(a < b) },
-	operators.LessEquals:    func(a, b types.Int) ref.Val { return types.Bool(a <= b) },
-	operators.Greater:       func(a, b types.Int) ref.Val { return types.Bool(a > b) },
-	operators.GreaterEquals: func(a, b types.Int) ref.Val { return types.Bool(a >= b) },
-	operators.Add:           func(a, b types.Int) ref.Val { return a.Add(b) },
-	operators.Subtract:      func(a, b types.Int) ref.Val { return a.Subtract(b) },
-	operators.Multiply:      func(a, b types.Int) ref.Val { return a.Multiply(b) },
-	operators.Divide:        func(a, b types.Int) ref.Val { return a.Divide(b) },
-	operators.Modulo:        func(a, b types.Int) ref.Val { return a.Modulo(b) },
-}

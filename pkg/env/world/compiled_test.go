@@ -342,6 +342,14 @@ vars:
   zero: {type: int, value: 0}
   n: {type: int, uniform: [1, 5]}
   word: {type: string, choice: [a, b, abc]}
+  flag: {type: bool, bernoulli: 0.5}
+entities:
+  item:
+    prefix: it-
+    count: {uniform: [1, 3]}
+    fields:
+      v: {type: int, uniform: [0, 4]}
+      s: {type: string, choice: [a, b, abc]}
 tools:
   - name: probe
     service: svc
@@ -380,6 +388,28 @@ tools:
       bind: cel.bind(v, n + args.m, v * v)
       compare_mixed: args.m < n && word >= args.k
       absent_arg: args.m + 1
+      concat_chain: "word + '-' + args.k + '-' + word + (flag ? 'y' : 'n')"
+      negate: -(args.m + n)
+      negate_overflow: -(zero - big - 1)
+      bool_order: (n > 2) < (args.m > 0)
+      bool_equal: (n > 2) == flag
+      string_order: args.k < word || args.k >= 'ab'
+      starts_ends: word.startsWith(args.k) && args.k.endsWith('c')
+      in_collection: "args.k in item || (n > 2 ? 'it-1' : 'it-' + args.k) in item"
+      entity_field: "item[size(args.k) > 1 ? 'it-1' : 'it-9'].v + n"
+      entity_field_error: item[args.k].v / zero
+      exists_entity: item.exists(k, x, x.v > n && x.s != args.k)
+      all_entity_error: item.all(k, x, x.v / (x.v - 2) > 0)
+      nested_quantifiers: item.exists(k, x, item.all(j, y, y.v <= x.v))
+      exists_two_vars: item.exists(k, x, k == args.k || x.s == word)
+      let_string: "cel.bind(w, args.k + word, size(w) > 2 ? w : 'short')"
+      let_error: cel.bind(x, n / zero, true)
+      let_nested: cel.bind(a, n, cel.bind(b, a * 2, a + b))
+      memo_twice: args.k.upperAscii() + args.k.upperAscii()
+      memo_shared: size(args.k.upperAscii().split('B'))
+      conditional_unused_error: "n > 0 ? n : n / zero"
+      not_error: "!(n / zero > 1) || flag || !flag"
+      flag_compare: flag != (args.m == 1)
 success: n > 100
 `
 

@@ -4,7 +4,9 @@
 // observations), its success, failure and progress conditions, its limits and, optionally,
 // an oracle plan. Expressions are CEL (cel.dev/cel-go), type-checked when the world loads
 // and compiled to Go closures that leave to CEL's interpreter whatever they cannot decide
-// (compiled.go), so that every result is the interpreter's.
+// (compiled.go; bools, ints and strings unboxed, compiledtyped.go), so that every result
+// is the interpreter's. The end conditions' exists and all over the state keep their
+// value until a step writes what they read (endparts.go).
 //
 // A loaded World is an env.Env like the Go envs (and an env.Oracle when the file declares a
 // plan): deterministic from the seed, on the episode's virtual clock, every service call

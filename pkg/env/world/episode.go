@@ -67,10 +67,11 @@ type episode struct {
 	// loc holds the comprehension variables of compiled expressions (program.run).
 	act activation
 	loc []ref.Val
-	// changes is run's scratch; obsCap and diffCap the largest answer and diff so far,
-	// the capacity the next starts with.
-	changes         []change
-	obsCap, diffCap int
+	// changes is run's scratch. caps holds, per tool, the largest answer (at
+	// 2*index) and diff (2*index+1) its calls made so far: the capacity the next
+	// starts with, so a small answer does not start at the size of a search's.
+	changes []change
+	caps    []int
 	// argObjs holds each tool's arguments object, reused by its next call.
 	argObjs []*object
 	// lastList and lastElems are listElems' memory.
@@ -85,6 +86,10 @@ type episode struct {
 	// World.ends): evaluated since the last step that wrote what it reads.
 	known   []bool
 	verdict []bool
+	// partKnown[j] says partValue[j] is the value of the end conditions' part j
+	// (endparts.go) on the current state.
+	partKnown []bool
+	partValue []types.Bool
 
 	downUntil  []time.Duration
 	downStatus []uint32
@@ -105,6 +110,8 @@ type activation struct {
 	i     ref.Val
 	id    ref.Val
 	self  *object
+	// ends: the end conditions are being evaluated (their parts may be remembered).
+	ends bool
 	// elemName and elem: the element an answer's list of objects is being written for.
 	elemName string
 	elem     ref.Val
@@ -285,7 +292,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		if count < 0 || count > 10000 {
 			return nil, &evalError{at: place{field: sub(sub("entities", ed.name), "count")}, err: fmt.Errorf("count %d is out of range [0, 10000]", count)}
 		}
-		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count)})
+		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count), objs: make([]*object, 0, count)})
 		st := &e.ents[k]
 		for i := range count {
 			id := ed.prefix + strconv.FormatInt(i+1, 10)
@@ -314,12 +321,12 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 				}
 				row.vals[0] = types.String(id)
 			}
-			st.rows[id] = row
-			st.ids = append(st.ids, id)
+			st.put(id, row)
 		}
 		act.i, act.id, act.self = nil, nil, nil
 	}
 	e.known, e.verdict = make([]bool, len(w.ends)), make([]bool, len(w.ends))
+	e.partKnown, e.partValue = make([]bool, len(w.parts)), make([]types.Bool, len(w.parts))
 	if w.budget != nil {
 		b, err := evalInt(w.budget, act)
 		if err != nil {
@@ -471,6 +478,14 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 // episode's before): enough for most, without making every small one large.
 const capHint = 512
 
+// stepAlloc is one step's state and the signals and metering the step reports,
+// allocated together, as the shop's are: one allocation where there were three.
+type stepAlloc struct {
+	s   stepState
+	sig gauntletv1.Signals
+	met gauntletv1.Metering
+}
+
 // stepState is what one step did besides its observation.
 type stepState struct {
 	diff       []byte
@@ -482,8 +497,10 @@ type stepState struct {
 	// ran: a tool's preconditions held; changed: its effects changed the state.
 	ran     bool
 	changed bool
-	// diffCap is the capacity a diff starts with: the episode's largest before.
+	// diffCap is the capacity a diff starts with: its tool's largest before; tool
+	// the tool called (nil for a bad action).
 	diffCap int
+	tool    *toolDef
 	// reached is the highest milestone the call's reach lists reached, readReach
 	// whether a reading reach reached it (a truncated answer then reaches nothing).
 	reached   int
@@ -518,7 +535,9 @@ func (s *stepState) diffBytes(e *episode) []byte {
 	if len(s.diff) == 0 {
 		return []byte("[]")
 	}
-	e.diffCap = min(max(e.diffCap, len(s.diff)+1), capHint)
+	if s.tool != nil {
+		e.grow(s.tool, 1, len(s.diff)+1)
+	}
 	return append(s.diff, ']')
 }
 
@@ -568,6 +587,23 @@ func (w *World) tool(name string) *toolDef {
 	return nil
 }
 
+// cap is the capacity tool t's next answer (what 0) or diff (1) starts with.
+func (e *episode) cap(t *toolDef, what int) int {
+	if e.caps == nil {
+		return 0
+	}
+	return e.caps[2*t.index+what]
+}
+
+// grow records the size of an answer or a diff of t (capped at capHint).
+func (e *episode) grow(t *toolDef, what, n int) {
+	if e.caps == nil {
+		e.caps = make([]int, 2*len(e.w.tools))
+	}
+	k := 2*t.index + what
+	e.caps[k] = min(max(e.caps[k], n), capHint)
+}
+
 // argsOf returns the object a call of t reads its arguments into.
 func (e *episode) argsOf(t *toolDef) *object {
 	if e.argObjs == nil {
@@ -605,7 +641,11 @@ func (e *episode) Step(act env.Action) (env.StepResult, error) {
 // before its arguments were read, is set).
 func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult, error) {
 	w := e.w
-	s := &stepState{diffCap: e.diffCap}
+	al := &stepAlloc{}
+	if t != nil {
+		al.s.diffCap, al.s.tool = e.cap(t, 1), t
+	}
+	s := &al.s
 	var faults []*gauntletv1.FaultFired
 	var obs []byte
 	start := e.clock
@@ -641,7 +681,13 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 				e.known[k] = false
 			}
 		}
+		for j := range w.parts {
+			if s.changed && t.writes.intersects(w.parts[j].reads) {
+				e.partKnown[j] = false
+			}
+		}
 		act := e.scope(nil)
+		act.ends = true
 		var err error
 		if success, err = e.end(0, act); err == nil && w.failure != nil {
 			failure, err = e.end(1, act)
@@ -661,31 +707,30 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 		obs = goStrings(obs)
 	}
 	total := max(len(w.progress), 1)
-	sig := &gauntletv1.Signals{
-		Progress:          float64(progress) / float64(total),
-		ProgressDelta:     float64(progress-e.progress) / float64(total),
-		InvalidAction:     calls == 0,
-		Violations:        s.violations,
-		Success:           success,
-		Spend:             float64(s.spend),
-		Budget:            float64(e.budget),
-		DeadlineVirtualNs: e.deadlineMs * int64(time.Millisecond),
-		SafetyEvents:      s.safety,
-	}
+	sig := &al.sig
+	sig.Progress = float64(progress) / float64(total)
+	sig.ProgressDelta = float64(progress-e.progress) / float64(total)
+	sig.InvalidAction = calls == 0
+	sig.Violations = s.violations
+	sig.Success = success
+	sig.Spend = float64(s.spend)
+	sig.Budget = float64(e.budget)
+	sig.DeadlineVirtualNs = e.deadlineMs * int64(time.Millisecond)
+	sig.SafetyEvents = s.safety
 	e.progress = progress
 	e.step++
+	met := &al.met
+	met.ToolCalls = calls
+	met.Errors = s.errors
+	met.VirtualNs = uint64(e.clock - start)
+	met.BytesIn = uint32(len(act.Args))
+	met.BytesOut = uint32(len(obs))
 	res := env.StepResult{
 		Observation: obs,
 		Diff:        s.diffBytes(e),
 		Signals:     sig,
 		Faults:      faults,
-		Metering: &gauntletv1.Metering{
-			ToolCalls: calls,
-			Errors:    s.errors,
-			VirtualNs: uint64(e.clock - start),
-			BytesIn:   uint32(len(act.Args)),
-			BytesOut:  uint32(len(obs)),
-		},
+		Metering:    met,
 	}
 	env.End{
 		Success: success, Failure: failure,
@@ -995,7 +1040,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		s.reached, s.readReach = r.level, r.read
 	}
 	// An answer is the caller's, so each is a new buffer, sized by the largest before.
-	b := append(make([]byte, 0, e.obsCap), `{"ok":true`...)
+	b := append(make([]byte, 0, e.cap(t, 0)), `{"ok":true`...)
 	if len(t.obs) > 0 {
 		b = append(b, ',')
 	}
@@ -1004,7 +1049,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 		return nil, err
 	}
 	b = append(b, '}')
-	e.obsCap = min(max(e.obsCap, len(b)), capHint)
+	e.grow(t, 0, len(b))
 	return b, nil
 }
 
@@ -1062,8 +1107,7 @@ func (e *episode) add(k int, row *object, s *stepState) ref.Val {
 	st := &e.ents[k]
 	id := ed.prefix + strconv.Itoa(len(st.ids)+1)
 	row.vals[0] = types.String(id)
-	st.rows[id] = row
-	st.ids = append(st.ids, id)
+	st.put(id, row)
 	s.changed = true
 	s.open("add", ed.path+"/"+id)
 	s.diff = append(s.diff, `,"to":{`...)

@@ -279,6 +279,10 @@ type World struct {
 	// ends are the end conditions a step checks, in order: success, failure (nil when
 	// the file has none), then the progress milestones.
 	ends []endCond
+	// parts are the end conditions' exists and all whose values stand from step to step
+	// (endparts.go); partText numbers them by their text.
+	parts    []endPart
+	partText map[string]int
 
 	// roles is empty for a world of one agent (roles.go). turns says how the roles
 	// take turns; qualNames are their actions' names, "role:tool", role by role; msg is
@@ -1050,6 +1054,7 @@ func (c *compiler) bound() {
 			cl = newClosures(w, c.prov, sp.env)
 			cls[sp.env] = cl
 		}
+		cl.parts = w.endParts(sp.p)
 		if sp.p.run = cl.compile(sp.p.ast); sp.p.run != nil {
 			sp.p.sized = sized
 			w.bounded = append(w.bounded, boundExpr{p: sp.p, args: sp.args})

@@ -282,6 +282,7 @@ func (s *argSchema) parseInto(raw json.RawMessage, dst *object) (*object, error)
 		dst = newObject(s.otype)
 	} else {
 		clear(dst.vals)
+		clear(dst.memo)
 	}
 	if o, ok := s.parseFlatInto(raw, dst); ok {
 		return o, nil

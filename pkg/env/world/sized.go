@@ -165,7 +165,7 @@ func (p *sizedPath) size(a *activation) (uint64, bool) {
 			return 0, false
 		}
 		var n uint64
-		for _, o := range ep.ents[p.k].rows {
+		for _, o := range ep.ents[p.k].objs {
 			m, ok := strLen(o.vals[p.f])
 			if !ok {
 				return 0, false
