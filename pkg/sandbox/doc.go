@@ -1,7 +1,8 @@
 // Package sandbox defines what a sandbox runtime is to gauntlet: the Runtime
 // interface every backend implements (process, containerd, …), the optional abilities a
-// backend may add (Snapshotter, Forker, WorkspaceDirer), the Spec a sandbox is created from,
-// the Metering an exec reports, and the sentinel errors callers test with errors.Is.
+// backend may add (Snapshotter, Forker, UserForker, WorkspaceDirer), the Spec a sandbox
+// is created from, the Metering an exec reports, and the sentinel errors callers test
+// with errors.Is.
 //
 // The shape follows Nomad's task driver: a runtime creates sandboxes and returns a Handle
 // carrying the runtime's private state; the worker may persist that Handle, and after a

@@ -95,6 +95,16 @@ type Forker interface {
 	Fork(ctx context.Context, snapshotID string) (Handle, error)
 }
 
+// UserForker is the optional ability of a Forker to start the fork's commands as another
+// user than its source's: a task's verifier judges the agent's final state as the user its
+// task names, not as the agent.
+type UserForker interface {
+	// ForkAs is Fork with the new sandbox's Spec.User set to user, resolved against the
+	// snapshot's root as Create resolves it; "" is the runtime's user for a spec without
+	// one (root on containerd, the sandbox user on process), not the image's USER.
+	ForkAs(ctx context.Context, snapshotID, user string) (Handle, error)
+}
+
 // WorkspaceDirer is the optional ability to reach a sandbox's workspace from the host, so
 // that file tools need no exec round trip. The returned directory is the live workspace;
 // callers must confine their own path resolution to it (package tools does, with openat2

@@ -88,8 +88,10 @@ type episode struct {
 	// and the WORKDIR's top folder when it is none of them (workDir).
 	workdir string
 	links   map[string]string
-	tb      *tools.Toolbox
-	events  []sandbox.Event
+	// verifier is who the verifier runs as.
+	verifier verifierUser
+	tb       *tools.Toolbox
+	events   []sandbox.Event
 	// net is the sandbox's gateway to the task's allowed hosts; nil without.
 	net *network
 	// bnd applies the plan's storage, resource and clock faults at the sandbox's
@@ -135,9 +137,12 @@ type resetObs struct {
 // WORKDIR: workDir); elsewhere (a process runtime without an image store) on the
 // runtime's own root, with environment/app in the workspace (what the Dockerfile copies
 // to /app), in WorkDir.
-func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbox.Spec, string, error) {
+//
+// agent.user, when set, is the sandbox's Spec.User over the image's USER; verifier is then
+// who the verifier runs as (see verifierUser).
+func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (spec sandbox.Spec, workdir string, verifier verifierUser, err error) {
 	c := t.Config.Environment
-	spec := sandbox.Spec{
+	spec = sandbox.Spec{
 		Template: Template,
 		Limits:   limits(c.CPUs, c.MemoryMB, c.StorageMB),
 		// The runtime makes the folders: /app, /logs, /tests and /solution exist and are
@@ -146,26 +151,61 @@ func sandboxSpec(ctx context.Context, rt sandbox.Runtime, t *tasks.Task) (sandbo
 		Labels:   map[string]string{"env": Name, "task": t.ID},
 		Services: egressServices(c, rt),
 	}
+	spec.User = t.Config.Agent.User
+	if verifier, err = verifierFor(rt, t); err != nil {
+		return sandbox.Spec{}, "", verifierUser{}, err
+	}
 	if p, ok := rt.(sandbox.ImagePreparer); ok {
 		img, err := taskImage(ctx, p, t)
 		if err != nil {
-			return sandbox.Spec{}, "", err
+			return sandbox.Spec{}, "", verifierUser{}, err
 		}
 		if img.ref != "" {
 			spec.Image = img.ref
 			wd, err := workDir(&spec, img.workdir)
 			if err != nil {
-				return sandbox.Spec{}, "", fmt.Errorf("tasks: task %s: %w", t.ID, err)
+				return sandbox.Spec{}, "", verifierUser{}, fmt.Errorf("tasks: task %s: %w", t.ID, err)
 			}
-			return spec, wd, nil
+			if verifier.set && t.Config.Verifier.User == "" {
+				verifier.user = img.user
+			}
+			return spec, wd, verifier, nil
 		}
 	}
 	files, err := workspaceFiles(filepath.Join(t.Environment.Context, taskstest.WorkspaceDir), appDir)
 	if err != nil {
-		return sandbox.Spec{}, "", fmt.Errorf("tasks: task %s: environment/%s: %w", t.ID, taskstest.WorkspaceDir, err)
+		return sandbox.Spec{}, "", verifierUser{}, fmt.Errorf("tasks: task %s: environment/%s: %w", t.ID, taskstest.WorkspaceDir, err)
 	}
 	spec.Workspace = files
-	return spec, WorkDir, nil
+	return spec, WorkDir, verifier, nil
+}
+
+// verifierUser is who the verifier's fork runs as. Unset, the fork keeps its source's
+// user (the image's USER); set, its Spec.User is user: verifier.user when the task names
+// one, else the image's USER when agent.user replaced it for the agent ("" for an image
+// without one: the runtime's user, as for the agent), as Harbor runs each as the
+// container's default unless its table names a user.
+type verifierUser struct {
+	set  bool
+	user string
+}
+
+// ErrUser is a task's agent.user or verifier.user the runtime cannot honour.
+var ErrUser = errors.New("tasks: user not supported")
+
+// verifierFor is the verifier's user for t on rt, the image's USER left to sandboxSpec; a
+// runtime whose forks cannot run as another user refuses a task that needs one rather than
+// running test.sh as the agent's user.
+func verifierFor(rt sandbox.Runtime, t *tasks.Task) (verifierUser, error) {
+	v := verifierUser{set: t.Config.Agent.User != "" || t.Config.Verifier.User != "", user: t.Config.Verifier.User}
+	if _, ok := rt.(sandbox.UserForker); v.set && !ok {
+		field := "verifier.user"
+		if t.Config.Verifier.User == "" {
+			field = "agent.user" // the verifier would otherwise run as the agent's user
+		}
+		return verifierUser{}, fmt.Errorf("%w: task %s: %s: runtime %s cannot run the verifier as another user than the agent", ErrUser, t.ID, field, rt.Name())
+	}
+	return v, nil
 }
 
 // ErrWorkDir is an image's WORKDIR the agent's work could not be kept in for the
@@ -213,9 +253,10 @@ const ImageRepository = "gauntlet/tasks"
 var prepared sync.Map // preparedKey → preparedImage
 
 // preparedImage is a task's image on a runtime: its reference ("" when the runtime has
-// no image store) and its WORKDIR ("" when it gives none or the runtime cannot say).
+// no image store), its WORKDIR and its USER ("" when it gives none or the runtime cannot
+// say).
 type preparedImage struct {
-	ref, workdir string
+	ref, workdir, user string
 }
 
 type preparedKey struct {
@@ -251,7 +292,7 @@ func taskImage(ctx context.Context, p sandbox.ImagePreparer, t *tasks.Task) (pre
 		if err != nil {
 			return preparedImage{}, fmt.Errorf("tasks: task %s: image: %w", t.ID, err)
 		}
-		img.workdir = c.WorkingDir
+		img.workdir, img.user = c.WorkingDir, c.User
 	}
 	prepared.Store(key, img)
 	return img, nil
@@ -305,7 +346,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 	if e.cfg.Sandboxes == nil {
 		return nil, fmt.Errorf("tasks: %w", env.ErrNoSandbox)
 	}
-	spec, workdir, err := sandboxSpec(context.Background(), e.cfg.Sandboxes.Runtime(), e.task)
+	spec, workdir, verifier, err := sandboxSpec(context.Background(), e.cfg.Sandboxes.Runtime(), e.task)
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +361,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 		return nil, fmt.Errorf("tasks: task %s: acquire sandbox: %w", e.task.ID, err)
 	}
 	e.sb, e.ready = h.ID, true
-	e.workdir, e.links = workdir, spec.Links
+	e.workdir, e.links, e.verifier = workdir, spec.Links, verifier
 	// The layer attaches no gateway (Services unset): the task's own, net, records its
 	// requests as steps' diffs.
 	if e.bnd, err = boundary.Open(ctx, boundary.Options{

@@ -114,7 +114,12 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 		return nil, fmt.Errorf("tasks: verify: snapshot %s: %w", e.sb, err)
 	}
 	defer func() { _ = snap.DeleteSnapshot(context.WithoutCancel(ctx), s.ID) }()
-	h, err := fork.Fork(ctx, s.ID)
+	var h sandbox.Handle
+	if e.verifier.set {
+		h, err = fork.(sandbox.UserForker).ForkAs(ctx, s.ID, e.verifier.user) // Reset checked the ability
+	} else {
+		h, err = fork.Fork(ctx, s.ID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tasks: verify: fork %s: %w", s.ID, err)
 	}

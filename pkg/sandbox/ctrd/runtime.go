@@ -199,6 +199,7 @@ var (
 	_ sandbox.Runtime        = (*Runtime)(nil)
 	_ sandbox.Snapshotter    = (*Runtime)(nil)
 	_ sandbox.Forker         = (*Runtime)(nil)
+	_ sandbox.UserForker     = (*Runtime)(nil)
 	_ sandbox.WorkspaceDirer = (*Runtime)(nil)
 	_ sandbox.ImagePreparer  = (*Runtime)(nil)
 	_ sandbox.ImageInspector = (*Runtime)(nil)

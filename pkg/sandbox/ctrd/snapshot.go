@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -181,6 +183,17 @@ func mustLease(ctx context.Context) string {
 // Fork implements sandbox.Forker: a new sandbox with the source's spec whose rootfs
 // sits on the snapshot.
 func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, error) {
+	return r.fork(ctx, snapshotID, nil)
+}
+
+// ForkAs implements sandbox.UserForker: the fork's agent, and so its commands, run as
+// user, resolved against the snapshot's root.
+func (r *Runtime) ForkAs(ctx context.Context, snapshotID, user string) (sandbox.Handle, error) {
+	return r.fork(ctx, snapshotID, &user)
+}
+
+// fork is Fork, with Spec.User replaced when user is not nil.
+func (r *Runtime) fork(ctx context.Context, snapshotID string, user *string) (sandbox.Handle, error) {
 	if r.isClosed() {
 		return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, sandbox.ErrClosed)
 	}
@@ -194,11 +207,73 @@ func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, 
 		return sandbox.Handle{}, fmt.Errorf("fork %s: lease: %w", snapshotID, err)
 	}
 	defer func() { _ = done(context.WithoutCancel(ctx)) }()
-	h, err := r.create(lctx, m.Spec, m.Name, m.Chain)
+	spec := m.Spec
+	if user != nil {
+		spec.User = *user
+		if err := spec.Validate(); err != nil {
+			return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, err)
+		}
+	}
+	h, err := r.create(lctx, spec, m.Name, m.Chain)
 	if err != nil {
 		return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, err)
 	}
+	if user != nil {
+		if err := r.handOver(h.ID); err != nil {
+			return sandbox.Handle{}, errors.Join(fmt.Errorf("fork %s as %q: %w", snapshotID, *user, err), r.Destroy(context.WithoutCancel(ctx), h.ID))
+		}
+	}
 	return h, nil
+}
+
+// handOver gives a fork that runs as another user than its source the workspace folder
+// and its links' folders the source's user owned (the runtime gave them to it, or its
+// commands made them): the fork's user, root without capabilities included, may then
+// clear and write them (a verifier's /logs/verifier, /tests) as the source's could.
+// What lies below them keeps its owner, as what the image owned does.
+func (r *Runtime) handOver(id string) error {
+	b, err := r.get("hand over", id)
+	if err != nil {
+		return err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	root, err := os.OpenRoot(fmt.Sprintf("/proc/%d/root", b.task.Pid()))
+	if err != nil {
+		return fmt.Errorf("open the sandbox's root: %w", err)
+	}
+	defer root.Close()
+	ws := strings.TrimPrefix(sandbox.WorkspacePath, "/")
+	fi, err := root.Lstat(ws)
+	if err != nil {
+		return fmt.Errorf("%s: %w", sandbox.WorkspacePath, err)
+	}
+	from, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || (from.Uid == b.user.UID && from.Gid == b.user.GID) {
+		return nil
+	}
+	names := []string{ws}
+	for _, l := range slices.Sorted(maps.Keys(b.handle.Spec.Links)) {
+		rel, _ := sandbox.CleanRelPath(b.handle.Spec.Links[l]) // validated
+		names = append(names, path.Join(ws, rel))
+	}
+	for _, name := range names {
+		fi, err := root.Lstat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || !ok || st.Uid != from.Uid || st.Gid != from.Gid {
+			continue
+		}
+		if err := root.Lchown(name, int(b.user.UID), int(b.user.GID)); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // DeleteSnapshot implements sandbox.Snapshotter.

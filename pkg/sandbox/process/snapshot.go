@@ -192,6 +192,19 @@ func (r *Runtime) ListSnapshots(ctx context.Context) ([]sandbox.Snapshot, error)
 // Fork implements sandbox.Forker: a new sandbox over the snapshot's layers, with the
 // source's spec (a new id, no seeding: the snapshot already holds the workspace).
 func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, error) {
+	return r.fork(ctx, snapshotID, nil)
+}
+
+var _ sandbox.UserForker = (*Runtime)(nil)
+
+// ForkAs implements sandbox.UserForker: the fork's commands run as user, resolved
+// against the snapshot's root (the image's /etc/passwd).
+func (r *Runtime) ForkAs(ctx context.Context, snapshotID, user string) (sandbox.Handle, error) {
+	return r.fork(ctx, snapshotID, &user)
+}
+
+// fork is Fork, with Spec.User replaced when user is not nil.
+func (r *Runtime) fork(ctx context.Context, snapshotID string, user *string) (sandbox.Handle, error) {
 	r.mu.Lock()
 	snap, ok := r.snapshots[snapshotID]
 	r.mu.Unlock()
@@ -200,6 +213,12 @@ func (r *Runtime) Fork(ctx context.Context, snapshotID string) (sandbox.Handle, 
 	}
 	spec := snap.Spec
 	spec.ID = ""
+	if user != nil {
+		spec.User = *user
+		if err := spec.Validate(); err != nil {
+			return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, err)
+		}
+	}
 	h, err := r.create(ctx, spec, snap.Chain, snapshotID, false)
 	if err != nil {
 		return sandbox.Handle{}, fmt.Errorf("fork %s: %w", snapshotID, err)

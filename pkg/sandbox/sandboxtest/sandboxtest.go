@@ -749,6 +749,41 @@ func (s *suite) forker(t *testing.T) {
 	if _, err := fk.Fork(ctx(t), snap.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("fork deleted snapshot: got %v, want ErrNotFound", err)
 	}
+	if uf, is := rt.(sandbox.UserForker); is {
+		userFork(t, rt, sn, uf)
+	}
+}
+
+// userFork: a fork started as another user runs its commands as that user, sees the
+// snapshot's files and may write its workspace's top folder, which its source's user
+// (root here) owned; a user the root does not know is refused.
+func userFork(t *testing.T, rt sandbox.Runtime, sn sandbox.Snapshotter, uf sandbox.UserForker) {
+	src, err := rt.Create(ctx(t), sandbox.Spec{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), src.ID) })
+	ok(t, rt, src.ID, "echo base > f && chmod 0644 f")
+	snap, err := sn.Snapshot(ctx(t), src.ID)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	t.Cleanup(func() { _ = sn.DeleteSnapshot(context.Background(), snap.ID) })
+	h, err := uf.ForkAs(ctx(t), snap.ID, "nobody")
+	if err != nil {
+		t.Fatalf("fork as nobody: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
+	if h.Spec.User != "nobody" {
+		t.Fatalf("fork as nobody: spec user %q", h.Spec.User)
+	}
+	if got := ok(t, rt, h.ID, "id -u; cat f; echo mine > g && cat g"); got != "65534\nbase\nmine\n" {
+		t.Fatalf("fork as nobody: got %q, want its uid, the snapshot's file and its own", got)
+	}
+	if h, err := uf.ForkAs(ctx(t), snap.ID, "no-such-user"); err == nil {
+		_ = rt.Destroy(context.Background(), h.ID)
+		t.Fatalf("fork as a user the root does not know: no error")
+	}
 }
 
 // user: Spec.User runs every command as that user, a name with its primary group from
