@@ -408,8 +408,13 @@ func scanEpisode(rows driver.Rows) (EpisodeSummary, error) {
 
 // Episodes returns a page of the run's ended episodes in index order.
 func (r reader) Episodes(ctx context.Context, runID string, offset, limit int) ([]EpisodeSummary, error) {
-	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
-		FROM {db}.episodes FINAL WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`), runID, offset, limit)
+	return r.episodesWhere(ctx, runID, `WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`, runID, offset, limit)
+}
+
+// episodesWhere reads the episodes of run runID that the rest of the query (where, with
+// args) selects.
+func (r reader) episodesWhere(ctx context.Context, runID, where string, args ...any) ([]EpisodeSummary, error) {
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+` FROM {db}.episodes FINAL `+where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
 	}
@@ -443,25 +448,8 @@ func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int)
 		args = append(args, runs.EpisodeID(runID, uint64(from+i)))
 	}
 	args = append(args, limit)
-	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
-		FROM {db}.episodes FINAL WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", limit-1)+`)
-		ORDER BY idx, episode_id LIMIT ?`), args...)
-	if err != nil {
-		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
-	}
-	defer rows.Close()
-	out := []EpisodeSummary{}
-	for rows.Next() {
-		e, err := scanEpisode(rows)
-		if err != nil {
-			return nil, fmt.Errorf("run %s episodes: scan: %w", runID, err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
-	}
-	return out, nil
+	return r.episodesWhere(ctx, runID, `WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", limit-1)+`)
+		ORDER BY idx, episode_id LIMIT ?`, args...)
 }
 
 // Episode returns one ended episode; nil (no error) while it has not ended.
