@@ -146,7 +146,16 @@ stages:
 		}
 		want := ids(f)
 		stageCounts(t, conn, db, workflows.Progress{Reports: []workflows.StageReport{r}})
-		_, rows, err := trajectory.Query(context.Background(), conn, fmt.Sprintf(episodeTasksSQL, db, r.RunPrefix+"%"))
+		// The runs table's row of a stage's second batch is written (from the run's state
+		// in KV) apart from its episodes' rows, and may come after them: wait for it.
+		var rows [][]string
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			_, rows, err = trajectory.Query(context.Background(), conn, fmt.Sprintf(episodeTasksSQL, db, r.RunPrefix+"%"))
+			if err == nil && uint64(len(rows)) == r.Episodes || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		if err != nil || uint64(len(rows)) != r.Episodes {
 			t.Fatalf("stage %s's episodes' tasks: %v %v", r.Name, rows, err)
 		}
