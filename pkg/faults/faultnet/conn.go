@@ -211,8 +211,13 @@ func (w *Conn) Write(p []byte) (int, error) {
 		w.doReset()
 		return 0, ErrReset
 	}
+	// Counted before they leave: the peer may read them, and close, before this Write
+	// returns, and a reader of Written that saw that close must find them counted.
+	w.written.Add(int64(k))
 	n, err := w.Conn.Write(p[:k])
-	w.written.Add(int64(n))
+	if n < k {
+		w.written.Add(int64(n - k))
+	}
 	w.throttle(n)
 	if n > 0 && w.count(n) {
 		w.doReset()
@@ -226,8 +231,9 @@ func (w *Conn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Written returns the bytes written to the peer so far, counted as they leave (before
-// a bandwidth cap's pause).
+// Written returns the bytes written to the peer so far, counted as they are handed to
+// the connection (before the write returns, and before a bandwidth cap's pause); bytes a
+// failed write did not send are taken back.
 func (w *Conn) Written() int64 { return w.written.Load() }
 
 func (w *Conn) isReset() bool {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -357,5 +358,44 @@ func TestStreamDecidesOnce(t *testing.T) {
 		if got := w.Written(); got != 9 {
 			t.Errorf("%s: Written() = %d, want 9", c.name, got)
 		}
+	}
+}
+
+// peekConn is a connection whose Write calls peek first, as the peer could read the
+// bytes (and close) before the writer's Write returns.
+type peekConn struct {
+	net.Conn
+	peek func()
+}
+
+func (c peekConn) Write(b []byte) (int, error) {
+	c.peek()
+	return c.Conn.Write(b)
+}
+
+// Written counts bytes before they leave: a peer that has read them and closed may be
+// seen (its EOF read on another goroutine) before the writer's Write returns, and the
+// egress gateway records a connection's bytes at that EOF. Counted after the Write, a
+// TLS relay's record once missed the tail of an answer its client had read whole
+// (1,053 bytes recorded of a 2,000-byte body, in CI).
+func TestWrittenCountsBytesBeforeTheyLeave(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() { _, _ = io.Copy(io.Discard, b) }()
+	var w *faultnet.Conn
+	var seen []int64
+	w = faultnet.WrapStream(peekConn{Conn: a, peek: func() { seen = append(seen, w.Written()) }},
+		decider(t, "name: none\nfaults: []\n"), "k", catalogue.Event{Service: "s"}, nil)
+	defer w.Close()
+	for _, s := range []string{"abc", "defgh"} {
+		if _, err := w.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []int64{3, 8}; !slices.Equal(seen, want) {
+		t.Fatalf("Written() while each Write was under way: %v, want %v (the bytes being written counted)", seen, want)
+	}
+	if got := w.Written(); got != 8 {
+		t.Fatalf("Written() = %d, want 8", got)
 	}
 }
