@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -192,28 +194,73 @@ func assertExact(t *testing.T, b *bus.Bus, conn driver.Conn, db string, req *gau
 }
 
 // streamSteps counts the distinct (episode, step) steps of a run in GAUNTLET_EVENTS
-// with an ephemeral consumer.
+// (countStreamSteps), failing t if it cannot within 5 minutes.
 func streamSteps(t *testing.T, b *bus.Bus, runID string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	n, err := countStreamSteps(ctx, b.JS, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// countStreamSteps counts the distinct (episode, step) steps of a run in GAUNTLET_EVENTS
+// with an ephemeral consumer, counting again from the start while a clustered JetStream
+// answers that it cannot serve the stream for now: after a node's loss, until the stream
+// and its consumers have leaders again, the cluster answers an API request with "no
+// responders" (or not at all), as every gauntlet service it serves already expects.
+func countStreamSteps(ctx context.Context, js jetstream.JetStream, runID string) (int, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		n, err := countStreamStepsOnce(ctx, js, runID)
+		if err == nil || !jetStreamBusy(err) || ctx.Err() != nil {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// jetStreamBusy reports whether err is JetStream saying it cannot answer yet (a stream
+// or consumer without a leader, a request unanswered), not that the request is wrong.
+func jetStreamBusy(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.Code == 503 {
+		return true
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}
+
+// countStreamStepsOnce is one try of countStreamSteps. Making the consumer is bounded to
+// 5 s, as it hangs while the stream has no leader; each fetch waits 2 s at most.
+func countStreamStepsOnce(ctx context.Context, js jetstream.JetStream, runID string) (int, error) {
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(mctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		// Steps ride on steps subjects and, in an episode's last segment, on its ended one.
 		FilterSubjects: []string{bus.SubjectEvent(bus.KindSteps, runID), bus.SubjectEvent(bus.KindEnded, runID)},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return 0, fmt.Errorf("ordered consumer on %s: %w", bus.StreamEvents, err)
 	}
-	info, err := cons.Info(ctx)
+	info, err := cons.Info(mctx)
 	if err != nil {
-		t.Fatal(err)
+		return 0, fmt.Errorf("ordered consumer's info: %w", err)
 	}
 	pending := info.NumPending
 	seen := map[string]bool{}
 	for n := uint64(0); n < pending; {
 		batch, err := cons.Fetch(5000, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			return 0, fmt.Errorf("fetch after %d of %d messages: %w", n, pending, err)
 		}
 		for m := range batch.Messages() {
 			n++
@@ -229,11 +276,14 @@ func streamSteps(t *testing.T, b *bus.Bus, runID string) int {
 				}
 			}
 		}
-		if batch.Error() != nil {
-			t.Fatal(batch.Error())
+		if err := batch.Error(); err != nil {
+			return 0, fmt.Errorf("fetch after %d of %d messages: %w", n, pending, err)
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
 		}
 	}
-	return len(seen)
+	return len(seen), nil
 }
 
 func TestPipelineRecordsEveryStepExactly(t *testing.T) {
