@@ -524,11 +524,16 @@ type Step struct {
 }
 
 // Steps returns a page of an episode's steps, from step from on, in order.
+//
+// Without FINAL: copies of a step are the same fact, any of them right (trajectory's
+// stepVersion), so one per step (LIMIT 1 BY) is the page. FINAL would merge every
+// part's rows of the episode's granules, all columns at once; this reads the key
+// first and the wide columns of the episode's rows only.
 func (r reader) Steps(ctx context.Context, episodeID string, from, limit int) ([]Step, error) {
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT step, tool, args, observation, state_diff,
 		fault_kinds, fault_targets, fault_details, reward, reward_names, reward_values, reward_spec,
 		progress, invalid_action, success, terminated, truncated, reason, violation_reasons, safety_events
-		FROM {db}.steps FINAL WHERE episode_id = ? AND step >= ? ORDER BY step LIMIT ?`), episodeID, from, limit)
+		FROM {db}.steps WHERE episode_id = ? AND step >= ? ORDER BY step LIMIT 1 BY step LIMIT ?`), episodeID, from, limit)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s steps: %w", episodeID, err)
 	}
