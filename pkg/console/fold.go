@@ -194,6 +194,7 @@ type foldRow struct {
 	steps          uint32
 	faultsFired    uint32
 	started, ended time.Time
+	version        uint64
 }
 
 // runFold is the fold of one planned run. Its lock is held for the whole of a refresh,
@@ -208,6 +209,14 @@ type runFold struct {
 	folded []foldedEpisode // by index, below next
 	// pending are the ids below next not folded: not ended, or ended as infra errors.
 	pending map[string]uint64 // id → index
+	// infra are the pending infra errors as last read. Each answer reads the other
+	// pending episodes (stragglers, near the watermark) again, but these only once
+	// recheck has passed since checked: they are scattered over the run (one in a
+	// thousand episodes, say), so reading them touches a granule of nearly every part,
+	// and one is superseded only when a worker presumed dead ends it after all.
+	infra   map[string]foldRow
+	checked time.Time
+	recheck time.Duration
 	used    time.Time
 }
 
@@ -224,7 +233,13 @@ type foldView struct {
 type folds struct {
 	mu   sync.Mutex
 	runs map[string]*runFold
+	// recheck is how often a fold reads its pending infra errors again (runFold.infra).
+	recheck time.Duration
 }
+
+// infraRecheck is folds.recheck: how stale a run's report may be about an infra error
+// superseded by a late end.
+const infraRecheck = 30 * time.Second
 
 // get returns the fold of runID, planned episodes, making it if need be.
 func (f *folds) get(runID string, planned uint64) *runFold {
@@ -245,14 +260,15 @@ func (f *folds) get(runID string, planned uint64) *runFold {
 			}
 			delete(f.runs, oldest)
 		}
-		rf = &runFold{runID: runID, planned: planned, sums: newFoldSums(), pending: map[string]uint64{}}
+		rf = &runFold{runID: runID, planned: planned, sums: newFoldSums(), pending: map[string]uint64{},
+			infra: map[string]foldRow{}, recheck: f.recheck}
 		f.runs[runID] = rf
 	}
 	rf.used = time.Now()
 	return rf
 }
 
-const foldColumns = `episode_id, idx, env, success, infra_error, infra_kind, total_reward, steps, faults_fired, started_at, ended_at`
+const foldColumns = `episode_id, idx, env, success, infra_error, infra_kind, total_reward, steps, faults_fired, started_at, ended_at, version`
 
 // readFold reads the episodes (FINAL) and their faults' cells that where selects, by the
 // tables' keys; where is on episode_id, with args.
@@ -266,7 +282,7 @@ func (r reader) readFold(ctx context.Context, runID, where string, args ...any) 
 	for rows.Next() {
 		var e foldRow
 		var success, infra uint8
-		if err := rows.Scan(&e.id, &e.idx, &e.env, &success, &infra, &e.infraKind, &e.reward, &e.steps, &e.faultsFired, &e.started, &e.ended); err != nil {
+		if err := rows.Scan(&e.id, &e.idx, &e.env, &success, &infra, &e.infraKind, &e.reward, &e.steps, &e.faultsFired, &e.started, &e.ended, &e.version); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("run %s fold episodes: scan: %w", runID, err)
 		}
@@ -300,6 +316,38 @@ func (r reader) readFold(ctx context.Context, runID, where string, args ...any) 
 	return eps, cells, nil
 }
 
+// superseded returns the ids of infra whose episode has a row of a higher version than
+// the one read: a later end. It reads two narrow columns, not the episodes' nor their
+// faults'.
+func (r reader) superseded(ctx context.Context, runID string, infra map[string]foldRow) ([]string, error) {
+	args := make([]any, 0, len(infra)+1)
+	args = append(args, runID)
+	for id := range infra {
+		args = append(args, id)
+	}
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT episode_id, max(version) FROM {db}.episodes
+		WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", len(infra)-1)+`) GROUP BY episode_id`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("run %s infra errors superseded: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		var version uint64
+		if err := rows.Scan(&id, &version); err != nil {
+			return nil, fmt.Errorf("run %s infra errors superseded: scan: %w", runID, err)
+		}
+		if version > infra[id].version {
+			out = append(out, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s infra errors superseded: %w", runID, err)
+	}
+	return out, nil
+}
+
 // refresh reads what changed since the last refresh, moves the watermark over the
 // chunks that have ended, and returns the answer material.
 func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
@@ -311,12 +359,21 @@ func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
 	if err != nil {
 		return foldView{}, err
 	}
-	var live []foldRow
-	if len(f.pending) > 0 {
-		ids := make([]string, 0, len(f.pending))
-		for id := range f.pending {
+	ids := make([]string, 0, len(f.pending))
+	for id := range f.pending {
+		if _, infra := f.infra[id]; !infra {
 			ids = append(ids, id)
 		}
+	}
+	if len(f.infra) > 0 && time.Since(f.checked) >= f.recheck {
+		f.checked = time.Now()
+		superseded, err := r.superseded(ctx, f.runID, f.infra)
+		if err != nil {
+			return foldView{}, err
+		}
+		ids = append(ids, superseded...)
+	}
+	if len(ids) > 0 {
 		sort.Strings(ids)
 		args := make([]any, len(ids))
 		for i, id := range ids {
@@ -328,11 +385,12 @@ func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
 		}
 		for _, e := range pend {
 			if e.infra {
-				live = append(live, e)
+				f.infra[e.id] = e
 				continue
 			}
 			f.fold(e, pendCells[e.id])
 			delete(f.pending, e.id)
+			delete(f.infra, e.id)
 		}
 	}
 	slices.SortFunc(tail, func(a, b foldRow) int { return cmp.Compare(a.idx, b.idx) })
@@ -369,8 +427,7 @@ func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
 			}
 			at = e.idx + 1
 			if e.infra {
-				f.pending[e.id] = e.idx
-				live = append(live, e)
+				f.pending[e.id], f.infra[e.id] = e.idx, e
 				continue
 			}
 			f.fold(e, tailCells[e.id])
@@ -379,6 +436,10 @@ func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
 			f.pending[runs.EpisodeID(f.runID, at)] = at
 		}
 		f.next, i = end, j
+	}
+	live := make([]foldRow, 0, len(f.infra)+len(tail)-i)
+	for _, e := range f.infra {
+		live = append(live, e)
 	}
 	live = append(live, tail[i:]...)
 	liveSums := newFoldSums()

@@ -98,6 +98,7 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 	// Nothing kept: every answer is computed when asked.
 	folded := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rf", planned), CacheFrom: 1 << 62, FoldFrom: 1}, quiet)
 	defer folded.Close()
+	folded.folds.recheck = 0 // every answer reads the pending infra errors
 	read := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rf", planned), CacheFrom: 1 << 62, FoldFrom: 1 << 62}, quiet)
 	defer read.Close()
 	same := func(stage string) {
