@@ -261,7 +261,7 @@ func (f *folds) get(runID string, planned uint64) *runFold {
 			delete(f.runs, oldest)
 		}
 		rf = &runFold{runID: runID, planned: planned, sums: newFoldSums(), pending: map[string]uint64{},
-			infra: map[string]foldRow{}, recheck: f.recheck}
+			infra: map[string]foldRow{}, checked: time.Now(), recheck: f.recheck}
 		f.runs[runID] = rf
 	}
 	rf.used = time.Now()

@@ -119,6 +119,40 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 		if !reflect.DeepEqual(fh, rh) || len(fh.Cells) == 0 {
 			t.Errorf("%s: heatmap folded\n%+v\nread\n%+v", stage, fh, rh)
 		}
+		// The pages of episodes by index (newest version of each, without FINAL) and an
+		// episode alone equal the same episodes read with FINAL, over the retried, stale
+		// and redelivered episodes.
+		rd, err := read.reader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, off := range []int{0, foldChunk} {
+			final, err := rd.episodesWhere(ctx, "rf", `FINAL WHERE run_id = ? AND idx >= ? AND idx < ? ORDER BY idx, episode_id`, "rf", off, off+MaxEpisodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byIdx, err := rd.EpisodesFrom(ctx, "rf", off, MaxEpisodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(final, byIdx) {
+				t.Errorf("%s: episodes from %d by index differ from those read with FINAL", stage, off)
+			}
+		}
+		for _, idx := range []uint64{10, 550, 999, foldChunk + 1} {
+			id := fmt.Sprintf("rf-%07d", idx)
+			final, err := rd.episodesWhere(ctx, "rf", `FINAL WHERE run_id = ? AND episode_id = ?`, "rf", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			one, err := rd.Episode(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (one == nil) != (len(final) == 0) || one != nil && *one != final[0] {
+				t.Errorf("%s: episode %s alone: %+v; read with FINAL %+v", stage, id, one, final)
+			}
+		}
 	}
 	// Two chunks ended, but for 100 stragglers; the run has moved past the third.
 	insertEpisodes(t, conn, db, "rf", 0, 2*foldChunk, 1, "", "e >= 500 AND e < 600")
@@ -131,6 +165,11 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 	// Past the watermark, and a chunk more.
 	insertEpisodes(t, conn, db, "rf", 3*foldChunk+200, 4*foldChunk+300, 1, "", "")
 	same("more episodes")
+	// Copies stay apart, as in a table being written: FINAL and the newest version must
+	// choose among them.
+	if err := conn.Exec(ctx, "SYSTEM STOP MERGES"); err != nil {
+		t.Fatal(err)
+	}
 	// The stragglers end; infra error 999 is retried and ends scored, later (a higher
 	// version); a stale infra-error end of a folded, scored episode arrives after it;
 	// a chunk is redelivered.

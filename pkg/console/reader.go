@@ -408,13 +408,13 @@ func scanEpisode(rows driver.Rows) (EpisodeSummary, error) {
 
 // Episodes returns a page of the run's ended episodes in index order.
 func (r reader) Episodes(ctx context.Context, runID string, offset, limit int) ([]EpisodeSummary, error) {
-	return r.episodesWhere(ctx, runID, `WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`, runID, offset, limit)
+	return r.episodesWhere(ctx, runID, `FINAL WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`, runID, offset, limit)
 }
 
-// episodesWhere reads the episodes of run runID that the rest of the query (where, with
-// args) selects.
+// episodesWhere reads the episodes of run runID that the rest of the query (after FROM
+// episodes: FINAL or not, where and order, with args) selects.
 func (r reader) episodesWhere(ctx context.Context, runID, where string, args ...any) ([]EpisodeSummary, error) {
-	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+` FROM {db}.episodes FINAL `+where), args...)
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+` FROM {db}.episodes `+where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
 	}
@@ -438,6 +438,11 @@ func (r reader) episodesWhere(ctx context.Context, runID, where string, args ...
 // planned-1, each once, under the ids runs.EpisodeID gives. They are read by those ids,
 // the episodes table's key, where a page by rank (Episodes) sorts every episode of the
 // run to skip the first from.
+//
+// Without FINAL, which merges the rows of every part holding the page's granules, all
+// columns at once, on one thread (100 ms for 200 episodes across the parts of a run
+// being written): the page's rows are few, and the newest version of each is the one
+// FINAL would keep (two ends of one version are copies of one event).
 func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int) ([]EpisodeSummary, error) {
 	if limit == 0 {
 		return []EpisodeSummary{}, nil
@@ -449,7 +454,7 @@ func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int)
 	}
 	args = append(args, limit)
 	return r.episodesWhere(ctx, runID, `WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", limit-1)+`)
-		ORDER BY idx, episode_id LIMIT ?`, args...)
+		ORDER BY idx, episode_id, version DESC LIMIT 1 BY episode_id LIMIT ?`, args...)
 }
 
 // Episode returns one ended episode; nil (no error) while it has not ended.
@@ -469,8 +474,10 @@ func (r reader) Episode(ctx context.Context, episodeID string) (*EpisodeSummary,
 	if runID == "" {
 		where, args = "episode_id = ?", []any{episodeID}
 	}
+	// Its newest version, the row FINAL would keep, without merging every part's
+	// granules of it (EpisodesFrom).
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
-		FROM {db}.episodes FINAL WHERE `+where+` LIMIT 1`), args...)
+		FROM {db}.episodes WHERE `+where+` ORDER BY version DESC LIMIT 1`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", episodeID, err)
 	}
