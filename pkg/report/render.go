@@ -85,7 +85,7 @@ func sections(r *Report) []section {
 	for _, g := range r.ByRun {
 		label, seed, pol, prof := "", "", "", ""
 		if g.Run != nil {
-			label, seed, pol, prof = g.Run.Label, fmt.Sprint(g.Run.Seed), g.Run.PolicyMix, g.Run.ProfileMix
+			label, seed, pol, prof = g.Run.Label, fmt.Sprint(g.Run.Seed), runPolicies(g.Run), g.Run.ProfileMix
 		}
 		s.rows = append(s.rows, []string{g.Key, label, seed, pol, prof, fmt.Sprint(g.Episodes), pct(g.Success), num(g.RewardMean), quant(g.Reward)})
 	}
@@ -196,4 +196,13 @@ func stageInfra(st trajectory.StageRow) string {
 		parts[i] = fmt.Sprintf("%s %d", k, n)
 	}
 	return fmt.Sprintf("%d (%s)", st.InfraErrors, strings.Join(parts, ", "))
+}
+
+// runPolicies is a run's policy mix with its http policy's choice of token ids and
+// logprobs when the run made one (a run that left it to the workers says nothing).
+func runPolicies(r *trajectory.RunRow) string {
+	if r.PolicyLogprobs == "" {
+		return r.PolicyMix
+	}
+	return r.PolicyMix + " (logprobs " + r.PolicyLogprobs + ")"
 }
