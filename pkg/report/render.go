@@ -121,6 +121,20 @@ func sections(r *Report) []section {
 		}
 		out = append(out, s)
 	}
+	s = section{
+		title: "Resource limits",
+		note: "Limits the sandboxes hit, apart from safety events (honest programs hit them too): episodes that hit each at least once, " +
+			"and those that ended on a step that hit it. Episodes cut by their own step or time limit are under Stuck.",
+		head: []string{"limit", "times", "episodes", "success", "reward mean", "ended on it", "step reward mean"},
+	}
+	for _, l := range r.Limits {
+		s.rows = append(s.rows, []string{l.Kind, fmt.Sprint(l.Times), fmt.Sprint(l.Met.Trials), pct(l.Met), num(l.RewardMean),
+			fmt.Sprint(l.Ended), num(l.StepRewardMean)})
+	}
+	if len(r.Limits) == 0 {
+		s.rows = append(s.rows, []string{"(none)", "0", "0", "", "", "0", ""})
+	}
+	out = append(out, s)
 	c := r.Cost
 	out = append(out, section{
 		title: "Cost and metering",
