@@ -19,6 +19,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"go.temporal.io/sdk/client"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -380,6 +381,20 @@ func (c *Console) planned(ctx context.Context, id string) bool {
 	return ok
 }
 
+// plannedRunOf returns the run of episode id when the id is one the scheduler gives
+// (runs.EpisodeID) and it has a record of that run; "" otherwise.
+func (c *Console) plannedRunOf(ctx context.Context, id string) string {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 {
+		return ""
+	}
+	idx, err := strconv.ParseUint(id[i+1:], 10, 64)
+	if err != nil || runs.EpisodeID(id[:i], idx) != id || !c.planned(ctx, id[:i]) {
+		return ""
+	}
+	return id[:i]
+}
+
 // fold returns the fold of run id (fold.go) when the scheduler planned it with
 // FoldFrom episodes or more; nil for any other run, read whole.
 func (c *Console) fold(ctx context.Context, id string) *runFold {
@@ -464,7 +479,7 @@ type EpisodePage struct {
 func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
 	from, limit := p["from"], p["limit"]
 	id := r.PathValue("episode")
-	ep, err := rd.Episode(ctx, id)
+	ep, err := rd.Episode(ctx, id, c.plannedRunOf(ctx, id))
 	if err != nil {
 		return nil, err
 	}

@@ -145,12 +145,14 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			one, err := rd.Episode(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if (one == nil) != (len(final) == 0) || one != nil && *one != final[0] {
-				t.Errorf("%s: episode %s alone: %+v; read with FINAL %+v", stage, id, one, final)
+			for _, run := range []string{"", "rf"} { // its run looked for, or known
+				one, err := rd.Episode(ctx, id, run)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (one == nil) != (len(final) == 0) || one != nil && *one != final[0] {
+					t.Errorf("%s: episode %s alone (run %q): %+v; read with FINAL %+v", stage, id, run, one, final)
+				}
 			}
 		}
 	}

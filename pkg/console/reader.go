@@ -464,11 +464,13 @@ func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int)
 // run is read first from one of its steps (the steps table is ordered by episode_id), and
 // the episode then by its whole key. Only an episode with no step recorded (one that
 // ended at its start, or has not recorded a step yet) is looked for by its id alone.
-func (r reader) Episode(ctx context.Context, episodeID string) (*EpisodeSummary, error) {
-	var runID string
-	err := r.conn.QueryRow(ctx, r.sql(`SELECT run_id FROM {db}.steps WHERE episode_id = ? LIMIT 1`), episodeID).Scan(&runID)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("episode %s: its run: %w", episodeID, err)
+// runID, when known (an episode of a run the scheduler planned), spares the first read.
+func (r reader) Episode(ctx context.Context, episodeID, runID string) (*EpisodeSummary, error) {
+	if runID == "" {
+		err := r.conn.QueryRow(ctx, r.sql(`SELECT run_id FROM {db}.steps WHERE episode_id = ? LIMIT 1`), episodeID).Scan(&runID)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("episode %s: its run: %w", episodeID, err)
+		}
 	}
 	where, args := "run_id = ? AND episode_id = ?", []any{runID, episodeID}
 	if runID == "" {
