@@ -412,16 +412,16 @@ func (c *Console) run(ctx context.Context, rd reader, id string, _ params) (any,
 	var p RunPage
 	var err error
 	if f := c.fold(ctx, id); f != nil {
-		v, err := f.refresh(ctx, rd)
+		err := f.refresh(ctx, rd, func(v foldView) (err error) {
+			p.Run, err = v.summary(id)
+			p.Histogram, p.FaultKinds = v.histogram(), v.faultKinds()
+			p.Series, p.SeriesWidth = v.series()
+			return err
+		})
 		if err != nil {
 			return nil, 0, err
 		}
-		if p.Run, err = v.summary(id); err != nil {
-			return nil, 0, err
-		}
 		c.addProgress(ctx, &p.Run)
-		p.Histogram, p.FaultKinds = v.histogram(), v.faultKinds()
-		p.Series, p.SeriesWidth = v.series()
 		return p, p.Run.Episodes, nil
 	}
 	if p.Run, err = rd.Run(ctx, id); err != nil {
@@ -513,14 +513,14 @@ func (c *Console) faultHeatmap(ctx context.Context, rd reader, id string, _ para
 	var p HeatmapPage
 	var err error
 	if f := c.fold(ctx, id); f != nil {
-		v, err := f.refresh(ctx, rd)
+		err := f.refresh(ctx, rd, func(v foldView) (err error) {
+			p.Run, err = v.summary(id)
+			p.Cells = v.heatmap()
+			return err
+		})
 		if err != nil {
 			return nil, 0, err
 		}
-		if p.Run, err = v.summary(id); err != nil {
-			return nil, 0, err
-		}
-		p.Cells = v.heatmap()
 		return p, p.Run.Episodes, nil
 	}
 	if p.Run, err = rd.Run(ctx, id); err != nil {

@@ -349,15 +349,16 @@ func (r reader) superseded(ctx context.Context, runID string, infra map[string]f
 }
 
 // refresh reads what changed since the last refresh, moves the watermark over the
-// chunks that have ended, and returns the answer material.
-func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
+// chunks that have ended, and calls use with the answer material, under the fold's lock:
+// the view shares the fold's per-episode slice, which the next refresh writes.
+func (f *runFold) refresh(ctx context.Context, r reader, use func(foldView) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// The episodes at or past the watermark: ids of 7 digits from next's, up to the
 	// run's ids' end ("-" is followed by "." in ASCII).
 	tail, tailCells, err := r.readFold(ctx, f.runID, `episode_id >= ? AND episode_id < ?`, runs.EpisodeID(f.runID, f.next), f.runID+".")
 	if err != nil {
-		return foldView{}, err
+		return err
 	}
 	ids := make([]string, 0, len(f.pending))
 	for id := range f.pending {
@@ -369,7 +370,7 @@ func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
 		f.checked = time.Now()
 		superseded, err := r.superseded(ctx, f.runID, f.infra)
 		if err != nil {
-			return foldView{}, err
+			return err
 		}
 		ids = append(ids, superseded...)
 	}
@@ -381,7 +382,7 @@ func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
 		}
 		pend, pendCells, err := r.readFold(ctx, f.runID, `episode_id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, args...)
 		if err != nil {
-			return foldView{}, err
+			return err
 		}
 		for _, e := range pend {
 			if e.infra {
@@ -448,7 +449,7 @@ func (f *runFold) refresh(ctx context.Context, r reader) (foldView, error) {
 		liveSums.add(e, cells)
 	}
 	// Pending infra errors' cells are not needed: an infra error counts in no cell.
-	return foldView{sums: f.sums.merge(liveSums), folded: f.folded, live: live}, nil
+	return use(foldView{sums: f.sums.merge(liveSums), folded: f.folded, live: live})
 }
 
 // fold adds a scored episode, with its cells, to the folded sums.

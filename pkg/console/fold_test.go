@@ -190,3 +190,64 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 		t.Errorf("the watermark is at %d of %d; want the whole run folded", f.next, planned)
 	}
 }
+
+// TestFoldServesConcurrentReaders: the run page and the heatmap of one folded run, asked
+// for at once by several readers while the run goes on, share its fold: a refresh must
+// not change what another answer is being computed from (go test -race).
+func TestFoldServesConcurrentReaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ClickHouse; -short runs unit tests only")
+	}
+	srv := chtest.Start(t)
+	ctx := context.Background()
+	const db = "gauntlet"
+	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := trajectory.Migrate(ctx, conn, db); err != nil {
+		t.Fatal(err)
+	}
+	const planned = 6 * foldChunk
+	c := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rc", planned), CacheFrom: 1 << 62, FoldFrom: 1},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	insertEpisodes(t, conn, db, "rc", 0, foldChunk, 1, "", "")
+	done, stop := make(chan error), make(chan struct{})
+	const readers = 4
+	for r := range readers {
+		go func() {
+			var err error
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					done <- err
+					return
+				default:
+				}
+				path := "/console/api/runs/rc"
+				if (r+i)%2 == 1 {
+					path += "/faults"
+				}
+				rec := httptest.NewRecorder()
+				c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != http.StatusOK && err == nil {
+					err = fmt.Errorf("%s: status %d: %s", path, rec.Code, rec.Body.String())
+				}
+			}
+		}()
+	}
+	for k := 1; k < 6; k++ {
+		for part := range 4 { // in quarters: each look finds something new
+			from := k*foldChunk + part*foldChunk/4
+			insertEpisodes(t, conn, db, "rc", from, from+foldChunk/4, 1, "", "")
+		}
+	}
+	close(stop)
+	for range readers {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
