@@ -108,7 +108,7 @@ func New(cfg Config, log *slog.Logger) *Console {
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
 	}
-	c := &Console{cfg: cfg, log: log, mux: http.NewServeMux(), folds: folds{recheck: infraRecheck}}
+	c := &Console{cfg: cfg, log: log, mux: http.NewServeMux(), folds: folds{recheck: infraRecheck, window: foldWindow}}
 	c.cache = newAnswerCache(cfg.CacheFrom, cfg.RefreshAfter, cfg.MaxAge, func(key string, err error) {
 		log.Warn("console: computing a summary failed", "answer", key, "err", err)
 	})

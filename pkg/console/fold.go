@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -217,7 +218,10 @@ type runFold struct {
 	infra   map[string]foldRow
 	checked time.Time
 	recheck time.Duration
-	used    time.Time
+	// window is how many episodes past the watermark one read takes while whole windows
+	// fold (folds.window).
+	window uint64
+	used   time.Time
 }
 
 // foldView is a refreshed fold's answer material: the folded sums plus the live
@@ -235,11 +239,16 @@ type folds struct {
 	runs map[string]*runFold
 	// recheck is how often a fold reads its pending infra errors again (runFold.infra).
 	recheck time.Duration
+	// window is runFold.window.
+	window uint64
 }
 
 // infraRecheck is folds.recheck: how stale a run's report may be about an infra error
 // superseded by a late end.
 const infraRecheck = 30 * time.Second
+
+// foldWindow is folds.window: 65,536 episodes, about 10 MB as read.
+const foldWindow = 16 * foldChunk
 
 // get returns the fold of runID, planned episodes, making it if need be.
 func (f *folds) get(runID string, planned uint64) *runFold {
@@ -261,7 +270,7 @@ func (f *folds) get(runID string, planned uint64) *runFold {
 			delete(f.runs, oldest)
 		}
 		rf = &runFold{runID: runID, planned: planned, sums: newFoldSums(), pending: map[string]uint64{},
-			infra: map[string]foldRow{}, checked: time.Now(), recheck: f.recheck}
+			infra: map[string]foldRow{}, checked: time.Now(), recheck: f.recheck, window: f.window}
 		f.runs[runID] = rf
 	}
 	rf.used = time.Now()
@@ -354,12 +363,6 @@ func (r reader) superseded(ctx context.Context, runID string, infra map[string]f
 func (f *runFold) refresh(ctx context.Context, r reader, use func(foldView) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// The episodes at or past the watermark: ids of 7 digits from next's, up to the
-	// run's ids' end ("-" is followed by "." in ASCII).
-	tail, tailCells, err := r.readFold(ctx, f.runID, `episode_id >= ? AND episode_id < ?`, runs.EpisodeID(f.runID, f.next), f.runID+".")
-	if err != nil {
-		return err
-	}
 	ids := make([]string, 0, len(f.pending))
 	for id := range f.pending {
 		if _, infra := f.infra[id]; !infra {
@@ -394,6 +397,56 @@ func (f *runFold) refresh(ctx context.Context, r reader, use func(foldView) erro
 			delete(f.infra, e.id)
 		}
 	}
+	// The episodes at or past the watermark: ids of 7 digits from next's, up to the
+	// run's ids' end ("-" is followed by "." in ASCII), read a window at a time while
+	// whole windows fold (a first look at a large run holds one window in memory, not
+	// the run).
+	var tail []foldRow
+	tailCells := map[string][]cellKey{}
+	for {
+		from, hi, bounded := f.next, f.runID+".", false
+		if f.window > 0 && f.next+f.window < f.planned {
+			hi, bounded = runs.EpisodeID(f.runID, f.next+f.window), true
+		}
+		eps, cells, err := r.readFold(ctx, f.runID, `episode_id >= ? AND episode_id < ?`, runs.EpisodeID(f.runID, from), hi)
+		if err != nil {
+			return err
+		}
+		tail = f.advance(eps, cells)
+		maps.Copy(tailCells, cells)
+		if !bounded {
+			break
+		}
+		if f.next == from+f.window {
+			continue
+		}
+		// The watermark stopped inside the window: the rest of the run is live too.
+		more, moreCells, err := r.readFold(ctx, f.runID, `episode_id >= ? AND episode_id < ?`, hi, f.runID+".")
+		if err != nil {
+			return err
+		}
+		tail = append(tail, more...)
+		maps.Copy(tailCells, moreCells)
+		break
+	}
+	live := make([]foldRow, 0, len(f.infra)+len(tail))
+	for _, e := range f.infra {
+		live = append(live, e)
+	}
+	live = append(live, tail...)
+	liveSums := newFoldSums()
+	for _, e := range live {
+		cells := tailCells[e.id]
+		liveSums.add(e, cells)
+	}
+	// Pending infra errors' cells are not needed: an infra error counts in no cell.
+	return use(foldView{sums: f.sums.merge(liveSums), folded: f.folded, live: live})
+}
+
+// advance moves the watermark over the chunks of tail (the episodes from next on, with
+// their cells) that have ended, folding their scored episodes and keeping the rest
+// pending, and returns the episodes of tail it left at or past the watermark.
+func (f *runFold) advance(tail []foldRow, tailCells map[string][]cellKey) []foldRow {
 	slices.SortFunc(tail, func(a, b foldRow) int { return cmp.Compare(a.idx, b.idx) })
 	var maxIdx uint64
 	for _, e := range tail {
@@ -438,18 +491,7 @@ func (f *runFold) refresh(ctx context.Context, r reader, use func(foldView) erro
 		}
 		f.next, i = end, j
 	}
-	live := make([]foldRow, 0, len(f.infra)+len(tail)-i)
-	for _, e := range f.infra {
-		live = append(live, e)
-	}
-	live = append(live, tail[i:]...)
-	liveSums := newFoldSums()
-	for _, e := range live {
-		cells := tailCells[e.id]
-		liveSums.add(e, cells)
-	}
-	// Pending infra errors' cells are not needed: an infra error counts in no cell.
-	return use(foldView{sums: f.sums.merge(liveSums), folded: f.folded, live: live})
+	return tail[i:]
 }
 
 // fold adds a scored episode, with its cells, to the folded sums.

@@ -101,23 +101,29 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 	folded.folds.recheck = 0 // every answer reads the pending infra errors
 	read := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rf", planned), CacheFrom: 1 << 62, FoldFrom: 1 << 62}, quiet)
 	defer read.Close()
+	// A fold reading one chunk past its watermark at a time.
+	windowed := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rf", planned), CacheFrom: 1 << 62, FoldFrom: 1}, quiet)
+	defer windowed.Close()
+	windowed.folds.recheck, windowed.folds.window = 0, foldChunk
 	same := func(stage string) {
 		t.Helper()
-		var fr, rr RunPage
-		getJSON(t, folded, "/console/api/runs/rf", &fr)
-		getJSON(t, read, "/console/api/runs/rf", &rr)
-		utc(&fr.Run, fr.Series)
-		utc(&rr.Run, rr.Series)
-		if !reflect.DeepEqual(fr, rr) {
-			t.Errorf("%s: run page folded\n%+v\nread\n%+v", stage, fr, rr)
-		}
-		var fh, rh HeatmapPage
-		getJSON(t, folded, "/console/api/runs/rf/faults", &fh)
-		getJSON(t, read, "/console/api/runs/rf/faults", &rh)
-		utc(&fh.Run, nil)
-		utc(&rh.Run, nil)
-		if !reflect.DeepEqual(fh, rh) || len(fh.Cells) == 0 {
-			t.Errorf("%s: heatmap folded\n%+v\nread\n%+v", stage, fh, rh)
+		for _, fc := range []*Console{folded, windowed} {
+			var fr, rr RunPage
+			getJSON(t, fc, "/console/api/runs/rf", &fr)
+			getJSON(t, read, "/console/api/runs/rf", &rr)
+			utc(&fr.Run, fr.Series)
+			utc(&rr.Run, rr.Series)
+			if !reflect.DeepEqual(fr, rr) {
+				t.Errorf("%s: run page folded (window %d)\n%+v\nread\n%+v", stage, fc.folds.window, fr, rr)
+			}
+			var fh, rh HeatmapPage
+			getJSON(t, fc, "/console/api/runs/rf/faults", &fh)
+			getJSON(t, read, "/console/api/runs/rf/faults", &rh)
+			utc(&fh.Run, nil)
+			utc(&rh.Run, nil)
+			if !reflect.DeepEqual(fh, rh) || len(fh.Cells) == 0 {
+				t.Errorf("%s: heatmap folded (window %d)\n%+v\nread\n%+v", stage, fc.folds.window, fh, rh)
+			}
 		}
 		// The pages of episodes by index (newest version of each, without FINAL) and an
 		// episode alone equal the same episodes read with FINAL, over the retried, stale
@@ -188,6 +194,9 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 	same("every episode ended")
 	if f.next != planned {
 		t.Errorf("the watermark is at %d of %d; want the whole run folded", f.next, planned)
+	}
+	if w := windowed.folds.get("rf", planned); w.next != planned {
+		t.Errorf("the windowed fold's watermark is at %d of %d; want the whole run folded", w.next, planned)
 	}
 }
 
