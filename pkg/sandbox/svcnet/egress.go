@@ -17,28 +17,29 @@ import (
 )
 
 // Request is one HTTP request a sandbox made through its egress gateway, one TLS
-// connection relayed (or refused) on one of its TLS ports, or one lookup of a name it may
-// not reach, as a step records it.
+// connection relayed (or refused) on one of its TLS ports, one plain TCP connection
+// relayed on one of its TCP ports, or one lookup of a name it may not reach, as a step
+// records it.
 type Request struct {
 	// Host is the host the request named (its Host header, or its absolute URL's host;
 	// a TLS connection's server name), lower-case, without port; empty for a TLS
 	// connection that named none.
 	Host string `json:"host"`
-	// Port is a TLS connection's port (0 for HTTP requests, on the service's port 80,
-	// and lookups).
+	// Port is a TLS or TCP connection's port (0 for HTTP requests, on the service's
+	// port 80, and lookups).
 	Port int `json:"port,omitempty"`
-	// Method is the request's method; "TLS" for a TLS connection, "DNS" for a refused
-	// lookup.
+	// Method is the request's method; "TLS" for a TLS connection, "TCP" for a plain TCP
+	// one, "DNS" for a refused lookup.
 	Method string `json:"method"`
 	// Path is the request's path (empty for a lookup, a CONNECT or a TLS connection).
 	Path string `json:"path,omitempty"`
 	// Status is the answer's status code; 0 when none was sent (a reset, a timeout, a
 	// lookup, a TLS connection).
 	Status int `json:"status"`
-	// Bytes are the bytes of the answer's body the sandbox was sent; of a TLS
+	// Bytes are the bytes of the answer's body the sandbox was sent; of a TLS or TCP
 	// connection, every byte the host sent it.
 	Bytes int64 `json:"bytes"`
-	// BytesUp are, of a TLS connection, the bytes the sandbox sent the host (its
+	// BytesUp are, of a TLS or TCP connection, the bytes the sandbox sent the host (a
 	// ClientHello included).
 	BytesUp int64 `json:"bytes_up,omitempty"`
 	// Faults are the kinds of the faults that met the request, in the order they fired.
@@ -46,7 +47,8 @@ type Request struct {
 	// Denied: the host is not one the sandbox may reach; the request or lookup was
 	// refused and went nowhere.
 	Denied bool `json:"denied,omitempty"`
-	// Error says why a TLS connection was refused or ended without reaching its host.
+	// Error says why a TLS or TCP connection was refused or ended without reaching its
+	// host.
 	Error string `json:"error,omitempty"`
 }
 

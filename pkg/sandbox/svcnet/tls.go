@@ -119,10 +119,17 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 	p.next[name]++
 	p.mu.Unlock()
 	key := "tls/" + net.JoinHostPort(name, strconv.Itoa(p.port)) + "/" + strconv.FormatUint(n, 10)
-	// The connection is recorded once, as soon as the sandbox closes its side, with the
-	// bytes delivered by then, so that it is recorded with the command that made it
-	// (the relay may go on a little: the host's answer to the close, a paced write); or
-	// when the relay ends, if that is first.
+	g.relayStream(c, p.svc, req, key, addr, hello)
+}
+
+// relayStream relays c, whose first bytes (already read from it) are first, to addr,
+// through the fault connection layer (faultnet.WrapStream: one decision when it opens,
+// keyed key, selected by the rules for service svc and for req.Host), and records req
+// with its bytes each way and the faults it met. The connection is recorded once, as
+// soon as the sandbox closes its side, with the bytes delivered by then, so that it is
+// recorded with the command that made it (the relay may go on a little: the host's
+// answer to the close, a paced write); or when the relay ends, if that is first.
+func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr string, first []byte) {
 	var (
 		mu     sync.Mutex
 		once   sync.Once
@@ -130,7 +137,7 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 		fc     *faultnet.Conn
 		faults []string
 	)
-	up.Store(int64(len(hello)))
+	up.Store(int64(len(first)))
 	record := func() {
 		once.Do(func() {
 			mu.Lock()
@@ -140,7 +147,7 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 			g.request(req)
 		})
 	}
-	fc = faultnet.WrapStream(c, g.opt.Decider, key, catalogue.Event{Service: p.svc, Host: name}, func(key string, ev catalogue.Event, fired []catalogue.Fired) {
+	fc = faultnet.WrapStream(c, g.opt.Decider, key, catalogue.Event{Service: svc, Host: req.Host}, func(key string, ev catalogue.Event, fired []catalogue.Fired) {
 		ev.Service = "" // recorded on the host
 		if g.opt.OnFire != nil {
 			g.opt.OnFire(key, ev, fired)
@@ -155,14 +162,16 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 	defer record()
 	upc, err := net.DialTimeout("tcp", addr, g.opt.DialTimeout)
 	if err != nil {
-		g.opt.Logger.Debug("allowed host unreachable", "host", name, "port", p.port, "err", err)
+		g.opt.Logger.Debug("allowed host unreachable", "host", req.Host, "port", req.Port, "err", err)
 		req.Error = "upstream unreachable"
 		return
 	}
 	defer upc.Close()
-	if _, err := upc.Write(hello); err != nil {
-		req.Error = "upstream closed"
-		return
+	if len(first) > 0 {
+		if _, err := upc.Write(first); err != nil {
+			req.Error = "upstream closed"
+			return
+		}
 	}
 	relay(fc, upc, &up, record)
 }
