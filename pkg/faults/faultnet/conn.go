@@ -17,6 +17,7 @@
 package faultnet
 
 import (
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -79,6 +80,10 @@ func WrapConn(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onF
 	// The handshake's delay is paid by the first read or write, not here: WrapConn runs
 	// in accept loops, which must not stall behind one slow connection.
 	w.pending = dec.Delay
+	// The timers are set under mu, as Close reads them: one may fire before the
+	// assignment is done.
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	switch dec.Abort {
 	case catalogue.KindReset:
 		if dec.ResetAfter > 0 {
@@ -156,14 +161,19 @@ func (w *Conn) count(n int) (resetNow bool) {
 
 // Read reads from the connection. A black-holed connection delivers nothing: it discards
 // what arrives and returns only the underlying error (a deadline, a close), so a client
-// waits for an answer that never comes.
+// waits for an answer that never comes. The peer's end is swallowed too (Read waits for
+// the connection's close instead): a relay that passed it on would end the connection,
+// and the peer, which closed its side to wait for the answer, would not wait.
 func (w *Conn) Read(p []byte) (int, error) {
 	if !w.handshake() {
 		return 0, net.ErrClosed
 	}
 	if w.hole {
 		for {
-			if _, err := w.Conn.Read(p); err != nil {
+			if _, err := w.Conn.Read(p); err == io.EOF {
+				<-w.closed
+				return 0, net.ErrClosed
+			} else if err != nil {
 				return 0, err
 			}
 		}
@@ -265,8 +275,11 @@ func (w *Conn) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
 		close(w.closed)
-		if w.timer != nil {
-			w.timer.Stop()
+		w.mu.Lock()
+		t := w.timer
+		w.mu.Unlock()
+		if t != nil {
+			t.Stop()
 		}
 		w.d.Forget(w.key) // connection keys are never reused
 		err = w.Conn.Close()

@@ -399,3 +399,27 @@ func TestWrittenCountsBytesBeforeTheyLeave(t *testing.T) {
 		t.Fatalf("Written() = %d, want 8", got)
 	}
 }
+
+// A black-holed connection passes nothing on, its peer's end included: a client that
+// sends its request, closes its side and waits for the answer (busybox nc, a database
+// client's shutdown) must meet the hold, not see the relay end at once because the
+// hole delivered its EOF. Before, Read returned that EOF, and a relayed plain TCP
+// connection under a timeout ended in 86 ms instead of its hold's second.
+func TestBlackHoleSwallowsThePeersEnd(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	w := faultnet.WrapStream(a, decider(t, header+"  - {id: hole, kind: timeout, params: {hold_ms: 300}}\n"), "k", catalogue.Event{Service: "s"}, nil)
+	defer w.Close()
+	go func() {
+		_, _ = b.Write([]byte("request"))
+		_ = b.Close() // the peer's end (net.Pipe has no half-close)
+	}()
+	start := time.Now()
+	n, err := w.Read(make([]byte, 64))
+	if took := time.Since(start); n != 0 || took < 250*time.Millisecond {
+		t.Fatalf("Read = %d, %v after %v, want nothing until the hold ends (300ms)", n, err, took)
+	}
+	if err == io.EOF {
+		t.Fatalf("Read ended with io.EOF: the hole passed the peer's end on")
+	}
+}
