@@ -64,7 +64,7 @@ func (g *Gateway) serveTCPPort(l net.Listener, p tcpPort) {
 			defer g.wg.Done()
 			defer g.track(c, false)
 			defer c.Close()
-			g.relayStream(c, p.svc, Request{Host: p.host, Port: p.port, Method: MethodTCP}, key, p.addr, nil)
+			g.relayStream(c, p.svc, Request{Host: p.host, Port: p.port, Method: MethodTCP}, key, p.addr, nil, true)
 		}()
 	}
 }

@@ -119,17 +119,20 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 	p.next[name]++
 	p.mu.Unlock()
 	key := "tls/" + net.JoinHostPort(name, strconv.Itoa(p.port)) + "/" + strconv.FormatUint(n, 10)
-	g.relayStream(c, p.svc, req, key, addr, hello)
+	g.relayStream(c, p.svc, req, key, addr, hello, false)
 }
 
 // relayStream relays c, whose first bytes (already read from it) are first, to addr,
 // through the fault connection layer (faultnet.WrapStream: one decision when it opens,
 // keyed key, selected by the rules for service svc and for req.Host), and records req
-// with its bytes each way and the faults it met. The connection is recorded once, as
-// soon as the sandbox closes its side, with the bytes delivered by then, so that it is
-// recorded with the command that made it (the relay may go on a little: the host's
-// answer to the close, a paced write); or when the relay ends, if that is first.
-func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr string, first []byte) {
+// with its bytes each way and the faults it met. The connection is recorded once, so
+// that it is recorded with the command that made it, before the sandbox can see it end:
+// a TLS connection (readsOn false) as soon as the sandbox closes its side, with the
+// bytes delivered by then (the relay may go on a little: the host's answer to the close,
+// a paced write); a plain TCP one (readsOn: its client may close its side and read on)
+// once both directions ended, before the host's end is passed on; either when the relay
+// ends, if that is first.
+func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr string, first []byte, readsOn bool) {
 	var (
 		mu     sync.Mutex
 		once   sync.Once
@@ -173,14 +176,15 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 			return
 		}
 	}
-	relay(fc, upc, &up, record)
+	relay(fc, upc, &up, record, readsOn)
 }
 
 // relay copies between the sandbox's connection c and the upstream's until both
 // directions end (or one fails, which ends both), passing half-closes on, counting the
-// bytes sent upstream (the sandbox's, c.Written); sandboxDone is called when the
-// sandbox closes its side.
-func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, sandboxDone func()) {
+// bytes sent upstream (the sandbox's, c.Written). It calls record when what the record
+// holds is final: unless readsOn, when the sandbox closes its side; if readsOn, when the
+// host has ended its side after the sandbox, just before the sandbox is told.
+func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), readsOn bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -189,17 +193,29 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, sandboxDone func())
 			_ = upc.Close()
 			return
 		}
-		// The sandbox closed its side: what it was sent is final. (A reset, by a fault
-		// or by the sandbox, ends the relay at once: the record waits for that.)
-		sandboxDone()
+		// The sandbox closed its side: what it was sent is final, unless it reads on.
+		// (A reset, by a fault or by the sandbox, ends the relay at once: the record
+		// waits for that.)
+		if !readsOn {
+			record()
+		}
 		if tc, ok := upc.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}
 	}()
 	if _, err := io.Copy(c, upc); err != nil {
 		_ = c.Close()
-	} else if tc, ok := c.Conn.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
+	} else {
+		if readsOn {
+			select {
+			case <-done:
+				record() // both sides ended: record before the sandbox reads the end
+			default:
+			}
+		}
+		if tc, ok := c.Conn.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
 	}
 	<-done
 }
