@@ -57,6 +57,28 @@ type Conn struct {
 	closed     chan struct{}
 	closeOnce  sync.Once
 	timer      *time.Timer
+	onAbort    func()
+}
+
+// OnAbort sets f to be called once, just before a fault ends the connection (a reset, or
+// a black hole's hold running out): the last moment what the connection carried is
+// known and its peer has not yet seen the end. A fault that fires before OnAbort is
+// set (a timer shorter than the caller's set-up) calls nothing.
+func (w *Conn) OnAbort(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.onAbort = f
+}
+
+// abort calls the OnAbort function, once.
+func (w *Conn) abort() {
+	w.mu.Lock()
+	f := w.onAbort
+	w.onAbort = nil
+	w.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // WrapStream wraps c as WrapConn does, but decides once, when the connection opens (its
@@ -95,7 +117,7 @@ func WrapConn(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onF
 	case catalogue.KindTimeout:
 		w.hole = true
 		if dec.Hold > 0 {
-			w.timer = time.AfterFunc(dec.Hold, func() { _ = w.Close() })
+			w.timer = time.AfterFunc(dec.Hold, func() { w.abort(); _ = w.Close() })
 		}
 	case catalogue.KindPacketLoss:
 		w.pending += dec.RTO // the SYN was lost: the handshake pays one RTO
@@ -125,6 +147,7 @@ var ErrReset = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("rea
 // doReset aborts the connection with a TCP RST (SO_LINGER 0), so the peer sees
 // ECONNRESET rather than an orderly end.
 func (w *Conn) doReset() {
+	w.abort()
 	w.mu.Lock()
 	w.reset = true
 	w.mu.Unlock()

@@ -78,6 +78,20 @@ func (r *egressRig) sh(cmd string) (tools.ExecResult, time.Duration) {
 	return res, took
 }
 
+// requests returns the requests recorded since the last call, waiting up to 5 s for n
+// of them: a connection the sandbox closed by exiting is recorded when the gateway reads
+// that end, which may come a little after the command's own end under load (the
+// exec's answer races the FIN); what the gateway sees end first (a refusal, a fault's
+// reset, a plain TCP connection's end) it records before the sandbox can see it.
+func (r *egressRig) requests(n int) []svcnet.Request {
+	got := r.rec.TakeRequests()
+	for deadline := time.Now().Add(5 * time.Second); len(got) < n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		got = append(got, r.rec.TakeRequests()...)
+	}
+	return got
+}
+
 // rulesOf compiles a profile spec's rules.
 func rulesOf(t *testing.T, profile string) []catalogue.Rule {
 	t.Helper()

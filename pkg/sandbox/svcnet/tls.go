@@ -109,9 +109,10 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 	}
 	addr, ok := p.ups[name]
 	if !ok {
-		_, _ = c.Write(accessDenied)
+		// Recorded before the sandbox reads the refusal, so with the command it ends.
 		req.Denied, req.Error = true, "host not allowed in this sandbox"
 		g.request(req)
+		_, _ = c.Write(accessDenied)
 		return
 	}
 	p.mu.Lock()
@@ -161,6 +162,9 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 		}
 		mu.Unlock()
 	})
+	// A fault that resets the connection or ends its hold records it first: the
+	// sandbox, which sees that end, may be done with its command at once.
+	fc.OnAbort(record)
 	defer fc.Close()
 	defer record()
 	upc, err := net.DialTimeout("tcp", addr, g.opt.DialTimeout)
@@ -194,8 +198,8 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), read
 			return
 		}
 		// The sandbox closed its side: what it was sent is final, unless it reads on.
-		// (A reset, by a fault or by the sandbox, ends the relay at once: the record
-		// waits for that.)
+		// (A fault's reset records first, OnAbort; one by the sandbox ends the relay at
+		// once: the record waits for that.)
 		if !readsOn {
 			record()
 		}

@@ -185,7 +185,7 @@ func runEgressTLS(t *testing.T, rt sandbox.Runtime, image, certPEM string, clien
 				t.Errorf("%s %s: got %q, want the body", name, url, out)
 			}
 		}
-		got := rec.TakeRequests()
+		got := r.requests(2)
 		if len(got) != 2 {
 			t.Fatalf("%s: recorded %+v, want two connections", name, got)
 		}
@@ -240,7 +240,7 @@ curl -sS --max-time 20 -k https://127.0.0.1/x; echo rc=$?`
 			took[host] = max(took[host], d)
 			fmt.Fprintf(&outs, "%s: %s\n", host, strings.SplitN(out, "\n", 2)[0])
 		}
-		return rec.TakeRequests(), took, outs.String()
+		return r.requests(10), took, outs.String()
 	}
 	first, took, outs := play()
 	if len(first) != 10 {
