@@ -126,7 +126,13 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 			r.URL = &u
 		}
 		r.Host = host
-		cw := &countingWriter{ResponseWriter: w}
+		// A reset or a timeout takes the connection over and ends it: the request is
+		// recorded then, before the sandbox sees that end, so with the command it ends.
+		recorded := false
+		cw := &countingWriter{ResponseWriter: w, onHijack: func() {
+			req.Status, req.Bytes, recorded = 0, 0, true
+			g.request(req)
+		}}
 		p := base
 		p.OnFire = func(key string, ev catalogue.Event, fired []catalogue.Fired) {
 			ev.Service = "" // recorded on the host
@@ -138,10 +144,10 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 			}
 		}
 		p.ServeHTTP(cw, r)
-		req.Status, req.Bytes = cw.status, cw.n
-		if cw.hijacked {
-			req.Status, req.Bytes = 0, 0
+		if recorded {
+			return
 		}
+		req.Status, req.Bytes = cw.status, cw.n
 		g.request(req)
 	})
 }
@@ -153,13 +159,13 @@ func (g *Gateway) request(r Request) {
 	}
 }
 
-// countingWriter notes the status and the body bytes a handler sends, and whether it
-// took the connection over (a reset or a timeout: no answer).
+// countingWriter notes the status and the body bytes a handler sends, and calls
+// onHijack when it takes the connection over (a reset or a timeout: no answer).
 type countingWriter struct {
 	http.ResponseWriter
 	status   int
 	n        int64
-	hijacked bool
+	onHijack func()
 }
 
 func (c *countingWriter) WriteHeader(code int) {
@@ -191,6 +197,8 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if !ok {
 		return nil, nil, http.ErrNotSupported
 	}
-	c.hijacked = true
+	if c.onHijack != nil {
+		c.onHijack()
+	}
 	return hj.Hijack()
 }

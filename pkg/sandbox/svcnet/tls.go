@@ -131,8 +131,8 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 // a TLS connection (readsOn false) as soon as the sandbox closes its side, with the
 // bytes delivered by then (the relay may go on a little: the host's answer to the close,
 // a paced write); a plain TCP one (readsOn: its client may close its side and read on)
-// once both directions ended, before the host's end is passed on; either when the relay
-// ends, if that is first.
+// when the host ends its side, before that end is passed on (bytes the sandbox sends
+// after it are not counted); either when the relay ends, if that is first.
 func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr string, first []byte, readsOn bool) {
 	var (
 		mu     sync.Mutex
@@ -185,9 +185,9 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 
 // relay copies between the sandbox's connection c and the upstream's until both
 // directions end (or one fails, which ends both), passing half-closes on, counting the
-// bytes sent upstream (the sandbox's, c.Written). It calls record when what the record
-// holds is final: unless readsOn, when the sandbox closes its side; if readsOn, when the
-// host has ended its side after the sandbox, just before the sandbox is told.
+// bytes sent upstream (the sandbox's, c.Written). It calls record when what the sandbox
+// was sent is final: unless readsOn, when the sandbox closes its side; if readsOn, when
+// the host ends its side, just before the sandbox is told.
 func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), readsOn bool) {
 	done := make(chan struct{})
 	go func() {
@@ -211,11 +211,7 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), read
 		_ = c.Close()
 	} else {
 		if readsOn {
-			select {
-			case <-done:
-				record() // both sides ended: record before the sandbox reads the end
-			default:
-			}
+			record() // the host ended: record before the sandbox reads that end
 		}
 		if tc, ok := c.Conn.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
