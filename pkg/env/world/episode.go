@@ -52,6 +52,9 @@ type episode struct {
 	maxSteps   uint32
 	deadlineMs int64
 	maxInvalid int64
+	// params are the values of the world's params (World.params), from the request;
+	// nil for the defaults.
+	params []ref.Val
 	// fast: the episode stays within the world's max_steps, so the programs whose cost
 	// the world bounded at load run without cost tracking (program.fast).
 	fast bool
@@ -263,12 +266,19 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true, loc: loc}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc}
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
 	redraws := 0
-	for i := 0; i < len(w.vars); i++ {
+	for i := range w.params {
+		if e.params != nil {
+			e.vars[i] = e.params[i]
+		} else {
+			e.vars[i] = w.params[i].def
+		}
+	}
+	for i := len(w.params); i < len(w.vars); i++ {
 		dr := &w.vars[i].draw
 		v, err := drawValue(r, dr, act)
 		if err != nil {

@@ -116,6 +116,9 @@ type draw struct {
 	isP     bool
 	shuffle *program
 	bits    int
+	// param, when not 0, makes the value the episode's param param-1 (World.params):
+	// set by the request, not drawn.
+	param int
 	// when, if set, decides whether the draw happens at all: when it is false the
 	// generator is not called and the value is els (the type's zero without it).
 	when, els *program
@@ -252,12 +255,14 @@ type World struct {
 	maxSteps   uint32
 	maxInvalid int64
 	deadlineMs int64
-	vars       []varDef
-	entities   []entityDef
-	tools      []toolDef
-	toolNames  []string
-	reset      []obsField
-	progress   []*program
+	// params are the params the file declares; they are the first len(params) vars.
+	params    []paramDef
+	vars      []varDef
+	entities  []entityDef
+	tools     []toolDef
+	toolNames []string
+	reset     []obsField
+	progress  []*program
 	// milestones names the progress entries tools reach ("" for a condition on the
 	// state, whose program is then in progress; reached ones have a nil program).
 	milestones []string
@@ -346,7 +351,7 @@ func (w *World) File() string { return w.file }
 // role.
 func (w *World) HasOracle() bool { return w.oracle != nil || w.hasRoleOracle }
 
-var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
+var topKeys = []string{"name", "description", "services", "limits", "params", "vars", "entities", "observation",
 	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages", "random", "identify", "json_strings"}
 
 // Load parses and checks one world file. file names it in errors. Every problem is
@@ -496,7 +501,10 @@ func (c *compiler) load(root *yaml.Node) {
 		return
 	}
 	c.prov = prov
-	// Declare the state first (names and types), then compile what refers to it.
+	// Declare the state first (names and types), then compile what refers to it; the
+	// params are the first variables.
+	c.declareParams(get("params"))
+	np := len(w.params)
 	varNodes := c.declareVars(get("vars"))
 	entNodes := c.declareEntities(get("entities"))
 	c.declareMessages(get("messages"))
@@ -522,9 +530,14 @@ func (c *compiler) load(root *yaml.Node) {
 	}
 	c.base = base
 	for i, n := range varNodes {
-		c.compileDraw(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), false)
-		c.redrawOf(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), i, func(name string) int {
-			return slices.IndexFunc(w.vars, func(v varDef) bool { return v.name == name })
+		v := &w.vars[np+i]
+		c.compileDraw(base, &v.draw, n, sub("vars", v.name), false)
+		c.redrawOf(base, &v.draw, n, sub("vars", v.name), np+i, func(name string) int {
+			// A param is not drawn, so it is not drawn again either.
+			if k := slices.IndexFunc(w.vars[np:], func(v varDef) bool { return v.name == name }); k >= 0 {
+				return np + k
+			}
+			return -1
 		})
 	}
 	for i, en := range entNodes {
@@ -1007,6 +1020,13 @@ func (c *compiler) bound() {
 			initial = 0
 			for _, v := range ed.count.choice {
 				initial = max(initial, uint64(max(v.(int64), 0)))
+			}
+		case ed.count.expr != nil && ed.count.when == nil:
+			// A count that is an int param is at most the param's max.
+			if e := ed.count.expr.ast.NativeRep().Expr(); e.Kind() == celast.IdentKind {
+				if i := slices.IndexFunc(w.params, func(p paramDef) bool { return p.prop.name == e.AsIdent() }); i >= 0 && w.params[i].prop.kind == kInt {
+					initial = uint64(min(max(w.params[i].prop.max, 0), 10000))
+				}
 			}
 		}
 		adds := 0
@@ -1543,6 +1563,9 @@ func (c *compiler) effect(env *cel.Env, n *yaml.Node, f string) effect {
 				return e
 			}
 			k = w.vars[e.setVar].draw.kind
+			if w.vars[e.setVar].draw.param > 0 {
+				d.errAt(at(set, sub(f, "set")), "%s is a param: the episode's request sets it, no tool", target)
+			}
 			if k == kInts {
 				d.errAt(at(set, sub(f, "set")), "%s is a list(int): drawn, never set", target)
 			}
