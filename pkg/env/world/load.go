@@ -6,11 +6,13 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
@@ -107,15 +109,19 @@ type program struct {
 // Each random draw is one documented call of the episode's generator (docs/worlds.md,
 // Draws), so a world can reproduce a Go env's generation draw for draw.
 type draw struct {
-	kind    kind
-	value   any
-	lo, hi  *program
-	choice  []any
-	p       float64
-	expr    *program
-	isP     bool
-	shuffle *program
-	bits    int
+	kind   kind
+	value  any
+	lo, hi *program
+	choice []any
+	// valueVal and choiceVals are value and choice as CEL values, made once at load:
+	// a reset hands them out without boxing each again.
+	valueVal   ref.Val
+	choiceVals []ref.Val
+	p          float64
+	expr       *program
+	isP        bool
+	shuffle    *program
+	bits       int
 	// param, when not 0, makes the value the episode's param param-1 (World.params):
 	// set by the request, not drawn.
 	param int
@@ -146,6 +152,9 @@ type entityDef struct {
 	path  string
 	key   int
 	keyAt place
+	// startIDs are the ids of the entities a reset makes (prefix and number), as CEL
+	// values, made once at load for the counts the file declares (bound sets them).
+	startIDs []ref.Val
 	// typeName is the CEL object type of one entity; otype its fields (id first).
 	typeName string
 	otype    *objType
@@ -860,6 +869,7 @@ func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field strin
 				d.errAt(at(m.k, f), "a list(int) is drawn by shuffle or computed by expr")
 			}
 			dr.value = c.literal(m.v, f, dr.kind)
+			dr.valueVal = celValue(dr.value)
 		case "uniform":
 			if dr.kind != kInt {
 				d.errAt(at(m.k, f), "uniform draws integers; the type is %s", dr.kind)
@@ -878,6 +888,7 @@ func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field strin
 			}
 			for i, it := range items {
 				dr.choice = append(dr.choice, c.literal(it, idx(f, i), dr.kind))
+				dr.choiceVals = append(dr.choiceVals, celValue(dr.choice[i]))
 			}
 		case "bernoulli":
 			if dr.kind != kBool {
@@ -1040,6 +1051,9 @@ func (c *compiler) bound() {
 			adds = max(adds, n)
 		}
 		ents[ed.name] = initial + uint64(adds)*uint64(w.maxSteps)
+		for i := range min(initial, 256) {
+			ed.startIDs = append(ed.startIDs, types.String(ed.prefix+strconv.FormatUint(i+1, 10)))
+		}
 	}
 	// A list(int) variable holds at most the 10,000 a shuffle may draw; one computed by
 	// an expression is left unsized.
@@ -1133,12 +1147,19 @@ func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
 	return nil
 }
 
-// textCallCost sizes gauntlet's own text functions (textFunctions): words makes at most
+// textCallCost sizes gauntlet's own text functions (textFunctions) and the conversion
+// of an int to a string: words makes at most
 // one word per two bytes of its argument (and one more), each at most its length and a
 // half; quote at most 4 bytes per byte of the 48 it keeps, and the quotes and "..."
 // around them.
 func (s *sizes) textCallCost(function string, args []cost.AstNode) *cost.CallEstimate {
 	switch function {
+	case overloads.TypeConvertString:
+		// An int written in decimal: at most 20 bytes. CEL leaves the conversion unsized,
+		// so an answer that writes a number into a sentence had no bound.
+		if len(args) == 1 && args[0].Type().Kind() == types.IntKind {
+			return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1}, ResultSize: &cost.SizeEstimate{Min: 1, Max: 20}}
+		}
 	case "quote":
 		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1 + 48}, ResultSize: &cost.SizeEstimate{Min: 2, Max: 4*48 + 5}}
 	case "words":
