@@ -559,6 +559,9 @@ func (c *compiler) load(root *yaml.Node) {
 			return
 		}
 		if en.count != nil {
+			// The file's count replaces the default of none: a drawn count keeping
+			// the default's value would be bounded at 0 (bound).
+			e.count = draw{kind: kInt}
 			c.compileDraw(base, &e.count, en.count, sub(f, "count"), true)
 		}
 		for j, fn := range en.fields {
@@ -760,7 +763,7 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 			c.d.errAt(at(m.k, f), "name %q is already declared", m.key)
 			continue
 		}
-		e := entityDef{name: m.key, path: m.key, key: -1, typeName: "world.entity." + m.key, count: draw{kind: kInt, value: int64(0)}}
+		e := entityDef{name: m.key, path: m.key, key: -1, typeName: "world.entity." + m.key, count: draw{kind: kInt, value: int64(0), valueVal: types.Int(0)}}
 		var en entityNodes
 		hasPrefix := false
 		var keyNode *yaml.Node

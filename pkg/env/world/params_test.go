@@ -147,3 +147,25 @@ vars:
 		}
 	}
 }
+
+// TestDrawnCountBoundsCost: an entity count that is drawn (not a literal) bounds the
+// collection by the range a count is checked against, so an expression whose cost grows
+// with the collection is not taken as cheap. The count's default of 0 used to stay next
+// to the draw and bound such a collection at 0: the nested all below, 10,000² element
+// visits at worst, ran without cost tracking.
+func TestDrawnCountBoundsCost(t *testing.T) {
+	for _, count := range []string{"{uniform: [1, 3000]}", "{expr: top}", "{choice: [1, 3000]}"} {
+		file := strings.Replace(withParams, "count: {expr: boxes}", "count: "+count, 1)
+		file = strings.Replace(file, "      mood: mood\n", "      mood: mood\n      pairs: box.all(k, x, box.all(j, y, x.w + y.w >= 0))\n", 1)
+		file = strings.Replace(file, "max: 50, description: largest n drawn", "max: 3000, description: largest n drawn", 1)
+		w, err := Load("p.yaml", []byte(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range w.tools[0].obs {
+			if f.key == "pairs" && f.val.fast != nil {
+				t.Errorf("count %s: %q runs without cost tracking", count, f.val.src)
+			}
+		}
+	}
+}
