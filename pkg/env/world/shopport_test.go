@@ -70,6 +70,26 @@ func TestShopPortConformance(t *testing.T) {
 	})
 }
 
+// TestShopPortConformanceWithParams: the suite again under a larger catalog and larger
+// quantities than the defaults: replays, determinism and the limits hold whatever the
+// params.
+func TestShopPortConformanceWithParams(t *testing.T) {
+	const params = `"products":40,"qty_max":7`
+	envtest.Run(t, envtest.Subject{
+		Env: shopPort(t),
+		Config: func(t testing.TB, seed uint64) env.Config {
+			return env.Config{Seed: seed, Params: json.RawMessage("{" + params + "}"), Faults: injector(t, seed,
+				httpErr("pay-503", "payment", 0.3, 503, 250), latency("lat", "*", 0.5, 40, 20),
+				truncate("cat-trunc", "catalog", 0.1, 0.5))}
+		},
+		Limits: func(maxInvalid int, deadlineMs int64) json.RawMessage {
+			return fmt.Appendf(nil, `{"max_invalid":%d,"deadline_ms":%d,%s}`, maxInvalid, deadlineMs, params)
+		},
+		Idle:        env.Action{Tool: "wait", Args: json.RawMessage(`{"ms":100}`)},
+		ErrNotReset: ErrNotReset,
+	})
+}
+
 // shopPolicy chooses the actions both shops are given: the Go shop's oracle, or a seeded
 // random agent that calls every tool with arguments good and bad (skus and order ids it
 // saw, others it made up, long and non-ASCII text, bad types and ranges).
