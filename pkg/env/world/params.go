@@ -56,9 +56,15 @@ func (c *compiler) declareParams(n *yaml.Node) {
 			d.errAt(at(m.k, f), "name %q is already declared", m.key)
 			continue
 		}
+		// A param whose type is known is declared even when the rest of it is wrong, so
+		// that the expressions reading it are checked too (and not reported as
+		// reading an undeclared name); its problems fail the load anyway.
 		p, ok := c.param(m.key, m.v, f)
-		if !ok {
+		if p.prop.kind == 0 {
 			continue
+		}
+		if !ok {
+			p.def = p.prop.kind.zero()
 		}
 		w.params = append(w.params, p)
 		w.vars = append(w.vars, varDef{name: m.key, desc: p.prop.desc, path: m.key, draw: draw{kind: p.prop.kind, param: len(w.params)}})

@@ -141,10 +141,16 @@ vars:
 		`w\.yaml:12:\d+: params\.g\.max: max is for a param of type int`,
 		`w\.yaml:12:\d+: params\.g\.colour: unknown key`,
 		`w\.yaml:\d+:\d+: tools\[0\]\.effects\[1\]\.set: n is a param`,
+		// a's default is wrong, but a is declared: what reads it is checked, not
+		// reported as reading an undeclared name.
+		`w\.yaml:\d+:\d+: tools\[0\]\.effects\[0\]\.set: a is a param`,
 	} {
 		if !regexp.MustCompile(`(?m)` + want).MatchString(err.Error()) {
 			t.Errorf("no error matches %s:\n%v", want, err)
 		}
+	}
+	if strings.Contains(err.Error(), "undeclared reference") {
+		t.Errorf("a param with a wrong default is reported as undeclared:\n%v", err)
 	}
 }
 
