@@ -19,6 +19,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"go.temporal.io/sdk/client"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -64,6 +65,10 @@ type Config struct {
 	// (DefaultRefreshAfter when 0); MaxAge the age past which it is not served
 	// (DefaultMaxAge when 0).
 	RefreshAfter, MaxAge time.Duration
+	// FoldFrom is the planned size, in episodes, from which a run the scheduler planned
+	// has its report and fault heatmap folded (fold.go) rather than read whole with
+	// every answer: DefaultCacheFrom when 0.
+	FoldFrom uint64
 }
 
 // Console serves the web console: the pages and the JSON API under Prefix.
@@ -77,6 +82,8 @@ type Console struct {
 
 	// cache keeps the summaries of large runs (cache.go).
 	cache *answerCache
+	// folds fold the reports of large planned runs (fold.go).
+	folds folds
 
 	// tmu guards tc apart from conn, so a Temporal slow to answer a dial never holds up
 	// the runs pages.
@@ -92,13 +99,16 @@ func New(cfg Config, log *slog.Logger) *Console {
 	if cfg.CacheFrom == 0 {
 		cfg.CacheFrom = DefaultCacheFrom
 	}
+	if cfg.FoldFrom == 0 {
+		cfg.FoldFrom = DefaultCacheFrom
+	}
 	if cfg.RefreshAfter <= 0 {
 		cfg.RefreshAfter = DefaultRefreshAfter
 	}
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
 	}
-	c := &Console{cfg: cfg, log: log, mux: http.NewServeMux()}
+	c := &Console{cfg: cfg, log: log, mux: http.NewServeMux(), folds: folds{recheck: infraRecheck, window: foldWindow}}
 	c.cache = newAnswerCache(cfg.CacheFrom, cfg.RefreshAfter, cfg.MaxAge, func(key string, err error) {
 		log.Warn("console: computing a summary failed", "answer", key, "err", err)
 	})
@@ -362,9 +372,58 @@ type RunPage struct {
 	SeriesWidth uint64  `json:"series_width"`
 }
 
+// planned says whether the scheduler planned run id (it has a record of it).
+func (c *Console) planned(ctx context.Context, id string) bool {
+	if c.cfg.Progress == nil {
+		return false
+	}
+	_, ok := c.cfg.Progress(ctx, id)
+	return ok
+}
+
+// plannedRunOf returns the run of episode id when the id is one the scheduler gives
+// (runs.EpisodeID) and it has a record of that run; "" otherwise.
+func (c *Console) plannedRunOf(ctx context.Context, id string) string {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 {
+		return ""
+	}
+	idx, err := strconv.ParseUint(id[i+1:], 10, 64)
+	if err != nil || runs.EpisodeID(id[:i], idx) != id || !c.planned(ctx, id[:i]) {
+		return ""
+	}
+	return id[:i]
+}
+
+// fold returns the fold of run id (fold.go) when the scheduler planned it with
+// FoldFrom episodes or more; nil for any other run, read whole.
+func (c *Console) fold(ctx context.Context, id string) *runFold {
+	if c.cfg.Progress == nil {
+		return nil
+	}
+	p, ok := c.cfg.Progress(ctx, id)
+	if !ok || p.GetEpisodes() < c.cfg.FoldFrom || p.GetEpisodes() > maxFolded {
+		return nil
+	}
+	return c.folds.get(id, p.GetEpisodes())
+}
+
 func (c *Console) run(ctx context.Context, rd reader, id string, _ params) (any, uint64, error) {
 	var p RunPage
 	var err error
+	if f := c.fold(ctx, id); f != nil {
+		err := f.refresh(ctx, rd, func(v foldView) (err error) {
+			p.Run, err = v.summary(id)
+			p.Histogram, p.FaultKinds = v.histogram(), v.faultKinds()
+			p.Series, p.SeriesWidth = v.series()
+			return err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		c.addProgress(ctx, &p.Run)
+		return p, p.Run.Episodes, nil
+	}
 	if p.Run, err = rd.Run(ctx, id); err != nil {
 		return nil, 0, err
 	}
@@ -420,7 +479,7 @@ type EpisodePage struct {
 func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
 	from, limit := p["from"], p["limit"]
 	id := r.PathValue("episode")
-	ep, err := rd.Episode(ctx, id)
+	ep, err := rd.Episode(ctx, id, c.plannedRunOf(ctx, id))
 	if err != nil {
 		return nil, err
 	}
@@ -432,7 +491,10 @@ func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p par
 		return nil, fmt.Errorf("episode %s: %w (no step recorded)", id, errNotFound)
 	}
 	forks := []Fork{}
-	if ep != nil {
+	// Forks are of env API episodes (services/envapi forks its own sessions' snapshots):
+	// a run the scheduler planned has none, and looking for them reads a narrow column of
+	// every episode of the run, the replay's largest read of a large run.
+	if ep != nil && !c.planned(ctx, ep.RunID) {
 		if forks, err = rd.Forks(ctx, ep.RunID, id); err != nil {
 			return nil, err
 		}
@@ -450,6 +512,17 @@ type HeatmapPage struct {
 func (c *Console) faultHeatmap(ctx context.Context, rd reader, id string, _ params) (any, uint64, error) {
 	var p HeatmapPage
 	var err error
+	if f := c.fold(ctx, id); f != nil {
+		err := f.refresh(ctx, rd, func(v foldView) (err error) {
+			p.Run, err = v.summary(id)
+			p.Cells = v.heatmap()
+			return err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		return p, p.Run.Episodes, nil
+	}
 	if p.Run, err = rd.Run(ctx, id); err != nil {
 		return nil, 0, err
 	}

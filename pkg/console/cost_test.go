@@ -186,6 +186,30 @@ func TestReadsStayWithinTheRun(t *testing.T) {
 			t.Errorf("%s: %d queries read %d rows; want at most %d", path, qc.queries, qc.readRows, most)
 		}
 	}
+	// The large run's report and heatmap, once folded (the first look reads the run
+	// whole), and an episode's replay read a few granules (8,192 rows) by key, not the
+	// run: five granules at most. Before, the report read the run's episodes 8 times
+	// over (820,000 rows), the heatmap its episodes and faults (320,000), the replay its
+	// episodes once, looking for forks (125,440).
+	const granules = 5 * 8192
+	// Nothing kept: every answer is computed when asked.
+	uncached := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rbig", n), CacheFrom: 1 << 62},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer uncached.Close()
+	for _, path := range []string{"/console/api/runs/rbig", "/console/api/runs/rbig/faults"} {
+		consoleCost(t, uncached, conn, path)
+	}
+	for _, path := range []string{
+		"/console/api/runs/rbig",
+		"/console/api/runs/rbig/faults",
+		fmt.Sprintf("/console/api/episodes/rbig-%07d?from=0&limit=100", n-1),
+	} {
+		_, took, qc := consoleCost(t, uncached, conn, path)
+		t.Logf("%s: %d queries, %d rows read, %v", path, qc.queries, qc.readRows, took)
+		if qc.queries == 0 || qc.readRows > granules {
+			t.Errorf("%s: %d queries read %d rows; want at most %d", path, qc.queries, qc.readRows, granules)
+		}
+	}
 
 	// The planned run's page by index is the page by rank: every episode has ended.
 	rd, err := c.reader(ctx)

@@ -11,6 +11,10 @@
 // (static/, vanilla JavaScript modules and the one charting library, uPlot, vendored by
 // scripts/vendor-console.sh and embedded in the binary), so the console works offline.
 //
+// A large run the scheduler planned has its report and fault heatmap folded in memory
+// past a watermark over its episode indices (fold.go), so each answer reads a few
+// granules by key instead of the run; nothing is written for it.
+//
 // Runs are summarised by grouping the episodes table by run_id: the per-run summary is
 // one query (runSummarySQL), so a table of runs written at submission can replace the
 // grouping without changing the endpoints or the pages.

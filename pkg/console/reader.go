@@ -408,13 +408,13 @@ func scanEpisode(rows driver.Rows) (EpisodeSummary, error) {
 
 // Episodes returns a page of the run's ended episodes in index order.
 func (r reader) Episodes(ctx context.Context, runID string, offset, limit int) ([]EpisodeSummary, error) {
-	return r.episodesWhere(ctx, runID, `WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`, runID, offset, limit)
+	return r.episodesWhere(ctx, runID, `FINAL WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`, runID, offset, limit)
 }
 
-// episodesWhere reads the episodes of run runID that the rest of the query (where, with
-// args) selects.
+// episodesWhere reads the episodes of run runID that the rest of the query (after FROM
+// episodes: FINAL or not, where and order, with args) selects.
 func (r reader) episodesWhere(ctx context.Context, runID, where string, args ...any) ([]EpisodeSummary, error) {
-	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+` FROM {db}.episodes FINAL `+where), args...)
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+` FROM {db}.episodes `+where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("run %s episodes: %w", runID, err)
 	}
@@ -438,6 +438,11 @@ func (r reader) episodesWhere(ctx context.Context, runID, where string, args ...
 // planned-1, each once, under the ids runs.EpisodeID gives. They are read by those ids,
 // the episodes table's key, where a page by rank (Episodes) sorts every episode of the
 // run to skip the first from.
+//
+// Without FINAL, which merges the rows of every part holding the page's granules, all
+// columns at once, on one thread (100 ms for 200 episodes across the parts of a run
+// being written): the page's rows are few, and the newest version of each is the one
+// FINAL would keep (two ends of one version are copies of one event).
 func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int) ([]EpisodeSummary, error) {
 	if limit == 0 {
 		return []EpisodeSummary{}, nil
@@ -449,7 +454,7 @@ func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int)
 	}
 	args = append(args, limit)
 	return r.episodesWhere(ctx, runID, `WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", limit-1)+`)
-		ORDER BY idx, episode_id LIMIT ?`, args...)
+		ORDER BY idx, episode_id, version DESC LIMIT 1 BY episode_id LIMIT ?`, args...)
 }
 
 // Episode returns one ended episode; nil (no error) while it has not ended.
@@ -459,18 +464,22 @@ func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int)
 // run is read first from one of its steps (the steps table is ordered by episode_id), and
 // the episode then by its whole key. Only an episode with no step recorded (one that
 // ended at its start, or has not recorded a step yet) is looked for by its id alone.
-func (r reader) Episode(ctx context.Context, episodeID string) (*EpisodeSummary, error) {
-	var runID string
-	err := r.conn.QueryRow(ctx, r.sql(`SELECT run_id FROM {db}.steps WHERE episode_id = ? LIMIT 1`), episodeID).Scan(&runID)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("episode %s: its run: %w", episodeID, err)
+// runID, when known (an episode of a run the scheduler planned), spares the first read.
+func (r reader) Episode(ctx context.Context, episodeID, runID string) (*EpisodeSummary, error) {
+	if runID == "" {
+		err := r.conn.QueryRow(ctx, r.sql(`SELECT run_id FROM {db}.steps WHERE episode_id = ? LIMIT 1`), episodeID).Scan(&runID)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("episode %s: its run: %w", episodeID, err)
+		}
 	}
 	where, args := "run_id = ? AND episode_id = ?", []any{runID, episodeID}
 	if runID == "" {
 		where, args = "episode_id = ?", []any{episodeID}
 	}
+	// Its newest version, the row FINAL would keep, without merging every part's
+	// granules of it (EpisodesFrom).
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT `+episodeColumns+`
-		FROM {db}.episodes FINAL WHERE `+where+` LIMIT 1`), args...)
+		FROM {db}.episodes WHERE `+where+` ORDER BY version DESC LIMIT 1`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", episodeID, err)
 	}
@@ -524,11 +533,16 @@ type Step struct {
 }
 
 // Steps returns a page of an episode's steps, from step from on, in order.
+//
+// Without FINAL: copies of a step are the same fact, any of them right (trajectory's
+// stepVersion), so one per step (LIMIT 1 BY) is the page. FINAL would merge every
+// part's rows of the episode's granules, all columns at once; this reads the key
+// first and the wide columns of the episode's rows only.
 func (r reader) Steps(ctx context.Context, episodeID string, from, limit int) ([]Step, error) {
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT step, tool, args, observation, state_diff,
 		fault_kinds, fault_targets, fault_details, reward, reward_names, reward_values, reward_spec,
 		progress, invalid_action, success, terminated, truncated, reason, violation_reasons, safety_events
-		FROM {db}.steps FINAL WHERE episode_id = ? AND step >= ? ORDER BY step LIMIT ?`), episodeID, from, limit)
+		FROM {db}.steps WHERE episode_id = ? AND step >= ? ORDER BY step LIMIT 1 BY step LIMIT ?`), episodeID, from, limit)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s steps: %w", episodeID, err)
 	}
