@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +64,84 @@ func TestMemoryHogsLeaveTheAgentAlive(t *testing.T) {
 	if st.Pids != 0 {
 		t.Errorf("processes left after the hogs: %d", st.Pids)
 	}
+}
+
+// TestCommandsRunInTheirOwnCgroup: on a cgroup v1 host a sandbox's commands run in a
+// child cgroup that carries its limits, while the agent stays in the sandbox's cgroup
+// with a reserve above them; a limit update changes both, and a restored or forked
+// sandbox has the same shape.
+func TestCommandsRunInTheirOwnCgroup(t *testing.T) {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		t.Skip("cgroup v2 host: the commands share the sandbox's cgroup (see cmdcgroup.go)")
+	}
+	_, rt := start(t)
+	ctx := context.Background()
+	limits := sandbox.Limits{MemoryBytes: 64 << 20, Pids: 100, CPUMillis: 500}
+	h := mustCreate(t, rt, sandbox.Spec{Limits: limits})
+	// shape checks where the command and the agent sit and the limits in force.
+	shape := func(id string, l sandbox.Limits) {
+		t.Helper()
+		res := run(t, rt, id, sh("grep ':memory:' /proc/self/cgroup; grep ':memory:' /proc/1/cgroup", 10*time.Second))
+		lines := strings.Fields(string(res.Stdout))
+		if res.ExitCode != 0 || len(lines) != 2 {
+			t.Fatalf("cgroups of a command and of the agent: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		cmd := strings.TrimPrefix(lines[0][strings.Index(lines[0], ":memory:"):], ":memory:")
+		ag := strings.TrimPrefix(lines[1][strings.Index(lines[1], ":memory:"):], ":memory:")
+		if cmd != ag+"/cmds" {
+			t.Fatalf("the command runs in %s, the agent in %s: want the command in %s/cmds", cmd, ag, ag)
+		}
+		read := func(ctl, dir, name string) int64 {
+			t.Helper()
+			b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctl, dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return n
+		}
+		if got := read("memory", cmd, "memory.limit_in_bytes"); got != l.MemoryBytes {
+			t.Errorf("commands' memory limit %d, want %d", got, l.MemoryBytes)
+		}
+		if got := read("memory", ag, "memory.limit_in_bytes"); got <= l.MemoryBytes {
+			t.Errorf("the sandbox's memory limit %d leaves the agent nothing above the commands' %d", got, l.MemoryBytes)
+		}
+		if got := read("pids", cmd, "pids.max"); got != l.Pids+1 { // the agent's spawner thread is one
+			t.Errorf("commands' pids.max %d, want %d", got, l.Pids+1)
+		}
+		if got := read("cpu", cmd, "cpu.cfs_quota_us"); got != l.CPUMillis*100 {
+			t.Errorf("commands' CPU quota %d, want %d", got, l.CPUMillis*100)
+		}
+	}
+	shape(h.ID, limits)
+
+	// A fault's update reaches the commands' cgroup, lowering and raising.
+	lower := sandbox.Limits{MemoryBytes: 24 << 20, Pids: 50, CPUMillis: 100}
+	if err := rt.UpdateLimits(ctx, h.ID, lower); err != nil {
+		t.Fatal(err)
+	}
+	shape(h.ID, lower)
+	higher := sandbox.Limits{MemoryBytes: 128 << 20, Pids: 200, CPUMillis: 1000}
+	if err := rt.UpdateLimits(ctx, h.ID, higher); err != nil {
+		t.Fatal(err)
+	}
+	shape(h.ID, higher)
+
+	snap, err := rt.Snapshot(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Restore(ctx, h.ID, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	shape(h.ID, higher)
+	f, err := rt.Fork(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Destroy(context.Background(), f.ID) })
+	shape(f.ID, f.Spec.Limits)
 }
