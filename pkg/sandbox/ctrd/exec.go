@@ -91,7 +91,7 @@ func (r *Runtime) exec(ctx context.Context, op, id string, req sandbox.ExecReque
 	}
 	if b.st.CommandCgroup && !b.placed {
 		// A recovered sandbox, or one started without waiting for its agent.
-		if err := r.placeCommands(b); err != nil {
+		if err := r.placeCommands(ctx, b); err != nil {
 			return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
 		}
 	}

@@ -138,6 +138,9 @@ type Runtime struct {
 // startPhases is how long each step of starting a sandbox took.
 type startPhases struct {
 	Snapshot, Container, NewTask, Start, Agent time.Duration
+	// Cgroup is the commands' cgroup made and the agent's spawner thread moved into it
+	// (cmdcgroup.go), after the agent answered.
+	Cgroup time.Duration
 }
 
 // box is one sandbox this runtime manages.
@@ -586,20 +589,35 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 	}
 	b.task = task
 	b.pid.Store(int64(task.Pid()))
+	var cgPhase time.Duration
 	if !r.noAgent {
+		// The commands' cgroup is made while the agent starts; its spawner thread moves
+		// in once it answers (cmdcgroup.go).
+		var tasks []*os.File
+		if b.st.CommandCgroup {
+			t := time.Now()
+			if tasks, err = r.makeCommandCgroup(b); err != nil {
+				r.teardown(ctx, b)
+				return err
+			}
+			cgPhase = time.Since(t)
+		}
 		if err := r.waitAgent(ctx, id); err != nil {
+			closeAll(tasks)
 			r.teardown(ctx, b)
 			return err
 		}
 		if b.st.CommandCgroup {
-			if err := r.placeCommands(b); err != nil {
+			t := time.Now()
+			if err := r.joinCommandCgroup(ctx, b, tasks); err != nil {
 				r.teardown(ctx, b)
 				return err
 			}
+			cgPhase += time.Since(t)
 		}
 	}
-	ph := startPhases{Snapshot: t1.Sub(t0), Container: t2.Sub(t1), NewTask: t25.Sub(t2), Start: t3.Sub(t25), Agent: time.Since(t3)}
-	r.log.Debug("sandbox started", "sandbox", id, "snapshot", ph.Snapshot, "container", ph.Container, "new_task", ph.NewTask, "start_task", ph.Start, "agent", ph.Agent)
+	ph := startPhases{Snapshot: t1.Sub(t0), Container: t2.Sub(t1), NewTask: t25.Sub(t2), Start: t3.Sub(t25), Agent: time.Since(t3) - cgPhase, Cgroup: cgPhase}
+	r.log.Debug("sandbox started", "sandbox", id, "snapshot", ph.Snapshot, "container", ph.Container, "new_task", ph.NewTask, "start_task", ph.Start, "agent", ph.Agent, "cgroup", ph.Cgroup)
 	if r.phaseHook != nil {
 		r.phaseHook(ph)
 	}

@@ -81,8 +81,8 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	}
 	defer sup.Close()
 	s.supervised = true
-	// The spawner thread exists before the first ping is answered: the runtime looks for
-	// it by name as soon as the agent answers.
+	// The spawner thread exists before the first ping is answered: the runtime may move
+	// it (OpCgroup) as soon as the agent answers.
 	ready := make(chan error, 1)
 	s.spawn = make(chan func())
 	go s.spawner(ready)
@@ -140,6 +140,8 @@ func (s *Server) handle(conn net.Conn) {
 	var resp Response
 	switch {
 	case req.Op == OpPing:
+	case req.Op == OpCgroup:
+		resp.Error = s.joinCgroup(files)
 	case req.Op == OpStream && len(files) != 2:
 		resp.Error = fmt.Sprintf("op %q needs 2 descriptors (stdin, stdout) with the request; it came with %d", req.Op, len(files))
 	case req.Op == OpExec || req.Op == OpStream:
@@ -434,11 +436,11 @@ func (s *Server) exec(req Request, gone <-chan struct{}, files []*os.File) Respo
 	return resp
 }
 
-// SpawnerThreadName is the name (comm) of the agent's thread that starts every command.
-// The runtime finds it by this name and moves it, alone, into the cgroup that carries the
-// commands' limits (cgroup v1 places threads one by one), so every command starts there
-// while the agent's other threads, and the memory the agent charges, stay in the
-// sandbox's cgroup, which keeps a reserve for the agent above the commands' limit.
+// SpawnerThreadName is the name (comm, as ps shows it) of the agent's thread that starts
+// every command. The runtime has it move itself, alone, into the cgroup that carries the
+// commands' limits (OpCgroup; cgroup v1 places threads one by one), so every command
+// starts there while the agent's other threads, and the memory the agent charges, stay in
+// the sandbox's cgroup, which keeps a reserve for the agent above the commands' limit.
 const SpawnerThreadName = "gauntlet-spawn"
 
 // spawner locks its goroutine to an OS thread for good, names the thread
@@ -456,6 +458,34 @@ func (s *Server) spawner(ready chan<- error) {
 	for f := range s.spawn {
 		f()
 	}
+}
+
+// joinCgroup has the spawner thread write "0" to each tasks file of files (OpCgroup),
+// between commands.
+func (s *Server) joinCgroup(files []*os.File) string {
+	if len(files) == 0 {
+		return "op \"cgroup\" needs the tasks files with the request; it came with none"
+	}
+	if s.spawn == nil {
+		return "no spawner thread"
+	}
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
+	errs := make(chan error, 1)
+	s.spawn <- func() {
+		for _, f := range files {
+			// Written on this thread, which the goroutine is locked to: "0" is this thread.
+			if _, err := syscall.Write(int(f.Fd()), []byte("0")); err != nil {
+				errs <- fmt.Errorf("write 0 to tasks file %d: %w", f.Fd(), err)
+				return
+			}
+		}
+		errs <- nil
+	}
+	if err := <-errs; err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // fork starts prog on the spawner thread (inline before Serve made it) and registers
