@@ -17,62 +17,12 @@ cmd=${1:-}
 dir=${2:-.gauntlet/containerd}
 tmpfs=${GAUNTLET_CONTAINERD_TMPFS:-2147483648}
 cd "$(dirname "$0")/.."
+source scripts/launcher.sh
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
-pidfile="$dir/launcher.pid"
-ready="$dir/ready"
-
-running() { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
-
-case $cmd in
-start)
-	if running; then
-		cat "$ready"
-		exit 0
-	fi
-	((EUID == 0)) || { echo "containerd.sh: containerd needs root" >&2; exit 1; }
-	mkdir -p "$dir/bin"
-	go build -o "$dir/bin/gauntlet-containerd" ./cmd/gauntlet-containerd
-	rm -f "$ready"
-	nohup "$dir/bin/gauntlet-containerd" -dir "$dir" -root-tmpfs-bytes "$tmpfs" -ready-file "$ready" \
-		>"$dir/launcher.log" 2>&1 &
-	echo $! >"$pidfile"
-	for _ in $(seq 600); do
-		if [[ -s $ready ]]; then
-			cat "$ready"
-			exit 0
-		fi
-		if ! running; then
-			echo "containerd.sh: the launcher exited; its log:" >&2
-			tail -n 40 "$dir/launcher.log" >&2
-			exit 1
-		fi
-		sleep 0.05
-	done
-	echo "containerd.sh: containerd did not answer within 30 s; see $dir/launcher.log and $dir/containerd.log" >&2
+if [[ $cmd == start ]] && ((EUID != 0)); then
+	echo "containerd.sh: containerd needs root" >&2
 	exit 1
-	;;
-stop)
-	if running; then
-		pid=$(cat "$pidfile")
-		kill -TERM "$pid"
-		for _ in $(seq 600); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.05
-		done
-	fi
-	rm -f "$pidfile" "$ready"
-	;;
-status)
-	if running; then
-		echo "running: $(cat "$ready" 2>/dev/null)"
-	else
-		echo "stopped"
-		exit 3
-	fi
-	;;
-*)
-	echo "usage: $0 start|stop|status [DIR]" >&2
-	exit 2
-	;;
-esac
+fi
+launcher_main "$cmd" "$dir" containerd.sh containerd "$dir/launcher.log and $dir/containerd.log" \
+	./cmd/gauntlet-containerd -root-tmpfs-bytes "$tmpfs"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +26,10 @@ import (
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
 
-// consoleCurriculum passes its first stage with the oracle, then stays in its second
-// (a reward mean no episode reaches) under a latency ramp until it is aborted.
+// consoleCurriculum passes its first stage with the oracle, a fifth of its episodes
+// given to an http policy whose endpoint fails every call (model endpoint infra errors,
+// which its stage records by kind), then stays in its second (a reward mean no episode
+// reaches) under a latency ramp until it is aborted. %s is the endpoint's URL.
 const consoleCurriculum = `
 name: console-e2e
 seed: 5
@@ -34,7 +37,8 @@ max_in_flight: 50
 stages:
   - name: calm
     env: shop
-    policies: oracle=1
+    policies: oracle=4,http=1
+    policy_endpoint: {url: '%s/v1', model: down}
     profiles: baseline=1
     episodes: {min: 20, max: 40}
     batch: 10
@@ -65,9 +69,14 @@ func TestConsoleCurriculaInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("chromium not found (%v): the console's browser tests need Debian's chromium; run scripts/deps.sh", err)
 	}
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "model endpoint down", http.StatusServiceUnavailable)
+	}))
+	defer down.Close()
 	cfg := testConfig(t)
 	cfg.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cfg.Worker.Concurrency = 32
+	cfg.Worker.MaxDeliver = 1 // an infra error is recorded at once, not retried
 	tokens := filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(tokens, []byte("tenants:\n  - name: acme\n    tokens: ["+tokenAcme+"]\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -85,7 +94,7 @@ func TestConsoleCurriculaInABrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	out, err := gauntletCLI(t, "curriculum", "start", "-f", writeFile(t, "console.yaml", consoleCurriculum), "--id", "curriculum-console-e2e", "--data-dir", cfg.DataDir)
+	out, err := gauntletCLI(t, "curriculum", "start", "-f", writeFile(t, "console.yaml", fmt.Sprintf(consoleCurriculum, down.URL)), "--id", "curriculum-console-e2e", "--data-dir", cfg.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +184,26 @@ func TestConsoleCurriculaInABrowser(t *testing.T) {
 	stages := queryOne(t, conn, fmt.Sprintf(`SELECT count() FROM %s.curriculum_stages FINAL WHERE curriculum_id = '%s'`, db, id))
 	if n, err := b.eval(`document.querySelectorAll("#stages tbody tr").length`); err != nil || strconv.Itoa(n) != stages || stages != "1" {
 		t.Errorf("%d closed stages shown (err %v), SQL gives %s, want 1", n, err, stages)
+	}
+	// The closed stage's infra errors, by kind as curriculum_stages holds them: the
+	// table's text, and its stacked bar one part a kind.
+	_, byKind, err := trajectory.Query(ctx, conn, fmt.Sprintf(`SELECT toString(stage), toString(infra_errors),
+		arrayStringConcat(arrayMap((k, n) -> concat(k, ' ', toString(n)), infra_kinds, infra_counts), ', '), toString(length(infra_kinds))
+		FROM %s.curriculum_stages FINAL WHERE curriculum_id = '%s'`, db, id))
+	if err != nil || len(byKind) != 1 || byKind[0][1] == "0" || !strings.HasPrefix(byKind[0][2], "model_endpoint ") {
+		t.Fatalf("closed stages' infra errors by SQL: %v %q; want stage 0's model endpoint errors", err, byKind)
+	}
+	for _, row := range byKind {
+		sel := fmt.Sprintf(`#stages tr[data-stage=%q] `, row[0])
+		if got := text(t, b, sel+`td[data-field="infra_errors"]`); got != row[1] {
+			t.Errorf("stage %s: %s infra errors shown, SQL gives %s", row[0], got, row[1])
+		}
+		if got := text(t, b, sel+`[data-field="infra_by_kind"]`); got != row[2] {
+			t.Errorf("stage %s: infra errors by kind %q shown, SQL gives %q", row[0], got, row[2])
+		}
+		if n, err := b.eval(fmt.Sprintf(`document.querySelectorAll(%q).length`, sel+`.kindbar [data-kind]`)); err != nil || strconv.Itoa(n) != row[3] {
+			t.Errorf("stage %s: %d parts in its bar of infra errors by kind (err %v), SQL gives %s kinds", row[0], n, err, row[3])
+		}
 	}
 	// One chart: success rate, stage and the latency drift.
 	if n, err := b.eval(`document.querySelectorAll(".chart canvas").length`); err != nil || n != 1 {

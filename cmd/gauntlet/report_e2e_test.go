@@ -107,7 +107,7 @@ func TestReportEqualsTheDocumentedSQL(t *testing.T) {
 	if err := cmdReport(ctx, append([]string{"--clickhouse", s.app.clickHouseAddr(), "--database", cfg.Database}, ids...), &table, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Overview", "By run", "Under faults", "Cost and metering", "Step latency", "Stuck and looping", reqs[1].RunId} {
+	for _, want := range []string{"Overview", "By run", "Under faults", "Resource limits", "Cost and metering", "Step latency", "Stuck and looping", reqs[1].RunId} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table report lacks %q:\n%s", want, table.String())
 		}
@@ -312,6 +312,22 @@ func checkReport(t *testing.T, conn driver.Conn, db string, docs map[string]stri
 			eqf(c.name+" component", g.ComponentMean, f(row, c.comp))
 			eqf(c.name+" step reward", g.StepRewardMean, f(row, "step_reward_mean"))
 		}
+	}
+
+	limits := sql("limits")
+	if len(limits) != len(r.Limits) {
+		t.Fatalf("limits: report %d lines, SQL %d", len(r.Limits), len(limits))
+	}
+	for i, row := range limits {
+		l := r.Limits[i]
+		if l.Kind != row["kind"] {
+			t.Errorf("limits line %d: %s, SQL %v", i, l.Kind, row["kind"])
+		}
+		equ("limit "+l.Kind+" times", l.Times, u(row, "times"))
+		rate("limit "+l.Kind, l.Met, u(row, "succeeded"), u(row, "episodes"))
+		equ("limit "+l.Kind+" ended", l.Ended, u(row, "ended"))
+		eqf("limit "+l.Kind+" reward mean", l.RewardMean, f(row, "reward_mean"))
+		eqf("limit "+l.Kind+" step reward mean", l.StepRewardMean, f(row, "step_reward_mean"))
 	}
 
 	cost := sql("cost")[0]

@@ -17,8 +17,6 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
-	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -132,17 +130,8 @@ func TestConsoleCostOfALargeRun(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set CONSOLE_COST_EPISODES to the run's size")
 	}
-	srv := chtest.Start(t)
-	ctx := context.Background()
-	const db = "gauntlet"
-	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := trajectory.Migrate(ctx, conn, db); err != nil {
-		t.Fatal(err)
-	}
+	srv, conn := migratedClickHouse(t)
+	const db = testDB
 	start := time.Now()
 	fillRun(t, conn, db, "rbig", n)
 	fillRun(t, conn, db, "rsmall", 100)
@@ -174,20 +163,9 @@ func TestConsoleCostOfALargeRun(t *testing.T) {
 // faults), and a page of a planned run's episodes sorted all of them to skip to its
 // offset; each read more rows than half the large run.
 func TestReadsStayWithinTheRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts ClickHouse; -short runs unit tests only")
-	}
-	srv := chtest.Start(t)
+	srv, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	const db = "gauntlet"
-	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := trajectory.Migrate(ctx, conn, db); err != nil {
-		t.Fatal(err)
-	}
+	const db = testDB
 	const n = 100_000
 	fillRun(t, conn, db, "rbig", n)
 	fillRun(t, conn, db, "rsmall", 100)
@@ -238,20 +216,9 @@ func TestReadsStayWithinTheRun(t *testing.T) {
 // served from memory, with its age, until RefreshAfter; a smaller one is read for every
 // request, so it shows a new episode at once.
 func TestLargeSummaryServedKept(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts ClickHouse; -short runs unit tests only")
-	}
-	srv := chtest.Start(t)
+	srv, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	const db = "gauntlet"
-	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := trajectory.Migrate(ctx, conn, db); err != nil {
-		t.Fatal(err)
-	}
+	const db = testDB
 	fillRun(t, conn, db, "rkept", 50)
 	fillRun(t, conn, db, "rread", 49)
 	c := New(Config{ClickHouse: srv.Addr, Database: db, CacheFrom: 50, RefreshAfter: time.Hour},

@@ -63,16 +63,19 @@ type StageRow struct {
 	Succeeded      uint64  `json:"succeeded"`
 	RewardSum      float64 `json:"reward_sum"`
 	// InfraErrors is how many of Episodes ended as infra errors (0 for stages closed
-	// before they were recorded).
-	InfraErrors uint64    `json:"infra_errors"`
-	Batches     uint32    `json:"batches"`
-	ClosedAt    time.Time `json:"closed_at"`
+	// before they were recorded), by kind in InfraByKind (curriculum_stages.infra_kinds
+	// and infra_counts; empty for stages closed before kinds were recorded, and kinds
+	// with none are absent), as a batch's are.
+	InfraErrors uint64            `json:"infra_errors"`
+	InfraByKind map[string]uint64 `json:"infra_by_kind"`
+	Batches     uint32            `json:"batches"`
+	ClosedAt    time.Time         `json:"closed_at"`
 }
 
 // CurriculumStages returns the stages the curriculum closed, in order.
 func (r reader) CurriculumStages(ctx context.Context, id string) ([]StageRow, error) {
 	rows, err := r.conn.Query(ctx, r.sql(`SELECT stage, stage_name, outcome, metric, threshold,
-		window_episodes, window_value, episodes, succeeded, reward_sum, infra_errors, batches, closed_at
+		window_episodes, window_value, episodes, succeeded, reward_sum, infra_errors, infra_kinds, infra_counts, batches, closed_at
 		FROM {db}.curriculum_stages FINAL WHERE curriculum_id = ? ORDER BY stage, closed_at_ns LIMIT ?`), id, maxBatches)
 	if err != nil {
 		return nil, fmt.Errorf("curriculum %s stages: %w", id, err)
@@ -81,9 +84,17 @@ func (r reader) CurriculumStages(ctx context.Context, id string) ([]StageRow, er
 	out := []StageRow{}
 	for rows.Next() {
 		var s StageRow
+		var kinds []string
+		var counts []uint64
 		if err := rows.Scan(&s.Stage, &s.StageName, &s.Outcome, &s.Metric, &s.Threshold, &s.WindowEpisodes,
-			&s.WindowValue, &s.Episodes, &s.Succeeded, &s.RewardSum, &s.InfraErrors, &s.Batches, &s.ClosedAt); err != nil {
+			&s.WindowValue, &s.Episodes, &s.Succeeded, &s.RewardSum, &s.InfraErrors, &kinds, &counts, &s.Batches, &s.ClosedAt); err != nil {
 			return nil, fmt.Errorf("curriculum %s stages: scan: %w", id, err)
+		}
+		s.InfraByKind = make(map[string]uint64, len(kinds))
+		for i, k := range kinds {
+			if i < len(counts) && counts[i] > 0 {
+				s.InfraByKind[k] += counts[i]
+			}
 		}
 		out = append(out, s)
 	}

@@ -14,9 +14,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-
-	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
-	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
 // episodeFixture is one ended episode of the test's run, with the faults fired in it.
@@ -106,20 +103,9 @@ func episodeID(runID string, i int) string { return runID + "-000000" + string(r
 // (the schema the store migrates, rows inserted twice as a redelivery would) and checks
 // every figure against the numbers worked out by hand.
 func TestAPIAgainstClickHouse(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts ClickHouse; -short runs unit tests only")
-	}
-	srv := chtest.Start(t)
+	srv, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	const db = "gauntlet"
-	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := trajectory.Migrate(ctx, conn, db); err != nil {
-		t.Fatal(err)
-	}
+	const db = testDB
 	insertFixture(t, conn, db, "rA", runFixture, 2)
 	insertFixture(t, conn, db, "rB", runFixture[:1], 1)
 
@@ -288,20 +274,9 @@ func TestAPIAgainstClickHouse(t *testing.T) {
 // averaged per batch and selector, null where a batch had no such drift, and the counts
 // of the curricula list.
 func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts ClickHouse; -short runs unit tests only")
-	}
-	srv := chtest.Start(t)
+	_, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	const db = "gauntlet"
-	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := trajectory.Migrate(ctx, conn, db); err != nil {
-		t.Fatal(err)
-	}
+	const db = testDB
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	rb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".runs (run_id, curriculum_id, curriculum_name, stage, stage_name, batch, drift_text, submitted_at, version)")
 	if err != nil {
@@ -408,12 +383,16 @@ func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
 		t.Errorf("counts = %+v, want cur-1 and cur-2 only", counts)
 	}
 
-	// A closed stage says how many of its episodes were infra errors.
-	sb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".curriculum_stages (curriculum_id, curriculum_prefix, stage, stage_name, outcome, episodes, succeeded, infra_errors, batches, closed_at, closed_at_ns, version)")
+	// A closed stage says how many of its episodes were infra errors, and of which kind;
+	// one closed before kinds were recorded gives its count alone.
+	sb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".curriculum_stages (curriculum_id, curriculum_prefix, stage, stage_name, outcome, episodes, succeeded, infra_errors, infra_kinds, infra_counts, batches, closed_at, closed_at_ns, version)")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.Append("cur-1", "c", uint32(1), "st", "promoted", uint64(40), uint64(27), uint64(10), uint32(2), t0, uint64(t0.UnixNano()), uint64(1)); err != nil {
+	if err := sb.Append("cur-1", "c", uint32(0), "old", "promoted", uint64(20), uint64(18), uint64(1), []string{}, []uint64{}, uint32(2), t0, uint64(t0.UnixNano()), uint64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Append("cur-1", "c", uint32(1), "st", "promoted", uint64(40), uint64(27), uint64(10), []string{"model_endpoint", "sandbox"}, []uint64{7, 3}, uint32(2), t0, uint64(t0.UnixNano()), uint64(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := sb.Send(); err != nil {
@@ -423,7 +402,13 @@ func TestCurriculumBatchesAgainstClickHouse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stages) != 1 || stages[0].Episodes != 40 || stages[0].InfraErrors != 10 || stages[0].Succeeded != 27 {
-		t.Errorf("stages = %+v, want stage 1 with 40 episodes, 10 infra errors, 27 successes", stages)
+	if len(stages) != 2 || stages[1].Episodes != 40 || stages[1].InfraErrors != 10 || stages[1].Succeeded != 27 {
+		t.Fatalf("stages = %+v, want stage 1 with 40 episodes, 10 infra errors, 27 successes", stages)
+	}
+	if got := fmt.Sprint(stages[1].InfraByKind); got != "map[model_endpoint:7 sandbox:3]" {
+		t.Errorf("stage 1 infra errors by kind %s, want model_endpoint 7, sandbox 3", got)
+	}
+	if got := fmt.Sprint(stages[0].InfraByKind); got != "map[]" || stages[0].InfraErrors != 1 {
+		t.Errorf("stage 0 (closed before kinds): %d infra errors by kind %s, want 1 and no kinds", stages[0].InfraErrors, got)
 	}
 }

@@ -100,6 +100,29 @@ WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDate
 GROUP BY event
 ORDER BY times DESC, event`}
 
+	// qLimits: the resource limits the sandboxes hit (steps.limits, "KIND: DETAIL"), by
+	// kind, apart from the safety events: honest programs meet them too. Per kind, how
+	// often it was hit, the scored episodes that hit it (and how many of them succeeded),
+	// those whose last step hit it, and what those episodes and steps scored.
+	qLimits = Query{"limits", `SELECT kind,
+       sum(hits) AS times,
+       count() AS episodes,
+       sum(success) AS succeeded,
+       sum(ended_on) AS ended,
+       avg(total_reward) AS reward_mean,
+       sum(hit_rewards) / sum(hits) AS step_reward_mean
+FROM (SELECT episode_id, extract(hit, '^[^:]*') AS kind, count() AS hits, max(terminated OR truncated) AS ended_on, sum(reward) AS hit_rewards
+      FROM {db}.steps FINAL
+      ARRAY JOIN limits AS hit
+      WHERE run_id IN ({runs}) AND requested_at BETWEEN toDateTime({first}) AND toDateTime({last})
+      GROUP BY episode_id, kind)
+ALL INNER JOIN
+     (SELECT episode_id, success, total_reward FROM {db}.episodes FINAL
+      WHERE run_id IN ({runs}) AND infra_error = 0)
+USING episode_id
+GROUP BY kind
+ORDER BY episodes DESC, kind`}
+
 	// qViolations: causal rules the agent broke, and what the steps scored.
 	qViolations = Query{"violations", `SELECT rule,
        count() AS times,
@@ -184,5 +207,5 @@ ORDER BY stage`}
 )
 
 // Queries lists every query of the report, in the order docs/querying.md shows them.
-var Queries = []Query{qOverview, qByRun, qByPolicy, qFaultMet, qFaultFirst, qUnfaulted, qSafety, qViolations,
+var Queries = []Query{qOverview, qByRun, qByPolicy, qFaultMet, qFaultFirst, qUnfaulted, qSafety, qLimits, qViolations,
 	qCost, qLatency, qStuck, qLooping, qLoopingTop, qByStage}

@@ -85,7 +85,7 @@ func sections(r *Report) []section {
 	for _, g := range r.ByRun {
 		label, seed, pol, prof := "", "", "", ""
 		if g.Run != nil {
-			label, seed, pol, prof = g.Run.Label, fmt.Sprint(g.Run.Seed), g.Run.PolicyMix, g.Run.ProfileMix
+			label, seed, pol, prof = g.Run.Label, fmt.Sprint(g.Run.Seed), runPolicies(g.Run), g.Run.ProfileMix
 		}
 		s.rows = append(s.rows, []string{g.Key, label, seed, pol, prof, fmt.Sprint(g.Episodes), pct(g.Success), num(g.RewardMean), quant(g.Reward)})
 	}
@@ -121,6 +121,20 @@ func sections(r *Report) []section {
 		}
 		out = append(out, s)
 	}
+	s = section{
+		title: "Resource limits",
+		note: "Limits the sandboxes hit, apart from safety events (honest programs hit them too): episodes that hit each at least once, " +
+			"and those that ended on a step that hit it. Episodes cut by their own step or time limit are under Stuck.",
+		head: []string{"limit", "times", "episodes", "success", "reward mean", "ended on it", "step reward mean"},
+	}
+	for _, l := range r.Limits {
+		s.rows = append(s.rows, []string{l.Kind, fmt.Sprint(l.Times), fmt.Sprint(l.Met.Trials), pct(l.Met), num(l.RewardMean),
+			fmt.Sprint(l.Ended), num(l.StepRewardMean)})
+	}
+	if len(r.Limits) == 0 {
+		s.rows = append(s.rows, []string{"(none)", "0", "0", "", "", "0", ""})
+	}
+	out = append(out, s)
 	c := r.Cost
 	out = append(out, section{
 		title: "Cost and metering",
@@ -196,4 +210,13 @@ func stageInfra(st trajectory.StageRow) string {
 		parts[i] = fmt.Sprintf("%s %d", k, n)
 	}
 	return fmt.Sprintf("%d (%s)", st.InfraErrors, strings.Join(parts, ", "))
+}
+
+// runPolicies is a run's policy mix with its http policy's choice of token ids and
+// logprobs when the run made one (a run that left it to the workers says nothing).
+func runPolicies(r *trajectory.RunRow) string {
+	if r.PolicyLogprobs == "" {
+		return r.PolicyMix
+	}
+	return r.PolicyMix + " (logprobs " + r.PolicyLogprobs + ")"
 }

@@ -18,6 +18,8 @@ func sample() *Report {
 		r.ByRun = append(r.ByRun, Group{Key: id, Episodes: 100, Success: Wilson(uint64(40+10*i), 100),
 			Run: &trajectory.RunRow{RunID: id, Label: `<script>alert("x")</script>`, Seed: uint64(i)}})
 	}
+	r.ByRun[1].Run.PolicyMix, r.ByRun[1].Run.PolicyLogprobs = "http=1", trajectory.LogprobsOn
+	r.Limits = []Limit{{Kind: "oom_kill", Times: 4, Met: Wilson(1, 3), RewardMean: 0.25, Ended: 2, StepRewardMean: -0.5}}
 	r.ByPolicy = []Group{{Key: "oracle", Episodes: 100, Success: Wilson(80, 100)}, {Key: "random", Episodes: 100, Success: Wilson(10, 100)}}
 	r.Unfaulted = Wilson(50, 80)
 	r.Faults = []FaultLine{{Kind: "latency", Met: Wilson(30, 70), First: Wilson(20, 50)}, {Kind: "http_error", Met: Wilson(10, 50), First: Wilson(10, 40)}}
@@ -53,7 +55,8 @@ func TestFormats(t *testing.T) {
 	if err := Write(&table, sample(), FormatTable); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Overview", "45.0 % [38.3, 51.9]", "By run", "Under faults", "(no fault)", "Step latency", "stuck: max_steps"} {
+	for _, want := range []string{"Overview", "45.0 % [38.3, 51.9]", "By run", "http=1 (logprobs on)", "Under faults", "(no fault)", "Step latency", "stuck: max_steps",
+		"Resource limits", "oom_kill", "33.3 % [6.1, 79.2]"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

@@ -89,6 +89,24 @@ type Trigger struct {
 	StepRewardMean float64 `json:"step_reward_mean"`
 }
 
+// Limit is how episodes did when their sandbox hit one kind of resource limit (timeout,
+// oom_kill, pids_limit, disk_full, output_capped, cpu_throttled): counted apart from
+// the safety events, since honest programs hit limits too.
+type Limit struct {
+	Kind string `json:"kind"`
+	// Times is how often a step hit it.
+	Times uint64 `json:"times"`
+	// Met is the scored episodes that hit it at least once, and how many of them
+	// succeeded; RewardMean their mean total reward.
+	Met        Rate    `json:"met"`
+	RewardMean float64 `json:"reward_mean"`
+	// Ended is how many of them ended on a step that hit it.
+	Ended uint64 `json:"ended"`
+	// StepRewardMean is the mean reward of the steps that hit it (a step counted once a
+	// hit), to compare with Cost.StepRewardMean.
+	StepRewardMean float64 `json:"step_reward_mean"`
+}
+
 // Cost is the run's cost and metering, over every step.
 type Cost struct {
 	Steps           uint64  `json:"steps"`
@@ -148,7 +166,9 @@ type Report struct {
 	UnfaultedRewardMean float64     `json:"unfaulted_reward_mean"`
 	Faults              []FaultLine `json:"faults"`
 
-	Safety     []Trigger `json:"safety"`
+	Safety []Trigger `json:"safety"`
+	// Limits are the resource limits the runs' sandboxes hit, by kind.
+	Limits     []Limit   `json:"limits"`
 	Violations []Trigger `json:"violations"`
 	Cost       Cost      `json:"cost"`
 	Latency    Latency   `json:"latency"`
@@ -284,6 +304,14 @@ func Build(ctx context.Context, conn driver.Conn, o Options) (*Report, error) {
 
 	if r.Safety, err = q.triggers(qSafety, "event", "safety_mean"); err != nil {
 		return nil, err
+	}
+	if rows, err = q.run(qLimits); err != nil {
+		return nil, err
+	}
+	r.Limits = []Limit{}
+	for _, row := range rows {
+		r.Limits = append(r.Limits, Limit{Kind: row.s("kind"), Times: row.u("times"), Met: Wilson(row.u("succeeded"), row.u("episodes")),
+			RewardMean: row.f("reward_mean"), Ended: row.u("ended"), StepRewardMean: row.f("step_reward_mean")})
 	}
 	if r.Violations, err = q.triggers(qViolations, "rule", "causal_mean"); err != nil {
 		return nil, err

@@ -20,6 +20,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "sandbox.state-dir", "", "state directory of the sandbox runtime (default: <data-dir>/sandbox)")
 	fs.StringVar(&c.Containerd, "sandbox.containerd", "", "socket of a running containerd (scripts/containerd.sh start; default: start a private one)")
 	fs.IntVar(&c.PoolSize, "sandbox.pool-size", 2, "warm sandboxes kept per sandbox template (0: create each on demand)")
+	fs.IntVar(&c.ImagePools, "sandbox.image-pools", DefaultImagePools, "warm pools kept for task images, one per image; a pool idle for sandbox.image-pool-idle gives way to a new image's")
+	fs.DurationVar(&c.ImagePoolIdle, "sandbox.image-pool-idle", DefaultImagePoolIdle, "how long a task image's warm pool goes without an episode before a new image may take its place")
 	c.Images.RegisterFlags(fs)
 	c.RegisterHostsFlag(fs)
 	fs.StringVar(&c.AgentBinary, "sandbox.agent", "", "static in-sandbox agent for containerd sandboxes (default: build it with the Go toolchain)")

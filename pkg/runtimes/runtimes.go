@@ -7,6 +7,7 @@
 package runtimes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,14 @@ type Config struct {
 	// PoolSize is how many warm sandboxes to keep per template of the registered envs
 	// (env.SandboxTemplater); 0 creates every sandbox on demand.
 	PoolSize int
+	// ImagePools bounds the warm pools of task images (one per image, made as the image
+	// is first met): 0 means DefaultImagePools. When all are taken, the pool of the image
+	// least lately asked for gives way to a new image's once it has gone ImagePoolIdle
+	// without an episode; until then new images get sandboxes made on demand.
+	ImagePools int
+	// ImagePoolIdle is how long an image's pool goes without an episode before a new
+	// image may take its place; 0 means DefaultImagePoolIdle.
+	ImagePoolIdle time.Duration
 	// Images configures the image store of runtimes that build and pull task images
 	// (sandbox.ImagePreparer: containerd).
 	Images ImagesConfig
@@ -83,6 +92,12 @@ func (c Config) Validate() error {
 	if c.PoolSize < 0 || c.PoolSize > 1024 {
 		errs = append(errs, fmt.Errorf("sandbox.pool-size: %d must be between 0 and 1024", c.PoolSize))
 	}
+	if c.ImagePools < 0 || c.ImagePools > 4096 {
+		errs = append(errs, fmt.Errorf("sandbox.image-pools: %d must be between 0 (the default, %d) and 4096", c.ImagePools, DefaultImagePools))
+	}
+	if c.ImagePoolIdle < 0 {
+		errs = append(errs, fmt.Errorf("sandbox.image-pool-idle: %v must not be negative", c.ImagePoolIdle))
+	}
 	if c.Runtime != None && c.StateDir == "" {
 		errs = append(errs, errors.New("sandbox.state-dir: must be set when sandbox.runtime is"))
 	}
@@ -106,15 +121,25 @@ type Sandboxes struct {
 	mu     sync.Mutex
 	leases map[string]*pool.Lease
 	// tpl are the pool's templates by name: the envs' own, and one per image of its own
-	// (a task's) that a spec named, made as it was first acquired (imageTemplate).
-	tpl    map[string]sandbox.Spec
-	images int // templates of the latter kind
+	// (a task's) that a spec named, made as it was first acquired (template).
+	tpl map[string]sandbox.Spec
+	// imageUsed is when each template of the latter kind last served an acquire: the
+	// one least lately used gives way to a new image's once idle long enough.
+	imageUsed  map[string]time.Time
+	imagePools int           // Config.ImagePools, defaulted
+	imageIdle  time.Duration // Config.ImagePoolIdle, defaulted
+	now        func() time.Time
 }
 
-// MaxImageTemplates bounds the templates the pool makes for specs with images of their
-// own (a dataset's task images): each keeps Config.PoolSize sandboxes warm, so the
-// images met after these many get sandboxes made on demand.
-const MaxImageTemplates = 32
+// Defaults of the task images' warm pools (Config.ImagePools, Config.ImagePoolIdle).
+// Each pool keeps Config.PoolSize sandboxes warm. A curriculum moving from one set of
+// tasks to the next frees the last set's pools a minute after its last episode; a
+// dataset of more images than pools, drawn from at random, keeps the first ones warm
+// and makes the rest on demand rather than making and destroying pools for every draw.
+const (
+	DefaultImagePools    = 32
+	DefaultImagePoolIdle = time.Minute
+)
 
 var _ env.Sandboxes = (*Sandboxes)(nil)
 
@@ -165,10 +190,12 @@ func (s *Sandboxes) template(spec sandbox.Spec) (string, bool) {
 		return "", false
 	}
 	name := spec.Template + "@" + spec.Image
+	now := s.now()
 	if t, ok := s.tpl[name]; ok {
+		s.imageUsed[name] = now
 		return name, sameShape(t, spec)
 	}
-	if s.images >= MaxImageTemplates {
+	if len(s.imageUsed) >= s.imagePools && !s.evictIdleImage(now) {
 		return "", false
 	}
 	t := spec
@@ -178,8 +205,34 @@ func (s *Sandboxes) template(spec sandbox.Spec) (string, bool) {
 		return "", false
 	}
 	s.tpl[name] = t
-	s.images++
+	s.imageUsed[name] = now
 	return name, true
+}
+
+// evictIdleImage takes out of the pool the image template least lately used, if it has
+// been idle for s.imageIdle, and reports whether it did. Its sandboxes are destroyed in
+// the background: those leased go on until released. s.mu is held.
+func (s *Sandboxes) evictIdleImage(now time.Time) bool {
+	victim, last := "", now
+	for name, used := range s.imageUsed {
+		if used.Before(last) {
+			victim, last = name, used
+		}
+	}
+	if victim == "" || now.Sub(last) < s.imageIdle {
+		return false
+	}
+	delete(s.tpl, victim)
+	delete(s.imageUsed, victim)
+	s.log.Info("image pool given way to a new image", "template", victim, "idle", now.Sub(last).Round(time.Second))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.pool.RemoveTemplate(ctx, victim); err != nil {
+			s.log.Warn("remove an image's pool", "template", victim, "err", err)
+		}
+	}()
+	return true
 }
 
 func (s *Sandboxes) acquireWarm(ctx context.Context, template string, spec sandbox.Spec) (sandbox.Handle, error) {
@@ -261,7 +314,8 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Sandboxes, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Sandboxes{image: c.Image, size: c.PoolSize, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}, log: log}
+	s := &Sandboxes{image: c.Image, size: c.PoolSize, tpl: map[string]sandbox.Spec{}, leases: map[string]*pool.Lease{}, log: log,
+		imageUsed: map[string]time.Time{}, imagePools: cmp.Or(c.ImagePools, DefaultImagePools), imageIdle: cmp.Or(c.ImagePoolIdle, DefaultImagePoolIdle), now: time.Now}
 	r, _ := registered.Lookup(c.Runtime) // Validate found it
 	o, err := r.Open(ctx, c, filepath.Clean(c.StateDir), log)
 	if err != nil {

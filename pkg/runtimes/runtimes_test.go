@@ -33,6 +33,9 @@ func TestConfigValidate(t *testing.T) {
 		{runtimes.Config{Runtime: runtimes.Process, StateDir: "/x", Image: "host"}, ""},
 		{runtimes.Config{Runtime: runtimes.Process, StateDir: "/x", Image: "alpine"}, `sandbox.image: "alpine": the process runtime`},
 		{runtimes.Config{Runtime: runtimes.Containerd, StateDir: "/x", Image: "alpine"}, ""},
+		{runtimes.Config{ImagePools: -1}, "sandbox.image-pools: -1 must be between 0"},
+		{runtimes.Config{ImagePools: 5000}, "sandbox.image-pools: 5000 must be between 0"},
+		{runtimes.Config{ImagePoolIdle: -time.Second}, "sandbox.image-pool-idle: -1s must not be negative"},
 	}
 	for _, tc := range cases {
 		err := tc.c.Validate()
@@ -226,6 +229,61 @@ func TestImagesGetWarmPools(t *testing.T) {
 	}
 	if err := sb.Release(ctx, h.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestImagePoolsGiveWayWhenIdle: with room for two image pools, a third image gets
+// sandboxes made on demand while both pools are in use; once one has gone idle, the
+// least lately used one gives way (its sandboxes destroyed) and the third image gets its
+// pool. Three templates on the process runtime's "host" image stand for three task
+// images: the pool is made per template and image.
+func TestImagePoolsGiveWayWhenIdle(t *testing.T) {
+	c := runtimestest.Config(t, runtimes.Process)
+	c.PoolSize, c.ImagePools, c.ImagePoolIdle = 1, 2, 300*time.Millisecond
+	sb := runtimestest.OpenConfig(t, c)
+	ctx := context.Background()
+	acquire := func(task string) sandbox.Handle {
+		t.Helper()
+		h, err := sb.Acquire(ctx, sandbox.Spec{Template: task, Image: "host"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Release(ctx, h.ID); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	of := func(template string) int {
+		t.Helper()
+		hs, err := sb.Runtime().List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, h := range hs {
+			if h.Spec.Template == template {
+				n++
+			}
+		}
+		return n
+	}
+	acquire("a")
+	acquire("b")
+	if h := acquire("c"); h.Spec.Template != "c" {
+		t.Fatalf("a third image while two pools are fresh got a sandbox of %q, want one made on demand", h.Spec.Template)
+	}
+	time.Sleep(2 * c.ImagePoolIdle)
+	acquire("b") // b is used again: a is the one least lately used
+	if h := acquire("c"); h.Spec.Template != "c@host" {
+		t.Fatalf("the third image after a went idle got a sandbox of %q, want one of its own pool c@host", h.Spec.Template)
+	}
+	for deadline := time.Now().Add(30 * time.Second); of("a@host") > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a@host still has %d sandboxes 30 s after its pool gave way", of("a@host"))
+		}
+	}
+	if h := acquire("b"); h.Spec.Template != "b@host" {
+		t.Errorf("b, used lately, lost its pool: a sandbox of %q", h.Spec.Template)
 	}
 }
 

@@ -20,7 +20,7 @@ const (
 	RunRefused = "refused"
 )
 
-// RunRow is one row of the runs table (migration 7): a run's spec, where it came from
+// RunRow is one row of the runs table (migration 6): a run's spec, where it came from
 // (gauntlet.v1.RunOrigin) and the scheduler's account of it. The store rewrites the row
 // as the run goes on; its version is the run state's update time, so the newest account
 // wins whatever order the rows arrive in.
@@ -54,6 +54,11 @@ type RunRow struct {
 	PolicyURL        string `json:"policy_url"`
 	PolicyModel      string `json:"policy_model"`
 	PolicyCredential string `json:"policy_credential"`
+	// PolicyLogprobs is whether the run's "http" policy asks its endpoint for token
+	// ids and logprobs (PolicyEndpoint.logprobs, migration 16): LogprobsOn, LogprobsOff,
+	// or "" when the run left it to each worker's --policy.http.logprobs (and for runs
+	// of other policies).
+	PolicyLogprobs string `json:"policy_logprobs"`
 	// CurriculumID is the curriculum workflow's id when the run is one of its batches.
 	CurriculumID     string    `json:"curriculum_id"`
 	CurriculumName   string    `json:"curriculum_name"`
@@ -83,7 +88,7 @@ type RunRow struct {
 	Version      uint64    `json:"version"`
 }
 
-// runColumns is the runs table of migrations 7, 8 and 14.
+// runColumns is the runs table of migrations 6, 8, 14 and 16.
 var runColumns = []column[RunRow]{
 	col("run_id", func(r *RunRow) *string { return &r.RunID }),
 	col("label", func(r *RunRow) *string { return &r.Label }),
@@ -106,6 +111,7 @@ var runColumns = []column[RunRow]{
 	col("policy_url", func(r *RunRow) *string { return &r.PolicyURL }),
 	col("policy_model", func(r *RunRow) *string { return &r.PolicyModel }),
 	col("policy_credential", func(r *RunRow) *string { return &r.PolicyCredential }),
+	col("policy_logprobs", func(r *RunRow) *string { return &r.PolicyLogprobs }),
 	col("curriculum_id", func(r *RunRow) *string { return &r.CurriculumID }),
 	col("curriculum_name", func(r *RunRow) *string { return &r.CurriculumName }),
 	col("curriculum_prefix", func(r *RunRow) *string { return &r.CurriculumPrefix }),
@@ -145,7 +151,7 @@ func RunRowOf(s *gauntletv1.RunState) RunRow {
 		Seed:           spec.GetSeed(), Episodes: spec.GetEpisodes(), MaxInFlight: spec.GetMaxInFlight(), MaxSteps: spec.GetMaxSteps(),
 		RewardSpec: o.GetRewardSpec(), CurriculumID: o.GetCurriculumId(), CurriculumName: o.GetCurriculumName(),
 		PolicyURL: spec.GetPolicyEndpoint().GetUrl(), PolicyModel: spec.GetPolicyEndpoint().GetModel(),
-		PolicyCredential: spec.GetPolicyEndpoint().GetCredential(),
+		PolicyCredential: spec.GetPolicyEndpoint().GetCredential(), PolicyLogprobs: logprobsOf(spec.GetPolicyEndpoint().GetLogprobs()),
 		CurriculumPrefix: o.GetCurriculumPrefix(), Stage: o.GetStage(), StageName: o.GetStageName(), Batch: o.GetBatch(),
 		GauntletVersion: o.GetGauntletVersion(), SubmittedBy: o.GetSubmittedBy(),
 		SubmittedAt: dateTime(spec.GetRequestedAtUnixNano()), SubmittedAtNs: unsigned(spec.GetRequestedAtUnixNano()),
@@ -171,6 +177,23 @@ func RunRowOf(s *gauntletv1.RunState) RunRow {
 		r.FinishedAt, r.FinishedAtNs = dateTime(end), unsigned(end)
 	}
 	return r
+}
+
+// The runs table's policy_logprobs values, as a run's PolicyEndpoint.logprobs says.
+const (
+	LogprobsOn  = "on"
+	LogprobsOff = "off"
+)
+
+// logprobsOf is l as the runs table records it: "" for unspecified.
+func logprobsOf(l gauntletv1.Logprobs) string {
+	switch l {
+	case gauntletv1.Logprobs_LOGPROBS_ON:
+		return LogprobsOn
+	case gauntletv1.Logprobs_LOGPROBS_OFF:
+		return LogprobsOff
+	}
+	return ""
 }
 
 // tasksEnv is the name of the env that plays task folders (pkg/env/taskenv.Name).
@@ -215,7 +238,7 @@ func formatShares(shares []*gauntletv1.Share) string {
 	return b.String()
 }
 
-// StageRow is one row of the curriculum_stages table (migration 7): a curriculum stage
+// StageRow is one row of the curriculum_stages table (migration 6): a curriculum stage
 // closing, from a gauntlet.v1.StageTransition.
 type StageRow struct {
 	CurriculumID     string  `json:"curriculum_id"`

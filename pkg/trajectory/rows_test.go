@@ -69,3 +69,22 @@ func TestForkLineageProjected(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRowRecordsTheLogprobsChoice: a run's choice of token ids and logprobs reaches
+// its runs row as on, off, or empty for a run that left it to its workers.
+func TestRunRowRecordsTheLogprobsChoice(t *testing.T) {
+	for l, want := range map[gauntletv1.Logprobs]string{
+		gauntletv1.Logprobs_LOGPROBS_UNSPECIFIED: "",
+		gauntletv1.Logprobs_LOGPROBS_ON:          LogprobsOn,
+		gauntletv1.Logprobs_LOGPROBS_OFF:         LogprobsOff,
+	} {
+		s := &gauntletv1.RunState{Spec: &gauntletv1.RunRequested{RunId: "r1", Policies: []*gauntletv1.Share{{Name: "http", Weight: 1}},
+			PolicyEndpoint: &gauntletv1.PolicyEndpoint{Url: "http://h/v1", Logprobs: l}}}
+		if got := RunRowOf(s).PolicyLogprobs; got != want {
+			t.Errorf("%v: policy_logprobs %q, want %q", l, got, want)
+		}
+	}
+	if got := RunRowOf(&gauntletv1.RunState{Spec: &gauntletv1.RunRequested{RunId: "r2"}}).PolicyLogprobs; got != "" {
+		t.Errorf("a run without an endpoint: policy_logprobs %q, want empty", got)
+	}
+}

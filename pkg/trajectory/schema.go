@@ -25,7 +25,9 @@ import (
 //     (all newer than 18.16): DateTime plus UInt64 nanoseconds, parallel arrays,
 //     String and UInt8 instead.
 //   - A view's columns are fixed when it is created: a migration that adds columns to
-//     a table drops and re-creates the table's views.
+//     a table must drop and re-create the table's views. From version viewsRebuiltFrom
+//     on, Migrate does it (rebuildViews, over the views declared in views); earlier
+//     migrations do it in their own statements, as they were applied.
 type migration struct {
 	version uint32
 	name    string
@@ -33,6 +35,56 @@ type migration struct {
 	// ADD COLUMN IF NOT EXISTS.
 	addColumns []addColumn
 	stmts      []string
+}
+
+// viewsRebuiltFrom is the first migration whose tables' views Migrate re-creates itself
+// after the migration's statements. Migrations before it carry their own DROP and
+// CREATE VIEW statements, left as they were applied; from it on they declare only their
+// columns, and the views they re-create are exactly those the statements of migrations
+// 13 to 15 listed.
+const viewsRebuiltFrom = 13
+
+// view is a view over one table, created by the statements of migration created as
+// CREATE VIEW IF NOT EXISTS {db}.name AS query (a test holds the two equal).
+type view struct {
+	name, table, query string
+	created            uint32
+}
+
+// views are the schema's views, by the migration that created them. A view's query is
+// never changed in place: a migration re-creating an older view would otherwise give it
+// columns its table does not have yet. A new view over a table is declared here with
+// the migration that creates it, and later migrations adding columns to the table
+// re-create it.
+var views = []view{
+	{"steps_final", "steps", "SELECT * FROM {db}.steps FINAL", 1},
+	{"episodes_final", "episodes", "SELECT * FROM {db}.episodes FINAL", 1},
+	{"faults_final", "faults", "SELECT * FROM {db}.faults FINAL", 1},
+	{"trainer_steps_final", "trainer_steps", "SELECT * FROM {db}.trainer_steps FINAL", 4},
+	{"plan_templates_final", "plan_templates", "SELECT * FROM {db}.plan_templates FINAL", 5},
+	{"runs_final", "runs", "SELECT * FROM {db}.runs FINAL", 6},
+	{"curriculum_stages_final", "curriculum_stages", "SELECT * FROM {db}.curriculum_stages FINAL", 6},
+	{"reward_specs_final", "reward_specs", "SELECT * FROM {db}.reward_specs FINAL", 7},
+	{"episodes_scored", "episodes", "SELECT * FROM {db}.episodes FINAL WHERE infra_error = 0", 10},
+	{"step_scores_final", "step_scores", "SELECT * FROM {db}.step_scores FINAL", 10},
+	{"episode_worlds_final", "episode_worlds", "SELECT * FROM {db}.episode_worlds FINAL", 11},
+}
+
+// rebuildViews returns the statements that re-create, after m, the views over the
+// tables m adds columns to: each view created before m, in the order of views, dropped
+// then created again. Nothing for a migration before viewsRebuiltFrom.
+func rebuildViews(m migration) []string {
+	if m.version < viewsRebuiltFrom {
+		return nil
+	}
+	var out []string
+	for _, v := range views {
+		if v.created >= m.version || !slices.ContainsFunc(m.addColumns, func(c addColumn) bool { return c.table == v.table }) {
+			continue
+		}
+		out = append(out, "DROP TABLE IF EXISTS {db}."+v.name, "CREATE VIEW IF NOT EXISTS {db}."+v.name+" AS "+v.query)
+	}
+	return out
 }
 
 // addColumn adds one column to a table, after another column.
@@ -428,10 +480,6 @@ var migrations = []migration{
 	{version: 13, name: "the agent of a step",
 		addColumns: []addColumn{
 			{"steps", "agent", "String", "tool"},
-		},
-		stmts: []string{
-			`DROP TABLE IF EXISTS {db}.steps_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
 		}},
 	// The model endpoint of a run's "http" policy (its URL, model and credential name,
 	// never the secret), and a closed stage's infra errors, which its decisions leave
@@ -442,12 +490,6 @@ var migrations = []migration{
 			{"runs", "policy_model", "String", "policy_url"},
 			{"runs", "policy_credential", "String", "policy_model"},
 			{"curriculum_stages", "infra_errors", "UInt64", "reward_sum"},
-		},
-		stmts: []string{
-			`DROP TABLE IF EXISTS {db}.runs_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
-			`DROP TABLE IF EXISTS {db}.curriculum_stages_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
 		}},
 	// The resource limits a step's sandbox hit (timeout, output_capped, ...), apart from
 	// its safety events: honest programs hit them, so they are no attack. Earlier steps
@@ -458,12 +500,13 @@ var migrations = []migration{
 			{"steps", "limits", "Array(String)", "verifier_values"},
 			{"curriculum_stages", "infra_kinds", "Array(String)", "infra_errors"},
 			{"curriculum_stages", "infra_counts", "Array(UInt64)", "infra_kinds"},
-		},
-		stmts: []string{
-			`DROP TABLE IF EXISTS {db}.steps_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
-			`DROP TABLE IF EXISTS {db}.curriculum_stages_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL`,
+		}},
+	// Whether a run's "http" policy asks its endpoint for token ids and logprobs
+	// (PolicyEndpoint.logprobs): "on", "off", or "" for the workers' own default (and
+	// for runs of other policies).
+	{version: 16, name: "logprobs choice of runs",
+		addColumns: []addColumn{
+			{"runs", "policy_logprobs", "String", "policy_credential"},
 		}},
 }
 
@@ -492,6 +535,12 @@ func checkDatabase(database string) error {
 // then finds it there (ensureReplicatedColumn). To migrate every replica, see
 // MigrateReplicas.
 func Migrate(ctx context.Context, conn driver.Conn, database string) error {
+	return migrateTo(ctx, conn, database, migrations[len(migrations)-1].version)
+}
+
+// migrateTo is Migrate applying the migrations up to version last only, as a database
+// migrated by an older gauntlet is.
+func migrateTo(ctx context.Context, conn driver.Conn, database string, last uint32) error {
 	if err := checkDatabase(database); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
@@ -517,7 +566,7 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 		}
 	}
 	for _, m := range migrations {
-		if applied[m.version] {
+		if applied[m.version] || m.version > last {
 			continue
 		}
 		for _, c := range m.addColumns {
@@ -530,7 +579,7 @@ func Migrate(ctx context.Context, conn driver.Conn, database string) error {
 				return fmt.Errorf("migrate: apply %d (%s): %w", m.version, m.name, err)
 			}
 		}
-		for i, stmt := range m.stmts {
+		for i, stmt := range slices.Concat(m.stmts, rebuildViews(m)) {
 			stmts := []string{stmt}
 			if cluster != "" {
 				if stmts, err = replicate(stmt, database, cluster, laterColumns(m.version)); err != nil {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -100,6 +103,116 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		}
 		if strings.Join(got, ", ") != table.names {
 			t.Errorf("%s columns:\n got %s\nwant %s", table.name, strings.Join(got, ", "), table.names)
+		}
+	}
+}
+
+// TestViewsHaveTheirTablesColumns: a view's columns are fixed when it is created, so
+// every migration that adds a column must leave each view over the table re-created;
+// one that did not would leave the column out of the view analysts query. Checked on a
+// fresh database, and on one migrated first up to the last version whose migrations
+// re-created views in their own statements, then on, as an existing database is.
+func TestViewsHaveTheirTablesColumns(t *testing.T) {
+	ctx := context.Background()
+	srv := chtest.Start(t)
+	databases := map[string]uint32{"fresh": uint32(len(migrations)), "in_two_goes": viewsRebuiltFrom - 1}
+	for db, first := range databases {
+		conn, err := Connect(ctx, srv.Addr(), db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if err := migrateTo(ctx, conn, db, first); err != nil {
+			t.Fatalf("migrate %s up to %d: %v", db, first, err)
+		}
+		if err := Migrate(ctx, conn, db); err != nil {
+			t.Fatalf("migrate %s on: %v", db, err)
+		}
+		columns := func(table string) string {
+			_, rows, err := Query(ctx, conn, "SELECT name, type FROM system.columns WHERE database = '"+db+"' AND table = '"+table+"'")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprint(rows)
+		}
+		for _, v := range views {
+			if got, want := columns(v.name), columns(v.table); got != want {
+				t.Errorf("database %s: view %s columns\n got %s\nwant %s (its table %s's)", db, v.name, got, want, v.table)
+			}
+		}
+	}
+}
+
+// TestViewsDeclaredAsCreated: each declared view is created, by the migration it names,
+// with its declared query, and every view a migration creates is declared: rebuildViews
+// re-creates the views as the migrations made them.
+func TestViewsDeclaredAsCreated(t *testing.T) {
+	declared := map[string]view{}
+	for _, v := range views {
+		declared[v.name] = v
+	}
+	createRE := regexp.MustCompile(`^CREATE VIEW IF NOT EXISTS \{db\}\.([a-z_]+) AS (.*)$`)
+	created := map[string]bool{}
+	for _, m := range migrations {
+		for _, stmt := range m.stmts {
+			c := createRE.FindStringSubmatch(stmt)
+			if c == nil {
+				continue
+			}
+			v, ok := declared[c[1]]
+			switch {
+			case !ok:
+				t.Errorf("migration %d creates view %s, not declared in views", m.version, c[1])
+			case v.query != c[2]:
+				t.Errorf("migration %d creates view %s as %q, declared as %q", m.version, c[1], c[2], v.query)
+			case !created[c[1]] && v.created != m.version:
+				t.Errorf("view %s first created by migration %d, declared as created by %d", c[1], m.version, v.created)
+			case !strings.Contains(v.query, "FROM {db}."+v.table+" "):
+				t.Errorf("view %s declared over table %s, but reads %q", v.name, v.table, v.query)
+			}
+			created[c[1]] = true
+		}
+	}
+	for _, v := range views {
+		if !created[v.name] {
+			t.Errorf("view %s is declared but no migration creates it", v.name)
+		}
+	}
+}
+
+// TestRebuiltViewsAsTheStatementsWere: migrations 13 to 15 re-created their tables'
+// views in their own statements before Migrate did it for them; what Migrate runs for
+// them now is those statements, in their order, so a database migrated across them
+// ends as it did.
+func TestRebuiltViewsAsTheStatementsWere(t *testing.T) {
+	steps := []string{
+		"DROP TABLE IF EXISTS {db}.steps_final",
+		"CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL",
+	}
+	runs := []string{
+		"DROP TABLE IF EXISTS {db}.runs_final",
+		"CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL",
+	}
+	stages := []string{
+		"DROP TABLE IF EXISTS {db}.curriculum_stages_final",
+		"CREATE VIEW IF NOT EXISTS {db}.curriculum_stages_final AS SELECT * FROM {db}.curriculum_stages FINAL",
+	}
+	for _, c := range []struct {
+		version uint32
+		want    []string
+	}{
+		{12, nil}, // its own statements re-create its views
+		{13, steps},
+		{14, slices.Concat(runs, stages)},
+		{15, slices.Concat(steps, stages)},
+		{16, runs},
+	} {
+		m := migrations[c.version-1]
+		if got := slices.Concat(m.stmts, rebuildViews(m)); !slices.Equal(got, c.want) && c.version >= viewsRebuiltFrom {
+			t.Errorf("migration %d runs\n%s\nwant\n%s", c.version, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
+		if got := rebuildViews(m); c.version < viewsRebuiltFrom && got != nil {
+			t.Errorf("migration %d: Migrate re-creates %q as well as its own statements", c.version, got)
 		}
 	}
 }

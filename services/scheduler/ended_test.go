@@ -89,11 +89,16 @@ func testConfig() Config {
 // startSchedulerWith is startScheduler with cfg.
 func startSchedulerWith(ctx context.Context, t *testing.T, cfg Config) (*Service, *bus.Bus) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b := bustest.Start(t)
-	s := New(cfg, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), log)
+	return startOn(ctx, t, b, cfg), b
+}
+
+// startOn starts a scheduler with cfg on the bus b, another's or a fresh one.
+func startOn(ctx context.Context, t *testing.T, b *bus.Bus, cfg Config) *Service {
+	t.Helper()
+	s := New(cfg, func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := s.Starting(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return s, b
+	return s
 }

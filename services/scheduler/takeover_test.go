@@ -130,10 +130,7 @@ func publishEnds(ctx context.Context, t *testing.T, b *bus.Bus, spec *gauntletv1
 // loads the runs from KV and follows the ends.
 func successor(ctx context.Context, t *testing.T, b *bus.Bus) *Service {
 	t.Helper()
-	s := New(testConfig(), func() *bus.Bus { return b }, noop.NewMeterProvider().Meter("test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := s.Starting(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := startOn(ctx, t, b, testConfig())
 	if err := s.loadRuns(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 	spec := &gauntletv1.RunRequested{
 		RunId: "cabc-s1-b2", Env: "shop", ParamsJson: "{}", Episodes: 10, Seed: 42, Label: "curriculum t stage 1 (b)",
 		Policies:            []*gauntletv1.Share{{Name: "random", Weight: 1}, {Name: "oracle", Weight: 3}},
-		PolicyEndpoint:      &gauntletv1.PolicyEndpoint{Url: "http://10.0.0.7:8000/v1", Model: "qwen3-8b", Credential: "lab-vllm"},
+		PolicyEndpoint:      &gauntletv1.PolicyEndpoint{Url: "http://10.0.0.7:8000/v1", Model: "qwen3-8b", Credential: "lab-vllm", Logprobs: gauntletv1.Logprobs_LOGPROBS_OFF},
 		Profiles:            []*gauntletv1.Share{{Name: "baseline", Weight: 1}, {Name: "mine", Weight: 1}},
 		CustomProfiles:      []*gauntletv1.CustomProfile{{Name: "mine", SpecYaml: "name: mine\n"}},
 		Drift:               []*gauntletv1.Drift{{Selector: "*.latency.mean_ms"}},
@@ -124,7 +124,7 @@ func TestRunsAndStagesAreProjected(t *testing.T) {
 		PolicyMix: "random=1,oracle=3", ProfileMix: "baseline=1,mine=1", ProfileFiles: []string{"mine.yaml"},
 		CustomProfiles: []string{"mine"}, DriftText: "*.latency.mean_ms=linear(0:20,9:500)", DriftSelectors: []string{"*.latency.mean_ms"},
 		Seed: 42, Episodes: 10, RewardSpec: "default/1",
-		PolicyURL: "http://10.0.0.7:8000/v1", PolicyModel: "qwen3-8b", PolicyCredential: "lab-vllm", CurriculumID: "curriculum-t-1", CurriculumName: "t", CurriculumPrefix: "cabc",
+		PolicyURL: "http://10.0.0.7:8000/v1", PolicyModel: "qwen3-8b", PolicyCredential: "lab-vllm", PolicyLogprobs: trajectory.LogprobsOff, CurriculumID: "curriculum-t-1", CurriculumName: "t", CurriculumPrefix: "cabc",
 		Stage: 1, StageName: "b", Batch: 2, GauntletVersion: "v1.2.3", SubmittedBy: "ana@lab",
 		SubmittedAt: time.Unix(0, submitted).UTC(), SubmittedAtNs: uint64(submitted),
 		StartedAt: time.Unix(0, started).UTC().Truncate(time.Second), StartedAtNs: uint64(started),

@@ -18,6 +18,8 @@
 // -memory-episodes runs one more, long demo to show whether memory grows with the run.
 // -console-episodes runs one more through `gauntlet up` and `gauntlet run` while a probe
 // loads every page of the web console up serves, and reports each page's latency.
+// -threat-episodes runs one more demo while this process publishes threat fingerprints
+// into its NATS, and reports how long its workers took to know them (p50, p99).
 // See loadtest/README.md.
 package main
 
@@ -32,6 +34,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -68,6 +71,10 @@ type options struct {
 	// episodes; ConsoleEvery is how often it loads each page.
 	ConsoleEpisodes uint64        `json:"console_episodes,omitempty"`
 	ConsoleEvery    time.Duration `json:"console_every_ns,omitempty"`
+	// ThreatEpisodes > 0 runs one more demo of that many episodes with the fingerprint
+	// probe (threats.go) publishing every ThreatEvery.
+	ThreatEpisodes uint64        `json:"threat_episodes,omitempty"`
+	ThreatEvery    time.Duration `json:"threat_every_ns,omitempty"`
 	// Baseline, when set, makes the run a regression gate (gate.go); WriteBaseline
 	// records the run as one.
 	Baseline      string  `json:"baseline,omitempty"`
@@ -92,6 +99,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LiveHeapEvery, "live-heap-every", 30*time.Second, "in the memory run, sample the live heap (a forced GC, then /debug/pprof/heap) this often (0: never)")
 	fs.Uint64Var(&o.ConsoleEpisodes, "console-episodes", 0, "last, one run of this many episodes through `gauntlet up` and `gauntlet run` while a probe loads every console page; fails if a page errors (0: skip)")
 	fs.DurationVar(&o.ConsoleEvery, "console-every", time.Second, "in the console run, how often the probe loads each page (one page after another, like one reader)")
+	fs.Uint64Var(&o.ThreatEpisodes, "threat-episodes", 0, "after the memory run, one pipeline run of this many episodes while this process publishes threat fingerprints into the demo's NATS; reports their propagation to the demo's workers, p50 and p99 (0: skip)")
+	fs.DurationVar(&o.ThreatEvery, "threat-every", 50*time.Millisecond, "in the threat run, how often a new fingerprint is published")
 	fs.StringVar(&o.DemoArgs, "demo-args", "", "extra flags for every `gauntlet demo`, white-space separated (e.g. \"--profiles edge=1\")")
 	fs.Int64Var(&o.MaxRSSMB, "max-rss-mb", defaultMaxRSSMB(), "stop a demo whose RSS passes this (default: half the machine's RAM; 0: no limit)")
 	fs.StringVar(&o.Baseline, "baseline", "", "a baseline JSON (from -write-baseline) to judge this run's CPU per step against; the run fails beyond -max-slowdown")
@@ -107,8 +116,11 @@ func (o *options) validate() error {
 	if o.Episodes == 0 && (o.Rounds > 0 || o.PprofSeconds > 0) {
 		errs = append(errs, errors.New("-episodes: must be at least 1"))
 	}
-	if o.Rounds == 0 && o.MemoryEpisodes == 0 && o.PprofSeconds == 0 && o.ConsoleEpisodes == 0 {
-		errs = append(errs, errors.New("nothing to do: -rounds, -memory-episodes, -pprof-seconds and -console-episodes are all 0"))
+	if o.Rounds == 0 && o.MemoryEpisodes == 0 && o.PprofSeconds == 0 && o.ConsoleEpisodes == 0 && o.ThreatEpisodes == 0 {
+		errs = append(errs, errors.New("nothing to do: -rounds, -memory-episodes, -pprof-seconds, -threat-episodes and -console-episodes are all 0"))
+	}
+	if o.ThreatEvery < time.Millisecond {
+		errs = append(errs, fmt.Errorf("-threat-every: %v is shorter than 1ms", o.ThreatEvery))
 	}
 	if o.ConsoleEvery < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("-console-every: %v is shorter than 10ms", o.ConsoleEvery))
@@ -156,6 +168,7 @@ type results struct {
 	Summary        *summaryResult  `json:"summary,omitempty"`
 	Memory         *pipelineResult `json:"memory_run,omitempty"`
 	Profile        *pipelineResult `json:"profile_run,omitempty"`
+	Threats        *pipelineResult `json:"threat_run,omitempty"`
 	Console        *consoleResult  `json:"console_run,omitempty"`
 	Error          string          `json:"error,omitempty"`
 }
@@ -357,8 +370,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 			logPath: stem + "-" + label + ".log", procs: procs, maxRSSKB: o.MaxRSSMB * 1024,
 			extraArgs: strings.Fields(o.DemoArgs),
 		}
-		if label == "memory" {
+		switch label {
+		case "memory":
 			po.liveHeapEvery = o.LiveHeapEvery
+		case "threats":
+			po.threatEvery = o.ThreatEvery
 		}
 		if profileSeconds > 0 {
 			po.profileSeconds, po.profileDelay, po.profilePath = profileSeconds, 5*time.Second, stem+"-"+label+".pprof"
@@ -471,6 +487,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 			return fmt.Errorf("memory run: %w", err)
 		}
 		printMemory(stdout, r)
+	}
+
+	if o.ThreatEpisodes > 0 {
+		fmt.Fprintf(stdout, "\nthreat run: %d episodes, a threat fingerprint published into the demo's NATS every %v\n", o.ThreatEpisodes, o.ThreatEvery)
+		r, err := pipeline("threats", "lt_threats", o.ThreatEpisodes, 0)
+		res.Threats = &r
+		save()
+		if err != nil {
+			return fmt.Errorf("threat run: %w", err)
+		}
+		printThreats(stdout, r)
+		if r.Threats.Error != "" {
+			return fmt.Errorf("threat run: %s", r.Threats.Error)
+		}
 	}
 
 	if o.ConsoleEpisodes > 0 {
@@ -633,6 +663,23 @@ func printLiveHeap(w io.Writer, samples []heapSample) {
 	if slope, n, ok := liveHeapSlope(samples); ok {
 		fmt.Fprintf(w, "  live heap slope over %d samples past 10%% of the episodes: %+.1f MB per 100,000 episodes\n", n, slope*100_000/(1<<20))
 	}
+}
+
+// printThreats shows the threat run's throughput and the fingerprints' propagation from
+// this process to the demo's workers.
+func printThreats(w io.Writer, r pipelineResult) {
+	fmt.Fprintf(w, "  %d episodes, %d steps, all in ClickHouse after %.1fs: %.0f steps/s\n",
+		r.Episodes, r.Steps, r.PersistedSeconds, r.StepsPerSec)
+	fmt.Fprintf(w, "  %s\n", r.Window)
+	t := r.Threats
+	bound := func(ms float64) string {
+		if ms < 0 {
+			return "+Inf"
+		}
+		return strconv.FormatFloat(ms, 'g', -1, 64) + " ms"
+	}
+	fmt.Fprintf(w, "  threat fingerprints: %d published from this process, %d learned by the demo's workers; propagation p50 <= %s, p99 <= %s, mean %.2f ms\n",
+		t.Published, t.Learned, bound(t.P50Ms), bound(t.P99Ms), t.MeanMs)
 }
 
 // printConsole shows the console run's throughput and each page's latencies.

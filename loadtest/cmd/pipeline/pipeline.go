@@ -40,6 +40,9 @@ type pipelineOpts struct {
 	extraArgs []string
 	// liveHeapEvery > 0 samples the child's live heap (after a forced GC) that often.
 	liveHeapEvery time.Duration
+	// threatEvery > 0 has the demo's NATS listen on a loopback port and this process
+	// publish a threat fingerprint into it that often while it runs (threats.go).
+	threatEvery time.Duration
 }
 
 // pipelineResult is what one run of the demo showed.
@@ -67,6 +70,9 @@ type pipelineResult struct {
 	// -live-heap-every): what it still references, as opposed to RSS, which also holds
 	// the garbage GOGC lets pile up between collections.
 	LiveHeap []heapSample `json:"live_heap,omitempty"`
+	// Threats is the fingerprint probe's measure of propagation from this process to
+	// the demo's workers (with -threat-episodes).
+	Threats *threatResult `json:"threats,omitempty"`
 }
 
 // rssFractions are the points of a run whose RSS the tables show.
@@ -80,6 +86,14 @@ func runPipeline(ctx context.Context, o pipelineOpts) (pipelineResult, error) {
 	if err != nil {
 		return r, err
 	}
+	natsPort, natsURL := "-1", ""
+	if o.threatEvery > 0 {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return r, err
+		}
+		natsPort, natsURL = port(addr), "nats://"+addr
+	}
 	args := []string{"demo",
 		"--episodes", strconv.FormatUint(o.episodes, 10),
 		"--policies", o.policy + "=1",
@@ -87,10 +101,10 @@ func runPipeline(ctx context.Context, o pipelineOpts) (pipelineResult, error) {
 		"--data-dir", o.dataDir,
 		"--clickhouse", o.chAddr,
 		"--clickhouse.database", o.database,
-		// In-process NATS only and our own http port: nothing collides with a gauntlet
-		// someone else runs on this machine, and no traffic leaves the process but
-		// the ClickHouse inserts on loopback.
-		"--nats.port", "-1",
+		// In-process NATS only (on a loopback port of our choosing for the fingerprint
+		// probe) and our own http port: nothing collides with a gauntlet someone else
+		// runs on this machine, and no traffic leaves the machine.
+		"--nats.port", natsPort,
 		"--http", httpAddr,
 	}
 	args = append(args, o.extraArgs...)
@@ -157,6 +171,14 @@ func runPipeline(ctx context.Context, o pipelineOpts) (pipelineResult, error) {
 			live = sampleLiveHeap(ctx, stop, httpAddr, t0, o.liveHeapEvery)
 		}()
 	}
+	var threatRes threatResult
+	if o.threatEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			threatRes = probeThreats(ctx, stop, natsURL, httpAddr, o.threatEvery)
+		}()
+	}
 	var profErr error
 	if o.profileSeconds > 0 {
 		wg.Add(1)
@@ -177,6 +199,9 @@ func runPipeline(ctx context.Context, o pipelineOpts) (pipelineResult, error) {
 	r.WallSeconds = time.Since(t0).Seconds()
 	r.RSS = series
 	r.LiveHeap = live
+	if o.threatEvery > 0 {
+		r.Threats = &threatRes
+	}
 	r.PeakRSSKB = peakRSS(series)
 	for _, s := range series {
 		r.PeakCHRSSKB = max(r.PeakCHRSSKB, s.CHRSSKB)

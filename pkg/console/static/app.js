@@ -384,6 +384,20 @@ function actions(id, page) {
   return el("div", { class: "stepper", id: "actions" }, token, buttons, note);
 }
 
+// KIND_COLOURS gives each kind of infra error its colour in kindBar.
+const KIND_COLOURS = { model_endpoint: "#b3261e", sandbox: "#b3661e", verifier: "#7a1fa6", gauntlet: "#2456a6", unknown: "#68727d" };
+
+// kindBar draws a stage's infra errors as one small bar stacked by kind, its length
+// their share of the stage's episodes; each part names its kind and count on hover.
+// Nothing for a stage without any (or closed before kinds were recorded).
+function kindBar(kinds, episodes) {
+  const parts = Object.entries(kinds || {}).sort(([a], [b]) => (a < b ? -1 : 1));
+  if (!parts.length || !episodes) return null;
+  return el("span", { class: "kindbar", role: "img", "aria-label": "infra errors by kind: " + fmt.kinds(kinds) },
+    parts.map(([k, n]) => el("span", { "data-kind": k, title: `${k}: ${n} of ${episodes} episodes`,
+      style: `width:${(6 * n / episodes).toFixed(2)}em;background:${KIND_COLOURS[k] || "#1e8fb3"}` })));
+}
+
 async function curriculumPage(gen, id) {
   const enc = encodeURIComponent(id);
   setCrumbs(el("a", { href: "#/curricula", text: "curricula" }), el("span", { text: id }));
@@ -433,12 +447,14 @@ async function curriculumPage(gen, id) {
     page.stages.length === 0 ? el("p", { class: "muted", text: "No stage has closed yet." })
       : el("table", { id: "stages" },
         el("thead", {}, el("tr", {}, ["stage", "name", "outcome", "metric"].map((h) => el("th", { text: h })),
-          ["window value", "threshold", "episodes", "success", "infra errors", "batches"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "closed" }))),
+          ["window value", "threshold", "episodes", "success", "infra errors"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "of kind" }),
+          el("th", { class: "num", text: "batches" }), el("th", { text: "closed" }))),
         el("tbody", {}, page.stages.map((s) => el("tr", { "data-stage": String(s.stage) },
           el("td", { text: String(s.stage) }), el("td", { text: s.stage_name }), el("td", { text: s.outcome }), el("td", { text: s.metric }),
           el("td", { class: "num", text: fmt.reward(s.window_value) }), el("td", { class: "num", text: fmt.reward(s.threshold) }),
           el("td", { class: "num", text: fmt.int(s.episodes) }), el("td", { class: "num", text: fmt.pct(s.episodes > s.infra_errors ? s.succeeded / (s.episodes - s.infra_errors) : 0) }),
           el("td", { class: "num", "data-field": "infra_errors", text: fmt.int(s.infra_errors) }),
+          el("td", {}, kindBar(s.infra_by_kind, s.episodes), el("span", { class: "muted", "data-field": "infra_by_kind", text: fmt.kinds(s.infra_by_kind) })),
           el("td", { class: "num", text: fmt.int(s.batches) }), el("td", { text: fmt.time(s.closed_at) }))))),
     el("h2", { text: "Batches" }),
     el("table", { id: "batches" },

@@ -184,3 +184,27 @@ func BenchmarkLoadBank(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkShopReset and BenchmarkShopWorldReset build one episode's world and its first
+// observation (NewEpisode and Reset), side by side: what every episode pays before its
+// first step, the catalog's generation mostly.
+func BenchmarkShopReset(b *testing.B) { benchReset(b, shop.New()) }
+
+// BenchmarkShopWorldReset is BenchmarkShopReset for the shop as a world file.
+func BenchmarkShopWorldReset(b *testing.B) { benchReset(b, shopPort(b)) }
+
+func benchReset(b *testing.B, e env.Env) {
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	for i := 0; b.Loop(); i++ {
+		ep, err := e.NewEpisode(env.Config{Seed: uint64(i%1000 + 1)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ep.Reset(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// CPU time, the collector's included: a shared machine stretches wall time.
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/reset")
+}

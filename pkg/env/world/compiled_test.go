@@ -410,6 +410,10 @@ tools:
       conditional_unused_error: "n > 0 ? n : n / zero"
       not_error: "!(n / zero > 1) || flag || !flag"
       flag_compare: flag != (args.m == 1)
+      char_at: word.charAt(args.m)
+      char_at_concat: "'sku-' + args.k.charAt(args.m + 2) + word.charAt(0)"
+      char_at_out_of_ascii_range: "('é' + args.k).charAt(args.m + 1)"
+      number_text: "'n=' + string(n + args.m) + (n == 1 ? ' unit' : ' units')"
 success: n > 100
 `
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
@@ -288,6 +289,10 @@ func (c *closures) nativeCall(e ast.Expr, k types.Kind) (t typed, mine, ok bool)
 	case fn == operators.Add && k == types.StringKind && two(types.StringKind):
 		f, ok := c.concat(e)
 		return typed{s: f}, true, ok
+	case fn == "charAt" && call.IsMemberFunction() && k == types.StringKind && len(args) == 2 &&
+		c.kindOf(args[0]) == types.StringKind && c.kindOf(args[1]) == types.IntKind:
+		f, ok := c.charAt(args)
+		return typed{s: f}, true, ok
 	case fn == operators.In && k == types.BoolKind && len(args) == 2 && c.kindOf(args[0]) == types.StringKind && c.isCollection(args[1]):
 		f, ok := c.inCollection(args)
 		return typed{b: f}, true, ok
@@ -528,6 +533,37 @@ func (c *closures) concat(e ast.Expr) (strFn, bool) {
 		}
 		return types.String(strings.Join(parts, "")), true
 	}, true
+}
+
+// charAt is the strings extension's s.charAt(i) where s is ASCII up to i: the byte at i,
+// a slice of s (the extension makes a new string of the character). At the end of s it
+// is "", as the extension's; anything else (a character beyond ASCII before i, an index
+// out of range) is left to the interpreter, which decides it or names the error.
+func (c *closures) charAt(args []ast.Expr) (strFn, bool) {
+	sf, ok1 := c.strOf(args[0])
+	nf, ok2 := c.intOf(args[1])
+	return func(a *activation) (types.String, bool) {
+		s, ok := sf(a)
+		if !ok {
+			return "", false
+		}
+		i, ok := nf(a)
+		if !ok || i < 0 || int64(i) > int64(len(s)) {
+			return "", false
+		}
+		for j := 0; j < int(i) && j < len(s); j++ {
+			if s[j] >= utf8.RuneSelf {
+				return "", false
+			}
+		}
+		if int(i) == len(s) {
+			return "", true
+		}
+		if s[i] >= utf8.RuneSelf {
+			return "", false
+		}
+		return s[i : i+1], true
+	}, ok1 && ok2
 }
 
 // stringTests are CEL's string predicates, by their overload.

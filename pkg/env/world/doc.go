@@ -1,8 +1,9 @@
 // Package world runs tool worlds written as data: a YAML file declares a world's services
 // (the fault targets), its state (variables and entities, drawn from the episode's seed),
 // its tools (arguments as JSON Schema, preconditions that form the causal graph, effects,
-// observations), its success, failure and progress conditions, its limits and, optionally,
-// an oracle plan. Expressions are CEL (cel.dev/cel-go), type-checked when the world loads
+// observations), its success, failure and progress conditions, its limits, its params
+// (values the episode's request sets, checked against their declared bounds; params.go)
+// and, optionally, an oracle plan. Expressions are CEL (cel.dev/cel-go), type-checked when the world loads
 // and compiled to Go closures that leave to CEL's interpreter whatever they cannot decide
 // (compiled.go; bools, ints and strings unboxed, compiledtyped.go), so that every result
 // is the interpreter's. The end conditions' exists and all over the state keep their

@@ -1,9 +1,6 @@
 package world
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -53,18 +50,23 @@ func (x worldEnv) Spec() env.Spec {
 			}
 		}
 	}
+	params := make([]env.Param, 0, len(w.params)+2)
+	for i := range w.params {
+		name, typ, def, pdesc := w.params[i].specParam()
+		params = append(params, env.Param{Name: name, Type: typ, Default: def, Description: pdesc})
+	}
+	params = append(params,
+		env.Param{Name: "deadline_ms", Type: "int", Default: strconv.FormatInt(w.deadlineMs, 10), Description: "virtual milliseconds the episode may take (100..86400000)"},
+		env.Param{Name: "max_invalid", Type: "int", Default: strconv.FormatInt(w.maxInvalid, 10), Description: "invalid actions that terminate the episode (1..1000)"})
 	desc := w.desc
 	if desc == "" {
 		desc = "World " + w.name + " (a world file)."
 	}
 	return env.Spec{
-		Name:        w.name,
-		Description: desc,
-		Tools:       tools,
-		Params: []env.Param{
-			{Name: "deadline_ms", Type: "int", Default: strconv.FormatInt(w.deadlineMs, 10), Description: "virtual milliseconds the episode may take (100..86400000)"},
-			{Name: "max_invalid", Type: "int", Default: strconv.FormatInt(w.maxInvalid, 10), Description: "invalid actions that terminate the episode (1..1000)"},
-		},
+		Name:            w.name,
+		Description:     desc,
+		Tools:           tools,
+		Params:          params,
 		Services:        slices.Clone(w.services),
 		DefaultMaxSteps: w.maxSteps,
 	}
@@ -73,7 +75,7 @@ func (x worldEnv) Spec() env.Spec {
 // NewEpisode validates cfg.Params and returns an episode ready for Reset.
 func (x worldEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 	w := x.w
-	deadline, maxInvalid, err := parseParams(cfg.Params, w.deadlineMs, w.maxInvalid)
+	p, err := w.parseParams(cfg.Params)
 	if err != nil {
 		return nil, fmt.Errorf("world %s: %w", w.name, err)
 	}
@@ -81,7 +83,7 @@ func (x worldEnv) NewEpisode(cfg env.Config) (env.Episode, error) {
 	if maxSteps == 0 {
 		maxSteps = w.maxSteps
 	}
-	return &episode{w: w, cfg: cfg, maxSteps: maxSteps, deadlineMs: deadline, maxInvalid: maxInvalid, fast: maxSteps <= w.maxSteps}, nil
+	return &episode{w: w, cfg: cfg, maxSteps: maxSteps, deadlineMs: p.deadline, maxInvalid: p.maxInvalid, params: p.vals, fast: maxSteps <= w.maxSteps}, nil
 }
 
 // Oracle returns the world's plan-following agent for one episode. The plan draws no
@@ -91,47 +93,4 @@ func (x oracleEnv) Oracle(uint64) env.Agent {
 		return &roleOracle{w: x.w}
 	}
 	return &oracle{w: x.w, p: x.w.oracle}
-}
-
-// parseParams decodes the params object strictly and reports every problem at once, each
-// naming its field.
-func parseParams(raw json.RawMessage, deadline, maxInvalid int64) (int64, int64, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return deadline, maxInvalid, nil
-	}
-	if raw[0] != '{' {
-		return 0, 0, fmt.Errorf("params: want object, got %s", jsonKind(raw))
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return 0, 0, fmt.Errorf("params: malformed JSON: %w", err)
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var errs []error
-	for _, k := range keys {
-		var lo, hi int64
-		var dst *int64
-		switch k {
-		case "deadline_ms":
-			lo, hi, dst = 100, 86_400_000, &deadline
-		case "max_invalid":
-			lo, hi, dst = 1, 1000, &maxInvalid
-		default:
-			errs = append(errs, fmt.Errorf("params.%s: unknown parameter (known: deadline_ms, max_invalid)", clip(k)))
-			continue
-		}
-		p := argProp{kind: kInt, min: lo, max: hi}
-		v, err := p.decode(m[k])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("params.%s: %w", k, err))
-			continue
-		}
-		*dst = v.(int64)
-	}
-	return deadline, maxInvalid, errors.Join(errs...)
 }

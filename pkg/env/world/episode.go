@@ -52,6 +52,9 @@ type episode struct {
 	maxSteps   uint32
 	deadlineMs int64
 	maxInvalid int64
+	// params are the values of the world's params (World.params), from the request;
+	// nil for the defaults.
+	params []ref.Val
 	// fast: the episode stays within the world's max_steps, so the programs whose cost
 	// the world bounded at load run without cost tracking (program.fast).
 	fast bool
@@ -263,12 +266,19 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, fast: e.fast, ready: true, loc: loc}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc}
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
 	redraws := 0
-	for i := 0; i < len(w.vars); i++ {
+	for i := range w.params {
+		if e.params != nil {
+			e.vars[i] = e.params[i]
+		} else {
+			e.vars[i] = w.params[i].def
+		}
+	}
+	for i := len(w.params); i < len(w.vars); i++ {
 		dr := &w.vars[i].draw
 		v, err := drawValue(r, dr, act)
 		if err != nil {
@@ -294,10 +304,19 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		}
 		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count), objs: make([]*object, 0, count)})
 		st := &e.ents[k]
+		// The entities and their fields in two allocations, not two per entity.
+		nf := len(ed.otype.fields)
+		rows := make([]object, count)
+		vals := make([]ref.Val, int(count)*nf)
 		for i := range count {
-			id := ed.prefix + strconv.FormatInt(i+1, 10)
-			row := newObject(ed.otype)
-			row.vals[0] = types.String(id)
+			row := &rows[i]
+			row.t, row.vals = ed.otype, vals[int(i)*nf:int(i+1)*nf:int(i+1)*nf]
+			if i < int64(len(ed.startIDs)) {
+				row.vals[0] = ed.startIDs[i]
+			} else {
+				row.vals[0] = types.String(ed.prefix + strconv.FormatInt(i+1, 10))
+			}
+			id := string(row.vals[0].(types.String))
 			act.i, act.id, act.self = types.Int(i), row.vals[0], row
 			redraws := 0
 			for j := 0; j < len(ed.fields); j++ {
@@ -319,7 +338,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 					return nil, &evalError{at: ed.keyAt,
 						err: fmt.Errorf("key %q is empty or already another %s's id (redraw it while self.%s in %s)", clip(id), ed.name, ed.fields[ed.key].name, ed.name)}
 				}
-				row.vals[0] = types.String(id)
+				row.vals[0] = row.vals[ed.key+1]
 			}
 			st.put(id, row)
 		}
@@ -465,11 +484,11 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		}
 		return types.Int(lo + r.Int64N(hi-lo+1)), nil
 	case len(dr.choice) > 0:
-		return celValue(dr.choice[r.IntN(len(dr.choice))]), nil
+		return dr.choiceVals[r.IntN(len(dr.choiceVals))], nil
 	case dr.isP:
 		return types.Bool(r.Float64() < dr.p), nil
-	case dr.value != nil:
-		return celValue(dr.value), nil
+	case dr.valueVal != nil:
+		return dr.valueVal, nil
 	}
 	return dr.kind.zero(), nil
 }

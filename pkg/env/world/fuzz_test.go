@@ -33,6 +33,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("name: x\nservices: [a]\ntools: [{name: t, description: d}]\nsuccess: 'true'\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte(drawn))
+	f.Add([]byte(withParams))
 	if b, err = os.ReadFile("../../../examples/worlds/shop.yaml"); err != nil {
 		f.Fatal(err)
 	}

@@ -254,9 +254,19 @@ func (w *World) Describe(out io.Writer) error {
 	if !w.identify || w.goStrings {
 		fmt.Fprintf(&b, "first observation names the world: %v; strings as encoding/json writes them: %v\n", w.identify, w.goStrings)
 	}
-	if len(w.vars) > 0 {
+	if len(w.params) > 0 {
+		b.WriteString("\nparams (set by the episode's request):\n")
+		for i := range w.params {
+			name, typ, def, desc := w.params[i].specParam()
+			fmt.Fprintf(&b, "  %s %s = %s by default%s\n", name, typ, def, describeSuffix(desc))
+		}
+	}
+	if len(w.vars) > len(w.params) {
 		b.WriteString("\nvariables:\n")
 		for i, v := range w.vars {
+			if v.draw.param > 0 {
+				continue
+			}
 			path := ""
 			if v.path != v.name {
 				path = " (in diffs " + v.path + ")"

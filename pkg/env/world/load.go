@@ -6,11 +6,13 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
@@ -107,15 +109,22 @@ type program struct {
 // Each random draw is one documented call of the episode's generator (docs/worlds.md,
 // Draws), so a world can reproduce a Go env's generation draw for draw.
 type draw struct {
-	kind    kind
-	value   any
-	lo, hi  *program
-	choice  []any
-	p       float64
-	expr    *program
-	isP     bool
-	shuffle *program
-	bits    int
+	kind   kind
+	value  any
+	lo, hi *program
+	choice []any
+	// valueVal and choiceVals are value and choice as CEL values, made once at load:
+	// a reset hands them out without boxing each again.
+	valueVal   ref.Val
+	choiceVals []ref.Val
+	p          float64
+	expr       *program
+	isP        bool
+	shuffle    *program
+	bits       int
+	// param, when not 0, makes the value the episode's param param-1 (World.params):
+	// set by the request, not drawn.
+	param int
 	// when, if set, decides whether the draw happens at all: when it is false the
 	// generator is not called and the value is els (the type's zero without it).
 	when, els *program
@@ -143,6 +152,9 @@ type entityDef struct {
 	path  string
 	key   int
 	keyAt place
+	// startIDs are the ids of the entities a reset makes (prefix and number), as CEL
+	// values, made once at load for the counts the file declares (bound sets them).
+	startIDs []ref.Val
 	// typeName is the CEL object type of one entity; otype its fields (id first).
 	typeName string
 	otype    *objType
@@ -252,12 +264,14 @@ type World struct {
 	maxSteps   uint32
 	maxInvalid int64
 	deadlineMs int64
-	vars       []varDef
-	entities   []entityDef
-	tools      []toolDef
-	toolNames  []string
-	reset      []obsField
-	progress   []*program
+	// params are the params the file declares; they are the first len(params) vars.
+	params    []paramDef
+	vars      []varDef
+	entities  []entityDef
+	tools     []toolDef
+	toolNames []string
+	reset     []obsField
+	progress  []*program
 	// milestones names the progress entries tools reach ("" for a condition on the
 	// state, whose program is then in progress; reached ones have a nil program).
 	milestones []string
@@ -346,7 +360,7 @@ func (w *World) File() string { return w.file }
 // role.
 func (w *World) HasOracle() bool { return w.oracle != nil || w.hasRoleOracle }
 
-var topKeys = []string{"name", "description", "services", "limits", "vars", "entities", "observation",
+var topKeys = []string{"name", "description", "services", "limits", "params", "vars", "entities", "observation",
 	"tools", "progress", "success", "failure", "budget", "oracle", "turns", "roles", "messages", "random", "identify", "json_strings"}
 
 // Load parses and checks one world file. file names it in errors. Every problem is
@@ -496,7 +510,10 @@ func (c *compiler) load(root *yaml.Node) {
 		return
 	}
 	c.prov = prov
-	// Declare the state first (names and types), then compile what refers to it.
+	// Declare the state first (names and types), then compile what refers to it; the
+	// params are the first variables.
+	c.declareParams(get("params"))
+	np := len(w.params)
 	varNodes := c.declareVars(get("vars"))
 	entNodes := c.declareEntities(get("entities"))
 	c.declareMessages(get("messages"))
@@ -522,9 +539,14 @@ func (c *compiler) load(root *yaml.Node) {
 	}
 	c.base = base
 	for i, n := range varNodes {
-		c.compileDraw(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), false)
-		c.redrawOf(base, &w.vars[i].draw, n, sub("vars", w.vars[i].name), i, func(name string) int {
-			return slices.IndexFunc(w.vars, func(v varDef) bool { return v.name == name })
+		v := &w.vars[np+i]
+		c.compileDraw(base, &v.draw, n, sub("vars", v.name), false)
+		c.redrawOf(base, &v.draw, n, sub("vars", v.name), np+i, func(name string) int {
+			// A param is not drawn, so it is not drawn again either.
+			if k := slices.IndexFunc(w.vars[np:], func(v varDef) bool { return v.name == name }); k >= 0 {
+				return np + k
+			}
+			return -1
 		})
 	}
 	for i, en := range entNodes {
@@ -537,6 +559,9 @@ func (c *compiler) load(root *yaml.Node) {
 			return
 		}
 		if en.count != nil {
+			// The file's count replaces the default of none: a drawn count keeping
+			// the default's value would be bounded at 0 (bound).
+			e.count = draw{kind: kInt}
 			c.compileDraw(base, &e.count, en.count, sub(f, "count"), true)
 		}
 		for j, fn := range en.fields {
@@ -738,7 +763,7 @@ func (c *compiler) declareEntities(n *yaml.Node) []entityNodes {
 			c.d.errAt(at(m.k, f), "name %q is already declared", m.key)
 			continue
 		}
-		e := entityDef{name: m.key, path: m.key, key: -1, typeName: "world.entity." + m.key, count: draw{kind: kInt, value: int64(0)}}
+		e := entityDef{name: m.key, path: m.key, key: -1, typeName: "world.entity." + m.key, count: draw{kind: kInt, value: int64(0), valueVal: types.Int(0)}}
 		var en entityNodes
 		hasPrefix := false
 		var keyNode *yaml.Node
@@ -847,6 +872,7 @@ func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field strin
 				d.errAt(at(m.k, f), "a list(int) is drawn by shuffle or computed by expr")
 			}
 			dr.value = c.literal(m.v, f, dr.kind)
+			dr.valueVal = celValue(dr.value)
 		case "uniform":
 			if dr.kind != kInt {
 				d.errAt(at(m.k, f), "uniform draws integers; the type is %s", dr.kind)
@@ -865,6 +891,7 @@ func (c *compiler) compileDraw(env *cel.Env, dr *draw, n *yaml.Node, field strin
 			}
 			for i, it := range items {
 				dr.choice = append(dr.choice, c.literal(it, idx(f, i), dr.kind))
+				dr.choiceVals = append(dr.choiceVals, celValue(dr.choice[i]))
 			}
 		case "bernoulli":
 			if dr.kind != kBool {
@@ -1008,6 +1035,13 @@ func (c *compiler) bound() {
 			for _, v := range ed.count.choice {
 				initial = max(initial, uint64(max(v.(int64), 0)))
 			}
+		case ed.count.expr != nil && ed.count.when == nil:
+			// A count that is an int param is at most the param's max.
+			if e := ed.count.expr.ast.NativeRep().Expr(); e.Kind() == celast.IdentKind {
+				if i := slices.IndexFunc(w.params, func(p paramDef) bool { return p.prop.name == e.AsIdent() }); i >= 0 && w.params[i].prop.kind == kInt {
+					initial = uint64(min(max(w.params[i].prop.max, 0), 10000))
+				}
+			}
 		}
 		adds := 0
 		for _, t := range w.tools {
@@ -1020,6 +1054,9 @@ func (c *compiler) bound() {
 			adds = max(adds, n)
 		}
 		ents[ed.name] = initial + uint64(adds)*uint64(w.maxSteps)
+		for i := range min(initial, 256) {
+			ed.startIDs = append(ed.startIDs, types.String(ed.prefix+strconv.FormatUint(i+1, 10)))
+		}
 	}
 	// A list(int) variable holds at most the 10,000 a shuffle may draw; one computed by
 	// an expression is left unsized.
@@ -1113,12 +1150,19 @@ func (s *sizes) bound(path []string, kind types.Kind) *cost.SizeEstimate {
 	return nil
 }
 
-// textCallCost sizes gauntlet's own text functions (textFunctions): words makes at most
+// textCallCost sizes gauntlet's own text functions (textFunctions) and the conversion
+// of an int to a string: words makes at most
 // one word per two bytes of its argument (and one more), each at most its length and a
 // half; quote at most 4 bytes per byte of the 48 it keeps, and the quotes and "..."
 // around them.
 func (s *sizes) textCallCost(function string, args []cost.AstNode) *cost.CallEstimate {
 	switch function {
+	case overloads.TypeConvertString:
+		// An int written in decimal: at most 20 bytes. CEL leaves the conversion unsized,
+		// so an answer that writes a number into a sentence had no bound.
+		if len(args) == 1 && args[0].Type().Kind() == types.IntKind {
+			return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1}, ResultSize: &cost.SizeEstimate{Min: 1, Max: 20}}
+		}
 	case "quote":
 		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: 1 + 48}, ResultSize: &cost.SizeEstimate{Min: 2, Max: 4*48 + 5}}
 	case "words":
@@ -1543,6 +1587,9 @@ func (c *compiler) effect(env *cel.Env, n *yaml.Node, f string) effect {
 				return e
 			}
 			k = w.vars[e.setVar].draw.kind
+			if w.vars[e.setVar].draw.param > 0 {
+				d.errAt(at(set, sub(f, "set")), "%s is a param: the episode's request sets it, no tool", target)
+			}
 			if k == kInts {
 				d.errAt(at(set, sub(f, "set")), "%s is a list(int): drawn, never set", target)
 			}

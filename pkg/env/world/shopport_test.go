@@ -70,6 +70,26 @@ func TestShopPortConformance(t *testing.T) {
 	})
 }
 
+// TestShopPortConformanceWithParams: the suite again under a larger catalog and larger
+// quantities than the defaults: replays, determinism and the limits hold whatever the
+// params.
+func TestShopPortConformanceWithParams(t *testing.T) {
+	const params = `"products":40,"qty_max":7`
+	envtest.Run(t, envtest.Subject{
+		Env: shopPort(t),
+		Config: func(t testing.TB, seed uint64) env.Config {
+			return env.Config{Seed: seed, Params: json.RawMessage("{" + params + "}"), Faults: injector(t, seed,
+				httpErr("pay-503", "payment", 0.3, 503, 250), latency("lat", "*", 0.5, 40, 20),
+				truncate("cat-trunc", "catalog", 0.1, 0.5))}
+		},
+		Limits: func(maxInvalid int, deadlineMs int64) json.RawMessage {
+			return fmt.Appendf(nil, `{"max_invalid":%d,"deadline_ms":%d,%s}`, maxInvalid, deadlineMs, params)
+		},
+		Idle:        env.Action{Tool: "wait", Args: json.RawMessage(`{"ms":100}`)},
+		ErrNotReset: ErrNotReset,
+	})
+}
+
 // shopPolicy chooses the actions both shops are given: the Go shop's oracle, or a seeded
 // random agent that calls every tool with arguments good and bad (skus and order ids it
 // saw, others it made up, long and non-ASCII text, bad types and ranges).
@@ -161,16 +181,29 @@ func (p *randomPolicy) act(turn env.Turn) (env.Action, error) {
 	return env.Action{Tool: tool, Args: json.RawMessage(args)}, nil
 }
 
+// shopParams are the catalog sizes and largest quantities the comparison plays, seed
+// by seed: the defaults, the smallest catalog and quantity the Go shop accepts, larger
+// ones, and the largest.
+var shopParams = []string{``, `"products":2,"qty_max":1`, `"products":40,"qty_max":7`, `"products":200,"qty_max":100`, `"products":3,"qty_max":12`}
+
 // shopFaults is the configuration of one seed in the comparison, the same for both
 // shops: a fault plan on even seeds (errors with and without Retry-After, latency and
-// truncation, the same plan and seed in both injectors), none on odd ones; and on every
+// truncation, the same plan and seed in both injectors), none on odd ones; on every
 // third seed tighter limits (a run's max steps, the deadline and max_invalid params), so
-// that episodes end by each limit too.
+// that episodes end by each limit too; and the products and qty_max params of
+// shopParams, in turn.
 func shopFaults(t testing.TB, seed uint64) env.Config {
 	cfg := env.Config{Seed: seed}
+	params := []string{}
+	if p := shopParams[seed%uint64(len(shopParams))]; p != "" {
+		params = append(params, p)
+	}
 	if seed%3 == 0 {
 		cfg.MaxSteps = 12
-		cfg.Params = json.RawMessage(`{"deadline_ms":900,"max_invalid":2}`)
+		params = append(params, `"deadline_ms":900,"max_invalid":2`)
+	}
+	if len(params) > 0 {
+		cfg.Params = json.RawMessage("{" + strings.Join(params, ",") + "}")
 	}
 	if seed%2 == 1 {
 		return cfg
@@ -308,11 +341,16 @@ func TestShopPortAgainstTheGoShop(t *testing.T) {
 	}
 }
 
-// TestShopPortOracle: the port's own oracle plan wins every seed, as the Go shop's does.
+// TestShopPortOracle: the port's own oracle plan wins every seed, as the Go shop's does,
+// whatever the catalog's size and the largest quantity.
 func TestShopPortOracle(t *testing.T) {
 	port := shopPort(t)
 	for seed := uint64(1); seed <= 300; seed++ {
-		ep, err := port.NewEpisode(env.Config{Seed: seed})
+		var params json.RawMessage
+		if p := shopParams[seed%uint64(len(shopParams))]; p != "" {
+			params = json.RawMessage("{" + p + "}")
+		}
+		ep, err := port.NewEpisode(env.Config{Seed: seed, Params: params})
 		if err != nil {
 			t.Fatal(err)
 		}

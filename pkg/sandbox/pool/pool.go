@@ -141,6 +141,9 @@ type tplState struct {
 	ready    []sandbox.Handle
 	starting int
 	leased   int
+	// removed is set by RemoveTemplate: the template serves no more, and its sandboxes
+	// still out or being made are destroyed when they come back.
+	removed bool
 }
 
 // Lease is one handed-out sandbox. Release or Discard it when the episode ends.
@@ -153,6 +156,7 @@ type Lease struct {
 	Warm bool
 
 	p        *Pool
+	t        *tplState // its template, which RemoveTemplate may take out of p.tpl
 	mu       sync.Mutex
 	deadline time.Time
 	done     bool
@@ -349,12 +353,12 @@ func (p *Pool) refill(ctx context.Context, fills *sync.WaitGroup) {
 			defer p.freeLocked()
 			if err != nil {
 				p.total--
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !t.removed {
 					p.log.Warn("pool refill failed", "template", t.Name, "err", err)
 				}
 				return
 			}
-			if p.stopped {
+			if p.stopped || t.removed {
 				p.total--
 				go func() { _ = p.cfg.Runtime.Destroy(context.Background(), h.ID) }()
 				return
@@ -388,12 +392,12 @@ func (p *Pool) make(ctx context.Context, t *tplState) (sandbox.Handle, error) {
 			return sandbox.Handle{}, fmt.Errorf("template snapshot: %w", err)
 		}
 		p.mu.Lock()
-		if t.snapshot == "" {
+		if t.snapshot == "" && !t.removed {
 			t.snapshot = s.ID
 			s.ID = ""
 		}
 		p.mu.Unlock()
-		if s.ID != "" { // another creation made one first
+		if s.ID != "" { // another creation made one first, or the template was removed
 			_ = p.snap.DeleteSnapshot(ctx, s.ID)
 		}
 	}
@@ -425,6 +429,46 @@ func (p *Pool) AddTemplate(t Template) error {
 	}
 	p.mu.Unlock()
 	p.kicked()
+	return nil
+}
+
+// RemoveTemplate takes a template out of the pool (a task image no episode has asked for
+// lately): Acquire no longer knows it, its ready sandboxes and its template snapshot are
+// destroyed now, and those leased or being made are destroyed when they are released or
+// done, never made ready again. Unless Config.MaxSandboxes was given, the cap shrinks as
+// AddTemplate grew it. An unknown name is ErrNotFound.
+func (p *Pool) RemoveTemplate(ctx context.Context, name string) error {
+	p.mu.Lock()
+	t, ok := p.tpl[name]
+	if !ok {
+		p.mu.Unlock()
+		return fmt.Errorf("remove template %s: %w", name, sandbox.ErrNotFound)
+	}
+	delete(p.tpl, name)
+	t.removed = true
+	ready, snap := t.ready, t.snapshot
+	t.ready, t.snapshot = nil, ""
+	p.total -= len(ready)
+	if p.autoMax {
+		p.capacity -= 4 * t.Size
+	}
+	p.freeLocked()
+	p.mu.Unlock()
+	p.kicked()
+	var errs []error
+	for _, h := range ready {
+		if err := p.cfg.Runtime.Destroy(ctx, h.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if snap != "" {
+		if err := p.snap.DeleteSnapshot(ctx, snap); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove template %s: %w", name, err)
+	}
 	return nil
 }
 
@@ -508,7 +552,7 @@ func (p *Pool) record(ctx context.Context, template, result string, begin time.T
 
 func (p *Pool) leaseLocked(t *tplState, h sandbox.Handle, warm bool) *Lease {
 	t.leased++
-	l := &Lease{Handle: h, Template: t.Name, Warm: warm, p: p, deadline: time.Now().Add(p.cfg.LeaseTTL)}
+	l := &Lease{Handle: h, Template: t.Name, Warm: warm, p: p, t: t, deadline: time.Now().Add(p.cfg.LeaseTTL)}
 	p.leases[h.ID] = l
 	return l
 }
@@ -556,10 +600,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	p := l.p
 	p.mu.Lock()
-	t := p.tpl[l.Template]
+	t := l.t
 	delete(p.leases, l.Handle.ID)
 	t.leased--
-	snap, stopped, full := t.snapshot, p.stopped, len(t.ready) >= t.Size
+	snap, stopped, full := t.snapshot, p.stopped || t.removed, len(t.ready) >= t.Size
 	p.mu.Unlock()
 	attrs := func(r string) metric.MeasurementOption {
 		return metric.WithAttributes(attribute.String("template", l.Template), attribute.String("result", r))
@@ -575,7 +619,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		}
 		if err == nil {
 			p.mu.Lock()
-			if !p.stopped {
+			if !p.stopped && !t.removed {
 				t.ready = append(t.ready, l.Handle)
 				p.freeLocked()
 				p.mu.Unlock()
@@ -600,7 +644,7 @@ func (l *Lease) Discard(ctx context.Context) error {
 	p := l.p
 	p.mu.Lock()
 	delete(p.leases, l.Handle.ID)
-	p.tpl[l.Template].leased--
+	l.t.leased--
 	p.mu.Unlock()
 	return p.destroy(ctx, l.Handle.ID)
 }

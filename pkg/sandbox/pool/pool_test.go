@@ -360,3 +360,76 @@ func TestAddTemplate(t *testing.T) {
 		t.Errorf("adding to a stopped pool: %v, want ErrClosed", err)
 	}
 }
+
+// TestRemoveTemplate: a removed template's ready sandboxes and snapshot are destroyed at
+// once, Acquire no longer knows it, a sandbox of it still leased is destroyed when
+// released (never made ready again), the other templates go on, and the cap shrinks
+// back.
+func TestRemoveTemplate(t *testing.T) {
+	rt := runtime(t)
+	p := newPool(t, pool.Config{Runtime: rt, Templates: []pool.Template{{Name: "kept", Size: 1}}})
+	ctx := context.Background()
+	if err := p.AddTemplate(pool.Template{Name: "gone", Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, "gone", 2)
+	waitReady(t, p, "kept", 1)
+	out, err := p.Acquire(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, "gone", 2) // refilled beside the lease
+	snaps := func() int {
+		t.Helper()
+		s, err := rt.ListSnapshots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(s)
+	}
+	if n := snaps(); n != 2 {
+		t.Fatalf("%d template snapshots before the removal, want 2 (kept's and gone's)", n)
+	}
+	if err := p.RemoveTemplate(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Stats("gone"); ok {
+		t.Error("the removed template still has stats")
+	}
+	if _, err := p.Acquire(ctx, "gone"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("acquire of a removed template: %v, want ErrNotFound", err)
+	}
+	if err := p.RemoveTemplate(ctx, "gone"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("removing it twice: %v, want ErrNotFound", err)
+	}
+	if n := snaps(); n != 1 {
+		t.Errorf("%d template snapshots after the removal, want 1 (kept's)", n)
+	}
+	// Only the lease and kept's ready sandbox are left.
+	live := func() []sandbox.Handle {
+		t.Helper()
+		hs, err := rt.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hs
+	}
+	if hs := live(); len(hs) != 2 {
+		t.Errorf("%d sandboxes after the removal, want 2 (the lease and kept's ready one): %+v", len(hs), hs)
+	}
+	if err := out.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range live() {
+		if h.ID == out.Handle.ID {
+			t.Errorf("the removed template's lease %s lives on after its release", h.ID)
+		}
+	}
+	l, err := p.Acquire(ctx, "kept")
+	if err != nil || !l.Warm {
+		t.Fatalf("the kept template after the removal: %+v, %v; want a warm lease", l, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
