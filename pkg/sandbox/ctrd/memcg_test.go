@@ -69,7 +69,7 @@ func TestMemoryHogsLeaveTheAgentAlive(t *testing.T) {
 // TestCommandsRunInTheirOwnCgroup: on a cgroup v1 host a sandbox's commands run in a
 // child cgroup that carries its limits, while the agent stays in the sandbox's cgroup
 // with a reserve above them; a limit update changes both, and a restored or forked
-// sandbox has the same shape.
+// sandbox, or one whose commands run as another user, has the same shape.
 func TestCommandsRunInTheirOwnCgroup(t *testing.T) {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		t.Skip("cgroup v2 host: the commands share the sandbox's cgroup (see cmdcgroup.go)")
@@ -117,6 +117,10 @@ func TestCommandsRunInTheirOwnCgroup(t *testing.T) {
 		}
 	}
 	shape(h.ID, limits)
+	// A sandbox whose commands run as a user of their own: its agent runs as that user
+	// too, and moves its spawner thread through the files the runtime opened.
+	u := mustCreate(t, rt, sandbox.Spec{User: "1000:1000", Limits: limits})
+	shape(u.ID, limits)
 
 	// A fault's update reaches the commands' cgroup, lowering and raising.
 	lower := sandbox.Limits{MemoryBytes: 24 << 20, Pids: 50, CPUMillis: 100}
