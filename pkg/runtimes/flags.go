@@ -30,7 +30,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // RegisterHostsFlag declares --sandbox.hosts alone, for commands that declare the other
 // sandbox flags their own way.
 func (c *Config) RegisterHostsFlag(fs *flag.FlagSet) {
-	fs.Var(&c.Hosts, "sandbox.hosts", "where the allowed hosts of tasks (task.toml's allowed_hosts) are reached from this machine: NAME=HOST:PORT (NAME's plain HTTP, port 80) or NAME:PORT=HOST:PORT (that port of NAME: 443 for HTTPS, or another, relayed as TLS), comma-separated or repeated; a port not listed is reached at NAME:PORT")
+	fs.Var(&c.Hosts, "sandbox.hosts", "where the allowed hosts of tasks (task.toml's allowed_hosts) are reached from this machine: NAME=HOST:PORT (NAME's plain HTTP, port 80), NAME:PORT=HOST:PORT (that port of NAME: 443 for HTTPS, or another, relayed as TLS) or NAME:PORT/tcp=HOST:PORT (that port relayed as plain TCP, to NAME alone), comma-separated or repeated; a port not listed is reached at NAME:PORT")
 }
 
 // RegisterFlags declares the images.* flags: where task images are built and pulled.
@@ -40,8 +40,9 @@ func (c *ImagesConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CacheDir, "images.cache-dir", "", "image builder's storage and logs (default: the user's cache directory, gauntlet/images)")
 }
 
-// HostsFlag is NAME=HOST:PORT and NAME:PORT=HOST:PORT entries, as a flag.Value:
-// Config.Hosts. Its keys are sandbox.HostMap's: NAME for port 80, NAME:PORT for another.
+// HostsFlag is NAME=HOST:PORT, NAME:PORT=HOST:PORT and NAME:PORT/tcp=HOST:PORT entries,
+// as a flag.Value: Config.Hosts. Its keys are sandbox.HostMap's: NAME for port 80,
+// NAME:PORT for a TLS port, NAME:PORT/tcp for a plain TCP one.
 type HostsFlag map[string]string
 
 // String lists the entries, sorted.
@@ -54,9 +55,11 @@ func (h HostsFlag) String() string {
 	return strings.Join(out, ",")
 }
 
-// Set adds NAME=HOST:PORT and NAME:PORT=HOST:PORT entries (comma-separated); NAME is a
-// lower-case host name, each of its ports mapped once (NAME alone and NAME:80 are the
-// same port). Every error names the entry.
+// Set adds NAME=HOST:PORT, NAME:PORT=HOST:PORT and NAME:PORT/tcp=HOST:PORT entries
+// (comma-separated); NAME is a lower-case host name, each of its ports mapped once (NAME
+// alone and NAME:80 are the same port). A plain TCP port carries no host name, so the
+// gateway knows its host by the port alone: it is one host's, mapped for no other host,
+// and neither 80 (HTTP) nor 443 (HTTPS). Every error names the entry.
 func (h *HostsFlag) Set(v string) error {
 	if *h == nil {
 		*h = HostsFlag{}
@@ -67,11 +70,18 @@ func (h *HostsFlag) Set(v string) error {
 		}
 		key, addr, ok := strings.Cut(e, "=")
 		if !ok {
-			return fmt.Errorf("entry %q: want NAME=HOST:PORT or NAME:PORT=HOST:PORT", e)
+			return fmt.Errorf("entry %q: want NAME=HOST:PORT, NAME:PORT=HOST:PORT or NAME:PORT/tcp=HOST:PORT", e)
 		}
+		key, tcp := strings.CutSuffix(key, sandbox.TCPSuffix)
 		name, port, ok := sandbox.SplitHostKey(key)
-		if !ok {
-			return fmt.Errorf("entry %q: %q is not NAME or NAME:PORT, NAME a lower-case host name and PORT 1-65535", e, key)
+		if !ok || tcp && !strings.Contains(key, ":") {
+			return fmt.Errorf("entry %q: %q is not NAME, NAME:PORT or NAME:PORT/tcp, NAME a lower-case host name and PORT 1-65535", e, key)
+		}
+		if tcp && (port == sandbox.HTTPPort || port == httpsPort) {
+			return fmt.Errorf("entry %q: port %d is HTTP or HTTPS for every allowed host, never plain TCP", e, port)
+		}
+		if other, isTCP, taken := h.portOwner(port); taken && other != name && (tcp || isTCP) {
+			return fmt.Errorf("entry %q: port %d is mapped for host %s too: a plain TCP port names no host, so it is one host's alone", e, port, other)
 		}
 		if host, p, err := net.SplitHostPort(addr); err != nil || host == "" || p == "" {
 			return fmt.Errorf("entry %q: %q is not HOST:PORT", e, addr)
@@ -83,10 +93,31 @@ func (h *HostsFlag) Set(v string) error {
 		} else {
 			key = net.JoinHostPort(name, strconv.Itoa(port))
 		}
-		if _, dup := (*h)[key]; dup {
+		_, dup := (*h)[key]
+		_, dupTCP := (*h)[key+sandbox.TCPSuffix]
+		if dup || dupTCP {
 			return fmt.Errorf("entry %q: port %d of host %s is mapped twice", e, port, name)
+		}
+		if tcp {
+			key += sandbox.TCPSuffix
 		}
 		(*h)[key] = addr
 	}
 	return nil
+}
+
+// httpsPort is the port every allowed host's HTTPS is relayed on.
+const httpsPort = 443
+
+// portOwner returns a host the flag maps port for, and whether that mapping is plain TCP.
+func (h HostsFlag) portOwner(port int) (name string, tcp, ok bool) {
+	for k := range h {
+		k, isTCP := strings.CutSuffix(k, sandbox.TCPSuffix)
+		if n, p, ok := sandbox.SplitHostKey(k); ok && p == port {
+			if isTCP || name == "" {
+				name, tcp = n, isTCP
+			}
+		}
+	}
+	return name, tcp, name != ""
 }

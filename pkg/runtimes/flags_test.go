@@ -39,3 +39,39 @@ func TestHostsFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestHostsFlagTCP: NAME:PORT/tcp=HOST:PORT declares a port relayed as plain TCP; such a
+// port names no host, so it is one host's alone (no other host maps it, as TLS or TCP),
+// never 80 or 443, and a host's port is mapped once, TLS or TCP.
+func TestHostsFlagTCP(t *testing.T) {
+	var h HostsFlag
+	if err := h.Set("db.example.test:5432/tcp=127.0.0.1:5432,db.example.test:443=127.0.0.1:8443,cache.example.test:6379/tcp=127.0.0.1:6379,db.example.test:8443=127.0.0.1:1,web.example.test:8443=127.0.0.1:2"); err != nil {
+		t.Fatal(err)
+	}
+	m := sandbox.HostMap(h)
+	if got := m.HostTCPPorts("db.example.test"); len(got) != 1 || got[0] != 5432 {
+		t.Errorf("HostTCPPorts(db) = %v, want [5432]", got)
+	}
+	if got := m.HostPorts("db.example.test"); len(got) != 2 || got[0] != 443 || got[1] != 8443 {
+		t.Errorf("HostPorts(db) = %v, want the TLS ports alone", got)
+	}
+	var again HostsFlag
+	if err := again.Set(h.String()); err != nil || again.String() != h.String() {
+		t.Errorf("String() does not round-trip: %q, %v", again.String(), err)
+	}
+	for bad, why := range map[string]string{
+		"db.example.test:5432=a:1":        "mapped twice",
+		"db.example.test:5432/tcp=a:1":    "mapped twice",
+		"db.example.test:443/tcp=a:1":     "HTTP or HTTPS",
+		"db.example.test:80/tcp=a:1":      "HTTP or HTTPS",
+		"db.example.test/tcp=a:1":         "is not NAME",
+		"other.example.test:5432/tcp=a:1": "mapped for host db.example.test too",
+		"other.example.test:5432=a:1":     "mapped for host db.example.test too",
+		"other.example.test:8443/tcp=a:1": "is mapped for host",
+		"db.example.test:22/udp=a:1":      "is not NAME",
+	} {
+		if err := h.Set(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), why) {
+			t.Errorf("Set(%q) = %v, want an error naming it: %s", bad, err, why)
+		}
+	}
+}

@@ -265,7 +265,7 @@ func sameShape(t, spec sandbox.Spec) bool {
 // included.
 func sameService(a, b sandbox.Service) bool {
 	return a.Name == b.Name && a.Port == b.Port && a.Upstream == b.Upstream && a.Protocol == b.Protocol &&
-		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.TLSPorts, b.TLSPorts)
+		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.TLSPorts, b.TLSPorts) && slices.Equal(a.TCPPorts, b.TCPPorts)
 }
 
 // Release gives a sandbox back: a pooled one is reset for the next episode, any other is

@@ -43,6 +43,18 @@ type Service struct {
 	// the host process reaches that host on that port (HostMapper, else the name itself
 	// on the port).
 	TLSPorts []int `json:"tls_ports,omitempty"`
+	// TCPPorts are, for an egress service only, the ports relayed as plain TCP, each to
+	// the one host of Hosts it is declared for (a runtime's NAME:PORT/tcp mapping): a
+	// plain stream names no host, so the gateway knows it by the port alone. Each
+	// connection there is relayed to where the host process reaches that port of that
+	// host (HostMapper, else the name itself on the port).
+	TCPPorts []HostPort `json:"tcp_ports,omitempty"`
+}
+
+// HostPort is one port of an allowed host.
+type HostPort struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
 }
 
 // Service protocols.
@@ -60,17 +72,23 @@ const (
 // resolver.
 type HostMapper interface {
 	// HostUpstream returns the host:port that port of name is reached at, and whether
-	// the runtime maps it.
+	// the runtime maps it (as HTTP or TLS, or as plain TCP).
 	HostUpstream(name string, port int) (string, bool)
-	// HostPorts returns the ports of name the runtime maps, ascending.
+	// HostPorts returns the ports of name the runtime maps as HTTP (80) or TLS,
+	// ascending.
 	HostPorts(name string) []int
+	// HostTCPPorts returns the ports of name the runtime maps as plain TCP, ascending.
+	HostTCPPorts(name string) []int
 }
 
 // HostMap maps allowed hosts' ports to the host:port the host process reaches each at: a
 // runtime's configured mapping (its methods are a HostMapper's). A key is a host name
-// (its port 80, the HTTP the gateway proxies) or NAME:PORT, as --sandbox.hosts writes
-// them.
+// (its port 80, the HTTP the gateway proxies), NAME:PORT (a TLS port) or
+// NAME:PORT/tcp (a port relayed as plain TCP), as --sandbox.hosts writes them.
 type HostMap map[string]string
+
+// TCPSuffix marks a HostMap key whose port is relayed as plain TCP.
+const TCPSuffix = "/tcp"
 
 // HostUpstream returns where port of name is reached, and whether m maps it.
 func (m HostMap) HostUpstream(name string, port int) (string, bool) {
@@ -79,14 +97,27 @@ func (m HostMap) HostUpstream(name string, port int) (string, bool) {
 			return a, true
 		}
 	}
-	a, ok := m[net.JoinHostPort(name, strconv.Itoa(port))]
+	k := net.JoinHostPort(name, strconv.Itoa(port))
+	if a, ok := m[k]; ok {
+		return a, true
+	}
+	a, ok := m[k+TCPSuffix]
 	return a, ok
 }
 
-// HostPorts returns the ports of name m maps, ascending.
-func (m HostMap) HostPorts(name string) []int {
+// HostPorts returns the HTTP and TLS ports of name m maps, ascending.
+func (m HostMap) HostPorts(name string) []int { return m.ports(name, false) }
+
+// HostTCPPorts returns the plain TCP ports of name m maps, ascending.
+func (m HostMap) HostTCPPorts(name string) []int { return m.ports(name, true) }
+
+func (m HostMap) ports(name string, tcp bool) []int {
 	var out []int
 	for k := range m {
+		k, isTCP := strings.CutSuffix(k, TCPSuffix)
+		if isTCP != tcp {
+			continue
+		}
 		h, p, ok := SplitHostKey(k)
 		if ok && h == name && !slices.Contains(out, p) {
 			out = append(out, p)
@@ -211,6 +242,19 @@ func validateServices(svcs []Service) []error {
 				}
 				ports[p] = true
 			}
+			for j, hp := range s.TCPPorts {
+				f := fmt.Sprintf("tcp_ports[%d]", j)
+				switch {
+				case hp.Port < 1 || hp.Port > 65535:
+					bad(f, "%d must be 1-65535", hp.Port)
+				case ports[hp.Port]:
+					bad(f, "%d is used by another service or port, or appears twice: a plain TCP port is one host's", hp.Port)
+				}
+				ports[hp.Port] = true
+				if !slices.Contains(s.Hosts, hp.Host) {
+					bad(f, "host %q is not one of the service's hosts", hp.Host)
+				}
+			}
 			seen := map[string]bool{}
 			for j, h := range s.Hosts {
 				switch {
@@ -231,6 +275,9 @@ func validateServices(svcs []Service) []error {
 		if len(s.TLSPorts) > 0 {
 			bad("tls_ports", "only an egress service has TLS ports")
 		}
+		if len(s.TCPPorts) > 0 {
+			bad("tcp_ports", "only an egress service has plain TCP ports")
+		}
 		if host, port, err := net.SplitHostPort(s.Upstream); err != nil || host == "" {
 			bad("upstream", "%q must be host:port", s.Upstream)
 		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
@@ -244,10 +291,10 @@ func validateServices(svcs []Service) []error {
 }
 
 // ServiceByPort returns the declared service answering on port inside the sandbox (an
-// egress service's TLSPorts are its too).
+// egress service's TLSPorts and TCPPorts are its too).
 func ServiceByPort(svcs []Service, port int) (Service, bool) {
 	for _, s := range svcs {
-		if s.Port == port || slices.Contains(s.TLSPorts, port) {
+		if s.Port == port || slices.Contains(s.TLSPorts, port) || slices.ContainsFunc(s.TCPPorts, func(hp HostPort) bool { return hp.Port == port }) {
 			return s, true
 		}
 	}

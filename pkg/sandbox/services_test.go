@@ -95,3 +95,44 @@ func TestHostMap(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressTCPPorts: an egress service's plain TCP ports are each one of its hosts'
+// and no other port of the sandbox; ServiceByPort finds them; a HostMap's NAME:PORT/tcp
+// keys map them, apart from its HTTP and TLS ports.
+func TestEgressTCPPorts(t *testing.T) {
+	ok := Spec{Services: []Service{{Name: "egress", Port: 80, Protocol: ProtocolEgress, Hosts: []string{"db.example.test", "pypi.org"}, TLSPorts: []int{443}, TCPPorts: []HostPort{{"db.example.test", 5432}}}}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid egress refused: %v", err)
+	}
+	if s, found := ServiceByPort(ok.Services, 5432); !found || s.Name != "egress" {
+		t.Errorf("ServiceByPort(5432) = %v, %v: want the egress service, whose TCP port it is", s, found)
+	}
+	bad := Spec{Services: []Service{
+		{Name: "egress", Port: 80, Protocol: ProtocolEgress, Hosts: []string{"db.example.test"}, TLSPorts: []int{443},
+			TCPPorts: []HostPort{{"db.example.test", 5432}, {"other.example.test", 5433}, {"db.example.test", 443}, {"db.example.test", 5432}, {"db.example.test", 0}, {"db.example.test", 8080}}},
+		{Name: "api", Port: 8080, Upstream: "127.0.0.1:2", TCPPorts: []HostPort{{"a.org", 1}}},
+	}}
+	err := bad.Validate()
+	for _, want := range []string{
+		`services[0].tcp_ports[1]: host "other.example.test" is not one of the service's hosts`,
+		"services[0].tcp_ports[2]: 443 is used by another service or port",
+		"services[0].tcp_ports[3]: 5432 is used by another service or port, or appears twice",
+		"services[0].tcp_ports[4]: 0 must be 1-65535",
+		"services[1].port: 8080 is used by another service",
+		"services[1].tcp_ports: only an egress service has plain TCP ports",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s:\n%v", want, err)
+		}
+	}
+	m := HostMap{"db.test": "127.0.0.1:1", "db.test:443": "127.0.0.1:2", "db.test:5432/tcp": "127.0.0.1:3", "db.test:6379/tcp": "127.0.0.1:4"}
+	if got := m.HostPorts("db.test"); !slices.Equal(got, []int{80, 443}) {
+		t.Errorf("HostPorts = %v, want the HTTP and TLS ports", got)
+	}
+	if got := m.HostTCPPorts("db.test"); !slices.Equal(got, []int{5432, 6379}) {
+		t.Errorf("HostTCPPorts = %v, want the plain TCP ports", got)
+	}
+	if a, found := m.HostUpstream("db.test", 5432); !found || a != "127.0.0.1:3" {
+		t.Errorf("HostUpstream(db.test, 5432) = %q, %v", a, found)
+	}
+}

@@ -27,7 +27,8 @@ const (
 
 // egressServices are the services of a task's sandbox: for network_mode "allowlist", the
 // egress gateway to its allowed_hosts (none: every request refused and recorded), with
-// HTTPS and every other port rt maps for them (sandbox.HostMapper) relayed as TLS;
+// HTTPS and every other port rt maps for them (sandbox.HostMapper) relayed as TLS, but
+// the ports it maps as plain TCP, each relayed to its one host;
 // nothing for "public" and "no-network", which both run without a network (there is no
 // internet to grant).
 func egressServices(c tasks.EnvironmentConfig, rt sandbox.Runtime) []sandbox.Service {
@@ -35,6 +36,7 @@ func egressServices(c tasks.EnvironmentConfig, rt sandbox.Runtime) []sandbox.Ser
 		return nil
 	}
 	ports := []int{EgressTLSPort}
+	var tcp []sandbox.HostPort
 	if hm, ok := rt.(sandbox.HostMapper); ok {
 		for _, h := range c.AllowedHosts {
 			for _, p := range hm.HostPorts(h) {
@@ -42,10 +44,14 @@ func egressServices(c tasks.EnvironmentConfig, rt sandbox.Runtime) []sandbox.Ser
 					ports = append(ports, p)
 				}
 			}
+			for _, p := range hm.HostTCPPorts(h) {
+				tcp = append(tcp, sandbox.HostPort{Host: h, Port: p})
+			}
 		}
 	}
 	slices.Sort(ports)
-	return []sandbox.Service{{Name: EgressService, Port: EgressPort, Protocol: sandbox.ProtocolEgress, Hosts: c.AllowedHosts, TLSPorts: ports}}
+	slices.SortFunc(tcp, func(a, b sandbox.HostPort) int { return a.Port - b.Port })
+	return []sandbox.Service{{Name: EgressService, Port: EgressPort, Protocol: sandbox.ProtocolEgress, Hosts: c.AllowedHosts, TLSPorts: ports, TCPPorts: tcp}}
 }
 
 // network is an episode's attachment of its sandbox's egress gateway: what the agent's

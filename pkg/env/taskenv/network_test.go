@@ -2,6 +2,8 @@ package taskenv_test
 
 import (
 	"encoding/json"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,8 +12,10 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 	"github.com/gauntlet-rl/gauntlet/pkg/tasks/taskstest"
@@ -199,5 +203,90 @@ func TestAllowedHostsTLS(t *testing.T) {
 	}
 	if len(steps) != len(again) {
 		t.Errorf("replay: %d steps, want %d", len(again), len(steps))
+	}
+}
+
+// TestAllowedHostsTCPAndConnectionFaults: a port the runtime maps as plain TCP for an
+// allowed host (--sandbox.hosts NAME:PORT/tcp=...) reaches that host by name, recorded in
+// the step's diff like a TLS connection; and a user's profile's connection faults (here
+// a reset of every stream to the host) reach the task's TLS and TCP connections through
+// the plan's boundary_spec, in the step's diff and in the step's faults, with kind reset
+// on the host, as the report's heatmap reads them. The same seed replays the same.
+func TestAllowedHostsTCPAndConnectionFaults(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	const banner = "gauntlet-db 1.0 ready\n"
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, banner)
+			_ = c.Close()
+		}
+	}()
+	c := runtimestest.Config(t, runtimes.Process)
+	c.Hosts[taskstest.ReleasesHost+":5432"+sandbox.TCPSuffix] = l.Addr().String()
+	sb := runtimestest.OpenConfig(t, c)
+	agent := func() env.Agent {
+		return &scripted{actions: []env.Action{
+			act(tools.ShellExec, map[string]any{"command": `busybox nc ` + taskstest.ReleasesHost + ` 5432 </dev/null; echo rc=$?`}),
+			act(tools.ShellExec, map[string]any{"command": `curl -sSk https://` + taskstest.ReleasesHost + `/v1/widget/releases.json | wc -c`}),
+		}}
+	}
+
+	// Clean: the banner, and the connection in the step's diff.
+	steps, _ := playNet(t, sb, &gauntletv1.FaultPlan{Profile: "none", Seed: 1}, agent())
+	if len(steps) < 2 || !strings.Contains(steps[0].obs, strings.TrimSpace(banner)) {
+		t.Fatalf("tcp: %+v, want the banner", steps)
+	}
+	if r := steps[0].reqs; len(r) != 1 || r[0].Host != taskstest.ReleasesHost || r[0].Port != 5432 || r[0].Method != svcnet.MethodTCP || r[0].Denied ||
+		r[0].Bytes != int64(len(banner)) || r[0].BytesUp != 0 || len(r[0].Faults) != 0 {
+		t.Errorf("tcp: recorded %+v, want one clean TCP connection to the host on 5432 with the banner's bytes", r)
+	}
+
+	// A user's profile resets every stream to the host.
+	const profile = `name: egress-reset
+faults:
+  - {id: rst, kind: reset, match: {hosts: [releases.example.test], ops: [connect]}, params: {after_bytes: 0}}
+`
+	cps, err := plans.CheckCustomProfiles([]*gauntletv1.CustomProfile{{Name: "egress-reset", SpecYaml: profile}}, taskenv.New().Spec().Services)
+	if err != nil {
+		t.Fatalf("a task env takes connection faults: %v", err)
+	}
+	plan, err := cps.Plan(9, "egress-reset", taskenv.New().Spec().Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	play := func() []netStep {
+		steps, _ := playNet(t, sb, plan, agent())
+		if len(steps) < 2 {
+			t.Fatalf("steps: %+v", steps)
+		}
+		for i, port := range []int{5432, 443} {
+			s := steps[i]
+			if len(s.reqs) != 1 || s.reqs[0].Port != port || s.reqs[0].Bytes != 0 || !slices.Equal(s.reqs[0].Faults, []string{"reset"}) {
+				t.Errorf("step %d: recorded %+v, want the connection on %d reset", i, s.reqs, port)
+			}
+			if len(s.faults) != 1 || s.faults[0].Kind != "reset" || s.faults[0].FaultId != "rst" || s.faults[0].Target != taskstest.ReleasesHost {
+				t.Errorf("step %d: faults %v, want the reset on the host", i, s.faults)
+			}
+		}
+		if strings.Contains(steps[0].obs, "ready") || strings.Contains(steps[1].obs, strconv.Itoa(len(taskstest.ReleasesIndex))) {
+			t.Errorf("reset: the agent was served: %q, %q", steps[0].obs, steps[1].obs)
+		}
+		return steps
+	}
+	first, again := play(), play()
+	for i := range min(len(first), len(again)) {
+		if !slices.EqualFunc(first[i].faults, again[i].faults, func(x, y *gauntletv1.FaultFired) bool {
+			return x.FaultId == y.FaultId && x.Target == y.Target && x.Detail == y.Detail && x.AtVirtualNs == y.AtVirtualNs
+		}) {
+			t.Errorf("replay step %d: faults %v, want %v", i, again[i].faults, first[i].faults)
+		}
 	}
 }

@@ -17,6 +17,7 @@
 package faultnet
 
 import (
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -56,6 +57,28 @@ type Conn struct {
 	closed     chan struct{}
 	closeOnce  sync.Once
 	timer      *time.Timer
+	onAbort    func()
+}
+
+// OnAbort sets f to be called once, just before a fault ends the connection (a reset, or
+// a black hole's hold running out): the last moment what the connection carried is
+// known and its peer has not yet seen the end. A fault that fires before OnAbort is
+// set (a timer shorter than the caller's set-up) calls nothing.
+func (w *Conn) OnAbort(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.onAbort = f
+}
+
+// abort calls the OnAbort function, once.
+func (w *Conn) abort() {
+	w.mu.Lock()
+	f := w.onAbort
+	w.onAbort = nil
+	w.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // WrapStream wraps c as WrapConn does, but decides once, when the connection opens (its
@@ -79,6 +102,10 @@ func WrapConn(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onF
 	// The handshake's delay is paid by the first read or write, not here: WrapConn runs
 	// in accept loops, which must not stall behind one slow connection.
 	w.pending = dec.Delay
+	// The timers are set under mu, as Close reads them: one may fire before the
+	// assignment is done.
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	switch dec.Abort {
 	case catalogue.KindReset:
 		if dec.ResetAfter > 0 {
@@ -90,7 +117,7 @@ func WrapConn(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onF
 	case catalogue.KindTimeout:
 		w.hole = true
 		if dec.Hold > 0 {
-			w.timer = time.AfterFunc(dec.Hold, func() { _ = w.Close() })
+			w.timer = time.AfterFunc(dec.Hold, func() { w.abort(); _ = w.Close() })
 		}
 	case catalogue.KindPacketLoss:
 		w.pending += dec.RTO // the SYN was lost: the handshake pays one RTO
@@ -120,6 +147,7 @@ var ErrReset = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("rea
 // doReset aborts the connection with a TCP RST (SO_LINGER 0), so the peer sees
 // ECONNRESET rather than an orderly end.
 func (w *Conn) doReset() {
+	w.abort()
 	w.mu.Lock()
 	w.reset = true
 	w.mu.Unlock()
@@ -156,14 +184,19 @@ func (w *Conn) count(n int) (resetNow bool) {
 
 // Read reads from the connection. A black-holed connection delivers nothing: it discards
 // what arrives and returns only the underlying error (a deadline, a close), so a client
-// waits for an answer that never comes.
+// waits for an answer that never comes. The peer's end is swallowed too (Read waits for
+// the connection's close instead): a relay that passed it on would end the connection,
+// and the peer, which closed its side to wait for the answer, would not wait.
 func (w *Conn) Read(p []byte) (int, error) {
 	if !w.handshake() {
 		return 0, net.ErrClosed
 	}
 	if w.hole {
 		for {
-			if _, err := w.Conn.Read(p); err != nil {
+			if _, err := w.Conn.Read(p); err == io.EOF {
+				<-w.closed
+				return 0, net.ErrClosed
+			} else if err != nil {
 				return 0, err
 			}
 		}
@@ -265,8 +298,11 @@ func (w *Conn) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
 		close(w.closed)
-		if w.timer != nil {
-			w.timer.Stop()
+		w.mu.Lock()
+		t := w.timer
+		w.mu.Unlock()
+		if t != nil {
+			t.Stop()
 		}
 		w.d.Forget(w.key) // connection keys are never reused
 		err = w.Conn.Close()

@@ -399,3 +399,71 @@ func TestWrittenCountsBytesBeforeTheyLeave(t *testing.T) {
 		t.Fatalf("Written() = %d, want 8", got)
 	}
 }
+
+// A black-holed connection passes nothing on, its peer's end included: a client that
+// sends its request, closes its side and waits for the answer (busybox nc, a database
+// client's shutdown) must meet the hold, not see the relay end at once because the
+// hole delivered its EOF. Before, Read returned that EOF, and a relayed plain TCP
+// connection under a timeout ended in 86 ms instead of its hold's second.
+func TestBlackHoleSwallowsThePeersEnd(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	w := faultnet.WrapStream(a, decider(t, header+"  - {id: hole, kind: timeout, params: {hold_ms: 300}}\n"), "k", catalogue.Event{Service: "s"}, nil)
+	defer w.Close()
+	go func() {
+		_, _ = b.Write([]byte("request"))
+		_ = b.Close() // the peer's end (net.Pipe has no half-close)
+	}()
+	start := time.Now()
+	n, err := w.Read(make([]byte, 64))
+	if took := time.Since(start); n != 0 || took < 250*time.Millisecond {
+		t.Fatalf("Read = %d, %v after %v, want nothing until the hold ends (300ms)", n, err, took)
+	}
+	if err == io.EOF {
+		t.Fatalf("Read ended with io.EOF: the hole passed the peer's end on")
+	}
+}
+
+// OnAbort runs before a fault's reset or hold-end reaches the peer, with the bytes the
+// connection carried final: the egress gateway records a connection there, so that a
+// sandbox that meets the reset and ends its command at once finds it recorded.
+func TestOnAbortRunsBeforeThePeerSeesTheEnd(t *testing.T) {
+	for _, tc := range []struct{ name, rule string }{
+		{"reset", "  - {id: rst, kind: reset, params: {after_bytes: 5}}\n"},
+		{"hold", "  - {id: hole, kind: timeout, params: {hold_ms: 50}}\n"},
+	} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.Accept()
+		_ = l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := faultnet.WrapStream(c, decider(t, header+tc.rule), "k", catalogue.Event{Service: "s"}, nil)
+		var mu sync.Mutex
+		aborted, written := 0, int64(-1)
+		w.OnAbort(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			aborted++
+			written = w.Written()
+		})
+		go func() { _, _ = w.Write([]byte("0123456789")) }()
+		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _ := io.ReadAll(peer)
+		mu.Lock()
+		// (A reset may drop bytes the peer had not read yet: it sees at most those.)
+		if aborted != 1 || written < int64(len(n)) {
+			t.Errorf("%s: the peer saw the end after %d bytes; OnAbort had run %d times, with %d bytes written: want once, with them all", tc.name, len(n), aborted, written)
+		}
+		mu.Unlock()
+		_ = w.Close()
+		_ = peer.Close()
+	}
+}

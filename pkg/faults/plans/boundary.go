@@ -16,10 +16,23 @@ const SandboxService = "sandbox"
 
 // boundaryKind reports whether k is a kind only a sandboxed env applies, at its
 // sandbox's boundaries: storage faults on the file tools, resource faults
-// through cgroup knobs, DNS faults at the sandbox's name server (package svcnet).
+// through cgroup knobs, DNS faults at the sandbox's name server and connection faults at
+// its gateway (package svcnet).
 func boundaryKind(k catalogue.KindInfo) bool {
-	return k.Layer == catalogue.LayerStorage || k.Layer == catalogue.LayerResource || IsDNSKind(k.Name)
+	return k.Layer == catalogue.LayerStorage || k.Layer == catalogue.LayerResource || IsDNSKind(k.Name) || IsConnKind(k.Name)
 }
+
+// IsConnKind reports whether kind is a connection fault a sandbox's gateway applies as
+// a connection or request opens (reset, at once or after N bytes or ms; bandwidth;
+// timeout): a sim env's calls have no connection to meet it, so it travels in a plan's
+// boundary_spec, and the gateway's relays (HTTP, TLS, plain TCP to allowed hosts, and the
+// declared services) meet it.
+func IsConnKind(kind string) bool {
+	return kind == catalogue.KindReset || kind == catalogue.KindBandwidth || kind == catalogue.KindTimeout
+}
+
+// notBoundary is the error of a kind a boundary_spec cannot hold.
+const notBoundary = "is not a storage, resource or DNS fault, nor a connection fault (reset, bandwidth, timeout)"
 
 // IsDNSKind reports whether kind is a DNS fault (dns_nxdomain, dns_servfail,
 // dns_timeout): it acts on name lookups only.
@@ -67,7 +80,7 @@ func encodeBoundarySpec(s *Spec) (string, error) {
 	}
 	for i, f := range s.Faults {
 		if k, _ := catalogue.LookupKind(f.Kind); !boundaryKind(k) {
-			return "", fmt.Errorf("boundary spec: faults[%d].kind: %s is not a storage, resource or DNS fault", i, f.Kind)
+			return "", fmt.Errorf("boundary spec: faults[%d].kind: %s %s", i, f.Kind, notBoundary)
 		}
 	}
 	b, err := yaml.Marshal(s)
@@ -77,8 +90,8 @@ func encodeBoundarySpec(s *Spec) (string, error) {
 	return string(b), nil
 }
 
-// BoundaryRules compiles a plan's boundary_spec: the storage, resource and DNS faults a
-// sandboxed env applies at its sandbox's boundaries (none for an empty spec). Give the
+// BoundaryRules compiles a plan's boundary_spec: the storage, resource, DNS and
+// connection faults a sandboxed env applies at its sandbox's boundaries (none for an empty spec). Give the
 // rules to a Decider with the plan's seed (NewDecider(plan.Seed, rules)) for per-event
 // faults, and to ResourcesFor for the ambient ones.
 func BoundaryRules(plan *gauntletv1.FaultPlan) ([]catalogue.Rule, error) {
@@ -92,7 +105,7 @@ func BoundaryRules(plan *gauntletv1.FaultPlan) ([]catalogue.Rule, error) {
 	}
 	for i, r := range rules {
 		if !boundaryKind(r.Kind) {
-			return nil, fmt.Errorf("boundary_spec: faults[%d].kind: %s is not a storage, resource or DNS fault", i, r.Kind.Name)
+			return nil, fmt.Errorf("boundary_spec: faults[%d].kind: %s %s", i, r.Kind.Name, notBoundary)
 		}
 	}
 	return rules, nil

@@ -29,8 +29,8 @@ func (c CustomProfiles) Names() []string {
 // CompileCustomProfiles parses and checks a run's user-defined profiles for a sim env:
 // each must be a valid spec (SLA included) whose name matches, not a built-in or duplicate
 // name, holding only faults the sim applies (http_error, latency, truncate) targeted by
-// services or tools, or storage, resource and DNS faults, which sandboxed envs apply at
-// their sandbox's boundaries (Plan puts them in the plan's boundary_spec). Errors name the profile ("custom_profiles[1]: faults[0].kind: ...").
+// services or tools, or storage, resource, DNS and connection faults (reset, bandwidth,
+// timeout), which sandboxed envs apply at their sandbox's boundaries (Plan puts them in the plan's boundary_spec). Errors name the profile ("custom_profiles[1]: faults[0].kind: ...").
 // What depends on the env (its services, its sandbox) is CheckCustomProfiles'.
 func CompileCustomProfiles(cps []*gauntletv1.CustomProfile) (CustomProfiles, error) {
 	out, errs := compileCustomProfiles(cps)
@@ -110,7 +110,12 @@ func fitErrors(rules []catalogue.Rule, services []string) []error {
 	var errs []error
 	for j, r := range rules {
 		if boundaryKind(r.Kind) {
-			if services != nil && !slices.Contains(services, SandboxService) {
+			switch {
+			case services == nil || slices.Contains(services, SandboxService):
+			case IsConnKind(r.Kind.Name):
+				// A sim env's calls have no connection: say what it applies instead.
+				errs = append(errs, fmt.Errorf("faults[%d].kind: %s cannot apply in a sim env, which applies %s (a connection fault applies only in envs whose agents act in a real sandbox, service %q)", j, r.Kind.Name, strings.Join(simKinds, ", "), SandboxService))
+			default:
 				errs = append(errs, fmt.Errorf("fault %s: %s applies only in envs whose agents act in a real sandbox (service %q); this env has %s", r.ID, r.Kind.Name, SandboxService, strings.Join(services, ", ")))
 			}
 			continue
@@ -137,7 +142,7 @@ func fitErrors(rules []catalogue.Rule, services []string) []error {
 // ("<tool>.<fault id>") when it names tools. The numbers are the profile's; the seed keys
 // the draws as for built-in plans. Services named by the profile must exist in the env;
 // every reason the profile cannot run in it is reported at once.
-// Storage, resource and DNS faults go, unchanged, to the plan's boundary_spec, for envs with
+// Storage, resource, DNS and connection faults go, unchanged, to the plan's boundary_spec, for envs with
 // service SandboxService only.
 func (c CustomProfiles) Plan(seed uint64, name string, services []string) (*gauntletv1.FaultPlan, error) {
 	rules, ok := c[name]

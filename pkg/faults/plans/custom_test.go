@@ -216,10 +216,11 @@ func TestCustomProfileFitsEnvAllAtOnce(t *testing.T) {
 			t.Errorf("%q reported %d times:\n%v", p, n, err)
 		}
 	}
-	// A sandboxed env with those services would take the storage fault.
+	// A sandboxed env with those services would take the storage fault, and the
+	// connection faults, which its gateway applies.
 	_, err = plans.CheckCustomProfiles(cps, append(slices.Clone(shopServices), "psp", plans.SandboxService))
-	wantErrs(t, err, learnedShopProblems[0], learnedShopProblems[1], learnedShopProblems[4])
-	if strings.Contains(fmt.Sprint(err), "disk-full") || strings.Contains(fmt.Sprint(err), "psp") {
+	wantErrs(t, err, learnedShopProblems[4])
+	if strings.Contains(fmt.Sprint(err), "disk-full") || strings.Contains(fmt.Sprint(err), "psp") || strings.Contains(fmt.Sprint(err), "timeout") || strings.Contains(fmt.Sprint(err), "reset") {
 		t.Errorf("problems an env with a sandbox and psp does not have:\n%v", err)
 	}
 	// What fits compiles, and plans like CompileCustomProfiles' result.
@@ -230,4 +231,90 @@ func TestCustomProfileFitsEnvAllAtOnce(t *testing.T) {
 	if _, err := c.Plan(5, "flaky-shop", shopServices); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// egressTrouble is the profile the docs show: reset 5% of egress connections, cut a
+// tenth after 4 KiB, cap the bandwidth at 64 KiB/s, black-hole 1% for 2 s.
+const egressTrouble = `name: egress-trouble
+faults:
+  - {id: rst, kind: reset, probability: 0.05, match: {services: [egress]}, params: {after_bytes: 0}}
+  - {id: cut, kind: reset, probability: 0.1, match: {services: [egress]}, params: {after_bytes: 4096}}
+  - {id: thin, kind: bandwidth, match: {services: [egress]}, params: {bytes_per_sec: 65536}}
+  - {id: hole, kind: timeout, probability: 0.01, match: {hosts: ["*.example.test"]}, params: {hold_ms: 2000}}
+  - {id: slow, kind: latency, match: {services: [egress]}, params: {mean_ms: 50, jitter_ms: 0}}
+`
+
+// TestConnectionFaultsInPlans: a profile may name the connection faults a sandbox's
+// gateway applies (reset, a cut after N bytes, bandwidth, timeout); for an env with a
+// sandbox they travel in the plan's boundary_spec, drawn under the plan's seed as the
+// profile says, and come back from it as written; an env without a sandbox refuses them
+// as before; bad values and unknown keys are refused, naming the field.
+func TestConnectionFaultsInPlans(t *testing.T) {
+	_, want, err := plans.ParseSpec([]byte(egressTrouble))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "egress-trouble", SpecYaml: egressTrouble}})
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	plan, err := c.Plan(11, "egress-trouble", []string{plans.SandboxService, "egress"})
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if len(plan.Rules) != 1 || plan.Rules[0].Id != "egress.slow" {
+		t.Fatalf("rules = %v, want only egress.slow", plan.Rules)
+	}
+	if err := plans.Validate(plan); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	in, err := inject.NewInjector(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := in.BoundaryRules()
+	var ids []string
+	for _, r := range got {
+		ids = append(ids, r.ID+":"+r.Kind.Name)
+	}
+	if !slices.Equal(ids, []string{"rst:reset", "cut:reset", "thin:bandwidth", "hole:timeout"}) {
+		t.Fatalf("boundary rules = %v, want the four connection faults:\n%s", ids, plan.BoundarySpec)
+	}
+	// The same decisions as the profile's own rules, connection after connection.
+	a, b := inject.NewDecider(plan.Seed, want[:4]), inject.NewDecider(plan.Seed, got)
+	kinds := map[string]int{}
+	for i := range 2000 {
+		key := fmt.Sprintf("tls/a.example.test:443/%d", i)
+		ev := catalogue.Event{Layer: catalogue.LayerNetwork, Op: catalogue.OpConnect, Service: "egress", Host: "a.example.test"}
+		da, db := a.Decide(key, ev), b.Decide(key, ev)
+		if !reflect.DeepEqual(da, db) {
+			t.Fatalf("connection %d: %+v != %+v", i, da, db)
+		}
+		for _, f := range da.Fired {
+			kinds[f.RuleID]++
+		}
+	}
+	if kinds["thin"] != 2000 || kinds["rst"] < 60 || kinds["rst"] > 150 || kinds["hole"] == 0 || kinds["cut"] == 0 {
+		t.Errorf("fired %v in 2000 connections, want thin on each, rst on about 5%%, some cut and hole", kinds)
+	}
+
+	// A sim env has no connection to meet them: refused as before.
+	_, err = c.Plan(11, "egress-trouble", shopServices)
+	wantErrs(t, err, "faults[0].kind: reset cannot apply in a sim env", "faults[2].kind: bandwidth cannot apply in a sim env", "faults[3].kind: timeout cannot apply in a sim env")
+
+	// Strict: bad values and unknown keys are refused, naming the field.
+	for _, tc := range []struct{ fault, want string }{
+		{`{id: a, kind: reset, params: {after_bytes: -1}}`, "faults[0].params.after_bytes"},
+		{`{id: a, kind: reset, params: {after_byte: 10}}`, "faults[0].params.after_byte"},
+		{`{id: a, kind: bandwidth, params: {bytes_per_sec: 0}}`, "faults[0].params.bytes_per_sec"},
+		{`{id: a, kind: timeout, params: {hold_ms: 1e12}}`, "faults[0].params.hold_ms"},
+		{`{id: a, kind: reset, probability: 1.5}`, "faults[0].probability"},
+		{`{id: a, kind: reset, odds: 0.5}`, "odds"},
+	} {
+		_, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "x", SpecYaml: "name: x\nfaults:\n  - " + tc.fault + "\n"}})
+		wantErrs(t, err, tc.want)
+	}
+	// A boundary_spec holding a kind it cannot carry is refused.
+	plan.BoundarySpec = "name: x\nfaults:\n  - {id: f, kind: truncate}\n"
+	wantErrs(t, plans.Validate(plan), "boundary_spec: faults[0].kind: truncate is not a storage, resource or DNS fault, nor a connection fault")
 }

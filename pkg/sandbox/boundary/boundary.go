@@ -285,9 +285,10 @@ type gateway struct {
 func ServicesDecider(in *inject.Injector) *inject.Decider { return servicesDecider(in) }
 
 // servicesDecider decides the faults of the services' traffic: the plan's rules for
-// them, and its DNS faults (boundary_spec), which meet the sandbox's lookups at the
-// gateway's name server; they act on lookups only, so the other rules' draws are the same
-// with or without them. Nil without a plan.
+// them, its DNS faults (boundary_spec), which meet the sandbox's lookups at the
+// gateway's name server, and its connection faults (reset, bandwidth, timeout), which
+// meet connections and requests as they open. Each rule draws on its own stream, so the
+// other rules' draws are the same with or without them. Nil without a plan.
 func servicesDecider(in *inject.Injector) *inject.Decider {
 	if in == nil {
 		return nil
@@ -295,7 +296,7 @@ func servicesDecider(in *inject.Injector) *inject.Decider {
 	plan := in.Plan()
 	rules := catalogue.RulesFromPlan(plan)
 	for _, r := range in.BoundaryRules() {
-		if plans.IsDNSKind(r.Kind.Name) {
+		if plans.IsDNSKind(r.Kind.Name) || plans.IsConnKind(r.Kind.Name) {
 			rules = append(rules, r)
 		}
 	}

@@ -126,6 +126,9 @@ func (r *Runtime) HostUpstream(name string, port int) (string, bool) {
 // HostPorts implements sandbox.HostMapper with Options.Hosts.
 func (r *Runtime) HostPorts(name string) []int { return r.opts.Hosts.HostPorts(name) }
 
+// HostTCPPorts implements sandbox.HostMapper with Options.Hosts.
+func (r *Runtime) HostTCPPorts(name string) []int { return r.opts.Hosts.HostTCPPorts(name) }
+
 var _ sandbox.Dialer = (*Runtime)(nil)
 
 // DialSandbox implements sandbox.Dialer: a connection to 127.0.0.1:port in the network

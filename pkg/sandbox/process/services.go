@@ -172,3 +172,6 @@ func (r *Runtime) HostUpstream(name string, port int) (string, bool) {
 
 // HostPorts implements sandbox.HostMapper with Config.Hosts.
 func (r *Runtime) HostPorts(name string) []int { return r.cfg.Hosts.HostPorts(name) }
+
+// HostTCPPorts implements sandbox.HostMapper with Config.Hosts.
+func (r *Runtime) HostTCPPorts(name string) []int { return r.cfg.Hosts.HostTCPPorts(name) }

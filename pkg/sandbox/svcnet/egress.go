@@ -17,28 +17,29 @@ import (
 )
 
 // Request is one HTTP request a sandbox made through its egress gateway, one TLS
-// connection relayed (or refused) on one of its TLS ports, or one lookup of a name it may
-// not reach, as a step records it.
+// connection relayed (or refused) on one of its TLS ports, one plain TCP connection
+// relayed on one of its TCP ports, or one lookup of a name it may not reach, as a step
+// records it.
 type Request struct {
 	// Host is the host the request named (its Host header, or its absolute URL's host;
 	// a TLS connection's server name), lower-case, without port; empty for a TLS
 	// connection that named none.
 	Host string `json:"host"`
-	// Port is a TLS connection's port (0 for HTTP requests, on the service's port 80,
-	// and lookups).
+	// Port is a TLS or TCP connection's port (0 for HTTP requests, on the service's
+	// port 80, and lookups).
 	Port int `json:"port,omitempty"`
-	// Method is the request's method; "TLS" for a TLS connection, "DNS" for a refused
-	// lookup.
+	// Method is the request's method; "TLS" for a TLS connection, "TCP" for a plain TCP
+	// one, "DNS" for a refused lookup.
 	Method string `json:"method"`
 	// Path is the request's path (empty for a lookup, a CONNECT or a TLS connection).
 	Path string `json:"path,omitempty"`
 	// Status is the answer's status code; 0 when none was sent (a reset, a timeout, a
 	// lookup, a TLS connection).
 	Status int `json:"status"`
-	// Bytes are the bytes of the answer's body the sandbox was sent; of a TLS
+	// Bytes are the bytes of the answer's body the sandbox was sent; of a TLS or TCP
 	// connection, every byte the host sent it.
 	Bytes int64 `json:"bytes"`
-	// BytesUp are, of a TLS connection, the bytes the sandbox sent the host (its
+	// BytesUp are, of a TLS or TCP connection, the bytes the sandbox sent the host (a
 	// ClientHello included).
 	BytesUp int64 `json:"bytes_up,omitempty"`
 	// Faults are the kinds of the faults that met the request, in the order they fired.
@@ -46,7 +47,8 @@ type Request struct {
 	// Denied: the host is not one the sandbox may reach; the request or lookup was
 	// refused and went nowhere.
 	Denied bool `json:"denied,omitempty"`
-	// Error says why a TLS connection was refused or ended without reaching its host.
+	// Error says why a TLS or TCP connection was refused or ended without reaching its
+	// host.
 	Error string `json:"error,omitempty"`
 }
 
@@ -124,7 +126,13 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 			r.URL = &u
 		}
 		r.Host = host
-		cw := &countingWriter{ResponseWriter: w}
+		// A reset or a timeout takes the connection over and ends it: the request is
+		// recorded then, before the sandbox sees that end, so with the command it ends.
+		recorded := false
+		cw := &countingWriter{ResponseWriter: w, onHijack: func() {
+			req.Status, req.Bytes, recorded = 0, 0, true
+			g.request(req)
+		}}
 		p := base
 		p.OnFire = func(key string, ev catalogue.Event, fired []catalogue.Fired) {
 			ev.Service = "" // recorded on the host
@@ -136,10 +144,10 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 			}
 		}
 		p.ServeHTTP(cw, r)
-		req.Status, req.Bytes = cw.status, cw.n
-		if cw.hijacked {
-			req.Status, req.Bytes = 0, 0
+		if recorded {
+			return
 		}
+		req.Status, req.Bytes = cw.status, cw.n
 		g.request(req)
 	})
 }
@@ -151,13 +159,13 @@ func (g *Gateway) request(r Request) {
 	}
 }
 
-// countingWriter notes the status and the body bytes a handler sends, and whether it
-// took the connection over (a reset or a timeout: no answer).
+// countingWriter notes the status and the body bytes a handler sends, and calls
+// onHijack when it takes the connection over (a reset or a timeout: no answer).
 type countingWriter struct {
 	http.ResponseWriter
 	status   int
 	n        int64
-	hijacked bool
+	onHijack func()
 }
 
 func (c *countingWriter) WriteHeader(code int) {
@@ -189,6 +197,8 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if !ok {
 		return nil, nil, http.ErrNotSupported
 	}
-	c.hijacked = true
+	if c.onHijack != nil {
+		c.onHijack()
+	}
 	return hj.Hijack()
 }

@@ -2,7 +2,6 @@ package svcnet_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -14,13 +13,11 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal/ctrdtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/ctrd"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
-	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
 // remoteHost is the allowed host of the egress tests: a name no resolver of this machine
@@ -71,7 +68,7 @@ func remote(t *testing.T) string {
 func TestProcessEgress(t *testing.T) {
 	addr := remote(t)
 	tlsAddr, cert := tlsRemote(t)
-	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: tlsHostMap(addr, tlsAddr)})
+	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: egressHostMap(addr, tlsAddr, tcpRemote(t))})
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
@@ -80,6 +77,7 @@ func TestProcessEgress(t *testing.T) {
 	t.Run("tls", func(t *testing.T) {
 		runEgressTLS(t, rt, "", cert, map[string]tlsClient{"curl": curlClient, "python": pythonClient, "wget": wgetClient})
 	})
+	t.Run("tcp", func(t *testing.T) { runEgressTCP(t, rt, "") })
 }
 
 func TestContainerdEgress(t *testing.T) {
@@ -91,52 +89,23 @@ func TestContainerdEgress(t *testing.T) {
 	srv := ctrdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: runtimestest.AgentBinary(t), Hosts: tlsHostMap(addr, tlsAddr)})
+	rt, err := ctrd.New(ctx, ctrd.Options{Address: srv.Address(), StateDir: t.TempDir(), AgentBinary: runtimestest.AgentBinary(t), Hosts: egressHostMap(addr, tlsAddr, tcpRemote(t))})
 	if err != nil {
 		t.Fatalf("open containerd runtime: %v", err)
 	}
 	t.Cleanup(func() { _ = rt.Close() })
 	runEgress(t, rt, "", addr)
 	t.Run("tls", func(t *testing.T) { runEgressTLS(t, rt, "", cert, map[string]tlsClient{"wget": wgetClient}) })
+	t.Run("tcp", func(t *testing.T) { runEgressTCP(t, rt, "") })
 }
 
 // runEgress is the proof on one runtime that a sandbox reaches its allowed host only
 // through the gateway, meeting the faults there, and nothing else: every request and
 // every refused lookup is recorded.
 func runEgress(t *testing.T, rt sandbox.Runtime, image, addr string) {
-	ctx := context.Background()
-	spec := sandbox.Spec{Image: image, Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}}}}
-	h, err := rt.Create(ctx, spec)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
-	_, rules, err := plans.ParseSpec([]byte(egressProfile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &svcnet.Recorder{}
-	g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: inject.NewDecider(1, rules), OnFire: rec.OnFire, OnRequest: rec.OnRequest})
-	if err != nil {
-		t.Fatalf("attach: %v", err)
-	}
-	t.Cleanup(func() { _ = g.Close() })
-	tb := tools.New(rt, h.ID, tools.Options{})
-	sh := func(cmd string) (tools.ExecResult, time.Duration) {
-		t.Helper()
-		args, _ := json.Marshal(tools.ExecArgs{Command: cmd, TimeoutMS: 20000})
-		start := time.Now()
-		out, err := tb.Call(ctx, "shell.exec", args)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatalf("shell.exec %q: %v", cmd, err)
-		}
-		var res tools.ExecResult
-		if err := json.Unmarshal(out, &res); err != nil {
-			t.Fatal(err)
-		}
-		return res, took
-	}
+	r := newEgressRig(t, rt, image, sandbox.Service{Hosts: []string{remoteHost}})
+	r.attach(inject.NewDecider(1, rulesOf(t, egressProfile)))
+	rec, sh := r.rec, r.sh
 	want := func(step string, reqs ...svcnet.Request) {
 		t.Helper()
 		got := rec.TakeRequests()

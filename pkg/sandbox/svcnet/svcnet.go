@@ -29,9 +29,10 @@
 // the sandbox's loopback, where its gateway proxies plain HTTP to them alone, through the
 // same fault proxy (keyed "http/<host>"), and relays TLS on its TLS ports (443 and
 // others) to the host the ClientHello names, unopened, through the fault connection
-// layer (keyed "tls/<host>:<port>/<n>"). It reports every request and connection
-// (Options.OnRequest: host, port, method, path, status, bytes each way, the faults met,
-// denied or not). A request naming another host is refused with 403, a TLS connection
+// layer (keyed "tls/<host>:<port>/<n>"), and relays plain TCP on its TCP ports, each
+// declared for one host, to that host (keyed "tcp/<host>:<port>/<n>"). It reports every
+// request and connection (Options.OnRequest: host, port, method, path, status, bytes each
+// way, the faults met, denied or not). A request naming another host is refused with 403, a TLS connection
 // naming another host with an access_denied alert, and a lookup of a name the name
 // server does not hold is reported as denied, so what a sandbox tried to reach is in the
 // record too.
@@ -128,6 +129,16 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 				g.listeners = append(g.listeners, tl)
 				g.wg.Add(1)
 				go g.serveTLS(tl, newTLSPort(rt, s, port))
+			}
+			for _, hp := range s.TCPPorts {
+				tl, err := sl.ListenService(ctx, id, hp.Port)
+				if err != nil {
+					_ = g.Close()
+					return nil, fmt.Errorf("attach service %s to %s: port %d: %w", s.Name, id, hp.Port, err)
+				}
+				g.listeners = append(g.listeners, tl)
+				g.wg.Add(1)
+				go g.serveTCPPort(tl, newTCPPort(rt, s, hp))
 			}
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}

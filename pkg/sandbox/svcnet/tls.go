@@ -109,9 +109,10 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 	}
 	addr, ok := p.ups[name]
 	if !ok {
-		_, _ = c.Write(accessDenied)
+		// Recorded before the sandbox reads the refusal, so with the command it ends.
 		req.Denied, req.Error = true, "host not allowed in this sandbox"
 		g.request(req)
+		_, _ = c.Write(accessDenied)
 		return
 	}
 	p.mu.Lock()
@@ -119,10 +120,20 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 	p.next[name]++
 	p.mu.Unlock()
 	key := "tls/" + net.JoinHostPort(name, strconv.Itoa(p.port)) + "/" + strconv.FormatUint(n, 10)
-	// The connection is recorded once, as soon as the sandbox closes its side, with the
-	// bytes delivered by then, so that it is recorded with the command that made it
-	// (the relay may go on a little: the host's answer to the close, a paced write); or
-	// when the relay ends, if that is first.
+	g.relayStream(c, p.svc, req, key, addr, hello, false)
+}
+
+// relayStream relays c, whose first bytes (already read from it) are first, to addr,
+// through the fault connection layer (faultnet.WrapStream: one decision when it opens,
+// keyed key, selected by the rules for service svc and for req.Host), and records req
+// with its bytes each way and the faults it met. The connection is recorded once, so
+// that it is recorded with the command that made it, before the sandbox can see it end:
+// a TLS connection (readsOn false) as soon as the sandbox closes its side, with the
+// bytes delivered by then (the relay may go on a little: the host's answer to the close,
+// a paced write); a plain TCP one (readsOn: its client may close its side and read on)
+// when the host ends its side, before that end is passed on (bytes the sandbox sends
+// after it are not counted); either when the relay ends, if that is first.
+func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr string, first []byte, readsOn bool) {
 	var (
 		mu     sync.Mutex
 		once   sync.Once
@@ -130,7 +141,7 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 		fc     *faultnet.Conn
 		faults []string
 	)
-	up.Store(int64(len(hello)))
+	up.Store(int64(len(first)))
 	record := func() {
 		once.Do(func() {
 			mu.Lock()
@@ -140,7 +151,7 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 			g.request(req)
 		})
 	}
-	fc = faultnet.WrapStream(c, g.opt.Decider, key, catalogue.Event{Service: p.svc, Host: name}, func(key string, ev catalogue.Event, fired []catalogue.Fired) {
+	fc = faultnet.WrapStream(c, g.opt.Decider, key, catalogue.Event{Service: svc, Host: req.Host}, func(key string, ev catalogue.Event, fired []catalogue.Fired) {
 		ev.Service = "" // recorded on the host
 		if g.opt.OnFire != nil {
 			g.opt.OnFire(key, ev, fired)
@@ -151,27 +162,33 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 		}
 		mu.Unlock()
 	})
+	// A fault that resets the connection or ends its hold records it first: the
+	// sandbox, which sees that end, may be done with its command at once.
+	fc.OnAbort(record)
 	defer fc.Close()
 	defer record()
 	upc, err := net.DialTimeout("tcp", addr, g.opt.DialTimeout)
 	if err != nil {
-		g.opt.Logger.Debug("allowed host unreachable", "host", name, "port", p.port, "err", err)
+		g.opt.Logger.Debug("allowed host unreachable", "host", req.Host, "port", req.Port, "err", err)
 		req.Error = "upstream unreachable"
 		return
 	}
 	defer upc.Close()
-	if _, err := upc.Write(hello); err != nil {
-		req.Error = "upstream closed"
-		return
+	if len(first) > 0 {
+		if _, err := upc.Write(first); err != nil {
+			req.Error = "upstream closed"
+			return
+		}
 	}
-	relay(fc, upc, &up, record)
+	relay(fc, upc, &up, record, readsOn)
 }
 
 // relay copies between the sandbox's connection c and the upstream's until both
 // directions end (or one fails, which ends both), passing half-closes on, counting the
-// bytes sent upstream (the sandbox's, c.Written); sandboxDone is called when the
-// sandbox closes its side.
-func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, sandboxDone func()) {
+// bytes sent upstream (the sandbox's, c.Written). It calls record when what the sandbox
+// was sent is final: unless readsOn, when the sandbox closes its side; if readsOn, when
+// the host ends its side, just before the sandbox is told.
+func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), readsOn bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -180,17 +197,25 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, sandboxDone func())
 			_ = upc.Close()
 			return
 		}
-		// The sandbox closed its side: what it was sent is final. (A reset, by a fault
-		// or by the sandbox, ends the relay at once: the record waits for that.)
-		sandboxDone()
+		// The sandbox closed its side: what it was sent is final, unless it reads on.
+		// (A fault's reset records first, OnAbort; one by the sandbox ends the relay at
+		// once: the record waits for that.)
+		if !readsOn {
+			record()
+		}
 		if tc, ok := upc.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}
 	}()
 	if _, err := io.Copy(c, upc); err != nil {
 		_ = c.Close()
-	} else if tc, ok := c.Conn.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
+	} else {
+		if readsOn {
+			record() // the host ended: record before the sandbox reads that end
+		}
+		if tc, ok := c.Conn.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
 	}
 	<-done
 }

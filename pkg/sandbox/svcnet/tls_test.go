@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -23,12 +22,10 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
-	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
-	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
 )
 
 // The hosts of the TLS tests: each meets one kind of fault on its streams (the clean one
@@ -159,41 +156,13 @@ func wgetClient(url string) string {
 // bandwidth) fire there, are recorded with the connection, and replay the same under
 // the same seed; and that other hosts are refused and recorded.
 func runEgressTLS(t *testing.T, rt sandbox.Runtime, image, certPEM string, clients map[string]tlsClient) {
-	ctx := context.Background()
-	spec := sandbox.Spec{Image: image, Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: tlsHosts, TLSPorts: []int{443, altPort}}}}
-	h, err := rt.Create(ctx, spec)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Destroy(context.Background(), h.ID) })
-	_, rules, err := plans.ParseSpec([]byte(tlsProfile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &svcnet.Recorder{}
-	attach := func(seed uint64) *svcnet.Gateway {
-		g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: inject.NewDecider(seed, rules), OnFire: rec.OnFire, OnRequest: rec.OnRequest})
-		if err != nil {
-			t.Fatalf("attach: %v", err)
-		}
-		return g
-	}
-	g := attach(1)
-	t.Cleanup(func() { _ = g.Close() })
-	tb := tools.New(rt, h.ID, tools.Options{})
+	r := newEgressRig(t, rt, image, sandbox.Service{Hosts: tlsHosts, TLSPorts: []int{443, altPort}})
+	rules := rulesOf(t, tlsProfile)
+	r.attach(inject.NewDecider(1, rules))
+	rec := r.rec
 	sh := func(cmd string) (string, time.Duration) {
 		t.Helper()
-		args, _ := json.Marshal(tools.ExecArgs{Command: cmd, TimeoutMS: 60000})
-		start := time.Now()
-		out, err := tb.Call(ctx, "shell.exec", args)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatalf("shell.exec %q: %v", cmd, err)
-		}
-		var res tools.ExecResult
-		if err := json.Unmarshal(out, &res); err != nil {
-			t.Fatal(err)
-		}
+		res, took := r.sh(cmd)
 		return res.Stdout + res.Stderr, took
 	}
 	sh("cat > ca.pem <<'EOF'\n" + certPEM + "EOF")
@@ -216,7 +185,7 @@ func runEgressTLS(t *testing.T, rt sandbox.Runtime, image, certPEM string, clien
 				t.Errorf("%s %s: got %q, want the body", name, url, out)
 			}
 		}
-		got := rec.TakeRequests()
+		got := r.requests(2)
 		if len(got) != 2 {
 			t.Fatalf("%s: recorded %+v, want two connections", name, got)
 		}
@@ -271,7 +240,7 @@ curl -sS --max-time 20 -k https://127.0.0.1/x; echo rc=$?`
 			took[host] = max(took[host], d)
 			fmt.Fprintf(&outs, "%s: %s\n", host, strings.SplitN(out, "\n", 2)[0])
 		}
-		return rec.TakeRequests(), took, outs.String()
+		return r.requests(10), took, outs.String()
 	}
 	first, took, outs := play()
 	if len(first) != 10 {
@@ -316,10 +285,7 @@ curl -sS --max-time 20 -k https://127.0.0.1/x; echo rc=$?`
 			t.Errorf("fault recorded as %v, want it on the host's connection", f)
 		}
 	}
-	if err := g.Close(); err != nil {
-		t.Fatal(err)
-	}
-	g = attach(1)
+	r.attach(inject.NewDecider(1, rules))
 	again, _, _ := play()
 	// The bytes of a reset connection are the fault's; those of one the client closed
 	// may or may not count the host's answer to the close (a TLS alert), which races

@@ -1,0 +1,70 @@
+package svcnet
+
+import (
+	"errors"
+	"net"
+	"strconv"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+)
+
+// MethodTCP is Request.Method of a plain TCP connection relayed on one of an egress
+// service's TCP ports.
+const MethodTCP = "TCP"
+
+// tcpPort is one plain TCP port of an egress service: the one host it is declared for,
+// and where that host's port is reached.
+type tcpPort struct {
+	svc  string
+	host string
+	port int
+	addr string
+}
+
+// newTCPPort maps port hp of egress service s: where the runtime says
+// (sandbox.HostMapper), else the host's own name.
+func newTCPPort(rt sandbox.Runtime, s sandbox.Service, hp sandbox.HostPort) tcpPort {
+	addr := net.JoinHostPort(hp.Host, strconv.Itoa(hp.Port))
+	if hm, ok := rt.(sandbox.HostMapper); ok {
+		if a, ok := hm.HostUpstream(hp.Host, hp.Port); ok {
+			addr = a
+		}
+	}
+	return tcpPort{svc: s.Name, host: hp.Host, port: hp.Port, addr: addr}
+}
+
+// serveTCPPort accepts the connections of one plain TCP port of an egress service and
+// relays each, unread, to the one host the port is declared for, whatever name the
+// sandbox connected by (a plain stream names none), through the fault connection layer
+// (one decision per connection, keyed "tcp/<host>:<port>/<n>" by accept order, selected
+// by the rules for the service and the host). Each is recorded as a TLS connection is
+// (host, port, bytes each way, the faults met), with method "TCP". A port no service
+// declares has no listener: the sandbox's kernel refuses the connection.
+func (g *Gateway) serveTCPPort(l net.Listener, p tcpPort) {
+	defer g.wg.Done()
+	prefix := "tcp/" + net.JoinHostPort(p.host, strconv.Itoa(p.port)) + "/"
+	var n uint64
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		if !g.track(c, true) {
+			_ = c.Close()
+			return
+		}
+		key := prefix + strconv.FormatUint(n, 10)
+		n++
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer g.track(c, false)
+			defer c.Close()
+			g.relayStream(c, p.svc, Request{Host: p.host, Port: p.port, Method: MethodTCP}, key, p.addr, nil, true)
+		}()
+	}
+}
