@@ -12,8 +12,11 @@
 // records them, as it records egress attempts); the default /dev plus empty decoys at
 // /dev/mem, /dev/kmem and /dev/port whose opens are recorded; cgroup limits on memory,
 // pids and CPU (changeable while it runs: [Runtime.UpdateLimits]) and RLIMIT_NOFILE.
-// Every command the agent runs gets the highest OOM score (1000) while the agent
-// keeps 0, so a memory bomb kills the bomb, not the agent.
+// On a cgroup v1 host those limits are on a child cgroup the commands run in, while the
+// agent stays in the sandbox's cgroup above it with a reserve (cmdcgroup.go): a command
+// that fills its memory is killed as a command, and the agent, which must answer for it,
+// keeps memory and pids of its own. Every command the agent runs also gets the highest
+// OOM score (1000) while the agent keeps 0.
 //
 // Workspace and snapshots: the workspace is /workspace in the container's writable
 // overlayfs snapshot. [Runtime.Snapshot] freezes the container, copies that

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +89,12 @@ func (r *Runtime) exec(ctx context.Context, op, id string, req sandbox.ExecReque
 	if r.isClosed() {
 		return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, sandbox.ErrClosed)
 	}
+	if b.st.CommandCgroup && !b.placed {
+		// A recovered sandbox, or one started without waiting for its agent.
+		if err := r.placeCommands(ctx, b); err != nil {
+			return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
+		}
+	}
 	timeout := req.Timeout
 	if timeout == 0 {
 		timeout = sandbox.DefaultExecTimeout
@@ -110,13 +117,13 @@ func (r *Runtime) exec(ctx context.Context, op, id string, req sandbox.ExecReque
 			return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
 		}
 		defer func() {
-			r.waitIdle(id) // the layer closes once the command's processes are gone
+			r.waitIdle(b) // the layer closes once the command's processes are gone
 			if err := b.fuse.End(); err != nil {
 				r.log.Warn("close storage fault layer", "sandbox", id, "err", err)
 			}
 		}()
 	}
-	cg := r.cgroup(id)
+	cg := r.cgroup(b)
 	before := cg.counters()
 	cg.resetPeak()
 	areq := agent.Request{
@@ -139,7 +146,7 @@ func (r *Runtime) exec(ctx context.Context, op, id string, req sandbox.ExecReque
 		if ctx.Err() != nil {
 			// The agent kills the command when the connection drops; wait for that so
 			// the next exec starts clean.
-			r.waitIdle(id)
+			r.waitIdle(b)
 			return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, ctx.Err())
 		}
 		return sandbox.ExecResult{}, fmt.Errorf("%s %s: %w", op, id, err)
@@ -188,8 +195,8 @@ func (r *Runtime) exec(ctx context.Context, op, id string, req sandbox.ExecReque
 }
 
 // waitIdle waits briefly until only the agent is left in the sandbox.
-func (r *Runtime) waitIdle(id string) {
-	cg := r.cgroup(id)
+func (r *Runtime) waitIdle(b *box) {
+	cg := r.cgroup(b)
 	for i := 0; i < 1000 && cg.pids() > 1; i++ {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -219,7 +226,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
 	if err != nil {
 		return sandbox.Stats{}, err
 	}
-	cg := r.cgroup(id)
+	cg := r.cgroup(b)
 	st := sandbox.Stats{MemoryBytes: cg.memory(), Pids: max(0, cg.pids()-1)}
 	b.op.Lock()
 	dir, err := r.workspaceDir(b)
@@ -249,18 +256,21 @@ func dirSize(dir string) int64 {
 	return n
 }
 
-// cgroupFiles reads a sandbox's cgroup from the host, v1 or v2.
+// cgroupFiles reads a sandbox's cgroup from the host, v1 or v2. What one command did
+// (its OOM kills, refused forks, throttling, memory peak) is read from the cgroup the
+// commands run in: cmds/ when they have one (cmdcgroup.go), else the sandbox's.
 type cgroupFiles struct {
 	v2   bool
 	path string // cgroupfs path below the hierarchy root
+	cmds bool   // the commands run in cmds/ below path
 }
 
 type cgCounters struct {
 	oomKills, pidsMax, throttled int64
 }
 
-func (r *Runtime) cgroup(id string) cgroupFiles {
-	return cgroupFiles{v2: r.cgroupV2, path: r.cgroupPath(id)}
+func (r *Runtime) cgroup(b *box) cgroupFiles {
+	return cgroupFiles{v2: r.cgroupV2, path: r.cgroupPath(b.handle.ID), cmds: b.st.CommandCgroup}
 }
 
 func (c cgroupFiles) file(controller, name string) string {
@@ -270,33 +280,41 @@ func (c cgroupFiles) file(controller, name string) string {
 	return filepath.Join("/sys/fs/cgroup", controller, c.path, name)
 }
 
+// cmdFile is file name of the cgroup the commands run in.
+func (c cgroupFiles) cmdFile(controller, name string) string {
+	if c.cmds {
+		return c.file(controller, cmdsCgroup+"/"+name)
+	}
+	return c.file(controller, name)
+}
+
 func (c cgroupFiles) counters() cgCounters {
 	var k cgCounters
 	if c.v2 {
-		k.oomKills = keyed(c.file("", "memory.events"), "oom_kill")
-		k.throttled = keyed(c.file("", "cpu.stat"), "nr_throttled")
+		k.oomKills = keyed(c.cmdFile("", "memory.events"), "oom_kill")
+		k.throttled = keyed(c.cmdFile("", "cpu.stat"), "nr_throttled")
 	} else {
-		k.oomKills = keyed(c.file("memory", "memory.oom_control"), "oom_kill")
-		k.throttled = keyed(c.file("cpu", "cpu.stat"), "nr_throttled")
+		k.oomKills = keyed(c.cmdFile("memory", "memory.oom_control"), "oom_kill")
+		k.throttled = keyed(c.cmdFile("cpu", "cpu.stat"), "nr_throttled")
 	}
-	k.pidsMax = keyed(c.file("pids", "pids.events"), "max")
+	k.pidsMax = keyed(c.cmdFile("pids", "pids.events"), "max")
 	return k
 }
 
 // resetPeak restarts the memory high-water mark so peak() covers one exec.
 func (c cgroupFiles) resetPeak() {
 	if c.v2 {
-		_ = os.WriteFile(c.file("", "memory.peak"), []byte("0"), 0)
+		_ = os.WriteFile(c.cmdFile("", "memory.peak"), []byte("0"), 0)
 		return
 	}
-	_ = os.WriteFile(c.file("memory", "memory.max_usage_in_bytes"), []byte("0"), 0)
+	_ = os.WriteFile(c.cmdFile("memory", "memory.max_usage_in_bytes"), []byte("0"), 0)
 }
 
 func (c cgroupFiles) peak() int64 {
 	if c.v2 {
-		return single(c.file("", "memory.peak"))
+		return single(c.cmdFile("", "memory.peak"))
 	}
-	return single(c.file("memory", "memory.max_usage_in_bytes"))
+	return single(c.cmdFile("memory", "memory.max_usage_in_bytes"))
 }
 
 func (c cgroupFiles) memory() int64 {
@@ -306,13 +324,30 @@ func (c cgroupFiles) memory() int64 {
 	return single(c.file("memory", "memory.usage_in_bytes"))
 }
 
-// pids counts the processes (not threads) in the cgroup.
+// pids counts the processes (not threads) in the sandbox's cgroup and the commands'. A
+// v1 cgroup.procs lists every process with a thread in that cgroup: the agent shows in
+// both (its spawner thread is in the commands'), and is counted once.
 func (c cgroupFiles) pids() int64 {
-	b, err := os.ReadFile(c.file("pids", "cgroup.procs"))
-	if err != nil {
-		return 0
+	own := procsIn(c.file("pids", "cgroup.procs"))
+	if !c.cmds {
+		return int64(len(own))
 	}
-	return int64(strings.Count(string(b), "\n"))
+	n := int64(len(own))
+	for _, p := range procsIn(c.cmdFile("pids", "cgroup.procs")) {
+		if !slices.Contains(own, p) {
+			n++
+		}
+	}
+	return n
+}
+
+// procsIn lists the pids in a cgroup.procs file.
+func procsIn(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
 }
 
 // single reads a file holding one number.

@@ -138,6 +138,9 @@ type Runtime struct {
 // startPhases is how long each step of starting a sandbox took.
 type startPhases struct {
 	Snapshot, Container, NewTask, Start, Agent time.Duration
+	// Cgroup is the commands' cgroup made and the agent's spawner thread moved into it
+	// (cmdcgroup.go), after the agent answered.
+	Cgroup time.Duration
 }
 
 // box is one sandbox this runtime manages.
@@ -167,6 +170,9 @@ type box struct {
 	// user is who the agent and its commands run as: Spec.User resolved against the
 	// sandbox's root when its container was made (root without one). Guarded by op.
 	user specs.User
+	// placed is set once the agent's spawner thread is in the commands' cgroup
+	// (cmdcgroup.go) for this task. Guarded by op.
+	placed bool
 }
 
 // boxState is the runtime's private part of a Handle.
@@ -182,6 +188,9 @@ type boxState struct {
 	// DiskQuota tells that the writable layer is on a tmpfs of its own (quota.go), which
 	// Recover must find again: without it a snapshot would copy the wrong directory.
 	DiskQuota bool `json:"disk_quota,omitempty"`
+	// CommandCgroup tells that the agent's commands run in a child cgroup carrying the
+	// limits, below the sandbox's, which holds the agent with a reserve (cmdcgroup.go).
+	CommandCgroup bool `json:"command_cgroup,omitempty"`
 }
 
 // snapMeta is what the state directory keeps of a snapshot.
@@ -477,6 +486,8 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 		return fmt.Errorf("prepare rootfs on %s: %w", b.st.Parent, err)
 	}
 	b.st.SnapshotKey = key
+	b.st.CommandCgroup = !r.cgroupV2
+	b.placed = false
 	if err := r.writeHosts(b.handle.Spec); err != nil {
 		_ = sn.Remove(ctx, key)
 		return err
@@ -578,14 +589,35 @@ func (r *Runtime) start(ctx context.Context, b *box) error {
 	}
 	b.task = task
 	b.pid.Store(int64(task.Pid()))
+	var cgPhase time.Duration
 	if !r.noAgent {
+		// The commands' cgroup is made while the agent starts; its spawner thread moves
+		// in once it answers (cmdcgroup.go).
+		var tasks []*os.File
+		if b.st.CommandCgroup {
+			t := time.Now()
+			if tasks, err = r.makeCommandCgroup(b); err != nil {
+				r.teardown(ctx, b)
+				return err
+			}
+			cgPhase = time.Since(t)
+		}
 		if err := r.waitAgent(ctx, id); err != nil {
+			closeAll(tasks)
 			r.teardown(ctx, b)
 			return err
 		}
+		if b.st.CommandCgroup {
+			t := time.Now()
+			if err := r.joinCommandCgroup(ctx, b, tasks); err != nil {
+				r.teardown(ctx, b)
+				return err
+			}
+			cgPhase += time.Since(t)
+		}
 	}
-	ph := startPhases{Snapshot: t1.Sub(t0), Container: t2.Sub(t1), NewTask: t25.Sub(t2), Start: t3.Sub(t25), Agent: time.Since(t3)}
-	r.log.Debug("sandbox started", "sandbox", id, "snapshot", ph.Snapshot, "container", ph.Container, "new_task", ph.NewTask, "start_task", ph.Start, "agent", ph.Agent)
+	ph := startPhases{Snapshot: t1.Sub(t0), Container: t2.Sub(t1), NewTask: t25.Sub(t2), Start: t3.Sub(t25), Agent: time.Since(t3) - cgPhase, Cgroup: cgPhase}
+	r.log.Debug("sandbox started", "sandbox", id, "snapshot", ph.Snapshot, "container", ph.Container, "new_task", ph.NewTask, "start_task", ph.Start, "agent", ph.Agent, "cgroup", ph.Cgroup)
 	if r.phaseHook != nil {
 		r.phaseHook(ph)
 	}
@@ -696,7 +728,7 @@ func findOCIRuntime(name string) (string, error) {
 // specOpts is the OCI spec of a sandbox's container (see the package doc).
 func (r *Runtime) specOpts(b *box, shimGroup string) []oci.SpecOpts {
 	spec := b.handle.Spec
-	l := spec.Limits
+	l := containerLimits(spec.Limits, b.st.CommandCgroup)
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + sandbox.WorkspacePath, "LANG=C.UTF-8"}, append(sandbox.ServiceEnv(spec.Services), spec.Env...)...)
 	period := uint64(100_000)
 	quota := l.CPUMillis * int64(period) / 1000
@@ -1004,6 +1036,10 @@ func (r *Runtime) removeCgroups(id string) error {
 	}
 	var errs []error
 	for _, d := range dirs {
+		// The commands' cgroup (cmdcgroup.go) first: a cgroup with children stays.
+		if err := os.Remove(filepath.Join(d, cmdsCgroup)); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			errs = append(errs, err)
+		}
 		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			errs = append(errs, err)
 		}
@@ -1182,26 +1218,50 @@ func (r *Runtime) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 	if l.DiskBytes != 0 && l.DiskBytes != cur.DiskBytes {
 		return fmt.Errorf("update limits %s: %w: limits.disk_bytes cannot change while the sandbox runs", id, sandbox.ErrUnsupported)
 	}
-	res := &specs.LinuxResources{}
+	next := cur
 	if l.MemoryBytes != 0 {
-		m := l.MemoryBytes
-		res.Memory = &specs.LinuxMemory{Limit: &m}
-		cur.MemoryBytes = m
+		next.MemoryBytes = l.MemoryBytes
 	}
 	if l.Pids != 0 {
-		p := l.Pids
+		next.Pids = l.Pids
+	}
+	if l.CPUMillis != 0 {
+		next.CPUMillis = l.CPUMillis
+	}
+	// With the commands in a cgroup of their own, the limits apply there and the
+	// sandbox's cgroup keeps the agent's reserve above them; a lowered limit is written
+	// below first and a raised one after (a child's CPU quota may not exceed its parent's).
+	down, up := splitLimits(next, cur)
+	cmds := b.st.CommandCgroup && b.placed
+	if cmds {
+		if err := r.writeCommandLimits(id, down); err != nil {
+			return fmt.Errorf("update limits %s: %w", id, err)
+		}
+	}
+	want := containerLimits(l, b.st.CommandCgroup)
+	res := &specs.LinuxResources{}
+	if l.MemoryBytes != 0 {
+		m := want.MemoryBytes
+		res.Memory = &specs.LinuxMemory{Limit: &m}
+	}
+	if l.Pids != 0 {
+		p := want.Pids
 		res.Pids = &specs.LinuxPids{Limit: &p}
-		cur.Pids = p
 	}
 	if l.CPUMillis != 0 {
 		period := uint64(100_000)
 		quota := l.CPUMillis * int64(period) / 1000
 		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
-		cur.CPUMillis = l.CPUMillis
 	}
 	if err := b.task.Update(r.ctx(ctx), client.WithResources(res)); err != nil {
 		return fmt.Errorf("update limits %s: %w", id, err)
 	}
+	if cmds {
+		if err := r.writeCommandLimits(id, up); err != nil {
+			return fmt.Errorf("update limits %s: %w", id, err)
+		}
+	}
+	cur = next
 	b.handle.Spec.Limits = cur
 	return r.saveHandle(b)
 }

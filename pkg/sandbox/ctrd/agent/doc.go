@@ -26,6 +26,10 @@
 //     hostile calls (ptrace, mount, …) with EPERM and egress attempts with ENETUNREACH,
 //     records them, and returns them with the command's [Response] (Events); a ping
 //     reports Supervised, and it refuses to serve if the filter cannot be installed;
+//   - where commands run: it starts every command from one thread of its own, locked
+//     for good and named SpawnerThreadName, which the runtime has move itself into the
+//     cgroup that carries the commands' limits (OpCgroup), so the agent keeps a reserve
+//     above them in the sandbox's cgroup;
 //   - its own safety: it raises every command's oom_score_adj to 1000 right after
 //     starting it (raising needs no privilege; lowering the agent's own would need
 //     CAP_SYS_RESOURCE), so the kernel's OOM killer picks commands, not the agent; it

@@ -31,6 +31,12 @@ const (
 	// Stdin and the captured Stdout: a stdio server speaks through them directly, with
 	// no copy in the agent, for as long as it runs.
 	OpStream = "stream"
+	// OpCgroup moves the agent's spawner thread (SpawnerThreadName), which starts every
+	// command, into the cgroup whose tasks files come with the request (SCM_RIGHTS:
+	// JoinCgroup), opened for writing by the runtime. The thread writes "0" (itself) to
+	// each: a thread moving itself takes no lock across the host's cgroups, where the
+	// runtime writing its tid waits for an RCU grace period (5-17 ms measured).
+	OpCgroup = "cgroup"
 )
 
 // Request is one command for the agent.
@@ -84,7 +90,7 @@ type Response struct {
 // for ctx to end. Closing the connection (ctx cancelled) does not stop the command:
 // the caller does that separately if it wants to.
 func Call(ctx context.Context, socketPath string, req Request) (Response, error) {
-	return call(ctx, socketPath, req, nil, nil)
+	return call(ctx, socketPath, req)
 }
 
 // CallStream sends an OpStream request with stdin and stdout, which the command gets as
@@ -99,7 +105,20 @@ func CallStream(ctx context.Context, socketPath string, req Request, stdin, stdo
 	return call(ctx, socketPath, req, stdin, stdout)
 }
 
-func call(ctx context.Context, socketPath string, req Request, stdin, stdout *os.File) (Response, error) {
+// JoinCgroup has the agent at socketPath move its spawner thread into the cgroup (one
+// per v1 hierarchy) whose tasks files are given, open for writing (OpCgroup).
+func JoinCgroup(ctx context.Context, socketPath string, tasks ...*os.File) error {
+	if len(tasks) == 0 || len(tasks) > maxFiles {
+		return fmt.Errorf("join cgroup: %d tasks files; want 1 to %d", len(tasks), maxFiles)
+	}
+	_, err := call(ctx, socketPath, Request{Op: OpCgroup}, tasks...)
+	if err != nil {
+		return fmt.Errorf("join cgroup: %w", err)
+	}
+	return nil
+}
+
+func call(ctx context.Context, socketPath string, req Request, files ...*os.File) (Response, error) {
 	conn, err := dialUnix(ctx, socketPath)
 	if err != nil {
 		return Response{}, fmt.Errorf("dial agent: %w", err)
@@ -112,10 +131,10 @@ func call(ctx context.Context, socketPath string, req Request, stdin, stdout *os
 		return Response{}, fmt.Errorf("encode request: %w", err)
 	}
 	msg = append(msg, '\n')
-	if stdin == nil {
+	if len(files) == 0 {
 		_, err = conn.Write(msg)
 	} else {
-		err = sendWithFiles(conn, msg, stdin, stdout)
+		err = sendWithFiles(conn, msg, files...)
 	}
 	if err != nil {
 		return Response{}, callErr(ctx, "send request", err)

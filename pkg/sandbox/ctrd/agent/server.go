@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/safety"
 )
@@ -42,6 +43,8 @@ type Server struct {
 	supervised bool
 	// warm is closed once the prewarmed threads exist; commands wait for it.
 	warm chan struct{}
+	// spawn runs its functions on the spawner thread (see spawner); nil before Serve.
+	spawn chan func()
 
 	// PrewarmThreads is how many OS threads Serve has the Go runtime start and park for
 	// later, while it already answers pings (see prewarmThreads); commands start only once
@@ -78,6 +81,14 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	}
 	defer sup.Close()
 	s.supervised = true
+	// The spawner thread exists before the first ping is answered: the runtime may move
+	// it (OpCgroup) as soon as the agent answers.
+	ready := make(chan error, 1)
+	s.spawn = make(chan func())
+	go s.spawner(ready)
+	if err := <-ready; err != nil {
+		return err
+	}
 	_ = os.Remove(socketPath)
 	ln, err := net.Listen("unix", socketPath)
 	if err != nil {
@@ -129,6 +140,8 @@ func (s *Server) handle(conn net.Conn) {
 	var resp Response
 	switch {
 	case req.Op == OpPing:
+	case req.Op == OpCgroup:
+		resp.Error = s.joinCgroup(files)
 	case req.Op == OpStream && len(files) != 2:
 		resp.Error = fmt.Sprintf("op %q needs 2 descriptors (stdin, stdout) with the request; it came with %d", req.Op, len(files))
 	case req.Op == OpExec || req.Op == OpStream:
@@ -306,12 +319,7 @@ func (s *Server) exec(req Request, gone <-chan struct{}, files []*os.File) Respo
 	}
 	done := make(chan syscall.WaitStatus, 1)
 	began := time.Now()
-	s.mu.Lock()
-	pid, err := syscall.ForkExec(prog, req.Argv, attr)
-	if err == nil {
-		s.waiters[pid] = done
-	}
-	s.mu.Unlock()
+	pid, err := s.fork(prog, req.Argv, attr, done)
 	if err == nil {
 		// Commands are the OOM killer's first choice, never the agent. Raising a
 		// score needs no privilege; the command has only just exec'd.
@@ -426,6 +434,84 @@ func (s *Server) exec(req Request, gone <-chan struct{}, files []*os.File) Respo
 		resp.ExitCode = 128 + int(syscall.SIGKILL)
 	}
 	return resp
+}
+
+// SpawnerThreadName is the name (comm, as ps shows it) of the agent's thread that starts
+// every command. The runtime has it move itself, alone, into the cgroup that carries the
+// commands' limits (OpCgroup; cgroup v1 places threads one by one), so every command
+// starts there while the agent's other threads, and the memory the agent charges, stay in
+// the sandbox's cgroup, which keeps a reserve for the agent above the commands' limit.
+const SpawnerThreadName = "gauntlet-spawn"
+
+// spawner locks its goroutine to an OS thread for good, names the thread
+// SpawnerThreadName and runs the functions sent on s.spawn there. The Go runtime never
+// starts a new thread from a locked one (it asks its template thread instead), so no
+// thread of the agent is ever cloned from this one into the commands' cgroup.
+func (s *Server) spawner(ready chan<- error) {
+	runtime.LockOSThread() // never unlocked: the thread is the spawner's for the agent's life
+	name := append([]byte(SpawnerThreadName), 0)
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0); errno != 0 {
+		ready <- fmt.Errorf("name the spawner thread: %w", errno)
+		return
+	}
+	ready <- nil
+	for f := range s.spawn {
+		f()
+	}
+}
+
+// joinCgroup has the spawner thread write "0" to each tasks file of files (OpCgroup),
+// between commands.
+func (s *Server) joinCgroup(files []*os.File) string {
+	if len(files) == 0 {
+		return "op \"cgroup\" needs the tasks files with the request; it came with none"
+	}
+	if s.spawn == nil {
+		return "no spawner thread"
+	}
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
+	errs := make(chan error, 1)
+	s.spawn <- func() {
+		for _, f := range files {
+			// Written on this thread, which the goroutine is locked to: "0" is this thread.
+			if _, err := syscall.Write(int(f.Fd()), []byte("0")); err != nil {
+				errs <- fmt.Errorf("write 0 to tasks file %d: %w", f.Fd(), err)
+				return
+			}
+		}
+		errs <- nil
+	}
+	if err := <-errs; err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// fork starts prog on the spawner thread (inline before Serve made it) and registers
+// done as its waiter under s.mu, so the reaper cannot lose its pid.
+func (s *Server) fork(prog string, argv []string, attr *syscall.ProcAttr, done chan syscall.WaitStatus) (int, error) {
+	var pid int
+	var err error
+	run := func() {
+		s.mu.Lock()
+		pid, err = syscall.ForkExec(prog, argv, attr)
+		if err == nil {
+			s.waiters[pid] = done
+		}
+		s.mu.Unlock()
+	}
+	if s.spawn == nil {
+		run()
+		return pid, err
+	}
+	finished := make(chan struct{})
+	s.spawn <- func() {
+		run()
+		close(finished)
+	}
+	<-finished
+	return pid, err
 }
 
 // prewarmThreads makes the Go runtime start n OS threads now and keep them idle for later.
