@@ -91,6 +91,11 @@ type Runtime struct {
 	known     map[string]*boxRecord  // every sandbox record on disk
 	snapshots map[string]*snapRecord // every snapshot record on disk
 
+	// ownFS says the runtime's own tmpfs at the volumes' and the mount points' parents are
+	// in place (mountOwnFS); Purge unmounts them when empty, the next create mounts them
+	// again. Guarded by mu.
+	ownFS bool
+
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
 	gcVolumes atomic.Int64
@@ -128,6 +133,8 @@ type box struct {
 	// mu, so limits can change while a command runs.
 	lmu    sync.Mutex
 	limits sandbox.Limits
+	// cpuSet says the cgroup's CPU quota is written (ensureCPU). Guarded by lmu.
+	cpuSet bool
 	// fuse is the storage-fault layer commands see as their workspace (nil: none; see
 	// storagefaults.go). Guarded by mu.
 	fuse *faultfuse.Layer
@@ -230,6 +237,9 @@ func New(cfg Config) (*Runtime, error) {
 	if err := r.writeEtc(); err != nil {
 		return nil, err
 	}
+	if err := r.mountOwnFS(); err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnavailable, err)
+	}
 	r.rootfs = r.rootfsArgs()
 	r.nsenter = lookNsenter()
 	if err := r.load(); err != nil {
@@ -257,13 +267,81 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// removeEmptyParents removes the per-state-dir cgroup and mount-point directories if
-// they are empty (made again on the next Create).
+// removeEmptyParents removes the per-state-dir cgroup and mount-point directories, and
+// unmounts the runtime's own tmpfs, if they are empty (made again on the next Create).
+// Called with mu held.
 func (r *Runtime) removeEmptyParents() {
 	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
 		_ = os.Remove(d)
 	}
+	r.ownFS = false
+	for _, d := range []string{r.path("vol"), r.runDir} {
+		if ents, err := os.ReadDir(d); err != nil || len(ents) > 0 {
+			continue
+		}
+		if ownTmpfs(d) {
+			if err := unix.Unmount(d, 0); err != nil {
+				r.cfg.Logger.Warn("sandbox: unmount the runtime's tmpfs", "dir", d, "err", err)
+			}
+		}
+	}
 	_ = os.Remove(r.runDir)
+}
+
+// ownFSName is the source name of the runtime's own tmpfs mounts.
+const ownFSName = "gauntlet-state"
+
+// mountOwnFS mounts a tmpfs of the runtime's own at the state directory's vol folder
+// (the volumes' mount points) and at the run directory (the workspaces' mount points,
+// decoys, storage-fault and image-root mount points), unless one is there already: an
+// earlier runtime over the same state directory mounted it, and its sandboxes live in
+// it. A folder that already holds entries on the host's filesystem (sandboxes of a
+// runtime that predates these mounts) is left as it is.
+//
+// Why: on the host's filesystem (ext4 here) every create and destroy of a sandbox made
+// and removed mount-point folders and inodes through the journal and a synchronous
+// discard, and removing a folder that had been a mount point walked every mount on the
+// host; that cost grew with the number of sandboxes. On a tmpfs those folders cost a
+// dentry. Called with mu held, or before the runtime is shared.
+func (r *Runtime) mountOwnFS() error {
+	if r.ownFS {
+		return nil
+	}
+	for _, d := range []struct {
+		dir  string
+		mode os.FileMode
+	}{{r.path("vol"), 0o711}, {r.runDir, 0o711}} {
+		if err := os.MkdirAll(d.dir, d.mode); err != nil {
+			return fmt.Errorf("own tmpfs %s: %w", d.dir, err)
+		}
+		if ownTmpfs(d.dir) {
+			continue
+		}
+		if ents, err := os.ReadDir(d.dir); err != nil || len(ents) > 0 {
+			continue
+		}
+		// Only folders and empty decoy files live here: the inode count is the limit
+		// that matters (0: unlimited, bounded by memory as any dentry is).
+		opts := fmt.Sprintf("mode=%o,size=64m,nr_inodes=0", d.mode)
+		if err := unix.Mount(ownFSName, d.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount own tmpfs at %s: %w", d.dir, err)
+		}
+	}
+	r.ownFS = true
+	return nil
+}
+
+// ownTmpfs reports whether dir is the root of a tmpfs mounted there by a runtime.
+func ownTmpfs(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		return false
+	}
+	var in, up unix.Stat_t
+	if unix.Lstat(dir, &in) != nil || unix.Lstat(filepath.Dir(dir), &up) != nil {
+		return false
+	}
+	return in.Dev != up.Dev
 }
 
 func (r *Runtime) path(rel ...string) string {
@@ -396,6 +474,11 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		Handle: sandbox.Handle{ID: spec.ID, Runtime: Name, Spec: spec},
 		Volume: newID(),
 		Chain:  slices.Clone(chain),
+	}
+	if err := r.mountOwnFS(); err != nil { // unmounted by a Purge
+		r.mu.Unlock()
+		r.layerMu.Unlock()
+		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
 	}
 	// Reserve the id; the record is written once the sandbox is ready.
 	r.known[spec.ID] = rec
