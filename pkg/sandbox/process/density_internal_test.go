@@ -189,6 +189,12 @@ func TestOwnTmpfsFoundAgainAndUnmountedWhenEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
+	t.Cleanup(func() { // on failure: leave no mount behind
+		if rt, err := New(Config{StateDir: dir}); err == nil {
+			_ = rt.Purge(ctx)
+			rt.Close()
+		}
+	})
 	vol, run := rt.path("vol"), rt.runDir
 	if n := ownMounts(t, vol, run); n != 2 {
 		t.Fatalf("%d own tmpfs mounts at %s and %s, want 2", n, vol, run)
@@ -197,9 +203,23 @@ func TestOwnTmpfsFoundAgainAndUnmountedWhenEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec := filepath.Join(vol, recordsDir, h.ID+".json")
+	if _, err := os.Stat(rec); err != nil {
+		t.Fatalf("record not on the tmpfs: %v", err)
+	}
 	rt.Close() // the sandbox stays: the tmpfs stays
 	if n := ownMounts(t, vol, run); n != 2 {
 		t.Fatalf("after Close with a sandbox left: %d own tmpfs mounts, want 2", n)
+	}
+	// A record where a runtime that predates the tmpfs kept it is still found.
+	legacy := filepath.Join(dir, "sandboxes", h.ID+".json")
+	if data, err := os.ReadFile(rec); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(legacy, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(rec); err != nil {
+		t.Fatal(err)
 	}
 	rt2, err := New(Config{StateDir: dir})
 	if err != nil {
@@ -208,6 +228,9 @@ func TestOwnTmpfsFoundAgainAndUnmountedWhenEmpty(t *testing.T) {
 	defer rt2.Close()
 	if n := ownMounts(t, vol, run); n != 2 {
 		t.Fatalf("after a restart: %d own tmpfs mounts, want 2 (mounted twice?)", n)
+	}
+	if l, err := rt2.List(ctx); err != nil || len(l) != 1 || l[0].ID != h.ID {
+		t.Fatalf("list after a restart: %v %v", l, err)
 	}
 	if err := rt2.Recover(ctx, h); err != nil {
 		t.Fatal(err)
@@ -226,6 +249,9 @@ func TestOwnTmpfsFoundAgainAndUnmountedWhenEmpty(t *testing.T) {
 	}
 	if err := rt2.Purge(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
+		t.Errorf("the earlier runtime's record outlived its sandbox: %v", err)
 	}
 	if n := ownMounts(t, vol, run); n != 0 {
 		t.Errorf("after Purge: %d own tmpfs mounts, want 0", n)

@@ -95,6 +95,10 @@ type Runtime struct {
 	// in place (mountOwnFS); Purge unmounts them when empty, the next create mounts them
 	// again. Guarded by mu.
 	ownFS bool
+	// sbDir holds the sandboxes' records: on the volumes' tmpfs when the runtime mounted
+	// it (vol/.sandboxes), else the state directory's sandboxes folder, where records of
+	// a runtime that predates the tmpfs also stay (load reads both).
+	sbDir string
 
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
@@ -275,6 +279,7 @@ func (r *Runtime) removeEmptyParents() {
 		_ = os.Remove(d)
 	}
 	r.ownFS = false
+	_ = os.Remove(r.path("vol", recordsDir)) // when empty
 	for _, d := range []string{r.path("vol"), r.runDir} {
 		if ents, err := os.ReadDir(d); err != nil || len(ents) > 0 {
 			continue
@@ -320,16 +325,30 @@ func (r *Runtime) mountOwnFS() error {
 		if ents, err := os.ReadDir(d.dir); err != nil || len(ents) > 0 {
 			continue
 		}
-		// Only folders and empty decoy files live here: the inode count is the limit
-		// that matters (0: unlimited, bounded by memory as any dentry is).
-		opts := fmt.Sprintf("mode=%o,size=64m,nr_inodes=0", d.mode)
+		// Folders, empty decoy files and the sandboxes' records: no inode limit
+		// (bounded by memory as any dentry is), the default size (half the memory, a
+		// bound, not a reservation).
+		opts := fmt.Sprintf("mode=%o,nr_inodes=0", d.mode)
 		if err := unix.Mount(ownFSName, d.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("mount own tmpfs at %s: %w", d.dir, err)
 		}
 	}
+	if r.sbDir == "" {
+		r.sbDir = r.path("sandboxes")
+		if ownTmpfs(r.path("vol")) {
+			r.sbDir = r.path("vol", recordsDir)
+		}
+	}
+	if err := os.MkdirAll(r.sbDir, 0o700); err != nil {
+		return fmt.Errorf("records dir: %w", err)
+	}
 	r.ownFS = true
 	return nil
 }
+
+// recordsDir is the sandboxes' records folder on the volumes' tmpfs: the dot keeps it
+// apart from volume ids (gc skips it).
+const recordsDir = ".sandboxes"
 
 // ownTmpfs reports whether dir is the root of a tmpfs mounted there by a runtime.
 func ownTmpfs(dir string) bool {
@@ -377,8 +396,15 @@ func newID() string {
 
 // load reads every record on disk into known and snapshots.
 func (r *Runtime) load() error {
-	for _, kind := range []string{"sandboxes", "snapshots"} {
-		ents, err := os.ReadDir(r.path(kind))
+	for _, dir := range []string{r.path("sandboxes"), r.sbDir, r.path("snapshots")} {
+		kind := filepath.Base(dir)
+		if dir == r.sbDir {
+			if dir == r.path("sandboxes") {
+				continue // read already
+			}
+			kind = "sandboxes"
+		}
+		ents, err := os.ReadDir(dir)
 		if err != nil {
 			return fmt.Errorf("load %s: %w", kind, err)
 		}
@@ -387,7 +413,7 @@ func (r *Runtime) load() error {
 			if !ok {
 				continue
 			}
-			b, err := os.ReadFile(r.path(kind, e.Name()))
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 			if err != nil {
 				return fmt.Errorf("load %s/%s: %w", kind, e.Name(), err)
 			}
@@ -415,11 +441,31 @@ func (r *Runtime) save(kind, id string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := r.path(kind, "."+id+".tmp")
+	dir := r.path(kind)
+	if kind == "sandboxes" {
+		dir = r.sbDir
+	}
+	tmp := filepath.Join(dir, "."+id+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, r.path(kind, id+".json"))
+	return os.Rename(tmp, filepath.Join(dir, id+".json"))
+}
+
+// removeRecord removes a sandbox's record, and the copy an earlier runtime may have
+// left in the state directory's sandboxes folder.
+func (r *Runtime) removeRecord(id string) error {
+	dirs := []string{r.sbDir}
+	if legacy := r.path("sandboxes"); legacy != r.sbDir {
+		dirs = append(dirs, legacy)
+	}
+	var errs []error
+	for _, dir := range dirs {
+		if err := os.Remove(filepath.Join(dir, id+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Create implements sandbox.Runtime.
@@ -785,7 +831,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	delete(r.known, id)
 	vols := volumes(b.rec.Volume, b.rec.Chain)
 	r.mu.Unlock()
-	if rerr := os.Remove(r.path("sandboxes", id+".json")); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+	if rerr := r.removeRecord(id); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	r.gc(false, vols...)
@@ -860,7 +906,9 @@ func (r *Runtime) gc(all bool, vols ...string) {
 			return
 		}
 		for _, e := range ents {
-			vols = append(vols, e.Name())
+			if !strings.HasPrefix(e.Name(), ".") { // the records' folder
+				vols = append(vols, e.Name())
+			}
 		}
 	} else {
 		slices.Sort(vols)
