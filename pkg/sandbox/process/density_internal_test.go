@@ -64,8 +64,8 @@ func TestDestroyLooksAtItsOwnVolumeOnly(t *testing.T) {
 	if err := rt.Destroy(ctx, ids[6]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(rt.volDir(vol)); !os.IsNotExist(err) {
-		t.Errorf("destroyed sandbox's volume %s still there (%v)", vol, err)
+	if !collected(rt, vol) {
+		t.Errorf("destroyed sandbox's volume %s still there", vol)
 	}
 	// The fork's layers live in the first sandbox's volume: destroying the fork and the
 	// snapshot leaves them to that sandbox; destroying it too collects the volume.
@@ -87,9 +87,23 @@ func TestDestroyLooksAtItsOwnVolumeOnly(t *testing.T) {
 			t.Errorf("%s: looked at %d volumes, want at most %d (its own and its layers')", step.name, n, step.max)
 		}
 	}
-	if _, err := os.Stat(rt.volDir(vol)); !os.IsNotExist(err) {
-		t.Errorf("volume %s of the destroyed sandbox and its snapshot still there (%v)", vol, err)
+	if !collected(rt, vol) {
+		t.Errorf("volume %s of the destroyed sandbox and its snapshot still there", vol)
 	}
+}
+
+// collected says gc collected the volume: its folder is gone, or unmounted, empty and
+// kept for reuse.
+func collected(rt *Runtime, vol string) bool {
+	d := rt.volDir(vol)
+	if _, err := os.Stat(d); os.IsNotExist(err) {
+		return true
+	}
+	ents, err := os.ReadDir(d)
+	rt.mu.Lock()
+	_, free := rt.freeVols[vol]
+	rt.mu.Unlock()
+	return err == nil && len(ents) == 0 && free && !ownTmpfs(d)
 }
 
 // TestLowerLayersOnTheirOwnMounts: every lower layer of a workspace overlay lies on a
@@ -268,5 +282,51 @@ func TestOwnTmpfsFoundAgainAndUnmountedWhenEmpty(t *testing.T) {
 	}
 	if n := ownMounts(t, vol, run); n != 0 {
 		t.Errorf("after the second Purge: %d own tmpfs mounts, want 0", n)
+	}
+}
+
+// TestVolumeFolderReused: a destroyed sandbox's volume folder is kept, unmounted, and
+// the next create mounts its volume there (removing a folder that was a mount point
+// walks every mount while another namespace holds a copy); a second collection of the
+// same volume does not offer it twice; Purge removes the kept folders.
+func TestVolumeFolderReused(t *testing.T) {
+	rt := openInternal(t)
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := rt.known[h.ID].Volume
+	if err := rt.Destroy(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rt.volDir(vol)); err != nil {
+		t.Fatalf("volume folder not kept: %v", err)
+	}
+	if ownTmpfs(rt.volDir(vol)) {
+		t.Fatal("kept volume folder still mounted")
+	}
+	rt.gc(false, vol) // collected again: must not be offered twice
+	a, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	va, vb := rt.known[a.ID].Volume, rt.known[b.ID].Volume
+	if va != vol || vb == vol {
+		t.Errorf("volumes %s and %s, want the kept %s once", va, vb, vol)
+	}
+	res, err := rt.Exec(ctx, a.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo hi > f && cat f"}})
+	if err != nil || string(res.Stdout) != "hi\n" {
+		t.Fatalf("exec on a reused volume: %v %+v", err, res)
+	}
+	if err := rt.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(rt.path("vol")); len(ents) != 0 {
+		t.Errorf("after Purge vol holds %d entries", len(ents))
 	}
 }

@@ -100,6 +100,13 @@ type Runtime struct {
 	// a runtime that predates the tmpfs also stay (load reads both).
 	sbDir string
 
+	// freeVols are volume folders gc unmounted and kept for a later create to mount
+	// again, instead of removing them. Removing a folder that was a mount point walks
+	// every mount of the namespace whenever another namespace still holds a copy of
+	// that mount (each running exec's bwrap copies the host's mount table), which made
+	// destroy cost grow with the count. Close and Purge remove them. Guarded by mu.
+	freeVols map[string]struct{}
+
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
 	gcVolumes atomic.Int64
@@ -232,6 +239,7 @@ func New(cfg Config) (*Runtime, error) {
 		active:    map[string]*box{},
 		known:     map[string]*boxRecord{},
 		snapshots: map[string]*snapRecord{},
+		freeVols:  map[string]struct{}{},
 	}
 	for _, d := range []string{"sandboxes", "snapshots", "vol", "empty", "etc"} {
 		if err := os.MkdirAll(filepath.Join(abs, d), 0o711); err != nil {
@@ -279,6 +287,7 @@ func (r *Runtime) removeEmptyParents() {
 		_ = os.Remove(d)
 	}
 	r.ownFS = false
+	r.dropFreeVols()
 	_ = os.Remove(r.path("vol", recordsDir)) // when empty
 	for _, d := range []string{r.path("vol"), r.runDir} {
 		if ents, err := os.ReadDir(d); err != nil || len(ents) > 0 {
@@ -291,6 +300,14 @@ func (r *Runtime) removeEmptyParents() {
 		}
 	}
 	_ = os.Remove(r.runDir)
+}
+
+// dropFreeVols removes the volume folders kept for reuse. Called with mu held.
+func (r *Runtime) dropFreeVols() {
+	for v := range r.freeVols {
+		_ = os.Remove(r.volDir(v))
+	}
+	clear(r.freeVols)
 }
 
 // ownFSName is the source name of the runtime's own tmpfs mounts.
@@ -521,6 +538,12 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		Volume: newID(),
 		Chain:  slices.Clone(chain),
 	}
+	reuse := false
+	for v := range r.freeVols {
+		rec.Volume, reuse = v, true
+		delete(r.freeVols, v)
+		break
+	}
 	if err := r.mountOwnFS(); err != nil { // unmounted by a Purge
 		r.mu.Unlock()
 		r.layerMu.Unlock()
@@ -539,7 +562,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		r.gc(true)
 		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
 	}
-	err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes)
+	err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes, reuse)
 	r.layerMu.Unlock()
 	if err != nil {
 		return fail(err)
@@ -595,10 +618,11 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 	return rec.Handle, nil
 }
 
-// mountVolume mounts a tmpfs of the given size for a sandbox's upper and work dirs.
-func (r *Runtime) mountVolume(vol string, size int64) error {
+// mountVolume mounts a tmpfs of the given size for a sandbox's upper and work dirs;
+// reuse says its folder is one gc kept (freeVols).
+func (r *Runtime) mountVolume(vol string, size int64, reuse bool) error {
 	d := r.volDir(vol)
-	if err := os.Mkdir(d, 0o700); err != nil {
+	if err := os.Mkdir(d, 0o700); err != nil && !(reuse && errors.Is(err, fs.ErrExist)) {
 		return fmt.Errorf("volume: %w", err)
 	}
 	inodes := max(size/4096, 16384)
@@ -901,6 +925,10 @@ func (r *Runtime) gc(all bool, vols ...string) {
 	r.layerMu.Lock()
 	defer r.layerMu.Unlock()
 	if all {
+		// Folders kept for reuse would look like volumes left by a failure.
+		r.mu.Lock()
+		r.dropFreeVols()
+		r.mu.Unlock()
 		ents, err := os.ReadDir(r.path("vol"))
 		if err != nil {
 			return
@@ -923,6 +951,9 @@ func (r *Runtime) gc(all bool, vols ...string) {
 	used := map[string]bool{}    // layer paths
 	liveVol := map[string]bool{} // volumes holding an upper dir
 	r.mu.Lock()
+	for v := range r.freeVols {
+		delete(look, v) // collected already
+	}
 	for _, rec := range r.known {
 		if look[rec.Volume] {
 			liveVol[rec.Volume] = true
@@ -942,6 +973,9 @@ func (r *Runtime) gc(all bool, vols ...string) {
 	}
 	r.mu.Unlock()
 	for _, vol := range vols {
+		if !look[vol] {
+			continue
+		}
 		r.gcVolumes.Add(1)
 		vd := r.volDir(vol)
 		ents, err := os.ReadDir(vd)
@@ -967,9 +1001,20 @@ func (r *Runtime) gc(all bool, vols ...string) {
 			r.cfg.Logger.Warn("sandbox gc: unmount volume", "volume", vol, "err", err)
 			continue
 		}
-		if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if all {
+			// Purge or a failure: nothing to keep the folder for.
+			if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
+			}
+			continue
+		}
+		r.mu.Lock()
+		if !r.closed {
+			r.freeVols[vol] = struct{}{}
+		} else if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
 		}
+		r.mu.Unlock()
 	}
 }
 
