@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -278,4 +279,77 @@ func TestLargeSummaryServedKept(t *testing.T) {
 	if n, age, qc := episodes("rread"); n != 50 || age != "" || qc.queries == 0 {
 		t.Errorf("run rread, second look: %d episodes, Age %q, %d queries; want 50 read now", n, age, qc.queries)
 	}
+}
+
+// runsProgress is Config.Progress for a console whose scheduled runs are those of
+// records: planned episodes, and whether the run is done (every episode ended).
+func runsProgress(records map[string]*gauntletv1.RunProgress) func(context.Context, string) (*gauntletv1.RunProgress, bool) {
+	return func(_ context.Context, id string) (*gauntletv1.RunProgress, bool) {
+		p, ok := records[id]
+		return p, ok
+	}
+}
+
+// TestRunsListReadsLittle: the runs list takes an in-flight large planned run's numbers
+// from its fold and a finished run's from the summary it kept, and reads only the other
+// runs by key; its numbers equal runSummarySQL's over every run. Before, each look read
+// every episode of every run it showed (130,150 rows here).
+func TestRunsListReadsLittle(t *testing.T) {
+	srv, conn := migratedClickHouse(t)
+	ctx := context.Background()
+	const db = testDB
+	const n, done = 100_000, 30_000
+	fillRun(t, conn, db, "rbig", n)
+	fillRun(t, conn, db, "rdone", done)
+	fillRun(t, conn, db, "rsmall", 100) // an env API run: no scheduler record
+	fillRun(t, conn, db, "rzz", 50)     // sorts after the others
+	records := map[string]*gauntletv1.RunProgress{
+		"rbig":  {RunId: "rbig", Episodes: 2 * n, Ended: n},
+		"rdone": {RunId: "rdone", Episodes: done, Ended: done, Done: true},
+		"rzz":   {RunId: "rzz", Episodes: 50, Ended: 50, Done: true},
+	}
+	// Nothing kept in the answer cache: every answer is computed when asked.
+	c := New(Config{ClickHouse: srv.Addr, Database: db, Progress: runsProgress(records), CacheFrom: 1 << 62},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	rd, err := c.reader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(stage string) {
+		t.Helper()
+		var page RunsPage
+		getJSON(t, c, "/console/api/runs", &page)
+		want, err := rd.Runs(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			c.addProgress(ctx, &want[i])
+			utc(&want[i], nil)
+		}
+		for i := range page.Runs {
+			utc(&page.Runs[i], nil)
+		}
+		if !reflect.DeepEqual(page.Runs, want) {
+			t.Errorf("%s: runs list\n%+v\nSQL\n%+v", stage, page.Runs, want)
+		}
+	}
+	// The first looks find the runs, start folding the large one and keep the finished
+	// ones; the fold's first refresh reads its run whole, once.
+	for range 2 {
+		consoleCost(t, c, conn, "/console/api/runs")
+	}
+	const granules = 5 * 8192
+	_, took, qc := consoleCost(t, c, conn, "/console/api/runs")
+	t.Logf("runs list: %d queries, %d rows read, %v", qc.queries, qc.readRows, took)
+	if qc.queries == 0 || qc.readRows > granules {
+		t.Errorf("runs list: %d queries read %d rows; want at most %d", qc.queries, qc.readRows, granules)
+	}
+	same("steady")
+	// The large run goes on past its watermark, and the small one: both show at once.
+	insertEpisodes(t, conn, db, "rbig", n, n+5000, 1, "", "")
+	records["rbig"].Ended = n + 5000
+	insertEpisodes(t, conn, db, "rsmall", 100, 120, 1, "", "")
+	same("later")
 }

@@ -172,7 +172,30 @@ func scored(n, infra uint64) uint64 {
 // Runs returns the limit runs whose last episode ended most recently.
 func (r reader) Runs(ctx context.Context, limit int) ([]RunSummary, error) {
 	q := strings.Replace(r.sql(runSummarySQL), "{where}", "", 1) + " ORDER BY max(ended_at) DESC, run_id LIMIT ?"
-	rows, err := r.conn.Query(ctx, q, limit)
+	return r.runs(ctx, q, limit)
+}
+
+// RunsExcept returns, as Runs does, the limit runs whose last episode ended most
+// recently, leaving out the runs except (sorted). They are left out by the episodes
+// table's key (run_id first): ClickHouse reads none of their granules, only those it
+// shares with a neighbour.
+func (r reader) RunsExcept(ctx context.Context, except []string, limit int) ([]RunSummary, error) {
+	if len(except) == 0 {
+		return r.Runs(ctx, limit)
+	}
+	args := make([]any, 0, len(except)+1)
+	for _, id := range except {
+		args = append(args, id)
+	}
+	args = append(args, limit)
+	where := "WHERE run_id != ?" + strings.Repeat(" AND run_id != ?", len(except)-1)
+	q := strings.Replace(r.sql(runSummarySQL), "{where}", where, 1) + " ORDER BY max(ended_at) DESC, run_id LIMIT ?"
+	return r.runs(ctx, q, args...)
+}
+
+// runs reads the run summaries of runSummarySQL q.
+func (r reader) runs(ctx context.Context, q string, args ...any) ([]RunSummary, error) {
+	rows, err := r.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
