@@ -573,7 +573,7 @@ type EpisodesPage struct {
 func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
 	offset, limit := p["offset"], p["limit"]
 	id := r.PathValue("run")
-	read := rd.Episodes
+	read := rd.EpisodesByRank
 	if c.cfg.Progress != nil {
 		// A run the scheduler planned numbers its episodes 0 to planned-1: the page from
 		// offset is the episodes from that index, found without sorting the whole run.

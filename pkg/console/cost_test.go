@@ -353,3 +353,66 @@ func TestRunsListReadsLittle(t *testing.T) {
 	insertEpisodes(t, conn, db, "rsmall", 100, 120, 1, "", "")
 	same("later")
 }
+
+// TestEnvAPIEpisodePagesByRank: a page of a run the scheduler did not plan (an env API
+// run: random ids, indices not dense, so ids do not sort as indices), read by rank over
+// two narrow columns and then by key, equals the page of FINAL's rank, while copies of
+// some episodes, newer and older, are not merged away.
+func TestEnvAPIEpisodePagesByRank(t *testing.T) {
+	srv, conn := migratedClickHouse(t)
+	ctx := context.Background()
+	const db = testDB
+	n, _ := strconv.Atoi(os.Getenv("CONSOLE_COST_EPISODES"))
+	if n <= 0 {
+		n = 20_000
+	}
+	insert := func(from, to int, version uint64, reward string) {
+		t.Helper()
+		if err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO `+db+`.episodes (run_id, episode_id, idx, env, seed, policy, requested_at, started_at, ended_at,
+			steps, success, total_reward, reason, version)
+		SELECT 'renv', concat('renv-', lower(hex(MD5(toString(e))))), 3 * e + 1, 'shop', e, 'trainer', toDateTime('2026-12-01 12:00:00'),
+			toDateTime('2026-12-01 12:00:00'), toDateTime('2026-12-01 12:00:01') + intDiv(e, 1000), 7, toUInt8(e %% 10 != 3), %s, 'success', %d
+		FROM (SELECT number + %d AS e FROM system.numbers LIMIT %d)`, reward, version, from, to-from)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(0, n, 2, "(e % 13) / 4")
+	insert(n/2, n/2+500, 3, "100")  // newer copies: their reward wins
+	insert(n/4, n/4+500, 1, "-100") // older copies: theirs loses
+	c := New(Config{ClickHouse: srv.Addr, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	rd, err := c.reader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int{0, n / 4, n/2 - 100, n - 200, n - 50, n + 10} {
+		// The faster of three tries of each, read one after the other.
+		var want, got []EpisodeSummary
+		var final, byRank time.Duration
+		for try := range 3 {
+			start := time.Now()
+			if want, err = rd.Episodes(ctx, "renv", off, 200); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); try == 0 || took < final {
+				final = took
+			}
+			start = time.Now()
+			if got, err = rd.EpisodesByRank(ctx, "renv", off, 200); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); try == 0 || took < byRank {
+				byRank = took
+			}
+		}
+		t.Logf("offset %d: %d episodes; rank with FINAL %v, by rank then key %v", off, len(want), final, byRank)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("offset %d: by rank then key\n%+v\nwith FINAL\n%+v", off, got, want)
+		}
+	}
+	var page EpisodesPage
+	getJSON(t, c, fmt.Sprintf("/console/api/runs/renv/episodes?offset=%d&limit=200", n/2-100), &page)
+	if len(page.Episodes) != 200 || page.Episodes[100].TotalReward != 100 {
+		t.Errorf("page at %d: %d episodes, the 101st's reward %v; want 200, 100 (its newest copy)", n/2-100, len(page.Episodes), page.Episodes[min(100, len(page.Episodes)-1)].TotalReward)
+	}
+}
