@@ -381,8 +381,11 @@ func (c *Console) runs(ctx context.Context, rd reader, _ string, p params) (any,
 	out := make([]RunSummary, 0, len(read)+len(known))
 	for _, s := range read {
 		c.addProgress(ctx, &s)
-		if !c.keepFinished(ctx, s) {
-			c.fold(ctx, s.RunID) // a large planned run in flight: folded from the next look on
+		if !c.keepFinished(ctx, s) && c.folds.room() {
+			// A large planned run in flight: folded from the next look on. Not in place
+			// of another fold: with more such runs than folds, each look would fold a run
+			// anew, reading it whole.
+			c.fold(ctx, s.RunID)
 		}
 		out = append(out, s)
 	}
