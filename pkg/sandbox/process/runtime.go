@@ -858,7 +858,9 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	if rerr := r.removeRecord(id); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	r.gc(false, vols...)
+	if len(vols) != 1 || vols[0] != b.rec.Volume || !r.releaseOwnVolume(b.rec.Volume) {
+		r.gc(false, vols...)
+	}
 	if err != nil {
 		return fmt.Errorf("destroy %s: %w", id, err)
 	}
@@ -997,25 +999,58 @@ func (r *Runtime) gc(all bool, vols ...string) {
 		if keep {
 			continue
 		}
-		if err := unmount(vd); err != nil {
-			r.cfg.Logger.Warn("sandbox gc: unmount volume", "volume", vol, "err", err)
-			continue
-		}
-		if all {
-			// Purge or a failure: nothing to keep the folder for.
-			if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
-			}
-			continue
-		}
-		r.mu.Lock()
-		if !r.closed {
-			r.freeVols[vol] = struct{}{}
-		} else if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
-		}
-		r.mu.Unlock()
+		r.releaseVolume(vol, all)
 	}
+}
+
+// releaseVolume unmounts an unused volume and keeps its folder for reuse (freeVols);
+// with remove (Purge, a failure) or once the runtime is closed it removes the folder.
+// Called with layerMu held.
+func (r *Runtime) releaseVolume(vol string, remove bool) {
+	vd := r.volDir(vol)
+	if err := unmount(vd); err != nil {
+		r.cfg.Logger.Warn("sandbox gc: unmount volume", "volume", vol, "err", err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !remove && !r.closed {
+		r.freeVols[vol] = struct{}{}
+		return
+	}
+	if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
+	}
+}
+
+// releaseOwnVolume collects the volume of a destroyed sandbox that had no lower layers,
+// when no layer lives in it: then nothing can reference it (a volume is one sandbox's,
+// and snapshots reference layers only), so gc's look through every record, O(N) per
+// destroy, is not needed. It reports false when the volume holds layers: gc decides.
+func (r *Runtime) releaseOwnVolume(vol string) bool {
+	r.layerMu.Lock()
+	defer r.layerMu.Unlock()
+	r.mu.Lock()
+	_, free := r.freeVols[vol]
+	r.mu.Unlock()
+	if free {
+		return true
+	}
+	ents, err := os.ReadDir(r.volDir(vol))
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "l-") {
+			return false
+		}
+	}
+	r.gcVolumes.Add(1)
+	r.releaseVolume(vol, false)
+	return true
 }
 
 // volumes are the volume of a sandbox's upper directory and those its layers live in:
