@@ -38,9 +38,13 @@ const (
 // within its TTL: the holder must stop acting at once.
 var ErrLeaseLost = errors.New("leader lease lost")
 
-// errLeaseTaken is a renewal's error when the key no longer holds the holder's revision
-// and is not the holder's own later write: the lease is gone, whoever holds it now.
-var errLeaseTaken = errors.New("the lease's key moved to another holder's revision or expired")
+// errLeaseTaken and errLeaseExpired are a renewal's errors when the key no longer holds
+// the holder's revision nor a later write of its own: another instance holds it, or its
+// entry expired in KV (or was deleted) and may be anyone's next.
+var (
+	errLeaseTaken   = errors.New("another instance holds the lease")
+	errLeaseExpired = errors.New("the lease's entry is gone from KV")
+)
 
 // errWrongLastSequence is JetStream's refusal of a revision-checked KV write whose
 // revision is not the key's latest (JSStreamWrongLastSequenceErrF).
@@ -145,6 +149,8 @@ func (l *Lease) Hold(ctx context.Context, lost func()) error {
 		switch {
 		case errors.Is(err, errLeaseTaken):
 			reason = "taken over"
+		case errors.Is(err, errLeaseExpired):
+			reason = "expired in KV"
 		case since >= LeaseTTL:
 			reason = "not renewed within its TTL"
 		}
@@ -193,11 +199,11 @@ func (l *Lease) renew(ctx context.Context, last time.Time) error {
 		e, gerr := kv.Get(rctx, l.key)
 		switch {
 		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
-			return fmt.Errorf("renew leader lease %s: %w: the key is gone (%v)", l.key, errLeaseTaken, err)
+			return fmt.Errorf("renew leader lease %s: %w (%v)", l.key, errLeaseExpired, err)
 		case gerr != nil:
 			return fmt.Errorf("renew leader lease %s: %w (then read it: %v)", l.key, err, gerr)
 		case string(e.Value()) != l.holder || e.Revision() < rev:
-			return fmt.Errorf("renew leader lease %s: %w: held by %q at revision %d", l.key, errLeaseTaken, e.Value(), e.Revision())
+			return fmt.Errorf("renew leader lease %s: %w: %q, at revision %d", l.key, errLeaseTaken, e.Value(), e.Revision())
 		}
 		l.log.Debug("a renewal answered too late had landed", "key", l.key, "revision", e.Revision())
 		rev = e.Revision()

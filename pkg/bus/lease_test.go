@@ -1,11 +1,15 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -216,7 +220,8 @@ func TestLeaseLostAtItsExpiryWhenRenewalsStayUnanswered(t *testing.T) {
 	held, other, hr := startHeld(t, log)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	a := held.NewLease("role", "a", log)
+	var logged lockedBuffer
+	a := held.NewLease("role", "a", slog.New(slog.NewJSONHandler(&logged, nil)))
 	if err := a.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -244,8 +249,46 @@ func TestLeaseLostAtItsExpiryWhenRenewalsStayUnanswered(t *testing.T) {
 	if a.Held() {
 		t.Error("a lost lease still counts as held")
 	}
+	// The loss is logged at WARN with its reason and how late the renewal was.
+	var loss struct{ Level, Reason, Late, Since string }
+	for _, line := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(line, `"msg":"leader lease lost"`) {
+			var rec struct {
+				Level  string `json:"level"`
+				Reason string `json:"reason"`
+				Late   any    `json:"late"`
+				Since  any    `json:"since_last_renewal"`
+			}
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatal(err)
+			}
+			loss.Level, loss.Reason = rec.Level, rec.Reason
+			loss.Late, loss.Since = fmt.Sprint(rec.Late), fmt.Sprint(rec.Since)
+		}
+	}
+	if loss.Level != "WARN" || loss.Reason != "not renewed within its TTL" || loss.Late == "<nil>" || loss.Since == "<nil>" {
+		t.Errorf("the loss logged as %+v; want at WARN with its reason, how late and since when:\n%s", loss, logged.String())
+	}
 	// The entry expires on the server too: another instance takes it.
 	if err := other.NewLease("role", "c", log).Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lockedBuffer is a log's output read while the lease still writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
