@@ -133,7 +133,9 @@ func (l *Lease) Hold(ctx context.Context, lost func()) error {
 		err := l.renew(ctx, last)
 		since := time.Since(last)
 		if err == nil {
-			if tries > 0 || since > LeaseTTL {
+			// Half the TTL gone (a renewal a second late or more) is worth a word: what a
+			// lease lost under load would have shown first.
+			if tries > 0 || since > LeaseTTL/2 {
 				l.log.Warn("renewed the leader lease late", "key", l.key, "failed_tries", tries,
 					"since_last_renewal", since.Round(time.Millisecond), "late", (since - renewEvery).Round(time.Millisecond))
 			}
