@@ -237,7 +237,7 @@ type reachDef struct {
 
 type oracleCall struct {
 	tool *toolDef
-	args []obsField
+	args []obsField // sorted by key
 }
 
 type oracleStep struct {
@@ -249,6 +249,8 @@ type oracleStep struct {
 }
 
 type oraclePlan struct {
+	// adapter makes the answers the oracle decodes CEL values (decodeAnswer).
+	adapter  types.Adapter
 	waitTool *toolDef
 	waitArg  string
 	steps    []oracleStep
@@ -1653,7 +1655,7 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 		d.errAt(at(n, "oracle"), "declare task and results: %v", err)
 		return
 	}
-	p := &oraclePlan{}
+	p := &oraclePlan{adapter: env.CELTypeAdapter()}
 	seen := map[string]bool{}
 	for _, m := range d.mapping(n, "oracle", oracleKeys...) {
 		seen[m.key] = true
@@ -1765,6 +1767,8 @@ func (c *compiler) oracleCall(env *cel.Env, n, callNode, argsNode *yaml.Node, f 
 			d.errAt(at(n, sub(f, "args")), "tool %s needs argument %q", oc.tool.name, r)
 		}
 	}
+	// In the order of the action's canonical JSON, once (the keys are distinct).
+	slices.SortFunc(oc.args, func(x, y obsField) int { return cmpString(x.key, y.key) })
 	return oc
 }
 
