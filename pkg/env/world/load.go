@@ -98,9 +98,13 @@ type program struct {
 	// it on the sizes of the state at hand: when those keep it under maxCost, run
 	// answers without cost tracking as well.
 	sized *sizedBound
-	ast   *cel.Ast
-	src   string
-	at    place
+	// planFit, for a plan expression with a fast program, is the bit length of the
+	// largest value the answers the oracle holds may have for fast to run it
+	// (boundPlan).
+	planFit int
+	ast     *cel.Ast
+	src     string
+	at      place
 }
 
 // draw says how a state value starts: exactly one of a literal value, a uniform integer
@@ -249,8 +253,10 @@ type oracleStep struct {
 }
 
 type oraclePlan struct {
-	// adapter makes the answers the oracle decodes CEL values (decodeAnswer).
+	// adapter makes the answers the oracle decodes CEL values (decodeAnswer); env is
+	// the plan expressions' environment.
 	adapter  types.Adapter
+	env      *cel.Env
 	waitTool *toolDef
 	waitArg  string
 	steps    []oracleStep
@@ -1655,7 +1661,7 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 		d.errAt(at(n, "oracle"), "declare task and results: %v", err)
 		return
 	}
-	p := &oraclePlan{adapter: env.CELTypeAdapter()}
+	p := &oraclePlan{adapter: env.CELTypeAdapter(), env: env}
 	seen := map[string]bool{}
 	for _, m := range d.mapping(n, "oracle", oracleKeys...) {
 		seen[m.key] = true
@@ -1721,6 +1727,17 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 					d.errAt(at(sn, sub(f, "name")), "required: results.<name> holds the step's answer")
 				}
 				p.steps = append(p.steps, s)
+			}
+		}
+	}
+	for i := range p.steps {
+		s := &p.steps[i]
+		boundPlan(env, s.when)
+		for _, calls := range []*oracleCall{&s.call, s.recover} {
+			if calls != nil {
+				for _, f := range calls.args {
+					boundPlan(env, f.val)
+				}
 			}
 		}
 	}

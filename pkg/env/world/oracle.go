@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 
@@ -31,6 +32,10 @@ type oracle struct {
 	last       env.Action
 	pending    *env.Action
 	recovering bool
+	// largest is the bit length of the largest value the plan's expressions may read
+	// (the task's and the results', the results themselves): what decides whether an
+	// expression runs without cost tracking (boundPlan).
+	largest int
 	// built is the call whose action builtAct holds, until the results change.
 	built    *oracleCall
 	builtAct env.Action
@@ -57,15 +62,16 @@ func (a planVars) Parent() interpreter.Activation { return nil }
 // the episode's limits end it.
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
-		task, ok := decodeAnswer(t.Observation, o.p.adapter)
+		task, size, ok := decodeAnswer(t.Observation, o.p.adapter)
 		// A world that does not identify itself (identify: false) has no name to check.
 		if !ok || o.w.identify && task["world"] != types.String(o.w.name) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
 		}
 		o.task, o.results, o.started = task, map[string]any{}, true
+		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
 	}
-	v, ok := decodeAnswer(t.Observation, o.p.adapter)
+	v, size, ok := decodeAnswer(t.Observation, o.p.adapter)
 	if !ok {
 		return o.last, nil // garbled: ask again
 	}
@@ -100,6 +106,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		// Made a CEL map once: the plan's expressions read it at every step after.
 		o.results[cur.name] = types.NewStringInterfaceMap(o.p.adapter, v)
 		o.built = nil
+		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results))))
 		o.recovering = false
 		o.pc++
 		return o.next()

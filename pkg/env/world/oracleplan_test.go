@@ -136,7 +136,7 @@ func TestDecodeAnswerAgreesWithDecodeObs(t *testing.T) {
 	fast := 0
 	for _, in := range inputs {
 		want, wok := decodeObs([]byte(in))
-		got, gok := decodeAnswer([]byte(in), a)
+		got, size, gok := decodeAnswer([]byte(in), a)
 		if wok != gok {
 			t.Fatalf("%.200q: decoded %v, want %v", in, gok, wok)
 		}
@@ -146,6 +146,9 @@ func TestDecodeAnswerAgreesWithDecodeObs(t *testing.T) {
 		ws, gs := dumpAnswer(toVal(want, a)), dumpAnswer(types.NewStringInterfaceMap(a, got))
 		if ws != gs {
 			t.Fatalf("%.200q:\n got %s\nwant %s", in, gs, ws)
+		}
+		if want := valueSize(toVal(want, a)); size != want {
+			t.Fatalf("%.200q: largest value %d, want %d", in, size, want)
 		}
 		d := answerDecoder{b: []byte(in), a: a}
 		d.ws()
@@ -180,4 +183,41 @@ func dumpAnswer(v ref.Val) string {
 		return s + "]"
 	}
 	return fmt.Sprintf("%s(%#v)", v.Type().TypeName(), v.Value())
+}
+
+// TestPlanCostUnderEstimate: a plan expression the oracle runs without cost tracking
+// costs, tracked, no more than CEL's estimate on the sizes that let it run so (which
+// boundPlan keeps under the limit), on the answers of oracle episodes under faults; and
+// the expressions that read the shop's search results run so.
+func TestPlanCostUnderEstimate(t *testing.T) {
+	runs := map[string]int{}
+	checkPlanCost = func(p *program, a planVars) {
+		_, det, err := p.prg.Eval(a)
+		if err != nil {
+			return // an error of the expression: the same either way
+		}
+		est, err := a.o.p.env.EstimateCost(p.ast, planSizes{max: 1<<a.o.largest - 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := *det.ActualCost(); c > est.Max || est.Max > maxCost {
+			t.Errorf("%s: cost %d, estimate %d (limit %d) on values of at most %d", p.src, c, est.Max, maxCost, 1<<a.o.largest-1)
+		}
+		runs[p.src]++
+	}
+	defer func() { checkPlanCost = nil }()
+	h := sha256.New()
+	for _, e := range []env.Env{shopPort(t), bank(t), airline(t)} {
+		for seed := uint64(1); seed <= 40; seed++ {
+			cfg := env.Config{Seed: seed}
+			if seed%2 == 0 {
+				cfg = shopStress(t, seed)
+			}
+			playOracle(t, e, cfg, h)
+		}
+	}
+	w, _ := Of(shopPort(t))
+	if src := w.oracle.steps[1].when.src; runs[src] == 0 {
+		t.Errorf("the shop's first stock check never ran untracked: %q", src)
+	}
 }
