@@ -272,7 +272,7 @@ func (s planSizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 // comparison with such a result as one of strings of any length.
 func (planSizes) EstimateCallCost(function, _ string, _ *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
 	if (function == "math.@min" || function == "math.@max") && len(args) >= 2 {
-		return &cost.CallEstimate{CostEstimate: cost.CostEstimate{Min: 1, Max: uint64(len(args))}, ResultSize: &cost.SizeEstimate{Min: 1, Max: 1}}
+		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: uint64(len(args))}, ResultSize: &cost.SizeEstimate{Min: 1, Max: 1}}
 	}
 	return nil
 }
