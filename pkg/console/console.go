@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
 	"sort"
@@ -84,6 +85,9 @@ type Console struct {
 	cache *answerCache
 	// folds fold the reports of large planned runs (fold.go).
 	folds folds
+	// finished are the kept summaries of finished runs, by id (runs).
+	fmu      sync.Mutex
+	finished map[string]RunSummary
 
 	// tmu guards tc apart from conn, so a Temporal slow to answer a dial never holds up
 	// the runs pages.
@@ -349,17 +353,139 @@ type RunsPage struct {
 	Runs []RunSummary `json:"runs"`
 }
 
+// The runs list summarises every run it shows; read whole, a run of a million episodes
+// costs it seconds with every look. It reads by SQL only the runs it knows nothing of:
+// a large planned run in flight takes its numbers from its fold (fold.go), which reads
+// by key only the episodes past its watermark, and a run the scheduler says is done,
+// with every ended episode in ClickHouse, from the summary kept when it was last read
+// (its rows no longer change). The runs so known are left out of the SQL by their key,
+// so it reads none of their granules.
+const (
+	// maxFinished bounds the finished runs' kept summaries; past it, the oldest by last
+	// end are forgotten (and read by SQL again if they are still listed).
+	maxFinished = 1000
+)
+
 func (c *Console) runs(ctx context.Context, rd reader, _ string, p params) (any, uint64, error) {
-	runs, err := rd.Runs(ctx, p["limit"])
+	limit := p["limit"]
+	known := c.knownRuns(ctx, rd)
+	exclude := make([]string, 0, len(known))
+	for id := range known {
+		exclude = append(exclude, id)
+	}
+	sort.Strings(exclude)
+	read, err := rd.RunsExcept(ctx, exclude, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	var n uint64
-	for i := range runs {
-		c.addProgress(ctx, &runs[i])
-		n += runs[i].Episodes
+	out := make([]RunSummary, 0, len(read)+len(known))
+	for _, s := range read {
+		c.addProgress(ctx, &s)
+		if !c.keepFinished(ctx, s) && c.folds.room() {
+			// A large planned run in flight: folded from the next look on. Not in place
+			// of another fold: with more such runs than folds, each look would fold a run
+			// anew, reading it whole.
+			c.fold(ctx, s.RunID)
+		}
+		out = append(out, s)
 	}
-	return RunsPage{Runs: runs}, n, nil
+	for _, s := range known {
+		c.addProgress(ctx, &s)
+		out = append(out, s)
+	}
+	sortRuns(out)
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	var n uint64
+	for _, s := range out {
+		n += s.Episodes
+	}
+	return RunsPage{Runs: out}, n, nil
+}
+
+// sortRuns orders runs as runSummarySQL's list does: the most recently ended first, then
+// by id.
+func sortRuns(runs []RunSummary) {
+	sort.Slice(runs, func(i, j int) bool {
+		if !runs[i].Last.Equal(runs[j].Last) {
+			return runs[i].Last.After(runs[j].Last)
+		}
+		return runs[i].RunID < runs[j].RunID
+	})
+}
+
+// knownRuns returns the summaries of the runs the list need not read: the finished
+// runs' kept summaries, and the folded runs' (a fold the scheduler no longer has a
+// record of is left to the SQL). A folded run found finished is kept as finished from
+// then on and no longer refreshed.
+func (c *Console) knownRuns(ctx context.Context, rd reader) map[string]RunSummary {
+	c.fmu.Lock()
+	known := maps.Clone(c.finished)
+	c.fmu.Unlock()
+	if known == nil {
+		known = map[string]RunSummary{}
+	}
+	c.folds.mu.Lock()
+	ids := make([]string, 0, len(c.folds.runs))
+	for id := range c.folds.runs {
+		if _, ok := known[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	c.folds.mu.Unlock()
+	for _, id := range ids {
+		f := c.fold(ctx, id)
+		if f == nil {
+			continue
+		}
+		var s RunSummary
+		err := f.refresh(ctx, rd, func(v foldView) (err error) {
+			s, err = v.summary(id)
+			return err
+		})
+		if err != nil {
+			// No episode of it ended yet (the SQL finds none either), or ClickHouse
+			// failed: the SQL reads the run instead.
+			if !errors.Is(err, errNotFound) {
+				c.log.Warn("console: a folded run's summary for the runs list", "run", id, "err", err)
+			}
+			continue
+		}
+		c.addProgress(ctx, &s)
+		c.keepFinished(ctx, s)
+		known[id] = s
+	}
+	return known
+}
+
+// keepFinished keeps s, a run's summary read now, when the scheduler says the run is
+// done and every episode it ended is in ClickHouse: its numbers no longer change.
+// It says whether it kept s.
+func (c *Console) keepFinished(ctx context.Context, s RunSummary) bool {
+	if c.cfg.Progress == nil {
+		return false
+	}
+	p, ok := c.cfg.Progress(ctx, s.RunID)
+	if !ok || !p.GetDone() || s.Episodes < p.GetEnded() {
+		return false
+	}
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	if c.finished == nil {
+		c.finished = map[string]RunSummary{}
+	}
+	if _, ok := c.finished[s.RunID]; !ok && len(c.finished) >= maxFinished {
+		var oldest string
+		for id, k := range c.finished {
+			if oldest == "" || k.Last.Before(c.finished[oldest].Last) {
+				oldest = id
+			}
+		}
+		delete(c.finished, oldest)
+	}
+	c.finished[s.RunID] = s
+	return true
 }
 
 // RunPage is the answer of /console/api/runs/{run}: the run's report.
@@ -450,7 +576,7 @@ type EpisodesPage struct {
 func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
 	offset, limit := p["offset"], p["limit"]
 	id := r.PathValue("run")
-	read := rd.Episodes
+	read := rd.EpisodesByRank
 	if c.cfg.Progress != nil {
 		// A run the scheduler planned numbers its episodes 0 to planned-1: the page from
 		// offset is the episodes from that index, found without sorting the whole run.

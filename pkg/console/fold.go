@@ -277,6 +277,13 @@ func (f *folds) get(runID string, planned uint64) *runFold {
 	return rf
 }
 
+// room says whether a run can be folded without forgetting another's fold.
+func (f *folds) room() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.runs) < maxFolds
+}
+
 const foldColumns = `episode_id, idx, env, success, infra_error, infra_kind, total_reward, steps, faults_fired, started_at, ended_at, version`
 
 // readFold reads the episodes (FINAL) and their faults' cells that where selects, by the

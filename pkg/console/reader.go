@@ -172,7 +172,30 @@ func scored(n, infra uint64) uint64 {
 // Runs returns the limit runs whose last episode ended most recently.
 func (r reader) Runs(ctx context.Context, limit int) ([]RunSummary, error) {
 	q := strings.Replace(r.sql(runSummarySQL), "{where}", "", 1) + " ORDER BY max(ended_at) DESC, run_id LIMIT ?"
-	rows, err := r.conn.Query(ctx, q, limit)
+	return r.runs(ctx, q, limit)
+}
+
+// RunsExcept returns, as Runs does, the limit runs whose last episode ended most
+// recently, leaving out the runs except (sorted). They are left out by the episodes
+// table's key (run_id first): ClickHouse reads none of their granules, only those it
+// shares with a neighbour.
+func (r reader) RunsExcept(ctx context.Context, except []string, limit int) ([]RunSummary, error) {
+	if len(except) == 0 {
+		return r.Runs(ctx, limit)
+	}
+	args := make([]any, 0, len(except)+1)
+	for _, id := range except {
+		args = append(args, id)
+	}
+	args = append(args, limit)
+	where := "WHERE run_id != ?" + strings.Repeat(" AND run_id != ?", len(except)-1)
+	q := strings.Replace(r.sql(runSummarySQL), "{where}", where, 1) + " ORDER BY max(ended_at) DESC, run_id LIMIT ?"
+	return r.runs(ctx, q, args...)
+}
+
+// runs reads the run summaries of runSummarySQL q.
+func (r reader) runs(ctx context.Context, q string, args ...any) ([]RunSummary, error) {
+	rows, err := r.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -411,6 +434,49 @@ func (r reader) Episodes(ctx context.Context, runID string, offset, limit int) (
 	return r.episodesWhere(ctx, runID, `FINAL WHERE run_id = ? ORDER BY idx, episode_id LIMIT ?, ?`, runID, offset, limit)
 }
 
+// EpisodesByRank returns what Episodes does, for a run whose episode ids do not sort as
+// their indices (an env API run's are random): the page's ids first, by rank over two
+// narrow columns of the run's rows without FINAL (copies of an episode carry its index,
+// so the distinct pairs are the episodes FINAL keeps), then the page's rows by key, the
+// newest version of each (EpisodesFrom). It still reads a row of every episode of the
+// run, but not every column of it, nor merges them.
+func (r reader) EpisodesByRank(ctx context.Context, runID string, offset, limit int) ([]EpisodeSummary, error) {
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT DISTINCT idx, episode_id FROM {db}.episodes WHERE run_id = ?
+		ORDER BY idx, episode_id LIMIT ?, ?`), runID, offset, limit)
+	if err != nil {
+		return nil, fmt.Errorf("run %s episodes by rank: %w", runID, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var idx uint64
+		var id string
+		if err := rows.Scan(&idx, &id); err != nil {
+			return nil, fmt.Errorf("run %s episodes by rank: scan: %w", runID, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s episodes by rank: %w", runID, err)
+	}
+	return r.episodesByID(ctx, runID, ids)
+}
+
+// episodesByID reads the newest version of the episodes ids of run runID, in index order.
+func (r reader) episodesByID(ctx context.Context, runID string, ids []string) ([]EpisodeSummary, error) {
+	if len(ids) == 0 {
+		return []EpisodeSummary{}, nil
+	}
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, runID)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, len(ids))
+	return r.episodesWhere(ctx, runID, `WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)
+		ORDER BY idx, episode_id, version DESC LIMIT 1 BY episode_id LIMIT ?`, args...)
+}
+
 // episodesWhere reads the episodes of run runID that the rest of the query (after FROM
 // episodes: FINAL or not, where and order, with args) selects.
 func (r reader) episodesWhere(ctx context.Context, runID, where string, args ...any) ([]EpisodeSummary, error) {
@@ -444,17 +510,11 @@ func (r reader) episodesWhere(ctx context.Context, runID, where string, args ...
 // being written): the page's rows are few, and the newest version of each is the one
 // FINAL would keep (two ends of one version are copies of one event).
 func (r reader) EpisodesFrom(ctx context.Context, runID string, from, limit int) ([]EpisodeSummary, error) {
-	if limit == 0 {
-		return []EpisodeSummary{}, nil
+	ids := make([]string, limit)
+	for i := range ids {
+		ids[i] = runs.EpisodeID(runID, uint64(from+i))
 	}
-	args := make([]any, 0, limit+2)
-	args = append(args, runID)
-	for i := range limit {
-		args = append(args, runs.EpisodeID(runID, uint64(from+i)))
-	}
-	args = append(args, limit)
-	return r.episodesWhere(ctx, runID, `WHERE run_id = ? AND episode_id IN (?`+strings.Repeat(", ?", limit-1)+`)
-		ORDER BY idx, episode_id, version DESC LIMIT 1 BY episode_id LIMIT ?`, args...)
+	return r.episodesByID(ctx, runID, ids)
 }
 
 // Episode returns one ended episode; nil (no error) while it has not ended.

@@ -293,11 +293,22 @@ func (s *Store) registriesConf() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-	if err := os.WriteFile(tmp, []byte(conf), 0o644); err != nil {
+	// A temporary file of its own per writer: builds started at once in one process
+	// each write it, and the last rename wins with the same content.
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".*.tmp")
+	if err != nil {
 		return "", err
 	}
-	return path, os.Rename(tmp, path)
+	_, werr := f.WriteString(conf)
+	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("registries.conf: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("registries.conf: %w", err)
+	}
+	return path, nil
 }
 
 // flock takes the exclusive file lock CacheDir/locks/name, polling while another

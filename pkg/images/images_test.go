@@ -266,3 +266,36 @@ echo "{\"ServerURL\":\"$server\",\"Username\":\"helped\",\"Secret\":\"from-$serv
 		t.Fatalf("a registry without a helper: %q, %q, %v; want none", u, p, err)
 	}
 }
+
+// TestRegistriesConfConcurrently: builds started at once in one process (a run's first
+// episodes over several task images) all get the registries.conf, written once. Each
+// wrote it through the same temporary name (the file's plus the pid), so one's rename
+// found the other's file gone: "rename ...registries-....conf.PID.tmp: no such file"
+// failed an episode's image build in CI.
+func TestRegistriesConfConcurrently(t *testing.T) {
+	for round := range 20 {
+		s, err := New(Options{CacheDir: t.TempDir(), Registry: "127.0.0.1:5000", DockerHubMirror: "127.0.0.1:5000"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				path, err := s.registriesConf()
+				if err == nil {
+					_, err = os.Stat(path)
+				}
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		left, _ := filepath.Glob(filepath.Join(s.cache, "buildah", "*.tmp*"))
+		if len(left) > 0 {
+			t.Fatalf("round %d: temporary files left: %v", round, left)
+		}
+	}
+}
