@@ -164,7 +164,15 @@ func (e *episode) scope(args *object) *activation {
 
 func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 	prg := p.prg
-	if a, ok := act.(*activation); ok {
+	switch a := act.(type) {
+	case planVars:
+		if p.fast != nil && a.o.largest <= p.planFit {
+			prg = p.fast
+			if checkPlanCost != nil {
+				checkPlanCost(p, a)
+			}
+		}
+	case *activation:
 		if p.fast != nil && a.ep.fast {
 			prg = p.fast
 		}

@@ -98,9 +98,13 @@ type program struct {
 	// it on the sizes of the state at hand: when those keep it under maxCost, run
 	// answers without cost tracking as well.
 	sized *sizedBound
-	ast   *cel.Ast
-	src   string
-	at    place
+	// planFit, for a plan expression with a fast program, is the bit length of the
+	// largest value the answers the oracle holds may have for fast to run it
+	// (boundPlan).
+	planFit int
+	ast     *cel.Ast
+	src     string
+	at      place
 }
 
 // draw says how a state value starts: exactly one of a literal value, a uniform integer
@@ -237,7 +241,7 @@ type reachDef struct {
 
 type oracleCall struct {
 	tool *toolDef
-	args []obsField
+	args []obsField // sorted by key
 }
 
 type oracleStep struct {
@@ -249,6 +253,10 @@ type oracleStep struct {
 }
 
 type oraclePlan struct {
+	// adapter makes the answers the oracle decodes CEL values (decodeAnswer); env is
+	// the plan expressions' environment.
+	adapter  types.Adapter
+	env      *cel.Env
 	waitTool *toolDef
 	waitArg  string
 	steps    []oracleStep
@@ -1653,7 +1661,7 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 		d.errAt(at(n, "oracle"), "declare task and results: %v", err)
 		return
 	}
-	p := &oraclePlan{}
+	p := &oraclePlan{adapter: env.CELTypeAdapter(), env: env}
 	seen := map[string]bool{}
 	for _, m := range d.mapping(n, "oracle", oracleKeys...) {
 		seen[m.key] = true
@@ -1722,6 +1730,17 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 			}
 		}
 	}
+	for i := range p.steps {
+		s := &p.steps[i]
+		boundPlan(env, s.when)
+		for _, calls := range []*oracleCall{&s.call, s.recover} {
+			if calls != nil {
+				for _, f := range calls.args {
+					boundPlan(env, f.val)
+				}
+			}
+		}
+	}
 	if !seen["steps"] {
 		d.errAt(at(n, "oracle.steps"), "required: the plan's steps")
 	}
@@ -1765,6 +1784,8 @@ func (c *compiler) oracleCall(env *cel.Env, n, callNode, argsNode *yaml.Node, f 
 			d.errAt(at(n, sub(f, "args")), "tool %s needs argument %q", oc.tool.name, r)
 		}
 	}
+	// In the order of the action's canonical JSON, once (the keys are distinct).
+	slices.SortFunc(oc.args, func(x, y obsField) int { return cmpString(x.key, y.key) })
 	return oc
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 
@@ -31,6 +32,13 @@ type oracle struct {
 	last       env.Action
 	pending    *env.Action
 	recovering bool
+	// largest is the bit length of the largest value the plan's expressions may read
+	// (the task's and the results', the results themselves): what decides whether an
+	// expression runs without cost tracking (boundPlan).
+	largest int
+	// built is the call whose action builtAct holds, until the results change.
+	built    *oracleCall
+	builtAct env.Action
 }
 
 // planVars is the activation of the plan's expressions.
@@ -54,15 +62,16 @@ func (a planVars) Parent() interpreter.Activation { return nil }
 // the episode's limits end it.
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
-		task, ok := decodeObs(t.Observation)
+		task, size, ok := decodeAnswer(t.Observation, o.p.adapter)
 		// A world that does not identify itself (identify: false) has no name to check.
-		if !ok || o.w.identify && task["world"] != o.w.name {
+		if !ok || o.w.identify && task["world"] != types.String(o.w.name) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
 		}
 		o.task, o.results, o.started = task, map[string]any{}, true
+		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
 	}
-	v, ok := decodeObs(t.Observation)
+	v, size, ok := decodeAnswer(t.Observation, o.p.adapter)
 	if !ok {
 		return o.last, nil // garbled: ask again
 	}
@@ -83,7 +92,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		return o.retry(cur)
 	}
 	switch {
-	case v["truncated"] == true:
+	case v["truncated"] == types.True:
 		if o.recovering || len(o.w.tool(o.last.Tool).effects) == 0 || cur.recover == nil {
 			return o.last, nil
 		}
@@ -93,24 +102,27 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 			return env.Action{}, err
 		}
 		return o.do(a), nil
-	case v["ok"] == true:
-		o.results[cur.name] = v
+	case v["ok"] == types.True:
+		// Made a CEL map once: the plan's expressions read it at every step after.
+		o.results[cur.name] = types.NewStringInterfaceMap(o.p.adapter, v)
+		o.built = nil
+		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results))))
 		o.recovering = false
 		o.pc++
 		return o.next()
 	}
-	if ms, ok := v["retry_after_ms"].(int64); ok && ms > 0 {
+	if ms, ok := v["retry_after_ms"].(types.Int); ok && ms > 0 {
 		last := o.last
 		o.pending = &last
 		b := canonjson.AppendString([]byte("{"), o.p.waitArg)
 		b = append(b, ':')
-		b = strconv.AppendInt(b, ms, 10)
+		b = strconv.AppendInt(b, int64(ms), 10)
 		return o.do(env.Action{Tool: o.p.waitTool.name, Args: append(b, '}')}), nil
 	}
 	if _, ok := v["status"]; ok {
 		return o.last, nil // an injected error: the call did nothing; again
 	}
-	if rule, _ := v["rule"].(string); rule != "" && slices.Contains(cur.doneIfRules, rule) {
+	if rule, _ := v["rule"].(types.String); rule != "" && slices.Contains(cur.doneIfRules, string(rule)) {
 		o.pc++
 		return o.next()
 	}
@@ -165,17 +177,26 @@ func (o *oracle) do(a env.Action) env.Action {
 	return a
 }
 
-// action builds a call's arguments (keys sorted, canonical JSON).
+// action builds a call's arguments (keys sorted, canonical JSON). They depend only on
+// the task and the results, so a call retried before the results change is the one
+// built before.
 func (o *oracle) action(c *oracleCall) (env.Action, error) {
-	return callAction(o.w, c, planVars{o})
+	if c == o.built {
+		return o.builtAct, nil
+	}
+	a, err := callAction(o.w, c, planVars{o})
+	if err != nil {
+		return env.Action{}, err
+	}
+	a.Args = a.Args[:len(a.Args):len(a.Args)] // shared by the retries: an append copies
+	o.built, o.builtAct = c, a
+	return a, nil
 }
 
 // callAction builds a call of a plan or a rule, its arguments evaluated over act.
 func callAction(w *World, c *oracleCall, act interpreter.Activation) (env.Action, error) {
-	args := slices.Clone(c.args)
-	slices.SortFunc(args, func(x, y obsField) int { return cmpString(x.key, y.key) })
 	b := []byte{'{'}
-	for i, f := range args {
+	for i, f := range c.args {
 		v, err := eval(f.val, act)
 		if err != nil {
 			return env.Action{}, fmt.Errorf("world %s oracle: %w", w.name, err)

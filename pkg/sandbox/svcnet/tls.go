@@ -220,15 +220,21 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), read
 	<-done
 }
 
-// countWriter counts the bytes written through it.
+// countWriter counts the bytes written through it as they are handed on, and takes back
+// what a failed write did not send: the host may answer and end the connection as soon
+// as it has them, and the record made then must count them (faultnet.Conn.Written
+// counts the same way).
 type countWriter struct {
 	w io.Writer
 	n *atomic.Int64
 }
 
 func (c countWriter) Write(b []byte) (int, error) {
+	c.n.Add(int64(len(b)))
 	n, err := c.w.Write(b)
-	c.n.Add(int64(n))
+	if n < len(b) {
+		c.n.Add(int64(n - len(b)))
+	}
 	return n, err
 }
 

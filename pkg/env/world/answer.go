@@ -1,0 +1,337 @@
+package world
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+)
+
+// decodeAnswer decodes an observation object for the plan's expressions: the same
+// values decodeObs gives (integers as int, other numbers as double), made CEL values
+// once here, with objects as CEL maps and arrays as CEL lists, so that an expression
+// reading them does not adapt (and allocate) a value again at each access. The top
+// level stays a Go map, which the oracle reads itself. Plain JSON (no escapes, no
+// bytes outside ASCII, no deep nesting) is read here; anything else goes through
+// encoding/json exactly as decodeObs reads it, then converted: the two agree on every
+// input (TestDecodeAnswerAgreesWithDecodeObs).
+//
+// size is the size of its largest value, as planSizes counts it (the object itself and
+// its keys included).
+func decodeAnswer(raw []byte, a types.Adapter) (m map[string]any, size uint64, ok bool) {
+	d := answerDecoder{b: raw, a: a}
+	d.ws()
+	if m, ok := d.object(0); ok {
+		return m, d.max, true
+	}
+	if m, ok = decodeObs(raw); !ok {
+		return nil, 0, false
+	}
+	for k, v := range m {
+		m[k] = toVal(v, a)
+	}
+	return m, valueSize(types.NewStringInterfaceMap(a, m)), true
+}
+
+// toVal makes a value decodeObs gives a CEL value, as the adapter would when an
+// expression reads it.
+func toVal(v any, a types.Adapter) ref.Val {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = toVal(e, a)
+		}
+		return types.NewStringInterfaceMap(a, x)
+	case []any:
+		vals := make([]ref.Val, len(x))
+		for i, e := range x {
+			vals[i] = toVal(e, a)
+		}
+		return types.NewRefValList(a, vals)
+	}
+	return a.NativeToValue(v)
+}
+
+// answerDecoder reads the plain JSON decodeAnswer takes; it reports !ok on anything
+// else, and the caller falls back to encoding/json.
+type answerDecoder struct {
+	b   []byte
+	i   int
+	a   types.Adapter
+	max uint64 // the largest string, list or object read
+}
+
+// maxAnswerDepth is how deep a plain answer nests before encoding/json reads it.
+const maxAnswerDepth = 64
+
+func (d *answerDecoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *answerDecoder) object(depth int) (map[string]any, bool) {
+	if depth > maxAnswerDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
+		return nil, false
+	}
+	d.i++
+	m := map[string]any{}
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return m, true
+	}
+	for {
+		d.ws()
+		k, ok := d.str()
+		if !ok {
+			return nil, false
+		}
+		d.ws()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return nil, false
+		}
+		d.i++
+		d.ws()
+		v, ok := d.value(depth)
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		d.ws()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			d.max = max(d.max, uint64(len(m)))
+			return m, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (d *answerDecoder) value(depth int) (ref.Val, bool) {
+	if d.i >= len(d.b) {
+		return nil, false
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		m, ok := d.object(depth + 1)
+		if !ok {
+			return nil, false
+		}
+		return types.NewStringInterfaceMap(d.a, m), true
+	case c == '[':
+		return d.array(depth + 1)
+	case c == '"':
+		s, ok := d.str()
+		return types.String(s), ok
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
+	}
+	for _, lit := range [...]struct {
+		s string
+		v ref.Val
+	}{{"true", types.True}, {"false", types.False}, {"null", types.NullValue}} {
+		if len(d.b)-d.i >= len(lit.s) && string(d.b[d.i:d.i+len(lit.s)]) == lit.s {
+			d.i += len(lit.s)
+			return lit.v, true
+		}
+	}
+	return nil, false
+}
+
+func (d *answerDecoder) array(depth int) (ref.Val, bool) {
+	if depth > maxAnswerDepth {
+		return nil, false
+	}
+	d.i++ // [
+	var vals []ref.Val
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return types.NewRefValList(d.a, []ref.Val{}), true
+	}
+	for {
+		d.ws()
+		v, ok := d.value(depth)
+		if !ok {
+			return nil, false
+		}
+		vals = append(vals, v)
+		d.ws()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			d.max = max(d.max, uint64(len(vals)))
+			return types.NewRefValList(d.a, vals), true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// str reads a string without escapes whose bytes are printable ASCII.
+func (d *answerDecoder) str() (string, bool) {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return "", false
+	}
+	for j := d.i + 1; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '"':
+			s := string(d.b[d.i+1 : j])
+			d.i = j + 1
+			d.max = max(d.max, uint64(len(s)))
+			return s, true
+		case c == '\\' || c < 0x20 || c >= utf8.RuneSelf:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// number reads a number of JSON's grammar: an int when strconv.ParseInt takes it, a
+// double otherwise (±Inf past float64's range, as decodeObs has it).
+func (d *answerDecoder) number() (ref.Val, bool) {
+	b, j := d.b, d.i
+	if j < len(b) && b[j] == '-' {
+		j++
+	}
+	digits := func() int {
+		k := j
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			j++
+		}
+		return j - k
+	}
+	switch {
+	case j < len(b) && b[j] == '0':
+		j++
+	case digits() == 0:
+		return nil, false
+	}
+	if j < len(b) && b[j] == '.' {
+		j++
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
+		j++
+		if j < len(b) && (b[j] == '+' || b[j] == '-') {
+			j++
+		}
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	tok := string(b[d.i:j])
+	d.i = j
+	if n, err := strconv.ParseInt(tok, 10, 64); err == nil {
+		return types.Int(n), true
+	}
+	f, _ := strconv.ParseFloat(tok, 64)
+	return types.Double(f), true
+}
+
+// planSizes is CEL's size estimate of a plan expression when no value of the answers
+// the plan has read is larger than max: no string has more bytes (so no more code
+// points, which CEL counts), no list more elements, no map more entries.
+type planSizes struct{ max uint64 }
+
+func (s planSizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
+	if len(n.Path()) == 0 {
+		return nil
+	}
+	return &cost.SizeEstimate{Min: 0, Max: s.max}
+}
+
+// EstimateCallCost sizes what CEL's estimate leaves unsized and a plan reads: the
+// result of math.least and math.greatest over two or more values, always one of them,
+// a number (their single-argument forms take lists, which ext.Math's own cost model
+// prices). An answer's numbers are dyn to the checker, which otherwise prices a
+// comparison with such a result as one of strings of any length.
+func (planSizes) EstimateCallCost(function, _ string, _ *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
+	if (function == "math.@min" || function == "math.@max") && len(args) >= 2 {
+		return &cost.CallEstimate{CostEstimate: cost.Estimate{Min: 1, Max: uint64(len(args))}, ResultSize: &cost.SizeEstimate{Min: 1, Max: 1}}
+	}
+	return nil
+}
+
+// boundPlan gives a plan expression a program without cost tracking (program.fast)
+// and the largest value of the answers, as a bit length (program.planFit), up to which
+// CEL's estimate keeps it under maxCost: the oracle runs fast while the answers it
+// holds have no larger value. The estimate grows with the sizes, so a binary search
+// over bit lengths finds it.
+func boundPlan(env *cel.Env, p *program) {
+	if p == nil {
+		return
+	}
+	fits := func(k int) bool {
+		est, err := env.EstimateCost(p.ast, planSizes{max: 1<<k - 1})
+		return err == nil && est.Max <= maxCost
+	}
+	if !fits(1) {
+		return
+	}
+	lo, hi := 1, 40 // fits(lo); no answer holds a value of 2^40
+	for lo < hi {
+		if mid := (lo + hi + 1) / 2; fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	fast, err := env.Program(p.ast, cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return
+	}
+	p.fast, p.planFit = fast, lo
+}
+
+// checkPlanCost, when set, is called with every plan expression about to run without
+// cost tracking (tests check CEL's actual cost against the estimate that allowed it).
+var checkPlanCost func(p *program, a planVars)
+
+// valueSize is the size of the largest value in v, as planSizes counts it.
+func valueSize(v ref.Val) uint64 {
+	switch x := v.(type) {
+	case types.String:
+		return uint64(len(x))
+	case traits.Lister:
+		size, _ := x.Size().(types.Int)
+		n := uint64(max(size, 0))
+		for i := range int64(size) {
+			n = max(n, valueSize(x.Get(types.Int(i))))
+		}
+		return n
+	case traits.Mapper:
+		size, _ := x.Size().(types.Int)
+		n := uint64(max(size, 0))
+		for it := x.Iterator(); it.HasNext() == types.True; {
+			k := it.Next()
+			n = max(n, valueSize(k), valueSize(x.Get(k)))
+		}
+		return n
+	}
+	return 0
+}

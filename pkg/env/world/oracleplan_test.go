@@ -1,0 +1,223 @@
+package world
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"slices"
+	"testing"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
+)
+
+// TestOraclePlanActions pins the actions the plan oracles of the shop file, the bank
+// and the airline choose over seeds, without faults and under the stress plans: the
+// digests were taken before the oracle read its answers as CEL values once and kept a
+// retried call's action, and they must not move when its speed work does.
+func TestOraclePlanActions(t *testing.T) {
+	seeds := uint64(300)
+	if testing.Short() {
+		seeds = 60
+	}
+	for _, c := range []struct {
+		name   string
+		e      env.Env
+		stress func(testing.TB, uint64) env.Config
+		want   map[uint64]string
+	}{
+		{"shop", shopPort(t), shopStress, map[uint64]string{
+			60:  "6d8f806cda8c8b2b9e148e850ad95a826ee2505e40bee4a6d4b94f83bf93dc76",
+			300: "8c93ff87d42227d651cfd73e427259629f9c002049a73785157ad83745e2bda7"}},
+		{"bank", bank(t), func(t testing.TB, seed uint64) env.Config {
+			return env.Config{Seed: seed, Faults: stressPlan(t, seed)}
+		}, map[uint64]string{
+			60:  "671ae27f1ac302915ef41fdccafd3d3ac275f379d62a35666315139fe6365af9",
+			300: "fac11b0653b258f9764afe84a0fe054d1d937ee83581d6869e19ded88c82e1f8"}},
+		{"airline", airline(t), airlineStress, map[uint64]string{
+			60:  "883a5da9ea4a2413ca0af79cea4f28ea0f0907e6a68cdd1a06e9aa14f7578bc4",
+			300: "c4fb0c2336d2220938d5c6566bfe89ad2d5d230dce6973888fc3d1cefa32d94b"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := sha256.New()
+			steps := 0
+			for seed := uint64(1); seed <= seeds; seed++ {
+				cfg := env.Config{Seed: seed}
+				if seed%2 == 0 {
+					cfg = c.stress(t, seed)
+				}
+				steps += playOracle(t, c.e, cfg, h)
+			}
+			got := hex.EncodeToString(h.Sum(nil))
+			t.Logf("%d seeds, %d steps: %s", seeds, steps, got)
+			if got != c.want[seeds] {
+				t.Errorf("the oracle's actions over %d seeds have digest %s, want %s", seeds, got, c.want[seeds])
+			}
+		})
+	}
+}
+
+// playOracle plays one episode with the world's oracle, writing its actions to h.
+func playOracle(t *testing.T, e env.Env, cfg env.Config, h hash.Hash) int {
+	t.Helper()
+	ep, err := e.NewEpisode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := ep.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := e.(env.Oracle).Oracle(cfg.Seed)
+	for turn := uint32(0); ; turn++ {
+		a, err := agent.Act(env.Turn{Step: turn, Observation: obs})
+		if err != nil {
+			t.Fatalf("seed %d step %d: %v", cfg.Seed, turn, err)
+		}
+		fmt.Fprintf(h, "%d %d %s %s\n", cfg.Seed, turn, a.Tool, a.Args)
+		r, err := ep.Step(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs = r.Observation
+		if r.Done() {
+			return int(turn) + 1
+		}
+	}
+}
+
+// TestDecodeAnswerAgreesWithDecodeObs: the answers the plan reads are the values
+// decodeObs gives made CEL values, on the observations oracle episodes see under faults
+// (truncated answers included) and on JSON the fast reader leaves to encoding/json.
+func TestDecodeAnswerAgreesWithDecodeObs(t *testing.T) {
+	w, _ := Of(shopPort(t))
+	a := w.oracle.adapter
+	inputs := []string{
+		`{}`, ` {"a":1} trailing`, `{"a":1,"a":2}`, `{"n":-0,"f":1.5,"e":1e3,"E":-2.5E-3,"big":9223372036854775808,"inf":1e400}`,
+		`{"s":"\u00e9\n\"x\"","k\u0041":true}`, `{"s":"é"}`, `{"s":"` + "\xff" + `"}`, `{"x":[1,[2,{"y":null}],[]],"z":{}}`,
+		`{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":tru}`, `{"a":1,}`, `{"a" 1}`, `[1]`, `null`, ``, `{`, `{"a":"b`,
+		`{"a":[1,]}`, `{"a":{"b":1}`, `{"a":1}{"b":2}`, "{\"a\":\"\t\"}",
+	}
+	for _, e := range []env.Env{shopPort(t), bank(t), airline(t)} {
+		for seed := uint64(1); seed <= 20; seed++ {
+			cfg := env.Config{Seed: seed}
+			if seed%2 == 0 {
+				cfg = shopStress(t, seed)
+			}
+			ep, err := e.NewEpisode(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs, err := ep.Reset()
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent := e.(env.Oracle).Oracle(seed)
+			for turn := uint32(0); ; turn++ {
+				inputs = append(inputs, string(obs))
+				act, err := agent.Act(env.Turn{Step: turn, Observation: obs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := ep.Step(act)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if obs = r.Observation; r.Done() {
+					break
+				}
+			}
+		}
+	}
+	fast := 0
+	for _, in := range inputs {
+		want, wok := decodeObs([]byte(in))
+		got, size, gok := decodeAnswer([]byte(in), a)
+		if wok != gok {
+			t.Fatalf("%.200q: decoded %v, want %v", in, gok, wok)
+		}
+		if !wok {
+			continue
+		}
+		ws, gs := dumpAnswer(toVal(want, a)), dumpAnswer(types.NewStringInterfaceMap(a, got))
+		if ws != gs {
+			t.Fatalf("%.200q:\n got %s\nwant %s", in, gs, ws)
+		}
+		if want := valueSize(toVal(want, a)); size != want {
+			t.Fatalf("%.200q: largest value %d, want %d", in, size, want)
+		}
+		d := answerDecoder{b: []byte(in), a: a}
+		d.ws()
+		if _, ok := d.object(0); ok {
+			fast++
+		}
+	}
+	if fast < len(inputs)/2 {
+		t.Errorf("the fast reader took %d of %d inputs, want most of the episodes' observations", fast, len(inputs))
+	}
+}
+
+// dumpAnswer prints a value with its CEL type at every level, map keys sorted.
+func dumpAnswer(v ref.Val) string {
+	switch x := v.(type) {
+	case traits.Mapper:
+		var keys []string
+		for it := x.Iterator(); it.HasNext() == types.True; {
+			keys = append(keys, string(it.Next().(types.String)))
+		}
+		slices.Sort(keys)
+		s := "map{"
+		for _, k := range keys {
+			s += fmt.Sprintf("%q:%s,", k, dumpAnswer(x.Get(types.String(k))))
+		}
+		return s + "}"
+	case traits.Lister:
+		s := "list["
+		for i := range int64(x.Size().(types.Int)) {
+			s += dumpAnswer(x.Get(types.Int(i))) + ","
+		}
+		return s + "]"
+	}
+	return fmt.Sprintf("%s(%#v)", v.Type().TypeName(), v.Value())
+}
+
+// TestPlanCostUnderEstimate: a plan expression the oracle runs without cost tracking
+// costs, tracked, no more than CEL's estimate on the sizes that let it run so (which
+// boundPlan keeps under the limit), on the answers of oracle episodes under faults; and
+// the expressions that read the shop's search results run so.
+func TestPlanCostUnderEstimate(t *testing.T) {
+	runs := map[string]int{}
+	checkPlanCost = func(p *program, a planVars) {
+		_, det, err := p.prg.Eval(a)
+		if err != nil {
+			return // an error of the expression: the same either way
+		}
+		est, err := a.o.p.env.EstimateCost(p.ast, planSizes{max: 1<<a.o.largest - 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := *det.ActualCost(); c > est.Max || est.Max > maxCost {
+			t.Errorf("%s: cost %d, estimate %d (limit %d) on values of at most %d", p.src, c, est.Max, maxCost, 1<<a.o.largest-1)
+		}
+		runs[p.src]++
+	}
+	defer func() { checkPlanCost = nil }()
+	h := sha256.New()
+	for _, e := range []env.Env{shopPort(t), bank(t), airline(t)} {
+		for seed := uint64(1); seed <= 40; seed++ {
+			cfg := env.Config{Seed: seed}
+			if seed%2 == 0 {
+				cfg = shopStress(t, seed)
+			}
+			playOracle(t, e, cfg, h)
+		}
+	}
+	w, _ := Of(shopPort(t))
+	if src := w.oracle.steps[1].when.src; runs[src] == 0 {
+		t.Errorf("the shop's first stock check never ran untracked: %q", src)
+	}
+}
