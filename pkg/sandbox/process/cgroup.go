@@ -148,8 +148,9 @@ func (g *cgroup) procsFiles() []string {
 	return out
 }
 
-// create makes the cgroup and applies limits. On v2 it enables the controllers on every
-// ancestor below the mount first.
+// create makes the cgroup and applies the memory and pids limits; the CPU quota waits
+// for the first command (setCPU). On v2 it enables the controllers on every ancestor
+// below the mount first.
 func (g *cgroup) create(l sandbox.Limits) error {
 	if g.host.version == cgroupV2 {
 		root := g.host.mounts[""]
@@ -171,12 +172,14 @@ func (g *cgroup) create(l sandbox.Limits) error {
 			}
 		}
 	}
-	return g.setLimits(l)
+	return g.setLimits(l, false)
 }
 
-func (g *cgroup) setLimits(l sandbox.Limits) error {
-	const period = 100000 // µs
-	quota := l.CPUMillis * period / 1000
+// setLimits writes the limits, the CPU quota too when cpu is set. A quota write makes
+// the kernel walk every cgroup on the host (tg_set_bandwidth checks the whole tree's
+// quotas), so its cost grows with the number of sandboxes: create leaves it to the first
+// command, and an idle sandbox, which uses no CPU, never pays it.
+func (g *cgroup) setLimits(l sandbox.Limits, cpu bool) error {
 	var errs []error
 	w := func(c, file, val string) {
 		if err := writeFile(filepath.Join(g.dir(c), file), val); err != nil {
@@ -189,8 +192,6 @@ func (g *cgroup) setLimits(l sandbox.Limits) error {
 			w("", "memory.swap.max", "0")
 		}
 		w("", "pids.max", strconv.FormatInt(l.Pids, 10))
-		g.host.bandwidthWrites.Add(1)
-		w("", "cpu.max", fmt.Sprintf("%d %d", quota, period))
 	} else {
 		// memory.memsw.limit_in_bytes must never be below memory.limit_in_bytes: when
 		// the limit rises (UpdateLimits), raise memsw first.
@@ -206,16 +207,32 @@ func (g *cgroup) setLimits(l sandbox.Limits) error {
 			}
 		}
 		w("pids", "pids.max", strconv.FormatInt(l.Pids, 10))
-		// A new cgroup has the default period already: writing it again costs a walk
-		// of every cgroup on the host, which grows with the number of sandboxes.
-		if readInt(filepath.Join(g.dir("cpu"), "cpu.cfs_period_us")) != period {
-			g.host.bandwidthWrites.Add(1)
-			w("cpu", "cpu.cfs_period_us", strconv.Itoa(period))
+	}
+	if cpu {
+		if err := g.setCPU(l.CPUMillis); err != nil {
+			errs = append(errs, err)
 		}
-		g.host.bandwidthWrites.Add(1)
-		w("cpu", "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
 	}
 	return errors.Join(errs...)
+}
+
+// setCPU writes the CPU quota (millicores).
+func (g *cgroup) setCPU(millis int64) error {
+	const period = 100000 // µs
+	quota := millis * period / 1000
+	if g.host.version == cgroupV2 {
+		g.host.bandwidthWrites.Add(1)
+		return writeFile(filepath.Join(g.dir(""), "cpu.max"), fmt.Sprintf("%d %d", quota, period))
+	}
+	// A new cgroup has the default period already: writing it again costs another walk.
+	if readInt(filepath.Join(g.dir("cpu"), "cpu.cfs_period_us")) != period {
+		g.host.bandwidthWrites.Add(1)
+		if err := writeFile(filepath.Join(g.dir("cpu"), "cpu.cfs_period_us"), strconv.Itoa(period)); err != nil {
+			return err
+		}
+	}
+	g.host.bandwidthWrites.Add(1)
+	return writeFile(filepath.Join(g.dir("cpu"), "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10))
 }
 
 // counters is a reading of the cgroup's cumulative counters.

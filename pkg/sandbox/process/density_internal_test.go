@@ -6,6 +6,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -61,8 +64,8 @@ func TestDestroyLooksAtItsOwnVolumeOnly(t *testing.T) {
 	if err := rt.Destroy(ctx, ids[6]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(rt.volDir(vol)); !os.IsNotExist(err) {
-		t.Errorf("destroyed sandbox's volume %s still there (%v)", vol, err)
+	if !collected(rt, vol) {
+		t.Errorf("destroyed sandbox's volume %s still there", vol)
 	}
 	// The fork's layers live in the first sandbox's volume: destroying the fork and the
 	// snapshot leaves them to that sandbox; destroying it too collects the volume.
@@ -84,9 +87,23 @@ func TestDestroyLooksAtItsOwnVolumeOnly(t *testing.T) {
 			t.Errorf("%s: looked at %d volumes, want at most %d (its own and its layers')", step.name, n, step.max)
 		}
 	}
-	if _, err := os.Stat(rt.volDir(vol)); !os.IsNotExist(err) {
-		t.Errorf("volume %s of the destroyed sandbox and its snapshot still there (%v)", vol, err)
+	if !collected(rt, vol) {
+		t.Errorf("volume %s of the destroyed sandbox and its snapshot still there", vol)
 	}
+}
+
+// collected says gc collected the volume: its folder is gone, or unmounted, empty and
+// kept for reuse.
+func collected(rt *Runtime, vol string) bool {
+	d := rt.volDir(vol)
+	if _, err := os.Stat(d); os.IsNotExist(err) {
+		return true
+	}
+	ents, err := os.ReadDir(d)
+	rt.mu.Lock()
+	_, free := rt.freeVols[vol]
+	rt.mu.Unlock()
+	return err == nil && len(ents) == 0 && free && !ownTmpfs(d)
 }
 
 // TestLowerLayersOnTheirOwnMounts: every lower layer of a workspace overlay lies on a
@@ -119,16 +136,197 @@ func TestLowerLayersOnTheirOwnMounts(t *testing.T) {
 	}
 }
 
-// TestCreateWritesCPUBandwidthOnce: a create writes the CPU bandwidth once (the quota),
-// not the period a new cgroup has already. The kernel checks every cgroup on the host
-// at each such write, so a second one made create cost grow with the count (v1).
-func TestCreateWritesCPUBandwidthOnce(t *testing.T) {
+// TestCPUQuotaWrittenAtFirstExec: a create writes no CPU bandwidth file (the kernel
+// checks every cgroup on the host at each such write, so it made create cost grow with
+// the count); the first command writes the quota once, and it is in force for it; later
+// commands write nothing.
+func TestCPUQuotaWrittenAtFirstExec(t *testing.T) {
 	rt := openInternal(t)
+	ctx := context.Background()
 	before := rt.cg.bandwidthWrites.Load()
-	if _, err := rt.Create(context.Background(), sandbox.Spec{}); err != nil {
+	h, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{CPUMillis: 300}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rt.cg.bandwidthWrites.Load() - before; n != 1 {
-		t.Errorf("create wrote CPU bandwidth files %d times, want 1 (cgroup %s)", n, rt.CgroupVersion())
+	if n := rt.cg.bandwidthWrites.Load() - before; n != 0 {
+		t.Errorf("create wrote CPU bandwidth files %d times, want 0 (cgroup %s)", n, rt.CgroupVersion())
+	}
+	for i, want := range []int64{1, 0} {
+		before = rt.cg.bandwidthWrites.Load()
+		res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec %d: %v %+v", i, err, res)
+		}
+		if n := rt.cg.bandwidthWrites.Load() - before; n != want {
+			t.Errorf("exec %d wrote CPU bandwidth files %d times, want %d", i, n, want)
+		}
+	}
+	b, err := rt.get("test", h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.cg.version == cgroupV2 {
+		got, _ := os.ReadFile(filepath.Join(b.cg.dir(""), "cpu.max"))
+		if strings.TrimSpace(string(got)) != "30000 100000" {
+			t.Errorf("cpu.max = %q, want 30000 100000", got)
+		}
+	} else if q := readInt(filepath.Join(b.cg.dir("cpu"), "cpu.cfs_quota_us")); q != 30000 {
+		t.Errorf("cpu.cfs_quota_us = %d, want 30000", q)
+	}
+}
+
+// ownMounts counts the runtime's own tmpfs mounts in this process's mount table.
+func ownMounts(t *testing.T, dirs ...string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && slices.Contains(dirs, f[4]) && strings.Contains(line, " - tmpfs "+ownFSName+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOwnTmpfsFoundAgainAndUnmountedWhenEmpty: the volumes' and the mount points'
+// folders live on a tmpfs of the runtime's own; a new runtime over the same state
+// directory (a worker restart) finds it again instead of mounting it twice, its
+// sandboxes recover on it, and Close or Purge unmounts it once nothing is left.
+func TestOwnTmpfsFoundAgainAndUnmountedWhenEmpty(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rt, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatalf("process runtime unavailable: %v", err)
+	}
+	t.Cleanup(func() { // on failure: leave no mount behind
+		if rt, err := New(Config{StateDir: dir}); err == nil {
+			_ = rt.Purge(ctx)
+			rt.Close()
+		}
+	})
+	vol, run := rt.path("vol"), rt.runDir
+	if n := ownMounts(t, vol, run); n != 2 {
+		t.Fatalf("%d own tmpfs mounts at %s and %s, want 2", n, vol, run)
+	}
+	h, err := rt.Create(ctx, sandbox.Spec{Workspace: []sandbox.File{{Path: "a", Data: []byte("x")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(vol, recordsDir, h.ID+".json")
+	if _, err := os.Stat(rec); err != nil {
+		t.Fatalf("record not on the tmpfs: %v", err)
+	}
+	rt.Close() // the sandbox stays: the tmpfs stays
+	if n := ownMounts(t, vol, run); n != 2 {
+		t.Fatalf("after Close with a sandbox left: %d own tmpfs mounts, want 2", n)
+	}
+	// A record where a runtime that predates the tmpfs kept it is still found.
+	legacy := filepath.Join(dir, "sandboxes", h.ID+".json")
+	if data, err := os.ReadFile(rec); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(legacy, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(rec); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close()
+	if n := ownMounts(t, vol, run); n != 2 {
+		t.Fatalf("after a restart: %d own tmpfs mounts, want 2 (mounted twice?)", n)
+	}
+	if l, err := rt2.List(ctx); err != nil || len(l) != 1 || l[0].ID != h.ID {
+		t.Fatalf("list after a restart: %v %v", l, err)
+	}
+	if err := rt2.Recover(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := rt2.Snapshot(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := rt2.Fork(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt2.Exec(ctx, f.ID, sandbox.ExecRequest{Argv: []string{"cat", "a"}})
+	if err != nil || string(res.Stdout) != "x" {
+		t.Fatalf("fork after a restart: %v %+v", err, res)
+	}
+	if err := rt2.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
+		t.Errorf("the earlier runtime's record outlived its sandbox: %v", err)
+	}
+	if n := ownMounts(t, vol, run); n != 0 {
+		t.Errorf("after Purge: %d own tmpfs mounts, want 0", n)
+	}
+	// The runtime stays usable after a Purge: the next create mounts them again.
+	if _, err := rt2.Create(ctx, sandbox.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ownMounts(t, vol, run); n != 2 {
+		t.Errorf("create after Purge: %d own tmpfs mounts, want 2", n)
+	}
+	if err := rt2.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ownMounts(t, vol, run); n != 0 {
+		t.Errorf("after the second Purge: %d own tmpfs mounts, want 0", n)
+	}
+}
+
+// TestVolumeFolderReused: a destroyed sandbox's volume folder is kept, unmounted, and
+// the next create mounts its volume there (removing a folder that was a mount point
+// walks every mount while another namespace holds a copy); a second collection of the
+// same volume does not offer it twice; Purge removes the kept folders.
+func TestVolumeFolderReused(t *testing.T) {
+	rt := openInternal(t)
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := rt.known[h.ID].Volume
+	if err := rt.Destroy(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rt.volDir(vol)); err != nil {
+		t.Fatalf("volume folder not kept: %v", err)
+	}
+	if ownTmpfs(rt.volDir(vol)) {
+		t.Fatal("kept volume folder still mounted")
+	}
+	rt.gc(false, vol) // collected again: must not be offered twice
+	a, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	va, vb := rt.known[a.ID].Volume, rt.known[b.ID].Volume
+	if va != vol || vb == vol {
+		t.Errorf("volumes %s and %s, want the kept %s once", va, vb, vol)
+	}
+	res, err := rt.Exec(ctx, a.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo hi > f && cat f"}})
+	if err != nil || string(res.Stdout) != "hi\n" {
+		t.Fatalf("exec on a reused volume: %v %+v", err, res)
+	}
+	if err := rt.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(rt.path("vol")); len(ents) != 0 {
+		t.Errorf("after Purge vol holds %d entries", len(ents))
 	}
 }

@@ -208,6 +208,9 @@ func (x *execution) prepare() error {
 	if x.limit == 0 {
 		x.limit = sandbox.DefaultOutputLimit
 	}
+	if err := b.ensureCPU(); err != nil {
+		return err
+	}
 
 	// Decoy host devices, watched for the span of this exec (package safety).
 	decoys := r.decoyDir(b.rec.Handle.ID)

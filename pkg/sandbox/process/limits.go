@@ -50,10 +50,29 @@ func (r *Runtime) UpdateLimits(ctx context.Context, id string, l sandbox.Limits)
 	if l.CPUMillis != 0 {
 		next.CPUMillis = l.CPUMillis
 	}
-	if err := b.cg.setLimits(next); err != nil {
+	if err := b.cg.setLimits(next, true); err != nil {
 		return fmt.Errorf("update limits %s: cgroup %s: %w", id, b.cg.rel, err)
 	}
-	b.limits = next
+	b.limits, b.cpuSet = next, true
+	return nil
+}
+
+// ensureCPU writes the CPU quota in force before the sandbox's first command (create
+// leaves it out: see cgroup.setLimits).
+func (b *box) ensureCPU() error {
+	b.lmu.Lock()
+	defer b.lmu.Unlock()
+	if b.cpuSet {
+		return nil
+	}
+	l := b.limits
+	if l == (sandbox.Limits{}) {
+		l = b.rec.Handle.Spec.Limits
+	}
+	if err := b.cg.setCPU(l.CPUMillis); err != nil {
+		return fmt.Errorf("cgroup %s: cpu quota: %w", b.cg.rel, err)
+	}
+	b.cpuSet = true
 	return nil
 }
 

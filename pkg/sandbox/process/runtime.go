@@ -91,6 +91,22 @@ type Runtime struct {
 	known     map[string]*boxRecord  // every sandbox record on disk
 	snapshots map[string]*snapRecord // every snapshot record on disk
 
+	// ownFS says the runtime's own tmpfs at the volumes' and the mount points' parents are
+	// in place (mountOwnFS); Purge unmounts them when empty, the next create mounts them
+	// again. Guarded by mu.
+	ownFS bool
+	// sbDir holds the sandboxes' records: on the volumes' tmpfs when the runtime mounted
+	// it (vol/.sandboxes), else the state directory's sandboxes folder, where records of
+	// a runtime that predates the tmpfs also stay (load reads both).
+	sbDir string
+
+	// freeVols are volume folders gc unmounted and kept for a later create to mount
+	// again, instead of removing them. Removing a folder that was a mount point walks
+	// every mount of the namespace whenever another namespace still holds a copy of
+	// that mount (each running exec's bwrap copies the host's mount table), which made
+	// destroy cost grow with the count. Close and Purge remove them. Guarded by mu.
+	freeVols map[string]struct{}
+
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
 	gcVolumes atomic.Int64
@@ -128,6 +144,8 @@ type box struct {
 	// mu, so limits can change while a command runs.
 	lmu    sync.Mutex
 	limits sandbox.Limits
+	// cpuSet says the cgroup's CPU quota is written (ensureCPU). Guarded by lmu.
+	cpuSet bool
 	// fuse is the storage-fault layer commands see as their workspace (nil: none; see
 	// storagefaults.go). Guarded by mu.
 	fuse *faultfuse.Layer
@@ -221,6 +239,7 @@ func New(cfg Config) (*Runtime, error) {
 		active:    map[string]*box{},
 		known:     map[string]*boxRecord{},
 		snapshots: map[string]*snapRecord{},
+		freeVols:  map[string]struct{}{},
 	}
 	for _, d := range []string{"sandboxes", "snapshots", "vol", "empty", "etc"} {
 		if err := os.MkdirAll(filepath.Join(abs, d), 0o711); err != nil {
@@ -229,6 +248,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if err := r.writeEtc(); err != nil {
 		return nil, err
+	}
+	if err := r.mountOwnFS(); err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnavailable, err)
 	}
 	r.rootfs = r.rootfsArgs()
 	r.nsenter = lookNsenter()
@@ -257,13 +279,105 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// removeEmptyParents removes the per-state-dir cgroup and mount-point directories if
-// they are empty (made again on the next Create).
+// removeEmptyParents removes the per-state-dir cgroup and mount-point directories, and
+// unmounts the runtime's own tmpfs, if they are empty (made again on the next Create).
+// Called with mu held.
 func (r *Runtime) removeEmptyParents() {
 	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
 		_ = os.Remove(d)
 	}
+	r.ownFS = false
+	r.dropFreeVols()
+	_ = os.Remove(r.path("vol", recordsDir)) // when empty
+	for _, d := range []string{r.path("vol"), r.runDir} {
+		if ents, err := os.ReadDir(d); err != nil || len(ents) > 0 {
+			continue
+		}
+		if ownTmpfs(d) {
+			if err := unix.Unmount(d, 0); err != nil {
+				r.cfg.Logger.Warn("sandbox: unmount the runtime's tmpfs", "dir", d, "err", err)
+			}
+		}
+	}
 	_ = os.Remove(r.runDir)
+}
+
+// dropFreeVols removes the volume folders kept for reuse. Called with mu held.
+func (r *Runtime) dropFreeVols() {
+	for v := range r.freeVols {
+		_ = os.Remove(r.volDir(v))
+	}
+	clear(r.freeVols)
+}
+
+// ownFSName is the source name of the runtime's own tmpfs mounts.
+const ownFSName = "gauntlet-state"
+
+// mountOwnFS mounts a tmpfs of the runtime's own at the state directory's vol folder
+// (the volumes' mount points) and at the run directory (the workspaces' mount points,
+// decoys, storage-fault and image-root mount points), unless one is there already: an
+// earlier runtime over the same state directory mounted it, and its sandboxes live in
+// it. A folder that already holds entries on the host's filesystem (sandboxes of a
+// runtime that predates these mounts) is left as it is.
+//
+// Why: on the host's filesystem (ext4 here) every create and destroy of a sandbox made
+// and removed mount-point folders and inodes through the journal and a synchronous
+// discard, and removing a folder that had been a mount point walked every mount on the
+// host; that cost grew with the number of sandboxes. On a tmpfs those folders cost a
+// dentry. Called with mu held, or before the runtime is shared.
+func (r *Runtime) mountOwnFS() error {
+	if r.ownFS {
+		return nil
+	}
+	for _, d := range []struct {
+		dir  string
+		mode os.FileMode
+	}{{r.path("vol"), 0o711}, {r.runDir, 0o711}} {
+		if err := os.MkdirAll(d.dir, d.mode); err != nil {
+			return fmt.Errorf("own tmpfs %s: %w", d.dir, err)
+		}
+		if ownTmpfs(d.dir) {
+			continue
+		}
+		if ents, err := os.ReadDir(d.dir); err != nil || len(ents) > 0 {
+			continue
+		}
+		// Folders, empty decoy files and the sandboxes' records: no inode limit
+		// (bounded by memory as any dentry is), the default size (half the memory, a
+		// bound, not a reservation).
+		opts := fmt.Sprintf("mode=%o,nr_inodes=0", d.mode)
+		if err := unix.Mount(ownFSName, d.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount own tmpfs at %s: %w", d.dir, err)
+		}
+	}
+	if r.sbDir == "" {
+		r.sbDir = r.path("sandboxes")
+		if ownTmpfs(r.path("vol")) {
+			r.sbDir = r.path("vol", recordsDir)
+		}
+	}
+	if err := os.MkdirAll(r.sbDir, 0o700); err != nil {
+		return fmt.Errorf("records dir: %w", err)
+	}
+	r.ownFS = true
+	return nil
+}
+
+// recordsDir is the sandboxes' records folder on the volumes' tmpfs: the dot keeps it
+// apart from volume ids (gc skips it).
+const recordsDir = ".sandboxes"
+
+// ownTmpfs reports whether dir is the root of a tmpfs mounted there by a runtime.
+func ownTmpfs(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		return false
+	}
+	var in, up unix.Stat_t
+	if unix.Lstat(dir, &in) != nil || unix.Lstat(filepath.Dir(dir), &up) != nil {
+		return false
+	}
+	return in.Dev != up.Dev
 }
 
 func (r *Runtime) path(rel ...string) string {
@@ -299,8 +413,15 @@ func newID() string {
 
 // load reads every record on disk into known and snapshots.
 func (r *Runtime) load() error {
-	for _, kind := range []string{"sandboxes", "snapshots"} {
-		ents, err := os.ReadDir(r.path(kind))
+	for _, dir := range []string{r.path("sandboxes"), r.sbDir, r.path("snapshots")} {
+		kind := filepath.Base(dir)
+		if dir == r.sbDir {
+			if dir == r.path("sandboxes") {
+				continue // read already
+			}
+			kind = "sandboxes"
+		}
+		ents, err := os.ReadDir(dir)
 		if err != nil {
 			return fmt.Errorf("load %s: %w", kind, err)
 		}
@@ -309,7 +430,7 @@ func (r *Runtime) load() error {
 			if !ok {
 				continue
 			}
-			b, err := os.ReadFile(r.path(kind, e.Name()))
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 			if err != nil {
 				return fmt.Errorf("load %s/%s: %w", kind, e.Name(), err)
 			}
@@ -337,11 +458,31 @@ func (r *Runtime) save(kind, id string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := r.path(kind, "."+id+".tmp")
+	dir := r.path(kind)
+	if kind == "sandboxes" {
+		dir = r.sbDir
+	}
+	tmp := filepath.Join(dir, "."+id+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, r.path(kind, id+".json"))
+	return os.Rename(tmp, filepath.Join(dir, id+".json"))
+}
+
+// removeRecord removes a sandbox's record, and the copy an earlier runtime may have
+// left in the state directory's sandboxes folder.
+func (r *Runtime) removeRecord(id string) error {
+	dirs := []string{r.sbDir}
+	if legacy := r.path("sandboxes"); legacy != r.sbDir {
+		dirs = append(dirs, legacy)
+	}
+	var errs []error
+	for _, dir := range dirs {
+		if err := os.Remove(filepath.Join(dir, id+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Create implements sandbox.Runtime.
@@ -397,6 +538,17 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		Volume: newID(),
 		Chain:  slices.Clone(chain),
 	}
+	reuse := false
+	for v := range r.freeVols {
+		rec.Volume, reuse = v, true
+		delete(r.freeVols, v)
+		break
+	}
+	if err := r.mountOwnFS(); err != nil { // unmounted by a Purge
+		r.mu.Unlock()
+		r.layerMu.Unlock()
+		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
+	}
 	// Reserve the id; the record is written once the sandbox is ready.
 	r.known[spec.ID] = rec
 	r.mu.Unlock()
@@ -410,7 +562,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		r.gc(true)
 		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
 	}
-	err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes)
+	err := r.mountVolume(rec.Volume, spec.Limits.DiskBytes, reuse)
 	r.layerMu.Unlock()
 	if err != nil {
 		return fail(err)
@@ -466,10 +618,11 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 	return rec.Handle, nil
 }
 
-// mountVolume mounts a tmpfs of the given size for a sandbox's upper and work dirs.
-func (r *Runtime) mountVolume(vol string, size int64) error {
+// mountVolume mounts a tmpfs of the given size for a sandbox's upper and work dirs;
+// reuse says its folder is one gc kept (freeVols).
+func (r *Runtime) mountVolume(vol string, size int64, reuse bool) error {
 	d := r.volDir(vol)
-	if err := os.Mkdir(d, 0o700); err != nil {
+	if err := os.Mkdir(d, 0o700); err != nil && !(reuse && errors.Is(err, fs.ErrExist)) {
 		return fmt.Errorf("volume: %w", err)
 	}
 	inodes := max(size/4096, 16384)
@@ -702,10 +855,12 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	delete(r.known, id)
 	vols := volumes(b.rec.Volume, b.rec.Chain)
 	r.mu.Unlock()
-	if rerr := os.Remove(r.path("sandboxes", id+".json")); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+	if rerr := r.removeRecord(id); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	r.gc(false, vols...)
+	if len(vols) != 1 || vols[0] != b.rec.Volume || !r.releaseOwnVolume(b.rec.Volume) {
+		r.gc(false, vols...)
+	}
 	if err != nil {
 		return fmt.Errorf("destroy %s: %w", id, err)
 	}
@@ -772,12 +927,18 @@ func (r *Runtime) gc(all bool, vols ...string) {
 	r.layerMu.Lock()
 	defer r.layerMu.Unlock()
 	if all {
+		// Folders kept for reuse would look like volumes left by a failure.
+		r.mu.Lock()
+		r.dropFreeVols()
+		r.mu.Unlock()
 		ents, err := os.ReadDir(r.path("vol"))
 		if err != nil {
 			return
 		}
 		for _, e := range ents {
-			vols = append(vols, e.Name())
+			if !strings.HasPrefix(e.Name(), ".") { // the records' folder
+				vols = append(vols, e.Name())
+			}
 		}
 	} else {
 		slices.Sort(vols)
@@ -792,6 +953,9 @@ func (r *Runtime) gc(all bool, vols ...string) {
 	used := map[string]bool{}    // layer paths
 	liveVol := map[string]bool{} // volumes holding an upper dir
 	r.mu.Lock()
+	for v := range r.freeVols {
+		delete(look, v) // collected already
+	}
 	for _, rec := range r.known {
 		if look[rec.Volume] {
 			liveVol[rec.Volume] = true
@@ -811,6 +975,9 @@ func (r *Runtime) gc(all bool, vols ...string) {
 	}
 	r.mu.Unlock()
 	for _, vol := range vols {
+		if !look[vol] {
+			continue
+		}
 		r.gcVolumes.Add(1)
 		vd := r.volDir(vol)
 		ents, err := os.ReadDir(vd)
@@ -832,14 +999,58 @@ func (r *Runtime) gc(all bool, vols ...string) {
 		if keep {
 			continue
 		}
-		if err := unmount(vd); err != nil {
-			r.cfg.Logger.Warn("sandbox gc: unmount volume", "volume", vol, "err", err)
-			continue
-		}
-		if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
+		r.releaseVolume(vol, all)
+	}
+}
+
+// releaseVolume unmounts an unused volume and keeps its folder for reuse (freeVols);
+// with remove (Purge, a failure) or once the runtime is closed it removes the folder.
+// Called with layerMu held.
+func (r *Runtime) releaseVolume(vol string, remove bool) {
+	vd := r.volDir(vol)
+	if err := unmount(vd); err != nil {
+		r.cfg.Logger.Warn("sandbox gc: unmount volume", "volume", vol, "err", err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !remove && !r.closed {
+		r.freeVols[vol] = struct{}{}
+		return
+	}
+	if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
+	}
+}
+
+// releaseOwnVolume collects the volume of a destroyed sandbox that had no lower layers,
+// when no layer lives in it: then nothing can reference it (a volume is one sandbox's,
+// and snapshots reference layers only), so gc's look through every record, O(N) per
+// destroy, is not needed. It reports false when the volume holds layers: gc decides.
+func (r *Runtime) releaseOwnVolume(vol string) bool {
+	r.layerMu.Lock()
+	defer r.layerMu.Unlock()
+	r.mu.Lock()
+	_, free := r.freeVols[vol]
+	r.mu.Unlock()
+	if free {
+		return true
+	}
+	ents, err := os.ReadDir(r.volDir(vol))
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "l-") {
+			return false
 		}
 	}
+	r.gcVolumes.Add(1)
+	r.releaseVolume(vol, false)
+	return true
 }
 
 // volumes are the volume of a sandbox's upper directory and those its layers live in:

@@ -253,7 +253,9 @@ func (r *Runtime) Purge(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	r.gc(true)             // what failures or dead processes left
+	r.gc(true) // what failures or dead processes left
+	r.mu.Lock()
 	r.removeEmptyParents() // now empty
+	r.mu.Unlock()
 	return errors.Join(errs...)
 }
