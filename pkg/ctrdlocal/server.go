@@ -265,10 +265,19 @@ func shimsOf(address string) ([]int, error) {
 	return out, nil
 }
 
-// removeCgroup removes the cgroup directory d, waiting up to bound while it is busy: a
-// killed process counts as gone once its main thread is a zombie, and its other threads
-// may still be leaving the cgroup.
+// removeCgroup removes the cgroup directory d, its child cgroups first (a sandbox's
+// commands run in one of its own, which keeps d busy until removed), waiting up to
+// bound while one is busy: a killed process counts as gone once its main thread is a
+// zombie, and its other threads may still be leaving the cgroup.
 func removeCgroup(d string, bound time.Duration) error {
+	ents, _ := os.ReadDir(d)
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeCgroup(filepath.Join(d, e.Name()), bound); err != nil {
+				return err
+			}
+		}
+	}
 	deadline := time.Now().Add(bound)
 	for {
 		err := os.Remove(d)
