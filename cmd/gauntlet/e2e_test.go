@@ -247,6 +247,10 @@ func countStreamStepsOnce(ctx context.Context, js jetstream.JetStream, runID str
 	cons, err := js.OrderedConsumer(mctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		// Steps ride on steps subjects and, in an episode's last segment, on its ended one.
 		FilterSubjects: []string{bus.SubjectEvent(bus.KindSteps, runID), bus.SubjectEvent(bus.KindEnded, runID)},
+		// A fetch that must make the consumer again (its stream lost its leader) tries a
+		// few times and fails instead of retrying without end, whatever ctx says:
+		// countStreamSteps then counts again from the start.
+		MaxResetAttempts: 3,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("ordered consumer on %s: %w", bus.StreamEvents, err)
