@@ -41,9 +41,19 @@ func newTCPPort(rt sandbox.Runtime, s sandbox.Service, hp sandbox.HostPort) tcpP
 // (host, port, bytes each way, the faults met), with method "TCP". A port no service
 // declares has no listener: the sandbox's kernel refuses the connection.
 func (g *Gateway) serveTCPPort(l net.Listener, p tcpPort) {
-	defer g.wg.Done()
 	prefix := "tcp/" + net.JoinHostPort(p.host, strconv.Itoa(p.port)) + "/"
-	var n uint64
+	g.serveEach(l, func(c net.Conn, n uint64) {
+		key := prefix + strconv.FormatUint(n, 10)
+		g.relayStream(c, p.svc, Request{Host: p.host, Port: p.port, Method: MethodTCP}, key, p.addr, nil, true)
+	})
+}
+
+// serveEach accepts l's connections until l is closed and handles each on a goroutine of
+// the gateway's, tracked so that Close ends it, and closed when handle returns; n counts
+// the connections accepted, from 0. The caller has added this call to g.wg.
+func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64)) {
+	defer g.wg.Done()
+	var accepted uint64
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -57,14 +67,14 @@ func (g *Gateway) serveTCPPort(l net.Listener, p tcpPort) {
 			_ = c.Close()
 			return
 		}
-		key := prefix + strconv.FormatUint(n, 10)
-		n++
+		n := accepted
+		accepted++
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
 			defer g.track(c, false)
 			defer c.Close()
-			g.relayStream(c, p.svc, Request{Host: p.host, Port: p.port, Method: MethodTCP}, key, p.addr, nil, true)
+			handle(c, n)
 		}()
 	}
 }

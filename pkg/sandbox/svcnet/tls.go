@@ -68,28 +68,7 @@ func newTLSPort(rt sandbox.Runtime, s sandbox.Service, port int) *tlsPort {
 // denied. The gateway never terminates TLS: the sandbox talks to the host's own
 // certificate, so HTTP-level faults (status codes, truncated bodies) cannot apply here.
 func (g *Gateway) serveTLS(l net.Listener, p *tlsPort) {
-	defer g.wg.Done()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return
-		}
-		if !g.track(c, true) {
-			_ = c.Close()
-			return
-		}
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			defer g.track(c, false)
-			defer c.Close()
-			g.relayTLS(c, p)
-		}()
-	}
+	g.serveEach(l, func(c net.Conn, _ uint64) { g.relayTLS(c, p) })
 }
 
 // relayTLS reads c's ClientHello, checks its server name, and relays the connection to
