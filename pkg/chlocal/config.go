@@ -59,6 +59,15 @@ var configTemplate = template.Must(template.New("config").Funcs(template.FuncMap
     <mark_cache_size>67108864</mark_cache_size>
     <uncompressed_cache_size>67108864</uncompressed_cache_size>
     <mlock_executable>false</mlock_executable>
+    <macros>
+        <!-- Which server this is: the readiness probe asks for it (see instanceMacro). -->
+        <gauntlet_instance>{{x .Instance}}</gauntlet_instance>
+{{- with .Replication}}
+        <cluster>{{x .Cluster}}</cluster>
+        <shard>{{x .Shard}}</shard>
+        <replica>{{x .Replica}}</replica>
+{{- end}}
+    </macros>
 {{- with .Replication}}
     <!-- Replicated mode: one replica of a one-shard cluster (docs/architecture.md). -->
     <interserver_http_host>127.0.0.1</interserver_http_host>
@@ -69,11 +78,6 @@ var configTemplate = template.Must(template.New("config").Funcs(template.FuncMap
 {{- end}}
         <session_timeout_ms>{{.SessionTimeoutMs}}</session_timeout_ms>
     </zookeeper>
-    <macros>
-        <cluster>{{x .Cluster}}</cluster>
-        <shard>{{x .Shard}}</shard>
-        <replica>{{x .Replica}}</replica>
-    </macros>
     <remote_servers>
         <{{.Cluster}}>
             <shard>
@@ -128,6 +132,7 @@ const usersXML = `<?xml version="1.0"?>
 type configValues struct {
 	TCPPort, HTTPPort                                         int
 	ServerLog, ErrorLog, Data, Tmp, UserFiles, Schemas, Users string
+	Instance                                                  string
 	Replication                                               *replicationValues
 }
 
@@ -171,7 +176,7 @@ func xmlText(s string) (string, error) {
 
 // writeConfig writes config.xml and users.xml into dir and creates the folders they
 // name. dir must be absolute; repl is nil for a single server.
-func writeConfig(dir string, tcpPort, httpPort int, repl *replicationValues) error {
+func writeConfig(dir, instance string, tcpPort, httpPort int, repl *replicationValues) error {
 	in := func(rel string) string {
 		p := filepath.Join(dir, rel)
 		if rel[len(rel)-1] == '/' {
@@ -195,6 +200,7 @@ func writeConfig(dir string, tcpPort, httpPort int, repl *replicationValues) err
 		UserFiles: in(userFilesDir),
 		Schemas:   in(schemasDir),
 		Users:     in(usersFile),
+		Instance:  instance,
 		// Cluster names an XML element: Replication.validate allows only identifiers.
 		Replication: repl,
 	})

@@ -2,6 +2,8 @@ package chlocal
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -153,8 +155,16 @@ type Server struct {
 	tcpPort  int
 	httpPort int
 	repl     *replicationValues // nil for a single server
+	instance string             // this start's value of the instanceMacro macro
 	d        *childproc.Daemon
 }
+
+// instanceMacro is the macro in every config.xml that names the server started from
+// it: a random value written at each start. Tests of several packages start servers
+// at once, and a port picked free may be bound by another package's server before
+// this one binds it; this one then exits, and a probe satisfied by any answer at its
+// port would have taken the other server's for its own.
+const instanceMacro = "gauntlet_instance"
 
 // Start starts a ClickHouse server with its state under opts.Dir and returns once it
 // answers `SELECT 1` over the native protocol. A server left running on the same Dir
@@ -214,7 +224,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			}
 			s.repl.InterserverPort = ports[0]
 		}
-		return writeConfig(dir, s.tcpPort, s.httpPort, s.repl)
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		s.instance = hex.EncodeToString(b[:])
+		return writeConfig(dir, s.instance, s.tcpPort, s.httpPort, s.repl)
 	}
 	// Only a port we picked can have been taken in between; a given one stays an error.
 	taken := func(ee *childproc.ExitError) bool {
@@ -314,10 +329,32 @@ func (s *Server) command() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// probe opens the readiness probe: SELECT 1 over the native protocol.
+// probe opens the readiness probe: the server at this server's address answers with
+// this start's instance macro, so an answer from another server on the same port is
+// not readiness.
 func (s *Server) probe() (childproc.Probe, func(), error) {
-	addr := s.Addr()
-	return func(ctx context.Context) error { return Ping(ctx, addr) }, func() {}, nil
+	addr, want := s.Addr(), s.instance
+	return func(ctx context.Context) error {
+		conn, err := clickhouse.Open(&clickhouse.Options{
+			Addr:         []string{addr},
+			DialTimeout:  time.Second,
+			ReadTimeout:  5 * time.Second,
+			MaxOpenConns: 1,
+		})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		var got string
+		q := "SELECT substitution FROM system.macros WHERE macro = '" + instanceMacro + "'"
+		if err := conn.QueryRow(ctx, q).Scan(&got); err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%s is answered by another clickhouse server (%s %q, this one's %q)", addr, instanceMacro, got, want)
+		}
+		return nil
+	}, func() {}, nil
 }
 
 // Ping reports whether the ClickHouse server at addr (host:port, native protocol) answers

@@ -225,6 +225,22 @@ func TestStartErrors(t *testing.T) {
 			t.Fatal("Start without Dir succeeded")
 		}
 	})
+	t.Run("port answered by another clickhouse", func(t *testing.T) {
+		// Tests of several packages start servers at once; a port picked free can be
+		// taken by another package's server before ours binds it. Ours then exits, and
+		// its readiness probe must not take the other server's answer for its own.
+		other := start(t, chlocal.Options{Dir: t.TempDir()})
+		port, err := strconv.Atoi(other.Addr()[strings.LastIndex(other.Addr(), ":")+1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := chlocal.Start(context.Background(), chlocal.Options{Dir: t.TempDir(), TCPPort: port})
+		if err == nil {
+			srv.Kill()
+			t.Fatalf("Start on the port of another running server (%s) reported ready", other.Addr())
+		}
+		t.Logf("error as users see it:\n%v", err)
+	})
 	t.Run("port taken", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
