@@ -42,6 +42,12 @@ type Recipe struct {
 	// OpenProbe opens what probing one start needs (a client, say) and returns the probe
 	// and a function releasing it, called once the wait is over.
 	OpenProbe func() (Probe, func(), error)
+	// Listens, when set, returns the TCP ports the server itself listens on once ready.
+	// The probe's answer then counts only while a process of the server's process group
+	// holds a listening socket on each: a port picked free can be bound by another
+	// program's server before this one binds it, and that server would answer the probe
+	// while this one fails to bind and exits.
+	Listens func() []int
 	// Describe, when set, adds attributes (an address, say) to the "ready" log line.
 	Describe func() []any
 	// PollInterval is the pause between probes.
@@ -192,7 +198,10 @@ func (d *Daemon) startLocked(ctx context.Context) error {
 	defer cancel()
 	var last error
 	for {
-		if last = probe(ctx); last == nil {
+		if last = probe(ctx); last == nil && d.r.Listens != nil {
+			last = d.holdsPorts(p)
+		}
+		if last == nil {
 			attrs := []any{"pid", p.Pid(), "took", time.Since(begin).Round(time.Millisecond)}
 			if d.r.Describe != nil {
 				attrs = append(d.r.Describe(), attrs...)
@@ -212,6 +221,19 @@ func (d *Daemon) startLocked(ctx context.Context) error {
 		case <-time.After(d.r.PollInterval):
 		}
 	}
+}
+
+// holdsPorts is nil when process p's group listens on every port of Recipe.Listens.
+func (d *Daemon) holdsPorts(p *Process) error {
+	want := d.r.Listens()
+	missing, err := unheldPorts(p.Pid(), want)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("127.0.0.1 port %v answers, but %s (pid %d) does not listen on it: another program holds it", missing, d.r.Name, p.Pid())
+	}
+	return nil
 }
 
 // tail is the end of the first of TailLogs that gained lines since offsets at.

@@ -232,6 +232,7 @@ func (c *Cluster) recipe(n *node, timeout time.Duration) childproc.Recipe {
 		OpenProbe: func() (childproc.Probe, func(), error) {
 			return func(ctx context.Context) error { return healthz(ctx, n.http, true) }, func() {}, nil
 		},
+		Listens:      func() []int { return []int{n.port, n.http} },
 		Describe:     func() []any { return []any{"url", n.url()} },
 		PollInterval: pollInterval,
 		StartTimeout: timeout,

@@ -102,6 +102,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return childproc.CmdlineContains(pid, filepath.Join(dir, "config.yml"))
 		},
 		OpenProbe:    s.probe,
+		Listens:      func() []int { return []int{s.port} },
 		Describe:     func() []any { return []any{"addr", s.Addr()} },
 		PollInterval: pollInterval,
 		StartTimeout: opts.StartTimeout,

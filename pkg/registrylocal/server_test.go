@@ -136,6 +136,32 @@ func TestStartFailsOnATakenPortQuotingTheLog(t *testing.T) {
 	}
 }
 
+// TestStartOnThePortOfAnotherRegistry: tests of several packages start registries at
+// once, and a port picked free can be bound by another's first. The second server then
+// exits, and its start must not take the first one's answer for its own readiness.
+func TestStartOnThePortOfAnotherRegistry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts local servers; -short runs unit tests only")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other, err := registrylocal.Start(ctx, registrylocal.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Stop(ctx)
+	_, portText, _ := net.SplitHostPort(other.Addr())
+	port, _ := strconv.Atoi(portText)
+	srv, err := registrylocal.Start(ctx, registrylocal.Options{Dir: t.TempDir(), Port: port})
+	if err == nil {
+		srv.Stop(ctx)
+		t.Fatalf("Start on the port of another running registry (%s) reported ready", other.Addr())
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("error does not say why: %v", err)
+	}
+}
+
 func TestStartWithoutTheBinary(t *testing.T) {
 	_, err := registrylocal.Start(context.Background(), registrylocal.Options{
 		Dir: t.TempDir(), Binary: filepath.Join(t.TempDir(), "no-such-registry"),

@@ -254,6 +254,7 @@ func (s *Stack) newProc(target string, i int) (*Proc, error) {
 		OpenProbe: func() (childproc.Probe, func(), error) {
 			return func(ctx context.Context) error { return ready(ctx, p.HTTP) }, func() {}, nil
 		},
+		Listens:      func() []int { return []int{ports[0]} },
 		Describe:     func() []any { return []any{"http", p.HTTP} },
 		PollInterval: 100 * time.Millisecond,
 		StartTimeout: procStartTimeout,

@@ -125,6 +125,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		PidFile:      filepath.Join(dir, pidFile),
 		Owns:         func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, dbFile)) },
 		OpenProbe:    s.probe,
+		Listens:      func() []int { return []int{s.port} },
 		Describe:     func() []any { return []any{"addr", s.Addr(), "ui", s.UIURL()} },
 		PollInterval: pollInterval,
 		StartTimeout: opts.StartTimeout,

@@ -111,6 +111,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		PidFile:      filepath.Join(dir, pidFile),
 		Owns:         func(pid int) bool { return childproc.CmdlineContains(pid, filepath.Join(dir, configFile)) },
 		OpenProbe:    s.probe,
+		Listens:      func() []int { return []int{s.port} },
 		Describe:     func() []any { return []any{"addr", s.Addr(), "dir", dir} },
 		PollInterval: pollInterval,
 		StartTimeout: opts.StartTimeout,
