@@ -88,6 +88,7 @@ func egressHostMap(httpAddr, tlsAddr, tcpAddr string) sandbox.HostMap {
 	for _, hp := range tcpHosts {
 		m[hp.Host+":"+strconv.Itoa(hp.Port)+sandbox.TCPSuffix] = tcpAddr
 	}
+	m[lossyHost.Host+":"+strconv.Itoa(lossyHost.Port)+sandbox.TCPSuffix] = tcpAddr
 	return m
 }
 
