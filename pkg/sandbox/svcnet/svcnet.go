@@ -48,6 +48,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -79,6 +80,7 @@ type Gateway struct {
 	listeners []net.Listener
 	servers   []*http.Server
 	dns       *faultnet.DNSServer
+	refusals  *os.File // an egress service's: the refusals on the sandbox's loopback
 	wg        sync.WaitGroup
 
 	mu     sync.Mutex
@@ -139,6 +141,16 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 				g.listeners = append(g.listeners, tl)
 				g.wg.Add(1)
 				go g.serveTCPPort(tl, newTCPPort(rt, s, hp))
+			}
+			if rw, ok := rt.(sandbox.RefusalWatcher); ok && g.refusals == nil {
+				f, err := rw.WatchRefusals(ctx, id)
+				if err != nil {
+					_ = g.Close()
+					return nil, fmt.Errorf("attach service %s to %s: %w", s.Name, id, err)
+				}
+				g.refusals = f
+				g.wg.Add(1)
+				go g.serveRefusals(f)
 			}
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
@@ -307,6 +319,9 @@ func (g *Gateway) Close() error {
 		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			errs = append(errs, err)
 		}
+	}
+	if g.refusals != nil {
+		_ = g.refusals.Close()
 	}
 	for _, c := range conns {
 		_ = c.Close()
