@@ -34,8 +34,12 @@
 // request and connection (Options.OnRequest: host, port, method, path, status, bytes each
 // way, the faults met, denied or not). A request naming another host is refused with 403, a TLS connection
 // naming another host with an access_denied alert, and a lookup of a name the name
-// server does not hold is reported as denied, so what a sandbox tried to reach is in the
-// record too.
+// server does not hold is reported as denied, and so is a connection or datagram to a
+// loopback port nothing declares, which the sandbox's kernel refuses (the gateway reads
+// those refusals on the sandbox's lo, through the runtime's sandbox.RefusalWatcher), so
+// what a sandbox tried to reach is in the record too. A profile's packet_loss meets a
+// relayed TLS or TCP stream segment by segment (faultnet.WrapStream): each lost segment
+// holds the stream one RTO and is reported as a fault.
 package svcnet
 
 import (
