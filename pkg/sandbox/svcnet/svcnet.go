@@ -146,7 +146,8 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 				g.wg.Add(1)
 				go g.serveTCPPort(tl, newTCPPort(rt, s, hp))
 			}
-			if rw, ok := rt.(sandbox.RefusalWatcher); ok && g.refusals == nil {
+			// The refusals are watched for a recorder: without one they would go nowhere.
+			if rw, ok := rt.(sandbox.RefusalWatcher); ok && opt.OnRequest != nil && g.refusals == nil {
 				f, err := rw.WatchRefusals(ctx, id)
 				if err != nil {
 					_ = g.Close()
