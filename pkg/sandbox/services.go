@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,6 +181,19 @@ type ServiceListener interface {
 	// listener. A runtime whose sandbox changes network namespace (containerd's Restore
 	// restarts the task) leaves earlier listeners dead: listen again after it.
 	ListenService(ctx context.Context, id string, port int) (net.Listener, error)
+}
+
+// RefusalWatcher is the optional ability to watch the refusals a sandbox with services
+// meets on its own loopback (a TCP reset, an ICMP "port unreachable": a connection or a
+// datagram to a port nothing listens on), which its kernel answers without anything
+// reaching the caller's process, so that they can be recorded (package svcnet does so
+// for an egress service: a port of an allowed host that is not declared).
+type RefusalWatcher interface {
+	// WatchRefusals opens netns.WatchRefusals in sandbox id's network namespace: each
+	// Read of the file returns one such packet. The caller closes it. The sandbox must
+	// declare services. As with ListenService, a runtime whose sandbox changes network
+	// namespace leaves an earlier file deaf.
+	WatchRefusals(ctx context.Context, id string) (*os.File, error)
 }
 
 // validServiceName reports whether name is 1-32 lower-case ASCII letters, digits or '-',

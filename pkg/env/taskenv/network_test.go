@@ -236,17 +236,22 @@ func TestAllowedHostsTCPAndConnectionFaults(t *testing.T) {
 		return &scripted{actions: []env.Action{
 			act(tools.ShellExec, map[string]any{"command": `busybox nc ` + taskstest.ReleasesHost + ` 5432 </dev/null; echo rc=$?`}),
 			act(tools.ShellExec, map[string]any{"command": `curl -sSk https://` + taskstest.ReleasesHost + `/v1/widget/releases.json | wc -c`}),
+			act(tools.ShellExec, map[string]any{"command": `busybox nc ` + taskstest.ReleasesHost + ` 5999 </dev/null; echo rc=$?`}),
 		}}
 	}
 
-	// Clean: the banner, and the connection in the step's diff.
+	// Clean: the banner, and the connection in the step's diff; a port the host does not
+	// declare refused, and in the step's diff as denied.
 	steps, _ := playNet(t, sb, &gauntletv1.FaultPlan{Profile: "none", Seed: 1}, agent())
-	if len(steps) < 2 || !strings.Contains(steps[0].obs, strings.TrimSpace(banner)) {
+	if len(steps) < 3 || !strings.Contains(steps[0].obs, strings.TrimSpace(banner)) {
 		t.Fatalf("tcp: %+v, want the banner", steps)
 	}
 	if r := steps[0].reqs; len(r) != 1 || r[0].Host != taskstest.ReleasesHost || r[0].Port != 5432 || r[0].Method != svcnet.MethodTCP || r[0].Denied ||
 		r[0].Bytes != int64(len(banner)) || r[0].BytesUp != 0 || len(r[0].Faults) != 0 {
 		t.Errorf("tcp: recorded %+v, want one clean TCP connection to the host on 5432 with the banner's bytes", r)
+	}
+	if r := steps[2].reqs; len(r) != 1 || r[0].Port != 5999 || r[0].Method != svcnet.MethodTCP || !r[0].Denied || r[0].Error == "" {
+		t.Errorf("undeclared port: recorded %+v, want its refusal, denied, with the reason", r)
 	}
 
 	// A user's profile resets every stream to the host.

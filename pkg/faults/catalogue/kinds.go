@@ -164,7 +164,7 @@ var kinds = []KindInfo{
 		Params: []Param{
 			num("rate", "probability", 0, 1, false, 0, "long-run fraction of packets lost"),
 			num("burst_len", "packets", 1, 1e6, false, 1, "mean length of a loss burst (1: independent losses)"),
-			num("rto_ms", "ms", 0, MaxLatencyMs, false, 200, "delay a stream connection pays per lost write (retransmission)"),
+			num("rto_ms", "ms", 0, MaxLatencyMs, false, 200, "delay a connection pays per lost write, or a relayed stream per lost segment (retransmission)"),
 		},
 		ops: notLookup, LossChain: true,
 		decide: func(out Decision, r *Rule, _ Event, _ float64) (Decision, string) {

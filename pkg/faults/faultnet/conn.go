@@ -46,6 +46,11 @@ type Conn struct {
 
 	written atomic.Int64 // bytes written to the peer (Written)
 	once    bool         // WrapStream: no decision per write
+	// segLoss: a stream (WrapStream) a packet_loss rule meets, whose bytes pay for the
+	// segments it loses (lose); down and up are the offsets of the bytes written to the
+	// peer and read from it (a relay has one reader and one writer).
+	segLoss  bool
+	down, up int64
 
 	mu         sync.Mutex
 	passed     int64 // bytes read plus written
@@ -85,10 +90,50 @@ func (w *Conn) abort() {
 // latency and loss are paid before its first byte): its writes meet no decisions of their
 // own, so what a connection meets does not depend on how its bytes happen to be cut into
 // writes, which an opaque stream (a relayed TLS connection) leaves to timing.
+//
+// A packet_loss rule that meets the stream acts on its bytes as TCP meets a lost
+// segment: nothing is lost, but the bytes wait. Each direction's bytes are cut into
+// segments of SegmentBytes, counted from the stream's start; each segment is one draw
+// of the rule's loss chain, on a stream of its own per direction (key + "/down" for the
+// bytes written to the peer, key + "/up" for those read from it), so which segments are
+// lost depends on the seed, the key and the segment's place alone, not on how the bytes
+// happen to be cut into reads and writes. A lost segment stalls its bytes, and the ones
+// after it, for the rule's rto_ms before they pass (a retransmission timeout), and is
+// reported to onFire as one firing. The connection's own decision may lose its SYN too
+// (one RTO before the first byte).
 func WrapStream(c net.Conn, d *inject.Decider, key string, ev catalogue.Event, onFire OnFire) *Conn {
 	w := WrapConn(c, d, key, ev, onFire)
 	w.once = true
+	w.segLoss = d.Meets(w.ev, catalogue.KindPacketLoss)
 	return w
+}
+
+// SegmentBytes is the size of the segments a stream's packet loss is drawn on: the
+// payload of a full TCP segment on an Ethernet path (MTU 1500 less 40 bytes of IPv4 and
+// TCP headers).
+const SegmentBytes = 1460
+
+// lose draws the segments that start in the n bytes at offset off of one direction of a
+// stream (dir: "down" or "up") and returns the time they stall it: the rule's RTO per
+// lost segment. Each loss is reported.
+func (w *Conn) lose(dir string, off, n int64) time.Duration {
+	var stall time.Duration
+	for seg := (off + SegmentBytes - 1) / SegmentBytes; seg*SegmentBytes < off+n; seg++ {
+		dec := w.d.DecideKind(w.key+"/"+dir, w.ev, catalogue.KindPacketLoss)
+		if dec.Abort != catalogue.KindPacketLoss {
+			continue
+		}
+		stall += dec.RTO
+		to := "to the client"
+		if dir == "up" {
+			to = "from the client"
+		}
+		for i := range dec.Fired {
+			dec.Fired[i].Detail = "segment " + strconv.FormatInt(seg, 10) + " " + to + " lost, resent after " + dec.RTO.String()
+		}
+		w.report(w.ev, dec)
+	}
+	return stall
 }
 
 // WrapConn wraps c. ev describes the connection (Host, Service; Layer and Op are set
@@ -210,6 +255,14 @@ func (w *Conn) Read(p []byte) (int, error) {
 	if n > 0 && w.count(n) {
 		defer w.doReset()
 	}
+	if w.segLoss && n > 0 {
+		// The bytes arrived; those of a lost segment pass on after its resend.
+		stall := w.lose("up", w.up, int64(n))
+		w.up += int64(n)
+		if stall > 0 && !w.sleep(stall) {
+			return 0, net.ErrClosed
+		}
+	}
 	w.throttle(n)
 	if err != nil && w.isReset() {
 		return n, ErrReset
@@ -239,6 +292,38 @@ func (w *Conn) Write(p []byte) (int, error) {
 			return 0, net.ErrClosed
 		}
 	}
+	if w.segLoss {
+		return w.writeSegments(p)
+	}
+	return w.send(p)
+}
+
+// writeSegments writes p segment by segment of the stream's bytes, each lost segment
+// waiting its RTO before it and the rest are sent.
+func (w *Conn) writeSegments(p []byte) (int, error) {
+	sent := 0
+	for len(p) > 0 {
+		k := int(min(int64(len(p)), SegmentBytes-w.down%SegmentBytes))
+		if stall := w.lose("down", w.down, int64(k)); stall > 0 && !w.sleep(stall) {
+			return sent, net.ErrClosed
+		}
+		n, err := w.send(p[:k])
+		sent += n
+		w.down += int64(n)
+		if err == nil && n < k {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return sent, err
+		}
+		p = p[k:]
+	}
+	return sent, nil
+}
+
+// send writes p to the connection: a byte-count reset cuts it, the bandwidth cap paces
+// it.
+func (w *Conn) send(p []byte) (int, error) {
 	k, isReset := w.budget(len(p))
 	if isReset {
 		w.doReset()
@@ -305,6 +390,10 @@ func (w *Conn) Close() error {
 			t.Stop()
 		}
 		w.d.Forget(w.key) // connection keys are never reused
+		if w.segLoss {
+			w.d.Forget(w.key + "/down")
+			w.d.Forget(w.key + "/up")
+		}
 		err = w.Conn.Close()
 	})
 	return err

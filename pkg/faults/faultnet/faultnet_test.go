@@ -467,3 +467,64 @@ func TestOnAbortRunsBeforeThePeerSeesTheEnd(t *testing.T) {
 		_ = peer.Close()
 	}
 }
+
+// TestStreamLosesSegmentsWhateverTheWrites: a stream's packet loss is drawn per
+// segment of its bytes, in each direction, so the same bytes lose the same segments
+// whether they pass in one write or in many small ones, every byte arrives, and a
+// stream the rule does not select draws nothing.
+func TestStreamLosesSegmentsWhateverTheWrites(t *testing.T) {
+	const spec = header + `
+  - {id: loss, kind: packet_loss, match: {hosts: [lossy]}, params: {rate: 0.3, rto_ms: 0}}
+`
+	const n = 40 * faultnet.SegmentBytes
+	body := bytes.Repeat([]byte("x"), n)
+	play := func(host string, chunk int) []string {
+		a, b := net.Pipe()
+		var lost []string
+		var mu sync.Mutex
+		w := faultnet.WrapStream(a, decider(t, spec), "tcp/s/0", catalogue.Event{Service: "s", Host: host}, func(_ string, _ catalogue.Event, f []catalogue.Fired) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, x := range f {
+				lost = append(lost, x.Detail)
+			}
+		})
+		got := make(chan int)
+		go func() {
+			m, _ := io.Copy(io.Discard, b)
+			got <- int(m)
+		}()
+		for off := 0; off < n; off += chunk {
+			if _, err := w.Write(body[off:min(off+chunk, n)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// And the other way: the peer sends, the stream reads in small pieces.
+		go func() { _, _ = b.Write(body[:3*faultnet.SegmentBytes]); _ = b.Close() }()
+		buf := make([]byte, 100)
+		for {
+			if _, err := w.Read(buf); err != nil {
+				break
+			}
+		}
+		_ = w.Close()
+		if m := <-got; m != n {
+			t.Errorf("chunk %d: %d bytes arrived, want %d", chunk, m, n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return lost
+	}
+	whole := play("lossy", n)
+	if len(whole) < 4 || len(whole) > 30 {
+		t.Fatalf("lost %d of 43 segments at 30 %%: %q", len(whole), whole)
+	}
+	for _, chunk := range []int{1000, 1, 4096} {
+		if got := play("lossy", chunk); !slices.Equal(got, whole) {
+			t.Errorf("writes of %d: lost %q, want %q", chunk, got, whole)
+		}
+	}
+	if got := play("other", n); len(got) != 0 {
+		t.Errorf("a host the rule does not select lost %q", got)
+	}
+}

@@ -89,6 +89,33 @@ func (d *Decider) Forget(key string) {
 // kinds say what firing does (KindInfo.Apply); Decide composes them: the first abort
 // that fires wins, delays add up, rewrites apply only to events not aborted.
 func (d *Decider) Decide(key string, ev catalogue.Event) catalogue.Decision {
+	return d.decide(key, ev, "")
+}
+
+// DecideKind is Decide over the rules of one kind alone: the other rules neither fire
+// nor count the event, so a stream of events only that kind meets (a relayed stream's
+// segments, which only packet_loss draws on) leaves their draws as they were.
+func (d *Decider) DecideKind(key string, ev catalogue.Event, kind string) catalogue.Decision {
+	return d.decide(key, ev, kind)
+}
+
+// Meets reports whether a rule of kind acts on ev and selects it.
+func (d *Decider) Meets(ev catalogue.Event, kind string) bool {
+	if d == nil {
+		return false
+	}
+	op := catalogue.OpBit(ev.Op)
+	for i := range d.rules {
+		r := &d.rules[i]
+		if r.Kind.Name == kind && r.Acts(&ev, op) && r.Selects(&ev) {
+			return true
+		}
+	}
+	return false
+}
+
+// decide is Decide over the rules of kind only ("" for all).
+func (d *Decider) decide(key string, ev catalogue.Event, kind string) catalogue.Decision {
 	out := catalogue.Decision{Keep: 1, WriteKeep: 1}
 	if d == nil {
 		return out
@@ -111,7 +138,7 @@ func (d *Decider) Decide(key string, ev catalogue.Event) catalogue.Decision {
 	hits, lossFired := hitBuf[:0], lossBuf[:0]
 	for i := range d.rules {
 		r := &d.rules[i]
-		if !r.Acts(&ev, op) || !r.Selects(&ev) {
+		if kind != "" && r.Kind.Name != kind || !r.Acts(&ev, op) || !r.Selects(&ev) {
 			continue
 		}
 		n := st.counters[i]

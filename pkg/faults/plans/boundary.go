@@ -24,15 +24,16 @@ func boundaryKind(k catalogue.KindInfo) bool {
 
 // IsConnKind reports whether kind is a connection fault a sandbox's gateway applies as
 // a connection or request opens (reset, at once or after N bytes or ms; bandwidth;
-// timeout): a sim env's calls have no connection to meet it, so it travels in a plan's
+// timeout) or, packet_loss, as its bytes pass (a stream's lost segments each stall it
+// one RTO; a request loses itself once): a sim env's calls have no connection to meet it, so it travels in a plan's
 // boundary_spec, and the gateway's relays (HTTP, TLS, plain TCP to allowed hosts, and the
 // declared services) meet it.
 func IsConnKind(kind string) bool {
-	return kind == catalogue.KindReset || kind == catalogue.KindBandwidth || kind == catalogue.KindTimeout
+	return kind == catalogue.KindReset || kind == catalogue.KindBandwidth || kind == catalogue.KindTimeout || kind == catalogue.KindPacketLoss
 }
 
 // notBoundary is the error of a kind a boundary_spec cannot hold.
-const notBoundary = "is not a storage, resource or DNS fault, nor a connection fault (reset, bandwidth, timeout)"
+const notBoundary = "is not a storage, resource or DNS fault, nor a connection fault (reset, bandwidth, timeout, packet_loss)"
 
 // IsDNSKind reports whether kind is a DNS fault (dns_nxdomain, dns_servfail,
 // dns_timeout): it acts on name lookups only.

@@ -68,8 +68,8 @@ func TestCustomProfilesRejected(t *testing.T) {
 	}{
 		{"name mismatch", []*gauntletv1.CustomProfile{{Name: "other", SpecYaml: flakyShop}}, `custom_profiles[0].name: "other" differs from the spec's name "flaky-shop"`},
 		{"duplicate", []*gauntletv1.CustomProfile{{Name: "flaky-shop", SpecYaml: flakyShop}, {Name: "flaky-shop", SpecYaml: flakyShop}}, `custom_profiles[1].name: duplicate profile "flaky-shop"`},
-		{"network fault in sim", []*gauntletv1.CustomProfile{{Name: "d", SpecYaml: "name: d\nfaults:\n  - {id: f, kind: packet_loss, params: {rate: 0.1}}\n"}},
-			"custom_profiles[0] (d): faults[0].kind: packet_loss cannot apply in a sim env"},
+		{"service fault in sim", []*gauntletv1.CustomProfile{{Name: "d", SpecYaml: "name: d\nfaults:\n  - {id: f, kind: broken_gzip}\n"}},
+			"custom_profiles[0] (d): faults[0].kind: broken_gzip cannot apply in a sim env"},
 		{"host match in sim", []*gauntletv1.CustomProfile{{Name: "h", SpecYaml: "name: h\nfaults:\n  - {id: f, kind: latency, match: {hosts: [a]}}\n"}},
 			"custom_profiles[0] (h): faults[0].match: a sim env's calls have no host"},
 		{"bad spec", []*gauntletv1.CustomProfile{{Name: "b", SpecYaml: "name: b\nfaults:\n  - {id: f, kind: latency, params: {mean_ms: -1}}\n"}},
@@ -242,6 +242,7 @@ faults:
   - {id: thin, kind: bandwidth, match: {services: [egress]}, params: {bytes_per_sec: 65536}}
   - {id: hole, kind: timeout, probability: 0.01, match: {hosts: ["*.example.test"]}, params: {hold_ms: 2000}}
   - {id: slow, kind: latency, match: {services: [egress]}, params: {mean_ms: 50, jitter_ms: 0}}
+  - {id: loss, kind: packet_loss, match: {services: [egress]}, params: {rate: 0.02, rto_ms: 200}}
 `
 
 // TestConnectionFaultsInPlans: a profile may name the connection faults a sandbox's
@@ -277,11 +278,11 @@ func TestConnectionFaultsInPlans(t *testing.T) {
 	for _, r := range got {
 		ids = append(ids, r.ID+":"+r.Kind.Name)
 	}
-	if !slices.Equal(ids, []string{"rst:reset", "cut:reset", "thin:bandwidth", "hole:timeout"}) {
-		t.Fatalf("boundary rules = %v, want the four connection faults:\n%s", ids, plan.BoundarySpec)
+	if !slices.Equal(ids, []string{"rst:reset", "cut:reset", "thin:bandwidth", "hole:timeout", "loss:packet_loss"}) {
+		t.Fatalf("boundary rules = %v, want the five connection faults:\n%s", ids, plan.BoundarySpec)
 	}
 	// The same decisions as the profile's own rules, connection after connection.
-	a, b := inject.NewDecider(plan.Seed, want[:4]), inject.NewDecider(plan.Seed, got)
+	a, b := inject.NewDecider(plan.Seed, append(want[:4:4], want[5])), inject.NewDecider(plan.Seed, got)
 	kinds := map[string]int{}
 	for i := range 2000 {
 		key := fmt.Sprintf("tls/a.example.test:443/%d", i)
@@ -294,13 +295,13 @@ func TestConnectionFaultsInPlans(t *testing.T) {
 			kinds[f.RuleID]++
 		}
 	}
-	if kinds["thin"] != 2000 || kinds["rst"] < 60 || kinds["rst"] > 150 || kinds["hole"] == 0 || kinds["cut"] == 0 {
-		t.Errorf("fired %v in 2000 connections, want thin on each, rst on about 5%%, some cut and hole", kinds)
+	if kinds["thin"] != 2000 || kinds["rst"] < 60 || kinds["rst"] > 150 || kinds["hole"] == 0 || kinds["cut"] == 0 || kinds["loss"] == 0 {
+		t.Errorf("fired %v in 2000 connections, want thin on each, rst on about 5%%, some cut, hole and loss", kinds)
 	}
 
 	// A sim env has no connection to meet them: refused as before.
 	_, err = c.Plan(11, "egress-trouble", shopServices)
-	wantErrs(t, err, "faults[0].kind: reset cannot apply in a sim env", "faults[2].kind: bandwidth cannot apply in a sim env", "faults[3].kind: timeout cannot apply in a sim env")
+	wantErrs(t, err, "faults[0].kind: reset cannot apply in a sim env", "faults[2].kind: bandwidth cannot apply in a sim env", "faults[3].kind: timeout cannot apply in a sim env", "faults[5].kind: packet_loss cannot apply in a sim env")
 
 	// Strict: bad values and unknown keys are refused, naming the field.
 	for _, tc := range []struct{ fault, want string }{

@@ -286,8 +286,9 @@ func ServicesDecider(in *inject.Injector) *inject.Decider { return servicesDecid
 
 // servicesDecider decides the faults of the services' traffic: the plan's rules for
 // them, its DNS faults (boundary_spec), which meet the sandbox's lookups at the
-// gateway's name server, and its connection faults (reset, bandwidth, timeout), which
-// meet connections and requests as they open. Each rule draws on its own stream, so the
+// gateway's name server, and its connection faults (reset, bandwidth, timeout,
+// packet_loss), which meet connections and requests as they open (a stream's loss, as
+// its segments pass). Each rule draws on its own stream, so the
 // other rules' draws are the same with or without them. Nil without a plan.
 func servicesDecider(in *inject.Injector) *inject.Decider {
 	if in == nil {

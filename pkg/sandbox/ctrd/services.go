@@ -116,6 +116,29 @@ func (r *Runtime) ListenResolver(ctx context.Context, id string) (net.PacketConn
 	return pc, l, nil
 }
 
+var _ sandbox.RefusalWatcher = (*Runtime)(nil)
+
+// WatchRefusals implements sandbox.RefusalWatcher in the network namespace of the sandbox's
+// task. Restore restarts the task in a new namespace: watch again after it.
+func (r *Runtime) WatchRefusals(ctx context.Context, id string) (*os.File, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, err := r.get("watch refusals", id)
+	if err != nil {
+		return nil, err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	if b.gone || b.task == nil {
+		return nil, fmt.Errorf("watch refusals %s: %w", id, sandbox.ErrNotFound)
+	}
+	if len(b.handle.Spec.Services) == 0 {
+		return nil, fmt.Errorf("watch refusals %s: %w: the sandbox declares no services", id, sandbox.ErrInvalid)
+	}
+	return netns.WatchRefusals(fmt.Sprintf("/proc/%d/ns/net", b.task.Pid()))
+}
+
 var _ sandbox.HostMapper = (*Runtime)(nil)
 
 // HostUpstream implements sandbox.HostMapper with Options.Hosts.

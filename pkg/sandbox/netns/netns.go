@@ -3,7 +3,8 @@
 // Package netns creates network namespaces and listening sockets inside them from the
 // host process: a sandbox keeps its loopback-only network, and a service the
 // host forwards to it answers inside that network, while Accept and the forwarding run
-// in the host process.
+// in the host process. WatchRefusals opens a filtered packet socket on a namespace's
+// loopback the same way, to see the connections its kernel refuses there.
 //
 // The technique: a goroutine locks its OS thread, remembers the thread's namespace, moves
 // the thread into the target namespace with setns(2) (or a fresh one with unshare(2)),

@@ -99,6 +99,23 @@ func (r *Runtime) ListenService(ctx context.Context, id string, port int) (net.L
 	return netns.Listen(r.netnsPath(id), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 }
 
+var _ sandbox.RefusalWatcher = (*Runtime)(nil)
+
+// WatchRefusals implements sandbox.RefusalWatcher in the sandbox's pinned network namespace.
+func (r *Runtime) WatchRefusals(ctx context.Context, id string) (*os.File, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, err := r.get("watch refusals", id)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.rec.Handle.Spec.Services) == 0 {
+		return nil, fmt.Errorf("watch refusals %s: %w: the sandbox declares no services", id, sandbox.ErrInvalid)
+	}
+	return netns.WatchRefusals(r.netnsPath(id))
+}
+
 // lookNsenter finds nsenter; "" when missing (only sandboxes with services need it).
 func lookNsenter() string {
 	for _, p := range []string{"nsenter", "/usr/bin/nsenter", "/bin/nsenter"} {

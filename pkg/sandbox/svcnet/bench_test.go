@@ -139,6 +139,17 @@ func BenchmarkEgressRequest(b *testing.B) {
 			b.Fatalf("%d requests recorded of %d", n, b.N)
 		}
 	})
+	// Unrecorded: no request records and no refusal watch on the sandbox's loopback
+	// (whose kernel filter every loopback packet of the recorded case meets).
+	b.Run("egress-5-rules-unrecorded", func(b *testing.B) {
+		g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{Decider: inject.NewDecider(1, rules)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Close()
+		get(b, inside, "http://"+remoteHost+"/ok")
+		inside.CloseIdleConnections()
+	})
 }
 
 // BenchmarkEgressTLS measures one HTTPS GET on a new connection (TLS 1.3 handshake,

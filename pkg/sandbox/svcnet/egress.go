@@ -18,18 +18,19 @@ import (
 
 // Request is one HTTP request a sandbox made through its egress gateway, one TLS
 // connection relayed (or refused) on one of its TLS ports, one plain TCP connection
-// relayed on one of its TCP ports, or one lookup of a name it may not reach, as a step
-// records it.
+// relayed on one of its TCP ports, one lookup of a name it may not reach, or one
+// attempt to reach an address (a TCP connection, a UDP datagram, a ping), refused, as a
+// step records it.
 type Request struct {
 	// Host is the host the request named (its Host header, or its absolute URL's host;
 	// a TLS connection's server name), lower-case, without port; empty for a TLS
-	// connection that named none.
+	// connection that named none; the address an attempt to reach one was sent to.
 	Host string `json:"host"`
-	// Port is a TLS or TCP connection's port (0 for HTTP requests, on the service's
-	// port 80, and lookups).
+	// Port is a TLS or TCP connection's port, or an attempt's TCP or UDP port (0 for
+	// HTTP requests, on the service's port 80, lookups and pings).
 	Port int `json:"port,omitempty"`
 	// Method is the request's method; "TLS" for a TLS connection, "TCP" for a plain TCP
-	// one, "DNS" for a refused lookup.
+	// one, "DNS" for a refused lookup; an attempt's protocol, "TCP", "UDP" or "ICMP".
 	Method string `json:"method"`
 	// Path is the request's path (empty for a lookup, a CONNECT or a TLS connection).
 	Path string `json:"path,omitempty"`
@@ -47,9 +48,12 @@ type Request struct {
 	// Denied: the host is not one the sandbox may reach; the request or lookup was
 	// refused and went nowhere.
 	Denied bool `json:"denied,omitempty"`
-	// Error says why a TLS or TCP connection was refused or ended without reaching its
-	// host.
+	// Error says why a TLS or TCP connection, or an attempt to reach an address, was
+	// refused or ended without reaching its host.
 	Error string `json:"error,omitempty"`
+	// Dropped is, on a Recorder's entry of method MethodDropped, how many denied
+	// requests it dropped past MaxDenied.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // MethodDNS is Request.Method of a refused lookup.

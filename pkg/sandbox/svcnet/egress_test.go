@@ -78,6 +78,8 @@ func TestProcessEgress(t *testing.T) {
 		runEgressTLS(t, rt, "", cert, map[string]tlsClient{"curl": curlClient, "python": pythonClient, "wget": wgetClient})
 	})
 	t.Run("tcp", func(t *testing.T) { runEgressTCP(t, rt, "") })
+	t.Run("loss", func(t *testing.T) { runEgressLoss(t, rt, "") })
+	t.Run("refused", func(t *testing.T) { runEgressRefused(t, rt, "", true) })
 }
 
 func TestContainerdEgress(t *testing.T) {
@@ -97,6 +99,8 @@ func TestContainerdEgress(t *testing.T) {
 	runEgress(t, rt, "", addr)
 	t.Run("tls", func(t *testing.T) { runEgressTLS(t, rt, "", cert, map[string]tlsClient{"wget": wgetClient}) })
 	t.Run("tcp", func(t *testing.T) { runEgressTCP(t, rt, "") })
+	t.Run("loss", func(t *testing.T) { runEgressLoss(t, rt, "") })
+	t.Run("refused", func(t *testing.T) { runEgressRefused(t, rt, "", false) })
 }
 
 // runEgress is the proof on one runtime that a sandbox reaches its allowed host only

@@ -19,22 +19,45 @@ type Recorder struct {
 	mu       sync.Mutex
 	events   []*gauntletv1.FaultFired
 	requests []Request
+	denied   int   // denied requests kept since the last TakeRequests
+	dropped  int64 // denied requests dropped since then, past MaxDenied
 }
 
-// OnRequest records a request through the egress gateway (an Options.OnRequest).
+// MaxDenied is how many denied requests (refused hosts, lookups, addresses) a Recorder
+// keeps between two TakeRequests: a sandbox that floods the gateway with attempts (a
+// scan of an address range) costs a count past it, not memory.
+const MaxDenied = 256
+
+// MethodDropped is Request.Method of the entry that counts the denied requests a
+// Recorder dropped (Request.Dropped), past MaxDenied.
+const MethodDropped = "DROPPED"
+
+// OnRequest records a request through the egress gateway (an Options.OnRequest). Past
+// MaxDenied denied ones since the last TakeRequests, a denied request is only counted.
 func (r *Recorder) OnRequest(req Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if req.Denied {
+		if r.denied >= MaxDenied {
+			r.dropped++
+			return
+		}
+		r.denied++
+	}
 	r.requests = append(r.requests, req)
 }
 
 // TakeRequests returns the requests recorded since the last TakeRequests, in the order
-// they ended, and forgets them.
+// they ended, and forgets them. When denied requests were dropped, a last entry of
+// method MethodDropped, denied, says how many.
 func (r *Recorder) TakeRequests() []Request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.requests
-	r.requests = nil
+	if r.dropped > 0 {
+		out = append(out, Request{Method: MethodDropped, Denied: true, Dropped: r.dropped})
+	}
+	r.requests, r.denied, r.dropped = nil, 0, 0
 	return out
 }
 

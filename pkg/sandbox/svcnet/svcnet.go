@@ -34,8 +34,12 @@
 // request and connection (Options.OnRequest: host, port, method, path, status, bytes each
 // way, the faults met, denied or not). A request naming another host is refused with 403, a TLS connection
 // naming another host with an access_denied alert, and a lookup of a name the name
-// server does not hold is reported as denied, so what a sandbox tried to reach is in the
-// record too.
+// server does not hold is reported as denied, and so is a connection or datagram to a
+// loopback port nothing declares, which the sandbox's kernel refuses (the gateway reads
+// those refusals on the sandbox's lo, through the runtime's sandbox.RefusalWatcher), so
+// what a sandbox tried to reach is in the record too. A profile's packet_loss meets a
+// relayed TLS or TCP stream segment by segment (faultnet.WrapStream): each lost segment
+// holds the stream one RTO and is reported as a fault.
 package svcnet
 
 import (
@@ -48,6 +52,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -79,6 +84,7 @@ type Gateway struct {
 	listeners []net.Listener
 	servers   []*http.Server
 	dns       *faultnet.DNSServer
+	refusals  *os.File // an egress service's: the refusals on the sandbox's loopback
 	wg        sync.WaitGroup
 
 	mu     sync.Mutex
@@ -139,6 +145,17 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 				g.listeners = append(g.listeners, tl)
 				g.wg.Add(1)
 				go g.serveTCPPort(tl, newTCPPort(rt, s, hp))
+			}
+			// The refusals are watched for a recorder: without one they would go nowhere.
+			if rw, ok := rt.(sandbox.RefusalWatcher); ok && opt.OnRequest != nil && g.refusals == nil {
+				f, err := rw.WatchRefusals(ctx, id)
+				if err != nil {
+					_ = g.Close()
+					return nil, fmt.Errorf("attach service %s to %s: %w", s.Name, id, err)
+				}
+				g.refusals = f
+				g.wg.Add(1)
+				go g.serveRefusals(f)
 			}
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
@@ -307,6 +324,9 @@ func (g *Gateway) Close() error {
 		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			errs = append(errs, err)
 		}
+	}
+	if g.refusals != nil {
+		_ = g.refusals.Close()
 	}
 	for _, c := range conns {
 		_ = c.Close()

@@ -137,7 +137,11 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 		}
 		mu.Lock()
 		for _, f := range fired {
-			faults = append(faults, f.Kind)
+			// A stream's lost segments are each a fault of the step; the connection
+			// names the kind once.
+			if f.Kind != catalogue.KindPacketLoss || !slices.Contains(faults, f.Kind) {
+				faults = append(faults, f.Kind)
+			}
 		}
 		mu.Unlock()
 	})
