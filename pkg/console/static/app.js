@@ -127,10 +127,14 @@ function chart(title, opts, data) {
 
 const EPISODES_PAGE = 200; // episodes listed at once on the run page
 
-async function runPage(gen, runID, offset) {
+// runPage shows a run. Its episodes are paged by offset (a run the scheduler planned, or
+// one whose ids do not sort in issue order) or, for an env API run whose ids do
+// (eps.keyed), by a cursor: after, the id of the episode the page follows.
+async function runPage(gen, runID, offset, after) {
   setCrumbs(el("a", { href: "#/", text: "runs" }), el("span", { text: runID }));
   const enc = encodeURIComponent(runID);
-  const [page, eps] = await Promise.all([getJSON(`runs/${enc}`), getJSON(`runs/${enc}/episodes?offset=${offset}&limit=${EPISODES_PAGE}`)]);
+  const which = after ? `after=${encodeURIComponent(after)}` : `offset=${offset}`;
+  const [page, eps] = await Promise.all([getJSON(`runs/${enc}`), getJSON(`runs/${enc}/episodes?${which}&limit=${EPISODES_PAGE}`)]);
   if (gen !== generation) return;
   const r = page.run;
   const xs = page.series.map((p) => p.from);
@@ -170,10 +174,16 @@ async function runPage(gen, runID, offset) {
         el("td", { class: "num", text: fmt.int(k.episodes) }),
         el("td", { class: "num", text: fmt.pct(k.success_rate) }),
         el("td", { class: "num", text: fmt.reward(k.mean_reward) }))))),
-    el("h2", { text: eps.episodes.length ? `Episodes ${offset}–${offset + eps.episodes.length - 1} of ${r.episodes} ended` : "Episodes" }),
-    el("div", { class: "stepper" },
-      offset > 0 ? el("a", { id: "episodes-prev", href: `#/runs/${enc}?offset=${Math.max(0, offset - EPISODES_PAGE)}`, text: "◀ previous" }) : null,
-      offset + eps.episodes.length < r.episodes ? el("a", { id: "episodes-next", href: `#/runs/${enc}?offset=${offset + EPISODES_PAGE}`, text: "next ▶" }) : null),
+    eps.keyed
+      ? el("h2", { text: `Episodes in the order they were issued${after ? ", after " + after : ""} (${fmt.int(r.episodes)} ended)` })
+      : el("h2", { text: eps.episodes.length ? `Episodes ${offset}–${offset + eps.episodes.length - 1} of ${r.episodes} ended` : "Episodes" }),
+    eps.keyed
+      ? el("div", { class: "stepper" },
+        after ? el("a", { id: "episodes-first", href: `#/runs/${enc}`, text: "◀ first" }) : null,
+        eps.next ? el("a", { id: "episodes-next", href: `#/runs/${enc}?after=${encodeURIComponent(eps.next)}`, text: "next ▶" }) : null)
+      : el("div", { class: "stepper" },
+        offset > 0 ? el("a", { id: "episodes-prev", href: `#/runs/${enc}?offset=${Math.max(0, offset - EPISODES_PAGE)}`, text: "◀ previous" }) : null,
+        offset + eps.episodes.length < r.episodes ? el("a", { id: "episodes-next", href: `#/runs/${enc}?offset=${offset + EPISODES_PAGE}`, text: "next ▶" }) : null),
     el("table", { id: "episodes" },
       el("thead", {}, el("tr", {}, el("th", { text: "episode" }), el("th", { class: "num", text: "idx" }),
         ["policy", "profile"].map((h) => el("th", { text: h })),
@@ -487,7 +497,7 @@ async function route(refresh) {
   try {
     let next;
     if (parts.length === 0) next = await runsPage(gen);
-    else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1], Math.max(0, parseInt(params.get("offset") || "0", 10) || 0));
+    else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1], Math.max(0, parseInt(params.get("offset") || "0", 10) || 0), params.get("after") || "");
     else if (parts[0] === "runs" && parts.length === 3 && parts[2] === "faults") next = await heatmapPage(gen, parts[1]);
     else if (parts[0] === "curricula" && parts.length === 1) next = await curriculaPage(gen);
     else if (parts[0] === "curricula" && parts.length === 2) next = await curriculumPage(gen, parts[1]);
