@@ -490,7 +490,7 @@ func (r reader) Keyed(ctx context.Context, runID string) (bool, error) {
 	for granules := keyedGranules; ; granules *= 2 {
 		var n uint64
 		err := r.conn.QueryRow(ctx, r.sql(`SELECT count() FROM {db}.episodes WHERE run_id = ? AND episode_id < ?
-			SETTINGS max_rows_to_read = `+strconv.Itoa(granules*8192)), runID, from).Scan(&n)
+			SETTINGS read_overflow_mode = 'throw', max_rows_to_read = `+strconv.Itoa(granules*8192)), runID, from).Scan(&n)
 		switch {
 		case isTooManyRows(err) && granules < keyedGranulesMost:
 		case isTooManyRows(err):
@@ -642,7 +642,7 @@ func (r reader) episodesIn(ctx context.Context, runID, lo string, inclusive bool
 	}
 	return r.episodesWhere(ctx, runID, `WHERE run_id = ? AND episode_id `+op+` ? AND episode_id < ?
 		ORDER BY episode_id, version DESC LIMIT 1 BY episode_id LIMIT ?
-		SETTINGS max_rows_to_read = `+strconv.Itoa(granules*8192), runID, lo, hi, limit)
+		SETTINGS read_overflow_mode = 'throw', max_rows_to_read = `+strconv.Itoa(granules*8192), runID, lo, hi, limit)
 }
 
 // episodesByID reads the newest version of the episodes ids of run runID, in index order.
