@@ -97,6 +97,10 @@ func TestConsoleEnvAPIPagesInABrowser(t *testing.T) {
 		t.Errorf("heading %q", h)
 	}
 	b.screenshot(t, filepath.Join(shots, "envapi-episodes-first.png"))
+	// A part the page leaves out (no infra errors here) shows nothing, not "null".
+	if nulls, err := b.eval(`document.getElementById("main").textContent.split("null").length - 1`); err != nil || nulls != 0 {
+		t.Errorf("the run page shows \"null\" %d times (%v)%s", nulls, err, b.state())
+	}
 	for _, want := range []struct {
 		first, count int
 		next         bool

@@ -18,6 +18,12 @@ const IDLE_MS = 10000;
 let timer = null;
 let generation = 0; // bumped on each navigation; stale refreshes drop their result
 
+// show puts children in place of the page's content, leaving out the null and undefined
+// a page passes for a part it does not show (replaceChildren would show them as text).
+function show(...children) {
+  main.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -62,7 +68,7 @@ function setCrumbs(...parts) {
 }
 
 function showError(err) {
-  main.replaceChildren(el("p", { class: "error", role: "alert", text: err.message }));
+  show(el("p", { class: "error", role: "alert", text: err.message }));
 }
 
 function schedule(ms, gen) {
@@ -91,7 +97,7 @@ async function runsPage(gen) {
       el("td", { "data-field": "first", text: fmt.time(r.first) }),
       el("td", { "data-field": "last", text: fmt.time(r.last) }),
       el("td", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })));
-  main.replaceChildren(
+  show(
     el("h1", { text: "Runs" }),
     runs.length === 0
       ? el("p", { class: "muted", text: "No episode has ended yet. Start a run with `gauntlet run`." })
@@ -142,7 +148,7 @@ async function runPage(gen, runID, offset, after) {
   const histX = page.reward_histogram.map((b) => (b.lo + b.hi) / 2);
   const hist = page.reward_histogram;
   const histRange = (u, lo, hi) => (hist.length ? [hist[0].lo - (hist.length === 1 ? 1 : 0), hist[hist.length - 1].hi + (hist.length === 1 ? 1 : 0)] : [lo, hi]);
-  main.replaceChildren(
+  show(
     el("h1", {}, "Run ", el("span", { id: "run-id", text: r.run_id }), " ", el("span", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })),
     el("div", { class: "cards" },
       card("env", r.env, "env"),
@@ -259,11 +265,11 @@ async function episodePage(gen, id, n) {
     el("span", {}, "step ", el("b", { id: "step-index", text: String(n) }), total !== null ? ` of 0–${last}` : ""),
     el("button", { id: "next", disabled: step === undefined || (last !== null && n >= last) ? "" : null, onclick: () => goStep(id, n + 1), text: "next ▶" }));
   if (step === undefined) {
-    main.replaceChildren(el("h1", { text: "Episode " + id }), head, lineage, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
+    show(el("h1", { text: "Episode " + id }), head, lineage, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
     return ep ? 0 : LIVE_MS;
   }
   const flags = [step.terminated && "terminated", step.truncated && "truncated", step.success && "success", step.invalid_action && "invalid action", step.reason].filter(Boolean);
-  main.replaceChildren(
+  show(
     el("h1", { text: "Episode " + id }), head, lineage, stepper,
     el("div", { class: "grid" },
       el("section", {}, el("h3", { text: "action" }), el("pre", { id: "step-action", text: step.tool + " " + pretty(step.args) })),
@@ -306,7 +312,7 @@ async function heatmapPage(gen, runID) {
   const kinds = [...new Set(page.cells.map((c) => c.kind))].sort();
   const services = [...new Set(page.cells.map((c) => c.service))].sort();
   const at = new Map(page.cells.map((c) => [c.kind + "\u0000" + c.service, c]));
-  main.replaceChildren(
+  show(
     el("h1", {}, "Faults of run ", el("span", { id: "run-id", text: page.run.run_id })),
     el("p", { class: "muted", text: "Success rate of the scored episodes (infra errors left out) in which a fault kind fired on a service at least once; the cell's title gives the counts." }),
     page.cells.length === 0 ? el("p", { class: "muted", text: "No fault fired in this run." })
@@ -331,7 +337,7 @@ async function curriculaPage(gen) {
   setCrumbs(el("span", { text: "curricula" }));
   const { curricula } = await getJSON("curricula");
   if (gen !== generation) return;
-  main.replaceChildren(
+  show(
     el("h1", { text: "Curricula" }),
     curricula.length === 0
       ? el("p", { class: "muted", text: "No curriculum yet. Start one with `gauntlet curriculum start -f spec.yaml`." })
@@ -425,7 +431,7 @@ async function curriculumPage(gen, id) {
   const xs = page.batches.map((b) => (ended += b.episodes));
   const drift = page.selectors.map((sel, i) => ({ label: "drift " + sel, scale: "drift", stroke: ["#b3661e", "#7a1fa6", "#1e8fb3", "#a61f5e"][i % 4], width: 1.5, dash: [4, 3] }));
   const stepped = uPlot.paths.stepped({ align: 1 });
-  main.replaceChildren(
+  show(
     el("h1", {}, "Curriculum ", el("span", { id: "curriculum-id", text: c.id }), " ", el("span", { class: c.open ? "live" : "muted", "data-field": "state", text: c.state })),
     el("div", { class: "cards" },
       card("name", c.name || (p && p.name) || "", "name"),
