@@ -482,7 +482,7 @@ func isTooManyRows(err error) bool {
 // no episode whose id is of a form other than the issued one (runs.IssuedIDPrefix).
 // Runs of the env API from before that form, and planned runs the scheduler no longer
 // knows, are paged by rank. Their ids sort before the issued ones, so the question reads
-// the range below them, at most keyedGranules granules: more is an answer too.
+// the range below them, refused unread past keyedGranulesMost granules (a no too).
 func (r reader) Keyed(ctx context.Context, runID string) (bool, error) {
 	from, _ := runs.IssuedIDRange(runID)
 	// An empty range still selects a granule of each part whose keys surround it: the
@@ -624,8 +624,9 @@ func (r reader) someIssued(ctx context.Context, runID string) (uint64, bool, err
 	return at, ok, nil
 }
 
-// issuedSince is a time before any issued id (2026-12-01): where the search for a run's
-// first page starts.
+// issuedSince is a time before any issued id (2026-12-01): where the windows of a run's
+// first page start. An id issued before it by a clock set wrong is still read: the first
+// window starts at the least issued id of the run, whatever its time.
 const issuedSince = 1796083200 * uint64(time.Second)
 
 // maxKeyedReads bounds the reads of one keyed page: each halving of a window is one
