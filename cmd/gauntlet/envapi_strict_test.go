@@ -14,6 +14,7 @@ import (
 	connectrpc "connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -173,6 +174,20 @@ func TestEnvAPIAfterRestart(t *testing.T) {
 	c, err := client.Close(ctx, connectrpc.NewRequest(&gauntletv1.CloseRequest{EpisodeId: ids[2]}))
 	if err != nil || c.Msg.ClosedNow || c.Msg.Reason != gauntletv1.TerminationReason_TERMINATION_REASON_INFRA_ERROR {
 		t.Errorf("Close of an episode live before the restart: %v, %v; want ended by an infra error, not closed now", c, err)
+	}
+	// The ids the restarted server issues sort after those of the server before it, in
+	// issue order, so the console pages the tenant's run by its key across the restart.
+	for range 2 {
+		r, err := client.Reset(ctx, connectrpc.NewRequest(&gauntletv1.ResetRequest{Env: "shop", Seed: 9}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.Msg.EpisodeId)
+	}
+	for i, id := range ids {
+		if _, ok := runs.IssuedAt("api-default", id); !ok || (i > 0 && id <= ids[i-1]) {
+			t.Errorf("episode id %d, %s: in issue order %v, after %s", i, id, ok, ids[max(i-1, 0)])
+		}
 	}
 	// An id never issued is still 404, however like a real one it looks.
 	for _, fake := range []string{ids[3][:len(ids[3])-1] + flipHex(ids[3][len(ids[3])-1]), "api-default-0123456789abcdef", "nope"} {

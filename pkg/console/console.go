@@ -127,7 +127,7 @@ func New(cfg Config, log *slog.Logger) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"api/runs", c.summary("runs", "", c.runs, map[string]bound{"limit": {100, MaxRuns}}))
 	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}", c.summary("run", "run", c.run, nil))
 	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/episodes", c.api(c.episodes,
-		map[string]bound{"limit": {100, MaxEpisodes}, "offset": {0, 1_000_000_000}}))
+		map[string]bound{"limit": {100, MaxEpisodes}, "offset": {0, 1_000_000_000}, "after": {}}))
 	c.mux.HandleFunc("GET "+Prefix+"api/episodes/{episode}", c.api(c.episode,
 		map[string]bound{"limit": {100, MaxSteps}, "from": {0, 1_000_000}}))
 	c.mux.HandleFunc("GET "+Prefix+"api/runs/{run}/faults", c.summary("faults", "run", c.faultHeatmap, nil))
@@ -189,6 +189,10 @@ func (c *Console) reader(ctx context.Context) (reader, error) {
 
 // bound is a numeric query parameter's default and largest value (the smallest is 0).
 type bound struct{ def, max int }
+
+// idParams are the query parameters that are ids (an episode's, as a cursor) rather than
+// numbers: checked as ids in paths are, and read by the endpoint from the request.
+var idParams = map[string]bool{"after": true}
 
 // params are an API request's numeric query parameters, checked against their bounds.
 type params map[string]int
@@ -317,6 +321,12 @@ func checkParams(r *http.Request, bounds map[string]bound) (params, error) {
 		p[name] = b.def
 		s := q.Get(name)
 		if s == "" {
+			continue
+		}
+		if idParams[name] {
+			if !idRE.MatchString(s) {
+				return nil, fmt.Errorf("%w: %s=%q: want an id of up to 128 letters, digits, '_', '.', ':' or '-'", errBadRequest, name, s)
+			}
 			continue
 		}
 		n, err := strconv.Atoi(s)
@@ -571,20 +581,58 @@ type EpisodesPage struct {
 	Episodes []EpisodeSummary `json:"episodes"`
 	Offset   int              `json:"offset"`
 	Limit    int              `json:"limit"`
+	// Keyed says the run's episodes are paged by a cursor (After, Next) rather than by
+	// Offset: an env API run whose ids sort in issue order (reader.EpisodesAfter).
+	Keyed bool `json:"keyed"`
+	// After is the cursor the page was asked with: the id of the episode it follows.
+	After string `json:"after,omitempty"`
+	// Next is the cursor of the page after this one (its last episode), when this one
+	// is full.
+	Next string `json:"next,omitempty"`
 }
 
 func (c *Console) episodes(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
 	offset, limit := p["offset"], p["limit"]
+	after := r.URL.Query().Get("after")
 	id := r.PathValue("run")
-	read := rd.EpisodesByRank
 	if c.cfg.Progress != nil {
 		// A run the scheduler planned numbers its episodes 0 to planned-1: the page from
 		// offset is the episodes from that index, found without sorting the whole run.
 		if _, ok := c.cfg.Progress(ctx, id); ok {
-			read = rd.EpisodesFrom
+			if after != "" {
+				return nil, fmt.Errorf("%w: after=%q: run %s is paged by offset (its episodes are numbered)", errBadRequest, after, id)
+			}
+			eps, err := rd.EpisodesFrom(ctx, id, offset, limit)
+			if err != nil {
+				return nil, err
+			}
+			return EpisodesPage{Episodes: eps, Offset: offset, Limit: limit}, nil
 		}
 	}
-	eps, err := read(ctx, id, offset, limit)
+	if after != "" && offset > 0 {
+		return nil, fmt.Errorf("%w: after and offset together: a page starts after an episode or at an offset", errBadRequest)
+	}
+	keyed, err := rd.Keyed(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// An offset past 0 into a keyed run is still answered, by rank: a link or a client
+	// from before the cursor.
+	if keyed && offset == 0 {
+		eps, err := rd.EpisodesAfter(ctx, id, after, limit)
+		if err != nil {
+			return nil, err
+		}
+		page := EpisodesPage{Episodes: eps, Limit: limit, Keyed: true, After: after}
+		if len(eps) == limit && limit > 0 {
+			page.Next = eps[len(eps)-1].EpisodeID
+		}
+		return page, nil
+	}
+	if after != "" {
+		return nil, fmt.Errorf("%w: after=%q: run %s is paged by offset (it has episode ids that do not sort in issue order)", errBadRequest, after, id)
+	}
+	eps, err := rd.EpisodesByRank(ctx, id, offset, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -119,6 +120,34 @@ func serveLogged(t testing.TB, c *Console, conn driver.Conn, path string) (*http
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	return rec, took, qc
+}
+
+// serveCounted is serveLogged for a request whose queries run one after another under
+// no common query id (a keyed page reads in several, some refused at once, and a query
+// id still registered refuses the next one, "code: 216"): the query log is emptied
+// first, and every query logged is the request's, this ClickHouse serving the test alone.
+func serveCounted(t testing.TB, c *Console, conn driver.Conn, path string) (*httptest.ResponseRecorder, time.Duration, queryCost) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{"SYSTEM FLUSH LOGS", "TRUNCATE TABLE IF EXISTS system.query_log"} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil).WithContext(
+		clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"log_queries": 1}))))
+	took := time.Since(start)
+	var qc queryCost
+	if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	// Finished (2) or refused (3 before it started, 4 while it ran).
+	if err := conn.QueryRow(ctx, `SELECT count(), sum(read_rows) FROM system.query_log WHERE type IN (2, 3, 4)`).Scan(&qc.queries, &qc.readRows); err != nil {
+		t.Fatal(err)
 	}
 	return rec, took, qc
 }
@@ -414,5 +443,153 @@ func TestEnvAPIEpisodePagesByRank(t *testing.T) {
 	getJSON(t, c, fmt.Sprintf("/console/api/runs/renv/episodes?offset=%d&limit=200", n/2-100), &page)
 	if len(page.Episodes) != 200 || page.Episodes[100].TotalReward != 100 {
 		t.Errorf("page at %d: %d episodes, the 101st's reward %v; want 200, 100 (its newest copy)", n/2-100, len(page.Episodes), page.Episodes[min(100, len(page.Episodes)-1)].TotalReward)
+	}
+}
+
+// TestEnvAPIEpisodePagesByKey: an env API run whose ids sort in issue order
+// (runs.IssuedIDPrefix) is paged by a cursor, each page read by a bounded range of the
+// episodes table's key: a few granules, not a row of every episode of the run as by rank.
+// Its episodes come from a server that restarted (its counter, idx, starting again at 0)
+// and then from two servers at once; the pages hold every episode once, in issue order,
+// each its newest version. A run with ids of the earlier, random form is still paged by
+// rank.
+func TestEnvAPIEpisodePagesByKey(t *testing.T) {
+	srv, conn := migratedClickHouse(t)
+	ctx := context.Background()
+	const db = testDB
+	n, _ := strconv.Atoi(os.Getenv("CONSOLE_COST_EPISODES"))
+	if n <= 0 {
+		n = 100_000
+	}
+	const run = "api-acme"
+	// Episode e is issued at t0 + e ms: the first half by boot a1a1a1a1, the second,
+	// after the restart, by bbbbbbbb and cccccccc in turn, each counting idx from 0.
+	t0 := uint64(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC).UnixNano())
+	insert := func(run string, from, to int, version uint64, reward string) {
+		t.Helper()
+		id := fmt.Sprintf(`concat('%s-v', lower(hex(toUInt64(%d + e * 1000000))),
+			if(e < %d, 'a1a1a1a1', if(e %% 2 = 0, 'bbbbbbbb', 'cccccccc')), substring(lower(hex(MD5(toString(e)))), 1, 16))`, run, t0, n/2)
+		if err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO `+db+`.episodes (run_id, episode_id, idx, env, seed, policy, requested_at, started_at, ended_at,
+			steps, success, total_reward, reason, version)
+		SELECT '%s', %s, if(e < %d, e, toUInt64(e - %d)), 'shop', e, 'trainer', toDateTime('2026-12-02 09:00:00'),
+			toDateTime('2026-12-02 09:00:00'), toDateTime('2026-12-02 09:00:01') + intDiv(e, 1000), 7, toUInt8(e %% 10 != 3), %s, 'success', %d
+		FROM (SELECT number + %d AS e FROM system.numbers LIMIT %d)`, run, id, n/2, n/2, reward, version, from, to-from)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(run, 0, n/2, 2, "(e % 13) / 4") // before the restart
+	insert(run, n/2, n, 2, "(e % 13) / 4") // after it, from two servers
+	insert(run, n/2, n/2+500, 3, "100")    // newer copies: their reward wins
+	insert(run, n/4, n/4+500, 1, "-100")   // older copies: theirs loses
+	insert("api-acmd", 0, 30_000, 2, "1")  // neighbours in the table's key
+	insert("api-acmf", 0, 30_000, 2, "1")
+	if err := conn.Exec(ctx, `INSERT INTO `+db+`.episodes (run_id, episode_id, idx, seed, requested_at, version)
+		SELECT 'api-old', concat('api-old-', lower(hex(MD5(toString(number))))), number, number, toDateTime('2026-12-01 12:00:00'), 1
+		FROM system.numbers LIMIT 30000`); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{ClickHouse: srv.Addr, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	rd, err := c.reader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, want := range map[string]bool{run: true, "api-acmd": true, "api-old": false, "api-none": true} {
+		if keyed, err := rd.Keyed(ctx, r); err != nil || keyed != want {
+			t.Errorf("run %s keyed: %v, %v; want %v", r, keyed, err, want)
+		}
+	}
+
+	// Every page, by the reader: every episode once, in issue order, the newest copy.
+	var all []EpisodeSummary
+	after := ""
+	for pages := 0; ; pages++ {
+		if pages > n/200+1 {
+			t.Fatalf("%d pages and no end", pages)
+		}
+		page, err := rd.EpisodesAfter(ctx, run, after, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page...)
+		if len(page) < 200 {
+			break
+		}
+		after = page[len(page)-1].EpisodeID
+	}
+	if len(all) != n {
+		t.Fatalf("%d episodes paged, want %d", len(all), n)
+	}
+	for e, ep := range all {
+		if ep.Seed != uint64(e) {
+			t.Fatalf("episode %d of the pages is episode %d (%s)", e, ep.Seed, ep.EpisodeID)
+		}
+		if at, ok := runs.IssuedAt(run, ep.EpisodeID); !ok || at != t0+uint64(e)*1_000_000 {
+			t.Fatalf("episode %s: issued at %d, %v; want %d", ep.EpisodeID, at, ok, t0+uint64(e)*1_000_000)
+		}
+		wantReward := float64(e%13) / 4
+		if e >= n/2 && e < n/2+500 {
+			wantReward = 100
+		}
+		if ep.TotalReward != wantReward {
+			t.Fatalf("episode %d: reward %v, want %v (its newest copy)", e, ep.TotalReward, wantReward)
+		}
+	}
+
+	// What a page costs, by the API, beside the page by rank of the same episodes.
+	const granules, firstGranules = 5 * 8192, 8 * 8192
+	for _, from := range []int{-1, 0, n / 4, n/2 - 100, n - 200, n - 50} {
+		path := fmt.Sprintf("/console/api/runs/%s/episodes?limit=200", run)
+		if from >= 0 {
+			path += "&after=" + all[from].EpisodeID
+		}
+		rec, took, qc := serveCounted(t, c, conn, path)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", path, rec.Code, rec.Body.String())
+		}
+		var page EpisodesPage
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+			t.Fatal(err)
+		}
+		want := all[from+1 : min(from+201, n)]
+		if !page.Keyed || len(page.Episodes) != len(want) || (len(want) > 0 && page.Episodes[0].EpisodeID != want[0].EpisodeID) {
+			t.Fatalf("%s: keyed %v, %d episodes; want %d from %s", path, page.Keyed, len(page.Episodes), len(want), want[0].EpisodeID)
+		}
+		if wantNext := len(want) == 200; (page.Next != "") != wantNext || (wantNext && page.Next != want[199].EpisodeID) {
+			t.Errorf("%s: next %q", path, page.Next)
+		}
+		most := granules
+		if from < 0 {
+			// The first page looks for the run's first id from a time before any,
+			// reading the granule around each window it finds empty.
+			most = firstGranules
+		} else {
+			// An offset past 0 is read by rank, as before the ids sorted.
+			_, rankTook, rankCost := serveLogged(t, c, conn, fmt.Sprintf("/console/api/runs/%s/episodes?limit=200&offset=%d", run, from+1))
+			t.Logf("by rank: %d rows read, %v", rankCost.readRows, rankTook)
+		}
+		t.Logf("after episode %d: %d queries, %d rows read, %v", from, qc.queries, qc.readRows, took)
+		if qc.readRows > uint64(most) {
+			t.Errorf("%s: %d queries read %d rows; want at most %d", path, qc.queries, qc.readRows, most)
+		}
+	}
+
+	// The earlier form is paged by rank, and refuses a cursor.
+	var page EpisodesPage
+	getJSON(t, c, "/console/api/runs/api-old/episodes?offset=100&limit=50", &page)
+	if page.Keyed || len(page.Episodes) != 50 || page.Episodes[0].Idx != 100 {
+		t.Errorf("api-old: keyed %v, %d episodes", page.Keyed, len(page.Episodes))
+	}
+	for _, path := range []string{
+		"/console/api/runs/api-old/episodes?after=api-old-00",
+		"/console/api/runs/" + run + "/episodes?after=api-acme-0123",
+		"/console/api/runs/" + run + "/episodes?after=" + all[5].EpisodeID + "&offset=3",
+		"/console/api/runs/" + run + "/episodes?after=a%20b",
+	} {
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "after") {
+			t.Errorf("%s: status %d: %s; want 400 naming after", path, rec.Code, rec.Body.String())
+		}
 	}
 }

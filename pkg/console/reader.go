@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
@@ -460,6 +462,188 @@ func (r reader) EpisodesByRank(ctx context.Context, runID string, offset, limit 
 		return nil, fmt.Errorf("run %s episodes by rank: %w", runID, err)
 	}
 	return r.episodesByID(ctx, runID, ids)
+}
+
+// keyedGranules bounds what one read of a keyed page (EpisodesAfter) reads: this many
+// granules of 8,192 rows (max_rows_to_read, which ClickHouse checks against the granules
+// the key selects before it reads any).
+const keyedGranules = 4
+
+// tooManyRows is ClickHouse's TOO_MANY_ROWS: a read whose key range selects more rows
+// than max_rows_to_read, refused before it reads one.
+const tooManyRows = 158
+
+func isTooManyRows(err error) bool {
+	var ex *clickhouse.Exception
+	return errors.As(err, &ex) && ex.Code == tooManyRows
+}
+
+// Keyed reports whether run runID's episodes can be paged by key (EpisodesAfter): it has
+// no episode whose id is of a form other than the issued one (runs.IssuedIDPrefix).
+// Runs of the env API from before that form, and planned runs the scheduler no longer
+// knows, are paged by rank. Their ids sort before the issued ones, so the question reads
+// the range below them, refused unread past keyedGranulesMost granules (a no too).
+func (r reader) Keyed(ctx context.Context, runID string) (bool, error) {
+	from, _ := runs.IssuedIDRange(runID)
+	// An empty range still selects a granule of each part whose keys surround it: the
+	// cap grows past those before it says no.
+	for granules := keyedGranules; ; granules *= 2 {
+		var n uint64
+		err := r.conn.QueryRow(ctx, r.sql(`SELECT count() FROM {db}.episodes WHERE run_id = ? AND episode_id < ?
+			SETTINGS read_overflow_mode = 'throw', max_rows_to_read = `+strconv.Itoa(granules*8192)), runID, from).Scan(&n)
+		switch {
+		case isTooManyRows(err) && granules < keyedGranulesMost:
+		case isTooManyRows(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("run %s: ids in issue order: %w", runID, err)
+		default:
+			return n == 0, nil
+		}
+	}
+}
+
+// keyedGranulesMost is the most granules Keyed reads of a run's ids of other forms
+// before it takes their number to say no: 64 granules, 524,288 rows.
+const keyedGranulesMost = 64
+
+// EpisodesAfter returns up to limit ended episodes of run runID whose ids follow after
+// (all of them for ""), in id order, which is the order they were issued in: a run whose
+// every id is issued (Keyed). It reads a range of the episodes table's key, bounded,
+// since ClickHouse 18.16 reads a key range whole whatever the LIMIT: each read is capped
+// at keyedGranules granules, which ClickHouse refuses before reading a row. So the rest
+// of the run is asked for first; when it is larger than that, a window of issue times
+// from the cursor, halved until it fits, then widened again from its end while the page
+// is not full. The newest version of each episode is kept (EpisodesFrom says why not
+// FINAL). The windows' times come from the ids, so a clock only sets where the search
+// starts, never what a page holds.
+func (r reader) EpisodesAfter(ctx context.Context, runID, after string, limit int) ([]EpisodeSummary, error) {
+	from, to := runs.IssuedIDRange(runID)
+	lo, inclusive := after, false
+	var at uint64
+	if after == "" {
+		lo, inclusive = from, true
+		at = issuedSince
+	} else {
+		t, ok := runs.IssuedAt(runID, after)
+		if !ok {
+			return nil, fmt.Errorf("%w: after=%q: not an episode id of run %s in issue order", errBadRequest, after, runID)
+		}
+		at = t
+	}
+	out := []EpisodeSummary{}
+	granules, reads := keyedGranules, 0
+	read := func(hi string) ([]EpisodeSummary, error) {
+		if reads++; reads > maxKeyedReads {
+			return nil, fmt.Errorf("run %s episodes after %q: no page in %d reads", runID, after, maxKeyedReads)
+		}
+		return r.episodesIn(ctx, runID, lo, inclusive, hi, limit-len(out), granules)
+	}
+	// window is the span of issue times a read covers, in nanoseconds; it starts at what
+	// lies between the cursor and an hour from now.
+	window := uint64(1)
+	if soon := uint64(time.Now().Add(time.Hour).UnixNano()); soon > at {
+		window = soon - at
+	}
+	if after == "" {
+		// The first page: from a time before any id, a window that ends just past an
+		// id of the run, so that the search does not halve its way through the
+		// empty times before the run, reading the granule around each.
+		first, ok, err := r.someIssued(ctx, runID)
+		if err != nil {
+			return nil, err
+		}
+		if ok && first >= at {
+			window = first - at + 1
+		}
+	}
+	for len(out) < limit {
+		// The rest of the run first: refused at once when it is larger than the cap.
+		eps, err := read(to)
+		if err == nil {
+			return append(out, eps...), nil
+		}
+		if !isTooManyRows(err) {
+			return nil, err
+		}
+		for {
+			end, hi := at+window, to
+			if end > at {
+				hi = runs.IssuedIDPrefix(runID, end)
+			}
+			eps, err = read(hi)
+			if err == nil {
+				out = append(out, eps...)
+				lo, inclusive, at = hi, true, end
+				// An empty window still read the granules around it: the next one is
+				// much wider, since a refusal costs nothing and a read does.
+				grow := uint64(2)
+				if len(eps) == 0 {
+					grow = 16
+				}
+				window = min(window, math.MaxUint64/grow) * grow
+				break
+			}
+			if !isTooManyRows(err) {
+				return nil, err
+			}
+			if window == 1 {
+				// One nanosecond's ids span more granules than the cap: the run's rows
+				// are spread over many parts (being written). A larger cap, not a
+				// narrower window.
+				granules *= 2
+				continue
+			}
+			window /= 2
+		}
+	}
+	return out, nil
+}
+
+// someIssued returns the issue time of one of run runID's issued ids, the first of the
+// first part ClickHouse reads, reading a granule or so: the first one in key order of
+// one part, so the run's first id is issued then or before. false for a run with none.
+func (r reader) someIssued(ctx context.Context, runID string) (uint64, bool, error) {
+	from, to := runs.IssuedIDRange(runID)
+	rows, err := r.conn.Query(ctx, r.sql(`SELECT episode_id FROM {db}.episodes WHERE run_id = ? AND episode_id >= ? AND episode_id < ?
+		LIMIT 1 SETTINGS max_threads = 1, max_block_size = 8192, max_rows_to_read = 8192, read_overflow_mode = 'break'`), runID, from, to)
+	if err != nil {
+		return 0, false, fmt.Errorf("run %s: an issued id: %w", runID, err)
+	}
+	defer rows.Close()
+	var id string
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return 0, false, fmt.Errorf("run %s: an issued id: %w", runID, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, false, fmt.Errorf("run %s: an issued id: %w", runID, err)
+	}
+	at, ok := runs.IssuedAt(runID, id)
+	return at, ok, nil
+}
+
+// issuedSince is a time before any issued id (2026-12-01): where the windows of a run's
+// first page start. An id issued before it by a clock set wrong is still read: the first
+// window starts at the least issued id of the run, whatever its time.
+const issuedSince = 1796083200 * uint64(time.Second)
+
+// maxKeyedReads bounds the reads of one keyed page: each halving of a window is one
+// (refused, it reads nothing), and 64 halvings span every time a uint64 holds.
+const maxKeyedReads = 400
+
+// episodesIn reads up to limit episodes of run runID with ids from lo (inclusive or not)
+// to below hi, the newest version of each, in id order, refusing (TOO_MANY_ROWS) a range
+// of more than granules granules.
+func (r reader) episodesIn(ctx context.Context, runID, lo string, inclusive bool, hi string, limit, granules int) ([]EpisodeSummary, error) {
+	op := ">"
+	if inclusive {
+		op = ">="
+	}
+	return r.episodesWhere(ctx, runID, `WHERE run_id = ? AND episode_id `+op+` ? AND episode_id < ?
+		ORDER BY episode_id, version DESC LIMIT 1 BY episode_id LIMIT ?
+		SETTINGS read_overflow_mode = 'throw', max_rows_to_read = `+strconv.Itoa(granules*8192), runID, lo, hi, limit)
 }
 
 // episodesByID reads the newest version of the episodes ids of run runID, in index order.

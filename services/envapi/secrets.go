@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 )
 
 // secretFile returns the secret kept in path, making it (size random bytes, in hex, mode
@@ -100,26 +103,36 @@ func validDevToken(s string) error {
 }
 
 // episodeIDs issues the env API's episode ids and later tells which run of the API
-// issued one. An id is "<run>-" and 40 hex digits: the issuing run's boot number (4
-// bytes), 8 random bytes, and the first 8 bytes of an HMAC-SHA256 of all that under a
-// key kept in the data dir. So after a restart an unknown id whose MAC checks out and
-// whose boot number is not this run's was issued before the restart (its episode died
-// with the old process), while a typo, an invented id or another tenant's fails the MAC
-// and stays NOT_FOUND. Nothing is written per episode: no KV entry to write on the Reset
-// path or to clean up, and the ids survive whatever happened to the old process.
+// issued one. An id is runs.IssuedIDPrefix(run, time) (the run, "-v" and the time of
+// issue in 16 hex digits), then 24 hex digits: the issuing run's boot number (4 bytes)
+// and the first 8 bytes of an HMAC-SHA256 of all before it under a key kept in the data
+// dir. The ids sort in issue order (the time never repeats or steps back within a run of
+// the API, and servers share the clock they read), so the console pages a run's
+// episodes by a range of the episodes table's key. After a restart an unknown id whose
+// MAC checks out and whose boot number is not this run's was issued before the restart
+// (its episode died with the old process), while a typo, an invented id or another
+// tenant's fails the MAC and stays NOT_FOUND. Nothing is written per episode: no KV entry
+// to write on the Reset path or to clean up, and the ids survive whatever happened to
+// the old process. Ids of the earlier form ("<run>-", boot number, 8 random bytes, MAC,
+// in 40 hex digits) are still told apart the same way.
 type episodeIDs struct {
 	key  []byte
 	boot [4]byte
+	now  func() time.Time
+	// last is the time of the last id issued, in nanoseconds since 1970.
+	last atomic.Uint64
 }
 
 const (
 	idKeyBytes = 32
-	idHexLen   = 40 // boot 4 + random 8 + mac 8 bytes, in hex
+	oldHexLen  = 40 // the earlier form: boot 4 + random 8 + mac 8 bytes, in hex
+	// issuedLen is an id's length past "<run>-": "v", the time, boot 4 + mac 8 bytes.
+	issuedLen = 1 + runs.IssuedTimeDigits + 24
 )
 
 // newEpisodeIDs issues ids under key in a run with a fresh random boot number.
 func newEpisodeIDs(key []byte) *episodeIDs {
-	g := &episodeIDs{key: key}
+	g := &episodeIDs{key: key, now: time.Now}
 	for g.boot == [4]byte{} {
 		_, _ = rand.Read(g.boot[:])
 	}
@@ -141,15 +154,20 @@ func loadEpisodeIDs(path string, log *slog.Logger) (*episodeIDs, error) {
 	return newEpisodeIDs(key), nil
 }
 
-// issue returns a new episode id of run.
+// issue returns a new episode id of run, issued at the clock's time or, when the clock
+// has not moved past the last id's time (or stepped back), a nanosecond after it.
 func (g *episodeIDs) issue(run string) string {
-	var b [20]byte
-	copy(b[:4], g.boot[:])
-	binary.LittleEndian.PutUint64(b[4:12], randUint64())
-	id := make([]byte, 0, len(run)+1+idHexLen)
-	id = append(id, run...)
-	id = append(id, '-')
-	id = hex.AppendEncode(id, b[:12])
+	var at uint64
+	for {
+		last := g.last.Load()
+		at = max(uint64(g.now().UnixNano()), last+1)
+		if g.last.CompareAndSwap(last, at) {
+			break
+		}
+	}
+	id := make([]byte, 0, len(run)+1+issuedLen)
+	id = append(id, runs.IssuedIDPrefix(run, at)...)
+	id = hex.AppendEncode(id, g.boot[:])
 	return string(hex.AppendEncode(id, g.mac(id)))
 }
 
@@ -163,13 +181,30 @@ func (g *episodeIDs) mac(unsigned []byte) []byte {
 // issuedBefore reports whether id is one of run's, issued by an earlier run of the API
 // under the same key: one whose episode the restart ended.
 func (g *episodeIDs) issuedBefore(run, id string) bool {
-	if g == nil || len(id) != len(run)+1+idHexLen || !strings.HasPrefix(id, run+"-") {
+	if g == nil || !strings.HasPrefix(id, run+"-") {
 		return false
 	}
-	b, err := hex.DecodeString(id[len(run)+1:])
+	rest := id[len(run)+1:]
+	var boot []byte
+	switch {
+	case len(rest) == issuedLen && rest[0] == 'v':
+		if _, ok := runs.IssuedAt(run, id); !ok {
+			return false
+		}
+		boot = []byte(rest[1+runs.IssuedTimeDigits : 1+runs.IssuedTimeDigits+8])
+	case len(rest) == oldHexLen:
+		boot = []byte(rest[:8])
+	default:
+		return false
+	}
+	b, err := hex.DecodeString(string(boot))
+	if err != nil {
+		return false
+	}
+	sum, err := hex.DecodeString(id[len(id)-16:])
 	if err != nil {
 		return false
 	}
 	unsigned := []byte(id[:len(id)-16])
-	return hmac.Equal(b[12:], g.mac(unsigned)) && [4]byte(b[:4]) != g.boot
+	return hmac.Equal(sum, g.mac(unsigned)) && [4]byte(b) != g.boot
 }

@@ -1,11 +1,15 @@
 package envapi
 
 import (
+	"encoding/hex"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/runs"
 )
 
 // The dev token survives restarts: made once, mode 0600, kept while it is valid, so a
@@ -85,5 +89,67 @@ func TestEpisodeIDsKnowTheirRun(t *testing.T) {
 	}
 	if a, b := after.issue("api-acme"), after.issue("api-acme"); a == b {
 		t.Errorf("two ids alike: %s", a)
+	}
+}
+
+// Episode ids sort in the order they were issued, within one run of the API and across
+// a restart (whose clock may have stepped back) and across several servers under one
+// key, so the console pages a run's episodes by a range of the episodes table's key.
+func TestEpisodeIDsSortInIssueOrder(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "envapi-id-key")
+	log := slog.New(slog.DiscardHandler)
+	first, err := loadEpisodeIDs(key, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 1000 {
+		ids = append(ids, first.issue("api-acme"))
+	}
+	// A restart, and a second server beside it, both under the same key.
+	restarted, err := loadEpisodeIDs(key, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beside, err := loadEpisodeIDs(key, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		g := restarted
+		if i%2 == 1 {
+			g = beside
+		}
+		ids = append(ids, g.issue("api-acme"))
+	}
+	seen := map[string]bool{}
+	for i, id := range ids {
+		if seen[id] {
+			t.Fatalf("id %d, %s, issued twice", i, id)
+		}
+		seen[id] = true
+		if i > 0 && id <= ids[i-1] {
+			t.Fatalf("id %d, %s, sorts before id %d, %s, issued before it", i, id, i-1, ids[i-1])
+		}
+		at, ok := runs.IssuedAt("api-acme", id)
+		if !ok || time.Since(time.Unix(0, int64(at))) > time.Minute {
+			t.Fatalf("id %s: issued at %d (%v), want about now", id, at, ok)
+		}
+	}
+	if !restarted.issuedBefore("api-acme", ids[0]) || restarted.issuedBefore("api-acme", ids[1000]) {
+		t.Error("after the restart, its own id or the old run's is not told apart")
+	}
+	// The clock steps back: the ids still sort in issue order within the run of the API.
+	last := first.issue("api-acme")
+	first.now = func() time.Time { return time.Unix(0, 0) }
+	if next := first.issue("api-acme"); next <= last {
+		t.Errorf("after the clock stepped back, %s sorts before %s", next, last)
+	}
+	// Ids issued before this form (boot number, random bytes, MAC) still say they were.
+	b := append(first.boot[:], 1, 2, 3, 4, 5, 6, 7, 8)
+	old := "api-acme-" + hex.EncodeToString(b)
+	old += hex.EncodeToString(first.mac([]byte(old)))
+	if !restarted.issuedBefore("api-acme", old) || first.issuedBefore("api-acme", old) {
+		t.Errorf("an id of the earlier form, %s, is not told apart", old)
 	}
 }

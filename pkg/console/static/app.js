@@ -18,6 +18,12 @@ const IDLE_MS = 10000;
 let timer = null;
 let generation = 0; // bumped on each navigation; stale refreshes drop their result
 
+// show puts children in place of the page's content, leaving out the null and undefined
+// a page passes for a part it does not show (replaceChildren would show them as text).
+function show(...children) {
+  main.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -62,7 +68,7 @@ function setCrumbs(...parts) {
 }
 
 function showError(err) {
-  main.replaceChildren(el("p", { class: "error", role: "alert", text: err.message }));
+  show(el("p", { class: "error", role: "alert", text: err.message }));
 }
 
 function schedule(ms, gen) {
@@ -91,7 +97,7 @@ async function runsPage(gen) {
       el("td", { "data-field": "first", text: fmt.time(r.first) }),
       el("td", { "data-field": "last", text: fmt.time(r.last) }),
       el("td", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })));
-  main.replaceChildren(
+  show(
     el("h1", { text: "Runs" }),
     runs.length === 0
       ? el("p", { class: "muted", text: "No episode has ended yet. Start a run with `gauntlet run`." })
@@ -127,10 +133,14 @@ function chart(title, opts, data) {
 
 const EPISODES_PAGE = 200; // episodes listed at once on the run page
 
-async function runPage(gen, runID, offset) {
+// runPage shows a run. Its episodes are paged by offset (a run the scheduler planned, or
+// one whose ids do not sort in issue order) or, for an env API run whose ids do
+// (eps.keyed), by a cursor: after, the id of the episode the page follows.
+async function runPage(gen, runID, offset, after) {
   setCrumbs(el("a", { href: "#/", text: "runs" }), el("span", { text: runID }));
   const enc = encodeURIComponent(runID);
-  const [page, eps] = await Promise.all([getJSON(`runs/${enc}`), getJSON(`runs/${enc}/episodes?offset=${offset}&limit=${EPISODES_PAGE}`)]);
+  const which = after ? `after=${encodeURIComponent(after)}` : `offset=${offset}`;
+  const [page, eps] = await Promise.all([getJSON(`runs/${enc}`), getJSON(`runs/${enc}/episodes?${which}&limit=${EPISODES_PAGE}`)]);
   if (gen !== generation) return;
   const r = page.run;
   const xs = page.series.map((p) => p.from);
@@ -138,7 +148,7 @@ async function runPage(gen, runID, offset) {
   const histX = page.reward_histogram.map((b) => (b.lo + b.hi) / 2);
   const hist = page.reward_histogram;
   const histRange = (u, lo, hi) => (hist.length ? [hist[0].lo - (hist.length === 1 ? 1 : 0), hist[hist.length - 1].hi + (hist.length === 1 ? 1 : 0)] : [lo, hi]);
-  main.replaceChildren(
+  show(
     el("h1", {}, "Run ", el("span", { id: "run-id", text: r.run_id }), " ", el("span", { class: r.live ? "live" : "muted", "data-field": "state", text: stateText(r) })),
     el("div", { class: "cards" },
       card("env", r.env, "env"),
@@ -170,10 +180,16 @@ async function runPage(gen, runID, offset) {
         el("td", { class: "num", text: fmt.int(k.episodes) }),
         el("td", { class: "num", text: fmt.pct(k.success_rate) }),
         el("td", { class: "num", text: fmt.reward(k.mean_reward) }))))),
-    el("h2", { text: eps.episodes.length ? `Episodes ${offset}–${offset + eps.episodes.length - 1} of ${r.episodes} ended` : "Episodes" }),
-    el("div", { class: "stepper" },
-      offset > 0 ? el("a", { id: "episodes-prev", href: `#/runs/${enc}?offset=${Math.max(0, offset - EPISODES_PAGE)}`, text: "◀ previous" }) : null,
-      offset + eps.episodes.length < r.episodes ? el("a", { id: "episodes-next", href: `#/runs/${enc}?offset=${offset + EPISODES_PAGE}`, text: "next ▶" }) : null),
+    eps.keyed
+      ? el("h2", { text: `Episodes in the order they were issued${after ? ", after " + after : ""} (${fmt.int(r.episodes)} ended)` })
+      : el("h2", { text: eps.episodes.length ? `Episodes ${offset}–${offset + eps.episodes.length - 1} of ${r.episodes} ended` : "Episodes" }),
+    eps.keyed
+      ? el("div", { class: "stepper" },
+        after ? el("a", { id: "episodes-first", href: `#/runs/${enc}`, text: "◀ first" }) : null,
+        eps.next ? el("a", { id: "episodes-next", href: `#/runs/${enc}?after=${encodeURIComponent(eps.next)}`, text: "next ▶" }) : null)
+      : el("div", { class: "stepper" },
+        offset > 0 ? el("a", { id: "episodes-prev", href: `#/runs/${enc}?offset=${Math.max(0, offset - EPISODES_PAGE)}`, text: "◀ previous" }) : null,
+        offset + eps.episodes.length < r.episodes ? el("a", { id: "episodes-next", href: `#/runs/${enc}?offset=${offset + EPISODES_PAGE}`, text: "next ▶" }) : null),
     el("table", { id: "episodes" },
       el("thead", {}, el("tr", {}, el("th", { text: "episode" }), el("th", { class: "num", text: "idx" }),
         ["policy", "profile"].map((h) => el("th", { text: h })),
@@ -249,11 +265,11 @@ async function episodePage(gen, id, n) {
     el("span", {}, "step ", el("b", { id: "step-index", text: String(n) }), total !== null ? ` of 0–${last}` : ""),
     el("button", { id: "next", disabled: step === undefined || (last !== null && n >= last) ? "" : null, onclick: () => goStep(id, n + 1), text: "next ▶" }));
   if (step === undefined) {
-    main.replaceChildren(el("h1", { text: "Episode " + id }), head, lineage, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
+    show(el("h1", { text: "Episode " + id }), head, lineage, stepper, el("p", { class: "muted", text: `No step ${n} recorded.` }));
     return ep ? 0 : LIVE_MS;
   }
   const flags = [step.terminated && "terminated", step.truncated && "truncated", step.success && "success", step.invalid_action && "invalid action", step.reason].filter(Boolean);
-  main.replaceChildren(
+  show(
     el("h1", { text: "Episode " + id }), head, lineage, stepper,
     el("div", { class: "grid" },
       el("section", {}, el("h3", { text: "action" }), el("pre", { id: "step-action", text: step.tool + " " + pretty(step.args) })),
@@ -296,7 +312,7 @@ async function heatmapPage(gen, runID) {
   const kinds = [...new Set(page.cells.map((c) => c.kind))].sort();
   const services = [...new Set(page.cells.map((c) => c.service))].sort();
   const at = new Map(page.cells.map((c) => [c.kind + "\u0000" + c.service, c]));
-  main.replaceChildren(
+  show(
     el("h1", {}, "Faults of run ", el("span", { id: "run-id", text: page.run.run_id })),
     el("p", { class: "muted", text: "Success rate of the scored episodes (infra errors left out) in which a fault kind fired on a service at least once; the cell's title gives the counts." }),
     page.cells.length === 0 ? el("p", { class: "muted", text: "No fault fired in this run." })
@@ -321,7 +337,7 @@ async function curriculaPage(gen) {
   setCrumbs(el("span", { text: "curricula" }));
   const { curricula } = await getJSON("curricula");
   if (gen !== generation) return;
-  main.replaceChildren(
+  show(
     el("h1", { text: "Curricula" }),
     curricula.length === 0
       ? el("p", { class: "muted", text: "No curriculum yet. Start one with `gauntlet curriculum start -f spec.yaml`." })
@@ -415,7 +431,7 @@ async function curriculumPage(gen, id) {
   const xs = page.batches.map((b) => (ended += b.episodes));
   const drift = page.selectors.map((sel, i) => ({ label: "drift " + sel, scale: "drift", stroke: ["#b3661e", "#7a1fa6", "#1e8fb3", "#a61f5e"][i % 4], width: 1.5, dash: [4, 3] }));
   const stepped = uPlot.paths.stepped({ align: 1 });
-  main.replaceChildren(
+  show(
     el("h1", {}, "Curriculum ", el("span", { id: "curriculum-id", text: c.id }), " ", el("span", { class: c.open ? "live" : "muted", "data-field": "state", text: c.state })),
     el("div", { class: "cards" },
       card("name", c.name || (p && p.name) || "", "name"),
@@ -487,7 +503,7 @@ async function route(refresh) {
   try {
     let next;
     if (parts.length === 0) next = await runsPage(gen);
-    else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1], Math.max(0, parseInt(params.get("offset") || "0", 10) || 0));
+    else if (parts[0] === "runs" && parts.length === 2) next = await runPage(gen, parts[1], Math.max(0, parseInt(params.get("offset") || "0", 10) || 0), params.get("after") || "");
     else if (parts[0] === "runs" && parts.length === 3 && parts[2] === "faults") next = await heatmapPage(gen, parts[1]);
     else if (parts[0] === "curricula" && parts.length === 1) next = await curriculaPage(gen);
     else if (parts[0] === "curricula" && parts.length === 2) next = await curriculumPage(gen, parts[1]);
