@@ -1,13 +1,10 @@
 package codefix
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -146,54 +143,39 @@ var paramDefs = []paramDef{
 		func(p *params, v int64) { p.docs = v == 1 }},
 }
 
-// parseParams decodes the params object strictly and reports every problem at once, each
-// naming its field.
+// parseParams decodes the params object strictly (env.DecodeParams) and reports every
+// problem at once, each naming its field.
 func parseParams(raw json.RawMessage) (params, error) {
 	var p params
 	for _, d := range paramDefs {
 		d.set(&p, d.def)
 	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, nil
-	}
-	if raw[0] != '{' {
-		return p, errors.New("params: want a JSON object")
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return p, fmt.Errorf("params: malformed JSON: %w", err)
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var errs []error
-	for _, k := range keys {
+	err := env.DecodeParams(raw, func(k string, v json.RawMessage) error {
 		i := slices.IndexFunc(paramDefs, func(d paramDef) bool { return d.name == k })
 		if i < 0 {
-			names := make([]string, len(paramDefs))
-			for j, d := range paramDefs {
-				names[j] = d.name
-			}
-			slices.Sort(names)
-			errs = append(errs, fmt.Errorf("params.%.40q: unknown parameter (known: %s)", k, strings.Join(names, ", ")))
-			continue
+			return env.ErrUnknownParam
 		}
 		d := paramDefs[i]
 		var n int64
-		if err := json.Unmarshal(m[k], &n); err != nil {
-			errs = append(errs, fmt.Errorf("params.%s: want an integer, got %.40s", k, m[k]))
-			continue
+		if err := json.Unmarshal(v, &n); err != nil {
+			return fmt.Errorf("want an integer, got %.40s", v)
 		}
 		if n < d.min || n > d.max {
-			errs = append(errs, fmt.Errorf("params.%s: %d is outside %d..%d", k, n, d.min, d.max))
-			continue
+			return fmt.Errorf("%d is outside %d..%d", n, d.min, d.max)
 		}
 		d.set(&p, n)
+		return nil
+	}, paramNames)
+	return p, err
+}
+
+// paramNames lists the params a request may set.
+func paramNames() []string {
+	names := make([]string, len(paramDefs))
+	for i, d := range paramDefs {
+		names[i] = d.name
 	}
-	return p, errors.Join(errs...)
+	return names
 }
 
 // sandboxSpec is the sandbox an episode of task t runs in: the project seeded into the

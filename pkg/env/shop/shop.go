@@ -1,13 +1,10 @@
 package shop
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -106,59 +103,34 @@ var paramDefs = []paramDef{
 		func(p *params, v int64) { p.maxInvalid = int(v) }},
 }
 
-// parseParams decodes the params object strictly and reports every problem at once, each
-// naming its field.
+// parseParams decodes the params object strictly (env.DecodeParams) and reports every
+// problem at once, each naming its field.
 func parseParams(raw json.RawMessage) (params, error) {
 	var p params
 	for _, d := range paramDefs {
 		d.set(&p, d.def)
 	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, nil
-	}
-	if raw[0] != '{' {
-		return p, fmt.Errorf("params: want object, got %s", jsonKind(raw))
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return p, fmt.Errorf("params: malformed JSON: %w", err)
-	}
-	var errs []error
-	for _, k := range sortedKeys(m) {
-		if !slices.ContainsFunc(paramDefs, func(d paramDef) bool { return d.name == k }) {
-			errs = append(errs, fmt.Errorf("params.%s: unknown parameter (known: %s)", clip(k), paramNames()))
+	err := env.DecodeParams(raw, func(k string, v json.RawMessage) error {
+		i := slices.IndexFunc(paramDefs, func(d paramDef) bool { return d.name == k })
+		if i < 0 {
+			return env.ErrUnknownParam
 		}
-	}
-	for _, d := range paramDefs {
-		v, ok := m[d.name]
-		if !ok {
-			continue
-		}
+		d := paramDefs[i]
 		n, err := parseInt(v, d.min, d.max)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("params.%s: %w", d.name, err))
-			continue
+			return err
 		}
 		d.set(&p, n)
-	}
-	return p, errors.Join(errs...)
+		return nil
+	}, paramNames)
+	return p, err
 }
 
-func paramNames() string {
+// paramNames lists the params a request may set.
+func paramNames() []string {
 	names := make([]string, len(paramDefs))
 	for i, d := range paramDefs {
 		names[i] = d.name
 	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return names
 }
