@@ -10,6 +10,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -25,29 +26,13 @@ func bank(t testing.TB) env.Env {
 	return e
 }
 
-func injector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *inject.Injector {
-	t.Helper()
-	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
-
-func httpErr(id, target string, p float64, status, retryMs uint32) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: status, RetryAfterMs: retryMs}}}
-}
-
-func truncate(id, target string, p, keep float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: keep}}}
-}
-
-func latency(id, target string, p, mean, jitter float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: mean, JitterMs: jitter}}}
-}
+// The fault rules and injectors of these tests.
+var (
+	injector = faulttest.Injector
+	httpErr  = faulttest.HTTPError
+	truncate = faulttest.Truncate
+	latency  = faulttest.Latency
+)
 
 // stressPlan hits every service of the bank with errors, Retry-After, latency and
 // truncated answers, writes included.
