@@ -1,13 +1,14 @@
 // Package faulttest builds fault rules and injectors written by hand, for tests: one
 // rule of each kind the simulated services meet (an HTTP error, latency, a truncated
-// answer), and an Injector over a plan of such rules. Everything here is a plain value;
-// safe for concurrent use.
+// answer), an Injector over a plan of such rules, and a plan template. Everything here
+// returns new values; safe for concurrent use.
 package faulttest
 
 import (
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -41,4 +42,24 @@ func Injector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *inject
 		t.Fatal(err)
 	}
 	return in
+}
+
+// SlowTemplate compiles a custom profile "slow" (one latency fault of 90 ms, 5 ms of
+// jitter) and makes the template of its plan over services (plans.NewTemplate): the
+// profiles, the template and its id.
+func SlowTemplate(t testing.TB, services []string) (plans.CustomProfiles, *gauntletv1.FaultPlan, string) {
+	t.Helper()
+	custom, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := custom.Plan(0, "slow", services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, id, err := plans.NewTemplate(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return custom, tmpl, id
 }
