@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -82,4 +83,60 @@ func JSONKind(raw []byte) string {
 		return "number"
 	}
 	return "invalid JSON"
+}
+
+// IntParam is an integer param of a Go env: what the env's spec says of it, and how a
+// value sets the env's decoded params, of type P.
+type IntParam[P any] struct {
+	Name        string
+	Default     int64
+	Min, Max    int64
+	Description string
+	// Set stores a value within Min..Max (or the default) in p.
+	Set func(p *P, v int64)
+}
+
+// IntParams are a Go env's integer params, all it has.
+type IntParams[P any] []IntParam[P]
+
+// Spec describes the params for the env's spec, each one's bounds after its description.
+func (ps IntParams[P]) Spec() []Param {
+	out := make([]Param, len(ps))
+	for i, p := range ps {
+		out[i] = Param{Name: p.Name, Type: "int", Default: strconv.FormatInt(p.Default, 10),
+			Description: fmt.Sprintf("%s (%d..%d)", p.Description, p.Min, p.Max)}
+	}
+	return out
+}
+
+// Decode decodes a request's params strictly (DecodeParams) into a P holding every
+// default the request does not change. value reads one param's JSON value held to its
+// bounds; its error says what is wrong with the value, and Decode prefixes the field.
+func (ps IntParams[P]) Decode(raw json.RawMessage, value func(v json.RawMessage, min, max int64) (int64, error)) (P, error) {
+	var p P
+	for _, d := range ps {
+		d.Set(&p, d.Default)
+	}
+	err := DecodeParams(raw, func(k string, v json.RawMessage) error {
+		i := slices.IndexFunc(ps, func(d IntParam[P]) bool { return d.Name == k })
+		if i < 0 {
+			return ErrUnknownParam
+		}
+		n, err := value(v, ps[i].Min, ps[i].Max)
+		if err != nil {
+			return err
+		}
+		ps[i].Set(&p, n)
+		return nil
+	}, ps.names)
+	return p, err
+}
+
+// names lists the params' names.
+func (ps IntParams[P]) names() []string {
+	out := make([]string, len(ps))
+	for i, d := range ps {
+		out[i] = d.Name
+	}
+	return out
 }

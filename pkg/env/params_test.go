@@ -80,3 +80,42 @@ func TestJSONKind(t *testing.T) {
 		}
 	}
 }
+
+// TestIntParams: a Go env's integer params give its spec (bounds in the description) and
+// decode a request from their defaults, every problem named with its field.
+func TestIntParams(t *testing.T) {
+	type params struct{ n, m int64 }
+	ps := env.IntParams[params]{
+		{Name: "n", Default: 3, Min: 1, Max: 9, Description: "how many", Set: func(p *params, v int64) { p.n = v }},
+		{Name: "m", Default: -1, Min: -1, Max: 5, Description: "which", Set: func(p *params, v int64) { p.m = v }},
+	}
+	spec := fmt.Sprint(ps.Spec())
+	if want := "[{n int 3 how many (1..9)} {m int -1 which (-1..5)}]"; spec != want {
+		t.Errorf("Spec() = %s, want %s", spec, want)
+	}
+	value := func(v json.RawMessage, min, max int64) (int64, error) {
+		var n int64
+		if err := json.Unmarshal(v, &n); err != nil || n < min || n > max {
+			return 0, fmt.Errorf("%s is not in %d..%d", v, min, max)
+		}
+		return n, nil
+	}
+	for _, tt := range []struct {
+		raw  string
+		want params
+		err  string
+	}{
+		{``, params{3, -1}, ""},
+		{`{"m": 5}`, params{3, 5}, ""},
+		{`{"n": 10, "m": 0, "k": 1}`, params{3, 0}, "params.k: unknown parameter (known: m, n)\nparams.n: 10 is not in 1..9"},
+	} {
+		got, err := ps.Decode(json.RawMessage(tt.raw), value)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if got != tt.want || msg != tt.err {
+			t.Errorf("Decode(%s) = %+v, %q; want %+v, %q", tt.raw, got, msg, tt.want, tt.err)
+		}
+	}
+}
