@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
@@ -253,24 +254,6 @@ func TestOracleUnderFaults(t *testing.T) {
 	}
 }
 
-// takeover plays first's actions for the first k steps, telling next of each
-// (env.Follower), then lets next play: an episode forked at step k.
-type takeover struct {
-	first, next env.Agent
-	k           uint32
-}
-
-func (a takeover) Act(t env.Turn) (env.Action, error) {
-	if t.Step >= a.k {
-		return a.next.Act(t)
-	}
-	act, err := a.first.Act(t)
-	if f, ok := a.next.(env.Follower); ok && err == nil {
-		f.Follow(t, act)
-	}
-	return act, err
-}
-
 // The oracle takes over an episode a random agent began (gauntlet episode fork): told the
 // steps played before (env.Follower), it knows the task and the state of its order, and
 // goes on to succeed wherever the first steps left success possible.
@@ -288,7 +271,7 @@ func TestOracleTakesOverAfterRandomSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := uint32(seed % 6)
-		res := run(t, env.Config{Seed: seed}, takeover{first: first, next: o.Oracle(seed), k: k})
+		res := run(t, env.Config{Seed: seed}, envtest.Takeover(first, o.Oracle(seed), k))
 		switch {
 		case res.last.Reason == gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS:
 			ok++

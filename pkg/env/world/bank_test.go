@@ -161,24 +161,6 @@ func TestConcurrentEpisodes(t *testing.T) {
 	}
 }
 
-// takeover plays first's actions for the first k steps, telling next of each
-// (env.Follower), then lets next play: an episode forked at step k.
-type takeover struct {
-	first, next env.Agent
-	k           uint32
-}
-
-func (a takeover) Act(t env.Turn) (env.Action, error) {
-	if t.Step >= a.k {
-		return a.next.Act(t)
-	}
-	act, err := a.first.Act(t)
-	if f, ok := a.next.(env.Follower); ok && err == nil {
-		f.Follow(t, act)
-	}
-	return act, err
-}
-
 // TestOracleTakesOver: the oracle takes over an episode another agent began (gauntlet
 // episode fork): its own, at any step, and a random agent's, succeeding wherever the
 // first steps left success possible.
@@ -207,7 +189,7 @@ func TestOracleTakesOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		agent := takeover{first: first, next: o.Oracle(seed), k: k}
+		agent := envtest.Takeover(first, o.Oracle(seed), k)
 		for i := uint32(0); ; i++ {
 			a, err := agent.Act(env.Turn{Step: i, Observation: obs})
 			if err != nil {
