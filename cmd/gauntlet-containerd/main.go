@@ -12,11 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/ctrdlocal"
+	"github.com/gauntlet-rl/gauntlet/pkg/foreground"
 )
 
 func main() {
@@ -25,32 +23,21 @@ func main() {
 	ready := flag.String("ready-file", "", "when set, write the socket address to this file once the daemon answers")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*dir, *tmpfs, *ready, log); err != nil {
+	err := foreground.Run(os.Stdout, *ready, func(ctx context.Context) (foreground.Server, error) {
+		srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{Dir: *dir, RootTmpfsBytes: *tmpfs, Logger: log})
+		if err != nil {
+			return foreground.Server{}, err
+		}
+		return foreground.Server{Addr: srv.Address(), Stop: func(ctx context.Context) error {
+			purgeErr := srv.Purge(ctx)
+			if err := srv.Stop(ctx); err != nil {
+				return err
+			}
+			return purgeErr
+		}}, nil
+	})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gauntlet-containerd:", err)
 		os.Exit(1)
 	}
-}
-
-func run(dir string, tmpfs int64, ready string, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	srv, err := ctrdlocal.Start(ctx, ctrdlocal.Options{Dir: dir, RootTmpfsBytes: tmpfs, Logger: log})
-	if err != nil {
-		return err
-	}
-	fmt.Println(srv.Address())
-	if ready != "" {
-		if err := os.WriteFile(ready, []byte(srv.Address()+"\n"), 0o644); err != nil {
-			_ = srv.Stop(context.Background())
-			return err
-		}
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	purgeErr := srv.Purge(sctx)
-	if err := srv.Stop(sctx); err != nil {
-		return err
-	}
-	return purgeErr
 }

@@ -11,10 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/foreground"
 	"github.com/gauntlet-rl/gauntlet/pkg/registrylocal"
 )
 
@@ -24,28 +22,15 @@ func main() {
 	ready := flag.String("ready-file", "", "when set, write host:port to this file once the registry answers")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*dir, *port, *ready, log); err != nil {
+	err := foreground.Run(os.Stdout, *ready, func(ctx context.Context) (foreground.Server, error) {
+		srv, err := registrylocal.Start(ctx, registrylocal.Options{Dir: *dir, Port: *port, Logger: log})
+		if err != nil {
+			return foreground.Server{}, err
+		}
+		return foreground.Server{Addr: srv.Addr(), Stop: srv.Stop}, nil
+	})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gauntlet-registry:", err)
 		os.Exit(1)
 	}
-}
-
-func run(dir string, port int, ready string, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	srv, err := registrylocal.Start(ctx, registrylocal.Options{Dir: dir, Port: port, Logger: log})
-	if err != nil {
-		return err
-	}
-	fmt.Println(srv.Addr())
-	if ready != "" {
-		if err := os.WriteFile(ready, []byte(srv.Addr()+"\n"), 0o644); err != nil {
-			_ = srv.Stop(context.Background())
-			return err
-		}
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return srv.Stop(sctx)
 }

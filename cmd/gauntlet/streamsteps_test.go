@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -20,19 +18,9 @@ import (
 // chaos test once failed there with "no responders" on a count that asked only once.
 func TestStreamStepsCountsThroughALeaderLoss(t *testing.T) {
 	c := natstest.Start(t, 3)
-	b, err := bus.Connect(c.URL(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cfg := bus.DefaultStreamConfig()
-	cfg.Replicas = 3
-	cfg.EventsMaxBytes = 64 << 20
-	if err := b.EnsureStreams(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	b := natstest.Bus(ctx, t, c, 3, 64<<20)
 	const run, episodes, steps = "r-leaderloss", 40, 25
 	for e := range episodes {
 		seg := &gauntletv1.StepsTaken{}

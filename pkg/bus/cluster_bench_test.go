@@ -2,14 +2,11 @@ package bus_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/natslocal/natstest"
 )
 
@@ -23,18 +20,8 @@ func BenchmarkPublishReplicas(b *testing.B) {
 	for _, c := range []struct{ nodes, replicas int }{{1, 1}, {3, 3}} {
 		b.Run("nodes="+strconv.Itoa(c.nodes)+"/replicas="+strconv.Itoa(c.replicas), func(b *testing.B) {
 			cl := natstest.Start(b, c.nodes)
-			bb, err := bus.Connect(cl.URL(), "bench", slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer bb.Close()
 			ctx := context.Background()
-			cfg := bus.DefaultStreamConfig()
-			cfg.Replicas = c.replicas
-			cfg.EventsMaxBytes = 256 << 20
-			if err := bb.EnsureStreams(ctx, cfg); err != nil {
-				b.Fatal(err)
-			}
+			bb := natstest.Bus(ctx, b, cl, c.replicas, 256<<20)
 			data := make([]byte, 1024)
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()

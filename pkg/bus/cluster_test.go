@@ -54,18 +54,9 @@ func TestEnsureStreamsConcurrentlyOnACluster(t *testing.T) {
 // 10047, and was returned as an error.
 func TestEventsStreamFitsTheClusterStore(t *testing.T) {
 	c := natstest.Start(t, 3) // 1 GiB of file store per node
-	b, err := bus.Connect(c.URL(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	cfg := bus.DefaultStreamConfig()
-	cfg.Replicas = 3
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := b.EnsureStreams(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	b := natstest.Bus(ctx, t, c, 3, 0) // the default cap, 32 GiB
 	s, err := b.JS.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		t.Fatal(err)

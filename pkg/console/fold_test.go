@@ -12,9 +12,6 @@ import (
 	"testing"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-
-	"github.com/gauntlet-rl/gauntlet/pkg/chlocal/chtest"
-	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
 // insertEpisodes inserts episodes from to to-1 of runID as fillRun does (with their
@@ -79,20 +76,9 @@ func utc(s *RunSummary, points []Point) {
 // it retried and ending scored, a stale infra-error end arriving after a scored end, and
 // redelivered copies.
 func TestFoldedReportEqualsTheReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts ClickHouse; -short runs unit tests only")
-	}
-	srv := chtest.Start(t)
+	srv, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	const db = "gauntlet"
-	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := trajectory.Migrate(ctx, conn, db); err != nil {
-		t.Fatal(err)
-	}
+	const db = testDB
 	const planned = 5 * foldChunk
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Nothing kept: every answer is computed when asked.
@@ -204,20 +190,8 @@ func TestFoldedReportEqualsTheReads(t *testing.T) {
 // for at once by several readers while the run goes on, share its fold: a refresh must
 // not change what another answer is being computed from (go test -race).
 func TestFoldServesConcurrentReaders(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts ClickHouse; -short runs unit tests only")
-	}
-	srv := chtest.Start(t)
-	ctx := context.Background()
-	const db = "gauntlet"
-	conn, err := trajectory.Connect(ctx, srv.Addr(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := trajectory.Migrate(ctx, conn, db); err != nil {
-		t.Fatal(err)
-	}
+	srv, conn := migratedClickHouse(t)
+	const db = testDB
 	const planned = 6 * foldChunk
 	c := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun("rc", planned), CacheFrom: 1 << 62, FoldFrom: 1},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -19,22 +17,11 @@ import (
 // serving them while one node is down, and the node rejoins with the others' data.
 func TestClusterSurvivesANode(t *testing.T) {
 	c := natstest.Start(t, 3)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := bus.Connect(c.URL(), "test", log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if v := b.NC.ConnectedServerVersion(); "v"+v != natslocal.Version() {
-		t.Fatalf("cluster runs NATS %s, gauntlet embeds %s", v, natslocal.Version())
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := bus.DefaultStreamConfig()
-	cfg.Replicas = 3
-	cfg.EventsMaxBytes = 64 << 20
-	if err := b.EnsureStreams(ctx, cfg); err != nil {
-		t.Fatal(err)
+	b := natstest.Bus(ctx, t, c, 3, 64<<20)
+	if v := b.NC.ConnectedServerVersion(); "v"+v != natslocal.Version() {
+		t.Fatalf("cluster runs NATS %s, gauntlet embeds %s", v, natslocal.Version())
 	}
 	for _, name := range []string{bus.StreamCommands, bus.StreamEvents, "KV_" + bus.BucketRuns} {
 		s, err := b.JS.Stream(ctx, name)

@@ -25,9 +25,11 @@ import (
 //     (all newer than 18.16): DateTime plus UInt64 nanoseconds, parallel arrays,
 //     String and UInt8 instead.
 //   - A view's columns are fixed when it is created: a migration that adds columns to
-//     a table must drop and re-create the table's views. From version viewsRebuiltFrom
-//     on, Migrate does it (rebuildViews, over the views declared in views); earlier
-//     migrations do it in their own statements, as they were applied.
+//     a table must drop and re-create the table's views. Migrate does it after the
+//     migration's statements (rebuildViews, over the views declared in views), except
+//     for the two migrations (ownViews) whose statements re-create them in between.
+//     What Migrate runs for each migration is pinned, statement by statement, by
+//     testdata/migration_statements.txt.
 type migration struct {
 	version uint32
 	name    string
@@ -35,14 +37,10 @@ type migration struct {
 	// ADD COLUMN IF NOT EXISTS.
 	addColumns []addColumn
 	stmts      []string
+	// ownViews: the statements re-create the views over the tables addColumns changes,
+	// not in the order rebuildViews would (migrations 6 and 10, as they were applied).
+	ownViews bool
 }
-
-// viewsRebuiltFrom is the first migration whose tables' views Migrate re-creates itself
-// after the migration's statements. Migrations before it carry their own DROP and
-// CREATE VIEW statements, left as they were applied; from it on they declare only their
-// columns, and the views they re-create are exactly those the statements of migrations
-// 13 to 15 listed.
-const viewsRebuiltFrom = 13
 
 // view is a view over one table, created by the statements of migration created as
 // CREATE VIEW IF NOT EXISTS {db}.name AS query (a test holds the two equal).
@@ -72,9 +70,9 @@ var views = []view{
 
 // rebuildViews returns the statements that re-create, after m, the views over the
 // tables m adds columns to: each view created before m, in the order of views, dropped
-// then created again. Nothing for a migration before viewsRebuiltFrom.
+// then created again. Nothing for a migration whose statements do it (ownViews).
 func rebuildViews(m migration) []string {
-	if m.version < viewsRebuiltFrom {
+	if m.ownViews {
 		return nil
 	}
 	var out []string
@@ -208,9 +206,6 @@ var migrations = []migration{
 		{"episodes", "drift_selectors", "Array(String)", "version"},
 		{"episodes", "drift_values", "Array(Float64)", "drift_selectors"},
 		{"episodes", "drift_sources", "Array(String)", "drift_values"},
-	}, stmts: []string{
-		`DROP TABLE IF EXISTS {db}.episodes_final`,
-		`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 	}},
 	// What a real sandbox measured around each step; zero for sim steps.
 	{version: 3, name: "sandbox metering in steps",
@@ -221,10 +216,6 @@ var migrations = []migration{
 			{"steps", "read_bytes", "UInt64", "processes"},
 			{"steps", "written_bytes", "UInt64", "read_bytes"},
 			{"steps", "runtime", "String", "written_bytes"},
-		},
-		stmts: []string{
-			`DROP TABLE IF EXISTS {db}.steps_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
 		}},
 	{version: 4, name: "trainer data of env API steps", stmts: []string{
 		// One row per (episode_id, step) a trainer attached data to (token ids,
@@ -266,15 +257,13 @@ var migrations = []migration{
 			) ENGINE = ReplacingMergeTree(version)
 			ORDER BY template`,
 			`CREATE VIEW IF NOT EXISTS {db}.plan_templates_final AS SELECT * FROM {db}.plan_templates FINAL`,
-			`DROP TABLE IF EXISTS {db}.episodes_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
 	// Where runs come from and how curricula move (lineage.go): one row per run, from the
 	// scheduler's run state and the run's origin, rewritten as the run goes on (the
 	// version is the state's update time), and one row per closed curriculum stage.
 	// And where each step's time went besides the env (steps.wall_ns): the policy and the
 	// reward service.
-	{version: 6, name: "run and curriculum metadata, step latency", addColumns: []addColumn{
+	{version: 6, name: "run and curriculum metadata, step latency", ownViews: true, addColumns: []addColumn{
 		{"steps", "policy_ns", "UInt64", "runtime"},
 		{"steps", "reward_ns", "UInt64", "policy_ns"},
 	}, stmts: []string{
@@ -369,10 +358,6 @@ var migrations = []migration{
 			) ENGINE = ReplacingMergeTree(version)
 			ORDER BY digest`,
 			`CREATE VIEW IF NOT EXISTS {db}.reward_specs_final AS SELECT * FROM {db}.reward_specs FINAL`,
-			`DROP TABLE IF EXISTS {db}.steps_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
-			`DROP TABLE IF EXISTS {db}.episodes_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
 	// Runs of the tasks env record the tasks they cover: the dataset's name and the
 	// tasks their params pin (pkg/env/taskenv.Selection), id and content digest in
@@ -383,10 +368,6 @@ var migrations = []migration{
 			{"runs", "task_dataset", "String", "params"},
 			{"runs", "task_ids", "Array(String)", "task_dataset"},
 			{"runs", "task_digests", "Array(String)", "task_ids"},
-		},
-		stmts: []string{
-			`DROP TABLE IF EXISTS {db}.runs_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.runs_final AS SELECT * FROM {db}.runs FINAL`,
 		}},
 	// Fork lineage: an episode forked from another (the env API's Fork) records the
 	// episode it was forked from and the step (EpisodeRequested.parent_*).
@@ -394,17 +375,13 @@ var migrations = []migration{
 		addColumns: []addColumn{
 			{"episodes", "parent_episode_id", "String", "reward_spec_digest"},
 			{"episodes", "parent_step", "UInt32", "parent_episode_id"},
-		},
-		stmts: []string{
-			`DROP TABLE IF EXISTS {db}.episodes_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
 		}},
 	// Typed infra errors: what failed (episodes.infra_kind).
 	// Re-scoring (rescore.go): the signals scoring reads that steps did not record yet,
 	// so a step row holds every input of its score (scoring_inputs = 1 says it does; 0 for
 	// rows recorded before), and step_scores, the scores of recorded steps under other
 	// specs, one row per (run, spec digest, episode, step).
-	{version: 10, name: "scoring inputs in steps, re-scored steps, infra error kinds",
+	{version: 10, name: "scoring inputs in steps, re-scored steps, infra error kinds", ownViews: true,
 		addColumns: []addColumn{
 			{"steps", "progress_delta", "Float64", "reward_ns"},
 			{"steps", "budget", "Float64", "progress_delta"},
@@ -466,14 +443,6 @@ var migrations = []migration{
 			{"steps", "verifier_values", "Array(Float64)", "verifier_names"},
 			{"episodes", "verifier_names", "Array(String)", "infra_kind"},
 			{"episodes", "verifier_values", "Array(Float64)", "verifier_names"},
-		},
-		stmts: []string{
-			`DROP TABLE IF EXISTS {db}.steps_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.steps_final AS SELECT * FROM {db}.steps FINAL`,
-			`DROP TABLE IF EXISTS {db}.episodes_final`,
-			`CREATE VIEW IF NOT EXISTS {db}.episodes_final AS SELECT * FROM {db}.episodes FINAL`,
-			`DROP TABLE IF EXISTS {db}.episodes_scored`,
-			`CREATE VIEW IF NOT EXISTS {db}.episodes_scored AS SELECT * FROM {db}.episodes FINAL WHERE infra_error = 0`,
 		}},
 	// Which agent acted, in a world of several agents (the role its action names,
 	// "role:tool"); empty for every other env. Per-agent rewards are sums over it.

@@ -1,13 +1,9 @@
 package codefix
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -67,18 +63,13 @@ func (codefixEnv) Spec() env.Spec {
 	for i, t := range toolDefs {
 		ts[i] = env.Tool{Name: t.name, Service: t.service, Description: t.desc, Schema: slices.Clone(t.schema)}
 	}
-	ps := make([]env.Param, len(paramDefs))
-	for i, p := range paramDefs {
-		ps[i] = env.Param{Name: p.name, Type: "int", Default: strconv.FormatInt(p.def, 10),
-			Description: fmt.Sprintf("%s (%d..%d)", p.desc, p.min, p.max)}
-	}
 	return env.Spec{
 		Name: Name,
 		Description: "Fix a bug in a small shell project inside a real sandbox: the tests in " + TestPath +
 			" fail; make them pass without changing them, then submit. A verifier in a fresh sandbox " +
 			"restored from the final workspace runs the tests and hidden cases.",
 		Tools:           ts,
-		Params:          ps,
+		Params:          paramDefs.Spec(),
 		Services:        []string{DocsService, Service},
 		DefaultMaxSteps: DefaultMaxSteps,
 	}
@@ -122,78 +113,40 @@ type params struct {
 	docs        bool
 }
 
-type paramDef struct {
-	name          string
-	def, min, max int64
-	desc          string
-	set           func(p *params, v int64)
+// paramDefs are the params a request may set.
+var paramDefs = env.IntParams[params]{
+	{Name: "variant", Default: -1, Min: -1, Max: int64(len(variants) - 1), Description: "bug variant (-1: chosen by the seed)",
+		Set: func(p *params, v int64) { p.variant = int(v) }},
+	{Name: "cases", Default: 4, Min: 2, Max: 5, Description: "visible test cases in " + TestPath,
+		Set: func(p *params, v int64) { p.cases = int(v) }},
+	{Name: "exec_timeout_ms", Default: 10_000, Min: 100, Max: 60_000, Description: "longest shell.exec the agent may ask for, in milliseconds",
+		Set: func(p *params, v int64) { p.execTimeout = time.Duration(v) * time.Millisecond }},
+	{Name: "deadline_ms", Default: 600_000, Min: 1000, Max: 86_400_000, Description: "virtual milliseconds the episode may take",
+		Set: func(p *params, v int64) { p.deadline = time.Duration(v) * time.Millisecond }},
+	{Name: "max_invalid", Default: 5, Min: 1, Max: 1000, Description: "invalid actions that terminate the episode",
+		Set: func(p *params, v int64) { p.maxInvalid = int(v) }},
+	{Name: "memory_mb", Default: 128, Min: 16, Max: 4096, Description: "memory limit of the sandbox, in MiB",
+		Set: func(p *params, v int64) { p.memoryBytes = v << 20 }},
+	{Name: "docs", Default: 0, Min: 0, Max: 1, Description: "1: the sandbox may reach the docs HTTP service at $DOCS_URL, through the fault gateway",
+		Set: func(p *params, v int64) { p.docs = v == 1 }},
 }
 
-var paramDefs = []paramDef{
-	{"variant", -1, -1, int64(len(variants) - 1), "bug variant (-1: chosen by the seed)",
-		func(p *params, v int64) { p.variant = int(v) }},
-	{"cases", 4, 2, 5, "visible test cases in " + TestPath,
-		func(p *params, v int64) { p.cases = int(v) }},
-	{"exec_timeout_ms", 10_000, 100, 60_000, "longest shell.exec the agent may ask for, in milliseconds",
-		func(p *params, v int64) { p.execTimeout = time.Duration(v) * time.Millisecond }},
-	{"deadline_ms", 600_000, 1000, 86_400_000, "virtual milliseconds the episode may take",
-		func(p *params, v int64) { p.deadline = time.Duration(v) * time.Millisecond }},
-	{"max_invalid", 5, 1, 1000, "invalid actions that terminate the episode",
-		func(p *params, v int64) { p.maxInvalid = int(v) }},
-	{"memory_mb", 128, 16, 4096, "memory limit of the sandbox, in MiB",
-		func(p *params, v int64) { p.memoryBytes = v << 20 }},
-	{"docs", 0, 0, 1, "1: the sandbox may reach the docs HTTP service at $DOCS_URL, through the fault gateway",
-		func(p *params, v int64) { p.docs = v == 1 }},
-}
-
-// parseParams decodes the params object strictly and reports every problem at once, each
-// naming its field.
+// parseParams decodes the params object strictly (env.IntParams.Decode) and reports every
+// problem at once, each naming its field.
 func parseParams(raw json.RawMessage) (params, error) {
-	var p params
-	for _, d := range paramDefs {
-		d.set(&p, d.def)
+	return paramDefs.Decode(raw, intValue)
+}
+
+// intValue reads a param's value, an integer within min..max.
+func intValue(v json.RawMessage, min, max int64) (int64, error) {
+	var n int64
+	if err := json.Unmarshal(v, &n); err != nil {
+		return 0, fmt.Errorf("want an integer, got %.40s", v)
 	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, nil
+	if n < min || n > max {
+		return 0, fmt.Errorf("%d is outside %d..%d", n, min, max)
 	}
-	if raw[0] != '{' {
-		return p, errors.New("params: want a JSON object")
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return p, fmt.Errorf("params: malformed JSON: %w", err)
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var errs []error
-	for _, k := range keys {
-		i := slices.IndexFunc(paramDefs, func(d paramDef) bool { return d.name == k })
-		if i < 0 {
-			names := make([]string, len(paramDefs))
-			for j, d := range paramDefs {
-				names[j] = d.name
-			}
-			slices.Sort(names)
-			errs = append(errs, fmt.Errorf("params.%.40q: unknown parameter (known: %s)", k, strings.Join(names, ", ")))
-			continue
-		}
-		d := paramDefs[i]
-		var n int64
-		if err := json.Unmarshal(m[k], &n); err != nil {
-			errs = append(errs, fmt.Errorf("params.%s: want an integer, got %.40s", k, m[k]))
-			continue
-		}
-		if n < d.min || n > d.max {
-			errs = append(errs, fmt.Errorf("params.%s: %d is outside %d..%d", k, n, d.min, d.max))
-			continue
-		}
-		d.set(&p, n)
-	}
-	return p, errors.Join(errs...)
+	return n, nil
 }
 
 // sandboxSpec is the sandbox an episode of task t runs in: the project seeded into the

@@ -201,7 +201,7 @@ func TestBadPathsAndBadActionsAreObservations(t *testing.T) {
 		t.Errorf("unknown argument accepted: %s", res.Observation)
 	}
 	if _, err := codefix.New().NewEpisode(env.Config{Params: json.RawMessage(`{"variant":99,"nope":1}`), Sandboxes: sb}); err == nil ||
-		!strings.Contains(err.Error(), "params.variant") || !strings.Contains(err.Error(), "params.\"nope\"") {
+		!strings.Contains(err.Error(), "params.variant") || !strings.Contains(err.Error(), "params.nope: unknown parameter (known: cases, deadline_ms, docs, exec_timeout_ms, max_invalid, memory_mb, variant)") {
 		t.Errorf("bad params error = %v", err)
 	}
 	noSandbox, err := codefix.New().NewEpisode(env.Config{})

@@ -8,6 +8,7 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/mcpenv"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
@@ -69,24 +70,17 @@ func TestConformance(t *testing.T) {
 
 func injectorOf(t testing.TB, rules ...*gauntletv1.FaultRule) *inject.Injector {
 	t.Helper()
-	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: 1, Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
+	return faulttest.Injector(t, 1, rules...)
 }
 
-func httpErr(id, target string, p float64, status, retryMs uint32) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: status, RetryAfterMs: retryMs}}}
-}
+var httpErr = faulttest.HTTPError
 
+// latency always delays a call to target by ms.
 func latency(id, target string, ms float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: 1,
-		Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: ms}}}
+	return faulttest.Latency(id, target, 1, ms, 0)
 }
 
+// cut always truncates an answer of target to keep of its bytes.
 func cut(id, target string, keep float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: 1,
-		Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: keep}}}
+	return faulttest.Truncate(id, target, 1, keep)
 }

@@ -125,7 +125,7 @@ func members(raw []byte) ([]member, error) {
 		if !json.Valid(raw) {
 			return nil, errors.New("args: malformed JSON")
 		}
-		return nil, fmt.Errorf("args: want object, got %s", jsonKind(raw))
+		return nil, fmt.Errorf("args: want object, got %s", env.JSONKind(raw))
 	}
 	if ms, ok := scanFlat(raw); ok {
 		return ms, nil
@@ -180,7 +180,7 @@ func scanFlat(b []byte) (ms []member, ok bool) {
 // parseString reads a JSON string value.
 func parseString(raw []byte) (string, error) {
 	if len(raw) == 0 || raw[0] != '"' {
-		return "", fmt.Errorf("want string, got %s", jsonKind(raw))
+		return "", fmt.Errorf("want string, got %s", env.JSONKind(raw))
 	}
 	if bytes.IndexByte(raw, '\\') < 0 {
 		if s := raw[1 : len(raw)-1]; utf8.Valid(s) {
@@ -198,7 +198,7 @@ func parseString(raw []byte) (string, error) {
 // or exponent (2.0, 1e2) are integers, as in JSON Schema.
 func parseInt(raw json.RawMessage, lo, hi int64) (int64, error) {
 	raw = bytes.TrimSpace(raw)
-	if k := jsonKind(raw); k != "number" {
+	if k := env.JSONKind(raw); k != "number" {
 		return 0, fmt.Errorf("want integer, got %s", k)
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 64)
@@ -220,26 +220,14 @@ func parseInt(raw json.RawMessage, lo, hi int64) (int64, error) {
 	return n, nil
 }
 
-// jsonKind names the JSON type of a value by its first byte.
-func jsonKind(raw []byte) string {
-	if len(raw) == 0 {
-		return "nothing"
+// sortedKeys lists an object's keys in order, so that errors come out the same each time.
+func sortedKeys(m map[string]json.RawMessage) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	switch raw[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return "number"
-	}
-	return "invalid JSON"
+	slices.Sort(keys)
+	return keys
 }
 
 // clip bounds agent-supplied text echoed back in observations.

@@ -2,9 +2,9 @@ package shop
 
 import (
 	"testing"
-	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
 )
 
 // BenchmarkOracleEpisode runs whole oracle episodes without faults (Reset included) and
@@ -19,43 +19,6 @@ func BenchmarkOracleEpisodeFaults(b *testing.B) {
 }
 
 func benchEpisodes(b *testing.B, mk func(seed uint64) env.Config) {
-	e := New()
-	o := e.(env.Oracle)
-	steps := 0
-	var stepTime time.Duration
 	b.ReportAllocs()
-	seed := uint64(0)
-	for b.Loop() {
-		seed++
-		cfg := mk(seed)
-		cfg.Seed = seed
-		ep, err := e.NewEpisode(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		obs, err := ep.Reset()
-		if err != nil {
-			b.Fatal(err)
-		}
-		agent := o.Oracle(seed)
-		for i := uint32(0); ; i++ {
-			a, err := agent.Act(env.Turn{Step: i, Observation: obs})
-			if err != nil {
-				b.Fatal(err)
-			}
-			t0 := time.Now()
-			r, err := ep.Step(a)
-			stepTime += time.Since(t0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			steps++
-			obs = r.Observation
-			if r.Done() {
-				break
-			}
-		}
-	}
-	b.ReportMetric(float64(steps)/b.Elapsed().Seconds(), "steps/s")
-	b.ReportMetric(float64(stepTime.Nanoseconds())/float64(steps), "ns/env-step")
+	envtest.BenchOracle(b, New(), mk)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -117,7 +118,7 @@ func TestCausalRules(t *testing.T) {
 		{
 			name: "call a service before its Retry-After passed",
 			play: func(t *testing.T, ep *episode) env.StepResult {
-				ep.cfg.Faults = injector(t, 1, httpErr("down", "payment", 1, 503, 500))
+				ep.cfg.Faults = faulttest.Injector(t, 1, faulttest.HTTPError("down", "payment", 1, 503, 500))
 				r := step(t, ep, "wallet.balance", nil)
 				if len(r.Faults) != 1 || len(r.Signals.Violations) != 0 || !strings.Contains(string(r.Observation), `"retry_after_ms":500`) {
 					t.Fatalf("injected 503: faults %v violations %v obs %s", r.Faults, r.Signals.Violations, r.Observation)
@@ -313,7 +314,7 @@ func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 func TestFaultEffects(t *testing.T) {
 	t.Run("truncation keeps valid JSON and a prefix of the body", func(t *testing.T) {
 		clean, _ := newEp(t, env.Config{Seed: 9})
-		cut, _ := newEp(t, env.Config{Seed: 9, Faults: injector(t, 1, truncate("t", "catalog.search", 1, 0.5))})
+		cut, _ := newEp(t, env.Config{Seed: 9, Faults: faulttest.Injector(t, 1, faulttest.Truncate("t", "catalog.search", 1, 0.5))})
 		q := map[string]string{"query": clean.w.task.noun}
 		full, part := step(t, clean, "catalog.search", q), step(t, cut, "catalog.search", q)
 		var tr truncObs
@@ -328,7 +329,7 @@ func TestFaultEffects(t *testing.T) {
 		}
 	})
 	t.Run("abort has no effect", func(t *testing.T) {
-		ep, _ := newEp(t, env.Config{Seed: 9, Faults: injector(t, 1, httpErr("p", "payment.pay", 1, 503, 200))})
+		ep, _ := newEp(t, env.Config{Seed: 9, Faults: faulttest.Injector(t, 1, faulttest.HTTPError("p", "payment.pay", 1, 503, 200))})
 		g := find(t, &ep.w, ep.w.good)
 		step(t, ep, "order.create", sku{ep.w.products[g].sku, ep.w.task.qty})
 		bal, stock := ep.w.balance, ep.w.stock[g]
@@ -342,7 +343,7 @@ func TestFaultEffects(t *testing.T) {
 		}
 	})
 	t.Run("latency moves the virtual clock", func(t *testing.T) {
-		slow, _ := newEp(t, env.Config{Seed: 9, Faults: injector(t, 1, latency("l", "*", 1, 500, 0))})
+		slow, _ := newEp(t, env.Config{Seed: 9, Faults: faulttest.Injector(t, 1, faulttest.Latency("l", "*", 1, 500, 0))})
 		fast, _ := newEp(t, env.Config{Seed: 9})
 		a, b := step(t, slow, "wallet.balance", nil), step(t, fast, "wallet.balance", nil)
 		if a.Metering.VirtualNs-b.Metering.VirtualNs != 500e6 || slow.Now() != time.Duration(a.Metering.VirtualNs) {

@@ -1,13 +1,9 @@
 package shop
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -42,22 +38,13 @@ func (shopEnv) Spec() env.Spec {
 			Schema:      slices.Clone(t.schema),
 		}
 	}
-	ps := make([]env.Param, len(paramDefs))
-	for i, p := range paramDefs {
-		ps[i] = env.Param{
-			Name:        p.name,
-			Type:        "int",
-			Default:     strconv.FormatInt(p.def, 10),
-			Description: fmt.Sprintf("%s (%d..%d)", p.desc, p.min, p.max),
-		}
-	}
 	return env.Spec{
 		Name: Name,
 		Description: "Simulated e-commerce world on a virtual clock: buy QTY units of a product " +
 			"matching a description, have them shipped, and spend at most the budget. Stock, " +
 			"balance, and payment before shipping are enforced as causal rules.",
 		Tools:           tools,
-		Params:          ps,
+		Params:          paramDefs.Spec(),
 		Services:        slices.Clone(serviceNames[:]),
 		DefaultMaxSteps: DefaultMaxSteps,
 	}
@@ -88,77 +75,20 @@ type params struct {
 	maxInvalid int
 }
 
-type paramDef struct {
-	name          string
-	def, min, max int64
-	desc          string
-	set           func(p *params, v int64)
+// paramDefs are the params a request may set.
+var paramDefs = env.IntParams[params]{
+	{Name: "products", Default: 12, Min: 2, Max: 200, Description: "number of products in the catalog",
+		Set: func(p *params, v int64) { p.products = int(v) }},
+	{Name: "qty_max", Default: 3, Min: 1, Max: 100, Description: "largest quantity a task asks for",
+		Set: func(p *params, v int64) { p.qtyMax = int(v) }},
+	{Name: "deadline_ms", Default: 30000, Min: 100, Max: 86_400_000, Description: "virtual milliseconds the episode may take",
+		Set: func(p *params, v int64) { p.deadline = time.Duration(v) * time.Millisecond }},
+	{Name: "max_invalid", Default: 5, Min: 1, Max: 1000, Description: "invalid actions that terminate the episode",
+		Set: func(p *params, v int64) { p.maxInvalid = int(v) }},
 }
 
-var paramDefs = []paramDef{
-	{"products", 12, 2, 200, "number of products in the catalog",
-		func(p *params, v int64) { p.products = int(v) }},
-	{"qty_max", 3, 1, 100, "largest quantity a task asks for",
-		func(p *params, v int64) { p.qtyMax = int(v) }},
-	{"deadline_ms", 30000, 100, 86_400_000, "virtual milliseconds the episode may take",
-		func(p *params, v int64) { p.deadline = time.Duration(v) * time.Millisecond }},
-	{"max_invalid", 5, 1, 1000, "invalid actions that terminate the episode",
-		func(p *params, v int64) { p.maxInvalid = int(v) }},
-}
-
-// parseParams decodes the params object strictly and reports every problem at once, each
-// naming its field.
+// parseParams decodes the params object strictly (env.IntParams.Decode) and reports every
+// problem at once, each naming its field.
 func parseParams(raw json.RawMessage) (params, error) {
-	var p params
-	for _, d := range paramDefs {
-		d.set(&p, d.def)
-	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, nil
-	}
-	if raw[0] != '{' {
-		return p, fmt.Errorf("params: want object, got %s", jsonKind(raw))
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return p, fmt.Errorf("params: malformed JSON: %w", err)
-	}
-	var errs []error
-	for _, k := range sortedKeys(m) {
-		if !slices.ContainsFunc(paramDefs, func(d paramDef) bool { return d.name == k }) {
-			errs = append(errs, fmt.Errorf("params.%s: unknown parameter (known: %s)", clip(k), paramNames()))
-		}
-	}
-	for _, d := range paramDefs {
-		v, ok := m[d.name]
-		if !ok {
-			continue
-		}
-		n, err := parseInt(v, d.min, d.max)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("params.%s: %w", d.name, err))
-			continue
-		}
-		d.set(&p, n)
-	}
-	return p, errors.Join(errs...)
-}
-
-func paramNames() string {
-	names := make([]string, len(paramDefs))
-	for i, d := range paramDefs {
-		names[i] = d.name
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return paramDefs.Decode(raw, parseInt)
 }

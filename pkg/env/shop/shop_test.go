@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -55,41 +57,17 @@ func step(t testing.TB, ep env.Episode, tool string, args any) env.StepResult {
 	return r
 }
 
-func injector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *inject.Injector {
-	t.Helper()
-	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
-
-func httpErr(id, target string, p float64, status, retryMs uint32) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: status, RetryAfterMs: retryMs}}}
-}
-
-func truncate(id, target string, p, keep float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: keep}}}
-}
-
-func latency(id, target string, p, mean, jitter float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: mean, JitterMs: jitter}}}
-}
-
 // stressPlan is a hand-built plan harsher than a typical baseline.
 func stressPlan(t testing.TB, seed uint64) *inject.Injector {
-	return injector(t, rng.Derive(seed, "plan"),
-		httpErr("pay-503", "payment", 0.3, 503, 250),
-		httpErr("pay-429", "payment.pay", 0.05, 429, 1000),
-		httpErr("orders-503", "orders", 0.03, 503, 100),
-		httpErr("any-500", "*", 0.02, 500, 0),
-		latency("lat", "*", 0.5, 40, 20),
-		truncate("cat-trunc", "catalog", 0.1, 0.5),
-		truncate("inv-trunc", "inventory", 0.1, 0.3),
-		truncate("pay-trunc", "payment.pay", 0.1, 0.2),
+	return faulttest.Injector(t, rng.Derive(seed, "plan"),
+		faulttest.HTTPError("pay-503", "payment", 0.3, 503, 250),
+		faulttest.HTTPError("pay-429", "payment.pay", 0.05, 429, 1000),
+		faulttest.HTTPError("orders-503", "orders", 0.03, 503, 100),
+		faulttest.HTTPError("any-500", "*", 0.02, 500, 0),
+		faulttest.Latency("lat", "*", 0.5, 40, 20),
+		faulttest.Truncate("cat-trunc", "catalog", 0.1, 0.5),
+		faulttest.Truncate("inv-trunc", "inventory", 0.1, 0.3),
+		faulttest.Truncate("pay-trunc", "payment.pay", 0.1, 0.2),
 	)
 }
 
@@ -276,24 +254,6 @@ func TestOracleUnderFaults(t *testing.T) {
 	}
 }
 
-// takeover plays first's actions for the first k steps, telling next of each
-// (env.Follower), then lets next play: an episode forked at step k.
-type takeover struct {
-	first, next env.Agent
-	k           uint32
-}
-
-func (a takeover) Act(t env.Turn) (env.Action, error) {
-	if t.Step >= a.k {
-		return a.next.Act(t)
-	}
-	act, err := a.first.Act(t)
-	if f, ok := a.next.(env.Follower); ok && err == nil {
-		f.Follow(t, act)
-	}
-	return act, err
-}
-
 // The oracle takes over an episode a random agent began (gauntlet episode fork): told the
 // steps played before (env.Follower), it knows the task and the state of its order, and
 // goes on to succeed wherever the first steps left success possible.
@@ -311,7 +271,7 @@ func TestOracleTakesOverAfterRandomSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := uint32(seed % 6)
-		res := run(t, env.Config{Seed: seed}, takeover{first: first, next: o.Oracle(seed), k: k})
+		res := run(t, env.Config{Seed: seed}, envtest.Takeover(first, o.Oracle(seed), k))
 		switch {
 		case res.last.Reason == gauntletv1.TerminationReason_TERMINATION_REASON_SUCCESS:
 			ok++

@@ -85,43 +85,25 @@ func (d *answerDecoder) object(depth int) (map[string]any, bool) {
 	}
 	d.i++
 	m := map[string]any{}
-	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
-		return m, true
-	}
-	for {
-		d.ws()
+	if !d.items('}', func() bool {
 		k, ok := d.str()
 		if !ok {
-			return nil, false
+			return false
 		}
 		d.ws()
 		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return nil, false
+			return false
 		}
 		d.i++
 		d.ws()
 		v, ok := d.value(depth)
-		if !ok {
-			return nil, false
-		}
 		m[k] = v
-		d.ws()
-		if d.i >= len(d.b) {
-			return nil, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			d.max = max(d.max, uint64(len(m)))
-			return m, true
-		default:
-			return nil, false
-		}
+		return ok
+	}) {
+		return nil, false
 	}
+	d.max = max(d.max, uint64(len(m)))
+	return m, true
 }
 
 func (d *answerDecoder) value(depth int) (ref.Val, bool) {
@@ -160,32 +142,44 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 		return nil, false
 	}
 	d.i++ // [
-	var vals []ref.Val
+	vals := []ref.Val{}
+	if !d.items(']', func() bool {
+		v, ok := d.value(depth)
+		vals = append(vals, v)
+		return ok
+	}) {
+		return nil, false
+	}
+	d.max = max(d.max, uint64(len(vals)))
+	return types.NewRefValList(d.a, vals), true
+}
+
+// items reads the rest of an object or an array whose opening byte is read: nothing up
+// to end, or items separated by commas up to end, each read by item (which starts at the
+// item, past any space).
+func (d *answerDecoder) items(end byte, item func() bool) bool {
 	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
+	if d.i < len(d.b) && d.b[d.i] == end {
 		d.i++
-		return types.NewRefValList(d.a, []ref.Val{}), true
+		return true
 	}
 	for {
 		d.ws()
-		v, ok := d.value(depth)
-		if !ok {
-			return nil, false
+		if !item() {
+			return false
 		}
-		vals = append(vals, v)
 		d.ws()
 		if d.i >= len(d.b) {
-			return nil, false
+			return false
 		}
 		switch d.b[d.i] {
 		case ',':
 			d.i++
-		case ']':
+		case end:
 			d.i++
-			d.max = max(d.max, uint64(len(vals)))
-			return types.NewRefValList(d.a, vals), true
+			return true
 		default:
-			return nil, false
+			return false
 		}
 	}
 }

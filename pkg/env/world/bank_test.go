@@ -10,6 +10,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -25,29 +26,13 @@ func bank(t testing.TB) env.Env {
 	return e
 }
 
-func injector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *inject.Injector {
-	t.Helper()
-	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
-
-func httpErr(id, target string, p float64, status, retryMs uint32) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_HttpError{HttpError: &gauntletv1.HTTPErrorFault{Status: status, RetryAfterMs: retryMs}}}
-}
-
-func truncate(id, target string, p, keep float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_Truncate{Truncate: &gauntletv1.TruncateFault{KeepFraction: keep}}}
-}
-
-func latency(id, target string, p, mean, jitter float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p,
-		Spec: &gauntletv1.FaultRule_Latency{Latency: &gauntletv1.LatencyFault{MeanMs: mean, JitterMs: jitter}}}
-}
+// The fault rules and injectors of these tests.
+var (
+	injector = faulttest.Injector
+	httpErr  = faulttest.HTTPError
+	truncate = faulttest.Truncate
+	latency  = faulttest.Latency
+)
 
 // stressPlan hits every service of the bank with errors, Retry-After, latency and
 // truncated answers, writes included.
@@ -176,24 +161,6 @@ func TestConcurrentEpisodes(t *testing.T) {
 	}
 }
 
-// takeover plays first's actions for the first k steps, telling next of each
-// (env.Follower), then lets next play: an episode forked at step k.
-type takeover struct {
-	first, next env.Agent
-	k           uint32
-}
-
-func (a takeover) Act(t env.Turn) (env.Action, error) {
-	if t.Step >= a.k {
-		return a.next.Act(t)
-	}
-	act, err := a.first.Act(t)
-	if f, ok := a.next.(env.Follower); ok && err == nil {
-		f.Follow(t, act)
-	}
-	return act, err
-}
-
 // TestOracleTakesOver: the oracle takes over an episode another agent began (gauntlet
 // episode fork): its own, at any step, and a random agent's, succeeding wherever the
 // first steps left success possible.
@@ -222,7 +189,7 @@ func TestOracleTakesOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		agent := takeover{first: first, next: o.Oracle(seed), k: k}
+		agent := envtest.Takeover(first, o.Oracle(seed), k)
 		for i := uint32(0); ; i++ {
 			a, err := agent.Act(env.Turn{Step: i, Observation: obs})
 			if err != nil {

@@ -1,9 +1,7 @@
 package world
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,6 +9,8 @@ import (
 
 	"cel.dev/cel-go/common/types/ref"
 	"gopkg.in/yaml.v3"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/env"
 )
 
 // Params. A world may declare params: values an episode's request sets (a run's
@@ -233,8 +233,9 @@ type episodeParams struct {
 	deadline, maxInvalid int64
 }
 
-// parseParams decodes the request's params object strictly and reports every problem at
-// once, each naming its field: the world's own params, then deadline_ms and max_invalid.
+// parseParams decodes the request's params object strictly (env.DecodeParams) and reports
+// every problem at once, each naming its field: the world's own params, deadline_ms and
+// max_invalid.
 func (w *World) parseParams(raw json.RawMessage) (episodeParams, error) {
 	out := episodeParams{deadline: w.deadlineMs, maxInvalid: w.maxInvalid}
 	if len(w.params) > 0 {
@@ -243,24 +244,7 @@ func (w *World) parseParams(raw json.RawMessage) (episodeParams, error) {
 			out.vals[i] = w.params[i].def
 		}
 	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return out, nil
-	}
-	if raw[0] != '{' {
-		return out, fmt.Errorf("params: want object, got %s", jsonKind(raw))
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return out, fmt.Errorf("params: malformed JSON: %w", err)
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var errs []error
-	for _, k := range keys {
+	err := env.DecodeParams(raw, func(k string, v json.RawMessage) error {
 		var p *argProp
 		var set func(any)
 		switch k {
@@ -271,19 +255,18 @@ func (w *World) parseParams(raw json.RawMessage) (episodeParams, error) {
 		default:
 			i := slices.IndexFunc(w.params, func(p paramDef) bool { return p.prop.name == k })
 			if i < 0 {
-				errs = append(errs, fmt.Errorf("params.%s: unknown parameter (known: %s)", clip(k), strings.Join(w.paramNames(), ", ")))
-				continue
+				return env.ErrUnknownParam
 			}
 			p, set = &w.params[i].prop, func(v any) { out.vals[i] = celValue(v) }
 		}
-		v, err := p.decode(m[k])
+		d, err := p.decode(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("params.%s: %w", k, err))
-			continue
+			return err
 		}
-		set(v)
-	}
-	return out, errors.Join(errs...)
+		set(d)
+		return nil
+	}, w.paramNames)
+	return out, err
 }
 
 // paramNames lists the params a request may set, sorted.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/env/envtest"
 	_ "github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
@@ -57,41 +58,7 @@ func BenchmarkSimEdgeCost(b *testing.B) {
 	}
 	for _, name := range []string{"none", "edge-inert", "edge"} {
 		b.Run(name, func(b *testing.B) {
-			o := e.(env.Oracle)
-			steps := 0
-			var stepTime time.Duration
-			seed := uint64(0)
-			for b.Loop() {
-				seed++
-				ep, err := e.NewEpisode(env.Config{Seed: seed, Faults: mk[name](seed)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				obs, err := ep.Reset()
-				if err != nil {
-					b.Fatal(err)
-				}
-				agent := o.Oracle(seed)
-				for i := uint32(0); ; i++ {
-					a, err := agent.Act(env.Turn{Step: i, Observation: obs})
-					if err != nil {
-						b.Fatal(err)
-					}
-					t0 := time.Now()
-					r, err := ep.Step(a)
-					stepTime += time.Since(t0)
-					if err != nil {
-						b.Fatal(err)
-					}
-					steps++
-					obs = r.Observation
-					if r.Done() {
-						break
-					}
-				}
-			}
-			b.ReportMetric(float64(steps)/b.Elapsed().Seconds(), "steps/s")
-			b.ReportMetric(float64(stepTime.Nanoseconds())/float64(steps), "ns/env-step")
+			envtest.BenchOracle(b, e, func(seed uint64) env.Config { return env.Config{Faults: mk[name](seed)} })
 		})
 	}
 }

@@ -9,34 +9,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
-
-func httpRule(id, target string, p float64, status, retryAfterMs uint32) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p, Spec: &gauntletv1.FaultRule_HttpError{
-		HttpError: &gauntletv1.HTTPErrorFault{Status: status, RetryAfterMs: retryAfterMs}}}
-}
-
-func latencyRule(id, target string, p, meanMs, jitterMs float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p, Spec: &gauntletv1.FaultRule_Latency{
-		Latency: &gauntletv1.LatencyFault{MeanMs: meanMs, JitterMs: jitterMs}}}
-}
-
-func truncateRule(id, target string, p, keep float64) *gauntletv1.FaultRule {
-	return &gauntletv1.FaultRule{Id: id, Target: target, Probability: p, Spec: &gauntletv1.FaultRule_Truncate{
-		Truncate: &gauntletv1.TruncateFault{KeepFraction: keep}}}
-}
-
-func mustInjector(t testing.TB, seed uint64, rules ...*gauntletv1.FaultRule) *inject.Injector {
-	t.Helper()
-	in, err := inject.NewInjector(&gauntletv1.FaultPlan{Profile: "test", Seed: seed, Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
-}
 
 // call is one simulated service call of a scripted episode.
 type call struct{ service, tool string }
@@ -106,24 +83,24 @@ func firedBy(outs []inject.Outcome, id string) []bool {
 // sequence untouched, and an abort that shadows it hides exactly the calls it fires on.
 func TestInjectorRuleStreamsAreIndependent(t *testing.T) {
 	calls := script(20000)
-	target := httpRule("payment.http_503", "payment", 0.3, 503, 200)
-	alone := run(mustInjector(t, 9, target), calls)
+	target := faulttest.HTTPError("payment.http_503", "payment", 0.3, 503, 200)
+	alone := run(faulttest.Injector(t, 9, target), calls)
 	want := firedBy(alone, target.Id)
 
 	t.Run("unrelated rules", func(t *testing.T) {
-		in := mustInjector(t, 9,
-			httpRule("catalog.http_500", "catalog", 0.5, 500, 0),
-			latencyRule("payment.latency", "payment", 1, 30, 10),
+		in := faulttest.Injector(t, 9,
+			faulttest.HTTPError("catalog.http_500", "catalog", 0.5, 500, 0),
+			faulttest.Latency("payment.latency", "payment", 1, 30, 10),
 			target,
-			truncateRule("payment.truncate", "payment", 0.2, 0.5),
+			faulttest.Truncate("payment.truncate", "payment", 0.2, 0.5),
 		)
 		if got := firedBy(run(in, calls), target.Id); !slices.Equal(got, want) {
 			t.Fatal("adding unrelated rules changed payment.http_503's firing sequence")
 		}
 	})
 	t.Run("shadowing abort", func(t *testing.T) {
-		shadow := httpRule("payment.http_401", "payment", 0.5, 401, 0)
-		outs := run(mustInjector(t, 9, shadow, target), calls)
+		shadow := faulttest.HTTPError("payment.http_401", "payment", 0.5, 401, 0)
+		outs := run(faulttest.Injector(t, 9, shadow, target), calls)
 		got, shadowed := firedBy(outs, target.Id), firedBy(outs, shadow.Id)
 		for i := range calls {
 			if got[i] != (want[i] && !shadowed[i]) {
@@ -136,7 +113,7 @@ func TestInjectorRuleStreamsAreIndependent(t *testing.T) {
 func TestInjectorFiringRate(t *testing.T) {
 	const n = 100_000
 	for _, p := range []float64{0.01, 0.3} {
-		in := mustInjector(t, 5, httpRule("payment.http_429", "payment", p, 429, 100))
+		in := faulttest.Injector(t, 5, faulttest.HTTPError("payment.http_429", "payment", p, 429, 100))
 		hits := 0
 		for i := 0; i < n; i++ {
 			if in.Call("payment", "payment.pay", 0).Status == 429 {
@@ -149,7 +126,7 @@ func TestInjectorFiringRate(t *testing.T) {
 
 func TestInjectorLatencyDistribution(t *testing.T) {
 	const n = 50_000
-	in := mustInjector(t, 11, latencyRule("payment.latency", "payment", 1, 100, 20))
+	in := faulttest.Injector(t, 11, faulttest.Latency("payment.latency", "payment", 1, 100, 20))
 	var sum, sumSq float64
 	for i := 0; i < n; i++ {
 		ms := float64(in.Call("payment", "payment.pay", 0).Latency) / float64(time.Millisecond)
@@ -180,9 +157,9 @@ func TestInjectorComposition(t *testing.T) {
 		{
 			name: "abort before latency, no truncation of an aborted call",
 			rules: []*gauntletv1.FaultRule{ // listed in reverse composition order on purpose
-				truncateRule("p.truncate", "payment", 1, 0.25),
-				latencyRule("p.latency", "payment", 1, 50, 0),
-				httpRule("p.http_503", "payment", 1, 503, 300),
+				faulttest.Truncate("p.truncate", "payment", 1, 0.25),
+				faulttest.Latency("p.latency", "payment", 1, 50, 0),
+				faulttest.HTTPError("p.http_503", "payment", 1, 503, 300),
 			},
 			wantStatus: 503, wantKeep: 1, wantBody: 100,
 			wantKinds: []string{catalogue.KindHTTPError, catalogue.KindLatency},
@@ -190,8 +167,8 @@ func TestInjectorComposition(t *testing.T) {
 		{
 			name: "latency before truncation",
 			rules: []*gauntletv1.FaultRule{
-				truncateRule("p.truncate", "payment", 1, 0.25),
-				latencyRule("p.latency", "payment", 1, 50, 0),
+				faulttest.Truncate("p.truncate", "payment", 1, 0.25),
+				faulttest.Latency("p.latency", "payment", 1, 50, 0),
 			},
 			wantKeep: 0.25, wantBody: 25,
 			wantKinds: []string{catalogue.KindLatency, catalogue.KindTruncate},
@@ -199,8 +176,8 @@ func TestInjectorComposition(t *testing.T) {
 		{
 			name: "first abort in plan order wins",
 			rules: []*gauntletv1.FaultRule{
-				httpRule("p.http_401", "payment", 1, 401, 0),
-				httpRule("p.http_503", "payment", 1, 503, 300),
+				faulttest.HTTPError("p.http_401", "payment", 1, 401, 0),
+				faulttest.HTTPError("p.http_503", "payment", 1, 503, 300),
 			},
 			wantStatus: 401, wantKeep: 1, wantBody: 100,
 			wantKinds: []string{catalogue.KindHTTPError},
@@ -208,8 +185,8 @@ func TestInjectorComposition(t *testing.T) {
 		{
 			name: "smallest keep wins",
 			rules: []*gauntletv1.FaultRule{
-				truncateRule("p.truncate", "payment", 1, 0.5),
-				truncateRule("p.truncate_severe", "payment.*", 1, 0.1),
+				faulttest.Truncate("p.truncate", "payment", 1, 0.5),
+				faulttest.Truncate("p.truncate_severe", "payment.*", 1, 0.1),
 			},
 			wantKeep: 0.1, wantBody: 10,
 			wantKinds: []string{catalogue.KindTruncate, catalogue.KindTruncate},
@@ -217,15 +194,15 @@ func TestInjectorComposition(t *testing.T) {
 		{
 			name: "other targets do not match",
 			rules: []*gauntletv1.FaultRule{
-				httpRule("c.http_503", "catalog", 1, 503, 0),
-				latencyRule("i.latency", "inventory.get", 1, 50, 0),
+				faulttest.HTTPError("c.http_503", "catalog", 1, 503, 0),
+				faulttest.Latency("i.latency", "inventory.get", 1, 50, 0),
 			},
 			wantKeep: 1, wantBody: 100,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := mustInjector(t, 1, tt.rules...).Call("payment", "payment.pay", 7*time.Millisecond)
+			out := faulttest.Injector(t, 1, tt.rules...).Call("payment", "payment.pay", 7*time.Millisecond)
 			if out.Status != tt.wantStatus || out.Keep != tt.wantKeep {
 				t.Errorf("status %d keep %v, want %d and %v", out.Status, out.Keep, tt.wantStatus, tt.wantKeep)
 			}
@@ -247,9 +224,9 @@ func TestInjectorComposition(t *testing.T) {
 }
 
 func TestInjectorOutcomeDetails(t *testing.T) {
-	out := mustInjector(t, 1,
-		httpRule("p.http_429", "payment", 1, 429, 250),
-		latencyRule("p.latency", "payment", 1, 40, 0),
+	out := faulttest.Injector(t, 1,
+		faulttest.HTTPError("p.http_429", "payment", 1, 429, 250),
+		faulttest.Latency("p.latency", "payment", 1, 40, 0),
 	).Call("payment", "payment.pay", 0)
 	if out.RetryAfter != 250*time.Millisecond || out.Latency != 40*time.Millisecond {
 		t.Errorf("retry after %v latency %v, want 250ms and 40ms", out.RetryAfter, out.Latency)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
@@ -80,7 +81,7 @@ func TestLatencyMatchesDeclaredDistribution(t *testing.T) {
 func checkLatencyDistribution(t *testing.T, seed uint64) {
 	const n, mean, sd = 100_000, 200.0, 30.0
 	d := specDecider(t, seed, "  - {id: lat, kind: latency, params: {mean_ms: 200, jitter_ms: 30}}\n")
-	in := mustInjector(t, seed, latencyRule("lat", "*", 1, mean, sd))
+	in := faulttest.Injector(t, seed, faulttest.Latency("lat", "*", 1, mean, sd))
 	for _, src := range []struct {
 		name string
 		draw func() time.Duration
@@ -122,7 +123,7 @@ func checkLatencyDistribution(t *testing.T, seed uint64) {
 // TestErrorProbabilityWithinBinomialBound checks a plan rule's firing rate in the sim.
 func TestErrorProbabilityWithinBinomialBound(t *testing.T) {
 	const n, p = 100_000, 0.03
-	in := mustInjector(t, 5, httpRule("e", "*", p, 503, 0))
+	in := faulttest.Injector(t, 5, faulttest.HTTPError("e", "*", p, 503, 0))
 	hits := 0
 	for range n {
 		if in.Call("payment", "payment.pay", 0).Status == 503 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/faulttest"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -19,19 +20,8 @@ import (
 func TestClientReadsTheBucket(t *testing.T) {
 	ctx := context.Background()
 	b := bustest.Start(t)
-	custom, err := plans.CompileCustomProfiles([]*gauntletv1.CustomProfile{{Name: "slow", SpecYaml: "name: slow\nfaults:\n  - {id: latency, kind: latency, params: {mean_ms: 90, jitter_ms: 5}}\n"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	services := []string{"a", "b"}
-	base, err := custom.Plan(0, "slow", services)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, id, err := plans.NewTemplate(base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	custom, tmpl, id := faulttest.SlowTemplate(t, services)
 	kv, err := b.JS.KeyValue(ctx, bus.BucketPlanTemplates)
 	if err != nil {
 		t.Fatal(err)
