@@ -281,8 +281,9 @@ func (planSizes) EstimateCallCost(function, _ string, _ *cost.AstNode, args []co
 // and the largest value of the answers, as a bit length (program.planFit), up to which
 // CEL's estimate keeps it under maxCost: the oracle runs fast while the answers it
 // holds have no larger value. The estimate grows with the sizes, so a binary search
-// over bit lengths finds it.
-func boundPlan(env *cel.Env, p *program) {
+// over bit lengths finds it. Such an expression is also compiled to closures
+// (compiled.go; cl is the plan's), which the oracle tries first.
+func boundPlan(env *cel.Env, cl *closures, p *program) {
 	if p == nil {
 		return
 	}
@@ -306,6 +307,7 @@ func boundPlan(env *cel.Env, p *program) {
 		return
 	}
 	p.fast, p.planFit = fast, lo
+	p.run = cl.compile(p.ast)
 }
 
 // checkPlanCost, when set, is called with every plan expression about to run without

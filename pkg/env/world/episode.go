@@ -118,9 +118,15 @@ type activation struct {
 	// elemName and elem: the element an answer's list of objects is being written for.
 	elemName string
 	elem     ref.Val
+	// plan: the oracle whose plan expression is being evaluated (its ep holds nothing
+	// but the comprehensions' slots); the expression reads its task and results only.
+	plan *oracle
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
+	if a.plan != nil {
+		return planVars{a.plan}.ResolveName(name)
+	}
 	if k, ok := a.ep.w.slots[name]; ok {
 		if k >= 0 {
 			v := a.ep.vars[k]
@@ -170,6 +176,15 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 			prg = p.fast
 			if checkPlanCost != nil {
 				checkPlanCost(p, a)
+			}
+			if p.run != nil {
+				act := a.o.activation()
+				if v := p.run(act); !types.IsError(v) {
+					if checkClosures != nil {
+						checkClosures(p, act, v)
+					}
+					return v, nil
+				}
 			}
 		}
 	case *activation:

@@ -1730,13 +1730,14 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 			}
 		}
 	}
+	cl := newPlanClosures(w, c.prov, env)
 	for i := range p.steps {
 		s := &p.steps[i]
-		boundPlan(env, s.when)
+		boundPlan(env, cl, s.when)
 		for _, calls := range []*oracleCall{&s.call, s.recover} {
 			if calls != nil {
 				for _, f := range calls.args {
-					boundPlan(env, f.val)
+					boundPlan(env, cl, f.val)
 				}
 			}
 		}

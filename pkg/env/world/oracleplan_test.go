@@ -221,3 +221,55 @@ func TestPlanCostUnderEstimate(t *testing.T) {
 		t.Errorf("the shop's first stock check never ran untracked: %q", src)
 	}
 }
+
+// TestPlanClosuresAgreeWithCEL: every plan expression of the shop file, the bank and the
+// airline that runs without cost tracking is compiled to closures, and each evaluation
+// its closure answers on oracle episodes under faults is what CEL's interpreter gives;
+// the shop's stock checks (its candidate filter) are answered by their closures.
+func TestPlanClosuresAgreeWithCEL(t *testing.T) {
+	for _, e := range []env.Env{shopPort(t), bank(t), airline(t)} {
+		w := worldOf(e)
+		withCheck(t, func(c *closureCheck) {
+			h := sha256.New()
+			for seed := uint64(1); seed <= 40; seed++ {
+				cfg := env.Config{Seed: seed}
+				if seed%2 == 0 {
+					cfg = shopStress(t, seed)
+				}
+				playOracle(t, e, cfg, h)
+			}
+			compiled := 0
+			for _, s := range w.oracle.steps {
+				ps := []*program{s.when}
+				for _, call := range []*oracleCall{&s.call, s.recover} {
+					if call != nil {
+						for _, f := range call.args {
+							ps = append(ps, f.val)
+						}
+					}
+				}
+				for _, p := range ps {
+					if p == nil || p.fast == nil {
+						continue
+					}
+					if p.run == nil {
+						t.Errorf("%s: %s runs on the interpreter: %q", w.name, p.at.field, p.src)
+						continue
+					}
+					compiled++
+				}
+			}
+			if compiled == 0 || c.checked == 0 {
+				t.Errorf("%s: nothing compared (%d compiled, %d evaluations)", w.name, compiled, c.checked)
+			}
+			t.Logf("%s: %d plan expressions compiled, %d evaluations compared", w.name, compiled, c.checked)
+			if w.name == "shop_world" {
+				for _, i := range []int{1, 2} {
+					if p := w.oracle.steps[i].when; c.decided[p] == 0 {
+						t.Errorf("the shop's %s never answered by its closure: %q", w.oracle.steps[i].name, p.src)
+					}
+				}
+			}
+		})
+	}
+}
