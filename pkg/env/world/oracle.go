@@ -24,11 +24,11 @@ import (
 // and takes a violation of one of the step's done_if_rule rules as the sign that the
 // first attempt went through).
 type oracle struct {
-	w          *World
-	p          *oraclePlan
-	started    bool
-	task       map[string]any
-	results    map[string]any
+	w       *World
+	p       *oraclePlan
+	started bool
+	task    map[string]any
+	results map[string]any
 	// taskVal and resultsVal are task and results as CEL maps (made once: they see
 	// what is added to results), what the plan's expressions read.
 	taskVal, resultsVal ref.Val
@@ -38,7 +38,7 @@ type oracle struct {
 	locals episode
 	// memo holds the values of the plan's remembered expressions (planMemo) computed
 	// since the results last changed.
-	memo []ref.Val
+	memo       []ref.Val
 	pc         int
 	last       env.Action
 	pending    *env.Action
