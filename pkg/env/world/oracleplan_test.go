@@ -1,11 +1,14 @@
 package world
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"cel.dev/cel-go/common/types"
@@ -271,5 +274,50 @@ func TestPlanClosuresAgreeWithCEL(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlanMemoSeesNewResults: a plan expression remembered while the results stay the
+// same is computed again once a step's answer is added. The shop file's first two
+// stock checks are given a condition on the number of answers, a comprehension over
+// results, which holds whenever they run (1 answer before the first, 2 before the
+// second) but which a value remembered across the first answer would make false: the
+// oracle's actions must stay the file's own, without faults and under them.
+func TestPlanMemoSeesNewResults(t *testing.T) {
+	data, err := os.ReadFile("../../../examples/worlds/shop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for _, step := range []struct{ name, cond string }{{"stock1", "size(results.filter(k, true)) == 1"}, {"stock2", "size(results.filter(k, true)) == 2"}} {
+		old := "- name: " + step.name + "\n      when: "
+		if !strings.Contains(text, old) {
+			t.Fatalf("the shop file has no step %s with a condition", step.name)
+		}
+		text = strings.Replace(text, old, old+step.cond+" && ", 1)
+	}
+	w, err := Load("shop.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range w.oracle.steps[1:3] {
+		if s.when.run == nil {
+			t.Fatalf("%s: its condition is not compiled: %q", s.name, s.when.src)
+		}
+	}
+	want, got := sha256.New(), sha256.New()
+	for seed := uint64(1); seed <= 60; seed++ {
+		cfg := env.Config{Seed: seed}
+		if seed%2 == 0 {
+			cfg = shopStress(t, seed)
+		}
+		playOracle(t, shopPort(t), cfg, want)
+		if seed%2 == 0 {
+			cfg = shopStress(t, seed) // a fresh injector: the first one was used
+		}
+		playOracle(t, w.Env(), cfg, got)
+	}
+	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Errorf("with conditions on the number of answers, the oracle's actions differ from the shop file's")
 	}
 }
