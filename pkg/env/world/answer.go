@@ -1,6 +1,7 @@
 package world
 
 import (
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -63,6 +64,8 @@ type answerDecoder struct {
 	i   int
 	a   types.Adapter
 	max uint64 // the largest string, list or object read
+	// keys are the keys of the last nested object read (record).
+	keys *recordKeys
 }
 
 // maxAnswerDepth is how deep a plain answer nests before encoding/json reads it.
@@ -80,46 +83,117 @@ func (d *answerDecoder) ws() {
 }
 
 func (d *answerDecoder) object(depth int) (map[string]any, bool) {
-	if depth > maxAnswerDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
+	d.keys = nil // the top level's keys are its own
+	names, vals, ok := d.fields(depth)
+	if !ok {
 		return nil, false
 	}
+	m := make(map[string]any, len(names))
+	for i, k := range names {
+		m[k] = vals[i]
+	}
+	return m, true
+}
+
+// record reads a nested object as a record (compiled.go): its keys, shared with the
+// object read before when they are the same (a list of search results), and its
+// values, where a CEL map over a Go map would hash each key and box each value again at
+// every read.
+func (d *answerDecoder) record(depth int) (ref.Val, bool) {
+	last := d.keys
+	names, vals, ok := d.fields(depth)
+	if !ok {
+		return nil, false
+	}
+	rk := last
+	if names != nil {
+		rk = &recordKeys{names: names, vals: make([]ref.Val, len(names)), sorted: make([]int, len(names)), adapter: d.a}
+		for i, k := range names {
+			rk.vals[i], rk.sorted[i] = types.String(k), i
+		}
+		slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(names[a], names[b]) })
+	}
+	d.keys = rk
+	return &record{keys: rk, vals: vals}, true
+}
+
+// fields reads an object's keys and values, in the order of their first appearance;
+// a key given again takes the later value, as encoding/json has it. names is nil when
+// the keys are those of the last nested object read (d.keys), which is then nil.
+func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bool) {
+	if depth > maxAnswerDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
+		return nil, nil, false
+	}
+	// While the keys are the last object's, in its order, n counts them and names
+	// stays nil.
+	var same []string
+	if d.keys != nil {
+		same = d.keys.names
+	}
+	d.keys = nil // a nested object read on the way is not this one's sibling
+	n := 0
 	d.i++
-	m := map[string]any{}
 	d.ws()
 	if d.i < len(d.b) && d.b[d.i] == '}' {
 		d.i++
-		return m, true
+		if len(same) == 0 && same != nil {
+			return nil, []ref.Val{}, true
+		}
+		return []string{}, []ref.Val{}, true
 	}
+	vals = make([]ref.Val, 0, max(len(same), 4))
 	for {
 		d.ws()
 		k, ok := d.str()
 		if !ok {
-			return nil, false
+			return nil, nil, false
 		}
 		d.ws()
 		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return nil, false
+			return nil, nil, false
 		}
 		d.i++
 		d.ws()
 		v, ok := d.value(depth)
 		if !ok {
-			return nil, false
+			return nil, nil, false
 		}
-		m[k] = v
+		switch {
+		case names == nil && n < len(same) && same[n] == k:
+			n++
+			vals = append(vals, v)
+		case names == nil && slices.Contains(same[:n], k):
+			vals[slices.Index(same[:n], k)] = v
+		default:
+			if names == nil {
+				names = append(make([]string, 0, n+4), same[:n]...)
+			}
+			if j := slices.Index(names, k); j >= 0 {
+				vals[j] = v
+			} else {
+				names, vals = append(names, k), append(vals, v)
+			}
+		}
 		d.ws()
 		if d.i >= len(d.b) {
-			return nil, false
+			return nil, nil, false
 		}
 		switch d.b[d.i] {
 		case ',':
 			d.i++
 		case '}':
 			d.i++
-			d.max = max(d.max, uint64(len(m)))
-			return m, true
+			if names == nil && n < len(same) {
+				names = slices.Clone(same[:n]) // fewer keys than the last object's
+			}
+			if names == nil {
+				d.max = max(d.max, uint64(n))
+			} else {
+				d.max = max(d.max, uint64(len(names)))
+			}
+			return names, vals, true
 		default:
-			return nil, false
+			return nil, nil, false
 		}
 	}
 }
@@ -130,11 +204,7 @@ func (d *answerDecoder) value(depth int) (ref.Val, bool) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '{':
-		m, ok := d.object(depth + 1)
-		if !ok {
-			return nil, false
-		}
-		return types.NewStringInterfaceMap(d.a, m), true
+		return d.record(depth + 1)
 	case c == '[':
 		return d.array(depth + 1)
 	case c == '"':

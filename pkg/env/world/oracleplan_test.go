@@ -104,6 +104,9 @@ func TestDecodeAnswerAgreesWithDecodeObs(t *testing.T) {
 		`{"s":"\u00e9\n\"x\"","k\u0041":true}`, `{"s":"é"}`, `{"s":"` + "\xff" + `"}`, `{"x":[1,[2,{"y":null}],[]],"z":{}}`,
 		`{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":tru}`, `{"a":1,}`, `{"a" 1}`, `[1]`, `null`, ``, `{`, `{"a":"b`,
 		`{"a":[1,]}`, `{"a":{"b":1}`, `{"a":1}{"b":2}`, "{\"a\":\"\t\"}",
+		// Nested objects whose keys are their sibling's, or not quite.
+		`{"l":[{"a":1,"b":2},{"a":3,"b":4},{"a":5},{"a":6,"b":7,"c":8},{},{},{"b":1,"a":2},{"a":1,"a":2,"b":3},{"a":1,"b":2,"a":3},{"a":1,"b":2,"b":4,"c":5}]}`,
+		`{"a":{"x":{"q":1},"y":2},"b":{"x":{"q":3},"y":4},"c":{"x":{"y":5}},"d":{"q":[{"x":1}]}}`,
 	}
 	for _, e := range []env.Env{shopPort(t), bank(t), airline(t)} {
 		for seed := uint64(1); seed <= 20; seed++ {
