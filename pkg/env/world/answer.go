@@ -1,6 +1,7 @@
 package world
 
 import (
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -63,6 +64,8 @@ type answerDecoder struct {
 	i   int
 	a   types.Adapter
 	max uint64 // the largest string, list or object read
+	// keys are the keys of the last nested object read (record).
+	keys *recordKeys
 }
 
 // maxAnswerDepth is how deep a plain answer nests before encoding/json reads it.
@@ -80,30 +83,119 @@ func (d *answerDecoder) ws() {
 }
 
 func (d *answerDecoder) object(depth int) (map[string]any, bool) {
-	if depth > maxAnswerDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
+	d.keys = nil // the top level's keys are its own
+	names, vals, ok := d.fields(depth)
+	if !ok {
 		return nil, false
 	}
+	m := make(map[string]any, len(names))
+	for i, k := range names {
+		m[k] = vals[i]
+	}
+	return m, true
+}
+
+// record reads a nested object as a record (compiled.go): its keys, shared with the
+// object read before when they are the same (a list of search results), and its
+// values, where a CEL map over a Go map would hash each key and box each value again at
+// every read.
+func (d *answerDecoder) record(depth int) (ref.Val, bool) {
+	last := d.keys
+	names, vals, ok := d.fields(depth)
+	if !ok {
+		return nil, false
+	}
+	rk := last
+	if names != nil {
+		rk = &recordKeys{names: names, vals: make([]ref.Val, len(names)), sorted: make([]int, len(names)), adapter: d.a}
+		for i, k := range names {
+			rk.vals[i], rk.sorted[i] = types.String(k), i
+		}
+		slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(names[a], names[b]) })
+	}
+	d.keys = rk
+	return &record{keys: rk, vals: vals}, true
+}
+
+// fields reads an object's keys and values, in the order of their first appearance;
+// a key given again takes the later value, as encoding/json has it. names is nil when
+// the keys are those of the last nested object read (d.keys), which is then nil.
+func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bool) {
+	if depth > maxAnswerDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
+		return nil, nil, false
+	}
+	// While the keys are the last object's, in its order, n counts them and names
+	// stays nil.
+	var same []string
+	if d.keys != nil {
+		same = d.keys.names
+	}
+	d.keys = nil // a nested object read on the way is not this one's sibling
+	n := 0
 	d.i++
-	m := map[string]any{}
-	if !d.items('}', func() bool {
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		if len(same) == 0 && same != nil {
+			return nil, []ref.Val{}, true
+		}
+		return []string{}, []ref.Val{}, true
+	}
+	vals = make([]ref.Val, 0, max(len(same), 4))
+	for {
+		d.ws()
 		k, ok := d.str()
 		if !ok {
-			return false
+			return nil, nil, false
 		}
 		d.ws()
 		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return false
+			return nil, nil, false
 		}
 		d.i++
 		d.ws()
 		v, ok := d.value(depth)
-		m[k] = v
-		return ok
-	}) {
-		return nil, false
+		if !ok {
+			return nil, nil, false
+		}
+		switch {
+		case names == nil && n < len(same) && same[n] == k:
+			n++
+			vals = append(vals, v)
+		case names == nil && slices.Contains(same[:n], k):
+			vals[slices.Index(same[:n], k)] = v
+		default:
+			if names == nil {
+				names = append(make([]string, 0, n+4), same[:n]...)
+			}
+			if j := slices.Index(names, k); j >= 0 {
+				vals[j] = v
+			} else {
+				names, vals = append(names, k), append(vals, v)
+			}
+		}
+		d.ws()
+		if d.i >= len(d.b) {
+			return nil, nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			if names == nil && n < len(same) {
+				names = slices.Clone(same[:n]) // fewer keys than the last object's
+			}
+			if names == nil {
+				d.max = max(d.max, uint64(n))
+			} else {
+				d.max = max(d.max, uint64(len(names)))
+			}
+			return names, vals, true
+		default:
+			return nil, nil, false
+		}
 	}
-	d.max = max(d.max, uint64(len(m)))
-	return m, true
 }
 
 func (d *answerDecoder) value(depth int) (ref.Val, bool) {
@@ -112,11 +204,7 @@ func (d *answerDecoder) value(depth int) (ref.Val, bool) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '{':
-		m, ok := d.object(depth + 1)
-		if !ok {
-			return nil, false
-		}
-		return types.NewStringInterfaceMap(d.a, m), true
+		return d.record(depth + 1)
 	case c == '[':
 		return d.array(depth + 1)
 	case c == '"':
@@ -142,44 +230,32 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 		return nil, false
 	}
 	d.i++ // [
-	vals := []ref.Val{}
-	if !d.items(']', func() bool {
-		v, ok := d.value(depth)
-		vals = append(vals, v)
-		return ok
-	}) {
-		return nil, false
-	}
-	d.max = max(d.max, uint64(len(vals)))
-	return types.NewRefValList(d.a, vals), true
-}
-
-// items reads the rest of an object or an array whose opening byte is read: nothing up
-// to end, or items separated by commas up to end, each read by item (which starts at the
-// item, past any space).
-func (d *answerDecoder) items(end byte, item func() bool) bool {
+	var vals []ref.Val
 	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == end {
+	if d.i < len(d.b) && d.b[d.i] == ']' {
 		d.i++
-		return true
+		return types.NewRefValList(d.a, []ref.Val{}), true
 	}
 	for {
 		d.ws()
-		if !item() {
-			return false
+		v, ok := d.value(depth)
+		if !ok {
+			return nil, false
 		}
+		vals = append(vals, v)
 		d.ws()
 		if d.i >= len(d.b) {
-			return false
+			return nil, false
 		}
 		switch d.b[d.i] {
 		case ',':
 			d.i++
-		case end:
+		case ']':
 			d.i++
-			return true
+			d.max = max(d.max, uint64(len(vals)))
+			return types.NewRefValList(d.a, vals), true
 		default:
-			return false
+			return nil, false
 		}
 	}
 }
@@ -275,8 +351,9 @@ func (planSizes) EstimateCallCost(function, _ string, _ *cost.AstNode, args []co
 // and the largest value of the answers, as a bit length (program.planFit), up to which
 // CEL's estimate keeps it under maxCost: the oracle runs fast while the answers it
 // holds have no larger value. The estimate grows with the sizes, so a binary search
-// over bit lengths finds it.
-func boundPlan(env *cel.Env, p *program) {
+// over bit lengths finds it. Such an expression is also compiled to closures
+// (compiled.go; cl is the plan's), which the oracle tries first.
+func boundPlan(env *cel.Env, cl *closures, p *program) {
 	if p == nil {
 		return
 	}
@@ -300,6 +377,7 @@ func boundPlan(env *cel.Env, p *program) {
 		return
 	}
 	p.fast, p.planFit = fast, lo
+	p.run = cl.compile(p.ast)
 }
 
 // checkPlanCost, when set, is called with every plan expression about to run without

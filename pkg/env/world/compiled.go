@@ -50,6 +50,13 @@ type closures struct {
 	// number of local slots they take.
 	scope []local
 	depth int
+	// slots resolves the state's names (the world's slots); plan, for the oracle plan's
+	// expressions, makes it empty and resolves task and results instead: the plan reads
+	// only what agents see.
+	slots map[string]int
+	plan  bool
+	// memoSlots numbers the plan's remembered expressions by their text (planMemo).
+	memoSlots map[string]int
 }
 
 type local struct {
@@ -59,7 +66,7 @@ type local struct {
 
 // newClosures reads the function bindings of env: the same the interpreter dispatches to.
 func newClosures(w *World, prov *provider, env *cel.Env) *closures {
-	c := &closures{w: w, prov: prov, adapter: env.CELTypeAdapter(), fns: map[string]*functions.Overload{}}
+	c := &closures{w: w, prov: prov, adapter: env.CELTypeAdapter(), fns: map[string]*functions.Overload{}, slots: w.slots}
 	for _, fd := range env.Functions() {
 		bs, err := fd.Bindings()
 		if err != nil {
@@ -69,6 +76,14 @@ func newClosures(w *World, prov *provider, env *cel.Env) *closures {
 			c.fns[b.Operator] = b
 		}
 	}
+	return c
+}
+
+// newPlanClosures is newClosures for the expressions of the oracle's plan, which read
+// task and results (the answers, dyn maps) and nothing of the state.
+func newPlanClosures(w *World, prov *provider, env *cel.Env) *closures {
+	c := newClosures(w, prov, env)
+	c.slots, c.plan = map[string]int{}, true
 	return c
 }
 
@@ -98,7 +113,53 @@ func (c *closures) expr(e ast.Expr) (cfn, bool) {
 	if !ok {
 		return nil, false
 	}
+	if c.plan {
+		return c.planMemo(e, f), true
+	}
 	return c.memoize(e, f), true
+}
+
+// planMemo returns f, the closure of e, computed once while the oracle's results stay
+// the same when e is a comprehension or a library call of the plan outside any
+// comprehension: it reads nothing but task and results then, and the plan's other
+// expressions that write it the same way share its value (the shop's candidate filter,
+// written in each of its stock checks). CEL's functions are pure, so the value is the
+// one each would compute.
+func (c *closures) planMemo(e ast.Expr, f cfn) cfn {
+	switch {
+	case len(c.scope) > 0:
+		return f
+	case e.Kind() == ast.ComprehensionKind:
+	case e.Kind() == ast.CallKind && !isOperator(e.AsCall().FunctionName()):
+	default:
+		return f
+	}
+	text := exprKey(e)
+	if c.memoSlots == nil {
+		c.memoSlots = map[string]int{}
+	}
+	slot, ok := c.memoSlots[text]
+	if !ok {
+		slot = len(c.memoSlots)
+		c.memoSlots[text] = slot
+	}
+	return func(a *activation) ref.Val {
+		o := a.plan
+		if o == nil {
+			return f(a)
+		}
+		if slot >= len(o.memo) {
+			o.memo = append(o.memo, make([]ref.Val, slot+1-len(o.memo))...)
+		}
+		if v := o.memo[slot]; v != nil {
+			return v
+		}
+		v := f(a)
+		if !types.IsError(v) {
+			o.memo[slot] = v
+		}
+		return v
+	}
 }
 
 // memoize returns f, the closure of e, computed once per step when e is a library
@@ -229,7 +290,7 @@ func (c *closures) argsOnly(e ast.Expr) *objType {
 				only = false
 				return
 			}
-			if _, isState := c.w.slots[name]; isState {
+			if _, isState := c.slots[name]; isState {
 				only = false
 				return
 			}
@@ -293,7 +354,26 @@ func (c *closures) ident(id int64, name string) (cfn, bool) {
 			}, true
 		}
 	}
-	if k, ok := c.w.slots[name]; ok {
+	if c.plan {
+		switch name {
+		case "task":
+			return func(a *activation) ref.Val {
+				if a.plan != nil {
+					return a.plan.taskVal
+				}
+				return errUnsure
+			}, true
+		case "results":
+			return func(a *activation) ref.Val {
+				if a.plan != nil {
+					return a.plan.resultsVal
+				}
+				return errUnsure
+			}, true
+		}
+		return nil, false
+	}
+	if k, ok := c.slots[name]; ok {
 		if k >= 0 {
 			return func(a *activation) ref.Val {
 				if v := a.ep.vars[k]; v != nil {
@@ -375,7 +455,8 @@ func (c *closures) selectField(e ast.Expr) (cfn, bool) {
 		return nil, false
 	}
 	field := s.FieldName()
-	key := types.String(field)
+	// An interface value made once: a types.String made one at each call allocates.
+	var key ref.Val = types.String(field)
 	var ot *objType
 	if t := c.types[s.Operand().ID()]; t != nil && t.Kind() == types.StructKind {
 		ot = c.prov.objs[t.TypeName()]
@@ -397,7 +478,7 @@ func (c *closures) selectField(e ast.Expr) (cfn, bool) {
 	return func(a *activation) ref.Val { return selectDyn(op(a), key) }, true
 }
 
-func selectDyn(v ref.Val, key types.String) ref.Val {
+func selectDyn(v ref.Val, key ref.Val) ref.Val {
 	if m, ok := v.(traits.Mapper); ok {
 		if x, found := m.Find(key); found && !types.IsError(x) {
 			return x

@@ -121,7 +121,7 @@ func leaf[V scalar](c *closures, e ast.Expr) (fn[V], bool) {
 				return v, ok
 			}, true
 		}
-		if k, ok := c.w.slots[name]; ok && k >= 0 {
+		if k, ok := c.slots[name]; ok && k >= 0 {
 			return func(a *activation) (V, bool) {
 				v, ok := a.ep.vars[k].(V)
 				return v, ok
@@ -144,7 +144,7 @@ func leaf[V scalar](c *closures, e ast.Expr) (fn[V], bool) {
 					return fieldAt[V](o, ot, i)
 				}, true
 			}
-			if _, isState := c.w.slots[name]; !isState && name == "args" {
+			if _, isState := c.slots[name]; !isState && name == "args" {
 				return func(a *activation) (V, bool) { return fieldAt[V](a.args, ot, i) }, true
 			}
 		}
@@ -598,7 +598,7 @@ func (c *closures) isCollection(e ast.Expr) bool {
 	if _, isLocal := c.local(name); isLocal {
 		return false
 	}
-	k, ok := c.w.slots[name]
+	k, ok := c.slots[name]
 	return ok && k < 0
 }
 

@@ -118,9 +118,15 @@ type activation struct {
 	// elemName and elem: the element an answer's list of objects is being written for.
 	elemName string
 	elem     ref.Val
+	// plan: the oracle whose plan expression is being evaluated (its ep holds nothing
+	// but the comprehensions' slots); the expression reads its task and results only.
+	plan *oracle
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
+	if a.plan != nil {
+		return planVars{a.plan}.ResolveName(name)
+	}
 	if k, ok := a.ep.w.slots[name]; ok {
 		if k >= 0 {
 			v := a.ep.vars[k]
@@ -170,6 +176,15 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 			prg = p.fast
 			if checkPlanCost != nil {
 				checkPlanCost(p, a)
+			}
+			if p.run != nil {
+				act := a.o.activation()
+				if v := p.run(act); !types.IsError(v) {
+					if checkClosures != nil {
+						checkClosures(p, act, v)
+					}
+					return v, nil
+				}
 			}
 		}
 	case *activation:
@@ -616,19 +631,32 @@ func (w *World) tool(name string) *toolDef {
 
 // cap is the capacity tool t's next answer (what 0) or diff (1) starts with.
 func (e *episode) cap(t *toolDef, what int) int {
-	if e.caps == nil {
-		return 0
+	k := 2*t.index + what
+	if e.caps != nil && e.caps[k] > 0 {
+		return e.caps[k]
 	}
-	return e.caps[2*t.index+what]
+	// The tool's first call of the episode: the world's hint, from earlier episodes
+	// (most calls of a tool are its first), so that it does not grow from nothing.
+	if k < len(e.w.sizeHints) {
+		return int(e.w.sizeHints[k].Load())
+	}
+	return 0
 }
 
-// grow records the size of an answer or a diff of t (capped at capHint).
+// grow records the size of an answer or a diff of t (capped at capHint), in the
+// episode and in the world's hints.
 func (e *episode) grow(t *toolDef, what, n int) {
 	if e.caps == nil {
 		e.caps = make([]int, 2*len(e.w.tools))
 	}
 	k := 2*t.index + what
-	e.caps[k] = min(max(e.caps[k], n), capHint)
+	n = min(n, capHint)
+	e.caps[k] = max(e.caps[k], n)
+	if k < len(e.w.sizeHints) {
+		h := &e.w.sizeHints[k]
+		for old := h.Load(); int32(n) > old && !h.CompareAndSwap(old, int32(n)); old = h.Load() {
+		}
+	}
 }
 
 // argsOf returns the object a call of t reads its arguments into.

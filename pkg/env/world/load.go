@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
@@ -298,6 +299,10 @@ type World struct {
 	endsReadClock bool
 	// slots resolves a name of the state: a variable's position, or -1-k for entity k.
 	slots map[string]int
+	// sizeHints holds, per tool, the largest answer (at 2*index) and diff (2*index+1)
+	// of any episode so far, capped at capHint: the capacity an episode's first call
+	// of the tool starts with. Only a buffer's capacity depends on it, never a byte.
+	sizeHints []atomic.Int32
 	// ends are the end conditions a step checks, in order: success, failure (nil when
 	// the file has none), then the progress milestones.
 	ends []endCond
@@ -388,6 +393,7 @@ func Load(file string, data []byte) (*World, error) {
 	w := &World{file: file, digest: "sha256:" + hex.EncodeToString(sum[:]), maxSteps: 30, maxInvalid: 5, deadlineMs: 60000, msgEntity: -1, identify: true}
 	c := &compiler{d: d, w: w}
 	c.load(root)
+	w.sizeHints = make([]atomic.Int32, 2*len(w.tools))
 	if len(d.errs) == 0 {
 		c.bound()
 		c.trialResets()
@@ -1730,13 +1736,14 @@ func (c *compiler) oraclePlan(n *yaml.Node) {
 			}
 		}
 	}
+	cl := newPlanClosures(w, c.prov, env)
 	for i := range p.steps {
 		s := &p.steps[i]
-		boundPlan(env, s.when)
+		boundPlan(env, cl, s.when)
 		for _, calls := range []*oracleCall{&s.call, s.recover} {
 			if calls != nil {
 				for _, f := range calls.args {
-					boundPlan(env, f.val)
+					boundPlan(env, cl, f.val)
 				}
 			}
 		}

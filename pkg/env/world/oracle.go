@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/canonjson"
@@ -23,11 +24,21 @@ import (
 // and takes a violation of one of the step's done_if_rule rules as the sign that the
 // first attempt went through).
 type oracle struct {
-	w          *World
-	p          *oraclePlan
-	started    bool
-	task       map[string]any
-	results    map[string]any
+	w       *World
+	p       *oraclePlan
+	started bool
+	task    map[string]any
+	results map[string]any
+	// taskVal and resultsVal are task and results as CEL maps (made once: they see
+	// what is added to results), what the plan's expressions read.
+	taskVal, resultsVal ref.Val
+	// act is the activation of the plan's compiled expressions (closures); locals
+	// holds their comprehensions' slots.
+	act    activation
+	locals episode
+	// memo holds the values of the plan's remembered expressions (planMemo) computed
+	// since the results last changed.
+	memo       []ref.Val
 	pc         int
 	last       env.Action
 	pending    *env.Action
@@ -47,11 +58,20 @@ type planVars struct{ o *oracle }
 func (a planVars) ResolveName(name string) (any, bool) {
 	switch name {
 	case "task":
-		return a.o.task, true
+		return a.o.taskVal, true
 	case "results":
-		return a.o.results, true
+		return a.o.resultsVal, true
 	}
 	return nil, false
+}
+
+// activation is the activation of the plan's compiled expressions.
+func (o *oracle) activation() *activation {
+	if o.act.plan == nil {
+		o.locals = episode{w: o.w, loc: make([]ref.Val, o.w.locals)}
+		o.act = activation{ep: &o.locals, plan: o}
+	}
+	return &o.act
 }
 
 func (a planVars) Parent() interpreter.Activation { return nil }
@@ -68,6 +88,8 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
 		}
 		o.task, o.results, o.started = task, map[string]any{}, true
+		o.taskVal = types.NewStringInterfaceMap(o.p.adapter, o.task)
+		o.resultsVal = types.NewStringInterfaceMap(o.p.adapter, o.results)
 		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
 	}
@@ -106,6 +128,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		// Made a CEL map once: the plan's expressions read it at every step after.
 		o.results[cur.name] = types.NewStringInterfaceMap(o.p.adapter, v)
 		o.built = nil
+		clear(o.memo)
 		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results))))
 		o.recovering = false
 		o.pc++

@@ -1,11 +1,14 @@
 package world
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"cel.dev/cel-go/common/types"
@@ -101,6 +104,9 @@ func TestDecodeAnswerAgreesWithDecodeObs(t *testing.T) {
 		`{"s":"\u00e9\n\"x\"","k\u0041":true}`, `{"s":"é"}`, `{"s":"` + "\xff" + `"}`, `{"x":[1,[2,{"y":null}],[]],"z":{}}`,
 		`{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":tru}`, `{"a":1,}`, `{"a" 1}`, `[1]`, `null`, ``, `{`, `{"a":"b`,
 		`{"a":[1,]}`, `{"a":{"b":1}`, `{"a":1}{"b":2}`, "{\"a\":\"\t\"}",
+		// Nested objects whose keys are their sibling's, or not quite.
+		`{"l":[{"a":1,"b":2},{"a":3,"b":4},{"a":5},{"a":6,"b":7,"c":8},{},{},{"b":1,"a":2},{"a":1,"a":2,"b":3},{"a":1,"b":2,"a":3},{"a":1,"b":2,"b":4,"c":5}]}`,
+		`{"a":{"x":{"q":1},"y":2},"b":{"x":{"q":3},"y":4},"c":{"x":{"y":5}},"d":{"q":[{"x":1}]}}`,
 	}
 	for _, e := range []env.Env{shopPort(t), bank(t), airline(t)} {
 		for seed := uint64(1); seed <= 20; seed++ {
@@ -219,5 +225,102 @@ func TestPlanCostUnderEstimate(t *testing.T) {
 	w, _ := Of(shopPort(t))
 	if src := w.oracle.steps[1].when.src; runs[src] == 0 {
 		t.Errorf("the shop's first stock check never ran untracked: %q", src)
+	}
+}
+
+// TestPlanClosuresAgreeWithCEL: every plan expression of the shop file, the bank and the
+// airline that runs without cost tracking is compiled to closures, and each evaluation
+// its closure answers on oracle episodes under faults is what CEL's interpreter gives;
+// the shop's stock checks (its candidate filter) are answered by their closures.
+func TestPlanClosuresAgreeWithCEL(t *testing.T) {
+	for _, e := range []env.Env{shopPort(t), bank(t), airline(t)} {
+		w := worldOf(e)
+		withCheck(t, func(c *closureCheck) {
+			h := sha256.New()
+			for seed := uint64(1); seed <= 40; seed++ {
+				cfg := env.Config{Seed: seed}
+				if seed%2 == 0 {
+					cfg = shopStress(t, seed)
+				}
+				playOracle(t, e, cfg, h)
+			}
+			compiled := 0
+			for _, s := range w.oracle.steps {
+				ps := []*program{s.when}
+				for _, call := range []*oracleCall{&s.call, s.recover} {
+					if call != nil {
+						for _, f := range call.args {
+							ps = append(ps, f.val)
+						}
+					}
+				}
+				for _, p := range ps {
+					if p == nil || p.fast == nil {
+						continue
+					}
+					if p.run == nil {
+						t.Errorf("%s: %s runs on the interpreter: %q", w.name, p.at.field, p.src)
+						continue
+					}
+					compiled++
+				}
+			}
+			if compiled == 0 || c.checked == 0 {
+				t.Errorf("%s: nothing compared (%d compiled, %d evaluations)", w.name, compiled, c.checked)
+			}
+			t.Logf("%s: %d plan expressions compiled, %d evaluations compared", w.name, compiled, c.checked)
+			if w.name == "shop_world" {
+				for _, i := range []int{1, 2} {
+					if p := w.oracle.steps[i].when; c.decided[p] == 0 {
+						t.Errorf("the shop's %s never answered by its closure: %q", w.oracle.steps[i].name, p.src)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPlanMemoSeesNewResults: a plan expression remembered while the results stay the
+// same is computed again once a step's answer is added. The shop file's first two
+// stock checks are given a condition on the number of answers, a comprehension over
+// results, which holds whenever they run (1 answer before the first, 2 before the
+// second) but which a value remembered across the first answer would make false: the
+// oracle's actions must stay the file's own, without faults and under them.
+func TestPlanMemoSeesNewResults(t *testing.T) {
+	data, err := os.ReadFile("../../../examples/worlds/shop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for _, step := range []struct{ name, cond string }{{"stock1", "size(results.filter(k, true)) == 1"}, {"stock2", "size(results.filter(k, true)) == 2"}} {
+		old := "- name: " + step.name + "\n      when: "
+		if !strings.Contains(text, old) {
+			t.Fatalf("the shop file has no step %s with a condition", step.name)
+		}
+		text = strings.Replace(text, old, old+step.cond+" && ", 1)
+	}
+	w, err := Load("shop.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range w.oracle.steps[1:3] {
+		if s.when.run == nil {
+			t.Fatalf("%s: its condition is not compiled: %q", s.name, s.when.src)
+		}
+	}
+	want, got := sha256.New(), sha256.New()
+	for seed := uint64(1); seed <= 60; seed++ {
+		cfg := env.Config{Seed: seed}
+		if seed%2 == 0 {
+			cfg = shopStress(t, seed)
+		}
+		playOracle(t, shopPort(t), cfg, want)
+		if seed%2 == 0 {
+			cfg = shopStress(t, seed) // a fresh injector: the first one was used
+		}
+		playOracle(t, w.Env(), cfg, got)
+	}
+	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Errorf("with conditions on the number of answers, the oracle's actions differ from the shop file's")
 	}
 }
