@@ -10,6 +10,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
+	"google.golang.org/protobuf/proto"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -96,7 +97,7 @@ var (
 
 func exprEnv() (*cel.Env, error) {
 	celEnvOnce.Do(func() {
-		celEnv, celEnvErr = cel.NewEnv(
+		opts := []cel.EnvOption{
 			cel.Types(&gauntletv1.Signals{}, &gauntletv1.Metering{}, &gauntletv1.EpisodeSoFar{}),
 			cel.VariableWithDoc("signals", cel.ObjectType("gauntlet.v1.Signals"), "the env's judgement of the step"),
 			cel.VariableWithDoc("metering", cel.ObjectType("gauntlet.v1.Metering"), "what the sandbox measured of the step"),
@@ -104,9 +105,120 @@ func exprEnv() (*cel.Env, error) {
 			cel.VariableWithDoc("verifier", cel.MapType(cel.StringType, cel.DoubleType),
 				"the named numbers a task's verifier wrote, on the verdict step (signals.verifier_names, verifier_values); empty on other steps"),
 			cel.ParserExpressionSizeLimit(4096),
-		)
+		}
+		for name, typ := range scalarFields {
+			opts = append(opts, cel.Variable(name, typ))
+		}
+		celEnv, celEnvErr = cel.NewEnv(opts...)
 	})
 	return celEnv, celEnvErr
+}
+
+// scalarFields are the scalar fields of signals, metering and episode ("signals.budget"),
+// each declared to CEL as a variable of its own, of the type CEL gives the field (double,
+// int, uint, bool, string): the type checker resolves a selection of such a field to that
+// variable, and activation.field reads it with the message's getter, instead of CEL
+// wrapping the message and selecting the field by protobuf reflection on every step. The
+// value is the same either way. Repeated fields, has(), and a field activation.field does
+// not know (one added to the messages since) still go through the message.
+var scalarFields = func() map[string]*cel.Type {
+	m := map[string]*cel.Type{}
+	empty := activation{sig: noSignals, met: noMetering, ep: &gauntletv1.EpisodeSoFar{}}
+	for i, msg := range []proto.Message{noSignals, noMetering, empty.ep} {
+		prefix := [...]string{"signals.", "metering.", "episode."}[i]
+		fields := msg.ProtoReflect().Descriptor().Fields()
+		for j := range fields.Len() {
+			name := prefix + string(fields.Get(j).Name())
+			v, ok := empty.field(name)
+			if !ok {
+				continue
+			}
+			switch v.(type) {
+			case types.Double:
+				m[name] = cel.DoubleType
+			case types.Int:
+				m[name] = cel.IntType
+			case types.Uint:
+				m[name] = cel.UintType
+			case types.Bool:
+				m[name] = cel.BoolType
+			case types.String:
+				m[name] = cel.StringType
+			}
+		}
+	}
+	return m
+}()
+
+// field returns the value of the scalar field name ("signals.budget") as CEL types it,
+// false for any other name. TestScalarFieldsReadAsTheMessage checks each against CEL's own
+// selection of the field from the message.
+func (a *activation) field(name string) (ref.Val, bool) {
+	switch name {
+	case "signals.progress":
+		return types.Double(a.sig.GetProgress()), true
+	case "signals.invalid_action":
+		return types.Bool(a.sig.GetInvalidAction()), true
+	case "signals.success":
+		return types.Bool(a.sig.GetSuccess()), true
+	case "signals.spend":
+		return types.Double(a.sig.GetSpend()), true
+	case "signals.budget":
+		return types.Double(a.sig.GetBudget()), true
+	case "signals.deadline_virtual_ns":
+		return types.Int(a.sig.GetDeadlineVirtualNs()), true
+	case "signals.progress_delta":
+		return types.Double(a.sig.GetProgressDelta()), true
+
+	case "metering.tool_calls":
+		return types.Uint(a.met.GetToolCalls()), true
+	case "metering.errors":
+		return types.Uint(a.met.GetErrors()), true
+	case "metering.virtual_ns":
+		return types.Uint(a.met.GetVirtualNs()), true
+	case "metering.wall_ns":
+		return types.Uint(a.met.GetWallNs()), true
+	case "metering.bytes_in":
+		return types.Uint(a.met.GetBytesIn()), true
+	case "metering.bytes_out":
+		return types.Uint(a.met.GetBytesOut()), true
+	case "metering.cpu_ns":
+		return types.Uint(a.met.GetCpuNs()), true
+	case "metering.peak_memory_bytes":
+		return types.Uint(a.met.GetPeakMemoryBytes()), true
+	case "metering.processes":
+		return types.Uint(a.met.GetProcesses()), true
+	case "metering.read_bytes":
+		return types.Uint(a.met.GetReadBytes()), true
+	case "metering.written_bytes":
+		return types.Uint(a.met.GetWrittenBytes()), true
+	case "metering.runtime":
+		return types.String(a.met.GetRuntime()), true
+	case "metering.policy_ns":
+		return types.Uint(a.met.GetPolicyNs()), true
+	case "metering.reward_ns":
+		return types.Uint(a.met.GetRewardNs()), true
+
+	case "episode.steps":
+		return types.Uint(a.ep.GetSteps()), true
+	case "episode.total":
+		return types.Double(a.ep.GetTotal()), true
+	case "episode.tool_calls":
+		return types.Uint(a.ep.GetToolCalls()), true
+	case "episode.errors":
+		return types.Uint(a.ep.GetErrors()), true
+	case "episode.virtual_ns":
+		return types.Uint(a.ep.GetVirtualNs()), true
+	case "episode.safety_events":
+		return types.Uint(a.ep.GetSafetyEvents()), true
+	case "episode.violations":
+		return types.Uint(a.ep.GetViolations()), true
+	case "episode.invalid_actions":
+		return types.Uint(a.ep.GetInvalidActions()), true
+	case "episode.progress":
+		return types.Double(a.ep.GetProgress()), true
+	}
+	return nil, false
 }
 
 // compileExpr parses and type-checks one expression, which must give a number or a bool.
@@ -159,7 +271,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		}
 		return a.verifier, true
 	}
-	return nil, false
+	return a.field(name)
 }
 
 // noVerifier is the verifier variable of a step without named numbers.
