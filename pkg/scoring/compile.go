@@ -84,6 +84,11 @@ type compiled struct {
 	windows  int // running z-score stages and repeat detectors, each with its window in RewardState.windows
 	// actions: a component reads the step's action (a repeat detector).
 	actions bool
+	// episode: an expression reads episode, so the state carries the episode so far
+	// (RewardState.episode). Without one the state is only the potentials, the detectors'
+	// counters and the windows: scoring keeps no episode, and the requests and replies that
+	// carry the state are the smaller for it.
+	episode bool
 }
 
 // The CEL environment every spec's expressions compile in: the step's signals and
@@ -221,28 +226,35 @@ func (a *activation) field(name string) (ref.Val, bool) {
 	return nil, false
 }
 
-// compileExpr parses and type-checks one expression, which must give a number or a bool.
-func compileExpr(src string) (cel.Program, error) {
+// compileExpr parses and type-checks one expression, which must give a number or a bool,
+// and reports whether it reads episode.
+func compileExpr(src string) (prg cel.Program, readsEpisode bool, err error) {
 	env, err := exprEnv()
 	if err != nil {
-		return nil, fmt.Errorf("expression environment: %w", err)
+		return nil, false, fmt.Errorf("expression environment: %w", err)
 	}
 	ast, iss := env.Compile(src)
 	if err := iss.Err(); err != nil {
 		// "ERROR: <input>:1:8: msg" and a snippet: keep the position and the snippet.
 		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "ERROR: <input>:", "expression ")
-		return nil, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
+		return nil, false, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
 	}
 	switch ast.OutputType().Kind() {
 	case types.DoubleKind, types.IntKind, types.UintKind, types.BoolKind:
 	default:
-		return nil, fmt.Errorf("%q gives %v, want a number (double, int, uint) or a bool", src, ast.OutputType())
+		return nil, false, fmt.Errorf("%q gives %v, want a number (double, int, uint) or a bool", src, ast.OutputType())
 	}
-	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	prg, err = env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, fmt.Errorf("plan %q: %w", src, err)
+		return nil, false, fmt.Errorf("plan %q: %w", src, err)
 	}
-	return prg, nil
+	// The checker resolved every name: "episode", or "episode.steps" and the like.
+	for _, ref := range ast.NativeRep().ReferenceMap() {
+		if ref.Name == "episode" || strings.HasPrefix(ref.Name, "episode.") {
+			readsEpisode = true
+		}
+	}
+	return prg, readsEpisode, nil
 }
 
 // activation resolves an expression's variables without building a map per step.
@@ -315,9 +327,11 @@ func valueAt(values []float64, i int) float64 {
 func (a *activation) Parent() interpreter.Activation { return nil }
 
 // Empty messages stand for absent ones, so expressions read zeros, as the built-ins do.
+// noEpisode is the episode of a spec whose expressions do not read it: nothing writes it.
 var (
 	noSignals  = &gauntletv1.Signals{}
 	noMetering = &gauntletv1.Metering{}
+	noEpisode  = &gauntletv1.EpisodeSoFar{}
 )
 
 // eval runs one expression; an evaluation error (an int overflow, a missing map key)
@@ -432,7 +446,10 @@ func zscore(w *gauntletv1.ZWindow, n int, x float64) float64 {
 
 // prepare makes st fit c (a fresh state for a first step), so scoring never checks.
 func (c *compiled) prepare(st *gauntletv1.RewardState) {
-	if st.Episode == nil {
+	switch {
+	case !c.episode:
+		st.Episode = nil // nothing reads it
+	case st.Episode == nil:
 		st.Episode = &gauntletv1.EpisodeSoFar{}
 	}
 	if len(st.Potentials) != len(c.comps) {
@@ -451,8 +468,12 @@ func (c *compiled) prepare(st *gauntletv1.RewardState) {
 	}
 }
 
-// advance records a scored step in the episode so far.
+// advance records a scored step in the episode so far, when the spec keeps one (ep is
+// nil otherwise).
 func advance(ep *gauntletv1.EpisodeSoFar, sig *gauntletv1.Signals, met *gauntletv1.Metering, total float64) {
+	if ep == nil {
+		return
+	}
 	ep.Steps++
 	ep.Total += total
 	ep.ToolCalls += uint64(met.GetToolCalls())

@@ -59,7 +59,7 @@ func TestScalarFieldsReadAsTheMessage(t *testing.T) {
 // The fast path is taken: the checker resolves a selection of a scalar field to its own
 // variable, so the message is never asked for.
 func TestScalarFieldSkipsTheMessage(t *testing.T) {
-	prg, err := compileExpr("signals.budget > 0.0 ? -signals.spend / signals.budget : metering.virtual_ns > 0u ? 1.0 : 0.0")
+	prg, _, err := compileExpr("signals.budget > 0.0 ? -signals.spend / signals.budget : metering.virtual_ns > 0u ? 1.0 : 0.0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,5 +140,90 @@ func fill(rng *rand.Rand, m protoreflect.Message) {
 			continue
 		}
 		m.Set(fd, v)
+	}
+}
+
+// A spec whose expressions do not read episode keeps none in its state, and scores every
+// step of an episode to the same bits as when it kept one: the state a request carries is
+// then the potentials, counters and windows alone.
+func TestStateWithoutEpisodeScoresTheSame(t *testing.T) {
+	spec, err := Parse("t.yaml", []byte(`name: t
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: causal, builtin: causal, weight: 0.3, normalise: [{scale: 2}, {clip: [-1, 0]}]}
+  - {name: thrift, expr: "signals.budget > 0.0 ? -signals.spend / signals.budget : 0.0", weight: 0.1}
+  - {name: careful, expr: "signals.invalid_action || size(signals.violations) > 0 ? -1.0 : 0.0", weight: 0.1}
+  - {name: progress, potential: {expr: signals.progress, gamma: 0.99}, weight: 0.5}
+  - {name: calls, expr: double(metering.tool_calls), weight: 0.2, normalise: [{zscore: {window: 3}}]}
+  - {name: idle, detector: {kind: idle, window: 3}, weight: 0.1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.c.episode {
+		t.Fatal("the spec's expressions do not read episode, but it keeps one")
+	}
+	keeping := spec
+	c := *spec.c
+	c.episode = true // as every stateful spec did before
+	keeping.c = &c
+	rng := rand.New(rand.NewPCG(3, 4))
+	var lean, full gauntletv1.RewardState
+	for i := range 200 {
+		st := &gauntletv1.StepTaken{
+			Step: uint32(i), Terminated: i%17 == 16,
+			Signals: &gauntletv1.Signals{
+				Progress: rng.Float64(), ProgressDelta: rng.NormFloat64() / 4, Success: i%17 == 16,
+				Spend: rng.Float64() * 10, Budget: float64(rng.IntN(3)) * 20, InvalidAction: rng.IntN(5) == 0,
+				Violations: make([]*gauntletv1.CausalViolation, rng.IntN(2)),
+			},
+			Metering: &gauntletv1.Metering{ToolCalls: uint32(rng.IntN(4)), VirtualNs: uint64(rng.IntN(1e9))},
+		}
+		if i%17 == 0 {
+			lean, full = gauntletv1.RewardState{}, gauntletv1.RewardState{}
+		}
+		var a, b [8]float64
+		va, ta := AppendValuesState(a[:0], spec, &lean, st)
+		vb, tb := AppendValuesState(b[:0], keeping, &full, st)
+		if math.Float64bits(ta) != math.Float64bits(tb) {
+			t.Fatalf("step %d: total %v without the episode, %v with it", i, ta, tb)
+		}
+		for j := range va {
+			if math.Float64bits(va[j]) != math.Float64bits(vb[j]) {
+				t.Fatalf("step %d: %s %v without the episode, %v with it", i, spec.Weights[j].Component, va[j], vb[j])
+			}
+		}
+		if lean.Episode != nil || full.Episode == nil {
+			t.Fatalf("step %d: episode %v without, %v with", i, lean.Episode, full.Episode)
+		}
+		withoutEpisode := proto.Clone(&full).(*gauntletv1.RewardState)
+		withoutEpisode.Episode = nil
+		if !proto.Equal(&lean, withoutEpisode) {
+			t.Fatalf("step %d: state %v, want %v", i, &lean, withoutEpisode)
+		}
+	}
+}
+
+// Any reading of episode keeps it: a field, the message, has().
+func TestReadsEpisode(t *testing.T) {
+	for src, want := range map[string]bool{
+		"episode.total":                           true,
+		"double(episode.steps)":                   true,
+		"has(episode.steps) ? 1.0 : 0.0":          true,
+		"[episode][0].progress":                   true,
+		"signals.progress - 0.5":                  false,
+		"double(metering.tool_calls)":             false,
+		"size(signals.violations) > 0":            false,
+		"'episode' in verifier ? 1.0 : 0.0":       false,
+		"signals.success && signals.budget > 0.0": false,
+	} {
+		_, got, err := compileExpr(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got != want {
+			t.Errorf("%s: reads episode %v, want %v", src, got, want)
+		}
 	}
 }

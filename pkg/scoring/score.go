@@ -81,6 +81,9 @@ func AppendValuesState(dst []float64, spec Spec, st *gauntletv1.RewardState, ste
 	if act.met == nil {
 		act.met = noMetering
 	}
+	if act.ep == nil {
+		act.ep = noEpisode
+	}
 	terminated := step.GetTerminated()
 	for i, w := range spec.Weights {
 		v := c.componentValue(i, sig, met, step.GetAction(), terminated, &act, st, nil)
