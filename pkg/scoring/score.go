@@ -127,7 +127,8 @@ func TableStates(specFor func(env, digest string) Spec, steps []*gauntletv1.Step
 			sp := specFor(kk.env, kk.digest)
 			k = len(specs)
 			keys, specs = append(keys, kk), append(specs, sp)
-			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights))}
+			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights)),
+				ActionsUnread: !sp.ReadsActions()}
 			for j, w := range sp.Weights {
 				ts.Names[j], ts.Weights[j] = w.Component, w.Weight
 			}
