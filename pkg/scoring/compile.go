@@ -60,7 +60,10 @@ type comp struct {
 	kind    kind
 	builtin string
 	prg     cel.Program
-	gamma   float64
+	// field: the expression is only this scalar field's name, of a number or a bool type,
+	// read without CEL (comp.eval).
+	field string
+	gamma float64
 	// detector and window: a detector's kind and its window (idle, repeat: steps in a
 	// row); slot: repeat's window in RewardState.windows, which holds the fingerprint of
 	// the last action.
@@ -114,6 +117,9 @@ func exprEnv() (*cel.Env, error) {
 		for name, typ := range scalarFields {
 			opts = append(opts, cel.Variable(name, typ))
 		}
+		for name, typ := range listFields {
+			opts = append(opts, cel.Variable(name, typ))
+		}
 		celEnv, celEnvErr = cel.NewEnv(opts...)
 	})
 	return celEnv, celEnvErr
@@ -154,6 +160,60 @@ var scalarFields = func() map[string]*cel.Type {
 	}
 	return m
 }()
+
+// listFields are the repeated fields of signals, declared like scalarFields: an empty one,
+// a step's usual, reads as one shared empty list instead of a list CEL wraps around the
+// message's each time; a full one as the message's slice, whose elements CEL's adapter
+// wraps as it wraps the message's.
+var listFields = map[string]*cel.Type{
+	"signals.violations":      cel.ListType(cel.ObjectType("gauntlet.v1.CausalViolation")),
+	"signals.safety_events":   cel.ListType(cel.StringType),
+	"signals.verifier_names":  cel.ListType(cel.StringType),
+	"signals.verifier_values": cel.ListType(cel.DoubleType),
+	"signals.limits":          cel.ListType(cel.StringType),
+}
+
+// emptyList is every empty list field.
+var emptyList = types.NewDynamicList(types.DefaultTypeAdapter, []any{})
+
+// list returns the value of the list field name, false for any other name.
+func (a *activation) list(name string) (any, bool) {
+	var l any
+	n := 0
+	switch name {
+	case "signals.violations":
+		v := a.sig.GetViolations()
+		l, n = v, len(v)
+	case "signals.safety_events":
+		v := a.sig.GetSafetyEvents()
+		l, n = v, len(v)
+	case "signals.verifier_names":
+		v := a.sig.GetVerifierNames()
+		l, n = v, len(v)
+	case "signals.verifier_values":
+		v := a.sig.GetVerifierValues()
+		l, n = v, len(v)
+	case "signals.limits":
+		v := a.sig.GetLimits()
+		l, n = v, len(v)
+	default:
+		return nil, false
+	}
+	if n == 0 {
+		return emptyList, true
+	}
+	return l, true
+}
+
+// fieldOnly returns src when it is only the name of a scalar field of a number or a bool
+// type, "" otherwise.
+func fieldOnly(src string) string {
+	src = strings.TrimSpace(src)
+	if t, ok := scalarFields[src]; ok && t != cel.StringType {
+		return src
+	}
+	return ""
+}
 
 // field returns the value of the scalar field name ("signals.budget") as CEL types it,
 // false for any other name. TestScalarFieldsReadAsTheMessage checks each against CEL's own
@@ -283,7 +343,10 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		}
 		return a.verifier, true
 	}
-	return a.field(name)
+	if v, ok := a.field(name); ok {
+		return v, true
+	}
+	return a.list(name)
 }
 
 // noVerifier is the verifier variable of a step without named numbers.
@@ -334,6 +397,16 @@ var (
 	noEpisode  = &gauntletv1.EpisodeSoFar{}
 )
 
+// eval runs the component's expression; one that is only a scalar field's name
+// (signals.progress, a potential's usual) reads the field, which is what CEL would give.
+func (cp *comp) eval(act *activation) (float64, error) {
+	if cp.field != "" {
+		v, _ := act.field(cp.field)
+		return number(v)
+	}
+	return eval(cp.prg, act)
+}
+
 // eval runs one expression; an evaluation error (an int overflow, a missing map key)
 // scores 0 and is returned for Explain.
 func eval(prg cel.Program, act *activation) (float64, error) {
@@ -381,7 +454,7 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 	case kindBuiltin:
 		v = value(cp.builtin, sig, met)
 	case kindExpr:
-		v, err = eval(cp.prg, act)
+		v, err = cp.eval(act)
 	case kindDetector:
 		v = detect(cp, sig, action, st, i)
 	case kindVerifier:
@@ -389,7 +462,7 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 	case kindPotential:
 		var phi float64
 		if !terminated { // an absorbing state's potential is 0, so shaping telescopes
-			phi, err = eval(cp.prg, act)
+			phi, err = cp.eval(act)
 			phi = notNaN(phi)
 		}
 		v = cp.gamma*phi - st.Potentials[i]

@@ -39,10 +39,25 @@ func TestScalarFieldsReadAsTheMessage(t *testing.T) {
 			fields := m.ProtoReflect().Descriptor().Fields()
 			for j := range fields.Len() {
 				fd := fields.Get(j)
-				if fd.Cardinality() == protoreflect.Repeated || fd.Kind() == protoreflect.MessageKind {
+				name := prefix + "." + string(fd.Name())
+				if fd.Cardinality() == protoreflect.Repeated {
+					if _, ok := listFields[name]; !ok {
+						t.Fatalf("%s is not read by activation.list: add it there", name)
+					}
+					// Lists read as the message's: the same size, equal element by element.
+					for _, src := range []string{
+						"size(" + name + ") == size([" + prefix + "][0]." + string(fd.Name()) + ")",
+						name + " == [" + prefix + "][0]." + string(fd.Name()),
+					} {
+						if got := evalAny(t, env, src, act); got != types.True {
+							t.Errorf("round %d: %s is %v", round, src, got)
+						}
+					}
 					continue
 				}
-				name := prefix + "." + string(fd.Name())
+				if fd.Kind() == protoreflect.MessageKind {
+					continue
+				}
 				if _, ok := scalarFields[name]; !ok {
 					t.Fatalf("%s is not read by activation.field: add it there", name)
 				}
@@ -53,6 +68,42 @@ func TestScalarFieldsReadAsTheMessage(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// An expression that is only a numeric or bool field's name reads the field without CEL,
+// and gives what CEL gives for it, NaN and infinities included.
+func TestFieldOnlyExpressionIsCEL(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	names := 0
+	for name := range scalarFields {
+		prg, _, err := compileExpr(name)
+		if fieldOnly(name) == "" {
+			if err == nil {
+				t.Errorf("%s compiles but is not read as a field", name)
+			}
+			continue // a string field: not a number
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names++
+		cp := comp{prg: prg, field: fieldOnly(" " + name + " ")}
+		for range 30 {
+			sig, met, ep := &gauntletv1.Signals{}, &gauntletv1.Metering{}, &gauntletv1.EpisodeSoFar{}
+			fill(rng, sig.ProtoReflect())
+			fill(rng, met.ProtoReflect())
+			fill(rng, ep.ProtoReflect())
+			act := &activation{sig: sig, met: met, ep: ep}
+			got, gerr := cp.eval(act)
+			want, werr := eval(prg, act)
+			if math.Float64bits(got) != math.Float64bits(want) || (gerr == nil) != (werr == nil) {
+				t.Fatalf("%s: read %v (%v), CEL gives %v (%v)", name, got, gerr, want, werr)
+			}
+		}
+	}
+	if names < 20 || fieldOnly("signals.progress + 0.0") != "" || fieldOnly("metering.runtime") != "" {
+		t.Errorf("%d fields read directly; or a bigger expression, or a string, is one", names)
 	}
 }
 
@@ -117,7 +168,23 @@ func fill(rng *rand.Rand, m protoreflect.Message) {
 	fields := m.Descriptor().Fields()
 	for j := range fields.Len() {
 		fd := fields.Get(j)
-		if fd.Cardinality() == protoreflect.Repeated || fd.Kind() == protoreflect.MessageKind {
+		if fd.Cardinality() == protoreflect.Repeated {
+			l := m.Mutable(fd).List()
+			for range rng.IntN(3) {
+				switch fd.Kind() {
+				case protoreflect.StringKind:
+					l.Append(protoreflect.ValueOfString([]string{"a", "threat_fingerprint: x", ""}[rng.IntN(3)]))
+				case protoreflect.DoubleKind: // no NaN: a list holding one equals nothing
+					l.Append(protoreflect.ValueOfFloat64(rng.NormFloat64()))
+				case protoreflect.MessageKind:
+					e := l.NewElement()
+					fill(rng, e.Message())
+					l.Append(e)
+				}
+			}
+			continue
+		}
+		if fd.Kind() == protoreflect.MessageKind {
 			continue
 		}
 		var v protoreflect.Value
@@ -208,15 +275,16 @@ components:
 // Any reading of episode keeps it: a field, the message, has().
 func TestReadsEpisode(t *testing.T) {
 	for src, want := range map[string]bool{
-		"episode.total":                           true,
-		"double(episode.steps)":                   true,
-		"has(episode.steps) ? 1.0 : 0.0":          true,
-		"[episode][0].progress":                   true,
-		"signals.progress - 0.5":                  false,
-		"double(metering.tool_calls)":             false,
-		"size(signals.violations) > 0":            false,
-		"'episode' in verifier ? 1.0 : 0.0":       false,
-		"signals.success && signals.budget > 0.0": false,
+		"episode.total":                                                     true,
+		"double(episode.steps)":                                             true,
+		"has(episode.steps) ? 1.0 : 0.0":                                    true,
+		"[episode][0].progress":                                             true,
+		"signals.progress - 0.5":                                            false,
+		"double(metering.tool_calls)":                                       false,
+		"size(signals.violations) > 0":                                      false,
+		"'episode' in verifier ? 1.0 : 0.0":                                 false,
+		"signals.success && signals.budget > 0.0":                           false,
+		"size(signals.violations) > 0 && signals.violations[0].rule == 'r'": false,
 	} {
 		_, got, err := compileExpr(src)
 		if err != nil {

@@ -332,7 +332,7 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 		if err != nil {
 			p.add(at(path, "expr"), "%v", err)
 		}
-		cp.prg = prg
+		cp.prg, cp.field = prg, fieldOnly(cf.Expr)
 		c.episode = c.episode || ep
 	}
 	if cf.Potential != nil {
@@ -344,7 +344,7 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 		} else if prg, ep, err := compileExpr(cf.Potential.Expr); err != nil {
 			p.add(at(pp, "expr"), "%v", err)
 		} else {
-			cp.prg = prg
+			cp.prg, cp.field = prg, fieldOnly(cf.Potential.Expr)
 			c.episode = c.episode || ep
 		}
 		switch g := cf.Potential.Gamma; {
