@@ -3,6 +3,8 @@ package play
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -26,6 +28,9 @@ type Scorer struct {
 	reqs     chan scoreCall
 	latency  metric.Float64Histogram
 	size     metric.Int64Histogram
+	// unread holds the digests of the specs the reward service said read no action
+	// (ScoreSpec.actions_unread): their steps' requests leave the action out.
+	unread sync.Map
 }
 
 type scoreCall struct {
@@ -141,7 +146,8 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	// The reward service scores from a step's signals and metering (pkg/scoring); the
 	// observation and diff, the bulk of a step, stay here. A step of a named spec also
 	// carries its action (a pointer to the step's own, no copy), which a repeat detector
-	// reads: the env's default spec never does, so its requests stay as small as they were.
+	// reads, until a reply says the spec reads none: the env's default spec never does, so
+	// its requests stay as small as they were.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
 	for i, c := range batch {
 		req.Steps[i] = &gauntletv1.StepTaken{
@@ -152,7 +158,10 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 			if req.States == nil {
 				req.States = make([]*gauntletv1.RewardState, len(batch))
 			}
-			req.Steps[i].RewardSpec, req.Steps[i].Terminated, req.Steps[i].Action = c.named.Spec, c.step.Terminated, c.step.Action
+			req.Steps[i].RewardSpec, req.Steps[i].Terminated = c.named.Spec, c.step.Terminated
+			if _, unread := s.unread.Load(c.named.Spec); !unread {
+				req.Steps[i].Action = c.step.Action
+			}
 			req.States[i] = c.named.State
 		}
 	}
@@ -178,6 +187,15 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	if err == nil && req.States != nil && len(reply.GetTable().GetStates()) != len(req.Steps) {
 		// A reward service that predates states would score every step as an episode's first.
 		err = errkind.E(errkind.Internal, fmt.Errorf("reward service returned %d states for %d steps of named specs", len(reply.GetTable().GetStates()), len(req.Steps)))
+	}
+	if err == nil && req.States != nil {
+		for _, sp := range reply.Table.Specs {
+			if sp.GetActionsUnread() && sp.GetDigest() != "" {
+				if _, known := s.unread.Load(sp.Digest); !known {
+					s.unread.Store(strings.Clone(sp.Digest), struct{}{}) // the reply aliases its message
+				}
+			}
+		}
 	}
 	for i, c := range batch {
 		if err != nil {

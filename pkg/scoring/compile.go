@@ -10,6 +10,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
+	"google.golang.org/protobuf/proto"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -59,7 +60,10 @@ type comp struct {
 	kind    kind
 	builtin string
 	prg     cel.Program
-	gamma   float64
+	// field: the expression is only this scalar field's name, of a number or a bool type,
+	// read without CEL (comp.eval).
+	field string
+	gamma float64
 	// detector and window: a detector's kind and its window (idle, repeat: steps in a
 	// row); slot: repeat's window in RewardState.windows, which holds the fingerprint of
 	// the last action.
@@ -83,6 +87,11 @@ type compiled struct {
 	windows  int // running z-score stages and repeat detectors, each with its window in RewardState.windows
 	// actions: a component reads the step's action (a repeat detector).
 	actions bool
+	// episode: an expression reads episode, so the state carries the episode so far
+	// (RewardState.episode). Without one the state is only the potentials, the detectors'
+	// counters and the windows: scoring keeps no episode, and the requests and replies that
+	// carry the state are the smaller for it.
+	episode bool
 }
 
 // The CEL environment every spec's expressions compile in: the step's signals and
@@ -96,7 +105,7 @@ var (
 
 func exprEnv() (*cel.Env, error) {
 	celEnvOnce.Do(func() {
-		celEnv, celEnvErr = cel.NewEnv(
+		opts := []cel.EnvOption{
 			cel.Types(&gauntletv1.Signals{}, &gauntletv1.Metering{}, &gauntletv1.EpisodeSoFar{}),
 			cel.VariableWithDoc("signals", cel.ObjectType("gauntlet.v1.Signals"), "the env's judgement of the step"),
 			cel.VariableWithDoc("metering", cel.ObjectType("gauntlet.v1.Metering"), "what the sandbox measured of the step"),
@@ -104,33 +113,208 @@ func exprEnv() (*cel.Env, error) {
 			cel.VariableWithDoc("verifier", cel.MapType(cel.StringType, cel.DoubleType),
 				"the named numbers a task's verifier wrote, on the verdict step (signals.verifier_names, verifier_values); empty on other steps"),
 			cel.ParserExpressionSizeLimit(4096),
-		)
+		}
+		for name, typ := range scalarFields {
+			opts = append(opts, cel.Variable(name, typ))
+		}
+		for name, typ := range listFields {
+			opts = append(opts, cel.Variable(name, typ))
+		}
+		celEnv, celEnvErr = cel.NewEnv(opts...)
 	})
 	return celEnv, celEnvErr
 }
 
-// compileExpr parses and type-checks one expression, which must give a number or a bool.
-func compileExpr(src string) (cel.Program, error) {
+// scalarFields are the scalar fields of signals, metering and episode ("signals.budget"),
+// each declared to CEL as a variable of its own, of the type CEL gives the field (double,
+// int, uint, bool, string): the type checker resolves a selection of such a field to that
+// variable, and activation.field reads it with the message's getter, instead of CEL
+// wrapping the message and selecting the field by protobuf reflection on every step. The
+// value is the same either way. Repeated fields, has(), and a field activation.field does
+// not know (one added to the messages since) still go through the message.
+var scalarFields = func() map[string]*cel.Type {
+	m := map[string]*cel.Type{}
+	empty := activation{sig: noSignals, met: noMetering, ep: &gauntletv1.EpisodeSoFar{}}
+	for i, msg := range []proto.Message{noSignals, noMetering, empty.ep} {
+		prefix := [...]string{"signals.", "metering.", "episode."}[i]
+		fields := msg.ProtoReflect().Descriptor().Fields()
+		for j := range fields.Len() {
+			name := prefix + string(fields.Get(j).Name())
+			v, ok := empty.field(name)
+			if !ok {
+				continue
+			}
+			switch v.(type) {
+			case types.Double:
+				m[name] = cel.DoubleType
+			case types.Int:
+				m[name] = cel.IntType
+			case types.Uint:
+				m[name] = cel.UintType
+			case types.Bool:
+				m[name] = cel.BoolType
+			case types.String:
+				m[name] = cel.StringType
+			}
+		}
+	}
+	return m
+}()
+
+// listFields are the repeated fields of signals, declared like scalarFields: an empty one,
+// a step's usual, reads as one shared empty list instead of a list CEL wraps around the
+// message's each time; a full one as the message's slice, whose elements CEL's adapter
+// wraps as it wraps the message's.
+var listFields = map[string]*cel.Type{
+	"signals.violations":      cel.ListType(cel.ObjectType("gauntlet.v1.CausalViolation")),
+	"signals.safety_events":   cel.ListType(cel.StringType),
+	"signals.verifier_names":  cel.ListType(cel.StringType),
+	"signals.verifier_values": cel.ListType(cel.DoubleType),
+	"signals.limits":          cel.ListType(cel.StringType),
+}
+
+// emptyList is every empty list field.
+var emptyList = types.NewDynamicList(types.DefaultTypeAdapter, []any{})
+
+// list returns the value of the list field name, false for any other name.
+func (a *activation) list(name string) (any, bool) {
+	var l any
+	n := 0
+	switch name {
+	case "signals.violations":
+		v := a.sig.GetViolations()
+		l, n = v, len(v)
+	case "signals.safety_events":
+		v := a.sig.GetSafetyEvents()
+		l, n = v, len(v)
+	case "signals.verifier_names":
+		v := a.sig.GetVerifierNames()
+		l, n = v, len(v)
+	case "signals.verifier_values":
+		v := a.sig.GetVerifierValues()
+		l, n = v, len(v)
+	case "signals.limits":
+		v := a.sig.GetLimits()
+		l, n = v, len(v)
+	default:
+		return nil, false
+	}
+	if n == 0 {
+		return emptyList, true
+	}
+	return l, true
+}
+
+// fieldOnly returns src when it is only the name of a scalar field of a number or a bool
+// type, "" otherwise.
+func fieldOnly(src string) string {
+	src = strings.TrimSpace(src)
+	if t, ok := scalarFields[src]; ok && t != cel.StringType {
+		return src
+	}
+	return ""
+}
+
+// field returns the value of the scalar field name ("signals.budget") as CEL types it,
+// false for any other name. TestScalarFieldsReadAsTheMessage checks each against CEL's own
+// selection of the field from the message.
+func (a *activation) field(name string) (ref.Val, bool) {
+	switch name {
+	case "signals.progress":
+		return types.Double(a.sig.GetProgress()), true
+	case "signals.invalid_action":
+		return types.Bool(a.sig.GetInvalidAction()), true
+	case "signals.success":
+		return types.Bool(a.sig.GetSuccess()), true
+	case "signals.spend":
+		return types.Double(a.sig.GetSpend()), true
+	case "signals.budget":
+		return types.Double(a.sig.GetBudget()), true
+	case "signals.deadline_virtual_ns":
+		return types.Int(a.sig.GetDeadlineVirtualNs()), true
+	case "signals.progress_delta":
+		return types.Double(a.sig.GetProgressDelta()), true
+
+	case "metering.tool_calls":
+		return types.Uint(a.met.GetToolCalls()), true
+	case "metering.errors":
+		return types.Uint(a.met.GetErrors()), true
+	case "metering.virtual_ns":
+		return types.Uint(a.met.GetVirtualNs()), true
+	case "metering.wall_ns":
+		return types.Uint(a.met.GetWallNs()), true
+	case "metering.bytes_in":
+		return types.Uint(a.met.GetBytesIn()), true
+	case "metering.bytes_out":
+		return types.Uint(a.met.GetBytesOut()), true
+	case "metering.cpu_ns":
+		return types.Uint(a.met.GetCpuNs()), true
+	case "metering.peak_memory_bytes":
+		return types.Uint(a.met.GetPeakMemoryBytes()), true
+	case "metering.processes":
+		return types.Uint(a.met.GetProcesses()), true
+	case "metering.read_bytes":
+		return types.Uint(a.met.GetReadBytes()), true
+	case "metering.written_bytes":
+		return types.Uint(a.met.GetWrittenBytes()), true
+	case "metering.runtime":
+		return types.String(a.met.GetRuntime()), true
+	case "metering.policy_ns":
+		return types.Uint(a.met.GetPolicyNs()), true
+	case "metering.reward_ns":
+		return types.Uint(a.met.GetRewardNs()), true
+
+	case "episode.steps":
+		return types.Uint(a.ep.GetSteps()), true
+	case "episode.total":
+		return types.Double(a.ep.GetTotal()), true
+	case "episode.tool_calls":
+		return types.Uint(a.ep.GetToolCalls()), true
+	case "episode.errors":
+		return types.Uint(a.ep.GetErrors()), true
+	case "episode.virtual_ns":
+		return types.Uint(a.ep.GetVirtualNs()), true
+	case "episode.safety_events":
+		return types.Uint(a.ep.GetSafetyEvents()), true
+	case "episode.violations":
+		return types.Uint(a.ep.GetViolations()), true
+	case "episode.invalid_actions":
+		return types.Uint(a.ep.GetInvalidActions()), true
+	case "episode.progress":
+		return types.Double(a.ep.GetProgress()), true
+	}
+	return nil, false
+}
+
+// compileExpr parses and type-checks one expression, which must give a number or a bool,
+// and reports whether it reads episode.
+func compileExpr(src string) (prg cel.Program, readsEpisode bool, err error) {
 	env, err := exprEnv()
 	if err != nil {
-		return nil, fmt.Errorf("expression environment: %w", err)
+		return nil, false, fmt.Errorf("expression environment: %w", err)
 	}
 	ast, iss := env.Compile(src)
 	if err := iss.Err(); err != nil {
 		// "ERROR: <input>:1:8: msg" and a snippet: keep the position and the snippet.
 		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "ERROR: <input>:", "expression ")
-		return nil, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
+		return nil, false, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
 	}
 	switch ast.OutputType().Kind() {
 	case types.DoubleKind, types.IntKind, types.UintKind, types.BoolKind:
 	default:
-		return nil, fmt.Errorf("%q gives %v, want a number (double, int, uint) or a bool", src, ast.OutputType())
+		return nil, false, fmt.Errorf("%q gives %v, want a number (double, int, uint) or a bool", src, ast.OutputType())
 	}
-	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	prg, err = env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, fmt.Errorf("plan %q: %w", src, err)
+		return nil, false, fmt.Errorf("plan %q: %w", src, err)
 	}
-	return prg, nil
+	// The checker resolved every name: "episode", or "episode.steps" and the like.
+	for _, ref := range ast.NativeRep().ReferenceMap() {
+		if ref.Name == "episode" || strings.HasPrefix(ref.Name, "episode.") {
+			readsEpisode = true
+		}
+	}
+	return prg, readsEpisode, nil
 }
 
 // activation resolves an expression's variables without building a map per step.
@@ -159,7 +343,10 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		}
 		return a.verifier, true
 	}
-	return nil, false
+	if v, ok := a.field(name); ok {
+		return v, true
+	}
+	return a.list(name)
 }
 
 // noVerifier is the verifier variable of a step without named numbers.
@@ -203,10 +390,22 @@ func valueAt(values []float64, i int) float64 {
 func (a *activation) Parent() interpreter.Activation { return nil }
 
 // Empty messages stand for absent ones, so expressions read zeros, as the built-ins do.
+// noEpisode is the episode of a spec whose expressions do not read it: nothing writes it.
 var (
 	noSignals  = &gauntletv1.Signals{}
 	noMetering = &gauntletv1.Metering{}
+	noEpisode  = &gauntletv1.EpisodeSoFar{}
 )
+
+// eval runs the component's expression; one that is only a scalar field's name
+// (signals.progress, a potential's usual) reads the field, which is what CEL would give.
+func (cp *comp) eval(act *activation) (float64, error) {
+	if cp.field != "" {
+		v, _ := act.field(cp.field)
+		return number(v)
+	}
+	return eval(cp.prg, act)
+}
 
 // eval runs one expression; an evaluation error (an int overflow, a missing map key)
 // scores 0 and is returned for Explain.
@@ -255,7 +454,7 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 	case kindBuiltin:
 		v = value(cp.builtin, sig, met)
 	case kindExpr:
-		v, err = eval(cp.prg, act)
+		v, err = cp.eval(act)
 	case kindDetector:
 		v = detect(cp, sig, action, st, i)
 	case kindVerifier:
@@ -263,7 +462,7 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 	case kindPotential:
 		var phi float64
 		if !terminated { // an absorbing state's potential is 0, so shaping telescopes
-			phi, err = eval(cp.prg, act)
+			phi, err = cp.eval(act)
 			phi = notNaN(phi)
 		}
 		v = cp.gamma*phi - st.Potentials[i]
@@ -320,7 +519,10 @@ func zscore(w *gauntletv1.ZWindow, n int, x float64) float64 {
 
 // prepare makes st fit c (a fresh state for a first step), so scoring never checks.
 func (c *compiled) prepare(st *gauntletv1.RewardState) {
-	if st.Episode == nil {
+	switch {
+	case !c.episode:
+		st.Episode = nil // nothing reads it
+	case st.Episode == nil:
 		st.Episode = &gauntletv1.EpisodeSoFar{}
 	}
 	if len(st.Potentials) != len(c.comps) {
@@ -339,8 +541,12 @@ func (c *compiled) prepare(st *gauntletv1.RewardState) {
 	}
 }
 
-// advance records a scored step in the episode so far.
+// advance records a scored step in the episode so far, when the spec keeps one (ep is
+// nil otherwise).
 func advance(ep *gauntletv1.EpisodeSoFar, sig *gauntletv1.Signals, met *gauntletv1.Metering, total float64) {
+	if ep == nil {
+		return
+	}
 	ep.Steps++
 	ep.Total += total
 	ep.ToolCalls += uint64(met.GetToolCalls())

@@ -54,8 +54,11 @@
 //
 // A spec with expressions, shaping, z-scores or detectors is stateful: its steps are scored in order,
 // each with the RewardState the previous one left (ScoreState, TableStates), which the
-// worker carries between an episode's score requests. Scoring remains a pure function of
-// the spec, the state and the step; expressions are compiled once per spec.
+// worker carries between an episode's score requests. The state keeps the episode so far
+// only for a spec whose expressions read episode; otherwise it is the potentials, the
+// detectors' counters and the z-score windows alone, and the requests carrying it are the
+// smaller. Scoring remains a pure function of the spec, the state and the step;
+// expressions are compiled once per spec.
 //
 // # Errors and concurrency
 //

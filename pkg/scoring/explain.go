@@ -59,6 +59,9 @@ func Explain(spec Spec, st *gauntletv1.RewardState, step *gauntletv1.StepTaken) 
 	if act.met == nil {
 		act.met = noMetering
 	}
+	if act.ep == nil {
+		act.ep = noEpisode
+	}
 	out := make([]Explained, len(spec.Weights))
 	total := 0.0
 	for i, w := range spec.Weights {

@@ -81,6 +81,9 @@ func AppendValuesState(dst []float64, spec Spec, st *gauntletv1.RewardState, ste
 	if act.met == nil {
 		act.met = noMetering
 	}
+	if act.ep == nil {
+		act.ep = noEpisode
+	}
 	terminated := step.GetTerminated()
 	for i, w := range spec.Weights {
 		v := c.componentValue(i, sig, met, step.GetAction(), terminated, &act, st, nil)
@@ -124,7 +127,8 @@ func TableStates(specFor func(env, digest string) Spec, steps []*gauntletv1.Step
 			sp := specFor(kk.env, kk.digest)
 			k = len(specs)
 			keys, specs = append(keys, kk), append(specs, sp)
-			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights))}
+			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights)),
+				ActionsUnread: !sp.ReadsActions()}
 			for j, w := range sp.Weights {
 				ts.Names[j], ts.Weights[j] = w.Component, w.Weight
 			}

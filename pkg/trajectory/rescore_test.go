@@ -214,6 +214,45 @@ func TestRescore(t *testing.T) {
 	}
 }
 
+// leanSpec reads neither episode nor actions (loadtest/specs/eight-with-three-cel.yaml):
+// scoring keeps only its potentials from step to step, and a worker sends no actions.
+const leanSpec = `name: lean
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: cost, builtin: cost, weight: 0.2}
+  - {name: safety, builtin: safety, weight: 0.5}
+  - {name: timeliness, builtin: timeliness, weight: 0.1}
+  - {name: causal, builtin: causal, weight: 0.3, normalise: [{scale: 2}, {clip: [-1, 0]}]}
+  - {name: thrift, expr: "signals.budget > 0.0 ? -signals.spend / signals.budget : 0.0", weight: 0.1}
+  - {name: careful, expr: "signals.invalid_action || size(signals.violations) > 0 ? -1.0 : 0.0", weight: 0.1}
+  - {name: progress, potential: {expr: signals.progress, gamma: 0.99}, weight: 0.5}
+`
+
+// A run recorded under a spec whose state is only its potentials re-scores from its rows,
+// whose actions it does not read, to its recorded scores bit for bit.
+func TestRescoreLeanState(t *testing.T) {
+	ctx := context.Background()
+	conn := setup(t)
+	lean, err := scoring.Parse("lean.yaml", []byte(leanSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lean.ReadsActions() || !lean.Stateful() {
+		t.Fatalf("lean spec: reads actions %v, stateful %v", lean.ReadsActions(), lean.Stateful())
+	}
+	const episodes, steps = 6, 12
+	w := NewWriter(conn, testDB).WithRewardSpecs(digestSpecs{lean.Digest: lean})
+	rescoreRun(t, w, "run-lean", lean, episodes, steps)
+	res, err := Rescore(ctx, conn, testDB, "run-lean", lean, RescoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (RescoreResult{Episodes: episodes, Scored: episodes, Steps: episodes * steps, Compared: episodes * steps}); res != want {
+		t.Fatalf("rescore under the recorded spec: %+v, want %+v", res, want)
+	}
+}
+
 // A run whose rows lack the scoring inputs (recorded before migration 10) is refused, not
 // scored from zeros.
 func TestRescoreRefusesRowsWithoutInputs(t *testing.T) {

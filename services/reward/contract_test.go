@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
 
@@ -201,6 +202,127 @@ func TestNamedSpecsCarryEpisodeState(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// leanSpec reads no action (no repeat detector) and no episode so far: the 8 components
+// of pkg/scoring's BenchmarkScoreSpecs.
+const leanSpec = `name: lean
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: cost, builtin: cost, weight: 0.2}
+  - {name: causal, builtin: causal, weight: 0.3, normalise: [{scale: 2}, {clip: [-1, 0]}]}
+  - {name: thrift, expr: "signals.budget > 0.0 ? -signals.spend / signals.budget : 0.0", weight: 0.1}
+  - {name: careful, expr: "signals.invalid_action || size(signals.violations) > 0 ? -1.0 : 0.0", weight: 0.1}
+  - {name: progress, potential: {expr: signals.progress, gamma: 0.99}, weight: 0.5}
+`
+
+// Under a spec that reads no action the worker leaves the actions out of its requests once
+// a reply has said so, and the state it carries holds no episode so far; the scores stay
+// exactly those of the pure function. Under a spec with a repeat detector every step
+// carries its action (TestNamedSpecsCarryEpisodeState checks the flags it raises).
+func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.Start(t)
+	startedOn(ctx, t, b, Config{Subscribers: 2})
+	lean, err := scoring.Parse("lean.yaml", []byte(leanSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reading, err := scoring.Parse("contract.yaml", []byte(namedSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sp := range []scoring.Spec{lean, reading} {
+		if err := rewardspecs.NewClient(b.JS).Put(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every request, as the reward service receives it: a plain subscription sees what
+	// the queue group does.
+	var mu sync.Mutex
+	withAction := map[string]int{} // digest -> steps sent with their action
+	sent := map[string]int{}
+	var episodes []string
+	sub, err := b.NC.Subscribe(bus.SubjectScore, func(m *nats.Msg) {
+		var req gauntletv1.ScoreRequest
+		if err := proto.Unmarshal(m.Data, &req); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, st := range req.Steps {
+			sent[st.RewardSpec]++
+			if st.Action != nil {
+				withAction[st.RewardSpec]++
+			}
+			if req.States[i].GetEpisode() != nil {
+				episodes = append(episodes, st.EpisodeId)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	scorer := play.NewScorer(func() *bus.Bus { return b }, 8, 2, noop.NewMeterProvider().Meter("test"), "test")
+	go scorer.Run(ctx)
+
+	// One episode at a time, so exactly one request goes before the first reply.
+	const steps = 20
+	for e, sp := range []scoring.Spec{lean, reading, lean} {
+		named := play.NewEpisodeScoring(&gauntletv1.EpisodeRequested{EpisodeId: fmt.Sprintf("r1-%07d", e), Env: "shop", RewardSpec: sp.Digest})
+		var want gauntletv1.RewardState
+		reply := make(chan play.ScoreResult, 1)
+		for i := range steps {
+			st := &gauntletv1.StepTaken{
+				EpisodeId: fmt.Sprintf("r1-%07d", e), Step: uint32(i), Env: "shop", Terminated: i == steps-1,
+				Signals: &gauntletv1.Signals{Progress: float64(i%7) / 7, ProgressDelta: 0.01 * float64(i), Spend: float64(i), Budget: 40,
+					InvalidAction: i%4 == 0, Violations: make([]*gauntletv1.CausalViolation, i%3/2)},
+				Metering: &gauntletv1.Metering{ToolCalls: uint32(i % 4)},
+				Action:   &gauntletv1.Action{Tool: "wallet.balance", ArgsJson: `{}`},
+			}
+			got, err := scorer.Score(ctx, st, named, reply)
+			if err != nil {
+				t.Fatalf("episode %d step %d: %v", e, i, err)
+			}
+			if expect := scoring.ScoreState(sp, &want, st); !proto.Equal(got, expect) {
+				t.Fatalf("episode %d step %d: scored %v over NATS, %v in process", e, i, got, expect)
+			}
+		}
+		if !proto.Equal(named.State, &want) {
+			t.Errorf("episode %d: state %v, want %v", e, named.State, &want)
+		}
+	}
+	// The observer's copies of the requests may trail their replies.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := sent[lean.Digest] + sent[reading.Digest]
+		mu.Unlock()
+		if n >= 3*steps || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent[lean.Digest] != 2*steps || withAction[lean.Digest] != 1 {
+		t.Errorf("lean spec: %d of %d steps sent with their action, want only the first", withAction[lean.Digest], sent[lean.Digest])
+	}
+	if sent[reading.Digest] != steps || withAction[reading.Digest] != steps {
+		t.Errorf("spec with a repeat detector: %d of %d steps sent with their action, want all", withAction[reading.Digest], sent[reading.Digest])
+	}
+	for _, ep := range episodes {
+		if ep != "r1-0000001" {
+			t.Errorf("a step of %s carried an episode so far, which its spec does not read", ep)
+		}
 	}
 }
 

@@ -2756,8 +2756,9 @@ func (x *EpisodeSoFar) GetProgress() float64 {
 // spec that needs it (ScoreRequest.states): the episode so far, the potential of the
 // previous state per shaping component, and the window of each running z-score.
 type RewardState struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Episode *EpisodeSoFar          `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset for a spec whose expressions do not read episode.
+	Episode *EpisodeSoFar `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
 	// Per component of the spec, in order: the potential of the state before the step
 	// (0 for components without shaping).
 	Potentials []float64 `protobuf:"fixed64,2,rep,packed,name=potentials,proto3" json:"potentials,omitempty"`
@@ -2871,7 +2872,11 @@ type ScoreSpec struct {
 	Names   []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
 	Weights []float64              `protobuf:"fixed64,3,rep,packed,name=weights,proto3" json:"weights,omitempty"`
 	// Digest of the spec's file (pkg/scoring.Spec.Digest).
-	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	Digest string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	// No component of the spec reads a step's action (it has no repeat detector): a worker
+	// may leave the actions out of the requests of the steps it scores under this spec. False
+	// from a reward service that predates it, so such a worker keeps sending them.
+	ActionsUnread bool `protobuf:"varint,5,opt,name=actions_unread,json=actionsUnread,proto3" json:"actions_unread,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2932,6 +2937,13 @@ func (x *ScoreSpec) GetDigest() string {
 		return x.Digest
 	}
 	return ""
+}
+
+func (x *ScoreSpec) GetActionsUnread() bool {
+	if x != nil {
+		return x.ActionsUnread
+	}
+	return false
 }
 
 // EpisodeStarted records that a worker began an episode. Subject: gauntlet.ev.started.<run_id>
@@ -4378,12 +4390,13 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"potentials\x12.\n" +
 	"\awindows\x18\x03 \x03(\v2\x14.gauntlet.v1.ZWindowR\awindows\"!\n" +
 	"\aZWindow\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\x01R\x06values\"m\n" +
+	"\x06values\x18\x01 \x03(\x01R\x06values\"\x94\x01\n" +
 	"\tScoreSpec\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12\x18\n" +
 	"\aweights\x18\x03 \x03(\x01R\aweights\x12\x16\n" +
-	"\x06digest\x18\x04 \x01(\tR\x06digest\"\x88\x02\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\x12%\n" +
+	"\x0eactions_unread\x18\x05 \x01(\bR\ractionsUnread\"\x88\x02\n" +
 	"\x0eEpisodeStarted\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x12\x1b\n" +
