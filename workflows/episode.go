@@ -258,7 +258,9 @@ func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error 
 
 // requestScorer asks the reward service for each step's score, one request per step
 // (scoring is a pure function of the step, so re-scoring a replayed step gives what the
-// first attempt got).
+// first attempt got). A step of a named spec carries its action, which a repeat
+// detector reads: a durable episode's steps are few and slow, so it does not leave
+// actions out as a worker's batching scorer does for specs that read none.
 type requestScorer struct{ bus *bus.Bus }
 
 // Score implements play.StepScorer.
@@ -267,7 +269,7 @@ func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, name
 		EpisodeId: st.EpisodeId, Step: st.Step, Env: st.Env, Signals: st.Signals, Metering: st.Metering,
 	}}}
 	if named != nil {
-		req.Steps[0].RewardSpec, req.Steps[0].Terminated = named.Spec, st.Terminated
+		req.Steps[0].RewardSpec, req.Steps[0].Terminated, req.Steps[0].Action = named.Spec, st.Terminated, st.Action
 		req.States = []*gauntletv1.RewardState{named.State}
 	}
 	var reply gauntletv1.ScoreReply
