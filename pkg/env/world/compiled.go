@@ -134,15 +134,7 @@ func (c *closures) planMemo(e ast.Expr, f cfn) cfn {
 	default:
 		return f
 	}
-	text := exprKey(e)
-	if c.memoSlots == nil {
-		c.memoSlots = map[string]int{}
-	}
-	slot, ok := c.memoSlots[text]
-	if !ok {
-		slot = len(c.memoSlots)
-		c.memoSlots[text] = slot
-	}
+	slot := memoSlot(&c.memoSlots, exprKey(e))
 	return func(a *activation) ref.Val {
 		o := a.plan
 		if o == nil {
@@ -162,6 +154,20 @@ func (c *closures) planMemo(e ast.Expr, f cfn) cfn {
 	}
 }
 
+// memoSlot returns the slot of the expression written key among slots, numbering a new
+// one after the others: expressions written the same way share one.
+func memoSlot(slots *map[string]int, key string) int {
+	if *slots == nil {
+		*slots = map[string]int{}
+	}
+	slot, ok := (*slots)[key]
+	if !ok {
+		slot = len(*slots)
+		(*slots)[key] = slot
+	}
+	return slot
+}
+
 // memoize returns f, the closure of e, computed once per step when e is a library
 // call reading nothing but the tool's arguments (a query's words,
 // args.query.lowerAscii().split(' ')): every expression of the tool that has the same
@@ -175,15 +181,7 @@ func (c *closures) memoize(e ast.Expr, f cfn) cfn {
 	if ot == nil {
 		return f
 	}
-	text := exprKey(e)
-	if ot.memoSlots == nil {
-		ot.memoSlots = map[string]int{}
-	}
-	slot, ok := ot.memoSlots[text]
-	if !ok {
-		slot = len(ot.memoSlots)
-		ot.memoSlots[text] = slot
-	}
+	slot := memoSlot(&ot.memoSlots, exprKey(e))
 	return func(a *activation) ref.Val {
 		o := a.args
 		if o == nil || o.t != ot {

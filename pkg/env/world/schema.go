@@ -301,7 +301,7 @@ func (s *argSchema) parseJSON(raw json.RawMessage) (*object, error) {
 			if !json.Valid(raw) {
 				return nil, errors.New("args: malformed JSON")
 			}
-			return nil, fmt.Errorf("args: want object, got %s", jsonKind(raw))
+			return nil, fmt.Errorf("args: want object, got %s", env.JSONKind(raw))
 		}
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return nil, fmt.Errorf("args: malformed JSON: %w", err)
@@ -475,7 +475,7 @@ func (p *argProp) decode(raw json.RawMessage) (any, error) {
 	switch p.kind {
 	case kString:
 		if len(raw) == 0 || raw[0] != '"' {
-			return nil, fmt.Errorf("want string, got %s", jsonKind(raw))
+			return nil, fmt.Errorf("want string, got %s", env.JSONKind(raw))
 		}
 		var v string
 		if err := json.Unmarshal(raw, &v); err != nil {
@@ -498,10 +498,10 @@ func (p *argProp) decode(raw json.RawMessage) (any, error) {
 		case "false":
 			return false, nil
 		}
-		return nil, fmt.Errorf("want true or false, got %s", jsonKind(raw))
+		return nil, fmt.Errorf("want true or false, got %s", env.JSONKind(raw))
 	}
 	// The shop's parseInt, word for word.
-	if k := jsonKind(raw); k != "number" {
+	if k := env.JSONKind(raw); k != "number" {
 		return nil, fmt.Errorf("want integer, got %s", k)
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 64)
@@ -523,28 +523,6 @@ func (p *argProp) decode(raw json.RawMessage) (any, error) {
 		return nil, fmt.Errorf("%d is outside [%d,%d]", n, p.min, p.max)
 	}
 	return n, nil
-}
-
-// jsonKind names the JSON type of a value by its first byte, as the Go envs do.
-func jsonKind(raw []byte) string {
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return "number"
-	}
-	return "invalid JSON"
 }
 
 // template is a text with ${expr} parts, each a CEL expression whose value is written in.
