@@ -24,11 +24,15 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+	prototextpkg "google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -153,6 +157,65 @@ type transcript struct {
 	actions []env.Action
 	buf     bytes.Buffer
 	last    env.StepResult
+	// steps holds each recorded field as text, by step (the first observation is
+	// step 0's), so a mismatch can say where two transcripts part.
+	steps [][]string
+}
+
+// hostFree returns s without the limits that measure the host rather than the episode:
+// whether the CPU quota throttled a command in some 100 ms period depends on how the
+// host scheduled it next to everything else it runs, as its CPU time does. The other
+// limits (timeout, oom_kill, pids_limit, disk_full, output_capped) follow from what the
+// commands do and stay.
+func hostFree(s *gauntletv1.Signals) *gauntletv1.Signals {
+	throttled := string(sandbox.EventCPUThrottled) + ":"
+	if s == nil || !slices.ContainsFunc(s.Limits, func(l string) bool { return strings.HasPrefix(l, throttled) }) {
+		return s
+	}
+	s = proto.CloneOf(s)
+	s.Limits = slices.DeleteFunc(s.Limits, func(l string) bool { return strings.HasPrefix(l, throttled) })
+	return s
+}
+
+// note keeps a readable copy of a field for the mismatch report.
+func (r *transcript) note(name string, v any) {
+	if len(r.steps) == 0 {
+		r.steps = append(r.steps, nil)
+	}
+	last := &r.steps[len(r.steps)-1]
+	*last = append(*last, fmt.Sprintf("%s: %v", name, v))
+}
+
+// differ says where r and o first part: the step, the field and both values.
+func (r *transcript) differ(o *transcript) string {
+	for i := range max(len(r.steps), len(o.steps)) {
+		if i >= len(r.steps) || i >= len(o.steps) {
+			return fmt.Sprintf("one has %d steps, the other %d", len(r.steps)-1, len(o.steps)-1)
+		}
+		a, b := r.steps[i], o.steps[i]
+		for j := range min(len(a), len(b)) {
+			if a[j] != b[j] {
+				return fmt.Sprintf("step %d:\n  %s\nagainst\n  %s", i, clip(a[j]), clip(b[j]))
+			}
+		}
+		if len(a) != len(b) {
+			return fmt.Sprintf("step %d records %d fields against %d", i, len(a), len(b))
+		}
+	}
+	return "the readable copies agree; the bytes do not"
+}
+
+// prototext renders m for a mismatch report (one process renders a message one way).
+func prototext(m proto.Message) string {
+	return prototextpkg.MarshalOptions{}.Format(m)
+}
+
+func clip(s string) string {
+	const most = 2000
+	if len(s) > most {
+		return s[:most] + "…"
+	}
+	return s
 }
 
 func (r *transcript) field(b []byte) {
@@ -173,11 +236,20 @@ func (r *transcript) record(t *testing.T, ep env.Episode, a env.Action, res env.
 	t.Helper()
 	r.actions = append(r.actions, a)
 	r.last = res
+	r.steps = append(r.steps, nil)
+	r.note("action", a.Tool+" "+string(a.Args))
+	r.note("observation", string(res.Observation))
+	r.note("diff", string(res.Diff))
+	signals := hostFree(res.Signals)
+	r.note("signals", prototext(signals))
+	for i, f := range res.Faults {
+		r.note(fmt.Sprintf("fault %d", i), prototext(f))
+	}
 	r.field([]byte(a.Tool))
 	r.field(a.Args)
 	r.field(res.Observation)
 	r.field(res.Diff)
-	r.msg(t, res.Signals)
+	r.msg(t, signals)
 	r.field(binary.AppendUvarint(nil, uint64(len(res.Faults))))
 	for _, f := range res.Faults {
 		r.msg(t, f)
@@ -186,8 +258,11 @@ func (r *transcript) record(t *testing.T, ep env.Episode, a env.Action, res env.
 		m = proto.CloneOf(m)
 		m.CpuNs, m.PeakMemoryBytes, m.Processes, m.ReadBytes, m.WrittenBytes = 0, 0, 0, 0, 0
 		r.msg(t, m)
+		r.note("metering", prototext(m))
 	}
-	r.field(fmt.Appendf(nil, "%v %v %v %d", res.Terminated, res.Truncated, res.Reason, ep.Now()))
+	end := fmt.Appendf(nil, "%v %v %v %d", res.Terminated, res.Truncated, res.Reason, ep.Now())
+	r.note("end", string(end))
+	r.field(end)
 }
 
 // play runs agent on a new episode of cfg to its end and records it.
@@ -197,6 +272,7 @@ func play(t *testing.T, s Subject, cfg env.Config, agent env.Agent) *transcript 
 	rec := &transcript{}
 	obs := reset(t, ep)
 	rec.field(obs)
+	rec.note("observation", string(obs))
 	turn := env.Turn{Observation: obs}
 	for i := range MaxAgentSteps {
 		a, err := agent.Act(turn)
@@ -219,7 +295,9 @@ func replay(t *testing.T, s Subject, cfg env.Config, actions []env.Action) *tran
 	t.Helper()
 	ep := episode(t, s, cfg)
 	rec := &transcript{}
-	rec.field(reset(t, ep))
+	obs := reset(t, ep)
+	rec.field(obs)
+	rec.note("observation", string(obs))
 	for _, a := range actions {
 		rec.record(t, ep, a, step(t, ep, a))
 	}
@@ -231,7 +309,7 @@ func testReplay(t *testing.T, s Subject) {
 		played := play(t, s, s.Config(t, seed), s.Agent(seed))
 		again := replay(t, s, s.Config(t, seed), played.actions)
 		if !bytes.Equal(played.buf.Bytes(), again.buf.Bytes()) {
-			t.Errorf("seed %d: the replay of %d recorded actions differs from the episode", seed, len(played.actions))
+			t.Errorf("seed %d: the replay of %d recorded actions differs from the episode at %s", seed, len(played.actions), played.differ(again))
 		}
 	}
 }
@@ -242,7 +320,7 @@ func testDeterminism(t *testing.T, s Subject) {
 		a := play(t, s, s.Config(t, seed), s.Agent(seed))
 		b := play(t, s, s.Config(t, seed), s.Agent(seed))
 		if !bytes.Equal(a.buf.Bytes(), b.buf.Bytes()) {
-			t.Errorf("seed %d: two episodes of the same seed and agent differ", seed)
+			t.Errorf("seed %d: two episodes of the same seed and agent differ at %s", seed, a.differ(b))
 		}
 	}
 	for seed := range uint64(8) {
