@@ -226,8 +226,8 @@ type unwatched struct {
 // sandbox's loopback with its kernel filter, and the goroutine reading it) costs a
 // sandbox with allowed hosts whose commands use no network, with the watch and without
 // it, the gateway recording in both: "exec" runs `true` in the sandbox (a step with no
-// network), "attach" attaches the gateway and closes it again (once per episode, where
-// the watch's socket is opened).
+// network), "attach" attaches the gateway (where the watch's socket is opened) and
+// "close" closes it, each once per episode.
 //
 //	go test -run '^$' -bench BenchmarkRefusalWatch -count 5 ./pkg/sandbox/svcnet/
 func BenchmarkRefusalWatch(b *testing.B) {
