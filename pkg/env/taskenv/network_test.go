@@ -321,9 +321,6 @@ func TestBareAddressesAreDeniedEntries(t *testing.T) {
 		}
 		var addrs []svcnet.Request
 		for _, r := range got {
-			if r.Method == svcnet.MethodDNS {
-				continue // bash's own lookups of nothing
-			}
 			if r.Error == "" {
 				t.Errorf("entry %+v has no reason", r)
 			}
@@ -353,15 +350,38 @@ func TestBareAddressesAreDeniedEntries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var entries []struct{ Net svcnet.Request }
-			if err := json.Unmarshal(res.Diff, &entries); err != nil {
-				t.Fatalf("diff %s: %v", res.Diff, err)
+			check(t, string(res.Observation), diffEntries(t, res), res.Signals.GetSafetyEvents())
+
+			// A scan: 300 datagrams to as many addresses, kept up to svcnet.MaxDenied, the
+			// rest counted.
+			res, err = ep.Step(act(tools.ShellExec, map[string]any{"command": `perl -e 'use Socket; socket(S, PF_INET, SOCK_DGRAM, 0); for $i (0..299) { send(S, "x", 0, sockaddr_in(53, inet_aton("10.1." . int($i / 256) . "." . ($i % 256)))) }'; echo sent`}))
+			if err != nil {
+				t.Fatal(err)
 			}
-			var got []svcnet.Request
-			for _, e := range entries {
-				got = append(got, e.Net)
+			got := diffEntries(t, res)
+			if len(got) != svcnet.MaxDenied+1 {
+				t.Fatalf("scan: %d entries, want %d and a count", len(got), svcnet.MaxDenied+1)
 			}
-			check(t, string(res.Observation), got, res.Signals.GetSafetyEvents())
+			if first := got[0]; first.Host != "10.1.0.0" || first.Port != 53 || first.Method != svcnet.MethodUDP || !first.Denied {
+				t.Errorf("scan: first entry %+v, want 10.1.0.0:53 UDP denied", first)
+			}
+			if last := got[len(got)-1]; last.Method != svcnet.MethodDropped || !last.Denied || last.Dropped != 300-svcnet.MaxDenied {
+				t.Errorf("scan: last entry %+v, want %d dropped", last, 300-svcnet.MaxDenied)
+			}
 		})
 	}
+}
+
+// diffEntries returns the network entries of a step's diff.
+func diffEntries(t *testing.T, res env.StepResult) []svcnet.Request {
+	t.Helper()
+	var entries []struct{ Net svcnet.Request }
+	if err := json.Unmarshal(res.Diff, &entries); err != nil {
+		t.Fatalf("diff %s: %v", res.Diff, err)
+	}
+	var got []svcnet.Request
+	for _, e := range entries {
+		got = append(got, e.Net)
+	}
+	return got
 }
