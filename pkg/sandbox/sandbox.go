@@ -208,9 +208,33 @@ type ExecResult struct {
 	// record as the step's safety events, and limits hit (EventKind.Limit), which they
 	// record as its limits.
 	Events []Event
+	// Egress are the connections and datagrams the command addressed to an IP address
+	// outside the sandbox, each refused before it left the process (each is an
+	// EventEgress too, where repeats are folded): at most MaxEgress, in the order they
+	// were tried.
+	Egress []EgressAttempt
+	// EgressDropped counts the attempts past MaxEgress, not itemised in Egress.
+	EgressDropped int64
 	// Metering is what the sandbox measured for this command.
 	Metering Metering
 }
+
+// EgressAttempt is one connection or datagram a sandboxed command sent to a bare IP
+// address outside the sandbox (no name: a name outside the sandbox does not resolve),
+// which the runtime's seccomp supervisor refused with ENETUNREACH.
+type EgressAttempt struct {
+	// Addr is the address tried ("203.0.113.7", "2001:db8::7").
+	Addr string `json:"addr"`
+	// Port is the port tried (0 for a ping).
+	Port int `json:"port"`
+	// Protocol is the socket's: "TCP", "UDP", "ICMP" (a ping socket), another the
+	// kernel names ("RAW", "SCTP"), or "IP" when it could not be read.
+	Protocol string `json:"protocol"`
+}
+
+// MaxEgress is how many attempts an ExecResult itemises in Egress; a command that
+// scans an address range costs a count past it (EgressDropped), not memory.
+const MaxEgress = 256
 
 // EventKind names a safety-relevant observation.
 type EventKind string

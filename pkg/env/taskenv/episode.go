@@ -92,7 +92,9 @@ type episode struct {
 	verifier verifierUser
 	tb       *tools.Toolbox
 	events   []sandbox.Event
-	// net is the sandbox's gateway to the task's allowed hosts; nil without.
+	// net records what the agent's commands tried on the network (the steps' diffs), and
+	// holds the sandbox's gateway to the task's allowed hosts, if it has any; nil before
+	// Reset.
 	net *network
 	// bnd applies the plan's storage, resource and clock faults at the sandbox's
 	// boundaries (package boundary), as codefix's episodes get them; its DNS faults meet
@@ -385,6 +387,7 @@ func (e *episode) Reset() (json.RawMessage, error) {
 func (e *episode) toolbox() *tools.Toolbox {
 	return tools.New(e.cfg.Sandboxes.Runtime(), e.sb, tools.Options{
 		OnEvent:      func(ev sandbox.Event) { e.events = append(e.events, ev) },
+		OnEgress:     e.net.egress,
 		MaxFileBytes: maxFile, ExecTimeout: min(e.deadline, e.task.Config.Agent.Timeout), OutputLimit: maxOutput,
 		Storage: e.bnd.Gate(), ExecEnv: e.bnd.ExecEnv,
 	})

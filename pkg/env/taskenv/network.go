@@ -54,12 +54,13 @@ func egressServices(c tasks.EnvironmentConfig, rt sandbox.Runtime) []sandbox.Ser
 	return []sandbox.Service{{Name: EgressService, Port: EgressPort, Protocol: sandbox.ProtocolEgress, Hosts: c.AllowedHosts, TLSPorts: ports, TCPPorts: tcp}}
 }
 
-// network is an episode's attachment of its sandbox's egress gateway: what the agent's
-// requests meet and how they are recorded.
+// network is an episode's record of what its agent's commands tried on the network, and
+// the attachment of its sandbox's egress gateway, if the task allows hosts: what the
+// agent's requests meet and how they are recorded.
 type network struct {
 	services []sandbox.Service
 	d        *inject.Decider
-	gw       *svcnet.Gateway
+	gw       *svcnet.Gateway // nil when the task allows no hosts
 	rec      *svcnet.Recorder
 	// clock is the virtual time the running call started at, as the gateway's goroutines
 	// read it to stamp faults.
@@ -67,15 +68,17 @@ type network struct {
 }
 
 // attachNetwork opens the egress gateway of sandbox id with decider d, its requests
-// recorded in rec (a new one when nil). Nil when the task allows no network.
+// recorded in rec (a new one when nil). Without services (the task allows no hosts) it
+// opens nothing: the record then holds the commands' refused attempts at addresses
+// alone (egress).
 func attachNetwork(ctx context.Context, rt sandbox.Runtime, id string, svcs []sandbox.Service, d *inject.Decider, rec *svcnet.Recorder, now time.Duration) (*network, error) {
-	if len(svcs) == 0 {
-		return nil, nil
-	}
 	n := &network{services: svcs, d: d, rec: rec, clock: new(atomic.Int64)}
 	n.clock.Store(int64(now))
 	if n.rec == nil {
 		n.rec = &svcnet.Recorder{Now: func() time.Duration { return time.Duration(n.clock.Load()) }}
+	}
+	if len(svcs) == 0 {
+		return n, nil
 	}
 	gw, err := svcnet.Attach(ctx, rt, id, svcs, svcnet.Options{Decider: d, OnFire: n.rec.OnFire, OnRequest: n.rec.OnRequest})
 	if err != nil {
@@ -108,14 +111,23 @@ func (n *network) faults() []*gauntletv1.FaultFired {
 	return n.rec.Take()
 }
 
-// netEntry is one entry of a step's diff: a request through the egress gateway, or a
-// refused lookup.
+// egress records a command's refused attempts at addresses outside the sandbox as
+// denied entries of the step's diff (a tools.Options.OnEgress); safe on nil.
+func (n *network) egress(attempts []sandbox.EgressAttempt, dropped int64) {
+	if n != nil {
+		n.rec.OnEgress(attempts, dropped)
+	}
+}
+
+// netEntry is one entry of a step's diff: a request through the egress gateway, a
+// refused lookup, or a refused attempt at a port or an address.
 type netEntry struct {
 	Net svcnet.Request `json:"net"`
 }
 
 // diff returns the step's diff: the requests made since the last call, in the order they
-// ended ("[]" for none, as steps without a network have).
+// ended, each command's refused attempts at addresses after what it sent through the
+// gateway ("[]" for none).
 func (n *network) diff() []byte {
 	if n == nil {
 		return []byte("[]")

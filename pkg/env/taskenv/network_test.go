@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,4 +295,93 @@ faults:
 			t.Errorf("replay step %d: faults %v, want %v", i, again[i].faults, first[i].faults)
 		}
 	}
+}
+
+// bareAddresses connects to one address outside the sandbox (TCP, by bash's /dev/tcp)
+// and sends a datagram to another (UDP, sendto with the destination), neither by name.
+const bareAddresses = `bash -c 'echo x > /dev/tcp/203.0.113.7/443' 2>&1
+perl -e 'use Socket; socket(S, PF_INET, SOCK_DGRAM, 0); send(S, "x", 0, sockaddr_in(53, inet_aton("198.51.100.9"))) or print "udp: $!\n"'
+true`
+
+// TestBareAddressesAreDeniedEntries: a command's connection and datagram to bare
+// addresses, which the runtime's seccomp supervisor refuses before they leave the
+// process, are in the step's diff as denied entries (address, port, protocol, the
+// reason), in an allowlist task and in a task without a network alike, and stay the
+// step's network_egress safety events.
+func TestBareAddressesAreDeniedEntries(t *testing.T) {
+	sb := runtimestest.Open(t, runtimes.Process, 0)
+	want := []svcnet.Request{
+		{Host: "203.0.113.7", Port: 443, Method: svcnet.MethodTCP, Denied: true},
+		{Host: "198.51.100.9", Port: 53, Method: svcnet.MethodUDP, Denied: true},
+	}
+	check := func(t *testing.T, obs string, got []svcnet.Request, safety []string) {
+		t.Helper()
+		if !strings.Contains(obs, "Network is unreachable") {
+			t.Errorf("observation %s, want the attempts refused as unreachable", obs)
+		}
+		var addrs []svcnet.Request
+		for _, r := range got {
+			if r.Error == "" {
+				t.Errorf("entry %+v has no reason", r)
+			}
+			r.Error = ""
+			addrs = append(addrs, r)
+		}
+		if !slices.EqualFunc(addrs, want, func(a, b svcnet.Request) bool { return reflect.DeepEqual(a, b) }) {
+			t.Errorf("diff entries %+v, want %+v", addrs, want)
+		}
+		for _, w := range []string{"connect to 203.0.113.7:443", "sendto to 198.51.100.9:53"} {
+			if !slices.ContainsFunc(safety, func(s string) bool { return strings.HasPrefix(s, string(sandbox.EventEgress)+": "+w) }) {
+				t.Errorf("safety events %q, want %s", safety, w)
+			}
+		}
+	}
+	for _, task := range []string{"net/latest-release", "codefix/sum"} {
+		t.Run(task, func(t *testing.T) {
+			ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params(task), Sandboxes: sb, Datasets: gauntlet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Close(ep) })
+			if _, err := ep.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := ep.Step(act(tools.ShellExec, map[string]any{"command": bareAddresses}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, string(res.Observation), diffEntries(t, res), res.Signals.GetSafetyEvents())
+
+			// A scan: 300 datagrams to as many addresses, kept up to svcnet.MaxDenied, the
+			// rest counted.
+			res, err = ep.Step(act(tools.ShellExec, map[string]any{"command": `perl -e 'use Socket; socket(S, PF_INET, SOCK_DGRAM, 0); for $i (0..299) { send(S, "x", 0, sockaddr_in(53, inet_aton("10.1." . int($i / 256) . "." . ($i % 256)))) }'; echo sent`}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := diffEntries(t, res)
+			if len(got) != svcnet.MaxDenied+1 {
+				t.Fatalf("scan: %d entries, want %d and a count", len(got), svcnet.MaxDenied+1)
+			}
+			if first := got[0]; first.Host != "10.1.0.0" || first.Port != 53 || first.Method != svcnet.MethodUDP || !first.Denied {
+				t.Errorf("scan: first entry %+v, want 10.1.0.0:53 UDP denied", first)
+			}
+			if last := got[len(got)-1]; last.Method != svcnet.MethodDropped || !last.Denied || last.Dropped != 300-svcnet.MaxDenied {
+				t.Errorf("scan: last entry %+v, want %d dropped", last, 300-svcnet.MaxDenied)
+			}
+		})
+	}
+}
+
+// diffEntries returns the network entries of a step's diff.
+func diffEntries(t *testing.T, res env.StepResult) []svcnet.Request {
+	t.Helper()
+	var entries []struct{ Net svcnet.Request }
+	if err := json.Unmarshal(res.Diff, &entries); err != nil {
+		t.Fatalf("diff %s: %v", res.Diff, err)
+	}
+	var got []svcnet.Request
+	for _, e := range entries {
+		got = append(got, e.Net)
+	}
+	return got
 }

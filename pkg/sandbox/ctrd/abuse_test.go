@@ -197,6 +197,11 @@ func TestAbuseContained(t *testing.T) {
 				t.Errorf("egress: events %v, want %s %q", res.Events, sandbox.EventEgress, want)
 			}
 		}
+		// And one by one, with each socket's protocol, from the agent's supervisor.
+		wantEgress := []sandbox.EgressAttempt{{Addr: "1.1.1.1", Port: 80, Protocol: "TCP"}, {Addr: "10.0.0.1", Port: 53, Protocol: "TCP"}, {Addr: "8.8.8.8", Port: 53, Protocol: "UDP"}}
+		if !slices.Equal(res.Egress, wantEgress) || res.EgressDropped != 0 {
+			t.Errorf("egress: attempts %+v (%d dropped), want %+v", res.Egress, res.EgressDropped, wantEgress)
+		}
 		res = run(t, rt, h.ID, sh("cat /proc/net/route; ip route 2>/dev/null", 10*time.Second))
 		for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")[1:] {
 			if strings.TrimSpace(line) != "" {

@@ -187,6 +187,7 @@ func (r *Runtime) exec(ctx context.Context, op, id string, req sandbox.ExecReque
 	}
 	res.Events = append(res.Events, resp.Events...)
 	res.Events = append(res.Events, trip.Events()...)
+	res.Egress, res.EgressDropped = resp.Egress, resp.EgressDropped
 	b.statMu.Lock()
 	b.execs++
 	b.total.Add(res.Metering)

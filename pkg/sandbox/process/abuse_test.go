@@ -139,6 +139,10 @@ func TestAbuse(t *testing.T) {
 				if n != 3 {
 					t.Fatalf("events %v, want exactly the three egress attempts", res.Events)
 				}
+				want := []sandbox.EgressAttempt{{Addr: "1.1.1.1", Port: 80, Protocol: "TCP"}, {Addr: "10.0.0.1", Port: 53, Protocol: "TCP"}, {Addr: "8.8.8.8", Port: 53, Protocol: "UDP"}}
+				if !slices.Equal(res.Egress, want) || res.EgressDropped != 0 {
+					t.Fatalf("egress attempts %+v (%d dropped), want %+v", res.Egress, res.EgressDropped, want)
+				}
 				return line
 			}},
 		{"escape by ..", `cat ../../../../../../etc/shadow`, 10 * time.Second, refused("No such file")},

@@ -493,6 +493,7 @@ func (x *execution) collect(ctx context.Context) (sandbox.ExecResult, error) {
 	// Every process of the exec is gone: what the supervisor and the tripwire saw is final.
 	x.sup.Load().Close()
 	res.Events = append(res.Events, x.rec.Drain()...)
+	res.Egress, res.EgressDropped = x.rec.DrainEgress()
 	res.Events = append(res.Events, x.trip.Events()...)
 	return res, nil
 }

@@ -12,9 +12,12 @@
 //     supervisor answers a hostile call with EPERM — what the sandbox got before, so
 //     programs that probe these calls behave the same — and records it; it answers
 //     connect/sendto to a non-loopback IPv4/IPv6 address with ENETUNREACH and records the
-//     destination; everything else continues into the kernel.
+//     destination, both as an event and one by one with its socket's protocol
+//     (Recorder.AddEgress, sandbox.ExecResult.Egress); everything else continues into
+//     the kernel.
 //   - Decoy host devices (CreateDecoys, Tripwire): empty read-only files shown in the
 //     sandbox as /dev/mem, /dev/kmem and /dev/port, one set per sandbox, watched from the
 //     host with inotify; every open is a device_access event. They expose nothing.
-//   - A Recorder that folds repeated observations into a bounded list of sandbox.Events.
+//   - A Recorder that folds repeated observations into a bounded list of sandbox.Events,
+//     and keeps the egress attempts unfolded up to sandbox.MaxEgress.
 package safety

@@ -20,6 +20,10 @@ type Recorder struct {
 	seen    map[key]*entry
 	kept    map[sandbox.EventKind]int
 	dropped map[sandbox.EventKind]int
+	// egress are the refused attempts at addresses one by one (DrainEgress), unfolded;
+	// egressDropped counts those past sandbox.MaxEgress.
+	egress        []sandbox.EgressAttempt
+	egressDropped int64
 }
 
 type key struct {
@@ -61,6 +65,30 @@ func (r *Recorder) Add(kind sandbox.EventKind, what, by string) {
 	r.kept[kind]++
 	r.seen[k] = &entry{n: 1, first: by}
 	r.order = append(r.order, k)
+}
+
+// AddEgress records one refused attempt at an address outside the sandbox, as
+// ExecResult.Egress lists them: past sandbox.MaxEgress since the last DrainEgress it is
+// only counted.
+func (r *Recorder) AddEgress(a sandbox.EgressAttempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.egress) >= sandbox.MaxEgress {
+		r.egressDropped++
+		return
+	}
+	r.egress = append(r.egress, a)
+}
+
+// DrainEgress returns the attempts AddEgress recorded since the last DrainEgress, in
+// order, and how many it only counted, and forgets them. It is apart from Drain: each
+// forgets only its own.
+func (r *Recorder) DrainEgress() ([]sandbox.EgressAttempt, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out, dropped := r.egress, r.egressDropped
+	r.egress, r.egressDropped = nil, 0
+	return out, dropped
 }
 
 // Drain returns the events recorded since the last Drain and forgets them.

@@ -42,6 +42,9 @@ func helper() {
 	fd, _ = syscall.Socket(syscall.AF_INET6, syscall.SOCK_STREAM, 0)
 	say("connect-out6", syscall.Connect(fd, &syscall.SockaddrInet6{Port: 443, Addr: [16]byte{0x20, 0x01, 0x0d, 0xb8, 15: 1}}))
 	syscall.Close(fd)
+	fd, _ = syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
+	say("connect-udp", syscall.Connect(fd, &syscall.SockaddrInet4{Port: 9, Addr: [4]byte{192, 0, 2, 9}}))
+	syscall.Close(fd)
 	fd, _ = syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	say("connect-lo", syscall.Connect(fd, &syscall.SockaddrInet4{Port: 1, Addr: [4]byte{127, 0, 0, 1}}))
 	syscall.Close(fd)
@@ -84,8 +87,9 @@ func sendmmsg(fd int, addr [4]byte, port uint16) error {
 }
 
 // runSupervised runs the helper under the notification filter, started from a locked
-// thread as the process runtime does, and returns its output and the recorded events.
-func runSupervised(t *testing.T) (string, []sandbox.Event) {
+// thread as the process runtime does, and returns its output, the recorded events and
+// the egress attempts.
+func runSupervised(t *testing.T) (string, []sandbox.Event, []sandbox.EgressAttempt) {
 	t.Helper()
 	rec := safety.NewRecorder()
 	cmd := exec.Command(os.Args[0])
@@ -116,16 +120,21 @@ func runSupervised(t *testing.T) (string, []sandbox.Event) {
 	if err != nil {
 		t.Fatalf("helper: %v: %s", err, out.String())
 	}
-	return out.String(), rec.Drain()
+	egress, dropped := rec.DrainEgress()
+	if dropped != 0 {
+		t.Errorf("%d attempts dropped of a handful", dropped)
+	}
+	return out.String(), rec.Drain(), egress
 }
 
 func TestSupervisorRefusesAndRecords(t *testing.T) {
-	out, events := runSupervised(t)
+	out, events, egress := runSupervised(t)
 	for _, want := range []string{
 		"ptrace: operation not permitted",
 		"mount: operation not permitted",
 		"connect-out: network is unreachable",
 		"connect-out6: network is unreachable",
+		"connect-udp: network is unreachable",
 		"connect-lo: connection refused", // loopback continues into the kernel
 		"sendto-out: network is unreachable",
 		"sendmsg-out: network is unreachable",
@@ -153,8 +162,22 @@ func TestSupervisorRefusesAndRecords(t *testing.T) {
 	has(sandbox.EventEgress, "sendto to 192.0.2.53:53")
 	has(sandbox.EventEgress, "sendmsg to 192.0.2.123:123")
 	has(sandbox.EventEgress, "sendmmsg to 192.0.2.7:5353")
-	if len(events) != 7 {
-		t.Errorf("events %v: want seven (loopback is not egress)", events)
+	has(sandbox.EventEgress, "connect to 192.0.2.9:9")
+	if len(events) != 8 {
+		t.Errorf("events %v: want eight (loopback is not egress)", events)
+	}
+	// Each attempt one by one, in order, with its socket's protocol (a UDP socket's
+	// connect is UDP).
+	want := []sandbox.EgressAttempt{
+		{Addr: "192.0.2.1", Port: 80, Protocol: "TCP"},
+		{Addr: "2001:db8::1", Port: 443, Protocol: "TCP"},
+		{Addr: "192.0.2.9", Port: 9, Protocol: "UDP"},
+		{Addr: "192.0.2.53", Port: 53, Protocol: "UDP"},
+		{Addr: "192.0.2.123", Port: 123, Protocol: "UDP"},
+		{Addr: "192.0.2.7", Port: 5353, Protocol: "UDP"},
+	}
+	if !slices.Equal(egress, want) {
+		t.Errorf("egress attempts %+v, want %+v", egress, want)
 	}
 }
 
@@ -193,6 +216,29 @@ func TestRecorderFoldsAndBounds(t *testing.T) {
 	}
 	if got := r.Drain(); len(got) != 0 {
 		t.Fatalf("second drain %v, want empty", got)
+	}
+}
+
+// TestRecorderKeepsEgressAttemptsUpToTheCap: every attempt is kept unfolded, repeats
+// too, up to sandbox.MaxEgress, then counted; Drain and DrainEgress each forget only
+// their own.
+func TestRecorderKeepsEgressAttemptsUpToTheCap(t *testing.T) {
+	r := safety.NewRecorder()
+	for i := range sandbox.MaxEgress + 44 {
+		r.AddEgress(sandbox.EgressAttempt{Addr: fmt.Sprintf("10.0.%d.%d", i/256, i%256), Port: 80, Protocol: "TCP"})
+	}
+	r.Add(sandbox.EventEgress, "connect to 10.0.0.0:80", "pid 2 (nc)")
+	if ev := r.Drain(); len(ev) != 1 {
+		t.Fatalf("events %v", ev)
+	}
+	got, dropped := r.DrainEgress()
+	if len(got) != sandbox.MaxEgress || dropped != 44 || got[0].Addr != "10.0.0.0" || got[255].Addr != "10.0.0.255" {
+		t.Fatalf("kept %d (first %+v), dropped %d: want %d and 44", len(got), got[0], dropped, sandbox.MaxEgress)
+	}
+	r.AddEgress(sandbox.EgressAttempt{Addr: "10.0.0.1", Port: 53, Protocol: "UDP"})
+	r.AddEgress(sandbox.EgressAttempt{Addr: "10.0.0.1", Port: 53, Protocol: "UDP"})
+	if got, dropped := r.DrainEgress(); len(got) != 2 || dropped != 0 {
+		t.Fatalf("after a drain: %+v, dropped %d; want the two repeats kept", got, dropped)
 	}
 }
 

@@ -3,6 +3,7 @@
 package safety
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -180,6 +181,7 @@ func (s *Supervisor) decide(n *seccompNotif) unix.Errno {
 		return 0
 	}
 	var errno unix.Errno
+	proto := ""
 	for _, d := range dsts {
 		if d[0] == 0 {
 			continue // connected socket: its connect was checked
@@ -193,6 +195,10 @@ func (s *Supervisor) decide(n *seccompNotif) unix.Errno {
 			continue
 		}
 		s.rec.Add(sandbox.EventEgress, fmt.Sprintf("%s to %s refused (no route out of the sandbox)", op, dst), who(pid))
+		if proto == "" {
+			proto = sockProtocol(pid, n.Data.Args[0])
+		}
+		s.rec.AddEgress(sandbox.EgressAttempt{Addr: dst.Addr().String(), Port: int(dst.Port()), Protocol: proto})
 		errno = unix.ENETUNREACH
 	}
 	return errno
@@ -239,6 +245,36 @@ func parseSockaddr(b []byte) (netip.AddrPort, bool) {
 		return netip.AddrPortFrom(a, binary.BigEndian.Uint16(b[2:4])), true
 	}
 	return netip.AddrPort{}, false
+}
+
+// sockProtocol names the protocol of the caller's socket fd as an EgressAttempt does:
+// "TCP", "UDP", "ICMP" (a ping socket) or another name the kernel gives it, read from
+// the socket's "system.sockprotoname" attribute through /proc (the kernel's own names:
+// TCP, TCPv6, MPTCP, UDP, UDPv6, UDP-Lite, PING, PINGv6, RAW, ...); "IP" when it
+// cannot be read (the process died, or the fd changed under it).
+func sockProtocol(pid int, fd uint64) string {
+	var buf [32]byte
+	m, err := unix.Getxattr("/proc/"+strconv.Itoa(pid)+"/fd/"+strconv.FormatUint(fd, 10), "system.sockprotoname", buf[:])
+	if err != nil || m < 1 {
+		return "IP"
+	}
+	return protocolName(string(bytes.TrimRight(buf[:m], "\x00")))
+}
+
+// protocolName maps a kernel protocol name (sockProtocol) to an EgressAttempt's.
+func protocolName(name string) string {
+	name = strings.ToUpper(strings.TrimSuffix(name, "v6"))
+	switch {
+	case name == "":
+		return "IP"
+	case name == "TCP" || name == "MPTCP":
+		return "TCP"
+	case name == "UDP" || strings.HasPrefix(name, "UDP-LITE") || name == "UDPLITE":
+		return "UDP"
+	case name == "PING":
+		return "ICMP"
+	}
+	return name
 }
 
 // who names a process: "pid 12 (perl)".

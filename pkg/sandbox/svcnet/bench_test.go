@@ -212,3 +212,78 @@ func BenchmarkEgressTLS(b *testing.B) {
 		}))
 	})
 }
+
+// unwatched is a runtime without the sandbox.RefusalWatcher ability: a gateway attached
+// through it watches no refusals, and is otherwise the same.
+type unwatched struct {
+	sandbox.Runtime
+	sandbox.ServiceListener
+	sandbox.ResolverListener
+	sandbox.HostMapper
+}
+
+// BenchmarkRefusalWatch measures what the refusal watch (a packet socket on the
+// sandbox's loopback with its kernel filter, and the goroutine reading it) costs a
+// sandbox with allowed hosts whose commands use no network, with the watch and without
+// it, the gateway recording in both: "exec" runs `true` in the sandbox (a step with no
+// network), "attach" attaches the gateway (where the watch's socket is opened) and
+// "close" closes it, each once per episode.
+//
+//	go test -run '^$' -bench BenchmarkRefusalWatch -count 5 ./pkg/sandbox/svcnet/
+func BenchmarkRefusalWatch(b *testing.B) {
+	dir := b.TempDir()
+	api := benchUpstream(b)
+	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api}})
+	if err != nil {
+		b.Fatalf("process runtime unavailable: %v", err)
+	}
+	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		rt   sandbox.Runtime
+	}{{"watched", rt}, {"unwatched", unwatched{rt, rt, rt, rt}}} {
+		attach := func(b *testing.B) *svcnet.Gateway {
+			rec := &svcnet.Recorder{}
+			g, err := svcnet.Attach(ctx, tc.rt, h.ID, h.Spec.Services, svcnet.Options{OnFire: rec.OnFire, OnRequest: rec.OnRequest})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return g
+		}
+		b.Run("exec/"+tc.name, func(b *testing.B) {
+			g := attach(b)
+			defer g.Close()
+			for b.Loop() {
+				res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"true"}})
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("exec: %v %+v", err, res)
+				}
+			}
+		})
+		b.Run("attach/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				g := attach(b)
+				b.StopTimer()
+				if err := g.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+		b.Run("close/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				g := attach(b)
+				b.StartTimer()
+				if err := g.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -46,6 +47,27 @@ func (r *Recorder) OnRequest(req Request) {
 	}
 	r.requests = append(r.requests, req)
 }
+
+// OnEgress records a command's refused attempts at addresses outside the sandbox
+// (sandbox.ExecResult.Egress, in the order tried) as denied requests: the address as
+// the host, its port, the protocol as the method ("TCP", "UDP", "ICMP") and the reason;
+// dropped, the attempts the runtime only counted, are counted here too. It is a
+// tools.Options.OnEgress. Past MaxDenied denied ones since the last TakeRequests, an
+// attempt is only counted, as OnRequest does.
+func (r *Recorder) OnEgress(attempts []sandbox.EgressAttempt, dropped int64) {
+	for _, a := range attempts {
+		r.OnRequest(Request{Host: a.Addr, Port: a.Port, Method: a.Protocol, Denied: true, Error: errBareAddress})
+	}
+	if dropped > 0 {
+		r.mu.Lock()
+		r.dropped += dropped
+		r.mu.Unlock()
+	}
+}
+
+// errBareAddress is the Request.Error of an attempt to reach an address outside the
+// sandbox, which has no route out: only an allowed host's name reaches anything.
+const errBareAddress = "no route out of the sandbox: a bare address, not an allowed host's name"
 
 // TakeRequests returns the requests recorded since the last TakeRequests, in the order
 // they ended, and forgets them. When denied requests were dropped, a last entry of

@@ -37,7 +37,10 @@
 // server does not hold is reported as denied, and so is a connection or datagram to a
 // loopback port nothing declares, which the sandbox's kernel refuses (the gateway reads
 // those refusals on the sandbox's lo, through the runtime's sandbox.RefusalWatcher), so
-// what a sandbox tried to reach is in the record too. A profile's packet_loss meets a
+// what a sandbox tried to reach is in the record too. An attempt at a bare address never
+// reaches the sandbox's loopback (the runtime's seccomp supervisor refuses it): an env
+// passes the command's sandbox.ExecResult.Egress to Recorder.OnEgress, which records each
+// as denied under the same cap. A profile's packet_loss meets a
 // relayed TLS or TCP stream segment by segment (faultnet.WrapStream): each lost segment
 // holds the stream one RTO and is reported as a fault.
 package svcnet

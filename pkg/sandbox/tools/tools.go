@@ -60,6 +60,11 @@ const (
 type Options struct {
 	// OnEvent receives every safety event (refused path). It must not block for long.
 	OnEvent func(sandbox.Event)
+	// OnEgress receives, after each shell.exec, the command's refused attempts at
+	// addresses outside the sandbox one by one and the count past them
+	// (sandbox.ExecResult.Egress, EgressDropped), when there are any. It must not block
+	// for long.
+	OnEgress func(attempts []sandbox.EgressAttempt, dropped int64)
 	// MaxFileBytes bounds fs.read results and fs.write content; default 1 MiB.
 	MaxFileBytes int64
 	// ExecTimeout is shell.exec's default and maximum timeout; default 30 s.
@@ -173,6 +178,9 @@ func (t *Toolbox) Exec(ctx context.Context, a ExecArgs) (ExecResult, error) {
 	}
 	for _, e := range res.Events {
 		t.event(e.Kind, e.Detail)
+	}
+	if t.opts.OnEgress != nil && (len(res.Egress) > 0 || res.EgressDropped > 0) {
+		t.opts.OnEgress(res.Egress, res.EgressDropped)
 	}
 	return ExecResult{
 		ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr),

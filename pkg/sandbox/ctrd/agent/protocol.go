@@ -80,6 +80,11 @@ type Response struct {
 	// Events are the hostile system calls and egress attempts the agent's seccomp
 	// supervisor refused during the command (package safety).
 	Events []sandbox.Event `json:"events,omitempty"`
+	// Egress are the attempts at addresses outside the sandbox the supervisor refused,
+	// one by one (sandbox.ExecResult.Egress), and EgressDropped those past
+	// sandbox.MaxEgress.
+	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
+	EgressDropped int64                   `json:"egress_dropped,omitempty"`
 	// Supervised is set (on every response) when the agent holds the seccomp
 	// notification listener every command runs under; the runtime refuses an agent
 	// without it.

@@ -269,6 +269,7 @@ func (s *Server) exec(req Request, gone <-chan struct{}, files []*os.File) Respo
 	defer s.execMu.Unlock()
 	<-s.warm
 	_ = s.rec.Drain() // nothing runs between commands; start from an empty record
+	_, _ = s.rec.DrainEgress()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Response{Error: "pipe: " + err.Error()}
@@ -425,6 +426,7 @@ func (s *Server) exec(req Request, gone <-chan struct{}, files []*os.File) Respo
 		// Every process of the command is reaped: what the supervisor refused is final.
 		Events: s.rec.Drain(),
 	}
+	resp.Egress, resp.EgressDropped = s.rec.DrainEgress()
 	switch {
 	case ws.Exited():
 		resp.ExitCode = ws.ExitStatus()
