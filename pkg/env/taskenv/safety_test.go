@@ -109,7 +109,10 @@ func TestLimitsAreNotSafetyEvents(t *testing.T) {
 	if _, err := ep.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := ep.Step(act(tools.ShellExec, map[string]any{"command": "head -c 2000000 /dev/zero; sleep 5", "timeout_ms": 300}))
+	// The output goes first and the timeout is long enough for it on a loaded machine
+	// (300 ms was not, at a load average of 16: the command timed out before its output
+	// reached the cap); the sleep then runs into the timeout.
+	res, err := ep.Step(act(tools.ShellExec, map[string]any{"command": "head -c 2000000 /dev/zero; sleep 60", "timeout_ms": 3000}))
 	if err != nil {
 		t.Fatal(err)
 	}
