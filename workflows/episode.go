@@ -9,13 +9,16 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -30,6 +33,15 @@ type EpisodeSpec struct {
 	// HeartbeatTimeout is how long a silent worker keeps the episode before another
 	// worker resumes it (default 10 s).
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
+	// RewardSpec is the text of the reward spec file the episode's steps are scored under
+	// (docs/rewards.md), as a batch's: PlayEpisode puts it in the gauntlet_reward_specs
+	// bucket before the first step, and the episode names it by digest.
+	RewardSpec string `json:"reward_spec,omitempty"`
+	// RewardSpecDigest names the spec by its digest instead, for a file already in the
+	// bucket (put there by `gauntlet run --reward-spec`, a batch, or whoever starts the
+	// workflow). With RewardSpec too, it must be that file's digest. Neither: the env's
+	// built-in default spec.
+	RewardSpecDigest string `json:"reward_spec_digest,omitempty"`
 }
 
 // PlayInput is the PlayEpisode activity's input: the episode's request as the scheduler
@@ -48,6 +60,11 @@ type RunRef struct {
 	Seed        uint64 `json:"seed"`
 	MaxSteps    uint32 `json:"max_steps"`
 	RequestedAt int64  `json:"requested_at_unix_nano"`
+	// RewardSpec is the digest of the spec the episode is scored under (empty: the env's
+	// default); RewardSpecText, when not empty, its file, which PlayEpisode puts in the
+	// bucket.
+	RewardSpec     string `json:"reward_spec,omitempty"`
+	RewardSpecText string `json:"reward_spec_text,omitempty"`
 }
 
 func (r RunRef) request() (*gauntletv1.RunRequested, error) {
@@ -56,11 +73,47 @@ func (r RunRef) request() (*gauntletv1.RunRequested, error) {
 		Policies: []*gauntletv1.Share{{Name: r.Policy, Weight: 1}},
 		Profiles: []*gauntletv1.Share{{Name: r.Profile, Weight: 1}},
 		Episodes: 1, Seed: r.Seed, MaxInFlight: 1, MaxSteps: r.MaxSteps, RequestedAtUnixNano: r.RequestedAt,
+		RewardSpec: r.RewardSpec,
 	}
 	if err := runs.Validate(req); err != nil {
 		return nil, err
 	}
+	if _, err := r.rewardSpec(); err != nil {
+		return nil, err
+	}
 	return req, nil
+}
+
+// rewardSpec is the episode's spec file parsed, checked against the digest it is named
+// by; nil when the episode names none or only a digest.
+func (r RunRef) rewardSpec() (*scoring.Spec, error) {
+	if r.RewardSpecText == "" {
+		return nil, nil
+	}
+	spec, err := scoring.Parse("reward_spec", []byte(r.RewardSpecText))
+	if err != nil {
+		return nil, err
+	}
+	if spec.Digest != r.RewardSpec {
+		return nil, fmt.Errorf("reward_spec_digest: %s is not the digest of reward_spec (%s)", r.RewardSpec, spec.Digest)
+	}
+	return &spec, nil
+}
+
+// rewardSpecRef names the spec of an episode of spec by digest, with its file when the
+// input has it.
+func rewardSpecRef(spec EpisodeSpec) (digest, text string, err error) {
+	if spec.RewardSpec == "" {
+		return spec.RewardSpecDigest, "", nil
+	}
+	parsed, err := scoring.Parse("reward_spec", []byte(spec.RewardSpec))
+	if err != nil {
+		return "", "", err
+	}
+	if spec.RewardSpecDigest != "" && spec.RewardSpecDigest != parsed.Digest {
+		return "", "", fmt.Errorf("reward_spec_digest: %s is not the digest of reward_spec (%s)", spec.RewardSpecDigest, parsed.Digest)
+	}
+	return parsed.Digest, spec.RewardSpec, nil
 }
 
 // EpisodeResult is what a durable episode reports.
@@ -83,6 +136,13 @@ type EpisodeCheckpoint struct {
 	NextStep    uint32  `json:"next_step"`
 	TotalReward float64 `json:"total_reward"`
 	FaultsFired uint32  `json:"faults_fired"`
+	// RewardState is the scoring state of the episode's named spec after step
+	// NextStep-1 (gauntletv1.RewardState, encoded), as that step's score left it; empty
+	// under the env's default spec. A retry scores its steps from NextStep on from this
+	// state, not from the one its re-executed steps give: a spec may read what differs
+	// from one execution to the next (wall and CPU time), and the recorded steps are
+	// what the later scores must follow from.
+	RewardState []byte `json:"reward_state,omitempty"`
 }
 
 // DurableEpisode runs one episode as a workflow whose step loop is the heartbeating
@@ -105,6 +165,9 @@ func DurableEpisode(ctx workflow.Context, spec EpisodeSpec) (EpisodeResult, erro
 	if ref.Profile == "" {
 		ref.Profile = "baseline"
 	}
+	if ref.RewardSpec, ref.RewardSpecText, err = rewardSpecRef(spec); err != nil {
+		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+	}
 	if _, err := ref.request(); err != nil {
 		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
@@ -117,7 +180,7 @@ func DurableEpisode(ctx workflow.Context, spec EpisodeSpec) (EpisodeResult, erro
 		HeartbeatTimeout:    hb,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 5 * time.Second,
-			NonRetryableErrorTypes: []string{ErrTypeInvalidSpec},
+			NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeNotFound},
 		},
 	})
 	var res EpisodeResult
@@ -148,6 +211,18 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		}
 	}
 	ep := runs.Episode(req, 0)
+	restore := &gauntletv1.RewardState{}
+	if len(cp.RewardState) > 0 {
+		if err := proto.Unmarshal(cp.RewardState, restore); err != nil {
+			return EpisodeResult{}, fmt.Errorf("play episode %s: read checkpoint's reward state: %w", ep.EpisodeId, err)
+		}
+	}
+	// The spec first, so no step names a spec the reward service cannot read.
+	if spec, _ := in.Run.rewardSpec(); spec != nil {
+		if err := rewardspecs.NewClient(b.JS).Put(ctx, *spec); err != nil {
+			return EpisodeResult{}, fmt.Errorf("play episode %s: %w", ep.EpisodeId, err)
+		}
+	}
 	var plans gauntletv1.PlanReply
 	if err := b.Request(ctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: []*gauntletv1.EpisodeRequested{ep}, Profiles: req.Profiles}, &plans); err != nil {
 		return EpisodeResult{}, fmt.Errorf("play episode %s: plan: %w", ep.EpisodeId, err)
@@ -160,9 +235,11 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		return EpisodeResult{}, activityError(fmt.Sprintf("play episode %s: faults service cannot plan it", ep.EpisodeId), perr)
 	}
 	plan := plans.Plans[0]
-	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId, last: cp}
+	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId, last: cp,
+		total: cp.TotalReward, restore: restore}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}, a.WorkerID, requestScorer{b}, out)
 	defer func() { _ = sess.Close() }()
+	out.scoring = sess.Scoring()
 	deps := a.Play
 	if deps.Templates == nil {
 		// The bus is known only now; a plan of a user-defined profile finds its template.
@@ -185,6 +262,15 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		if errors.Is(err, play.ErrAbandoned) {
 			return EpisodeResult{}, ctx.Err()
 		}
+		if k := errkind.Of(err); k == errkind.NotFound || k == errkind.Invalid {
+			// No retry can score it (a spec the bucket does not hold): the episode ends
+			// as an infra error with the reason, as a worker's does, never with scores
+			// of another spec.
+			if ferr := sess.FinishInfra(ctx, err); ferr != nil {
+				return EpisodeResult{}, fmt.Errorf("play episode %s: record its end (%v): %w", ep.EpisodeId, err, ferr)
+			}
+			return EpisodeResult{}, activityError("play episode "+ep.EpisodeId+": ended as an infra error", err)
+		}
 		return EpisodeResult{}, err
 	}
 	if err := sess.Finish(ctx); err != nil {
@@ -206,11 +292,18 @@ type durableOut struct {
 	from      uint32
 	afterStep func(ctx context.Context, episodeID string, step uint32)
 	episodeID string
-	// Running totals for the heartbeat, over every step, replayed or not.
+	// Running totals for the heartbeat: total is the recorded steps' reward sum (the
+	// checkpoint's, then each step published), fired counts every step's faults,
+	// replayed or not (a plan fires the same faults on every execution).
 	total float64
 	fired uint32
 	// last is the checkpoint last recorded in the heartbeat.
 	last EpisodeCheckpoint
+	// scoring is the session's named spec and state (nil under the default spec);
+	// restore the state the checkpoint recorded after step from-1, which replaces the
+	// re-executed one once that step is replayed.
+	scoring *play.EpisodeScoring
+	restore *gauntletv1.RewardState
 }
 
 // publish publishes one event. While the events stream has no room the publish waits
@@ -230,9 +323,11 @@ func (o *durableOut) Start(ctx context.Context, st *gauntletv1.EpisodeStarted) e
 
 // Step publishes one step and records it in the heartbeat.
 func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
-	o.total += st.Score.GetTotal()
 	o.fired += uint32(len(st.Faults))
 	if st.Step < o.from {
+		if st.Step+1 == o.from && o.scoring != nil {
+			o.scoring.State = o.restore
+		}
 		return nil
 	}
 	// One step per event: the message id <episode>/steps/<n>-<n> is the same whichever
@@ -240,7 +335,16 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 	if err := o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}); err != nil {
 		return err
 	}
-	o.last = EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired}
+	o.total += st.Score.GetTotal()
+	cp := EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired}
+	if o.scoring != nil {
+		state, err := proto.MarshalOptions{Deterministic: true}.Marshal(o.scoring.State)
+		if err != nil {
+			return fmt.Errorf("step %d of %s: encode its reward state: %w", st.Step, o.episodeID, err)
+		}
+		cp.RewardState = state
+	}
+	o.last = cp
 	activity.RecordHeartbeat(ctx, o.last)
 	if o.afterStep != nil {
 		o.afterStep(ctx, o.episodeID, st.Step)
@@ -251,8 +355,13 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 // Flush has nothing to do: every step is published as it comes.
 func (o *durableOut) Flush() error { return nil }
 
-// End publishes the end.
+// End publishes the end. Its total is the recorded steps' sum, taken in step order as
+// the session takes it: the steps an earlier attempt recorded count with the scores
+// they were recorded with, not those of their re-execution.
 func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error {
+	if !e.InfraError {
+		e.TotalReward = o.total
+	}
 	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}})
 }
 
@@ -277,6 +386,10 @@ func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, name
 	defer cancel()
 	if err := r.bus.Request(rctx, bus.SubjectScore, req, &reply); err != nil {
 		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
+	}
+	if reply.Error != "" {
+		// With its kind: a spec the bucket does not hold is not worth a retry.
+		return nil, fmt.Errorf("score step %d of %s: reward service: %w", st.Step, st.EpisodeId, errkind.FromReply(reply.Error, reply.ErrorKind))
 	}
 	scores, err := reply.StepScores(req.Steps)
 	if err != nil {
