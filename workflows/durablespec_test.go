@@ -15,10 +15,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/bus/bustest"
@@ -385,5 +387,57 @@ func allEnded(t *testing.T, b *bus.Bus) []*gauntletv1.EpisodeEnded {
 		if e := ev.GetEnded(); e != nil {
 			out = append(out, e)
 		}
+	}
+}
+
+// A durable episode's input is read strictly: a misspelt key, a spec file that does not
+// parse, a digest of the wrong form or one that is not the file's fail the workflow at
+// once, naming the key, before any episode is played.
+func TestDurableEpisodeRefusesABadSpec(t *testing.T) {
+	spec, err := scoring.Parse("stateful.yaml", []byte(statefulSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := json.Marshal(statefulSpec)
+	for _, c := range []struct{ name, input, want string }{
+		{"misspelt key", `{"env":"shop","policy":"oracle","reward_spec_digset":"` + spec.Digest + `"}`, `unknown field "reward_spec_digset"`},
+		{"bad file", `{"env":"shop","policy":"oracle","reward_spec":"name: x\nversion: \"1\"\ncomponents:\n  - {name: t, builtin: charm, weight: 1}\n"}`, `reward_spec:4: components[0].builtin: unknown component "charm"`},
+		{"bad digest", `{"env":"shop","policy":"oracle","reward_spec_digest":"sha1:abc"}`, `reward_spec_digest: "sha1:abc" is not a spec digest`},
+		{"digest of another file", `{"env":"shop","policy":"oracle","reward_spec":` + string(text) + `,"reward_spec_digest":"sha256:` + strings.Repeat("0", 64) + `"}`,
+			"reward_spec_digest: sha256:" + strings.Repeat("0", 64) + " is not the digest of reward_spec (" + spec.Digest + ")"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			played := 0
+			env := newSuite(t).NewTestWorkflowEnvironment()
+			env.RegisterWorkflowWithOptions(DurableEpisode, workflow.RegisterOptions{Name: WorkflowEpisode})
+			env.RegisterActivityWithOptions(func(context.Context, PlayInput) (EpisodeResult, error) {
+				played++
+				return EpisodeResult{}, nil
+			}, activity.RegisterOptions{Name: ActivityPlayEpisode})
+			env.ExecuteWorkflow(WorkflowEpisode, json.RawMessage(c.input))
+			err := env.GetWorkflowError()
+			if !IsInvalidSpec(err) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v; want InvalidSpec saying %q", err, c.want)
+			}
+			if played != 0 {
+				t.Errorf("the episode was played %d times", played)
+			}
+		})
+	}
+	// Both, and they agree: the episode names the file's digest, and the activity gets
+	// the file to put in the bucket.
+	env := newSuite(t).NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(DurableEpisode, workflow.RegisterOptions{Name: WorkflowEpisode})
+	var got PlayInput
+	env.RegisterActivityWithOptions(func(_ context.Context, in PlayInput) (EpisodeResult, error) {
+		got = in
+		return EpisodeResult{}, nil
+	}, activity.RegisterOptions{Name: ActivityPlayEpisode})
+	env.ExecuteWorkflow(WorkflowEpisode, EpisodeSpec{Env: "shop", Policy: "oracle", RewardSpec: statefulSpec, RewardSpecDigest: spec.Digest})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Run == nil || got.Run.RewardSpec != spec.Digest || got.Run.RewardSpecText != statefulSpec {
+		t.Errorf("activity input %+v; want the spec's digest and file", got.Run)
 	}
 }

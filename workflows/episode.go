@@ -1,7 +1,9 @@
 package workflows
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -103,6 +105,9 @@ func (r RunRef) rewardSpec() (*scoring.Spec, error) {
 // rewardSpecRef names the spec of an episode of spec by digest, with its file when the
 // input has it.
 func rewardSpecRef(spec EpisodeSpec) (digest, text string, err error) {
+	if d := spec.RewardSpecDigest; d != "" && !runs.IsSpecDigest(d) {
+		return "", "", fmt.Errorf("reward_spec_digest: %s is not a spec digest (sha256: and 64 hex digits)", quote(d))
+	}
 	if spec.RewardSpec == "" {
 		return spec.RewardSpecDigest, "", nil
 	}
@@ -152,7 +157,15 @@ type EpisodeCheckpoint struct {
 // deterministic), later ones are published as new. Steps published twice (after the last
 // heartbeat, before the death) carry the same message ids, so the stream and the store
 // keep one of each.
-func DurableEpisode(ctx workflow.Context, spec EpisodeSpec) (EpisodeResult, error) {
+//
+// The input is an EpisodeSpec as JSON, read strictly (ParseEpisodeSpecJSON). Under a
+// named reward spec the scoring state of the spec goes with the checkpoint
+// (EpisodeCheckpoint.RewardState), so a resumed episode scores as one played through.
+func DurableEpisode(ctx workflow.Context, input json.RawMessage) (EpisodeResult, error) {
+	spec, err := ParseEpisodeSpecJSON(input)
+	if err != nil {
+		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+	}
 	st := StageSpec{Params: spec.Params}
 	params, err := st.ParamsJSON()
 	if err != nil {
@@ -186,6 +199,22 @@ func DurableEpisode(ctx workflow.Context, spec EpisodeSpec) (EpisodeResult, erro
 	var res EpisodeResult
 	err = workflow.ExecuteActivity(actx, ActivityPlayEpisode, PlayInput{Run: &ref}).Get(ctx, &res)
 	return res, err
+}
+
+// ParseEpisodeSpecJSON reads a durable episode's input, refusing unknown keys: a
+// misspelt key would otherwise be dropped without a word (reward_spec_digset, and the
+// episode scored under the default spec).
+func ParseEpisodeSpecJSON(b []byte) (EpisodeSpec, error) {
+	var s EpisodeSpec
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return EpisodeSpec{}, fmt.Errorf("durable episode: %s", boundMessage(err.Error()))
+	}
+	if dec.More() {
+		return EpisodeSpec{}, errors.New("durable episode: more than one JSON value")
+	}
+	return s, nil
 }
 
 // PlayEpisode plays a durable episode's steps, publishing each step's event and waiting
