@@ -243,7 +243,9 @@ func TestDurableEpisodeScoredUnderItsSpec(t *testing.T) {
 // checkpoint (the heartbeat, with the state after its last recorded step), and the
 // worker that resumes it scores the steps after from that state. Re-scoring the steps it
 // re-executes would not do: the spec's z-score reads the policy's think time, which is
-// not what it was when the steps were recorded.
+// not what it was when the steps were recorded. Worker A publishes nothing after the
+// checkpoint the server holds (it waits in AfterStep until stopped), so every recorded
+// step is one the checkpoint covers or one worker B scored.
 func TestDurableEpisodeKeepsItsScoringStateAcrossWorkers(t *testing.T) {
 	s := startDurableStack(t)
 	spec, err := scoring.Parse("stateful.yaml", []byte(statefulSpec))
@@ -266,7 +268,9 @@ func TestDurableEpisodeKeepsItsScoringStateAcrossWorkers(t *testing.T) {
 	defer cancel()
 	in := EpisodeSpec{Env: "shop", Policy: "random", Profile: "stress", Seed: 23, MaxSteps: 60,
 		Params:           map[string]any{"max_invalid": 1000, "deadline_ms": 86_400_000},
-		HeartbeatTimeout: time.Second, RewardSpecDigest: spec.Digest}
+		// Long enough that a loaded machine's slow step is not taken for a dead worker:
+		// the test stops worker A itself, once its checkpoint reached the server.
+		HeartbeatTimeout: 5 * time.Second, RewardSpecDigest: spec.Digest}
 	run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "durable-spec-resume", TaskQueue: TaskQueue}, WorkflowEpisode, in)
 	if err != nil {
 		t.Fatal(err)
