@@ -267,7 +267,7 @@ func TestDurableEpisodeKeepsItsScoringStateAcrossWorkers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	in := EpisodeSpec{Env: "shop", Policy: "random", Profile: "stress", Seed: 23, MaxSteps: 60,
-		Params:           map[string]any{"max_invalid": 1000, "deadline_ms": 86_400_000},
+		Params: map[string]any{"max_invalid": 1000, "deadline_ms": 86_400_000},
 		// Long enough that a loaded machine's slow step is not taken for a dead worker:
 		// the test stops worker A itself, once its checkpoint reached the server.
 		HeartbeatTimeout: 5 * time.Second, RewardSpecDigest: spec.Digest}
