@@ -151,6 +151,7 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("re-scored from its rows under %s: %+v", rspec.Version, rs)
 	if rs.Steps != int(res.Steps) || rs.Compared != rs.Steps || rs.Differ != 0 {
 		t.Errorf("re-scored from its rows: %+v; want all %d steps compared, none differing", rs, res.Steps)
 	}
