@@ -445,3 +445,48 @@ func TestDurableEpisodeRefusesABadSpec(t *testing.T) {
 		t.Errorf("activity input %+v; want the spec's digest and file", got.Run)
 	}
 }
+
+// A worker that dies may have published steps after the last checkpoint Temporal holds
+// (heartbeats are throttled). The worker that resumes plays those steps again and the
+// stream keeps the first copy of each (same message id); the spec's state then follows
+// the copies kept, not the steps played again, so the scores after them are still the
+// pure function's over the recorded steps.
+func TestDurableEpisodeFollowsTheStepsTheStreamKept(t *testing.T) {
+	s := startDurableStack(t)
+	spec, err := scoring.Parse("stateful.yaml", []byte(statefulSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stopAt = 12
+	held := make(chan struct{})
+	a := s.worker(t, "worker-a", func(ctx context.Context, _ string, step uint32) {
+		if step == stopAt {
+			close(held)
+			<-ctx.Done()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	in := EpisodeSpec{Env: "shop", Policy: "random", Profile: "stress", Seed: 23, MaxSteps: 60,
+		Params:           map[string]any{"max_invalid": 1000, "deadline_ms": 86_400_000},
+		HeartbeatTimeout: 5 * time.Second, RewardSpec: statefulSpec}
+	run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "durable-spec-dups", TaskQueue: TaskQueue}, WorkflowEpisode, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("worker A never reached step ", stopAt)
+	}
+	a.Stop()
+	b := s.worker(t, "worker-b", nil)
+	defer b.Stop()
+	var res EpisodeResult
+	if err := run.Get(ctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("result %+v", res)
+	rec := episodeEvents(t, s.bus, res.EpisodeID)
+	checkScoredAsThePureFunction(t, spec, rec, res)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -265,7 +266,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 	}
 	plan := plans.Plans[0]
 	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId, last: cp,
-		total: cp.TotalReward, restore: restore}
+		total: cp.TotalReward, restore: restore, prev: &gauntletv1.RewardState{}}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}, a.WorkerID, requestScorer{b}, out)
 	defer func() { _ = sess.Close() }()
 	out.scoring = sess.Scoring()
@@ -333,13 +334,21 @@ type durableOut struct {
 	// re-executed one once that step is replayed.
 	scoring *play.EpisodeScoring
 	restore *gauntletv1.RewardState
+	// prev is the scoring state before the step being output (the one the step before
+	// left); a step the stream holds already is scored again from it (realign).
+	prev *gauntletv1.RewardState
 }
 
 // publish publishes one event. While the events stream has no room the publish waits
 // (back-pressure), heartbeating the last checkpoint so the wait does not look like a
-// dead worker and start another attempt.
-func (o *durableOut) publish(ctx context.Context, ev *gauntletv1.Event) error {
-	return o.bus.PublishEventWith(ctx, ev, bus.Patience{Waiting: func() { activity.RecordHeartbeat(ctx, o.last) }})
+// dead worker and start another attempt. dup, when not nil, is set to the sequence of
+// the copy the stream keeps when it holds the event already (0: it did not).
+func (o *durableOut) publish(ctx context.Context, ev *gauntletv1.Event, dup *uint64) error {
+	p := bus.Patience{Waiting: func() { activity.RecordHeartbeat(ctx, o.last) }}
+	if dup != nil {
+		p.Duplicate = func(seq uint64) { *dup = seq }
+	}
+	return o.bus.PublishEventWith(ctx, ev, p)
 }
 
 // Start publishes the start, unless an earlier attempt did.
@@ -347,7 +356,7 @@ func (o *durableOut) Start(ctx context.Context, st *gauntletv1.EpisodeStarted) e
 	if o.from > 0 {
 		return nil
 	}
-	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: st}})
+	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: st}}, nil)
 }
 
 // Step publishes one step and records it in the heartbeat.
@@ -357,14 +366,23 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 		if st.Step+1 == o.from && o.scoring != nil {
 			o.scoring.State = o.restore
 		}
+		o.keepPrev()
 		return nil
 	}
 	// One step per event: the message id <episode>/steps/<n>-<n> is the same whichever
 	// attempt publishes it.
-	if err := o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}); err != nil {
+	var dup uint64
+	if err := o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}, &dup); err != nil {
 		return err
 	}
-	o.total += st.Score.GetTotal()
+	total := st.Score.GetTotal()
+	if dup != 0 && o.scoring != nil {
+		var err error
+		if total, err = o.realign(ctx, dup, st); err != nil {
+			return err
+		}
+	}
+	o.total += total
 	cp := EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired}
 	if o.scoring != nil {
 		state, err := proto.MarshalOptions{Deterministic: true}.Marshal(o.scoring.State)
@@ -374,11 +392,61 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 		cp.RewardState = state
 	}
 	o.last = cp
+	o.keepPrev()
 	activity.RecordHeartbeat(ctx, o.last)
 	if o.afterStep != nil {
 		o.afterStep(ctx, o.episodeID, st.Step)
 	}
 	return nil
+}
+
+// keepPrev remembers the state the step just output left, the state before the next.
+// Scores replace the state rather than change it, so the pointer is enough.
+func (o *durableOut) keepPrev() {
+	if o.scoring != nil {
+		o.prev = o.scoring.State
+	}
+}
+
+// realign follows the copy of step st that the stream keeps, at sequence seq: an earlier
+// attempt published it after its last checkpoint reached Temporal, and died. The stream
+// (and so the store) keeps that copy, not this attempt's, and what a spec reads of the
+// host (the policy's think time, CPU time) differs between the two; so the episode's
+// state is the one scoring that copy from the state before it gives, and the episode's
+// total counts that copy's score, which realign returns. Without the copy (trimmed from
+// the stream already) the step stays as this attempt scored it.
+func (o *durableOut) realign(ctx context.Context, seq uint64, st *gauntletv1.StepTaken) (float64, error) {
+	own := st.Score.GetTotal()
+	stream, err := o.bus.JS.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return 0, fmt.Errorf("step %d of %s: read the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	msg, err := stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return own, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("step %d of %s: read the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	var ev gauntletv1.Event
+	if err := gauntletv1.Unmarshal(msg.Data, &ev); err != nil {
+		return 0, fmt.Errorf("step %d of %s: decode the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	seg := ev.GetSteps()
+	if len(seg.GetSteps()) != 1 || seg.Steps[0].GetEpisodeId() != st.EpisodeId || seg.Steps[0].GetStep() != st.Step {
+		return 0, fmt.Errorf("step %d of %s: the stream's message %d is not that step", st.Step, o.episodeID, seq)
+	}
+	kept := seg.Steps[0]
+	sc, err := seg.ScoreOf(kept)
+	if err != nil {
+		return 0, fmt.Errorf("step %d of %s: the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	named := &play.EpisodeScoring{Spec: o.scoring.Spec, State: o.prev}
+	if _, err := (requestScorer{o.bus}).Score(ctx, kept, named, nil); err != nil {
+		return 0, err
+	}
+	o.scoring.State = named.State
+	return sc.Total, nil
 }
 
 // Flush has nothing to do: every step is published as it comes.
@@ -391,7 +459,7 @@ func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error 
 	if !e.InfraError {
 		e.TotalReward = o.total
 	}
-	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}})
+	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}}, nil)
 }
 
 // requestScorer asks the reward service for each step's score, one request per step

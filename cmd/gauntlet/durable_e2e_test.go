@@ -162,15 +162,16 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 }
 
 // durableRewardSpec keeps state of every kind: a z-score, a potential, an expression
-// over the episode so far, and a detector. It reads nothing a re-executed step measures
-// anew (docs/rewards.md: the steps a killed worker published after its last checkpoint
-// reached Temporal are played again).
+// over the episode so far, and a detector. The z-score reads the policy's think time,
+// which a step played again does not repeat: the steps the killed worker published
+// after its last checkpoint reached Temporal are played again by the other, which must
+// follow the copies the stream kept (docs/rewards.md).
 const durableRewardSpec = `name: durable-e2e
 version: "1"
 components:
   - {name: task, builtin: task, weight: 1}
   - name: pace
-    expr: double(metering.virtual_ns)
+    expr: double(metering.policy_ns)
     weight: 0.3
     normalise:
       - zscore: {window: 4}
