@@ -5,7 +5,8 @@
 // drift of fault parameters over a stage, pause / resume / skip / abort signals, a progress
 // query, continue-as-new), the Batch workflow (N episodes of one spec and their
 // statistics) and the DurableEpisode workflow (one episode whose step loop is a
-// heartbeating activity that resumes on another worker).
+// heartbeating activity that resumes on another worker, scored under the reward spec its
+// input names, the spec's scoring state kept in the heartbeat with each step).
 //
 // Workflows are deterministic: they read time only through workflow.Now, derive seeds and
 // run ids with pure functions of their input and of the workflow's id and first run id,

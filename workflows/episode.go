@@ -1,21 +1,27 @@
 package workflows
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/templates"
 	"github.com/gauntlet-rl/gauntlet/pkg/play"
+	"github.com/gauntlet-rl/gauntlet/pkg/rewardspecs"
 	"github.com/gauntlet-rl/gauntlet/pkg/runs"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
@@ -30,6 +36,15 @@ type EpisodeSpec struct {
 	// HeartbeatTimeout is how long a silent worker keeps the episode before another
 	// worker resumes it (default 10 s).
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
+	// RewardSpec is the text of the reward spec file the episode's steps are scored under
+	// (docs/rewards.md), as a batch's: PlayEpisode puts it in the gauntlet_reward_specs
+	// bucket before the first step, and the episode names it by digest.
+	RewardSpec string `json:"reward_spec,omitempty"`
+	// RewardSpecDigest names the spec by its digest instead, for a file already in the
+	// bucket (put there by `gauntlet run --reward-spec`, a batch, or whoever starts the
+	// workflow). With RewardSpec too, it must be that file's digest. Neither: the env's
+	// built-in default spec.
+	RewardSpecDigest string `json:"reward_spec_digest,omitempty"`
 }
 
 // PlayInput is the PlayEpisode activity's input: the episode's request as the scheduler
@@ -48,6 +63,11 @@ type RunRef struct {
 	Seed        uint64 `json:"seed"`
 	MaxSteps    uint32 `json:"max_steps"`
 	RequestedAt int64  `json:"requested_at_unix_nano"`
+	// RewardSpec is the digest of the spec the episode is scored under (empty: the env's
+	// default); RewardSpecText, when not empty, its file, which PlayEpisode puts in the
+	// bucket.
+	RewardSpec     string `json:"reward_spec,omitempty"`
+	RewardSpecText string `json:"reward_spec_text,omitempty"`
 }
 
 func (r RunRef) request() (*gauntletv1.RunRequested, error) {
@@ -56,11 +76,50 @@ func (r RunRef) request() (*gauntletv1.RunRequested, error) {
 		Policies: []*gauntletv1.Share{{Name: r.Policy, Weight: 1}},
 		Profiles: []*gauntletv1.Share{{Name: r.Profile, Weight: 1}},
 		Episodes: 1, Seed: r.Seed, MaxInFlight: 1, MaxSteps: r.MaxSteps, RequestedAtUnixNano: r.RequestedAt,
+		RewardSpec: r.RewardSpec,
 	}
 	if err := runs.Validate(req); err != nil {
 		return nil, err
 	}
+	if _, err := r.rewardSpec(); err != nil {
+		return nil, err
+	}
 	return req, nil
+}
+
+// rewardSpec is the episode's spec file parsed, checked against the digest it is named
+// by; nil when the episode names none or only a digest.
+func (r RunRef) rewardSpec() (*scoring.Spec, error) {
+	if r.RewardSpecText == "" {
+		return nil, nil
+	}
+	spec, err := scoring.Parse("reward_spec", []byte(r.RewardSpecText))
+	if err != nil {
+		return nil, err
+	}
+	if spec.Digest != r.RewardSpec {
+		return nil, fmt.Errorf("reward_spec_digest: %s is not the digest of reward_spec (%s)", r.RewardSpec, spec.Digest)
+	}
+	return &spec, nil
+}
+
+// rewardSpecRef names the spec of an episode of spec by digest, with its file when the
+// input has it.
+func rewardSpecRef(spec EpisodeSpec) (digest, text string, err error) {
+	if d := spec.RewardSpecDigest; d != "" && !runs.IsSpecDigest(d) {
+		return "", "", fmt.Errorf("reward_spec_digest: %s is not a spec digest (sha256: and 64 hex digits)", quote(d))
+	}
+	if spec.RewardSpec == "" {
+		return spec.RewardSpecDigest, "", nil
+	}
+	parsed, err := scoring.Parse("reward_spec", []byte(spec.RewardSpec))
+	if err != nil {
+		return "", "", err
+	}
+	if spec.RewardSpecDigest != "" && spec.RewardSpecDigest != parsed.Digest {
+		return "", "", fmt.Errorf("reward_spec_digest: %s is not the digest of reward_spec (%s)", spec.RewardSpecDigest, parsed.Digest)
+	}
+	return parsed.Digest, spec.RewardSpec, nil
 }
 
 // EpisodeResult is what a durable episode reports.
@@ -83,6 +142,13 @@ type EpisodeCheckpoint struct {
 	NextStep    uint32  `json:"next_step"`
 	TotalReward float64 `json:"total_reward"`
 	FaultsFired uint32  `json:"faults_fired"`
+	// RewardState is the scoring state of the episode's named spec after step
+	// NextStep-1 (gauntletv1.RewardState, encoded), as that step's score left it; empty
+	// under the env's default spec. A retry scores its steps from NextStep on from this
+	// state, not from the one its re-executed steps give: a spec may read what differs
+	// from one execution to the next (wall and CPU time), and the recorded steps are
+	// what the later scores must follow from.
+	RewardState []byte `json:"reward_state,omitempty"`
 }
 
 // DurableEpisode runs one episode as a workflow whose step loop is the heartbeating
@@ -92,7 +158,15 @@ type EpisodeCheckpoint struct {
 // deterministic), later ones are published as new. Steps published twice (after the last
 // heartbeat, before the death) carry the same message ids, so the stream and the store
 // keep one of each.
-func DurableEpisode(ctx workflow.Context, spec EpisodeSpec) (EpisodeResult, error) {
+//
+// The input is an EpisodeSpec as JSON, read strictly (ParseEpisodeSpecJSON). Under a
+// named reward spec the scoring state of the spec goes with the checkpoint
+// (EpisodeCheckpoint.RewardState), so a resumed episode scores as one played through.
+func DurableEpisode(ctx workflow.Context, input json.RawMessage) (EpisodeResult, error) {
+	spec, err := ParseEpisodeSpecJSON(input)
+	if err != nil {
+		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+	}
 	st := StageSpec{Params: spec.Params}
 	params, err := st.ParamsJSON()
 	if err != nil {
@@ -104,6 +178,9 @@ func DurableEpisode(ctx workflow.Context, spec EpisodeSpec) (EpisodeResult, erro
 	}
 	if ref.Profile == "" {
 		ref.Profile = "baseline"
+	}
+	if ref.RewardSpec, ref.RewardSpecText, err = rewardSpecRef(spec); err != nil {
+		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if _, err := ref.request(); err != nil {
 		return EpisodeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
@@ -117,12 +194,28 @@ func DurableEpisode(ctx workflow.Context, spec EpisodeSpec) (EpisodeResult, erro
 		HeartbeatTimeout:    hb,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 5 * time.Second,
-			NonRetryableErrorTypes: []string{ErrTypeInvalidSpec},
+			NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeNotFound},
 		},
 	})
 	var res EpisodeResult
 	err = workflow.ExecuteActivity(actx, ActivityPlayEpisode, PlayInput{Run: &ref}).Get(ctx, &res)
 	return res, err
+}
+
+// ParseEpisodeSpecJSON reads a durable episode's input, refusing unknown keys: a
+// misspelt key would otherwise be dropped without a word (reward_spec_digset, and the
+// episode scored under the default spec).
+func ParseEpisodeSpecJSON(b []byte) (EpisodeSpec, error) {
+	var s EpisodeSpec
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return EpisodeSpec{}, fmt.Errorf("durable episode: %s", boundMessage(err.Error()))
+	}
+	if dec.More() {
+		return EpisodeSpec{}, errors.New("durable episode: more than one JSON value")
+	}
+	return s, nil
 }
 
 // PlayEpisode plays a durable episode's steps, publishing each step's event and waiting
@@ -148,6 +241,18 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		}
 	}
 	ep := runs.Episode(req, 0)
+	restore := &gauntletv1.RewardState{}
+	if len(cp.RewardState) > 0 {
+		if err := proto.Unmarshal(cp.RewardState, restore); err != nil {
+			return EpisodeResult{}, fmt.Errorf("play episode %s: read checkpoint's reward state: %w", ep.EpisodeId, err)
+		}
+	}
+	// The spec first, so no step names a spec the reward service cannot read.
+	if spec, _ := in.Run.rewardSpec(); spec != nil {
+		if err := rewardspecs.NewClient(b.JS).Put(ctx, *spec); err != nil {
+			return EpisodeResult{}, fmt.Errorf("play episode %s: %w", ep.EpisodeId, err)
+		}
+	}
 	var plans gauntletv1.PlanReply
 	if err := b.Request(ctx, bus.SubjectPlan, &gauntletv1.PlanRequest{Episodes: []*gauntletv1.EpisodeRequested{ep}, Profiles: req.Profiles}, &plans); err != nil {
 		return EpisodeResult{}, fmt.Errorf("play episode %s: plan: %w", ep.EpisodeId, err)
@@ -160,9 +265,11 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		return EpisodeResult{}, activityError(fmt.Sprintf("play episode %s: faults service cannot plan it", ep.EpisodeId), perr)
 	}
 	plan := plans.Plans[0]
-	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId, last: cp}
+	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId, last: cp,
+		total: cp.TotalReward, restore: restore, prev: &gauntletv1.RewardState{}}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}, a.WorkerID, requestScorer{b}, out)
 	defer func() { _ = sess.Close() }()
+	out.scoring = sess.Scoring()
 	deps := a.Play
 	if deps.Templates == nil {
 		// The bus is known only now; a plan of a user-defined profile finds its template.
@@ -185,6 +292,15 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		if errors.Is(err, play.ErrAbandoned) {
 			return EpisodeResult{}, ctx.Err()
 		}
+		if k := errkind.Of(err); k == errkind.NotFound || k == errkind.Invalid {
+			// No retry can score it (a spec the bucket does not hold): the episode ends
+			// as an infra error with the reason, as a worker's does, never with scores
+			// of another spec.
+			if ferr := sess.FinishInfra(ctx, err); ferr != nil {
+				return EpisodeResult{}, fmt.Errorf("play episode %s: record its end (%v): %w", ep.EpisodeId, err, ferr)
+			}
+			return EpisodeResult{}, activityError("play episode "+ep.EpisodeId+": ended as an infra error", err)
+		}
 		return EpisodeResult{}, err
 	}
 	if err := sess.Finish(ctx); err != nil {
@@ -206,18 +322,33 @@ type durableOut struct {
 	from      uint32
 	afterStep func(ctx context.Context, episodeID string, step uint32)
 	episodeID string
-	// Running totals for the heartbeat, over every step, replayed or not.
+	// Running totals for the heartbeat: total is the recorded steps' reward sum (the
+	// checkpoint's, then each step published), fired counts every step's faults,
+	// replayed or not (a plan fires the same faults on every execution).
 	total float64
 	fired uint32
 	// last is the checkpoint last recorded in the heartbeat.
 	last EpisodeCheckpoint
+	// scoring is the session's named spec and state (nil under the default spec);
+	// restore the state the checkpoint recorded after step from-1, which replaces the
+	// re-executed one once that step is replayed.
+	scoring *play.EpisodeScoring
+	restore *gauntletv1.RewardState
+	// prev is the scoring state before the step being output (the one the step before
+	// left); a step the stream holds already is scored again from it (realign).
+	prev *gauntletv1.RewardState
 }
 
 // publish publishes one event. While the events stream has no room the publish waits
 // (back-pressure), heartbeating the last checkpoint so the wait does not look like a
-// dead worker and start another attempt.
-func (o *durableOut) publish(ctx context.Context, ev *gauntletv1.Event) error {
-	return o.bus.PublishEventWith(ctx, ev, bus.Patience{Waiting: func() { activity.RecordHeartbeat(ctx, o.last) }})
+// dead worker and start another attempt. dup, when not nil, is set to the sequence of
+// the copy the stream keeps when it holds the event already (0: it did not).
+func (o *durableOut) publish(ctx context.Context, ev *gauntletv1.Event, dup *uint64) error {
+	p := bus.Patience{Waiting: func() { activity.RecordHeartbeat(ctx, o.last) }}
+	if dup != nil {
+		p.Duplicate = func(seq uint64) { *dup = seq }
+	}
+	return o.bus.PublishEventWith(ctx, ev, p)
 }
 
 // Start publishes the start, unless an earlier attempt did.
@@ -225,22 +356,43 @@ func (o *durableOut) Start(ctx context.Context, st *gauntletv1.EpisodeStarted) e
 	if o.from > 0 {
 		return nil
 	}
-	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: st}})
+	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Started{Started: st}}, nil)
 }
 
 // Step publishes one step and records it in the heartbeat.
 func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
-	o.total += st.Score.GetTotal()
 	o.fired += uint32(len(st.Faults))
 	if st.Step < o.from {
+		if st.Step+1 == o.from && o.scoring != nil {
+			o.scoring.State = o.restore
+		}
+		o.keepPrev()
 		return nil
 	}
 	// One step per event: the message id <episode>/steps/<n>-<n> is the same whichever
 	// attempt publishes it.
-	if err := o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}); err != nil {
+	var dup uint64
+	if err := o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Steps{Steps: &gauntletv1.StepsTaken{Steps: []*gauntletv1.StepTaken{st}}}}, &dup); err != nil {
 		return err
 	}
-	o.last = EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired}
+	total := st.Score.GetTotal()
+	if dup != 0 && o.scoring != nil {
+		var err error
+		if total, err = o.realign(ctx, dup, st); err != nil {
+			return err
+		}
+	}
+	o.total += total
+	cp := EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired}
+	if o.scoring != nil {
+		state, err := proto.MarshalOptions{Deterministic: true}.Marshal(o.scoring.State)
+		if err != nil {
+			return fmt.Errorf("step %d of %s: encode its reward state: %w", st.Step, o.episodeID, err)
+		}
+		cp.RewardState = state
+	}
+	o.last = cp
+	o.keepPrev()
 	activity.RecordHeartbeat(ctx, o.last)
 	if o.afterStep != nil {
 		o.afterStep(ctx, o.episodeID, st.Step)
@@ -248,12 +400,66 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 	return nil
 }
 
+// keepPrev remembers the state the step just output left, the state before the next.
+// Scores replace the state rather than change it, so the pointer is enough.
+func (o *durableOut) keepPrev() {
+	if o.scoring != nil {
+		o.prev = o.scoring.State
+	}
+}
+
+// realign follows the copy of step st that the stream keeps, at sequence seq: an earlier
+// attempt published it after its last checkpoint reached Temporal, and died. The stream
+// (and so the store) keeps that copy, not this attempt's, and what a spec reads of the
+// host (the policy's think time, CPU time) differs between the two; so the episode's
+// state is the one scoring that copy from the state before it gives, and the episode's
+// total counts that copy's score, which realign returns. Without the copy (trimmed from
+// the stream already) the step stays as this attempt scored it.
+func (o *durableOut) realign(ctx context.Context, seq uint64, st *gauntletv1.StepTaken) (float64, error) {
+	own := st.Score.GetTotal()
+	stream, err := o.bus.JS.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return 0, fmt.Errorf("step %d of %s: read the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	msg, err := stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return own, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("step %d of %s: read the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	var ev gauntletv1.Event
+	if err := gauntletv1.Unmarshal(msg.Data, &ev); err != nil {
+		return 0, fmt.Errorf("step %d of %s: decode the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	seg := ev.GetSteps()
+	if len(seg.GetSteps()) != 1 || seg.Steps[0].GetEpisodeId() != st.EpisodeId || seg.Steps[0].GetStep() != st.Step {
+		return 0, fmt.Errorf("step %d of %s: the stream's message %d is not that step", st.Step, o.episodeID, seq)
+	}
+	kept := seg.Steps[0]
+	sc, err := seg.ScoreOf(kept)
+	if err != nil {
+		return 0, fmt.Errorf("step %d of %s: the copy the stream keeps: %w", st.Step, o.episodeID, err)
+	}
+	named := &play.EpisodeScoring{Spec: o.scoring.Spec, State: o.prev}
+	if _, err := (requestScorer{o.bus}).Score(ctx, kept, named, nil); err != nil {
+		return 0, err
+	}
+	o.scoring.State = named.State
+	return sc.Total, nil
+}
+
 // Flush has nothing to do: every step is published as it comes.
 func (o *durableOut) Flush() error { return nil }
 
-// End publishes the end.
+// End publishes the end. Its total is the recorded steps' sum, taken in step order as
+// the session takes it: the steps an earlier attempt recorded count with the scores
+// they were recorded with, not those of their re-execution.
 func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error {
-	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}})
+	if !e.InfraError {
+		e.TotalReward = o.total
+	}
+	return o.publish(ctx, &gauntletv1.Event{Body: &gauntletv1.Event_Ended{Ended: e}}, nil)
 }
 
 // requestScorer asks the reward service for each step's score, one request per step
@@ -277,6 +483,10 @@ func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, name
 	defer cancel()
 	if err := r.bus.Request(rctx, bus.SubjectScore, req, &reply); err != nil {
 		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
+	}
+	if reply.Error != "" {
+		// With its kind: a spec the bucket does not hold is not worth a retry.
+		return nil, fmt.Errorf("score step %d of %s: reward service: %w", st.Step, st.EpisodeId, errkind.FromReply(reply.Error, reply.ErrorKind))
 	}
 	scores, err := reply.StepScores(req.Steps)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 	"github.com/gauntlet-rl/gauntlet/workflows"
 )
@@ -22,6 +24,9 @@ import (
 // workflow on a worker process (`gauntlet serve --target=curriculum`), kills that process
 // with SIGKILL mid-episode, and lets a second worker take over: the episode resumes from
 // the last step its heartbeat recorded and ClickHouse ends up with every step exactly once.
+// The episode names a stateful reward spec (its file in the workflow's input): every step
+// is recorded under its digest, the file is in reward_specs, and re-scoring the recorded
+// rows (`reward rescore`) gives every recorded score to the bit, across the kill.
 func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	bin := buildBinary(t)
 	cfg := testConfig(t)
@@ -39,7 +44,11 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	spec := workflows.EpisodeSpec{
 		Env: "shop", Policy: "random", Profile: "stress", Seed: 21, MaxSteps: 3000,
 		Params:           map[string]any{"max_invalid": 1000, "deadline_ms": 86_400_000},
-		HeartbeatTimeout: time.Second,
+		HeartbeatTimeout: time.Second, RewardSpec: durableRewardSpec,
+	}
+	rspec, err := scoring.Parse("durable.yaml", []byte(durableRewardSpec))
+	if err != nil {
+		t.Fatal(err)
 	}
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "durable-e2e", TaskQueue: workflows.TaskQueue}, workflows.WorkflowEpisode, spec)
 	if err != nil {
@@ -126,8 +135,52 @@ func TestDurableEpisodeResumesOnAnotherWorker(t *testing.T) {
 	if got != wantEpisode {
 		t.Errorf("episode rows (count, steps) = %s; want %s", got, wantEpisode)
 	}
+	// Under the spec, by digest, every step; re-scored from the rows, to the bit.
+	specQ := fmt.Sprintf(`SELECT groupUniqArray(s.reward_spec_digest), (SELECT count() FROM %s.reward_specs FINAL WHERE digest = '%s'),
+		(SELECT any(reward_spec_digest) FROM %s.episodes FINAL WHERE episode_id = '%s') FROM %s.steps AS s FINAL WHERE s.episode_id = '%s'`,
+		cfg.Database, rspec.Digest, cfg.Database, res.EpisodeID, cfg.Database, res.EpisodeID)
+	_, rows, err := trajectory.Query(ctx, conn, specQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantSpec := fmt.Sprintf("['%s'] 1 %s", rspec.Digest, rspec.Digest); len(rows) != 1 || strings.Join(rows[0], " ") != wantSpec {
+		t.Errorf("steps' digests, reward_specs rows, episode's digest = %v; want %s", rows, wantSpec)
+	}
+	runID := strings.TrimSuffix(res.EpisodeID, "-0000000")
+	rs, err := trajectory.Rescore(ctx, conn, cfg.Database, runID, rspec, trajectory.RescoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("re-scored from its rows under %s: %+v", rspec.Version, rs)
+	if rs.Steps != int(res.Steps) || rs.Compared != rs.Steps || rs.Differ != 0 {
+		t.Errorf("re-scored from its rows: %+v; want all %d steps compared, none differing", rs, res.Steps)
+	}
 	if *updateHistories {
 		saveHistory(t, tc, run.GetID(), "durable-episode")
 	}
 	_ = os.Remove(stackPath(cfg.DataDir))
 }
+
+// durableRewardSpec keeps state of every kind: a z-score, a potential, an expression
+// over the episode so far, and a detector. The z-score reads the policy's think time,
+// which a step played again does not repeat: the steps the killed worker published
+// after its last checkpoint reached Temporal are played again by the other, which must
+// follow the copies the stream kept (docs/rewards.md).
+const durableRewardSpec = `name: durable-e2e
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - name: pace
+    expr: double(metering.policy_ns)
+    weight: 0.3
+    normalise:
+      - zscore: {window: 4}
+      - clip: [-2, 2]
+  - name: progress
+    potential: {expr: signals.progress, gamma: 0.9}
+    weight: 1
+  - name: so_far
+    expr: 'episode.steps > 3u ? -0.1 * double(episode.errors) : 0.0'
+    weight: 0.2
+  - {name: repeat, detector: {kind: repeat, window: 2}, weight: 0.1}
+`

@@ -552,6 +552,11 @@ type Patience struct {
 	// renewed by a timer of its own (a durable episode's activity heartbeat) renews it
 	// here.
 	Waiting func()
+	// Duplicate, if set, is called when the stream acknowledges the message as one it
+	// holds already (the same message id, within its de-duplication window), with the
+	// sequence of the copy it keeps: a caller that published the message before, from
+	// another execution, may read that copy back.
+	Duplicate func(seq uint64)
 }
 
 // PublishEvent publishes an event and waits for the stream's ack, retrying transient
@@ -612,13 +617,16 @@ func (b *Bus) publishRetry(ctx context.Context, m *nats.Msg, id string, p Patien
 	var failingSince time.Time // of failures other than a full stream
 	waited := false
 	for {
-		_, err := b.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		ack, err := b.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
 		if err == nil {
 			if waited {
 				b.waiting.Add(-1)
 				if b.full.CompareAndSwap(true, false) {
 					b.log.Debug("a stream has room again; publishes resumed")
 				}
+			}
+			if ack != nil && ack.Duplicate && p.Duplicate != nil {
+				p.Duplicate(ack.Sequence)
 			}
 			return nil
 		}

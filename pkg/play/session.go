@@ -72,6 +72,13 @@ func (s *Session) Prepare(ctx context.Context, d Deps) (env.Env, error) {
 	return e, nil
 }
 
+// Scoring is the spec the episode's run named and the episode's scoring state, which
+// each step's score advances before the step goes to the output; nil under the env's
+// default spec. An output may read the state (a durable episode keeps it with its
+// checkpoint) and, while replaying steps it recorded before, set it back to what it
+// recorded, so the steps after score as they would have then.
+func (s *Session) Scoring() *EpisodeScoring { return s.named }
+
 // Episode is the env episode, known after Prepare (nil after Close).
 func (s *Session) Episode() env.Episode { return s.episode }
 

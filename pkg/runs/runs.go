@@ -185,7 +185,7 @@ func Validate(r *gauntletv1.RunRequested) error {
 	if r.GetMaxSteps() > MaxStepsLimit {
 		add("max_steps: %d is more than %d", r.GetMaxSteps(), MaxStepsLimit)
 	}
-	if d := r.GetRewardSpec(); d != "" && !digestRE.MatchString(d) {
+	if d := r.GetRewardSpec(); d != "" && !IsSpecDigest(d) {
 		add("reward_spec: %q is not a spec digest (sha256: and 64 hex digits; gauntlet run --reward-spec FILE puts the file and names it)", d)
 	}
 	return errors.Join(errs...)
@@ -193,6 +193,10 @@ func Validate(r *gauntletv1.RunRequested) error {
 
 // digestRE matches a reward spec's digest (pkg/scoring.Spec.Digest).
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// IsSpecDigest reports whether d has the form of a reward spec's digest
+// (pkg/scoring.Spec.Digest): sha256: and 64 lowercase hex digits.
+func IsSpecDigest(d string) bool { return digestRE.MatchString(d) }
 
 // EpisodeID is the id of episode index of a run.
 func EpisodeID(runID string, index uint64) string {
