@@ -80,6 +80,9 @@ type episode struct {
 	// lastList and lastElems are listElems' memory.
 	lastList  traits.Lister
 	lastElems []ref.Val
+	// strs is the block the episode's concatenations are written into (joinStrings):
+	// kept across resets, its written bytes never written again.
+	strs []byte
 	clock     time.Duration
 	step      uint32
 	invalid   int64
@@ -289,7 +292,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs}
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
