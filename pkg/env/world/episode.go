@@ -82,12 +82,12 @@ type episode struct {
 	lastElems []ref.Val
 	// strs is the block the episode's concatenations are written into (joinStrings):
 	// kept across resets, its written bytes never written again.
-	strs []byte
-	clock     time.Duration
-	step      uint32
-	invalid   int64
-	progress  int
-	budget    int64
+	strs     []byte
+	clock    time.Duration
+	step     uint32
+	invalid  int64
+	progress int
+	budget   int64
 	// known[k] says verdict[k] is end condition k's value on the current state (see
 	// World.ends): evaluated since the last step that wrote what it reads.
 	known   []bool
