@@ -80,6 +80,10 @@ type episode struct {
 	// lastList and lastElems are listElems' memory.
 	lastList  traits.Lister
 	lastElems []ref.Val
+	// settled holds the values of the comprehensions and calls over the state that a
+	// step's reach and answer compute, by their slot in World.settledSlots: cleared
+	// once the step's effects are applied.
+	settled []ref.Val
 	// strs is the block the episode's concatenations are written into (joinStrings):
 	// kept across resets, its written bytes never written again.
 	strs     []byte
@@ -124,6 +128,10 @@ type activation struct {
 	// plan: the oracle whose plan expression is being evaluated (its ep holds nothing
 	// but the comprehensions' slots); the expression reads its task and results only.
 	plan *oracle
+	// settled: a tool's effects are applied and the state stays as it is until the
+	// step ends, so what its reach and answer compute over it is remembered
+	// (episode.settled).
+	settled bool
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
@@ -1082,6 +1090,11 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	}
 	post := act
 	post.newID = newID
+	// The state stays as it is now until the step ends: the reach and the answer
+	// compute what they share once (the shop's search filters the catalog once, not
+	// once for its total, once for its results and once for its milestone).
+	clear(e.settled)
+	post.settled = true
 	for _, r := range t.reach {
 		if r.level <= s.reached {
 			continue

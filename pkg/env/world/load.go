@@ -322,6 +322,9 @@ type World struct {
 	hasRoleOracle bool
 	// locals is how many comprehension variables the compiled closures hold at once.
 	locals int
+	// settledSlots numbers the comprehensions and calls over the state that a step
+	// computes once after its effects (closures.memoize), written the same way once.
+	settledSlots map[string]int
 	// bounded lists the expressions over the state that may run compiled, and the
 	// arguments they read (nil for none): what the test comparing closures with CEL walks.
 	bounded []boundExpr
