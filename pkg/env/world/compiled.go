@@ -90,14 +90,29 @@ func newPlanClosures(w *World, prov *provider, env *cel.Env) *closures {
 // compile returns the closure of a checked expression, or nil when some part of it is
 // a shape the closures do not cover (the interpreter then evaluates it every time).
 func (c *closures) compile(a *cel.Ast) cfn {
+	f, _ := c.compileTyped(a)
+	return f
+}
+
+// compileTyped is compile, and the typed closure of the expression as well when it is a
+// bool, int or string computation compiledtyped.go knows (else the zero typed): what
+// evalBool and evalInt call without boxing the value they unbox.
+func (c *closures) compileTyped(a *cel.Ast) (cfn, typed) {
 	native := a.NativeRep()
 	c.refs, c.types = native.ReferenceMap(), native.TypeMap()
 	c.scope, c.depth = c.scope[:0], 0
-	f, ok := c.expr(native.Expr())
-	if !ok {
-		return nil
+	e := native.Expr()
+	if t, mine, ok := c.native(e); mine {
+		if !ok {
+			return nil, typed{}
+		}
+		return t.cfn(), t
 	}
-	return f
+	f, ok := c.expr(e)
+	if !ok {
+		return nil, typed{}
+	}
+	return f, typed{}
 }
 
 // expr compiles an expression: to a typed closure where compiledtyped.go knows its

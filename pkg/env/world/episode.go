@@ -202,7 +202,7 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 		if p.fast != nil && a.ep.fast {
 			prg = p.fast
 		}
-		if p.run != nil && (prg == p.fast || p.sized != nil && p.sized.under(a)) {
+		if p.run != nil && p.closes(a) {
 			if v := p.run(a); !types.IsError(v) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
@@ -218,7 +218,24 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 	return out, nil
 }
 
+// closes reports whether the closures may answer p on a's state: without cost
+// tracking, because the world bounded p's cost at load and the episode stays within
+// max_steps, or because the state's sizes keep it under the limit.
+func (p *program) closes(a *activation) bool {
+	return p.fast != nil && a.ep.fast || p.sized != nil && p.sized.under(a)
+}
+
 func evalInt(p *program, act interpreter.Activation) (int64, error) {
+	if p.unboxed.i != nil {
+		if a, ok := act.(*activation); ok && p.closes(a) {
+			if v, ok := p.unboxed.i(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return int64(v), nil
+			}
+		}
+	}
 	v, err := eval(p, act)
 	if err != nil {
 		return 0, err
@@ -231,6 +248,16 @@ func evalInt(p *program, act interpreter.Activation) (int64, error) {
 }
 
 func evalBool(p *program, act interpreter.Activation) (bool, error) {
+	if p.unboxed.b != nil {
+		if a, ok := act.(*activation); ok && p.closes(a) {
+			if v, ok := p.unboxed.b(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return bool(v), nil
+			}
+		}
+	}
 	v, err := eval(p, act)
 	if err != nil {
 		return false, err

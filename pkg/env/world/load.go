@@ -95,6 +95,9 @@ type program struct {
 	// run, when set, is the expression compiled to Go closures (compiled.go): what an
 	// evaluation without cost tracking tries first.
 	run cfn
+	// unboxed is run's typed closure when the expression is a bool or int computation
+	// the closures know: evalBool and evalInt call it without a CEL value between.
+	unboxed typed
 	// sized, for an expression CEL's estimate does not bound whatever the state, bounds
 	// it on the sizes of the state at hand: when those keep it under maxCost, run
 	// answers without cost tracking as well.
@@ -1109,7 +1112,7 @@ func (c *compiler) bound() {
 			cls[sp.env] = cl
 		}
 		cl.parts = w.endParts(sp.p)
-		if sp.p.run = cl.compile(sp.p.ast); sp.p.run != nil {
+		if sp.p.run, sp.p.unboxed = cl.compileTyped(sp.p.ast); sp.p.run != nil {
 			sp.p.sized = sized
 			w.bounded = append(w.bounded, boundExpr{p: sp.p, args: sp.args})
 		}
