@@ -405,8 +405,10 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		}
 		act.i, act.id, act.self = nil, nil, nil
 	}
-	e.known, e.verdict = make([]bool, len(w.ends)), make([]bool, len(w.ends))
-	e.partKnown, e.partValue = make([]bool, len(w.parts)), make([]types.Bool, len(w.parts))
+	ne := len(w.ends)
+	bools := make([]bool, 2*ne+len(w.parts))
+	e.known, e.verdict, e.partKnown = bools[:ne:ne], bools[ne:2*ne:2*ne], bools[2*ne:]
+	e.partValue = make([]types.Bool, len(w.parts))
 	if w.budget != nil {
 		b, err := evalInt(w.budget, act)
 		if err != nil {
@@ -700,14 +702,22 @@ func (e *episode) grow(t *toolDef, what, n int) {
 // argsOf returns the object a call of t reads its arguments into.
 func (e *episode) argsOf(t *toolDef) *object {
 	if e.argObjs == nil {
-		e.argObjs = make([]*object, len(e.w.tools))
+		// Every tool's object at the first call, in three allocations, not two for
+		// each tool an episode calls.
+		tools := e.w.tools
+		n := 0
+		for i := range tools {
+			n += len(tools[i].args.otype.fields)
+		}
+		objs, vals, ptrs := make([]object, len(tools)), make([]ref.Val, n), make([]*object, len(tools))
+		for i := range tools {
+			k := len(tools[i].args.otype.fields)
+			objs[i] = object{t: tools[i].args.otype, vals: vals[:k:k]}
+			vals, ptrs[i] = vals[k:], &objs[i]
+		}
+		e.argObjs = ptrs
 	}
-	o := e.argObjs[t.index]
-	if o == nil {
-		o = newObject(t.args.otype)
-		e.argObjs[t.index] = o
-	}
-	return o
+	return e.argObjs[t.index]
 }
 
 // Step applies one action. Bad actions are observations; the errors are stepping before
