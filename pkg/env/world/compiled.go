@@ -112,7 +112,32 @@ func (c *closures) compileTyped(a *cel.Ast) (cfn, typed) {
 	if !ok {
 		return nil, typed{}
 	}
-	return f, typed{}
+	var t typed
+	switch c.kindOf(e) {
+	case types.IntKind:
+		t.i = constOrLeaf[types.Int](c, e)
+	case types.BoolKind:
+		t.b = constOrLeaf[types.Bool](c, e)
+	}
+	return f, t
+}
+
+// constOrLeaf is the typed closure of a literal (a draw's bounds, [0, 6]: its value
+// made once, when the world loads) or of a name or a field read where it lives; nil
+// for anything else.
+func constOrLeaf[V scalar](c *closures, e ast.Expr) fn[V] {
+	if e.Kind() == ast.LiteralKind {
+		v, ok := e.AsLiteral().(V)
+		if !ok {
+			return nil
+		}
+		return func(*activation) (V, bool) { return v, true }
+	}
+	f, ok := leaf[V](c, e)
+	if !ok {
+		return nil
+	}
+	return f
 }
 
 // expr compiles an expression: to a typed closure where compiledtyped.go knows its
