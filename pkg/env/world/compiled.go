@@ -90,10 +90,50 @@ func newPlanClosures(w *World, prov *provider, env *cel.Env) *closures {
 // compile returns the closure of a checked expression, or nil when some part of it is
 // a shape the closures do not cover (the interpreter then evaluates it every time).
 func (c *closures) compile(a *cel.Ast) cfn {
+	f, _ := c.compileTyped(a)
+	return f
+}
+
+// compileTyped is compile, and the typed closure of the expression as well when it is a
+// bool, int or string computation compiledtyped.go knows (else the zero typed): what
+// evalBool and evalInt call without boxing the value they unbox.
+func (c *closures) compileTyped(a *cel.Ast) (cfn, typed) {
 	native := a.NativeRep()
 	c.refs, c.types = native.ReferenceMap(), native.TypeMap()
 	c.scope, c.depth = c.scope[:0], 0
-	f, ok := c.expr(native.Expr())
+	e := native.Expr()
+	if t, mine, ok := c.native(e); mine {
+		if !ok {
+			return nil, typed{}
+		}
+		return t.cfn(), t
+	}
+	f, ok := c.expr(e)
+	if !ok {
+		return nil, typed{}
+	}
+	var t typed
+	switch c.kindOf(e) {
+	case types.IntKind:
+		t.i = constOrLeaf[types.Int](c, e)
+	case types.BoolKind:
+		t.b = constOrLeaf[types.Bool](c, e)
+	}
+	return f, t
+}
+
+// constOrLeaf is the typed closure of a literal (a draw's bounds, [0, 6]: its value
+// made once, when the world loads) or of a name or a field read where it lives; nil
+// for anything else.
+func constOrLeaf[V scalar](c *closures, e ast.Expr) fn[V] {
+	if e.Kind() == ast.LiteralKind {
+		v, ok := e.AsLiteral().(V)
+		if !ok {
+			return nil
+		}
+		return func(*activation) (V, bool) { return v, true }
+	}
+	f, ok := leaf[V](c, e)
 	if !ok {
 		return nil
 	}
@@ -174,12 +214,15 @@ func memoSlot(slots *map[string]int, key string) int {
 // call shares its value, kept with the arguments. CEL's functions are pure, so the
 // value is the one each would compute.
 func (c *closures) memoize(e ast.Expr, f cfn) cfn {
+	if e.Kind() == ast.ComprehensionKind {
+		return c.memoSettled(e, f)
+	}
 	if e.Kind() != ast.CallKind || isOperator(e.AsCall().FunctionName()) {
 		return f
 	}
 	ot := c.argsOnly(e)
 	if ot == nil {
-		return f
+		return c.memoSettled(e, f)
 	}
 	slot := memoSlot(&ot.memoSlots, exprKey(e))
 	return func(a *activation) ref.Val {
@@ -199,6 +242,106 @@ func (c *closures) memoize(e ast.Expr, f cfn) cfn {
 		}
 		return v
 	}
+}
+
+// memoSettled returns f, the closure of e, computed once per step after the step's
+// effects when e is a comprehension or a library call outside any comprehension that
+// reads the state, the arguments, new_id, the clock and the step only: what stays the
+// same from the effects to the step's end. Expressions written the same way share
+// the value. Anywhere else (a precondition, a reset, an end condition) f runs as is.
+func (c *closures) memoSettled(e ast.Expr, f cfn) cfn {
+	if len(c.scope) > 0 || !c.settledOnly(e, nil) {
+		return f
+	}
+	slot := memoSlot(&c.w.settledSlots, exprKey(e))
+	w := c.w
+	return func(a *activation) ref.Val {
+		if !a.settled {
+			return f(a)
+		}
+		ep := a.ep
+		if slot >= len(ep.settled) {
+			ep.settled = make([]ref.Val, len(w.settledSlots))
+		}
+		if v := ep.settled[slot]; v != nil {
+			return v
+		}
+		v := f(a)
+		if !types.IsError(v) {
+			ep.settled[slot] = v
+		}
+		return v
+	}
+}
+
+// settledOnly reports whether e reads nothing but the state's names, args, new_id,
+// now_ms, step and the variables of its own comprehensions (bound): not the element
+// an answer's list is being written for, nor an entity's i, id or self.
+func (c *closures) settledOnly(e ast.Expr, bound []string) bool {
+	switch e.Kind() {
+	case ast.LiteralKind:
+		return true
+	case ast.IdentKind:
+		name := e.AsIdent()
+		if r, ok := c.refs[e.ID()]; ok {
+			if r.Value != nil {
+				return true
+			}
+			name = r.Name
+		}
+		if slices.Contains(bound, name) {
+			return true
+		}
+		if _, ok := c.slots[name]; ok {
+			return true
+		}
+		switch name {
+		case "args", "new_id", "now_ms", "step":
+			return true
+		}
+		return false
+	case ast.SelectKind:
+		return c.settledOnly(e.AsSelect().Operand(), bound)
+	case ast.CallKind:
+		call := e.AsCall()
+		if call.IsMemberFunction() && !c.settledOnly(call.Target(), bound) {
+			return false
+		}
+		for _, x := range call.Args() {
+			if !c.settledOnly(x, bound) {
+				return false
+			}
+		}
+		return true
+	case ast.ListKind:
+		for _, x := range e.AsList().Elements() {
+			if !c.settledOnly(x, bound) {
+				return false
+			}
+		}
+		return true
+	case ast.MapKind:
+		for _, en := range e.AsMap().Entries() {
+			me := en.AsMapEntry()
+			if !c.settledOnly(me.Key(), bound) || !c.settledOnly(me.Value(), bound) {
+				return false
+			}
+		}
+		return true
+	case ast.ComprehensionKind:
+		f := e.AsComprehension()
+		if !c.settledOnly(f.IterRange(), bound) || !c.settledOnly(f.AccuInit(), bound) {
+			return false
+		}
+		withAccu := append(slices.Clip(bound), f.AccuVar())
+		inner := append(slices.Clip(withAccu), f.IterVar())
+		if f.HasIterVar2() && f.IterVar2() != "" {
+			inner = append(inner, f.IterVar2())
+		}
+		return c.settledOnly(f.LoopCondition(), inner) && c.settledOnly(f.LoopStep(), inner) &&
+			c.settledOnly(f.Result(), withAccu)
+	}
+	return false // a struct literal, or a kind added later
 }
 
 // exprKey writes an expression out whole: two expressions of one environment with the

@@ -476,3 +476,76 @@ func TestClosuresOnEdges(t *testing.T) {
 	}
 	t.Logf("%d expressions, %d comparisons, %d evaluations CEL failed", len(w.bounded), c.checked, failed)
 }
+
+const settled = `
+name: settled
+services: [svc]
+vars:
+  n: {type: int, value: 0}
+entities:
+  item:
+    prefix: it-
+    count: {expr: "4"}
+    fields:
+      v: {type: int, expr: i}
+tools:
+  - name: bump
+    service: svc
+    description: raises n while some item is above it
+    preconditions:
+      - {require: "size(item.transformList(k, x, x.v > n, k)) > 1", error: "${size(item.transformList(k, x, x.v > n, k))} left"}
+    effects:
+      - {set: n, to: n + 1}
+    observation:
+      left: size(item.transformList(k, x, x.v > n, k))
+      above:
+        each: item.transformList(k, x, x.v > n, k)
+        as: h
+        fields: {id: h, rest: "size(item.transformList(k, x, x.v > item[h].v, k))"}
+success: n > 100
+`
+
+// TestSettledMemo: what a step's answer computes over the state after its effects is
+// remembered for that step only. The answer's total and list, written the same way, are
+// one value; the precondition, read before the effect, sees the state before it; each
+// step sees its own n; and an expression of a list's element is computed per element.
+func TestSettledMemo(t *testing.T) {
+	w, err := Load("settled.yaml", []byte(settled))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The filter and its size (the precondition's, the total's and the list's); not
+	// rest, which reads the element h.
+	var keys []string
+	for k := range w.settledSlots {
+		keys = append(keys, k[:min(len(k), 9)])
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"fold(k,x,", "size(fold"}) {
+		t.Errorf("remembered after the effects: %v, want the filter and its size", w.settledSlots)
+	}
+	ep, err := w.Env().NewEpisode(env.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"ok":true,"left":2,"above":[{"id":"it-3","rest":1},{"id":"it-4","rest":0}]}`,
+		`{"ok":true,"left":1,"above":[{"id":"it-4","rest":0}]}`,
+		`{"ok":false,"error":"1 left"}`,
+	}
+	for i, w := range want {
+		r, err := ep.Step(env.Action{Tool: "bump", Args: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(r.Observation); got != w {
+			t.Errorf("step %d: got %s, want %s", i+1, got, w)
+		}
+	}
+	if we := ep.(*episode); len(we.settled) != 2 || we.settled[0] == nil || we.settled[1] == nil {
+		t.Errorf("the second step's answer remembered %v, want the filter and its size", we.settled)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
@@ -522,17 +523,51 @@ func (c *closures) concat(e ast.Expr) (strFn, bool) {
 		}
 	}
 	return func(a *activation) (types.String, bool) {
-		var buf [8]string
+		var buf [8]types.String
 		parts := buf[:0]
+		n := 0
 		for _, f := range fs {
 			s, ok := f(a)
 			if !ok {
 				return "", false
 			}
-			parts = append(parts, string(s))
+			parts = append(parts, s)
+			n += len(s)
 		}
-		return types.String(strings.Join(parts, "")), true
+		return a.ep.joinStrings(parts, n), true
 	}, true
+}
+
+// strChunk is the size of the blocks an episode's concatenations are written into.
+const strChunk = 1024
+
+// joinStrings is the concatenation of parts (n bytes), written after the last one in
+// the episode's current block of strings: one allocation per block, not one per string
+// (a reset makes three dozen). A string's bytes are never written again once made (the
+// block is only appended to, and replaced when full), so the string may point into it;
+// the block lives as long as any of its strings.
+func (e *episode) joinStrings(parts []types.String, n int) types.String {
+	switch {
+	case n == 0:
+		return ""
+	case len(parts) == 1:
+		return parts[0]
+	case n > strChunk/4: // a string of its own, not most of a block
+		var b strings.Builder
+		b.Grow(n)
+		for _, s := range parts {
+			b.WriteString(string(s))
+		}
+		return types.String(b.String())
+	}
+	if cap(e.strs)-len(e.strs) < n {
+		e.strs = make([]byte, 0, strChunk)
+	}
+	start := len(e.strs)
+	for _, s := range parts {
+		e.strs = append(e.strs, s...)
+	}
+	return types.String(unsafe.String(&e.strs[start], n))
 }
 
 // charAt is the strings extension's s.charAt(i) where s is ASCII up to i: the byte at i,

@@ -80,11 +80,18 @@ type episode struct {
 	// lastList and lastElems are listElems' memory.
 	lastList  traits.Lister
 	lastElems []ref.Val
-	clock     time.Duration
-	step      uint32
-	invalid   int64
-	progress  int
-	budget    int64
+	// settled holds the values of the comprehensions and calls over the state that a
+	// step's reach and answer compute, by their slot in World.settledSlots: cleared
+	// once the step's effects are applied.
+	settled []ref.Val
+	// strs is the block the episode's concatenations are written into (joinStrings):
+	// kept across resets, its written bytes never written again.
+	strs     []byte
+	clock    time.Duration
+	step     uint32
+	invalid  int64
+	progress int
+	budget   int64
 	// known[k] says verdict[k] is end condition k's value on the current state (see
 	// World.ends): evaluated since the last step that wrote what it reads.
 	known   []bool
@@ -121,6 +128,10 @@ type activation struct {
 	// plan: the oracle whose plan expression is being evaluated (its ep holds nothing
 	// but the comprehensions' slots); the expression reads its task and results only.
 	plan *oracle
+	// settled: a tool's effects are applied and the state stays as it is until the
+	// step ends, so what its reach and answer compute over it is remembered
+	// (episode.settled).
+	settled bool
 }
 
 func (a *activation) ResolveName(name string) (any, bool) {
@@ -191,7 +202,7 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 		if p.fast != nil && a.ep.fast {
 			prg = p.fast
 		}
-		if p.run != nil && (prg == p.fast || p.sized != nil && p.sized.under(a)) {
+		if p.run != nil && p.closes(a) {
 			if v := p.run(a); !types.IsError(v) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
@@ -207,7 +218,24 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 	return out, nil
 }
 
+// closes reports whether the closures may answer p on a's state: without cost
+// tracking, because the world bounded p's cost at load and the episode stays within
+// max_steps, or because the state's sizes keep it under the limit.
+func (p *program) closes(a *activation) bool {
+	return p.fast != nil && a.ep.fast || p.sized != nil && p.sized.under(a)
+}
+
 func evalInt(p *program, act interpreter.Activation) (int64, error) {
+	if p.unboxed.i != nil {
+		if a, ok := act.(*activation); ok && p.closes(a) {
+			if v, ok := p.unboxed.i(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return int64(v), nil
+			}
+		}
+	}
 	v, err := eval(p, act)
 	if err != nil {
 		return 0, err
@@ -220,6 +248,16 @@ func evalInt(p *program, act interpreter.Activation) (int64, error) {
 }
 
 func evalBool(p *program, act interpreter.Activation) (bool, error) {
+	if p.unboxed.b != nil {
+		if a, ok := act.(*activation); ok && p.closes(a) {
+			if v, ok := p.unboxed.b(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return bool(v), nil
+			}
+		}
+	}
 	v, err := eval(p, act)
 	if err != nil {
 		return false, err
@@ -289,7 +327,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs}
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
@@ -367,8 +405,10 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		}
 		act.i, act.id, act.self = nil, nil, nil
 	}
-	e.known, e.verdict = make([]bool, len(w.ends)), make([]bool, len(w.ends))
-	e.partKnown, e.partValue = make([]bool, len(w.parts)), make([]types.Bool, len(w.parts))
+	ne := len(w.ends)
+	bools := make([]bool, 2*ne+len(w.parts))
+	e.known, e.verdict, e.partKnown = bools[:ne:ne], bools[ne:2*ne:2*ne], bools[2*ne:]
+	e.partValue = make([]types.Bool, len(w.parts))
 	if w.budget != nil {
 		b, err := evalInt(w.budget, act)
 		if err != nil {
@@ -662,14 +702,22 @@ func (e *episode) grow(t *toolDef, what, n int) {
 // argsOf returns the object a call of t reads its arguments into.
 func (e *episode) argsOf(t *toolDef) *object {
 	if e.argObjs == nil {
-		e.argObjs = make([]*object, len(e.w.tools))
+		// Every tool's object at the first call, in three allocations, not two for
+		// each tool an episode calls.
+		tools := e.w.tools
+		n := 0
+		for i := range tools {
+			n += len(tools[i].args.otype.fields)
+		}
+		objs, vals, ptrs := make([]object, len(tools)), make([]ref.Val, n), make([]*object, len(tools))
+		for i := range tools {
+			k := len(tools[i].args.otype.fields)
+			objs[i] = object{t: tools[i].args.otype, vals: vals[:k:k]}
+			vals, ptrs[i] = vals[k:], &objs[i]
+		}
+		e.argObjs = ptrs
 	}
-	o := e.argObjs[t.index]
-	if o == nil {
-		o = newObject(t.args.otype)
-		e.argObjs[t.index] = o
-	}
-	return o
+	return e.argObjs[t.index]
 }
 
 // Step applies one action. Bad actions are observations; the errors are stepping before
@@ -1079,6 +1127,11 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	}
 	post := act
 	post.newID = newID
+	// The state stays as it is now until the step ends: the reach and the answer
+	// compute what they share once (the shop's search filters the catalog once, not
+	// once for its total, once for its results and once for its milestone).
+	clear(e.settled)
+	post.settled = true
 	for _, r := range t.reach {
 		if r.level <= s.reached {
 			continue

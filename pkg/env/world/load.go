@@ -95,6 +95,9 @@ type program struct {
 	// run, when set, is the expression compiled to Go closures (compiled.go): what an
 	// evaluation without cost tracking tries first.
 	run cfn
+	// unboxed is run's typed closure when the expression is a bool or int computation
+	// the closures know: evalBool and evalInt call it without a CEL value between.
+	unboxed typed
 	// sized, for an expression CEL's estimate does not bound whatever the state, bounds
 	// it on the sizes of the state at hand: when those keep it under maxCost, run
 	// answers without cost tracking as well.
@@ -322,6 +325,9 @@ type World struct {
 	hasRoleOracle bool
 	// locals is how many comprehension variables the compiled closures hold at once.
 	locals int
+	// settledSlots numbers the comprehensions and calls over the state that a step
+	// computes once after its effects (closures.memoize), written the same way once.
+	settledSlots map[string]int
 	// bounded lists the expressions over the state that may run compiled, and the
 	// arguments they read (nil for none): what the test comparing closures with CEL walks.
 	bounded []boundExpr
@@ -1106,7 +1112,7 @@ func (c *compiler) bound() {
 			cls[sp.env] = cl
 		}
 		cl.parts = w.endParts(sp.p)
-		if sp.p.run = cl.compile(sp.p.ast); sp.p.run != nil {
+		if sp.p.run, sp.p.unboxed = cl.compileTyped(sp.p.ast); sp.p.run != nil {
 			sp.p.sized = sized
 			w.bounded = append(w.bounded, boundExpr{p: sp.p, args: sp.args})
 		}
