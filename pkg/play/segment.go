@@ -10,7 +10,8 @@ import (
 // GAUNTLET_EVENTS: up to Max consecutive steps each, the start riding on the first segment
 // and the end on the last, so an episode of at most Max steps is one message. A segment
 // also goes out once its first step has waited a second (a session waiting on its
-// trainer), whenever Flush is called, and before a step that would take it over MaxBytes
+// trainer; not at the episode's last step, which waits for the end that follows it),
+// whenever Flush is called, and before a step that would take it over MaxBytes
 // (its values' lengths are counted, not encoded: normal steps pay no encoding pass).
 //
 // The worker's publisher and the load-test harness's event generator both use it, so the
@@ -59,7 +60,8 @@ func stepSize(st *gauntletv1.StepTaken) int {
 // MaxFieldBytes.
 func SegmentBytes(maxPayload int64) int { return int(maxPayload / 4 * 3) }
 
-// Step queues one step, emitting the segment when it is full or has waited a second.
+// Step queues one step, emitting the segment when it is full or has waited a second,
+// unless the step ends the episode: End then emits it with the end.
 func (g *Segmenter) Step(st *gauntletv1.StepTaken) error {
 	if g.MaxBytes > 0 {
 		n := stepSize(st)
@@ -79,6 +81,11 @@ func (g *Segmenter) Step(st *gauntletv1.StepTaken) error {
 		g.steps = make([]*gauntletv1.StepTaken, 0, min(g.Max, 8))
 	}
 	g.steps = append(g.steps, st)
+	// The episode's last step waits for its end, which follows at once: sent now, the
+	// end would go alone, one more message for nothing.
+	if st.Terminated || st.Truncated {
+		return nil
+	}
 	if len(g.steps) >= g.Max || time.Since(g.lastFlush) > time.Second {
 		return g.Flush()
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -23,13 +24,20 @@ func TestSegmenter(t *testing.T) {
 		max   int
 		flush []uint32 // Flush after these steps
 		want  [][3]int // per segment: steps, has start (0/1), has end (0/1)
+		// terminal marks the last step as the episode's end (truncated), as a session's
+		// last step is; waited makes every step find the segment a second old.
+		terminal, waited bool
 	}{
-		{"short episode is one message", 7, 32, nil, [][3]int{{7, 1, 1}}},
-		{"no steps: start and end together", 0, 32, nil, [][3]int{{0, 1, 1}}},
-		{"full segments, end with the rest", 70, 32, nil, [][3]int{{32, 1, 0}, {32, 0, 0}, {6, 0, 1}}},
-		{"exact multiple: end alone", 64, 32, nil, [][3]int{{32, 1, 0}, {32, 0, 0}, {0, 0, 1}}},
-		{"flush mid-episode", 5, 32, []uint32{2}, [][3]int{{2, 1, 0}, {3, 0, 1}}},
-		{"flush with nothing queued emits nothing", 3, 32, []uint32{0}, [][3]int{{3, 1, 1}}},
+		{"short episode is one message", 7, 32, nil, [][3]int{{7, 1, 1}}, false, false},
+		{"no steps: start and end together", 0, 32, nil, [][3]int{{0, 1, 1}}, false, false},
+		{"full segments, end with the rest", 70, 32, nil, [][3]int{{32, 1, 0}, {32, 0, 0}, {6, 0, 1}}, false, false},
+		{"exact multiple: end alone", 64, 32, nil, [][3]int{{32, 1, 0}, {32, 0, 0}, {0, 0, 1}}, false, false},
+		{"flush mid-episode", 5, 32, []uint32{2}, [][3]int{{2, 1, 0}, {3, 0, 1}}, false, false},
+		{"flush with nothing queued emits nothing", 3, 32, []uint32{0}, [][3]int{{3, 1, 1}}, false, false},
+		// The end follows a terminal step at once: it goes with it, not in a message of
+		// its own, whether the segment is full or has waited.
+		{"exact multiple, last step terminal: end with it", 64, 32, nil, [][3]int{{32, 1, 0}, {32, 0, 1}}, true, false},
+		{"waited a second: each step alone, the terminal one with the end", 3, 32, nil, [][3]int{{1, 1, 0}, {1, 0, 0}, {1, 0, 1}}, true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -49,7 +57,12 @@ func TestSegmenter(t *testing.T) {
 				}
 			}
 			for i := uint32(0); i < c.steps; i++ {
-				if err := g.Step(step(i)); err != nil {
+				st := step(i)
+				st.Truncated = c.terminal && i == c.steps-1
+				if c.waited {
+					g.lastFlush = time.Now().Add(-2 * time.Second)
+				}
+				if err := g.Step(st); err != nil {
 					t.Fatal(err)
 				}
 				if flushAt[i+1] {
