@@ -2,6 +2,7 @@ package scoring_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +10,10 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world" // bank, airline
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
@@ -54,7 +59,7 @@ func playScored(t *testing.T, e env.Env, cfg env.Config, agent env.Agent, spec s
 			t.Fatalf("step %d: %v", i, err)
 		}
 		sc := scoring.ScoreState(spec, &state, &gauntletv1.StepTaken{Signals: res.Signals, Metering: res.Metering, Terminated: res.Terminated,
-			Action: &gauntletv1.Action{Tool: a.Tool, ArgsJson: string(a.Args)}})
+			Action: &gauntletv1.Action{Tool: a.Tool, ArgsJson: string(a.Args)}, Faults: res.Faults})
 		for _, c := range sc.Components {
 			if c.Name != "task" && c.Name != "cost" && c.Name != "bonus" && c.Value != 0 {
 				flagged[c.Name] = append(flagged[c.Name], i)
@@ -110,6 +115,59 @@ func TestIdleDetector(t *testing.T) {
 	t.Logf("oracle: %d episodes, %d steps, %d flagged", episodes, honest, flaggedEpisodes)
 	if flaggedEpisodes != 0 {
 		t.Errorf("%d of %d oracle episodes flagged", flaggedEpisodes, episodes)
+	}
+}
+
+// underStress returns the config of episode seed of e under the stress profile's faults,
+// planned as the faults service plans them.
+func underStress(t *testing.T, e env.Env, seed uint64) env.Config {
+	t.Helper()
+	plan, err := plans.Derive(rng.Derive(seed, "faults"), plans.ProfileStress, e.Spec().Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := inject.NewInjector(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env.Config{Seed: seed, Params: json.RawMessage(`{}`), Faults: inj}
+}
+
+// Under injected faults an honest agent retries: it re-issues a read whose answer was
+// truncated, asks again after a 503, and waits out a Retry-After. The oracles of shop,
+// bank and airline under the stress profile's faults, scored under detectSpec (idle at
+// window 8, repeat at 4, faults held by default), raise no flag: the steps a fault
+// answered neither count toward a row nor break it. Under faults: count, the same
+// episodes are flagged as they were before the option existed (2 to 4 %), and the agents
+// that idle and farm stay flagged under the same faults (TestDetectorsUnderFaults).
+func TestHonestRetriesThroughFaultsAreNotFlagged(t *testing.T) {
+	spec := mustParse(t, detectSpec)
+	episodes := 2_000
+	if testing.Short() {
+		episodes = 300
+	}
+	for _, name := range []string{"shop", "bank", "airline"} {
+		e, err := env.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps, flaggedEpisodes int
+		first := ""
+		for seed := range uint64(episodes) {
+			cfg := underStress(t, e, seed+1)
+			f, n := playScored(t, e, cfg, e.(env.Oracle).Oracle(seed+1), spec, 100)
+			steps += n
+			if len(f) > 0 {
+				flaggedEpisodes++
+				if first == "" {
+					first = fmt.Sprintf("seed %d: %v", seed+1, f)
+				}
+			}
+		}
+		t.Logf("%s oracle under stress: %d episodes, %d steps, %d flagged", name, episodes, steps, flaggedEpisodes)
+		if flaggedEpisodes != 0 {
+			t.Errorf("%s: %d of %d honest episodes under stress flagged (first: %s)", name, flaggedEpisodes, episodes, first)
+		}
 	}
 }
 
