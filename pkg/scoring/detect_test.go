@@ -335,8 +335,8 @@ func TestEveryFaultKindIsDecided(t *testing.T) {
 				t.Errorf("AnsweredFaults of latency and %s: %v, want %s alone", k, got, k)
 			}
 		case slices.Contains(delays, k):
-			if scoring.FaultAnswers(k) {
-				t.Errorf("%s only delays or shapes, FaultAnswers says it answers", k)
+			if scoring.FaultAnswers(k) || scoring.AnsweredFaults([]*gauntletv1.FaultFired{{Kind: k}}) != nil {
+				t.Errorf("%s only delays or shapes, FaultAnswers or AnsweredFaults says it answers", k)
 			}
 		default:
 			t.Errorf("fault kind %s is neither in answers nor in delays: decide whether it answers the call (pkg/scoring, answeringKinds)", k)
