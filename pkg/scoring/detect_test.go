@@ -267,6 +267,17 @@ components:
 	if m := mustParse(t, detectSpec); !m.ReadsFaults() || scoring.SpecFor("shop").ReadsFaults() {
 		t.Error("detectSpec must read faults, default/1 must not")
 	}
+	for _, m := range []struct {
+		spec scoring.Spec
+		want string
+	}{{hold, "faults hold"}, {count, "faults count"}} {
+		ex, _ := scoring.Explain(m.spec, nil, &gauntletv1.StepTaken{})
+		for _, e := range ex {
+			if !strings.Contains(e.Rule, m.want) {
+				t.Errorf("%s: Explain's rule %q does not say %q", m.spec.Version, e.Rule, m.want)
+			}
+		}
+	}
 	a := &gauntletv1.Action{Tool: "inventory.get", ArgsJson: `{"sku":"s-1"}`}
 	wait := &gauntletv1.Action{Tool: "wait", ArgsJson: `{"ms":400}`}
 	slow := []*gauntletv1.FaultFired{{Kind: "latency"}}

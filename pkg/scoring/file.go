@@ -331,11 +331,14 @@ func (p *parser) faults(dp []any, d *detectorFile) bool {
 }
 
 // holdRule is what Explain says of a counting detector's faults option.
-func holdRule(hold bool) string {
-	if hold {
-		return "; faults hold: a step an injected fault answered (http_error, truncate, ...) neither counts nor breaks the row"
+func holdRule(detector string, hold bool) string {
+	switch {
+	case !hold:
+		return "; faults count: a step an injected fault answered counts like any other"
+	case detector == DetectorRepeat:
+		return "; faults hold: a retry an injected fault answered (http_error, truncate, ...) is not counted and keeps the row, another action ends it"
 	}
-	return "; faults count: a step an injected fault answered counts like any other"
+	return "; faults hold: a step an injected fault answered (http_error, truncate, ...) is not counted and keeps the count"
 }
 
 // component validates one component and compiles its source and stages.
@@ -393,7 +396,7 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 			}
 			cp.window = cf.Detector.Window
 			cp.hold = p.faults(dp, cf.Detector)
-			cp.rule = fmt.Sprintf("detector idle: -1 from the %dth step in a row that does not advance the task", cp.window) + holdRule(cp.hold)
+			cp.rule = fmt.Sprintf("detector idle: -1 from the %dth step in a row that does not advance the task", cp.window) + holdRule(DetectorIdle, cp.hold)
 		case DetectorVerifierPaths:
 			if cf.Detector.Window != 0 {
 				p.add(at(dp, "window"), "verifier_paths has no window")
@@ -410,7 +413,7 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 			c.windows++
 			c.actions = true
 			cp.hold = p.faults(dp, cf.Detector)
-			cp.rule = fmt.Sprintf("detector repeat: -1 from the %dth identical action (tool and arguments) in a row", cp.window) + holdRule(cp.hold)
+			cp.rule = fmt.Sprintf("detector repeat: -1 from the %dth identical action (tool and arguments) in a row", cp.window) + holdRule(DetectorRepeat, cp.hold)
 		case DetectorCanary:
 			if cf.Detector.Window != 0 {
 				p.add(at(dp, "window"), "canary has no window")
