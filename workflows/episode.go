@@ -465,8 +465,10 @@ func (o *durableOut) End(ctx context.Context, e *gauntletv1.EpisodeEnded) error 
 // requestScorer asks the reward service for each step's score, one request per step
 // (scoring is a pure function of the step, so re-scoring a replayed step gives what the
 // first attempt got). A step of a named spec carries its action, which a repeat
-// detector reads: a durable episode's steps are few and slow, so it does not leave
-// actions out as a worker's batching scorer does for specs that read none.
+// detector reads, and the kind of a fault that answered its call
+// (scoring.AnsweredFaults), which a detector holding under faults reads: a durable
+// episode's steps are few and slow, so it does not leave them out as a worker's batching
+// scorer does for specs that read neither.
 type requestScorer struct{ bus *bus.Bus }
 
 // Score implements play.StepScorer.
@@ -476,6 +478,7 @@ func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, name
 	}}}
 	if named != nil {
 		req.Steps[0].RewardSpec, req.Steps[0].Terminated, req.Steps[0].Action = named.Spec, st.Terminated, st.Action
+		req.Steps[0].Faults = scoring.AnsweredFaults(st.Faults)
 		req.States = []*gauntletv1.RewardState{named.State}
 	}
 	var reply gauntletv1.ScoreReply

@@ -24,13 +24,14 @@ const repeatSpec = `name: durable-repeat
 version: "1"
 components:
   - {name: task, builtin: task, weight: 1}
-  - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.5}
+  - {name: repeat, detector: {kind: repeat, window: 3, faults: hold}, weight: 0.5}
 `
 
 // A durable episode's steps are scored one request each by requestScorer; under a named
-// spec they must carry what the spec reads, the action included, so that its scores are
-// the pure function's: a repeat detector flags an agent repeating itself here as it does
-// on a worker.
+// spec they must carry what the spec reads, the action and the faults that answered a
+// call included, so that its scores are the pure function's: a repeat detector flags an
+// agent repeating itself here as it does on a worker, and holds its count on a retry a
+// fault answered.
 func TestRequestScorerScoresAsThePureFunction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,6 +58,12 @@ func TestRequestScorerScoresAsThePureFunction(t *testing.T) {
 			Metering: &gauntletv1.Metering{ToolCalls: 1},
 			Action:   &gauntletv1.Action{Tool: "wallet.balance", ArgsJson: `{}`},
 		}
+		if i == 3 { // a retry an injected 503 answered: the detector holds its count
+			st.Faults = []*gauntletv1.FaultFired{
+				{FaultId: "f1", Kind: "latency", Target: "wallet/wallet.balance", Detail: "latency_ms=12.5"},
+				{FaultId: "f2", Kind: "http_error", Target: "wallet/wallet.balance", Detail: "status=503 retry_after_ms=0"},
+			}
+		}
 		got, err := requestScorer{b}.Score(ctx, st, named, nil)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
@@ -71,7 +78,7 @@ func TestRequestScorerScoresAsThePureFunction(t *testing.T) {
 			}
 		}
 	}
-	if flagged != 4 {
-		t.Errorf("repeat flagged %d of 6 identical actions, want 4 (the 3rd on)", flagged)
+	if flagged != 3 {
+		t.Errorf("repeat flagged %d of 6 identical actions, want 3 (the 3rd on, but the 4th, which a fault answered)", flagged)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
 	"github.com/gauntlet-rl/gauntlet/pkg/trajectory"
 )
 
@@ -23,8 +25,8 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 1}, weight: 0.5}
   - {name: seen, expr: "double(episode.steps) / 100.0", weight: 0}
   - {name: calls, expr: double(metering.virtual_ns) / 1e9, weight: 0.1, normalise: [{zscore: {window: 4}}]}
-  - {name: idle, detector: {kind: idle, window: 5}, weight: 0}
-  - {name: repeat, detector: {kind: repeat, window: 2}, weight: 0}
+  - {name: idle, detector: {kind: idle, window: 5, faults: hold}, weight: 0}
+  - {name: repeat, detector: {kind: repeat, window: 2, faults: hold}, weight: 0}
 `
 
 // TestRewardSpecRun submits a run naming a reward spec file, as gauntlet run does, and
@@ -98,22 +100,35 @@ func TestRewardSpecRun(t *testing.T) {
 		}
 	}
 	// The repeat detector (window 2), in the reward service: a step is flagged exactly
-	// when its recorded action is the same as the step before's; random repeats itself
-	// now and then, the oracle (under the baseline profile's rare faults) never.
+	// when its recorded action is the same as the last one's that no injected fault
+	// answered, in a row; a step a fault answered (the worker sent its kind) is not
+	// flagged, and holds the row when it retries its action. Random repeats itself now
+	// and then, the oracle (retrying through the baseline profile's faults) never.
 	_, rows, err := trajectory.Query(context.Background(), conn, fmt.Sprintf(`SELECT episode_id, policy, tool, args,
-		toString(reward_values[indexOf(reward_names, 'repeat')]) FROM %s.steps_final WHERE run_id = '%s' ORDER BY episode_id, step`, db, run))
+		toString(reward_values[indexOf(reward_names, 'repeat')]), toString(arrayExists(k -> k IN ('`+strings.Join(answering(), "', '")+`'), fault_kinds))
+		FROM %s.steps_final WHERE run_id = '%s' ORDER BY episode_id, step`, db, run))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inRow, flagged, oracleFlagged int
-	for i, r := range rows {
-		if i > 0 && r[0] == rows[i-1][0] && r[2] == rows[i-1][2] && r[3] == rows[i-1][3] {
+	var inRow, flagged, oracleFlagged, held int
+	var last []string // the row's episode, tool and args
+	for _, r := range rows {
+		same := last != nil && r[0] == last[0] && r[2] == last[1] && r[3] == last[2]
+		want := false
+		switch {
+		case r[5] == "1": // answered by a fault: holds a retry's row, ends another's
+			held++
+			if !same {
+				inRow, last = 0, nil
+			}
+		case same && inRow > 0:
 			inRow++
-		} else {
-			inRow = 1
+			want = inRow >= 2
+		default:
+			inRow, last = 1, []string{r[0], r[2], r[3]}
 		}
-		if got, want := r[4] == "-1", inRow >= 2; got != want {
-			t.Errorf("episode %s, action %s %s, %d in a row: repeat flagged %v", r[0], r[2], r[3], inRow, got)
+		if got := r[4] == "-1"; got != want {
+			t.Errorf("episode %s, action %s %s, %d in a row (answered by a fault: %s): repeat flagged %v", r[0], r[2], r[3], inRow, r[5], got)
 		}
 		if r[4] == "-1" {
 			flagged++
@@ -122,7 +137,7 @@ func TestRewardSpecRun(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("repeat: %d of %d steps flagged, %d of the oracle's", flagged, len(rows), oracleFlagged)
+	t.Logf("repeat: %d of %d steps flagged, %d of the oracle's; %d steps answered by a fault", flagged, len(rows), oracleFlagged, held)
 	if flagged == 0 || oracleFlagged != 0 {
 		t.Errorf("repeat flagged %d steps, %d of them the oracle's: want some of random's, none of the oracle's", flagged, oracleFlagged)
 	}
@@ -196,4 +211,16 @@ func TestRewardSpecRun(t *testing.T) {
 	if !strings.Contains(out.String(), " = 1×task ") || !strings.Contains(out.String(), " + 0.5×progress ") || !strings.Contains(out.String(), "(e2e/1)") {
 		t.Errorf("episode show does not write rewards as weighted sums:\n%s", out.String())
 	}
+}
+
+// answering lists the fault kinds that answer a call (scoring.FaultAnswers), from the
+// catalogue's.
+func answering() []string {
+	var out []string
+	for _, k := range catalogue.KindNames() {
+		if scoring.FaultAnswers(k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }

@@ -28,10 +28,14 @@ type Scorer struct {
 	reqs     chan scoreCall
 	latency  metric.Float64Histogram
 	size     metric.Int64Histogram
-	// unread holds the digests of the specs the reward service said read no action
-	// (ScoreSpec.actions_unread): their steps' requests leave the action out.
+	// unread holds, by digest, what the reward service said a spec does not read
+	// (ScoreSpec.actions_unread, faults_unread), as an unread: its steps' requests leave
+	// that out.
 	unread sync.Map
 }
+
+// unread is what a spec does not read of a step, as the reward service said.
+type unread struct{ actions, faults bool }
 
 type scoreCall struct {
 	step  *gauntletv1.StepTaken
@@ -146,8 +150,10 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	// The reward service scores from a step's signals and metering (pkg/scoring); the
 	// observation and diff, the bulk of a step, stay here. A step of a named spec also
 	// carries its action (a pointer to the step's own, no copy), which a repeat detector
-	// reads, until a reply says the spec reads none: the env's default spec never does, so
-	// its requests stay as small as they were.
+	// reads, and the kind of a fault that answered its call (scoring.AnsweredFaults: a
+	// shared message, no copy), which an idle or repeat detector holding under faults
+	// reads, each until a reply says the spec reads none: the env's default spec never
+	// does, so its requests stay as small as they were.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
 	for i, c := range batch {
 		req.Steps[i] = &gauntletv1.StepTaken{
@@ -159,8 +165,15 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 				req.States = make([]*gauntletv1.RewardState, len(batch))
 			}
 			req.Steps[i].RewardSpec, req.Steps[i].Terminated = c.named.Spec, c.step.Terminated
-			if _, unread := s.unread.Load(c.named.Spec); !unread {
+			var un unread
+			if v, ok := s.unread.Load(c.named.Spec); ok {
+				un = v.(unread)
+			}
+			if !un.actions {
 				req.Steps[i].Action = c.step.Action
+			}
+			if !un.faults {
+				req.Steps[i].Faults = scoring.AnsweredFaults(c.step.Faults)
 			}
 			req.States[i] = c.named.State
 		}
@@ -190,9 +203,10 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	}
 	if err == nil && req.States != nil {
 		for _, sp := range reply.Table.Specs {
-			if sp.GetActionsUnread() && sp.GetDigest() != "" {
+			if (sp.GetActionsUnread() || sp.GetFaultsUnread()) && sp.GetDigest() != "" {
 				if _, known := s.unread.Load(sp.Digest); !known {
-					s.unread.Store(strings.Clone(sp.Digest), struct{}{}) // the reply aliases its message
+					// The reply aliases its message.
+					s.unread.Store(strings.Clone(sp.Digest), unread{actions: sp.ActionsUnread, faults: sp.FaultsUnread})
 				}
 			}
 		}

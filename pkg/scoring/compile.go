@@ -70,6 +70,9 @@ type comp struct {
 	detector string
 	window   int
 	slot     int
+	// hold: a counting detector (idle, repeat) holds its count on a step an injected
+	// fault answered (faults: hold).
+	hold bool
 	// verifier: the verifier's name a kindVerifier component reads.
 	verifier string
 	stages   []stage
@@ -87,6 +90,8 @@ type compiled struct {
 	windows  int // running z-score stages and repeat detectors, each with its window in RewardState.windows
 	// actions: a component reads the step's action (a repeat detector).
 	actions bool
+	// faults: a component reads the step's faults (a detector that holds under them).
+	faults bool
 	// episode: an expression reads episode, so the state carries the episode so far
 	// (RewardState.episode). Without one the state is only the potentials, the detectors'
 	// counters and the windows: scoring keeps no episode, and the requests and replies that
@@ -445,7 +450,7 @@ type trace struct {
 // componentValue computes component i of c for a step: its raw value, its normalisation
 // stages in order, bounded to [-1, 1]. It advances st's potentials and windows; st and
 // act.ep are never nil here.
-func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv1.Metering, action *gauntletv1.Action, terminated bool,
+func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv1.Metering, step *gauntletv1.StepTaken,
 	act *activation, st *gauntletv1.RewardState, tr *trace) float64 {
 	cp := &c.comps[i]
 	var v float64
@@ -456,12 +461,12 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 	case kindExpr:
 		v, err = cp.eval(act)
 	case kindDetector:
-		v = detect(cp, sig, action, st, i)
+		v = detect(cp, sig, step.GetAction(), step.GetFaults(), st, i)
 	case kindVerifier:
 		v = verifierValue(sig, cp.verifier)
 	case kindPotential:
 		var phi float64
-		if !terminated { // an absorbing state's potential is 0, so shaping telescopes
+		if !step.GetTerminated() { // an absorbing state's potential is 0, so shaping telescopes
 			phi, err = cp.eval(act)
 			phi = notNaN(phi)
 		}

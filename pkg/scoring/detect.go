@@ -77,11 +77,90 @@ func hasEvent(sig *gauntletv1.Signals, prefixes ...string) bool {
 	return false
 }
 
+// What a counting detector (idle, repeat) does with a step an injected fault answered
+// (detectorFile.faults; docs/rewards.md, Detectors).
+const (
+	// FaultsHold, the default: the step neither counts toward the detector's row nor
+	// breaks it, and is not flagged. The agent did not choose what the fault made of its
+	// call, and an honest agent's retry of it is not idling or farming.
+	FaultsHold = "hold"
+	// FaultsCount: the step counts like any other, as before the option existed.
+	FaultsCount = "count"
+)
+
+// answeringKinds are the fault kinds (FaultFired.kind, pkg/faults/catalogue) that answer
+// the call they meet in place of the env, or corrupt its answer: an HTTP error, a
+// truncated or garbled body, a reset, a timeout, a failed name lookup, a file operation
+// that fails or writes short. A fault that only delays a call (latency, bandwidth,
+// slow_body, io_latency, iops_cap, packet_loss, whose lost packets are retransmitted) or
+// shapes the sandbox (cpu_throttle, memory_leak, clock_skew) does not: the env answered.
+// The list is part of what faults: hold means (changing it is a new spec version);
+// TestEveryFaultKindIsDecided holds it to the catalogue.
+var answeringKinds = []string{
+	"http_error", "truncate", "header_missing", "header_garbled", "broken_gzip",
+	"reset", "timeout", "dns_nxdomain", "dns_servfail", "dns_timeout",
+	"disk_full", "inode_exhaustion", "too_many_open_files", "lock_contention", "read_only", "short_write",
+}
+
+// answeredBy holds, per kind of answeringKinds, the least a score request carries of a
+// step that met one: a fault of that kind alone (AnsweredFaults). Read only.
+var answeredBy = func() map[string][]*gauntletv1.FaultFired {
+	m := make(map[string][]*gauntletv1.FaultFired, len(answeringKinds))
+	for _, k := range answeringKinds {
+		m[k] = []*gauntletv1.FaultFired{{Kind: k}}
+	}
+	return m
+}()
+
+// FaultAnswers reports whether a fault of kind answers the call it meets in place of the
+// env (answeringKinds); a kind it does not know does not. A switch rather than a lookup
+// in answeredBy: no hashing on the scoring path (TestEveryFaultKindIsDecided checks the
+// two agree).
+func FaultAnswers(kind string) bool {
+	switch kind {
+	case "http_error", "truncate", "header_missing", "header_garbled", "broken_gzip",
+		"reset", "timeout", "dns_nxdomain", "dns_servfail", "dns_timeout",
+		"disk_full", "inode_exhaustion", "too_many_open_files", "lock_contention", "read_only", "short_write":
+		return true
+	}
+	return false
+}
+
+// answered reports whether one of faults answered the step's call. Nearly every step has
+// none or one: a length test, or a switch on its kind.
+func answered(faults []*gauntletv1.FaultFired) bool {
+	for _, f := range faults {
+		if FaultAnswers(f.GetKind()) {
+			return true
+		}
+	}
+	return false
+}
+
+// AnsweredFaults returns what a spec that reads faults (Spec.ReadsFaults) needs of a
+// step's faults: nil when none answered the call, else one fault of the first answering
+// kind with only its kind set, which scores the step exactly as all of them do. The slice
+// and its message are shared: never modify them (marshalling them is safe from any
+// goroutine). A worker sends this in place of the step's faults: a few bytes instead of
+// every fault's id, target and detail.
+func AnsweredFaults(faults []*gauntletv1.FaultFired) []*gauntletv1.FaultFired {
+	for _, f := range faults {
+		if a, ok := answeredBy[f.GetKind()]; ok {
+			return a
+		}
+	}
+	return nil
+}
+
 // detect computes the value of detector i of the spec for a step, advancing its part of
 // the episode's state: its slot of RewardState.potentials is its counter (idle: the steps
 // in a row without progress; repeat: the same action in a row), and repeat keeps the last
-// action's fingerprint in its window.
-func detect(cp *comp, sig *gauntletv1.Signals, action *gauntletv1.Action, st *gauntletv1.RewardState, i int) float64 {
+// action's fingerprint in its window. A counting detector that holds under faults
+// (cp.hold) does not count a step a fault answered, and does not flag it: idle leaves its
+// count as it was (the row still ends there if the env saw progress, which no fault
+// makes); repeat leaves its row as it was when the step retries the row's action, and
+// ends it when the step is another action.
+func detect(cp *comp, sig *gauntletv1.Signals, action *gauntletv1.Action, faults []*gauntletv1.FaultFired, st *gauntletv1.RewardState, i int) float64 {
 	count := &st.Potentials[i]
 	switch cp.detector {
 	case DetectorRepeat:
@@ -93,6 +172,16 @@ func detect(cp *comp, sig *gauntletv1.Signals, action *gauntletv1.Action, st *ga
 			return 0
 		}
 		fp := fingerprint(action)
+		if cp.hold && answered(faults) {
+			// A retry of the row's action holds it. Another action ends it, even
+			// answered by a fault: otherwise the steps between an agent's identical
+			// waits for Retry-After, its retries answered by a 503 again, would vanish
+			// and the waits would read as a row.
+			if *count == 0 || len(w.Values) != 1 || w.Values[0] != fp {
+				*count, w.Values = 0, w.Values[:0]
+			}
+			return 0
+		}
 		if *count > 0 && len(w.Values) == 1 && w.Values[0] == fp {
 			*count++
 		} else {
@@ -105,6 +194,9 @@ func detect(cp *comp, sig *gauntletv1.Signals, action *gauntletv1.Action, st *ga
 	case DetectorIdle:
 		if sig.GetProgressDelta() > 0 || sig.GetSuccess() {
 			*count = 0
+			return 0
+		}
+		if cp.hold && answered(faults) {
 			return 0
 		}
 		*count++

@@ -2,13 +2,20 @@ package scoring_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/shop"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/taskenv"
+	_ "github.com/gauntlet-rl/gauntlet/pkg/env/world" // bank, airline
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/rng"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes"
 	"github.com/gauntlet-rl/gauntlet/pkg/runtimes/runtimestest"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/tools"
@@ -22,10 +29,10 @@ version: "1"
 components:
   - {name: task, builtin: task, weight: 1}
   - {name: cost, builtin: cost, weight: 0.2}
-  - {name: idle, detector: {kind: idle, window: 8}, weight: 0}
+  - {name: idle, detector: {kind: idle, window: 8, faults: hold}, weight: 0}
   - {name: verifier_paths, detector: {kind: verifier_paths}, weight: 0}
   - {name: canary, detector: {kind: canary}, weight: 0}
-  - {name: repeat, detector: {kind: repeat, window: 4}, weight: 0}
+  - {name: repeat, detector: {kind: repeat, window: 4, faults: hold}, weight: 0}
 `
 
 // playScored plays agent on an episode of e until it ends (or max steps), scoring every
@@ -54,7 +61,7 @@ func playScored(t *testing.T, e env.Env, cfg env.Config, agent env.Agent, spec s
 			t.Fatalf("step %d: %v", i, err)
 		}
 		sc := scoring.ScoreState(spec, &state, &gauntletv1.StepTaken{Signals: res.Signals, Metering: res.Metering, Terminated: res.Terminated,
-			Action: &gauntletv1.Action{Tool: a.Tool, ArgsJson: string(a.Args)}})
+			Action: &gauntletv1.Action{Tool: a.Tool, ArgsJson: string(a.Args)}, Faults: res.Faults})
 		for _, c := range sc.Components {
 			if c.Name != "task" && c.Name != "cost" && c.Name != "bonus" && c.Value != 0 {
 				flagged[c.Name] = append(flagged[c.Name], i)
@@ -110,6 +117,245 @@ func TestIdleDetector(t *testing.T) {
 	t.Logf("oracle: %d episodes, %d steps, %d flagged", episodes, honest, flaggedEpisodes)
 	if flaggedEpisodes != 0 {
 		t.Errorf("%d of %d oracle episodes flagged", flaggedEpisodes, episodes)
+	}
+}
+
+// underStress returns the config of episode seed of e under the stress profile's faults,
+// planned as the faults service plans them.
+func underStress(t *testing.T, e env.Env, seed uint64) env.Config {
+	t.Helper()
+	plan, err := plans.Derive(rng.Derive(seed, "faults"), plans.ProfileStress, e.Spec().Services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := inject.NewInjector(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env.Config{Seed: seed, Params: json.RawMessage(`{}`), Faults: inj}
+}
+
+// Under injected faults an honest agent retries: it re-issues a read whose answer was
+// truncated, asks again after a 503, and waits out a Retry-After. The oracles of shop,
+// bank and airline under the stress profile's faults, scored with idle at window 12 and
+// repeat at 4, faults held, raise no flag in 2,000 episodes each; with
+// faults: count the same spec flags about 1 % of them, every flag a retry through faults.
+// At idle's window 8 (detectSpec) about 0.1 % stay flagged by idle: the oracle's own
+// waits for Retry-After, which no fault answered, count (docs/rewards.md).
+func TestHonestRetriesThroughFaultsAreNotFlagged(t *testing.T) {
+	doc := strings.Replace(detectSpec, "kind: idle, window: 8", "kind: idle, window: 12", 1)
+	hold := mustParse(t, doc)
+	count := mustParse(t, strings.ReplaceAll(doc, "faults: hold", "faults: count"))
+	episodes := 2_000
+	if testing.Short() {
+		episodes = 300
+	}
+	for _, name := range []string{"shop", "bank", "airline"} {
+		e, err := env.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps, flaggedHold, flaggedCount int
+		first := ""
+		for seed := range uint64(episodes) {
+			f, n := playScored(t, e, underStress(t, e, seed+1), e.(env.Oracle).Oracle(seed+1), hold, 100)
+			steps += n
+			if len(f) > 0 {
+				flaggedHold++
+				if first == "" {
+					first = fmt.Sprintf("seed %d: %v", seed+1, f)
+				}
+			}
+			if f, _ := playScored(t, e, underStress(t, e, seed+1), e.(env.Oracle).Oracle(seed+1), count, 100); len(f) > 0 {
+				flaggedCount++
+			}
+		}
+		t.Logf("%s oracle under stress: %d episodes, %d steps; flagged %d with faults held, %d counted", name, episodes, steps, flaggedHold, flaggedCount)
+		if flaggedHold != 0 {
+			t.Errorf("%s: %d of %d honest episodes under stress flagged with faults held (first: %s)", name, flaggedHold, episodes, first)
+		}
+		if flaggedCount == 0 {
+			t.Errorf("%s: with faults counted no episode is flagged: the stress profile's faults no longer make the oracle retry, and this test shows nothing", name)
+		}
+	}
+}
+
+// The agents written to exploit idle and repeat stay flagged under the stress profile's
+// faults: reading the balance for ever, each step no fault answered counts, so from the
+// 8th such step (idle) and the 4th (repeat) every one is flagged; only the steps a fault
+// answered are not.
+func TestExploitsFlaggedUnderFaults(t *testing.T) {
+	spec := mustParse(t, detectSpec)
+	e := shop.New()
+	idler := env.Action{Tool: "wallet.balance", Args: json.RawMessage(`{}`)}
+	answeredSteps := 0
+	for seed := range uint64(50) {
+		ep, err := e.NewEpisode(underStress(t, e, seed+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ep.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		var rs gauntletv1.RewardState
+		counted := 0
+		for i := range 60 {
+			res, err := ep.Step(idler)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := scoring.ScoreState(spec, &rs, &gauntletv1.StepTaken{Signals: res.Signals, Metering: res.Metering, Faults: res.Faults,
+				Action: &gauntletv1.Action{Tool: idler.Tool, ArgsJson: string(idler.Args)}})
+			got := components(sc)
+			wantIdle, wantRepeat := 0.0, 0.0
+			if scoring.AnsweredFaults(res.Faults) != nil {
+				answeredSteps++
+			} else {
+				counted++
+				if counted >= 8 {
+					wantIdle = -1
+				}
+				if counted >= 4 {
+					wantRepeat = -1
+				}
+			}
+			if got["idle"] != wantIdle || got["repeat"] != wantRepeat {
+				t.Fatalf("seed %d step %d (faults %v, %d counted): idle %v repeat %v, want %v %v", seed+1, i, res.Faults, counted, got["idle"], got["repeat"], wantIdle, wantRepeat)
+			}
+			if res.Done() {
+				break
+			}
+		}
+		_ = env.Close(ep)
+	}
+	if answeredSteps == 0 {
+		t.Error("no step of the idler met a fault that answered it: the test shows nothing")
+	}
+	t.Logf("%d of the idler's steps were answered by faults", answeredSteps)
+}
+
+// answeredBy503 is what a step answered by an injected 503 records among its faults,
+// beside the latency that nearly every stress step meets.
+var answeredBy503 = []*gauntletv1.FaultFired{
+	{FaultId: "f2", Kind: "latency", Target: "inventory/inventory.get", Detail: "latency_ms=22.7"},
+	{FaultId: "f1", Kind: "http_error", Target: "inventory/inventory.get", Detail: "status=503 retry_after_ms=400"},
+}
+
+// A counting detector that holds under faults (the default) does not count a step an
+// injected fault answered, nor flag it: idle keeps its count (progress still resets it),
+// repeat keeps its row when the step retries the row's action and ends it when it is
+// another. A fault that only delays the call (latency) answers nothing. Under faults:
+// count every step counts, as before the option. The digest differs with the option, as
+// with any field.
+func TestDetectorsHoldUnderFaults(t *testing.T) {
+	const doc = `name: hold
+version: "1"
+components:
+  - {name: idle, detector: {kind: idle, window: 3%s}, weight: 1}
+  - {name: repeat, detector: {kind: repeat, window: 3%s}, weight: 1}
+`
+	// Without the key a detector counts, as files written before the option were scored:
+	// the same file keeps its meaning.
+	def := mustParse(t, fmt.Sprintf(doc, "", ""))
+	hold := mustParse(t, fmt.Sprintf(doc, ", faults: hold", ", faults: hold"))
+	count := mustParse(t, fmt.Sprintf(doc, ", faults: count", ", faults: count"))
+	if def.ReadsFaults() || !hold.ReadsFaults() || count.ReadsFaults() {
+		t.Errorf("reads faults: default %v, hold %v, count %v; want false, true, false", def.ReadsFaults(), hold.ReadsFaults(), count.ReadsFaults())
+	}
+	if def.Digest == hold.Digest || def.Digest == count.Digest {
+		t.Error("the faults option does not change the digest")
+	}
+	if m := mustParse(t, detectSpec); !m.ReadsFaults() || scoring.SpecFor("shop").ReadsFaults() {
+		t.Error("detectSpec must read faults, default/1 must not")
+	}
+	for _, m := range []struct {
+		spec scoring.Spec
+		want string
+	}{{hold, "faults hold"}, {count, "faults count"}, {def, "faults count"}} {
+		ex, _ := scoring.Explain(m.spec, nil, &gauntletv1.StepTaken{})
+		for _, e := range ex {
+			if !strings.Contains(e.Rule, m.want) {
+				t.Errorf("%s: Explain's rule %q does not say %q", m.spec.Version, e.Rule, m.want)
+			}
+		}
+	}
+	a := &gauntletv1.Action{Tool: "inventory.get", ArgsJson: `{"sku":"s-1"}`}
+	wait := &gauntletv1.Action{Tool: "wait", ArgsJson: `{"ms":400}`}
+	slow := []*gauntletv1.FaultFired{{Kind: "latency"}}
+	cut := []*gauntletv1.FaultFired{{Kind: "truncate"}}
+	type st struct {
+		act      *gauntletv1.Action
+		faults   []*gauntletv1.FaultFired
+		progress float64
+	}
+	for _, c := range []struct {
+		name  string
+		steps []st
+		// idle and repeat: the flagged steps' values, one letter a step: "x" flagged,
+		// "." not.
+		holdIdle, holdRepeat, countIdle, countRepeat string
+	}{
+		{"a read truncated twice, then answered", []st{{a, nil, 0}, {a, cut, 0}, {a, cut, 0}, {a, slow, 0}},
+			"....", "....", "..xx", "..xx"},
+		{"the read farmed: answered steps do not count", []st{{a, nil, 0}, {a, answeredBy503, 0}, {a, nil, 0}, {a, cut, 0}, {a, nil, 0}, {a, nil, 0}},
+			"....xx", "....xx", "..xxxx", "..xxxx"},
+		// The waits are the agent's own steps, which no fault answered: idle counts them.
+		{"waits for Retry-After between 503s", []st{{a, answeredBy503, 0}, {wait, nil, 0}, {a, answeredBy503, 0}, {wait, nil, 0}, {a, answeredBy503, 0}, {wait, nil, 0}, {a, nil, 0.2}},
+			".....x.", ".......", "..xxxx.", "......."},
+		{"progress on an answered step ends idle's row", []st{{a, nil, 0}, {a, nil, 0}, {wait, cut, 0.2}, {a, nil, 0}, {a, nil, 0}},
+			".....", ".....", ".....", "....."},
+	} {
+		for _, m := range []struct {
+			spec         scoring.Spec
+			idle, repeat string
+		}{{hold, c.holdIdle, c.holdRepeat}, {count, c.countIdle, c.countRepeat}, {def, c.countIdle, c.countRepeat}} {
+			var rs gauntletv1.RewardState
+			var idle, repeat strings.Builder
+			for _, s := range c.steps {
+				sc := scoring.ScoreState(m.spec, &rs, &gauntletv1.StepTaken{Action: s.act, Faults: s.faults, Signals: &gauntletv1.Signals{ProgressDelta: s.progress}})
+				for i, b := range []*strings.Builder{&idle, &repeat} {
+					if sc.Components[i].Value < 0 {
+						b.WriteByte('x')
+					} else {
+						b.WriteByte('.')
+					}
+				}
+			}
+			if idle.String() != m.idle || repeat.String() != m.repeat {
+				t.Errorf("%s, %s: idle %s repeat %s, want %s %s", c.name, m.spec.Version, idle.String(), repeat.String(), m.idle, m.repeat)
+			}
+		}
+	}
+}
+
+// Every fault kind of the catalogue is decided: it answers the call (FaultAnswers) or it
+// does not, on purpose. A kind added to the catalogue fails here until it is placed in one
+// list or the other, since it changes what faults: hold means.
+func TestEveryFaultKindIsDecided(t *testing.T) {
+	answers := []string{"http_error", "truncate", "header_missing", "header_garbled", "broken_gzip",
+		"reset", "timeout", "dns_nxdomain", "dns_servfail", "dns_timeout",
+		"disk_full", "inode_exhaustion", "too_many_open_files", "lock_contention", "read_only", "short_write"}
+	delays := []string{"latency", "bandwidth", "slow_body", "packet_loss", "io_latency", "iops_cap",
+		"cpu_throttle", "memory_leak", "clock_skew"}
+	for _, k := range catalogue.KindNames() {
+		switch {
+		case slices.Contains(answers, k):
+			if !scoring.FaultAnswers(k) {
+				t.Errorf("%s answers the call it meets, FaultAnswers says not", k)
+			}
+			if got := scoring.AnsweredFaults([]*gauntletv1.FaultFired{{Kind: "latency"}, {Kind: k, Detail: "x"}}); len(got) != 1 || got[0].Kind != k || got[0].Detail != "" {
+				t.Errorf("AnsweredFaults of latency and %s: %v, want %s alone", k, got, k)
+			}
+		case slices.Contains(delays, k):
+			if scoring.FaultAnswers(k) || scoring.AnsweredFaults([]*gauntletv1.FaultFired{{Kind: k}}) != nil {
+				t.Errorf("%s only delays or shapes, FaultAnswers or AnsweredFaults says it answers", k)
+			}
+		default:
+			t.Errorf("fault kind %s is neither in answers nor in delays: decide whether it answers the call (pkg/scoring, answeringKinds)", k)
+		}
+	}
+	if scoring.FaultAnswers("no_such_kind") || scoring.AnsweredFaults([]*gauntletv1.FaultFired{{Kind: "latency"}}) != nil {
+		t.Error("an unknown kind, or a latency, answers a call")
 	}
 }
 
@@ -314,14 +560,22 @@ components:
   - {name: d, detector: {kind: idle, window: 4, span: 2}, weight: 0}
   - {name: e, detector: {kind: canary, window: 2}, weight: 0}
   - {name: f, detector: {kind: repeat}, weight: 0}
+  - {name: g, detector: {kind: idle, window: 4, faults: ignore}, weight: 0}
+  - {name: h, detector: {kind: canary, faults: hold}, weight: 0}
+  - {name: i, detector: {kind: repeat, window: 4, faults: Hold}, weight: 0}
+  - {name: j, detector: {kind: repeat, window: 4, faults: [hold]}, weight: 0}
 `))
 	for _, want := range []string{
 		`bad.yaml:4: components[0].detector.kind: unknown detector "lazy" (known: idle, verifier_paths, canary, repeat, fingerprint)`,
 		"bad.yaml:5: components[1].detector.window: 1 must be in [2, 10000] steps",
 		"bad.yaml:6: components[2].detector.window: verifier_paths has no window",
-		"span: unknown key (known here: kind, window)",
+		"span: unknown key (known here: kind, window, faults)",
 		"bad.yaml:8: components[4].detector.window: canary has no window",
 		"bad.yaml:9: components[5].detector.window: 0 must be in [2, 10000] steps",
+		`bad.yaml:10: components[6].detector.faults: "ignore": must be hold (a step an injected fault answered neither counts nor breaks the row) or count (it counts like any step; the default)`,
+		"bad.yaml:11: components[7].detector.faults: canary counts no steps: only idle and repeat take faults",
+		`bad.yaml:12: components[8].detector.faults: "Hold": must be hold`,
+		"bad.yaml:13: cannot unmarshal !!seq into string",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("errors lack %q:\n%v", want, err)

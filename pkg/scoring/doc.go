@@ -48,9 +48,15 @@
 // map verifier (verifier.tests). The built-in spec reads neither, so it scores a task
 // episode's steps as it did before they carried them.
 //
-// A component may also be a detector (detect.go: idle, verifier_paths), an anti-hacking
-// check that is -1 on a step it flags and 0 otherwise, so the step is marked in its vector
-// under the component's name; weight 0 marks without penalising.
+// A component may also be a detector (detect.go: idle, repeat, verifier_paths, canary,
+// fingerprint), an anti-hacking check that is -1 on a step it flags and 0 otherwise, so
+// the step is marked in its vector under the component's name; weight 0 marks without
+// penalising. The two that count steps in a row, idle and repeat, hold their count on a
+// step whose call an injected fault answered (faults: hold; FaultAnswers says which
+// kinds answer), so an honest retry through faults is neither counted nor flagged;
+// faults: count, the default, counts it (a file without the key keeps the meaning it
+// had before the option). Such a spec reads the step's faults
+// (Spec.ReadsFaults), as a repeat detector reads its action (Spec.ReadsActions).
 //
 // A spec with expressions, shaping, z-scores or detectors is stateful: its steps are scored in order,
 // each with the RewardState the previous one left (ScoreState, TableStates), which the

@@ -66,7 +66,7 @@ func Explain(spec Spec, st *gauntletv1.RewardState, step *gauntletv1.StepTaken) 
 	total := 0.0
 	for i, w := range spec.Weights {
 		var tr trace
-		v := c.componentValue(i, sig, met, step.GetAction(), step.GetTerminated(), &act, st, &tr)
+		v := c.componentValue(i, sig, met, step, &act, st, &tr)
 		total += w.Weight * v
 		var inputs string
 		switch c.comps[i].kind {

@@ -84,9 +84,8 @@ func AppendValuesState(dst []float64, spec Spec, st *gauntletv1.RewardState, ste
 	if act.ep == nil {
 		act.ep = noEpisode
 	}
-	terminated := step.GetTerminated()
 	for i, w := range spec.Weights {
-		v := c.componentValue(i, sig, met, step.GetAction(), terminated, &act, st, nil)
+		v := c.componentValue(i, sig, met, step, &act, st, nil)
 		dst = append(dst, v)
 		total += w.Weight * v
 	}
@@ -128,7 +127,7 @@ func TableStates(specFor func(env, digest string) Spec, steps []*gauntletv1.Step
 			k = len(specs)
 			keys, specs = append(keys, kk), append(specs, sp)
 			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights)),
-				ActionsUnread: !sp.ReadsActions()}
+				ActionsUnread: !sp.ReadsActions(), FaultsUnread: !sp.ReadsFaults()}
 			for j, w := range sp.Weights {
 				ts.Names[j], ts.Weights[j] = w.Component, w.Weight
 			}

@@ -68,6 +68,12 @@ func (s Spec) Stateful() bool { return s.c != nil && s.c.stateful }
 // only then a reward request or a re-score carries.
 func (s Spec) ReadsActions() bool { return s.c != nil && s.c.actions }
 
+// ReadsFaults reports whether a component of the spec reads the step's faults (an idle
+// or repeat detector with faults: hold): its steps must then be scored
+// with the faults that answered their calls (StepTaken.faults; AnsweredFaults is what
+// they need of them), which only then a reward request or a re-score carries.
+func (s Spec) ReadsFaults() bool { return s.c != nil && s.c.faults }
+
 // defaultSpec is the built-in spec file, parsed once.
 var defaultSpec = func() Spec {
 	s, err := Parse("default.yaml", defaultFile)

@@ -275,6 +275,22 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 0.99}, weight: 0.5}
 `
 
+// detectorsSpec is loadtest/specs/detectors.yaml: the spec of the detectors'
+// false-positive runs (docs/benchmarks.md, Rewards).
+const detectorsSpec = `name: detectors
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1.0}
+  - {name: cost, builtin: cost, weight: 0.2}
+  - {name: safety, builtin: safety, weight: 0.5}
+  - {name: timeliness, builtin: timeliness, weight: 0.1}
+  - {name: causal, builtin: causal, weight: 0.3}
+  - {name: idle, detector: {kind: idle, window: 8}, weight: 0}
+  - {name: repeat, detector: {kind: repeat, window: 4}, weight: 0}
+  - {name: verifier_paths, detector: {kind: verifier_paths}, weight: 0}
+  - {name: canary, detector: {kind: canary}, weight: 0}
+`
+
 func BenchmarkScoreSpecs(b *testing.B) {
 	s := step(&gauntletv1.Signals{
 		Progress: 0.4, ProgressDelta: 0.25, Spend: 12.5, Budget: 80, DeadlineVirtualNs: 3e9,
@@ -286,6 +302,30 @@ func BenchmarkScoreSpecs(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			scoring.AppendValuesState(values[:0], spec, nil, s)
+		}
+	})
+	b.Run("detectors", func(b *testing.B) {
+		// loadtest/specs/detectors.yaml: default/1's five and four detectors. The steps
+		// cycle through what the oracle meets under the stress profile: a plain read, one
+		// slowed by latency, one truncated, one answered 503, the same read again.
+		spec := mustParse(b, detectorsSpec)
+		read := &gauntletv1.Action{Tool: "inventory.get", ArgsJson: `{"sku":"sku-0042"}`}
+		fault := func(kind string) []*gauntletv1.FaultFired {
+			return []*gauntletv1.FaultFired{{FaultId: "f1", Kind: kind, Target: "inventory/inventory.get", Detail: "x"}}
+		}
+		steps := []*gauntletv1.StepTaken{
+			{Env: "shop", Signals: s.Signals, Metering: s.Metering, Action: read},
+			{Env: "shop", Signals: s.Signals, Metering: s.Metering, Action: read, Faults: fault("latency")},
+			{Env: "shop", Signals: &gauntletv1.Signals{}, Metering: s.Metering, Action: read, Faults: fault("truncate")},
+			{Env: "shop", Signals: &gauntletv1.Signals{}, Metering: s.Metering, Action: read, Faults: fault("http_error")},
+		}
+		var rs gauntletv1.RewardState
+		var values [16]float64
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			scoring.AppendValuesState(values[:0], spec, &rs, steps[i&3])
+			i++
 		}
 	})
 	b.Run("eight-with-three-cel", func(b *testing.B) {

@@ -62,6 +62,20 @@ var scoringInputColumns = pick(stepColumns,
 // reads it (scoring.Spec.ReadsActions): the action's bytes are read only then.
 var scoringActionColumns = append(pick(stepColumns, "tool", "args"), scoringInputColumns...)
 
+// scoringColumns returns the columns of steps a re-score under spec reads: the scoring
+// inputs, the action for a spec that reads it, and the faults' kinds for a spec that
+// reads them (scoring.Spec.ReadsFaults; their ids, targets and details never).
+func scoringColumns(spec scoring.Spec) []column[StepRow] {
+	cols := scoringInputColumns
+	if spec.ReadsActions() {
+		cols = scoringActionColumns
+	}
+	if spec.ReadsFaults() {
+		cols = append(pick(stepColumns, "fault_kinds"), cols...)
+	}
+	return cols
+}
+
 // pick returns the columns of cols with the given names, in the order given.
 func pick[R any](cols []column[R], names ...string) []column[R] {
 	out := make([]column[R], 0, len(names))
@@ -82,7 +96,8 @@ func pick[R any](cols []column[R], names ...string) []column[R] {
 
 // ScoringStep returns the step as the reward service scored it, from its row: its
 // signals, its metering and whether it terminated the episode, which is everything a
-// score reads, and its action when the row was read with it (scoringActionColumns). The metering's reward_ns is 0: it measures the scoring itself, after it.
+// score reads, and its action and its faults' kinds when the row was read with them
+// (scoringColumns). The metering's reward_ns is 0: it measures the scoring itself, after it.
 // It is exact only for a row with ScoringInputs.
 func (r *StepRow) ScoringStep() *gauntletv1.StepTaken {
 	sig := &gauntletv1.Signals{
@@ -109,8 +124,16 @@ func (r *StepRow) ScoringStep() *gauntletv1.StepTaken {
 	if r.Tool != "" {
 		action = &gauntletv1.Action{Tool: r.Tool, ArgsJson: r.Args}
 	}
+	var faults []*gauntletv1.FaultFired
+	if len(r.FaultKinds) > 0 {
+		// What a score reads of the faults: their kinds (scoring.AnsweredFaults).
+		faults = make([]*gauntletv1.FaultFired, len(r.FaultKinds))
+		for i, k := range r.FaultKinds {
+			faults[i] = &gauntletv1.FaultFired{Kind: k}
+		}
+	}
 	return &gauntletv1.StepTaken{
-		EpisodeId: r.EpisodeID, Step: r.Step, RunId: r.RunID, Env: r.Env, Action: action,
+		EpisodeId: r.EpisodeID, Step: r.Step, RunId: r.RunID, Env: r.Env, Action: action, Faults: faults,
 		Metering: &gauntletv1.Metering{
 			ToolCalls: r.ToolCalls, Errors: r.Errors, VirtualNs: r.VirtualNs, WallNs: r.WallNs,
 			BytesIn: r.BytesIn, BytesOut: r.BytesOut, CpuNs: r.CPUNs, PeakMemoryBytes: r.PeakMemoryBytes,
@@ -224,11 +247,7 @@ func Rescore(ctx context.Context, conn driver.Conn, database, runID string, spec
 			want[e.id] = true
 		}
 		// Consecutive in episode order: one range, the episodes done filtered out below.
-		cols := scoringInputColumns
-		if spec.ReadsActions() {
-			cols = scoringActionColumns
-		}
-		steps, err := selectRows(ctx, conn, database, "steps", cols,
+		steps, err := selectRows(ctx, conn, database, "steps", scoringColumns(spec),
 			"WHERE run_id = ? AND episode_id >= ? AND episode_id <= ? ORDER BY episode_id, step",
 			runID, batch[0].id, batch[len(batch)-1].id)
 		if err != nil {

@@ -14,8 +14,10 @@ import (
 // progress_delta, a violation's suggestion) and the metering the worker measured before
 // scoring (policy_ns) and after it (reward_ns, 0 when scored), with state across steps,
 // a task verifier's named numbers on each episode's last step (migration 12), the
-// action (tool and arguments), which a repeat detector reads, and the limits a step hit
-// (migration 15), recorded in the safety events before it (and scored so).
+// action (tool and arguments), which a repeat detector reads, the kinds of the faults a
+// step met, which the detectors read (they hold their count on a step a fault answered),
+// and the limits a step hit (migration 15), recorded in the safety events before it (and
+// scored so).
 const rescoreSpec = `name: rescore
 version: "1"
 components:
@@ -26,7 +28,8 @@ components:
   - {name: latency, expr: "double(metering.policy_ns + metering.reward_ns) / 1e6", weight: 0.1, normalise: [{zscore: {window: 3}}]}
   - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.4}
   - {name: delta, expr: "signals.progress_delta * double(episode.steps)", weight: 0.05, normalise: [{clip: [-1, 1]}]}
-  - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.1}
+  - {name: repeat, detector: {kind: repeat, window: 3, faults: hold}, weight: 0.1}
+  - {name: idle, detector: {kind: idle, window: 3, faults: hold}, weight: 0.1}
   - {name: tests, verifier: tests, weight: 0.5}
   - {name: style, expr: "'style' in verifier ? verifier.style - 0.5 : 0.0", weight: 0.25}
   - {name: safety, builtin: safety, weight: 0.5}
@@ -53,6 +56,7 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 			if i >= 4 && i < 10 { // one search six times in a row: the repeat detector reads actions
 				st.Action.ArgsJson = `{"query":"usb-c cable"}`
 			}
+			faultsMet(st, e, i)
 			hitLimit(st, e, i)
 			if i == steps-1 {
 				st.Signals.VerifierNames = []string{"style", "tests"}
@@ -68,6 +72,21 @@ func rescoreRun(t *testing.T, w *Writer, runID string, spec scoring.Spec, episod
 	}
 	if _, err := w.Write(context.Background(), events); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// faultsMet gives steps of episode e faults: a truncation that answered the 6th (one of
+// the six searches in a row) in odd episodes, a 503 that answered the 2nd in even ones,
+// and a latency, which answers nothing, on every third.
+func faultsMet(st *gauntletv1.StepTaken, e, i int) {
+	if i%3 == 0 {
+		st.Faults = append(st.Faults, &gauntletv1.FaultFired{FaultId: "lat", Kind: "latency", Target: "catalog/catalog.search", Detail: "latency_ms=40.0"})
+	}
+	switch {
+	case e%2 == 1 && i == 5:
+		st.Faults = append(st.Faults, &gauntletv1.FaultFired{FaultId: "cut", Kind: "truncate", Target: "catalog/catalog.search", Detail: "keep_fraction=0.50"})
+	case e%2 == 0 && i == 1:
+		st.Faults = append(st.Faults, &gauntletv1.FaultFired{FaultId: "down", Kind: "http_error", Target: "catalog/catalog.search", Detail: "status=503 retry_after_ms=0"})
 	}
 }
 

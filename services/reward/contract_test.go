@@ -131,7 +131,7 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.5}
   - {name: calls, expr: double(metering.tool_calls), weight: 0.1, normalise: [{zscore: {window: 4}}]}
   - {name: late, expr: "episode.steps > 5u ? -0.5 : 0.0", weight: 1}
-  - {name: repeat, detector: {kind: repeat, window: 3}, weight: 0.2}
+  - {name: repeat, detector: {kind: repeat, window: 3, faults: hold}, weight: 0.2}
 `
 
 // Episodes of a run that names a spec, scored over NATS in batches mixing episodes and
@@ -218,10 +218,12 @@ components:
   - {name: progress, potential: {expr: signals.progress, gamma: 0.99}, weight: 0.5}
 `
 
-// Under a spec that reads no action the worker leaves the actions out of its requests once
-// a reply has said so, and the state it carries holds no episode so far; the scores stay
-// exactly those of the pure function. Under a spec with a repeat detector every step
-// carries its action (TestNamedSpecsCarryEpisodeState checks the flags it raises).
+// Under a spec that reads no action and no fault the worker leaves them out of its
+// requests once a reply has said so, and the state it carries holds no episode so far;
+// the scores stay exactly those of the pure function, given the steps' full faults. Under
+// a spec with a repeat detector every step carries its action, and a step a fault
+// answered that fault's kind alone (TestNamedSpecsCarryEpisodeState checks the flags
+// they raise).
 func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -244,7 +246,9 @@ func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 	// the queue group does.
 	var mu sync.Mutex
 	withAction := map[string]int{} // digest -> steps sent with their action
+	withFaults := map[string]int{} // digest -> steps sent with faults
 	sent := map[string]int{}
+	var fullFaults []string // faults sent with more than their kind
 	var episodes []string
 	sub, err := b.NC.Subscribe(bus.SubjectScore, func(m *nats.Msg) {
 		var req gauntletv1.ScoreRequest
@@ -258,6 +262,14 @@ func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 			sent[st.RewardSpec]++
 			if st.Action != nil {
 				withAction[st.RewardSpec]++
+			}
+			if len(st.Faults) > 0 {
+				withFaults[st.RewardSpec]++
+			}
+			for _, f := range st.Faults {
+				if f.FaultId != "" || f.Detail != "" || f.Target != "" || len(st.Faults) > 1 {
+					fullFaults = append(fullFaults, f.String())
+				}
 			}
 			if req.States[i].GetEpisode() != nil {
 				episodes = append(episodes, st.EpisodeId)
@@ -286,6 +298,15 @@ func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 					InvalidAction: i%4 == 0, Violations: make([]*gauntletv1.CausalViolation, i%3/2)},
 				Metering: &gauntletv1.Metering{ToolCalls: uint32(i % 4)},
 				Action:   &gauntletv1.Action{Tool: "wallet.balance", ArgsJson: `{}`},
+			}
+			switch i % 5 {
+			case 0: // a retry a 503 answered, slowed too
+				st.Faults = []*gauntletv1.FaultFired{
+					{FaultId: "f1", Kind: "latency", Target: "wallet/wallet.balance", Detail: "latency_ms=12.5"},
+					{FaultId: "f2", Kind: "http_error", Target: "wallet/wallet.balance", Detail: "status=503 retry_after_ms=0"},
+				}
+			case 3: // slowed only: the env answered
+				st.Faults = []*gauntletv1.FaultFired{{FaultId: "f1", Kind: "latency", Target: "wallet/wallet.balance", Detail: "latency_ms=80.1"}}
 			}
 			got, err := scorer.Score(ctx, st, named, reply)
 			if err != nil {
@@ -318,6 +339,14 @@ func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 	}
 	if sent[reading.Digest] != steps || withAction[reading.Digest] != steps {
 		t.Errorf("spec with a repeat detector: %d of %d steps sent with their action, want all", withAction[reading.Digest], sent[reading.Digest])
+	}
+	// Faults: the lean spec's first step only; the reading spec's steps a 503 answered
+	// (one in five), each with that fault's kind alone; never a latency.
+	if withFaults[lean.Digest] != 1 || withFaults[reading.Digest] != steps/5 {
+		t.Errorf("steps sent with faults: lean %d (want 1, the first), repeat detector %d (want %d)", withFaults[lean.Digest], withFaults[reading.Digest], steps/5)
+	}
+	if len(fullFaults) > 0 {
+		t.Errorf("faults sent with more than the kind of the one that answered: %v", fullFaults)
 	}
 	for _, ep := range episodes {
 		if ep != "r1-0000001" {

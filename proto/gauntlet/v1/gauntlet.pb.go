@@ -2877,6 +2877,11 @@ type ScoreSpec struct {
 	// may leave the actions out of the requests of the steps it scores under this spec. False
 	// from a reward service that predates it, so such a worker keeps sending them.
 	ActionsUnread bool `protobuf:"varint,5,opt,name=actions_unread,json=actionsUnread,proto3" json:"actions_unread,omitempty"`
+	// No component of the spec reads a step's faults (no idle or repeat detector holds
+	// under them): a worker may leave the faults out of the requests of the steps it scores
+	// under this spec. False from a reward service that predates it, so such a worker keeps
+	// sending them (only those that answered the call, by kind: pkg/scoring.AnsweredFaults).
+	FaultsUnread  bool `protobuf:"varint,6,opt,name=faults_unread,json=faultsUnread,proto3" json:"faults_unread,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2942,6 +2947,13 @@ func (x *ScoreSpec) GetDigest() string {
 func (x *ScoreSpec) GetActionsUnread() bool {
 	if x != nil {
 		return x.ActionsUnread
+	}
+	return false
+}
+
+func (x *ScoreSpec) GetFaultsUnread() bool {
+	if x != nil {
+		return x.FaultsUnread
 	}
 	return false
 }
@@ -4390,13 +4402,14 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"potentials\x12.\n" +
 	"\awindows\x18\x03 \x03(\v2\x14.gauntlet.v1.ZWindowR\awindows\"!\n" +
 	"\aZWindow\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\x01R\x06values\"\x94\x01\n" +
+	"\x06values\x18\x01 \x03(\x01R\x06values\"\xb9\x01\n" +
 	"\tScoreSpec\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12\x18\n" +
 	"\aweights\x18\x03 \x03(\x01R\aweights\x12\x16\n" +
 	"\x06digest\x18\x04 \x01(\tR\x06digest\x12%\n" +
-	"\x0eactions_unread\x18\x05 \x01(\bR\ractionsUnread\"\x88\x02\n" +
+	"\x0eactions_unread\x18\x05 \x01(\bR\ractionsUnread\x12#\n" +
+	"\rfaults_unread\x18\x06 \x01(\bR\ffaultsUnread\"\x88\x02\n" +
 	"\x0eEpisodeStarted\x127\n" +
 	"\aepisode\x18\x01 \x01(\v2\x1d.gauntlet.v1.EpisodeRequestedR\aepisode\x12*\n" +
 	"\x04plan\x18\x02 \x01(\v2\x16.gauntlet.v1.FaultPlanR\x04plan\x12\x1b\n" +
