@@ -211,6 +211,11 @@ type summaryResult struct {
 	MedianGauntletUsPerStep   float64 `json:"median_gauntlet_us_per_step"`
 	MedianClickHouseUsPerStep float64 `json:"median_clickhouse_us_per_step"`
 	MedianCeilingUsPerRow     float64 `json:"median_ceiling_us_per_row"` // ClickHouse and the harness's writer
+	// MedianGauntletPerCeilingRow is, per round, gauntlet's CPU per step over the ceiling's
+	// CPU per step row measured next to it, the median over the rounds: the gate's figure.
+	// A slower or busier machine slows both halves of a round alike, so it moves less
+	// than gauntlet's CPU per step alone (docs/benchmarks.md).
+	MedianGauntletPerCeilingRow float64 `json:"median_gauntlet_per_ceiling_row"`
 }
 
 // cpuUs is the CPU each of n units took, in µs, from a window's cores over its seconds.
@@ -538,7 +543,7 @@ func countEvents(batches []encodedBatch) int {
 }
 
 func summarize(rounds []round) *summaryResult {
-	var ceil, total, pipe, ratio, peak, gus, chus, ceilus []float64
+	var ceil, total, pipe, ratio, peak, gus, chus, ceilus, norm []float64
 	for _, r := range rounds {
 		ceil = append(ceil, r.Ceiling.StepRowsPerSec)
 		total = append(total, r.Ceiling.TotalRowsPerSec)
@@ -549,6 +554,9 @@ func summarize(rounds []round) *summaryResult {
 		gus, chus = append(gus, g), append(chus, ch)
 		cch, charness := r.Ceiling.cpuPerRow()
 		ceilus = append(ceilus, cch+charness)
+		if cch+charness > 0 {
+			norm = append(norm, g/(cch+charness))
+		}
 	}
 	s := &summaryResult{
 		MedianCeilingStepRowsPerSec:  median(ceil),
@@ -560,6 +568,7 @@ func summarize(rounds []round) *summaryResult {
 		MedianGauntletUsPerStep:      median(gus),
 		MedianClickHouseUsPerStep:    median(chus),
 		MedianCeilingUsPerRow:        median(ceilus),
+		MedianGauntletPerCeilingRow:  median(norm),
 	}
 	s.RatioOfMedians = s.MedianPipelineStepsPerSec / s.MedianCeilingStepRowsPerSec
 	s.TargetMet = s.MedianRatio >= targetRatio
@@ -626,8 +635,8 @@ func printSummary(w io.Writer, rounds []round, s *summaryResult) {
 	}
 	fmt.Fprintf(w, "\npipeline / ceiling: median of ratios %.3f, ratio of medians %.3f; target %.2f: %s\n",
 		s.MedianRatio, s.RatioOfMedians, s.Target, verdict)
-	fmt.Fprintf(w, "CPU, medians: pipeline gauntlet %.1f + ClickHouse %.1f µs per step; ceiling %.1f µs per step row\n",
-		s.MedianGauntletUsPerStep, s.MedianClickHouseUsPerStep, s.MedianCeilingUsPerRow)
+	fmt.Fprintf(w, "CPU, medians: pipeline gauntlet %.1f + ClickHouse %.1f µs per step; ceiling %.1f µs per step row; gauntlet per step over ceiling per row %.2f\n",
+		s.MedianGauntletUsPerStep, s.MedianClickHouseUsPerStep, s.MedianCeilingUsPerRow, s.MedianGauntletPerCeilingRow)
 }
 
 func printMemory(w io.Writer, r pipelineResult) {

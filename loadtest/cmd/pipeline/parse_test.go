@@ -166,6 +166,8 @@ func TestSummarizeCPUPerStep(t *testing.T) {
 		{"gauntlet µs per step", s.MedianGauntletUsPerStep, 40},
 		{"ClickHouse µs per step", s.MedianClickHouseUsPerStep, 0.5 * 20 / 600_000 * 1e6},
 		{"ceiling µs per row", s.MedianCeilingUsPerRow, 22.4},
+		// 40/22.4, 40/22.4 (= 40 / (16 + 6.4)), 50/20.8: per round, then the median.
+		{"gauntlet per ceiling row", s.MedianGauntletPerCeilingRow, 40 / 22.4},
 	} {
 		if math.Abs(c.got-c.want) > 1e-9 {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
