@@ -80,11 +80,12 @@ func hasEvent(sig *gauntletv1.Signals, prefixes ...string) bool {
 // What a counting detector (idle, repeat) does with a step an injected fault answered
 // (detectorFile.faults; docs/rewards.md, Detectors).
 const (
-	// FaultsHold, the default: the step neither counts toward the detector's row nor
-	// breaks it, and is not flagged. The agent did not choose what the fault made of its
-	// call, and an honest agent's retry of it is not idling or farming.
+	// FaultsHold: the step neither counts toward the detector's row nor breaks it, and
+	// is not flagged. The agent did not choose what the fault made of its call, and an
+	// honest agent's retry of it is not idling or farming.
 	FaultsHold = "hold"
-	// FaultsCount: the step counts like any other, as before the option existed.
+	// FaultsCount, the default: the step counts like any other, as before the option
+	// existed (a file without the key keeps the meaning its digest had).
 	FaultsCount = "count"
 )
 

@@ -241,7 +241,7 @@ var answeredBy503 = []*gauntletv1.FaultFired{
 	{FaultId: "f1", Kind: "http_error", Target: "inventory/inventory.get", Detail: "status=503 retry_after_ms=400"},
 }
 
-// A counting detector that holds under faults (the default) does not count a step an
+// A counting detector that holds under faults (faults: hold) does not count a step an
 // injected fault answered, nor flag it: idle keeps its count (progress still resets it),
 // repeat keeps its row when the step retries the row's action and ends it when it is
 // another. A fault that only delays the call (latency) answers nothing. Under faults:
