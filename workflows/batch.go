@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -402,8 +403,14 @@ type BatchSpec struct {
 
 // Batch runs spec.Episodes episodes of one spec through the scheduler and returns their
 // statistics. The run id derives from the workflow's id and first run id, so the batch is
-// one run however often its activity is retried.
-func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
+// one run however often its activity is retried. The input is a BatchSpec as JSON, read
+// strictly (ParseBatchSpecJSON): started with the temporal CLI, a misspelt key is refused,
+// not dropped.
+func Batch(ctx workflow.Context, input json.RawMessage) (BatchResult, error) {
+	spec, err := ParseBatchSpecJSON(input)
+	if err != nil {
+		return BatchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+	}
 	st := StageSpec{Env: spec.Env, Params: spec.Params, Policies: spec.Policies, Profiles: spec.Profiles, MaxSteps: spec.MaxSteps}
 	if st.Profiles == "" {
 		st.Profiles = "baseline=1"
@@ -432,6 +439,9 @@ func Batch(ctx workflow.Context, spec BatchSpec) (BatchResult, error) {
 	err = workflow.ExecuteActivity(batchActivityOptions(ctx), ActivityRunBatch, in).Get(ctx, &res)
 	return res, err
 }
+
+// ParseBatchSpecJSON reads a Batch workflow's input, refusing unknown keys.
+func ParseBatchSpecJSON(b []byte) (BatchSpec, error) { return decodeInput[BatchSpec]("batch", b) }
 
 // MemoSubmittedBy is the memo field in which `gauntlet curriculum start` and `gauntlet
 // batch start` record who started the workflow; its runs carry it into the runs table.

@@ -91,3 +91,32 @@ func TestBatchEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A Batch workflow started with a misspelt key (as the temporal CLI would start it) is
+// refused naming the key, before any run is submitted: read loosely, the key was dropped
+// and the batch ran with the field's default.
+func TestBatchRefusesUnknownKeys(t *testing.T) {
+	s := newSuite(t)
+	for _, c := range []struct {
+		input any
+		want  string
+	}{
+		{map[string]any{"env": "shop", "policies": "oracle=1", "episodes": 4, "reward_sepc": "name: x"}, `unknown field "reward_sepc"`},
+		{map[string]any{"env": "shop", "policies": "oracle=1", "episodes": 4, "policy_endpoint": map[string]any{"url": "http://h/v1", "modle": "m"}}, `unknown field "modle"`},
+		{map[string]any{"env": "shop", "policies": "oracle=1", "episodes": "four"}, "episodes"},
+		{map[string]any{"env": "shop", "policies": "oracle=1", "episodes": 4}, ""},
+	} {
+		env := s.NewTestWorkflowEnvironment()
+		env.RegisterWorkflowWithOptions(Batch, workflow.RegisterOptions{Name: WorkflowBatch})
+		f := &fakeBatches{rate: map[string]float64{"oracle=1": 1}}
+		env.RegisterActivityWithOptions(f.run, activity.RegisterOptions{Name: ActivityRunBatch})
+		env.ExecuteWorkflow(WorkflowBatch, c.input)
+		err := env.GetWorkflowError()
+		switch {
+		case c.want == "" && (err != nil || len(f.calls) != 1 || f.calls[0].Episodes != 4):
+			t.Errorf("%v: %v, %d batches", c.input, err, len(f.calls))
+		case c.want != "" && (!IsInvalidSpec(err) || !strings.Contains(err.Error(), c.want) || len(f.calls) != 0):
+			t.Errorf("%v: %v after %d batches, want InvalidSpec naming %q", c.input, err, len(f.calls), c.want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,16 +205,7 @@ func DurableEpisode(ctx workflow.Context, input json.RawMessage) (EpisodeResult,
 // misspelt key would otherwise be dropped without a word (reward_spec_digset, and the
 // episode scored under the default spec).
 func ParseEpisodeSpecJSON(b []byte) (EpisodeSpec, error) {
-	var s EpisodeSpec
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return EpisodeSpec{}, fmt.Errorf("durable episode: %s", boundMessage(err.Error()))
-	}
-	if dec.More() {
-		return EpisodeSpec{}, errors.New("durable episode: more than one JSON value")
-	}
-	return s, nil
+	return decodeInput[EpisodeSpec]("durable episode", b)
 }
 
 // PlayEpisode plays a durable episode's steps, publishing each step's event and waiting

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -67,6 +69,26 @@ func quote(s string) string {
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// decodeInput reads a workflow's input (what names the workflow in errors) from JSON,
+// refusing unknown keys and anything after the value: a misspelt key would otherwise be
+// dropped without a word, and the workflow run with the field's default. Inputs over
+// MaxSpecBytes are refused.
+func decodeInput[T any](what string, b []byte) (T, error) {
+	var v T
+	if len(b) > MaxSpecBytes {
+		return v, fmt.Errorf("%s: input larger than the %d KiB limit", what, MaxSpecBytes>>10)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, fmt.Errorf("%s: %s", what, boundMessage(err.Error()))
+	}
+	if dec.More() {
+		return v, fmt.Errorf("%s: more than one JSON value", what)
+	}
+	return v, nil
+}
 
 // boundMessage cuts one error message to a readable size: messages of other packages
 // (env, policy, fault checks) may quote the user's value in full.
