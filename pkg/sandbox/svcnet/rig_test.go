@@ -61,7 +61,8 @@ func (r *egressRig) attach(d *inject.Decider) {
 	r.g = g
 }
 
-// sh runs cmd in the sandbox (within a minute) and says how long it took.
+// sh runs cmd in the sandbox (within a minute), settles the gateway, and says how long
+// the command took.
 func (r *egressRig) sh(cmd string) (tools.ExecResult, time.Duration) {
 	r.t.Helper()
 	args, _ := json.Marshal(tools.ExecArgs{Command: cmd, TimeoutMS: 60000})
@@ -75,21 +76,21 @@ func (r *egressRig) sh(cmd string) (tools.ExecResult, time.Duration) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		r.t.Fatal(err)
 	}
+	if r.g != nil {
+		// As an env does at the end of a step: what the command did is recorded now.
+		r.g.Settle(context.Background())
+	}
 	return res, took
 }
 
-// requests returns the requests recorded since the last call, waiting up to 5 s for n
-// of them: a connection the sandbox closed by exiting is recorded when the gateway reads
-// that end, which may come a little after the command's own end under load (the
-// exec's answer races the FIN); what the gateway sees end first (a refusal, a fault's
-// reset, a plain TCP connection's end) it records before the sandbox can see it.
+// requests returns the requests recorded since the last call, once the gateway has
+// settled (Gateway.Settle): every connection the sandbox's command made and ended is
+// recorded by then, however late the gateway's goroutines came to it; n is how many the
+// caller expects, checked by the caller.
 func (r *egressRig) requests(n int) []svcnet.Request {
-	got := r.rec.TakeRequests()
-	for deadline := time.Now().Add(5 * time.Second); len(got) < n && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		got = append(got, r.rec.TakeRequests()...)
-	}
-	return got
+	_ = n
+	r.g.Settle(context.Background())
+	return r.rec.TakeRequests()
 }
 
 // rulesOf compiles a profile spec's rules.
