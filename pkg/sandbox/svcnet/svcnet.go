@@ -216,7 +216,9 @@ func (g *Gateway) serveDNS(ctx context.Context, rt sandbox.Runtime, id string, s
 	}
 	g.dns = &faultnet.DNSServer{D: g.opt.Decider, OnFire: g.opt.OnFire, Hosts: hosts, Services: names, Logger: g.opt.Logger}
 	if egress {
-		g.dns.OnUnknown = func(name string) { g.request(Request{Host: name, Method: MethodDNS, Denied: true, at: time.Now().UnixNano()}) }
+		g.dns.OnUnknown = func(name string) {
+			g.request(Request{Host: name, Method: MethodDNS, Denied: true, at: time.Now().UnixNano()})
+		}
 	}
 	for _, serve := range []func() error{func() error { return g.dns.ServePacket(pc) }, func() error { return g.dns.Serve(l) }} {
 		g.wg.Add(1)
