@@ -43,6 +43,12 @@
 // as denied under the same cap. A profile's packet_loss meets a
 // relayed TLS or TCP stream segment by segment (faultnet.WrapStream): each lost segment
 // holds the stream one RTO and is reported as a fault.
+//
+// The gateway records on its own goroutines, which may come to a connection after the
+// sandbox's command has returned: an env calls Gateway.Settle at the end of each step,
+// which returns once what the sandbox did until then is recorded (bounded by
+// Options.SettleWait), and a Recorder orders a step's requests by when they began, so
+// the same actions give the same record.
 package svcnet
 
 import (
