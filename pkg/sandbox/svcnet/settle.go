@@ -101,8 +101,8 @@ func (g *Gateway) unsettled() bool {
 }
 
 // readable reports whether s (a socket: a listener or a connection) has input queued:
-// a connection to accept, bytes to read, or its end. Whatever cannot be polled counts
-// as readable only while the gateway has it.
+// a connection to accept, bytes to read, or its end. A socket that cannot be polled
+// (a runtime's listener without a file descriptor) counts as having none.
 func readable(s any) bool {
 	sc, ok := s.(syscall.Conn)
 	if !ok {
