@@ -77,15 +77,10 @@ func (g *Gateway) Settle(ctx context.Context) {
 // connection waiting in a listener's queue, a request being served, or a connection
 // with unread input (data or its end).
 func (g *Gateway) unsettled() bool {
-	// In this order: a connection leaves a listener's queue only after accepting counts
-	// it, and accepting stops counting it only once it is in flights.
 	for _, l := range g.listeners {
 		if readable(l) {
 			return true
 		}
-	}
-	if g.accepting.Load() > 0 {
-		return true
 	}
 	g.mu.Lock()
 	conns := make([]net.Conn, 0, len(g.flights))
@@ -118,20 +113,18 @@ func readable(s any) bool {
 		return false
 	}
 	var in bool
-	_ = rc.Control(func(fd uintptr) { in = pollIn(int(fd)) })
-	return in
-}
-
-// pollIn reports whether fd has input queued (or its end, or an error), without waiting.
-func pollIn(fd int) bool {
-	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
-	for {
-		n, err := unix.Poll(p, 0)
-		if err == unix.EINTR {
-			continue
+	_ = rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+		for {
+			n, err := unix.Poll(p, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			in = err == nil && n > 0 && p[0].Revents&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+			return
 		}
-		return err == nil && n > 0 && p[0].Revents&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
-	}
+	})
+	return in
 }
 
 // fly notes c as taken and not yet recorded (busy: being served).
@@ -180,33 +173,3 @@ func (g *Gateway) connState(c net.Conn, s http.ConnState) {
 		g.land(c)
 	}
 }
-
-// accept accepts l's next connection and notes it in flight, counted in g.accepting
-// from the moment l has one queued until it is in flight, so that Settle never misses
-// it between the two.
-// A listener without a file descriptor is accepted from as it comes (Settle cannot
-// see its queue either).
-func (g *Gateway) accept(l net.Listener) (net.Conn, error) {
-	if sc, ok := l.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			// Wait until a connection is queued (or l is closed: Accept says so).
-			_ = rc.Read(func(fd uintptr) bool { return pollIn(int(fd)) })
-			g.accepting.Add(1)
-			defer g.accepting.Add(-1)
-		}
-	}
-	c, err := l.Accept()
-	if err == nil {
-		g.fly(c, false)
-	}
-	return c, err
-}
-
-// settleListener is an egress HTTP server's listener: its connections are in flight
-// from their accept (Gateway.accept).
-type settleListener struct {
-	net.Listener
-	g *Gateway
-}
-
-func (l settleListener) Accept() (net.Conn, error) { return l.g.accept(l.Listener) }

@@ -64,7 +64,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/catalogue"
@@ -101,7 +100,6 @@ type Gateway struct {
 	refusals  *os.File // an egress service's: the refusals on the sandbox's loopback
 	wg        sync.WaitGroup
 	settled   chan struct{} // a flight landed (capacity 1): wakes a Settle
-	accepting atomic.Int64  // connections queued and being accepted, not yet in flights
 
 	refMu          sync.Mutex // one reader of refusals at a time: the watch's or Settle's
 	refBuf, refOOB []byte
@@ -189,11 +187,7 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			sl := l
-			if s.Protocol == sandbox.ProtocolEgress {
-				sl = settleListener{l, g}
-			}
-			if err := srv.Serve(sl); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 				opt.Logger.Warn("service gateway stopped", "sandbox", id, "service", s.Name, "err", err)
 			}
 		}()

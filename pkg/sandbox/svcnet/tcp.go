@@ -58,7 +58,7 @@ func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64, at
 	defer g.wg.Done()
 	var accepted uint64
 	for {
-		c, err := g.accept(l)
+		c, err := l.Accept()
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -68,10 +68,10 @@ func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64, at
 		}
 		at := time.Now().UnixNano()
 		if !g.track(c, true) {
-			g.land(c)
 			_ = c.Close()
 			return
 		}
+		g.fly(c, false)
 		n := accepted
 		accepted++
 		g.wg.Add(1)
