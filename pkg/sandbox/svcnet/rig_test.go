@@ -46,7 +46,8 @@ func newEgressRig(t *testing.T, rt sandbox.Runtime, image string, svc sandbox.Se
 }
 
 // attach opens the sandbox's gateway with decider d, recording into the rig's recorder,
-// after closing the one open before (a replay starts on a new gateway).
+// after closing the one open before (a replay starts on a new gateway); its Settle waits
+// up to an hour.
 func (r *egressRig) attach(d *inject.Decider) {
 	r.t.Helper()
 	if r.g != nil {
@@ -54,7 +55,9 @@ func (r *egressRig) attach(d *inject.Decider) {
 			r.t.Fatalf("close gateway: %v", err)
 		}
 	}
-	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{Decider: d, OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest})
+	// An hour's bound: a Settle that waits for nothing hangs the test instead of costing
+	// each command a second unseen.
+	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{Decider: d, OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: time.Hour})
 	if err != nil {
 		r.t.Fatalf("attach: %v", err)
 	}
