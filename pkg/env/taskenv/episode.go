@@ -611,7 +611,8 @@ func (e *episode) Step(a env.Action) (env.StepResult, error) {
 		}{obs, v})
 	}
 	// What the agent's requests met and where they went (the verifier's too, on the
-	// step that ran it).
+	// step that ran it), once the gateway has recorded all of it.
+	e.net.settle(ctx)
 	if nf := e.net.faults(); len(nf) > 0 {
 		fired = append(slices.Clip(fired), nf...)
 	}

@@ -103,6 +103,14 @@ func (n *network) close() {
 	}
 }
 
+// settle waits until the gateway has recorded what the sandbox did on the network so
+// far (svcnet.Gateway.Settle), before the step takes its faults and diff; safe on nil.
+func (n *network) settle(ctx context.Context) {
+	if n != nil && n.gw != nil {
+		n.gw.Settle(ctx)
+	}
+}
+
 // faults returns the faults the gateway fired since the last call.
 func (n *network) faults() []*gauntletv1.FaultFired {
 	if n == nil {
@@ -126,8 +134,8 @@ type netEntry struct {
 }
 
 // diff returns the step's diff: the requests made since the last call, in the order they
-// ended, each command's refused attempts at addresses after what it sent through the
-// gateway ("[]" for none).
+// began (svcnet.Recorder.TakeRequests), each command's refused attempts at addresses
+// after what it sent through the gateway ("[]" for none).
 func (n *network) diff() []byte {
 	if n == nil {
 		return []byte("[]")

@@ -385,3 +385,85 @@ func diffEntries(t *testing.T, res env.StepResult) []svcnet.Request {
 	}
 	return got
 }
+
+// TestNetworkDiffsReplayExactly: an episode whose steps each make, in one command, a
+// plain HTTP request, a TLS connection and a plain TCP connection to the allowed host, a
+// connection to a port it does not declare and one to a bare address, each followed by
+// a step with no network, gives every step's diff byte for byte again when played
+// again: each step holds exactly its own command's five entries, in the order the
+// command made them, however late the gateway's goroutines see them.
+func TestNetworkDiffsReplayExactly(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	const banner = "gauntlet-db 1.0 ready\n"
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, banner)
+			_ = c.Close()
+		}
+	}()
+	c := runtimestest.Config(t, runtimes.Process)
+	c.Hosts[taskstest.ReleasesHost+":5432"+sandbox.TCPSuffix] = l.Addr().String()
+	sb := runtimestest.OpenConfig(t, c)
+	const rounds = 4
+	network := act(tools.ShellExec, map[string]any{"command": `curl -s http://` + taskstest.ReleasesHost + `/v1/widget/releases.json >/dev/null
+curl -sk https://` + taskstest.ReleasesHost + `/v1/widget/releases.json >/dev/null
+busybox nc ` + taskstest.ReleasesHost + ` 5432 </dev/null >/dev/null
+busybox nc ` + taskstest.ReleasesHost + ` 5999 </dev/null 2>/dev/null
+bash -c 'echo x > /dev/tcp/203.0.113.7/443' 2>/dev/null
+echo done`})
+	quiet := act(tools.ShellExec, map[string]any{"command": `echo quiet`})
+	want := [][2]any{{"GET", 0}, {svcnet.MethodTLS, 443}, {svcnet.MethodTCP, 5432}, {svcnet.MethodTCP, 5999}, {svcnet.MethodTCP, 443}}
+	play := func() []string {
+		ep, err := taskenv.New().NewEpisode(env.Config{Seed: 1, Params: params("net/latest-release"), Sandboxes: sb, Datasets: gauntlet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Close(ep)
+		if _, err := ep.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		var diffs []string
+		for i := range 2 * rounds {
+			a := network
+			if i%2 == 1 {
+				a = quiet
+			}
+			res, err := ep.Step(a)
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			diffs = append(diffs, string(res.Diff))
+			got := diffEntries(t, res)
+			if i%2 == 1 {
+				if len(got) != 0 {
+					t.Errorf("step %d, no network: entries %+v, want none", i, got)
+				}
+				continue
+			}
+			if len(got) != len(want) {
+				t.Errorf("step %d: entries %+v, want %d", i, got, len(want))
+				continue
+			}
+			for j, w := range want {
+				if got[j].Method != w[0] || got[j].Port != w[1] {
+					t.Errorf("step %d: entry %d is %+v, want %v on port %v", i, j, got[j], w[0], w[1])
+				}
+			}
+		}
+		return diffs
+	}
+	first, again := play(), play()
+	for i := range first {
+		if first[i] != again[i] {
+			t.Errorf("step %d: played again, diff\n%s\nwant\n%s", i, again[i], first[i])
+		}
+	}
+}

@@ -132,7 +132,10 @@ func (e *episode) verify(ctx context.Context) (*verdict, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tasks: verify: %w", err)
 		}
-		defer vn.close()
+		defer func() {
+			vn.settle(ctx) // what test.sh did on the network is in the step's diff
+			vn.close()
+		}()
 	}
 
 	timeout := e.task.Config.Verifier.Timeout

@@ -54,6 +54,11 @@ type Request struct {
 	// Dropped is, on a Recorder's entry of method MethodDropped, how many denied
 	// requests it dropped past MaxDenied.
 	Dropped int64 `json:"dropped,omitempty"`
+
+	// at is when the gateway first saw the request or connection (its arrival, its
+	// accept, the kernel's refusal), in nanoseconds since the epoch: a Recorder orders a
+	// step's entries by it. 0 for an attempt the runtime reported (Recorder.OnEgress).
+	at int64
 }
 
 // MethodDNS is Request.Method of a refused lookup.
@@ -107,7 +112,7 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 			host = h
 		}
 		host = strings.ToLower(strings.TrimSuffix(host, "."))
-		req := Request{Host: host, Method: r.Method, Path: r.URL.Path}
+		req := Request{Host: host, Method: r.Method, Path: r.URL.Path, at: time.Now().UnixNano()}
 		_, ok := ups[host]
 		if !ok || r.Method == http.MethodConnect {
 			msg := fmt.Sprintf("gauntlet: host %q is not allowed in this sandbox (allowed hosts: %s)\n", host, allowed)

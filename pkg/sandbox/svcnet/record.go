@@ -1,6 +1,8 @@
 package svcnet
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,13 +71,28 @@ func (r *Recorder) OnEgress(attempts []sandbox.EgressAttempt, dropped int64) {
 // sandbox, which has no route out: only an allowed host's name reaches anything.
 const errBareAddress = "no route out of the sandbox: a bare address, not an allowed host's name"
 
-// TakeRequests returns the requests recorded since the last TakeRequests, in the order
-// they ended, and forgets them. When denied requests were dropped, a last entry of
-// method MethodDropped, denied, says how many.
+// TakeRequests returns the requests recorded since the last TakeRequests and forgets
+// them. They are in the order they began: a request's arrival at the gateway, a
+// connection's accept, a refusal's sending by the sandbox's kernel (so a sandbox that
+// makes them one after another finds them in that order, however late each was
+// recorded); concurrent ones in the order the gateway saw them begin. The attempts a
+// runtime reported (OnEgress) follow, in the order tried. When denied requests were
+// dropped, a last entry of method MethodDropped, denied, says how many.
 func (r *Recorder) TakeRequests() []Request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.requests
+	slices.SortStableFunc(out, func(a, b Request) int {
+		switch {
+		case a.at == b.at:
+			return 0
+		case a.at == 0: // reported by the runtime: after the gateway's
+			return 1
+		case b.at == 0:
+			return -1
+		}
+		return cmp.Compare(a.at, b.at)
+	})
 	if r.dropped > 0 {
 		out = append(out, Request{Method: MethodDropped, Denied: true, Dropped: r.dropped})
 	}

@@ -6,6 +6,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // MethodUDP is Request.Method of a datagram refused on the sandbox's loopback.
@@ -26,22 +29,76 @@ type refused struct {
 // (sandbox.RefusalWatcher) and records each as a denied request: the address and port the
 // sandbox tried (an allowed host's name resolves to the loopback, so a port of it that
 // is not declared is refused there), the protocol as the method, and the reason. The
-// sandbox meets the refusal as before (connection refused, at once).
+// sandbox meets the refusal as before (connection refused, at once). Each is stamped
+// with the time the kernel sent it, which orders it among the step's other entries;
+// Settle reads what is queued without waiting for this goroutine (drainRefusals).
 func (g *Gateway) serveRefusals(f *os.File) {
 	defer g.wg.Done()
-	buf := make([]byte, 2048)
+	rc, err := f.SyscallConn()
+	if err == nil {
+		// Stamp each packet with the kernel's time (best effort: else the time read).
+		_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) })
+		err = rc.Read(func(fd uintptr) bool {
+			g.drainFD(int(fd))
+			return false // wait for more
+		})
+	}
+	if err != nil && !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && !g.isClosed() {
+		g.opt.Logger.Warn("refusal watch stopped", "err", err)
+	}
+}
+
+// drainRefusals records every refusal queued in the watch's socket, now, whichever
+// goroutine asks: the reader's and Settle's reads are one at a time.
+func (g *Gateway) drainRefusals() {
+	if g.refusals == nil {
+		return
+	}
+	rc, err := g.refusals.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) { g.drainFD(int(fd)) })
+}
+
+// drainFD reads the watch's socket fd until nothing is queued, recording each refusal.
+func (g *Gateway) drainFD(fd int) {
+	g.refMu.Lock()
+	defer g.refMu.Unlock()
+	if g.refBuf == nil {
+		g.refBuf, g.refOOB = make([]byte, 2048), make([]byte, unix.CmsgSpace(16))
+	}
 	for {
-		n, err := f.Read(buf)
-		if err != nil {
-			if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && !g.isClosed() {
-				g.opt.Logger.Warn("refusal watch stopped", "err", err)
-			}
-			return
+		n, oobn, _, _, err := unix.Recvmsg(fd, g.refBuf, g.refOOB, unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return // EAGAIN: drained; another error: the reader's next wait reports it
 		}
-		if a, ok := parseRefusal(buf[:n]); ok {
-			g.request(Request{Host: a.dst.String(), Port: a.port, Method: a.method, Denied: true, Error: errNotDeclared})
+		at := packetTime(g.refOOB[:oobn])
+		if a, ok := parseRefusal(g.refBuf[:n]); ok {
+			g.request(Request{Host: a.dst.String(), Port: a.port, Method: a.method, Denied: true, Error: errNotDeclared, at: at})
 		}
 	}
+}
+
+// packetTime is the kernel's receive time of a packet (SCM_TIMESTAMPNS in oob), in
+// nanoseconds since the epoch; the time now when there is none.
+func packetTime(oob []byte) int64 {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err == nil {
+		for _, m := range msgs {
+			if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= 16 {
+				// A struct timespec: seconds and nanoseconds, 64 bits each.
+				sec, nsec := int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:]))
+				if ns := sec*1e9 + nsec; ns > 0 {
+					return ns
+				}
+			}
+		}
+	}
+	return time.Now().UnixNano()
 }
 
 // parseRefusal reads a packet the kernel sent on lo (IPv4 or IPv6, no extension

@@ -46,7 +46,8 @@ func newEgressRig(t *testing.T, rt sandbox.Runtime, image string, svc sandbox.Se
 }
 
 // attach opens the sandbox's gateway with decider d, recording into the rig's recorder,
-// after closing the one open before (a replay starts on a new gateway).
+// after closing the one open before (a replay starts on a new gateway); its Settle waits
+// up to an hour.
 func (r *egressRig) attach(d *inject.Decider) {
 	r.t.Helper()
 	if r.g != nil {
@@ -54,14 +55,17 @@ func (r *egressRig) attach(d *inject.Decider) {
 			r.t.Fatalf("close gateway: %v", err)
 		}
 	}
-	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{Decider: d, OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest})
+	// An hour's bound: a Settle that waits for nothing hangs the test instead of costing
+	// each command a second unseen.
+	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{Decider: d, OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: time.Hour})
 	if err != nil {
 		r.t.Fatalf("attach: %v", err)
 	}
 	r.g = g
 }
 
-// sh runs cmd in the sandbox (within a minute) and says how long it took.
+// sh runs cmd in the sandbox (within a minute), settles the gateway, and says how long
+// the command took.
 func (r *egressRig) sh(cmd string) (tools.ExecResult, time.Duration) {
 	r.t.Helper()
 	args, _ := json.Marshal(tools.ExecArgs{Command: cmd, TimeoutMS: 60000})
@@ -75,21 +79,21 @@ func (r *egressRig) sh(cmd string) (tools.ExecResult, time.Duration) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		r.t.Fatal(err)
 	}
+	if r.g != nil {
+		// As an env does at the end of a step: what the command did is recorded now.
+		r.g.Settle(context.Background())
+	}
 	return res, took
 }
 
-// requests returns the requests recorded since the last call, waiting up to 5 s for n
-// of them: a connection the sandbox closed by exiting is recorded when the gateway reads
-// that end, which may come a little after the command's own end under load (the
-// exec's answer races the FIN); what the gateway sees end first (a refusal, a fault's
-// reset, a plain TCP connection's end) it records before the sandbox can see it.
+// requests returns the requests recorded since the last call, once the gateway has
+// settled (Gateway.Settle): every connection the sandbox's command made and ended is
+// recorded by then, however late the gateway's goroutines came to it; n is how many the
+// caller expects, checked by the caller.
 func (r *egressRig) requests(n int) []svcnet.Request {
-	got := r.rec.TakeRequests()
-	for deadline := time.Now().Add(5 * time.Second); len(got) < n && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		got = append(got, r.rec.TakeRequests()...)
-	}
-	return got
+	_ = n
+	r.g.Settle(context.Background())
+	return r.rec.TakeRequests()
 }
 
 // rulesOf compiles a profile spec's rules.

@@ -43,6 +43,12 @@
 // as denied under the same cap. A profile's packet_loss meets a
 // relayed TLS or TCP stream segment by segment (faultnet.WrapStream): each lost segment
 // holds the stream one RTO and is reported as a fault.
+//
+// The gateway records on its own goroutines, which may come to a connection after the
+// sandbox's command has returned: an env calls Gateway.Settle at the end of each step,
+// which returns once what the sandbox did until then is recorded (bounded by
+// Options.SettleWait), and a Recorder orders a step's requests by when they began, so
+// the same actions give the same record.
 package svcnet
 
 import (
@@ -79,6 +85,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// Logger receives serving errors (default slog.Default()).
 	Logger *slog.Logger
+	// SettleWait bounds how long Settle waits for what is under way (default
+	// DefaultSettleWait), and how long a relayed TLS connection's host has to end it
+	// after the sandbox ended its side.
+	SettleWait time.Duration
 }
 
 // Gateway forwards a sandbox's services for as long as it is open.
@@ -89,10 +99,15 @@ type Gateway struct {
 	dns       *faultnet.DNSServer
 	refusals  *os.File // an egress service's: the refusals on the sandbox's loopback
 	wg        sync.WaitGroup
+	settled   chan struct{} // a flight landed (capacity 1): wakes a Settle
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // open TCP-service connections, closed by Close
-	closed bool
+	refMu          sync.Mutex // one reader of refusals at a time: the watch's or Settle's
+	refBuf, refOOB []byte
+
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{} // open TCP-service connections, closed by Close
+	flights map[net.Conn]*flight  // connections taken and not yet recorded, for Settle
+	closed  bool
 }
 
 // Attach starts forwarding the services of sandbox id (the spec's Services) on rt,
@@ -108,7 +123,10 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	g := &Gateway{opt: opt, conns: map[net.Conn]struct{}{}}
+	if opt.SettleWait <= 0 {
+		opt.SettleWait = DefaultSettleWait
+	}
+	g := &Gateway{opt: opt, conns: map[net.Conn]struct{}{}, settled: make(chan struct{}, 1)}
 	if len(services) > 0 {
 		if err := g.serveDNS(ctx, rt, id, services); err != nil {
 			return nil, err
@@ -162,6 +180,9 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 			}
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
+		if s.Protocol == sandbox.ProtocolEgress {
+			srv.ConnState = g.connState // its requests are recorded: Settle waits for them
+		}
 		g.servers = append(g.servers, srv)
 		g.wg.Add(1)
 		go func() {
@@ -201,7 +222,9 @@ func (g *Gateway) serveDNS(ctx context.Context, rt sandbox.Runtime, id string, s
 	}
 	g.dns = &faultnet.DNSServer{D: g.opt.Decider, OnFire: g.opt.OnFire, Hosts: hosts, Services: names, Logger: g.opt.Logger}
 	if egress {
-		g.dns.OnUnknown = func(name string) { g.request(Request{Host: name, Method: MethodDNS, Denied: true}) }
+		g.dns.OnUnknown = func(name string) {
+			g.request(Request{Host: name, Method: MethodDNS, Denied: true, at: time.Now().UnixNano()})
+		}
 	}
 	for _, serve := range []func() error{func() error { return g.dns.ServePacket(pc) }, func() error { return g.dns.Serve(l) }} {
 		g.wg.Add(1)

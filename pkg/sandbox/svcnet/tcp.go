@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
@@ -42,16 +43,18 @@ func newTCPPort(rt sandbox.Runtime, s sandbox.Service, hp sandbox.HostPort) tcpP
 // declares has no listener: the sandbox's kernel refuses the connection.
 func (g *Gateway) serveTCPPort(l net.Listener, p tcpPort) {
 	prefix := "tcp/" + net.JoinHostPort(p.host, strconv.Itoa(p.port)) + "/"
-	g.serveEach(l, func(c net.Conn, n uint64) {
+	g.serveEach(l, func(c net.Conn, n uint64, at int64) {
 		key := prefix + strconv.FormatUint(n, 10)
-		g.relayStream(c, p.svc, Request{Host: p.host, Port: p.port, Method: MethodTCP}, key, p.addr, nil, true)
+		g.relayStream(c, p.svc, Request{Host: p.host, Port: p.port, Method: MethodTCP, at: at}, key, p.addr, nil, true)
 	})
 }
 
 // serveEach accepts l's connections until l is closed and handles each on a goroutine of
 // the gateway's, tracked so that Close ends it, and closed when handle returns; n counts
-// the connections accepted, from 0. The caller has added this call to g.wg.
-func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64)) {
+// the connections accepted, from 0, at is when it was accepted (Request.at). Each is in
+// flight for Settle from its accept until it is recorded (land) or handle returns. The
+// caller has added this call to g.wg.
+func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64, at int64)) {
 	defer g.wg.Done()
 	var accepted uint64
 	for {
@@ -63,18 +66,21 @@ func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64)) {
 			}
 			return
 		}
+		at := time.Now().UnixNano()
 		if !g.track(c, true) {
 			_ = c.Close()
 			return
 		}
+		g.fly(c, false)
 		n := accepted
 		accepted++
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
 			defer g.track(c, false)
+			defer g.land(c)
 			defer c.Close()
-			handle(c, n)
+			handle(c, n, at)
 		}()
 	}
 }

@@ -68,16 +68,16 @@ func newTLSPort(rt sandbox.Runtime, s sandbox.Service, port int) *tlsPort {
 // denied. The gateway never terminates TLS: the sandbox talks to the host's own
 // certificate, so HTTP-level faults (status codes, truncated bodies) cannot apply here.
 func (g *Gateway) serveTLS(l net.Listener, p *tlsPort) {
-	g.serveEach(l, func(c net.Conn, _ uint64) { g.relayTLS(c, p) })
+	g.serveEach(l, func(c net.Conn, _ uint64, at int64) { g.relayTLS(c, p, at) })
 }
 
 // relayTLS reads c's ClientHello, checks its server name, and relays the connection to
 // the host it names.
-func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
+func (g *Gateway) relayTLS(c net.Conn, p *tlsPort, at int64) {
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	hello, name, err := readClientHello(c)
 	_ = c.SetReadDeadline(time.Time{})
-	req := Request{Host: name, Port: p.port, Method: MethodTLS, BytesUp: int64(len(hello))}
+	req := Request{Host: name, Port: p.port, Method: MethodTLS, BytesUp: int64(len(hello)), at: at}
 	if err != nil {
 		if g.isClosed() {
 			return // the gateway closed the connection: nothing the sandbox did
@@ -105,13 +105,15 @@ func (g *Gateway) relayTLS(c net.Conn, p *tlsPort) {
 // relayStream relays c, whose first bytes (already read from it) are first, to addr,
 // through the fault connection layer (faultnet.WrapStream: one decision when it opens,
 // keyed key, selected by the rules for service svc and for req.Host), and records req
-// with its bytes each way and the faults it met. The connection is recorded once, so
-// that it is recorded with the command that made it, before the sandbox can see it end:
-// a TLS connection (readsOn false) as soon as the sandbox closes its side, with the
-// bytes delivered by then (the relay may go on a little: the host's answer to the close,
-// a paced write); a plain TCP one (readsOn: its client may close its side and read on)
-// when the host ends its side, before that end is passed on (bytes the sandbox sends
-// after it are not counted); either when the relay ends, if that is first.
+// with its bytes each way and the faults it met. The connection is recorded once, and
+// Settle waits for that while the sandbox's side has something unread (its end
+// included), so that it is recorded with the command that made it: a TLS connection
+// (readsOn false) when the relay ends, with every byte the host sent (its answer to the
+// sandbox's close too: a count that does not depend on which goroutine runs first); the
+// host has Options.SettleWait from the sandbox's end to end its side, else the relay
+// ends there. A plain TCP one (readsOn: its client may close its side and read on) is
+// recorded when the host ends its side, before that end is passed on (bytes the
+// sandbox sends after it are not counted), or when the relay ends, if that is first.
 func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr string, first []byte, readsOn bool) {
 	var (
 		mu     sync.Mutex
@@ -128,6 +130,7 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 			mu.Unlock()
 			req.BytesUp, req.Bytes = up.Load(), fc.Written()
 			g.request(req)
+			g.land(c)
 		})
 	}
 	fc = faultnet.WrapStream(c, g.opt.Decider, key, catalogue.Event{Service: svc, Host: req.Host}, func(key string, ev catalogue.Event, fired []catalogue.Fired) {
@@ -163,15 +166,15 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 			return
 		}
 	}
-	relay(fc, upc, &up, record, readsOn)
+	relay(fc, upc, &up, record, readsOn, g.opt.SettleWait)
 }
 
 // relay copies between the sandbox's connection c and the upstream's until both
 // directions end (or one fails, which ends both), passing half-closes on, counting the
-// bytes sent upstream (the sandbox's, c.Written). It calls record when what the sandbox
-// was sent is final: unless readsOn, when the sandbox closes its side; if readsOn, when
-// the host ends its side, just before the sandbox is told.
-func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), readsOn bool) {
+// bytes sent upstream (the sandbox's, c.Written). If readsOn, it calls record when the
+// host ends its side, just before the sandbox is told; else the caller records when it
+// returns, and the host has grace from the sandbox's end to end its side.
+func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), readsOn bool, grace time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -180,11 +183,9 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), read
 			_ = upc.Close()
 			return
 		}
-		// The sandbox closed its side: what it was sent is final, unless it reads on.
-		// (A fault's reset records first, OnAbort; one by the sandbox ends the relay at
-		// once: the record waits for that.)
 		if !readsOn {
-			record()
+			// The sandbox ended its side: the host answers and ends its own, in time.
+			_ = upc.SetReadDeadline(time.Now().Add(grace))
 		}
 		if tc, ok := upc.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()

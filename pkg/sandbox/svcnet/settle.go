@@ -1,0 +1,175 @@
+package svcnet
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultSettleWait is Options.SettleWait's default.
+const DefaultSettleWait = time.Second
+
+// settleTick is how often Settle looks again at connections that may still have work
+// queued when nothing told it they are done.
+const settleTick = 2 * time.Millisecond
+
+// flight is a connection of the sandbox's the gateway has taken and not yet recorded:
+// a relayed TLS or TCP connection until it is recorded, or an HTTP connection until it
+// closes.
+type flight struct {
+	// busy: a request on it is being served (HTTP): it is recorded when that ends.
+	busy bool
+}
+
+// Settle is the gateway's barrier at the end of a sandbox's step: when it returns, what
+// the sandbox did on the network until then is recorded (Options.OnRequest, OnFire),
+// however late the gateway's goroutines would have come to it. Every refusal the
+// sandbox's kernel already sent is read; every connection waiting to be accepted is
+// taken; every request being served, and every connection whose sandbox side has
+// something the gateway has not read yet (bytes, or its end), is waited for until it
+// is recorded. A connection the sandbox holds open and quiet (a background process's)
+// is not waited for: it is recorded when it ends, in the step it ends in. The wait is
+// bounded by Options.SettleWait and by ctx, so that a host that never answers cannot
+// wedge the step; what is still under way then is recorded when it ends. Settle is
+// safe to call concurrently with the traffic and with itself; after Close it returns at
+// once.
+func (g *Gateway) Settle(ctx context.Context) {
+	if g.isClosed() {
+		return
+	}
+	deadline := time.Now().Add(g.opt.SettleWait)
+	var timer *time.Timer
+	for {
+		g.drainRefusals()
+		if !g.unsettled() {
+			// A refusal is sent with the connect() that meets it, before the sandbox
+			// goes on: read those of the connections just settled, too.
+			g.drainRefusals()
+			return
+		}
+		wait := min(settleTick, time.Until(deadline))
+		if wait <= 0 {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.settled:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// unsettled reports whether the gateway has work the sandbox already gave it: a
+// connection waiting in a listener's queue, a request being served, or a connection
+// with unread input (data or its end).
+func (g *Gateway) unsettled() bool {
+	for _, l := range g.listeners {
+		if readable(l) {
+			return true
+		}
+	}
+	g.mu.Lock()
+	conns := make([]net.Conn, 0, len(g.flights))
+	for c, f := range g.flights {
+		if f.busy {
+			g.mu.Unlock()
+			return true
+		}
+		conns = append(conns, c)
+	}
+	g.mu.Unlock()
+	for _, c := range conns {
+		if readable(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// readable reports whether s (a socket: a listener or a connection) has input queued:
+// a connection to accept, bytes to read, or its end. A socket that cannot be polled
+// (a runtime's listener without a file descriptor) counts as having none.
+func readable(s any) bool {
+	sc, ok := s.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var in bool
+	_ = rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+		for {
+			n, err := unix.Poll(p, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			in = err == nil && n > 0 && p[0].Revents&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+			return
+		}
+	})
+	return in
+}
+
+// fly notes c as taken and not yet recorded (busy: being served).
+func (g *Gateway) fly(c net.Conn, busy bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.flights == nil {
+		g.flights = map[net.Conn]*flight{}
+	}
+	if f, ok := g.flights[c]; ok {
+		f.busy = busy
+	} else {
+		g.flights[c] = &flight{busy: busy}
+	}
+	if !busy {
+		g.signalSettled()
+	}
+}
+
+// land notes c as recorded (or gone), and wakes a Settle.
+func (g *Gateway) land(c net.Conn) {
+	g.mu.Lock()
+	delete(g.flights, c)
+	g.mu.Unlock()
+	g.signalSettled()
+}
+
+// signalSettled wakes a waiting Settle.
+func (g *Gateway) signalSettled() {
+	select {
+	case g.settled <- struct{}{}:
+	default:
+	}
+}
+
+// connState is an egress HTTP server's http.Server.ConnState: a connection is in
+// flight from its accept to its close, busy while a request on it is served (the
+// handler records the request before it returns).
+func (g *Gateway) connState(c net.Conn, s http.ConnState) {
+	switch s {
+	case http.StateNew, http.StateIdle:
+		g.fly(c, false)
+	case http.StateActive:
+		g.fly(c, true)
+	case http.StateHijacked, http.StateClosed:
+		g.land(c)
+	}
+}

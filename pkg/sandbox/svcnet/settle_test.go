@@ -1,0 +1,75 @@
+package svcnet_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
+)
+
+// TestSettleIsBounded: a plain TCP connection whose host never ends it, though the
+// sandbox's command ended its side and exited, cannot wedge a step: Settle returns at
+// its bound with the connection not recorded; it is recorded in the step it ends in
+// (here the next, after the host lets go), that step's Settle waiting for it.
+func TestSettleIsBounded(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	var (
+		mu   sync.Mutex
+		held []net.Conn
+	)
+	accepted := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, write nothing, never close
+			mu.Unlock()
+			accepted <- struct{}{}
+		}
+	}()
+	hold := sandbox.HostPort{Host: "hold.example.test", Port: 7000}
+	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()}})
+	if err != nil {
+		t.Fatalf("process runtime unavailable: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	r := newEgressRig(t, rt, "", sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}})
+	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	r.g = g
+
+	// nc sends its end at once (no input) and reads on until killed.
+	res, _ := r.sh(`timeout 1 busybox nc ` + hold.Host + ` 7000 </dev/null; echo exited`)
+	if strings.TrimSpace(res.Stdout) != "exited" {
+		t.Fatalf("held: %+v", res)
+	}
+	<-accepted
+	if got := r.requests(0); len(got) != 0 {
+		t.Errorf("while the host holds the connection: recorded %+v, want nothing yet", got)
+	}
+	mu.Lock()
+	for _, c := range held {
+		_ = c.Close()
+	}
+	mu.Unlock()
+	r.sh(`true`)
+	if got := r.requests(1); len(got) != 1 || got[0].Host != hold.Host || got[0].Port != hold.Port || got[0].Method != svcnet.MethodTCP || got[0].Denied {
+		t.Errorf("after the host let go: recorded %+v, want the connection, in this step", got)
+	}
+}
