@@ -207,6 +207,33 @@ func TestAllowedHostsTLS(t *testing.T) {
 	}
 }
 
+// dbBanner is what the allowed host's plain TCP port (5432) says to every connection.
+const dbBanner = "gauntlet-db 1.0 ready\n"
+
+// sandboxesWithDB opens process sandboxes whose allowed host maps its port 5432, as
+// plain TCP, to a server on the host that says dbBanner and closes.
+func sandboxesWithDB(t *testing.T) env.Sandboxes {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, dbBanner)
+			_ = c.Close()
+		}
+	}()
+	c := runtimestest.Config(t, runtimes.Process)
+	c.Hosts[taskstest.ReleasesHost+":5432"+sandbox.TCPSuffix] = l.Addr().String()
+	return runtimestest.OpenConfig(t, c)
+}
+
 // TestAllowedHostsTCPAndConnectionFaults: a port the runtime maps as plain TCP for an
 // allowed host (--sandbox.hosts NAME:PORT/tcp=...) reaches that host by name, recorded in
 // the step's diff like a TLS connection; and a user's profile's connection faults (here
@@ -214,25 +241,7 @@ func TestAllowedHostsTLS(t *testing.T) {
 // the plan's boundary_spec, in the step's diff and in the step's faults, with kind reset
 // on the host, as the report's heatmap reads them. The same seed replays the same.
 func TestAllowedHostsTCPAndConnectionFaults(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	const banner = "gauntlet-db 1.0 ready\n"
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, banner)
-			_ = c.Close()
-		}
-	}()
-	c := runtimestest.Config(t, runtimes.Process)
-	c.Hosts[taskstest.ReleasesHost+":5432"+sandbox.TCPSuffix] = l.Addr().String()
-	sb := runtimestest.OpenConfig(t, c)
+	sb := sandboxesWithDB(t)
 	agent := func() env.Agent {
 		return &scripted{actions: []env.Action{
 			act(tools.ShellExec, map[string]any{"command": `busybox nc ` + taskstest.ReleasesHost + ` 5432 </dev/null; echo rc=$?`}),
@@ -244,11 +253,11 @@ func TestAllowedHostsTCPAndConnectionFaults(t *testing.T) {
 	// Clean: the banner, and the connection in the step's diff; a port the host does not
 	// declare refused, and in the step's diff as denied.
 	steps, _ := playNet(t, sb, &gauntletv1.FaultPlan{Profile: "none", Seed: 1}, agent())
-	if len(steps) < 3 || !strings.Contains(steps[0].obs, strings.TrimSpace(banner)) {
+	if len(steps) < 3 || !strings.Contains(steps[0].obs, strings.TrimSpace(dbBanner)) {
 		t.Fatalf("tcp: %+v, want the banner", steps)
 	}
 	if r := steps[0].reqs; len(r) != 1 || r[0].Host != taskstest.ReleasesHost || r[0].Port != 5432 || r[0].Method != svcnet.MethodTCP || r[0].Denied ||
-		r[0].Bytes != int64(len(banner)) || r[0].BytesUp != 0 || len(r[0].Faults) != 0 {
+		r[0].Bytes != int64(len(dbBanner)) || r[0].BytesUp != 0 || len(r[0].Faults) != 0 {
 		t.Errorf("tcp: recorded %+v, want one clean TCP connection to the host on 5432 with the banner's bytes", r)
 	}
 	if r := steps[2].reqs; len(r) != 1 || r[0].Port != 5999 || r[0].Method != svcnet.MethodTCP || !r[0].Denied || r[0].Error == "" {
@@ -393,25 +402,7 @@ func diffEntries(t *testing.T, res env.StepResult) []svcnet.Request {
 // again: each step holds exactly its own command's five entries, in the order the
 // command made them, however late the gateway's goroutines see them.
 func TestNetworkDiffsReplayExactly(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	const banner = "gauntlet-db 1.0 ready\n"
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, banner)
-			_ = c.Close()
-		}
-	}()
-	c := runtimestest.Config(t, runtimes.Process)
-	c.Hosts[taskstest.ReleasesHost+":5432"+sandbox.TCPSuffix] = l.Addr().String()
-	sb := runtimestest.OpenConfig(t, c)
+	sb := sandboxesWithDB(t)
 	const rounds = 4
 	network := act(tools.ShellExec, map[string]any{"command": `curl -s http://` + taskstest.ReleasesHost + `/v1/widget/releases.json >/dev/null
 curl -sk https://` + taskstest.ReleasesHost + `/v1/widget/releases.json >/dev/null
