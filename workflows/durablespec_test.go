@@ -111,17 +111,17 @@ type recordedEpisode struct {
 	ended   *gauntletv1.EpisodeEnded
 }
 
-// episodeEvents reads episodeID's events from GAUNTLET_EVENTS, one of each step (the
-// stream de-duplicates a step published twice).
-func episodeEvents(t *testing.T, b *bus.Bus, episodeID string) recordedEpisode {
+// streamEvents reads GAUNTLET_EVENTS (the subjects given, or all) from its start until
+// half a second passes without a message.
+func streamEvents(t *testing.T, b *bus.Bus, subjects ...string) []*gauntletv1.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{})
+	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: subjects})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out recordedEpisode
+	var out []*gauntletv1.Event
 	for {
 		m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
 		if errors.Is(err, nats.ErrTimeout) {
@@ -130,10 +130,20 @@ func episodeEvents(t *testing.T, b *bus.Bus, episodeID string) recordedEpisode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ev gauntletv1.Event
-		if err := gauntletv1.Unmarshal(m.Data(), &ev); err != nil {
+		ev := &gauntletv1.Event{}
+		if err := gauntletv1.Unmarshal(m.Data(), ev); err != nil {
 			t.Fatal(err)
 		}
+		out = append(out, ev)
+	}
+}
+
+// episodeEvents reads episodeID's events from GAUNTLET_EVENTS, one of each step (the
+// stream de-duplicates a step published twice).
+func episodeEvents(t *testing.T, b *bus.Bus, episodeID string) recordedEpisode {
+	t.Helper()
+	var out recordedEpisode
+	for _, ev := range streamEvents(t, b) {
 		switch body := ev.Body.(type) {
 		case *gauntletv1.Event_Started:
 			if body.Started.GetEpisode().GetEpisodeId() == episodeID {
@@ -159,6 +169,7 @@ func episodeEvents(t *testing.T, b *bus.Bus, episodeID string) recordedEpisode {
 			}
 		}
 	}
+	return out
 }
 
 // checkScoredAsThePureFunction scores the recorded steps again, in order with the state
@@ -369,29 +380,13 @@ func TestDurableEpisodeWithAnUnknownSpecIsAnInfraError(t *testing.T) {
 // allEnded is every episode end in GAUNTLET_EVENTS.
 func allEnded(t *testing.T, b *bus.Bus) []*gauntletv1.EpisodeEnded {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.SubjectEndedAll}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []*gauntletv1.EpisodeEnded
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
-		if errors.Is(err, nats.ErrTimeout) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ev gauntletv1.Event
-		if err := gauntletv1.Unmarshal(m.Data(), &ev); err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range streamEvents(t, b, bus.SubjectEndedAll) {
 		if e := ev.GetEnded(); e != nil {
 			out = append(out, e)
 		}
 	}
+	return out
 }
 
 // A durable episode's input is read strictly: a misspelt key, a spec file that does not
