@@ -95,17 +95,8 @@ func benchUpstream(b *testing.B) string {
 //	go test -run '^$' -bench BenchmarkEgressRequest -count 5 ./pkg/sandbox/svcnet/
 func BenchmarkEgressRequest(b *testing.B) {
 	dir := b.TempDir()
-	api := benchUpstream(b)
-	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api}})
-	if err != nil {
-		b.Fatalf("process runtime unavailable: %v", err)
-	}
-	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	rt, h, api := egressBox(b, dir)
 	ctx := context.Background()
-	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
 	_, rules, err := plans.ParseSpec([]byte(egressProfile))
 	if err != nil {
 		b.Fatal(err)
@@ -232,18 +223,8 @@ type unwatched struct {
 //
 //	go test -run '^$' -bench BenchmarkRefusalWatch -count 5 ./pkg/sandbox/svcnet/
 func BenchmarkRefusalWatch(b *testing.B) {
-	dir := b.TempDir()
-	api := benchUpstream(b)
-	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api}})
-	if err != nil {
-		b.Fatalf("process runtime unavailable: %v", err)
-	}
-	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	rt, h, _ := egressBox(b, b.TempDir())
 	ctx := context.Background()
-	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name string
 		rt   sandbox.Runtime
@@ -297,18 +278,8 @@ func BenchmarkRefusalWatch(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkSettle -benchtime 30x -count 5 ./pkg/sandbox/svcnet/
 func BenchmarkSettle(b *testing.B) {
-	dir := b.TempDir()
-	api := benchUpstream(b)
-	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api}})
-	if err != nil {
-		b.Fatalf("process runtime unavailable: %v", err)
-	}
-	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	rt, h, _ := egressBox(b, b.TempDir())
 	ctx := context.Background()
-	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
 	rec := &svcnet.Recorder{}
 	g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{OnFire: rec.OnFire, OnRequest: rec.OnRequest})
 	if err != nil {
@@ -347,4 +318,21 @@ func BenchmarkSettle(b *testing.B) {
 			})
 		}
 	}
+}
+
+// egressBox opens a process runtime (its state in dir) whose allowed host remoteHost is a benchUpstream
+// (api, its address) and creates one sandbox with an egress service for that host.
+func egressBox(b *testing.B, dir string) (rt *process.Runtime, h sandbox.Handle, api string) {
+	b.Helper()
+	api = benchUpstream(b)
+	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api}})
+	if err != nil {
+		b.Fatalf("process runtime unavailable: %v", err)
+	}
+	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	h, err = rt.Create(context.Background(), sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress, Hosts: []string{remoteHost}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rt, h, api
 }
