@@ -231,7 +231,8 @@ func isWrongRevision(err error) bool {
 }
 
 // Release gives the lease up, if still held, so a standby takes over at once rather than
-// after LeaseTTL.
+// after LeaseTTL. A lease another instance took meanwhile, or whose entry expired, is left
+// as it is: there is nothing of this holder's to give up.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	rev, held := l.rev, !l.renewed.IsZero()
@@ -244,7 +245,23 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := kv.Delete(ctx, l.key, jetstream.LastRevision(rev)); err != nil {
+	err = kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+	if isWrongRevision(err) {
+		// A renewal cut short when Hold stopped may have landed unanswered: a later
+		// revision naming this holder is its own (as in renew), deleted at that revision.
+		// Another holder's entry, or none, is left alone.
+		e, gerr := kv.Get(ctx, l.key)
+		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
+			return nil
+		case gerr != nil:
+			return fmt.Errorf("release leader lease %s: %w (then read it: %v)", l.key, err, gerr)
+		case string(e.Value()) != l.holder || e.Revision() < rev:
+			return nil
+		}
+		err = kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision()))
+	}
+	if err != nil {
 		return fmt.Errorf("release leader lease %s: %w", l.key, err)
 	}
 	return nil

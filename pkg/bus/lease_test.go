@@ -292,3 +292,62 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A holder stopped while a renewal's answer is late still releases its lease: the renewal
+// landed (the key moved to a later revision of the holder's own), so Release deletes that
+// revision instead of refusing with "wrong last sequence", and a standby takes over at once.
+func TestLeaseReleasedAfterARenewalCutShortByStop(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	held, other, hr := startHeld(t, log)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := held.NewLease("role", "a", log)
+	if err := a.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.NewBucket(other.JS, bus.BucketLeases).KV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := kv.Get(ctx, "role")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stopA := context.WithCancel(ctx)
+	holding := make(chan error, 1)
+	go func() { holding <- a.Hold(hctx, func() {}) }()
+
+	// Answers stop just before the first renewal is due, for long enough that it lands
+	// unanswered; the holder is stopped meanwhile.
+	time.Sleep(bus.LeaseTTL/3 - bus.LeaseTTL/12)
+	hr.hold(bus.LeaseTTL / 3)
+	deadline := time.Now().Add(bus.LeaseTTL / 3)
+	for {
+		e, err := kv.Get(ctx, "role")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Revision() > first.Revision() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the renewal never landed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopA()
+	if err := <-holding; err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	hr.wait()
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release after a renewal that landed unanswered: %v", err)
+	}
+	begin := time.Now()
+	if err := other.NewLease("role", "c", log).Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > bus.LeaseTTL/2 {
+		t.Errorf("took a released lease after %v", took)
+	}
+}

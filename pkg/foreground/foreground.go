@@ -28,10 +28,11 @@ type Server struct {
 	Stop func(ctx context.Context) error
 }
 
-// Run starts a server with start (its context ends on SIGINT or SIGTERM), prints its
-// address on out, writes the address to readyFile when that is not empty, then waits for
-// the signal and stops the server within StopTimeout. It returns start's error, the ready
-// file's, or Stop's.
+// Run starts a server with start (its context ends on SIGINT or SIGTERM), writes its
+// address to readyFile when that is not empty, prints it on out, then waits for the signal
+// and stops the server within StopTimeout. The ready file appears whole (written aside and
+// renamed) and before the printed line, so a caller waiting on either finds it done. It
+// returns start's error, the ready file's, or Stop's.
 func Run(out io.Writer, readyFile string, start func(ctx context.Context) (Server, error)) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -39,15 +40,29 @@ func Run(out io.Writer, readyFile string, start func(ctx context.Context) (Serve
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, srv.Addr)
 	if readyFile != "" {
-		if err := os.WriteFile(readyFile, []byte(srv.Addr+"\n"), 0o644); err != nil {
+		if err := writeReady(readyFile, srv.Addr+"\n"); err != nil {
 			_ = srv.Stop(context.Background())
 			return err
 		}
 	}
+	fmt.Fprintln(out, srv.Addr)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
 	return srv.Stop(sctx)
+}
+
+// writeReady writes content to path through a temporary file in the same directory and a
+// rename, so path never exists half written.
+func writeReady(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
 }
