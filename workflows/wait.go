@@ -42,7 +42,13 @@ func BatchWaiting(pa *workflowpb.PendingActivityInfo, now time.Time) string {
 	switch pa.GetState() {
 	case enums.PENDING_ACTIVITY_STATE_SCHEDULED:
 		if pa.GetAttempt() <= 1 {
-			return ""
+			// Not started yet: say so once it has waited longer than a worker takes to
+			// poll (after a restart, before the new worker polls).
+			t := pa.GetScheduledTime()
+			if t == nil || now.Sub(t.AsTime()) <= stallAfter {
+				return ""
+			}
+			return fmt.Sprintf("waiting for a Temporal worker to start %s, scheduled %s ago", batch, since(t.AsTime()))
 		}
 		at := ""
 		if t := pa.GetNextAttemptScheduleTime(); t != nil && t.AsTime().After(now) {
@@ -86,13 +92,29 @@ func BatchWaiting(pa *workflowpb.PendingActivityInfo, now time.Time) string {
 }
 
 // WorkflowTaskWaiting says what a curriculum waits for when its next workflow task (the
-// decision after a batch, a signal or a restart) has waited longer than stallAfter for
-// a worker to run it; "" otherwise.
+// decision after a batch, a signal or a restart) has waited longer than stallAfter: for a
+// worker to take it (counted from its first scheduling, across retries), or for the
+// worker that took it to finish (a worker killed meanwhile holds it until Temporal's
+// workflow task timeout). "" otherwise.
 func WorkflowTaskWaiting(wt *workflowpb.PendingWorkflowTaskInfo, now time.Time) string {
-	t := wt.GetScheduledTime()
-	if t == nil || wt.GetState() != enums.PENDING_WORKFLOW_TASK_STATE_SCHEDULED || now.Sub(t.AsTime()) <= stallAfter {
-		return ""
+	switch wt.GetState() {
+	case enums.PENDING_WORKFLOW_TASK_STATE_SCHEDULED:
+		t := wt.GetOriginalScheduledTime()
+		if t == nil {
+			t = wt.GetScheduledTime()
+		}
+		if t == nil || now.Sub(t.AsTime()) <= stallAfter {
+			return ""
+		}
+		return fmt.Sprintf("waiting for a Temporal worker polling task queue %s to run the curriculum's next step (queued %s ago, attempt %d)",
+			TaskQueue, now.Sub(t.AsTime()).Round(time.Second), wt.GetAttempt())
+	case enums.PENDING_WORKFLOW_TASK_STATE_STARTED:
+		t := wt.GetStartedTime()
+		if t == nil || now.Sub(t.AsTime()) <= stallAfter {
+			return ""
+		}
+		return fmt.Sprintf("waiting for the curriculum's next step: a worker took it %s ago and has not finished it (if that worker stopped, Temporal hands the step to another once its workflow task timeout has passed; attempt %d)",
+			now.Sub(t.AsTime()).Round(time.Second), wt.GetAttempt())
 	}
-	return fmt.Sprintf("waiting for a Temporal worker polling task queue %s to run the curriculum's next step (queued %s ago, attempt %d)",
-		TaskQueue, now.Sub(t.AsTime()).Round(time.Second), wt.GetAttempt())
+	return ""
 }

@@ -48,6 +48,11 @@ func TestBatchWaitingSaysWhatAStalledBatchWaitsFor(t *testing.T) {
 			[]string{"waiting for the scheduler to accept run c1-s0-b3", "attempt 2"}},
 		{"run just submitted", &workflowpb.PendingActivityInfo{ActivityType: batch, State: enums.PENDING_ACTIVITY_STATE_STARTED, Attempt: 1,
 			LastStartedTime: ago(time.Second), LastHeartbeatTime: ago(time.Second), HeartbeatDetails: hb(BatchHeartbeat{RunID: "c1-s0-b3", Episodes: 20})}, nil},
+		{"first attempt not started", &workflowpb.PendingActivityInfo{ActivityType: batch, State: enums.PENDING_ACTIVITY_STATE_SCHEDULED, Attempt: 1,
+			ScheduledTime: ago(8 * time.Second)},
+			[]string{"waiting for a Temporal worker to start the batch in flight, scheduled 8s ago"}},
+		{"first attempt just scheduled", &workflowpb.PendingActivityInfo{ActivityType: batch, State: enums.PENDING_ACTIVITY_STATE_SCHEDULED, Attempt: 1,
+			ScheduledTime: ago(time.Second)}, nil},
 		{"other activity", &workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: ActivityPlayEpisode}, State: enums.PENDING_ACTIVITY_STATE_SCHEDULED, Attempt: 5}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,5 +74,20 @@ func TestBatchWaitingSaysWhatAStalledBatchWaitsFor(t *testing.T) {
 	wt.ScheduledTime = ago(time.Second)
 	if got := WorkflowTaskWaiting(wt, now); got != "" {
 		t.Errorf("workflow task waiting %q for a fresh task", got)
+	}
+	// A retried task counts its wait from its first scheduling.
+	wt.Attempt, wt.OriginalScheduledTime = 2, ago(14*time.Second)
+	if got := WorkflowTaskWaiting(wt, now); !strings.Contains(got, "queued 14s ago, attempt 2") {
+		t.Errorf("retried workflow task waiting %q", got)
+	}
+	// Taken by a worker that then stopped (killed with the process): nothing happens until
+	// Temporal's workflow task timeout; say so rather than nothing.
+	wt = &workflowpb.PendingWorkflowTaskInfo{State: enums.PENDING_WORKFLOW_TASK_STATE_STARTED, ScheduledTime: ago(8 * time.Second), StartedTime: ago(7 * time.Second), Attempt: 1}
+	if got := WorkflowTaskWaiting(wt, now); !strings.Contains(got, "a worker took it 7s ago and has not finished it") {
+		t.Errorf("started workflow task waiting %q", got)
+	}
+	wt.StartedTime = ago(time.Second)
+	if got := WorkflowTaskWaiting(wt, now); got != "" {
+		t.Errorf("workflow task waiting %q for a task just taken", got)
 	}
 }

@@ -422,8 +422,9 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 	// Recovery is never silent: while the curriculum makes no progress after the restart,
 	// `curriculum status` says what it waits for (the batch in flight and why it stalls).
 	type seen struct {
-		at  time.Duration
-		out string
+		at      time.Duration
+		out     string
+		pending string // Temporal's pending activities and workflow task, to tell why
 	}
 	var statuses []seen
 	for time.Since(restarted) < 3*time.Minute {
@@ -432,14 +433,25 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 			if p := progress(); p.TotalEpisodes > before.TotalEpisodes || p.Status != workflows.StatusRunning {
 				break
 			}
-			statuses = append(statuses, seen{time.Since(restarted), out})
+			pending := ""
+			if d, err := tc.DescribeWorkflowExecution(ctx, id, ""); err == nil {
+				for _, pa := range d.GetPendingActivities() {
+					pending += fmt.Sprintf("activity %s: state %s, attempt %d, scheduled %v, started %v, heartbeat %v\n", pa.GetActivityType().GetName(), pa.GetState(),
+						pa.GetAttempt(), pa.GetScheduledTime().AsTime().Format(time.StampMilli), pa.GetLastStartedTime().AsTime().Format(time.StampMilli), pa.GetLastHeartbeatTime().AsTime().Format(time.StampMilli))
+				}
+				if wt := d.GetPendingWorkflowTask(); wt != nil {
+					pending += fmt.Sprintf("workflow task: state %s, attempt %d, scheduled %v, started %v\n", wt.GetState(), wt.GetAttempt(),
+						wt.GetScheduledTime().AsTime().Format(time.StampMilli), wt.GetStartedTime().AsTime().Format(time.StampMilli))
+				}
+			}
+			statuses = append(statuses, seen{time.Since(restarted), out, pending})
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	for _, s := range statuses {
-		t.Logf("status %.1fs after the restart:\n%s", s.at.Seconds(), s.out)
+		t.Logf("status %.1fs after the restart (now %s):\n%s%s", s.at.Seconds(), restarted.Add(s.at).Format(time.StampMilli), s.out, s.pending)
 		if s.at > 5*time.Second && !strings.Contains(s.out, "waiting") {
-			t.Errorf("status %.1fs after the restart, before any progress, does not say what it waits for:\n%s", s.at.Seconds(), s.out)
+			t.Errorf("status %.1fs after the restart, before any progress, does not say what it waits for:\n%s%s", s.at.Seconds(), s.out, s.pending)
 		}
 	}
 
