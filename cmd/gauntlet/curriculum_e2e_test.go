@@ -434,7 +434,8 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 				break
 			}
 			pending := ""
-			if d, err := tc.DescribeWorkflowExecution(ctx, id, ""); err == nil {
+			if desc, err := tc.DescribeWorkflow(ctx, id, ""); err == nil {
+				d := desc.RawResponse
 				for _, pa := range d.GetPendingActivities() {
 					pending += fmt.Sprintf("activity %s: state %s, attempt %d, scheduled %v, started %v, heartbeat %v\n", pa.GetActivityType().GetName(), pa.GetState(),
 						pa.GetAttempt(), pa.GetScheduledTime().AsTime().Format(time.StampMilli), pa.GetLastStartedTime().AsTime().Format(time.StampMilli), pa.GetLastHeartbeatTime().AsTime().Format(time.StampMilli))
