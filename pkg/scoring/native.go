@@ -10,8 +10,8 @@ import (
 )
 
 // An expression's native form: the common shapes of a spec's expressions (conditionals,
-// comparisons, arithmetic on doubles, && || !, size of a list field, the scalar fields and
-// literals) compiled once, at load, into Go closures over the step's messages, so scoring a
+// comparisons, arithmetic on doubles, && || !, size of a list field, double() of a number,
+// the scalar fields and literals) compiled once, at load, into Go closures over the step's messages, so scoring a
 // step neither walks CEL's plan nor boxes a value. Within these shapes CEL's evaluation
 // cannot fail (double arithmetic is IEEE's, a NaN compares false and unequal to everything,
 // integers are only compared), so a closure gives exactly CEL's value. An expression with
@@ -101,7 +101,7 @@ func variable(checked *ast.AST, e ast.Expr) string {
 	return ""
 }
 
-// nativeCall compiles a call: an operator, or size.
+// nativeCall compiles a call: an operator, size, or a conversion of a number to double.
 func nativeCall(checked *ast.AST, call ast.CallExpr) (native, bool) {
 	args := call.Args()
 	if call.IsMemberFunction() {
@@ -130,6 +130,14 @@ func nativeCall(checked *ast.AST, call ast.CallExpr) (native, bool) {
 	case fn == operators.LogicalNot && len(ns) == 1 && ns[0].b != nil:
 		f := ns[0].b
 		return native{b: func(m msgs) bool { return !f(m) }}, true
+	case fn == overloads.TypeConvertDouble && len(ns) == 1 && ns[0].i != nil:
+		f := ns[0].i
+		return native{d: func(m msgs) float64 { return float64(f(m)) }}, true
+	case fn == overloads.TypeConvertDouble && len(ns) == 1 && ns[0].u != nil:
+		f := ns[0].u
+		return native{d: func(m msgs) float64 { return float64(f(m)) }}, true
+	case fn == overloads.TypeConvertDouble && len(ns) == 1 && ns[0].d != nil:
+		return ns[0], true
 	case fn == operators.Negate && len(ns) == 1 && ns[0].d != nil:
 		// Only doubles: negating an int can overflow, which CEL reports.
 		f := ns[0].d

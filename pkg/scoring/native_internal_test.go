@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"cel.dev/cel-go/cel"
+	"google.golang.org/protobuf/proto"
 
 	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
@@ -30,6 +31,9 @@ var nativeExprs = []string{
 	"metering.peak_memory_bytes",
 	"-(signals.spend / signals.budget)",
 	"size(signals.verifier_values) == 0 ? episode.progress : 1.0 / 0.0",
+	"double(episode.steps) / 100.0",
+	"double(metering.virtual_ns) / 1e9 - double(signals.deadline_virtual_ns) * double(signals.spend)",
+	"double(size(signals.violations)) > 1.5",
 }
 
 // celOnly have no native form and are always CEL's.
@@ -40,7 +44,7 @@ var celOnly = []string{
 	"has(signals.budget) ? 1.0 : 0.0",
 	"verifier['tests'] > 0.0",
 	"signals.violations.exists(v, v.rule == 'r')",
-	"double(metering.tool_calls) * 0.5",
+	"int(signals.spend) > 3",
 	"[1.0, 2.0][0] > signals.progress",
 }
 
@@ -122,6 +126,57 @@ func TestNativeFieldsReadAsField(t *testing.T) {
 			if math.Float64bits(got) != math.Float64bits(wf) || (n.d != nil) != (typ == cel.DoubleType) ||
 				(n.i != nil) != (typ == cel.IntType) || (n.u != nil) != (typ == cel.UintType) || (n.b != nil) != (typ == cel.BoolType) {
 				t.Fatalf("%s (%v): native %v, field %v", name, typ, got, want)
+			}
+		}
+	}
+}
+
+// A spec whose expressions have native forms scores an episode's steps, and leaves its
+// state, exactly as the same spec evaluated by CEL alone.
+func TestNativeSpecScoresAsCEL(t *testing.T) {
+	const doc = `name: native
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: thrift, expr: "signals.budget > 0.0 ? -signals.spend / signals.budget : 0.0", weight: 0.1, normalise: [{zscore: {window: 3}}]}
+  - {name: careful, expr: "signals.invalid_action || size(signals.violations) > 0 ? -1.0 : 0.0", weight: 0.1}
+  - {name: pace, expr: "double(episode.steps) / 10.0 - episode.total", weight: 0.2}
+  - {name: progress, potential: {expr: signals.progress, gamma: 0.99}, weight: 0.5}
+  - {name: spent, potential: {expr: "double(episode.tool_calls) * 0.1 + signals.spend", gamma: 1}, weight: 0.3}
+`
+	spec, err := Parse("native.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natives := 0
+	celSpec := spec
+	cc := *spec.c
+	cc.comps = append([]comp(nil), cc.comps...)
+	for i := range cc.comps {
+		if cc.comps[i].native != nil {
+			natives++
+		}
+		cc.comps[i].native, cc.comps[i].field = nil, ""
+	}
+	celSpec.c = &cc
+	if natives != 5 {
+		t.Fatalf("%d components with a native form, want 5", natives)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	for range 50 {
+		var nst, cst gauntletv1.RewardState
+		for i := range 20 {
+			act := randomActivation(rng)
+			st := &gauntletv1.StepTaken{Step: uint32(i), Signals: act.sig, Metering: act.met, Terminated: i == 19}
+			got, gt := AppendValuesState(nil, spec, &nst, st)
+			want, wt := AppendValuesState(nil, celSpec, &cst, st)
+			for j := range want {
+				if math.Float64bits(got[j]) != math.Float64bits(want[j]) {
+					t.Fatalf("step %d component %d: native %v, CEL %v", i, j, got[j], want[j])
+				}
+			}
+			if math.Float64bits(gt) != math.Float64bits(wt) || !proto.Equal(&nst, &cst) {
+				t.Fatalf("step %d: native total %v state %v, CEL %v %v", i, gt, &nst, wt, &cst)
 			}
 		}
 	}
