@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
@@ -63,7 +64,9 @@ type comp struct {
 	// field: the expression is only this scalar field's name, of a number or a bool type,
 	// read without CEL (comp.eval).
 	field string
-	gamma float64
+	// native: the expression's native form (native.go), nil when it has none.
+	native func(msgs) float64
+	gamma  float64
 	// detector and window: a detector's kind and its window (idle, repeat: steps in a
 	// row); slot: repeat's window in RewardState.windows, which holds the fingerprint of
 	// the last action.
@@ -294,32 +297,48 @@ func (a *activation) field(name string) (ref.Val, bool) {
 // compileExpr parses and type-checks one expression, which must give a number or a bool,
 // and reports whether it reads episode.
 func compileExpr(src string) (prg cel.Program, readsEpisode bool, err error) {
+	prg, _, readsEpisode, err = compileChecked(src)
+	return prg, readsEpisode, err
+}
+
+// compileChecked is compileExpr, also returning the expression's native form (native.go),
+// nil when it has none.
+func compileChecked(src string) (prg cel.Program, nat func(msgs) float64, readsEpisode bool, err error) {
+	prg, readsEpisode, checked, err := compileAST(src)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return prg, nativeExpr(checked), readsEpisode, nil
+}
+
+// compileAST is compileExpr, also returning the checked expression.
+func compileAST(src string) (prg cel.Program, readsEpisode bool, checked *ast.AST, err error) {
 	env, err := exprEnv()
 	if err != nil {
-		return nil, false, fmt.Errorf("expression environment: %w", err)
+		return nil, false, nil, fmt.Errorf("expression environment: %w", err)
 	}
-	ast, iss := env.Compile(src)
+	a, iss := env.Compile(src)
 	if err := iss.Err(); err != nil {
 		// "ERROR: <input>:1:8: msg" and a snippet: keep the position and the snippet.
 		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "ERROR: <input>:", "expression ")
-		return nil, false, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
+		return nil, false, nil, fmt.Errorf("%s", strings.ReplaceAll(msg, "\n", "\n    "))
 	}
-	switch ast.OutputType().Kind() {
+	switch a.OutputType().Kind() {
 	case types.DoubleKind, types.IntKind, types.UintKind, types.BoolKind:
 	default:
-		return nil, false, fmt.Errorf("%q gives %v, want a number (double, int, uint) or a bool", src, ast.OutputType())
+		return nil, false, nil, fmt.Errorf("%q gives %v, want a number (double, int, uint) or a bool", src, a.OutputType())
 	}
-	prg, err = env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	prg, err = env.Program(a, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, false, fmt.Errorf("plan %q: %w", src, err)
+		return nil, false, nil, fmt.Errorf("plan %q: %w", src, err)
 	}
 	// The checker resolved every name: "episode", or "episode.steps" and the like.
-	for _, ref := range ast.NativeRep().ReferenceMap() {
+	for _, ref := range a.NativeRep().ReferenceMap() {
 		if ref.Name == "episode" || strings.HasPrefix(ref.Name, "episode.") {
 			readsEpisode = true
 		}
 	}
-	return prg, readsEpisode, nil
+	return prg, readsEpisode, a.NativeRep(), nil
 }
 
 // activation resolves an expression's variables without building a map per step.
@@ -403,13 +422,22 @@ var (
 )
 
 // eval runs the component's expression; one that is only a scalar field's name
-// (signals.progress, a potential's usual) reads the field, which is what CEL would give.
+// (signals.progress, a potential's usual) reads the field, and one with a native form
+// (native.go) runs it: both give what CEL would.
 func (cp *comp) eval(act *activation) (float64, error) {
+	if cp.native != nil {
+		return cp.native(msgs{act.sig, act.met, act.ep}), nil
+	}
 	if cp.field != "" {
 		v, _ := act.field(cp.field)
 		return number(v)
 	}
-	return eval(cp.prg, act)
+	// CEL keeps the activation it is handed: a copy on the heap, so the step's own stays
+	// on the stack; the verifier map it builds is kept for the step's next expressions.
+	heap := *act
+	v, err := eval(cp.prg, &heap)
+	act.verifier = heap.verifier
+	return v, err
 }
 
 // eval runs one expression; an evaluation error (an int overflow, a missing map key)

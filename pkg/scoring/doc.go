@@ -64,7 +64,8 @@
 // only for a spec whose expressions read episode; otherwise it is the potentials, the
 // detectors' counters and the z-score windows alone, and the requests carrying it are the
 // smaller. Scoring remains a pure function of the spec, the state and the step;
-// expressions are compiled once per spec.
+// expressions are compiled once per spec, those of the common shapes into Go closures that
+// give CEL's value without CEL (native.go).
 //
 // # Errors and concurrency
 //

@@ -358,11 +358,11 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 	if cf.Expr != "" {
 		sources++
 		cp.kind, cp.rule = kindExpr, "expr "+cf.Expr
-		prg, ep, err := compileExpr(cf.Expr)
+		prg, nat, ep, err := compileChecked(cf.Expr)
 		if err != nil {
 			p.add(at(path, "expr"), "%v", err)
 		}
-		cp.prg, cp.field = prg, fieldOnly(cf.Expr)
+		cp.prg, cp.native, cp.field = prg, nat, fieldOnly(cf.Expr)
 		c.episode = c.episode || ep
 	}
 	if cf.Potential != nil {
@@ -371,10 +371,10 @@ func (p *parser) component(path []any, cf componentFile, c *compiled) comp {
 		cp.kind = kindPotential
 		if cf.Potential.Expr == "" {
 			p.add(at(pp, "expr"), "must be set: the potential of the state after a step")
-		} else if prg, ep, err := compileExpr(cf.Potential.Expr); err != nil {
+		} else if prg, nat, ep, err := compileChecked(cf.Potential.Expr); err != nil {
 			p.add(at(pp, "expr"), "%v", err)
 		} else {
-			cp.prg, cp.field = prg, fieldOnly(cf.Potential.Expr)
+			cp.prg, cp.native, cp.field = prg, nat, fieldOnly(cf.Potential.Expr)
 			c.episode = c.episode || ep
 		}
 		switch g := cf.Potential.Gamma; {

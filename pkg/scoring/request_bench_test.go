@@ -1,0 +1,123 @@
+package scoring_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gauntlet-rl/gauntlet/pkg/scoring"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
+)
+
+// BenchmarkScoreRequests is a step's whole trip through scoring, NATS aside: the worker
+// encodes a batch of steps of episodes in flight (with each episode's state and the
+// spec's digest under a named spec, as pkg/play's Scorer sends them once the spec said it
+// reads no action), the reward service decodes it, scores it (TableStates) and encodes
+// the reply, and the worker decodes the reply and reads each step's score (StepScores),
+// keeping each episode's state for its next step. The steps are a shop episode's: reads
+// and writes making progress, spend against a budget, now and then an invalid action or
+// a violated precondition, the last step a success. One op is one batch; steps/op says
+// how many it holds.
+func BenchmarkScoreRequests(b *testing.B) {
+	const episodes, length = 64, 18
+	rng := rand.New(rand.NewPCG(1, 2))
+	stream := make([][]*gauntletv1.StepTaken, episodes) // stream[e][i]: episode e's step i
+	for e := range stream {
+		progress := 0.0
+		for i := range length {
+			delta := 0.0
+			if rng.IntN(3) == 0 {
+				delta = 1.0 / 6
+			}
+			progress += delta
+			sig := &gauntletv1.Signals{Progress: progress, ProgressDelta: delta, Budget: 200, DeadlineVirtualNs: 60e9}
+			if rng.IntN(4) == 0 {
+				sig.Spend = float64(rng.IntN(50))
+			}
+			if rng.IntN(10) == 0 {
+				sig.InvalidAction = true
+			}
+			if rng.IntN(12) == 0 {
+				sig.Violations = []*gauntletv1.CausalViolation{{Rule: "stock", Reason: "out of stock"}}
+			}
+			last := i == length-1
+			sig.Success = last
+			stream[e] = append(stream[e], &gauntletv1.StepTaken{
+				EpisodeId: "r1-" + string(rune('a'+e%26)) + string(rune('a'+e/26)), Step: uint32(i), Env: "shop",
+				Signals: sig, Terminated: last,
+				Metering: &gauntletv1.Metering{ToolCalls: 1, VirtualNs: uint64(20e6 + rng.IntN(80e6)), WallNs: uint64(rng.IntN(1e6))},
+			})
+		}
+	}
+	named := mustParse(b, eightComponents)
+	for _, tc := range []struct {
+		name string
+		spec *scoring.Spec // nil: the env's default, as a run that names no spec
+	}{{"default", nil}, {"eight-with-three-cel", &named}} {
+		b.Run(tc.name, func(b *testing.B) {
+			specFor := func(env, digest string) scoring.Spec {
+				if tc.spec != nil && digest == tc.spec.Digest {
+					return *tc.spec
+				}
+				return scoring.SpecFor(env)
+			}
+			states := make([]*gauntletv1.RewardState, episodes)
+			for e := range states {
+				states[e] = &gauntletv1.RewardState{}
+			}
+			b.ReportAllocs()
+			b.ReportMetric(episodes, "steps/op")
+			i := 0
+			for b.Loop() {
+				if i%length == 0 { // the next episodes start
+					for e := range states {
+						states[e] = &gauntletv1.RewardState{}
+					}
+				}
+				// The worker's request.
+				req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, episodes)}
+				for e := range episodes {
+					st := stream[e][i%length]
+					req.Steps[e] = &gauntletv1.StepTaken{EpisodeId: st.EpisodeId, Step: st.Step, Env: st.Env, Signals: st.Signals, Metering: st.Metering}
+					if tc.spec != nil {
+						if req.States == nil {
+							req.States = make([]*gauntletv1.RewardState, episodes)
+						}
+						req.Steps[e].RewardSpec, req.Steps[e].Terminated = tc.spec.Digest, st.Terminated
+						req.States[e] = states[e]
+					}
+				}
+				data, err := gauntletv1.Marshal(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				// The reward service.
+				var in gauntletv1.ScoreRequest
+				if err := gauntletv1.UnmarshalAliasing(data, &in); err != nil {
+					b.Fatal(err)
+				}
+				var table *gauntletv1.ScoreTable
+				if tc.spec == nil {
+					table = scoring.Table(scoring.SpecFor, in.Steps)
+				} else {
+					table = scoring.TableStates(specFor, in.Steps, in.States)
+				}
+				out, err := gauntletv1.Marshal(&gauntletv1.ScoreReply{Table: table})
+				if err != nil {
+					b.Fatal(err)
+				}
+				// The worker reads the reply.
+				var reply gauntletv1.ScoreReply
+				if err := gauntletv1.UnmarshalAliasing(out, &reply); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := reply.StepScores(req.Steps); err != nil {
+					b.Fatal(err)
+				}
+				if tc.spec != nil {
+					copy(states, reply.Table.States)
+				}
+				i++
+			}
+		})
+	}
+}
