@@ -805,8 +805,9 @@ type Step struct {
 // is every part for the newest episode of a run being written. The key is read in
 // PREWHERE, which ClickHouse does not do by itself for the key's columns: the wide
 // columns (observations, diffs) are read only from the granules that hold the
-// episode's steps, not from every granule the key selects (76 MB against 1.6 MB for a
-// step's observation of 1 KB across 40 parts, TestReplayReadsTheEpisodesGranules).
+// episode's steps, not from every granule the key selects (225 MB against 3.8 MB for the
+// newest episode of a run in 40 parts, observations of 1 KB, in
+// TestReplayReadsTheEpisodesGranules).
 // requested_at, the partition key, fixed per episode, leaves out the partitions and the
 // parts of other times (minmax_requested_at.idx): their granules are not even selected.
 func (r reader) Steps(ctx context.Context, episodeID string, requestedAt time.Time, from, limit int) ([]Step, error) {
