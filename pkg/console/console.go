@@ -653,11 +653,11 @@ type EpisodePage struct {
 func (c *Console) episode(ctx context.Context, rd reader, r *http.Request, p params) (any, error) {
 	from, limit := p["from"], p["limit"]
 	id := r.PathValue("episode")
-	ep, err := rd.Episode(ctx, id, c.plannedRunOf(ctx, id))
+	ep, requestedAt, err := rd.episode(ctx, id, c.plannedRunOf(ctx, id))
 	if err != nil {
 		return nil, err
 	}
-	steps, err := rd.Steps(ctx, id, from, limit)
+	steps, err := rd.Steps(ctx, id, requestedAt, from, limit)
 	if err != nil {
 		return nil, err
 	}

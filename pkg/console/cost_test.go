@@ -64,10 +64,14 @@ func plannedRun(runID string, n uint64) func(context.Context, string) (*gauntlet
 	}
 }
 
-// queryCost is what ClickHouse read for the queries of one console request.
+// queryCost is what ClickHouse read for the queries of one console request: rows and
+// bytes (uncompressed, of the columns read), and the granules (marks) the tables' keys
+// selected.
 type queryCost struct {
-	queries  uint64
-	readRows uint64
+	queries   uint64
+	readRows  uint64
+	readBytes uint64
+	marks     uint64
 }
 
 // consoleCost serves path from c with every query logged under one query id, and
@@ -88,6 +92,14 @@ func consoleCost(t testing.TB, c *Console, conn driver.Conn, path string) (int, 
 // refuses a query whose id is already running ("code: 216"). The page is then asked
 // again under a new id: a device of these tests, not something a console user meets.
 func serveLogged(t testing.TB, c *Console, conn driver.Conn, path string) (*httptest.ResponseRecorder, time.Duration, queryCost) {
+	t.Helper()
+	return serveLoggedN(t, c, conn, path, 1)
+}
+
+// serveLoggedN is serveLogged for a request that runs at least queries queries: it waits
+// for that many to be logged (the log row of a query is written as it finishes, which
+// can be after its answer was read).
+func serveLoggedN(t testing.TB, c *Console, conn driver.Conn, path string, queries uint64) (*httptest.ResponseRecorder, time.Duration, queryCost) {
 	t.Helper()
 	var rec *httptest.ResponseRecorder
 	var qid string
@@ -112,11 +124,12 @@ func serveLogged(t testing.TB, c *Console, conn driver.Conn, path string) (*http
 		if err := conn.Exec(context.Background(), "SYSTEM FLUSH LOGS"); err != nil {
 			t.Fatal(err)
 		}
-		if err := conn.QueryRow(context.Background(), `SELECT count(), sum(read_rows) FROM system.query_log
-			WHERE query_id = ? AND type = 2`, qid).Scan(&qc.queries, &qc.readRows); err != nil {
+		if err := conn.QueryRow(context.Background(), `SELECT count(), sum(read_rows), sum(read_bytes),
+			sum(ProfileEvents.Values[indexOf(ProfileEvents.Names, 'SelectedMarks')]) FROM system.query_log
+			WHERE query_id = ? AND type = 2`, qid).Scan(&qc.queries, &qc.readRows, &qc.readBytes, &qc.marks); err != nil {
 			t.Fatal(err)
 		}
-		if qc.queries > 0 {
+		if qc.queries >= queries {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -590,6 +603,108 @@ func TestEnvAPIEpisodePagesByKey(t *testing.T) {
 		c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "after") {
 			t.Errorf("%s: status %d: %s; want 400 naming after", path, rec.Code, rec.Body.String())
+		}
+	}
+}
+
+// TestReplayReadsTheEpisodesGranules: the replay of the newest ended episode of a run
+// being written reads the wide columns of its own steps' granules, not of a granule of
+// every part of the steps table, and no granule of another time's partition.
+//
+// The table is laid out as a run in flight leaves it, merges stopped: 40 parts of the
+// steps of episodes in flight (each episode's 7 steps in 7 consecutive parts, a step's
+// observation 1 KB), after a merged part of the run's first 50,000 episodes, beside 30
+// parts of a run of the day before whose ids sort before the run's. The key (episode_id,
+// step) selects a granule of every one of those parts for the newest episode (ClickHouse
+// 18.16's index has no upper bound on a part's last granule); before, the replay read
+// every column of them (225 MB), and now the partition key leaves out the day before's.
+func TestReplayReadsTheEpisodesGranules(t *testing.T) {
+	srv, conn := migratedClickHouse(t)
+	ctx := context.Background()
+	const db = testDB
+	const run, base, perPart, parts = "rlive", 50_000, 400, 40
+	fillRun(t, conn, db, run, base)
+	if err := conn.Exec(ctx, "SYSTEM STOP MERGES"); err != nil {
+		t.Fatal(err)
+	}
+	id := `concat(run, '-', substring(toString(10000000 + e), 2))`
+	// observation is 1 KB of hex that does not compress, the same for every copy of a step.
+	obs := `arrayStringConcat(arrayMap(x -> hex(MD5(concat(run, toString(e * 100 + s * 10 + x)))), range(32)))`
+	insertSteps := func(run, day string, k int) {
+		t.Helper()
+		// Insert k: step k - w of each episode of window w (perPart episodes each), for
+		// the 7 windows in flight.
+		q := fmt.Sprintf(`INSERT INTO %s.steps (run_id, episode_id, step, requested_at, tool, args, observation, state_diff, reward, reward_names, reward_values, reward_spec, version)
+		SELECT run, %s, toUInt32(s), toDateTime('%s'), 'catalog.search', '{"q":"x"}', %s, '[]', 0.25, ['task'], [0.25], 'default/1', 1
+		FROM (SELECT '%s' AS run, %d + (%d - intDiv(number, %d)) * %d + number %% %d AS e, intDiv(number, %d) AS s FROM system.numbers LIMIT %d)
+		WHERE e >= %d`, db, id, day, obs, run, base, k, perPart, perPart, perPart, perPart, 7*perPart, base)
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("steps of part %d: %v", k, err)
+		}
+	}
+	insertEpisodes := func(run, day string, from, to int) {
+		t.Helper()
+		if err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.episodes (run_id, episode_id, idx, env, seed, policy, profile, requested_at, started_at, ended_at, steps, success, total_reward, reason, version)
+		SELECT run, %s, e, 'shop', e, 'oracle', 'baseline', toDateTime('%s'), toDateTime('%s'), toDateTime('%s') + 1, 7, 1, 1.75, 'success', 1
+		FROM (SELECT '%s' AS run, number + %d AS e FROM system.numbers LIMIT %d)`, db, id, day, day, day, run, from, to-from)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const today, yesterday = "2026-12-01 12:00:00", "2026-11-30 12:00:00"
+	for k := range parts {
+		insertSteps(run, today, k)
+		// The episodes whose last step this part holds end with it.
+		if w := k - 6; w >= 0 {
+			insertEpisodes(run, today, base+w*perPart, base+(w+1)*perPart)
+		}
+	}
+	// A run of the day before whose ids sort before the run's: the last granule of each
+	// of its parts spans the newest episode's place too.
+	for k := range 30 {
+		insertSteps("rearly", yesterday, k)
+	}
+	newest := base + (parts-6)*perPart - 1
+	c := New(Config{ClickHouse: srv.Addr, Database: db, Progress: plannedRun(run, 1_000_000), CacheFrom: 1 << 62},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer c.Close()
+	for _, e := range []int{newest, base + 10*perPart + 7, base - 1} {
+		path := fmt.Sprintf("/console/api/episodes/%s-%07d?from=0&limit=100", run, e)
+		// Two queries: the episode, by its whole key (its run is planned), then its steps.
+		rec, took, qc := serveLoggedN(t, c, conn, path, 2)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", path, rec.Code, rec.Body.String())
+		}
+		var page EpisodePage
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("episode %d: %d queries, %d rows, %d bytes, %d granules read, %v", e, qc.queries, qc.readRows, qc.readBytes, qc.marks, took)
+		// The page is the episode's: its 7 steps, each one copy, with its own observation.
+		var want []string
+		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT groupArray(o) FROM (SELECT observation AS o FROM %s.steps FINAL
+			WHERE episode_id = '%s-%07d' ORDER BY step)`, db, run, e)).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if page.Episode == nil || page.Episode.Idx != uint64(e) || len(page.Steps) != 7 || len(want) != 7 {
+			t.Fatalf("%s: episode %+v, %d steps (%d recorded); want episode %d and its 7 steps", path, page.Episode, len(page.Steps), len(want), e)
+		}
+		for i, s := range page.Steps {
+			if s.Step != uint32(i) || s.Observation != want[i] {
+				t.Errorf("%s: step %d is step %d with observation %.20q…; want %.20q…", path, i, s.Step, s.Observation, want[i])
+			}
+		}
+		// The key's and the partition key's columns of every granule the keys select
+		// (about 20 bytes a row), and the other columns of the episode's own rows; not a
+		// granule's worth of observations from every part (7 parts hold the episode's
+		// steps, 1.2 MB of observations each).
+		most := 32*qc.readRows + 1<<20
+		if qc.readBytes > most {
+			t.Errorf("%s: %d queries read %d bytes (%d rows, %d granules); want at most %d", path, qc.queries, qc.readBytes, qc.readRows, qc.marks, most)
+		}
+		// Granules: at most one of each part of the run in each table (its merged part
+		// and the 40 parts written after), none of the day before's.
+		if qc.marks > 2*(parts+1) {
+			t.Errorf("%s: %d granules selected; want at most %d, none of the parts of the day before", path, qc.marks, 2*(parts+1))
 		}
 	}
 }

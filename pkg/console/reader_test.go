@@ -79,14 +79,16 @@ func insertFixture(t *testing.T, conn driver.Conn, db, runID string, eps []episo
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := episodeID(runID, 1)
+	// Episode 1's steps, requested when it was (requested_at is fixed per episode: the
+	// replay reads its steps by it).
+	id, at := episodeID(runID, 1), t0.Add(time.Second)
 	for _, s := range []struct {
 		step   uint32
 		tool   string
 		kinds  []string
 		reward float64
 	}{{0, "search", []string{"http_error"}, 0.25}, {1, "buy", []string{"latency"}, -0.75}, {2, "pay", nil, 0}} {
-		if err := sb.Append(runID, id, s.step, t0, s.tool, `{"q":"x"}`, `{"ok":true}`, `[]`,
+		if err := sb.Append(runID, id, s.step, at, s.tool, `{"q":"x"}`, `{"ok":true}`, `[]`,
 			s.kinds, make([]string, len(s.kinds)), make([]string, len(s.kinds)), s.reward,
 			[]string{"task", "cost"}, []float64{s.reward + 1, -1}, "shop/v1", uint8(0), "", uint64(1)); err != nil {
 			t.Fatal(err)
