@@ -23,6 +23,17 @@ const settleTick = 2 * time.Millisecond
 type flight struct {
 	// busy: a request on it is being served (HTTP): it is recorded when that ends.
 	busy bool
+	// host is a relay's connection to the host, once dialled: bytes or an end the host
+	// sent and the relay has not read yet are work under way.
+	host net.Conn
+	// ended: the relay has read the sandbox's end. The sandbox's side then stays
+	// readable (an end reads again and again), so it no longer says anything is under
+	// way; the host's answer to that end is awaited instead, until a Settle waits it
+	// out (idle).
+	ended bool
+	// idle: a Settle reached its bound awaiting the host's answer to the sandbox's end;
+	// from then on the relay is waited for only when the host sends something.
+	idle bool
 }
 
 // Settle is the gateway's barrier at the end of a sandbox's step: when it returns, what
@@ -31,15 +42,20 @@ type flight struct {
 // sandbox's kernel already sent is read; every connection waiting to be accepted is
 // taken; every request being served, and every connection whose sandbox side has
 // something the gateway has not read yet (bytes, or its end), is waited for until it
-// is recorded. A connection the sandbox holds open and quiet (a background process's)
-// is not waited for: it is recorded when it ends, in the step it ends in. The wait is
+// is recorded, and so is a relay whose host sent something the gateway has not read
+// yet, or whose sandbox ended its side and whose host has not answered that end yet. A
+// connection held open and quiet is not waited for: by the sandbox (a background
+// process's), or by the host after the sandbox's end, once one Settle waited that
+// answer out to its bound (the steps after pay nothing for it); it is recorded when it
+// ends, in the step it ends in. The wait is
 // bounded by Options.SettleWait and by ctx, so that a host that never answers cannot
 // wedge the step; what is still under way then is recorded when it ends. Settle is
 // safe to call concurrently with the traffic and with itself; after Close it returns at
-// once.
-func (g *Gateway) Settle(ctx context.Context) {
+// once. It reports whether everything was recorded: false when it returned at its
+// bound or at ctx's end with something still under way.
+func (g *Gateway) Settle(ctx context.Context) bool {
 	if g.isClosed() {
-		return
+		return true
 	}
 	deadline := time.Now().Add(g.opt.SettleWait)
 	var timer *time.Timer
@@ -49,11 +65,12 @@ func (g *Gateway) Settle(ctx context.Context) {
 			// A refusal is sent with the connect() that meets it, before the sandbox
 			// goes on: read those of the connections just settled, too.
 			g.drainRefusals()
-			return
+			return true
 		}
 		wait := min(settleTick, time.Until(deadline))
 		if wait <= 0 {
-			return
+			g.idleEnded()
+			return false
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -63,7 +80,7 @@ func (g *Gateway) Settle(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-g.settled:
 			if !timer.Stop() {
 				<-timer.C
@@ -74,30 +91,52 @@ func (g *Gateway) Settle(ctx context.Context) {
 }
 
 // unsettled reports whether the gateway has work the sandbox already gave it: a
-// connection waiting in a listener's queue, a request being served, or a connection
-// with unread input (data or its end).
+// connection waiting in a listener's queue, a request being served, a connection with
+// input the gateway has not read (data or its end) on the sandbox's side or, for a
+// relay, on the host's, or a relay whose sandbox ended its side and whose host has not
+// answered yet (until a Settle waited that out: then the relay is idle, held open and
+// quiet by the host, and costs nothing until the host sends something).
 func (g *Gateway) unsettled() bool {
 	for _, l := range g.listeners {
 		if readable(l) {
 			return true
 		}
 	}
+	type poll struct {
+		c     net.Conn
+		ended bool
+	}
 	g.mu.Lock()
-	conns := make([]net.Conn, 0, len(g.flights))
+	polls := make([]poll, 0, len(g.flights)*2)
 	for c, f := range g.flights {
-		if f.busy {
+		if f.busy || f.ended && !f.idle {
 			g.mu.Unlock()
 			return true
 		}
-		conns = append(conns, c)
+		polls = append(polls, poll{c, f.ended})
+		if f.host != nil {
+			polls = append(polls, poll{f.host, false})
+		}
 	}
 	g.mu.Unlock()
-	for _, c := range conns {
-		if readable(c) {
+	for _, p := range polls {
+		if !p.ended && readable(p.c) {
 			return true
 		}
 	}
 	return false
+}
+
+// idleEnded marks every relay awaiting its host's answer to the sandbox's end as idle:
+// a Settle waited for that answer until its bound.
+func (g *Gateway) idleEnded() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, f := range g.flights {
+		if f.ended {
+			f.idle = true
+		}
+	}
 }
 
 // readable reports whether s (a socket: a listener or a connection) has input queued:
@@ -142,6 +181,25 @@ func (g *Gateway) fly(c net.Conn, busy bool) {
 	if !busy {
 		g.signalSettled()
 	}
+}
+
+// relayed notes host as c's relay's connection to the host.
+func (g *Gateway) relayed(c, host net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.flights[c]; ok {
+		f.host = host
+	}
+}
+
+// sandboxEnded notes that c's relay has read the sandbox's end, and wakes a Settle.
+func (g *Gateway) sandboxEnded(c net.Conn) {
+	g.mu.Lock()
+	if f, ok := g.flights[c]; ok {
+		f.ended = true
+	}
+	g.mu.Unlock()
+	g.signalSettled()
 }
 
 // land notes c as recorded (or gone), and wakes a Settle.

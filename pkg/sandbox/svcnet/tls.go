@@ -160,21 +160,23 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 		return
 	}
 	defer upc.Close()
+	g.relayed(c, upc)
 	if len(first) > 0 {
 		if _, err := upc.Write(first); err != nil {
 			req.Error = "upstream closed"
 			return
 		}
 	}
-	relay(fc, upc, &up, record, readsOn, g.opt.SettleWait)
+	relay(fc, upc, &up, record, func() { g.sandboxEnded(c) }, readsOn, g.opt.SettleWait)
 }
 
 // relay copies between the sandbox's connection c and the upstream's until both
 // directions end (or one fails, which ends both), passing half-closes on, counting the
 // bytes sent upstream (the sandbox's, c.Written). If readsOn, it calls record when the
 // host ends its side, just before the sandbox is told; else the caller records when it
-// returns, and the host has grace from the sandbox's end to end its side.
-func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), readsOn bool, grace time.Duration) {
+// returns, and the host has grace from the sandbox's end to end its side. ended is
+// called once the sandbox's end is read (and passed on).
+func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record, ended func(), readsOn bool, grace time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -190,6 +192,7 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), read
 		if tc, ok := upc.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}
+		ended()
 	}()
 	if _, err := io.Copy(c, upc); err != nil {
 		_ = c.Close()
