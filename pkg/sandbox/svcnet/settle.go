@@ -2,8 +2,10 @@ package svcnet
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,10 +64,18 @@ func (g *Gateway) Settle(ctx context.Context) bool {
 	for {
 		g.drainRefusals()
 		if !g.unsettled() {
-			// A refusal is sent with the connect() that meets it, before the sandbox
-			// goes on: read those of the connections just settled, too.
-			g.drainRefusals()
-			return true
+			// Nothing seen: a connection an accept loop took but has not noted yet is
+			// seen once its loop answers a fence.
+			if !g.fence(ctx, deadline) {
+				return false
+			}
+			if !g.unsettled() {
+				// A refusal is sent with the connect() that meets it, before the
+				// sandbox goes on: read those of the connections just settled, too.
+				g.drainRefusals()
+				return true
+			}
+			continue
 		}
 		wait := min(settleTick, time.Until(deadline))
 		if wait <= 0 {
@@ -230,4 +240,129 @@ func (g *Gateway) connState(c net.Conn, s http.ConnState) {
 	case http.StateHijacked, http.StateClosed:
 		g.land(c)
 	}
+}
+
+// flownListener is a listener of an egress service (its HTTP, TLS or plain TCP port):
+// each connection it accepts is in flight (fly) before Accept returns it, and Settle
+// can fence it (fence): a connection the kernel handed to the accept loop is in
+// neither the listener's queue nor the flights until then.
+type flownListener struct {
+	net.Listener
+	g *Gateway
+	// dl sets the listener's deadline; nil when it has none (it cannot be fenced, and
+	// Settle cannot see its queue either).
+	dl interface{ SetDeadline(time.Time) error }
+	// accepted, when set (tests), is called with each connection the kernel handed over,
+	// before it is in flight.
+	accepted func(net.Conn)
+
+	mu           sync.Mutex
+	asked, acked uint64        // fences asked for, and answered by the accept loop
+	ack          chan struct{} // closed (and replaced) when the loop answers
+	done         chan struct{} // closed when Accept failed for good: no loop to answer
+	doneOnce     sync.Once
+}
+
+// aLongTimeAgo is a deadline in the past: it wakes a blocked Accept at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// flown wraps l, an egress service's listener, for its one accept loop.
+func (g *Gateway) flown(l net.Listener) *flownListener {
+	fl := &flownListener{Listener: l, g: g, ack: make(chan struct{}), done: make(chan struct{})}
+	fl.dl, _ = l.(interface{ SetDeadline(time.Time) error })
+	g.fenced = append(g.fenced, fl)
+	return fl
+}
+
+// Accept returns l's next connection, in flight. A fence's deadline wakes it: it
+// answers the fence (every connection it returned before is in flight) and accepts on.
+func (l *flownListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			if l.accepted != nil {
+				l.accepted(c)
+			}
+			l.g.fly(c, false)
+			return c, nil
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && l.answer() {
+			continue
+		}
+		l.doneOnce.Do(func() { close(l.done) })
+		return nil, err
+	}
+}
+
+// answer answers the fences asked for so far and lifts their deadline; false when none
+// was asked (the timeout was not a fence's).
+func (l *flownListener) answer() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.asked == l.acked {
+		return false
+	}
+	_ = l.dl.SetDeadline(time.Time{})
+	l.acked = l.asked
+	close(l.ack)
+	l.ack = make(chan struct{})
+	return true
+}
+
+// ask asks the accept loop for a fence: it wakes the loop, which answers once every
+// connection the kernel handed it so far is in flight. The deadline is set under the
+// lock answer lifts it under, so a fence asked for while the loop answers another is
+// either answered with it or wakes the loop again. It returns the fence's number, for
+// await; 0 when l cannot be fenced.
+func (l *flownListener) ask() uint64 {
+	if l.dl == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.asked++
+	_ = l.dl.SetDeadline(aLongTimeAgo)
+	return l.asked
+}
+
+// await waits until fence want is answered (or the loop is gone), or until stop is
+// closed (false then).
+func (l *flownListener) await(want uint64, stop <-chan struct{}) bool {
+	for {
+		l.mu.Lock()
+		acked, ack := l.acked, l.ack
+		l.mu.Unlock()
+		if acked >= want {
+			return true
+		}
+		select {
+		case <-ack:
+		case <-l.done:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+}
+
+// fence fences every egress listener's accept loop at once (ask, then await): when it
+// returns true, every connection taken from a listener's queue before it began is in
+// flight. False when ctx ended or the deadline passed first.
+func (g *Gateway) fence(ctx context.Context, deadline time.Time) bool {
+	if len(g.fenced) == 0 {
+		return true
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	want := make([]uint64, len(g.fenced))
+	for i, l := range g.fenced {
+		want[i] = l.ask()
+	}
+	for i, l := range g.fenced {
+		if !l.await(want[i], ctx.Done()) {
+			return false
+		}
+	}
+	return true
 }

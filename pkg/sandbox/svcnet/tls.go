@@ -67,7 +67,7 @@ func newTLSPort(rt sandbox.Runtime, s sandbox.Service, port int) *tlsPort {
 // speaking TLS is refused (an access_denied alert where it spoke TLS) and recorded as
 // denied. The gateway never terminates TLS: the sandbox talks to the host's own
 // certificate, so HTTP-level faults (status codes, truncated bodies) cannot apply here.
-func (g *Gateway) serveTLS(l net.Listener, p *tlsPort) {
+func (g *Gateway) serveTLS(l *flownListener, p *tlsPort) {
 	g.serveEach(l, func(c net.Conn, _ uint64, at int64) { g.relayTLS(c, p, at) })
 }
 
