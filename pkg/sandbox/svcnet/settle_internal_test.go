@@ -36,8 +36,8 @@ func TestSettleSeesAConnectionBeingAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	<-inGap // out of the listener's queue, not in flight
+	_ = c.Close() // the sandbox's command ended: its end is input the gateway has to read
+	<-inGap       // out of the listener's queue, not in flight
 	go func() {
 		// Whenever the loop goes on, Settle must have waited for it: the connection
 		// was the sandbox's before Settle began.
