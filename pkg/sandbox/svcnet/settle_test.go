@@ -130,3 +130,45 @@ func TestQuietRelayCostsLaterStepsNothing(t *testing.T) {
 		t.Errorf("after the host let go: recorded %+v, want the connection, in this step", got)
 	}
 }
+
+// TestCloseEndsAHeldRelay: a relayed connection whose host holds it open and quiet
+// after the sandbox ended its side does not keep the gateway's Close waiting: Close
+// ends the host's side too.
+func TestCloseEndsAHeldRelay(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	held := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			held <- c // read nothing, write nothing, never close
+		}
+	}()
+	hold := sandbox.HostPort{Host: "closing.example.test", Port: 7000}
+	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()}})
+	if err != nil {
+		t.Fatalf("process runtime unavailable: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	r := newEgressRig(t, rt, "", sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}})
+	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	r.sh(`timeout 1 busybox nc ` + hold.Host + ` 7000 </dev/null; true`)
+	c := <-held
+	t.Cleanup(func() { _ = c.Close() })
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("close: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a speed target: Close ends at once
+		t.Fatal("Close still waits for the relay the host holds")
+	}
+}

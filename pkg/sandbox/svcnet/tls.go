@@ -160,6 +160,12 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 		return
 	}
 	defer upc.Close()
+	// Close ends the host's side too: a host holding it open and quiet would keep the
+	// relay (and Close, which waits for it) waiting.
+	if !g.track(upc, true) {
+		return
+	}
+	defer g.track(upc, false)
 	g.relayed(c, upc)
 	if len(first) > 0 {
 		if _, err := upc.Write(first); err != nil {
