@@ -49,9 +49,10 @@ type flight struct {
 // connection held open and quiet is not waited for: by the sandbox (a background
 // process's), or by the host after the sandbox's end, once one Settle waited that
 // answer out to its bound (the steps after pay nothing for it); it is recorded when it
-// ends, in the step it ends in. The wait is
-// bounded by Options.SettleWait and by ctx, so that a host that never answers cannot
-// wedge the step; what is still under way then is recorded when it ends. Settle is
+// ends, in the step it ends in. A connection an accept loop has taken but not noted
+// yet is waited for too (fence). The wait is bounded by Options.SettleWait and by ctx,
+// so that a host that never answers cannot wedge the step; what is still under way
+// then is recorded when it ends. Settle is
 // safe to call concurrently with the traffic and with itself; after Close it returns at
 // once. It reports whether everything was recorded: false when it returned at its
 // bound or at ctx's end with something still under way.
@@ -112,25 +113,23 @@ func (g *Gateway) unsettled() bool {
 			return true
 		}
 	}
-	type poll struct {
-		c     net.Conn
-		ended bool
-	}
 	g.mu.Lock()
-	polls := make([]poll, 0, len(g.flights)*2)
+	conns := make([]net.Conn, 0, len(g.flights))
 	for c, f := range g.flights {
 		if f.busy || f.ended && !f.idle {
 			g.mu.Unlock()
 			return true
 		}
-		polls = append(polls, poll{c, f.ended})
+		if !f.ended {
+			conns = append(conns, c)
+		}
 		if f.host != nil {
-			polls = append(polls, poll{f.host, false})
+			conns = append(conns, f.host)
 		}
 	}
 	g.mu.Unlock()
-	for _, p := range polls {
-		if !p.ended && readable(p.c) {
+	for _, c := range conns {
+		if readable(c) {
 			return true
 		}
 	}
