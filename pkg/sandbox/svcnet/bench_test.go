@@ -274,24 +274,46 @@ func BenchmarkRefusalWatch(b *testing.B) {
 // commonest steps of a sandbox with allowed hosts: "quiet" runs `true` (no network),
 // "request" runs one HTTP GET to the allowed host (busybox wget); each "settled" (the
 // command, then Settle, as a task env's step does) beside "unsettled" (the command
-// alone). settle-µs is the mean time of the Settle call alone.
+// alone). "held" runs `true` while a plain TCP connection the sandbox ended is held
+// open and quiet by its host (a step before opened it; its own Settle is not timed).
+// settle-µs is the mean time of the Settle call alone.
 //
 //	go test -run '^$' -bench BenchmarkSettle -benchtime 30x -count 5 ./pkg/sandbox/svcnet/
 func BenchmarkSettle(b *testing.B) {
-	rt, h, _ := egressBox(b, b.TempDir())
+	api := benchUpstream(b)
+	hold := holdUpstream(b)
+	rt, err := process.New(process.Config{StateDir: b.TempDir(), Hosts: sandbox.HostMap{remoteHost: api, holdHost + ":7000" + sandbox.TCPSuffix: hold}})
+	if err != nil {
+		b.Fatalf("process runtime unavailable: %v", err)
+	}
+	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
 	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress,
+		Hosts: []string{remoteHost, holdHost}, TCPPorts: []sandbox.HostPort{{Host: holdHost, Port: 7000}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	rec := &svcnet.Recorder{}
 	g, err := svcnet.Attach(ctx, rt, h.ID, h.Spec.Services, svcnet.Options{OnFire: rec.OnFire, OnRequest: rec.OnRequest})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = g.Close() })
+	exec := func(b *testing.B, argv ...string) {
+		res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: argv})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec %q: %v %+v", argv, err, res)
+		}
+	}
 	for _, step := range []struct {
-		name string
-		argv []string
+		name  string
+		argv  []string
+		setup []string
 	}{
-		{"quiet", []string{"true"}},
-		{"request", []string{"busybox", "wget", "-q", "-O", "/dev/null", "http://" + remoteHost + "/"}},
+		{"quiet", []string{"true"}, nil},
+		{"request", []string{"busybox", "wget", "-q", "-O", "/dev/null", "http://" + remoteHost + "/"}, nil},
+		// nc sends its end at once (no input) and reads on until timeout kills it.
+		{"held", []string{"true"}, []string{"sh", "-c", "timeout 1 busybox nc " + holdHost + " 7000 </dev/null; true"}},
 	} {
 		for _, settled := range []bool{true, false} {
 			name := step.name + "/unsettled"
@@ -299,12 +321,14 @@ func BenchmarkSettle(b *testing.B) {
 				name = step.name + "/settled"
 			}
 			b.Run(name, func(b *testing.B) {
+				if step.setup != nil {
+					exec(b, step.setup...)
+					g.Settle(ctx)
+					_ = rec.TakeRequests()
+				}
 				var settle time.Duration
 				for b.Loop() {
-					res, err := rt.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: step.argv})
-					if err != nil || res.ExitCode != 0 {
-						b.Fatalf("exec: %v %+v", err, res)
-					}
+					exec(b, step.argv...)
 					if settled {
 						start := time.Now()
 						g.Settle(ctx)
@@ -318,6 +342,36 @@ func BenchmarkSettle(b *testing.B) {
 			})
 		}
 	}
+}
+
+// holdHost is the allowed host of BenchmarkSettle's "held" step, whose TCP port 7000
+// holdUpstream serves.
+const holdHost = "hold.example.test"
+
+// holdUpstream is a TCP server that takes every connection and holds it open and quiet
+// until the benchmark ends; it returns its address.
+func holdUpstream(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var held []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range held {
+					_ = c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	b.Cleanup(func() { _ = l.Close(); <-done })
+	return l.Addr().String()
 }
 
 // egressBox opens a process runtime (its state in dir) whose allowed host remoteHost is a benchUpstream

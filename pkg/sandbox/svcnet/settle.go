@@ -2,8 +2,10 @@ package svcnet
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,6 +25,17 @@ const settleTick = 2 * time.Millisecond
 type flight struct {
 	// busy: a request on it is being served (HTTP): it is recorded when that ends.
 	busy bool
+	// host is a relay's connection to the host, once dialled: bytes or an end the host
+	// sent and the relay has not read yet are work under way.
+	host net.Conn
+	// ended: the relay has read the sandbox's end. The sandbox's side then stays
+	// readable (an end reads again and again), so it no longer says anything is under
+	// way; the host's answer to that end is awaited instead, until a Settle waits it
+	// out (idle).
+	ended bool
+	// idle: a Settle reached its bound awaiting the host's answer to the sandbox's end;
+	// from then on the relay is waited for only when the host sends something.
+	idle bool
 }
 
 // Settle is the gateway's barrier at the end of a sandbox's step: when it returns, what
@@ -31,29 +44,44 @@ type flight struct {
 // sandbox's kernel already sent is read; every connection waiting to be accepted is
 // taken; every request being served, and every connection whose sandbox side has
 // something the gateway has not read yet (bytes, or its end), is waited for until it
-// is recorded. A connection the sandbox holds open and quiet (a background process's)
-// is not waited for: it is recorded when it ends, in the step it ends in. The wait is
-// bounded by Options.SettleWait and by ctx, so that a host that never answers cannot
-// wedge the step; what is still under way then is recorded when it ends. Settle is
+// is recorded, and so is a relay whose host sent something the gateway has not read
+// yet, or whose sandbox ended its side and whose host has not answered that end yet. A
+// connection held open and quiet is not waited for: by the sandbox (a background
+// process's), or by the host after the sandbox's end, once one Settle waited that
+// answer out to its bound (the steps after pay nothing for it); it is recorded when it
+// ends, in the step it ends in. A connection an accept loop has taken but not noted
+// yet is waited for too (fence). The wait is bounded by Options.SettleWait and by ctx,
+// so that a host that never answers cannot wedge the step; what is still under way
+// then is recorded when it ends. Settle is
 // safe to call concurrently with the traffic and with itself; after Close it returns at
-// once.
-func (g *Gateway) Settle(ctx context.Context) {
+// once. It reports whether everything was recorded: false when it returned at its
+// bound or at ctx's end with something still under way.
+func (g *Gateway) Settle(ctx context.Context) bool {
 	if g.isClosed() {
-		return
+		return true
 	}
 	deadline := time.Now().Add(g.opt.SettleWait)
 	var timer *time.Timer
 	for {
 		g.drainRefusals()
 		if !g.unsettled() {
-			// A refusal is sent with the connect() that meets it, before the sandbox
-			// goes on: read those of the connections just settled, too.
-			g.drainRefusals()
-			return
+			// Nothing seen: a connection an accept loop took but has not noted yet is
+			// seen once its loop answers a fence.
+			if !g.fence(ctx, deadline) {
+				return false
+			}
+			if !g.unsettled() {
+				// A refusal is sent with the connect() that meets it, before the
+				// sandbox goes on: read those of the connections just settled, too.
+				g.drainRefusals()
+				return true
+			}
+			continue
 		}
 		wait := min(settleTick, time.Until(deadline))
 		if wait <= 0 {
-			return
+			g.idleEnded()
+			return false
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -63,7 +91,7 @@ func (g *Gateway) Settle(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-g.settled:
 			if !timer.Stop() {
 				<-timer.C
@@ -74,8 +102,11 @@ func (g *Gateway) Settle(ctx context.Context) {
 }
 
 // unsettled reports whether the gateway has work the sandbox already gave it: a
-// connection waiting in a listener's queue, a request being served, or a connection
-// with unread input (data or its end).
+// connection waiting in a listener's queue, a request being served, a connection with
+// input the gateway has not read (data or its end) on the sandbox's side or, for a
+// relay, on the host's, or a relay whose sandbox ended its side and whose host has not
+// answered yet (until a Settle waited that out: then the relay is idle, held open and
+// quiet by the host, and costs nothing until the host sends something).
 func (g *Gateway) unsettled() bool {
 	for _, l := range g.listeners {
 		if readable(l) {
@@ -85,11 +116,16 @@ func (g *Gateway) unsettled() bool {
 	g.mu.Lock()
 	conns := make([]net.Conn, 0, len(g.flights))
 	for c, f := range g.flights {
-		if f.busy {
+		if f.busy || f.ended && !f.idle {
 			g.mu.Unlock()
 			return true
 		}
-		conns = append(conns, c)
+		if !f.ended {
+			conns = append(conns, c)
+		}
+		if f.host != nil {
+			conns = append(conns, f.host)
+		}
 	}
 	g.mu.Unlock()
 	for _, c := range conns {
@@ -98,6 +134,18 @@ func (g *Gateway) unsettled() bool {
 		}
 	}
 	return false
+}
+
+// idleEnded marks every relay awaiting its host's answer to the sandbox's end as idle:
+// a Settle waited for that answer until its bound.
+func (g *Gateway) idleEnded() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, f := range g.flights {
+		if f.ended {
+			f.idle = true
+		}
+	}
 }
 
 // readable reports whether s (a socket: a listener or a connection) has input queued:
@@ -144,6 +192,25 @@ func (g *Gateway) fly(c net.Conn, busy bool) {
 	}
 }
 
+// relayed notes host as c's relay's connection to the host.
+func (g *Gateway) relayed(c, host net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.flights[c]; ok {
+		f.host = host
+	}
+}
+
+// sandboxEnded notes that c's relay has read the sandbox's end, and wakes a Settle.
+func (g *Gateway) sandboxEnded(c net.Conn) {
+	g.mu.Lock()
+	if f, ok := g.flights[c]; ok {
+		f.ended = true
+	}
+	g.mu.Unlock()
+	g.signalSettled()
+}
+
 // land notes c as recorded (or gone), and wakes a Settle.
 func (g *Gateway) land(c net.Conn) {
 	g.mu.Lock()
@@ -172,4 +239,129 @@ func (g *Gateway) connState(c net.Conn, s http.ConnState) {
 	case http.StateHijacked, http.StateClosed:
 		g.land(c)
 	}
+}
+
+// flownListener is a listener of an egress service (its HTTP, TLS or plain TCP port):
+// each connection it accepts is in flight (fly) before Accept returns it, and Settle
+// can fence it (fence): a connection the kernel handed to the accept loop is in
+// neither the listener's queue nor the flights until then.
+type flownListener struct {
+	net.Listener
+	g *Gateway
+	// dl sets the listener's deadline; nil when it has none (it cannot be fenced, and
+	// Settle cannot see its queue either).
+	dl interface{ SetDeadline(time.Time) error }
+	// accepted, when set (tests), is called with each connection the kernel handed over,
+	// before it is in flight.
+	accepted func(net.Conn)
+
+	mu           sync.Mutex
+	asked, acked uint64        // fences asked for, and answered by the accept loop
+	ack          chan struct{} // closed (and replaced) when the loop answers
+	done         chan struct{} // closed when Accept failed for good: no loop to answer
+	doneOnce     sync.Once
+}
+
+// aLongTimeAgo is a deadline in the past: it wakes a blocked Accept at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// flown wraps l, an egress service's listener, for its one accept loop.
+func (g *Gateway) flown(l net.Listener) *flownListener {
+	fl := &flownListener{Listener: l, g: g, ack: make(chan struct{}), done: make(chan struct{})}
+	fl.dl, _ = l.(interface{ SetDeadline(time.Time) error })
+	g.fenced = append(g.fenced, fl)
+	return fl
+}
+
+// Accept returns l's next connection, in flight. A fence's deadline wakes it: it
+// answers the fence (every connection it returned before is in flight) and accepts on.
+func (l *flownListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			if l.accepted != nil {
+				l.accepted(c)
+			}
+			l.g.fly(c, false)
+			return c, nil
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && l.answer() {
+			continue
+		}
+		l.doneOnce.Do(func() { close(l.done) })
+		return nil, err
+	}
+}
+
+// answer answers the fences asked for so far and lifts their deadline; false when none
+// was asked (the timeout was not a fence's).
+func (l *flownListener) answer() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.asked == l.acked {
+		return false
+	}
+	_ = l.dl.SetDeadline(time.Time{})
+	l.acked = l.asked
+	close(l.ack)
+	l.ack = make(chan struct{})
+	return true
+}
+
+// ask asks the accept loop for a fence: it wakes the loop, which answers once every
+// connection the kernel handed it so far is in flight. The deadline is set under the
+// lock answer lifts it under, so a fence asked for while the loop answers another is
+// either answered with it or wakes the loop again. It returns the fence's number, for
+// await; 0 when l cannot be fenced.
+func (l *flownListener) ask() uint64 {
+	if l.dl == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.asked++
+	_ = l.dl.SetDeadline(aLongTimeAgo)
+	return l.asked
+}
+
+// await waits until fence want is answered (or the loop is gone), or until stop is
+// closed (false then).
+func (l *flownListener) await(want uint64, stop <-chan struct{}) bool {
+	for {
+		l.mu.Lock()
+		acked, ack := l.acked, l.ack
+		l.mu.Unlock()
+		if acked >= want {
+			return true
+		}
+		select {
+		case <-ack:
+		case <-l.done:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+}
+
+// fence fences every egress listener's accept loop at once (ask, then await): when it
+// returns true, every connection taken from a listener's queue before it began is in
+// flight. False when ctx ended or the deadline passed first.
+func (g *Gateway) fence(ctx context.Context, deadline time.Time) bool {
+	if len(g.fenced) == 0 {
+		return true
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	want := make([]uint64, len(g.fenced))
+	for i, l := range g.fenced {
+		want[i] = l.ask()
+	}
+	for i, l := range g.fenced {
+		if !l.await(want[i], ctx.Done()) {
+			return false
+		}
+	}
+	return true
 }

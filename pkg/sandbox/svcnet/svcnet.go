@@ -99,7 +99,8 @@ type Gateway struct {
 	dns       *faultnet.DNSServer
 	refusals  *os.File // an egress service's: the refusals on the sandbox's loopback
 	wg        sync.WaitGroup
-	settled   chan struct{} // a flight landed (capacity 1): wakes a Settle
+	settled   chan struct{}    // a flight landed (capacity 1): wakes a Settle
+	fenced    []*flownListener // the egress listeners' accept loops, fenced by Settle
 
 	refMu          sync.Mutex // one reader of refusals at a time: the watch's or Settle's
 	refBuf, refOOB []byte
@@ -155,7 +156,7 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 				}
 				g.listeners = append(g.listeners, tl)
 				g.wg.Add(1)
-				go g.serveTLS(tl, newTLSPort(rt, s, port))
+				go g.serveTLS(g.flown(tl), newTLSPort(rt, s, port))
 			}
 			for _, hp := range s.TCPPorts {
 				tl, err := sl.ListenService(ctx, id, hp.Port)
@@ -165,7 +166,7 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 				}
 				g.listeners = append(g.listeners, tl)
 				g.wg.Add(1)
-				go g.serveTCPPort(tl, newTCPPort(rt, s, hp))
+				go g.serveTCPPort(g.flown(tl), newTCPPort(rt, s, hp))
 			}
 			// The refusals are watched for a recorder: without one they would go nowhere.
 			if rw, ok := rt.(sandbox.RefusalWatcher); ok && opt.OnRequest != nil && g.refusals == nil {
@@ -180,14 +181,16 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 			}
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug)}
+		var sl net.Listener = l
 		if s.Protocol == sandbox.ProtocolEgress {
 			srv.ConnState = g.connState // its requests are recorded: Settle waits for them
+			sl = g.flown(l)
 		}
 		g.servers = append(g.servers, srv)
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			if err := srv.Serve(sl); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 				opt.Logger.Warn("service gateway stopped", "sandbox", id, "service", s.Name, "err", err)
 			}
 		}()

@@ -41,7 +41,7 @@ func newTCPPort(rt sandbox.Runtime, s sandbox.Service, hp sandbox.HostPort) tcpP
 // by the rules for the service and the host). Each is recorded as a TLS connection is
 // (host, port, bytes each way, the faults met), with method "TCP". A port no service
 // declares has no listener: the sandbox's kernel refuses the connection.
-func (g *Gateway) serveTCPPort(l net.Listener, p tcpPort) {
+func (g *Gateway) serveTCPPort(l *flownListener, p tcpPort) {
 	prefix := "tcp/" + net.JoinHostPort(p.host, strconv.Itoa(p.port)) + "/"
 	g.serveEach(l, func(c net.Conn, n uint64, at int64) {
 		key := prefix + strconv.FormatUint(n, 10)
@@ -52,9 +52,9 @@ func (g *Gateway) serveTCPPort(l net.Listener, p tcpPort) {
 // serveEach accepts l's connections until l is closed and handles each on a goroutine of
 // the gateway's, tracked so that Close ends it, and closed when handle returns; n counts
 // the connections accepted, from 0, at is when it was accepted (Request.at). Each is in
-// flight for Settle from its accept until it is recorded (land) or handle returns. The
-// caller has added this call to g.wg.
-func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64, at int64)) {
+// flight for Settle from its accept (l's) until it is recorded (land) or handle
+// returns. The caller has added this call to g.wg.
+func (g *Gateway) serveEach(l *flownListener, handle func(c net.Conn, n uint64, at int64)) {
 	defer g.wg.Done()
 	var accepted uint64
 	for {
@@ -68,10 +68,10 @@ func (g *Gateway) serveEach(l net.Listener, handle func(c net.Conn, n uint64, at
 		}
 		at := time.Now().UnixNano()
 		if !g.track(c, true) {
+			g.land(c)
 			_ = c.Close()
 			return
 		}
-		g.fly(c, false)
 		n := accepted
 		accepted++
 		g.wg.Add(1)

@@ -67,7 +67,7 @@ func newTLSPort(rt sandbox.Runtime, s sandbox.Service, port int) *tlsPort {
 // speaking TLS is refused (an access_denied alert where it spoke TLS) and recorded as
 // denied. The gateway never terminates TLS: the sandbox talks to the host's own
 // certificate, so HTTP-level faults (status codes, truncated bodies) cannot apply here.
-func (g *Gateway) serveTLS(l net.Listener, p *tlsPort) {
+func (g *Gateway) serveTLS(l *flownListener, p *tlsPort) {
 	g.serveEach(l, func(c net.Conn, _ uint64, at int64) { g.relayTLS(c, p, at) })
 }
 
@@ -160,21 +160,29 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 		return
 	}
 	defer upc.Close()
+	// Close ends the host's side too: a host holding it open and quiet would keep the
+	// relay (and Close, which waits for it) waiting.
+	if !g.track(upc, true) {
+		return
+	}
+	defer g.track(upc, false)
+	g.relayed(c, upc)
 	if len(first) > 0 {
 		if _, err := upc.Write(first); err != nil {
 			req.Error = "upstream closed"
 			return
 		}
 	}
-	relay(fc, upc, &up, record, readsOn, g.opt.SettleWait)
+	relay(fc, upc, &up, record, func() { g.sandboxEnded(c) }, readsOn, g.opt.SettleWait)
 }
 
 // relay copies between the sandbox's connection c and the upstream's until both
 // directions end (or one fails, which ends both), passing half-closes on, counting the
 // bytes sent upstream (the sandbox's, c.Written). If readsOn, it calls record when the
 // host ends its side, just before the sandbox is told; else the caller records when it
-// returns, and the host has grace from the sandbox's end to end its side.
-func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), readsOn bool, grace time.Duration) {
+// returns, and the host has grace from the sandbox's end to end its side. ended is
+// called once the sandbox's end is read (and passed on).
+func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record, ended func(), readsOn bool, grace time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -190,6 +198,7 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record func(), read
 		if tc, ok := upc.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}
+		ended()
 	}()
 	if _, err := io.Copy(c, upc); err != nil {
 		_ = c.Close()
