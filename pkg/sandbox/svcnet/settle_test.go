@@ -80,29 +80,8 @@ func TestSettleIsBounded(t *testing.T) {
 // nothing: their Settle finds nothing under way, so it returns settled, not at its
 // bound. The host's end, when it comes, is still recorded in the step it comes in.
 func TestQuietRelayCostsLaterStepsNothing(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	held := make(chan net.Conn, 1)
-	go func() {
-		c, err := l.Accept()
-		if err == nil {
-			held <- c // read nothing, write nothing, close when the test says
-		}
-	}()
 	hold := sandbox.HostPort{Host: "quiet.example.test", Port: 7000}
-	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()}})
-	if err != nil {
-		t.Fatalf("process runtime unavailable: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
-	r := newEgressRig(t, rt, "", sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}})
-	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("attach: %v", err)
-	}
+	r, g, held := heldHostRig(t, hold, 300*time.Millisecond)
 	t.Cleanup(func() { _ = g.Close() })
 
 	// nc sends its end at once (no input) and reads on until killed; the host keeps quiet.
@@ -135,29 +114,8 @@ func TestQuietRelayCostsLaterStepsNothing(t *testing.T) {
 // after the sandbox ended its side does not keep the gateway's Close waiting: Close
 // ends the host's side too.
 func TestCloseEndsAHeldRelay(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	held := make(chan net.Conn, 1)
-	go func() {
-		c, err := l.Accept()
-		if err == nil {
-			held <- c // read nothing, write nothing, never close
-		}
-	}()
 	hold := sandbox.HostPort{Host: "closing.example.test", Port: 7000}
-	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()}})
-	if err != nil {
-		t.Fatalf("process runtime unavailable: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
-	r := newEgressRig(t, rt, "", sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}})
-	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("attach: %v", err)
-	}
+	r, g, held := heldHostRig(t, hold, 200*time.Millisecond)
 	r.sh(`timeout 1 busybox nc ` + hold.Host + ` 7000 </dev/null; true`)
 	c := <-held
 	t.Cleanup(func() { _ = c.Close() })
@@ -171,4 +129,35 @@ func TestCloseEndsAHeldRelay(t *testing.T) {
 	case <-time.After(30 * time.Second): // a hang guard, not a speed target: Close ends at once
 		t.Fatal("Close still waits for the relay the host holds")
 	}
+}
+
+// heldHostRig is a process sandbox whose plain TCP port hold reaches a host that accepts
+// one connection and holds it, reading and writing nothing (held hands it to the test,
+// which closes it when it wants), and the sandbox's gateway with Settle bounded at wait.
+// The gateway is closed at cleanup (a second Close is harmless).
+func heldHostRig(t *testing.T, hold sandbox.HostPort, wait time.Duration) (*egressRig, *svcnet.Gateway, <-chan net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	held := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			held <- c
+		}
+	}()
+	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()}})
+	if err != nil {
+		t.Fatalf("process runtime unavailable: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
+	r := newEgressRig(t, rt, "", sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}})
+	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: wait})
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	return r, g, held
 }
