@@ -384,7 +384,16 @@ func TestCurriculumSurvivesKill(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	})
-	spec := writeFile(t, "c.yaml", strings.ReplaceAll(testCurriculum("oracle"), "batch: 20", "batch: 10"))
+	// Batches of 10, and a second stage of at least 200 episodes (20 batches): a window of
+	// seconds in which to kill it running, where the whole curriculum of the other tests
+	// can end between two progress queries on a quiet machine.
+	text := strings.ReplaceAll(testCurriculum("oracle"), "batch: 20", "batch: 10")
+	text = strings.Replace(text, "episodes: {min: 40, max: 80}\n    batch: 10\n    promotion: {metric: success_rate, threshold: 0.6",
+		"episodes: {min: 200, max: 240}\n    batch: 10\n    promotion: {metric: success_rate, threshold: 0.6", 1)
+	if !strings.Contains(text, "min: 200") {
+		t.Fatal("the test's curriculum no longer has the second stage this test lengthens")
+	}
+	spec := writeFile(t, "c.yaml", text)
 	out, err := gauntletCLI(t, "curriculum", "start", "-f", spec, "--data-dir", dir)
 	if err != nil {
 		t.Fatal(err)
