@@ -3,15 +3,18 @@ package svcnet_test
 import (
 	"context"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
@@ -153,15 +156,16 @@ func heldHostRig(t *testing.T, hold sandbox.HostPort, wait time.Duration) (*egre
 		}
 	}()
 	r, g, _ := hostRig(t, sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()},
-		sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}}, wait)
+		sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}}, svcnet.Options{SettleWait: wait})
 	return r, g, held
 }
 
 // hostRig is a process sandbox whose egress service is svc, its hosts reached where
-// hosts maps them, and the sandbox's gateway with Settle bounded at wait; it also returns
-// the sandbox's network namespace, where a test dials as a process of the sandbox does
-// (netns.Dial). The gateway is closed at cleanup (a second Close is harmless).
-func hostRig(t *testing.T, hosts sandbox.HostMap, svc sandbox.Service, wait time.Duration) (*egressRig, *svcnet.Gateway, string) {
+// hosts maps them, and the sandbox's gateway opened with opt (its Settle bound, its
+// decider), recording into the rig's recorder; it also returns the sandbox's network
+// namespace, where a test dials as a process of the sandbox does (netns.Dial). The
+// gateway is closed at cleanup (a second Close is harmless).
+func hostRig(t *testing.T, hosts sandbox.HostMap, svc sandbox.Service, opt svcnet.Options) (*egressRig, *svcnet.Gateway, string) {
 	t.Helper()
 	dir := t.TempDir()
 	rt, err := process.New(process.Config{StateDir: dir, Hosts: hosts})
@@ -170,7 +174,8 @@ func hostRig(t *testing.T, hosts sandbox.HostMap, svc sandbox.Service, wait time
 	}
 	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
 	r := newEgressRig(t, rt, "", svc)
-	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: wait})
+	opt.OnFire, opt.OnRequest = r.rec.OnFire, r.rec.OnRequest
+	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, opt)
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
@@ -193,8 +198,8 @@ const stallSize = 16 << 20
 // step the sandbox read them in.
 func TestStalledReaderCostsStepsNothing(t *testing.T) {
 	stream := sandbox.HostPort{Host: "stream.example.test", Port: 7000}
-	r, g, ns := hostRig(t, sandbox.HostMap{stream.Host + ":" + strconv.Itoa(stream.Port) + sandbox.TCPSuffix: streamHost(t)},
-		sandbox.Service{Hosts: []string{stream.Host}, TCPPorts: []sandbox.HostPort{stream}}, time.Second)
+	r, g, ns := hostRig(t, sandbox.HostMap{stream.Host + ":" + strconv.Itoa(stream.Port) + sandbox.TCPSuffix: streamHost(t, stallSize)},
+		sandbox.Service{Hosts: []string{stream.Host}, TCPPorts: []sandbox.HostPort{stream}}, svcnet.Options{SettleWait: time.Second})
 	ctx := context.Background()
 	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
 	if err != nil {
@@ -243,7 +248,7 @@ func TestStalledAnswerCostsStepsNothing(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body) })}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	r, g, ns := hostRig(t, sandbox.HostMap{remoteHost: l.Addr().String()}, sandbox.Service{Hosts: []string{remoteHost}}, time.Second)
+	r, g, ns := hostRig(t, sandbox.HostMap{remoteHost: l.Addr().String()}, sandbox.Service{Hosts: []string{remoteHost}}, svcnet.Options{SettleWait: time.Second})
 	ctx := context.Background()
 	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:80")
 	if err != nil {
@@ -272,12 +277,40 @@ func TestStalledAnswerCostsStepsNothing(t *testing.T) {
 	}
 }
 
+// TestSettleWaitsForTheGatewaysPace: a relay the gateway paces on purpose (a bandwidth
+// cap) is the gateway's own work, not a sandbox's stalled read: a sandbox that reads
+// nothing while its host's few bytes and end are passed on at the cap's pace still
+// finds the connection recorded in the step, Settle waiting for the pace.
+func TestSettleWaitsForTheGatewaysPace(t *testing.T) {
+	thin := sandbox.HostPort{Host: "thin.example.test", Port: 7000}
+	const profile = `name: pace
+faults:
+  - {id: thin, kind: bandwidth, match: {hosts: [thin.example.test]}, params: {bytes_per_sec: 20000}}
+`
+	const size = 10000 // half a second at the cap; the buffers hold it all
+	// An hour's bound: a Settle that stopped waiting for the pace would return at once.
+	r, g, ns := hostRig(t, sandbox.HostMap{thin.Host + ":" + strconv.Itoa(thin.Port) + sandbox.TCPSuffix: streamHost(t, size)},
+		sandbox.Service{Hosts: []string{thin.Host}, TCPPorts: []sandbox.HostPort{thin}}, svcnet.Options{SettleWait: time.Hour, Decider: inject.NewDecider(1, rulesOf(t, profile))})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !g.Settle(ctx) {
+		t.Fatal("Settle returned at its bound")
+	}
+	if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != thin.Host || got[0].Bytes != size || !slices.Equal(got[0].Faults, []string{"bandwidth"}) {
+		t.Errorf("after Settle: recorded %+v, want the connection with its %d bytes, paced, in this step", got, size)
+	}
+}
+
 // TestCloseEndsAStalledRelay: a relay whose write waits for a sandbox that stopped
-// reading does not keep the gateway's Close waiting.
+// reading, its host streaming on, does not keep the gateway's Close waiting.
 func TestCloseEndsAStalledRelay(t *testing.T) {
 	stream := sandbox.HostPort{Host: "stream.example.test", Port: 7000}
-	_, g, ns := hostRig(t, sandbox.HostMap{stream.Host + ":" + strconv.Itoa(stream.Port) + sandbox.TCPSuffix: streamHost(t)},
-		sandbox.Service{Hosts: []string{stream.Host}, TCPPorts: []sandbox.HostPort{stream}}, time.Second)
+	_, g, ns := hostRig(t, sandbox.HostMap{stream.Host + ":" + strconv.Itoa(stream.Port) + sandbox.TCPSuffix: streamHost(t, math.MaxInt64)},
+		sandbox.Service{Hosts: []string{stream.Host}, TCPPorts: []sandbox.HostPort{stream}}, svcnet.Options{SettleWait: time.Second})
 	ctx := context.Background()
 	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
 	if err != nil {
@@ -297,9 +330,9 @@ func TestCloseEndsAStalledRelay(t *testing.T) {
 	}
 }
 
-// streamHost is a TCP server that sends stallSize bytes on every connection it takes,
-// then closes it; it returns its address. What it still sends when the test ends is cut.
-func streamHost(t *testing.T) string {
+// streamHost is a TCP server that sends n bytes on every connection it takes, then
+// closes it; it returns its address. What it still sends when the test ends is cut.
+func streamHost(t testing.TB, n int64) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -313,7 +346,7 @@ func streamHost(t *testing.T) string {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		data := make([]byte, stallSize)
+		chunk := make([]byte, 64<<10)
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -326,7 +359,13 @@ func streamHost(t *testing.T) string {
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				_, _ = c.Write(data)
+				for left := n; left > 0; {
+					k, err := c.Write(chunk[:min(left, int64(len(chunk)))])
+					if err != nil {
+						return
+					}
+					left -= int64(k)
+				}
 			}()
 		}
 	}()
