@@ -26,7 +26,8 @@ const settleTick = 2 * time.Millisecond
 // a relayed TLS or TCP connection until it is recorded, or an HTTP connection until it
 // closes.
 type flight struct {
-	// busy: a request on it is being served (HTTP): it is recorded when that ends.
+	// busy: a request on it is being served (HTTP): it is recorded when that ends. Work
+	// under way, unless its answer waits for the sandbox to read (stalled).
 	busy bool
 	// host is a relay's connection to the host, once dialled: bytes or an end the host
 	// sent and the relay has not read yet are work under way, unless the relay's write
