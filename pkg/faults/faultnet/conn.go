@@ -196,11 +196,15 @@ func (w *Conn) doReset() {
 	w.mu.Lock()
 	w.reset = true
 	w.mu.Unlock()
-	if tc, ok := w.Conn.(*net.TCPConn); ok {
+	if tc, ok := w.Conn.(linger); ok {
 		_ = tc.SetLinger(0)
 	}
 	_ = w.Close()
 }
+
+// linger is a TCP connection, or a wrapper of one that passes SetLinger on: a reset
+// sets its linger to 0, so its close sends an RST.
+type linger interface{ SetLinger(sec int) error }
 
 // budget returns how many of n bytes may pass before a byte-count reset, and whether the
 // connection is already reset.

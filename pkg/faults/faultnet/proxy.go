@@ -250,7 +250,7 @@ func hijackClose(w http.ResponseWriter, prefix []byte, reset bool) {
 		_, _ = buf.Write(prefix)
 		_ = buf.Flush()
 	}
-	if tc, ok := c.(*net.TCPConn); ok && reset {
+	if tc, ok := c.(linger); ok && reset {
 		_ = tc.SetLinger(0)
 	}
 	_ = c.Close()

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -276,20 +277,26 @@ func BenchmarkRefusalWatch(b *testing.B) {
 // command, then Settle, as a task env's step does) beside "unsettled" (the command
 // alone). "held" runs `true` while a plain TCP connection the sandbox ended is held
 // open and quiet by its host (a step before opened it; its own Settle is not timed).
-// settle-µs is the mean time of the Settle call alone.
+// "stalled" runs `true` while a plain TCP connection the sandbox opened and stopped
+// reading is streamed to by its host without end (the relay's writes wait for the
+// sandbox; opened before, its Settle not timed; closed after). settle-µs is the mean
+// time of the Settle call alone.
 //
 //	go test -run '^$' -bench BenchmarkSettle -benchtime 30x -count 5 ./pkg/sandbox/svcnet/
 func BenchmarkSettle(b *testing.B) {
 	api := benchUpstream(b)
 	hold := holdUpstream(b)
-	rt, err := process.New(process.Config{StateDir: b.TempDir(), Hosts: sandbox.HostMap{remoteHost: api, holdHost + ":7000" + sandbox.TCPSuffix: hold}})
+	stream := streamHost(b, math.MaxInt64)
+	dir := b.TempDir()
+	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api, holdHost + ":7000" + sandbox.TCPSuffix: hold,
+		streamingHost + ":7001" + sandbox.TCPSuffix: stream}})
 	if err != nil {
 		b.Fatalf("process runtime unavailable: %v", err)
 	}
 	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
 	ctx := context.Background()
 	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress,
-		Hosts: []string{remoteHost, holdHost}, TCPPorts: []sandbox.HostPort{{Host: holdHost, Port: 7000}}}}})
+		Hosts: []string{remoteHost, holdHost, streamingHost}, TCPPorts: []sandbox.HostPort{{Host: holdHost, Port: 7000}, {Host: streamingHost, Port: 7001}}}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -308,12 +315,22 @@ func BenchmarkSettle(b *testing.B) {
 	for _, step := range []struct {
 		name  string
 		argv  []string
-		setup []string
+		setup func(b *testing.B) (done func()) // done, if not nil, ends what setup opened
 	}{
 		{"quiet", []string{"true"}, nil},
 		{"request", []string{"busybox", "wget", "-q", "-O", "/dev/null", "http://" + remoteHost + "/"}, nil},
-		// nc sends its end at once (no input) and reads on until timeout kills it.
-		{"held", []string{"true"}, []string{"sh", "-c", "timeout 1 busybox nc " + holdHost + " 7000 </dev/null; true"}},
+		{"held", []string{"true"}, func(b *testing.B) func() {
+			// nc sends its end at once (no input) and reads on until timeout kills it.
+			exec(b, "sh", "-c", "timeout 1 busybox nc "+holdHost+" 7000 </dev/null; true")
+			return nil
+		}},
+		{"stalled", []string{"true"}, func(b *testing.B) func() {
+			c, err := netns.Dial(ctx, filepath.Join(dir, "netns", h.ID), "tcp", "127.0.0.1:7001")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func() { _ = c.Close() } // unread bytes: reset, and recorded
+		}},
 	} {
 		for _, settled := range []bool{true, false} {
 			name := step.name + "/unsettled"
@@ -322,9 +339,16 @@ func BenchmarkSettle(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				if step.setup != nil {
-					exec(b, step.setup...)
+					done := step.setup(b)
 					g.Settle(ctx)
 					_ = rec.TakeRequests()
+					if done != nil {
+						defer func() {
+							done()
+							g.Settle(ctx)
+							_ = rec.TakeRequests()
+						}()
+					}
 				}
 				var settle time.Duration
 				for b.Loop() {
@@ -347,6 +371,10 @@ func BenchmarkSettle(b *testing.B) {
 // holdHost is the allowed host of BenchmarkSettle's "held" step, whose TCP port 7000
 // holdUpstream serves.
 const holdHost = "hold.example.test"
+
+// streamingHost is the allowed host of BenchmarkSettle's "stalled" step, whose TCP port
+// 7001 a streamHost serves without end.
+const streamingHost = "stream.example.test"
 
 // holdUpstream is a TCP server that takes every connection and holds it open and quiet
 // until the benchmark ends; it returns its address.

@@ -3,9 +3,12 @@ package svcnet
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,10 +26,12 @@ const settleTick = 2 * time.Millisecond
 // a relayed TLS or TCP connection until it is recorded, or an HTTP connection until it
 // closes.
 type flight struct {
-	// busy: a request on it is being served (HTTP): it is recorded when that ends.
+	// busy: a request on it is being served (HTTP): it is recorded when that ends. Work
+	// under way, unless its answer waits for the sandbox to read (stalled).
 	busy bool
 	// host is a relay's connection to the host, once dialled: bytes or an end the host
-	// sent and the relay has not read yet are work under way.
+	// sent and the relay has not read yet are work under way, unless the relay's write
+	// toward the sandbox waits for the sandbox to read (stalled).
 	host net.Conn
 	// ended: the relay has read the sandbox's end. The sandbox's side then stays
 	// readable (an end reads again and again), so it no longer says anything is under
@@ -49,13 +54,20 @@ type flight struct {
 // connection held open and quiet is not waited for: by the sandbox (a background
 // process's), or by the host after the sandbox's end, once one Settle waited that
 // answer out to its bound (the steps after pay nothing for it); it is recorded when it
-// ends, in the step it ends in. A connection an accept loop has taken but not noted
-// yet is waited for too (fence). The wait is bounded by Options.SettleWait and by ctx,
-// so that a host that never answers cannot wedge the step; what is still under way
-// then is recorded when it ends. Settle is
-// safe to call concurrently with the traffic and with itself; after Close it returns at
-// once. It reports whether everything was recorded: false when it returned at its
-// bound or at ctx's end with something still under way.
+// ends, in the step it ends in. Nor is a connection whose sandbox stopped reading: when
+// the gateway's write toward the sandbox (a relay's, of what the host keeps sending, or
+// an HTTP answer) found the socket's buffer full and waits for room, what comes after
+// it waits for the sandbox, not for the gateway, and no bound would see it through.
+// It is waited for again as soon as the sandbox reads (the buffer has room) or goes
+// away (its socket is reset), so what the relay then passes on is recorded in
+// the step that happens in; the gateway's own delays (a bandwidth cap's pace, a lost
+// segment's resend) are waited for as before. A connection an accept loop has taken
+// but not noted yet is waited for too (fence). The wait is bounded by
+// Options.SettleWait and by ctx, so that a host that never answers cannot wedge the
+// step; what is still under way then is recorded when it ends. Settle is safe to call
+// concurrently with the traffic and with itself; after Close it returns at once. It
+// reports whether everything was recorded: false when it returned at its bound or at
+// ctx's end with something still under way.
 func (g *Gateway) Settle(ctx context.Context) bool {
 	if g.isClosed() {
 		return true
@@ -106,30 +118,37 @@ func (g *Gateway) Settle(ctx context.Context) bool {
 // input the gateway has not read (data or its end) on the sandbox's side or, for a
 // relay, on the host's, or a relay whose sandbox ended its side and whose host has not
 // answered yet (until a Settle waited that out: then the relay is idle, held open and
-// quiet by the host, and costs nothing until the host sends something).
+// quiet by the host, and costs nothing until the host sends something). A connection
+// whose write toward the sandbox waits for the sandbox to read (stalled) has nothing
+// the gateway can finish before it does: its answer or the host's bytes wait behind
+// that write, and only a relay's sandbox side, read on its own, is looked at.
 func (g *Gateway) unsettled() bool {
 	for _, l := range g.listeners {
 		if readable(l) {
 			return true
 		}
 	}
+	type look struct {
+		c, host           net.Conn
+		busy, ended, idle bool
+	}
 	g.mu.Lock()
-	conns := make([]net.Conn, 0, len(g.flights))
+	looks := make([]look, 0, len(g.flights))
 	for c, f := range g.flights {
-		if f.busy || f.ended && !f.idle {
-			g.mu.Unlock()
-			return true
-		}
-		if !f.ended {
-			conns = append(conns, c)
-		}
-		if f.host != nil {
-			conns = append(conns, f.host)
-		}
+		looks = append(looks, look{c, f.host, f.busy, f.ended, f.idle})
 	}
 	g.mu.Unlock()
-	for _, c := range conns {
-		if readable(c) {
+	for _, l := range looks {
+		if stalled(l.c) {
+			if l.host != nil && !l.ended && readable(l.c) {
+				return true
+			}
+			continue
+		}
+		if l.busy || l.ended && !l.idle {
+			return true
+		}
+		if !l.ended && readable(l.c) || l.host != nil && readable(l.host) {
 			return true
 		}
 	}
@@ -152,28 +171,128 @@ func (g *Gateway) idleEnded() {
 // a connection to accept, bytes to read, or its end. A socket that cannot be polled
 // (a runtime's listener without a file descriptor) counts as having none.
 func readable(s any) bool {
+	return poll(s, unix.POLLIN|unix.POLLRDHUP)&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+}
+
+// stalled reports whether the gateway's write toward the sandbox on c (one of
+// sandboxConn's) waits for the sandbox: it found the socket's buffer full, and the
+// buffer still has no room and the socket no error or end (the sandbox neither read nor
+// went away since). The gateway's own delays (a bandwidth cap's pace, a lost segment's
+// resend) are not writes that wait: they still count as work under way.
+func stalled(c net.Conn) bool {
+	s, ok := c.(*sandboxConn)
+	if !ok || !s.full.Load() {
+		return false
+	}
+	return poll(s, unix.POLLOUT)&(unix.POLLOUT|unix.POLLERR|unix.POLLHUP) == 0
+}
+
+// poll returns the events of s (a socket) among events, and its errors and end, now;
+// POLLOUT alone (room, no input) when s cannot be polled.
+func poll(s any, events int16) int16 {
+	revents := int16(unix.POLLOUT)
 	sc, ok := s.(syscall.Conn)
 	if !ok {
-		return false
+		return revents
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return revents
 	}
-	var in bool
 	_ = rc.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+		p := []unix.PollFd{{Fd: int32(fd), Events: events}}
 		for {
 			n, err := unix.Poll(p, 0)
 			if err == unix.EINTR {
 				continue
 			}
-			in = err == nil && n > 0 && p[0].Revents&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+			if err == nil {
+				revents = 0
+				if n > 0 {
+					revents = p[0].Revents
+				}
+			}
 			return
 		}
 	})
-	return in
+	return revents
 }
+
+// sandboxConn is a connection an egress listener took from the sandbox, written
+// through its file descriptor so that the gateway knows when a write toward the sandbox
+// waits for the sandbox to read (stalled): a background process that stopped reading
+// what its host keeps sending, a command that exited leaving the socket to a sleeping
+// process. It offers what the gateway and the fault layer ask of a TCP connection.
+type sandboxConn struct {
+	net.Conn
+	tcp *net.TCPConn
+	rc  syscall.RawConn
+	// full: a write found the socket's send buffer full and waits for room; cleared
+	// when a write goes on.
+	full atomic.Bool
+}
+
+// sandboxSide wraps c, a connection from the sandbox, as a sandboxConn when it is a
+// TCP connection with a file descriptor; else it returns c (its writes are never seen
+// as stalled).
+func sandboxSide(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &sandboxConn{Conn: tc, tcp: tc, rc: rc}
+}
+
+// Write writes b, as net.TCPConn's does; while the socket's buffer has no room for
+// what is left, the connection is full.
+func (s *sandboxConn) Write(b []byte) (int, error) {
+	var (
+		n    int
+		werr error
+	)
+	err := s.rc.Write(func(fd uintptr) bool {
+		for n < len(b) && werr == nil {
+			k, err := unix.Write(int(fd), b[n:])
+			if k > 0 {
+				n += k
+			}
+			switch {
+			case err == unix.EAGAIN:
+				s.full.Store(true)
+				return false // the runtime's poller calls again when there is room
+			case err == unix.EINTR:
+			case err != nil:
+				werr = err
+			case k == 0:
+				werr = io.ErrUnexpectedEOF
+			}
+		}
+		s.full.Store(false)
+		return true
+	})
+	if err == nil && werr == nil {
+		return n, nil
+	}
+	if werr != nil {
+		err = os.NewSyscallError("write", werr)
+	} else if oe := (*net.OpError)(nil); errors.As(err, &oe) {
+		err = oe.Err // closed, or past a deadline
+	}
+	return n, &net.OpError{Op: "write", Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
+}
+
+// CloseWrite shuts down the writing side of the connection.
+func (s *sandboxConn) CloseWrite() error { return s.tcp.CloseWrite() }
+
+// SetLinger sets the connection's linger (0: its close resets it).
+func (s *sandboxConn) SetLinger(sec int) error { return s.tcp.SetLinger(sec) }
+
+// SyscallConn returns the connection's raw connection, which Settle polls.
+func (s *sandboxConn) SyscallConn() (syscall.RawConn, error) { return s.rc, nil }
 
 // fly notes c as taken and not yet recorded (busy: being served).
 func (g *Gateway) fly(c net.Conn, busy bool) {
@@ -279,6 +398,7 @@ func (l *flownListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
+			c = sandboxSide(c)
 			if l.accepted != nil {
 				l.accepted(c)
 			}

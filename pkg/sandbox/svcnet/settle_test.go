@@ -2,14 +2,21 @@ package svcnet_test
 
 import (
 	"context"
+	"io"
+	"math"
 	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/process"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/svcnet"
 )
@@ -148,16 +155,228 @@ func heldHostRig(t *testing.T, hold sandbox.HostPort, wait time.Duration) (*egre
 			held <- c
 		}
 	}()
-	rt, err := process.New(process.Config{StateDir: t.TempDir(), Hosts: sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()}})
+	r, g, _ := hostRig(t, sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()},
+		sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}}, svcnet.Options{SettleWait: wait})
+	return r, g, held
+}
+
+// hostRig is a process sandbox whose egress service is svc, its hosts reached where
+// hosts maps them, and the sandbox's gateway opened with opt (its Settle bound, its
+// decider), recording into the rig's recorder; it also returns the sandbox's network
+// namespace, where a test dials as a process of the sandbox does (netns.Dial). The
+// gateway is closed at cleanup (a second Close is harmless).
+func hostRig(t *testing.T, hosts sandbox.HostMap, svc sandbox.Service, opt svcnet.Options) (*egressRig, *svcnet.Gateway, string) {
+	t.Helper()
+	dir := t.TempDir()
+	rt, err := process.New(process.Config{StateDir: dir, Hosts: hosts})
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
 	t.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
-	r := newEgressRig(t, rt, "", sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}})
-	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, svcnet.Options{OnFire: r.rec.OnFire, OnRequest: r.rec.OnRequest, SettleWait: wait})
+	r := newEgressRig(t, rt, "", svc)
+	opt.OnFire, opt.OnRequest = r.rec.OnFire, r.rec.OnRequest
+	g, err := svcnet.Attach(context.Background(), r.rt, r.h.ID, r.h.Spec.Services, opt)
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
 	t.Cleanup(func() { _ = g.Close() })
-	return r, g, held
+	return r, g, filepath.Join(dir, "netns", r.h.ID)
+}
+
+// stallSize is what a streaming host sends on each connection: more than every socket's
+// buffer between the host and a sandbox that reads nothing holds, so that the relay's
+// writes toward the sandbox wait for it.
+const stallSize = 16 << 20
+
+// TestStalledReaderCostsStepsNothing: a plain TCP connection the sandbox opened and
+// stopped reading (a background process's, or one left in a sleeping process), while its
+// host sends more than the buffers between them hold, costs no step Settle's bound: the
+// relay's write toward the sandbox waits for the sandbox, which nothing the gateway does
+// can end, so every step's Settle returns settled, one in which the sandbox read a
+// little too. When the sandbox reads again, what the relay then passes on is waited for
+// as before: the connection, which the host ended behind its bytes, is recorded in the
+// step the sandbox read them in.
+func TestStalledReaderCostsStepsNothing(t *testing.T) {
+	stream := sandbox.HostPort{Host: "stream.example.test", Port: 7000}
+	r, g, ns := hostRig(t, sandbox.HostMap{stream.Host + ":" + strconv.Itoa(stream.Port) + sandbox.TCPSuffix: streamHost(t, stallSize)},
+		sandbox.Service{Hosts: []string{stream.Host}, TCPPorts: []sandbox.HostPort{stream}}, svcnet.Options{SettleWait: time.Second})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const little = 64 << 10
+	for step := range 3 {
+		r.sh(`true`)
+		if step == 1 {
+			// The sandbox reads a little, and stops again.
+			if _, err := io.CopyN(io.Discard, c, little); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !g.Settle(ctx) {
+			t.Errorf("step %d while the sandbox reads nothing: Settle returned at its bound, want settled", step+1)
+		}
+		if got := r.rec.TakeRequests(); len(got) != 0 {
+			t.Errorf("step %d while the host streams: recorded %+v, want nothing yet", step+1, got)
+		}
+	}
+	// The sandbox reads all but the last bytes: what is left, and the host's end, fit
+	// the buffers, and the relay passes them on while Settle waits.
+	if _, err := io.CopyN(io.Discard, c, stallSize-little-16<<10); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Settle(ctx) {
+		t.Errorf("the step the sandbox read in: Settle returned at its bound")
+	}
+	if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != stream.Host || got[0].Method != svcnet.MethodTCP || got[0].Bytes != stallSize {
+		t.Errorf("after the sandbox read the stream: recorded %+v, want the connection with its %d bytes, in this step", got, stallSize)
+	}
+}
+
+// TestStalledAnswerCostsStepsNothing: an HTTP request whose answer the sandbox stopped
+// reading is being served until the sandbox reads it, but the gateway's handler waits for
+// the sandbox there, and no step's Settle waits for it; when the sandbox closes the
+// connection, the request is recorded in that step, its answer cut short.
+func TestStalledAnswerCostsStepsNothing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, stallSize)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body) })}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	r, g, ns := hostRig(t, sandbox.HostMap{remoteHost: l.Addr().String()}, sandbox.Service{Hosts: []string{remoteHost}}, svcnet.Options{SettleWait: time.Second})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: "+remoteHost+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	for step := range 3 {
+		r.sh(`true`)
+		if !g.Settle(ctx) {
+			t.Errorf("step %d while the sandbox reads nothing: Settle returned at its bound, want settled", step+1)
+		}
+		if got := r.rec.TakeRequests(); len(got) != 0 {
+			t.Errorf("step %d while the answer waits: recorded %+v, want nothing yet", step+1, got)
+		}
+	}
+	_ = c.Close() // with bytes unread: the sandbox's kernel resets the connection
+	r.sh(`true`)
+	if !g.Settle(ctx) {
+		t.Errorf("the step the sandbox closed in: Settle returned at its bound")
+	}
+	if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != remoteHost || got[0].Path != "/big" || got[0].Bytes >= stallSize {
+		t.Errorf("after the sandbox closed: recorded %+v, want the request, cut short, in this step", got)
+	}
+}
+
+// TestSettleWaitsForTheGatewaysPace: a relay the gateway paces on purpose (a bandwidth
+// cap) is the gateway's own work, not a sandbox's stalled read: a sandbox that reads
+// nothing while its host's few bytes and end are passed on at the cap's pace still
+// finds the connection recorded in the step, Settle waiting for the pace.
+func TestSettleWaitsForTheGatewaysPace(t *testing.T) {
+	thin := sandbox.HostPort{Host: "thin.example.test", Port: 7000}
+	const profile = `name: pace
+faults:
+  - {id: thin, kind: bandwidth, match: {hosts: [thin.example.test]}, params: {bytes_per_sec: 20000}}
+`
+	const size = 10000 // half a second at the cap; the buffers hold it all
+	// An hour's bound: a Settle that stopped waiting for the pace would return at once.
+	r, g, ns := hostRig(t, sandbox.HostMap{thin.Host + ":" + strconv.Itoa(thin.Port) + sandbox.TCPSuffix: streamHost(t, size)},
+		sandbox.Service{Hosts: []string{thin.Host}, TCPPorts: []sandbox.HostPort{thin}}, svcnet.Options{SettleWait: time.Hour, Decider: inject.NewDecider(1, rulesOf(t, profile))})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !g.Settle(ctx) {
+		t.Fatal("Settle returned at its bound")
+	}
+	if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != thin.Host || got[0].Bytes != size || !slices.Equal(got[0].Faults, []string{"bandwidth"}) {
+		t.Errorf("after Settle: recorded %+v, want the connection with its %d bytes, paced, in this step", got, size)
+	}
+}
+
+// TestCloseEndsAStalledRelay: a relay whose write waits for a sandbox that stopped
+// reading, its host streaming on, does not keep the gateway's Close waiting.
+func TestCloseEndsAStalledRelay(t *testing.T) {
+	stream := sandbox.HostPort{Host: "stream.example.test", Port: 7000}
+	_, g, ns := hostRig(t, sandbox.HostMap{stream.Host + ":" + strconv.Itoa(stream.Port) + sandbox.TCPSuffix: streamHost(t, math.MaxInt64)},
+		sandbox.Service{Hosts: []string{stream.Host}, TCPPorts: []sandbox.HostPort{stream}}, svcnet.Options{SettleWait: time.Second})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g.Settle(ctx) // the relay is under way
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("close: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a speed target: Close ends at once
+		t.Fatal("Close still waits for the relay the sandbox stopped reading")
+	}
+}
+
+// streamHost is a TCP server that sends n bytes on every connection it takes, then
+// closes it; it returns its address. What it still sends when the test ends is cut.
+func streamHost(t testing.TB, n int64) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		chunk := make([]byte, 64<<10)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				for left := n; left > 0; {
+					k, err := c.Write(chunk[:min(left, int64(len(chunk)))])
+					if err != nil {
+						return
+					}
+					left -= int64(k)
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String()
 }

@@ -206,8 +206,8 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record, ended func(
 		if readsOn {
 			record() // the host ended: record before the sandbox reads that end
 		}
-		if tc, ok := c.Conn.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
 		}
 	}
 	<-done
