@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -329,4 +331,80 @@ func TestVolumeFolderReused(t *testing.T) {
 	if ents, _ := os.ReadDir(rt.path("vol")); len(ents) != 0 {
 		t.Errorf("after Purge vol holds %d entries", len(ents))
 	}
+}
+
+// TestWorkspaceMountPointKept: destroy removes no folder that is still a mount point in
+// another mount namespace. Every exec's bubblewrap (and any other process that makes a
+// mount namespace) copies the host's mounts, sandboxes' workspaces included; removing a
+// folder that such a copy still mounts makes the kernel walk every mount of the host's
+// namespace (__is_local_mountpoint), which made destroy's wall time grow with the count
+// (6.7 ms of a 11.5 ms destroy at 10,000 sandboxes). The workspace's mount point is kept
+// with its volume and the next create mounts there again; Purge removes it.
+func TestWorkspaceMountPointKept(t *testing.T) {
+	rt := openInternal(t)
+	ctx := context.Background()
+	h, err := rt.Create(ctx, sandbox.Spec{Workspace: []sandbox.File{{Path: "a", Data: []byte("x")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process in a mount namespace of its own holds a copy of every mount.
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+	})
+	held := heldMountPoints(t, holder.Process.Pid, rt.runDir)
+	if len(held) == 0 {
+		t.Fatalf("the other namespace holds no copy of the workspace mount under %s", rt.runDir)
+	}
+	if err := rt.Destroy(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range held {
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			t.Errorf("destroy removed %s, a mount point another namespace still holds (%v)", p, err)
+		}
+	}
+	// The kept mount point serves the next sandbox on that volume.
+	h2, err := rt.Create(ctx, sandbox.Spec{Workspace: []sandbox.File{{Path: "b", Data: []byte("y")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Exec(ctx, h2.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "ls; cat b"}})
+	if err != nil || string(res.Stdout) != "b\ny" {
+		t.Fatalf("exec in a sandbox on a kept mount point: %v %+v", err, res)
+	}
+	if err := rt.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(rt.runDir); err == nil && len(ents) != 0 {
+		t.Errorf("after Purge the run directory holds %d entries", len(ents))
+	}
+}
+
+// heldMountPoints lists the mount points under dir in process pid's mount namespace,
+// waiting until that namespace exists.
+func heldMountPoints(t *testing.T, pid int, dir string) []string {
+	t.Helper()
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	for range 500 {
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && ns != self {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }

@@ -306,6 +306,7 @@ func (r *Runtime) removeEmptyParents() {
 func (r *Runtime) dropFreeVols() {
 	for v := range r.freeVols {
 		_ = os.Remove(r.volDir(v))
+		_ = os.Remove(r.mountDir(v))
 	}
 	clear(r.freeVols)
 }
@@ -384,7 +385,18 @@ func (r *Runtime) path(rel ...string) string {
 	return filepath.Join(append([]string{r.cfg.StateDir}, rel...)...)
 }
 
+// wsDir is where a sandbox's workspace is seen: a symbolic link to its mount point
+// (mountDir), or, for a sandbox made by a runtime that predates the link, the mount point
+// itself.
 func (r *Runtime) wsDir(id string) string { return filepath.Join(r.runDir, id) }
+
+// mountDir is the workspace overlay's mount point of the sandbox on volume vol: named by
+// the volume, not the sandbox, so that it is kept and reused with the volume. Removing a
+// folder that was a mount point walks every mount of the host's namespace whenever
+// another namespace still holds a copy of that mount (every exec's bubblewrap copies the
+// host's mounts); a folder named by sandbox id could not be reused. "." never occurs in
+// a sandbox id, so it cannot clash with a wsDir.
+func (r *Runtime) mountDir(vol string) string { return filepath.Join(r.runDir, vol+".ws") }
 
 // searchable checks that others may search dir and every ancestor, as the unprivileged
 // launcher must reach the workspace mount points.
@@ -664,8 +676,11 @@ func (r *Runtime) mountOverlay(rec *boxRecord) error {
 	if len(lowers) > maxLayers {
 		return fmt.Errorf("%w: %d snapshot layers exceed overlayfs's %d", sandbox.ErrLimit, len(rec.Chain), maxLayers-1)
 	}
-	ws := r.wsDir(rec.Handle.ID)
+	ws := r.mountDir(rec.Volume)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return err
+	}
+	if err := r.linkWorkspace(rec.Handle.ID, ws); err != nil {
 		return err
 	}
 	err := mountOverlayAPI(ws, lowers, upper, work)
@@ -680,6 +695,32 @@ func (r *Runtime) mountOverlay(rec *boxRecord) error {
 	}
 	if err := unix.Mount("gauntlet-ws", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount workspace overlay: %w", err)
+	}
+	return nil
+}
+
+// linkWorkspace makes wsDir(id) a symbolic link to the mount point ws. A folder there
+// (the mount point of a sandbox made by a runtime that predates the link, unmounted by
+// the caller) is replaced.
+func (r *Runtime) linkWorkspace(id, ws string) error {
+	link, target := r.wsDir(id), filepath.Base(ws)
+	fi, err := os.Lstat(link)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("workspace link: %w", err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		if t, _ := os.Readlink(link); t == target {
+			return nil
+		}
+		fallthrough
+	default:
+		if err := os.Remove(link); err != nil {
+			return fmt.Errorf("workspace link: %w", err)
+		}
+	}
+	if err := os.Symlink(target, link); err != nil {
+		return fmt.Errorf("workspace link: %w", err)
 	}
 	return nil
 }
@@ -883,8 +924,12 @@ func (r *Runtime) teardown(b *box) error {
 	if err := r.unmountRoot(b.rec); err != nil {
 		errs = append(errs, err)
 	}
+	// The link leads unmount to the mount point, which stays with the volume.
 	ws := r.wsDir(b.rec.Handle.ID)
 	if err := unmount(ws); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmount(r.mountDir(b.rec.Volume)); err != nil { // the link was lost
 		errs = append(errs, err)
 	}
 	if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -1001,6 +1046,35 @@ func (r *Runtime) gc(all bool, vols ...string) {
 		}
 		r.releaseVolume(vol, all)
 	}
+	if all {
+		r.removeOrphanMountDirs()
+	}
+}
+
+// removeOrphanMountDirs removes workspace mount points whose volume is gone (a failure
+// between the two). Called with layerMu held.
+func (r *Runtime) removeOrphanMountDirs() {
+	ents, err := os.ReadDir(r.runDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		vol, ok := strings.CutSuffix(e.Name(), ".ws")
+		if !ok {
+			continue
+		}
+		if _, err := os.Lstat(r.volDir(vol)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		d := r.mountDir(vol)
+		if err := unmount(d); err != nil {
+			r.cfg.Logger.Warn("sandbox gc: unmount workspace", "dir", d, "err", err)
+			continue
+		}
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			r.cfg.Logger.Warn("sandbox gc: remove workspace mount point", "dir", d, "err", err)
+		}
+	}
 }
 
 // releaseVolume unmounts an unused volume and keeps its folder for reuse (freeVols);
@@ -1020,6 +1094,9 @@ func (r *Runtime) releaseVolume(vol string, remove bool) {
 	}
 	if err := os.Remove(vd); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		r.cfg.Logger.Warn("sandbox gc: remove volume", "volume", vol, "err", err)
+	}
+	if err := os.Remove(r.mountDir(vol)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.cfg.Logger.Warn("sandbox gc: remove workspace mount point", "volume", vol, "err", err)
 	}
 }
 
