@@ -567,7 +567,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 
 	b := &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, spec.ID))}
 	fail := func(err error) (sandbox.Handle, error) {
-		r.teardown(b)
+		r.teardown(b, false)
 		r.mu.Lock()
 		delete(r.known, spec.ID)
 		r.mu.Unlock()
@@ -890,16 +890,25 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("destroy %s: %w", id, sandbox.ErrNotFound)
 	}
 	b.gone = true
-	err := r.teardown(b)
+	r.mu.Lock()
+	vols := volumes(b.rec.Volume, b.rec.Chain)
+	r.mu.Unlock()
+	// A sandbox without lower layers whose volume holds none either (no snapshot of it
+	// was taken) is the only user of its volume: teardown unmounts it beside the rest,
+	// and gc's look through every record, O(N) per destroy, is not needed. Layers appear
+	// in a volume only by a snapshot of its sandbox, which b.mu keeps out.
+	own := len(vols) == 1 && vols[0] == b.rec.Volume && !r.holdsLayers(b.rec.Volume)
+	err := r.teardown(b, own)
 	r.mu.Lock()
 	delete(r.active, id)
 	delete(r.known, id)
-	vols := volumes(b.rec.Volume, b.rec.Chain)
 	r.mu.Unlock()
 	if rerr := r.removeRecord(id); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	if len(vols) != 1 || vols[0] != b.rec.Volume || !r.releaseOwnVolume(b.rec.Volume) {
+	if own {
+		r.keepVolume(b.rec.Volume)
+	} else {
 		r.gc(false, vols...)
 	}
 	if err != nil {
@@ -908,40 +917,67 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
-// teardown kills the sandbox's processes, removes its cgroup and unmounts its workspace.
-// The volume stays when snapshots reference its layers (gc removes it later).
-func (r *Runtime) teardown(b *box) error {
-	var errs []error
-	if err := b.cg.remove(); err != nil {
-		errs = append(errs, err)
+// teardown kills the sandbox's processes, removes its cgroup and unmounts its workspace;
+// with dropVolume it unmounts the volume too (the caller keeps its folder, keepVolume).
+// Otherwise the volume stays, emptied of the sandbox's own folders, as snapshots may
+// reference its layers (gc decides).
+//
+// Once the processes are dead, the cgroup directories' removals and the unmounts run
+// side by side: each unmount waits for an RCU grace period of the kernel's (and an
+// overlay's for another when its layers' private mounts go), which concurrent waiters
+// share, and the cgroups' removal does not depend on the mounts. One after the other,
+// they took 3 ms of a destroy's wall time at 10,000 sandboxes.
+func (r *Runtime) teardown(b *box, dropVolume bool) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	add := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
 	}
-	if err := r.teardownServices(b.rec.Handle.ID); err != nil {
-		errs = append(errs, err)
+	beside := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			add(f())
+		}()
 	}
-	if err := r.detachFuse(b); err != nil {
-		errs = append(errs, err)
-	}
-	if err := r.unmountRoot(b.rec); err != nil {
-		errs = append(errs, err)
-	}
-	// The link leads unmount to the mount point, which stays with the volume.
-	ws := r.wsDir(b.rec.Handle.ID)
-	if err := unmount(ws); err != nil {
-		errs = append(errs, err)
-	}
-	if err := unmount(r.mountDir(b.rec.Volume)); err != nil { // the link was lost
-		errs = append(errs, err)
-	}
-	if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	if err := os.RemoveAll(r.decoyDir(b.rec.Handle.ID)); err != nil {
-		errs = append(errs, err)
+	if err := b.cg.kill(5 * time.Second); err != nil {
+		add(err) // its directories cannot go while processes are left
+	} else {
+		for _, d := range b.cg.dirs() {
+			beside(func() error { return removeDir(d) })
+		}
 	}
 	vd := r.volDir(b.rec.Volume)
+	if dropVolume {
+		// The overlay holds its layers through private mounts of its own, so the
+		// volume's mount can go before the overlay's.
+		beside(func() error { return unmount(vd) })
+	}
+	add(r.teardownServices(b.rec.Handle.ID))
+	add(r.detachFuse(b))
+	add(r.unmountRoot(b.rec))
+	// The link leads unmount to the mount point, which stays with the volume.
+	ws := r.wsDir(b.rec.Handle.ID)
+	add(unmount(ws))
+	add(unmount(r.mountDir(b.rec.Volume))) // the link was lost
+	if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		add(err)
+	}
+	add(os.RemoveAll(r.decoyDir(b.rec.Handle.ID)))
+	wg.Wait()
+	if dropVolume {
+		return errors.Join(errs...)
+	}
 	for _, d := range []string{"upper", "work", "base", "root", "user"} {
 		if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+			add(err)
 		}
 	}
 	return errors.Join(errs...)
@@ -1100,34 +1136,44 @@ func (r *Runtime) releaseVolume(vol string, remove bool) {
 	}
 }
 
-// releaseOwnVolume collects the volume of a destroyed sandbox that had no lower layers,
-// when no layer lives in it: then nothing can reference it (a volume is one sandbox's,
-// and snapshots reference layers only), so gc's look through every record, O(N) per
-// destroy, is not needed. It reports false when the volume holds layers: gc decides.
-func (r *Runtime) releaseOwnVolume(vol string) bool {
-	r.layerMu.Lock()
-	defer r.layerMu.Unlock()
-	r.mu.Lock()
-	_, free := r.freeVols[vol]
-	r.mu.Unlock()
-	if free {
-		return true
-	}
+// holdsLayers reports whether volume vol may hold snapshot layers (l-*): when it does,
+// or cannot be read, gc decides about it.
+func (r *Runtime) holdsLayers(vol string) bool {
 	ents, err := os.ReadDir(r.volDir(vol))
 	if errors.Is(err, fs.ErrNotExist) {
-		return true
+		return false
 	}
 	if err != nil {
-		return false
+		return true
 	}
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "l-") {
-			return false
+			return true
 		}
 	}
+	return false
+}
+
+// keepVolume offers the folder of a destroyed sandbox's volume, which teardown
+// unmounted, to the next create (freeVols), unless it is still mounted (the unmount
+// failed: gc(true) collects it later) or the runtime is closed (then it is removed).
+// It is offered only now that the workspace's mount point is unmounted too, so a create
+// cannot mount over a workspace still there.
+func (r *Runtime) keepVolume(vol string) {
 	r.gcVolumes.Add(1)
-	r.releaseVolume(vol, false)
-	return true
+	if ownTmpfs(r.volDir(vol)) {
+		return
+	}
+	r.layerMu.Lock()
+	defer r.layerMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.freeVols[vol] = struct{}{}
+		return
+	}
+	_ = os.Remove(r.volDir(vol))
+	_ = os.Remove(r.mountDir(vol))
 }
 
 // volumes are the volume of a sandbox's upper directory and those its layers live in:
