@@ -5,6 +5,7 @@ package process
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,4 +408,93 @@ func heldMountPoints(t *testing.T, pid int, dir string) []string {
 		}
 	}
 	return out
+}
+
+// TestLayerReferenceCounts: gc reads counts of the references to each layer and volume
+// instead of looking through every sandbox's and snapshot's record, which made a destroy
+// of a fork or a restored sandbox, and a snapshot's deletion, O(N). The counts match the
+// records after every step, a worker restart included, and what the steps leave unused
+// is collected.
+func TestLayerReferenceCounts(t *testing.T) {
+	rt := openInternal(t)
+	ctx := context.Background()
+	var ids []string
+	for i := range 20 {
+		h, err := rt.Create(ctx, sandbox.Spec{ID: fmt.Sprintf("sb%02d", i), Workspace: []sandbox.File{{Path: "a", Data: []byte("x")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, h.ID)
+	}
+	checkRefs(t, rt, "after the creates")
+	snap, err := rt.Snapshot(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := rt.Fork(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Restore(ctx, ids[1], snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	checkRefs(t, rt, "after a snapshot, a fork and a restore")
+	vol := rt.known[ids[0]].Volume
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"destroy the fork", func() error { return rt.Destroy(ctx, fork.ID) }},
+		{"destroy the restored sandbox", func() error { return rt.Destroy(ctx, ids[1]) }},
+		{"delete the snapshot", func() error { return rt.DeleteSnapshot(ctx, snap.ID) }},
+		{"destroy its sandbox", func() error { return rt.Destroy(ctx, ids[0]) }},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatal(err)
+		}
+		checkRefs(t, rt, step.name)
+	}
+	if !collected(rt, vol) {
+		t.Errorf("volume %s of the destroyed sandbox and its snapshot still there", vol)
+	}
+	// A restart rebuilds the counts from the records on disk.
+	snap2, err := rt.Snapshot(ctx, ids[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Fork(ctx, snap2.ID); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	rt2, err := New(Config{StateDir: rt.cfg.StateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = rt2.Purge(ctx)
+		rt2.Close()
+	})
+	checkRefs(t, rt2, "after a restart")
+}
+
+// checkRefs compares gc's reference counts with those counted from the records.
+func checkRefs(t *testing.T, rt *Runtime, when string) {
+	t.Helper()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	owners, layers := map[string]int{}, map[string]int{}
+	for _, rec := range rt.known {
+		owners[rec.Volume]++
+		for _, l := range rec.Chain {
+			layers[l]++
+		}
+	}
+	for _, s := range rt.snapshots {
+		for _, l := range s.Chain {
+			layers[l]++
+		}
+	}
+	if !maps.Equal(owners, rt.volOwners) || !maps.Equal(layers, rt.layerRefs) {
+		t.Errorf("%s: gc's counts: volumes %v, layers %v; the records': %v, %v", when, rt.volOwners, rt.layerRefs, owners, layers)
+	}
 }

@@ -110,6 +110,15 @@ type Runtime struct {
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
 	gcVolumes atomic.Int64
+
+	// volOwners counts the records (known) whose upper directory lives in each volume,
+	// and layerRefs the references to each layer from records' and snapshots' chains:
+	// gc reads them instead of looking through every record, which made a destroy of a
+	// fork or a restored sandbox, and a snapshot's deletion, O(N). Guarded by mu;
+	// changed only with the records (putRecord, dropRecord, setChain, putSnapshot,
+	// dropSnapshot).
+	volOwners map[string]int
+	layerRefs map[string]int
 }
 
 // boxRecord is a sandbox's persisted state (sandboxes/<id>.json).
@@ -123,6 +132,9 @@ type boxRecord struct {
 	Root string `json:"root,omitempty"`
 	// User is who commands run as, resolved from Spec.User (image.go); nil: SandboxUID.
 	User *execUser `json:"user,omitempty"`
+	// MountByVolume says the workspace is mounted at its volume's mount point (mountDir);
+	// false: at wsDir, as runtimes before it did.
+	MountByVolume bool `json:"mount_by_volume,omitempty"`
 }
 
 // snapRecord is a snapshot's persisted state (snapshots/<id>.json).
@@ -240,6 +252,8 @@ func New(cfg Config) (*Runtime, error) {
 		known:     map[string]*boxRecord{},
 		snapshots: map[string]*snapRecord{},
 		freeVols:  map[string]struct{}{},
+		volOwners: map[string]int{},
+		layerRefs: map[string]int{},
 	}
 	for _, d := range []string{"sandboxes", "snapshots", "vol", "empty", "etc"} {
 		if err := os.MkdirAll(filepath.Join(abs, d), 0o711); err != nil {
@@ -385,9 +399,16 @@ func (r *Runtime) path(rel ...string) string {
 	return filepath.Join(append([]string{r.cfg.StateDir}, rel...)...)
 }
 
-// wsDir is where a sandbox's workspace is seen: a symbolic link to its mount point
-// (mountDir), or, for a sandbox made by a runtime that predates the link, the mount point
-// itself.
+// workspace is the host folder where a sandbox's workspace overlay is mounted.
+func (r *Runtime) workspace(rec *boxRecord) string {
+	if rec.MountByVolume {
+		return r.mountDir(rec.Volume)
+	}
+	return r.wsDir(rec.Handle.ID)
+}
+
+// wsDir is the workspace's mount point, named by sandbox id, of the sandboxes made by a
+// runtime before mountDir.
 func (r *Runtime) wsDir(id string) string { return filepath.Join(r.runDir, id) }
 
 // mountDir is the workspace overlay's mount point of the sandbox on volume vol: named by
@@ -451,13 +472,13 @@ func (r *Runtime) load() error {
 				if err := json.Unmarshal(b, &rec); err != nil {
 					return fmt.Errorf("load sandboxes/%s: %w", e.Name(), err)
 				}
-				r.known[id] = &rec
+				r.putRecord(id, &rec)
 			} else {
 				var rec snapRecord
 				if err := json.Unmarshal(b, &rec); err != nil {
 					return fmt.Errorf("load snapshots/%s: %w", e.Name(), err)
 				}
-				r.snapshots[id] = &rec
+				r.putSnapshot(id, &rec)
 			}
 		}
 	}
@@ -549,6 +570,8 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		Handle: sandbox.Handle{ID: spec.ID, Runtime: Name, Spec: spec},
 		Volume: newID(),
 		Chain:  slices.Clone(chain),
+
+		MountByVolume: true,
 	}
 	reuse := false
 	for v := range r.freeVols {
@@ -562,14 +585,14 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
 	}
 	// Reserve the id; the record is written once the sandbox is ready.
-	r.known[spec.ID] = rec
+	r.putRecord(spec.ID, rec)
 	r.mu.Unlock()
 
 	b := &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, spec.ID))}
 	fail := func(err error) (sandbox.Handle, error) {
 		r.teardown(b, false)
 		r.mu.Lock()
-		delete(r.known, spec.ID)
+		r.dropRecord(spec.ID)
 		r.mu.Unlock()
 		r.gc(true)
 		return sandbox.Handle{}, fmt.Errorf("create %s: %w", spec.ID, err)
@@ -676,11 +699,8 @@ func (r *Runtime) mountOverlay(rec *boxRecord) error {
 	if len(lowers) > maxLayers {
 		return fmt.Errorf("%w: %d snapshot layers exceed overlayfs's %d", sandbox.ErrLimit, len(rec.Chain), maxLayers-1)
 	}
-	ws := r.mountDir(rec.Volume)
+	ws := r.workspace(rec)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
-		return err
-	}
-	if err := r.linkWorkspace(rec.Handle.ID, ws); err != nil {
 		return err
 	}
 	err := mountOverlayAPI(ws, lowers, upper, work)
@@ -695,32 +715,6 @@ func (r *Runtime) mountOverlay(rec *boxRecord) error {
 	}
 	if err := unix.Mount("gauntlet-ws", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount workspace overlay: %w", err)
-	}
-	return nil
-}
-
-// linkWorkspace makes wsDir(id) a symbolic link to the mount point ws. A folder there
-// (the mount point of a sandbox made by a runtime that predates the link, unmounted by
-// the caller) is replaced.
-func (r *Runtime) linkWorkspace(id, ws string) error {
-	link, target := r.wsDir(id), filepath.Base(ws)
-	fi, err := os.Lstat(link)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return fmt.Errorf("workspace link: %w", err)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		if t, _ := os.Readlink(link); t == target {
-			return nil
-		}
-		fallthrough
-	default:
-		if err := os.Remove(link); err != nil {
-			return fmt.Errorf("workspace link: %w", err)
-		}
-	}
-	if err := os.Symlink(target, link); err != nil {
-		return fmt.Errorf("workspace link: %w", err)
 	}
 	return nil
 }
@@ -785,7 +779,7 @@ func mountOverlayAPI(target string, lowers []string, upper, work string) error {
 // seed writes spec.Workspace into the workspace, and makes the folders spec.Links lead
 // to, owned by the sandbox user.
 func (r *Runtime) seed(rec *boxRecord) error {
-	ws := r.wsDir(rec.Handle.ID)
+	ws := r.workspace(rec)
 	for _, l := range slices.Sorted(maps.Keys(rec.Handle.Spec.Links)) {
 		// A link to a missing folder would make "mkdir -p /logs/x" fail in the sandbox.
 		p, _ := sandbox.CleanRelPath(rec.Handle.Spec.Links[l]) // validated
@@ -901,7 +895,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	err := r.teardown(b, own)
 	r.mu.Lock()
 	delete(r.active, id)
-	delete(r.known, id)
+	r.dropRecord(id)
 	r.mu.Unlock()
 	if rerr := r.removeRecord(id); rerr != nil {
 		err = errors.Join(err, rerr)
@@ -963,12 +957,13 @@ func (r *Runtime) teardown(b *box, dropVolume bool) error {
 	add(r.teardownServices(b.rec.Handle.ID))
 	add(r.detachFuse(b))
 	add(r.unmountRoot(b.rec))
-	// The link leads unmount to the mount point, which stays with the volume.
-	ws := r.wsDir(b.rec.Handle.ID)
+	// A mount point named by the volume stays with it (mountDir).
+	ws := r.workspace(b.rec)
 	add(unmount(ws))
-	add(unmount(r.mountDir(b.rec.Volume))) // the link was lost
-	if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		add(err)
+	if !b.rec.MountByVolume {
+		if err := os.Remove(ws); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			add(err)
+		}
 	}
 	add(os.RemoveAll(r.decoyDir(b.rec.Handle.ID)))
 	wg.Wait()
@@ -1025,36 +1020,22 @@ func (r *Runtime) gc(all bool, vols ...string) {
 		slices.Sort(vols)
 		vols = slices.Compact(vols)
 	}
-	// Only references into the volumes looked at matter: the maps stay small when a
-	// destroy among thousands of sandboxes looks at one or two.
 	look := make(map[string]bool, len(vols))
 	for _, v := range vols {
 		look[v] = true
 	}
-	used := map[string]bool{}    // layer paths
-	liveVol := map[string]bool{} // volumes holding an upper dir
+	// References are added only with layerMu held (a snapshot's new layer, a restore, a
+	// create from a snapshot), which gc holds: the counts read below only fall.
 	r.mu.Lock()
 	for v := range r.freeVols {
 		delete(look, v) // collected already
 	}
-	for _, rec := range r.known {
-		if look[rec.Volume] {
-			liveVol[rec.Volume] = true
-		}
-		for _, l := range rec.Chain {
-			if look[layerVolume(l)] {
-				used[l] = true
-			}
-		}
-	}
-	for _, s := range r.snapshots {
-		for _, l := range s.Chain {
-			if look[layerVolume(l)] {
-				used[l] = true
-			}
-		}
-	}
 	r.mu.Unlock()
+	used := func(layer string) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.layerRefs[layer] > 0
+	}
 	for _, vol := range vols {
 		if !look[vol] {
 			continue
@@ -1065,13 +1046,15 @@ func (r *Runtime) gc(all bool, vols ...string) {
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // collected already
 		}
-		keep := liveVol[vol]
+		r.mu.Lock()
+		keep := r.volOwners[vol] > 0 // a sandbox's upper dir
+		r.mu.Unlock()
 		for _, e := range ents {
 			if !strings.HasPrefix(e.Name(), "l-") {
 				continue
 			}
 			rel := filepath.Join("vol", vol, e.Name())
-			if used[rel] {
+			if used(rel) {
 				keep = true
 			} else if err := os.RemoveAll(filepath.Join(vd, e.Name())); err != nil {
 				r.cfg.Logger.Warn("sandbox gc: remove layer", "layer", rel, "err", err)
@@ -1204,8 +1187,60 @@ func layerVolume(layer string) string {
 // setChain replaces rec's lower layers under mu, where gc reads them.
 func (r *Runtime) setChain(rec *boxRecord, chain []string) {
 	r.mu.Lock()
+	refChain(r.layerRefs, rec.Chain, -1)
 	rec.Chain = chain
+	refChain(r.layerRefs, chain, 1)
 	r.mu.Unlock()
+}
+
+// putRecord registers a sandbox's record in known and counts its references (volOwners,
+// layerRefs); one already there under id is replaced. Called with mu held.
+func (r *Runtime) putRecord(id string, rec *boxRecord) {
+	r.dropRecord(id)
+	r.known[id] = rec
+	addRef(r.volOwners, rec.Volume, 1)
+	refChain(r.layerRefs, rec.Chain, 1)
+}
+
+// dropRecord removes a sandbox's record from known and its references. Called with mu
+// held.
+func (r *Runtime) dropRecord(id string) {
+	if rec, ok := r.known[id]; ok {
+		addRef(r.volOwners, rec.Volume, -1)
+		refChain(r.layerRefs, rec.Chain, -1)
+		delete(r.known, id)
+	}
+}
+
+// putSnapshot registers a snapshot's record and counts its layers' references; one
+// already there under id is replaced. Called with mu held.
+func (r *Runtime) putSnapshot(id string, rec *snapRecord) {
+	r.dropSnapshot(id)
+	r.snapshots[id] = rec
+	refChain(r.layerRefs, rec.Chain, 1)
+}
+
+// dropSnapshot removes a snapshot's record and its references; it returns the record.
+// Called with mu held.
+func (r *Runtime) dropSnapshot(id string) (*snapRecord, bool) {
+	rec, ok := r.snapshots[id]
+	if ok {
+		refChain(r.layerRefs, rec.Chain, -1)
+		delete(r.snapshots, id)
+	}
+	return rec, ok
+}
+
+func refChain(refs map[string]int, chain []string, d int) {
+	for _, l := range chain {
+		addRef(refs, l, d)
+	}
+}
+
+func addRef(refs map[string]int, key string, d int) {
+	if refs[key] += d; refs[key] <= 0 {
+		delete(refs, key)
+	}
 }
 
 // List implements sandbox.Runtime.
@@ -1243,7 +1278,7 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 		return fmt.Errorf("recover %s: %w", h.ID, sandbox.ErrNotFound)
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(r.wsDir(h.ID), &st); err != nil || st.Type != unix.OVERLAYFS_SUPER_MAGIC {
+	if err := unix.Statfs(r.workspace(rec), &st); err != nil || st.Type != unix.OVERLAYFS_SUPER_MAGIC {
 		return fmt.Errorf("recover %s: workspace mount gone (host rebooted?): %w", h.ID, sandbox.ErrNotFound)
 	}
 	if rec.Root != "" {
@@ -1301,10 +1336,11 @@ func (r *Runtime) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
 // WorkspaceDir implements sandbox.WorkspaceDirer. Files created there by the host should
 // be given to WorkspaceOwner's ids so the sandbox user can change them.
 func (r *Runtime) WorkspaceDir(ctx context.Context, id string) (string, error) {
-	if _, err := r.get("workspace dir", id); err != nil {
+	b, err := r.get("workspace dir", id)
+	if err != nil {
 		return "", err
 	}
-	return r.wsDir(id), nil
+	return r.workspace(b.rec), nil
 }
 
 // WorkspaceOwner implements sandbox.WorkspaceOwner: the host uid and gid that own the
