@@ -498,3 +498,72 @@ func checkRefs(t *testing.T, rt *Runtime, when string) {
 		t.Errorf("%s: gc's counts: volumes %v, layers %v; the records': %v, %v", when, rt.volOwners, rt.layerRefs, owners, layers)
 	}
 }
+
+// TestWorkspaceMountedByIDStillServed: a sandbox of a runtime from before the mount
+// points named by volume (its workspace mounted at the run directory under its id) is
+// recovered, used, snapshotted and destroyed by a new runtime, leaving nothing behind.
+func TestWorkspaceMountedByIDStillServed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rt, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatalf("process runtime unavailable: %v", err)
+	}
+	h, err := rt.Create(ctx, sandbox.Spec{Workspace: []sandbox.File{{Path: "a", Data: []byte("x")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Move the workspace to where an earlier runtime mounted it.
+	rec := rt.known[h.ID]
+	if err := unmount(rt.workspace(rec)); err != nil {
+		t.Fatal(err)
+	}
+	rec.MountByVolume = false
+	if err := rt.mountWorkspaceKeepUpper(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.save("sandboxes", h.ID, rec); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	rt2, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = rt2.Purge(ctx)
+		rt2.Close()
+	})
+	if err := rt2.Recover(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := rt2.WorkspaceDir(ctx, h.ID); err != nil || ws != rt2.wsDir(h.ID) {
+		t.Fatalf("workspace dir %q, %v; want %s", ws, err, rt2.wsDir(h.ID))
+	}
+	if _, err := rt2.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo y > b"}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := rt2.Snapshot(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt2.Exec(ctx, h.ID, sandbox.ExecRequest{Argv: []string{"cat", "a", "b"}})
+	if err != nil || string(res.Stdout) != "xy\n" {
+		t.Fatalf("exec after a snapshot: %v %+v", err, res)
+	}
+	if err := rt2.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt2.Destroy(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(rt2.wsDir(h.ID)); !os.IsNotExist(err) {
+		t.Errorf("the mount point named by id outlived its sandbox: %v", err)
+	}
+	if err := rt2.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(rt2.runDir); err == nil && len(ents) != 0 {
+		t.Errorf("after Purge the run directory holds %d entries", len(ents))
+	}
+}
