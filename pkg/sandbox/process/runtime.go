@@ -889,8 +889,8 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	r.mu.Unlock()
 	// A sandbox without lower layers whose volume holds none either (no snapshot of it
 	// was taken) is the only user of its volume: teardown unmounts it beside the rest,
-	// and gc's look through every record, O(N) per destroy, is not needed. Layers appear
-	// in a volume only by a snapshot of its sandbox, which b.mu keeps out.
+	// without emptying it first, and gc is not needed. Layers appear in a volume only by
+	// a snapshot of its sandbox, which b.mu keeps out.
 	own := len(vols) == 1 && vols[0] == b.rec.Volume && !r.holdsLayers(b.rec.Volume)
 	err := r.teardown(b, own)
 	r.mu.Lock()
