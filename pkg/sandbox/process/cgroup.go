@@ -367,26 +367,16 @@ func (g *cgroup) kill(deadline time.Duration) error {
 	}
 }
 
-// remove kills what is left and removes the cgroup directories.
-func (g *cgroup) remove() error {
-	if err := g.kill(5 * time.Second); err != nil {
-		return err
-	}
-	var errs []error
-	for _, d := range g.dirs() {
-		var err error
-		for range 50 { // a just-killed process may take a moment to leave
-			if err = unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
-				err = nil
-				break
-			}
-			time.Sleep(2 * time.Millisecond)
+// removeDir removes one of the cgroup's directories (dirs), once kill has emptied it.
+func removeDir(d string) error {
+	var err error
+	for range 50 { // a just-killed process may take a moment to leave
+		if err = unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
-		}
+		time.Sleep(2 * time.Millisecond)
 	}
-	return errors.Join(errs...)
+	return fmt.Errorf("remove cgroup %s: %w", d, err)
 }
 
 func (g *cgroup) exists() bool {

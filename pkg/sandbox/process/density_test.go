@@ -3,10 +3,14 @@
 package process_test
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/sandboxtest"
 )
 
@@ -28,8 +32,51 @@ func TestDensity(t *testing.T) {
 		step, _ = strconv.Atoi(os.Getenv("GAUNTLET_DENSITY_STEP"))
 		live = os.Getenv("GAUNTLET_DENSITY_LIVE") == "1"
 	}
-	rt := open(t, t.TempDir())
+	dir := t.TempDir()
+	rt := open(t, dir)
+	// The run directory is where the workspaces are mounted: the parent of one.
+	probe, err := rt.Create(context.Background(), sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := rt.WorkspaceDir(context.Background(), probe.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Destroy(context.Background(), probe.ID); err != nil {
+		t.Fatal(err)
+	}
 	sandboxtest.Density(t, rt, sandboxtest.DensityConfig{
 		Count: n, Step: step, Live: live,
 	})
+	// Every sandbox destroyed, Close leaves no mount, cgroup or run directory behind.
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Dir(ws)
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (under(f[4], dir) || under(f[4], run)) {
+			left++
+		}
+	}
+	if left > 0 {
+		t.Errorf("%d mounts left under %s and %s", left, dir, run)
+	}
+	if _, err := os.Lstat(run); !os.IsNotExist(err) {
+		t.Errorf("run directory %s left: %v", run, err)
+	}
+	// The cgroups live under <hierarchy>/gauntlet/<the run directory's name>.
+	cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "gauntlet", filepath.Base(run)))
+	cg2, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "gauntlet", filepath.Base(run)))
+	if left := append(cgs, cg2...); len(left) > 0 {
+		t.Errorf("cgroups left: %v", left)
+	}
 }
+
+// under says p is dir or below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }

@@ -273,7 +273,7 @@ func (r *Runtime) seedFromImage(rec *boxRecord) error {
 		return fmt.Errorf("image root: %w", err)
 	}
 	defer root.Close()
-	ws, err := os.OpenRoot(r.wsDir(rec.Handle.ID))
+	ws, err := os.OpenRoot(r.workspace(rec))
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}

@@ -39,7 +39,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string) (sandbox.Snapshot, er
 		if err := b.cg.kill(5 * time.Second); err != nil {
 			return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
 		}
-		if err := unmount(r.wsDir(id)); err != nil {
+		if err := unmount(r.workspace(rec)); err != nil {
 			return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
 		}
 		layer := filepath.Join("vol", rec.Volume, "l-"+newID())
@@ -70,11 +70,11 @@ func (r *Runtime) Snapshot(ctx context.Context, id string) (sandbox.Snapshot, er
 		Chain:    slices.Clone(chain),
 	}
 	r.mu.Lock()
-	r.snapshots[snap.Snapshot.ID] = snap
+	r.putSnapshot(snap.Snapshot.ID, snap)
 	r.mu.Unlock()
 	if err := r.save("snapshots", snap.Snapshot.ID, snap); err != nil {
 		r.mu.Lock()
-		delete(r.snapshots, snap.Snapshot.ID)
+		r.dropSnapshot(snap.Snapshot.ID)
 		r.mu.Unlock()
 		return sandbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
@@ -132,7 +132,7 @@ func (r *Runtime) Restore(ctx context.Context, id, snapshotID string) error {
 		r.layerMu.Unlock()
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
-	if err := unmount(r.wsDir(id)); err != nil {
+	if err := unmount(r.workspace(b.rec)); err != nil {
 		r.layerMu.Unlock()
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
@@ -160,8 +160,7 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 		r.mu.Unlock()
 		return fmt.Errorf("delete snapshot %s: %w", snapshotID, sandbox.ErrClosed)
 	}
-	snap, ok := r.snapshots[snapshotID]
-	delete(r.snapshots, snapshotID)
+	snap, ok := r.dropSnapshot(snapshotID)
 	r.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("delete snapshot %s: %w", snapshotID, sandbox.ErrNotFound)

@@ -54,7 +54,7 @@ func (r *Runtime) AttachStorageFaults(ctx context.Context, id string, gate *faul
 	if err := os.Mkdir(shadow, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("attach storage faults %s: %w", id, err)
 	}
-	l, err := faultfuse.Open(faultfuse.Config{Workspace: r.wsDir(id), Mountpoint: mnt, Shadow: shadow, Gate: gate})
+	l, err := faultfuse.Open(faultfuse.Config{Workspace: r.workspace(b.rec), Mountpoint: mnt, Shadow: shadow, Gate: gate})
 	if err != nil {
 		return fmt.Errorf("attach storage faults %s: %w: %v", id, sandbox.ErrUnavailable, err)
 	}
@@ -99,7 +99,7 @@ func (r *Runtime) detachFuse(b *box) error {
 // function that closes the layer again once the command's processes are gone.
 func (r *Runtime) beginFuse(b *box) (ws string, end func(), err error) {
 	if b.fuse == nil {
-		return r.wsDir(b.rec.Handle.ID), func() {}, nil
+		return r.workspace(b.rec), func() {}, nil
 	}
 	if err := b.fuse.Begin(); err != nil {
 		return "", nil, err
