@@ -23,8 +23,12 @@ import (
 //
 // size is the size of its largest value, as planSizes counts it (the object itself and
 // its keys included).
+//
+// The answer is made one string, and every key and string value read from it is a
+// part of that string: one allocation an answer, not one a string (the oracle keeps
+// the answers it reads for the episode, and with them the string).
 func decodeAnswer(raw []byte, a types.Adapter) (m map[string]any, size uint64, ok bool) {
-	d := answerDecoder{b: raw, a: a}
+	d := answerDecoder{b: string(raw), a: a}
 	d.ws()
 	if m, ok := d.object(0); ok {
 		return m, d.max, true
@@ -60,7 +64,7 @@ func toVal(v any, a types.Adapter) ref.Val {
 // answerDecoder reads the plain JSON decodeAnswer takes; it reports !ok on anything
 // else, and the caller falls back to encoding/json.
 type answerDecoder struct {
-	b   []byte
+	b   string
 	i   int
 	a   types.Adapter
 	max uint64 // the largest string, list or object read
@@ -217,7 +221,7 @@ func (d *answerDecoder) value(depth int) (ref.Val, bool) {
 		s string
 		v ref.Val
 	}{{"true", types.True}, {"false", types.False}, {"null", types.NullValue}} {
-		if len(d.b)-d.i >= len(lit.s) && string(d.b[d.i:d.i+len(lit.s)]) == lit.s {
+		if len(d.b)-d.i >= len(lit.s) && d.b[d.i:d.i+len(lit.s)] == lit.s {
 			d.i += len(lit.s)
 			return lit.v, true
 		}
@@ -268,7 +272,7 @@ func (d *answerDecoder) str() (string, bool) {
 	for j := d.i + 1; j < len(d.b); j++ {
 		switch c := d.b[j]; {
 		case c == '"':
-			s := string(d.b[d.i+1 : j])
+			s := d.b[d.i+1 : j]
 			d.i = j + 1
 			d.max = max(d.max, uint64(len(s)))
 			return s, true
@@ -314,7 +318,7 @@ func (d *answerDecoder) number() (ref.Val, bool) {
 			return nil, false
 		}
 	}
-	tok := string(b[d.i:j])
+	tok := b[d.i:j]
 	d.i = j
 	if n, err := strconv.ParseInt(tok, 10, 64); err == nil {
 		return types.Int(n), true

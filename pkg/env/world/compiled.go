@@ -175,6 +175,9 @@ func (c *closures) planMemo(e ast.Expr, f cfn) cfn {
 		return f
 	}
 	slot := memoSlot(&c.memoSlots, exprKey(e))
+	if slot == len(c.w.planReads) {
+		c.w.planReads = append(c.w.planReads, resultsRead(e))
+	}
 	return func(a *activation) ref.Val {
 		o := a.plan
 		if o == nil {
@@ -192,6 +195,103 @@ func (c *closures) planMemo(e ast.Expr, f cfn) cfn {
 		}
 		return v
 	}
+}
+
+// planReads is what a remembered plan expression reads of the oracle's results: the
+// answers of the steps it names, or any of them (all). Its value stays the same until
+// one of those is added; the task never changes.
+type planReads struct {
+	all   bool
+	names []string
+}
+
+// reads reports whether an expression that reads r may change when the answer of the
+// step named name is added to the results.
+func (r planReads) reads(name string) bool {
+	return r.all || slices.Contains(r.names, name)
+}
+
+// resultsRead is what e reads of the results. An answer is named where results is the
+// operand of a field (results.search), indexed by a string literal (results['search'])
+// or asked for one (has(results.search), 'search' in results); results read any other
+// way (results[n], size(results), results passed to a function or a comprehension)
+// may read any answer. A comprehension's variable of that name is taken for the
+// results too, which only adds names.
+func resultsRead(e ast.Expr) planReads {
+	var r planReads
+	name := func(n string) {
+		if !slices.Contains(r.names, n) {
+			r.names = append(r.names, n)
+		}
+	}
+	isResults := func(x ast.Expr) bool { return x.Kind() == ast.IdentKind && x.AsIdent() == "results" }
+	literal := func(x ast.Expr) (string, bool) {
+		if x.Kind() != ast.LiteralKind {
+			return "", false
+		}
+		s, ok := x.AsLiteral().(types.String)
+		return string(s), ok
+	}
+	var walk func(x ast.Expr)
+	walk = func(x ast.Expr) {
+		switch x.Kind() {
+		case ast.IdentKind:
+			if isResults(x) {
+				r.all = true
+			}
+		case ast.SelectKind:
+			s := x.AsSelect()
+			if isResults(s.Operand()) {
+				name(s.FieldName())
+				return
+			}
+			walk(s.Operand())
+		case ast.CallKind:
+			call := x.AsCall()
+			args := call.Args()
+			if len(args) == 2 && isResults(args[0]) && (call.FunctionName() == operators.Index || call.FunctionName() == operators.OptIndex) {
+				if n, ok := literal(args[1]); ok {
+					name(n)
+					return
+				}
+			}
+			if len(args) == 2 && isResults(args[1]) && call.FunctionName() == operators.In {
+				if n, ok := literal(args[0]); ok {
+					name(n)
+					return
+				}
+			}
+			if call.IsMemberFunction() {
+				walk(call.Target())
+			}
+			for _, a := range args {
+				walk(a)
+			}
+		case ast.ListKind:
+			for _, el := range x.AsList().Elements() {
+				walk(el)
+			}
+		case ast.MapKind:
+			for _, en := range x.AsMap().Entries() {
+				walk(en.AsMapEntry().Key())
+				walk(en.AsMapEntry().Value())
+			}
+		case ast.StructKind:
+			for _, f := range x.AsStruct().Fields() {
+				walk(f.AsStructField().Value())
+			}
+		case ast.ComprehensionKind:
+			f := x.AsComprehension()
+			for _, y := range []ast.Expr{f.IterRange(), f.AccuInit(), f.LoopCondition(), f.LoopStep(), f.Result()} {
+				walk(y)
+			}
+		}
+	}
+	walk(e)
+	if r.all {
+		r.names = nil
+	}
+	return r
 }
 
 // memoSlot returns the slot of the expression written key among slots, numbering a new

@@ -328,6 +328,9 @@ type World struct {
 	// settledSlots numbers the comprehensions and calls over the state that a step
 	// computes once after its effects (closures.memoize), written the same way once.
 	settledSlots map[string]int
+	// planReads holds, by the slot of each of the plan's remembered expressions
+	// (closures.planMemo), the answers it reads: what forgets its value.
+	planReads []planReads
 	// bounded lists the expressions over the state that may run compiled, and the
 	// arguments they read (nil for none): what the test comparing closures with CEL walks.
 	bounded []boundExpr

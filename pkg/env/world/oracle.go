@@ -36,8 +36,8 @@ type oracle struct {
 	// holds their comprehensions' slots.
 	act    activation
 	locals episode
-	// memo holds the values of the plan's remembered expressions (planMemo) computed
-	// since the results last changed.
+	// memo holds the values of the plan's remembered expressions (planMemo), each
+	// computed since the last answer it reads (World.planReads) was added.
 	memo       []ref.Val
 	pc         int
 	last       env.Action
@@ -128,7 +128,12 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		// Made a CEL map once: the plan's expressions read it at every step after.
 		o.results[cur.name] = types.NewStringInterfaceMap(o.p.adapter, v)
 		o.built = nil
-		clear(o.memo)
+		// What read this answer (or might have) is computed again; the rest stays.
+		for slot, v := range o.memo {
+			if v != nil && o.w.planReads[slot].reads(cur.name) {
+				o.memo[slot] = nil
+			}
+		}
 		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results))))
 		o.recovering = false
 		o.pc++
