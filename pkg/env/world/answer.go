@@ -28,7 +28,17 @@ import (
 // part of that string: one allocation an answer, not one a string (the oracle keeps
 // the answers it reads for the episode, and with them the string).
 func decodeAnswer(raw []byte, a types.Adapter) (m map[string]any, size uint64, ok bool) {
+	return decodeAnswerWith(raw, a, nil)
+}
+
+// decodeAnswerWith is decodeAnswer with the room for the values being read (scratch's,
+// nil for new): the oracle keeps it from one answer to the next.
+func decodeAnswerWith(raw []byte, a types.Adapter, scratch *[]ref.Val) (m map[string]any, size uint64, ok bool) {
 	d := answerDecoder{b: string(raw), a: a}
+	if scratch != nil {
+		d.stack = (*scratch)[:0]
+		defer func() { *scratch = d.stack[:0] }()
+	}
 	d.ws()
 	if m, ok := d.object(0); ok {
 		return m, d.max, true
@@ -70,6 +80,9 @@ type answerDecoder struct {
 	max uint64 // the largest string, list or object read
 	// keys are the keys of the last nested object read (record).
 	keys *recordKeys
+	// stack holds the values of the objects and arrays being read, innermost last: each
+	// is copied out once complete, at its size, not grown in a slice of its own.
+	stack []ref.Val
 }
 
 // maxAnswerDepth is how deep a plain answer nests before encoding/json reads it.
@@ -118,12 +131,13 @@ func (d *answerDecoder) record(depth int) (ref.Val, bool) {
 		slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(names[a], names[b]) })
 	}
 	d.keys = rk
-	return &record{keys: rk, vals: vals}, true
+	return &record{keys: rk, vals: slices.Clip(append([]ref.Val(nil), vals...))}, true
 }
 
 // fields reads an object's keys and values, in the order of their first appearance;
 // a key given again takes the later value, as encoding/json has it. names is nil when
-// the keys are those of the last nested object read (d.keys), which is then nil.
+// the keys are those of the last nested object read (d.keys), which is then nil. vals
+// is the top of d.stack, already popped: the caller copies it before reading on.
 func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bool) {
 	if depth > maxAnswerDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
 		return nil, nil, false
@@ -145,7 +159,8 @@ func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bo
 		}
 		return []string{}, []ref.Val{}, true
 	}
-	vals = make([]ref.Val, 0, max(len(same), 4))
+	start := len(d.stack)
+	defer func() { d.stack = d.stack[:start] }()
 	for {
 		d.ws()
 		k, ok := d.str()
@@ -165,17 +180,17 @@ func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bo
 		switch {
 		case names == nil && n < len(same) && same[n] == k:
 			n++
-			vals = append(vals, v)
+			d.stack = append(d.stack, v)
 		case names == nil && slices.Contains(same[:n], k):
-			vals[slices.Index(same[:n], k)] = v
+			d.stack[start+slices.Index(same[:n], k)] = v
 		default:
 			if names == nil {
 				names = append(make([]string, 0, n+4), same[:n]...)
 			}
 			if j := slices.Index(names, k); j >= 0 {
-				vals[j] = v
+				d.stack[start+j] = v
 			} else {
-				names, vals = append(names, k), append(vals, v)
+				names, d.stack = append(names, k), append(d.stack, v)
 			}
 		}
 		d.ws()
@@ -195,7 +210,7 @@ func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bo
 			} else {
 				d.max = max(d.max, uint64(len(names)))
 			}
-			return names, vals, true
+			return names, d.stack[start:], true
 		default:
 			return nil, nil, false
 		}
@@ -234,7 +249,8 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 		return nil, false
 	}
 	d.i++ // [
-	var vals []ref.Val
+	start := len(d.stack)
+	defer func() { d.stack = d.stack[:start] }()
 	d.ws()
 	if d.i < len(d.b) && d.b[d.i] == ']' {
 		d.i++
@@ -246,7 +262,7 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 		if !ok {
 			return nil, false
 		}
-		vals = append(vals, v)
+		d.stack = append(d.stack, v)
 		d.ws()
 		if d.i >= len(d.b) {
 			return nil, false
@@ -256,6 +272,7 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 			d.i++
 		case ']':
 			d.i++
+			vals := append([]ref.Val(nil), d.stack[start:]...)
 			d.max = max(d.max, uint64(len(vals)))
 			return types.NewRefValList(d.a, vals), true
 		default:

@@ -47,6 +47,8 @@ type oracle struct {
 	// (the task's and the results', the results themselves): what decides whether an
 	// expression runs without cost tracking (boundPlan).
 	largest int
+	// scratch is the room decodeAnswerWith reads an answer's values in.
+	scratch []ref.Val
 	// built is the call whose action builtAct holds, until the results change.
 	built    *oracleCall
 	builtAct env.Action
@@ -82,7 +84,7 @@ func (a planVars) Parent() interpreter.Activation { return nil }
 // the episode's limits end it.
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
-		task, size, ok := decodeAnswer(t.Observation, o.p.adapter)
+		task, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.scratch)
 		// A world that does not identify itself (identify: false) has no name to check.
 		if !ok || o.w.identify && task["world"] != types.String(o.w.name) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
@@ -93,7 +95,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
 	}
-	v, size, ok := decodeAnswer(t.Observation, o.p.adapter)
+	v, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.scratch)
 	if !ok {
 		return o.last, nil // garbled: ask again
 	}
@@ -223,7 +225,7 @@ func (o *oracle) action(c *oracleCall) (env.Action, error) {
 
 // callAction builds a call of a plan or a rule, its arguments evaluated over act.
 func callAction(w *World, c *oracleCall, act interpreter.Activation) (env.Action, error) {
-	b := []byte{'{'}
+	b := append(make([]byte, 0, 64), '{') // the shop's calls fit: one allocation, not three
 	for i, f := range c.args {
 		v, err := eval(f.val, act)
 		if err != nil {
