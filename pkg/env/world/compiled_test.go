@@ -343,6 +343,8 @@ vars:
   n: {type: int, uniform: [1, 5]}
   word: {type: string, choice: [a, b, abc]}
   flag: {type: bool, bernoulli: 0.5}
+  perm: {type: list(int), shuffle: 4}
+  evens: {type: list(int), expr: "[0, 2, 4]"}
 entities:
   item:
     prefix: it-
@@ -371,6 +373,11 @@ tools:
       and_true_and_error: zero == 0 && big + 1 > 0
       out_of_range: "[1, 2, 3][n + 2]"
       negative_index: "[1, 2, 3][args.m]"
+      index_int: "[10, 20, 30][args.m] + n"
+      index_string: "['x', 'y'][args.m] + word"
+      index_shuffled: "perm[args.m] * 2 + perm[n - 1]"
+      index_shuffled_out_of_range: "perm[n + 3] + 1"
+      index_computed: "evens[args.m] + evens[0]"
       missing_key: "{'a': 1}[args.k]"
       record_field: "{'a': n, 'b': zero}.b"
       record_in: "args.k in {'a': 1, 'abc': 2}"

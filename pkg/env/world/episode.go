@@ -66,6 +66,12 @@ type episode struct {
 	// so that expressions read them without converting anything.
 	vars []ref.Val
 	ents []collection
+	// perms holds the elements of the first lists(int) drawn by shuffle, which a
+	// compiled index reads (closures.indexed); permVar[j] is the variable of perms[j]
+	// plus one (0: none). perm is the last shuffle drawValue made.
+	perms   [maxPerms][]ref.Val
+	permVar [maxPerms]int
+	perm    []ref.Val
 	// act is the activation of the episode's expressions, reused by every evaluation;
 	// loc holds the comprehension variables of compiled expressions (program.run).
 	act activation
@@ -341,11 +347,13 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	}
 	for i := len(w.params); i < len(w.vars); i++ {
 		dr := &w.vars[i].draw
+		e.perm = nil
 		v, err := drawValue(r, dr, act)
 		if err != nil {
 			return nil, err
 		}
 		e.vars[i] = v
+		e.setPerm(i, e.perm)
 		if again, err := redraw(dr, act, &redraws); err != nil {
 			return nil, err
 		} else if again {
@@ -468,6 +476,36 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	return b, nil
 }
 
+// maxPerms is how many shuffled variables an episode holds the elements of.
+const maxPerms = 4
+
+// setPerm records p as the elements of variable k (nil: k is not a shuffle's).
+func (e *episode) setPerm(k int, p []ref.Val) {
+	free := -1
+	for j, v := range e.permVar {
+		switch {
+		case v == k+1:
+			e.permVar[j], e.perms[j] = 0, nil // drawn again
+			free = j
+		case v == 0 && free < 0:
+			free = j
+		}
+	}
+	if p != nil && free >= 0 {
+		e.permVar[free], e.perms[free] = k+1, p
+	}
+}
+
+// permOf returns the elements of variable k when a shuffle drew it, else nil.
+func (e *episode) permOf(k int) []ref.Val {
+	for j, v := range e.permVar {
+		if v == k+1 {
+			return e.perms[j]
+		}
+	}
+	return nil
+}
+
 // maxRedraws bounds the rejections of one value's draw, so a redraw condition that always
 // holds is an error, never a stalled reset.
 const maxRedraws = 10000
@@ -524,6 +562,7 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 			j := r.Int64N(i + 1)
 			p[i], p[j] = p[j], p[i]
 		}
+		act.ep.perm = p
 		return types.NewRefValList(types.DefaultTypeAdapter, p), nil
 	case dr.bits > 0:
 		return types.Int(int64(r.Uint64() >> (64 - dr.bits))), nil
