@@ -1,6 +1,7 @@
 package world
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -15,8 +16,9 @@ import (
 // decodeAnswer decodes an observation object for the plan's expressions: the same
 // values decodeObs gives (integers as int, other numbers as double), made CEL values
 // once here, with objects as CEL maps and arrays as CEL lists, so that an expression
-// reading them does not adapt (and allocate) a value again at each access. The top
-// level stays a Go map, which the oracle reads itself. Plain JSON (no escapes, no
+// reading them does not adapt (and allocate) a value again at each access. Every
+// object, the top level too, is a record: a key is found among a handful of strings,
+// not hashed and its value adapted at each read (task.qty, results.search). Plain JSON (no escapes, no
 // bytes outside ASCII, no deep nesting) is read here; anything else goes through
 // encoding/json exactly as decodeObs reads it, then converted: the two agree on every
 // input (TestDecodeAnswerAgreesWithDecodeObs).
@@ -27,13 +29,13 @@ import (
 // The answer is made one string, and every key and string value read from it is a
 // part of that string: one allocation an answer, not one a string (the oracle keeps
 // the answers it reads for the episode, and with them the string).
-func decodeAnswer(raw []byte, a types.Adapter) (m map[string]any, size uint64, ok bool) {
+func decodeAnswer(raw []byte, a types.Adapter) (m *record, size uint64, ok bool) {
 	return decodeAnswerWith(raw, a, nil)
 }
 
 // decodeAnswerWith is decodeAnswer with the room for the values being read (scratch's,
 // nil for new): the oracle keeps it from one answer to the next.
-func decodeAnswerWith(raw []byte, a types.Adapter, scratch *[]ref.Val) (m map[string]any, size uint64, ok bool) {
+func decodeAnswerWith(raw []byte, a types.Adapter, scratch *[]ref.Val) (m *record, size uint64, ok bool) {
 	d := answerDecoder{b: string(raw), a: a}
 	if scratch != nil {
 		d.stack = (*scratch)[:0]
@@ -43,13 +45,23 @@ func decodeAnswerWith(raw []byte, a types.Adapter, scratch *[]ref.Val) (m map[st
 	if m, ok := d.object(0); ok {
 		return m, d.max, true
 	}
-	if m, ok = decodeObs(raw); !ok {
+	obj, ok := decodeObs(raw)
+	if !ok {
 		return nil, 0, false
 	}
-	for k, v := range m {
-		m[k] = toVal(v, a)
+	names := slices.Sorted(maps.Keys(obj))
+	vals := make([]ref.Val, len(names))
+	for i, k := range names {
+		vals[i] = toVal(obj[k], a)
 	}
-	return m, valueSize(types.NewStringInterfaceMap(a, m)), true
+	m = &record{keys: newRecordKeys(names, a), vals: vals}
+	return m, valueSize(m), true
+}
+
+// newRecordKeys makes the keys of a record from their names, in that order (their CEL
+// values and their sorted order made when something asks for them).
+func newRecordKeys(names []string, a types.Adapter) *recordKeys {
+	return &recordKeys{names: names, adapter: a}
 }
 
 // toVal makes a value decodeObs gives a CEL value, as the adapter would when an
@@ -99,17 +111,13 @@ func (d *answerDecoder) ws() {
 	}
 }
 
-func (d *answerDecoder) object(depth int) (map[string]any, bool) {
+func (d *answerDecoder) object(depth int) (*record, bool) {
 	d.keys = nil // the top level's keys are its own
 	names, vals, ok := d.fields(depth)
 	if !ok {
 		return nil, false
 	}
-	m := make(map[string]any, len(names))
-	for i, k := range names {
-		m[k] = vals[i]
-	}
-	return m, true
+	return &record{keys: newRecordKeys(names, d.a), vals: slices.Clone(vals)}, true
 }
 
 // record reads a nested object as a record (compiled.go): its keys, shared with the
@@ -124,11 +132,7 @@ func (d *answerDecoder) record(depth int) (ref.Val, bool) {
 	}
 	rk := last
 	if names != nil {
-		rk = &recordKeys{names: names, vals: make([]ref.Val, len(names)), sorted: make([]int, len(names)), adapter: d.a}
-		for i, k := range names {
-			rk.vals[i], rk.sorted[i] = types.String(k), i
-		}
-		slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(names[a], names[b]) })
+		rk = newRecordKeys(names, d.a)
 	}
 	d.keys = rk
 	return &record{keys: rk, vals: slices.Clip(append([]ref.Val(nil), vals...))}, true

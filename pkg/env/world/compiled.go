@@ -1304,13 +1304,39 @@ type record struct {
 	vals []ref.Val
 }
 
-// recordKeys are the keys of a map literal: in the literal's order, as CEL values, and
-// the positions in the order of their names (JSON's).
+// recordKeys are the keys of a map literal (or of an object of an answer the oracle
+// read): in the literal's order, as CEL values, and the positions in the order of
+// their names (JSON's). A literal's are made when the world loads (none are made
+// later for it: an empty literal has none to make); an answer's, nil until something
+// needs them (keyVals, order), which only the oracle that read it does.
 type recordKeys struct {
 	names   []string
 	vals    []ref.Val
 	sorted  []int
 	adapter types.Adapter
+}
+
+// keyVals returns the keys as CEL values.
+func (rk *recordKeys) keyVals() []ref.Val {
+	if rk.vals == nil && len(rk.names) > 0 {
+		rk.vals = make([]ref.Val, len(rk.names))
+		for i, k := range rk.names {
+			rk.vals[i] = types.String(k)
+		}
+	}
+	return rk.vals
+}
+
+// order returns the positions of the keys in the order of their names.
+func (rk *recordKeys) order() []int {
+	if rk.sorted == nil && len(rk.names) > 0 {
+		rk.sorted = make([]int, len(rk.names))
+		for i := range rk.sorted {
+			rk.sorted[i] = i
+		}
+		slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(rk.names[a], rk.names[b]) })
+	}
+	return rk.sorted
 }
 
 // constantKeys returns the keys of a map literal whose keys are distinct string
@@ -1344,8 +1370,9 @@ var (
 // asMap is the record as the map CEL's interpreter builds.
 func (r *record) asMap() traits.Mapper {
 	entries := make(map[ref.Val]ref.Val, len(r.vals))
+	keys := r.keys.keyVals()
 	for i, v := range r.vals {
-		entries[r.keys.vals[i]] = v
+		entries[keys[i]] = v
 	}
 	return types.NewRefValMap(r.keys.adapter, entries)
 }
@@ -1373,6 +1400,26 @@ func (r *record) Find(key ref.Val) (ref.Val, bool) {
 		return nil, false
 	}
 	return r.asMap().Find(key)
+}
+
+// field is the value of key name, nil when the record has none.
+func (r *record) field(name string) ref.Val {
+	if i := slices.Index(r.keys.names, name); i >= 0 {
+		return r.vals[i]
+	}
+	return nil
+}
+
+// put sets key name to v, adding the key after the others when it is new. Only a
+// record whose keys are its own may grow (the oracle's results).
+func (r *record) put(name string, v ref.Val) {
+	if i := slices.Index(r.keys.names, name); i >= 0 {
+		r.vals[i] = v
+		return
+	}
+	rk := r.keys
+	rk.names, r.vals = append(rk.names, name), append(r.vals, v)
+	rk.vals, rk.sorted = nil, nil // made again when needed
 }
 
 func (r *record) Get(key ref.Val) ref.Val {

@@ -1317,7 +1317,7 @@ func appendVal(b []byte, v ref.Val) ([]byte, error) {
 		return appendMap(b, x, x.ids)
 	case *record:
 		b = append(b, '{')
-		for n, i := range x.keys.sorted {
+		for n, i := range x.keys.order() {
 			if n > 0 {
 				b = append(b, ',')
 			}

@@ -27,10 +27,10 @@ type oracle struct {
 	w       *World
 	p       *oraclePlan
 	started bool
-	task    map[string]any
-	results map[string]any
-	// taskVal and resultsVal are task and results as CEL maps (made once: they see
-	// what is added to results), what the plan's expressions read.
+	// task is the first observation and results the answers by step name: records
+	// (the results one grows as answers arrive), what the plan's expressions read as
+	// task and results; taskVal and resultsVal are the same as CEL values.
+	task, results       *record
 	taskVal, resultsVal ref.Val
 	// act is the activation of the plan's compiled expressions (closures); locals
 	// holds their comprehensions' slots.
@@ -86,12 +86,11 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
 		task, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.scratch)
 		// A world that does not identify itself (identify: false) has no name to check.
-		if !ok || o.w.identify && task["world"] != types.String(o.w.name) {
+		if !ok || o.w.identify && task.field("world") != types.String(o.w.name) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
 		}
-		o.task, o.results, o.started = task, map[string]any{}, true
-		o.taskVal = types.NewStringInterfaceMap(o.p.adapter, o.task)
-		o.resultsVal = types.NewStringInterfaceMap(o.p.adapter, o.results)
+		o.task, o.results, o.started = task, &record{keys: &recordKeys{adapter: o.p.adapter}}, true
+		o.taskVal, o.resultsVal = o.task, o.results
 		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
 	}
@@ -116,7 +115,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		return o.retry(cur)
 	}
 	switch {
-	case v["truncated"] == types.True:
+	case v.field("truncated") == types.True:
 		if o.recovering || len(o.w.tool(o.last.Tool).effects) == 0 || cur.recover == nil {
 			return o.last, nil
 		}
@@ -126,9 +125,8 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 			return env.Action{}, err
 		}
 		return o.do(a), nil
-	case v["ok"] == types.True:
-		// Made a CEL map once: the plan's expressions read it at every step after.
-		o.results[cur.name] = types.NewStringInterfaceMap(o.p.adapter, v)
+	case v.field("ok") == types.True:
+		o.results.put(cur.name, v)
 		o.built = nil
 		// What read this answer (or might have) is computed again; the rest stays.
 		for slot, v := range o.memo {
@@ -136,12 +134,12 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 				o.memo[slot] = nil
 			}
 		}
-		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results))))
+		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results.vals))))
 		o.recovering = false
 		o.pc++
 		return o.next()
 	}
-	if ms, ok := v["retry_after_ms"].(types.Int); ok && ms > 0 {
+	if ms, ok := v.field("retry_after_ms").(types.Int); ok && ms > 0 {
 		last := o.last
 		o.pending = &last
 		b := canonjson.AppendString([]byte("{"), o.p.waitArg)
@@ -149,10 +147,10 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		b = strconv.AppendInt(b, int64(ms), 10)
 		return o.do(env.Action{Tool: o.p.waitTool.name, Args: append(b, '}')}), nil
 	}
-	if _, ok := v["status"]; ok {
+	if v.field("status") != nil {
 		return o.last, nil // an injected error: the call did nothing; again
 	}
-	if rule, _ := v["rule"].(types.String); rule != "" && slices.Contains(cur.doneIfRules, string(rule)) {
+	if rule, _ := v.field("rule").(types.String); rule != "" && slices.Contains(cur.doneIfRules, string(rule)) {
 		o.pc++
 		return o.next()
 	}

@@ -149,7 +149,7 @@ func TestDecodeAnswerAgreesWithDecodeObs(t *testing.T) {
 		if !wok {
 			continue
 		}
-		ws, gs := dumpAnswer(toVal(want, a)), dumpAnswer(types.NewStringInterfaceMap(a, got))
+		ws, gs := dumpAnswer(toVal(want, a)), dumpAnswer(got)
 		if ws != gs {
 			t.Fatalf("%.200q:\n got %s\nwant %s", in, gs, ws)
 		}
