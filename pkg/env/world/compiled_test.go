@@ -556,3 +556,79 @@ func TestSettledMemo(t *testing.T) {
 		t.Errorf("the second step's answer remembered %v, want the filter and its size", we.settled)
 	}
 }
+
+const growing = `
+name: growing
+services: [svc]
+vars:
+  text: {type: string, value: "a"}
+tools:
+  - name: grow
+    service: svc
+    description: appends its words to the text and says whether one was there
+    args:
+      type: object
+      properties:
+        s: {type: string, maxLength: 100}
+      required: [s]
+    effects:
+      - {set: text, to: text + ' ' + args.s}
+    observation:
+      found: "words(args.s).exists(w, text.contains(w))"
+      all: "words(args.s).all(w, text.contains(w))"
+success: size(text) > 60000
+`
+
+// TestSizedVerdictPerStep: an expression whose cost only the state's sizes bound runs
+// without cost tracking after a step's effects only while those sizes keep it under
+// the limit, the verdict remembered for that step alone. The text grows by 100 bytes a
+// step until CEL's estimate of the answer's folds passes the limit (their actual cost
+// stays small: the first word is always there): every untracked evaluation must be
+// under the limit on the state it ran on, and the last steps must run tracked.
+func TestSizedVerdictPerStep(t *testing.T) {
+	w, err := Load("growing.yaml", []byte(growing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := w.Env().NewEpisode(env.Config{Seed: 1, MaxSteps: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	untracked, steps := 0, 0
+	checkClosures = func(p *program, a *activation, v ref.Val) {
+		if p.sized == nil {
+			return
+		}
+		untracked++
+		if !p.sized.under(a) {
+			t.Errorf("step %d: %s ran untracked on a state its cost estimate does not keep under the limit", steps, p.at.field)
+		}
+	}
+	defer func() { checkClosures = nil }()
+	words := strings.Repeat("a ", 49) + "b"
+	args, err := json.Marshal(map[string]string{"s": words})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUntracked := 0
+	for steps = 1; steps <= 150; steps++ {
+		before := untracked
+		r, err := ep.Step(env.Action{Tool: "grow", Args: args})
+		if err != nil {
+			t.Fatalf("step %d: %v", steps, err)
+		}
+		if untracked > before {
+			lastUntracked = steps
+		}
+		if r.Done() {
+			break
+		}
+	}
+	if lastUntracked == 0 || lastUntracked >= steps-1 {
+		t.Errorf("the answer ran untracked up to step %d of %d: want the first steps untracked and the last tracked", lastUntracked, steps-1)
+	}
+	t.Logf("untracked up to step %d, %d evaluations", lastUntracked, untracked)
+}

@@ -90,6 +90,12 @@ type episode struct {
 	// step's reach and answer compute, by their slot in World.settledSlots: cleared
 	// once the step's effects are applied.
 	settled []ref.Val
+	// settledEpoch numbers the steps' settled states (from 1; 0 before the first);
+	// sizedKeys holds, by sizedBound.sig, the sizes of the paths measured in epoch
+	// sizedAt (sizedBound.underSettled).
+	settledEpoch uint64
+	sizedAt      []uint64
+	sizedKeys    [][maxSizedPaths]byte
 	// strs is the block the episode's concatenations are written into (joinStrings):
 	// kept across resets, its written bytes never written again.
 	strs     []byte
@@ -228,7 +234,7 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 // tracking, because the world bounded p's cost at load and the episode stays within
 // max_steps, or because the state's sizes keep it under the limit.
 func (p *program) closes(a *activation) bool {
-	return p.fast != nil && a.ep.fast || p.sized != nil && p.sized.under(a)
+	return p.fast != nil && a.ep.fast || p.sized != nil && p.sized.underSettled(a)
 }
 
 func evalInt(p *program, act interpreter.Activation) (int64, error) {
@@ -333,7 +339,8 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs,
+		settledEpoch: e.settledEpoch, sizedAt: e.sizedAt, sizedKeys: e.sizedKeys} // the epochs go on: what sizedAt holds is older
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
@@ -1171,6 +1178,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	// once for its total, once for its results and once for its milestone).
 	clear(e.settled)
 	post.settled = true
+	e.settledEpoch++
 	for _, r := range t.reach {
 		if r.level <= s.reached {
 			continue

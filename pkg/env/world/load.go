@@ -331,6 +331,8 @@ type World struct {
 	// planReads holds, by the slot of each of the plan's remembered expressions
 	// (closures.planMemo), the answers it reads: what forgets its value.
 	planReads []planReads
+	// sizedSigs numbers the lists of paths the sized bounds measure (sizedBound.sig).
+	sizedSigs map[string]int
 	// bounded lists the expressions over the state that may run compiled, and the
 	// arguments they read (nil for none): what the test comparing closures with CEL walks.
 	bounded []boundExpr
@@ -1102,6 +1104,7 @@ func (c *compiler) bound() {
 			if sized = c.sizedBound(sp, ents, sz.seen); sized == nil {
 				continue
 			}
+			sized.sig = w.sizedSig(sized.paths)
 		} else {
 			fast, err := sp.env.Program(sp.p.ast, cel.EvalOptions(cel.OptOptimize))
 			if err != nil {
