@@ -94,8 +94,8 @@ type episode struct {
 	// sizedKeys holds, by sizedBound.sig, the sizes of the paths measured in epoch
 	// sizedAt (sizedBound.underSettled).
 	settledEpoch uint64
-	sizedAt      []uint64
-	sizedKeys    [][maxSizedPaths]byte
+	sizedAt      [maxSizedSigs]uint64
+	sizedKeys    [maxSizedSigs][maxSizedPaths]byte
 	// strs is the block the episode's concatenations are written into (joinStrings):
 	// kept across resets, its written bytes never written again.
 	strs     []byte
@@ -340,7 +340,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		loc = make([]ref.Val, w.locals)
 	}
 	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs,
-		settledEpoch: e.settledEpoch, sizedAt: e.sizedAt, sizedKeys: e.sizedKeys} // the epochs go on: what sizedAt holds is older
+		settledEpoch: e.settledEpoch, sizedAt: e.sizedAt} // the epochs go on: what sizedAt holds is older
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)

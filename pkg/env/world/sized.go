@@ -116,11 +116,8 @@ func (c *compiler) sizedBound(sp stateProgram, ents map[string]uint64, seen map[
 // total, results and milestone, which read the same strings, measure the catalog once.
 func (b *sizedBound) underSettled(a *activation) bool {
 	ep := a.ep
-	if !a.settled || ep.settledEpoch == 0 || len(b.paths) > maxSizedPaths {
+	if !a.settled || ep.settledEpoch == 0 || len(b.paths) > maxSizedPaths || b.sig >= len(ep.sizedAt) {
 		return b.under(a)
-	}
-	if n := len(ep.w.sizedSigs); len(ep.sizedAt) < n {
-		ep.sizedAt, ep.sizedKeys = make([]uint64, n), make([][maxSizedPaths]byte, n)
 	}
 	key := ep.sizedKeys[b.sig][:len(b.paths)]
 	if ep.sizedAt[b.sig] != ep.settledEpoch {
@@ -132,8 +129,13 @@ func (b *sizedBound) underSettled(a *activation) bool {
 	return b.decide(key)
 }
 
-// maxSizedPaths is the most paths a bound measures (more: never under).
-const maxSizedPaths = 16
+// maxSizedPaths is the most paths a bound measures (more: never under); maxSizedSigs
+// how many lists of paths an episode keeps the measures of (the others are measured
+// by each bound).
+const (
+	maxSizedPaths = 16
+	maxSizedSigs  = 4
+)
 
 // under reports whether the expression's cost on the state of a stays under maxCost.
 func (b *sizedBound) under(a *activation) bool {
