@@ -189,7 +189,7 @@ func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bo
 			d.stack[start+slices.Index(same[:n], k)] = v
 		default:
 			if names == nil {
-				names = append(make([]string, 0, n+4), same[:n]...)
+				names = append(make([]string, 0, n+10), same[:n]...) // a first observation's keys fit
 			}
 			if j := slices.Index(names, k); j >= 0 {
 				d.stack[start+j] = v

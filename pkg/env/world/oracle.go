@@ -89,7 +89,9 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		if !ok || o.w.identify && task.field("world") != types.String(o.w.name) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
 		}
-		o.task, o.results, o.started = task, &record{keys: &recordKeys{adapter: o.p.adapter}}, true
+		n := len(o.p.steps) // an answer a step, at most
+		o.results = &record{keys: &recordKeys{names: make([]string, 0, n), adapter: o.p.adapter}, vals: make([]ref.Val, 0, n)}
+		o.task, o.started = task, true
 		o.taskVal, o.resultsVal = o.task, o.results
 		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
