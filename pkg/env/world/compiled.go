@@ -123,8 +123,8 @@ func (c *closures) compileTyped(a *cel.Ast) (cfn, typed) {
 }
 
 // constOrLeaf is the typed closure of a literal (a draw's bounds, [0, 6]: its value
-// made once, when the world loads) or of a name or a field read where it lives; nil
-// for anything else.
+// made once, when the world loads), of a name or a field read where it lives, or of an
+// element of a literal or shuffled list (indexed: order[0]); nil for anything else.
 func constOrLeaf[V scalar](c *closures, e ast.Expr) fn[V] {
 	if e.Kind() == ast.LiteralKind {
 		v, ok := e.AsLiteral().(V)
@@ -133,11 +133,13 @@ func constOrLeaf[V scalar](c *closures, e ast.Expr) fn[V] {
 		}
 		return func(*activation) (V, bool) { return v, true }
 	}
-	f, ok := leaf[V](c, e)
-	if !ok {
-		return nil
+	if f, ok := leaf[V](c, e); ok {
+		return f
 	}
-	return f
+	if f, mine, ok := indexed[V](c, e); mine && ok {
+		return f
+	}
+	return nil
 }
 
 // expr compiles an expression: to a typed closure where compiledtyped.go knows its

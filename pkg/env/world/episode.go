@@ -513,6 +513,43 @@ func (e *episode) permOf(k int) []ref.Val {
 	return nil
 }
 
+// typedDraw computes a drawn value of kind k by its expression's typed closure, when it
+// has one of that kind and it is sure: without the boxed closure's call and the kind's
+// check in between (a closure of k's type gives a value of k; a string over the
+// state's bound is left to checkKind, which names it).
+func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
+	switch {
+	case k == kInt && p.unboxed.i != nil:
+		if p.closes(a) {
+			if v, ok := p.unboxed.i(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, true
+			}
+		}
+	case k == kString && p.unboxed.s != nil:
+		if p.closes(a) {
+			if v, ok := p.unboxed.s(a); ok && len(v) <= maxStateString {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, true
+			}
+		}
+	case k == kBool && p.unboxed.b != nil:
+		if p.closes(a) {
+			if v, ok := p.unboxed.b(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, true
+			}
+		}
+	}
+	return nil, false
+}
+
 // maxRedraws bounds the rejections of one value's draw, so a redraw condition that always
 // holds is an error, never a stalled reset.
 const maxRedraws = 10000
@@ -542,6 +579,9 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		if !ok {
 			if dr.els == nil {
 				return dr.kind.zero(), nil
+			}
+			if v, ok := typedDraw(dr.els, dr.kind, act); ok {
+				return v, nil
 			}
 			v, err := eval(dr.els, act)
 			if err != nil {
@@ -574,6 +614,9 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 	case dr.bits > 0:
 		return types.Int(int64(r.Uint64() >> (64 - dr.bits))), nil
 	case dr.expr != nil:
+		if v, ok := typedDraw(dr.expr, dr.kind, act); ok {
+			return v, nil
+		}
 		v, err := eval(dr.expr, act)
 		if err != nil {
 			return nil, err

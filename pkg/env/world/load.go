@@ -95,8 +95,9 @@ type program struct {
 	// run, when set, is the expression compiled to Go closures (compiled.go): what an
 	// evaluation without cost tracking tries first.
 	run cfn
-	// unboxed is run's typed closure when the expression is a bool or int computation
-	// the closures know: evalBool and evalInt call it without a CEL value between.
+	// unboxed is run's typed closure when the expression is a bool, int or string
+	// computation the closures know: evalBool, evalInt and typedDraw call it without a
+	// CEL value between.
 	unboxed typed
 	// sized, for an expression CEL's estimate does not bound whatever the state, bounds
 	// it on the sizes of the state at hand: when those keep it under maxCost, run
