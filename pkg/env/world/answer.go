@@ -1,6 +1,7 @@
 package world
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -15,27 +16,52 @@ import (
 // decodeAnswer decodes an observation object for the plan's expressions: the same
 // values decodeObs gives (integers as int, other numbers as double), made CEL values
 // once here, with objects as CEL maps and arrays as CEL lists, so that an expression
-// reading them does not adapt (and allocate) a value again at each access. The top
-// level stays a Go map, which the oracle reads itself. Plain JSON (no escapes, no
+// reading them does not adapt (and allocate) a value again at each access. Every
+// object, the top level too, is a record: a key is found among a handful of strings,
+// not hashed and its value adapted at each read (task.qty, results.search). Plain JSON (no escapes, no
 // bytes outside ASCII, no deep nesting) is read here; anything else goes through
 // encoding/json exactly as decodeObs reads it, then converted: the two agree on every
 // input (TestDecodeAnswerAgreesWithDecodeObs).
 //
 // size is the size of its largest value, as planSizes counts it (the object itself and
 // its keys included).
-func decodeAnswer(raw []byte, a types.Adapter) (m map[string]any, size uint64, ok bool) {
-	d := answerDecoder{b: raw, a: a}
+//
+// The answer is made one string, and every key and string value read from it is a
+// part of that string: one allocation an answer, not one a string (the oracle keeps
+// the answers it reads for the episode, and with them the string).
+func decodeAnswer(raw []byte, a types.Adapter) (m *record, size uint64, ok bool) {
+	return decodeAnswerWith(raw, a, nil)
+}
+
+// decodeAnswerWith is decodeAnswer with the room for the values being read (scratch's,
+// nil for new): the oracle keeps it from one answer to the next.
+func decodeAnswerWith(raw []byte, a types.Adapter, scratch *[]ref.Val) (m *record, size uint64, ok bool) {
+	d := answerDecoder{b: string(raw), a: a}
+	if scratch != nil {
+		d.stack = (*scratch)[:0]
+		defer func() { *scratch = d.stack[:0] }()
+	}
 	d.ws()
 	if m, ok := d.object(0); ok {
 		return m, d.max, true
 	}
-	if m, ok = decodeObs(raw); !ok {
+	obj, ok := decodeObs(raw)
+	if !ok {
 		return nil, 0, false
 	}
-	for k, v := range m {
-		m[k] = toVal(v, a)
+	names := slices.Sorted(maps.Keys(obj))
+	vals := make([]ref.Val, len(names))
+	for i, k := range names {
+		vals[i] = toVal(obj[k], a)
 	}
-	return m, valueSize(types.NewStringInterfaceMap(a, m)), true
+	m = &record{keys: newRecordKeys(names, a), vals: vals}
+	return m, valueSize(m), true
+}
+
+// newRecordKeys makes the keys of a record from their names, in that order (their CEL
+// values and their sorted order made when something asks for them).
+func newRecordKeys(names []string, a types.Adapter) *recordKeys {
+	return &recordKeys{names: names, adapter: a}
 }
 
 // toVal makes a value decodeObs gives a CEL value, as the adapter would when an
@@ -60,12 +86,15 @@ func toVal(v any, a types.Adapter) ref.Val {
 // answerDecoder reads the plain JSON decodeAnswer takes; it reports !ok on anything
 // else, and the caller falls back to encoding/json.
 type answerDecoder struct {
-	b   []byte
+	b   string
 	i   int
 	a   types.Adapter
 	max uint64 // the largest string, list or object read
 	// keys are the keys of the last nested object read (record).
 	keys *recordKeys
+	// stack holds the values of the objects and arrays being read, innermost last: each
+	// is copied out once complete, at its size, not grown in a slice of its own.
+	stack []ref.Val
 }
 
 // maxAnswerDepth is how deep a plain answer nests before encoding/json reads it.
@@ -82,17 +111,13 @@ func (d *answerDecoder) ws() {
 	}
 }
 
-func (d *answerDecoder) object(depth int) (map[string]any, bool) {
+func (d *answerDecoder) object(depth int) (*record, bool) {
 	d.keys = nil // the top level's keys are its own
 	names, vals, ok := d.fields(depth)
 	if !ok {
 		return nil, false
 	}
-	m := make(map[string]any, len(names))
-	for i, k := range names {
-		m[k] = vals[i]
-	}
-	return m, true
+	return &record{keys: newRecordKeys(names, d.a), vals: slices.Clone(vals)}, true
 }
 
 // record reads a nested object as a record (compiled.go): its keys, shared with the
@@ -107,19 +132,16 @@ func (d *answerDecoder) record(depth int) (ref.Val, bool) {
 	}
 	rk := last
 	if names != nil {
-		rk = &recordKeys{names: names, vals: make([]ref.Val, len(names)), sorted: make([]int, len(names)), adapter: d.a}
-		for i, k := range names {
-			rk.vals[i], rk.sorted[i] = types.String(k), i
-		}
-		slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(names[a], names[b]) })
+		rk = newRecordKeys(names, d.a)
 	}
 	d.keys = rk
-	return &record{keys: rk, vals: vals}, true
+	return &record{keys: rk, vals: slices.Clip(append([]ref.Val(nil), vals...))}, true
 }
 
 // fields reads an object's keys and values, in the order of their first appearance;
 // a key given again takes the later value, as encoding/json has it. names is nil when
-// the keys are those of the last nested object read (d.keys), which is then nil.
+// the keys are those of the last nested object read (d.keys), which is then nil. vals
+// is the top of d.stack, already popped: the caller copies it before reading on.
 func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bool) {
 	if depth > maxAnswerDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
 		return nil, nil, false
@@ -141,7 +163,8 @@ func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bo
 		}
 		return []string{}, []ref.Val{}, true
 	}
-	vals = make([]ref.Val, 0, max(len(same), 4))
+	start := len(d.stack)
+	defer func() { d.stack = d.stack[:start] }()
 	for {
 		d.ws()
 		k, ok := d.str()
@@ -161,17 +184,17 @@ func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bo
 		switch {
 		case names == nil && n < len(same) && same[n] == k:
 			n++
-			vals = append(vals, v)
+			d.stack = append(d.stack, v)
 		case names == nil && slices.Contains(same[:n], k):
-			vals[slices.Index(same[:n], k)] = v
+			d.stack[start+slices.Index(same[:n], k)] = v
 		default:
 			if names == nil {
-				names = append(make([]string, 0, n+4), same[:n]...)
+				names = append(make([]string, 0, n+10), same[:n]...) // a first observation's keys fit
 			}
 			if j := slices.Index(names, k); j >= 0 {
-				vals[j] = v
+				d.stack[start+j] = v
 			} else {
-				names, vals = append(names, k), append(vals, v)
+				names, d.stack = append(names, k), append(d.stack, v)
 			}
 		}
 		d.ws()
@@ -191,7 +214,7 @@ func (d *answerDecoder) fields(depth int) (names []string, vals []ref.Val, ok bo
 			} else {
 				d.max = max(d.max, uint64(len(names)))
 			}
-			return names, vals, true
+			return names, d.stack[start:], true
 		default:
 			return nil, nil, false
 		}
@@ -217,7 +240,7 @@ func (d *answerDecoder) value(depth int) (ref.Val, bool) {
 		s string
 		v ref.Val
 	}{{"true", types.True}, {"false", types.False}, {"null", types.NullValue}} {
-		if len(d.b)-d.i >= len(lit.s) && string(d.b[d.i:d.i+len(lit.s)]) == lit.s {
+		if len(d.b)-d.i >= len(lit.s) && d.b[d.i:d.i+len(lit.s)] == lit.s {
 			d.i += len(lit.s)
 			return lit.v, true
 		}
@@ -230,7 +253,8 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 		return nil, false
 	}
 	d.i++ // [
-	var vals []ref.Val
+	start := len(d.stack)
+	defer func() { d.stack = d.stack[:start] }()
 	d.ws()
 	if d.i < len(d.b) && d.b[d.i] == ']' {
 		d.i++
@@ -242,7 +266,7 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 		if !ok {
 			return nil, false
 		}
-		vals = append(vals, v)
+		d.stack = append(d.stack, v)
 		d.ws()
 		if d.i >= len(d.b) {
 			return nil, false
@@ -252,6 +276,7 @@ func (d *answerDecoder) array(depth int) (ref.Val, bool) {
 			d.i++
 		case ']':
 			d.i++
+			vals := append([]ref.Val(nil), d.stack[start:]...)
 			d.max = max(d.max, uint64(len(vals)))
 			return types.NewRefValList(d.a, vals), true
 		default:
@@ -268,7 +293,7 @@ func (d *answerDecoder) str() (string, bool) {
 	for j := d.i + 1; j < len(d.b); j++ {
 		switch c := d.b[j]; {
 		case c == '"':
-			s := string(d.b[d.i+1 : j])
+			s := d.b[d.i+1 : j]
 			d.i = j + 1
 			d.max = max(d.max, uint64(len(s)))
 			return s, true
@@ -314,7 +339,7 @@ func (d *answerDecoder) number() (ref.Val, bool) {
 			return nil, false
 		}
 	}
-	tok := string(b[d.i:j])
+	tok := b[d.i:j]
 	d.i = j
 	if n, err := strconv.ParseInt(tok, 10, 64); err == nil {
 		return types.Int(n), true

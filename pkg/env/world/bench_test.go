@@ -208,3 +208,57 @@ func benchReset(b *testing.B, e env.Env) {
 	// CPU time, the collector's included: a shared machine stretches wall time.
 	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/reset")
 }
+
+// BenchmarkShopOracle and BenchmarkShopWorldOracle give each env's oracle the recorded
+// observations of its own episodes (200 seeds, recorded before the timer): the policy's
+// work alone, Act by Act, with no env stepping between. cpu-ns/act is the process's CPU
+// per Act, the collection of the oracle's garbage included.
+func BenchmarkShopOracle(b *testing.B) { benchOracle(b, shop.New()) }
+
+// BenchmarkShopWorldOracle is BenchmarkShopOracle for the shop as a world file.
+func BenchmarkShopWorldOracle(b *testing.B) { benchOracle(b, shopPort(b)) }
+
+func benchOracle(b *testing.B, e env.Env) {
+	const seeds = 200
+	turns := make([][]env.Turn, seeds)
+	for i := range turns {
+		seed := uint64(i + 1)
+		ep, err := e.NewEpisode(env.Config{Seed: seed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		obs, err := ep.Reset()
+		if err != nil {
+			b.Fatal(err)
+		}
+		agent := e.(env.Oracle).Oracle(seed)
+		for turn := uint32(0); ; turn++ {
+			t := env.Turn{Step: turn, Observation: obs}
+			a, err := agent.Act(t)
+			if err != nil {
+				b.Fatal(err)
+			}
+			turns[i] = append(turns[i], t)
+			r, err := ep.Step(a)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if obs = r.Observation; r.Done() {
+				break
+			}
+		}
+	}
+	b.ReportAllocs()
+	acts := 0
+	cpu0 := cpuTime(b)
+	for i := 0; b.Loop(); i++ {
+		agent := e.(env.Oracle).Oracle(uint64(i%seeds + 1))
+		for _, t := range turns[i%seeds] {
+			if _, err := agent.Act(t); err != nil {
+				b.Fatal(err)
+			}
+		}
+		acts += len(turns[i%seeds])
+	}
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(acts), "cpu-ns/act")
+}

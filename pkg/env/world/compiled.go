@@ -123,8 +123,8 @@ func (c *closures) compileTyped(a *cel.Ast) (cfn, typed) {
 }
 
 // constOrLeaf is the typed closure of a literal (a draw's bounds, [0, 6]: its value
-// made once, when the world loads) or of a name or a field read where it lives; nil
-// for anything else.
+// made once, when the world loads), of a name or a field read where it lives, or of an
+// element of a literal or shuffled list (indexed: order[0]); nil for anything else.
 func constOrLeaf[V scalar](c *closures, e ast.Expr) fn[V] {
 	if e.Kind() == ast.LiteralKind {
 		v, ok := e.AsLiteral().(V)
@@ -133,11 +133,13 @@ func constOrLeaf[V scalar](c *closures, e ast.Expr) fn[V] {
 		}
 		return func(*activation) (V, bool) { return v, true }
 	}
-	f, ok := leaf[V](c, e)
-	if !ok {
-		return nil
+	if f, ok := leaf[V](c, e); ok {
+		return f
 	}
-	return f
+	if f, mine, ok := indexed[V](c, e); mine && ok {
+		return f
+	}
+	return nil
 }
 
 // expr compiles an expression: to a typed closure where compiledtyped.go knows its
@@ -175,6 +177,9 @@ func (c *closures) planMemo(e ast.Expr, f cfn) cfn {
 		return f
 	}
 	slot := memoSlot(&c.memoSlots, exprKey(e))
+	if slot == len(c.w.planReads) {
+		c.w.planReads = append(c.w.planReads, resultsRead(e))
+	}
 	return func(a *activation) ref.Val {
 		o := a.plan
 		if o == nil {
@@ -192,6 +197,103 @@ func (c *closures) planMemo(e ast.Expr, f cfn) cfn {
 		}
 		return v
 	}
+}
+
+// planReads is what a remembered plan expression reads of the oracle's results: the
+// answers of the steps it names, or any of them (all). Its value stays the same until
+// one of those is added; the task never changes.
+type planReads struct {
+	all   bool
+	names []string
+}
+
+// reads reports whether an expression that reads r may change when the answer of the
+// step named name is added to the results.
+func (r planReads) reads(name string) bool {
+	return r.all || slices.Contains(r.names, name)
+}
+
+// resultsRead is what e reads of the results. An answer is named where results is the
+// operand of a field (results.search), indexed by a string literal (results['search'])
+// or asked for one (has(results.search), 'search' in results); results read any other
+// way (results[n], size(results), results passed to a function or a comprehension)
+// may read any answer. A comprehension's variable of that name is taken for the
+// results too, which only adds names.
+func resultsRead(e ast.Expr) planReads {
+	var r planReads
+	name := func(n string) {
+		if !slices.Contains(r.names, n) {
+			r.names = append(r.names, n)
+		}
+	}
+	isResults := func(x ast.Expr) bool { return x.Kind() == ast.IdentKind && x.AsIdent() == "results" }
+	literal := func(x ast.Expr) (string, bool) {
+		if x.Kind() != ast.LiteralKind {
+			return "", false
+		}
+		s, ok := x.AsLiteral().(types.String)
+		return string(s), ok
+	}
+	var walk func(x ast.Expr)
+	walk = func(x ast.Expr) {
+		switch x.Kind() {
+		case ast.IdentKind:
+			if isResults(x) {
+				r.all = true
+			}
+		case ast.SelectKind:
+			s := x.AsSelect()
+			if isResults(s.Operand()) {
+				name(s.FieldName())
+				return
+			}
+			walk(s.Operand())
+		case ast.CallKind:
+			call := x.AsCall()
+			args := call.Args()
+			if len(args) == 2 && isResults(args[0]) && (call.FunctionName() == operators.Index || call.FunctionName() == operators.OptIndex) {
+				if n, ok := literal(args[1]); ok {
+					name(n)
+					return
+				}
+			}
+			if len(args) == 2 && isResults(args[1]) && call.FunctionName() == operators.In {
+				if n, ok := literal(args[0]); ok {
+					name(n)
+					return
+				}
+			}
+			if call.IsMemberFunction() {
+				walk(call.Target())
+			}
+			for _, a := range args {
+				walk(a)
+			}
+		case ast.ListKind:
+			for _, el := range x.AsList().Elements() {
+				walk(el)
+			}
+		case ast.MapKind:
+			for _, en := range x.AsMap().Entries() {
+				walk(en.AsMapEntry().Key())
+				walk(en.AsMapEntry().Value())
+			}
+		case ast.StructKind:
+			for _, f := range x.AsStruct().Fields() {
+				walk(f.AsStructField().Value())
+			}
+		case ast.ComprehensionKind:
+			f := x.AsComprehension()
+			for _, y := range []ast.Expr{f.IterRange(), f.AccuInit(), f.LoopCondition(), f.LoopStep(), f.Result()} {
+				walk(y)
+			}
+		}
+	}
+	walk(e)
+	if r.all {
+		r.names = nil
+	}
+	return r
 }
 
 // memoSlot returns the slot of the expression written key among slots, numbering a new
@@ -1204,13 +1306,39 @@ type record struct {
 	vals []ref.Val
 }
 
-// recordKeys are the keys of a map literal: in the literal's order, as CEL values, and
-// the positions in the order of their names (JSON's).
+// recordKeys are the keys of a map literal (or of an object of an answer the oracle
+// read): in the literal's order, as CEL values, and the positions in the order of
+// their names (JSON's). A literal's are made when the world loads (none are made
+// later for it: an empty literal has none to make); an answer's, nil until something
+// needs them (keyVals, order), which only the oracle that read it does.
 type recordKeys struct {
 	names   []string
 	vals    []ref.Val
 	sorted  []int
 	adapter types.Adapter
+}
+
+// keyVals returns the keys as CEL values.
+func (rk *recordKeys) keyVals() []ref.Val {
+	if rk.vals == nil && len(rk.names) > 0 {
+		rk.vals = make([]ref.Val, len(rk.names))
+		for i, k := range rk.names {
+			rk.vals[i] = types.String(k)
+		}
+	}
+	return rk.vals
+}
+
+// order returns the positions of the keys in the order of their names.
+func (rk *recordKeys) order() []int {
+	if rk.sorted == nil && len(rk.names) > 0 {
+		rk.sorted = make([]int, len(rk.names))
+		for i := range rk.sorted {
+			rk.sorted[i] = i
+		}
+		slices.SortFunc(rk.sorted, func(a, b int) int { return cmpString(rk.names[a], rk.names[b]) })
+	}
+	return rk.sorted
 }
 
 // constantKeys returns the keys of a map literal whose keys are distinct string
@@ -1244,8 +1372,9 @@ var (
 // asMap is the record as the map CEL's interpreter builds.
 func (r *record) asMap() traits.Mapper {
 	entries := make(map[ref.Val]ref.Val, len(r.vals))
+	keys := r.keys.keyVals()
 	for i, v := range r.vals {
-		entries[r.keys.vals[i]] = v
+		entries[keys[i]] = v
 	}
 	return types.NewRefValMap(r.keys.adapter, entries)
 }
@@ -1273,6 +1402,26 @@ func (r *record) Find(key ref.Val) (ref.Val, bool) {
 		return nil, false
 	}
 	return r.asMap().Find(key)
+}
+
+// field is the value of key name, nil when the record has none.
+func (r *record) field(name string) ref.Val {
+	if i := slices.Index(r.keys.names, name); i >= 0 {
+		return r.vals[i]
+	}
+	return nil
+}
+
+// put sets key name to v, adding the key after the others when it is new. Only a
+// record whose keys are its own may grow (the oracle's results).
+func (r *record) put(name string, v ref.Val) {
+	if i := slices.Index(r.keys.names, name); i >= 0 {
+		r.vals[i] = v
+		return
+	}
+	rk := r.keys
+	rk.names, r.vals = append(rk.names, name), append(r.vals, v)
+	rk.vals, rk.sorted = nil, nil // made again when needed
 }
 
 func (r *record) Get(key ref.Val) ref.Val {

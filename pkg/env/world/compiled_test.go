@@ -343,6 +343,8 @@ vars:
   n: {type: int, uniform: [1, 5]}
   word: {type: string, choice: [a, b, abc]}
   flag: {type: bool, bernoulli: 0.5}
+  perm: {type: list(int), shuffle: 4}
+  evens: {type: list(int), expr: "[0, 2, 4]"}
 entities:
   item:
     prefix: it-
@@ -371,6 +373,11 @@ tools:
       and_true_and_error: zero == 0 && big + 1 > 0
       out_of_range: "[1, 2, 3][n + 2]"
       negative_index: "[1, 2, 3][args.m]"
+      index_int: "[10, 20, 30][args.m] + n"
+      index_string: "['x', 'y'][args.m] + word"
+      index_shuffled: "perm[args.m] * 2 + perm[n - 1]"
+      index_shuffled_out_of_range: "perm[n + 3] + 1"
+      index_computed: "evens[args.m] + evens[0]"
       missing_key: "{'a': 1}[args.k]"
       record_field: "{'a': n, 'b': zero}.b"
       record_in: "args.k in {'a': 1, 'abc': 2}"
@@ -548,4 +555,80 @@ func TestSettledMemo(t *testing.T) {
 	if we := ep.(*episode); len(we.settled) != 2 || we.settled[0] == nil || we.settled[1] == nil {
 		t.Errorf("the second step's answer remembered %v, want the filter and its size", we.settled)
 	}
+}
+
+const growing = `
+name: growing
+services: [svc]
+vars:
+  text: {type: string, value: "a"}
+tools:
+  - name: grow
+    service: svc
+    description: appends its words to the text and says whether one was there
+    args:
+      type: object
+      properties:
+        s: {type: string, maxLength: 100}
+      required: [s]
+    effects:
+      - {set: text, to: text + ' ' + args.s}
+    observation:
+      found: "words(args.s).exists(w, text.contains(w))"
+      all: "words(args.s).all(w, text.contains(w))"
+success: size(text) > 60000
+`
+
+// TestSizedVerdictPerStep: an expression whose cost only the state's sizes bound runs
+// without cost tracking after a step's effects only while those sizes keep it under
+// the limit, the verdict remembered for that step alone. The text grows by 100 bytes a
+// step until CEL's estimate of the answer's folds passes the limit (their actual cost
+// stays small: the first word is always there): every untracked evaluation must be
+// under the limit on the state it ran on, and the last steps must run tracked.
+func TestSizedVerdictPerStep(t *testing.T) {
+	w, err := Load("growing.yaml", []byte(growing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := w.Env().NewEpisode(env.Config{Seed: 1, MaxSteps: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	untracked, steps := 0, 0
+	checkClosures = func(p *program, a *activation, v ref.Val) {
+		if p.sized == nil {
+			return
+		}
+		untracked++
+		if !p.sized.under(a) {
+			t.Errorf("step %d: %s ran untracked on a state its cost estimate does not keep under the limit", steps, p.at.field)
+		}
+	}
+	defer func() { checkClosures = nil }()
+	words := strings.Repeat("a ", 49) + "b"
+	args, err := json.Marshal(map[string]string{"s": words})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUntracked := 0
+	for steps = 1; steps <= 150; steps++ {
+		before := untracked
+		r, err := ep.Step(env.Action{Tool: "grow", Args: args})
+		if err != nil {
+			t.Fatalf("step %d: %v", steps, err)
+		}
+		if untracked > before {
+			lastUntracked = steps
+		}
+		if r.Done() {
+			break
+		}
+	}
+	if lastUntracked == 0 || lastUntracked >= steps-1 {
+		t.Errorf("the answer ran untracked up to step %d of %d: want the first steps untracked and the last tracked", lastUntracked, steps-1)
+	}
+	t.Logf("untracked up to step %d, %d evaluations", lastUntracked, untracked)
 }

@@ -86,6 +86,9 @@ func typedOf[V scalar](c *closures, e ast.Expr) (fn[V], bool) {
 	if f, ok := leaf[V](c, e); ok {
 		return f, true
 	}
+	if f, mine, ok := indexed[V](c, e); mine {
+		return f, ok
+	}
 	if t, mine, ok := c.native(e); mine {
 		f, isV := any(t.b).(fn[V])
 		switch {
@@ -159,6 +162,91 @@ func leaf[V scalar](c *closures, e ast.Expr) (fn[V], bool) {
 		}, true
 	}
 	return nil, false
+}
+
+// indexed compiles list[i] of a V where the list is a literal of V literals (a noun
+// read from the file's list of nouns) or a list(int) variable drawn by shuffle
+// (slots[0]): the element read from a Go slice, where the general path asks CEL's list
+// for it through its interface and unboxes it. mine says the shape is this one,
+// decided before compiling the index. A variable whose elements the episode does not
+// hold (episode.perms: a list computed by an expression) is indexed as the general
+// path indexes it; an index out of range is not sure: the interpreter names the error.
+func indexed[V scalar](c *closures, e ast.Expr) (f fn[V], mine, ok bool) {
+	if e.Kind() != ast.CallKind {
+		return nil, false, false
+	}
+	call := e.AsCall()
+	if call.FunctionName() != operators.Index || call.IsMemberFunction() || len(call.Args()) != 2 {
+		return nil, false, false
+	}
+	list, at := call.Args()[0], call.Args()[1]
+	if c.kindOf(at) != types.IntKind {
+		return nil, false, false
+	}
+	switch list.Kind() {
+	case ast.ListKind:
+		l := list.AsList()
+		if len(l.OptionalIndices()) > 0 {
+			return nil, false, false
+		}
+		elems := make([]V, len(l.Elements()))
+		for i, x := range l.Elements() {
+			if x.Kind() != ast.LiteralKind {
+				return nil, false, false
+			}
+			v, isV := x.AsLiteral().(V)
+			if !isV {
+				return nil, false, false
+			}
+			elems[i] = v
+		}
+		idx, ok := c.intOf(at)
+		return func(a *activation) (V, bool) {
+			i, ok := idx(a)
+			if !ok || i < 0 || int64(i) >= int64(len(elems)) {
+				var zero V
+				return zero, false
+			}
+			return elems[i], true
+		}, true, ok
+	case ast.IdentKind:
+		var zero V
+		if _, isInt := any(zero).(types.Int); !isInt {
+			return nil, false, false
+		}
+		name, ok := c.name(list)
+		if !ok {
+			return nil, false, false
+		}
+		if _, isLocal := c.local(name); isLocal {
+			return nil, false, false
+		}
+		k, isVar := c.slots[name]
+		if !isVar || k < 0 {
+			return nil, false, false
+		}
+		idx, ok := c.intOf(at)
+		return func(a *activation) (V, bool) {
+			i, ok := idx(a)
+			if !ok {
+				var zero V
+				return zero, false
+			}
+			var v ref.Val
+			if p := a.ep.permOf(k); p != nil {
+				if i < 0 || int64(i) >= int64(len(p)) {
+					var zero V
+					return zero, false
+				}
+				v = p[i]
+			} else if k < len(a.ep.vars) {
+				v = index(a.ep.vars[k], i) // a list computed by an expression
+			}
+			x, ok := v.(V)
+			return x, ok
+		}, true, ok
+	}
+	return nil, false, false
 }
 
 // fieldAt is field i of o, an object of type ot (nil: not an object).

@@ -66,6 +66,12 @@ type episode struct {
 	// so that expressions read them without converting anything.
 	vars []ref.Val
 	ents []collection
+	// perms holds the elements of the first lists(int) drawn by shuffle, which a
+	// compiled index reads (closures.indexed); permVar[j] is the variable of perms[j]
+	// plus one (0: none). perm is the last shuffle drawValue made.
+	perms   [maxPerms][]ref.Val
+	permVar [maxPerms]int
+	perm    []ref.Val
 	// act is the activation of the episode's expressions, reused by every evaluation;
 	// loc holds the comprehension variables of compiled expressions (program.run).
 	act activation
@@ -84,6 +90,12 @@ type episode struct {
 	// step's reach and answer compute, by their slot in World.settledSlots: cleared
 	// once the step's effects are applied.
 	settled []ref.Val
+	// settledEpoch numbers the steps' settled states (from 1; 0 before the first);
+	// sizedKeys holds, by sizedBound.sig, the sizes of the paths measured in epoch
+	// sizedAt (sizedBound.underSettled).
+	settledEpoch uint64
+	sizedAt      [maxSizedSigs]uint64
+	sizedKeys    [maxSizedSigs][maxSizedPaths]byte
 	// strs is the block the episode's concatenations are written into (joinStrings):
 	// kept across resets, its written bytes never written again.
 	strs     []byte
@@ -222,7 +234,7 @@ func eval(p *program, act interpreter.Activation) (ref.Val, error) {
 // tracking, because the world bounded p's cost at load and the episode stays within
 // max_steps, or because the state's sizes keep it under the limit.
 func (p *program) closes(a *activation) bool {
-	return p.fast != nil && a.ep.fast || p.sized != nil && p.sized.under(a)
+	return p.fast != nil && a.ep.fast || p.sized != nil && p.sized.underSettled(a)
 }
 
 func evalInt(p *program, act interpreter.Activation) (int64, error) {
@@ -327,7 +339,8 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs}
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs,
+		settledEpoch: e.settledEpoch, sizedAt: e.sizedAt} // the epochs go on: what sizedAt holds is older
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
@@ -341,11 +354,13 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	}
 	for i := len(w.params); i < len(w.vars); i++ {
 		dr := &w.vars[i].draw
+		e.perm = nil
 		v, err := drawValue(r, dr, act)
 		if err != nil {
 			return nil, err
 		}
 		e.vars[i] = v
+		e.setPerm(i, e.perm)
 		if again, err := redraw(dr, act, &redraws); err != nil {
 			return nil, err
 		} else if again {
@@ -468,6 +483,73 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	return b, nil
 }
 
+// maxPerms is how many shuffled variables an episode holds the elements of.
+const maxPerms = 4
+
+// setPerm records p as the elements of variable k (nil: k is not a shuffle's).
+func (e *episode) setPerm(k int, p []ref.Val) {
+	free := -1
+	for j, v := range e.permVar {
+		switch {
+		case v == k+1:
+			e.permVar[j], e.perms[j] = 0, nil // drawn again
+			free = j
+		case v == 0 && free < 0:
+			free = j
+		}
+	}
+	if p != nil && free >= 0 {
+		e.permVar[free], e.perms[free] = k+1, p
+	}
+}
+
+// permOf returns the elements of variable k when a shuffle drew it, else nil.
+func (e *episode) permOf(k int) []ref.Val {
+	for j, v := range e.permVar {
+		if v == k+1 {
+			return e.perms[j]
+		}
+	}
+	return nil
+}
+
+// typedDraw computes a drawn value of kind k by its expression's typed closure, when it
+// has one of that kind and it is sure: without the boxed closure's call and the kind's
+// check in between (a closure of k's type gives a value of k; a string over the
+// state's bound is left to checkKind, which names it).
+func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
+	switch {
+	case k == kInt && p.unboxed.i != nil:
+		if p.closes(a) {
+			if v, ok := p.unboxed.i(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, true
+			}
+		}
+	case k == kString && p.unboxed.s != nil:
+		if p.closes(a) {
+			if v, ok := p.unboxed.s(a); ok && len(v) <= maxStateString {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, true
+			}
+		}
+	case k == kBool && p.unboxed.b != nil:
+		if p.closes(a) {
+			if v, ok := p.unboxed.b(a); ok {
+				if checkClosures != nil {
+					checkClosures(p, a, v)
+				}
+				return v, true
+			}
+		}
+	}
+	return nil, false
+}
+
 // maxRedraws bounds the rejections of one value's draw, so a redraw condition that always
 // holds is an error, never a stalled reset.
 const maxRedraws = 10000
@@ -498,6 +580,9 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 			if dr.els == nil {
 				return dr.kind.zero(), nil
 			}
+			if v, ok := typedDraw(dr.els, dr.kind, act); ok {
+				return v, nil
+			}
 			v, err := eval(dr.els, act)
 			if err != nil {
 				return nil, err
@@ -524,10 +609,14 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 			j := r.Int64N(i + 1)
 			p[i], p[j] = p[j], p[i]
 		}
+		act.ep.perm = p
 		return types.NewRefValList(types.DefaultTypeAdapter, p), nil
 	case dr.bits > 0:
 		return types.Int(int64(r.Uint64() >> (64 - dr.bits))), nil
 	case dr.expr != nil:
+		if v, ok := typedDraw(dr.expr, dr.kind, act); ok {
+			return v, nil
+		}
 		v, err := eval(dr.expr, act)
 		if err != nil {
 			return nil, err
@@ -1132,6 +1221,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 	// once for its total, once for its results and once for its milestone).
 	clear(e.settled)
 	post.settled = true
+	e.settledEpoch++
 	for _, r := range t.reach {
 		if r.level <= s.reached {
 			continue
@@ -1278,7 +1368,7 @@ func appendVal(b []byte, v ref.Val) ([]byte, error) {
 		return appendMap(b, x, x.ids)
 	case *record:
 		b = append(b, '{')
-		for n, i := range x.keys.sorted {
+		for n, i := range x.keys.order() {
 			if n > 0 {
 				b = append(b, ',')
 			}

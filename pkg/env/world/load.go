@@ -95,8 +95,9 @@ type program struct {
 	// run, when set, is the expression compiled to Go closures (compiled.go): what an
 	// evaluation without cost tracking tries first.
 	run cfn
-	// unboxed is run's typed closure when the expression is a bool or int computation
-	// the closures know: evalBool and evalInt call it without a CEL value between.
+	// unboxed is run's typed closure when the expression is a bool, int or string
+	// computation the closures know: evalBool, evalInt and typedDraw call it without a
+	// CEL value between.
 	unboxed typed
 	// sized, for an expression CEL's estimate does not bound whatever the state, bounds
 	// it on the sizes of the state at hand: when those keep it under maxCost, run
@@ -328,6 +329,11 @@ type World struct {
 	// settledSlots numbers the comprehensions and calls over the state that a step
 	// computes once after its effects (closures.memoize), written the same way once.
 	settledSlots map[string]int
+	// planReads holds, by the slot of each of the plan's remembered expressions
+	// (closures.planMemo), the answers it reads: what forgets its value.
+	planReads []planReads
+	// sizedSigs numbers the lists of paths the sized bounds measure (sizedBound.sig).
+	sizedSigs map[string]int
 	// bounded lists the expressions over the state that may run compiled, and the
 	// arguments they read (nil for none): what the test comparing closures with CEL walks.
 	bounded []boundExpr
@@ -1099,6 +1105,7 @@ func (c *compiler) bound() {
 			if sized = c.sizedBound(sp, ents, sz.seen); sized == nil {
 				continue
 			}
+			sized.sig = w.sizedSig(sized.paths)
 		} else {
 			fast, err := sp.env.Program(sp.p.ast, cel.EvalOptions(cel.OptOptimize))
 			if err != nil {

@@ -27,17 +27,17 @@ type oracle struct {
 	w       *World
 	p       *oraclePlan
 	started bool
-	task    map[string]any
-	results map[string]any
-	// taskVal and resultsVal are task and results as CEL maps (made once: they see
-	// what is added to results), what the plan's expressions read.
+	// task is the first observation and results the answers by step name: records
+	// (the results one grows as answers arrive), what the plan's expressions read as
+	// task and results; taskVal and resultsVal are the same as CEL values.
+	task, results       *record
 	taskVal, resultsVal ref.Val
 	// act is the activation of the plan's compiled expressions (closures); locals
 	// holds their comprehensions' slots.
 	act    activation
 	locals episode
-	// memo holds the values of the plan's remembered expressions (planMemo) computed
-	// since the results last changed.
+	// memo holds the values of the plan's remembered expressions (planMemo), each
+	// computed since the last answer it reads (World.planReads) was added.
 	memo       []ref.Val
 	pc         int
 	last       env.Action
@@ -47,6 +47,8 @@ type oracle struct {
 	// (the task's and the results', the results themselves): what decides whether an
 	// expression runs without cost tracking (boundPlan).
 	largest int
+	// scratch is the room decodeAnswerWith reads an answer's values in.
+	scratch []ref.Val
 	// built is the call whose action builtAct holds, until the results change.
 	built    *oracleCall
 	builtAct env.Action
@@ -82,18 +84,19 @@ func (a planVars) Parent() interpreter.Activation { return nil }
 // the episode's limits end it.
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
-		task, size, ok := decodeAnswer(t.Observation, o.p.adapter)
+		task, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.scratch)
 		// A world that does not identify itself (identify: false) has no name to check.
-		if !ok || o.w.identify && task["world"] != types.String(o.w.name) {
+		if !ok || o.w.identify && task.field("world") != types.String(o.w.name) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
 		}
-		o.task, o.results, o.started = task, map[string]any{}, true
-		o.taskVal = types.NewStringInterfaceMap(o.p.adapter, o.task)
-		o.resultsVal = types.NewStringInterfaceMap(o.p.adapter, o.results)
+		n := len(o.p.steps) // an answer a step, at most
+		o.results = &record{keys: &recordKeys{names: make([]string, 0, n), adapter: o.p.adapter}, vals: make([]ref.Val, 0, n)}
+		o.task, o.started = task, true
+		o.taskVal, o.resultsVal = o.task, o.results
 		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
 	}
-	v, size, ok := decodeAnswer(t.Observation, o.p.adapter)
+	v, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.scratch)
 	if !ok {
 		return o.last, nil // garbled: ask again
 	}
@@ -114,7 +117,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		return o.retry(cur)
 	}
 	switch {
-	case v["truncated"] == types.True:
+	case v.field("truncated") == types.True:
 		if o.recovering || len(o.w.tool(o.last.Tool).effects) == 0 || cur.recover == nil {
 			return o.last, nil
 		}
@@ -124,17 +127,21 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 			return env.Action{}, err
 		}
 		return o.do(a), nil
-	case v["ok"] == types.True:
-		// Made a CEL map once: the plan's expressions read it at every step after.
-		o.results[cur.name] = types.NewStringInterfaceMap(o.p.adapter, v)
+	case v.field("ok") == types.True:
+		o.results.put(cur.name, v)
 		o.built = nil
-		clear(o.memo)
-		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results))))
+		// What read this answer (or might have) is computed again; the rest stays.
+		for slot, v := range o.memo {
+			if v != nil && o.w.planReads[slot].reads(cur.name) {
+				o.memo[slot] = nil
+			}
+		}
+		o.largest = max(o.largest, bits.Len64(size), bits.Len(uint(len(o.results.vals))))
 		o.recovering = false
 		o.pc++
 		return o.next()
 	}
-	if ms, ok := v["retry_after_ms"].(types.Int); ok && ms > 0 {
+	if ms, ok := v.field("retry_after_ms").(types.Int); ok && ms > 0 {
 		last := o.last
 		o.pending = &last
 		b := canonjson.AppendString([]byte("{"), o.p.waitArg)
@@ -142,10 +149,10 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		b = strconv.AppendInt(b, int64(ms), 10)
 		return o.do(env.Action{Tool: o.p.waitTool.name, Args: append(b, '}')}), nil
 	}
-	if _, ok := v["status"]; ok {
+	if v.field("status") != nil {
 		return o.last, nil // an injected error: the call did nothing; again
 	}
-	if rule, _ := v["rule"].(types.String); rule != "" && slices.Contains(cur.doneIfRules, string(rule)) {
+	if rule, _ := v.field("rule").(types.String); rule != "" && slices.Contains(cur.doneIfRules, string(rule)) {
 		o.pc++
 		return o.next()
 	}
@@ -218,7 +225,7 @@ func (o *oracle) action(c *oracleCall) (env.Action, error) {
 
 // callAction builds a call of a plan or a rule, its arguments evaluated over act.
 func callAction(w *World, c *oracleCall, act interpreter.Activation) (env.Action, error) {
-	b := []byte{'{'}
+	b := append(make([]byte, 0, 64), '{') // the shop's calls fit: one allocation, not three
 	for i, f := range c.args {
 		v, err := eval(f.val, act)
 		if err != nil {

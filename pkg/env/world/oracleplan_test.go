@@ -149,14 +149,14 @@ func TestDecodeAnswerAgreesWithDecodeObs(t *testing.T) {
 		if !wok {
 			continue
 		}
-		ws, gs := dumpAnswer(toVal(want, a)), dumpAnswer(types.NewStringInterfaceMap(a, got))
+		ws, gs := dumpAnswer(toVal(want, a)), dumpAnswer(got)
 		if ws != gs {
 			t.Fatalf("%.200q:\n got %s\nwant %s", in, gs, ws)
 		}
 		if want := valueSize(toVal(want, a)); size != want {
 			t.Fatalf("%.200q: largest value %d, want %d", in, size, want)
 		}
-		d := answerDecoder{b: []byte(in), a: a}
+		d := answerDecoder{b: in, a: a}
 		d.ws()
 		if _, ok := d.object(0); ok {
 			fast++
@@ -287,24 +287,91 @@ func TestPlanClosuresAgreeWithCEL(t *testing.T) {
 // second) but which a value remembered across the first answer would make false: the
 // oracle's actions must stay the file's own, without faults and under them.
 func TestPlanMemoSeesNewResults(t *testing.T) {
+	playShopWithConditions(t, map[string]string{"stock1": "size(results.filter(k, true)) == 1", "stock2": "size(results.filter(k, true)) == 2"})
+}
+
+// TestPlanMemoForgetsWhatItReads: a remembered plan expression that names the answers
+// it reads is kept across the others and computed again when one of its own is added.
+// The shop file's first two stock checks are given a condition on whether stock1's
+// answer is there, a comprehension naming it ('stock1' in results): before the first
+// check it is not (the condition holds), before the second it is (it holds again), so
+// a value kept across stock1's answer makes the second check false. The search's
+// candidate filter, named by results.search, is kept across every stock check.
+func TestPlanMemoForgetsWhatItReads(t *testing.T) {
+	const named = "size([0].filter(k, 'stock1' in results))"
+	w := playShopWithConditions(t, map[string]string{"stock1": named + " == 0", "stock2": named + " == 1"})
+	var stock1, search bool
+	for _, r := range w.planReads {
+		stock1 = stock1 || !r.all && slices.Equal(r.names, []string{"stock1"})
+		search = search || !r.all && slices.Equal(r.names, []string{"search"})
+	}
+	if !stock1 || !search {
+		t.Errorf("the remembered expressions read %+v: want one naming stock1 alone, one naming search alone", w.planReads)
+	}
+}
+
+// TestResultsRead: what a remembered plan expression reads of the results.
+func TestResultsRead(t *testing.T) {
+	data, err := os.ReadFile("../../../examples/worlds/shop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Load("shop.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planEnv := w.oracle.env
+	for _, c := range []struct {
+		expr  string
+		all   bool
+		names []string
+	}{
+		{"results.search.results.filter(h, h.price > task.qty)", false, []string{"search"}},
+		{"size(results.search.results) + results.stock1.stock", false, []string{"search", "stock1"}},
+		{"results['order'].order_id", false, []string{"order"}},
+		{"size([0].filter(k, 'stock1' in results))", false, []string{"stock1"}},
+		{"task.item.split(' ')", false, nil},
+		{"['stock1', 'stock2'].filter(n, n in results && results[n].stock > 0)", true, nil},
+		{"size(results)", true, nil},
+		{"results.filter(k, true)", true, nil},
+		{"cel.bind(r, results, r.search)", true, nil},
+	} {
+		ast, iss := planEnv.Compile(c.expr)
+		if iss.Err() != nil {
+			t.Fatalf("%s: %v", c.expr, iss.Err())
+		}
+		got := resultsRead(ast.NativeRep().Expr())
+		if got.all != c.all || !slices.Equal(got.names, c.names) {
+			t.Errorf("%s: reads %+v, want all %v, names %v", c.expr, got, c.all, c.names)
+		}
+	}
+}
+
+// playShopWithConditions plays the shop file's oracle with a condition put before each
+// named step's own, over 60 seeds (faults on every second), and fails unless its
+// actions are the file's own; it returns the world it loaded.
+func playShopWithConditions(t *testing.T, conds map[string]string) *World {
+	t.Helper()
 	data, err := os.ReadFile("../../../examples/worlds/shop.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(data)
-	for _, step := range []struct{ name, cond string }{{"stock1", "size(results.filter(k, true)) == 1"}, {"stock2", "size(results.filter(k, true)) == 2"}} {
-		old := "- name: " + step.name + "\n      when: "
+	var steps []string
+	for name, cond := range conds {
+		old := "- name: " + name + "\n      when: "
 		if !strings.Contains(text, old) {
-			t.Fatalf("the shop file has no step %s with a condition", step.name)
+			t.Fatalf("the shop file has no step %s with a condition", name)
 		}
-		text = strings.Replace(text, old, old+step.cond+" && ", 1)
+		text = strings.Replace(text, old, old+cond+" && ", 1)
+		steps = append(steps, name)
 	}
 	w, err := Load("shop.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range w.oracle.steps[1:3] {
-		if s.when.run == nil {
+	for _, s := range w.oracle.steps {
+		if slices.Contains(steps, s.name) && s.when.run == nil {
 			t.Fatalf("%s: its condition is not compiled: %q", s.name, s.when.src)
 		}
 	}
@@ -321,6 +388,7 @@ func TestPlanMemoSeesNewResults(t *testing.T) {
 		playOracle(t, w.Env(), cfg, got)
 	}
 	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
-		t.Errorf("with conditions on the number of answers, the oracle's actions differ from the shop file's")
+		t.Errorf("with conditions %v, the oracle's actions differ from the shop file's", conds)
 	}
+	return w
 }

@@ -2,6 +2,9 @@ package world
 
 import (
 	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"cel.dev/cel-go/cel"
@@ -25,6 +28,9 @@ type sizedBound struct {
 
 	mu    sync.RWMutex
 	cache map[string]bool
+	// sig numbers the paths it measures among the world's bounds (World.sizedSigs):
+	// bounds that measure the same paths share their measure (episode.sizedAt).
+	sig int
 }
 
 // sizedPath is a path CEL's estimate sized, and how to measure it on a state.
@@ -89,6 +95,9 @@ func (c *compiler) sizedBound(sp stateProgram, ents map[string]uint64, seen map[
 		}
 		b.paths = append(b.paths, p)
 	}
+	// In the order of their keys, so that bounds measuring the same paths measure them
+	// in the same order (World.sizedSig).
+	slices.SortFunc(b.paths, func(x, y sizedPath) int { return strings.Compare(x.key, y.key) })
 	// An expression over even an empty state may be unbounded (string(int) has no size
 	// in CEL's estimate): the interpreter's.
 	s := b.base
@@ -102,13 +111,45 @@ func (c *compiler) sizedBound(sp stateProgram, ents map[string]uint64, seen map[
 	return b
 }
 
+// underSettled is under with the state's sizes measured once per step after its
+// effects (activation.settled), while the state stays as it is: the shop search's
+// total, results and milestone, which read the same strings, measure the catalog once.
+func (b *sizedBound) underSettled(a *activation) bool {
+	ep := a.ep
+	if !a.settled || ep.settledEpoch == 0 || len(b.paths) > maxSizedPaths || b.sig >= len(ep.sizedAt) {
+		return b.under(a)
+	}
+	key := ep.sizedKeys[b.sig][:len(b.paths)]
+	if ep.sizedAt[b.sig] != ep.settledEpoch {
+		if !b.measure(a, key) {
+			return false
+		}
+		ep.sizedAt[b.sig] = ep.settledEpoch
+	}
+	return b.decide(key)
+}
+
+// maxSizedPaths is the most paths a bound measures (more: never under); maxSizedSigs
+// how many lists of paths an episode keeps the measures of (the others are measured
+// by each bound).
+const (
+	maxSizedPaths = 16
+	maxSizedSigs  = 4
+)
+
 // under reports whether the expression's cost on the state of a stays under maxCost.
 func (b *sizedBound) under(a *activation) bool {
-	var buf [16]byte
+	var buf [maxSizedPaths]byte
 	if len(b.paths) > len(buf) {
 		return false
 	}
 	key := buf[:len(b.paths)]
+	return b.measure(a, key) && b.decide(key)
+}
+
+// measure writes the bit length of each path's size on the state of a into key; false
+// when one cannot be measured.
+func (b *sizedBound) measure(a *activation, key []byte) bool {
 	for i, p := range b.paths {
 		n, ok := p.size(a)
 		if !ok {
@@ -116,6 +157,11 @@ func (b *sizedBound) under(a *activation) bool {
 		}
 		key[i] = byte(bits.Len64(n))
 	}
+	return true
+}
+
+// decide reports whether the estimate on the sizes key (bit lengths) is under maxCost.
+func (b *sizedBound) decide(key []byte) bool {
 	b.mu.RLock()
 	v, ok := b.cache[string(key)]
 	b.mu.RUnlock()
@@ -186,4 +232,22 @@ func strLen(v any) (uint64, bool) {
 		return uint64(len(x)), true
 	}
 	return 0, false
+}
+
+// sizedSig returns the number of a list of paths (what each measures), the same for
+// every bound that measures the same.
+func (w *World) sizedSig(paths []sizedPath) int {
+	var b strings.Builder
+	for _, p := range paths {
+		b.WriteString(strconv.Itoa(int(p.what)) + "," + strconv.Itoa(p.k) + "," + strconv.Itoa(p.f) + ";")
+	}
+	if w.sizedSigs == nil {
+		w.sizedSigs = map[string]int{}
+	}
+	sig, ok := w.sizedSigs[b.String()]
+	if !ok {
+		sig = len(w.sizedSigs)
+		w.sizedSigs[b.String()] = sig
+	}
+	return sig
 }
