@@ -423,11 +423,12 @@ func (g *cgroup) reset() error {
 		kmem, err = readIntStrict(filepath.Join(mem, "memory.kmem.usage_in_bytes"))
 		return all, kmem, err
 	}
-	all, kmem, err := usage()
+	all, _, err := usage()
 	if err != nil {
 		return err
 	}
 	if all > poolSlack {
+		var kmem int64
 		if err := writeFile(filepath.Join(mem, "memory.force_empty"), "0"); err != nil {
 			return err
 		}
