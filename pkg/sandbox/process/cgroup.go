@@ -423,21 +423,23 @@ func (g *cgroup) reset() error {
 		kmem, err = readIntStrict(filepath.Join(mem, "memory.kmem.usage_in_bytes"))
 		return all, kmem, err
 	}
-	all, _, err := usage()
+	all, kmem, err := usage()
 	if err != nil {
 		return err
 	}
-	if all > poolSlack {
-		var kmem int64
+	// Reclaim only when there is memory besides kernel objects to give back: with
+	// kernel objects still being freed, force_empty retries its reclaim until none is
+	// left or it gives up, which cost a destroy more than a millisecond of CPU.
+	if all-kmem > poolSlack {
 		if err := writeFile(filepath.Join(mem, "memory.force_empty"), "0"); err != nil {
 			return err
 		}
 		if all, kmem, err = usage(); err != nil {
 			return err
 		}
-		if all-kmem > poolSlack || kmem > poolKmemSlack {
-			return fmt.Errorf("cgroup %s: %d bytes of memory still charged (%d of kernel objects)", g.rel, all, kmem)
-		}
+	}
+	if all-kmem > poolSlack || kmem > poolKmemSlack {
+		return fmt.Errorf("cgroup %s: %d bytes of memory still charged (%d of kernel objects)", g.rel, all, kmem)
 	}
 	return writeFile(filepath.Join(mem, "memory.max_usage_in_bytes"), "0")
 }
