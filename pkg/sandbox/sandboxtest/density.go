@@ -27,7 +27,7 @@ type DensityConfig struct {
 	Live bool
 	// Spec is the spec of every sandbox (its ID is set by Density).
 	Spec sandbox.Spec
-	// Churn, at the peak count (after Live's commands end), destroys the newest
+	// Churn, at the peak count (after Live's commands end), destroys the oldest
 	// sandbox and creates a new one, Churn times: a fleet replacing its sandboxes at a
 	// steady count, which the drain that follows does not show.
 	Churn int
@@ -139,8 +139,8 @@ func Density(t testing.TB, rt sandbox.Runtime, cfg DensityConfig) DensityReport 
 	return rep
 }
 
-// churn destroys the newest of ids and creates a new sandbox, cfg.Churn times, timing
-// destroys and creates apart.
+// churn destroys the oldest of ids (one that ran Live's command, if any) and creates a
+// new sandbox, cfg.Churn times, timing destroys and creates apart.
 func churn(t testing.TB, rt sandbox.Runtime, cfg DensityConfig, ids *[]string) (destroy, create DensityBucket) {
 	t.Helper()
 	ctx := context.Background()
@@ -148,14 +148,14 @@ func churn(t testing.TB, rt sandbox.Runtime, cfg DensityConfig, ids *[]string) (
 	destroy = DensityBucket{From: n, To: n}
 	create = destroy
 	for i := range cfg.Churn {
-		id := (*ids)[len(*ids)-1]
+		id := (*ids)[0]
 		start, cpu := time.Now(), cpuTime()
 		if err := rt.Destroy(ctx, id); err != nil {
 			t.Fatalf("density: churn: destroy %s: %v", id, err)
 		}
 		destroy.Mean += time.Since(start)
 		destroy.CPU += cpuTime() - cpu
-		*ids = (*ids)[:len(*ids)-1]
+		*ids = (*ids)[1:]
 		spec := cfg.Spec
 		spec.ID = fmt.Sprintf("density-churn-%06d", i)
 		start, cpu = time.Now(), cpuTime()
