@@ -385,12 +385,14 @@ func (r *Runtime) makeCgroup(g *cgroup, l sandbox.Limits) error {
 	r.mu.Unlock()
 	if name != "" {
 		kept := r.cg.cgroup(filepath.Join(r.cgBase, name))
-		if _, err := kept.renameTo(g.rel); err == nil {
+		_, err := kept.renameTo(g.rel)
+		if err == nil {
 			return g.setLimits(l, false)
-		} else if !errors.Is(err, fs.ErrNotExist) { // gone: removeLeftoverPool
-			r.cfg.Logger.Warn("sandbox: reuse a kept cgroup", "err", err)
-			_ = kept.remove()
 		}
+		if !errors.Is(err, fs.ErrNotExist) { // gone: removeLeftoverPool
+			r.cfg.Logger.Warn("sandbox: reuse a kept cgroup", "err", err)
+		}
+		_ = kept.remove() // what is left of it
 	}
 	return g.create(l)
 }
