@@ -78,9 +78,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultCgroupPool is Config.CgroupPool's default. An empty kept cgroup costs kernel
-// memory (tens of KiB, more with many superblocks on the host); the pool fills only
-// when destroys outnumber creates.
+// DefaultCgroupPool is Config.CgroupPool's default: enough to take the first thousand
+// destroys of a drain from 10,000 sandboxes. A kept cgroup holds about 320 KiB of
+// unreclaimable kernel memory (an empty memory cgroup's, on a 6.18 kernel), so a full
+// pool holds about 320 MiB until Close; it fills only while destroys outnumber creates.
 const DefaultCgroupPool = 1024
 
 // Runtime is the process runtime. See the package doc.
