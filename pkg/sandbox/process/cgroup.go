@@ -367,6 +367,100 @@ func (g *cgroup) kill(deadline time.Duration) error {
 	}
 }
 
+// remove removes the cgroup's directories, once kill has emptied it, one after the
+// other: each removal takes the kernel's cgroup mutex, which concurrent removals spin on.
+func (g *cgroup) remove() error {
+	var errs []error
+	for _, d := range g.dirs() {
+		errs = append(errs, removeDir(d))
+	}
+	return errors.Join(errs...)
+}
+
+// poolPrefix starts the names of the cgroups a runtime keeps for later creates (its
+// cgroup pool), below its cgroup parent: "." never occurs in a sandbox id.
+const poolPrefix = "pool."
+
+// poolSlack is the memory other than the kernel's own objects (page cache, tmpfs, anon)
+// a cgroup may still have charged when it is kept for another sandbox. A new cgroup has
+// none; the kernel's per-CPU charge caches may hold a few pages for one that uses
+// nothing.
+const poolSlack = 512 << 10
+
+// poolKmemSlack bounds the kernel objects a kept cgroup may still have charged: those of
+// its sandbox's last namespaces (mounts, network, processes), which the kernel frees in
+// the background within tens of milliseconds (here 0.3-1.5 MiB right after a command,
+// 60 KiB 20 ms later).
+const poolKmemSlack = 8 << 20
+
+// reset makes an emptied cgroup (kill has run, its sandbox's mounts are gone) read like
+// a new one for the next sandbox, or says why it cannot be kept (the caller removes it
+// then). Memory still charged to it (page cache of files its sandbox read, the per-CPU
+// charge caches) is reclaimed (memory.force_empty); if more than poolSlack of it cannot
+// be (tmpfs pages a snapshot's layer keeps: no reclaim frees them without swap), or more
+// than poolKmemSlack of kernel objects, it is not kept. The peak is reset. The
+// cumulative counters (CPU use, OOM kills, refused forks, throttling) carry over: every
+// reader takes differences around a command. The limits stay until the next create
+// writes its own, and the CPU quota until the next sandbox's first command (setCPU): no
+// process runs in the cgroup before then. Only cgroup v1 keeps cgroups: v2 refuses to
+// rename one.
+func (g *cgroup) reset() error {
+	if g.host.version != cgroupV1 {
+		return errors.New("cgroup v2 cannot rename a cgroup")
+	}
+	if n, err := readIntStrict(filepath.Join(g.dir("pids"), "pids.current")); err != nil || n != 0 {
+		return fmt.Errorf("cgroup %s: %d processes left (%v)", g.rel, n, err)
+	}
+	mem := g.dir("memory")
+	usage := func() (all, kmem int64, err error) {
+		p := filepath.Join(mem, "memory.usage_in_bytes")
+		if sw := filepath.Join(mem, "memory.memsw.usage_in_bytes"); exists(sw) {
+			p = sw // memory and swap
+		}
+		if all, err = readIntStrict(p); err != nil {
+			return 0, 0, err
+		}
+		kmem, err = readIntStrict(filepath.Join(mem, "memory.kmem.usage_in_bytes"))
+		return all, kmem, err
+	}
+	all, kmem, err := usage()
+	if err != nil {
+		return err
+	}
+	// Reclaim only when there is memory besides kernel objects to give back: with
+	// kernel objects still being freed, force_empty retries its reclaim until none is
+	// left or it gives up, which cost a destroy more than a millisecond of CPU.
+	if all-kmem > poolSlack {
+		if err := writeFile(filepath.Join(mem, "memory.force_empty"), "0"); err != nil {
+			return err
+		}
+		if all, kmem, err = usage(); err != nil {
+			return err
+		}
+	}
+	if all-kmem > poolSlack || kmem > poolKmemSlack {
+		return fmt.Errorf("cgroup %s: %d bytes of memory still charged (%d of kernel objects)", g.rel, all, kmem)
+	}
+	return writeFile(filepath.Join(mem, "memory.max_usage_in_bytes"), "0")
+}
+
+// renameTo renames the cgroup's directories to rel, within their parent (cgroup v1
+// allows that; v2 refuses), and returns the cgroup there. If one rename fails, those
+// done are undone.
+func (g *cgroup) renameTo(rel string) (*cgroup, error) {
+	to := g.host.cgroup(rel)
+	from, dst := g.dirs(), to.dirs()
+	for i := range from {
+		if err := unix.Rename(from[i], dst[i]); err != nil {
+			for j := i - 1; j >= 0; j-- {
+				_ = unix.Rename(dst[j], from[j])
+			}
+			return nil, fmt.Errorf("rename cgroup %s to %s: %w", from[i], dst[i], err)
+		}
+	}
+	return to, nil
+}
+
 // removeDir removes one of the cgroup's directories (dirs), once kill has emptied it.
 func removeDir(d string) error {
 	var err error
@@ -415,6 +509,19 @@ func readInt(p string) int64 {
 	}
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return n
+}
+
+// readIntStrict reads a number from a file, failing when it cannot.
+func readIntStrict(p string) (int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p, err)
+	}
+	return n, nil
 }
 
 // keyed parses "key value" lines.

@@ -17,13 +17,14 @@ import (
 // TestDensity is the density measurement of docs/benchmarks.md: GAUNTLET_DENSITY=N
 // sandboxes made one by one, then destroyed, with create and destroy timed per bucket
 // of GAUNTLET_DENSITY_STEP; GAUNTLET_DENSITY_LIVE=1 starts a command in each before
-// the destroys. It is a big load (N mounts of each kind, N cgroups): run it alone.
+// the destroys; GAUNTLET_DENSITY_CHURN=K destroys and creates one sandbox K times at the
+// peak before the destroys. It is a big load (N mounts of each kind, N cgroups): run it alone.
 //
 //	GAUNTLET_DENSITY=10000 nice go test -run TestDensity -v -timeout 2h ./pkg/sandbox/process/
 func TestDensity(t *testing.T) {
 	// Without the variables, a small count with a live command in each, so that the
 	// harness runs in every test run and cannot rot.
-	n, step, live := 24, 8, true
+	n, step, live, churn := 24, 8, true, 4
 	if v := os.Getenv("GAUNTLET_DENSITY"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
@@ -31,6 +32,7 @@ func TestDensity(t *testing.T) {
 		}
 		step, _ = strconv.Atoi(os.Getenv("GAUNTLET_DENSITY_STEP"))
 		live = os.Getenv("GAUNTLET_DENSITY_LIVE") == "1"
+		churn, _ = strconv.Atoi(os.Getenv("GAUNTLET_DENSITY_CHURN"))
 	}
 	dir := t.TempDir()
 	rt := open(t, dir)
@@ -47,7 +49,7 @@ func TestDensity(t *testing.T) {
 		t.Fatal(err)
 	}
 	sandboxtest.Density(t, rt, sandboxtest.DensityConfig{
-		Count: n, Step: step, Live: live,
+		Count: n, Step: step, Live: live, Churn: churn,
 	})
 	// Every sandbox destroyed, Close leaves no mount, cgroup or run directory behind.
 	if err := rt.Close(); err != nil {

@@ -54,6 +54,15 @@ type Config struct {
 	// runtime makes its sandboxes' cgroups; default "gauntlet". On cgroup v2 the runtime
 	// enables the memory, pids and cpu controllers along that path.
 	CgroupParent string
+	// CgroupPool bounds how many emptied sandbox cgroups the runtime keeps for later
+	// creates instead of removing them; 0 means DefaultCgroupPool, a negative value
+	// keeps none. Removing a memory cgroup makes the kernel walk every superblock's
+	// object lists on the host, and making one allocates per-superblock state: both
+	// grow with the number of sandboxes. Kept cgroups are reset (memory reclaimed, peak
+	// cleared; see cgroup.reset) and renamed to the next sandbox's path. Close and Purge
+	// remove them, as does a runtime starting over the same state directory. Only on
+	// cgroup v1: v2 refuses to rename a cgroup, so there every destroy removes its own.
+	CgroupPool int
 	// HostUID and HostGID are the host ids sandboxed processes run as (mapped to
 	// SandboxUID/GID inside); default 100000. Use ids no host user owns.
 	HostUID, HostGID int
@@ -68,6 +77,12 @@ type Config struct {
 	// Logger receives warnings about cleanup problems; default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultCgroupPool is Config.CgroupPool's default: enough to take the first thousand
+// destroys of a drain from 10,000 sandboxes. A kept cgroup holds about 320 KiB of
+// unreclaimable kernel memory (an empty memory cgroup's, on a 6.18 kernel), so a full
+// pool holds about 320 MiB until Close; it fills only while destroys outnumber creates.
+const DefaultCgroupPool = 1024
 
 // Runtime is the process runtime. See the package doc.
 type Runtime struct {
@@ -106,6 +121,12 @@ type Runtime struct {
 	// that mount (each running exec's bwrap copies the host's mount table), which made
 	// destroy cost grow with the count. Close and Purge remove them. Guarded by mu.
 	freeVols map[string]struct{}
+
+	// cgPool names the emptied cgroups (below cgBase, poolPrefix…) a destroy kept for a
+	// later create, at most cgPoolMax (0 on cgroup v2). Close and Purge remove them.
+	// Guarded by mu.
+	cgPool    []string
+	cgPoolMax int
 
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
@@ -184,6 +205,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "gauntlet"
 	}
+	if cfg.CgroupPool == 0 {
+		cfg.CgroupPool = DefaultCgroupPool
+	}
 	if cfg.HostUID == 0 {
 		cfg.HostUID = 100000
 	}
@@ -255,6 +279,10 @@ func New(cfg Config) (*Runtime, error) {
 		volOwners: map[string]int{},
 		layerRefs: map[string]int{},
 	}
+	if cg.version == cgroupV1 {
+		r.cgPoolMax = max(cfg.CgroupPool, 0)
+	}
+	r.removeLeftoverPool()
 	for _, d := range []string{"sandboxes", "snapshots", "vol", "empty", "etc"} {
 		if err := os.MkdirAll(filepath.Join(abs, d), 0o711); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
@@ -297,6 +325,7 @@ func (r *Runtime) Close() error {
 // unmounts the runtime's own tmpfs, if they are empty (made again on the next Create).
 // Called with mu held.
 func (r *Runtime) removeEmptyParents() {
+	r.dropCgPool()
 	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
 		_ = os.Remove(d)
 	}
@@ -314,6 +343,94 @@ func (r *Runtime) removeEmptyParents() {
 		}
 	}
 	_ = os.Remove(r.runDir)
+}
+
+// dropCgPool removes the cgroups kept for reuse. Called with mu held.
+func (r *Runtime) dropCgPool() {
+	for _, name := range r.cgPool {
+		if err := r.cg.cgroup(filepath.Join(r.cgBase, name)).remove(); err != nil {
+			r.cfg.Logger.Warn("sandbox: remove a kept cgroup", "err", err)
+		}
+	}
+	r.cgPool = nil
+}
+
+// removeLeftoverPool removes the kept cgroups an earlier runtime over the same state
+// directory left (it stopped without Close). A runtime still running over it finds the
+// one it takes gone and makes a new cgroup (makeCgroup).
+func (r *Runtime) removeLeftoverPool() {
+	for _, d := range r.cg.cgroup(r.cgBase).dirs() {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), poolPrefix) {
+				if err := removeDir(filepath.Join(d, e.Name())); err != nil {
+					r.cfg.Logger.Warn("sandbox: remove a kept cgroup", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// makeCgroup makes the sandbox's cgroup g and writes its limits: a kept one (cgPool)
+// renamed to g's path when there is one, else a new one.
+func (r *Runtime) makeCgroup(g *cgroup, l sandbox.Limits) error {
+	r.mu.Lock()
+	var name string
+	if n := len(r.cgPool); n > 0 {
+		name = r.cgPool[n-1]
+		r.cgPool = r.cgPool[:n-1]
+	}
+	r.mu.Unlock()
+	if name != "" {
+		kept := r.cg.cgroup(filepath.Join(r.cgBase, name))
+		_, err := kept.renameTo(g.rel)
+		if err == nil {
+			return g.setLimits(l, false)
+		}
+		if !errors.Is(err, fs.ErrNotExist) { // gone: removeLeftoverPool
+			r.cfg.Logger.Warn("sandbox: reuse a kept cgroup", "err", err)
+		}
+		_ = kept.remove() // what is left of it
+	}
+	return g.create(l)
+}
+
+// keepCgroup keeps the emptied cgroup of a destroyed sandbox for a later create
+// (cgPool), reset to read like a new one (cgroup.reset) and renamed out of the
+// sandbox's path. When the pool is full, the runtime closed, or the cgroup cannot be
+// reset, it removes the cgroup instead.
+func (r *Runtime) keepCgroup(g *cgroup) error {
+	if !r.poolRoom() {
+		return g.remove()
+	}
+	if err := g.reset(); err != nil {
+		r.cfg.Logger.Debug("sandbox: cgroup not kept", "cgroup", g.rel, "err", err)
+		return g.remove()
+	}
+	name := poolPrefix + newID()
+	kept, err := g.renameTo(filepath.Join(r.cgBase, name))
+	if err != nil {
+		r.cfg.Logger.Warn("sandbox: keep a cgroup", "err", err)
+		return g.remove()
+	}
+	r.mu.Lock()
+	if !r.closed && len(r.cgPool) < r.cgPoolMax {
+		r.cgPool = append(r.cgPool, name)
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	return kept.remove()
+}
+
+// poolRoom says the cgroup pool has room.
+func (r *Runtime) poolRoom() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.closed && len(r.cgPool) < r.cgPoolMax
 }
 
 // dropFreeVols removes the volume folders kept for reuse. Called with mu held.
@@ -590,7 +707,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 
 	b := &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, spec.ID))}
 	fail := func(err error) (sandbox.Handle, error) {
-		r.teardown(b, false)
+		r.teardown(b, false, false)
 		r.mu.Lock()
 		r.dropRecord(spec.ID)
 		r.mu.Unlock()
@@ -631,7 +748,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 			return fail(err)
 		}
 	}
-	if err := b.cg.create(spec.Limits); err != nil {
+	if err := r.makeCgroup(b.cg, spec.Limits); err != nil {
 		return fail(fmt.Errorf("cgroup: %w", err))
 	}
 	if err := r.setupServices(spec); err != nil {
@@ -892,7 +1009,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	// without emptying it first, and gc is not needed. Layers appear in a volume only by
 	// a snapshot of its sandbox, which b.mu keeps out.
 	own := len(vols) == 1 && vols[0] == b.rec.Volume && !r.holdsLayers(b.rec.Volume)
-	err := r.teardown(b, own)
+	err := r.teardown(b, own, true)
 	r.mu.Lock()
 	delete(r.active, id)
 	r.dropRecord(id)
@@ -914,7 +1031,9 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 // teardown kills the sandbox's processes, removes its cgroup and unmounts its workspace;
 // with dropVolume it unmounts the volume too (the caller keeps its folder, keepVolume).
 // Otherwise the volume stays, emptied of the sandbox's own folders, as snapshots may
-// reference its layers (gc decides).
+// reference its layers (gc decides). With keepCg, the cgroup is kept for a later create
+// when the pool has room (keepCgroup), once everything else is done: the memory its
+// sandbox's files held is given back only when they are gone.
 //
 // Once the processes are dead, the cgroup directories' removal and the unmounts run
 // side by side: each unmount waits for an RCU grace period of the kernel's (and an
@@ -923,7 +1042,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 // they took 3 ms of a destroy's wall time at 10,000 sandboxes. The cgroup directories go
 // one after the other, though: removing them all at once had the removals spin on the
 // kernel's cgroup mutex, and cost more CPU than it saved wall time.
-func (r *Runtime) teardown(b *box, dropVolume bool) error {
+func (r *Runtime) teardown(b *box, dropVolume, keepCg bool) error {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -943,18 +1062,11 @@ func (r *Runtime) teardown(b *box, dropVolume bool) error {
 			add(f())
 		}()
 	}
+	keep := false
 	if err := b.cg.kill(5 * time.Second); err != nil {
 		add(err) // its directories cannot go while processes are left
-	} else {
-		// One after the other: each removal takes the kernel's cgroup mutex, which
-		// concurrent removals spin on.
-		beside(func() error {
-			var errs []error
-			for _, d := range b.cg.dirs() {
-				errs = append(errs, removeDir(d))
-			}
-			return errors.Join(errs...)
-		})
+	} else if keep = keepCg && r.poolRoom(); !keep {
+		beside(b.cg.remove)
 	}
 	vd := r.volDir(b.rec.Volume)
 	if dropVolume {
@@ -975,13 +1087,15 @@ func (r *Runtime) teardown(b *box, dropVolume bool) error {
 	}
 	add(os.RemoveAll(r.decoyDir(b.rec.Handle.ID)))
 	wg.Wait()
-	if dropVolume {
-		return errors.Join(errs...)
-	}
-	for _, d := range []string{"upper", "work", "base", "root", "user"} {
-		if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			add(err)
+	if !dropVolume {
+		for _, d := range []string{"upper", "work", "base", "root", "user"} {
+			if err := os.RemoveAll(filepath.Join(vd, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				add(err)
+			}
 		}
+	}
+	if keep {
+		add(r.keepCgroup(b.cg))
 	}
 	return errors.Join(errs...)
 }

@@ -27,6 +27,10 @@ type DensityConfig struct {
 	Live bool
 	// Spec is the spec of every sandbox (its ID is set by Density).
 	Spec sandbox.Spec
+	// Churn, at the peak count (after Live's commands end), destroys the oldest
+	// sandbox and creates a new one, Churn times: a fleet replacing its sandboxes at a
+	// steady count, which the drain that follows does not show.
+	Churn int
 }
 
 // DensityBucket is one bucket of Density's report: creates or destroys that took the
@@ -49,6 +53,9 @@ type DensityReport struct {
 	MemBefore, MemIdle, MemLive int64
 	// CreateMean and DestroyMean are the means over all Count creates and destroys.
 	CreateMean, DestroyMean time.Duration
+	// ChurnDestroy and ChurnCreate are Churn's destroys and creates at the peak count
+	// (zero unless Churn).
+	ChurnDestroy, ChurnCreate DensityBucket
 }
 
 // Density creates cfg.Count sandboxes one by one in rt, timing each bucket of cfg.Step
@@ -99,6 +106,9 @@ func Density(t testing.TB, rt sandbox.Runtime, cfg DensityConfig) DensityReport 
 		t.Logf("density: %d live sandboxes, host memory used %s", len(ids), mib(rep.MemLive))
 		stop()
 	}
+	if cfg.Churn > 0 {
+		rep.ChurnDestroy, rep.ChurnCreate = churn(t, rt, cfg, &ids)
+	}
 	total = 0
 	for len(ids) > 0 {
 		from := len(ids)
@@ -127,6 +137,44 @@ func Density(t testing.TB, rt sandbox.Runtime, cfg DensityConfig) DensityReport 
 			float64(rep.MemLive-rep.MemIdle)/1024/float64(max(cfg.Count, 1)))
 	}
 	return rep
+}
+
+// churn destroys the oldest of ids (one that ran Live's command, if any) and creates a
+// new sandbox, cfg.Churn times, timing destroys and creates apart.
+func churn(t testing.TB, rt sandbox.Runtime, cfg DensityConfig, ids *[]string) (destroy, create DensityBucket) {
+	t.Helper()
+	ctx := context.Background()
+	n := len(*ids)
+	destroy = DensityBucket{From: n, To: n}
+	create = destroy
+	for i := range cfg.Churn {
+		id := (*ids)[0]
+		start, cpu := time.Now(), cpuTime()
+		if err := rt.Destroy(ctx, id); err != nil {
+			t.Fatalf("density: churn: destroy %s: %v", id, err)
+		}
+		destroy.Mean += time.Since(start)
+		destroy.CPU += cpuTime() - cpu
+		*ids = (*ids)[1:]
+		spec := cfg.Spec
+		spec.ID = fmt.Sprintf("density-churn-%06d", i)
+		start, cpu = time.Now(), cpuTime()
+		h, err := rt.Create(ctx, spec)
+		if err != nil {
+			t.Fatalf("density: churn: create %d: %v", i, err)
+		}
+		create.Mean += time.Since(start)
+		create.CPU += cpuTime() - cpu
+		*ids = append(*ids, h.ID)
+	}
+	for _, b := range []*DensityBucket{&destroy, &create} {
+		b.Mean /= time.Duration(cfg.Churn)
+		b.CPU /= time.Duration(cfg.Churn)
+		b.MemUsed = memUsed()
+	}
+	t.Logf("density: churn at %d, %d times: destroy %.3f ms (%.3f ms CPU), create %.3f ms (%.3f ms CPU) each",
+		n, cfg.Churn, ms(destroy.Mean), ms(destroy.CPU), ms(create.Mean), ms(create.CPU))
+	return destroy, create
 }
 
 // liveArg is the sleep's argument, which finds the live commands among the host's
