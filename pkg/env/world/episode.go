@@ -98,7 +98,10 @@ type episode struct {
 	sizedKeys    [maxSizedSigs][maxSizedPaths]byte
 	// strs is the block the episode's concatenations are written into (joinStrings):
 	// kept across resets, its written bytes never written again.
-	strs     []byte
+	strs []byte
+	// box holds the blocks of the ints and strings a reset draws (boxes.go): kept
+	// across resets like strs.
+	box      boxes
 	clock    time.Duration
 	step     uint32
 	invalid  int64
@@ -339,7 +342,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs,
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs, box: e.box,
 		settledEpoch: e.settledEpoch, sizedAt: e.sizedAt} // the epochs go on: what sizedAt holds is older
 	r := rng.New(seed, w.stateStream, 0)
 	e.vars = make([]ref.Val, len(w.vars))
@@ -437,7 +440,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	for i := range e.baseMs {
 		e.baseMs[i] = 5 + e.lat.Int64N(36)
 	}
-	b := []byte{'{'}
+	b := append(make([]byte, 0, max(w.resetCap.Load(), 64)), '{')
 	if w.identify {
 		b = append(b, `"world":`...)
 		b = canonjson.AppendString(b, w.name)
@@ -477,6 +480,9 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		}
 	}
 	b = append(b, '}')
+	if n := int64(len(b)); n > w.resetCap.Load() && n <= 4096 {
+		w.resetCap.Store(n)
+	}
 	if w.goStrings {
 		b = goStrings(b)
 	}
@@ -525,7 +531,7 @@ func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
 				}
-				return v, true
+				return a.ep.boxInt(v), true
 			}
 		}
 	case k == kString && p.unboxed.s != nil:
@@ -534,7 +540,7 @@ func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
 				}
-				return v, true
+				return a.ep.boxString(v), true
 			}
 		}
 	case k == kBool && p.unboxed.b != nil:
@@ -612,7 +618,7 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		act.ep.perm = p
 		return types.NewRefValList(types.DefaultTypeAdapter, p), nil
 	case dr.bits > 0:
-		return types.Int(int64(r.Uint64() >> (64 - dr.bits))), nil
+		return act.ep.boxInt(types.Int(int64(r.Uint64() >> (64 - dr.bits)))), nil
 	case dr.expr != nil:
 		if v, ok := typedDraw(dr.expr, dr.kind, act); ok {
 			return v, nil
@@ -634,7 +640,7 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		if hi < lo || hi-lo < 0 || hi-lo == math.MaxInt64 {
 			return nil, &evalError{at: dr.lo.at, err: fmt.Errorf("uniform [%d, %d] is empty or too wide", lo, hi)}
 		}
-		return types.Int(lo + r.Int64N(hi-lo+1)), nil
+		return act.ep.boxInt(types.Int(lo + r.Int64N(hi-lo+1))), nil
 	case len(dr.choice) > 0:
 		return dr.choiceVals[r.IntN(len(dr.choiceVals))], nil
 	case dr.isP:
