@@ -273,7 +273,7 @@ type World struct {
 	// resetCap is the size of the largest first observation a reset of the world
 	// made (to 4 KB): the capacity the next one starts with, so it is written
 	// without growing.
-	resetCap atomic.Int64
+	resetCap   atomic.Int64
 	name, desc string
 	file       string
 	digest     string
