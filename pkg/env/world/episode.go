@@ -682,6 +682,9 @@ type stepState struct {
 	// whether a reading reach reached it (a truncated answer then reaches nothing).
 	reached   int
 	readReach bool
+	// goDone: the observation is the answer goStrings wrote (json_strings: go), which
+	// a second pass would leave as it is.
+	goDone bool
 }
 
 func (s *stepState) open(op, path string) {
@@ -901,7 +904,7 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 			return env.StepResult{}, fmt.Errorf("world %s: %w", w.name, err)
 		}
 	}
-	if w.goStrings {
+	if w.goStrings && !s.goDone {
 		obs = goStrings(obs)
 	}
 	total := max(len(w.progress), 1)
@@ -1023,6 +1026,7 @@ func (e *episode) call(t *toolDef, args *object, s *stepState) ([]byte, []*gaunt
 	}
 	if e.w.goStrings { // before a cut, which cuts the bytes the agent would have read
 		body = goStrings(body)
+		s.goDone = out.Keep >= 1 // an answer not cut is the observation: not rewritten again
 	}
 	if out.Keep < 1 {
 		if s.readReach {
