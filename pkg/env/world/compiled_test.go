@@ -128,7 +128,7 @@ func randomWord(ep *episode, r *rand.Rand) ref.Val {
 		}
 	}
 	for k := range ep.ents {
-		for _, row := range ep.ents[k].rows {
+		for _, row := range ep.ents[k].objs {
 			for _, v := range row.vals {
 				if s, ok := v.(types.String); ok {
 					words = append(words, string(s))

@@ -738,7 +738,7 @@ func (c *closures) inCollection(args []ast.Expr) (boolFn, bool) {
 		if !ok {
 			return false, false
 		}
-		_, found := m.rows[string(s)]
+		_, found := m.row(string(s))
 		return types.Bool(found), true
 	}, ok1 && ok2
 }
@@ -756,7 +756,7 @@ func (c *closures) entityAt(args []ast.Expr) (cfn, bool) {
 		if !ok {
 			return errUnsure
 		}
-		if o, ok := m.rows[string(s)]; ok {
+		if o, ok := m.row(string(s)); ok {
 			return o
 		}
 		return errUnsure

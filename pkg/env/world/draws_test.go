@@ -104,7 +104,7 @@ func TestDrawsAreTheGeneratorsCalls(t *testing.T) {
 			t.Fatalf("seed %d: bits %v skipped %v coin %v a %v b %v; want %d %d %v %d %d", seed,
 				got("bits"), got("skipped"), got("coin"), got("a"), got("b"), bits, perm[1]*10, coin, a, b)
 		}
-		if ids := ep.ents[0].ids; len(ids) != 2 || ids[0] == ids[1] || !strings.HasPrefix(ids[0], "c") || ep.ents[0].rows[ids[0]].vals[0] != types.String(ids[0]) {
+		if ids := ep.ents[0].ids; len(ids) != 2 || ids[0] == ids[1] || !strings.HasPrefix(ids[0], "c") || ep.ents[0].objs[0].vals[0] != types.String(ids[0]) {
 			t.Fatalf("seed %d: ids %v, not two codes", seed, ids)
 		}
 	}

@@ -381,7 +381,10 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		if count < 0 || count > 10000 {
 			return nil, &evalError{at: place{field: sub(sub("entities", ed.name), "count")}, err: fmt.Errorf("count %d is out of range [0, 10000]", count)}
 		}
-		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count), objs: make([]*object, 0, count)})
+		e.ents = append(e.ents, collection{ids: make([]string, 0, count), objs: make([]*object, 0, count)})
+		if count > smallCollection {
+			e.ents[k].rows = make(map[string]*object, count)
+		}
 		st := &e.ents[k]
 		// The entities and their fields in two allocations, not two per entity.
 		nf := len(ed.otype.fields)
@@ -413,7 +416,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			}
 			if ed.key >= 0 {
 				id = string(row.vals[ed.key+1].(types.String))
-				if _, dup := st.rows[id]; dup || id == "" {
+				if _, dup := st.row(id); dup || id == "" {
 					return nil, &evalError{at: ed.keyAt,
 						err: fmt.Errorf("key %q is empty or already another %s's id (redraw it while self.%s in %s)", clip(id), ed.name, ed.fields[ed.key].name, ed.name)}
 				}
@@ -1173,7 +1176,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 					return nil, err
 				}
 				c.key = string(v.(types.String))
-				if _, ok := e.ents[ef.entity].rows[c.key]; !ok {
+				if _, ok := e.ents[ef.entity].row(c.key); !ok {
 					return nil, &evalError{at: ef.key.at, err: fmt.Errorf("no %s %q (add a precondition that it exists)", w.entities[ef.entity].name, clip(c.key))}
 				}
 			}
@@ -1209,7 +1212,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 			}
 		default:
 			ed := &w.entities[ef.entity]
-			row := e.ents[ef.entity].rows[c.key]
+			row, _ := e.ents[ef.entity].row(c.key)
 			if old := row.vals[ef.field+1]; old != c.to {
 				s.changed = true
 				s.set(ed.path+"/"+c.key+"/"+ed.fields[ef.field].name, old, c.to)
