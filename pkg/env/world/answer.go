@@ -33,20 +33,13 @@ func decodeAnswer(raw []byte, a types.Adapter) (m *record, size uint64, ok bool)
 	return decodeAnswerWith(raw, a, nil)
 }
 
-// answerRoom is what the oracle keeps from one answer to the next for reading them:
-// the room for the values being read, and the blocks their strings are boxed in
-// (boxes.go), which live as long as any answer read into them.
-type answerRoom struct {
-	scratch []ref.Val
-	box     boxes
-}
-
-// decodeAnswerWith is decodeAnswer in room (nil: a new one).
-func decodeAnswerWith(raw []byte, a types.Adapter, room *answerRoom) (m *record, size uint64, ok bool) {
+// decodeAnswerWith is decodeAnswer with the room for the values being read (scratch's,
+// nil for new): the oracle keeps it from one answer to the next.
+func decodeAnswerWith(raw []byte, a types.Adapter, scratch *[]ref.Val) (m *record, size uint64, ok bool) {
 	d := answerDecoder{b: string(raw), a: a}
-	if room != nil {
-		d.stack, d.box = room.scratch[:0], &room.box
-		defer func() { room.scratch = d.stack[:0] }()
+	if scratch != nil {
+		d.stack = (*scratch)[:0]
+		defer func() { *scratch = d.stack[:0] }()
 	}
 	d.ws()
 	if m, ok := d.object(0); ok {
@@ -102,8 +95,6 @@ type answerDecoder struct {
 	// stack holds the values of the objects and arrays being read, innermost last: each
 	// is copied out once complete, at its size, not grown in a slice of its own.
 	stack []ref.Val
-	// box, if set, boxes the strings read (nil: each converted on its own).
-	box *boxes
 }
 
 // maxAnswerDepth is how deep a plain answer nests before encoding/json reads it.
@@ -241,9 +232,6 @@ func (d *answerDecoder) value(depth int) (ref.Val, bool) {
 		return d.array(depth + 1)
 	case c == '"':
 		s, ok := d.str()
-		if d.box != nil {
-			return d.box.ofString(types.String(s)), ok
-		}
 		return types.String(s), ok
 	case c == '-' || c >= '0' && c <= '9':
 		return d.number()

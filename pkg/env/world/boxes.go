@@ -11,10 +11,9 @@ import (
 // header for every such interface it makes from one (an int from 0 to 255 excepted,
 // the empty string too): a reset's drawn ints beyond that (the skus' random bits, a
 // filler's -1) and its computed strings (a sku, a name) were 40 of its 95
-// allocations, and the oracle's answers' strings a third of its. The episode (and the
-// oracle) instead write them into blocks of their own, one allocation a block, and
-// hand out interfaces whose data points into the block: what the conversion would
-// make, the copy placed elsewhere. A slot is written once and never
+// allocations. The episode instead writes them into blocks of its own, one allocation
+// a block, and hands out interfaces whose data points into the block: what the
+// conversion would make, the copy placed elsewhere. A slot is written once and never
 // again (a block is only appended to and replaced when full, as joinStrings' is), so
 // the value an interface holds never changes; the block lives as long as any of its
 // values.
@@ -22,7 +21,7 @@ import (
 // boxChunk is how many values a block of boxes holds.
 const boxChunk = 64
 
-// boxes are the blocks of an episode's (or an oracle's) boxed ints and strings.
+// boxes are an episode's blocks of boxed ints and strings.
 type boxes struct {
 	ints []types.Int
 	strs []types.String
@@ -35,31 +34,31 @@ type iface struct {
 	data unsafe.Pointer
 }
 
-// ofInt returns v as a ref.Val, written into the current block when converting it
+// boxInt returns v as a ref.Val, written into the episode's block when converting it
 // would allocate.
-func (bx *boxes) ofInt(v types.Int) ref.Val {
+func (e *episode) boxInt(v types.Int) ref.Val {
 	if v >= 0 && v < 256 {
 		return v // the runtime's own boxes: no allocation
 	}
-	if len(bx.ints) == cap(bx.ints) {
-		bx.ints = make([]types.Int, 0, boxChunk)
+	if len(e.box.ints) == cap(e.box.ints) {
+		e.box.ints = make([]types.Int, 0, boxChunk)
 	}
-	bx.ints = append(bx.ints, v)
+	e.box.ints = append(e.box.ints, v)
 	var r ref.Val = types.Int(0)
-	(*iface)(unsafe.Pointer(&r)).data = unsafe.Pointer(&bx.ints[len(bx.ints)-1])
+	(*iface)(unsafe.Pointer(&r)).data = unsafe.Pointer(&e.box.ints[len(e.box.ints)-1])
 	return r
 }
 
-// ofString is ofInt for a string.
-func (bx *boxes) ofString(v types.String) ref.Val {
+// boxString is boxInt for a string.
+func (e *episode) boxString(v types.String) ref.Val {
 	if v == "" {
 		return v // no allocation
 	}
-	if len(bx.strs) == cap(bx.strs) {
-		bx.strs = make([]types.String, 0, boxChunk)
+	if len(e.box.strs) == cap(e.box.strs) {
+		e.box.strs = make([]types.String, 0, boxChunk)
 	}
-	bx.strs = append(bx.strs, v)
+	e.box.strs = append(e.box.strs, v)
 	var r ref.Val = types.String("")
-	(*iface)(unsafe.Pointer(&r)).data = unsafe.Pointer(&bx.strs[len(bx.strs)-1])
+	(*iface)(unsafe.Pointer(&r)).data = unsafe.Pointer(&e.box.strs[len(e.box.strs)-1])
 	return r
 }

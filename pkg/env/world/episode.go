@@ -534,7 +534,7 @@ func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
 				}
-				return a.ep.box.ofInt(v), true
+				return a.ep.boxInt(v), true
 			}
 		}
 	case k == kString && p.unboxed.s != nil:
@@ -543,7 +543,7 @@ func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
 				}
-				return a.ep.box.ofString(v), true
+				return a.ep.boxString(v), true
 			}
 		}
 	case k == kBool && p.unboxed.b != nil:
@@ -621,7 +621,7 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		act.ep.perm = p
 		return types.NewRefValList(types.DefaultTypeAdapter, p), nil
 	case dr.bits > 0:
-		return act.ep.box.ofInt(types.Int(int64(r.Uint64() >> (64 - dr.bits)))), nil
+		return act.ep.boxInt(types.Int(int64(r.Uint64() >> (64 - dr.bits)))), nil
 	case dr.expr != nil:
 		if v, ok := typedDraw(dr.expr, dr.kind, act); ok {
 			return v, nil
@@ -643,7 +643,7 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		if hi < lo || hi-lo < 0 || hi-lo == math.MaxInt64 {
 			return nil, &evalError{at: dr.lo.at, err: fmt.Errorf("uniform [%d, %d] is empty or too wide", lo, hi)}
 		}
-		return act.ep.box.ofInt(types.Int(lo + r.Int64N(hi-lo+1))), nil
+		return act.ep.boxInt(types.Int(lo + r.Int64N(hi-lo+1))), nil
 	case len(dr.choice) > 0:
 		return dr.choiceVals[r.IntN(len(dr.choiceVals))], nil
 	case dr.isP:

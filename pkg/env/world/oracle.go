@@ -47,8 +47,8 @@ type oracle struct {
 	// (the task's and the results', the results themselves): what decides whether an
 	// expression runs without cost tracking (boundPlan).
 	largest int
-	// room is where decodeAnswerWith reads the answers.
-	room answerRoom
+	// scratch is the room decodeAnswerWith reads an answer's values in.
+	scratch []ref.Val
 	// built is the call whose action builtAct holds, until the results change.
 	built    *oracleCall
 	builtAct env.Action
@@ -84,7 +84,7 @@ func (a planVars) Parent() interpreter.Activation { return nil }
 // the episode's limits end it.
 func (o *oracle) Act(t env.Turn) (env.Action, error) {
 	if !o.started {
-		task, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.room)
+		task, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.scratch)
 		// A world that does not identify itself (identify: false) has no name to check.
 		if !ok || o.w.identify && task.field("world") != types.String(o.w.name) {
 			return env.Action{}, fmt.Errorf("world %s oracle: first observation is not this world's: %.80s", o.w.name, t.Observation)
@@ -96,7 +96,7 @@ func (o *oracle) Act(t env.Turn) (env.Action, error) {
 		o.largest = bits.Len64(max(size, 1)) // a number's size is 1
 		return o.next()
 	}
-	v, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.room)
+	v, size, ok := decodeAnswerWith(t.Observation, o.p.adapter, &o.scratch)
 	if !ok {
 		return o.last, nil // garbled: ask again
 	}
