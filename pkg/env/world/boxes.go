@@ -21,10 +21,30 @@ import (
 // boxChunk is how many values a block of boxes holds.
 const boxChunk = 64
 
-// boxes are an episode's blocks of boxed ints and strings.
+// boxes are an episode's blocks of boxed ints and strings; made counts the values
+// boxed in them.
 type boxes struct {
 	ints []types.Int
 	strs []types.String
+	made boxCount
+}
+
+// boxCount counts boxed ints and strings.
+type boxCount struct{ ints, strs int64 }
+
+// maxBoxHint bounds the room a reset makes for its boxes up front.
+const maxBoxHint = 4096
+
+// reserve makes room for n more boxes at least: a reset's first blocks sized to what a
+// reset of its world boxed before (World.resetBoxes), not to boxChunk, of which an
+// episode made for one reset used a third.
+func (bx *boxes) reserve(n boxCount) {
+	if int64(cap(bx.ints)-len(bx.ints)) < n.ints {
+		bx.ints = make([]types.Int, 0, n.ints)
+	}
+	if int64(cap(bx.strs)-len(bx.strs)) < n.strs {
+		bx.strs = make([]types.String, 0, n.strs)
+	}
 }
 
 // iface is the layout of a non-empty interface value: its type's table, then a
@@ -44,6 +64,7 @@ func (e *episode) boxInt(v types.Int) ref.Val {
 		e.box.ints = make([]types.Int, 0, boxChunk)
 	}
 	e.box.ints = append(e.box.ints, v)
+	e.box.made.ints++
 	var r ref.Val = types.Int(0)
 	(*iface)(unsafe.Pointer(&r)).data = unsafe.Pointer(&e.box.ints[len(e.box.ints)-1])
 	return r
@@ -58,6 +79,7 @@ func (e *episode) boxString(v types.String) ref.Val {
 		e.box.strs = make([]types.String, 0, boxChunk)
 	}
 	e.box.strs = append(e.box.strs, v)
+	e.box.made.strs++
 	var r ref.Val = types.String("")
 	(*iface)(unsafe.Pointer(&r)).data = unsafe.Pointer(&e.box.strs[len(e.box.strs)-1])
 	return r

@@ -345,6 +345,8 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs, box: e.box,
 		settledEpoch: e.settledEpoch, sizedAt: e.sizedAt} // the epochs go on: what sizedAt holds is older
 	r := rng.New(seed, w.stateStream, 0)
+	e.box.reserve(boxCount{w.resetBoxes[0].Load(), w.resetBoxes[1].Load()})
+	made := e.box.made
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
 	redraws := 0
@@ -425,6 +427,11 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			st.put(id, row)
 		}
 		act.i, act.id, act.self = nil, nil, nil
+	}
+	for i, n := range [2]int64{e.box.made.ints - made.ints, e.box.made.strs - made.strs} {
+		if n > w.resetBoxes[i].Load() && n <= maxBoxHint {
+			w.resetBoxes[i].Store(n)
+		}
 	}
 	ne := len(w.ends)
 	bools := make([]bool, 2*ne+len(w.parts))

@@ -273,7 +273,10 @@ type World struct {
 	// resetCap is the size of the largest first observation a reset of the world
 	// made (to 4 KB): the capacity the next one starts with, so it is written
 	// without growing.
-	resetCap   atomic.Int64
+	resetCap atomic.Int64
+	// resetBoxes are the most ints and strings a reset of the world boxed (boxes.go,
+	// to maxBoxHint): the room the next episode's reset makes for them up front.
+	resetBoxes [2]atomic.Int64
 	name, desc string
 	file       string
 	digest     string
