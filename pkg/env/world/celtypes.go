@@ -205,7 +205,8 @@ type collection struct {
 // smallCollection is the size up to which a collection finds an id by looking through
 // its ids rather than in a map: a reset makes no map for its few entities (the shop's
 // collections with their maps were 7 of a reset's 95 allocations and 800 of its 9,900
-// bytes), and a look through a dozen short ids costs what hashing one does.
+// bytes), and the shop's steps, which look skus up among a dozen, cost no more for it
+// (BenchmarkShopWorldReplay, docs/benchmarks.md).
 const smallCollection = 16
 
 // put adds an entity (its id set) after the others.
