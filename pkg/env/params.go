@@ -28,6 +28,9 @@ func DecodeParams(raw json.RawMessage, set func(name string, v json.RawMessage) 
 	if raw[0] != '{' {
 		return fmt.Errorf("params: want object, got %s", JSONKind(raw))
 	}
+	if len(raw) >= 2 && raw[len(raw)-1] == '}' && len(bytes.TrimSpace(raw[1:len(raw)-1])) == 0 {
+		return nil // an empty object, what most requests send: nothing to decode
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return fmt.Errorf("params: malformed JSON: %w", err)

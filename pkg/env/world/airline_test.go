@@ -90,7 +90,7 @@ func TestAirlineOracleSucceeds(t *testing.T) {
 func field(ep env.Episode, entity, id, name string) any {
 	e := ep.(*episode)
 	k := -1 - e.w.slots[entity]
-	o := e.ents[k].rows[id]
+	o, _ := e.ents[k].row(id)
 	return o.vals[o.t.index[name]].Value()
 }
 

@@ -193,18 +193,49 @@ func (o *object) Get(key ref.Val) ref.Val {
 // comprehensions (exists, all, map, filter) visit the entities in the order they were
 // made, so that what an expression builds from a collection is the same on every run.
 type collection struct {
-	ids  []string
+	ids []string
+	// rows finds an entity by its id once the collection holds more than
+	// smallCollection (nil until then: row looks through ids).
 	rows map[string]*object
 	// objs are the entities in ids' order: what a comprehension visits, without a
 	// lookup by id.
 	objs []*object
 }
 
+// smallCollection is the size up to which a collection finds an id by looking through
+// its ids rather than in a map: a reset makes no map for its few entities (the shop's
+// collections with their maps were 7 of a reset's 95 allocations and 800 of its 9,900
+// bytes), and the shop's steps, which look skus up among a dozen, cost no more for it
+// (BenchmarkShopWorldReplay, docs/benchmarks.md).
+const smallCollection = 16
+
 // put adds an entity (its id set) after the others.
 func (m *collection) put(id string, o *object) {
-	m.rows[id] = o
 	m.ids = append(m.ids, id)
 	m.objs = append(m.objs, o)
+	switch {
+	case m.rows != nil:
+		m.rows[id] = o
+	case len(m.ids) > smallCollection:
+		m.rows = make(map[string]*object, 2*len(m.ids))
+		for i, k := range m.ids {
+			m.rows[k] = m.objs[i]
+		}
+	}
+}
+
+// row returns the entity of an id: the last put with it, as the map has it.
+func (m *collection) row(id string) (*object, bool) {
+	if m.rows != nil {
+		o, ok := m.rows[id]
+		return o, ok
+	}
+	for i := len(m.ids) - 1; i >= 0; i-- {
+		if m.ids[i] == id {
+			return m.objs[i], true
+		}
+	}
+	return nil, false
 }
 
 var (
@@ -223,7 +254,7 @@ func (m *collection) Find(key ref.Val) (ref.Val, bool) {
 	if !ok {
 		return nil, false
 	}
-	o, ok := m.rows[string(k)]
+	o, ok := m.row(string(k))
 	if !ok {
 		return nil, false
 	}
@@ -256,7 +287,8 @@ func (m *collection) ConvertToNative(typeDesc reflect.Type) (any, error) {
 	if typeDesc.Kind() == reflect.Map && typeDesc.Key().Kind() == reflect.String {
 		out := reflect.MakeMapWithSize(typeDesc, len(m.ids))
 		for _, k := range m.ids {
-			v, err := m.rows[k].ConvertToNative(typeDesc.Elem())
+			o, _ := m.row(k)
+			v, err := o.ConvertToNative(typeDesc.Elem())
 			if err != nil {
 				return nil, err
 			}
@@ -284,7 +316,7 @@ func (m *collection) Equal(other ref.Val) ref.Val {
 	}
 	for _, k := range m.ids {
 		v, found := x.Find(types.String(k))
-		if !found || m.rows[k].Equal(v) != types.True {
+		if o, _ := m.row(k); !found || o.Equal(v) != types.True {
 			return types.False
 		}
 	}

@@ -736,7 +736,7 @@ func index(v, k ref.Val) ref.Val {
 	switch x := v.(type) {
 	case *collection:
 		if s, ok := k.(types.String); ok {
-			if o, ok := x.rows[string(s)]; ok {
+			if o, ok := x.row(string(s)); ok {
 				return o
 			}
 		}

@@ -128,7 +128,7 @@ func randomWord(ep *episode, r *rand.Rand) ref.Val {
 		}
 	}
 	for k := range ep.ents {
-		for _, row := range ep.ents[k].rows {
+		for _, row := range ep.ents[k].objs {
 			for _, v := range row.vals {
 				if s, ok := v.(types.String); ok {
 					words = append(words, string(s))
@@ -420,6 +420,12 @@ tools:
       char_at: word.charAt(args.m)
       char_at_concat: "'sku-' + args.k.charAt(args.m + 2) + word.charAt(0)"
       char_at_out_of_ascii_range: "('é' + args.k).charAt(args.m + 1)"
+      char_at_literal: "'0123'.charAt(args.m + 1) + 'abc'.charAt(n - 2)"
+      char_at_literal_end: "'ab'.charAt(args.m + 2) + '-'"
+      char_at_literal_out_of_range: "'ab'.charAt(args.m + 4)"
+      char_at_literal_empty: "''.charAt(args.m + 3)"
+      char_at_literal_not_ascii: "'aé'.charAt(args.m + 1) + 'x'"
+      literal_operands: "n * 16 % 7 + (word + 'x' > 'b' ? 1 : 0) + (args.k == '' ? 2 : 3)"
       number_text: "'n=' + string(n + args.m) + (n == 1 ? ' unit' : ' units')"
 success: n > 100
 `

@@ -83,6 +83,11 @@ func (c *closures) strOf(e ast.Expr) (strFn, bool)   { return typedOf[types.Stri
 // name or a field, computed by this file's closures when it knows the shape, else the
 // CEL value's closure, unboxed.
 func typedOf[V scalar](c *closures, e ast.Expr) (fn[V], bool) {
+	if e.Kind() == ast.LiteralKind { // an operand's 0, 16 or 'sku-': no CEL value to unbox at each call
+		if v, ok := e.AsLiteral().(V); ok {
+			return func(*activation) (V, bool) { return v, true }, true
+		}
+	}
 	if f, ok := leaf[V](c, e); ok {
 		return f, true
 	}
@@ -665,6 +670,17 @@ func (e *episode) joinStrings(parts []types.String, n int) types.String {
 func (c *closures) charAt(args []ast.Expr) (strFn, bool) {
 	sf, ok1 := c.strOf(args[0])
 	nf, ok2 := c.intOf(args[1])
+	if lit, isLit := literalASCII(args[0]); isLit {
+		// A literal of ASCII ('0123456789abcdef'.charAt(n)): its bytes are checked once,
+		// here, not at every call.
+		return func(a *activation) (types.String, bool) {
+			i, ok := nf(a)
+			if !ok || i < 0 || int64(i) > int64(len(lit)) {
+				return "", false
+			}
+			return lit[i:min(int(i)+1, len(lit))], true
+		}, ok2
+	}
 	return func(a *activation) (types.String, bool) {
 		s, ok := sf(a)
 		if !ok {
@@ -687,6 +703,23 @@ func (c *closures) charAt(args []ast.Expr) (strFn, bool) {
 		}
 		return s[i : i+1], true
 	}, ok1 && ok2
+}
+
+// literalASCII returns e's string when e is a string literal of ASCII bytes only.
+func literalASCII(e ast.Expr) (types.String, bool) {
+	if e.Kind() != ast.LiteralKind {
+		return "", false
+	}
+	s, ok := e.AsLiteral().(types.String)
+	if !ok {
+		return "", false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return "", false
+		}
+	}
+	return s, true
 }
 
 // stringTests are CEL's string predicates, by their overload.
@@ -738,7 +771,7 @@ func (c *closures) inCollection(args []ast.Expr) (boolFn, bool) {
 		if !ok {
 			return false, false
 		}
-		_, found := m.rows[string(s)]
+		_, found := m.row(string(s))
 		return types.Bool(found), true
 	}, ok1 && ok2
 }
@@ -756,7 +789,7 @@ func (c *closures) entityAt(args []ast.Expr) (cfn, bool) {
 		if !ok {
 			return errUnsure
 		}
-		if o, ok := m.rows[string(s)]; ok {
+		if o, ok := m.row(string(s)); ok {
 			return o
 		}
 		return errUnsure

@@ -1,7 +1,9 @@
 package world
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
@@ -102,7 +104,7 @@ func TestDrawsAreTheGeneratorsCalls(t *testing.T) {
 			t.Fatalf("seed %d: bits %v skipped %v coin %v a %v b %v; want %d %d %v %d %d", seed,
 				got("bits"), got("skipped"), got("coin"), got("a"), got("b"), bits, perm[1]*10, coin, a, b)
 		}
-		if ids := ep.ents[0].ids; len(ids) != 2 || ids[0] == ids[1] || !strings.HasPrefix(ids[0], "c") || ep.ents[0].rows[ids[0]].vals[0] != types.String(ids[0]) {
+		if ids := ep.ents[0].ids; len(ids) != 2 || ids[0] == ids[1] || !strings.HasPrefix(ids[0], "c") || ep.ents[0].objs[0].vals[0] != types.String(ids[0]) {
 			t.Fatalf("seed %d: ids %v, not two codes", seed, ids)
 		}
 	}
@@ -188,6 +190,71 @@ func TestGoStringsIsEncodingJSON(t *testing.T) {
 		}
 		if again := goStrings(got); string(again) != string(got) {
 			t.Errorf("%q: rewritten twice: %s", s, again)
+		}
+	}
+}
+
+// TestGoAlreadyIsTheFourSearches: goAlready's one pass answers what the four searches
+// it replaced answered, on the documents goStrings meets and on their cut ends (an
+// escape or a character split at the last bytes).
+func TestGoAlreadyIsTheFourSearches(t *testing.T) {
+	searches := func(b []byte) bool {
+		return !bytes.ContainsAny(b, "<>&") && !bytes.Contains(b, []byte(`\u00`)) &&
+			!bytes.Contains(b, []byte("\u2028")) && !bytes.Contains(b, []byte("\u2029"))
+	}
+	docs := []string{"", `{"a":"plain"}`, `\u00`, `\u0`, `\u`, `\`, `\\u00`, `\u2028`, `\u0026`, "<", ">", "&",
+		"\u2028", "\u2029", "\u2027", "\u202a", "\xe2", "\xe2\x80", "\xe2\x80\xa8", "\xe2\x81\xa8", "é ü ✓",
+		`{"q":"a \"b\" \n c"}`}
+	r := rand.New(rand.NewPCG(7, 7))
+	alphabet := []byte{'a', '"', '\\', 'u', '0', '2', '8', '<', '&', 0xe2, 0x80, 0xa8, 0xa9}
+	for range 20000 {
+		b := make([]byte, r.IntN(9))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		docs = append(docs, string(b))
+	}
+	for _, d := range docs {
+		if got, want := goAlready([]byte(d)), searches([]byte(d)); got != want {
+			t.Errorf("goAlready(%q) = %v, the searches %v", d, got, want)
+		}
+	}
+}
+
+// TestGoStringsOncePerAnswer: with json_strings: go, an answer rewritten before its
+// cut is not rewritten again as the observation: every observation, whole, cut or an
+// invalid action's, is what rewriting it again gives, its strings in Go's form.
+func TestGoStringsOncePerAnswer(t *testing.T) {
+	w, err := Load("drawn.yaml", []byte(strings.Replace(drawn, "identify: false\n", "identify: false\njson_strings: go\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cut := range []bool{false, true} {
+		cfg := env.Config{Seed: 4}
+		if cut {
+			cfg.Faults = injector(t, 4, truncate("cut", "svc", 1, 0.5))
+		}
+		ep, err := w.Env().NewEpisode(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ep.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []env.Action{
+			{Tool: "take", Args: json.RawMessage(`{"code":"<&>"}`)},
+			{Tool: "take", Args: json.RawMessage(`{"code":"\u2028"}`)},
+			{Tool: "take", Args: json.RawMessage(`{"code":"<&> too long for it"}`)},
+			{Tool: "<&>", Args: json.RawMessage(`{}`)},
+		} {
+			r, err := ep.Step(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs := string(r.Observation)
+			if again := string(goStrings([]byte(obs))); again != obs || strings.ContainsAny(obs, "<&>") || strings.Contains(obs, "\u2028") {
+				t.Errorf("cut %v, %s %s: observation %s, rewritten again %s", cut, a.Tool, a.Args, obs, again)
+			}
 		}
 	}
 }

@@ -1,10 +1,12 @@
 package world
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 )
@@ -98,5 +100,34 @@ func TestEndPartsStand(t *testing.T) {
 	// mark of weight 4 so does success.
 	if r := step("grow"); !r.Signals.Success || !bool(ep.partValue[boxes]) {
 		t.Fatalf("after grow: success %v, boxes' part %v; want both true", r.Signals.Success, ep.partValue[boxes])
+	}
+}
+
+// TestCollectionRowIsTheMap: a collection finds an id by looking through its ids up to
+// smallCollection entities and in its map beyond, and either way finds what a map of
+// every put would (the last entity put with an id), before and after the switch.
+func TestCollectionRowIsTheMap(t *testing.T) {
+	for _, n := range []int{0, 1, smallCollection - 1, smallCollection, smallCollection + 1, 3 * smallCollection} {
+		var c collection
+		want := map[string]*object{}
+		for i := range n {
+			id := "e" + strconv.Itoa(i%7) // ids come back, before the map and after
+			o := &object{vals: []ref.Val{types.String(id)}}
+			c.put(id, o)
+			want[id] = o
+			for j := range 9 {
+				k := "e" + strconv.Itoa(j)
+				got, ok := c.row(k)
+				if w, wok := want[k]; got != w || ok != wok {
+					t.Fatalf("%d puts: row(%s) = %p, %v; the map has %p, %v", i+1, k, got, ok, w, wok)
+				}
+			}
+		}
+		if got := (c.rows != nil); got != (n > smallCollection) {
+			t.Errorf("%d entities: a map %v", n, got)
+		}
+		if len(c.ids) != n || len(c.objs) != n {
+			t.Errorf("%d puts: %d ids, %d entities", n, len(c.ids), len(c.objs))
+		}
 	}
 }

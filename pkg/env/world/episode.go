@@ -98,7 +98,10 @@ type episode struct {
 	sizedKeys    [maxSizedSigs][maxSizedPaths]byte
 	// strs is the block the episode's concatenations are written into (joinStrings):
 	// kept across resets, its written bytes never written again.
-	strs     []byte
+	strs []byte
+	// box holds the blocks of the ints and strings a reset draws (boxes.go): kept
+	// across resets like strs.
+	box      boxes
 	clock    time.Duration
 	step     uint32
 	invalid  int64
@@ -339,9 +342,11 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	if len(loc) < w.locals {
 		loc = make([]ref.Val, w.locals)
 	}
-	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs,
+	*e = episode{w: w, cfg: e.cfg, maxSteps: e.maxSteps, deadlineMs: e.deadlineMs, maxInvalid: e.maxInvalid, params: e.params, fast: e.fast, ready: true, loc: loc, strs: e.strs, box: e.box,
 		settledEpoch: e.settledEpoch, sizedAt: e.sizedAt} // the epochs go on: what sizedAt holds is older
 	r := rng.New(seed, w.stateStream, 0)
+	e.box.reserve(boxCount{w.resetBoxes[0].Load(), w.resetBoxes[1].Load()})
+	made := e.box.made
 	e.vars = make([]ref.Val, len(w.vars))
 	act := e.scope(nil)
 	redraws := 0
@@ -378,7 +383,10 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		if count < 0 || count > 10000 {
 			return nil, &evalError{at: place{field: sub(sub("entities", ed.name), "count")}, err: fmt.Errorf("count %d is out of range [0, 10000]", count)}
 		}
-		e.ents = append(e.ents, collection{ids: make([]string, 0, count), rows: make(map[string]*object, count), objs: make([]*object, 0, count)})
+		e.ents = append(e.ents, collection{ids: make([]string, 0, count), objs: make([]*object, 0, count)})
+		if count > smallCollection {
+			e.ents[k].rows = make(map[string]*object, count)
+		}
 		st := &e.ents[k]
 		// The entities and their fields in two allocations, not two per entity.
 		nf := len(ed.otype.fields)
@@ -410,7 +418,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			}
 			if ed.key >= 0 {
 				id = string(row.vals[ed.key+1].(types.String))
-				if _, dup := st.rows[id]; dup || id == "" {
+				if _, dup := st.row(id); dup || id == "" {
 					return nil, &evalError{at: ed.keyAt,
 						err: fmt.Errorf("key %q is empty or already another %s's id (redraw it while self.%s in %s)", clip(id), ed.name, ed.fields[ed.key].name, ed.name)}
 				}
@@ -419,6 +427,11 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 			st.put(id, row)
 		}
 		act.i, act.id, act.self = nil, nil, nil
+	}
+	for i, n := range [2]int64{e.box.made.ints - made.ints, e.box.made.strs - made.strs} {
+		if n > w.resetBoxes[i].Load() && n <= maxBoxHint {
+			w.resetBoxes[i].Store(n)
+		}
 	}
 	ne := len(w.ends)
 	bools := make([]bool, 2*ne+len(w.parts))
@@ -437,7 +450,7 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 	for i := range e.baseMs {
 		e.baseMs[i] = 5 + e.lat.Int64N(36)
 	}
-	b := []byte{'{'}
+	b := append(make([]byte, 0, max(w.resetCap.Load(), 64)), '{')
 	if w.identify {
 		b = append(b, `"world":`...)
 		b = canonjson.AppendString(b, w.name)
@@ -477,6 +490,9 @@ func (e *episode) reset(seed uint64) ([]byte, error) {
 		}
 	}
 	b = append(b, '}')
+	if n := int64(len(b)); n > w.resetCap.Load() && n <= 4096 {
+		w.resetCap.Store(n)
+	}
 	if w.goStrings {
 		b = goStrings(b)
 	}
@@ -525,7 +541,7 @@ func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
 				}
-				return v, true
+				return a.ep.boxInt(v), true
 			}
 		}
 	case k == kString && p.unboxed.s != nil:
@@ -534,7 +550,7 @@ func typedDraw(p *program, k kind, a *activation) (ref.Val, bool) {
 				if checkClosures != nil {
 					checkClosures(p, a, v)
 				}
-				return v, true
+				return a.ep.boxString(v), true
 			}
 		}
 	case k == kBool && p.unboxed.b != nil:
@@ -612,7 +628,7 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		act.ep.perm = p
 		return types.NewRefValList(types.DefaultTypeAdapter, p), nil
 	case dr.bits > 0:
-		return types.Int(int64(r.Uint64() >> (64 - dr.bits))), nil
+		return act.ep.boxInt(types.Int(int64(r.Uint64() >> (64 - dr.bits)))), nil
 	case dr.expr != nil:
 		if v, ok := typedDraw(dr.expr, dr.kind, act); ok {
 			return v, nil
@@ -634,7 +650,7 @@ func drawValue(r *rand.Rand, dr *draw, act *activation) (ref.Val, error) {
 		if hi < lo || hi-lo < 0 || hi-lo == math.MaxInt64 {
 			return nil, &evalError{at: dr.lo.at, err: fmt.Errorf("uniform [%d, %d] is empty or too wide", lo, hi)}
 		}
-		return types.Int(lo + r.Int64N(hi-lo+1)), nil
+		return act.ep.boxInt(types.Int(lo + r.Int64N(hi-lo+1))), nil
 	case len(dr.choice) > 0:
 		return dr.choiceVals[r.IntN(len(dr.choiceVals))], nil
 	case dr.isP:
@@ -676,6 +692,9 @@ type stepState struct {
 	// whether a reading reach reached it (a truncated answer then reaches nothing).
 	reached   int
 	readReach bool
+	// goDone: the observation is the answer goStrings wrote (json_strings: go), which
+	// a second pass would leave as it is.
+	goDone bool
 }
 
 func (s *stepState) open(op, path string) {
@@ -895,7 +914,7 @@ func (e *episode) apply(act env.Action, t *toolDef, bad []byte) (env.StepResult,
 			return env.StepResult{}, fmt.Errorf("world %s: %w", w.name, err)
 		}
 	}
-	if w.goStrings {
+	if w.goStrings && !s.goDone {
 		obs = goStrings(obs)
 	}
 	total := max(len(w.progress), 1)
@@ -1017,6 +1036,7 @@ func (e *episode) call(t *toolDef, args *object, s *stepState) ([]byte, []*gaunt
 	}
 	if e.w.goStrings { // before a cut, which cuts the bytes the agent would have read
 		body = goStrings(body)
+		s.goDone = out.Keep >= 1 // an answer not cut is the observation: not rewritten again
 	}
 	if out.Keep < 1 {
 		if s.readReach {
@@ -1163,7 +1183,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 					return nil, err
 				}
 				c.key = string(v.(types.String))
-				if _, ok := e.ents[ef.entity].rows[c.key]; !ok {
+				if _, ok := e.ents[ef.entity].row(c.key); !ok {
 					return nil, &evalError{at: ef.key.at, err: fmt.Errorf("no %s %q (add a precondition that it exists)", w.entities[ef.entity].name, clip(c.key))}
 				}
 			}
@@ -1199,7 +1219,7 @@ func (e *episode) run(t *toolDef, args *object, s *stepState) ([]byte, error) {
 			}
 		default:
 			ed := &w.entities[ef.entity]
-			row := e.ents[ef.entity].rows[c.key]
+			row, _ := e.ents[ef.entity].row(c.key)
 			if old := row.vals[ef.field+1]; old != c.to {
 				s.changed = true
 				s.set(ed.path+"/"+c.key+"/"+ed.fields[ef.field].name, old, c.to)

@@ -270,6 +270,13 @@ type oraclePlan struct {
 // World is a loaded, checked world file. It is immutable and safe for concurrent use;
 // it is an env.Env (and an env.Oracle when the file has a plan, see Env).
 type World struct {
+	// resetCap is the size of the largest first observation a reset of the world
+	// made (to 4 KB): the capacity the next one starts with, so it is written
+	// without growing.
+	resetCap atomic.Int64
+	// resetBoxes are the most ints and strings a reset of the world boxed (boxes.go,
+	// to maxBoxHint): the room the next episode's reset makes for them up front.
+	resetBoxes [2]atomic.Int64
 	name, desc string
 	file       string
 	digest     string

@@ -90,7 +90,8 @@ func (e *episode) turn(r int) ([]byte, error) {
 		st := &e.ents[w.msgEntity]
 		n := 0
 		for _, id := range st.ids {
-			m := st.rows[id].vals // id, from, to, text, sent_ms, deliver_ms, lost
+			o, _ := st.row(id)
+			m := o.vals // id, from, to, text, sent_ms, deliver_ms, lost
 			if string(m[2].(types.String)) != role.name || bool(m[6].(types.Bool)) || int64(m[5].(types.Int)) > now {
 				continue
 			}

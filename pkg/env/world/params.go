@@ -229,7 +229,7 @@ func (p *paramDef) specParam() (name, typ, def, desc string) {
 
 // episodeParams are the values of one episode's params and limits, from its request.
 type episodeParams struct {
-	vals                 []ref.Val // by position in World.params
+	vals                 []ref.Val // by position in World.params; nil: the defaults
 	deadline, maxInvalid int64
 }
 
@@ -238,12 +238,6 @@ type episodeParams struct {
 // max_invalid.
 func (w *World) parseParams(raw json.RawMessage) (episodeParams, error) {
 	out := episodeParams{deadline: w.deadlineMs, maxInvalid: w.maxInvalid}
-	if len(w.params) > 0 {
-		out.vals = make([]ref.Val, len(w.params))
-		for i := range w.params {
-			out.vals[i] = w.params[i].def
-		}
-	}
 	err := env.DecodeParams(raw, func(k string, v json.RawMessage) error {
 		var p *argProp
 		var set func(any)
@@ -257,7 +251,15 @@ func (w *World) parseParams(raw json.RawMessage) (episodeParams, error) {
 			if i < 0 {
 				return env.ErrUnknownParam
 			}
-			p, set = &w.params[i].prop, func(v any) { out.vals[i] = celValue(v) }
+			p, set = &w.params[i].prop, func(v any) {
+				if out.vals == nil { // the defaults until a request sets one
+					out.vals = make([]ref.Val, len(w.params))
+					for j := range w.params {
+						out.vals[j] = w.params[j].def
+					}
+				}
+				out.vals[i] = celValue(v)
+			}
 		}
 		d, err := p.decode(v)
 		if err != nil {

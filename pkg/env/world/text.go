@@ -1,7 +1,6 @@
 package world
 
 import (
-	"bytes"
 	"strconv"
 	"strings"
 
@@ -61,8 +60,7 @@ func echo(s string) string {
 // in that form comes back the same, so an answer that wraps another may be rewritten
 // again.
 func goStrings(b []byte) []byte {
-	if !bytes.ContainsAny(b, "<>&") && !bytes.Contains(b, []byte(`\u00`)) &&
-		!bytes.Contains(b, []byte("\u2028")) && !bytes.Contains(b, []byte("\u2029")) {
+	if goAlready(b) {
 		return b
 	}
 	const hex = "0123456789abcdef"
@@ -109,4 +107,32 @@ func goStrings(b []byte) []byte {
 		}
 	}
 	return out
+}
+
+// goSuspect marks the bytes that may start what goStrings rewrites: <, >, &, a
+// backslash (\u00XX) and the first byte of U+2028 and U+2029.
+var goSuspect = [256]bool{'<': true, '>': true, '&': true, '\\': true, 0xe2: true}
+
+// goAlready reports whether goStrings leaves b as it is: no <, > or &, no \u00 and no
+// U+2028 or U+2029 in it: one pass over b (answers are mostly plain) instead of four
+// searches.
+func goAlready(b []byte) bool {
+	for i, c := range b {
+		if !goSuspect[c] {
+			continue
+		}
+		switch c {
+		case '\\':
+			if i+3 < len(b) && b[i+1] == 'u' && b[i+2] == '0' && b[i+3] == '0' {
+				return false
+			}
+		case 0xe2:
+			if i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xa8 || b[i+2] == 0xa9) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
