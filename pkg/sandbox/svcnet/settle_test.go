@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox/netns"
@@ -279,7 +281,7 @@ func TestStalledAnswerCostsStepsNothing(t *testing.T) {
 
 // TestSettleWaitsForTheGatewaysPace: a relay the gateway paces on purpose (a bandwidth
 // cap) is the gateway's own work, not a sandbox's stalled read: a sandbox that reads
-// nothing while its host's few bytes and end are passed on at the cap's pace still
+// the first byte only, while its host's few bytes and end are passed on at the cap's pace, still
 // finds the connection recorded in the step, Settle waiting for the pace.
 func TestSettleWaitsForTheGatewaysPace(t *testing.T) {
 	thin := sandbox.HostPort{Host: "thin.example.test", Port: 7000}
@@ -297,6 +299,12 @@ faults:
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// As a command reading the host's answer does, wait for its first byte: from then
+	// on the relay's pace is all there is to wait for (the host sent everything and
+	// ended). Before it, the gateway cannot know that the host will speak at all.
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 	if !g.Settle(ctx) {
 		t.Fatal("Settle returned at its bound")
 	}
@@ -379,4 +387,61 @@ func streamHost(t testing.TB, n int64) string {
 		wg.Wait()
 	})
 	return l.Addr().String()
+}
+
+// TestSettleWaitsForTheDial: a connection the sandbox opened to an allowed host is work
+// under way while the gateway dials the host, even though neither side has sent a byte
+// yet: the dial is the gateway's to finish. Here the host's accept queue is full, so the
+// dial takes its whole timeout and fails; Settle waits for that, and the connection is
+// recorded in this step, as unreachable.
+func TestSettleWaitsForTheDial(t *testing.T) {
+	slow := sandbox.HostPort{Host: "slow.example.test", Port: 7000}
+	r, g, ns := hostRig(t, sandbox.HostMap{slow.Host + ":" + strconv.Itoa(slow.Port) + sandbox.TCPSuffix: fullBacklog(t)},
+		sandbox.Service{Hosts: []string{slow.Host}, TCPPorts: []sandbox.HostPort{slow}},
+		svcnet.Options{SettleWait: time.Hour, DialTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !g.Settle(ctx) {
+		t.Fatal("Settle returned at its bound")
+	}
+	if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != slow.Host || got[0].Error != "upstream unreachable" {
+		t.Errorf("after Settle: recorded %+v, want the connection, unreachable, in this step", got)
+	}
+}
+
+// fullBacklog is the address of a TCP listener that never accepts, its accept queue
+// (backlog 0) filled: a connection to it waits for a SYN retransmission, a second at
+// least, and a dial with a shorter timeout fails.
+func fullBacklog(t *testing.T) string {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
+	// Fill the queue: a backlog of 0 holds one connection; the dial that times out is
+	// the first the queue has no room for.
+	for range 2 {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return addr
 }
