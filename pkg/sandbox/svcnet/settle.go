@@ -26,6 +26,9 @@ const settleTick = 2 * time.Millisecond
 // a relayed TLS or TCP connection until it is recorded, or an HTTP connection until it
 // closes.
 type flight struct {
+	// dialing: the gateway is connecting to the relay's host (work under way: the
+	// sandbox asked for it, and nothing is sent either way before it ends).
+	dialing bool
 	// busy: a request on it is being served (HTTP): it is recorded when that ends. Work
 	// under way, unless its answer waits for the sandbox to read (stalled).
 	busy bool
@@ -114,7 +117,9 @@ func (g *Gateway) Settle(ctx context.Context) bool {
 }
 
 // unsettled reports whether the gateway has work the sandbox already gave it: a
-// connection waiting in a listener's queue, a request being served, a connection with
+// connection waiting in a listener's queue, a relay dialling its host (until the dial
+// ends: a host slow to accept would otherwise have its connection recorded in a later
+// step, or, failed, in none), a request being served, a connection with
 // input the gateway has not read (data or its end) on the sandbox's side or, for a
 // relay, on the host's, or a relay whose sandbox ended its side and whose host has not
 // answered yet (until a Settle waited that out: then the relay is idle, held open and
@@ -129,16 +134,19 @@ func (g *Gateway) unsettled() bool {
 		}
 	}
 	type look struct {
-		c, host           net.Conn
-		busy, ended, idle bool
+		c, host                    net.Conn
+		dialing, busy, ended, idle bool
 	}
 	g.mu.Lock()
 	looks := make([]look, 0, len(g.flights))
 	for c, f := range g.flights {
-		looks = append(looks, look{c, f.host, f.busy, f.ended, f.idle})
+		looks = append(looks, look{c, f.host, f.dialing, f.busy, f.ended, f.idle})
 	}
 	g.mu.Unlock()
 	for _, l := range looks {
+		if l.dialing {
+			return true
+		}
 		if stalled(l.c) {
 			if l.host != nil && !l.ended && readable(l.c) {
 				return true
@@ -311,12 +319,21 @@ func (g *Gateway) fly(c net.Conn, busy bool) {
 	}
 }
 
-// relayed notes host as c's relay's connection to the host.
+// dialing notes that c's relay is connecting to its host: Settle waits for that.
+func (g *Gateway) dialing(c net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.flights[c]; ok {
+		f.dialing = true
+	}
+}
+
+// relayed notes host as c's relay's connection to the host, the dial over.
 func (g *Gateway) relayed(c, host net.Conn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.flights[c]; ok {
-		f.host = host
+		f.host, f.dialing = host, false
 	}
 }
 

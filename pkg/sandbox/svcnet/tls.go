@@ -153,6 +153,7 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 	fc.OnAbort(record)
 	defer fc.Close()
 	defer record()
+	g.dialing(c) // until relayed, or the record of a failed dial
 	upc, err := net.DialTimeout("tcp", addr, g.opt.DialTimeout)
 	if err != nil {
 		g.opt.Logger.Debug("allowed host unreachable", "host", req.Host, "port", req.Port, "err", err)
