@@ -387,6 +387,9 @@ type flownListener struct {
 	// dl sets the listener's deadline; nil when it has none (it cannot be fenced, and
 	// Settle cannot see its queue either).
 	dl interface{ SetDeadline(time.Time) error }
+	// dialsAtOnce: each connection's handler dials its host before anything else (a
+	// plain TCP port), so the connection is noted dialling from its accept.
+	dialsAtOnce bool
 	// accepted, when set (tests), is called with each connection the kernel handed over,
 	// before it is in flight.
 	accepted func(net.Conn)
@@ -420,6 +423,9 @@ func (l *flownListener) Accept() (net.Conn, error) {
 				l.accepted(c)
 			}
 			l.g.fly(c, false)
+			if l.dialsAtOnce {
+				l.g.dialing(c) // before the handler runs: no gap for a Settle to see
+			}
 			return c, nil
 		}
 		var ne net.Error

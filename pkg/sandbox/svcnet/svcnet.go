@@ -166,7 +166,9 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 				}
 				g.listeners = append(g.listeners, tl)
 				g.wg.Add(1)
-				go g.serveTCPPort(g.flown(tl), newTCPPort(rt, s, hp))
+				fl := g.flown(tl)
+				fl.dialsAtOnce = true
+				go g.serveTCPPort(fl, newTCPPort(rt, s, hp))
 			}
 			// The refusals are watched for a recorder: without one they would go nowhere.
 			if rw, ok := rt.(sandbox.RefusalWatcher); ok && opt.OnRequest != nil && g.refusals == nil {

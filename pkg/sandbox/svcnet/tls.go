@@ -153,7 +153,11 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 	fc.OnAbort(record)
 	defer fc.Close()
 	defer record()
-	g.dialing(c) // until relayed, or the record of a failed dial
+	// Dialling until relayed, or the record of a failed dial. A plain TCP port's
+	// connection is noted dialling from its accept (flownListener.dialsAtOnce); a TLS
+	// port's from here, once its hello is read and parsed: a Settle between the two
+	// sees nothing under way (microseconds, not a dial's wait).
+	g.dialing(c)
 	upc, err := net.DialTimeout("tcp", addr, g.opt.DialTimeout)
 	if err != nil {
 		g.opt.Logger.Debug("allowed host unreachable", "host", req.Host, "port", req.Port, "err", err)
