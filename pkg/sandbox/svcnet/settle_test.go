@@ -128,16 +128,7 @@ func TestCloseEndsAHeldRelay(t *testing.T) {
 	r.sh(`timeout 1 busybox nc ` + hold.Host + ` 7000 </dev/null; true`)
 	c := <-held
 	t.Cleanup(func() { _ = c.Close() })
-	closed := make(chan error, 1)
-	go func() { closed <- g.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Errorf("close: %v", err)
-		}
-	case <-time.After(30 * time.Second): // a hang guard, not a speed target: Close ends at once
-		t.Fatal("Close still waits for the relay the host holds")
-	}
+	closeWithin(t, g, "the relay the host holds")
 }
 
 // heldHostRig is a process sandbox whose plain TCP port hold reaches a host that accepts
@@ -326,6 +317,13 @@ func TestCloseEndsAStalledRelay(t *testing.T) {
 	}
 	defer c.Close()
 	g.Settle(ctx) // the relay is under way
+	closeWithin(t, g, "the relay the sandbox stopped reading")
+}
+
+// closeWithin closes g and fails the test if Close still waits after 30 s for what
+// (a hang guard, not a speed target: Close ends at once).
+func closeWithin(t *testing.T, g *svcnet.Gateway, what string) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- g.Close() }()
 	select {
@@ -333,8 +331,8 @@ func TestCloseEndsAStalledRelay(t *testing.T) {
 		if err != nil {
 			t.Errorf("close: %v", err)
 		}
-	case <-time.After(30 * time.Second): // a hang guard, not a speed target: Close ends at once
-		t.Fatal("Close still waits for the relay the sandbox stopped reading")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close still waits for " + what)
 	}
 }
 
