@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -231,11 +230,11 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 		}
 	}
 	ep := runs.Episode(req, 0)
-	restore := &gauntletv1.RewardState{}
-	if len(cp.RewardState) > 0 {
-		if err := proto.Unmarshal(cp.RewardState, restore); err != nil {
-			return EpisodeResult{}, fmt.Errorf("play episode %s: read checkpoint's reward state: %w", ep.EpisodeId, err)
-		}
+	// The state goes to the reward service as it is; a checkpoint whose state does not
+	// decode fails the attempt here rather than its first re-scored step.
+	var restore gauntletv1.RewardState
+	if err := restore.DecodeReusing(cp.RewardState); err != nil {
+		return EpisodeResult{}, fmt.Errorf("play episode %s: read checkpoint's reward state: %w", ep.EpisodeId, err)
 	}
 	// The spec first, so no step names a spec the reward service cannot read.
 	if spec, _ := in.Run.rewardSpec(); spec != nil {
@@ -256,7 +255,7 @@ func (a *Activities) PlayEpisode(ctx context.Context, in PlayInput) (EpisodeResu
 	}
 	plan := plans.Plans[0]
 	out := &durableOut{bus: b, from: cp.NextStep, afterStep: a.AfterStep, episodeID: ep.EpisodeId, last: cp,
-		total: cp.TotalReward, restore: restore, prev: &gauntletv1.RewardState{}}
+		total: cp.TotalReward, restore: cp.RewardState}
 	sess := play.NewSession(&gauntletv1.EpisodeAssigned{Episode: ep, Plan: plan}, a.WorkerID, requestScorer{b}, out)
 	defer func() { _ = sess.Close() }()
 	out.scoring = sess.Scoring()
@@ -323,10 +322,10 @@ type durableOut struct {
 	// restore the state the checkpoint recorded after step from-1, which replaces the
 	// re-executed one once that step is replayed.
 	scoring *play.EpisodeScoring
-	restore *gauntletv1.RewardState
+	restore []byte
 	// prev is the scoring state before the step being output (the one the step before
 	// left); a step the stream holds already is scored again from it (realign).
-	prev *gauntletv1.RewardState
+	prev []byte
 }
 
 // publish publishes one event. While the events stream has no room the publish waits
@@ -375,11 +374,7 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 	o.total += total
 	cp := EpisodeCheckpoint{NextStep: st.Step + 1, TotalReward: o.total, FaultsFired: o.fired}
 	if o.scoring != nil {
-		state, err := proto.MarshalOptions{Deterministic: true}.Marshal(o.scoring.State)
-		if err != nil {
-			return fmt.Errorf("step %d of %s: encode its reward state: %w", st.Step, o.episodeID, err)
-		}
-		cp.RewardState = state
+		cp.RewardState = o.scoring.State
 	}
 	o.last = cp
 	o.keepPrev()
@@ -391,7 +386,7 @@ func (o *durableOut) Step(ctx context.Context, st *gauntletv1.StepTaken) error {
 }
 
 // keepPrev remembers the state the step just output left, the state before the next.
-// Scores replace the state rather than change it, so the pointer is enough.
+// Scores replace the state rather than write into it, so the slice is enough.
 func (o *durableOut) keepPrev() {
 	if o.scoring != nil {
 		o.prev = o.scoring.State
@@ -469,7 +464,7 @@ func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, name
 	if named != nil {
 		req.Steps[0].RewardSpec, req.Steps[0].Terminated, req.Steps[0].Action = named.Spec, st.Terminated, st.Action
 		req.Steps[0].Faults = scoring.AnsweredFaults(st.Faults)
-		req.States = []*gauntletv1.RewardState{named.State}
+		req.EncodedStates = [][]byte{named.State}
 	}
 	var reply gauntletv1.ScoreReply
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -486,9 +481,9 @@ func (r requestScorer) Score(ctx context.Context, st *gauntletv1.StepTaken, name
 		return nil, fmt.Errorf("score step %d of %s: %w", st.Step, st.EpisodeId, err)
 	}
 	if named != nil {
-		states := reply.GetTable().GetStates()
+		states := reply.GetTable().GetEncodedStates()
 		if len(states) != 1 {
-			return nil, fmt.Errorf("score step %d of %s: reward service returned %d states for 1 step", st.Step, st.EpisodeId, len(states))
+			return nil, fmt.Errorf("score step %d of %s: reward service returned %d encoded states for 1 step", st.Step, st.EpisodeId, len(states))
 		}
 		named.State = states[0]
 	}

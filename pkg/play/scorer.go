@@ -3,12 +3,12 @@ package play
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/bus"
 	"github.com/gauntlet-rl/gauntlet/pkg/errkind"
@@ -46,7 +46,7 @@ type scoreCall struct {
 // ScoreResult is the reply to one Score call.
 type ScoreResult struct {
 	score *gauntletv1.StepScored
-	state *gauntletv1.RewardState
+	state []byte
 	err   error
 }
 
@@ -56,8 +56,12 @@ type ScoreResult struct {
 // carries (running normalisation, shaping and expressions over the episode so far need
 // it). Episodes under the default spec have none, and their requests stay as they were.
 type EpisodeScoring struct {
-	Spec  string
-	State *gauntletv1.RewardState
+	Spec string
+	// State is the RewardState in its wire form, as the reward service returned it
+	// (ScoreTable.encoded_states): the worker keeps it and sends it back without reading
+	// it. Empty before the first step. A score replaces it and never writes into it, so a
+	// copy of the slice stays the state it was.
+	State []byte
 }
 
 // NewEpisodeScoring returns the scoring state of an episode of req, or nil when it is
@@ -67,7 +71,7 @@ func NewEpisodeScoring(req *gauntletv1.EpisodeRequested) *EpisodeScoring {
 	if d == "" || d == scoring.DefaultDigest() {
 		return nil
 	}
-	return &EpisodeScoring{Spec: d, State: &gauntletv1.RewardState{}}
+	return &EpisodeScoring{Spec: d}
 }
 
 // clone returns an independent copy, for a branch of the episode.
@@ -75,7 +79,7 @@ func (e *EpisodeScoring) clone() *EpisodeScoring {
 	if e == nil {
 		return nil
 	}
-	return &EpisodeScoring{Spec: e.Spec, State: proto.Clone(e.State).(*gauntletv1.RewardState)}
+	return &EpisodeScoring{Spec: e.Spec, State: slices.Clone(e.State)}
 }
 
 // NewScorer allocates a scorer sending up to maxBatch steps per request and maxInFlight
@@ -155,33 +159,43 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	// reads, each until a reply says the spec reads none: the env's default spec never
 	// does, so its requests stay as small as they were.
 	req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, len(batch))}
+	var (
+		last int // 1 + the index in req.SpecDigests of the last named step's spec
+		un   unread
+	)
 	for i, c := range batch {
 		req.Steps[i] = &gauntletv1.StepTaken{
 			EpisodeId: c.step.EpisodeId, Step: c.step.Step, Env: c.step.Env,
 			Signals: c.step.Signals, Metering: c.step.Metering,
 		}
-		if c.named != nil {
-			if req.States == nil {
-				req.States = make([]*gauntletv1.RewardState, len(batch))
+		if c.named == nil {
+			continue
+		}
+		if req.EncodedStates == nil {
+			// Each spec's 71-byte digest once, each step's by its index; each episode's
+			// state as the reward service encoded it, not decoded here.
+			req.EncodedStates = make([][]byte, len(batch))
+			req.SpecOf = make([]uint32, len(batch))
+		}
+		if last == 0 || req.SpecDigests[last-1] != c.named.Spec { // a batch's steps mostly share one
+			last = slices.Index(req.SpecDigests, c.named.Spec) + 1
+			if last == 0 {
+				req.SpecDigests = append(req.SpecDigests, c.named.Spec)
+				last = len(req.SpecDigests)
 			}
-			req.Steps[i].RewardSpec, req.Steps[i].Terminated = c.named.Spec, c.step.Terminated
-			var un unread
+			un = unread{}
 			if v, ok := s.unread.Load(c.named.Spec); ok {
 				un = v.(unread)
 			}
-			if !un.actions {
-				req.Steps[i].Action = c.step.Action
-			}
-			if !un.faults {
-				req.Steps[i].Faults = scoring.AnsweredFaults(c.step.Faults)
-			}
-			req.States[i] = c.named.State
 		}
-	}
-	for i := range req.States {
-		if req.States[i] == nil {
-			req.States[i] = &gauntletv1.RewardState{}
+		req.SpecOf[i], req.Steps[i].Terminated = uint32(last), c.step.Terminated
+		if !un.actions {
+			req.Steps[i].Action = c.step.Action
 		}
+		if !un.faults {
+			req.Steps[i].Faults = scoring.AnsweredFaults(c.step.Faults)
+		}
+		req.EncodedStates[i] = c.named.State
 	}
 	var reply gauntletv1.ScoreReply
 	// Bounded: a reward service missing for this long is an infra error for the episode.
@@ -197,11 +211,11 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	} else if err == nil {
 		scores, err = reply.StepScores(req.Steps)
 	}
-	if err == nil && req.States != nil && len(reply.GetTable().GetStates()) != len(req.Steps) {
-		// A reward service that predates states would score every step as an episode's first.
-		err = errkind.E(errkind.Internal, fmt.Errorf("reward service returned %d states for %d steps of named specs", len(reply.GetTable().GetStates()), len(req.Steps)))
+	if err == nil && req.EncodedStates != nil && len(reply.GetTable().GetEncodedStates()) != len(req.Steps) {
+		// A reward service that predates them would score every step as an episode's first.
+		err = errkind.E(errkind.Internal, fmt.Errorf("reward service returned %d encoded states for %d steps of named specs", len(reply.GetTable().GetEncodedStates()), len(req.Steps)))
 	}
-	if err == nil && req.States != nil {
+	if err == nil && req.EncodedStates != nil {
 		for _, sp := range reply.Table.Specs {
 			if (sp.GetActionsUnread() || sp.GetFaultsUnread()) && sp.GetDigest() != "" {
 				if _, known := s.unread.Load(sp.Digest); !known {
@@ -218,7 +232,8 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 		}
 		r := ScoreResult{score: scores[i]}
 		if c.named != nil {
-			r.state = reply.Table.States[i]
+			// It shares the reply's memory, as the step's score does.
+			r.state = reply.Table.EncodedStates[i]
 		}
 		c.reply <- r
 	}
@@ -239,8 +254,18 @@ type LocalScorer struct{ Spec scoring.Spec }
 
 // Score implements StepScorer.
 func (l LocalScorer) Score(_ context.Context, st *gauntletv1.StepTaken, named *EpisodeScoring, _ chan ScoreResult) (*gauntletv1.StepScored, error) {
-	if named != nil {
-		return scoring.ScoreState(l.Spec, named.State, st), nil
+	if named == nil {
+		return scoring.Score(l.Spec, st), nil
 	}
-	return scoring.Score(l.Spec, st), nil
+	var state gauntletv1.RewardState
+	if err := state.DecodeReusing(named.State); err != nil {
+		return nil, fmt.Errorf("score step %d of %s: %w", st.GetStep(), st.GetEpisodeId(), err)
+	}
+	sc := scoring.ScoreState(l.Spec, &state, st)
+	enc, err := state.AppendEncoded(nil)
+	if err != nil {
+		return nil, fmt.Errorf("score step %d of %s: %w", st.GetStep(), st.GetEpisodeId(), err)
+	}
+	named.State = enc
+	return sc, nil
 }

@@ -562,9 +562,16 @@ func (c *compiled) prepare(st *gauntletv1.RewardState) {
 		st.Potentials = append(st.Potentials[:0], make([]float64, len(c.comps))...)
 	}
 	if len(st.Windows) != c.windows {
-		st.Windows = st.Windows[:0]
-		for range c.windows {
-			st.Windows = append(st.Windows, &gauntletv1.ZWindow{})
+		// A fresh state: empty windows, in the ones st had room for (a state decoded
+		// again and again into one RewardState keeps them) or new ones.
+		if cap(st.Windows) < c.windows {
+			st.Windows = append(st.Windows[:cap(st.Windows)], make([]*gauntletv1.ZWindow, c.windows-cap(st.Windows))...)
+		}
+		st.Windows = st.Windows[:c.windows]
+		for _, w := range st.Windows {
+			if w != nil {
+				w.Values = w.Values[:0]
+			}
 		}
 	}
 	for i, w := range st.Windows {

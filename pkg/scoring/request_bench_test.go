@@ -9,11 +9,12 @@ import (
 )
 
 // BenchmarkScoreRequests is a step's whole trip through scoring, NATS aside: the worker
-// encodes a batch of steps of episodes in flight (with each episode's state and the
-// spec's digest under a named spec, as pkg/play's Scorer sends them once the spec said it
-// reads no action), the reward service decodes it, scores it (TableStates) and encodes
-// the reply, and the worker decodes the reply and reads each step's score (StepScores),
-// keeping each episode's state for its next step. The steps are a shop episode's: reads
+// encodes a batch of steps of episodes in flight (under a named spec, as pkg/play's
+// Scorer sends them once the spec said it reads no action: the spec's digest once, each
+// step's index, each episode's state in its wire form), the reward service decodes it,
+// scores it (TableEncodedStates) and encodes the reply, and the worker decodes the reply
+// and reads each step's score (StepScores), keeping each episode's encoded state for its
+// next step. req-B/step and reply-B/step are the messages' sizes. The steps are a shop episode's: reads
 // and writes making progress, spend against a budget, now and then an invalid action or
 // a violated precondition, the last step a success. One op is one batch; steps/op says
 // how many it holds.
@@ -60,18 +61,13 @@ func BenchmarkScoreRequests(b *testing.B) {
 				}
 				return scoring.SpecFor(env)
 			}
-			states := make([]*gauntletv1.RewardState, episodes)
-			for e := range states {
-				states[e] = &gauntletv1.RewardState{}
-			}
+			states := make([][]byte, episodes)
+			var reqBytes, replyBytes int
 			b.ReportAllocs()
-			b.ReportMetric(episodes, "steps/op")
 			i := 0
 			for b.Loop() {
 				if i%length == 0 { // the next episodes start
-					for e := range states {
-						states[e] = &gauntletv1.RewardState{}
-					}
+					clear(states)
 				}
 				// The worker's request.
 				req := &gauntletv1.ScoreRequest{Steps: make([]*gauntletv1.StepTaken, episodes)}
@@ -79,11 +75,12 @@ func BenchmarkScoreRequests(b *testing.B) {
 					st := stream[e][i%length]
 					req.Steps[e] = &gauntletv1.StepTaken{EpisodeId: st.EpisodeId, Step: st.Step, Env: st.Env, Signals: st.Signals, Metering: st.Metering}
 					if tc.spec != nil {
-						if req.States == nil {
-							req.States = make([]*gauntletv1.RewardState, episodes)
+						if req.EncodedStates == nil {
+							req.EncodedStates, req.SpecOf = make([][]byte, episodes), make([]uint32, episodes)
+							req.SpecDigests = []string{tc.spec.Digest}
 						}
-						req.Steps[e].RewardSpec, req.Steps[e].Terminated = tc.spec.Digest, st.Terminated
-						req.States[e] = states[e]
+						req.SpecOf[e], req.Steps[e].Terminated = 1, st.Terminated
+						req.EncodedStates[e] = states[e]
 					}
 				}
 				data, err := gauntletv1.Marshal(req)
@@ -99,7 +96,12 @@ func BenchmarkScoreRequests(b *testing.B) {
 				if tc.spec == nil {
 					table = scoring.Table(scoring.SpecFor, in.Steps)
 				} else {
-					table = scoring.TableStates(specFor, in.Steps, in.States)
+					for e, k := range in.SpecOf { // the reward service's checkRequest
+						in.Steps[e].RewardSpec = in.SpecDigests[k-1]
+					}
+					if table, err = scoring.TableEncodedStates(specFor, in.Steps, in.EncodedStates); err != nil {
+						b.Fatal(err)
+					}
 				}
 				out, err := gauntletv1.Marshal(&gauntletv1.ScoreReply{Table: table})
 				if err != nil {
@@ -114,10 +116,14 @@ func BenchmarkScoreRequests(b *testing.B) {
 					b.Fatal(err)
 				}
 				if tc.spec != nil {
-					copy(states, reply.Table.States)
+					copy(states, reply.Table.EncodedStates)
 				}
+				reqBytes, replyBytes = reqBytes+len(data), replyBytes+len(out)
 				i++
 			}
+			b.ReportMetric(episodes, "steps/op")
+			b.ReportMetric(float64(reqBytes)/float64(i*episodes), "req-B/step")
+			b.ReportMetric(float64(replyBytes)/float64(i*episodes), "reply-B/step")
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -107,36 +108,11 @@ func Table(specFor func(env string) Spec, steps []*gauntletv1.StepTaken) *gauntl
 // state the previous one left (the worker sends an episode's next step only once the last
 // is scored).
 func TableStates(specFor func(env, digest string) Spec, steps []*gauntletv1.StepTaken, states []*gauntletv1.RewardState) *gauntletv1.ScoreTable {
-	t := &gauntletv1.ScoreTable{
-		Spec:   make([]uint32, len(steps)),
-		Totals: make([]float64, len(steps)),
-	}
-	type key struct{ env, digest string }
-	var (
-		keys  []key // keys[k] is the env and digest of t.Specs[k]
-		specs []Spec
-	)
+	tb := newTableBuilder(specFor, len(steps))
 	if states != nil {
-		t.States = states
+		tb.t.States = states
 	}
 	for i, st := range steps {
-		kk := key{st.GetEnv(), st.GetRewardSpec()}
-		k := slices.Index(keys, kk) // a request's steps are of a handful of envs
-		if k < 0 {
-			sp := specFor(kk.env, kk.digest)
-			k = len(specs)
-			keys, specs = append(keys, kk), append(specs, sp)
-			ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights)),
-				ActionsUnread: !sp.ReadsActions(), FaultsUnread: !sp.ReadsFaults()}
-			for j, w := range sp.Weights {
-				ts.Names[j], ts.Weights[j] = w.Component, w.Weight
-			}
-			t.Specs = append(t.Specs, ts)
-			if t.Values == nil {
-				t.Values = make([]float64, 0, len(steps)*len(sp.Weights))
-			}
-		}
-		t.Spec[i] = uint32(k)
 		var rs *gauntletv1.RewardState
 		if states != nil {
 			if states[i] == nil {
@@ -144,9 +120,112 @@ func TableStates(specFor func(env, digest string) Spec, steps []*gauntletv1.Step
 			}
 			rs = states[i]
 		}
-		t.Values, t.Totals[i] = AppendValuesState(t.Values, specs[k], rs, st)
+		tb.score(i, st, rs)
 	}
-	return t
+	return tb.t
+}
+
+// TableEncodedStates is TableStates with the states in their wire form
+// (ScoreRequest.encoded_states, one per step; empty for a first step), as a worker sends
+// them without reading them: each is decoded into one reused RewardState, advanced, and
+// encoded into the table's encoded_states, all of them in one buffer. A stateless spec's
+// step gets its state back as it came. A state that cannot be decoded is an error naming
+// its step.
+func TableEncodedStates(specFor func(env, digest string) Spec, steps []*gauntletv1.StepTaken, states [][]byte) (*gauntletv1.ScoreTable, error) {
+	if len(states) != len(steps) {
+		return nil, fmt.Errorf("%d encoded states for %d steps", len(states), len(steps))
+	}
+	tb := newTableBuilder(specFor, len(steps))
+	var (
+		scratch gauntletv1.RewardState
+		buf     []byte
+		err     error
+	)
+	ends := make([]int, len(steps)) // ends[i]: where step i's state ends in buf (-1: its own)
+	for i, st := range steps {
+		sp := tb.spec(st)
+		if !sp.Stateful() {
+			tb.score(i, st, nil)
+			ends[i] = -1
+			continue
+		}
+		if err := scratch.DecodeReusing(states[i]); err != nil {
+			return nil, fmt.Errorf("step %d of %s: %w", st.GetStep(), st.GetEpisodeId(), err)
+		}
+		tb.score(i, st, &scratch)
+		if buf == nil { // room for the rest, if their states are this one's size
+			buf = make([]byte, 0, (len(steps)-i)*(scratch.SizeVT()+8))
+		}
+		if buf, err = scratch.AppendEncoded(buf); err != nil {
+			return nil, fmt.Errorf("step %d of %s: %w", st.GetStep(), st.GetEpisodeId(), err)
+		}
+		ends[i] = len(buf)
+	}
+	tb.t.EncodedStates = make([][]byte, len(steps))
+	start := 0
+	for i, end := range ends {
+		if end < 0 {
+			tb.t.EncodedStates[i] = states[i]
+			continue
+		}
+		tb.t.EncodedStates[i] = buf[start:end:end]
+		start = end
+	}
+	return tb.t, nil
+}
+
+// tableBuilder fills a ScoreTable step by step, each spec in it once.
+type tableBuilder struct {
+	t       *gauntletv1.ScoreTable
+	specFor func(env, digest string) Spec
+	keys    []tableKey // keys[k] is the env and digest of t.Specs[k]
+	specs   []Spec
+	last    int // index in keys of the last step's spec
+}
+
+type tableKey struct{ env, digest string }
+
+func newTableBuilder(specFor func(env, digest string) Spec, steps int) *tableBuilder {
+	return &tableBuilder{
+		t:       &gauntletv1.ScoreTable{Spec: make([]uint32, steps), Totals: make([]float64, steps)},
+		specFor: specFor,
+		last:    -1,
+	}
+}
+
+// index returns the index in the table's specs of st's spec, adding it on first sight.
+func (tb *tableBuilder) index(st *gauntletv1.StepTaken) int {
+	kk := tableKey{st.GetEnv(), st.GetRewardSpec()}
+	if tb.last >= 0 && tb.keys[tb.last] == kk { // a request's steps mostly share one
+		return tb.last
+	}
+	k := slices.Index(tb.keys, kk) // a request's steps are of a handful of envs
+	if k < 0 {
+		sp := tb.specFor(kk.env, kk.digest)
+		k = len(tb.specs)
+		tb.keys, tb.specs = append(tb.keys, kk), append(tb.specs, sp)
+		ts := &gauntletv1.ScoreSpec{Version: sp.Version, Digest: sp.Digest, Names: make([]string, len(sp.Weights)), Weights: make([]float64, len(sp.Weights)),
+			ActionsUnread: !sp.ReadsActions(), FaultsUnread: !sp.ReadsFaults()}
+		for j, w := range sp.Weights {
+			ts.Names[j], ts.Weights[j] = w.Component, w.Weight
+		}
+		tb.t.Specs = append(tb.t.Specs, ts)
+		if tb.t.Values == nil {
+			tb.t.Values = make([]float64, 0, len(tb.t.Spec)*len(sp.Weights))
+		}
+	}
+	tb.last = k
+	return k
+}
+
+// spec returns st's spec.
+func (tb *tableBuilder) spec(st *gauntletv1.StepTaken) Spec { return tb.specs[tb.index(st)] }
+
+// score scores step i, st, from rs (nil for none), advancing rs.
+func (tb *tableBuilder) score(i int, st *gauntletv1.StepTaken, rs *gauntletv1.RewardState) {
+	k := tb.index(st)
+	tb.t.Spec[i] = uint32(k)
+	tb.t.Values, tb.t.Totals[i] = AppendValuesState(tb.t.Values, tb.specs[k], rs, st)
 }
 
 // value computes one component. A switch, not a map of funcs: no lookup cost and nothing

@@ -1,6 +1,7 @@
 package scoring_test
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -248,6 +249,87 @@ func TestTableCarriesStates(t *testing.T) {
 	}
 	if !proto.Equal(wire, &direct) || !proto.Equal(&explained, &direct) {
 		t.Errorf("states differ: wire %v, explain %v, direct %v", wire, &explained, &direct)
+	}
+}
+
+// Requests carrying their episodes' states in wire form (as a worker sends them, one
+// reused RewardState decoding them all in the reward service) give each step what
+// ScoreState gives it with its own episode's state: three episodes of two stateful specs
+// of different shapes (z-score windows, an episode so far, or neither) interleaved with a
+// default-spec step in every request, so a state left over in the reused one shows. A
+// default-spec step gets back what it sent.
+func TestTableCarriesEncodedStates(t *testing.T) {
+	full, lean := mustParse(t, fullSpec), mustParse(t, eightComponents)
+	specs := []scoring.Spec{full, lean, full}
+	steps := variedSteps()
+	specFor := func(env, digest string) scoring.Spec {
+		for _, sp := range specs {
+			if sp.Digest == digest {
+				return sp
+			}
+		}
+		return scoring.SpecFor(env)
+	}
+	direct := make([]gauntletv1.RewardState, len(specs))
+	wire := make([][]byte, len(specs)+1)
+	wire[len(specs)] = []byte("not read") // the default-spec step's, given back as it came
+	for i := 0; i+len(specs) <= len(steps); i += len(specs) {
+		var req []*gauntletv1.StepTaken
+		var want []*gauntletv1.StepScored
+		for e, sp := range specs {
+			st := proto.Clone(steps[i+(e+i)%len(specs)]).(*gauntletv1.StepTaken)
+			st.EpisodeId, st.RewardSpec = fmt.Sprintf("ep%d", e), sp.Digest
+			req = append(req, st)
+			want = append(want, scoring.ScoreState(sp, &direct[e], st))
+		}
+		plain := proto.Clone(steps[i]).(*gauntletv1.StepTaken)
+		req = append(req, plain)
+		want = append(want, scoring.Score(scoring.SpecFor("shop"), plain))
+		tab, err := scoring.TableEncodedStates(specFor, req, wire)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := proto.Marshal(&gauntletv1.ScoreReply{Table: tab})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply gauntletv1.ScoreReply
+		if err := proto.Unmarshal(data, &reply); err != nil {
+			t.Fatal(err)
+		}
+		got, err := reply.StepScores(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := range want {
+			if !proto.Equal(got[e], want[e]) {
+				t.Fatalf("request %d, step of %s: table %v, ScoreState %v", i/len(specs), req[e].EpisodeId, got[e], want[e])
+			}
+		}
+		wire = reply.Table.EncodedStates
+		if string(wire[len(specs)]) != "not read" {
+			t.Fatalf("request %d: the default-spec step's state came back as %q", i/len(specs), wire[len(specs)])
+		}
+	}
+	for e := range specs {
+		var got gauntletv1.RewardState
+		if err := got.DecodeReusing(wire[e]); err != nil || !proto.Equal(&got, &direct[e]) {
+			t.Errorf("episode %d: state %v (%v), want %v", e, &got, err, &direct[e])
+		}
+	}
+}
+
+// A state that does not decode is an error naming its step, not a fresh start.
+func TestTableRefusesABadEncodedState(t *testing.T) {
+	spec := mustParse(t, fullSpec)
+	st := variedSteps()[1]
+	st.RewardSpec = spec.Digest
+	_, err := scoring.TableEncodedStates(func(string, string) scoring.Spec { return spec }, []*gauntletv1.StepTaken{st}, [][]byte{{0x48, 0x01}})
+	if err == nil || !strings.Contains(err.Error(), "step 1 of ep") || !strings.Contains(err.Error(), "unknown field 9") {
+		t.Errorf("got %v, want an error naming the step and the field", err)
+	}
+	if _, err := scoring.TableEncodedStates(func(string, string) scoring.Spec { return spec }, []*gauntletv1.StepTaken{st}, nil); err == nil {
+		t.Error("no states for one step: no error")
 	}
 }
 

@@ -193,8 +193,10 @@ func TestNamedSpecsCarryEpisodeState(t *testing.T) {
 					return
 				}
 			}
-			if named != nil && !proto.Equal(named.State, &want) {
-				errs <- fmt.Errorf("episode %d: state %v, want %v", e, named.State, &want)
+			if named != nil {
+				if got, err := stateOf(named); err != nil || !proto.Equal(got, &want) {
+					errs <- fmt.Errorf("episode %d: state %v (%v), want %v", e, got, err, &want)
+				}
 			}
 		}()
 	}
@@ -259,19 +261,27 @@ func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i, st := range req.Steps {
-			sent[st.RewardSpec]++
+			digest := st.RewardSpec
+			if len(req.SpecOf) > 0 && req.SpecOf[i] > 0 {
+				digest = req.SpecDigests[req.SpecOf[i]-1]
+			}
+			sent[digest]++
 			if st.Action != nil {
-				withAction[st.RewardSpec]++
+				withAction[digest]++
 			}
 			if len(st.Faults) > 0 {
-				withFaults[st.RewardSpec]++
+				withFaults[digest]++
 			}
 			for _, f := range st.Faults {
 				if f.FaultId != "" || f.Detail != "" || f.Target != "" || len(st.Faults) > 1 {
 					fullFaults = append(fullFaults, f.String())
 				}
 			}
-			if req.States[i].GetEpisode() != nil {
+			var state gauntletv1.RewardState
+			if err := state.DecodeReusing(req.EncodedStates[i]); err != nil {
+				t.Errorf("step %d of %s: %v", st.Step, st.EpisodeId, err)
+			}
+			if state.GetEpisode() != nil {
 				episodes = append(episodes, st.EpisodeId)
 			}
 		}
@@ -316,8 +326,8 @@ func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 				t.Fatalf("episode %d step %d: scored %v over NATS, %v in process", e, i, got, expect)
 			}
 		}
-		if !proto.Equal(named.State, &want) {
-			t.Errorf("episode %d: state %v, want %v", e, named.State, &want)
+		if got, err := stateOf(named); err != nil || !proto.Equal(got, &want) {
+			t.Errorf("episode %d: state %v (%v), want %v", e, got, err, &want)
 		}
 	}
 	// The observer's copies of the requests may trail their replies.
@@ -353,6 +363,12 @@ func TestActionsLeftOutForSpecsThatReadNone(t *testing.T) {
 			t.Errorf("a step of %s carried an episode so far, which its spec does not read", ep)
 		}
 	}
+}
+
+// stateOf decodes the state an episode carries.
+func stateOf(named *play.EpisodeScoring) (*gauntletv1.RewardState, error) {
+	var st gauntletv1.RewardState
+	return &st, st.DecodeReusing(named.State)
 }
 
 // A step naming a spec the bucket does not hold is answered with a not-found error,

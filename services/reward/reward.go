@@ -7,8 +7,11 @@
 // A step names its spec by digest (StepTaken.reward_spec, from the run): no digest, or the
 // built-in spec's, scores it under the env's default spec; any other is read once from the
 // gauntlet_reward_specs KV bucket (pkg/rewardspecs) and cached. A spec the bucket does not
-// hold is a not-found error reply, a bucket that fails an unavailable one. Steps of a
-// stateful spec come with their episode's RewardState, which the reply returns advanced.
+// hold is a not-found error reply, a bucket that fails an unavailable one. A request may
+// name each digest once (spec_digests) and each step's by its index (spec_of). Steps of a
+// stateful spec come with their episode's RewardState, which the reply returns advanced,
+// in the form the request used: messages, or their wire form, which the worker keeps
+// without reading.
 //
 // Handlers run on NATS subscription goroutines (Config.Subscribers of them); the spec
 // caches are safe for concurrent use. A request that cannot be decoded is answered with an error
@@ -120,8 +123,8 @@ func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 	if err := gauntletv1.UnmarshalAliasing(data, &req); err != nil {
 		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("decode score request: %v", err), ErrorKind: gauntletv1.ErrorKind_ERROR_KIND_INVALID}
 	}
-	if n := len(req.States); n != 0 && n != len(req.Steps) {
-		return &gauntletv1.ScoreReply{Error: fmt.Sprintf("score request: %d states for %d steps", n, len(req.Steps)), ErrorKind: gauntletv1.ErrorKind_ERROR_KIND_INVALID}
+	if err := checkRequest(&req); err != nil {
+		return &gauntletv1.ScoreReply{Error: "score request: " + err.Error(), ErrorKind: gauntletv1.ErrorKind_ERROR_KIND_INVALID}
 	}
 	named, err := s.namedSpecs(req.Steps)
 	if err != nil {
@@ -131,15 +134,21 @@ func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 	// A table, not a StepScored per step: the names and weights go once per reply, and
 	// the worker reads it with a handful of allocations instead of about ten per step.
 	var table *gauntletv1.ScoreTable
-	if named == nil && len(req.States) == 0 {
+	specFor := func(env, digest string) scoring.Spec {
+		if sp, ok := named[digest]; ok {
+			return sp.ForEnv(env)
+		}
+		return s.spec(env)
+	}
+	switch {
+	case len(req.EncodedStates) > 0:
+		if table, err = scoring.TableEncodedStates(specFor, req.Steps, req.EncodedStates); err != nil {
+			return &gauntletv1.ScoreReply{Error: "score request: encoded_states: " + err.Error(), ErrorKind: gauntletv1.ErrorKind_ERROR_KIND_INVALID}
+		}
+	case named == nil && len(req.States) == 0:
 		table = scoring.Table(s.spec, req.Steps)
-	} else {
-		table = scoring.TableStates(func(env, digest string) scoring.Spec {
-			if sp, ok := named[digest]; ok {
-				return sp.ForEnv(env)
-			}
-			return s.spec(env)
-		}, req.Steps, req.States)
+	default:
+		table = scoring.TableStates(specFor, req.Steps, req.States)
 	}
 	reply := &gauntletv1.ScoreReply{Table: table}
 	ctx := context.Background()
@@ -148,16 +157,49 @@ func (s *Service) Score(data []byte) *gauntletv1.ScoreReply {
 	return reply
 }
 
+// checkRequest checks the lengths and indexes of req's per-step fields, and gives each
+// step that names its spec by spec_of the digest it names (aliasing req's memory, as the
+// rest of it does).
+func checkRequest(req *gauntletv1.ScoreRequest) error {
+	n := len(req.Steps)
+	if k := len(req.States); k != 0 && k != n {
+		return fmt.Errorf("states: %d for %d steps", k, n)
+	}
+	if k := len(req.EncodedStates); k != 0 && k != n {
+		return fmt.Errorf("encoded_states: %d for %d steps", k, n)
+	}
+	if len(req.States) != 0 && len(req.EncodedStates) != 0 {
+		return errors.New("states and encoded_states: a request sends one or the other")
+	}
+	if k := len(req.SpecOf); k != 0 && k != n {
+		return fmt.Errorf("spec_of: %d for %d steps", k, n)
+	}
+	for i, k := range req.SpecOf {
+		switch {
+		case k == 0:
+		case int(k) > len(req.SpecDigests):
+			return fmt.Errorf("spec_of[%d]: %d, past the %d spec_digests", i, k, len(req.SpecDigests))
+		default:
+			req.Steps[i].RewardSpec = req.SpecDigests[k-1]
+		}
+	}
+	return nil
+}
+
 // namedSpecs returns the specs steps name by digest other than the built-in one, or nil
 // when they name none (the common case, which costs a string comparison per step).
 func (s *Service) namedSpecs(steps []*gauntletv1.StepTaken) (map[string]scoring.Spec, error) {
-	var named map[string]scoring.Spec
+	var (
+		named map[string]scoring.Spec
+		last  string // the digest of the last step looked up: a request's steps mostly share one
+	)
 	for _, st := range steps {
 		d := st.GetRewardSpec()
-		if d == "" || d == scoring.DefaultDigest() {
+		if d == "" || d == last || d == scoring.DefaultDigest() {
 			continue
 		}
 		if _, ok := named[d]; ok {
+			last = d
 			continue
 		}
 		if s.named == nil {
@@ -177,7 +219,7 @@ func (s *Service) namedSpecs(steps []*gauntletv1.StepTaken) (map[string]scoring.
 		if named == nil {
 			named = make(map[string]scoring.Spec)
 		}
-		named[d] = sp
+		named[d], last = sp, d
 	}
 	return named, nil
 }

@@ -48,3 +48,35 @@ func TestScoreRefusesGarbage(t *testing.T) {
 		t.Fatalf("reply = %v", reply)
 	}
 }
+
+// A request whose per-step fields do not fit its steps is refused with the field named,
+// before any spec is read or step scored.
+func TestScoreRefusesMisfitRequests(t *testing.T) {
+	steps := func() []*gauntletv1.StepTaken {
+		return []*gauntletv1.StepTaken{{EpisodeId: "r1-0000000", Env: "shop"}, {EpisodeId: "r1-0000001", Env: "shop"}}
+	}
+	for _, tc := range []struct {
+		name string
+		req  *gauntletv1.ScoreRequest
+		want string
+	}{
+		{"states", &gauntletv1.ScoreRequest{Steps: steps(), States: []*gauntletv1.RewardState{{}}}, "states: 1 for 2 steps"},
+		{"encoded_states", &gauntletv1.ScoreRequest{Steps: steps(), EncodedStates: [][]byte{nil, nil, nil}}, "encoded_states: 3 for 2 steps"},
+		{"both", &gauntletv1.ScoreRequest{Steps: steps(), States: []*gauntletv1.RewardState{{}, {}}, EncodedStates: [][]byte{nil, nil}}, "one or the other"},
+		{"spec_of length", &gauntletv1.ScoreRequest{Steps: steps(), SpecDigests: []string{"sha256:ab"}, SpecOf: []uint32{1}}, "spec_of: 1 for 2 steps"},
+		{"spec_of index", &gauntletv1.ScoreRequest{Steps: steps(), SpecDigests: []string{"sha256:ab"}, SpecOf: []uint32{0, 2}}, "spec_of[1]: 2, past the 1 spec_digests"},
+		{"bad state", &gauntletv1.ScoreRequest{Steps: steps(), EncodedStates: [][]byte{nil, {0x48, 0x01}}}, ""},
+	} {
+		data, _ := proto.Marshal(tc.req)
+		reply := newService().Score(data)
+		if tc.want == "" { // default-spec steps: their states are not read
+			if reply.Error != "" || len(reply.GetTable().GetEncodedStates()) != 2 {
+				t.Errorf("%s: reply %v, want the steps scored and their states given back", tc.name, reply)
+			}
+			continue
+		}
+		if !strings.Contains(reply.Error, tc.want) || reply.ErrorKind != gauntletv1.ErrorKind_ERROR_KIND_INVALID || reply.Table != nil {
+			t.Errorf("%s: reply %v, want an invalid-request error with %q", tc.name, reply, tc.want)
+		}
+	}
+}

@@ -2432,7 +2432,20 @@ type ScoreRequest struct {
 	// previous step's score returned, ScoreTable.states), for specs that need it: running
 	// normalisation, potential-based shaping, expressions over the episode so far. Empty
 	// when no step's spec needs it; else one per step, an empty state for a first step.
-	States        []*RewardState `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	// Older workers send these; current ones send encoded_states.
+	States []*RewardState `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	// The same states in RewardState's wire form, opaque to the worker: it keeps what a
+	// reply's ScoreTable.encoded_states gives an episode and sends it back with the
+	// episode's next step, without decoding either (empty for a first step). A request
+	// has states or encoded_states, never both; the reply answers in the same form.
+	EncodedStates [][]byte `protobuf:"bytes,3,rep,name=encoded_states,json=encodedStates,proto3" json:"encoded_states,omitempty"`
+	// The digests of the named specs the request's steps are scored under, each once.
+	SpecDigests []string `protobuf:"bytes,4,rep,name=spec_digests,json=specDigests,proto3" json:"spec_digests,omitempty"`
+	// Per step, 1 + the index in spec_digests of its spec's digest, which then replaces
+	// its StepTaken.reward_spec; 0 for a step that names its spec itself or is scored
+	// under its env's default. Empty when no step uses spec_digests; else one per step.
+	// A digest is 71 bytes: sent once per request instead of once per step.
+	SpecOf        []uint32 `protobuf:"varint,5,rep,packed,name=spec_of,json=specOf,proto3" json:"spec_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2477,6 +2490,27 @@ func (x *ScoreRequest) GetSteps() []*StepTaken {
 func (x *ScoreRequest) GetStates() []*RewardState {
 	if x != nil {
 		return x.States
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetEncodedStates() [][]byte {
+	if x != nil {
+		return x.EncodedStates
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetSpecDigests() []string {
+	if x != nil {
+		return x.SpecDigests
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetSpecOf() []uint32 {
+	if x != nil {
+		return x.SpecOf
 	}
 	return nil
 }
@@ -2569,7 +2603,10 @@ type ScoreTable struct {
 	Totals []float64 `protobuf:"fixed64,4,rep,packed,name=totals,proto3" json:"totals,omitempty"`
 	// Per step, the state after it, to send with the episode's next step; empty when the
 	// request carried no states.
-	States        []*RewardState `protobuf:"bytes,5,rep,name=states,proto3" json:"states,omitempty"`
+	States []*RewardState `protobuf:"bytes,5,rep,name=states,proto3" json:"states,omitempty"`
+	// Per step, the state after it in RewardState's wire form, when the request sent
+	// encoded_states.
+	EncodedStates [][]byte `protobuf:"bytes,6,rep,name=encoded_states,json=encodedStates,proto3" json:"encoded_states,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2635,6 +2672,13 @@ func (x *ScoreTable) GetTotals() []float64 {
 func (x *ScoreTable) GetStates() []*RewardState {
 	if x != nil {
 		return x.States
+	}
+	return nil
+}
+
+func (x *ScoreTable) GetEncodedStates() [][]byte {
+	if x != nil {
+		return x.EncodedStates
 	}
 	return nil
 }
@@ -4363,24 +4407,28 @@ const file_proto_gauntlet_v1_gauntlet_proto_rawDesc = "" +
 	"\x04spec\x18\x06 \x01(\rR\x04spec\x12\x16\n" +
 	"\x06values\x18\a \x03(\x01R\x06values\x12\x1f\n" +
 	"\vspec_digest\x18\b \x01(\tR\n" +
-	"specDigest\"n\n" +
+	"specDigest\"\xd1\x01\n" +
 	"\fScoreRequest\x12,\n" +
 	"\x05steps\x18\x01 \x03(\v2\x16.gauntlet.v1.StepTakenR\x05steps\x120\n" +
-	"\x06states\x18\x02 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\"\xb9\x01\n" +
+	"\x06states\x18\x02 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\x12%\n" +
+	"\x0eencoded_states\x18\x03 \x03(\fR\rencodedStates\x12!\n" +
+	"\fspec_digests\x18\x04 \x03(\tR\vspecDigests\x12\x17\n" +
+	"\aspec_of\x18\x05 \x03(\rR\x06specOf\"\xb9\x01\n" +
 	"\n" +
 	"ScoreReply\x12/\n" +
 	"\x06scores\x18\x01 \x03(\v2\x17.gauntlet.v1.StepScoredR\x06scores\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
 	"\x05table\x18\x03 \x01(\v2\x17.gauntlet.v1.ScoreTableR\x05table\x125\n" +
 	"\n" +
-	"error_kind\x18\x04 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"\xb0\x01\n" +
+	"error_kind\x18\x04 \x01(\x0e2\x16.gauntlet.v1.ErrorKindR\terrorKind\"\xd7\x01\n" +
 	"\n" +
 	"ScoreTable\x12,\n" +
 	"\x05specs\x18\x01 \x03(\v2\x16.gauntlet.v1.ScoreSpecR\x05specs\x12\x12\n" +
 	"\x04spec\x18\x02 \x03(\rR\x04spec\x12\x16\n" +
 	"\x06values\x18\x03 \x03(\x01R\x06values\x12\x16\n" +
 	"\x06totals\x18\x04 \x03(\x01R\x06totals\x120\n" +
-	"\x06states\x18\x05 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\"\x9a\x02\n" +
+	"\x06states\x18\x05 \x03(\v2\x18.gauntlet.v1.RewardStateR\x06states\x12%\n" +
+	"\x0eencoded_states\x18\x06 \x03(\fR\rencodedStates\"\x9a\x02\n" +
 	"\fEpisodeSoFar\x12\x14\n" +
 	"\x05steps\x18\x01 \x01(\rR\x05steps\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x1d\n" +

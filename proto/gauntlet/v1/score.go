@@ -1,8 +1,13 @@
 package gauntletv1
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // StepScores returns the score of each of steps, the steps of the ScoreRequest r answers,
@@ -62,4 +67,94 @@ func (r *ScoreReply) StepScores(steps []*StepTaken) ([]*StepScored, error) {
 		out[i] = sc
 	}
 	return out, nil
+}
+
+// DecodeReusing decodes data, a RewardState in its wire form (ScoreRequest.encoded_states),
+// into st, reusing st's slices and messages: a reward service decoding one state per
+// step into the same st allocates nothing once st has grown to the spec's size, where
+// proto.Unmarshal makes a message and its slices each time. What st held before is
+// replaced, not merged. A field RewardState does not have is an error naming it: a state
+// written by a newer reward service is refused rather than read in part.
+func (st *RewardState) DecodeReusing(data []byte) error {
+	ep := st.Episode
+	st.Episode, st.Potentials = nil, st.Potentials[:0]
+	windows := st.Windows[:cap(st.Windows)]
+	nw := 0
+	err := ScanFields(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			if ep == nil {
+				ep = &EpisodeSoFar{}
+			} else {
+				ep.Reset()
+			}
+			if err := ep.UnmarshalVTUnsafe(v); err != nil {
+				return fmt.Errorf("episode: %w", err)
+			}
+			st.Episode = ep
+		case num == 2:
+			var err error
+			if st.Potentials, err = appendDoubles(st.Potentials, typ, v); err != nil {
+				return fmt.Errorf("potentials: %w", err)
+			}
+		case num == 3 && typ == protowire.BytesType:
+			if nw == len(windows) {
+				windows = append(windows, &ZWindow{})
+				windows = windows[:cap(windows)]
+			}
+			w := windows[nw]
+			if w == nil {
+				w = &ZWindow{}
+				windows[nw] = w
+			}
+			w.Values = w.Values[:0]
+			nw++
+			return ScanFields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num != 1 {
+					return fmt.Errorf("windows[%d]: unknown field %d", nw-1, num)
+				}
+				var err error
+				if w.Values, err = appendDoubles(w.Values, typ, v); err != nil {
+					return fmt.Errorf("windows[%d].values: %w", nw-1, err)
+				}
+				return nil
+			})
+		case num >= 1 && num <= 3:
+			return fmt.Errorf("field %d: wire type %d is not the field's", num, typ)
+		default:
+			return fmt.Errorf("unknown field %d", num)
+		}
+		return nil
+	})
+	st.Windows = windows[:nw]
+	if err != nil {
+		return fmt.Errorf("reward state: %w", err)
+	}
+	return nil
+}
+
+// appendDoubles appends the doubles of a packed repeated double field (v, its bytes) to
+// dst. Reward services write states packed, as every proto3 encoder does; an unpacked
+// one is refused, not half read.
+func appendDoubles(dst []float64, typ protowire.Type, v []byte) ([]float64, error) {
+	if typ != protowire.BytesType {
+		return dst, fmt.Errorf("wire type %d: only packed doubles are written", typ)
+	}
+	if len(v)%8 != 0 {
+		return dst, fmt.Errorf("%d bytes of packed doubles is not a whole number of them", len(v))
+	}
+	for ; len(v) > 0; v = v[8:] {
+		dst = append(dst, math.Float64frombits(binary.LittleEndian.Uint64(v)))
+	}
+	return dst, nil
+}
+
+// AppendEncoded appends st in its wire form (what DecodeReusing reads) to dst.
+func (st *RewardState) AppendEncoded(dst []byte) ([]byte, error) {
+	n := st.SizeVT()
+	dst = slices.Grow(dst, n)
+	if _, err := st.MarshalToSizedBufferVT(dst[len(dst) : len(dst)+n]); err != nil {
+		return dst, fmt.Errorf("encode reward state: %w", err)
+	}
+	return dst[:len(dst)+n], nil
 }

@@ -1,6 +1,7 @@
 package gauntletv1
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -144,5 +145,60 @@ func BenchmarkStepScores(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// DecodeReusing reads what AppendEncoded and proto.Marshal write, replacing what the
+// message held (a longer window, an episode so far the next state lacks), and allocates
+// nothing once the message has grown to the states' size.
+func TestRewardStateDecodeReusing(t *testing.T) {
+	big := &RewardState{Episode: &EpisodeSoFar{Steps: 3, Total: 1.5, Progress: 0.25}, Potentials: []float64{0, 0.5, -1},
+		Windows: []*ZWindow{{Values: []float64{1, 2, 3}}, {}, {Values: []float64{-4}}}}
+	small := &RewardState{Potentials: []float64{0.75}, Windows: []*ZWindow{{Values: []float64{9}}}}
+	var st RewardState
+	for _, want := range []*RewardState{big, small, {}, big} {
+		data, err := want.AppendEncoded([]byte("prefix"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, _ := proto.Marshal(want); !bytes.Equal(data[len("prefix"):], other) {
+			t.Fatalf("AppendEncoded %x, proto.Marshal %x", data[len("prefix"):], other)
+		}
+		if err := st.DecodeReusing(data[len("prefix"):]); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&st, want) {
+			t.Fatalf("decoded %v, want %v", &st, want)
+		}
+	}
+	data, _ := proto.Marshal(big)
+	if n := testing.AllocsPerRun(100, func() {
+		if err := st.DecodeReusing(data); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations a decode into a grown message, want 0", n)
+	}
+}
+
+// A state DecodeReusing cannot read whole is an error naming the field.
+func TestRewardStateDecodeRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"unknown field", []byte{0x48, 0x01}, "unknown field 9"},
+		{"wrong wire type", []byte{0x08, 0x01}, "field 1: wire type 0"},
+		{"unpacked potential", []byte{0x11, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f}, "potentials: wire type 1"},
+		{"torn doubles", []byte{0x12, 0x03, 1, 2, 3}, "potentials: 3 bytes"},
+		{"unknown window field", []byte{0x1a, 0x02, 0x10, 0x01}, "windows[0]: unknown field 2"},
+		{"bad episode", []byte{0x0a, 0x02, 0x08, 0x80}, "episode:"},
+		{"truncated", []byte{0x12, 0x10, 1}, "reward state:"},
+	} {
+		var st RewardState
+		if err := st.DecodeReusing(tc.data); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
 	}
 }
