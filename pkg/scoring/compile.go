@@ -73,6 +73,9 @@ type comp struct {
 	detector string
 	window   int
 	slot     int
+	// pot: the index in RewardState.potentials of the number the component keeps from
+	// step to step (a potential's phi, a counting detector's count); -1 for none.
+	pot int
 	// hold: a counting detector (idle, repeat) holds its count on a step an injected
 	// fault answered (faults: hold).
 	hold bool
@@ -89,8 +92,9 @@ type compiled struct {
 	// specs before spec files were (no state, no CEL).
 	plain bool
 	// stateful: scoring reads and advances a RewardState.
-	stateful bool
-	windows  int // running z-score stages and repeat detectors, each with its window in RewardState.windows
+	stateful   bool
+	windows    int // running z-score stages and repeat detectors, each with its window in RewardState.windows
+	potentials int // potentials and counting detectors, each with its number in RewardState.potentials
 	// actions: a component reads the step's action (a repeat detector).
 	actions bool
 	// faults: a component reads the step's faults (a detector that holds under them).
@@ -489,7 +493,7 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 	case kindExpr:
 		v, err = cp.eval(act)
 	case kindDetector:
-		v = detect(cp, sig, step.GetAction(), step.GetFaults(), st, i)
+		v = detect(cp, sig, step.GetAction(), step.GetFaults(), st)
 	case kindVerifier:
 		v = verifierValue(sig, cp.verifier)
 	case kindPotential:
@@ -498,8 +502,8 @@ func (c *compiled) componentValue(i int, sig *gauntletv1.Signals, met *gauntletv
 			phi, err = cp.eval(act)
 			phi = notNaN(phi)
 		}
-		v = cp.gamma*phi - st.Potentials[i]
-		st.Potentials[i] = phi
+		v = cp.gamma*phi - st.Potentials[cp.pot]
+		st.Potentials[cp.pot] = phi
 	}
 	v = notNaN(v)
 	if tr != nil {
@@ -558,8 +562,20 @@ func (c *compiled) prepare(st *gauntletv1.RewardState) {
 	case st.Episode == nil:
 		st.Episode = &gauntletv1.EpisodeSoFar{}
 	}
-	if len(st.Potentials) != len(c.comps) {
-		st.Potentials = append(st.Potentials[:0], make([]float64, len(c.comps))...)
+	if len(st.Potentials) != c.potentials {
+		if len(st.Potentials) == len(c.comps) {
+			// A state written when every component had a number, kept or not (a durable
+			// episode's checkpoint, a worker that sends states as messages): keep the
+			// numbers of the components that keep one, in order.
+			for i := range c.comps {
+				if k := c.comps[i].pot; k >= 0 {
+					st.Potentials[k] = st.Potentials[i]
+				}
+			}
+			st.Potentials = st.Potentials[:c.potentials]
+		} else {
+			st.Potentials = append(st.Potentials[:0], make([]float64, c.potentials)...)
+		}
 	}
 	if len(st.Windows) != c.windows {
 		// A fresh state: empty windows, in the ones st had room for (a state decoded

@@ -154,18 +154,17 @@ func AnsweredFaults(faults []*gauntletv1.FaultFired) []*gauntletv1.FaultFired {
 }
 
 // detect computes the value of detector i of the spec for a step, advancing its part of
-// the episode's state: its slot of RewardState.potentials is its counter (idle: the steps
+// the episode's state: its number in RewardState.potentials (comp.pot) is its counter (idle: the steps
 // in a row without progress; repeat: the same action in a row), and repeat keeps the last
 // action's fingerprint in its window. A counting detector that holds under faults
 // (cp.hold) does not count a step a fault answered, and does not flag it: idle leaves its
 // count as it was (the row still ends there if the env saw progress, which no fault
 // makes); repeat leaves its row as it was when the step retries the row's action, and
 // ends it when the step is another action.
-func detect(cp *comp, sig *gauntletv1.Signals, action *gauntletv1.Action, faults []*gauntletv1.FaultFired, st *gauntletv1.RewardState, i int) float64 {
-	count := &st.Potentials[i]
+func detect(cp *comp, sig *gauntletv1.Signals, action *gauntletv1.Action, faults []*gauntletv1.FaultFired, st *gauntletv1.RewardState) float64 {
 	switch cp.detector {
 	case DetectorRepeat:
-		w := st.Windows[cp.slot]
+		count, w := &st.Potentials[cp.pot], st.Windows[cp.slot]
 		if action == nil {
 			// A step without its action (a request from a worker that does not send
 			// them) breaks the row rather than continuing it.
@@ -193,6 +192,7 @@ func detect(cp *comp, sig *gauntletv1.Signals, action *gauntletv1.Action, faults
 			return -1
 		}
 	case DetectorIdle:
+		count := &st.Potentials[cp.pot]
 		if sig.GetProgressDelta() > 0 || sig.GetSuccess() {
 			*count = 0
 			return 0

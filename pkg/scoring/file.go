@@ -306,12 +306,18 @@ func (p *parser) spec(f *file) Spec {
 		}
 		spec.Weights = append(spec.Weights, Weight{Component: cf.Name, Weight: w})
 		cp := p.component(path, cf, c)
+		cp.pot = -1
+		if cp.kind == kindPotential || cp.kind == kindDetector && (cp.detector == DetectorIdle || cp.detector == DetectorRepeat) {
+			cp.pot = c.potentials
+			c.potentials++
+		}
 		c.comps = append(c.comps, cp)
 		if cp.kind != kindBuiltin || len(cp.stages) > 0 {
 			c.plain = false
 		}
 	}
-	c.stateful = !c.plain
+	// Expressions alone keep nothing from one step to the next.
+	c.stateful = c.potentials > 0 || c.windows > 0 || c.episode
 	spec.c = c
 	return spec
 }

@@ -420,3 +420,47 @@ func BenchmarkScoreSpecs(b *testing.B) {
 		}
 	})
 }
+
+// A state keeps a number only for the components that keep one (potentials, counting
+// detectors), in spec order; a state written when every component had one (an older
+// durable episode's checkpoint, an older worker's) is read as the same state.
+func TestStateKeepsNumbersOnlyForComponentsThatDo(t *testing.T) {
+	spec := mustParse(t, `name: slots
+version: "1"
+components:
+  - {name: task, builtin: task, weight: 1}
+  - {name: progress, potential: {expr: signals.progress, gamma: 0.9}, weight: 0.5}
+  - {name: careful, expr: "signals.invalid_action ? -1.0 : 0.0", weight: 0.1}
+  - {name: idle, detector: {kind: idle, window: 3}, weight: 0.2}
+`)
+	steps := variedSteps()[:40]
+	var st gauntletv1.RewardState
+	for _, step := range steps[:20] {
+		if step.Signals != nil {
+			step.Signals.ProgressDelta, step.Signals.Success = 0, false // idle counts
+		}
+		scoring.ScoreState(spec, &st, step)
+	}
+	if len(st.Potentials) != 2 || st.Potentials[1] == 0 {
+		t.Fatalf("state %v: want two numbers, phi and idle's count (non-zero)", &st)
+	}
+	old := &gauntletv1.RewardState{Potentials: []float64{0, st.Potentials[0], 0, st.Potentials[1]}}
+	for i, step := range steps[20:] {
+		want := scoring.ScoreState(spec, &st, step)
+		got := scoring.ScoreState(spec, old, step)
+		if !proto.Equal(got, want) {
+			t.Fatalf("step %d from the old layout: %v, want %v", 20+i, got, want)
+		}
+	}
+	if !proto.Equal(old, &st) {
+		t.Errorf("state from the old layout %v, want %v", old, &st)
+	}
+	// Expressions alone keep nothing.
+	if mustParse(t, eightComponents).Stateful() != true || mustParse(t, `name: e
+version: "1"
+components:
+  - {name: careful, expr: "signals.invalid_action ? -1.0 : 0.0", weight: 0.1}
+`).Stateful() {
+		t.Error("Stateful: want true for a spec with a potential, false for expressions alone")
+	}
+}

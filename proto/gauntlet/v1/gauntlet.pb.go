@@ -2803,8 +2803,10 @@ type RewardState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unset for a spec whose expressions do not read episode.
 	Episode *EpisodeSoFar `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
-	// Per component of the spec, in order: the potential of the state before the step
-	// (0 for components without shaping).
+	// Per component of the spec that keeps a number from step to step, in the spec's
+	// order: a shaping component's potential of the state before the step, a counting
+	// detector's count (idle, repeat). States written before, with one number per
+	// component (0 for the others), are read as the same state.
 	Potentials []float64 `protobuf:"fixed64,2,rep,packed,name=potentials,proto3" json:"potentials,omitempty"`
 	// Per running z-score stage of the spec, in order.
 	Windows       []*ZWindow `protobuf:"bytes,3,rep,name=windows,proto3" json:"windows,omitempty"`
