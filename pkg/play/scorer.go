@@ -99,8 +99,9 @@ func NewScorer(getBus func() *bus.Bus, maxBatch, maxInFlight int, meter metric.M
 	}
 }
 
-// Score returns the reward service's score for one step; named, when not nil, is the
-// episode's spec and state, which a successful score advances.
+// Score returns the reward service's score for one step, in the values form
+// (gauntletv1.ScoreReply.LeanStepScores; StepScored.Full names its components); named,
+// when not nil, is the episode's spec and state, which a successful score advances.
 func (s *Scorer) Score(ctx context.Context, st *gauntletv1.StepTaken, named *EpisodeScoring, reply chan ScoreResult) (*gauntletv1.StepScored, error) {
 	select {
 	case s.reqs <- scoreCall{step: st, named: named, reply: reply}:
@@ -209,7 +210,9 @@ func (s *Scorer) send(ctx context.Context, batch []scoreCall) {
 	if err == nil && reply.Error != "" {
 		err = fmt.Errorf("reward service: %w", errkind.FromReply(reply.Error, reply.ErrorKind))
 	} else if err == nil {
-		scores, err = reply.StepScores(req.Steps)
+		// In the values form: a step's score is its spec's values, not a message per
+		// component (StepScored.Full gives those back).
+		scores, err = reply.LeanStepScores(req.Steps)
 	}
 	if err == nil && req.EncodedStates != nil && len(reply.GetTable().GetEncodedStates()) != len(req.Steps) {
 		// A reward service that predates them would score every step as an episode's first.

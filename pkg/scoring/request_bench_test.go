@@ -13,8 +13,8 @@ import (
 // Scorer sends them once the spec said it reads no action: the spec's digest once, each
 // step's index, each episode's state in its wire form), the reward service decodes it,
 // scores it (TableEncodedStates) and encodes the reply, and the worker decodes the reply
-// and reads each step's score (StepScores), keeping each episode's encoded state for its
-// next step. req-B/step and reply-B/step are the messages' sizes. The steps are a shop episode's: reads
+// and reads each step's score (LeanStepScores, as the Scorer does), keeping each
+// episode's encoded state for its next step. req-B/step and reply-B/step are the messages' sizes. The steps are a shop episode's: reads
 // and writes making progress, spend against a budget, now and then an invalid action or
 // a violated precondition, the last step a success. One op is one batch; steps/op says
 // how many it holds.
@@ -112,7 +112,7 @@ func BenchmarkScoreRequests(b *testing.B) {
 				if err := gauntletv1.UnmarshalAliasing(out, &reply); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := reply.StepScores(req.Steps); err != nil {
+				if _, err := reply.LeanStepScores(req.Steps); err != nil {
 					b.Fatal(err)
 				}
 				if tc.spec != nil {

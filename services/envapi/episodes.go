@@ -533,7 +533,7 @@ func checkTrainer(td *gauntletv1.TrainerData) error {
 func stepResult(st *gauntletv1.StepTaken) *gauntletv1.StepResult {
 	return &gauntletv1.StepResult{
 		EpisodeId: st.EpisodeId, Step: st.Step, ObservationJson: st.ObservationJson,
-		Reward: st.Score.GetTotal(), RewardComponents: st.Score.GetComponents(),
+		Reward: st.Score.GetTotal(), RewardComponents: st.Score.Full().GetComponents(),
 		Terminated: st.Terminated, Truncated: st.Truncated, Reason: st.Reason,
 		Info: &gauntletv1.StepInfo{
 			Faults: st.Faults, Signals: st.Signals, Metering: st.Metering,

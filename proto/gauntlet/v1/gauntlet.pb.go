@@ -2329,6 +2329,10 @@ type StepScored struct {
 	// spec the step was scored under, values the values of that spec's components, in
 	// its order. components, episode_id, step and spec_version are then empty: the spec
 	// and the step say them. Read a segment's scores with StepsTaken.ScoreOf.
+	// In a worker's memory a score may also be in the values form
+	// (ScoreReply.LeanStepScores): values, spec_version and spec_digest set and no
+	// components, the names and weights kept once for the process. Marshal writes it in
+	// the compact form too; StepScored.Full gives it with its components.
 	Spec   uint32    `protobuf:"varint,6,opt,name=spec,proto3" json:"spec,omitempty"`
 	Values []float64 `protobuf:"fixed64,7,rep,packed,name=values,proto3" json:"values,omitempty"`
 	// Digest of the spec's file (pkg/scoring.Spec.Digest), its row in the reward_specs table.

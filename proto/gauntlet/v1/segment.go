@@ -29,6 +29,13 @@ func (seg *StepsTaken) ScoreOf(st *StepTaken) (Score, error) {
 	if sc == nil {
 		return Score{}, nil
 	}
+	if sc.lean() { // a worker's own step, not yet encoded
+		sp := keptScoreSpec(sc)
+		if sp == nil || len(sp.Names) != len(sc.Values) {
+			return Score{Total: sc.GetTotal()}, fmt.Errorf("step %d: score: values of spec %s (%s), which this process does not keep", st.GetStep(), sc.GetSpecVersion(), sc.GetSpecDigest())
+		}
+		return Score{Version: sp.Version, Digest: sp.Digest, Names: sp.Names, Values: sc.Values, Total: sc.Total}, nil
+	}
 	if len(sc.GetValues()) == 0 || len(sc.GetComponents()) > 0 {
 		comps := sc.GetComponents()
 		out := Score{Version: sc.GetSpecVersion(), Digest: sc.GetSpecDigest(), Total: sc.GetTotal(),
@@ -51,10 +58,13 @@ func (seg *StepsTaken) ScoreOf(st *StepTaken) (Score, error) {
 }
 
 // compactScores puts the scores of seg's steps into the compact form for encoding: each
-// spec once in score_specs, per step its index, its values and its total. It returns the
-// function that puts the steps' own scores back, or nil when there was nothing to do: no
-// step has a score, a score is not in the full form, or seg is compact already (a decoded
-// segment published again). seg's steps must not be read by another goroutine meanwhile.
+// spec once in score_specs, per step its index, its values and its total. A score is in
+// the full form (components) or the values form (StepScored.lean, whose spec the
+// process keeps). It returns the function that puts the steps' own scores back, or nil
+// when there was nothing to do: no step has a score, a score is in neither form (a
+// values-form score whose spec the process does not keep is sent as it is, with no names
+// for a reader to find), or seg is compact already (a decoded segment published again).
+// seg's steps must not be read by another goroutine meanwhile.
 //
 // On the wire a step's score shrinks from about 170 bytes (five named components with
 // their weights, the episode id and the spec version again) to about 50, and the store
@@ -64,17 +74,30 @@ func (seg *StepsTaken) compactScores() (restore func()) {
 		return nil
 	}
 	n := 0
-	for _, st := range seg.Steps {
+	var kept []*ScoreSpec // kept[i]: the spec of step i's score in the values form
+	for i, st := range seg.Steps {
 		sc := st.GetScore()
-		if sc == nil {
-			continue
-		}
-		if len(sc.Components) == 0 || len(sc.Values) > 0 {
+		switch {
+		case sc == nil:
+		case sc.lean():
+			if kept == nil {
+				kept = make([]*ScoreSpec, len(seg.Steps))
+			}
+			if i > 0 && kept[i-1] != nil && kept[i-1].Version == sc.SpecVersion && kept[i-1].Digest == sc.SpecDigest {
+				kept[i] = kept[i-1] // a segment's steps share one spec
+			} else {
+				kept[i] = keptScoreSpec(sc)
+			}
+			if kept[i] == nil || len(kept[i].Names) != len(sc.Values) {
+				return nil // not made by LeanStepScores: sent as it is
+			}
+		case len(sc.Components) == 0 || len(sc.Values) > 0:
 			return nil
+		default:
+			n += len(sc.Components)
 		}
-		n += len(sc.Components)
 	}
-	if n == 0 {
+	if n == 0 && kept == nil {
 		return nil
 	}
 	own := make([]*StepScored, len(seg.Steps))
@@ -87,18 +110,28 @@ func (seg *StepsTaken) compactScores() (restore func()) {
 		if sc == nil {
 			continue
 		}
-		if k < 0 || !specOf(specs[k], sc) { // a segment's steps share one spec
-			k = slices.IndexFunc(specs, func(sp *ScoreSpec) bool { return specOf(sp, sc) })
-			if k < 0 {
-				k, specs = len(specs), append(specs, newScoreSpec(sc))
+		var v []float64
+		if kept != nil && kept[i] != nil {
+			if k < 0 || specs[k] != kept[i] {
+				if k = slices.Index(specs, kept[i]); k < 0 {
+					k, specs = len(specs), append(specs, kept[i])
+				}
 			}
+			v = sc.Values
+		} else {
+			if k < 0 || !specOf(specs[k], sc) { // a segment's steps share one spec
+				k = slices.IndexFunc(specs, func(sp *ScoreSpec) bool { return specOf(sp, sc) })
+				if k < 0 {
+					k, specs = len(specs), append(specs, newScoreSpec(sc))
+				}
+			}
+			m := len(sc.Components)
+			v = values[off : off+m : off+m]
+			for j, c := range sc.Components {
+				v[j] = c.GetValue()
+			}
+			off += m
 		}
-		m := len(sc.Components)
-		v := values[off : off+m : off+m]
-		for j, c := range sc.Components {
-			v[j] = c.GetValue()
-		}
-		off += m
 		c := &compact[i]
 		c.Spec, c.Values, c.Total = uint32(k), v, sc.Total
 		own[i], st.Score = sc, c

@@ -2,6 +2,7 @@ package gauntletv1
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,5 +144,104 @@ func TestScoreOfRefusesWhatDoesNotFit(t *testing.T) {
 	sc, err := (*StepsTaken)(nil).ScoreOf(&StepTaken{Score: fullScore("e", 0, "v/1", []string{"task"}, []float64{1}, []float64{0.3})})
 	if err != nil || sc.Version != "v/1" || len(sc.Names) != 1 || sc.Values[0] != 0.3 || sc.Total != 0.3 {
 		t.Errorf("lone step: %+v, %v", sc, err)
+	}
+}
+
+// A worker's scores in the values form (LeanStepScores), mixed in one segment with scores
+// in the full form, are written in the compact form like them: a reader of the bytes
+// finds every step's names, weights and values, and the segment is left as it was.
+// Full gives each lean score what StepScores gives its step.
+func TestLeanScoresEncodeAsFullOnes(t *testing.T) {
+	reply := &ScoreReply{Table: &ScoreTable{
+		Specs: []*ScoreSpec{
+			{Version: "lean/1", Digest: "sha256:lean-test", Names: []string{"task", "cost", "progress"}, Weights: []float64{1, 0.2, 0.5}},
+			{Version: "lean/2", Digest: "sha256:lean-test-2", Names: []string{"task"}, Weights: []float64{2}},
+		},
+		Spec:   []uint32{0, 1, 0},
+		Values: []float64{0.5, -0.1, 0.25, 1, 0, -0.3, 0.125},
+		Totals: []float64{0.605, 2, 0.0025},
+	}}
+	steps := scoreSteps(3)
+	lean, err := reply.LeanStepScores(steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := reply.StepScores(steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range steps {
+		if len(lean[i].Components) != 0 || len(lean[i].Values) == 0 {
+			t.Fatalf("step %d: %v, want the values form", i, lean[i])
+		}
+		if !proto.Equal(lean[i].Full(), full[i]) {
+			t.Errorf("step %d: Full %v, StepScores %v", i, lean[i].Full(), full[i])
+		}
+		steps[i].Score = lean[i]
+	}
+	// A fourth step in the full form, under a spec of its own.
+	fourth := &StepTaken{EpisodeId: "ep", Step: 3, Score: fullScore("ep", 3, "v/9", []string{"safety"}, []float64{1}, []float64{-0.5})}
+	seg := &StepsTaken{Steps: append(steps, fourth)}
+	ev := &Event{Body: &Event_Steps{Steps: seg}}
+	before := proto.Clone(ev)
+	data, err := Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(ev, before) {
+		t.Fatal("Marshal changed the event it encoded")
+	}
+	var got Event
+	if err := Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	gs := got.GetSteps()
+	if len(gs.GetScoreSpecs()) != 3 {
+		t.Fatalf("%d score_specs, want 3 (each spec once)", len(gs.GetScoreSpecs()))
+	}
+	for i, st := range gs.GetSteps() {
+		sc, err := gs.ScoreOf(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := full[min(i, 2)]
+		if i == 3 {
+			want = fourth.Score
+		}
+		if sc.Version != want.SpecVersion || sc.Digest != want.SpecDigest || sc.Total != want.Total || len(sc.Names) != len(want.Components) {
+			t.Fatalf("step %d read back as %+v, want %v", i, sc, want)
+		}
+		for j, c := range want.Components {
+			if sc.Names[j] != c.Name || sc.Values[j] != c.Value || gs.ScoreSpecs[st.Score.Spec].Weights[j] != c.Weight {
+				t.Fatalf("step %d component %d read back as %s=%v, want %v", i, j, sc.Names[j], sc.Values[j], c)
+			}
+		}
+		// A lone step in the values form, not yet encoded, reads the same.
+		if i < 3 {
+			if lone, err := (*StepsTaken)(nil).ScoreOf(steps[i]); err != nil || lone.Version != sc.Version || !slices.Equal(lone.Names, sc.Names) || !slices.Equal(lone.Values, sc.Values) {
+				t.Errorf("step %d alone: %+v (%v), want %+v", i, lone, err, sc)
+			}
+		}
+	}
+}
+
+// A spec the process keeps under a version and digest with other weights (specs built in
+// Go, without a digest) gives its steps' scores in the full form, never values a reader
+// would name wrongly.
+func TestLeanScoresOfAConflictingSpecAreFull(t *testing.T) {
+	table := func(w float64) *ScoreReply {
+		return &ScoreReply{Table: &ScoreTable{
+			Specs:  []*ScoreSpec{{Version: "conflict/1", Names: []string{"task"}, Weights: []float64{w}}},
+			Spec:   []uint32{0},
+			Values: []float64{0.5},
+			Totals: []float64{0.5 * w},
+		}}
+	}
+	if got, err := table(1).LeanStepScores(scoreSteps(1)); err != nil || len(got[0].Values) != 1 {
+		t.Fatalf("first spec: %v, %v; want the values form", got, err)
+	}
+	got, err := table(3).LeanStepScores(scoreSteps(1))
+	if err != nil || len(got[0].Components) != 1 || got[0].Components[0].Weight != 3 {
+		t.Fatalf("the same version with another weight: %v, %v; want the full form with weight 3", got, err)
 	}
 }
