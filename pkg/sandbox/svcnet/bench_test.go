@@ -279,24 +279,29 @@ func BenchmarkRefusalWatch(b *testing.B) {
 // open and quiet by its host (a step before opened it; its own Settle is not timed).
 // "stalled" runs `true` while a plain TCP connection the sandbox opened and stopped
 // reading is streamed to by its host without end (the relay's writes wait for the
-// sandbox; opened before, its Settle not timed; closed after). settle-µs is the mean
-// time of the Settle call alone.
+// sandbox; opened before, its Settle not timed; closed after). "stalled-host" is its
+// mirror: `true` while a plain TCP connection the sandbox opened sends without end to a
+// host that reads nothing (the relay's writes wait for the host; opened before, its
+// Settle not timed; closed after, the relay left waiting for the host until the
+// benchmark ends). settle-µs is the mean time of the Settle call alone.
 //
 //	go test -run '^$' -bench BenchmarkSettle -benchtime 30x -count 5 ./pkg/sandbox/svcnet/
 func BenchmarkSettle(b *testing.B) {
 	api := benchUpstream(b)
 	hold := holdUpstream(b)
 	stream := streamHost(b, math.MaxInt64)
+	sink := holdUpstream(b) // holds every connection and reads nothing
 	dir := b.TempDir()
 	rt, err := process.New(process.Config{StateDir: dir, Hosts: sandbox.HostMap{remoteHost: api, holdHost + ":7000" + sandbox.TCPSuffix: hold,
-		streamingHost + ":7001" + sandbox.TCPSuffix: stream}})
+		streamingHost + ":7001" + sandbox.TCPSuffix: stream, sinkHost + ":7002" + sandbox.TCPSuffix: sink}})
 	if err != nil {
 		b.Fatalf("process runtime unavailable: %v", err)
 	}
 	b.Cleanup(func() { _ = rt.Purge(context.Background()); _ = rt.Close() })
 	ctx := context.Background()
 	h, err := rt.Create(ctx, sandbox.Spec{Services: []sandbox.Service{{Name: "egress", Port: 80, Protocol: sandbox.ProtocolEgress,
-		Hosts: []string{remoteHost, holdHost, streamingHost}, TCPPorts: []sandbox.HostPort{{Host: holdHost, Port: 7000}, {Host: streamingHost, Port: 7001}}}}})
+		Hosts:    []string{remoteHost, holdHost, streamingHost, sinkHost},
+		TCPPorts: []sandbox.HostPort{{Host: holdHost, Port: 7000}, {Host: streamingHost, Port: 7001}, {Host: sinkHost, Port: 7002}}}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -330,6 +335,14 @@ func BenchmarkSettle(b *testing.B) {
 				b.Fatal(err)
 			}
 			return func() { _ = c.Close() } // unread bytes: reset, and recorded
+		}},
+		{"stalled-host", []string{"true"}, func(b *testing.B) func() {
+			c, err := netns.Dial(ctx, filepath.Join(dir, "netns", h.ID), "tcp", "127.0.0.1:7002")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() { _, _ = io.Copy(c, zeros{}) }() // until c is closed
+			return func() { _ = c.Close() }
 		}},
 	} {
 		for _, settled := range []bool{true, false} {
@@ -375,6 +388,18 @@ const holdHost = "hold.example.test"
 // streamingHost is the allowed host of BenchmarkSettle's "stalled" step, whose TCP port
 // 7001 a streamHost serves without end.
 const streamingHost = "stream.example.test"
+
+// sinkHost is the allowed host of BenchmarkSettle's "stalled-host" step, whose TCP port
+// 7002 a holdUpstream serves: it reads nothing.
+const sinkHost = "sink.example.test"
+
+// zeros reads as an endless stream of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
+}
 
 // holdUpstream is a TCP server that takes every connection and holds it open and quiet
 // until the benchmark ends; it returns its address.

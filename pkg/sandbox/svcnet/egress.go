@@ -2,10 +2,12 @@ package svcnet
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strings"
@@ -96,12 +98,20 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 		svc[h] = s.Name
 	}
 	nd := &net.Dialer{Timeout: g.opt.DialTimeout}
+	// A host that stops reading a request's body holds it, not Settle (traced).
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := nd.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return watchStalls(c), nil
+	}
 	base := faultnet.Proxy{
 		D:         g.opt.Decider,
 		Upstreams: ups,
 		Services:  svc,
 		// A plain transport: the faults act once, in the proxy.
-		Transport: &http.Transport{DialContext: nd.DialContext, DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second},
+		Transport: &http.Transport{DialContext: dial, DisableCompression: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
@@ -152,13 +162,29 @@ func (g *Gateway) egressHandler(rt sandbox.Runtime, s sandbox.Service) http.Hand
 				req.Faults = append(req.Faults, f.Kind)
 			}
 		}
-		p.ServeHTTP(cw, r)
+		c, _ := r.Context().Value(connKey{}).(net.Conn)
+		p.ServeHTTP(cw, g.traced(c, r))
+		g.sendsOn(c, nil)
 		if recorded {
 			return
 		}
 		req.Status, req.Bytes = cw.status, cw.n
 		g.request(req)
 	})
+}
+
+// traced returns r, served on the sandbox's connection c (nil: r), with a client trace
+// that notes on c's flight the connection to the host r is sent on, until the host
+// begins to answer (sendsOn): while the host stops reading r's body, the body waits for
+// the host, not for the gateway.
+func (g *Gateway) traced(c net.Conn, r *http.Request) *http.Request {
+	if c == nil {
+		return r
+	}
+	return r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn:              func(i httptrace.GotConnInfo) { g.sendsOn(c, i.Conn) },
+		GotFirstResponseByte: func() { g.sendsOn(c, nil) },
+	}))
 }
 
 // request reports a request to Options.OnRequest.

@@ -30,11 +30,14 @@ type flight struct {
 	// sandbox asked for it, and nothing is sent either way before it ends).
 	dialing bool
 	// busy: a request on it is being served (HTTP): it is recorded when that ends. Work
-	// under way, unless its answer waits for the sandbox to read (stalled).
+	// under way, unless its answer waits for the sandbox to read, or its body for the
+	// host (stalled).
 	busy bool
-	// host is a relay's connection to the host, once dialled: bytes or an end the host
-	// sent and the relay has not read yet are work under way, unless the relay's write
-	// toward the sandbox waits for the sandbox to read (stalled).
+	// host is a relay's connection to the host, once dialled, or the one the request
+	// being served is sent on, until its answer begins: bytes or an end the host sent
+	// and the relay has not read yet are work under way, unless the relay's write toward
+	// the sandbox waits for the sandbox to read (stalled); a write toward the host that
+	// waits for the host to read (stalled) holds the sandbox's bytes, which are then not.
 	host net.Conn
 	// ended: the relay has read the sandbox's end. The sandbox's side then stays
 	// readable (an end reads again and again), so it no longer says anything is under
@@ -61,11 +64,14 @@ type flight struct {
 // the gateway's write toward the sandbox (a relay's, of what the host keeps sending, or
 // an HTTP answer) found the socket's buffer full and waits for room, what comes after
 // it waits for the sandbox, not for the gateway, and no bound would see it through.
-// It is waited for again as soon as the sandbox reads (the buffer has room) or goes
-// away (its socket is reset), so what the relay then passes on is recorded in
-// the step that happens in; the gateway's own delays (a bandwidth cap's pace, a lost
-// segment's resend) are waited for as before. A connection an accept loop has taken
-// but not noted yet is waited for too (fence). The wait is bounded by
+// Nor, the mirror case, the bytes of a sandbox whose host stopped reading: a relay's
+// write toward the host, or an HTTP request's body sent on before the host answered,
+// that found the host socket's buffer full waits for the host. Either is waited for
+// again as soon as the side that stopped reads (the buffer has room) or goes away (its
+// socket is reset), so what the gateway then passes on is recorded in the step that
+// happens in; the gateway's own delays (a bandwidth cap's pace, a lost segment's
+// resend, a dial) are waited for as before. A connection an accept loop has taken but
+// not noted yet is waited for too (fence). The wait is bounded by
 // Options.SettleWait and by ctx, so that a host that never answers cannot wedge the
 // step; what is still under way then is recorded when it ends. Settle is safe to call
 // concurrently with the traffic and with itself; after Close it returns at once. It
@@ -123,10 +129,12 @@ func (g *Gateway) Settle(ctx context.Context) bool {
 // input the gateway has not read (data or its end) on the sandbox's side or, for a
 // relay, on the host's, or a relay whose sandbox ended its side and whose host has not
 // answered yet (until a Settle waited that out: then the relay is idle, held open and
-// quiet by the host, and costs nothing until the host sends something). A connection
-// whose write toward the sandbox waits for the sandbox to read (stalled) has nothing
-// the gateway can finish before it does: its answer or the host's bytes wait behind
-// that write, and only a relay's sandbox side, read on its own, is looked at.
+// quiet by the host, and costs nothing until the host sends something). Each direction
+// of a connection is looked at on its own: one whose write toward its receiver waits
+// for the receiver to read (stalled) has nothing the gateway can finish before it
+// does. Toward the sandbox, that holds a relay's host bytes and its host's answer to
+// the sandbox's end, or an HTTP answer; toward the host, the sandbox's bytes and end,
+// or the rest of an HTTP request's body while the host has not answered.
 func (g *Gateway) unsettled() bool {
 	for _, l := range g.listeners {
 		if readable(l) {
@@ -147,16 +155,20 @@ func (g *Gateway) unsettled() bool {
 		if l.dialing {
 			return true
 		}
-		if stalled(l.c) {
-			if l.host != nil && !l.ended && readable(l.c) {
-				return true
+		down := stalled(l.c)                   // the write toward the sandbox waits for it
+		up := l.host != nil && stalled(l.host) // the write toward the host waits for it
+		if l.busy {
+			// An answer being served waits behind down; a body being sent behind up,
+			// unless the host has begun to answer.
+			if down || up && !readable(l.host) {
+				continue
 			}
-			continue
-		}
-		if l.busy || l.ended && !l.idle {
 			return true
 		}
-		if !l.ended && readable(l.c) || l.host != nil && readable(l.host) {
+		if !up && !l.ended && readable(l.c) {
+			return true
+		}
+		if !down && (l.ended && !l.idle || l.host != nil && readable(l.host)) {
 			return true
 		}
 	}
@@ -182,13 +194,13 @@ func readable(s any) bool {
 	return poll(s, unix.POLLIN|unix.POLLRDHUP)&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
 }
 
-// stalled reports whether the gateway's write toward the sandbox on c (one of
-// sandboxConn's) waits for the sandbox: it found the socket's buffer full, and the
-// buffer still has no room and the socket no error or end (the sandbox neither read nor
-// went away since). The gateway's own delays (a bandwidth cap's pace, a lost segment's
-// resend) are not writes that wait: they still count as work under way.
+// stalled reports whether the gateway's write on c (one of stallConn's) waits for the
+// far side, the sandbox or a host, to read: it found the socket's buffer full, and the
+// buffer still has no room and the socket no error or end (the far side neither read
+// nor went away since). The gateway's own delays (a bandwidth cap's pace, a lost
+// segment's resend) are not writes that wait: they still count as work under way.
 func stalled(c net.Conn) bool {
-	s, ok := c.(*sandboxConn)
+	s, ok := c.(*stallConn)
 	if !ok || !s.full.Load() {
 		return false
 	}
@@ -226,12 +238,15 @@ func poll(s any, events int16) int16 {
 	return revents
 }
 
-// sandboxConn is a connection an egress listener took from the sandbox, written
-// through its file descriptor so that the gateway knows when a write toward the sandbox
-// waits for the sandbox to read (stalled): a background process that stopped reading
-// what its host keeps sending, a command that exited leaving the socket to a sleeping
-// process. It offers what the gateway and the fault layer ask of a TCP connection.
-type sandboxConn struct {
+// stallConn is a TCP connection of the gateway's whose far side may stop reading,
+// written through its file descriptor so that the gateway knows when a write waits for
+// the far side to read (stalled). An egress listener's connections from the sandbox
+// are: a background process that stopped reading what its host keeps sending, a command
+// that exited leaving the socket to a sleeping process. So are the gateway's
+// connections to the hosts (a relay's, an HTTP request's): a host that stalls an
+// upload, a peer that never reads. It offers what the gateway, net/http's transport and
+// the fault layer ask of a TCP connection.
+type stallConn struct {
 	net.Conn
 	tcp *net.TCPConn
 	rc  syscall.RawConn
@@ -240,10 +255,10 @@ type sandboxConn struct {
 	full atomic.Bool
 }
 
-// sandboxSide wraps c, a connection from the sandbox, as a sandboxConn when it is a
-// TCP connection with a file descriptor; else it returns c (its writes are never seen
-// as stalled).
-func sandboxSide(c net.Conn) net.Conn {
+// watchStalls wraps c, a connection from the sandbox or to a host, as a stallConn when
+// it is a TCP connection with a file descriptor; else it returns c (its writes are never
+// seen as stalled).
+func watchStalls(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return c
@@ -252,12 +267,12 @@ func sandboxSide(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &sandboxConn{Conn: tc, tcp: tc, rc: rc}
+	return &stallConn{Conn: tc, tcp: tc, rc: rc}
 }
 
 // Write writes b, as net.TCPConn's does; while the socket's buffer has no room for
 // what is left, the connection is full.
-func (s *sandboxConn) Write(b []byte) (int, error) {
+func (s *stallConn) Write(b []byte) (int, error) {
 	var (
 		n    int
 		werr error
@@ -294,13 +309,13 @@ func (s *sandboxConn) Write(b []byte) (int, error) {
 }
 
 // CloseWrite shuts down the writing side of the connection.
-func (s *sandboxConn) CloseWrite() error { return s.tcp.CloseWrite() }
+func (s *stallConn) CloseWrite() error { return s.tcp.CloseWrite() }
 
 // SetLinger sets the connection's linger (0: its close resets it).
-func (s *sandboxConn) SetLinger(sec int) error { return s.tcp.SetLinger(sec) }
+func (s *stallConn) SetLinger(sec int) error { return s.tcp.SetLinger(sec) }
 
 // SyscallConn returns the connection's raw connection, which Settle polls.
-func (s *sandboxConn) SyscallConn() (syscall.RawConn, error) { return s.rc, nil }
+func (s *stallConn) SyscallConn() (syscall.RawConn, error) { return s.rc, nil }
 
 // fly notes c as taken and not yet recorded (busy: being served).
 func (g *Gateway) fly(c net.Conn, busy bool) {
@@ -334,6 +349,16 @@ func (g *Gateway) relayed(c, host net.Conn) {
 	defer g.mu.Unlock()
 	if f, ok := g.flights[c]; ok {
 		f.host, f.dialing = host, false
+	}
+}
+
+// sendsOn notes host as the connection to the host that the request being served on c
+// is sent on (nil: none, or the host has begun to answer).
+func (g *Gateway) sendsOn(c, host net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.flights[c]; ok {
+		f.host = host
 	}
 }
 
@@ -377,6 +402,16 @@ func (g *Gateway) connState(c net.Conn, s http.ConnState) {
 	}
 }
 
+// connKey is the context key under which an egress HTTP server's request finds the
+// sandbox's connection it came on (connContext).
+type connKey struct{}
+
+// connContext is an egress HTTP server's http.Server.ConnContext: a request's context
+// carries the connection it came on, whose flight the handler notes (sendsOn).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
 // flownListener is a listener of an egress service (its HTTP, TLS or plain TCP port):
 // each connection it accepts is in flight (fly) before Accept returns it, and Settle
 // can fence it (fence): a connection the kernel handed to the accept loop is in
@@ -418,7 +453,7 @@ func (l *flownListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			c = sandboxSide(c)
+			c = watchStalls(c)
 			if l.accepted != nil {
 				l.accepted(c)
 			}

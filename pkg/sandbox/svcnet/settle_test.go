@@ -2,6 +2,8 @@ package svcnet_test
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/binary"
 	"io"
 	"math"
 	"net"
@@ -137,6 +139,17 @@ func TestCloseEndsAHeldRelay(t *testing.T) {
 // The gateway is closed at cleanup (a second Close is harmless).
 func heldHostRig(t *testing.T, hold sandbox.HostPort, wait time.Duration) (*egressRig, *svcnet.Gateway, <-chan net.Conn) {
 	t.Helper()
+	addr, held := heldHost(t)
+	r, g, _ := hostRig(t, sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: addr},
+		sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}}, svcnet.Options{SettleWait: wait})
+	return r, g, held
+}
+
+// heldHost is a TCP server that accepts one connection and holds it, reading and
+// writing nothing, until the test takes it from held (and reads, writes or closes it
+// when it wants); it returns its address.
+func heldHost(t *testing.T) (string, <-chan net.Conn) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -148,9 +161,7 @@ func heldHostRig(t *testing.T, hold sandbox.HostPort, wait time.Duration) (*egre
 			held <- c
 		}
 	}()
-	r, g, _ := hostRig(t, sandbox.HostMap{hold.Host + ":" + strconv.Itoa(hold.Port) + sandbox.TCPSuffix: l.Addr().String()},
-		sandbox.Service{Hosts: []string{hold.Host}, TCPPorts: []sandbox.HostPort{hold}}, svcnet.Options{SettleWait: wait})
-	return r, g, held
+	return l.Addr().String(), held
 }
 
 // hostRig is a process sandbox whose egress service is svc, its hosts reached where
@@ -270,6 +281,170 @@ func TestStalledAnswerCostsStepsNothing(t *testing.T) {
 	}
 }
 
+// TestStalledHostCostsStepsNothing: the mirror of TestStalledReaderCostsStepsNothing. A
+// relayed connection whose host stopped reading (an upload to a host that stalls, a
+// peer that never reads), while the sandbox sends more than the buffers between them
+// hold, costs no step Settle's bound: the relay's write toward the host waits for the
+// host, which nothing the gateway does can end, so every step's Settle returns settled,
+// one in which the host read a little too. When the host reads again, what the relay
+// then passes on is waited for as before: the connection, which the sandbox ended
+// behind its bytes and the host after reading them, is recorded in the step the host
+// read them in. A plain TCP port's relay and a TLS port's (the sandbox's ClientHello,
+// then bytes the gateway passes on unread) are the same relay.
+func TestStalledHostCostsStepsNothing(t *testing.T) {
+	sink := "sink.example.test"
+	for _, tc := range []struct {
+		name   string
+		port   int
+		svc    sandbox.Service
+		key    string // the host map's key of sink's port
+		method string
+		first  []byte // what the sandbox sends before its upload
+	}{
+		{"tcp", 7000, sandbox.Service{Hosts: []string{sink}, TCPPorts: []sandbox.HostPort{{Host: sink, Port: 7000}}}, sink + ":7000" + sandbox.TCPSuffix, svcnet.MethodTCP, nil},
+		{"tls", 443, sandbox.Service{Hosts: []string{sink}, TLSPorts: []int{443}}, sink + ":443", svcnet.MethodTLS, clientHello(t, sink)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, held := heldHost(t)
+			r, g, ns := hostRig(t, sandbox.HostMap{tc.key: addr}, tc.svc, svcnet.Options{SettleWait: time.Second})
+			ctx := context.Background()
+			c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:"+strconv.Itoa(tc.port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			sent := make(chan error, 1)
+			go func() {
+				// The sandbox sends stallSize bytes, then its end: the writes wait for the host.
+				_, err := c.Write(append(tc.first, make([]byte, stallSize)...))
+				if err == nil {
+					err = c.(interface{ CloseWrite() error }).CloseWrite()
+				}
+				sent <- err
+			}()
+			hc := <-held
+			defer hc.Close()
+			total := int64(len(tc.first) + stallSize)
+			const little = 64 << 10
+			for step := range 3 {
+				r.sh(`true`)
+				if step == 1 {
+					// The host reads a little, and stops again.
+					if _, err := io.CopyN(io.Discard, hc, little); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !g.Settle(ctx) {
+					t.Errorf("step %d while the host reads nothing: Settle returned at its bound, want settled", step+1)
+				}
+				if got := r.rec.TakeRequests(); len(got) != 0 {
+					t.Errorf("step %d while the sandbox sends: recorded %+v, want nothing yet", step+1, got)
+				}
+			}
+			// The host reads all but the last bytes, the sandbox's writes and end are
+			// done, and the host reads on to that end and ends its side while Settle
+			// waits: the relay passes on what is left, the sandbox's end and the host's.
+			if _, err := io.CopyN(io.Discard, hc, total-little-16<<10); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				_, _ = io.Copy(io.Discard, hc)
+				_ = hc.Close()
+			}()
+			if !g.Settle(ctx) {
+				t.Errorf("the step the host read in: Settle returned at its bound")
+			}
+			if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != sink || got[0].Method != tc.method || got[0].BytesUp != total {
+				t.Errorf("after the host read the upload: recorded %+v, want the connection with its %d bytes up, in this step", got, total)
+			}
+		})
+	}
+}
+
+// clientHello is the ClientHello record a TLS client asking for host opens with.
+func clientHello(t *testing.T, host string) []byte {
+	t.Helper()
+	cc, sc := net.Pipe()
+	defer sc.Close() // the handshake, waiting for an answer, fails
+	go func() {
+		_ = tls.Client(cc, &tls.Config{ServerName: host}).Handshake()
+		_ = cc.Close()
+	}()
+	rec := make([]byte, 5) // a record's header: type, version, length
+	if _, err := io.ReadFull(sc, rec); err != nil {
+		t.Fatal(err)
+	}
+	rec = append(rec, make([]byte, binary.BigEndian.Uint16(rec[3:]))...)
+	if _, err := io.ReadFull(sc, rec[5:]); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestStalledUploadCostsStepsNothing: an HTTP request whose body its host stopped
+// reading (an upload to a host that stalls) is being served until the host reads it,
+// but the gateway's handler waits for the host there, and no step's Settle waits for
+// it; when the host reads the body and answers, the request is recorded in that step.
+func TestStalledUploadCostsStepsNothing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{}) // closed: the host reads the body
+	var release sync.Once
+	body := make(chan int64, 1) // the body's bytes the host read
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		<-read
+		n, _ := io.Copy(io.Discard, req.Body)
+		body <- n
+		_, _ = io.WriteString(w, "stored\n")
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() { release.Do(func() { close(read) }) }) // first: a failed test's handler ends
+	r, g, ns := hostRig(t, sandbox.HostMap{remoteHost: l.Addr().String()}, sandbox.Service{Hosts: []string{remoteHost}}, svcnet.Options{SettleWait: time.Second})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: "+remoteHost+"\r\nContent-Length: "+strconv.Itoa(stallSize)+"\r\n\r\n")
+		if err == nil {
+			_, err = c.Write(make([]byte, stallSize))
+		}
+		sent <- err
+	}()
+	for step := range 3 {
+		r.sh(`true`)
+		if !g.Settle(ctx) {
+			t.Errorf("step %d while the host reads nothing: Settle returned at its bound, want settled", step+1)
+		}
+		if got := r.rec.TakeRequests(); len(got) != 0 {
+			t.Errorf("step %d while the upload waits: recorded %+v, want nothing yet", step+1, got)
+		}
+	}
+	release.Do(func() { close(read) })
+	if n := <-body; n != stallSize {
+		t.Fatalf("the host read %d bytes of the body, want %d", n, stallSize)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	r.sh(`true`)
+	if !g.Settle(ctx) {
+		t.Errorf("the step the host read in: Settle returned at its bound")
+	}
+	if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != remoteHost || got[0].Method != http.MethodPost || got[0].Path != "/upload" || got[0].Status != http.StatusOK {
+		t.Errorf("after the host read the upload: recorded %+v, want the request, answered, in this step", got)
+	}
+}
+
 // TestSettleWaitsForTheGatewaysPace: a relay the gateway paces on purpose (a bandwidth
 // cap) is the gateway's own work, not a sandbox's stalled read: a sandbox that reads
 // the first byte only, while its host's few bytes and end are passed on at the cap's pace, still
@@ -318,6 +493,26 @@ func TestCloseEndsAStalledRelay(t *testing.T) {
 	defer c.Close()
 	g.Settle(ctx) // the relay is under way
 	closeWithin(t, g, "the relay the sandbox stopped reading")
+}
+
+// TestCloseEndsARelayItsHostStalls: a relay whose write waits for a host that stopped
+// reading, its sandbox sending on, does not keep the gateway's Close waiting.
+func TestCloseEndsARelayItsHostStalls(t *testing.T) {
+	sink := sandbox.HostPort{Host: "sink.example.test", Port: 7000}
+	addr, held := heldHost(t)
+	_, g, ns := hostRig(t, sandbox.HostMap{sink.Host + ":" + strconv.Itoa(sink.Port) + sandbox.TCPSuffix: addr},
+		sandbox.Service{Hosts: []string{sink.Host}, TCPPorts: []sandbox.HostPort{sink}}, svcnet.Options{SettleWait: time.Second})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go func() { _, _ = c.Write(make([]byte, stallSize)) }() // ends when the test closes c
+	hc := <-held
+	defer hc.Close()
+	g.Settle(ctx) // the relay is under way
+	closeWithin(t, g, "the relay whose host stopped reading")
 }
 
 // closeWithin closes g and fails the test if Close still waits after 30 s for what

@@ -186,6 +186,7 @@ func Attach(ctx context.Context, rt sandbox.Runtime, id string, services []sandb
 		var sl net.Listener = l
 		if s.Protocol == sandbox.ProtocolEgress {
 			srv.ConnState = g.connState // its requests are recorded: Settle waits for them
+			srv.ConnContext = connContext
 			sl = g.flown(l)
 		}
 		g.servers = append(g.servers, srv)

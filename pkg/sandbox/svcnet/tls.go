@@ -164,6 +164,7 @@ func (g *Gateway) relayStream(c net.Conn, svc string, req Request, key, addr str
 		req.Error = "upstream unreachable"
 		return
 	}
+	upc = watchStalls(upc) // a host that stops reading holds the sandbox's bytes, not Settle
 	defer upc.Close()
 	// Close ends the host's side too: a host holding it open and quiet would keep the
 	// relay (and Close, which waits for it) waiting.
@@ -200,8 +201,8 @@ func relay(c *faultnet.Conn, upc net.Conn, up *atomic.Int64, record, ended func(
 			// The sandbox ended its side: the host answers and ends its own, in time.
 			_ = upc.SetReadDeadline(time.Now().Add(grace))
 		}
-		if tc, ok := upc.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
+		if cw, ok := upc.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
 		}
 		ended()
 	}()
