@@ -102,15 +102,7 @@ func TestQuietRelayCostsLaterStepsNothing(t *testing.T) {
 	}
 	c := <-held
 	g.Settle(context.Background()) // the step that ended it: may wait out its bound
-	for step := range 3 {
-		r.sh(`true`)
-		if !g.Settle(context.Background()) {
-			t.Errorf("step %d after the connection went quiet: Settle returned at its bound, want settled at once", step+1)
-		}
-		if got := r.rec.TakeRequests(); len(got) != 0 {
-			t.Errorf("step %d while the host holds the connection: recorded %+v, want nothing yet", step+1, got)
-		}
-	}
+	stalledSteps(context.Background(), t, r, g, "after the connection went quiet: Settle returned at its bound, want settled at once", "while the host holds the connection", nil)
 	_ = c.Close()
 	r.sh(`true`)
 	if !g.Settle(context.Background()) {
@@ -211,21 +203,12 @@ func TestStalledReaderCostsStepsNothing(t *testing.T) {
 	}
 	defer c.Close()
 	const little = 64 << 10
-	for step := range 3 {
-		r.sh(`true`)
-		if step == 1 {
-			// The sandbox reads a little, and stops again.
-			if _, err := io.CopyN(io.Discard, c, little); err != nil {
-				t.Fatal(err)
-			}
+	stalledSteps(ctx, t, r, g, "while the sandbox reads nothing: Settle returned at its bound, want settled", "while the host streams", func() {
+		// The sandbox reads a little, and stops again.
+		if _, err := io.CopyN(io.Discard, c, little); err != nil {
+			t.Fatal(err)
 		}
-		if !g.Settle(ctx) {
-			t.Errorf("step %d while the sandbox reads nothing: Settle returned at its bound, want settled", step+1)
-		}
-		if got := r.rec.TakeRequests(); len(got) != 0 {
-			t.Errorf("step %d while the host streams: recorded %+v, want nothing yet", step+1, got)
-		}
-	}
+	})
 	// The sandbox reads all but the last bytes: what is left, and the host's end, fit
 	// the buffers, and the relay passes them on while Settle waits.
 	if _, err := io.CopyN(io.Discard, c, stallSize-little-16<<10); err != nil {
@@ -262,15 +245,7 @@ func TestStalledAnswerCostsStepsNothing(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: "+remoteHost+"\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	for step := range 3 {
-		r.sh(`true`)
-		if !g.Settle(ctx) {
-			t.Errorf("step %d while the sandbox reads nothing: Settle returned at its bound, want settled", step+1)
-		}
-		if got := r.rec.TakeRequests(); len(got) != 0 {
-			t.Errorf("step %d while the answer waits: recorded %+v, want nothing yet", step+1, got)
-		}
-	}
+	stalledSteps(ctx, t, r, g, "while the sandbox reads nothing: Settle returned at its bound, want settled", "while the answer waits", nil)
 	_ = c.Close() // with bytes unread: the sandbox's kernel resets the connection
 	r.sh(`true`)
 	if !g.Settle(ctx) {
@@ -326,21 +301,12 @@ func TestStalledHostCostsStepsNothing(t *testing.T) {
 			defer hc.Close()
 			total := int64(len(tc.first) + stallSize)
 			const little = 64 << 10
-			for step := range 3 {
-				r.sh(`true`)
-				if step == 1 {
-					// The host reads a little, and stops again.
-					if _, err := io.CopyN(io.Discard, hc, little); err != nil {
-						t.Fatal(err)
-					}
+			stalledSteps(ctx, t, r, g, "while the host reads nothing: Settle returned at its bound, want settled", "while the sandbox sends", func() {
+				// The host reads a little, and stops again.
+				if _, err := io.CopyN(io.Discard, hc, little); err != nil {
+					t.Fatal(err)
 				}
-				if !g.Settle(ctx) {
-					t.Errorf("step %d while the host reads nothing: Settle returned at its bound, want settled", step+1)
-				}
-				if got := r.rec.TakeRequests(); len(got) != 0 {
-					t.Errorf("step %d while the sandbox sends: recorded %+v, want nothing yet", step+1, got)
-				}
-			}
+			})
 			// The host reads all but the last bytes, the sandbox's writes and end are
 			// done, and the host reads on to that end and ends its side while Settle
 			// waits: the relay passes on what is left, the sandbox's end and the host's.
@@ -420,15 +386,7 @@ func TestStalledUploadCostsStepsNothing(t *testing.T) {
 		}
 		sent <- err
 	}()
-	for step := range 3 {
-		r.sh(`true`)
-		if !g.Settle(ctx) {
-			t.Errorf("step %d while the host reads nothing: Settle returned at its bound, want settled", step+1)
-		}
-		if got := r.rec.TakeRequests(); len(got) != 0 {
-			t.Errorf("step %d while the upload waits: recorded %+v, want nothing yet", step+1, got)
-		}
-	}
+	stalledSteps(ctx, t, r, g, "while the host reads nothing: Settle returned at its bound, want settled", "while the upload waits", nil)
 	release.Do(func() { close(read) })
 	if n := <-body; n != stallSize {
 		t.Fatalf("the host read %d bytes of the body, want %d", n, stallSize)
@@ -637,4 +595,25 @@ func fullBacklog(t *testing.T) string {
 		t.Cleanup(func() { _ = c.Close() })
 	}
 	return addr
+}
+
+// stalledSteps plays three steps while a connection waits on a side that stopped
+// reading (or on a host holding it quiet): each must settle at once and record nothing
+// yet. settling and recording say what the steps are in the errors; midway, when not
+// nil, runs in the second step before its Settle (the stalled side reads a little and
+// stops again).
+func stalledSteps(ctx context.Context, t *testing.T, r *egressRig, g *svcnet.Gateway, settling, recording string, midway func()) {
+	t.Helper()
+	for step := range 3 {
+		r.sh(`true`)
+		if step == 1 && midway != nil {
+			midway()
+		}
+		if !g.Settle(ctx) {
+			t.Errorf("step %d "+settling, step+1)
+		}
+		if got := r.rec.TakeRequests(); len(got) != 0 {
+			t.Errorf("step %d %s: recorded %+v, want nothing yet", step+1, recording, got)
+		}
+	}
 }
