@@ -7,6 +7,10 @@ import (
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/env/shop"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/inject"
+	"github.com/gauntlet-rl/gauntlet/pkg/faults/plans"
+	"github.com/gauntlet-rl/gauntlet/pkg/policy"
+	gauntletv1 "github.com/gauntlet-rl/gauntlet/proto/gauntlet/v1"
 )
 
 // BenchmarkOracleEpisode runs whole bank oracle episodes without faults (Reset included) and
@@ -39,46 +43,48 @@ func BenchmarkShopWorldStep(b *testing.B) {
 // causes and no other. cpu-ns/env-step is the CPU of the steps; in BenchmarkShopStep
 // it also carries the collection of the oracle's garbage (its plan's CEL, the
 // observations it decodes), which is not the env's.
-func BenchmarkShopReplay(b *testing.B) { benchReplay(b, shop.New()) }
+func BenchmarkShopReplay(b *testing.B) { benchReplay(b, shop.New(), "oracle") }
 
 // BenchmarkShopWorldReplay is BenchmarkShopReplay for the shop as a world file.
-func BenchmarkShopWorldReplay(b *testing.B) { benchReplay(b, shopPort(b)) }
+func BenchmarkShopWorldReplay(b *testing.B) { benchReplay(b, shopPort(b), "oracle") }
 
-func benchReplay(b *testing.B, e env.Env) {
+// BenchmarkShopRandomReplay and BenchmarkShopWorldRandomReplay replay the random
+// policy's episodes: in the pipeline's runs of half oracle, half random episodes, four
+// steps in five are the random policy's (its episodes run to max_steps, its arguments
+// good and bad).
+func BenchmarkShopRandomReplay(b *testing.B) { benchReplay(b, shop.New(), "random") }
+
+// BenchmarkShopWorldRandomReplay is BenchmarkShopRandomReplay for the world file.
+func BenchmarkShopWorldRandomReplay(b *testing.B) { benchReplay(b, shopPort(b), "random") }
+
+// BenchmarkShopRandomReplayBaseline and BenchmarkShopWorldRandomReplayBaseline replay
+// them under the pipeline's "baseline" fault profile (each seed's plan, a fresh
+// injector per episode, as the worker makes one).
+func BenchmarkShopRandomReplayBaseline(b *testing.B) {
+	benchReplayFaults(b, shop.New(), "random", plans.ProfileBaseline)
+}
+
+// BenchmarkShopWorldRandomReplayBaseline is BenchmarkShopRandomReplayBaseline for the
+// world file.
+func BenchmarkShopWorldRandomReplayBaseline(b *testing.B) {
+	benchReplayFaults(b, shopPort(b), "random", plans.ProfileBaseline)
+}
+
+// benchReplay plays the episodes of 200 seeds with policy pol, then replays their
+// actions on new episodes.
+func benchReplay(b *testing.B, e env.Env, pol string) { benchReplayFaults(b, e, pol, "") }
+
+// benchReplayFaults is benchReplay with each episode under profile's fault plan for its
+// seed ("": none).
+func benchReplayFaults(b *testing.B, e env.Env, pol, profile string) {
 	const seeds = 200
-	plays := make([][]env.Action, seeds)
-	for i := range plays {
-		seed := uint64(i + 1)
-		ep, err := e.NewEpisode(env.Config{Seed: seed})
-		if err != nil {
-			b.Fatal(err)
-		}
-		obs, err := ep.Reset()
-		if err != nil {
-			b.Fatal(err)
-		}
-		agent := e.(env.Oracle).Oracle(seed)
-		for turn := uint32(0); ; turn++ {
-			a, err := agent.Act(env.Turn{Step: turn, Observation: obs})
-			if err != nil {
-				b.Fatal(err)
-			}
-			r, err := ep.Step(a)
-			if err != nil {
-				b.Fatal(err)
-			}
-			plays[i], obs = append(plays[i], a), r.Observation
-			if r.Done() {
-				break
-			}
-		}
-	}
+	plays, config := recordPlays(b, e, pol, profile, seeds)
 	b.ReportAllocs()
 	steps := 0
 	var stepCPU time.Duration
 	cpu0 := cpuTime(b)
 	for i := 0; b.Loop(); i++ {
-		ep, err := e.NewEpisode(env.Config{Seed: uint64(i%seeds + 1)})
+		ep, err := e.NewEpisode(config(uint64(i%seeds + 1)))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -162,6 +168,135 @@ func benchEpisodes(b *testing.B, e env.Env, mk func(seed uint64) env.Config) {
 
 // cpuTime is the CPU time the process has used, every thread (the garbage collector's
 // too).
+// recordPlays plays seeds 1 to n with policy pol, each under profile's fault plan for its
+// seed ("": none), and returns each seed's actions and the config that replays them (a
+// fresh injector each call, as the worker makes one per episode).
+func recordPlays(b *testing.B, e env.Env, pol, profile string, n int) ([][]env.Action, func(seed uint64) env.Config) {
+	plays := make([][]env.Action, n)
+	var faultPlans []*gauntletv1.FaultPlan
+	config := func(seed uint64) env.Config {
+		cfg := env.Config{Seed: seed}
+		if profile != "" {
+			in, err := inject.NewInjector(faultPlans[seed-1])
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.Faults = in
+		}
+		return cfg
+	}
+	if profile != "" {
+		for i := range n {
+			p, err := plans.Derive(uint64(i+1), profile, e.Spec().Services)
+			if err != nil {
+				b.Fatal(err)
+			}
+			faultPlans = append(faultPlans, p)
+		}
+	}
+	for i := range plays {
+		seed := uint64(i + 1)
+		ep, err := e.NewEpisode(config(seed))
+		if err != nil {
+			b.Fatal(err)
+		}
+		obs, err := ep.Reset()
+		if err != nil {
+			b.Fatal(err)
+		}
+		agent := policyAgent(b, e, pol, seed)
+		for turn := uint32(0); ; turn++ {
+			a, err := agent.Act(env.Turn{Step: turn, Observation: obs})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := ep.Step(a)
+			if err != nil {
+				b.Fatal(err)
+			}
+			plays[i], obs = append(plays[i], a), r.Observation
+			if r.Done() {
+				break
+			}
+		}
+	}
+	return plays, config
+}
+
+// BenchmarkShopInterleaved and BenchmarkShopWorldInterleaved replay 400 episodes of
+// the pipeline's kind (half oracle, half random, under the baseline profile) a step of
+// each at a time, as a worker with that many in flight does: each episode's state is
+// cold when its turn comes again. cpu-ns/env-step is the CPU of the steps, cpu-ns/reset
+// that of the resets (all made first).
+func BenchmarkShopInterleaved(b *testing.B) { benchInterleaved(b, shop.New()) }
+
+// BenchmarkShopWorldInterleaved is BenchmarkShopInterleaved for the world file.
+func BenchmarkShopWorldInterleaved(b *testing.B) { benchInterleaved(b, shopPort(b)) }
+
+func benchInterleaved(b *testing.B, e env.Env) {
+	const seeds = 200
+	var plays [][]env.Action
+	var configs []func(uint64) env.Config
+	for _, pol := range []string{"oracle", "random"} {
+		p, config := recordPlays(b, e, pol, plans.ProfileBaseline, seeds)
+		for range p {
+			configs = append(configs, config)
+		}
+		plays = append(plays, p...)
+	}
+	b.ReportAllocs()
+	eps := make([]env.Episode, len(plays))
+	steps := 0
+	var stepCPU, resetCPU time.Duration
+	for b.Loop() {
+		c0 := cpuTime(b)
+		longest := 0
+		for i := range eps {
+			ep, err := e.NewEpisode(configs[i](uint64(i%seeds + 1)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := ep.Reset(); err != nil {
+				b.Fatal(err)
+			}
+			eps[i], longest = ep, max(longest, len(plays[i]))
+		}
+		c1 := cpuTime(b)
+		for k := range longest {
+			for i, ep := range eps {
+				if k < len(plays[i]) {
+					if _, err := ep.Step(plays[i][k]); err != nil {
+						b.Fatal(err)
+					}
+					steps++
+				}
+			}
+		}
+		resetCPU += c1 - c0
+		stepCPU += cpuTime(b) - c1
+	}
+	b.ReportMetric(float64(stepCPU.Nanoseconds())/float64(steps), "cpu-ns/env-step")
+	b.ReportMetric(float64(resetCPU.Nanoseconds())/float64(b.N*len(eps)), "cpu-ns/reset")
+	b.ReportMetric(float64((stepCPU+resetCPU).Nanoseconds())/float64(steps), "cpu-ns/step-all")
+}
+
+// policyAgent is policy pol's agent for one episode of e: the env's oracle, or a
+// policy of pkg/policy.
+func policyAgent(b *testing.B, e env.Env, pol string, seed uint64) env.Agent {
+	if pol == "oracle" {
+		return e.(env.Oracle).Oracle(seed)
+	}
+	p, err := policy.Lookup(pol)
+	if err != nil {
+		b.Fatal(err)
+	}
+	agent, err := p.NewAgent(e, seed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return agent
+}
+
 func cpuTime(b *testing.B) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
