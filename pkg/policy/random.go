@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
 	"github.com/gauntlet-rl/gauntlet/pkg/rng"
@@ -24,9 +25,9 @@ func (randomPolicy) NewAgent(e env.Env, seed uint64) (env.Agent, error) {
 	if len(spec.Tools) == 0 {
 		return nil, fmt.Errorf("policy %s: env %q has no tools", Random, spec.Name)
 	}
-	a := &randomAgent{r: rng.New(seed, "policy/"+Random, 0), seen: map[string]struct{}{}}
+	a := &randomAgent{r: rng.New(seed, "policy/"+Random, 0), seen: map[string]struct{}{}, tools: make([]tool, 0, len(spec.Tools))}
 	for _, t := range spec.Tools {
-		props, err := parseSchema(t.Schema)
+		props, err := schemas.parse(t.Schema)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: env %q tool %q: schema: %w", Random, spec.Name, t.Name, err)
 		}
@@ -48,6 +49,45 @@ type prop struct {
 	min, max *float64
 	maxLen   *int
 	enum     []json.RawMessage
+}
+
+// schemas holds the arguments parsed from each tool schema the random policy has met,
+// keyed by the schema's bytes: every episode of an env offers the same schemas, and
+// parsing them again for each episode was a twentieth of the pipeline's CPU. Agents
+// only read the props they share. Past maxSchemas distinct schemas (an env whose tools
+// change from episode to episode), new ones are parsed and not kept.
+var schemas schemaCache
+
+// maxSchemas bounds the schemas kept.
+const maxSchemas = 4096
+
+type schemaCache struct {
+	mu sync.RWMutex
+	m  map[string][]prop
+}
+
+// parse is parseSchema(raw), from the cache when raw was parsed before. An invalid
+// schema is never kept: its error is parseSchema's each time.
+func (c *schemaCache) parse(raw json.RawMessage) ([]prop, error) {
+	c.mu.RLock()
+	props, ok := c.m[string(raw)]
+	c.mu.RUnlock()
+	if ok {
+		return props, nil
+	}
+	props, err := parseSchema(raw)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[string][]prop)
+	}
+	if len(c.m) < maxSchemas {
+		c.m[string(raw)] = props
+	}
+	c.mu.Unlock()
+	return props, nil
 }
 
 func parseSchema(raw json.RawMessage) ([]prop, error) {
