@@ -427,6 +427,10 @@ tools:
       char_at_literal_not_ascii: "'aé'.charAt(args.m + 1) + 'x'"
       literal_operands: "n * 16 % 7 + (word + 'x' > 'b' ? 1 : 0) + (args.k == '' ? 2 : 3)"
       number_text: "'n=' + string(n + args.m) + (n == 1 ? ' unit' : ' units')"
+      joined_across: "(word + ' ' + args.k).contains(word.charAt(0) + ' ' + args.k.charAt(0))"
+      joined_nested: "(word + ((args.k + '-').startsWith(word) ? 'y' : 'n') + args.k).endsWith(string(args.m) + args.k)"
+      joined_each: "item.exists(k, x, (x.s + k).contains(args.k + '-') || (k + x.s).endsWith(args.k))"
+      joined_empty: "(args.k + '').startsWith('') && ('' + args.k).contains(args.k)"
 success: n > 100
 `
 
