@@ -282,17 +282,18 @@ func benchInterleaved(b *testing.B, e env.Env) {
 
 // policyAgent is policy pol's agent for one episode of e: the env's oracle, or a
 // policy of pkg/policy.
-func policyAgent(b *testing.B, e env.Env, pol string, seed uint64) env.Agent {
+func policyAgent(t testing.TB, e env.Env, pol string, seed uint64) env.Agent {
+	t.Helper()
 	if pol == "oracle" {
 		return e.(env.Oracle).Oracle(seed)
 	}
 	p, err := policy.Lookup(pol)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	agent, err := p.NewAgent(e, seed)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	return agent
 }

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
-	"github.com/gauntlet-rl/gauntlet/pkg/policy"
 )
 
 // trajectoryDigests are the SHA-256 of 300 seeded episodes of each world, oracle and
@@ -66,18 +65,7 @@ func TestTrajectoryDigests(t *testing.T) {
 // playDigest plays one episode and writes everything it recorded into h.
 func playDigest(t *testing.T, h hash.Hash, e env.Env, pol string, cfg env.Config) {
 	t.Helper()
-	var agent env.Agent
-	if pol == "oracle" {
-		agent = e.(env.Oracle).Oracle(cfg.Seed)
-	} else {
-		p, err := policy.Lookup(pol)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if agent, err = p.NewAgent(e, cfg.Seed); err != nil {
-			t.Fatal(err)
-		}
-	}
+	agent := policyAgent(t, e, pol, cfg.Seed)
 	ep, err := e.NewEpisode(cfg)
 	if err != nil {
 		t.Fatal(err)
