@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/gauntlet-rl/gauntlet/pkg/env"
@@ -44,6 +45,7 @@ type tool struct {
 // prop is one argument as far as the random policy understands JSON Schema.
 type prop struct {
 	name     string
+	key      []byte // name as JSON, with its quotes
 	typ      string
 	required bool
 	min, max *float64
@@ -110,8 +112,12 @@ func parseSchema(raw json.RawMessage) ([]prop, error) {
 	props := make([]prop, 0, len(s.Properties))
 	for name, p := range s.Properties {
 		typ, _ := p.Type.(string) // a list of types or none: any JSON value will do
+		key, err := json.Marshal(name)
+		if err != nil {
+			return nil, err
+		}
 		props = append(props, prop{
-			name: name, typ: typ, required: slices.Contains(s.Required, name),
+			name: name, key: key, typ: typ, required: slices.Contains(s.Required, name),
 			min: p.Minimum, max: p.Maximum, maxLen: p.MaxLength, enum: p.Enum,
 		})
 	}
@@ -147,23 +153,57 @@ var words = []string{"x", "id", "test", "item", "foo", "bar", "red", "blue", "on
 func (a *randomAgent) Act(t env.Turn) (env.Action, error) {
 	a.learn(t.Observation)
 	tl := a.tools[a.r.IntN(len(a.tools))]
-	b := []byte{'{'}
+	b := make([]byte, 1, 64)
+	b[0] = '{'
 	for _, p := range tl.props {
 		if !p.required && a.r.IntN(2) == 0 {
 			continue
 		}
-		v, err := json.Marshal(a.value(p))
-		if err != nil {
-			return env.Action{}, fmt.Errorf("policy %s: %s.%s: %w", Random, tl.name, p.name, err)
-		}
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
-		k, _ := json.Marshal(p.name)
-		b = append(append(append(b, k...), ':'), v...)
+		b = append(append(b, p.key...), ':')
+		var err error
+		if b, err = appendJSON(b, a.value(p)); err != nil {
+			return env.Action{}, fmt.Errorf("policy %s: %s.%s: %w", Random, tl.name, p.name, err)
+		}
 	}
 	b = append(b, '}')
 	return env.Action{Tool: tl.name, Args: b}, nil
+}
+
+// appendJSON appends v as json.Marshal writes it: an int, a bool, nil and a string
+// that needs no escaping (the tokens and words the agent uses) directly; anything else
+// (a number, an enum's value, a string to escape) through json.Marshal.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case int64:
+		return strconv.AppendInt(b, x, 10), nil
+	case bool:
+		return strconv.AppendBool(b, x), nil
+	case nil:
+		return append(b, "null"...), nil
+	case string:
+		if plainJSON(x) {
+			return append(append(append(b, '"'), x...), '"'), nil
+		}
+	}
+	m, err := json.Marshal(v)
+	if err != nil {
+		return b, err
+	}
+	return append(b, m...), nil
+}
+
+// plainJSON reports whether json.Marshal writes s as it is between quotes: printable
+// ASCII with no quote, backslash or character it escapes for HTML.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *randomAgent) value(p prop) any {
@@ -216,17 +256,14 @@ func (a *randomAgent) bounds(p prop) (lo, hi float64) {
 // learn remembers the tokens of an observation: runs of letters, digits, '-', '_' and '.'
 // of 2 to 40 bytes that contain a letter, such as ids and words.
 func (a *randomAgent) learn(obs []byte) {
-	isTok := func(c byte) bool {
-		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
-	}
 	for i := 0; i < len(obs); {
-		if !isTok(obs[i]) {
+		if tokBytes[obs[i]] == 0 {
 			i++
 			continue
 		}
 		j, letter := i, false
-		for ; j < len(obs) && isTok(obs[j]); j++ {
-			letter = letter || obs[j] >= 'a' && obs[j] <= 'z' || obs[j] >= 'A' && obs[j] <= 'Z'
+		for ; j < len(obs) && tokBytes[obs[j]] != 0; j++ {
+			letter = letter || tokBytes[obs[j]] == tokLetter
 		}
 		if n := j - i; letter && n >= 2 && n <= 40 {
 			if _, ok := a.seen[string(obs[i:j])]; !ok { // no allocation for known tokens
@@ -236,6 +273,25 @@ func (a *randomAgent) learn(obs []byte) {
 		i = j
 	}
 }
+
+// tokBytes classes the bytes of a token: letters (tokLetter), digits, '-', '_' and '.'
+// (tokOther); 0 for every other byte.
+var tokBytes = func() (t [256]uint8) {
+	for c := range 256 {
+		switch {
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			t[c] = tokLetter
+		case c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.':
+			t[c] = tokOther
+		}
+	}
+	return t
+}()
+
+const (
+	tokLetter = 1 + iota
+	tokOther
+)
 
 // remember adds a new token, forgetting the oldest when full.
 func (a *randomAgent) remember(tok string) {

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -92,3 +94,52 @@ func (s schemaEnv) Spec() env.Spec {
 func (schemaEnv) NewEpisode(env.Config) (env.Episode, error) { return nil, errors.New("no episodes") }
 
 func envTurn(obs string) env.Turn { return env.Turn{Observation: json.RawMessage(obs)} }
+
+// TestAppendJSONIsMarshal: appendJSON writes every kind of value the agent makes as
+// json.Marshal does, escapes and edges included.
+func TestAppendJSONIsMarshal(t *testing.T) {
+	vals := []any{
+		int64(0), int64(-1), int64(math.MaxInt64), int64(math.MinInt64), true, false, nil,
+		"", "sku-3f2a", "o-1", "a b", `q"uote`, `back\slash`, "<tag>", "a&b", "\x00", "\x1f", "\x7f",
+		"é", "\xff", "\u2028", 0.0, 1.5, -3.25, 1e21, 1e-7, json.RawMessage(`"a"`), json.RawMessage(` { "k" : 1 } `),
+		[]any{}, map[string]any{},
+	}
+	for c := range 256 {
+		vals = append(vals, string([]byte{'x', byte(c), 'y'}))
+	}
+	for _, v := range vals {
+		want, err := json.Marshal(v)
+		got, gotErr := appendJSON([]byte("pre"), v)
+		if (err == nil) != (gotErr == nil) || err == nil && string(got) != "pre"+string(want) {
+			t.Errorf("%#v: appendJSON %q (%v), json.Marshal %q (%v)", v, got, gotErr, want, err)
+		}
+	}
+}
+
+// TestLearnKeepsTokens: learn keeps the runs of letters, digits, '-', '_' and '.' of 2
+// to 40 bytes with a letter, in the order they come, once each.
+func TestLearnKeepsTokens(t *testing.T) {
+	a := &randomAgent{seen: map[string]struct{}{}}
+	a.learn([]byte(`{"sku":"sku-3f2a","n":12,"x":"a","t":"3.5e-2 o_1 o_1 ` + strings.Repeat("z", 41) + ` é-b"}`))
+	want := []string{"sku", "sku-3f2a", "3.5e-2", "o_1", "-b"}
+	if !reflect.DeepEqual(a.order, want) {
+		t.Errorf("learned %q, want %q", a.order, want)
+	}
+}
+
+// BenchmarkRandomAct is the random agent's cost per action on a shop-sized tool list
+// and an observation of a catalog search's size.
+func BenchmarkRandomAct(b *testing.B) {
+	e := fakeSchemaEnv(`{"type":"object","required":["sku","qty"],"properties":{"sku":{"type":"string","maxLength":32},"qty":{"type":"integer","minimum":1,"maximum":1000},"note":{"type":"string"}}}`)
+	obs := envTurn(`{"ok":true,"total":3,"results":[{"sku":"sku-3f2a","name":"red mug","price":12},{"sku":"sku-91c0","name":"steel kettle","price":40},{"sku":"sku-0b7e","name":"eco teapot","price":22}]}`)
+	a, err := randomPolicy{}.NewAgent(e, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.Act(obs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
