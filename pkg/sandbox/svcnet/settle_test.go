@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -471,6 +473,65 @@ func TestCloseEndsARelayItsHostStalls(t *testing.T) {
 	defer hc.Close()
 	g.Settle(ctx) // the relay is under way
 	closeWithin(t, g, "the relay whose host stopped reading")
+}
+
+// TestResetEndsARelayItsHostStalls: a sandbox that resets its connection while the
+// relay's write toward the host waits for the host to read does not leave the relay
+// open until the host reads or goes away: at the next step the gateway drops the
+// host's side, the relay ends and is recorded, with what went up before the reset.
+func TestResetEndsARelayItsHostStalls(t *testing.T) {
+	sink := "sink.example.test"
+	for _, tc := range []struct {
+		name  string
+		port  int
+		svc   sandbox.Service
+		key   string
+		first []byte
+	}{
+		{"tcp", 7000, sandbox.Service{Hosts: []string{sink}, TCPPorts: []sandbox.HostPort{{Host: sink, Port: 7000}}}, sink + ":7000" + sandbox.TCPSuffix, nil},
+		{"tls", 443, sandbox.Service{Hosts: []string{sink}, TLSPorts: []int{443}}, sink + ":443", clientHello(t, sink)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, held := heldHost(t)
+			r, g, ns := hostRig(t, sandbox.HostMap{tc.key: addr}, tc.svc, svcnet.Options{SettleWait: time.Second})
+			ctx := context.Background()
+			c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:"+strconv.Itoa(tc.port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			go func() { _, _ = c.Write(append(tc.first, make([]byte, stallSize)...)) }() // fails at the reset
+			hc := <-held
+			defer hc.Close()
+			// The host reads a little (the relay is under way), then nothing.
+			const little = 64 << 10
+			if _, err := io.CopyN(io.Discard, hc, little); err != nil {
+				t.Fatal(err)
+			}
+			stalledSteps(ctx, t, r, g, "while the host reads nothing: Settle returned at its bound, want settled", "while the sandbox sends", nil)
+			// The sandbox resets its connection (a close with linger 0, as a killed
+			// process's socket with unread input is).
+			if err := c.(interface{ SetLinger(int) error }).SetLinger(0); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.Close()
+			var got []svcnet.Request
+			for step := 0; step < 3 && len(got) == 0; step++ {
+				r.sh(`true`)
+				g.Settle(ctx)
+				got = r.rec.TakeRequests()
+			}
+			if len(got) != 1 || got[0].Host != sink || got[0].BytesUp < little {
+				t.Fatalf("three steps after the sandbox's reset: recorded %+v, want the relay, ended, with the %d bytes and more it sent up", got, little)
+			}
+			// The host's side is closed: what the host reads ends, after the bytes
+			// the relay had passed on (a hang guard, not a speed target).
+			_ = hc.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.Copy(io.Discard, hc); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("the host's connection is still open after the relay was recorded: %v", err)
+			}
+		})
+	}
 }
 
 // closeWithin closes g and fails the test if Close still waits after 30 s for what
