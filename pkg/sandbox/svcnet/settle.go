@@ -69,8 +69,9 @@ type flight struct {
 // that found the host socket's buffer full waits for the host. Either is waited for
 // again as soon as the side that stopped reads (the buffer has room) or goes away (its
 // socket is reset), so what the gateway then passes on is recorded in the step that
-// happens in; a relay whose host stopped reading is ended when the sandbox resets its
-// side (dropAborted), and recorded in that step; the gateway's own delays (a bandwidth cap's pace, a lost segment's
+// happens in; a relay, or a request's body, whose host stopped reading is ended when
+// the sandbox resets its side (dropAborted), and recorded in that step; the gateway's
+// own delays (a bandwidth cap's pace, a lost segment's
 // resend, a dial) are waited for as before. A connection an accept loop has taken but
 // not noted yet is waited for too (fence). The wait is bounded by
 // Options.SettleWait and by ctx, so that a host that never answers cannot wedge the
@@ -177,25 +178,26 @@ func (g *Gateway) unsettled() bool {
 	return false
 }
 
-// dropAborted closes the host's side of every relay whose write toward the host waits
-// for the host to read (stalled) while the sandbox has reset its connection: the bytes
-// the write holds belong to a stream the sandbox aborted, and nothing else would end the
-// relay before the host reads or goes away. The relay then ends, and is recorded in the
-// step the gateway noticed the reset in. A sandbox that ended its side in order (its
-// end queued behind the bytes) still has them passed on when the host reads.
+// dropAborted closes the connection to the host of every relay, and of every request
+// whose body is being sent, whose write toward the host waits for the host to read
+// (stalled) while the sandbox has reset its connection: the bytes the write holds belong
+// to a stream the sandbox aborted, and nothing else would end it before the host reads
+// or goes away. The relay then ends, or the request fails, and is recorded in the step
+// the gateway noticed the reset in. A sandbox that ended its side in order (its end
+// queued behind the bytes) still has them passed on when the host reads.
 func (g *Gateway) dropAborted() {
-	type relay struct{ c, host net.Conn }
-	var relays []relay
+	type sends struct{ c, host net.Conn }
+	var all []sends
 	g.mu.Lock()
 	for c, f := range g.flights {
-		if f.host != nil && !f.busy {
-			relays = append(relays, relay{c, f.host})
+		if f.host != nil {
+			all = append(all, sends{c, f.host})
 		}
 	}
 	g.mu.Unlock()
-	for _, r := range relays {
-		if stalled(r.host) && aborted(r.c) {
-			_ = r.host.Close()
+	for _, s := range all {
+		if stalled(s.host) && aborted(s.c) {
+			_ = s.host.Close()
 		}
 	}
 }

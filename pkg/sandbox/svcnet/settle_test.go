@@ -405,6 +405,58 @@ func TestStalledUploadCostsStepsNothing(t *testing.T) {
 	}
 }
 
+// TestResetEndsAStalledUpload: a sandbox that resets its connection while its
+// request's body waits for the host to read does not leave the request open until the
+// host reads or goes away: at the next step the gateway drops the connection to the
+// host, and the request is recorded, failed.
+func TestResetEndsAStalledUpload(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{})       // closed at cleanup: the handler ends
+	arrived := make(chan struct{}, 1) // the request's head reached the host
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		arrived <- struct{}{}
+		<-read
+		_, _ = io.Copy(io.Discard, req.Body)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() { close(read) })
+	r, g, ns := hostRig(t, sandbox.HostMap{remoteHost: l.Addr().String()}, sandbox.Service{Hosts: []string{remoteHost}}, svcnet.Options{SettleWait: time.Second})
+	ctx := context.Background()
+	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		_, err := io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: "+remoteHost+"\r\nContent-Length: "+strconv.Itoa(stallSize)+"\r\n\r\n")
+		if err == nil {
+			_, _ = c.Write(make([]byte, stallSize)) // fails at the reset
+		}
+	}()
+	<-arrived
+	stalledSteps(ctx, t, r, g, "while the host reads nothing: Settle returned at its bound, want settled", "while the upload waits", nil)
+	if err := c.(interface{ SetLinger(int) error }).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	<-started
+	var got []svcnet.Request
+	for step := 0; step < 3 && len(got) == 0; step++ {
+		r.sh(`true`)
+		g.Settle(ctx)
+		got = r.rec.TakeRequests()
+	}
+	if len(got) != 1 || got[0].Host != remoteHost || got[0].Method != http.MethodPost || got[0].Path != "/upload" || got[0].Status == http.StatusOK {
+		t.Errorf("three steps after the sandbox's reset: recorded %+v, want the request, failed", got)
+	}
+}
+
 // TestSettleWaitsForTheGatewaysPace: a relay the gateway paces on purpose (a bandwidth
 // cap) is the gateway's own work, not a sandbox's stalled read: a sandbox that reads
 // the first byte only, while its host's few bytes and end are passed on at the cap's pace, still
