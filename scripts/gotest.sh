@@ -3,7 +3,7 @@
 # session of its own, with a $TMPDIR of its own (a new directory under the caller's), and,
 # however it ends (a pass, a failure, go test's timeout, Ctrl-C), then kills every process
 # still in that session and removes that directory, unmounting what tests mounted below it
-# first.
+# first. Its output is go test's, followed by the run's slowest tests (testsummary/).
 #
 # A test binary ended by go test's timeout runs no cleanup: its servers die with it
 # (they are started with a parent-death signal) but its directories stay, and a process
@@ -17,13 +17,28 @@ parent=${TMPDIR:-/tmp}
 tmp=$(mktemp -d "$parent/gt.XXXX") || exit 1
 export TMPDIR=$tmp
 
-setsid go test "$@" &
+# The run's events go through testsummary, which writes go test's own output and then
+# the slowest tests (what a CI log needs to say where its time went); if it cannot be
+# built, go test writes as it does without it.
+summary=""
+if go build -o "$tmp/testsummary" "$(cd "$(dirname "$0")" && pwd)/testsummary" && mkfifo "$tmp/events"; then
+	summary=$tmp/testsummary
+	"$summary" <"$tmp/events" &
+	spid=$!
+	setsid go test -json "$@" >"$tmp/events" &
+else
+	echo "gotest.sh: no test summary; go test's output as it is" >&2
+	setsid go test "$@" &
+fi
 sid=$!
 trap 'kill -INT "$sid" 2>/dev/null' INT TERM
 wait "$sid"
 rc=$?
 # A signal interrupted the first wait; wait again for go test to finish its report.
 while kill -0 "$sid" 2>/dev/null; do wait "$sid"; rc=$?; done
+if [[ -n $summary ]]; then
+	wait "$spid"
+fi
 
 if pgrep -s "$sid" >/dev/null 2>&1; then
 	echo "gotest.sh: killing what the tests left running:" >&2
