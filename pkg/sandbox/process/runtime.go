@@ -63,6 +63,10 @@ type Config struct {
 	// remove them, as does a runtime starting over the same state directory. Only on
 	// cgroup v1: v2 refuses to rename a cgroup, so there every destroy removes its own.
 	CgroupPool int
+	// CgroupTrimBelow lets the pool hold more than CgroupPool while at least this many
+	// sandboxes live. 0 means DefaultCgroupTrimBelow; a negative value keeps no more
+	// than CgroupPool.
+	CgroupTrimBelow int
 	// HostUID and HostGID are the host ids sandboxed processes run as (mapped to
 	// SandboxUID/GID inside); default 100000. Use ids no host user owns.
 	HostUID, HostGID int
@@ -83,6 +87,9 @@ type Config struct {
 // unreclaimable kernel memory (an empty memory cgroup's, on a 6.18 kernel), so a full
 // pool holds about 320 MiB until Close; it fills only while destroys outnumber creates.
 const DefaultCgroupPool = 1024
+
+// DefaultCgroupTrimBelow is Config.CgroupTrimBelow's default.
+const DefaultCgroupTrimBelow = 1024
 
 // Runtime is the process runtime. See the package doc.
 type Runtime struct {
@@ -127,6 +134,8 @@ type Runtime struct {
 	// Guarded by mu.
 	cgPool    []string
 	cgPoolMax int
+	cgPeak    int
+	trimDone  chan struct{}
 
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
