@@ -72,8 +72,9 @@ type Config struct {
 	// from thousands pays no removal, whose cost grows with the count, at any destroy.
 	// Once fewer than CgroupTrimBelow live, a goroutine of the runtime removes the kept
 	// cgroups beyond CgroupPool one at a time, at most 200 a second, off any destroy's
-	// path, where each removal is cheap; it stops while the count is back at
-	// CgroupTrimBelow or more. Close removes what is left. 0 means
+	// path, where each removal is cheap; it stops when the count is back at
+	// CgroupTrimBelow or more, and starts again at the next destroy below it. Close
+	// removes what is left, Purge too. 0 means
 	// DefaultCgroupTrimBelow; a negative value keeps no more than CgroupPool (each
 	// destroy beyond it removes its cgroup).
 	CgroupTrimBelow int
@@ -99,7 +100,8 @@ type Config struct {
 const DefaultCgroupPool = 1024
 
 // DefaultCgroupTrimBelow is Config.CgroupTrimBelow's default: below 1,024 live
-// sandboxes, removing a cgroup costs the kernel a tenth of what it does at 10,000.
+// sandboxes a removal costs a tenth of what it does at 9,000 (1.5 against 13 ms of wall
+// and kernel-worker time on a 2-core host, docs/benchmarks.md).
 const DefaultCgroupTrimBelow = 1024
 
 // cgroupTrimPause is the trimmer's pause after each removal (Config.CgroupTrimBelow):
