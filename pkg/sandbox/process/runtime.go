@@ -93,15 +93,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultCgroupPool is Config.CgroupPool's default: enough to take the first thousand
-// destroys of a drain from 10,000 sandboxes. A kept cgroup holds about 320 KiB of
-// unreclaimable kernel memory (an empty memory cgroup's, on a 6.18 kernel), so a full
-// pool holds about 320 MiB until Close; it fills only while destroys outnumber creates.
+// DefaultCgroupPool is Config.CgroupPool's default: the kept cgroups a runtime holds
+// whatever its count of sandboxes (a steady churn needs a few; a drain keeps more, see
+// CgroupTrimBelow). A kept cgroup holds about 320 KiB of unreclaimable kernel memory
+// (an empty memory cgroup's, on a 6.18 kernel), so a full pool holds about 320 MiB
+// until Close; it fills only while destroys outnumber creates.
 const DefaultCgroupPool = 1024
 
 // DefaultCgroupTrimBelow is Config.CgroupTrimBelow's default: below 1,024 live
-// sandboxes a removal costs a tenth of what it does at 9,000 (1.5 against 13 ms of wall
-// and kernel-worker time on a 2-core host, docs/benchmarks.md).
+// sandboxes a removal costs a tenth of what it does at 9,000 (1.4 against 13 ms of wall
+// and kernel-worker time a destroy on a 2-core host, docs/benchmarks.md).
 const DefaultCgroupTrimBelow = 1024
 
 // cgroupTrimPause is the trimmer's pause after each removal (Config.CgroupTrimBelow):
