@@ -4,6 +4,7 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -18,12 +19,13 @@ import (
 	"github.com/gauntlet-rl/gauntlet/pkg/sandbox"
 )
 
-// openPool opens a runtime whose cgroup pool holds at most size cgroups; it skips where
-// the pool cannot work (cgroup v2 refuses to rename a cgroup).
-func openPool(t *testing.T, size int) *Runtime {
+// openPool opens a runtime whose cgroup pool holds size cgroups, and more while at least
+// trimBelow sandboxes live (Config.CgroupTrimBelow; negative: never more); it skips
+// where the pool cannot work (cgroup v2 refuses to rename a cgroup).
+func openPool(t *testing.T, size, trimBelow int) *Runtime {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	rt, err := New(Config{StateDir: t.TempDir(), CgroupPool: size, Logger: log})
+	rt, err := New(Config{StateDir: t.TempDir(), CgroupPool: size, CgroupTrimBelow: trimBelow, Logger: log})
 	if err != nil {
 		t.Fatalf("process runtime unavailable: %v", err)
 	}
@@ -83,7 +85,7 @@ func hasEvent(res sandbox.ExecResult, k sandbox.EventKind) bool {
 // new limits (memory, pids, and the CPU quota once its first command runs), and no
 // OOM kill or refused fork of the old sandbox's in its first command's events.
 func TestReusedCgroupReadsFresh(t *testing.T) {
-	rt := openPool(t, 2)
+	rt := openPool(t, 2, -1)
 	ctx := context.Background()
 	old, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 48 << 20, Pids: 24, CPUMillis: 500}})
 	if err != nil {
@@ -214,7 +216,7 @@ func uncachedFile(t *testing.T) string {
 // kept by a snapshot: tmpfs pages, charged to the cgroup, which no reclaim frees without
 // swap) is removed, not kept for the next sandbox.
 func TestDirtyCgroupRemoved(t *testing.T) {
-	rt := openPool(t, 2)
+	rt := openPool(t, 2, -1)
 	ctx := context.Background()
 	h, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 128 << 20, DiskBytes: 64 << 20}})
 	if err != nil {
@@ -248,11 +250,11 @@ func TestDirtyCgroupRemoved(t *testing.T) {
 	}
 }
 
-// TestCgroupPoolBounded: destroys keep at most CgroupPool cgroups and remove the rest;
-// creates take the kept ones first; Purge and Close remove the pool, and a negative
-// size keeps none.
+// TestCgroupPoolBounded: with a negative CgroupTrimBelow, destroys keep at most
+// CgroupPool cgroups and remove the rest; creates take the kept ones first; Purge and
+// Close remove the pool, and a negative size keeps none.
 func TestCgroupPoolBounded(t *testing.T) {
-	rt := openPool(t, 2)
+	rt := openPool(t, 2, -1)
 	ctx := context.Background()
 	var ids []string
 	for range 4 {
@@ -341,7 +343,7 @@ func TestCgroupPoolBounded(t *testing.T) {
 // cgroups an earlier one kept (it died without Close); the earlier one, finding its
 // kept cgroup gone, makes a new one.
 func TestLeftoverPoolRemoved(t *testing.T) {
-	rt := openPool(t, 2)
+	rt := openPool(t, 2, -1)
 	ctx := context.Background()
 	h, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {
@@ -376,5 +378,169 @@ func TestLeftoverPoolRemoved(t *testing.T) {
 	}
 	if err := rt.Destroy(ctx, h.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// poolState reads the pool's size, the live sandboxes' count, the high-water mark and
+// whether the trimmer runs, at one instant.
+func poolState(rt *Runtime) (kept, live, peak int, trimming bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return len(rt.cgPool), len(rt.active), rt.cgPeak, rt.trimDone != nil
+}
+
+// waitPool waits until the pool holds want cgroups and the trimmer has stopped.
+func waitPool(t *testing.T, rt *Runtime, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		kept, live, _, trimming := poolState(rt)
+		if kept == want && !trimming {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool of %d with %d live (trimmer running: %v), want %d", kept, live, trimming, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCgroupPoolKeepsToPeak: while at least CgroupTrimBelow sandboxes live, a destroy
+// keeps its cgroup beyond CgroupPool, with kept and live cgroups together never more
+// than the most sandboxes that lived at once; once fewer live, the kept cgroups beyond
+// CgroupPool are removed in the background, and creates still take kept ones first.
+func TestCgroupPoolKeepsToPeak(t *testing.T) {
+	rt := openPool(t, 2, 3)
+	ctx := context.Background()
+	var ids []string
+	for range 8 {
+		h, err := rt.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, h.ID)
+	}
+	check := func(when string, wantKept, wantLive int) {
+		t.Helper()
+		kept, live, peak, trimming := poolState(rt)
+		if kept != wantKept || live != wantLive {
+			t.Errorf("%s: %d kept and %d live, want %d and %d", when, kept, live, wantKept, wantLive)
+		}
+		if peak != 8 || kept+live > peak {
+			t.Errorf("%s: %d kept and %d live, high-water mark %d, want 8 and no more cgroups", when, kept, live, peak)
+		}
+		if trimming {
+			t.Errorf("%s: the trimmer runs with %d live, at least CgroupTrimBelow", when, live)
+		}
+		for d, names := range cgChildren(t, rt) {
+			if len(names) != wantKept+wantLive {
+				t.Errorf("%s: %s holds %d cgroups, want %d", when, d, len(names), wantKept+wantLive)
+			}
+		}
+	}
+	for i := range 5 {
+		if err := rt.Destroy(ctx, ids[i]); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("destroy %d", i+1), i+1, 7-i)
+	}
+	ids = ids[5:]
+	for i := range 2 {
+		h, err := rt.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, h.ID)
+		check(fmt.Sprintf("create %d", i+1), 4-i, 4+i)
+	}
+	// 5 live, 3 kept; down to 2 live, the pool is trimmed to CgroupPool.
+	for _, id := range ids[:3] {
+		if err := rt.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids = ids[3:]
+	waitPool(t, rt, 2)
+	for d, names := range cgChildren(t, rt) {
+		if len(names) != 4 {
+			t.Errorf("after the trim %s holds %v, want 2 kept and 2 live", d, names)
+		}
+	}
+	h, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, _, _, _ := poolState(rt); kept != 1 {
+		t.Errorf("create after the trim: %d kept, want one taken", kept)
+	}
+	for _, id := range append(ids, h.ID) {
+		if err := rt.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPool(t, rt, 2)
+}
+
+// TestCgroupPoolCloseRemovesExcess: Close removes every kept cgroup, those beyond
+// CgroupPool too, and leaves the live sandboxes' for a later Recover; a Close while the
+// trimmer runs waits for it and leaves no kept cgroup either.
+func TestCgroupPoolCloseRemovesExcess(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		trimBelow int
+		live      int
+	}{
+		{"excess kept", 2, 2},       // 2 live: no trim before Close
+		{"trimmer running", 100, 0}, // trims from the first destroy beyond CgroupPool
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := openPool(t, 1, tc.trimBelow)
+			var ids []string
+			for range 12 {
+				h, err := rt.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, h.ID)
+			}
+			for _, id := range ids[tc.live:] {
+				if err := rt.Destroy(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			kept, _, _, trimming := poolState(rt)
+			if tc.live > 0 && kept != 12-tc.live {
+				t.Fatalf("%d kept with %d live, want %d", kept, tc.live, 12-tc.live)
+			}
+			t.Logf("closing with %d kept (trimmer running: %v)", kept, trimming)
+			if err := rt.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for d, names := range cgChildren(t, rt) {
+				if len(names) != tc.live || slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, poolPrefix) }) {
+					t.Errorf("after Close %s holds %v, want the %d live sandboxes' only", d, names, tc.live)
+				}
+			}
+			if tc.live == 0 {
+				for _, d := range rt.cg.cgroup(rt.cgBase).dirs() {
+					if exists(d) {
+						t.Errorf("after Close: %s left", d)
+					}
+				}
+				return
+			}
+			next, err := New(Config{StateDir: rt.cfg.StateDir, CgroupPool: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Close()
+			if err := next.Purge(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if kids := cgChildren(t, next); len(kids) != 0 {
+				t.Errorf("after Purge: cgroups %v", kids)
+			}
+		})
 	}
 }

@@ -32,7 +32,10 @@
 // host listens for the services (ListenService; see services.go and package svcnet).
 //
 // A Runtime is safe for concurrent use; execs of one sandbox are serialised so that its
-// cgroup counters measure one command at a time. The runtime needs root, bubblewrap,
+// cgroup counters measure one command at a time. It runs one goroutine of its own, at
+// times: the trimmer, which removes the emptied cgroups a drain kept beyond
+// Config.CgroupPool once few sandboxes are left (Config.CgroupTrimBelow); Close stops
+// it and removes what it left. The runtime needs root, bubblewrap,
 // setpriv (util-linux), overlayfs, unprivileged user namespaces and the memory, pids and
 // cpu cgroup controllers; New fails with sandbox.ErrUnavailable naming what is missing.
 package process

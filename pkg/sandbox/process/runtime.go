@@ -54,15 +54,30 @@ type Config struct {
 	// runtime makes its sandboxes' cgroups; default "gauntlet". On cgroup v2 the runtime
 	// enables the memory, pids and cpu controllers along that path.
 	CgroupParent string
-	// CgroupPool bounds how many emptied sandbox cgroups the runtime keeps for later
-	// creates instead of removing them; 0 means DefaultCgroupPool, a negative value
-	// keeps none. Removing a memory cgroup makes the kernel walk every superblock's
-	// object lists on the host, and making one allocates per-superblock state: both
-	// grow with the number of sandboxes. Kept cgroups are reset (memory reclaimed, peak
-	// cleared; see cgroup.reset) and renamed to the next sandbox's path. Close and Purge
-	// remove them, as does a runtime starting over the same state directory. Only on
-	// cgroup v1: v2 refuses to rename a cgroup, so there every destroy removes its own.
+	// CgroupPool is how many emptied sandbox cgroups the runtime keeps for later
+	// creates instead of removing them, whatever the count of sandboxes (see
+	// CgroupTrimBelow for more); 0 means DefaultCgroupPool, a negative value keeps none
+	// at all. Removing a memory cgroup makes the kernel walk every superblock's object
+	// lists on the host, and making one allocates per-superblock state: both grow with
+	// the number of sandboxes. Kept cgroups are reset (memory reclaimed, peak cleared;
+	// see cgroup.reset) and renamed to the next sandbox's path. Close and Purge remove
+	// them, as does a runtime starting over the same state directory. Only on cgroup
+	// v1: v2 refuses to rename a cgroup, so there every destroy removes its own.
 	CgroupPool int
+	// CgroupTrimBelow is the count of live sandboxes below which the pool is trimmed
+	// back to CgroupPool. Until then a destroy keeps its cgroup even when the pool
+	// holds CgroupPool already, as long as kept and live cgroups together are no more
+	// than the most sandboxes that lived at once (the runtime's high-water mark: no
+	// more cgroups, and so no more of their kernel memory, than it held then): a drain
+	// from thousands pays no removal, whose cost grows with the count, at any destroy.
+	// Once fewer than CgroupTrimBelow live, a goroutine of the runtime removes the kept
+	// cgroups beyond CgroupPool one at a time, at most 200 a second, off any destroy's
+	// path, where each removal is cheap; it stops when the count is back at
+	// CgroupTrimBelow or more, and starts again at the next destroy below it. Close
+	// removes what is left, Purge too. 0 means
+	// DefaultCgroupTrimBelow; a negative value keeps no more than CgroupPool (each
+	// destroy beyond it removes its cgroup).
+	CgroupTrimBelow int
 	// HostUID and HostGID are the host ids sandboxed processes run as (mapped to
 	// SandboxUID/GID inside); default 100000. Use ids no host user owns.
 	HostUID, HostGID int
@@ -78,11 +93,23 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultCgroupPool is Config.CgroupPool's default: enough to take the first thousand
-// destroys of a drain from 10,000 sandboxes. A kept cgroup holds about 320 KiB of
-// unreclaimable kernel memory (an empty memory cgroup's, on a 6.18 kernel), so a full
-// pool holds about 320 MiB until Close; it fills only while destroys outnumber creates.
+// DefaultCgroupPool is Config.CgroupPool's default: the kept cgroups a runtime holds
+// whatever its count of sandboxes (a steady churn needs a few; a drain keeps more, see
+// CgroupTrimBelow). A kept cgroup holds about 320 KiB of unreclaimable kernel memory
+// (an empty memory cgroup's, on a 6.18 kernel), so a full pool holds about 320 MiB
+// until Close; it fills only while destroys outnumber creates.
 const DefaultCgroupPool = 1024
+
+// DefaultCgroupTrimBelow is Config.CgroupTrimBelow's default: below 1,024 live
+// sandboxes a removal costs a tenth of what it does at 9,000 (1.4 against 13 ms of wall
+// and kernel-worker time a destroy on a 2-core host, docs/benchmarks.md).
+const DefaultCgroupTrimBelow = 1024
+
+// cgroupTrimPause is the trimmer's pause after each removal (Config.CgroupTrimBelow):
+// the kernel finishes a removal in a worker of its own, holding the lock every cgroup
+// operation takes, so removals back to back would delay the creates and destroys that
+// go on meanwhile.
+const cgroupTrimPause = 5 * time.Millisecond
 
 // Runtime is the process runtime. See the package doc.
 type Runtime struct {
@@ -123,10 +150,16 @@ type Runtime struct {
 	freeVols map[string]struct{}
 
 	// cgPool names the emptied cgroups (below cgBase, poolPrefix…) a destroy kept for a
-	// later create, at most cgPoolMax (0 on cgroup v2). Close and Purge remove them.
-	// Guarded by mu.
-	cgPool    []string
-	cgPoolMax int
+	// later create: at most cgPoolMax (0 on cgroup v2), and beyond it, while at least
+	// cgTrimBelow sandboxes live (0: never), as many as keep len(cgPool)+len(active)
+	// within cgPeak, the most sandboxes active at once. The trimmer (trimCgPool)
+	// removes those beyond cgPoolMax once fewer live; trimDone is open while it runs.
+	// Close and Purge remove them all. Guarded by mu.
+	cgPool      []string
+	cgPoolMax   int
+	cgTrimBelow int
+	cgPeak      int
+	trimDone    chan struct{}
 
 	// gcVolumes counts the volumes gc has looked at, so a test can tell that a destroy
 	// looks at its own volumes only (with a full scan, destroy cost grew with the count).
@@ -208,6 +241,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.CgroupPool == 0 {
 		cfg.CgroupPool = DefaultCgroupPool
 	}
+	if cfg.CgroupTrimBelow == 0 {
+		cfg.CgroupTrimBelow = DefaultCgroupTrimBelow
+	}
 	if cfg.HostUID == 0 {
 		cfg.HostUID = 100000
 	}
@@ -281,6 +317,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cg.version == cgroupV1 {
 		r.cgPoolMax = max(cfg.CgroupPool, 0)
+		if r.cgPoolMax > 0 {
+			r.cgTrimBelow = max(cfg.CgroupTrimBelow, 0)
+		}
 	}
 	r.removeLeftoverPool()
 	for _, d := range []string{"sandboxes", "snapshots", "vol", "empty", "etc"} {
@@ -314,9 +353,12 @@ func (r *Runtime) Name() string { return Name }
 // directory (every test) left both behind; a test machine had 900 of each.
 func (r *Runtime) Close() error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.closed = true
 	r.active = map[string]*box{}
+	r.mu.Unlock()
+	r.waitTrim()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.removeEmptyParents()
 	return nil
 }
@@ -353,6 +395,66 @@ func (r *Runtime) dropCgPool() {
 		}
 	}
 	r.cgPool = nil
+}
+
+// setActive makes b the active sandbox id and raises the high-water mark (cgPeak).
+// Called with mu held.
+func (r *Runtime) setActive(id string, b *box) {
+	r.active[id] = b
+	r.cgPeak = max(r.cgPeak, len(r.active))
+}
+
+// trimCgPool starts the trimmer when the pool holds more than cgPoolMax and fewer than
+// cgTrimBelow sandboxes live, unless it runs already. Called with mu held.
+func (r *Runtime) trimCgPool() {
+	if r.trimDone != nil || !r.trimDue() {
+		return
+	}
+	done := make(chan struct{})
+	r.trimDone = done
+	go r.trim(done)
+}
+
+// trimDue says the pool holds cgroups beyond cgPoolMax and removing them is cheap.
+// Called with mu held.
+func (r *Runtime) trimDue() bool {
+	return !r.closed && len(r.cgPool) > r.cgPoolMax && len(r.active) < r.cgTrimBelow
+}
+
+// trim is the trimmer: it removes kept cgroups, one every cgroupTrimPause at most, while
+// trimDue, then closes done.
+func (r *Runtime) trim(done chan struct{}) {
+	defer close(done)
+	for {
+		r.mu.Lock()
+		if !r.trimDue() {
+			r.trimDone = nil
+			// The pool is back to its bound: the high-water mark starts again from
+			// the cgroups held now.
+			if len(r.cgPool) <= r.cgPoolMax {
+				r.cgPeak = len(r.active) + len(r.cgPool)
+			}
+			r.mu.Unlock()
+			return
+		}
+		name := r.cgPool[0]
+		r.cgPool = r.cgPool[1:]
+		r.mu.Unlock()
+		if err := r.cg.cgroup(filepath.Join(r.cgBase, name)).remove(); err != nil {
+			r.cfg.Logger.Warn("sandbox: remove a kept cgroup", "err", err)
+		}
+		time.Sleep(cgroupTrimPause)
+	}
+}
+
+// waitTrim waits for the trimmer, if it runs, to stop.
+func (r *Runtime) waitTrim() {
+	r.mu.Lock()
+	done := r.trimDone
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // removeLeftoverPool removes the kept cgroups an earlier runtime over the same state
@@ -400,8 +502,8 @@ func (r *Runtime) makeCgroup(g *cgroup, l sandbox.Limits) error {
 
 // keepCgroup keeps the emptied cgroup of a destroyed sandbox for a later create
 // (cgPool), reset to read like a new one (cgroup.reset) and renamed out of the
-// sandbox's path. When the pool is full, the runtime closed, or the cgroup cannot be
-// reset, it removes the cgroup instead.
+// sandbox's path. When the pool is full (poolRoom), the runtime closed, or the cgroup
+// cannot be reset, it removes the cgroup instead.
 func (r *Runtime) keepCgroup(g *cgroup) error {
 	if !r.poolRoom() {
 		return g.remove()
@@ -417,7 +519,7 @@ func (r *Runtime) keepCgroup(g *cgroup) error {
 		return g.remove()
 	}
 	r.mu.Lock()
-	if !r.closed && len(r.cgPool) < r.cgPoolMax {
+	if r.poolRoomLocked() {
 		r.cgPool = append(r.cgPool, name)
 		r.mu.Unlock()
 		return nil
@@ -426,11 +528,25 @@ func (r *Runtime) keepCgroup(g *cgroup) error {
 	return kept.remove()
 }
 
-// poolRoom says the cgroup pool has room.
+// poolRoom says the cgroup pool has room for the cgroup of a sandbox being destroyed
+// (still active).
 func (r *Runtime) poolRoom() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.closed && len(r.cgPool) < r.cgPoolMax
+	return r.poolRoomLocked()
+}
+
+// poolRoomLocked is poolRoom with mu held. Beyond cgPoolMax, the cgroup moves from the
+// live sandboxes (active) to the pool, so their sum stays within cgPeak as long as it
+// is there now.
+func (r *Runtime) poolRoomLocked() bool {
+	if r.closed {
+		return false
+	}
+	if len(r.cgPool) < r.cgPoolMax {
+		return true
+	}
+	return r.cgTrimBelow > 0 && len(r.cgPool)+len(r.active) <= r.cgPeak
 }
 
 // dropFreeVols removes the volume folders kept for reuse. Called with mu held.
@@ -766,7 +882,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, chain []string,
 	if r.closed {
 		return sandbox.Handle{}, fmt.Errorf("create: %w", sandbox.ErrClosed)
 	}
-	r.active[spec.ID] = b
+	r.setActive(spec.ID, b)
 	return rec.Handle, nil
 }
 
@@ -991,7 +1107,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 			return fmt.Errorf("destroy %s: %w", id, sandbox.ErrNotFound)
 		}
 		b = &box{rec: rec, cg: r.cg.cgroup(filepath.Join(r.cgBase, id))}
-		r.active[id] = b
+		r.setActive(id, b)
 	}
 	r.mu.Unlock()
 
@@ -1013,6 +1129,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	r.mu.Lock()
 	delete(r.active, id)
 	r.dropRecord(id)
+	r.trimCgPool()
 	r.mu.Unlock()
 	if rerr := r.removeRecord(id); rerr != nil {
 		err = errors.Join(err, rerr)
@@ -1429,7 +1546,7 @@ func (r *Runtime) Recover(ctx context.Context, h sandbox.Handle) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.active[h.ID]; !ok {
-		r.active[h.ID] = b
+		r.setActive(h.ID, b)
 	}
 	return nil
 }

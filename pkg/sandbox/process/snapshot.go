@@ -254,6 +254,10 @@ func (r *Runtime) Purge(ctx context.Context) error {
 	}
 	r.gc(true) // what failures or dead processes left
 	r.mu.Lock()
+	r.dropCgPool()
+	r.mu.Unlock()
+	r.waitTrim() // for the removal it may have under way
+	r.mu.Lock()
 	r.removeEmptyParents() // now empty
 	r.mu.Unlock()
 	return errors.Join(errs...)

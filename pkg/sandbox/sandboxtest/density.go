@@ -41,6 +41,11 @@ type DensityBucket struct {
 	// CPU time (user and system) this process spent on one, which waits for a busy
 	// machine's cores do not inflate.
 	Mean, CPU time.Duration
+	// Kernel is the mean CPU time the host's kernel threads (workers finishing a
+	// cgroup's removal, among others) spent during one, which CPU leaves out; HostCPU
+	// the host's whole busy CPU time during one (every process and core, other loads
+	// on the machine included).
+	Kernel, HostCPU time.Duration
 	// MemUsed is the host's MemTotal-MemAvailable at the end of the bucket.
 	MemUsed int64
 }
@@ -56,7 +61,52 @@ type DensityReport struct {
 	// ChurnDestroy and ChurnCreate are Churn's destroys and creates at the peak count
 	// (zero unless Churn).
 	ChurnDestroy, ChurnCreate DensityBucket
+	// Drain is the cost of all Count destroys together.
+	Drain Cost
 }
+
+// Cost is what a stretch of work cost: wall time, this process's CPU time (user and
+// system), the host's kernel threads' CPU time and the host's whole busy CPU time.
+type Cost struct {
+	Wall, CPU, Kernel, HostCPU time.Duration
+}
+
+// Measure runs f and returns what it cost.
+func Measure(f func()) Cost {
+	m := startCost()
+	f()
+	return m.stop()
+}
+
+// String formats the cost in milliseconds.
+func (c Cost) String() string {
+	return fmt.Sprintf("%.0f ms wall, %.0f ms CPU, %.0f ms kernel threads' CPU, %.0f ms host CPU",
+		ms(c.Wall), ms(c.CPU), ms(c.Kernel), ms(c.HostCPU))
+}
+
+// costMeter is a Cost being measured.
+type costMeter struct {
+	start                 time.Time
+	cpu, kernel, hostBusy time.Duration
+}
+
+func startCost() costMeter {
+	return costMeter{start: time.Now(), cpu: cpuTime(), kernel: kthreadCPU(), hostBusy: hostCPU()}
+}
+
+func (m costMeter) stop() Cost {
+	return Cost{Wall: time.Since(m.start), CPU: cpuTime() - m.cpu, Kernel: kthreadCPU() - m.kernel,
+		HostCPU: hostCPU() - m.hostBusy}
+}
+
+// bucket makes the bucket from..to out of the cost of its n operations.
+func bucket(from, to int, c Cost) DensityBucket {
+	n := time.Duration(max(abs(to-from), 1))
+	return DensityBucket{From: from, To: to, Mean: c.Wall / n, CPU: c.CPU / n, Kernel: c.Kernel / n,
+		HostCPU: c.HostCPU / n, MemUsed: memUsed()}
+}
+
+func abs(n int) int { return max(n, -n) }
 
 // Density creates cfg.Count sandboxes one by one in rt, timing each bucket of cfg.Step
 // creates, optionally starts a live command in each, then destroys them all, timing each
@@ -81,7 +131,7 @@ func Density(t testing.TB, rt sandbox.Runtime, cfg DensityConfig) DensityReport 
 	var total time.Duration
 	for from := 0; from < cfg.Count; from += cfg.Step {
 		to := min(from+cfg.Step, cfg.Count)
-		start, cpu := time.Now(), cpuTime()
+		m := startCost()
 		for i := from; i < to; i++ {
 			spec := cfg.Spec
 			spec.ID = fmt.Sprintf("density-%06d", i)
@@ -91,12 +141,12 @@ func Density(t testing.TB, rt sandbox.Runtime, cfg DensityConfig) DensityReport 
 			}
 			ids = append(ids, h.ID)
 		}
-		d := time.Since(start)
-		total += d
-		b := DensityBucket{From: from, To: to, Mean: d / time.Duration(to-from),
-			CPU: (cpuTime() - cpu) / time.Duration(to-from), MemUsed: memUsed()}
+		c := m.stop()
+		total += c.Wall
+		b := bucket(from, to, c)
 		rep.Creates = append(rep.Creates, b)
-		t.Logf("density: create %6d..%6d: %7.3f ms each (%.3f ms CPU), host memory used %s", from, to, ms(b.Mean), ms(b.CPU), mib(b.MemUsed))
+		t.Logf("density: create %6d..%6d: %7.3f ms each (%.3f ms CPU, %.3f ms kernel threads, %.3f ms host CPU), host memory used %s",
+			from, to, ms(b.Mean), ms(b.CPU), ms(b.Kernel), ms(b.HostCPU), mib(b.MemUsed))
 	}
 	rep.CreateMean = total / time.Duration(max(cfg.Count, 1))
 	rep.MemIdle = memUsed()
@@ -109,11 +159,10 @@ func Density(t testing.TB, rt sandbox.Runtime, cfg DensityConfig) DensityReport 
 	if cfg.Churn > 0 {
 		rep.ChurnDestroy, rep.ChurnCreate = churn(t, rt, cfg, &ids)
 	}
-	total = 0
 	for len(ids) > 0 {
 		from := len(ids)
 		to := max(from-cfg.Step, 0)
-		start, cpu := time.Now(), cpuTime()
+		m := startCost()
 		for len(ids) > to {
 			id := ids[len(ids)-1]
 			if err := rt.Destroy(ctx, id); err != nil {
@@ -121,14 +170,18 @@ func Density(t testing.TB, rt sandbox.Runtime, cfg DensityConfig) DensityReport 
 			}
 			ids = ids[:len(ids)-1]
 		}
-		d := time.Since(start)
-		total += d
-		b := DensityBucket{From: from, To: to, Mean: d / time.Duration(from-to),
-			CPU: (cpuTime() - cpu) / time.Duration(from-to), MemUsed: memUsed()}
+		c := m.stop()
+		rep.Drain.Wall += c.Wall
+		rep.Drain.CPU += c.CPU
+		rep.Drain.Kernel += c.Kernel
+		rep.Drain.HostCPU += c.HostCPU
+		b := bucket(from, to, c)
 		rep.Destroys = append(rep.Destroys, b)
-		t.Logf("density: destroy %6d..%6d: %7.3f ms each (%.3f ms CPU), host memory used %s", from, to, ms(b.Mean), ms(b.CPU), mib(b.MemUsed))
+		t.Logf("density: destroy %6d..%6d: %7.3f ms each (%.3f ms CPU, %.3f ms kernel threads, %.3f ms host CPU), host memory used %s",
+			from, to, ms(b.Mean), ms(b.CPU), ms(b.Kernel), ms(b.HostCPU), mib(b.MemUsed))
 	}
-	rep.DestroyMean = total / time.Duration(max(cfg.Count, 1))
+	rep.DestroyMean = rep.Drain.Wall / time.Duration(max(cfg.Count, 1))
+	t.Logf("density: the drain of %d: %v", cfg.Count, rep.Drain)
 	t.Logf("density: %d sandboxes: create %.3f ms, destroy %.3f ms on average; memory used %s before, %s idle (%.0f KiB each)",
 		cfg.Count, ms(rep.CreateMean), ms(rep.DestroyMean), mib(rep.MemBefore), mib(rep.MemIdle),
 		float64(rep.MemIdle-rep.MemBefore)/1024/float64(max(cfg.Count, 1)))
@@ -258,6 +311,59 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on every Linux ABI).
+const clockTick = 10 * time.Millisecond
+
+// hostCPU is the host's busy CPU time, all cores (/proc/stat: user, nice, system, irq,
+// softirq, steal).
+func hostCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		busy += v
+	}
+	return time.Duration(busy) * clockTick
+}
+
+// kthreadCPU is the CPU time of the host's kernel threads (children of kthreadd, pid
+// 2) alive now: the kernel's workers, which finish a cgroup's removal after rmdir
+// returns. A worker that exits between two readings takes its time with it.
+func kthreadCPU() time.Duration {
+	ents, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime: fields 4, 14 and 15; comm may hold spaces.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 || f[1] != "2" {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * clockTick
 }
 
 // memUsed is the host's MemTotal - MemAvailable in bytes.
