@@ -5,7 +5,7 @@
 # the repository's example worlds registered when it knows --env.worlds, is warmed by
 # 3,000 episodes of each of its envs, then runs EPISODES episodes of each env (half the
 # oracle's, half the random policy's, under the baseline profile) with the same seed, the
-# order of the envs turning from run to run. One line per run: wall seconds of
+# order of the envs turning from round to round. One line per run: wall seconds of
 # `gauntlet run` (it returns once every step is in ClickHouse), the steps it reported, and
 # the CPU seconds of the serve process and of its ClickHouse from the run's start to 5 s
 # after it returned.
@@ -21,7 +21,6 @@ ROUNDS=${ROUNDS:-4}
 worlds=$PWD/examples/worlds
 cpu() { awk '{printf "%.2f", ($14+$15)/100}' "/proc/$1/stat"; }
 bins=("$@")
-k=0
 for r in $(seq "$ROUNDS"); do
   # Rotate the binaries' order: round r starts with binary r-1 (mod their count).
   order=()
@@ -41,10 +40,9 @@ for r in $(seq "$ROUNDS"); do
     for e in "${envlist[@]}"; do
       "$bin" run --data-dir "$D" "${wargs[@]}" --env "$e" --policies oracle=1,random=1 --profiles baseline=1 --episodes 3000 --seed 1 > /dev/null 2>&1
     done
-    k=$((k+1))
     n=${#envlist[@]}
     for j in $(seq 0 $((n - 1))); do
-      e=${envlist[$(( (j + k) % n ))]}
+      e=${envlist[$(( (j + r) % n ))]}
       g0=$(cpu $spid); c0=$(cpu "$ch"); l0=$(cut -d' ' -f1 /proc/loadavg); t0=$(date +%s.%N)
       out=$("$bin" run --data-dir "$D" "${wargs[@]}" --env "$e" --policies oracle=1,random=1 --profiles baseline=1 --episodes "$N" --seed $((100+r)) 2>&1 | tr '\r' '\n' | grep -a 'episodes, .* steps in' | tail -1)
       t1=$(date +%s.%N)
