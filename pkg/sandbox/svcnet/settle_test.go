@@ -269,27 +269,10 @@ func TestStalledAnswerCostsStepsNothing(t *testing.T) {
 // read them in. A plain TCP port's relay and a TLS port's (the sandbox's ClientHello,
 // then bytes the gateway passes on unread) are the same relay.
 func TestStalledHostCostsStepsNothing(t *testing.T) {
-	sink := "sink.example.test"
-	for _, tc := range []struct {
-		name   string
-		port   int
-		svc    sandbox.Service
-		key    string // the host map's key of sink's port
-		method string
-		first  []byte // what the sandbox sends before its upload
-	}{
-		{"tcp", 7000, sandbox.Service{Hosts: []string{sink}, TCPPorts: []sandbox.HostPort{{Host: sink, Port: 7000}}}, sink + ":7000" + sandbox.TCPSuffix, svcnet.MethodTCP, nil},
-		{"tls", 443, sandbox.Service{Hosts: []string{sink}, TLSPorts: []int{443}}, sink + ":443", svcnet.MethodTLS, clientHello(t, sink)},
-	} {
+	for _, tc := range sinkRelays(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			addr, held := heldHost(t)
-			r, g, ns := hostRig(t, sandbox.HostMap{tc.key: addr}, tc.svc, svcnet.Options{SettleWait: time.Second})
+			r, g, c, held := dialSinkRelay(t, tc)
 			ctx := context.Background()
-			c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:"+strconv.Itoa(tc.port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
 			sent := make(chan error, 1)
 			go func() {
 				// The sandbox sends stallSize bytes, then its end: the writes wait for the host.
@@ -325,11 +308,45 @@ func TestStalledHostCostsStepsNothing(t *testing.T) {
 			if !g.Settle(ctx) {
 				t.Errorf("the step the host read in: Settle returned at its bound")
 			}
-			if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != sink || got[0].Method != tc.method || got[0].BytesUp != total {
+			if got := r.rec.TakeRequests(); len(got) != 1 || got[0].Host != sinkHost || got[0].Method != tc.method || got[0].BytesUp != total {
 				t.Errorf("after the host read the upload: recorded %+v, want the connection with its %d bytes up, in this step", got, total)
 			}
 		})
 	}
+}
+
+// sinkRelay is one kind of relay to sinkHost: a plain TCP port's or a TLS port's (the
+// sandbox's ClientHello, then bytes the gateway passes on unread).
+type sinkRelay struct {
+	name   string
+	port   int
+	svc    sandbox.Service
+	key    string // the host map's key of sinkHost's port
+	method string
+	first  []byte // what the sandbox sends before its upload
+}
+
+// sinkRelays are the two kinds of relay to sinkHost.
+func sinkRelays(t *testing.T) []sinkRelay {
+	return []sinkRelay{
+		{"tcp", 7000, sandbox.Service{Hosts: []string{sinkHost}, TCPPorts: []sandbox.HostPort{{Host: sinkHost, Port: 7000}}}, sinkHost + ":7000" + sandbox.TCPSuffix, svcnet.MethodTCP, nil},
+		{"tls", 443, sandbox.Service{Hosts: []string{sinkHost}, TLSPorts: []int{443}}, sinkHost + ":443", svcnet.MethodTLS, clientHello(t, sinkHost)},
+	}
+}
+
+// dialSinkRelay opens a sandbox's gateway (a one-second Settle bound) whose sinkHost is
+// a host holding what it accepts and reading nothing (heldHost), and dials tc's port
+// from the sandbox; the connection is closed when the test ends.
+func dialSinkRelay(t *testing.T, tc sinkRelay) (*egressRig, *svcnet.Gateway, net.Conn, <-chan net.Conn) {
+	t.Helper()
+	addr, held := heldHost(t)
+	r, g, ns := hostRig(t, sandbox.HostMap{tc.key: addr}, tc.svc, svcnet.Options{SettleWait: time.Second})
+	c, err := netns.Dial(context.Background(), ns, "tcp", "127.0.0.1:"+strconv.Itoa(tc.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return r, g, c, held
 }
 
 // clientHello is the ClientHello record a TLS client asking for host opens with.
@@ -510,16 +527,8 @@ func TestCloseEndsAStalledRelay(t *testing.T) {
 // TestCloseEndsARelayItsHostStalls: a relay whose write waits for a host that stopped
 // reading, its sandbox sending on, does not keep the gateway's Close waiting.
 func TestCloseEndsARelayItsHostStalls(t *testing.T) {
-	sink := sandbox.HostPort{Host: "sink.example.test", Port: 7000}
-	addr, held := heldHost(t)
-	_, g, ns := hostRig(t, sandbox.HostMap{sink.Host + ":" + strconv.Itoa(sink.Port) + sandbox.TCPSuffix: addr},
-		sandbox.Service{Hosts: []string{sink.Host}, TCPPorts: []sandbox.HostPort{sink}}, svcnet.Options{SettleWait: time.Second})
+	_, g, c, held := dialSinkRelay(t, sinkRelays(t)[0])
 	ctx := context.Background()
-	c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:7000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	go func() { _, _ = c.Write(make([]byte, stallSize)) }() // ends when the test closes c
 	hc := <-held
 	defer hc.Close()
@@ -532,26 +541,10 @@ func TestCloseEndsARelayItsHostStalls(t *testing.T) {
 // open until the host reads or goes away: at the next step the gateway drops the
 // host's side, the relay ends and is recorded, with what went up before the reset.
 func TestResetEndsARelayItsHostStalls(t *testing.T) {
-	sink := "sink.example.test"
-	for _, tc := range []struct {
-		name  string
-		port  int
-		svc   sandbox.Service
-		key   string
-		first []byte
-	}{
-		{"tcp", 7000, sandbox.Service{Hosts: []string{sink}, TCPPorts: []sandbox.HostPort{{Host: sink, Port: 7000}}}, sink + ":7000" + sandbox.TCPSuffix, nil},
-		{"tls", 443, sandbox.Service{Hosts: []string{sink}, TLSPorts: []int{443}}, sink + ":443", clientHello(t, sink)},
-	} {
+	for _, tc := range sinkRelays(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			addr, held := heldHost(t)
-			r, g, ns := hostRig(t, sandbox.HostMap{tc.key: addr}, tc.svc, svcnet.Options{SettleWait: time.Second})
+			r, g, c, held := dialSinkRelay(t, tc)
 			ctx := context.Background()
-			c, err := netns.Dial(ctx, ns, "tcp", "127.0.0.1:"+strconv.Itoa(tc.port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
 			go func() { _, _ = c.Write(append(tc.first, make([]byte, stallSize)...)) }() // fails at the reset
 			hc := <-held
 			defer hc.Close()
@@ -573,7 +566,7 @@ func TestResetEndsARelayItsHostStalls(t *testing.T) {
 				g.Settle(ctx)
 				got = r.rec.TakeRequests()
 			}
-			if len(got) != 1 || got[0].Host != sink || got[0].BytesUp < little {
+			if len(got) != 1 || got[0].Host != sinkHost || got[0].BytesUp < little {
 				t.Fatalf("three steps after the sandbox's reset: recorded %+v, want the relay, ended, with the %d bytes and more it sent up", got, little)
 			}
 			// The host's side is closed: what the host reads ends, after the bytes
