@@ -71,9 +71,9 @@ type flight struct {
 // socket is reset), so what the gateway then passes on is recorded in the step that
 // happens in; a relay, or a request's body, whose host stopped reading is ended when
 // the sandbox resets its side (dropAborted), and recorded in that step; the gateway's
-// own delays (a bandwidth cap's pace, a lost segment's
-// resend, a dial) are waited for as before. A connection an accept loop has taken but
-// not noted yet is waited for too (fence). The wait is bounded by
+// own delays (a bandwidth cap's pace, a lost segment's resend, a dial) are waited for
+// as before. A connection an accept loop has taken but not noted yet is waited for too
+// (fence). The wait is bounded by
 // Options.SettleWait and by ctx, so that a host that never answers cannot wedge the
 // step; what is still under way then is recorded when it ends. Settle is safe to call
 // concurrently with the traffic and with itself; after Close it returns at once. It
