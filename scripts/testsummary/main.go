@@ -80,26 +80,51 @@ func summarize(r io.Reader, w io.Writer, n int) error {
 			if e.Action != "skip" && !strings.Contains(e.Test, "/") {
 				times = append(times, timing{e.Package, e.Test, e.Elapsed})
 			}
-		case e.Test == "" && e.Action == "fail":
-			// The package failed: what its unfinished tests printed (a timeout's
-			// panic among it) is part of why.
-			for _, k := range slices.SortedFunc(maps.Keys(held), compareKeys) {
-				if k[0] == e.Package {
-					out.WriteString(strings.Join(held[k], ""))
-					delete(held, k)
-				}
+		case e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
+			// A package ended: what it printed is out now, not when the run ends (a run
+			// cut short by CI's timeout still shows the packages that finished).
+			if e.Action == "fail" {
+				flushHeld(out, held, e.Package)
+			} else {
+				dropHeld(held, e.Package)
 			}
-		case e.Test == "" && e.Action == "pass":
-			for k := range held {
-				if k[0] == e.Package {
-					delete(held, k)
-				}
+			if err := out.Flush(); err != nil {
+				return err
+			}
+		case e.Action == "build-fail":
+			if err := out.Flush(); err != nil {
+				return err
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return err
 	}
+	return writeSlowest(out, times, n)
+}
+
+// flushHeld writes what the unfinished tests of a failed package printed (a timeout's
+// panic among it: part of why it failed), in the tests' order, and forgets it.
+func flushHeld(out *bufio.Writer, held map[[2]string][]string, pkg string) {
+	for _, k := range slices.SortedFunc(maps.Keys(held), compareKeys) {
+		if k[0] == pkg {
+			out.WriteString(strings.Join(held[k], ""))
+			delete(held, k)
+		}
+	}
+}
+
+// dropHeld forgets what the tests of a package that passed printed.
+func dropHeld(held map[[2]string][]string, pkg string) {
+	for k := range held {
+		if k[0] == pkg {
+			delete(held, k)
+		}
+	}
+}
+
+// writeSlowest lists the n slowest of the run's top-level tests.
+func writeSlowest(out *bufio.Writer, times []timing, n int) error {
 	if n > 0 && len(times) > 0 {
 		slices.SortStableFunc(times, func(a, b timing) int {
 			switch {
@@ -115,7 +140,7 @@ func summarize(r io.Reader, w io.Writer, n int) error {
 			fmt.Fprintf(out, "%9.1fs  %s  %s\n", t.secs, t.pkg, t.test)
 		}
 	}
-	return nil
+	return out.Flush()
 }
 
 // runLine reports whether s is one of the lines go test writes only with -v: a test's

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSummaryIsGoTestsOutput runs go test on a module of passing, failing, skipped,
@@ -97,5 +100,47 @@ func TestSkip(t *testing.T) { t.Skip("not here") }
 	}
 	if n := strings.Count(slowest, "\n"); n != 3 {
 		t.Errorf("slowest tests: %d lines, want 3:\n%s", n, slowest)
+	}
+}
+
+// TestSummaryStreams: a package's result is written when the package ends, not when the
+// run does (a CI run cut short still shows what finished).
+func TestSummaryStreams(t *testing.T) {
+	pr, pw := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- summarize(pr, outW, 5); _ = outW.Close() }()
+	events := []string{
+		`{"Action":"start","Package":"p"}`,
+		`{"Action":"run","Package":"p","Test":"TestA"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}`,
+		`{"Action":"pass","Package":"p","Test":"TestA","Elapsed":0.5}`,
+		`{"Action":"output","Package":"p","Output":"PASS\n"}`,
+		`{"Action":"output","Package":"p","Output":"ok  \tp\t0.6s\n"}`,
+		`{"Action":"pass","Package":"p","Elapsed":0.6}`,
+	}
+	go func() {
+		for _, e := range events {
+			_, _ = io.WriteString(pw, e+"\n")
+		}
+		// The run goes on: the input stays open until the test has read the result.
+	}()
+	read := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(outR).ReadString('\n')
+		read <- line
+	}()
+	select {
+	case line := <-read:
+		if line != "ok  \tp\t0.6s\n" {
+			t.Fatalf("before the run ended: read %q, want the package's result", line)
+		}
+	case <-time.After(30 * time.Second): // a hang guard: the line comes at once or never
+		t.Fatal("nothing written 30 s after the package ended, the run still going")
+	}
+	_ = pw.Close()
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
