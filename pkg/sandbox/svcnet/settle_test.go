@@ -186,6 +186,10 @@ func hostRig(t *testing.T, hosts sandbox.HostMap, svc sandbox.Service, opt svcne
 // writes toward the sandbox wait for it.
 const stallSize = 16 << 20
 
+// little is what the stalled side of a relay reads before it stops again: far less than
+// stallSize.
+const little = 64 << 10
+
 // TestStalledReaderCostsStepsNothing: a plain TCP connection the sandbox opened and
 // stopped reading (a background process's, or one left in a sleeping process), while its
 // host sends more than the buffers between them hold, costs no step Settle's bound: the
@@ -204,7 +208,6 @@ func TestStalledReaderCostsStepsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	const little = 64 << 10
 	stalledSteps(ctx, t, r, g, "while the sandbox reads nothing: Settle returned at its bound, want settled", "while the host streams", func() {
 		// The sandbox reads a little, and stops again.
 		if _, err := io.CopyN(io.Discard, c, little); err != nil {
@@ -285,7 +288,6 @@ func TestStalledHostCostsStepsNothing(t *testing.T) {
 			hc := <-held
 			defer hc.Close()
 			total := int64(len(tc.first) + stallSize)
-			const little = 64 << 10
 			stalledSteps(ctx, t, r, g, "while the host reads nothing: Settle returned at its bound, want settled", "while the sandbox sends", func() {
 				// The host reads a little, and stops again.
 				if _, err := io.CopyN(io.Discard, hc, little); err != nil {
@@ -549,7 +551,6 @@ func TestResetEndsARelayItsHostStalls(t *testing.T) {
 			hc := <-held
 			defer hc.Close()
 			// The host reads a little (the relay is under way), then nothing.
-			const little = 64 << 10
 			if _, err := io.CopyN(io.Discard, hc, little); err != nil {
 				t.Fatal(err)
 			}
